@@ -1,0 +1,137 @@
+"""pcap and pcapng reading: either byte order, µs or ns timestamps, per-interface link types.
+
+dpkt's readers drop the original length and the interface of each pcapng packet, both of which the
+decoder needs (truncation, mixed link types), so the block walk is done here; layouts follow the
+pcap(5) and pcapng (draft-ietf-opsawg-pcapng) specifications.
+"""
+import struct
+from typing import Iterator, NamedTuple, Optional
+
+from ..errors import UserError
+
+
+class Frame(NamedTuple):
+    number: int          # 1-based frame number, as tshark counts
+    time: float          # seconds since the epoch
+    caplen: int
+    wirelen: int
+    linktype: int
+    data: bytes
+    iface: int = 0       # pcapng interface id (0 for pcap)
+
+
+PCAP_MAGICS = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
+    b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9),
+}
+PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+
+
+class Capture:
+    """An opened capture file; iterate it for Frames.  `problems` collects damage found at the end."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            with open(path, "rb") as f:
+                self.buf = f.read()
+        except OSError as e:
+            raise UserError(f"cannot read {path}: {e.strerror or e}") from None
+        head = self.buf[:4]
+        if head in PCAP_MAGICS:
+            self.format = "pcap"
+        elif head == PCAPNG_SHB:
+            self.format = "pcapng"
+        else:
+            raise UserError(f"{path} is not a pcap or pcapng file (it starts with {head.hex() or 'nothing'})")
+        self.problems = []
+        self.interfaces = []   # pcapng: list of (linktype, ts_scale, name)
+        self.linktype: Optional[int] = None
+
+    def __iter__(self) -> Iterator[Frame]:
+        return self._pcap() if self.format == "pcap" else self._pcapng()
+
+    def _pcap(self) -> Iterator[Frame]:
+        buf = self.buf
+        if len(buf) < 24:
+            self.problems.append("file header truncated")
+            return
+        endian, scale = PCAP_MAGICS[buf[:4]]
+        self.linktype = struct.unpack_from(endian + "I", buf, 20)[0] & 0x0FFFFFFF
+        hdr = struct.Struct(endian + "IIII")
+        off, n, size = 24, 0, len(buf)
+        while off + 16 <= size:
+            sec, frac, incl, orig = hdr.unpack_from(buf, off)
+            off += 16
+            n += 1
+            if incl > 0x4000000:
+                self.problems.append(f"frame {n}: record length {incl} is impossible; file damaged here")
+                return
+            data = buf[off:off + incl]
+            if len(data) < incl:
+                self.problems.append(f"frame {n}: record cut short at end of file")
+            off += incl
+            yield Frame(n, sec + frac * scale, len(data), max(orig, len(data)), self.linktype, data)
+        if off != size:
+            self.problems.append("trailing bytes after the last record")
+
+    def _pcapng(self) -> Iterator[Frame]:
+        buf, off, n, size = self.buf, 0, 0, len(self.buf)
+        endian = "<"
+        while off + 12 <= size:
+            btype = struct.unpack_from(endian + "I", buf, off)[0]
+            if buf[off:off + 4] == PCAPNG_SHB:
+                bom = buf[off + 8:off + 12]
+                endian = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">"
+                self.interfaces = []
+                btype = 0x0A0D0D0A
+            blen = struct.unpack_from(endian + "I", buf, off + 4)[0]
+            if blen < 12 or off + blen > size:
+                self.problems.append("block cut short at end of file" if blen >= 12 else "damaged block length")
+                return
+            body = buf[off + 8:off + blen - 4]
+            off += blen
+            if btype == 1:                                   # Interface Description Block
+                lt = struct.unpack_from(endian + "H", body, 0)[0]
+                self.interfaces.append([lt, 1e-6, ""])
+                self._idb_options(body[8:], endian, self.interfaces[-1])
+                if self.linktype is None:
+                    self.linktype = lt
+            elif btype in (6, 3):                           # Enhanced / Simple Packet Block
+                n += 1
+                if btype == 6:
+                    iface, hi, lo, incl, orig = struct.unpack_from(endian + "IIIII", body, 0)
+                    data = body[20:20 + incl]
+                    ts_raw = (hi << 32) | lo
+                else:
+                    iface, ts_raw = 0, 0
+                    orig = struct.unpack_from(endian + "I", body, 0)[0]
+                    data = body[4:4 + orig]
+                if iface >= len(self.interfaces):
+                    self.problems.append(f"frame {n}: packet names interface {iface}, which was never described")
+                    continue
+                lt, scale, _ = self.interfaces[iface]
+                yield Frame(n, ts_raw * scale, len(data), max(orig, len(data)), lt, bytes(data), iface)
+
+    @staticmethod
+    def _idb_options(opts: bytes, endian: str, iface: list) -> None:
+        o = 0
+        while o + 4 <= len(opts):
+            code, ln = struct.unpack_from(endian + "HH", opts, o)
+            val = opts[o + 4:o + 4 + ln]
+            if code == 0:
+                break
+            if code == 2:
+                iface[2] = val.decode("utf-8", "replace")
+            elif code == 9 and val:
+                r = val[0]
+                iface[1] = 2.0 ** -(r & 0x7F) if r & 0x80 else 10.0 ** -r
+            o += 4 + ((ln + 3) & ~3)
+
+
+def open_capture(path: str) -> Capture:
+    return Capture(path)
+
+
+def iter_frames(path: str) -> Iterator[Frame]:
+    return iter(Capture(path))
