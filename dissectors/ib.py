@@ -32,19 +32,19 @@ class VCRC(IBLayer):
 
     name = "VCRC"
     ws_name = "vcrc"
-    ws_alias = {"vcrc": "variant.crc"}
-    fields_desc = [XShortField("vcrc", None)]
+    ws_alias = {"value": "variant.crc"}
+    fields_desc = [XShortField("value", None)]
     status = "absent"
     computed = None
 
     def post_build(self, p, pay):
-        if self.vcrc is None:
+        if self.value is None:
             lrh = self.underlayer
             while lrh is not None and not isinstance(lrh, LRH):
                 lrh = lrh.underlayer
             if lrh is not None:
                 probe = lrh.copy()
-                probe[VCRC].vcrc = 0
+                probe[VCRC].value = 0
                 body = bytes(probe)
                 body = body[:len(body) - len(bytes(probe[VCRC]))]
                 p = struct.pack("<H", crc.vcrc(body)) + p[2:]
@@ -58,7 +58,7 @@ class VCRC(IBLayer):
             return
         covered = lrh.original[:len(lrh.original) - len(self.original)]
         self.computed = struct.unpack(">H", struct.pack("<H", crc.vcrc(covered)))[0]
-        self.status = "good" if self.computed == self.vcrc else "bad"
+        self.status = "good" if self.computed == self.value else "bad"
 
     def ws_extra(self):
         return {"status": self.status}
@@ -73,8 +73,8 @@ class ICRC(IBLayer):
 
     name = "ICRC"
     ws_name = "icrc"
-    ws_alias = {"icrc": "invariant.crc"}
-    fields_desc = [XIntField("icrc", None)]
+    ws_alias = {"value": "invariant.crc"}
+    fields_desc = [XIntField("value", None)]
     status = "absent"
     computed = None
 
@@ -86,6 +86,8 @@ class ICRC(IBLayer):
         from scapy.layers.inet import IP
         from scapy.layers.inet6 import IPv6
         layer = self.underlayer
+        while layer is not None and not isinstance(layer, BTH):
+            layer = layer.underlayer
         grh = None
         while layer is not None:
             if isinstance(layer, LRH):
@@ -98,13 +100,13 @@ class ICRC(IBLayer):
         return (grh, crc.icrc_roce1) if grh is not None else (None, None)
 
     def post_build(self, p, pay):
-        if self.icrc is None:
+        if self.value is None:
             start, fn = self._start()
             if start is not None:
                 probe = start.copy()
-                probe[ICRC].icrc = 0
+                probe[ICRC].value = 0
                 if VCRC in probe:
-                    probe[VCRC].vcrc = 0
+                    probe[VCRC].value = 0
                 whole = bytes(probe)
                 tail = len(bytes(probe[ICRC]))
                 value = fn(whole[:len(whole) - tail])
@@ -115,14 +117,20 @@ class ICRC(IBLayer):
         start, fn = self._start()
         if start is None or start.original is None or self.original is None:
             return
-        covered = start.original[:len(start.original) - len(self.original)]
+        after = len(self.original)
+        if fn is crc.icrc_ib:
+            vcrc_layer = self.payload
+            while vcrc_layer and not isinstance(vcrc_layer, VCRC):
+                vcrc_layer = vcrc_layer.payload
+            after += len(vcrc_layer.original) if vcrc_layer and vcrc_layer.original else 0
+        covered = start.original[:len(start.original) - after]
         try:
             value = fn(covered)
         except (IndexError, ValueError):
             self.status = "bad"
             return
         self.computed = struct.unpack(">I", struct.pack("<I", value))[0]
-        self.status = "good" if self.computed == self.icrc else "bad"
+        self.status = "good" if self.computed == self.value else "bad"
 
     def ws_extra(self):
         return {"status": self.status}

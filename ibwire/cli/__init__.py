@@ -19,12 +19,11 @@ def main() -> None:
         sys.exit(0)
     except SystemExit:
         raise
-    except Exception as e:  # click usage errors and everything else
-        import click
-        if isinstance(e, click.exceptions.ClickException):
+    except Exception as e:  # usage errors of the CLI toolkit, and everything else
+        if hasattr(e, "show") and hasattr(e, "exit_code"):
             e.show()
-            sys.exit(2)
-        if isinstance(e, click.exceptions.Abort):
+            sys.exit(e.exit_code)
+        if type(e).__name__ == "Abort":
             sys.exit(130)
         print(f"ibwire: internal error ({type(e).__name__}: {e}); please report it with the input that caused it",
               file=sys.stderr)

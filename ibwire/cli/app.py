@@ -8,3 +8,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _root():
+    """ibwire: capture, decode, analyse and audit InfiniBand and RoCE traffic."""

@@ -1,0 +1,112 @@
+"""Building blocks shared by every MAD layer: tolerant dissection, zero-width mirror fields, a layer
+registry for the attribute table, and the Wireshark-style flattening of a decoded MAD.
+
+Conventions (see the project brief): each layer has `ws_name`; a field's key is
+`f"{ws_name}.{field}"` unless the class dict `ws_alias` maps it; names starting with `_` are hidden;
+fields holding packets (PacketField / PacketListField) are flattened with the inner layer's names.
+"""
+from scapy.fields import Field, StrFixedLenField
+from scapy.packet import Packet, Raw
+
+REGISTRY = {}
+
+
+class MadPacket(Packet):
+    """A layer that never raises on short input: fields that do not fit stay unset, the rest is Raw."""
+
+    ws_name = ""
+    ws_alias = {}
+    truncated = None          # name of the first field that did not fit, if any
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        REGISTRY[cls.__name__] = cls
+
+    def do_dissect(self, s):
+        raw = s
+        self.raw_packet_cache_fields = {}
+        for f in self.fields_desc:
+            try:
+                rest, val = f.getfield(self, s)
+            except Exception:
+                self.truncated = f.name
+                self.raw_packet_cache = None
+                return s
+            s = rest
+            if f.isconditional and val is None:
+                continue
+            if (f.islist or f.holds_packets or f.ismutable) and val is not None:
+                self.raw_packet_cache_fields[f.name] = self._raw_packet_cache_field_value(f, val, copy=True)
+            self.fields[f.name] = val
+        self.raw_packet_cache = raw[:-len(s)] if s else raw
+        self.explicit = 1
+        return s
+
+    def guess_payload_class(self, payload):
+        if self.truncated:
+            return Raw
+        return super().guess_payload_class(payload)
+
+
+class Attr(MadPacket):
+    """An attribute or record of fixed layout: whatever follows its fields is padding, not payload."""
+
+    def extract_padding(self, s):
+        return b"", s
+
+
+class MirrorField(Field):
+    """Zero-width field showing bits that live in an earlier layer (set in post_dissect)."""
+
+    def __init__(self, name, default=None):
+        Field.__init__(self, name, default, fmt="B")
+
+    def getfield(self, pkt, s):
+        return s, pkt.fields.get(self.name)
+
+    def addfield(self, pkt, s, val):
+        return s
+
+    def i2len(self, pkt, x):
+        return 0
+
+
+def Reserved(name, length):
+    """Reserved bytes, hidden from the field map."""
+    return StrFixedLenField(name, b"\0" * length, length)
+
+
+def _walk(p, out):
+    ws = getattr(p, "ws_name", "")
+    if not ws:
+        return
+    alias = p.ws_alias
+    for f in p.fields_desc:
+        if f.name.startswith("_") or f.name not in p.fields and f.name not in p.default_fields:
+            continue
+        v = p.getfieldval(f.name)
+        if v is None:
+            continue
+        if isinstance(v, Packet):
+            _walk(v, out)
+            continue
+        if isinstance(v, list) and v and isinstance(v[0], Packet):
+            for x in v:
+                _walk(x, out)
+            continue
+        key = alias.get(f.name, f"{ws}.{f.name}")
+        if key in out:
+            prev = out[key]
+            out[key] = (prev if isinstance(prev, list) else [prev]) + (v if isinstance(v, list) else [v])
+        else:
+            out[key] = v
+
+
+def flat(pkt):
+    """Map "layer.field" -> value (a list when a key repeats) for every MAD layer in `pkt`."""
+    out = {}
+    layer = pkt
+    while isinstance(layer, Packet) and layer.__class__.__name__ != "NoPayload":
+        _walk(layer, out)
+        layer = layer.payload
+    return out

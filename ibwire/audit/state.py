@@ -1,0 +1,264 @@
+"""Hardware state: the P_Key tables actually programmed into each port, and who has which LID.
+
+Sources, each recording itself in `PortState.source`:
+- `ibwire fabric FILE --format json` output (the fabric view rebuilt from a capture's MADs);
+- a live fabric through infiniband-diags: `saquery` NodeRecords (LID, port GUID, node type),
+  `sminfo` (master SM) and `smpquery pkeys LID [port]` (IBA 14.2.5.7 P_KeyTable);
+- sysfs on the PF host: /sys/class/infiniband/DEV/ports/N/{lid,gids/0,pkeys/I} (Linux
+  Documentation/ABI/stable/sysfs-class-infiniband) and each VF bound on the host found through
+  DEV/device/virtfnK/infiniband/VFDEV (sysfs-bus-pci); the VF's port GUID also from
+  DEV/device/sriov/K/port where the mlx5 driver exposes it;
+- the capture itself: NodeInfo/PortInfo/P_KeyTable/SMInfo MADs (see wire.SmObserver).
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ..errors import UserError
+
+
+@dataclass
+class PortState:
+    guid: int
+    lid: Optional[int] = None
+    node_type: str = "ca"           # ca | switch | router
+    node_guid: Optional[int] = None
+    port_num: Optional[int] = None
+    description: str = ""
+    pkeys: Optional[list] = None    # programmed table in index order, 0x0000 entries removed; None = unknown
+    gids: list = field(default_factory=list)
+    source: str = ""                # where the LID/GUID facts came from
+    pkey_source: str = ""           # where the table came from
+    device: str = ""                # sysfs: mlx5_0, or mlx5_0 vf 2
+
+    def table(self) -> Optional[set]:
+        return None if self.pkeys is None else {p for p in self.pkeys if p & 0x7FFF}
+
+
+@dataclass
+class FabricState:
+    ports: dict = field(default_factory=dict)      # port GUID -> PortState
+    master_sm: Optional[int] = None                # port GUID
+    sm_claims: dict = field(default_factory=dict)  # port GUID -> SMState text
+    sources: list = field(default_factory=list)
+
+    def port(self, guid: int, source: str) -> PortState:
+        ps = self.ports.get(guid)
+        if ps is None:
+            ps = self.ports[guid] = PortState(guid, source=source)
+        return ps
+
+    def by_lid(self, lid: int) -> list:
+        return [p for p in self.ports.values() if p.lid == lid]
+
+    def merge(self, other: "FabricState") -> None:
+        """Add facts from another source without overwriting what is already known."""
+        for guid, o in other.ports.items():
+            mine = self.ports.get(guid)
+            if mine is None:
+                self.ports[guid] = o
+                continue
+            for name in ("lid", "node_guid", "port_num", "pkeys"):
+                if getattr(mine, name) is None and getattr(o, name) is not None:
+                    setattr(mine, name, getattr(o, name))
+                    if name == "pkeys":
+                        mine.pkey_source = o.pkey_source
+            mine.description = mine.description or o.description
+            mine.gids = mine.gids or o.gids
+        self.master_sm = self.master_sm or other.master_sm
+        for k, v in other.sm_claims.items():
+            self.sm_claims.setdefault(k, v)
+        self.sources += [s for s in other.sources if s not in self.sources]
+
+
+def _int(v) -> Optional[int]:
+    if v is None or v == "":
+        return None
+    if isinstance(v, int):
+        return v
+    try:
+        return int(str(v).strip(), 0)
+    except ValueError:
+        return None
+
+
+def gid_port_guid(gid: str) -> Optional[int]:
+    """The port GUID is the interface ID, the low 64 bits of a port's GID (IBA 4.1.1)."""
+    try:
+        return int.from_bytes(ipaddress.IPv6Address(gid).packed[8:], "big")
+    except ValueError:
+        return None
+
+
+# -- ibwire fabric JSON ----------------------------------------------------------------------------
+_NODE_TYPES = {1: "ca", 2: "switch", 3: "router", "ca": "ca", "switch": "switch", "router": "router",
+               "channel adapter": "ca", "hca": "ca"}
+
+
+def from_fabric_json(path: str) -> FabricState:
+    """`ibwire fabric FILE --format json`: nodes with ports, each port with guid, lid, pkeys."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read the fabric state {path} ({e}); give the output of "
+                        f"'ibwire fabric CAPTURE --format json'") from None
+    st = FabricState(sources=[f"fabric json {path}"])
+    src = f"fabric json {Path(path).name}"
+    nodes = doc.get("nodes", []) if isinstance(doc, dict) else []
+    if isinstance(nodes, dict):
+        nodes = [dict(v, guid=k) if isinstance(v, dict) else v for k, v in nodes.items()]
+    for node in nodes:
+        ntype = _NODE_TYPES.get(str(node.get("type", node.get("node_type", "ca"))).lower(),
+                                _NODE_TYPES.get(_int(node.get("type")), "ca"))
+        ports = node.get("ports", [])
+        if isinstance(ports, dict):
+            ports = [dict(v, num=k) for k, v in ports.items()]
+        for p in ports:
+            guid = _int(p.get("guid", p.get("port_guid")))
+            if guid is None:
+                continue
+            ps = st.port(guid, src)
+            ps.node_type = ntype
+            ps.node_guid = _int(node.get("guid", node.get("node_guid")))
+            ps.port_num = _int(p.get("num", p.get("port", p.get("port_num"))))
+            ps.lid = _int(p.get("lid"))
+            ps.description = node.get("description", "")
+            table = p.get("pkeys", p.get("pkey_table", p.get("p_key_table")))
+            if table is not None:
+                ps.pkeys = [v for v in (_int(x) for x in table) if v]
+                ps.pkey_source = src
+    sm = doc.get("sm", doc.get("master_sm")) if isinstance(doc, dict) else None
+    if isinstance(sm, dict):
+        st.master_sm = _int(sm.get("guid", sm.get("port_guid")))
+    elif sm is not None:
+        st.master_sm = _int(sm)
+    return st
+
+
+# -- live fabric through infiniband-diags ----------------------------------------------------------
+def _run(cmd: list, timeout: float = 10.0) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+    except FileNotFoundError:
+        raise UserError(f"'{cmd[0]}' is not installed; install infiniband-diags for --state live") from None
+    except subprocess.TimeoutExpired:
+        raise UserError(f"'{' '.join(cmd)}' did not answer in {timeout:.0f} s; is the fabric up?") from None
+    if out.returncode != 0:
+        raise UserError(f"'{' '.join(cmd)}' failed ({out.stderr.strip().splitlines()[-1:] or out.returncode}); "
+                        f"check that an SM is running and this host can reach it")
+    return out.stdout
+
+
+def parse_smpquery_pkeys(text: str) -> list:
+    """`smpquery pkeys` lines '   0: 0xffff 0x8001 ...' -> table entries in index order, zeros removed."""
+    entries = []
+    for line in text.splitlines():
+        m = re.match(r"\s*(\d+):((?:\s+0x[0-9a-fA-F]{4})+)\s*$", line)
+        if m:
+            entries += [int(x, 16) for x in m.group(2).split()]
+    return [e for e in entries if e & 0x7FFF]
+
+
+def parse_saquery_nodes(text: str) -> list:
+    """`saquery` NodeRecord dump -> dicts with lid, node_type, node_guid, port_guid, port_num, desc."""
+    recs, cur = [], None
+    for line in text.splitlines():
+        if line.startswith("NodeRecord dump"):
+            cur = {}
+            recs.append(cur)
+            continue
+        m = re.match(r"\s*(\w+)\.{2,}(.*)$", line)
+        if m and cur is not None:
+            cur[m.group(1).lower()] = m.group(2).strip()
+    return recs
+
+
+def from_live(timeout: float = 10.0) -> FabricState:
+    """Ask the fabric this host is attached to (infiniband-diags; needs a running SM for saquery)."""
+    st = FabricState(sources=["live: saquery, sminfo, smpquery pkeys"])
+    for rec in parse_saquery_nodes(_run(["saquery"], timeout)):
+        guid = _int(rec.get("port_guid"))
+        if guid is None:
+            continue
+        ps = st.port(guid, "live saquery NodeRecord")
+        ps.lid = _int(rec.get("lid"))
+        ps.node_type = _NODE_TYPES.get(rec.get("node_type", "").lower(), "ca")
+        ps.node_guid = _int(rec.get("node_guid"))
+        ps.port_num = 0 if ps.node_type == "switch" else _int(rec.get("port_num"))
+        ps.description = rec.get("nodedescription", "")
+    m = re.search(r"sm guid (0x[0-9a-fA-F]+).*?state \d+ (\w+)", _run(["sminfo"], timeout))
+    if m:
+        st.master_sm = int(m.group(1), 16)
+        st.sm_claims[st.master_sm] = m.group(2)
+    for ps in st.ports.values():
+        if ps.lid:
+            args = ["smpquery", "pkeys", str(ps.lid)] + ([str(ps.port_num)] if ps.port_num else [])
+            ps.pkeys = parse_smpquery_pkeys(_run(args, timeout))
+            ps.pkey_source = "live smpquery pkeys"
+    return st
+
+
+# -- sysfs on the PF host --------------------------------------------------------------------------
+def _read(p: Path) -> Optional[str]:
+    try:
+        return p.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _sysfs_port(st: FabricState, dev_dir: Path, label: str, guid_override: Optional[int] = None) -> None:
+    ports = dev_dir / "ports"
+    for port_dir in sorted(ports.iterdir()) if ports.is_dir() else []:
+        gid0 = _read(port_dir / "gids" / "0")
+        guid = guid_override or (gid_port_guid(gid0) if gid0 else None)
+        if not guid:
+            continue
+        ps = st.port(guid, f"sysfs {label}")
+        ps.lid = _int(_read(port_dir / "lid"))
+        ps.port_num = _int(port_dir.name)
+        ps.node_guid = _int("0x" + (_read(dev_dir / "node_guid") or "").replace(":", "")) or None
+        ps.device = label
+        ps.gids = [gid0] if gid0 else []
+        pk_dir = port_dir / "pkeys"
+        if pk_dir.is_dir():
+            idx = sorted((int(n.name), n) for n in pk_dir.iterdir() if n.name.isdigit())
+            ps.pkeys = [v for v in (_int(_read(n)) for _, n in idx) if v and v & 0x7FFF]
+            ps.pkey_source = f"sysfs {label}"
+
+
+def from_sysfs(root: Optional[str] = None) -> FabricState:
+    base = Path(root or os.environ.get("IBWIRE_SYSFS_ROOT") or "/sys") / "class" / "infiniband"
+    if not base.is_dir():
+        raise UserError(f"{base} does not exist: this host has no RDMA devices (use --state with a fabric "
+                        f"JSON file, 'live', or 'capture')")
+    st = FabricState(sources=[f"sysfs {base}"])
+    for dev_dir in sorted(base.iterdir()):
+        _sysfs_port(st, dev_dir, dev_dir.name)
+        pci = dev_dir / "device"
+        for vf_link in sorted(pci.glob("virtfn*")):
+            k = vf_link.name[len("virtfn"):]
+            vf_guid = _int(_read(pci / "sriov" / k / "port"))
+            for vf_dev in sorted((vf_link / "infiniband").glob("*")):
+                _sysfs_port(st, vf_dev, f"{dev_dir.name} vf {k}", vf_guid or None)
+    return st
+
+
+def vf_port_guid(pf: str, vf: int, root: Optional[str] = None) -> Optional[int]:
+    """Port GUID of VF `vf` of `pf`: mlx5's device/sriov/K/port, else the VF's own gids/0."""
+    base = Path(root or os.environ.get("IBWIRE_SYSFS_ROOT") or "/sys") / "class" / "infiniband" / pf / "device"
+    guid = _int(_read(base / "sriov" / str(vf) / "port"))
+    if guid:
+        return guid
+    for vf_dev in (base / f"virtfn{vf}" / "infiniband").glob("*"):
+        for gid_file in sorted((vf_dev / "ports").glob("*/gids/0")):
+            g = gid_port_guid(_read(gid_file) or "")
+            if g:
+                return g
+    return None

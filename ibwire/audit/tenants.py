@@ -1,0 +1,157 @@
+"""tenants.toml: which tenant owns which endpoint.
+
+    [tenants.red]
+    endpoints = [
+      { port_guid = "0x0002c90300a1b201" },          # native IB: mapped to a LID, matched by GID
+      { lid = 7 }, { gid = "fe80::2:c903:a1:b202" },
+      { pf = "mlx5_0", vf = 2 },                      # port GUID read from sysfs (or give port_guid too)
+      { mac = "02:00:00:00:01:01", ip = "10.1.0.0/24", vlan = 101 },   # RoCE: all given keys must match
+    ]
+
+`[[tenant]] name = "red"` with the same `endpoints` list is accepted too.  An endpoint names one
+port (GUID/LID/GID/VF) or one RoCE interface (MAC/IP/VLAN); traffic from or to an endpoint no tenant
+names belongs to no tenant and is reported as such.
+"""
+from __future__ import annotations
+
+import ipaddress
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ..errors import UserError
+
+_KEYS = {"port_guid", "lid", "gid", "mac", "ip", "vlan", "pf", "vf", "name", "description"}
+
+
+@dataclass
+class Endpoint:
+    tenant: str
+    label: str
+    port_guid: Optional[int] = None
+    lid: Optional[int] = None
+    gid: Optional[str] = None
+    mac: Optional[str] = None
+    net: Optional[object] = None        # ipaddress network (a host is a /32 or /128)
+    vlan: Optional[int] = None
+    pf: Optional[str] = None
+    vf: Optional[int] = None
+    mapping: str = ""                   # where the GUID <-> LID/GID link came from, or why it is missing
+
+    @property
+    def is_roce(self) -> bool:
+        return self.mac is not None or self.net is not None or self.vlan is not None
+
+    def describe(self) -> str:
+        parts = []
+        if self.port_guid is not None:
+            parts.append(f"guid 0x{self.port_guid:016x}")
+        if self.pf is not None:
+            parts.append(f"{self.pf} vf {self.vf}")
+        if self.lid is not None:
+            parts.append(f"lid {self.lid}")
+        if self.gid:
+            parts.append(f"gid {self.gid}")
+        if self.mac:
+            parts.append(f"mac {self.mac}")
+        if self.net is not None:
+            parts.append(f"ip {self.net}")
+        if self.vlan is not None:
+            parts.append(f"vlan {self.vlan}")
+        return ", ".join(parts) or "(empty)"
+
+
+@dataclass
+class Tenants:
+    names: list = field(default_factory=list)
+    endpoints: list = field(default_factory=list)
+    path: str = ""
+
+    def of(self, tenant: str) -> list:
+        return [e for e in self.endpoints if e.tenant == tenant]
+
+
+def _norm_mac(v: str) -> str:
+    h = str(v).lower().replace("-", "").replace(":", "").replace(".", "")
+    if len(h) != 12 or any(c not in "0123456789abcdef" for c in h):
+        raise ValueError(f"bad MAC address '{v}'")
+    return ":".join(h[i:i + 2] for i in range(0, 12, 2))
+
+
+def _num(v, what: str) -> int:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    try:
+        return int(str(v), 0)
+    except ValueError:
+        raise ValueError(f"bad {what} '{v}'") from None
+
+
+def _endpoint(tenant: str, i: int, raw) -> Endpoint:
+    if isinstance(raw, (str, int)) and not isinstance(raw, bool):
+        raw = {"port_guid": raw}
+    if not isinstance(raw, dict):
+        raise ValueError("an endpoint is a table such as { port_guid = \"0x...\" }")
+    unknown = set(raw) - _KEYS
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))} (use {', '.join(sorted(_KEYS))})")
+    ep = Endpoint(tenant, str(raw.get("name", f"{tenant}#{i + 1}")))
+    if "port_guid" in raw:
+        ep.port_guid = _num(raw["port_guid"], "port GUID")
+    if "lid" in raw:
+        ep.lid = _num(raw["lid"], "LID")
+    if "gid" in raw:
+        ep.gid = str(ipaddress.IPv6Address(str(raw["gid"])))
+    if "mac" in raw:
+        ep.mac = _norm_mac(raw["mac"])
+    if "ip" in raw:
+        ep.net = ipaddress.ip_network(str(raw["ip"]), strict=False)
+    if "vlan" in raw:
+        ep.vlan = _num(raw["vlan"], "VLAN")
+    if ("pf" in raw) != ("vf" in raw):
+        raise ValueError("a VF endpoint needs both pf = \"mlx5_0\" and vf = N")
+    if "pf" in raw:
+        ep.pf, ep.vf = str(raw["pf"]), _num(raw["vf"], "VF number")
+    if not any(getattr(ep, k) is not None for k in ("port_guid", "lid", "gid", "mac", "net", "vlan", "pf")):
+        raise ValueError("the endpoint names nothing (give port_guid, lid, gid, mac, ip, vlan or pf/vf)")
+    return ep
+
+
+def parse_tenants(text: str, path: str = "<tenants>") -> Tenants:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: {e}; fix the TOML syntax") from None
+    entries = []
+    if isinstance(doc.get("tenants"), dict):
+        entries += list(doc["tenants"].items())
+    for t in doc.get("tenant", []) if isinstance(doc.get("tenant"), list) else []:
+        if "name" not in t:
+            raise UserError(f"{path}: every [[tenant]] needs name = \"...\"")
+        entries.append((t["name"], t))
+    if not entries:
+        raise UserError(f"{path} declares no tenants; add [tenants.NAME] tables with endpoints = [...]")
+    out = Tenants(path=path)
+    for name, body in entries:
+        if name in out.names:
+            raise UserError(f"{path}: tenant '{name}' is declared twice")
+        out.names.append(name)
+        eps = body.get("endpoints", []) if isinstance(body, dict) else []
+        for key in ("port_guids", "lids", "gids", "macs", "ips", "vlans"):
+            for v in body.get(key, []) if isinstance(body, dict) else []:
+                eps = list(eps) + [{key[:-1]: v}]
+        for i, raw in enumerate(eps):
+            try:
+                out.endpoints.append(_endpoint(name, i, raw))
+            except ValueError as e:
+                raise UserError(f"{path}: tenant '{name}' endpoint {i + 1}: {e}") from None
+    return out
+
+
+def load_tenants(path: str) -> Tenants:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise UserError(f"cannot read the tenants file {path} ({e.strerror}); give --tenants tenants.toml") from None
+    return parse_tenants(text, str(path))

@@ -1,0 +1,153 @@
+"""`tc-mirror` backend: in switchdev mode, mirror a VF's representor to a monitor netdev and capture there.
+
+What the VF sends arrives on its representor's ingress; what it receives arrives on the uplink (or another
+VF's representor) with the VF's MAC as destination.  Rules: `tc filter add dev REP ingress ... action
+mirred egress mirror dev MON` (Linux tc-mirred(8)), classifier probed flower -> matchall -> u32; on a real
+NIC (a netdev with a PCI device) rules carry skip_sw and must report in_hw (mlx5 switchdev.rst).
+"""
+import os
+import subprocess
+from typing import List, Optional, Tuple
+
+from ...errors import UserError
+from ..tools import run_json
+from .netdev import AfPacket
+
+PREF_BASE = 0xC1B0
+
+
+def _tc(args: List[str]) -> Tuple[int, str]:
+    try:
+        r = subprocess.run(["tc"] + args, capture_output=True, text=True, timeout=15)
+    except FileNotFoundError:
+        raise UserError("tc (iproute2) is not installed; install iproute2")
+    return r.returncode, (r.stderr or r.stdout).strip()
+
+
+def is_hardware(dev: str) -> bool:
+    return os.path.exists(f"/sys/class/net/{dev}/device")
+
+
+def _has_clsact(dev: str) -> bool:
+    return any(q.get("kind") == "clsact" for q in run_json(["tc", "-j", "qdisc", "show", "dev", dev]) or [])
+
+
+def _free_pref(dev: str) -> int:
+    used = {f.get("pref") for f in run_json(["tc", "-j", "filter", "show", "dev", dev, "ingress"]) or []}
+    p = PREF_BASE
+    while p in used:
+        p += 1
+    return p
+
+
+def _mac_u32(mac: str) -> List[str]:
+    h = mac.replace(":", "").lower()
+    return ["match", "u16", "0x" + h[:4], "0xffff", "at", "-14", "match", "u32", "0x" + h[4:], "0xffffffff", "at", "-12"]
+
+
+def classifier_args(kind: str, dst_mac: Optional[str], hw: bool) -> Optional[List[str]]:
+    """tc classifier arguments for 'everything' (dst_mac None) or 'to this MAC'; None if the kind cannot."""
+    flags = ["skip_sw"] if hw else []
+    if kind == "flower":
+        return ["flower"] + flags + (["dst_mac", dst_mac] if dst_mac else [])
+    if kind == "matchall":
+        return None if dst_mac else ["matchall"] + flags
+    if kind == "u32":
+        return ["u32"] + flags + (_mac_u32(dst_mac) if dst_mac else ["match", "u32", "0", "0"])
+    raise ValueError(kind)
+
+
+class TcMirror:
+    name = "tc-mirror"
+
+    def __init__(self, representor: str, mac: Optional[str], peers: List[str], monitor: Optional[str] = None,
+                 capture_dev: Optional[str] = None):
+        self.rep, self.mac, self.peers = representor, mac, peers
+        self.monitor, self.capture_dev = monitor, capture_dev or monitor
+        self.classifiers = {}
+        self.notes: List[str] = []
+        self.src: Optional[AfPacket] = None
+
+    def _make_monitor(self, journal):
+        n = 0
+        while os.path.exists(f"/sys/class/net/ibwmon{n}a"):
+            n += 1
+        a, b = f"ibwmon{n}a", f"ibwmon{n}b"
+        journal.record(f"monitor veth pair {a}/{b}", ["ip", "link", "del", "dev", a])
+        r = subprocess.run(["ip", "link", "add", "name", a, "type", "veth", "peer", "name", b],
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise UserError(f"cannot create the monitor interface {a}: {r.stderr.strip()}")
+        for dev in (a, b):
+            try:
+                with open(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6", "w") as f:
+                    f.write("1")
+            except OSError:
+                pass
+            subprocess.run(["ip", "link", "set", "dev", dev, "up"], capture_output=True)
+        self.monitor, self.capture_dev = a, b
+
+    def _ensure_clsact(self, dev: str, journal):
+        if _has_clsact(dev):
+            return
+        journal.record(f"clsact qdisc on {dev}", ["tc", "qdisc", "del", "dev", dev, "clsact"])
+        rc, err = _tc(["qdisc", "add", "dev", dev, "clsact"])
+        if rc:
+            raise UserError(f"cannot add a clsact qdisc to {dev}: {err}")
+
+    def _add_rule(self, dev: str, dst_mac: Optional[str], journal):
+        hw = is_hardware(dev)
+        pref = _free_pref(dev)
+        key = "mac" if dst_mac else "all"
+        order = [self.classifiers[key]] if key in self.classifiers else ["flower", "matchall", "u32"]
+        errors = []
+        for kind in order:
+            cls = classifier_args(kind, dst_mac, hw)
+            if cls is None:
+                continue
+            undo = ["tc", "filter", "del", "dev", dev, "ingress", "pref", str(pref)]
+            journal.record(f"{kind} mirror rule on {dev} ingress pref {pref}", undo)
+            rc, err = _tc(["filter", "add", "dev", dev, "ingress", "pref", str(pref), "protocol", "all"] + cls +
+                          ["action", "mirred", "egress", "mirror", "dev", self.monitor])
+            if rc == 0:
+                self.classifiers[key] = kind
+                if hw and not self._in_hw(dev, pref):
+                    raise UserError(f"the mirror rule on {dev} is not offloaded (not in_hw); check "
+                                    f"`ethtool -k {dev} | grep hw-tc-offload` and the eswitch mode")
+                return
+            errors.append(f"{kind}: {err.splitlines()[0] if err else rc}")
+        raise UserError(f"no tc classifier could mirror {dev} ({'; '.join(errors)})")
+
+    @staticmethod
+    def _in_hw(dev: str, pref: int) -> bool:
+        for f in run_json(["tc", "-j", "filter", "show", "dev", dev, "ingress", "pref", str(pref)]) or []:
+            if (f.get("options") or {}).get("in_hw"):
+                return True
+        return False
+
+    def arm(self, journal):
+        if not os.path.exists(f"/sys/class/net/{self.rep}"):
+            raise UserError(f"representor {self.rep} does not exist in this network namespace")
+        if not self.monitor:
+            self._make_monitor(journal)
+        self.src = AfPacket(self.capture_dev, outgoing=False)
+        self.linktype = self.src.linktype
+        self._ensure_clsact(self.rep, journal)
+        self._add_rule(self.rep, None, journal)
+        if self.mac:
+            for peer in self.peers:
+                self._ensure_clsact(peer, journal)
+                self._add_rule(peer, self.mac, journal)
+        self.notes.append(f"mirroring {self.rep} ingress" + (f" and traffic to {self.mac} on {', '.join(self.peers)}"
+                          if self.mac and self.peers else "") + f" to {self.monitor} with "
+                          + "/".join(sorted(set(self.classifiers.values()))) + f"; capturing on {self.capture_dev}")
+
+    def frames(self):
+        return self.src.frames()
+
+    def backend_drops(self) -> int:
+        return self.src.backend_drops() if self.src else 0
+
+    def close(self):
+        if self.src:
+            self.src.close()

@@ -1,0 +1,182 @@
+"""`verbs` backend: pyverbs RAW_PACKET QP + an IBV_FLOW_ATTR_SNIFFER flow on the port (ibv_create_flow(3)).
+
+Order of operations as libpcap's pcap-rdmasniff.c; pyverbs names from rdma-core pyverbs/*.pyx.  Frames are
+polled from the CQ in batches and their buffers re-posted; hardware completion timestamps are used when the
+device offers them.  A completion with an error status or an exhausted receive ring is counted as a drop.
+pyverbs is imported lazily: the rest of ibwire never needs it.
+"""
+import errno
+import os
+import sys
+import time
+
+from ...errors import UserError
+
+SLOT = 10240
+RING = 512
+DISTRO_PATH = f"/usr/lib/python3/dist-packages"
+
+
+def import_pyverbs():
+    """pyverbs from this environment, else the distribution's (python3-pyverbs) when it matches this Python."""
+    try:
+        import pyverbs.device  # noqa: F401
+        return
+    except ImportError:
+        pass
+    so = os.path.join(DISTRO_PATH, "pyverbs", f"device.cpython-{sys.version_info[0]}{sys.version_info[1]}-"
+                                              f"{sys.implementation._multiarch}.so")
+    if os.path.exists(so) and DISTRO_PATH not in sys.path:
+        sys.path.append(DISTRO_PATH)
+        try:
+            import pyverbs.device  # noqa: F401
+            return
+        except ImportError:
+            pass
+    raise UserError("the verbs backend needs pyverbs; install python3-pyverbs (Debian/Ubuntu) or rdma-core's "
+                    "pyverbs for this Python")
+
+
+def _rdma_error(e, device: str, what: str) -> UserError:
+    code = getattr(e, "error_code", None)
+    if code == errno.EPERM or code == errno.EACCES:
+        return UserError(f"{what} on {device} needs CAP_NET_RAW; run as root")
+    if code in (errno.EOPNOTSUPP, errno.ENOSYS, errno.ENXIO):
+        return UserError(f"{device} does not support the verbs sniffer ({what} refused: "
+                         f"{os.strerror(code)}); on IB ports use --backend ibdump")
+    if code == errno.EINVAL:
+        return UserError(f"{device} rejected {what} (EINVAL: wrong port or no raw-packet support)")
+    return UserError(f"{what} on {device} failed: {e}")
+
+
+class Verbs:
+    name = "verbs"
+
+    def __init__(self, device: str, port: int):
+        self.device, self.port = device, port
+        self.drops = 0
+        self.notes = []
+        self.objs = []
+
+    def arm(self, journal):
+        import_pyverbs()
+        from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
+        import pyverbs.device as d
+        try:
+            names = [x.name.decode() if isinstance(x.name, bytes) else x.name for x in d.get_device_list()]
+        except PyverbsRDMAError:
+            raise UserError("this kernel has no RDMA support (libibverbs found no RDMA subsystem), so the verbs "
+                            "sniffer cannot run; use --backend netdev on a kernel interface or `ibwire lab`")
+        if self.device not in names:
+            raise UserError(f"no RDMA device named {self.device} (found: {', '.join(names) or 'none'})")
+        journal.record(f"verbs sniffer flow on {self.device} port {self.port} (released when the process exits)")
+        try:
+            self._open()
+        except PyverbsRDMAError as e:
+            self._close_objs()
+            raise _rdma_error(e, self.device, "creating the sniffer")
+        except PyverbsError as e:
+            self._close_objs()
+            raise UserError(f"the verbs sniffer on {self.device} could not start: {e}")
+
+    def _open(self):
+        from pyverbs.device import Context
+        from pyverbs.pd import PD
+        from pyverbs.cq import CQ
+        from pyverbs.qp import QP, QPInitAttr, QPCap, QPAttr
+        from pyverbs.mr import MR
+        from pyverbs.flow import Flow, FlowAttr
+        from pyverbs.wr import RecvWR, SGE
+        import pyverbs.enums as e
+        self.ctx = Context(name=self.device)
+        self.objs.append(self.ctx)
+        pattr = self.ctx.query_port(self.port)
+        self.is_ib = pattr.link_layer != e.IBV_LINK_LAYER_ETHERNET
+        from ...writers import LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND
+        self.linktype = LINKTYPE_INFINIBAND if self.is_ib else LINKTYPE_ETHERNET
+        self.pd = PD(self.ctx)
+        self.cq = self._cq(e)
+        self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RAW_PACKET, scq=self.cq, rcq=self.cq,
+                                         cap=QPCap(max_send_wr=1, max_recv_wr=RING, max_send_sge=1, max_recv_sge=1)),
+                     QPAttr(port_num=self.port))
+        self.mr = MR(self.pd, RING * SLOT, e.IBV_ACCESS_LOCAL_WRITE)
+        self.objs += [self.pd, self.cq, self.qp, self.mr]
+        self._RecvWR, self._SGE = RecvWR, SGE
+        for i in range(RING):
+            self._post(i)
+        self.flow = Flow(self.qp, FlowAttr(num_of_specs=0, flow_type=e.IBV_FLOW_ATTR_SNIFFER, priority=0,
+                                           port=self.port, flags=0))
+        self.objs.append(self.flow)
+        self.notes.append(f"sniffer flow armed on {self.device} port {self.port}"
+                          + (" with hardware timestamps" if self.hw_ts else ""))
+
+    def _cq(self, e):
+        """A CQ with completion timestamps when the device offers them, else a plain CQ."""
+        from pyverbs.cq import CQ
+        self.hw_ts = False
+        try:
+            from pyverbs.cq import CQEX, CqInitAttrEx
+            flags = e.IBV_WC_STANDARD_FLAGS | e.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK
+            cq = CQEX(self.ctx, CqInitAttrEx(cqe=RING, wc_flags=flags))
+            self.hw_ts = True
+            return cq
+        except Exception:  # not offered by this device or pyverbs build: fall back
+            return CQ(self.ctx, RING, None, None, 0)
+
+    def _post(self, i: int):
+        self.qp.post_recv(self._RecvWR(wr_id=i, num_sge=1, sg=[self._SGE(self.mr.buf + i * SLOT, SLOT, self.mr.lkey)]))
+
+    def frames(self):
+        from pyverbs.cq import PollCqAttr
+        while True:
+            got = 0
+            if self.hw_ts:
+                try:
+                    self.cq.start_poll(PollCqAttr())
+                except Exception:   # ENOENT: nothing to poll
+                    yield None
+                    time.sleep(0.001)
+                    continue
+                while True:
+                    got += 1
+                    wr, status, n = self.cq.wr_id, self.cq.status, self.cq.read_byte_len()
+                    ts = self.cq.read_completion_wallclock_ns() / 1e9
+                    if status == 0:
+                        yield ts, self.mr.read(n, wr * SLOT), n
+                    else:
+                        self.drops += 1
+                    self._post(wr)
+                    try:
+                        self.cq.poll_next()
+                    except Exception:
+                        break
+                self.cq.end_poll()
+                continue
+            npolled, wcs = self.cq.poll(num_entries=64)
+            if not npolled:
+                yield None
+                time.sleep(0.001)
+                continue
+            if npolled >= RING:
+                self.drops += 1     # ring exhausted between polls: the hardware does not count sniffer drops
+            now = time.time()
+            for wc in wcs:
+                if wc.status == 0:
+                    yield now, self.mr.read(wc.byte_len, wc.wr_id * SLOT), wc.byte_len
+                else:
+                    self.drops += 1
+                self._post(wc.wr_id)
+
+    def backend_drops(self) -> int:
+        return self.drops
+
+    def _close_objs(self):
+        for o in reversed(self.objs):
+            try:
+                o.close()
+            except Exception:  # already closed by its parent
+                pass
+        self.objs = []
+
+    def close(self):
+        self._close_objs()

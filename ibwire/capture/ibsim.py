@@ -1,0 +1,163 @@
+"""Capture the MADs of a simulated fabric: ibsim's UDP messages on loopback, written as native IB packets.
+
+ibsim (Debian `ibsim-utils`) simulates the fabric; opensm and infiniband-diags reach it through
+`libumad2sim.so` (LD_PRELOAD), which sends every MAD to ibsim as a UDP datagram when IBSIM_SERVER_NAME
+is set (remote mode, `ibsim -r`).  An AF_PACKET socket on `lo` sees those datagrams (root or
+CAP_NET_RAW needed).  Layouts and the packet built for each MAD: `ibsim_wire`.
+
+What counts as one packet on the simulated wire:
+
+* a client's datagram to ibsim (request or response it sends), with the two changes ibsim itself makes
+  before delivering it: the client id in TID bits 63-48 of requests and the sender's LID when SLID is 0;
+* ibsim's datagram to a client, unless it is the forwarded copy of a MAD already written (SA, CM ...
+  between two clients) or a bounce with status 110 (ibsim could not deliver; nothing crossed a link).
+"""
+import socket
+import struct
+import threading
+import time
+from collections import OrderedDict
+from typing import Dict, Optional
+
+from ..errors import UserError
+from ..writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND, PcapWriter, erf_record
+from .ibsim_wire import (IBSIM_DEFAULT_SERVER_PORT, IBSIM_MAX_CLIENTS, PERMISSIVE_LID, ib_packet,
+                         parse_ctl_port_lid, parse_sim_request, with_client_tid)
+
+ETH_P_IP = 0x0800
+PACKET_OUTGOING = 4
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+_RECENT = 512          # forwarded copies follow their original within a few datagrams
+
+
+def _udp(ip: bytes):
+    """(sport, dport, payload) of an IPv4 UDP datagram, else None."""
+    if len(ip) < 28 or ip[0] >> 4 != 4 or ip[9] != 17:
+        return None
+    ihl = (ip[0] & 0x0F) * 4
+    if struct.unpack_from(">H", ip, 6)[0] & 0x3FFF:     # fragments never occur on lo for 288-byte messages
+        return None
+    sport, dport, ulen = struct.unpack_from(">HHH", ip, ihl)
+    return sport, dport, ip[ihl + 8:ihl + ulen]
+
+
+class IbsimConverter:
+    """Turns ibsim datagrams into IB packets; keeps the per-client LIDs and PSNs this needs."""
+
+    def __init__(self, server_port: int = IBSIM_DEFAULT_SERVER_PORT):
+        self.port = server_port
+        self.client_lid: Dict[int, int] = {}
+        self.psn: Dict[tuple, int] = {}
+        self.recent: "OrderedDict[bytes, None]" = OrderedDict()
+        self.bounced = 0
+
+    def _client(self, p: int) -> Optional[int]:
+        c = p - self.port - 1
+        return c if 0 <= c < IBSIM_MAX_CLIENTS else None
+
+    def convert(self, sport: int, dport: int, payload: bytes) -> Optional[bytes]:
+        """The IB packet for one UDP datagram between ibsim and a client, or None if it carries none."""
+        if sport == self.port:
+            got = parse_ctl_port_lid(payload)
+            if got and got[1]:
+                self.client_lid[got[0]] = got[1]
+            return None
+        to_sim, from_sim = self._client(dport), self._client(sport)
+        if to_sim is None and from_sim is None:
+            return None
+        req = parse_sim_request(payload)
+        if req is None:
+            return None
+        if from_sim is not None:
+            if req.status:
+                self.bounced += 1
+                return None
+            if req.dlid not in (0, PERMISSIVE_LID):
+                self.client_lid[from_sim] = req.dlid
+            if req.mad in self.recent:
+                return None
+            mad, dlid, slid = req.mad, req.dlid, req.slid
+        else:
+            mad = with_client_tid(req.mad, to_sim)
+            dlid, slid = req.dlid, req.slid
+            if req.directed_route:
+                dlid = slid = PERMISSIVE_LID
+            elif slid == 0:
+                slid = self.client_lid.get(to_sim, 0)
+            self.recent[mad] = None
+            if len(self.recent) > _RECENT:
+                self.recent.popitem(last=False)
+        key = (slid, req.sqp)
+        psn = self.psn.get(key, 0)
+        self.psn[key] = psn + 1
+        return ib_packet(dlid, slid, req.dqp, req.sqp, mad, psn)
+
+
+def _open_lo() -> socket.socket:
+    try:
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_IP))
+    except PermissionError:
+        raise UserError("capturing ibsim traffic needs root (or CAP_NET_RAW) to sniff the loopback "
+                        "interface; run ibwire with sudo.") from None
+    s.bind(("lo", ETH_P_IP))
+    s.settimeout(0.1)
+    return s
+
+
+def _kernel_drops(s: socket.socket) -> int:
+    try:
+        return struct.unpack("II", s.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))[1]
+    except OSError:
+        return 0
+
+
+def capture_ibsim(out_path: str, link: str = "erf", count: Optional[int] = None,
+                  duration: Optional[float] = None, stop: Optional[threading.Event] = None,
+                  port: Optional[int] = None, ready: Optional[threading.Event] = None) -> dict:
+    """Sniff ibsim's MADs on `lo` and write each as an IB packet to a pcap (ERF type 21 or link type 247).
+
+    Stops after `count` packets, `duration` seconds, when `stop` is set, or on Ctrl-C.  `port` is ibsim's
+    server port (`ibsim -l`, default 7070).  `ready` is set once the socket listens.  Returns
+    {"packets", "bytes", "dropped", "bounced"}: dropped = datagrams the kernel discarded before we read
+    them, bounced = MADs ibsim could not deliver (status 110, not written).
+    """
+    if link not in ("erf", "ib"):
+        raise UserError(f"unknown link type '{link}' for the ibsim backend; use 'erf' (default) or 'ib'.")
+    conv = IbsimConverter(IBSIM_DEFAULT_SERVER_PORT if port is None else port)
+    sock = _open_lo()
+    try:
+        writer = PcapWriter(out_path, LINKTYPE_ERF if link == "erf" else LINKTYPE_INFINIBAND, nanos=False)
+    except OSError as e:
+        sock.close()
+        raise UserError(f"cannot write {out_path}: {e.strerror}; choose a writable path.") from None
+    if ready is not None:
+        ready.set()
+    end = None if duration is None else time.monotonic() + duration
+    packets = nbytes = 0
+    try:
+        while not (stop is not None and stop.is_set()) and (count is None or packets < count) \
+                and (end is None or time.monotonic() < end):
+            try:
+                data, addr = sock.recvfrom(65535)
+            except socket.timeout:
+                continue
+            if addr[2] == PACKET_OUTGOING:          # lo shows each datagram twice; keep the received copy
+                continue
+            ts = time.time()
+            udp = _udp(data)
+            if udp is None:
+                continue
+            pkt = conv.convert(*udp)
+            if pkt is None:
+                continue
+            writer.write(erf_record(ts, pkt) if link == "erf" else pkt, ts=ts)   # flushed per packet
+            packets += 1
+            nbytes += len(pkt)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        dropped = _kernel_drops(sock)
+        sock.close()
+        writer.close()
+    return {"packets": packets, "bytes": nbytes, "dropped": dropped, "bounced": conv.bounced}

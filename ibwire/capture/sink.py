@@ -1,0 +1,81 @@
+"""Capture output: pcap or pcapng (by file suffix), flushed per packet, with -C/-W rotation and a live line."""
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from ..writers import PcapngWriter, PcapWriter
+
+
+def rotated_name(path: str, index: int) -> str:
+    """file.pcap -> file.pcap, file.1.pcap, file.2.pcap ... (index 0 keeps the name)."""
+    if index == 0:
+        return path
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.{index}{p.suffix}"))
+
+
+class Sink:
+    def __init__(self, path: str, linktype: int, description: str, iface_name: str,
+                 rotate_mb: Optional[float] = None, rotate_files: Optional[int] = None):
+        self.path, self.linktype, self.description, self.iface_name = path, linktype, description, iface_name
+        self.rotate_bytes = int(rotate_mb * 1_000_000) if rotate_mb else None
+        self.rotate_files = rotate_files
+        self.pcapng = path.endswith(".pcapng")
+        self.index = 0
+        self.files = []
+        self.packets = 0
+        self.bytes = 0
+        self._open()
+
+    def _open(self):
+        name = rotated_name(self.path, self.index)
+        try:
+            if self.pcapng:
+                self.w = PcapngWriter(name)
+                self.w.add_interface(self.linktype, self.iface_name, self.description)
+            else:
+                self.w = PcapWriter(name, self.linktype)
+        except OSError as e:
+            from ..errors import UserError
+            raise UserError(f"cannot write {name}: {e.strerror}")
+        self.file_bytes = 0
+        if name not in self.files:
+            self.files.append(name)
+
+    def write(self, data: bytes, ts: float, wirelen: Optional[int] = None):
+        if self.rotate_bytes and self.file_bytes and self.file_bytes + len(data) + 16 > self.rotate_bytes:
+            self.w.close()
+            self.index += 1
+            if self.rotate_files and self.index >= self.rotate_files:
+                self.index = 0
+            self._open()
+        self.w.write(data, ts, wirelen=wirelen)
+        self.packets += 1
+        self.bytes += len(data)
+        self.file_bytes += len(data) + 16
+
+    def close(self):
+        self.w.close()
+
+
+class StatusLine:
+    """Packets, bytes, rate and drops on one line of stderr, refreshed twice a second on a terminal."""
+
+    def __init__(self, enabled: Optional[bool] = None):
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.t0 = time.monotonic()
+        self.last = 0.0
+
+    def update(self, packets: int, nbytes: int, drops: int, force: bool = False):
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self.last < 0.5):
+            return
+        self.last = now
+        rate = nbytes * 8 / max(now - self.t0, 1e-6)
+        sys.stderr.write(f"\r{packets:,} packets  {nbytes:,} bytes  {rate / 1e6:.2f} Mbit/s  {drops:,} drops ")
+        sys.stderr.flush()
+
+    def finish(self):
+        if self.enabled:
+            sys.stderr.write("\n")

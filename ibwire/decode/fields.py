@@ -1,0 +1,118 @@
+"""Scapy packet → Wireshark-named fields: nested by layer for JSON, flat for filters and CSV.
+
+IB layers name themselves (dissectors.base); the few non-IB layers a RoCE or IPoIB frame carries are
+mapped here to Wireshark's names (`eth.src`, `vlan.id`, `ip.dsfield.ecn`, `udp.dstport` …).
+"""
+import ipaddress
+
+from scapy.fields import IP6Field
+from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import ARP, CookedLinux, Dot1Q, Ether
+from scapy.packet import NoPayload, Padding, Raw
+
+from dissectors.base import IBLayer
+
+
+def _plain(value):
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _eth(p):
+    return "eth", {"dst": p.dst, "src": p.src, "type": p.type}
+
+
+def _vlan(p):
+    return "vlan", {"priority": p.prio, "dei": p.dei, "id": p.vlan, "etype": p.type}
+
+
+def _ip(p):
+    return "ip", {"version": p.version, "hdr_len": p.ihl * 4 if p.ihl else None, "dsfield.dscp": p.tos >> 2,
+                  "dsfield.ecn": p.tos & 3, "len": p.len, "id": p.id, "ttl": p.ttl, "proto": p.proto,
+                  "checksum": p.chksum, "src": p.src, "dst": p.dst}
+
+
+def _ipv6(p):
+    return "ipv6", {"tclass": p.tc, "tclass.dscp": p.tc >> 2, "tclass.ecn": p.tc & 3, "flow": p.fl,
+                    "plen": p.plen, "nxt": p.nh, "hlim": p.hlim, "src": p.src, "dst": p.dst}
+
+
+def _udp(p):
+    return "udp", {"srcport": p.sport, "dstport": p.dport, "length": p.len, "checksum": p.chksum}
+
+
+def _arp(p):
+    return "arp", {"hw.type": p.hwtype, "proto.type": p.ptype, "hw.size": p.hwlen, "proto.size": p.plen,
+                   "opcode": p.op, "src.hw": _plain(p.hwsrc) if isinstance(p.hwsrc, bytes) else p.hwsrc,
+                   "src.proto_ipv4": p.psrc, "dst.hw": _plain(p.hwdst) if isinstance(p.hwdst, bytes) else p.hwdst,
+                   "dst.proto_ipv4": p.pdst}
+
+
+def _icmp(p):
+    return "icmp", {"type": p.type, "code": p.code}
+
+
+def _sll(p):
+    return "sll", {"pkttype": p.pkttype, "hatype": p.lladdrtype, "halen": p.lladdrlen, "etype": p.proto}
+
+
+FOREIGN = {Ether: _eth, Dot1Q: _vlan, IP: _ip, IPv6: _ipv6, UDP: _udp, ARP: _arp, ICMP: _icmp, CookedLinux: _sll}
+
+
+def ib_layer_fields(layer: IBLayer) -> dict:
+    out = {}
+    for f in layer.fields_desc:
+        if f.name.startswith("_"):
+            continue
+        value = layer.getfieldval(f.name)
+        if isinstance(f, IP6Field) and value is not None:
+            value = str(ipaddress.IPv6Address(value))
+        out[f.name] = _plain(value)
+    out.update({k: _plain(v) for k, v in layer.ws_extra().items()})
+    return out
+
+
+def layer_fields(pkt):
+    """[(layer key, {field: value}, layer)] for every decoded layer, outermost first."""
+    result = []
+    layer = pkt
+    while not isinstance(layer, NoPayload):
+        if isinstance(layer, IBLayer):
+            result.append((layer.ws_name, ib_layer_fields(layer), layer))
+        elif type(layer) in FOREIGN:
+            key, fields = FOREIGN[type(layer)](layer)
+            result.append((key, fields, layer))
+        elif isinstance(layer, Padding):
+            result.append(("padding", {"data": bytes(layer.load).hex()}, layer))
+        elif isinstance(layer, Raw):
+            result.append(("payload", {"data": bytes(layer.load).hex(), "length": len(layer.load)}, layer))
+        layer = layer.payload
+    return result
+
+
+def nest_and_flatten(entries):
+    """Nested {layer: {field: v}} (repeated layers merged, a second GRH/IP becoming a list) and the flat
+    Wireshark-style key → value map (aliases applied; the outermost occurrence wins)."""
+    nested, flat = {}, {}
+    for key, fields, layer in entries:
+        if key in nested:
+            if key in ("bth",):
+                nested[key].update(fields)
+            else:
+                key = next(f"{key}{i}" for i in range(2, 99) if f"{key}{i}" not in nested)
+                nested[key] = fields
+        else:
+            nested[key] = dict(fields)
+        alias = getattr(layer, "ws_alias", {})
+        base = getattr(layer, "ws_name", key) or key
+        for name, value in fields.items():
+            for full in (f"{base}.{name}", alias.get(name)):
+                if full and full not in flat:
+                    flat[full] = value
+        if base not in flat:
+            flat[base] = True
+    return nested, flat

@@ -1,0 +1,46 @@
+"""The fast path: capture file → batches of compact per-packet records, with no per-packet objects.
+
+`scan(path)` yields numpy structured arrays of `records.RECORD`; analyzers consume them batch by batch so
+memory stays flat however large the capture is.  scapy stays the path for `decode -V` and crafting.
+"""
+from typing import Iterator
+
+import numpy as np
+
+from .decode import decode_batch
+from .records import RECORD
+from .walk import CaptureWalk
+
+
+class Scan:
+    """Iterate for record batches; `problems` lists file damage, `bytes_done`/`size` drive progress bars."""
+
+    def __init__(self, path: str, icrc: bool = True, batch: int = 65536):
+        self.walk = CaptureWalk(path, batch)
+        self.icrc = icrc
+
+    @property
+    def problems(self):
+        return self.walk.problems
+
+    @property
+    def size(self) -> int:
+        return self.walk.size
+
+    @property
+    def bytes_done(self) -> int:
+        return self.walk.bytes_done
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for pos in self.walk.batches():
+            yield decode_batch(self.walk.buf, pos, self.icrc)
+
+
+def scan(path: str, icrc: bool = True, batch: int = 65536) -> Scan:
+    return Scan(path, icrc, batch)
+
+
+def read_all(path: str, icrc: bool = True) -> np.ndarray:
+    """Every record of a (small) capture in one array; use `scan` for large ones."""
+    parts = list(scan(path, icrc))
+    return np.concatenate(parts) if parts else np.zeros(0, RECORD)

@@ -1,0 +1,101 @@
+"""Framing of an IB transport packet (BTH onwards) for each link type the generator writes.
+
+roce2 / roce2-v6: Ethernet [802.1Q] / IPv4 or IPv6 / UDP 4791 / BTH… / ICRC (RoCE Annex A17);
+roce1: Ethernet type 0x8915 / GRH / BTH… / ICRC (Annex A16); ib-erf and ib: LRH [GRH] / BTH… / ICRC / VCRC
+(IBA §7.8), written as ERF type-21 records (link type 197) or raw (link type 247).  ICRC and VCRC are
+computed with `dissectors.crc`; header templates are cached per flow so the per-packet work is small.
+"""
+import struct
+from typing import Optional
+
+from dissectors.crc import icrc_ib, icrc_roce1, icrc_roce2, vcrc
+from dissectors.opcodes import ROCE_V1_ETHERTYPE, ROCE_V2_PORT
+from ibwire.writers import LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND, erf_record
+
+from .headers import GRH, LRH
+
+LINKS = ("roce2", "roce2-v6", "roce1", "ib-erf", "ib")
+_IP4 = struct.Struct(">BBHHHBBH4s4s")
+_IP6 = struct.Struct(">IHBB16s16s")
+_UDP = struct.Struct(">HHHH")
+_U32LE = struct.Struct("<I")
+_U16LE = struct.Struct("<H")
+NEXT_HDR_IBA = 0x1B
+ECN_ECT0, ECN_CE = 0x02, 0x03
+
+
+def _ip4_checksum(hdr: bytes) -> int:
+    s = sum(struct.unpack(">10H", hdr))
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+class Link:
+    """Turns transport bytes into a captured frame for one link type."""
+
+    def __init__(self, name: str):
+        if name not in LINKS:
+            raise ValueError(name)
+        self.name = name
+        self.native = name in ("ib-erf", "ib")
+        self.linktype = {"ib-erf": LINKTYPE_ERF, "ib": LINKTYPE_INFINIBAND}.get(name, LINKTYPE_ETHERNET)
+        self._eth = {}
+        self._ip4 = {}
+
+    def frame(self, src, dst, tp: bytes, *, sl=0, vl=0, tclass=0, ecn: Optional[int] = None, dlid=None,
+              dgid=None, slid=None, global_route=False, udp_sport=0xC000, bad_icrc=False, bad_vcrc=False) -> bytes:
+        """A whole frame from `src` to `dst` (ports) carrying `tp` (BTH onwards, padded)."""
+        n = self.name
+        if self.native:
+            grh = b""
+            lnh = 2
+            if global_route or dgid is not None:
+                lnh = 3
+                grh = GRH.pack((6 << 28) | (tclass << 20), len(tp) + 4, NEXT_HDR_IBA, 0, src.gid, dgid or dst.gid)
+            pkt = LRH.pack((vl << 4), (sl << 4) | lnh, dst.lid if dlid is None else dlid,
+                           (8 + len(grh) + len(tp) + 4) >> 2, src.lid if slid is None else slid) + grh + tp
+            icrc = icrc_ib(pkt) ^ (0xFFFFFFFF if bad_icrc else 0)
+            pkt += _U32LE.pack(icrc)
+            v = vcrc(pkt) ^ (0xFFFF if bad_vcrc else 0)
+            return pkt + _U16LE.pack(v)
+        ecn = ECN_ECT0 if ecn is None else ecn
+        tos = (tclass & 0xFC) | ecn
+        if n == "roce2":
+            key = (src.ip4, dst.ip4, tos, len(tp))
+            ip = self._ip4.get(key)
+            if ip is None:
+                h = _IP4.pack(0x45, tos, 20 + 8 + len(tp) + 4, 0, 0x4000, 64, 17, 0, src.ip4, dst.ip4)
+                ip = h[:10] + struct.pack(">H", _ip4_checksum(h)) + h[12:]
+                if len(self._ip4) > 4096:
+                    self._ip4.clear()
+                self._ip4[key] = ip
+            body = ip + _UDP.pack(udp_sport, ROCE_V2_PORT, 8 + len(tp) + 4, 0) + tp
+            icrc = icrc_roce2(body)
+            ethertype = 0x0800
+        elif n == "roce2-v6":
+            body = _IP6.pack((6 << 28) | (tos << 20), 8 + len(tp) + 4, 17, 64, src.ip6, dst.ip6)
+            body += _UDP.pack(udp_sport, ROCE_V2_PORT, 8 + len(tp) + 4, 0) + tp
+            icrc = icrc_roce2(body)
+            ethertype = 0x86DD
+        else:  # roce1
+            body = GRH.pack((6 << 28) | (tos << 20), len(tp) + 4, NEXT_HDR_IBA, 64, src.gid, dst.gid) + tp
+            icrc = icrc_roce1(body)
+            ethertype = ROCE_V1_ETHERTYPE
+        icrc ^= 0xFFFFFFFF if bad_icrc else 0
+        return self._ethernet(src, dst, ethertype) + body + _U32LE.pack(icrc)
+
+    def _ethernet(self, src, dst, ethertype: int) -> bytes:
+        key = (src.mac, dst.mac, src.vlan, ethertype)
+        eth = self._eth.get(key)
+        if eth is None:
+            eth = dst.mac + src.mac
+            if src.vlan is not None:
+                eth += struct.pack(">HH", 0x8100, (src.pcp << 13) | src.vlan)
+            eth += struct.pack(">H", ethertype)
+            self._eth[key] = eth
+        return eth
+
+    def record(self, ts: float, frame: bytes) -> bytes:
+        """What goes into the pcap record: the frame itself, or an ERF type-21 record around it."""
+        return erf_record(ts, frame) if self.name == "ib-erf" else frame
