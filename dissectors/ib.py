@@ -267,17 +267,17 @@ def next_header_class(bth: BTH, current, payload: bytes):
     idx = 0 if current is bth else names.index(current.ws_key) + 1 if current.ws_key in names else len(names)
     if idx < len(names):
         return EXT_HEADERS[names[idx]]
-    if op.transport == "UD" or (op.transport == "DC" and "deth" in names):
-        return ud_payload_class(bth, current, payload)
+    if op.payload:
+        return payload_class(bth, current, payload)
     return Raw
 
 
-# Hooks deciding what a UD payload is (MAD on QP0/QP1, IPoIB elsewhere); see dissectors.payloads.
-_ud_payload_hooks = []
+# Hooks deciding what a payload is (MAD on QP0/QP1, IPoIB behind its header); see dissectors.payloads.
+_payload_hooks = []
 
 
-def ud_payload_class(bth, last, payload):
-    for hook in _ud_payload_hooks:
+def payload_class(bth, last, payload):
+    for hook in _payload_hooks:
         cls = hook(bth, last, payload)
         if cls is not None:
             return cls

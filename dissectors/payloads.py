@@ -1,9 +1,11 @@
-"""What a datagram payload holds: a MAD on QP0/QP1 (IBA §13.4: management traffic is carried only by
-QP0 and QP1, which is also how Wireshark recognises MADs) or IPoIB (RFC 4391) behind a 4-byte header."""
+"""What a payload holds: a MAD in a UD datagram to or from QP0/QP1 (IBA §13.4: management traffic is
+carried only by QP0 and QP1, which is also how Wireshark recognises MADs), or IPoIB (RFC 4391) behind
+its 4-byte header, in UD (datagram mode) or in the first SEND of RC/UC (connected mode)."""
 import struct
 
 from .encap import ETHERTYPES, IPoIB
-from .ib import BTH, DETH, _ud_payload_hooks
+from .ib import BTH, DETH, _payload_hooks
+from .opcodes import lookup
 
 
 def _deth_of(layer):
@@ -14,19 +16,31 @@ def _deth_of(layer):
     return None
 
 
-def ud_payload(bth, last, payload: bytes):
-    deth = _deth_of(last)
-    if bth.destqp in (0, 1) or (deth is not None and deth.srcqp in (0, 1)):
-        try:
-            from .mad import MAD
-        except ImportError:
-            return None
-        return MAD
-    if len(payload) >= 4:
-        etype, reserved = struct.unpack_from(">HH", payload)
-        if etype in ETHERTYPES and reserved == 0:
-            return IPoIB
+def _plausible_ip(etype: int, payload: bytes) -> bool:
+    inner = payload[4:]
+    if etype == 0x0800:
+        return len(inner) >= 20 and inner[0] >> 4 == 4 and (inner[0] & 0x0F) >= 5
+    if etype == 0x86DD:
+        return len(inner) >= 40 and inner[0] >> 4 == 6
+    return len(inner) >= 8 and inner[:2] == b"\x00\x20" and inner[2:4] == b"\x08\x00"   # ARP, IB hw type 32
+
+
+def payload_class(bth, last, payload: bytes):
+    op = lookup(bth.opcode)
+    if op.transport == "UD":
+        deth = _deth_of(last)
+        if bth.destqp in (0, 1) or (deth is not None and deth.srcqp in (0, 1)):
+            try:
+                from .mad import MAD
+            except ImportError:       # the MAD layers are optional for transport decoding
+                return None
+            return MAD
+    if op.op != "send" or op.seg not in ("only", "first") or len(payload) < 4:
+        return None
+    etype, reserved = struct.unpack_from(">HH", payload)
+    if etype in ETHERTYPES and reserved == 0 and _plausible_ip(etype, payload):
+        return IPoIB
     return None
 
 
-_ud_payload_hooks.append(ud_payload)
+_payload_hooks.append(payload_class)

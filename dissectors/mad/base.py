@@ -77,10 +77,10 @@ def Reserved(name, length):
 
 
 def _walk(p, out):
-    ws = getattr(p, "ws_name", "")
+    ws = getattr(type(p), "ws_name", "")
     if not ws:
         return
-    alias = p.ws_alias
+    alias = getattr(type(p), "ws_alias", {})
     for f in p.fields_desc:
         if f.name.startswith("_") or f.name not in p.fields and f.name not in p.default_fields:
             continue

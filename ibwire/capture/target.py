@@ -121,7 +121,7 @@ def resolve(pf: Optional[str], vf: Optional[int], port: Optional[int] = None, if
                         f"and capture from its PF namespace")
     if iface and vf is None and not pf:
         return Target(f"interface {iface}", iface=iface)
-    d = _pick_pf(devices, pf) if (vf is not None or not pf) else _pick_pf(devices, pf) if pf else devices[0]
+    d = _pick_pf(devices, pf) if (pf or vf is not None) else devices[0]
     p = next((x for x in d.ports if x.num == (port or 1)), None)
     if p is None:
         raise UserError(f"{d.name} has no port {port}")

@@ -7,13 +7,13 @@ order comes from dissectors.opcodes; a UDP packet on another port counts as RoCE
 bytes form a plausible BTH and its ICRC matches.
 """
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from dissectors.crc import icrc_roce2
 from dissectors.opcodes import HEADER_LEN, OPCODES, ROCE_V1_ETHERTYPE, ROCE_V2_PORT
 
 from . import records as R
 from .crc import icrc_batch, vcrc_batch
+from .kernels import gather
 from .walk import Positions
 
 _HDRS = ("rdeth", "deth", "xrceth", "reth", "aeth", "atomiceth", "atomicacketh", "immdt", "ieth", "feth",
@@ -42,26 +42,7 @@ _ETH_VLAN = (0x8100, 0x88A8, 0x9100)
 
 def window(buf: np.ndarray, start: np.ndarray, width: int, lim: np.ndarray) -> np.ndarray:
     """width bytes from each start (absolute), zero beyond the row's captured end `lim`."""
-    size = len(buf)
-    s = np.clip(start, 0, size)
-    safe = s <= size - width
-    if safe.all():
-        out = sliding_window_view(buf, width)[s]
-    else:
-        out = np.zeros((len(s), width), np.uint8)
-        out[safe] = sliding_window_view(buf, width)[s[safe]] if size >= width else 0
-        base = max(size - 2 * width, 0)
-        tail = np.zeros(size - base + width, np.uint8)
-        tail[:size - base] = buf[base:]
-        out[~safe] = sliding_window_view(tail, width)[s[~safe] - base]
-    short = s + width > lim
-    if short.any():
-        rows = np.nonzero(short)[0]
-        cols = np.arange(width)
-        part = out[rows]
-        part[(s[rows, None] + cols) >= lim[rows, None]] = 0
-        out[rows] = part
-    return out
+    return gather(buf, start, lim, width)
 
 
 def _be(w: np.ndarray, col, n: int) -> np.ndarray:
@@ -229,7 +210,7 @@ def _transport(buf, rec, r, bth, end, lim, flags, icrc, kind, lrh, l3, udp):
     b = bth[r]
     w = window(buf, b, BTH_WIN, lim[r])
     op = w[:, 0].astype(np.int64)
-    sub = rec[r]
+    sub = {}
     sub["opcode"] = op
     sub["se"], sub["m"], sub["padcnt"], sub["tver"] = w[:, 1] >> 7, (w[:, 1] >> 6) & 1, (w[:, 1] >> 4) & 3, w[:, 1] & 15
     sub["p_key"] = _be(w, 2, 2)
@@ -283,7 +264,7 @@ def _transport(buf, rec, r, bth, end, lim, flags, icrc, kind, lrh, l3, udp):
                              ("mad_attrmod", 20, 4)):
             sub[name] = np.where(mad, _be(w, c + at, nb), 0)
         cm = mad & (w[:, c + 1] == 0x07)
-        aid = sub["mad_attrid"]
+        aid = sub["mad_attrid"].astype(np.int64)
         req, rep = cm & (aid == 0x10), cm & (aid == 0x13)
         sub["cm_comm_id"] = np.where(cm, _be(w, c + 24, 4), 0)
         sub["cm_remote_comm_id"] = np.where(cm & (aid != 0x10), _be(w, c + 28, 4), 0)
@@ -310,6 +291,13 @@ def _transport(buf, rec, r, bth, end, lim, flags, icrc, kind, lrh, l3, udp):
             got = vcrc_batch(buf, lrh[r][nr][ok], e[nr][ok] + 4)
             vstored = window(buf, e[nr][ok] + 4, 2, lim[r][nr][ok]).copy().view("<u2")[:, 0]
             vst[ok[got != vstored]] = R.BAD
-        sub["vcrc"][nr] = vst
+        v = np.zeros(len(r), np.uint8)
+        v[nr] = vst
+        sub["vcrc"] = v
     flags[r] = fl
-    rec[r] = sub
+    every = len(r) == len(rec)
+    for k, v in sub.items():
+        if every:
+            rec[k] = v
+        else:
+            rec[k][r] = v

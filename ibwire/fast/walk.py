@@ -13,13 +13,13 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import UserError
+from .kernels import IMPOSSIBLE, OK, walk_pcap
 
 PCAP_MAGICS = {
     b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
     b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9),
 }
 PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
-MAX_RECORD = 0x4000000
 
 
 class Positions(NamedTuple):
@@ -59,6 +59,15 @@ class CaptureWalk:
         self.problems: List[str] = []
         self.linktypes = set()
         self.bytes_done = 0
+        self._released = 0
+
+    def _release(self, upto: int) -> None:
+        """Drop already-decoded pages from this process's memory so RSS stays flat on big files."""
+        page = mmap.PAGESIZE
+        upto -= upto % page
+        if upto > self._released and hasattr(self.mm, "madvise"):
+            self.mm.madvise(mmap.MADV_DONTNEED, self._released, upto - self._released)
+            self._released = upto
 
     def batches(self) -> Iterator[Positions]:
         return self._pcap() if self.format == "pcap" else self._pcapng()
@@ -71,40 +80,26 @@ class CaptureWalk:
         endian, scale = PCAP_MAGICS[bytes(mm[:4])]
         linktype = struct.unpack_from(endian + "I", mm, 20)[0] & 0x0FFFFFFF
         self.linktypes.add(linktype)
-        incl_of = struct.Struct(endian + "I").unpack_from
-        off, frame0, stop = 24, 1, False
-        while not stop:
-            offs = []
-            app = offs.append
-            n = self.batch
-            try:
-                while n:
-                    incl = incl_of(mm, off + 8)[0]
-                    if incl > MAX_RECORD:
-                        self.problems.append(f"frame {frame0 + len(offs)}: record length {incl} is impossible; "
-                                             "the rest of the file is unreadable")
-                        stop = True
-                        break
-                    app(off)
-                    off += 16 + incl
-                    n -= 1
-            except struct.error:            # fewer than 12 bytes left: end of file
-                stop = True
-            if offs and offs[-1] + 16 > size:
-                offs.pop()
-                stop = True
-            if not offs:
+        off, frame0 = 24, 1
+        while True:
+            offs, n, off, status = walk_pcap(self.buf, off, self.batch, endian == ">")
+            if status == IMPOSSIBLE:
+                self.problems.append(f"frame {frame0 + n}: record length is impossible; "
+                                     "the rest of the file is unreadable")
+            if n:
+                hdr = sliding_window_view(self.buf, 16)[offs]
+                sec, frac, incl, orig = (_u32(hdr, c, endian) for c in (0, 4, 8, 12))
+                data = offs + 16
+                avail = np.clip(size - data, 0, incl)
+                if avail[-1] < incl[-1]:
+                    self.problems.append(f"frame {frame0 + n - 1}: record cut short at end of file")
+                self.bytes_done = min(off, size)
+                yield Positions(data, avail, np.maximum(orig, avail), sec + frac * scale,
+                                np.full(n, linktype, np.int64), np.arange(frame0, frame0 + n))
+                self._release(int(offs[0]))
+                frame0 += n
+            if status != OK or not n:
                 break
-            hdr = sliding_window_view(self.buf, 16)[np.asarray(offs, dtype=np.int64)]
-            sec, frac, incl, orig = (_u32(hdr, c, endian) for c in (0, 4, 8, 12))
-            data = np.asarray(offs, dtype=np.int64) + 16
-            avail = np.minimum(incl, size - data)
-            if avail[-1] < incl[-1]:
-                self.problems.append(f"frame {frame0 + len(offs) - 1}: record cut short at end of file")
-            self.bytes_done = min(off, size)
-            yield Positions(data, avail, np.maximum(orig, avail), sec + frac * scale,
-                            np.full(len(offs), linktype, np.int64), np.arange(frame0, frame0 + len(offs)))
-            frame0 += len(offs)
         if off < size and not self.problems:
             self.problems.append("trailing bytes after the last record")
 
@@ -169,6 +164,7 @@ class CaptureWalk:
                 iface = np.where(bad, len(ifaces), iface)
             t = ((hi << 32) | lo).astype(np.float64) * scales[iface]
             self.bytes_done = off
+            self._release(int(o[0]))
             yield Positions(data, incl, np.maximum(orig, incl), t, lts[iface],
                             np.arange(frame0, frame0 + len(offs)))
             frame0 += len(offs)

@@ -1,0 +1,14 @@
+"""Management datagrams (IBA Vol 1 ch. 12-16, Annex A10): `MAD` decodes a 256-byte MAD; class layers are
+bound on MAD.mgmtclass and attribute layers chosen by MAD.attributeid through `table`.
+
+    from dissectors.mad import MAD, flat
+    pkt = MAD(mad_bytes); pkt.mysummary()  # 'SubnGet(NodeInfo)'; flat(pkt)['nodeinfo.nodetype']
+"""
+from .base import flat
+from .common import MAD, ClassPortInfo, InformInfo
+from .notice import Notice
+from . import smp, sa, perf, cm, cc, vendor  # noqa: F401  (bind the class layers)
+from .rmpp import reassemble, split_records
+from . import table
+
+__all__ = ["MAD", "flat", "reassemble", "split_records", "table", "ClassPortInfo", "InformInfo", "Notice"]

@@ -1,0 +1,164 @@
+"""Audit results as a terminal verdict (rich), JSON, Markdown, or one self-contained HTML page."""
+from __future__ import annotations
+
+import html
+import json
+
+from .engine import NO_TENANT, SEVERITIES, Result
+
+COLOURS = {None: "#e8f5e9", "info": "#e3f2fd", "warning": "#fff3cd", "attempt": "#ffd8a8", "breach": "#f8b4b4"}
+RICH = {None: "green", "info": "blue", "warning": "yellow", "attempt": "dark_orange", "breach": "bold red"}
+
+
+def _per_port(res: Result) -> list:
+    """Rows of policy vs hardware state vs wire for every port the audit knows."""
+    audit = res.audit
+    rows = []
+    for guid, ps in sorted(res.ports.ports.items()):
+        port = audit._node(guid, res.ports)
+        pol = ", ".join(f"0x{pk:04x} {m}" for pk, m in sorted(audit.policy.membership(port).items()))
+        hw = "unknown" if ps.pkeys is None else ", ".join(f"0x{p:04x}" for p in sorted(ps.table()))
+        wire = sorted({fl.pkey for fl in audit.flows.values() if fl.src.kind == "ib" and
+                       (fl.src.lid == ps.lid or (fl.src.gid and fl.src.gid.endswith(f"{guid & 0xffff:x}")))
+                       and ps.lid is not None})
+        tenant = next((ep.tenant for ep in audit.tenants.endpoints if ep.port_guid == guid), NO_TENANT)
+        rows.append({"port_guid": f"0x{guid:016x}", "lid": ps.lid, "type": ps.node_type, "tenant": tenant,
+                     "description": ps.description, "policy": pol, "hardware": hw,
+                     "hardware_source": ps.pkey_source or "", "wire": ", ".join(f"0x{p:04x}" for p in wire),
+                     "mapping_source": ps.source})
+    return rows
+
+
+def as_dict(res: Result, fail_on: str) -> dict:
+    names = res.tenant_names()
+    return {
+        "verdict": res.verdict(fail_on), "fail_on": fail_on, "worst": res.worst(),
+        "packets": res.audit.packets, "frames": res.audit.frames_seen,
+        "tenants": names,
+        "matrix": [{"from": a, "to": b, "packets": c[0], "bytes": c[1], "worst": c[2]}
+                   for a in names for b in names for c in [res.cell(a, b)] if c[0] or c[2]],
+        "findings": [f.as_dict() for f in res.findings],
+        "endpoint_mappings": [{"tenant": ep.tenant, "endpoint": ep.describe(), "mapping": text}
+                              for ep, text in res.audit.mappings],
+        "unnamed_endpoints": res.audit.unnamed,
+        "ports": _per_port(res),
+        "policy_warnings": res.audit.policy.warnings,
+    }
+
+
+def to_json(res: Result, fail_on: str) -> str:
+    return json.dumps(as_dict(res, fail_on), indent=2)
+
+
+def to_markdown(res: Result, fail_on: str) -> str:
+    d = as_dict(res, fail_on)
+    names = d["tenants"]
+    out = [f"# Isolation audit: {d['verdict']}", "",
+           f"{d['packets']} IB/RoCE packets in {d['frames']} frames; worst finding: {d['worst'] or 'none'} "
+           f"(fail on {fail_on}).", "", "| from \\ to | " + " | ".join(names) + " |",
+           "|---" * (len(names) + 1) + "|"]
+    for a in names:
+        cells = []
+        for b in names:
+            p, by, w = res.cell(a, b)
+            cells.append(f"{p} pkts / {by} B" + (f" **{w}**" if w else "") if p or w else "·")
+        out.append(f"| **{a}** | " + " | ".join(cells) + " |")
+    out += ["", "## Findings", ""]
+    if not d["findings"]:
+        out.append("None.")
+    for f in d["findings"]:
+        out.append(f"- **{f['severity']}** `{f['rule']}`: {f['description']}" +
+                   (f" (frames {', '.join(map(str, f['frames']))})" if f["frames"] else ""))
+    return "\n".join(out) + "\n"
+
+
+def print_terminal(res: Result, fail_on: str, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = console or Console()
+    verdict = res.verdict(fail_on)
+    console.print(f"[{'bold green' if verdict == 'PASS' else 'bold red'}]{verdict}[/]  "
+                  f"{res.audit.packets} packets, {len(res.findings)} findings, worst: {res.worst() or 'none'} "
+                  f"(fail on {fail_on})")
+    names = res.tenant_names()
+    if names:
+        t = Table(title="tenant × tenant (packets / bytes / worst finding)")
+        t.add_column("from \\ to", style="bold")
+        for b in names:
+            t.add_column(b)
+        for a in names:
+            row = []
+            for b in names:
+                p, by, w = res.cell(a, b)
+                row.append(f"[{RICH[w]}]{p} / {by}" + (f" {w}" if w else "") + "[/]" if p or w else "·")
+            t.add_row(a, *row)
+        console.print(t)
+    for f in res.findings:
+        console.print(f"[{RICH[f.severity]}]{f.severity:8}[/] {f.rule:24} {f.description}" +
+                      (f"  [dim]frames {', '.join(map(str, f.frames))}[/]" if f.frames else ""), highlight=False)
+    for w in res.audit.policy.warnings:
+        console.print(f"[yellow]policy warning[/] {w}", highlight=False)
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}h1 .PASS{color:#1b5e20}h1 .FAIL{color:#b71c1c}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:.35em .6em;font-size:.9em;
+vertical-align:top}th{background:#f1f1f1}.grid td{text-align:center;min-width:7em}.sev{font-weight:bold}
+code,pre{font-family:ui-monospace,monospace;font-size:.85em}.finding{border-left:6px solid #999;padding:.2em 1em;
+margin:1em 0}.legend span{padding:.2em .6em;margin-right:.4em}
+"""
+
+
+def to_html(res: Result, fail_on: str, summaries: dict) -> str:
+    e = html.escape
+    d = as_dict(res, fail_on)
+    names = d["tenants"]
+    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>ibwire isolation audit</title>",
+             f"<style>{_CSS}</style></head><body>",
+             f"<h1>Isolation audit: <span class='{d['verdict']}' id='verdict'>{d['verdict']}</span></h1>",
+             f"<p>{d['packets']} IB/RoCE packets in {d['frames']} frames; {len(d['findings'])} findings; worst: "
+             f"{e(str(d['worst'] or 'none'))}; fails on {e(fail_on)} or worse.</p>",
+             "<p class='legend'>" + "".join(f"<span style='background:{COLOURS[s]}'>{s or 'clean'}</span>"
+                                            for s in (None,) + SEVERITIES) + "</p>",
+             "<h2>Tenant × tenant</h2><table class='grid' id='matrix'><tr><th>from \\ to</th>" +
+             "".join(f"<th>{e(b)}</th>" for b in names) + "</tr>"]
+    for a in names:
+        parts.append(f"<tr><th>{e(a)}</th>")
+        for b in names:
+            p, by, w = res.cell(a, b)
+            body = f"{p} pkts<br>{by} B" + (f"<br><span class='sev'>{w}</span>" if w else "") if p or w else "·"
+            parts.append(f"<td style='background:{COLOURS[w] if (p or w) else '#fff'}' "
+                         f"data-from='{e(a)}' data-to='{e(b)}' data-worst='{w or ''}'>{body}</td>")
+        parts.append("</tr>")
+    parts.append("</table><h2>Findings</h2><div id='findings'>")
+    if not d["findings"]:
+        parts.append("<p>No findings.</p>")
+    for f in d["findings"]:
+        parts.append(f"<div class='finding' data-rule='{e(f['rule'])}' style='border-color:"
+                     f"{COLOURS[f['severity']]}'><p><span class='sev'>{e(f['severity'])}</span> "
+                     f"<code>{e(f['rule'])}</code> {e(f['description'])}</p>")
+        if f["frames"]:
+            parts.append("<table><tr><th>frame</th><th>decoded</th></tr>" + "".join(
+                f"<tr><td>{n}</td><td><code>{e(summaries.get(n, ''))}</code></td></tr>" for n in f["frames"]) +
+                "</table>")
+        parts.append("</div>")
+    parts.append("</div><h2>Per port: policy, hardware state, wire</h2><table id='ports'><tr><th>port GUID</th>"
+                 "<th>LID</th><th>type</th><th>tenant</th><th>policy (partitions.conf)</th><th>hardware P_Key table"
+                 "</th><th>P_Keys sent on the wire</th><th>mapping source</th></tr>")
+    for r in d["ports"]:
+        parts.append("<tr>" + "".join(f"<td>{e(str(r[k] if r[k] is not None else ''))}</td>" for k in
+                                      ("port_guid", "lid", "type", "tenant", "policy")) +
+                     f"<td>{e(r['hardware'])}<br><small>{e(r['hardware_source'])}</small></td>"
+                     f"<td>{e(r['wire'])}</td><td>{e(r['mapping_source'])}</td></tr>")
+    parts.append("</table><h2>Endpoint mappings</h2><table><tr><th>tenant</th><th>endpoint</th><th>how</th></tr>")
+    for m in d["endpoint_mappings"]:
+        parts.append(f"<tr><td>{e(m['tenant'])}</td><td>{e(m['endpoint'])}</td><td>{e(m['mapping'])}</td></tr>")
+    parts.append("</table>")
+    if d["unnamed_endpoints"]:
+        parts.append("<h2>Endpoints that belong to no tenant</h2><ul>" + "".join(
+            f"<li>{e(k)}: {v} packets</li>" for k, v in sorted(d["unnamed_endpoints"].items())) + "</ul>")
+    if d["policy_warnings"]:
+        parts.append("<h2>Policy warnings</h2><ul>" + "".join(f"<li>{e(w)}</li>" for w in d["policy_warnings"]) +
+                     "</ul>")
+    parts.append("</body></html>")
+    return "".join(parts)

@@ -1,0 +1,63 @@
+"""Stream one incident's captures through the audit, and load --state from any of its sources."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Optional
+
+from ..errors import UserError
+from ..readers import open_capture
+from .engine import Audit, Result
+from .policy import Policy
+from .state import FabricState, from_fabric_json, from_live, from_sysfs
+from .tenants import Tenants
+
+
+def load_state(spec: Optional[str]) -> FabricState:
+    """--state: 'live', 'sysfs' or 'sysfs:ROOT', 'capture' (the capture's own MADs), or a fabric JSON file."""
+    if not spec or spec == "capture":
+        return FabricState()
+    if spec == "live":
+        return from_live()
+    if spec == "sysfs" or spec.startswith("sysfs:"):
+        return from_sysfs(spec[6:] or None)
+    if not Path(spec).exists():
+        raise UserError(f"--state {spec}: no such file; give a fabric JSON file, 'live', 'sysfs' or 'capture'")
+    return from_fabric_json(spec)
+
+
+def audit_captures(paths: Iterable[str], policy: Policy, tenants: Optional[Tenants],
+                   state: FabricState) -> Result:
+    from ..decode import decode_frame
+    audit = Audit(policy, tenants, state)
+    offset = 0          # several files of one incident: frames are numbered on, file after file
+    for path in paths:
+        try:
+            cap = open_capture(str(path))
+        except UserError:
+            raise
+        except Exception as e:
+            raise UserError(f"cannot read capture {path} ({e}); give a pcap or pcapng file") from None
+        last = 0
+        for frame in cap:
+            d = decode_frame(frame)
+            last = frame.number
+            audit.feed(offset + frame.number, d.flat, frame.wirelen or frame.caplen)
+        offset += last
+    return audit.finish()
+
+
+def evidence_summaries(paths: list, frames: set) -> dict:
+    """Frame number (numbered on across files) -> decode_frame(...).summary for the evidence frames."""
+    from ..decode import decode_frame
+    out = {}
+    if not frames:
+        return out
+    offset = 0
+    for path in paths:
+        last = 0
+        for frame in open_capture(str(path)):
+            last = frame.number
+            if offset + frame.number in frames:
+                out[offset + frame.number] = decode_frame(frame).summary
+        offset += last
+    return out

@@ -1,0 +1,60 @@
+"""`ibwire audit`: prove tenant isolation from captures, partitions.conf and the programmed P_Key tables."""
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import UserError
+from .app import app
+
+
+@app.command()
+def audit(
+    captures: List[Path] = typer.Argument(None, help="capture files of one incident (pcap/pcapng); optional "
+                                                      "with --state for a state-only audit"),
+    policy: Path = typer.Option(..., "--policy", help="opensm partitions.conf"),
+    tenants: Optional[Path] = typer.Option(None, "--tenants", help="tenants.toml: tenant -> endpoints"),
+    state: Optional[str] = typer.Option(None, "--state", help="hardware state: fabric JSON file, 'live', "
+                                                              "'sysfs[:ROOT]' or 'capture'"),
+    allow_both_pkeys: bool = typer.Option(False, "--allow-both-pkeys",
+                                          help="opensm runs with --allow_both_pkeys"),
+    fail_on: str = typer.Option("breach", "--fail-on", help="exit 1 at this severity or worse: "
+                                                            "info, warning, attempt, breach"),
+    fmt: str = typer.Option("text", "--format", help="text, json or md"),
+    report: Optional[Path] = typer.Option(None, "--report", help="write a self-contained HTML report"),
+) -> None:
+    """Audit P_Key tenant isolation; exit 0 pass, 1 finding at or above --fail-on, 2 unusable input."""
+    from ..audit import report as rep
+    from ..audit.engine import SEVERITIES
+    from ..audit.policy import load_policy
+    from ..audit.run import audit_captures, evidence_summaries, load_state
+    from ..audit.tenants import load_tenants
+
+    if fail_on not in SEVERITIES:
+        raise UserError(f"--fail-on {fail_on}: choose one of {', '.join(SEVERITIES)}")
+    if fmt not in ("text", "json", "md"):
+        raise UserError(f"--format {fmt}: choose text, json or md")
+    paths = [str(p) for p in captures or []]
+    for p in paths:
+        if not Path(p).is_file():
+            raise UserError(f"capture {p} does not exist")
+    if not paths and not state:
+        raise UserError("give at least one capture, or --state to audit the programmed P_Key tables alone")
+    pol = load_policy(str(policy), allow_both_pkeys)
+    ten = load_tenants(str(tenants)) if tenants else None
+    st = load_state(state)
+    res = audit_captures(paths, pol, ten, st)
+    if fmt == "json":
+        print(rep.to_json(res, fail_on))
+    elif fmt == "md":
+        print(rep.to_markdown(res, fail_on), end="")
+    else:
+        rep.print_terminal(res, fail_on)
+    if report:
+        frames = {n for f in res.findings for n in f.frames}
+        try:
+            report.write_text(rep.to_html(res, fail_on, evidence_summaries(paths, frames)))
+        except OSError as e:
+            raise UserError(f"cannot write {report} ({e.strerror})") from None
+    if res.verdict(fail_on) == "FAIL":
+        raise SystemExit(1)

@@ -1,0 +1,29 @@
+"""Runs inside a lab namespace: send a pcap's frames on an interface (AF_PACKET), or with --sink hold UDP
+port 4791 open until stdin closes so replayed RoCEv2 packets are not answered with ICMP port unreachable."""
+import socket
+import sys
+
+from ..readers import iter_frames
+
+
+def main(argv):
+    if argv[0] == "--sink":
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        s.bind(("0.0.0.0", 4791))
+        print("ready", flush=True)
+        sys.stdin.read()
+        return 0
+    iface, path = argv
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    s.bind((iface, 0))
+    n = 0
+    for fr in iter_frames(path):
+        s.send(fr.data)
+        n += 1
+    print(n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

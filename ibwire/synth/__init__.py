@@ -1,0 +1,43 @@
+"""`ibwire synth`: protocol-faithful IB and RoCE traffic from a scenario file (see captures/README.md)."""
+import heapq
+
+from typing import Optional
+
+from ibwire.errors import UserError
+from ibwire.writers import PcapWriter
+
+from .engine import Context, qp_flow
+from .links import LINKS, Link
+from .management import ipoib_pings, sm_sweep, smp_faults
+from .scenario import Scenario, load
+
+__all__ = ["generate", "frames", "load", "LINKS", "Scenario"]
+
+
+def frames(scen: Scenario, link: Optional[str] = None, seed: Optional[int] = None):
+    """Yield (timestamp, frame bytes) for the whole scenario, in time order."""
+    lk = Link(link or scen.link)
+    ctx = Context(scen, lk, scen.seed if seed is None else seed)
+    mgmt = sm_sweep(ctx, 0.0) + smp_faults(ctx, 0.0) + ipoib_pings(ctx, 0.0)
+    mgmt_events = sorted(((t, next(ctx.seq), f) for t, f in mgmt), key=lambda e: (e[0], e[1]))
+    flows = [qp_flow(ctx, qp) for qp in scen.qps.values()]
+    for t, _, f in heapq.merge(iter(mgmt_events), *flows, key=lambda e: (e[0], e[1])):
+        yield scen.start + t, f
+
+
+def generate(scenario_path, out_path, link: Optional[str] = None, seed: Optional[int] = None) -> int:
+    """Write the scenario's capture to `out_path`; returns the number of frames written."""
+    if link is not None and link not in LINKS:
+        raise UserError(f"--link {link!r} is not one of {', '.join(LINKS)}")
+    scen = load(scenario_path, link)
+    lk = Link(scen.link)
+    try:
+        w = PcapWriter(str(out_path), lk.linktype, nanos=True)
+    except OSError as e:
+        raise UserError(f"cannot write {out_path}: {e.strerror}; choose a writable path") from None
+    with w:
+        for ts, f in frames(scen, scen.link, seed):
+            w.write(lk.record(ts, f), ts, flush=False)
+    return w.count
+
+

@@ -1,0 +1,388 @@
+"""Scenario files (TOML): fabric, partitions, queue pairs, operations, faults and declared ground truth.
+
+`load(path)` returns a `Scenario`; every mistake becomes a `UserError` naming the file and line.  The file
+format is documented in captures/README.md.
+"""
+import ipaddress
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from ibwire.errors import UserError
+
+QP_TYPES = ("RC", "UC", "UD", "XRC")
+OP_KINDS = ("send", "send_imm", "send_inv", "write", "write_imm", "read", "cmp_swap", "fetch_add")
+FAULT_KINDS = ("drop", "rnr", "ecn", "bad_icrc", "bad_vcrc", "smp_set", "rogue_sm", "pkey_drift")
+PMTUS = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
+DEFAULT_PKEY = 0xFFFF
+
+
+@dataclass
+class Port:
+    name: str
+    guid: int
+    lid: int
+    kind: str = "ca"                 # ca, switch, sm (a CA port running the SM)
+    host: str = ""
+    pf: str = ""
+    vf: Optional[int] = None
+    mac: bytes = b""
+    ip4: bytes = b""
+    ip6: bytes = b""
+    vlan: Optional[int] = None
+    pcp: int = 3
+    gid: bytes = b""
+    pkeys: Optional[List[int]] = None   # programmed P_Key table when it differs from the policy
+    enforce: bool = True                # P_Key enforcement on receive
+    ipoib_qpn: int = 0
+
+    @property
+    def ip4_str(self):
+        return str(ipaddress.IPv4Address(self.ip4))
+
+
+@dataclass
+class Partition:
+    name: str
+    pkey: int                        # 15-bit base
+    full: List[str]
+    limited: List[str]
+    ipoib: bool = True
+    mlid: int = 0xC000
+
+    @property
+    def mgid(self) -> bytes:
+        """IPoIB IPv4 broadcast group: ff12:401b:<P_Key with full bit>::ffff:ffff (RFC 4391 §4)."""
+        return bytes.fromhex(f"ff12401b{self.pkey | 0x8000:04x}0000000000000000ffffffff")
+
+
+@dataclass
+class QP:
+    name: str
+    type: str
+    src: str
+    dst: str
+    src_qpn: int
+    dst_qpn: int
+    pkey: int
+    psn: int = 0
+    pmtu: int = 1024
+    cm: bool = True
+    path_query: bool = True
+    ack_every: int = 1
+    credits: int = 16
+    qkey: int = 0x11111111
+    xrc_srq: int = 0
+    retry_cnt: int = 7
+    timeout_us: float = 4000.0
+    line: int = 0
+
+
+@dataclass
+class Op:
+    qp: str
+    kind: str
+    size: int
+    count: int
+    at: float
+    interval: float
+
+
+@dataclass
+class Fault:
+    kind: str
+    args: dict
+    line: int
+
+
+@dataclass
+class Ping:
+    src: str
+    dst: str
+    partition: str
+    at: float
+    count: int
+
+
+@dataclass
+class Scenario:
+    path: Path
+    name: str
+    description: str
+    link: str
+    seed: int
+    start: float
+    latency: float                  # one-way seconds
+    rate_bps: float
+    cnp_interval: float
+    ack_delay: float
+    ports: Dict[str, Port]
+    partitions: Dict[str, Partition]
+    qps: Dict[str, QP]
+    ops: List[Op]
+    faults: List[Fault]
+    pings: List[Ping]
+    sm: Optional[str]
+    sweep: bool
+    expect: dict = field(default_factory=dict)
+
+    def policy_pkeys(self, port: str) -> List[int]:
+        """P_Keys the policy gives a port: base | 0x8000 for full members, base for limited ones."""
+        keys = []
+        for p in self.partitions.values():
+            if port in p.full or "ALL" in p.full:
+                keys.append(p.pkey | 0x8000)
+            elif port in p.limited or "ALL" in p.limited:
+                keys.append(p.pkey)
+        return keys
+
+    def port_pkeys(self, port: str) -> List[int]:
+        p = self.ports[port]
+        return list(p.pkeys) if p.pkeys is not None else self.policy_pkeys(port)
+
+
+class _Src:
+    """The scenario text, to point errors at a line."""
+
+    def __init__(self, path: Path, text: str):
+        self.path, self.lines = path, text.splitlines()
+
+    def line_of(self, table: str, index: int, key: str = "") -> int:
+        """Line of `key` inside the index-th `[[table]]` (or of the table header itself)."""
+        seen = -1
+        start = 0
+        for i, ln in enumerate(self.lines):
+            if re.match(rf"\s*\[\[\s*{re.escape(table)}\s*\]\]", ln) or (index < 0 and re.match(rf"\s*\[\s*{re.escape(table)}\s*\]", ln)):
+                seen += 1
+                if seen == index or index < 0:
+                    start = i
+                    break
+        else:
+            return 0
+        if key:
+            for j in range(start + 1, len(self.lines)):
+                if re.match(r"\s*\[", self.lines[j]):
+                    break
+                if re.match(rf"\s*{re.escape(key)}\s*=", self.lines[j]):
+                    return j + 1
+        return start + 1
+
+    def fail(self, line: int, msg: str):
+        where = f"{self.path} line {line}" if line else str(self.path)
+        raise UserError(f"{where}: {msg}")
+
+
+def _int(v, what, src, line):
+    if isinstance(v, bool):
+        src.fail(line, f"{what} must be a number, not {v!r}")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        try:
+            return int(v, 0)
+        except ValueError:
+            pass
+    src.fail(line, f"{what} must be an integer (decimal or 0x hex), not {v!r}")
+
+
+def _mac(v, src, line):
+    try:
+        b = bytes.fromhex(v.replace(":", "").replace("-", ""))
+    except (ValueError, AttributeError):
+        b = b""
+    if len(b) != 6:
+        src.fail(line, f"mac {v!r} is not a MAC address like \"02:00:00:00:00:01\"")
+    return b
+
+
+def _ip(v, version, src, line):
+    try:
+        a = ipaddress.ip_address(v)
+    except ValueError:
+        a = None
+    if a is None or a.version != version:
+        src.fail(line, f"{v!r} is not an IPv{version} address")
+    return a.packed
+
+
+def load(path, link: Optional[str] = None) -> Scenario:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"cannot read scenario {path}: {e.strerror}; check the path") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        where = f"line {m.group(1)}, column {m.group(2)}" if m else "somewhere"
+        msg = re.sub(r"\s*\(at line.*\)", "", str(e))
+        raise UserError(f"{path} {where}: not valid TOML ({msg}); fix the syntax there") from None
+    src = _Src(path, text)
+    return _build(doc, src, link)
+
+
+def _known(d: dict, allowed, src, table, index):
+    for k in d:
+        if k not in allowed:
+            src.fail(src.line_of(table, index, k), f"unknown key {k!r} in [{table}]; allowed keys: {', '.join(sorted(allowed))}")
+
+
+def _build(doc, src: _Src, link_override) -> Scenario:
+    from .links import LINKS
+    top_allowed = {"scenario", "sm", "port", "switch", "partition", "qp", "op", "fault", "ipoib", "expect"}
+    for k in doc:
+        if k not in top_allowed:
+            src.fail(src.line_of(k, -1), f"unknown table [{k}]; the tables are {', '.join(sorted(top_allowed))}")
+    sc = doc.get("scenario", {})
+    _known(sc, {"name", "description", "link", "seed", "start", "latency_us", "rate_gbps", "cnp_interval_us",
+                "ack_delay_us"}, src, "scenario", -1)
+    link = link_override or sc.get("link", "roce2")
+    if link not in LINKS:
+        src.fail(src.line_of("scenario", -1, "link"), f"link {link!r} is not one of {', '.join(LINKS)}")
+    ports: Dict[str, Port] = {}
+    port_keys = {"name", "guid", "lid", "kind", "host", "pf", "vf", "mac", "ip", "ip6", "vlan", "pcp", "gid",
+                 "pkeys", "enforce"}
+    for i, p in enumerate(doc.get("port", []) + [dict(s, kind="switch") for s in doc.get("switch", [])]):
+        table = "port" if i < len(doc.get("port", [])) else "switch"
+        idx = i if table == "port" else i - len(doc.get("port", []))
+        _known(p, port_keys, src, table, idx)
+        ln = lambda k="": src.line_of(table, idx, k)  # noqa: E731
+        for req in ("name", "guid", "lid"):
+            if req not in p:
+                src.fail(ln(), f"[[{table}]] number {idx + 1} needs a {req!r}")
+        name = p["name"]
+        if name in ports:
+            src.fail(ln("name"), f"port name {name!r} is used twice; names must be unique")
+        guid = _int(p["guid"], "guid", src, ln("guid"))
+        lid = _int(p["lid"], "lid", src, ln("lid"))
+        if not 0 < lid < 0xC000:
+            src.fail(ln("lid"), f"lid {lid:#x} is not a unicast LID (1..0xbfff)")
+        mac = _mac(p["mac"], src, ln("mac")) if "mac" in p else bytes([2, 0]) + (guid & 0xFFFFFFFF).to_bytes(4, "big")
+        ip4 = _ip(p["ip"], 4, src, ln("ip")) if "ip" in p else bytes([10, 0, lid >> 8, lid & 0xFF])
+        ip6 = _ip(p["ip6"], 6, src, ln("ip6")) if "ip6" in p else ipaddress.IPv6Address(f"fd00::{lid:x}").packed
+        gid = _ip(p["gid"], 6, src, ln("gid")) if "gid" in p else (0xFE80 << 112 | guid).to_bytes(16, "big")
+        vlan = _int(p["vlan"], "vlan", src, ln("vlan")) if "vlan" in p else None
+        if vlan is not None and not 0 < vlan < 4095:
+            src.fail(ln("vlan"), f"vlan {vlan} is outside 1..4094")
+        pkeys = [_int(k, "pkey", src, ln("pkeys")) for k in p["pkeys"]] if "pkeys" in p else None
+        kind = p.get("kind", "ca")
+        if kind not in ("ca", "switch"):
+            src.fail(ln("kind"), f"kind {kind!r} must be \"ca\" or \"switch\"")
+        vf = _int(p["vf"], "vf", src, ln("vf")) if "vf" in p else None
+        ports[name] = Port(name, guid, lid, kind, p.get("host", ""), p.get("pf", ""), vf, mac, ip4, ip6, vlan,
+                           _int(p.get("pcp", 3), "pcp", src, ln("pcp")), gid, pkeys, bool(p.get("enforce", True)),
+                           0x48 + len(ports))
+    if not ports:
+        src.fail(0, "the scenario declares no [[port]]; add at least two ports")
+
+    def need_port(name, table, idx, key):
+        if name not in ports:
+            src.fail(src.line_of(table, idx, key), f"{key} {name!r} names no declared port (ports: {', '.join(ports)})")
+        return name
+
+    parts: Dict[str, Partition] = {}
+    for i, p in enumerate(doc.get("partition", [])):
+        _known(p, {"name", "pkey", "full", "limited", "ipoib"}, src, "partition", i)
+        for req in ("name", "pkey"):
+            if req not in p:
+                src.fail(src.line_of("partition", i), f"[[partition]] number {i + 1} needs a {req!r}")
+        pk = _int(p["pkey"], "pkey", src, src.line_of("partition", i, "pkey")) & 0x7FFF
+        for m in p.get("full", []) + p.get("limited", []):
+            if m != "ALL":
+                need_port(m, "partition", i, "full" if m in p.get("full", []) else "limited")
+        parts[p["name"]] = Partition(p["name"], pk, list(p.get("full", [])), list(p.get("limited", [])),
+                                     bool(p.get("ipoib", True)), 0xC000 + i + 1)
+
+    smd = doc.get("sm", {})
+    _known(smd, {"port", "sweep"}, src, "sm", -1)
+    sm = smd.get("port")
+    if sm is not None:
+        need_port(sm, "sm", -1, "port")
+
+    scen = Scenario(src.path, sc.get("name", src.path.stem), sc.get("description", ""), link,
+                    int(sc.get("seed", 1)), float(sc.get("start", 1700000000.0)),
+                    float(sc.get("latency_us", 1.0)) * 1e-6, float(sc.get("rate_gbps", 100.0)) * 1e9,
+                    float(sc.get("cnp_interval_us", 50.0)) * 1e-6, float(sc.get("ack_delay_us", 4.0)) * 1e-6,
+                    ports, parts, {}, [], [], [], sm, bool(smd.get("sweep", False)), doc.get("expect", {}))
+
+    qp_keys = {"name", "type", "src", "dst", "src_qpn", "dst_qpn", "pkey", "psn", "pmtu", "cm", "path_query",
+               "ack_every", "credits", "qkey", "xrc_srq", "retry_cnt", "timeout_us"}
+    for i, q in enumerate(doc.get("qp", [])):
+        _known(q, qp_keys, src, "qp", i)
+        ln = lambda k="": src.line_of("qp", i, k)  # noqa: E731
+        for req in ("name", "type", "src", "dst"):
+            if req not in q:
+                src.fail(ln(), f"[[qp]] number {i + 1} needs a {req!r}")
+        t = str(q["type"]).upper()
+        if t not in QP_TYPES:
+            src.fail(ln("type"), f"qp type {q['type']!r} is not one of {', '.join(QP_TYPES)}")
+        a, b = need_port(q["src"], "qp", i, "src"), need_port(q["dst"], "qp", i, "dst")
+        if "pkey" in q:
+            pkey = _int(q["pkey"], "pkey", src, ln("pkey"))
+        else:
+            shared = [k for k in scen.port_pkeys(a) if (k & 0x7FFF) in {x & 0x7FFF for x in scen.port_pkeys(b)}]
+            pkey = shared[0] if shared else DEFAULT_PKEY
+        pmtu = _int(q.get("pmtu", 1024), "pmtu", src, ln("pmtu"))
+        if pmtu not in PMTUS:
+            src.fail(ln("pmtu"), f"pmtu {pmtu} must be one of 256, 512, 1024, 2048, 4096")
+        psn = _int(q.get("psn", 0), "psn", src, ln("psn"))
+        if not 0 <= psn <= 0xFFFFFF:
+            src.fail(ln("psn"), f"psn {psn:#x} does not fit in 24 bits")
+        qp = QP(q["name"], t, a, b, _int(q.get("src_qpn", 0x100 + 2 * i), "src_qpn", src, ln("src_qpn")),
+                _int(q.get("dst_qpn", 0x101 + 2 * i), "dst_qpn", src, ln("dst_qpn")), pkey, psn, pmtu,
+                bool(q.get("cm", t in ("RC", "UC", "XRC"))), bool(q.get("path_query", t != "UD")),
+                max(1, _int(q.get("ack_every", 1), "ack_every", src, ln("ack_every"))),
+                _int(q.get("credits", 16), "credits", src, ln("credits")),
+                _int(q.get("qkey", 0x11111111), "qkey", src, ln("qkey")),
+                _int(q.get("xrc_srq", 0x40), "xrc_srq", src, ln("xrc_srq")),
+                _int(q.get("retry_cnt", 7), "retry_cnt", src, ln("retry_cnt")),
+                float(q.get("timeout_us", 4000.0)), ln())
+        if qp.name in scen.qps:
+            src.fail(ln("name"), f"qp name {qp.name!r} is used twice")
+        scen.qps[qp.name] = qp
+
+    for i, o in enumerate(doc.get("op", [])):
+        _known(o, {"qp", "kind", "size", "count", "at_us", "interval_us"}, src, "op", i)
+        ln = lambda k="": src.line_of("op", i, k)  # noqa: E731
+        if o.get("qp") not in scen.qps:
+            src.fail(ln("qp"), f"op names qp {o.get('qp')!r}, which no [[qp]] declares")
+        kind = o.get("kind", "send")
+        if kind not in OP_KINDS:
+            src.fail(ln("kind"), f"op kind {kind!r} is not one of {', '.join(OP_KINDS)}")
+        qp = scen.qps[o["qp"]]
+        size = 8 if kind in ("cmp_swap", "fetch_add") else _int(o.get("size", 64), "size", src, ln("size"))
+        if qp.type == "UD" and (kind not in ("send", "send_imm") or size > qp.pmtu):
+            src.fail(ln(), f"a UD qp only sends SEND messages of at most its pmtu ({qp.pmtu} bytes)")
+        if qp.type == "UC" and kind not in ("send", "send_imm", "write", "write_imm"):
+            src.fail(ln("kind"), f"a UC qp cannot do {kind}; UC supports SEND and RDMA WRITE only")
+        if not 0 <= size <= 1 << 31:
+            src.fail(ln("size"), f"size {size} is out of range")
+        count = _int(o.get("count", 1), "count", src, ln("count"))
+        scen.ops.append(Op(qp.name, kind, size, count, float(o.get("at_us", 0.0)) * 1e-6,
+                           float(o.get("interval_us", 10.0)) * 1e-6))
+
+    for i, f in enumerate(doc.get("fault", [])):
+        kind = f.get("kind")
+        if kind not in FAULT_KINDS:
+            src.fail(src.line_of("fault", i, "kind"), f"fault kind {kind!r} is not one of {', '.join(FAULT_KINDS)}")
+        if "qp" in f and f["qp"] not in scen.qps:
+            src.fail(src.line_of("fault", i, "qp"), f"fault names qp {f['qp']!r}, which no [[qp]] declares")
+        for k in ("port", "target"):
+            if k in f:
+                need_port(f[k], "fault", i, k)
+        if kind in ("drop", "rnr", "ecn", "bad_icrc", "bad_vcrc") and "qp" not in f:
+            src.fail(src.line_of("fault", i), f"a {kind} fault needs the qp it applies to")
+        scen.faults.append(Fault(kind, dict(f), src.line_of("fault", i)))
+
+    for i, p in enumerate(doc.get("ipoib", [])):
+        _known(p, {"src", "dst", "partition", "at_us", "count"}, src, "ipoib", i)
+        need_port(p.get("src"), "ipoib", i, "src")
+        need_port(p.get("dst"), "ipoib", i, "dst")
+        part = p.get("partition", "")
+        if part not in parts:
+            src.fail(src.line_of("ipoib", i, "partition"), f"ipoib names partition {part!r}, which no [[partition]] declares")
+        scen.pings.append(Ping(p["src"], p["dst"], part, float(p.get("at_us", 0.0)) * 1e-6, int(p.get("count", 1))))
+    return scen

@@ -1,0 +1,111 @@
+"""Real opensm programs P_Key tables on an ibsim fabric; the audit's reading of the same partitions.conf
+must agree with `smpquery pkeys` port by port, and a table rewritten behind opensm's back is drift."""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ibwire.audit.policy import Port, load_policy
+
+HERE = Path(__file__).resolve().parent / "audit"
+UMAD2SIM = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
+CONF = HERE / "partitions.conf"
+
+
+def _wait_for(path: Path, text: str, timeout: float) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ibsim")
+    env = dict(os.environ, IBSIM_SOCKNAME=f"ibwaudit{os.getpid()}", OSM_TMP_DIR=str(tmp), OSM_CACHE_DIR=str(tmp))
+    procs = []
+    try:
+        sim = subprocess.Popen(["ibsim", "-s", "-n", str(HERE / "net.topo")], env=env, cwd=tmp,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(sim)
+        time.sleep(0.5)
+        env["LD_PRELOAD"] = UMAD2SIM
+        log = tmp / "osm.log"
+        osm = subprocess.Popen(["opensm", "-P", str(CONF), "-f", str(log), "-s", "0"], env=env, cwd=tmp,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(osm)
+        assert _wait_for(log, "SUBNET UP", 30), "opensm did not bring the subnet up"
+        yield env
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def _diag(env, *args) -> str:
+    return subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=20, check=True).stdout
+
+
+def _ports(env):
+    """(port GUID, LID, node type, port number) of every end port, from saquery NodeRecords."""
+    out = []
+    for rec in _diag(env, "saquery").split("NodeRecord dump:")[1:]:
+        f = dict(re.findall(r"(\w+)\.{2,}(.*)", rec))
+        ntype = "switch" if "Switch" in f["node_type"] else "ca"
+        out.append((int(f["port_guid"], 16), int(f["lid"]), ntype, 0 if ntype == "switch" else int(f["port_num"])))
+    return out
+
+
+def _smpquery_table(env, lid, port):
+    text = _diag(env, "smpquery", "pkeys", str(lid), str(port))
+    return {int(x, 16) for x in re.findall(r"0x[0-9a-f]{4}", text.split("pkeys capacity")[0]) if int(x, 16) & 0x7FFF}
+
+
+def _audit(env, *extra):
+    return subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "audit", "--policy", str(CONF),
+                           "--state", "live", "--format", "json", *extra],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_policy_reading_agrees_with_opensm_tables_port_by_port(fabric):
+    policy = load_policy(str(CONF))
+    sm_guid = int(re.search(r"sm guid (0x[0-9a-f]+)", _diag(fabric, "sminfo")).group(1), 16)
+    ports = _ports(fabric)
+    assert len(ports) == 6
+    for guid, lid, ntype, num in ports:
+        want = policy.expected_table(Port(guid, ntype, guid == sm_guid))
+        assert _smpquery_table(fabric, lid, num) == want, f"port 0x{guid:x} LID {lid}"
+    # the limited/full split the file declares is really what opensm wrote
+    tables = {guid: _smpquery_table(fabric, lid, num) for guid, lid, _, num in ports}
+    assert 0x8001 in tables[0x100001] and 0x0001 in tables[0x100004]
+    assert 0x8002 in tables[0x100007] and 0x0002 in tables[0x10000a]
+    assert 0x8003 in tables[0x100001] and 0x0003 in tables[0x100004]
+
+
+def test_clean_fabric_state_passes_then_table_changed_behind_opensm_is_drift(fabric, tmp_path):
+    clean = _audit(fabric)
+    assert clean.returncode == 0, clean.stderr
+    assert [f for f in json.loads(clean.stdout)["findings"] if f["rule"] == "pkey-drift"] == []
+    lid = next(lid for guid, lid, _, _ in _ports(fabric) if guid == 0x10000A)
+    # Hca4 is a limited member of blue only; give it tenant red's full key with a SubnSet opensm never sent
+    subprocess.run([sys.executable, str(HERE / "pkey_set.py"), str(lid), "0", "0x7fff", "0x0002", "0x0003",
+                    "0x8001"], env=fabric, check=True, capture_output=True, timeout=20)
+    assert 0x8001 in _smpquery_table(fabric, lid, 1)
+    report = tmp_path / "drift.html"
+    dirty = _audit(fabric, "--report", str(report))
+    assert dirty.returncode == 1, dirty.stderr
+    drift = [f for f in json.loads(dirty.stdout)["findings"] if f["rule"] == "pkey-drift"]
+    assert [(f["port_guid"], f["severity"]) for f in drift] == [("0x000000000010000a", "breach")]
+    assert "0x8001 (full)" in drift[0]["description"]
+    assert report.read_text().count("pkey-drift") >= 1

@@ -1,0 +1,112 @@
+"""tshark as the oracle: run it on a capture and compare its `infiniband.*` fields with ibwire's.
+
+Used by the differential tests of every layer.  tshark's JSON (`-T json --no-duplicate-keys`) is
+flattened to `key → [values]` with the `infiniband.` prefix removed; values are normalised (hex and
+decimal strings to int, `aa:bb` bytes to hex, IPv6 canonical) and compared with `decode_frame().flat`.
+"""
+import ipaddress
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
+TSHARK = shutil.which("tshark")
+PREFIXES = ("infiniband.", "infiniband_link.", "ipoib.")
+
+
+def tshark_json(path, extra_args=()):
+    out = subprocess.run([TSHARK, "-r", str(path), "-T", "json", "--no-duplicate-keys", *extra_args],
+                         capture_output=True, text=True, check=True, timeout=300).stdout
+    return json.loads(out) if out.strip() else []
+
+
+def _flatten(obj, out):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(v, dict):
+                _flatten(v, out)
+            elif isinstance(v, list):
+                for item in v:
+                    if isinstance(item, (dict, list)):
+                        _flatten(item, out)
+                    else:
+                        out.setdefault(k, []).append(item)
+            else:
+                out.setdefault(k, []).append(v)
+
+
+def tshark_fields(packet):
+    """{key without 'infiniband.': [normalised values]} for one tshark JSON packet."""
+    raw = {}
+    _flatten(packet["_source"]["layers"], raw)
+    result = {}
+    for key, values in raw.items():
+        if key.endswith("_tree"):
+            continue
+        for p in PREFIXES:
+            if key.startswith(p):
+                name = key[len("infiniband."):] if p == "infiniband." else key
+                result[name] = [normalise(v) for v in values]
+    return result
+
+
+_BYTES = re.compile(r"^([0-9a-f]{2}:)+[0-9a-f]{2}$")
+
+
+def normalise(value):
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if _BYTES.match(v):
+            return v.replace(":", "")
+        if re.fullmatch(r"0x[0-9a-f]+", v):
+            return int(v, 16)
+        if re.fullmatch(r"-?\d+", v):
+            return int(v)
+        if v in ("true", "false"):
+            return int(v == "true")
+        try:
+            return str(ipaddress.IPv6Address(v))
+        except ValueError:
+            return v
+    return value
+
+
+def agree(ours, theirs) -> bool:
+    ours = normalise(ours)
+    if isinstance(ours, str) and isinstance(theirs, int):
+        try:
+            return int(ours, 16) == theirs
+        except ValueError:
+            return False
+    if isinstance(ours, int) and isinstance(theirs, str) and re.fullmatch(r"[0-9a-f]+", theirs):
+        return ours == int(theirs, 16)
+    return ours == theirs
+
+
+def compare(path, decoded, extra_args=(), ignore=()):
+    """(mismatches, compared, missing): mismatches are (frame, key, tshark values, ours); `missing`
+    maps keys tshark decodes but ibwire does not to a count."""
+    packets = tshark_json(path, extra_args)
+    assert len(packets) == len(decoded), f"{path}: tshark saw {len(packets)} packets, ibwire {len(decoded)}"
+    mismatches, missing, compared = [], {}, 0
+    for pkt, d in zip(packets, decoded):
+        theirs = tshark_fields(pkt)
+        for key, values in theirs.items():
+            if key in ignore or key.split(".")[-1].startswith("reserved") or key == "reserved":
+                continue
+            if key not in d.flat:
+                missing[key] = missing.get(key, 0) + 1
+                continue
+            ours = d.flat[key]
+            if ours is True:          # presence marker for a whole header; tshark gives its bytes
+                continue
+            compared += 1
+            if not any(agree(ours, v) for v in values):
+                mismatches.append((d.frame.number, key, values, ours))
+    return mismatches, compared, missing
