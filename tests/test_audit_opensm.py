@@ -38,7 +38,7 @@ def fabric(tmp_path_factory):
         time.sleep(0.5)
         env["LD_PRELOAD"] = UMAD2SIM
         log = tmp / "osm.log"
-        osm = subprocess.Popen(["opensm", "-P", str(CONF), "-f", str(log), "-s", "0"], env=env, cwd=tmp,
+        osm = subprocess.Popen(["opensm", "-P", str(CONF), "-f", str(log), "-s", "0", "-d2"], env=env, cwd=tmp,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(osm)
         assert _wait_for(log, "SUBNET UP", 30), "opensm did not bring the subnet up"
@@ -58,12 +58,13 @@ def _diag(env, *args) -> str:
 
 
 def _ports(env):
-    """(port GUID, LID, node type, port number) of every end port, from saquery NodeRecords."""
+    """(port GUID, LID, node type, port number) of every end port: ibnetdiscover -p, then saquery NR per LID."""
     out = []
-    for rec in _diag(env, "saquery").split("NodeRecord dump:")[1:]:
-        f = dict(re.findall(r"(\w+)\.{2,}(.*)", rec))
-        ntype = "switch" if "Switch" in f["node_type"] else "ca"
-        out.append((int(f["port_guid"], 16), int(f["lid"]), ntype, 0 if ntype == "switch" else int(f["port_num"])))
+    for kind, lid, port in re.findall(r"^(CA|SW)\s+(\d+)\s+(\d+)\s", _diag(env, "ibnetdiscover", "-p"), re.M):
+        if kind == "SW" and any(o[1] == int(lid) for o in out):
+            continue
+        guid = re.search(r"port_guid\.+(0x[0-9a-f]+)", _diag(env, "saquery", "NR", lid)).group(1)
+        out.append((int(guid, 16), int(lid), "switch" if kind == "SW" else "ca", 0 if kind == "SW" else int(port)))
     return out
 
 
@@ -103,9 +104,18 @@ def test_clean_fabric_state_passes_then_table_changed_behind_opensm_is_drift(fab
                     "0x8001"], env=fabric, check=True, capture_output=True, timeout=20)
     assert 0x8001 in _smpquery_table(fabric, lid, 1)
     report = tmp_path / "drift.html"
-    dirty = _audit(fabric, "--report", str(report))
+    dirty = _audit(fabric, "--report", str(report), "--tenants", str(HERE / "tenants.toml"))
     assert dirty.returncode == 1, dirty.stderr
     drift = [f for f in json.loads(dirty.stdout)["findings"] if f["rule"] == "pkey-drift"]
     assert [(f["port_guid"], f["severity"]) for f in drift] == [("0x000000000010000a", "breach")]
     assert "0x8001 (full)" in drift[0]["description"]
     assert report.read_text().count("pkey-drift") >= 1
+
+    # the HTML report, rendered by a real browser, shows the verdict, the tenant matrix and the finding
+    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                          report.as_uri()], capture_output=True, text=True, timeout=60).stdout
+    assert 'id="verdict">FAIL<' in dom
+    matrix = dom[dom.index('id="matrix"'):dom.index("</table>", dom.index('id="matrix"'))]
+    assert "<th>red</th>" in matrix and "<th>blue</th>" in matrix
+    findings = dom[dom.index('id="findings"'):]
+    assert 'data-rule="pkey-drift"' in findings and "0x000000000010000a" in findings

@@ -51,7 +51,9 @@ def _variant_bits(d, frame):
     data_len = len(frame.data)
 
     def off(layer):
-        return data_len - len(layer.original)
+        # layers inside an LRH were handed the packet without its 2-byte VCRC
+        inner = LRH in pkt and not isinstance(layer, LRH)
+        return data_len - len(layer.original) - (2 if inner else 0)
 
     def mark(byte_from, byte_to, bit_mask=None):
         for b in range(byte_from, byte_to):

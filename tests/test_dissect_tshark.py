@@ -6,6 +6,7 @@ import pytest
 
 from ibwire.decode import decode_frame
 from ibwire.readers import iter_frames
+from test_mad_oracle import TSHARK_EXCEPTIONS
 from tshark_oracle import PUBLIC, compare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,6 +20,7 @@ EXCEPTIONS = {
     # tshark names the 16 reserved bytes of a CNP (opcode 0x81, which it calls Unknown) `vendor`.
     "vendor": "tshark 4.0 does not know CNP opcode 0x81; ibwire decodes its padding as cnp.reserved",
 }
+EXCEPTIONS.update(TSHARK_EXCEPTIONS)    # MAD fields tshark 4.0 reads wrongly, each with its reason
 EXTRA_ARGS = {"oferby_proxy_roce.pcap": ("-d", "udp.port==69,infiniband")}
 
 

@@ -77,8 +77,24 @@ def normalise(value):
     return value
 
 
+def _ours(value):
+    """ibwire's values are typed already: ints stay ints, addresses become canonical, hex stays hex."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            return value.lower()
+    return value
+
+
 def agree(ours, theirs) -> bool:
-    ours = normalise(ours)
+    ours = _ours(ours)
+    if isinstance(ours, list):
+        return any(agree(o, theirs) for o in ours)
+    if isinstance(ours, str) and ":" in ours and isinstance(theirs, str) and re.fullmatch(r"[0-9a-f]{32}", theirs):
+        return ipaddress.IPv6Address(ours).packed.hex() == theirs      # a GID tshark shows as bytes
     if isinstance(ours, str) and isinstance(theirs, int):
         try:
             return int(ours, 16) == theirs

@@ -1,6 +1,6 @@
 """MAD common header (IBA Vol 1 §13.4.3) and the attributes every GMP class shares: ClassPortInfo
 (§13.4.8.1) and InformInfo (§13.4.8.3); opensm ib_types.h ib_mad_t / ib_class_port_info_t."""
-from scapy.fields import (BitField, ByteField, IP6Field, ShortField, ThreeBytesField, XBitField,
+from scapy.fields import (BitField, ByteField, IP6Field, ThreeBytesField, XBitField,
                           XByteField, XIntField, XLongField, XShortField)
 from scapy.packet import Raw
 

@@ -151,6 +151,8 @@ def summary(mgmtclass, method, attrid):
     name = attribute(mgmtclass, attrid)[0] or f"0x{attrid:04x}"
     if fam == "cm":
         return f"CM: {name}"
+    if fam == "perf":
+        return f"PERF ({name})"
     prefix = METHOD_PREFIX.get(fam)
     if prefix is None:
         return f"MAD class 0x{mgmtclass:02x} method 0x{method:02x} ({name})"

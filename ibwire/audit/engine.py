@@ -293,6 +293,8 @@ class Audit:
         eps = self.tenants.endpoints
         if side.kind == "ib":
             guid, how = None, ""
+            if (side.lid is not None and 0xC000 <= side.lid < 0xFFFF) or (side.gid or "").startswith("ff"):
+                return Resolved(None, NO_TENANT, "multicast group")
             if side.gid:
                 guid, how = gid_port_guid(side.gid), "GID interface ID"
             elif side.lid is not None:

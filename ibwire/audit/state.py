@@ -2,7 +2,7 @@
 
 Sources, each recording itself in `PortState.source`:
 - `ibwire fabric FILE --format json` output (the fabric view rebuilt from a capture's MADs);
-- a live fabric through infiniband-diags: `saquery` NodeRecords (LID, port GUID, node type),
+- a live fabric through infiniband-diags: `ibnetdiscover -p` (end ports), `saquery NR` (port GUID),
   `sminfo` (master SM) and `smpquery pkeys LID [port]` (IBA 14.2.5.7 P_KeyTable);
 - sysfs on the PF host: /sys/class/infiniband/DEV/ports/N/{lid,gids/0,pkeys/I} (Linux
   Documentation/ABI/stable/sysfs-class-infiniband) and each VF bound on the host found through
@@ -180,28 +180,35 @@ def parse_saquery_nodes(text: str) -> list:
     return recs
 
 
+def parse_ibnetdiscover_ports(text: str) -> list:
+    """`ibnetdiscover -p` lines 'CA  6  1 0x...' / 'SW  3  5 0x...' -> end ports as (type, LID, port)."""
+    out = set()
+    for m in re.finditer(r"^(CA|SW|RT)\s+(\d+)\s+(\d+)\s+0x[0-9a-fA-F]+", text, re.M):
+        kind = {"CA": "ca", "SW": "switch", "RT": "router"}[m.group(1)]
+        out.add((kind, int(m.group(2)), 0 if kind == "switch" else int(m.group(3))))
+    return sorted(out, key=lambda t: t[1])
+
+
 def from_live(timeout: float = 10.0) -> FabricState:
-    """Ask the fabric this host is attached to (infiniband-diags; needs a running SM for saquery)."""
-    st = FabricState(sources=["live: saquery, sminfo, smpquery pkeys"])
-    for rec in parse_saquery_nodes(_run(["saquery"], timeout)):
-        guid = _int(rec.get("port_guid"))
+    """Ask the fabric this host is attached to: `ibnetdiscover -p` for the end ports' LIDs, `saquery NR LID`
+    for their GUIDs (one LID per query: SA GetTable answers need RMPP, which not every path carries),
+    `sminfo` for the master SM and `smpquery pkeys LID [port]` for each programmed table."""
+    st = FabricState(sources=["live: ibnetdiscover -p, saquery NR, sminfo, smpquery pkeys"])
+    for kind, lid, num in parse_ibnetdiscover_ports(_run(["ibnetdiscover", "-p"], timeout)):
+        recs = parse_saquery_nodes(_run(["saquery", "NR", str(lid)], timeout))
+        guid = _int(recs[0].get("port_guid")) if recs else None
         if guid is None:
             continue
         ps = st.port(guid, "live saquery NodeRecord")
-        ps.lid = _int(rec.get("lid"))
-        ps.node_type = _NODE_TYPES.get(rec.get("node_type", "").lower(), "ca")
-        ps.node_guid = _int(rec.get("node_guid"))
-        ps.port_num = 0 if ps.node_type == "switch" else _int(rec.get("port_num"))
-        ps.description = rec.get("nodedescription", "")
+        ps.lid, ps.node_type, ps.port_num = lid, kind, num
+        ps.node_guid = _int(recs[0].get("node_guid"))
+        ps.description = recs[0].get("nodedescription", "")
+        ps.pkeys = parse_smpquery_pkeys(_run(["smpquery", "pkeys", str(lid), str(num)], timeout))
+        ps.pkey_source = "live smpquery pkeys"
     m = re.search(r"sm guid (0x[0-9a-fA-F]+).*?state \d+ (\w+)", _run(["sminfo"], timeout))
     if m:
         st.master_sm = int(m.group(1), 16)
         st.sm_claims[st.master_sm] = m.group(2)
-    for ps in st.ports.values():
-        if ps.lid:
-            args = ["smpquery", "pkeys", str(ps.lid)] + ([str(ps.port_num)] if ps.port_num else [])
-            ps.pkeys = parse_smpquery_pkeys(_run(args, timeout))
-            ps.pkey_source = "live smpquery pkeys"
     return st
 
 

@@ -43,7 +43,10 @@ def compare(captured: int, captured_bytes: int, before: dict, after: dict, what:
     if before and after:
         m = after["packets"] - before["packets"]
         mb = after["bytes"] - before["bytes"]
-        if captured >= m:
+        if m == 0:
+            lines.append(f"captured {captured:,} packets, but the {what} did not move (they may not count this "
+                         f"traffic)")
+        elif captured >= m:
             lines.append(f"captured {captured:,} of {m:,} packets ({captured_bytes:,} of {mb:,} bytes) by the {what}")
         else:
             lines.append(f"captured {captured:,} of {m:,} packets by the {what}: {m - captured:,} missing "

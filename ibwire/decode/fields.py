@@ -76,12 +76,34 @@ def ib_layer_fields(layer: IBLayer) -> dict:
     return out
 
 
+def mad_layer_entries(layer):
+    """A MAD layer's fields, following the attribute records and entries it holds (dissectors.mad)."""
+    from dissectors.mad.base import _walk
+    out = {}
+    _walk(layer, out)
+    groups = {}
+    for key, value in out.items():
+        prefix, _, name = key.rpartition(".")
+        groups.setdefault(prefix or key, {})[name] = _plain(value)
+    return [(prefix, fields, _MadGroup(prefix)) for prefix, fields in groups.items()]
+
+
+class _MadGroup:
+    """Stands for one group of MAD fields in nest_and_flatten (keys are already full names)."""
+
+    def __init__(self, prefix):
+        self.ws_name = prefix
+        self.ws_alias = {}
+
+
 def layer_fields(pkt):
     """[(layer key, {field: value}, layer)] for every decoded layer, outermost first."""
     result = []
     layer = pkt
     while not isinstance(layer, NoPayload):
-        if isinstance(layer, IBLayer):
+        if type(layer).__module__.startswith("dissectors.mad"):
+            result += mad_layer_entries(layer)
+        elif isinstance(layer, IBLayer):
             result.append((layer.ws_name, ib_layer_fields(layer), layer))
         elif type(layer) in FOREIGN:
             key, fields = FOREIGN[type(layer)](layer)

@@ -15,7 +15,7 @@ from .walk import CaptureWalk
 class Scan:
     """Iterate for record batches; `problems` lists file damage, `bytes_done`/`size` drive progress bars."""
 
-    def __init__(self, path: str, icrc: bool = True, batch: int = 65536):
+    def __init__(self, path: str, icrc: bool = True, batch: int = 16384):
         self.walk = CaptureWalk(path, batch)
         self.icrc = icrc
 
@@ -36,7 +36,7 @@ class Scan:
             yield decode_batch(self.walk.buf, pos, self.icrc)
 
 
-def scan(path: str, icrc: bool = True, batch: int = 65536) -> Scan:
+def scan(path: str, icrc: bool = True, batch: int = 16384) -> Scan:
     return Scan(path, icrc, batch)
 
 

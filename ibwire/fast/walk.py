@@ -39,7 +39,7 @@ def _u32(win: np.ndarray, col: int, endian: str) -> np.ndarray:
 class CaptureWalk:
     """An mmap-ed capture; iterate `batches()`; `problems` lists damage, `linktypes` what was seen."""
 
-    def __init__(self, path: str, batch: int = 65536):
+    def __init__(self, path: str, batch: int = 16384):
         self.path, self.batch = path, batch
         try:
             size = os.path.getsize(path)
@@ -96,7 +96,7 @@ class CaptureWalk:
                 self.bytes_done = min(off, size)
                 yield Positions(data, avail, np.maximum(orig, avail), sec + frac * scale,
                                 np.full(n, linktype, np.int64), np.arange(frame0, frame0 + n))
-                self._release(int(offs[0]))
+                self._release(int(data[-1]))
                 frame0 += n
             if status != OK or not n:
                 break
@@ -164,7 +164,7 @@ class CaptureWalk:
                 iface = np.where(bad, len(ifaces), iface)
             t = ((hi << 32) | lo).astype(np.float64) * scales[iface]
             self.bytes_done = off
-            self._release(int(o[0]))
+            self._release(int(data[-1]))
             yield Positions(data, incl, np.maximum(orig, incl), t, lts[iface],
                             np.arange(frame0, frame0 + len(offs)))
             frame0 += len(offs)

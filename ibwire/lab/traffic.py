@@ -1,7 +1,7 @@
 """`ibwire lab traffic SCENARIO`: replay the RoCEv2 frames of a capture between lab hosts.
 
-SCENARIO is a pcap path, or the name of a generator scenario (`ibwire synth`), generated to a temporary
-file first.  Each RoCEv2 packet (UDP port 4791, RoCE Annex A17) is rebuilt with the lab hosts' MACs and
+SCENARIO is a pcap path, or a generator scenario file (.toml, `ibwire synth`), generated as RoCEv2 to a
+temporary file first.  Each RoCEv2 packet (UDP port 4791, RoCE Annex A17) is rebuilt with the lab hosts' MACs and
 IPv4 addresses (optionally in an 802.1Q tag) and its ICRC recomputed; the BTH and everything after it
 are kept.  The capture's endpoints map onto lab hosts by `pairs` ("vf0-remote,vf2-vf1": endpoint A of
 the conversation plays the first host, B the second, replayed once per pair) or by an explicit `mapping`
@@ -111,10 +111,11 @@ def plan(lab: dict, packets, pairs: Optional[str] = None, mapping: Optional[Dict
 
 
 def _scenario_pcap(scenario: str, tmp: str) -> str:
-    if os.path.exists(scenario):
+    if os.path.exists(scenario) and not scenario.endswith(".toml"):
         return scenario
     out = os.path.join(tmp, "scenario.pcap")
-    r = subprocess.run([sys.executable, "-m", "ibwire.cli", "synth", scenario, "-o", out], capture_output=True,
+    r = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "synth", scenario, "-w", out,
+                        "--link", "roce2"], capture_output=True,
                        text=True)
     if r.returncode or not os.path.exists(out):
         raise UserError(f"{scenario} is neither a capture file nor a scenario `ibwire synth` could generate"

@@ -14,6 +14,27 @@ from .scenario import Scenario, load
 __all__ = ["generate", "frames", "load", "LINKS", "Scenario"]
 
 
+class _Stamp:
+    """A capture timestamp as whole seconds plus an offset, so nanoseconds survive a 1.7e9 epoch.
+
+    The writers take `int(ts)` and `ts - int(ts)`; a plain float would round to ~240 ns at this epoch.
+    """
+    __slots__ = ("sec", "off")
+
+    def __init__(self, sec: int, off: float):
+        whole = int(off // 1)
+        self.sec, self.off = sec + whole, off - whole
+
+    def __int__(self):
+        return self.sec
+
+    def __sub__(self, other):
+        return self.off + (self.sec - other)
+
+    def __float__(self):
+        return self.sec + self.off
+
+
 def frames(scen: Scenario, link: Optional[str] = None, seed: Optional[int] = None):
     """Yield (timestamp, frame bytes) for the whole scenario, in time order."""
     lk = Link(link or scen.link)
@@ -21,8 +42,10 @@ def frames(scen: Scenario, link: Optional[str] = None, seed: Optional[int] = Non
     mgmt = sm_sweep(ctx, 0.0) + smp_faults(ctx, 0.0) + ipoib_pings(ctx, 0.0)
     mgmt_events = sorted(((t, next(ctx.seq), f) for t, f in mgmt), key=lambda e: (e[0], e[1]))
     flows = [qp_flow(ctx, qp) for qp in scen.qps.values()]
+    sec = int(scen.start)
+    base = scen.start - sec
     for t, _, f in heapq.merge(iter(mgmt_events), *flows, key=lambda e: (e[0], e[1])):
-        yield scen.start + t, f
+        yield _Stamp(sec, base + t), f
 
 
 def generate(scenario_path, out_path, link: Optional[str] = None, seed: Optional[int] = None) -> int:

@@ -133,9 +133,10 @@ def _segments(qp: QP, msgs) -> Iterator[Seg]:
 
 
 def _messages(scen: Scenario, qp: QP):
+    def stream(o):
+        return ((o.at + k * o.interval, o.kind, o.size) for k in range(o.count))
     ops = sorted((o for o in scen.ops if o.qp == qp.name), key=lambda o: o.at)
-    streams = [((o.at + k * o.interval, o.kind, o.size) for k in range(o.count)) for o in ops]
-    return heapq.merge(*streams, key=lambda m: m[0])
+    return heapq.merge(*map(stream, ops), key=lambda m: m[0])
 
 
 def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:

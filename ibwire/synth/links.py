@@ -31,6 +31,18 @@ def _ip4_checksum(hdr: bytes) -> int:
     return ~s & 0xFFFF
 
 
+def _udp6_checksum(src: bytes, dst: bytes, udp: bytes) -> int:
+    data = src + dst + struct.pack(">IxxxB", len(udp), 17) + udp + (b"\0" if len(udp) & 1 else b"")
+    s = sum(memoryview(data).cast("H"))    # native order sum, folded; byte-swapped below if little-endian
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    c = ~s & 0xFFFF
+    if struct.pack("=H", 1) == b"\x01\x00":
+        c = ((c & 0xFF) << 8) | (c >> 8)
+    return c or 0xFFFF
+
+
 class Link:
     """Turns transport bytes into a captured frame for one link type."""
 
@@ -74,9 +86,15 @@ class Link:
             icrc = icrc_roce2(body)
             ethertype = 0x0800
         elif n == "roce2-v6":
-            body = _IP6.pack((6 << 28) | (tos << 20), 8 + len(tp) + 4, 17, 64, src.ip6, dst.ip6)
-            body += _UDP.pack(udp_sport, ROCE_V2_PORT, 8 + len(tp) + 4, 0) + tp
-            icrc = icrc_roce2(body)
+            ulen = 8 + len(tp) + 4
+            ip6 = _IP6.pack((6 << 28) | (tos << 20), ulen, 17, 64, src.ip6, dst.ip6)
+            udp = _UDP.pack(udp_sport, ROCE_V2_PORT, ulen, 0) + tp
+            icrc = icrc_roce2(ip6 + udp)
+            icrc ^= 0xFFFFFFFF if bad_icrc else 0
+            udp += _U32LE.pack(icrc)
+            # IPv6 forbids a zero UDP checksum (RFC 8200 §8.1); the ICRC does not cover it
+            csum = _udp6_checksum(src.ip6, dst.ip6, udp)
+            return self._ethernet(src, dst, 0x86DD) + ip6 + udp[:6] + struct.pack(">H", csum) + udp[8:]
             ethertype = 0x86DD
         else:  # roce1
             body = GRH.pack((6 << 28) | (tos << 20), len(tp) + 4, NEXT_HDR_IBA, 64, src.gid, dst.gid) + tp

@@ -140,7 +140,9 @@ class Scenario:
 
     def port_pkeys(self, port: str) -> List[int]:
         p = self.ports[port]
-        return list(p.pkeys) if p.pkeys is not None else self.policy_pkeys(port)
+        if p.pkeys is not None:
+            return list(p.pkeys)
+        return self.policy_pkeys(port) if self.partitions else [DEFAULT_PKEY]
 
 
 class _Src:

@@ -14,7 +14,7 @@ import time
 
 def run(linktype: int, frames, closing: str):
     with open(os.environ["STANDIN_LOG"], "a") as f:
-        f.write(json.dumps(sys.argv) + "\n")
+        f.write(json.dumps([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\n")
     if os.environ.get("STANDIN_FAIL"):
         sys.stderr.write(os.environ["STANDIN_FAIL"] + "\n")
         sys.exit(1)

@@ -1,0 +1,1 @@
+"""Analyzers over fast-path record batches: capture statistics, conversations/RC analysis, export."""

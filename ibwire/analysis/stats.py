@@ -1,0 +1,212 @@
+"""Capture statistics from record batches: grouped counts with numpy, merged into small dictionaries.
+
+Tables: transport+opcode, P_Key (base and membership, IBA §10.9.1), endpoints (LID, GID/IP, MAC),
+queue pairs, MAD class/method/attribute; counters for ECN, CNPs, FECN/BECN, CRC failures, damage.
+"""
+from collections import defaultdict
+from typing import Dict, List
+
+import numpy as np
+
+from dissectors.opcodes import AETH_KINDS, lookup
+from ..fast import records as R
+
+MAD_CLASSES = {0x01: "SubnMgt (LID routed)", 0x81: "SubnMgt (directed route)", 0x03: "SubnAdm", 0x04: "PerfMgt",
+               0x05: "BM", 0x06: "DevMgt", 0x07: "CM", 0x08: "SNMP", 0x21: "CongestionMgt"}
+
+
+_MUL = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _hash(*cols: np.ndarray) -> np.ndarray:
+    """A 64-bit hash per row of the given columns (void columns are split into 8-byte words)."""
+    h = np.zeros(len(cols[0]), np.uint64)
+    with np.errstate(over="ignore"):
+        for c in cols:
+            if c.dtype.kind == "V":
+                raw = np.ascontiguousarray(c).view(np.uint8).reshape(len(c), -1)
+                if raw.shape[1] != 16:
+                    raw = np.pad(raw, ((0, 0), (0, 16 - raw.shape[1])))
+                words = raw.view(np.uint64)
+                parts = (words[:, 0], words[:, 1])
+            else:
+                parts = (c.astype(np.uint64),)
+            for w in parts:
+                h = (h ^ w) * _MUL
+                h ^= h >> np.uint64(29)
+    return h
+
+
+def _group(keys: np.ndarray, weights: np.ndarray):
+    """Unique keys with the index of a first occurrence, packet counts and byte sums."""
+    u, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    return u, first, np.bincount(inv, minlength=len(u)), np.bincount(inv, weights=weights, minlength=len(u))
+
+
+class Stats:
+    """Feed batches with `add`; `result()` gives tables (lists of dicts) and counters."""
+
+    def __init__(self):
+        self.tables: Dict[str, Dict[tuple, List[float]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+        self.counters: Dict[str, int] = defaultdict(int)
+        self.t_first = self.t_last = None
+        self.t_prev = None
+        self.names: Dict[str, dict] = {}
+        self.arrays: Dict[str, np.ndarray] = {}
+
+    def _acc(self, table: str, hashes, weights, key_of):
+        """Add counts per distinct hash; key_of(row index) builds the readable key on first sight."""
+        _, first, c, b = _group(hashes, weights)
+        tab = self.tables[table]
+        names = self.names.setdefault(table, {})
+        for h, i, n, nb in zip(_.tolist(), first.tolist(), c.tolist(), b.tolist()):
+            if h not in names:
+                names[h] = key_of(i)
+            e = tab[names[h]]
+            e[0] += n
+            e[1] += nb
+
+    def _bincount(self, table: str, keys, weights, size: int):
+        c = np.bincount(keys, minlength=size)
+        b = np.bincount(keys, weights=weights, minlength=size)
+        acc = self.arrays.setdefault(table, np.zeros((2, size)))
+        acc[0] += c
+        acc[1] += b
+
+    def add(self, rec: np.ndarray) -> None:
+        if not len(rec):
+            return
+        cnt = self.counters
+        n = len(rec)
+        ln = rec["len"].astype(np.float64)
+        t = rec["time"]
+        cnt["packets"] += n
+        cnt["bytes"] += int(ln.sum())
+        tmin, tmax = float(t.min()), float(t.max())
+        self.t_first = tmin if self.t_first is None else min(self.t_first, tmin)
+        self.t_last = tmax if self.t_last is None else max(self.t_last, tmax)
+        back = int((np.diff(t) < 0).sum()) + (1 if self.t_prev is not None and t[0] < self.t_prev else 0)
+        cnt["time_went_backwards"] += back
+        self.t_prev = float(t[-1])
+        fl = rec["flags"]
+        bth = (fl & R.F_BTH) > 0
+        cnt["malformed"] += int(((fl & R.F_MALFORMED) > 0).sum())
+        cnt["truncated"] += int(((fl & R.F_TRUNCATED) > 0).sum())
+        cnt["roce_on_other_udp_port"] += int(((fl & R.F_HEURISTIC) > 0).sum())
+        for name, col in (("icrc", rec["icrc"]), ("vcrc", rec["vcrc"])):
+            c = np.bincount(col, minlength=len(R.CRC_STATUS))
+            for i, s in enumerate(R.CRC_STATUS):
+                if c[i] and (i != R.ABSENT):
+                    cnt[f"{name}_{s}"] += int(c[i])
+        cnt["ib_link_packets"] += int((rec["link"] == R.IBLINK).sum())
+        # link kind / opcode (non-BTH packets grouped by link kind, opcode 256 + kind)
+        key = np.where(bth, rec["opcode"].astype(np.int64), 256 + rec["link"].astype(np.int64))
+        self._bincount("opcode", key, ln, 512)
+        b = rec[bth]
+        if len(b):
+            bl = b["len"].astype(np.float64)
+            op = b["opcode"]
+            cnt["ecn_ce"] += int((rec["ecn"] == 3).sum())
+            cnt["ecn_capable"] += int(((rec["ecn"] == 1) | (rec["ecn"] == 2)).sum())
+            cnt["cnp"] += int((op == 0x81).sum())
+            cnt["fecn"] += int(b["fecn"].sum())
+            cnt["becn"] += int(b["becn"].sum())
+            has_aeth = np.isin(op, _AETH_OPS)
+            syn = b["aeth_syndrome"][has_aeth] >> 5
+            cnt["nak"] += int((syn == 3).sum())
+            cnt["rnr_nak"] += int((syn == 1).sum())
+            self._bincount("p_key", b["p_key"], bl, 65536)
+            dst, dlid, qp = b["dst"], b["dlid"], b["destqp"]
+            self._acc("qp", _hash(dst, dlid, qp), bl, lambda i: (bytes(dst[i]), int(dlid[i]), int(qp[i])))
+            mad = b[(b["flags"] & R.F_MAD) > 0]
+            if len(mad):
+                mk = (mad["mad_class"].astype(np.uint64) << np.uint64(24)) | (mad["mad_method"].astype(np.uint64) << np.uint64(16)) | mad["mad_attrid"]
+                self._acc("mad", mk, mad["len"].astype(np.float64),
+                          lambda i: (int(mk[i]) >> 24, (int(mk[i]) >> 16) & 0xFF, int(mk[i]) & 0xFFFF))
+        # endpoints: transmit side and receive side
+        for side, a, lid, mac in (("tx", "src", "slid", "eth_src"), ("rx", "dst", "dlid", "eth_dst")):
+            ac, lc, mc = rec[a], rec[lid], rec[mac]
+            self._acc("endpoint_" + side, _hash(ac, lc, mc), ln, lambda i: (bytes(ac[i]), int(lc[i]), bytes(mc[i])))
+
+    def result(self) -> dict:
+        cnt = dict(self.counters)
+        dur = (self.t_last - self.t_first) if self.t_first is not None else 0.0
+        out = {"summary": {"packets": cnt.get("packets", 0), "bytes": cnt.get("bytes", 0), "duration_s": dur,
+                           "first_time": self.t_first, "last_time": self.t_last,
+                           "packets_per_s": cnt.get("packets", 0) / dur if dur > 0 else None,
+                           "bits_per_s": cnt.get("bytes", 0) * 8 / dur if dur > 0 else None},
+               "counters": {k: v for k, v in sorted(cnt.items()) if k not in ("packets", "bytes")}}
+
+        def rate(e):
+            return {"packets": int(e[0]), "bytes": int(e[1]),
+                    "bits_per_s": e[1] * 8 / dur if dur > 0 else None}
+        rows = []
+        for k in np.argsort(-self.arrays.get("opcode", np.zeros((2, 1)))[0], kind="stable").tolist():
+            e = self.arrays["opcode"][:, k]
+            if not e[0]:
+                continue
+            if k >= 256:
+                rows.append({"transport": R.LINK_KINDS[k - 256] if k - 256 != R.OTHER else "non-IB", "opcode": None,
+                             "operation": "(no BTH)", **rate(e)})
+            else:
+                o = lookup(k)
+                rows.append({"transport": o.transport, "opcode": k, "operation": o.name, **rate(e)})
+        out["by_opcode"] = rows
+        out["by_p_key"] = [{"p_key": f"0x{k:04x}", "base": f"0x{k & 0x7FFF:04x}",
+                            "membership": "full" if k & 0x8000 else "limited", **rate(e)}
+                           for k in np.nonzero(self.arrays.get("p_key", np.zeros((2, 1)))[0])[0].tolist()
+                           for e in [self.arrays["p_key"][:, k]]]
+        eps = {}
+        for side in ("tx", "rx"):
+            for (addr, lid, mac), e in self.tables["endpoint_" + side].items():
+                key = (addr, lid, mac)
+                row = eps.setdefault(key, {"endpoint": _endpoint(addr, lid, mac), "tx_packets": 0, "tx_bytes": 0,
+                                           "rx_packets": 0, "rx_bytes": 0})
+                row[side + "_packets"] += int(e[0])
+                row[side + "_bytes"] += int(e[1])
+        out["by_endpoint"] = sorted(eps.values(), key=lambda r: -(r["tx_bytes"] + r["rx_bytes"]))
+        out["by_qp"] = [{"destination": _endpoint(a, lid, b""), "destqp": f"0x{qp:06x}", **rate(e)}
+                        for (a, lid, qp), e in sorted(self.tables["qp"].items(), key=lambda kv: -kv[1][1])]
+        out["by_mad"] = [{"class": MAD_CLASSES.get(c, f"0x{c:02x}"), "method": f"0x{m:02x}",
+                          "attribute": f"0x{a:04x}", **rate(e)}
+                         for (c, m, a), e in sorted(self.tables["mad"].items())]
+        hints = []
+        if cnt.get("nak"):
+            hints.append(f"{cnt['nak']} NAKs (see `ibwire flows` for PSN sequence errors per QP)")
+        if cnt.get("rnr_nak"):
+            hints.append(f"{cnt['rnr_nak']} RNR NAKs: receivers ran out of posted receives")
+        if cnt.get("truncated"):
+            hints.append(f"{cnt['truncated']} packets cut short by the capture snap length")
+        if cnt.get("time_went_backwards"):
+            hints.append(f"timestamps go backwards {cnt['time_went_backwards']} times: capture reordered or merged")
+        if cnt.get("icrc_bad") or cnt.get("vcrc_bad"):
+            hints.append("CRC failures: corrupted packets or a capture that rewrote headers")
+        out["loss_hints"] = hints
+        return out
+
+
+_AETH_OPS = np.array([c for c in range(256) if "aeth" in lookup(c).headers], dtype=np.uint8)
+_ = AETH_KINDS
+
+
+def _endpoint(addr: bytes, lid: int, mac: bytes) -> str:
+    parts = []
+    if lid:
+        parts.append(f"LID {lid}")
+    if addr.strip(b"\0"):
+        parts.append(R.addr_text(addr))
+    if mac and mac.strip(b"\0"):
+        parts.append(R.mac_text(mac))
+    return " ".join(parts) or "-"
+
+
+def compute(scan, progress=None) -> dict:
+    st = Stats()
+    for batch in scan:
+        st.add(batch)
+        if progress:
+            progress(len(batch), scan.bytes_done)
+    res = st.result()
+    res["problems"] = list(scan.problems)
+    return res

@@ -1,0 +1,22 @@
+"""`ibwire convert`: move captures between native-IB containers (ERF, link type 247) and RoCEv1."""
+import sys
+
+import typer
+
+from ..convert import convert as do_convert
+from .app import app
+
+
+@app.command()
+def convert(
+    src: str = typer.Argument(..., help="input capture"),
+    output: str = typer.Option(..., "-o", "--output", help="output file (.pcapng keeps one interface per input interface)"),
+    link: str = typer.Option("erf", "--link", help="erf (ERF type 21, what ibdump writes), ib (link type 247) or eth (RoCEv1)"),
+):
+    """Rewrite a capture in another encapsulation, e.g. libpcap's link type 247 into ERF that tshark opens."""
+    stats = do_convert(src, output, link)
+    print(f"wrote {stats['written']} packets to {output}")
+    for why, n in stats["reasons"].items():
+        print(f"skipped {n} packets: {why}", file=sys.stderr)
+    for problem in stats["problems"]:
+        print(f"warning: {src}: {problem}", file=sys.stderr)

@@ -1,0 +1,45 @@
+"""The verbs backend against the real pyverbs (Debian python3-pyverbs) on this kernel, which has no RDMA:
+it must fail with one clear sentence and no traceback."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ibwire.capture.backends.verbs import Verbs, import_pyverbs
+from ibwire.capture.journal import Journal
+from ibwire.errors import UserError
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "standin"))
+import fake_sysfs  # noqa: E402
+
+
+def test_real_pyverbs_imports():
+    import_pyverbs()          # python3-pyverbs must be installed (apt); failing here means it is missing
+    import pyverbs.flow       # noqa: F401
+
+
+def test_verbs_backend_on_kernel_without_rdma_is_one_sentence(tmp_path):
+    if Path("/sys/class/infiniband").is_dir():
+        pytest.fail("this test expects a kernel without RDMA devices")
+    j = Journal("test", tmp_path)
+    with pytest.raises(UserError) as e:
+        Verbs("mlx5_0", 1).arm(j)
+    msg = str(e.value)
+    assert msg.startswith("this kernel has no RDMA support") and "\n" not in msg
+    assert j.disarm() == []
+
+
+def test_verbs_cli_with_sysfs_device_but_no_kernel_rdma(tmp_path):
+    root = fake_sysfs.build(tmp_path / "sys", "Ethernet")
+    env = dict(os.environ, IBWIRE_SYSFS_ROOT=str(root), IBWIRE_RUN_DIR=str(tmp_path / "run"))
+    r = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "capture", "--pf", "mlx5_0",
+                        "--backend", "verbs", "-w", str(tmp_path / "x.pcap")], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("ibwire: this kernel has no RDMA support")
+    assert not list((tmp_path / "run").glob("capture-*.json"))
