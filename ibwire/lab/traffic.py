@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Dict, List, Optional, Tuple
 
 from dissectors.crc import icrc_roce2
@@ -152,6 +153,7 @@ def replay(lab: dict, scenario: str, pairs: Optional[str] = None, mapping=None) 
                 if r.returncode:
                     raise UserError(f"sending from {name} failed: {r.stderr.strip()}")
                 sent[name] = len(fl)
+            time.sleep(0.3)   # let the last frames reach their sockets before the ports close (else: ICMP)
         finally:
             for p in receivers:
                 try:

@@ -20,9 +20,10 @@ class Frame(NamedTuple):
     iface: int = 0       # pcapng interface id (0 for pcap)
 
 
-PCAP_MAGICS = {
-    b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
-    b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9),
+PCAP_MAGICS = {   # magic -> (byte order, timestamp unit, record header length)
+    b"\xd4\xc3\xb2\xa1": ("<", 1e-6, 16), b"\xa1\xb2\xc3\xd4": (">", 1e-6, 16),
+    b"\x4d\x3c\xb2\xa1": ("<", 1e-9, 16), b"\xa1\xb2\x3c\x4d": (">", 1e-9, 16),
+    b"\x34\xcd\xb2\xa1": ("<", 1e-6, 24), b"\xa1\xb2\xcd\x34": (">", 1e-6, 24),   # Kuznetsov's modified pcap
 }
 PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
 
@@ -56,13 +57,13 @@ class Capture:
         if len(buf) < 24:
             self.problems.append("file header truncated")
             return
-        endian, scale = PCAP_MAGICS[buf[:4]]
+        endian, scale, rec_len = PCAP_MAGICS[buf[:4]]
         self.linktype = struct.unpack_from(endian + "I", buf, 20)[0] & 0x0FFFFFFF
         hdr = struct.Struct(endian + "IIII")
         off, n, size = 24, 0, len(buf)
-        while off + 16 <= size:
+        while off + rec_len <= size:
             sec, frac, incl, orig = hdr.unpack_from(buf, off)
-            off += 16
+            off += rec_len
             n += 1
             if incl > 0x4000000:
                 self.problems.append(f"frame {n}: record length {incl} is impossible; file damaged here")
@@ -72,8 +73,8 @@ class Capture:
                 self.problems.append(f"frame {n}: record cut short at end of file")
             off += incl
             yield Frame(n, sec + frac * scale, len(data), max(orig, len(data)), self.linktype, data)
-        if off != size:
-            self.problems.append("trailing bytes after the last record")
+        if off < size:
+            self.problems.append(f"frame {n + 1}: record header cut short at end of file")
 
     def _pcapng(self) -> Iterator[Frame]:
         buf, off, n, size = self.buf, 0, 0, len(self.buf)
