@@ -139,7 +139,10 @@ class _Channel:
         self.missing = OrderedDict()
         self.pending = OrderedDict()      # psn -> request time (messages awaiting ACK/response)
         self.reads = OrderedDict()        # first response psn -> (time, dmalen, last psn allowed)
-        self.msg = None                   # (op, bytes so far, declared dmalen or None)
+        self.msg = None                   # [op, bytes so far, declared dmalen or None]
+        self.seen = OrderedDict()         # PSNs already accepted (bounded window)
+        self.nak_seen = False             # a NAK/RNR NAK was sent: late PSNs are retransmissions
+        self.fill = None                  # a late PSN provisionally counted as out of order
         self.c = defaultdict(int)
         self.ops = defaultdict(int)
         self.op_bytes = defaultdict(int)
@@ -165,7 +168,7 @@ class _Conv:
         self.ud_msgs = 0
 
     def packet(self, side: int, t: float, op: int, psn: int, ln: int, pay: int, dmalen: int, syn: int,
-               ecn: int, p_key: int, destqp: int, a: int):
+               ecn: int, p_key: int, destqp: int, a: int, crc_bad: bool = False):
         if self.first is None:
             self.first = t
         self.last = t
@@ -187,28 +190,48 @@ class _Conv:
             self.ch[side].op_bytes["send"] += pay
             return
         if o in REQUEST_OPS or o == "unknown":
-            self._request(self.ch[side], t, op, o, seg, psn, pay, dmalen, a, tr)
+            self._request(self.ch[side], t, op, o, seg, psn, pay, dmalen, a, tr, crc_bad)
         else:
             self._response(self.ch[1 - side], t, o, seg, psn, pay, syn)
 
-    def _request(self, ch: _Channel, t, op, o, seg, psn, pay, dmalen, a, tr):
+    def _request(self, ch: _Channel, t, op, o, seg, psn, pay, dmalen, a, tr, crc_bad):
+        """Sequence a request packet as the responder would (IBA §9.7.4.1): new, retransmitted or late."""
         c = ch.c
         c["request_packets"] += 1
+        if crc_bad:                     # the responder drops it silently; it will show up as a gap
+            c["bad_icrc"] += 1
+            return
+        if ch.fill is not None:
+            if _psn_diff(psn, ch.fill) == 1 and psn in ch.seen:
+                self._refile(ch)        # go-back-N resends what follows: the late PSN was a retransmission
+            ch.fill = None
+        if psn in ch.seen:
+            c["retransmissions"] += 1
+            return
         if ch.expected is not None:
             d = _psn_diff(psn, ch.expected)
             if d > 0:
                 c["psn_gaps"] += 1
-                c["missing_psns"] += d
-                for k in range(min(d, 64)):
+                c["drops"] += d
+                for k in range(min(d, 4096)):
                     ch.missing[(ch.expected + k) % PSN_MOD] = True
                 while len(ch.missing) > 4096:
                     ch.missing.popitem(last=False)
+                ch.msg = None           # a message with a hole cannot be checked against its length
             elif d < 0:
                 if ch.missing.pop(psn, None):
-                    c["out_of_order"] += 1
+                    if ch.nak_seen:
+                        c["retransmissions"] += 1
+                    else:               # late, not lost — unless a NAK or go-back-N resends show otherwise
+                        c["out_of_order"] += 1
+                        c["drops"] -= 1
+                        ch.fill = psn
                 else:
-                    c["duplicates"] += 1        # a retransmission (or a duplicate in the capture)
-                return
+                    c["retransmissions"] += 1
+                ch.msg = None
+        ch.seen[psn] = True
+        while len(ch.seen) > PENDING_MAX:
+            ch.seen.popitem(last=False)
         nxt = psn + 1
         if o == "read_req":
             # a READ consumes one PSN per response packet: at least dmalen/4096, at most dmalen/256
@@ -218,29 +241,34 @@ class _Conv:
                 ch.reads.popitem(last=False)
             ch.ops["read"] += 1
             ch.op_bytes["read"] += dmalen
-        ch.expected = nxt % PSN_MOD
+        if ch.expected is None or _psn_diff(nxt, ch.expected) > 0:
+            ch.expected = nxt % PSN_MOD
         if o != "read_req":
-            if seg in ("first", "only", ""):
-                ch.msg = [o, 0, dmalen if o in ("write", "atomic_write") and seg != "" else None]
+            ch.op_bytes[o] += 8 if o == "atomic" else pay
+            if seg in ("first", "only"):
+                ch.msg = [o, 0, dmalen if o == "write" else None]
             if ch.msg is not None:
                 ch.msg[1] += pay
-            if seg in ("last", "only", "") or (seg == "" and o != "read_req"):
-                m = ch.msg or [o, pay, None]
-                key = {"atomic_write": "atomic_write"}.get(o, o)
-                ch.ops[key] += 1
-                ch.op_bytes[key] += m[1]
-                if m[2] is not None and m[1] != m[2]:
+            if seg in ("last", "only", ""):
+                ch.ops[o] += 1
+                m = ch.msg
+                if m is not None and m[2] is not None and m[1] != m[2]:
                     c["length_mismatch"] += 1
-                if ch.msg is not None and ch.msg[0] != o:
-                    c["broken_messages"] += 1
                 ch.msg = None
-        if tr in ("RC", "XRC") and (o != "read_req"):
-            ch.pending[psn] = t
-            while len(ch.pending) > PENDING_MAX:
-                ch.pending.popitem(last=False)
-                c["untracked_requests"] += 1
+            if tr in ("RC", "XRC"):
+                ch.pending[psn] = t
+                while len(ch.pending) > PENDING_MAX:
+                    ch.pending.popitem(last=False)
+                    c["untracked_requests"] += 1
         if tr in ("RC", "XRC"):
             ch.max_outstanding = max(ch.max_outstanding, len(ch.pending) + len(ch.reads))
+
+    @staticmethod
+    def _refile(ch: _Channel):
+        ch.c["out_of_order"] -= 1
+        ch.c["drops"] += 1
+        ch.c["retransmissions"] += 1
+        ch.fill = None
 
     def _response(self, ch: _Channel, t, o, seg, psn, pay, syn):
         c = ch.c
@@ -271,11 +299,17 @@ class _Conv:
             self._ack(ch, t, psn)
         elif kind == 1:
             c["rnr_naks"] += 1
+            ch.nak_seen = True
+            if ch.fill is not None:
+                self._refile(ch)
             ch.rnr_timers[RNR_TIMER_MS[syn & 0x1F]] += 1
         elif kind == 3:
             name = NAK_CODES.get(syn & 0x1F, f"NAK code {syn & 0x1F}")
             c["nak " + name] += 1
             c["naks"] += 1
+            ch.nak_seen = True
+            if ch.fill is not None:
+                self._refile(ch)
         if o == "atomic_ack":
             c["atomic_acks"] += 1
 
@@ -324,8 +358,8 @@ class _Conv:
         out["one_sided"] = sum(v for k, v in ops.items() if k in ONE_SIDED or k == "read")
         out["two_sided"] = ops.get("send", 0)
         if self.transport in ("RC", "XRC", "UC"):
-            out.update({k: c.get(k, 0) for k in ("psn_gaps", "missing_psns", "duplicates", "out_of_order",
-                                                  "length_mismatch")})
+            out.update({k: c.get(k, 0) for k in ("psn_gaps", "drops", "retransmissions", "out_of_order",
+                                                  "length_mismatch", "bad_icrc")})
         if self.transport in ("RC", "XRC"):
             naks = {k[4:]: v for k, v in c.items() if k.startswith("nak ")}
             out.update({"acks": c.get("acks", 0), "naks": naks, "rnr_naks": c.get("rnr_naks", 0),
@@ -380,8 +414,8 @@ def analyse(open_scan, mask=None, progress=None) -> dict:
     for rec in batches(progress):
         b = rec[(rec["flags"] & R.F_BTH) > 0]
         cols = [b[k].tolist() for k in ("time", "opcode", "psn", "len", "paylen", "reth_dmalen", "aeth_syndrome",
-                                           "ecn", "p_key", "destqp", "a", "deth_srcqp")]
-        for k, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, a, sqp in zip(_half_keys(b), *cols):
+                                           "ecn", "p_key", "destqp", "a", "deth_srcqp", "icrc")]
+        for k, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, a, sqp, crc in zip(_half_keys(b), *cols):
             if 0x60 <= op < 0x80:         # UD: both QPNs are in the packet
                 src, dst, sl, dl, _ = k
                 fwd = (src, sl, sqp) <= (dst, dl, qp)
@@ -401,7 +435,7 @@ def analyse(open_scan, mask=None, progress=None) -> dict:
             cv = state.get(cid)
             if cv is None:
                 cv = state[cid] = _Conv(cid, convs[cid])
-            cv.packet(side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, a)
+            cv.packet(side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, a, crc == R.BAD)
     rows = []
     for cid, cv in state.items():
         a, b = convs[cid]["halves"]

@@ -5,7 +5,7 @@
     <prefix>-pf    bridge esw0 joins p0 and pf0vf0..3 (the eswitch FDB, static entries, no flooding)
 
 The host-side ends pf0vfN behave like VF representors: what VF N sends arrives on pf0vfN's ingress.
-Neighbours are static and IPv6 is off so the only traffic is what `lab traffic` sends.  With --vlan V the
+Neighbours are static, IPv6 and multicast are off so the only traffic is what `lab traffic` sends.  With --vlan V the
 hosts talk over eth0.V.  The description is written to <run dir>/lab-<prefix>.json for `ibwire capture`.
 """
 import json
@@ -83,15 +83,15 @@ def _build(lab: dict):
         _sh(["ip", "netns", "add", ns])
         _quiet(ns)
         _ns(ns, "ip", "link", "set", "lo", "up")
-    _ns(pf, "ip", "link", "add", "name", lab["bridge"], "type", "bridge", "stp_state", "0")
-    _ns(pf, "ip", "link", "set", lab["bridge"], "up")
+    _ns(pf, "ip", "link", "add", "name", lab["bridge"], "type", "bridge", "stp_state", "0", "mcast_snooping", "0")
+    _ns(pf, "ip", "link", "set", lab["bridge"], "multicast", "off", "up")   # no IGMP reports from the bridge
     for h in hosts:
         rep = h["representor"]
         _ns(pf, "ip", "link", "add", "name", rep, "type", "veth", "peer", "name", "eth0", "netns", h["netns"])
         _ns(pf, "ip", "link", "set", rep, "master", lab["bridge"])
         _ns(pf, "bridge", "link", "set", "dev", rep, "learning", "off", "flood", "off", "mcast_flood", "off")
-        _ns(pf, "ip", "link", "set", rep, "up")
-        _ns(h["netns"], "ip", "link", "set", "eth0", "address", h["mac"], "up")
+        _ns(pf, "ip", "link", "set", rep, "multicast", "off", "up")
+        _ns(h["netns"], "ip", "link", "set", "eth0", "address", h["mac"], "multicast", "off", "up")
         dev = "eth0"
         if h.get("vlan"):
             dev = f"eth0.{h['vlan']}"

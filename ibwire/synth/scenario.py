@@ -55,7 +55,7 @@ class Partition:
     @property
     def mgid(self) -> bytes:
         """IPoIB IPv4 broadcast group: ff12:401b:<P_Key with full bit>::ffff:ffff (RFC 4391 §4)."""
-        return bytes.fromhex(f"ff12401b{self.pkey | 0x8000:04x}0000000000000000ffffffff")
+        return bytes.fromhex(f"ff12401b{self.pkey | 0x8000:04x}000000000000ffffffff")
 
 
 @dataclass
@@ -325,7 +325,10 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         if "pkey" in q:
             pkey = _int(q["pkey"], "pkey", src, ln("pkey"))
         else:
-            shared = [k for k in scen.port_pkeys(a) if (k & 0x7FFF) in {x & 0x7FFF for x in scen.port_pkeys(b)}]
+            tb = scen.port_pkeys(b)
+            shared = [k for k in scen.port_pkeys(a)
+                      if any((x & 0x7FFF) == (k & 0x7FFF) and (x | k) & 0x8000 for x in tb)]
+            shared.sort(key=lambda k: (k & 0x7FFF) == 0x7FFF)   # a tenant partition before the default one
             pkey = shared[0] if shared else DEFAULT_PKEY
         pmtu = _int(q.get("pmtu", 1024), "pmtu", src, ln("pmtu"))
         if pmtu not in PMTUS:

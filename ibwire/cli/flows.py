@@ -1,0 +1,69 @@
+"""`ibwire flows FILE`: one row per RC/UC/UD/XRC conversation, with RC transport analysis."""
+from typing import Optional
+
+import typer
+
+from ..analysis.flows import analyse
+from ..analysis.report import check_format, progress, render
+from ..errors import UserError
+from ..fast import scan
+from ..fast.filter import compile_batch_filter
+from .app import app
+
+
+
+def _table_row(r: dict) -> dict:
+    """A terminal-width summary of one conversation; json/csv carry every field."""
+    issues = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "retransmissions", "out_of_order", "bad_icrc", "rnr_naks",
+                                                         "length_mismatch") if r.get(k)]
+    issues += [f"NAK {k} {v}" for k, v in (r.get("naks") or {}).items()]
+    cnp = r.get("cnp_received_a", 0) + r.get("cnp_received_b", 0)
+    if cnp:
+        issues.append(f"CNPs {cnp}")
+    lat = r.get("ack_latency_us") or r.get("read_latency_us")
+    return {"#": r["conversation"], "transport": r["transport"],
+            "a (QPN)": f"{r['a']} ({r['qpn_a'] or '?'})", "b (QPN)": f"{r['b']} ({r['qpn_b'] or '?'})",
+            "P_Key": r["p_key"], "packets": r["packets_a_to_b"] + r["packets_b_to_a"],
+            "payload": r["payload_bytes"],
+            "goodput Mb/s": round(r["goodput_bps"] / 1e6, 3) if r.get("goodput_bps") else None,
+            "messages": ", ".join(f"{k} {v}" for k, v in r["messages"].items()),
+            "ACK p50/p99 µs": f"{lat['p50']:g}/{lat['p99']:g}" if lat else "",
+            "issues": "; ".join(issues)}
+
+
+def _qp(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise UserError(f"--qp takes a QP number such as 0x12 or 18, not {text!r}") from None
+
+
+@app.command()
+def flows(
+    file: str = typer.Argument(..., help="pcap or pcapng capture"),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv"),
+    display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter",
+                                                 help="only packets matching, e.g. 'bth.p_key == 0x8001'"),
+    qp: Optional[str] = typer.Option(None, "--qp", help="only conversations using this QP number"),
+    top: int = typer.Option(0, "--top", help="only the N conversations with the most bytes"),
+    icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRCs (a bad one counts as a drop)"),
+):
+    """Conversations: both endpoints and QPNs, P_Key, messages by operation, bytes, goodput, one- vs
+    two-sided; for RC: PSN gaps and drops, retransmissions, out-of-order, NAKs by kind, RNR timers, ACK coalescing,
+    outstanding depth, READ latency, request-to-ACK latency, messages checked against DMA length, CNPs."""
+    check_format(fmt)
+    mask = compile_batch_filter(display_filter) if display_filter else None
+    size = scan(file).size
+    with progress(size, "flows") as cb:
+        res = analyse(lambda: scan(file, icrc=icrc), mask, cb)
+    rows = res["conversations"]
+    if qp is not None:
+        q = f"0x{_qp(qp):06x}"
+        rows = [r for r in rows if q in (r["qpn_a"], r["qpn_b"])]
+    if top:
+        rows = rows[:top]
+    if fmt == "table":
+        rows_t = [_table_row(r) for r in rows]
+        render({"conversations": rows_t, "problems": [{"problem": p} for p in res["problems"]]}, fmt)
+    else:
+        render({"conversations": rows}, fmt, whole={"conversations": rows, "problems": res["problems"]})

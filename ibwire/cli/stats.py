@@ -1,0 +1,30 @@
+"""`ibwire stats FILE`: what a capture holds, by transport/opcode, P_Key, endpoint, QP and MAD."""
+import typer
+
+from ..analysis import stats as st
+from ..analysis.report import check_format, progress, render
+from ..fast import scan
+from .app import app
+
+
+@app.command()
+def stats(
+    file: str = typer.Argument(..., help="pcap or pcapng capture (any link type ibwire decodes)"),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv"),
+    icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC/VCRC of every packet (costs speed)"),
+    top: int = typer.Option(20, "--top", help="rows per table on a terminal (0 = all)"),
+):
+    """Counts, bytes and rates by transport+opcode, P_Key, endpoint, QP and MAD; ECN/CNP/FECN/BECN, CRC
+    failures, damaged packets and loss hints."""
+    check_format(fmt)
+    s = scan(file, icrc=icrc)
+    with progress(s.size, "stats") as cb:
+        res = st.compute(s, cb)
+    summary = dict(res["summary"])
+    sections = {"summary": [summary], "counters": [res["counters"]] if fmt != "table" else
+                [{"counter": k, "value": v} for k, v in res["counters"].items() if v],
+                "by_opcode": res["by_opcode"], "by_p_key": res["by_p_key"], "by_endpoint": res["by_endpoint"],
+                "by_qp": res["by_qp"], "by_mad": res["by_mad"],
+                "loss_hints": [{"hint": h} for h in res["loss_hints"]],
+                "problems": [{"problem": p} for p in res["problems"]]}
+    render(sections, fmt, whole=res, limit=top)

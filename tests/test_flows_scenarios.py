@@ -1,0 +1,66 @@
+"""`ibwire flows` / `ibwire stats` report exactly the events the generator's scenarios declare
+(captures/*.toml `[expect]`): messages, bytes, drops, retransmissions, PSN NAKs, RNR, bad ICRCs,
+ECN-marked packets, CNPs and BECNs."""
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import run_ibwire
+
+CAPS = Path(__file__).resolve().parents[1] / "captures"
+SCENARIOS = [p for p in sorted(CAPS.glob("*.toml")) if p.with_suffix(".pcap").exists()
+             and tomllib.loads(p.read_text()).get("expect", {}).get("flow")]
+
+
+def _flows(pcap):
+    r = run_ibwire("flows", pcap, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["conversations"]
+
+
+def _find(rows, qp):
+    qpns = {f"0x{qp['src_qpn']:06x}", f"0x{qp['dst_qpn']:06x}"}
+    hits = [r for r in rows if {r["qpn_a"], r["qpn_b"]} <= qpns | {None} and (r["qpn_a"] in qpns or r["qpn_b"] in qpns)
+            and r["transport"] == qp["type"]]
+    assert len(hits) == 1, f"expected one conversation for QP {qp['name']}, found {len(hits)}"
+    return hits[0]
+
+
+@pytest.mark.parametrize("toml", SCENARIOS, ids=lambda p: p.stem)
+def test_flow_numbers_equal_scenario(toml):
+    scen = tomllib.loads(toml.read_text())
+    rows = _flows(toml.with_suffix(".pcap"))
+    qps = {q["name"]: q for q in scen["qp"]}
+    for name, want in scen["expect"]["flow"].items():
+        row = _find(rows, qps[name])
+        got = {"messages": sum(row["messages"].values()), "bytes": sum(row["message_bytes"].values()),
+               "drops": row.get("drops", 0), "retransmits": row.get("retransmissions", 0),
+               "naks_psn": (row.get("naks") or {}).get("PSN Sequence Error", 0), "rnr": row.get("rnr_naks", 0),
+               "bad_icrc": row.get("bad_icrc", 0)}
+        for k, v in want.items():
+            assert got[k] == v, f"{toml.stem} flow {name}: {k} is {got[k]}, the scenario declares {v}"
+
+
+def test_congestion_counts_equal_scenario():
+    scen = tomllib.loads((CAPS / "congestion.toml").read_text())
+    r = run_ibwire("stats", CAPS / "congestion.pcap", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    c = json.loads(r.stdout)["counters"]
+    want = scen["expect"]["count"]
+    assert (c["ecn_ce"], c["cnp"], c["becn"]) == (want["ecn_marked"], want["cnps"], want["becn"])
+    rows = _flows(CAPS / "congestion.pcap")
+    row = _find(rows, next(q for q in scen["qp"] if q["name"] == "x"))
+    assert row["cnp_received_a"] + row["cnp_received_b"] == want["cnps"]
+    assert row["ecn_ce"] == want["ecn_marked"]
+
+
+def test_rc_latency_and_ack_coalescing_follow_the_scenario():
+    """congestion.toml: 16 WRITEs of 4 packets, an ACK every 4 packets -> coalescing 4, depth ≤ 4."""
+    rows = _flows(CAPS / "congestion.pcap")
+    rc = [r for r in rows if r["transport"] == "RC"][0]
+    assert rc["acks"] == 16 and rc["ack_coalescing"] == 4.0
+    assert 1 <= rc["max_outstanding"] <= 4
+    lat = rc["ack_latency_us"]
+    assert lat["n"] == 64 and 0 < lat["p50"] <= lat["p99"] <= lat["max"]
