@@ -184,4 +184,4 @@ def test_multitenant_policy_files_sit_next_to_the_scenarios():
         conf = (CAPS / f"{name}.partitions.conf").read_text()
         assert "0x8001" in conf and "0x8002" in conf and "0x8010" in conf
         tenants = tomllib.loads((CAPS / f"{name}.tenants.toml").read_text())
-        assert set(tenants["tenant"]) >= {"tenantA", "tenantB"}
+        assert set(tenants["tenants"]) >= {"tenantA", "tenantB"}

@@ -142,7 +142,7 @@ class Stats:
             return {"packets": int(e[0]), "bytes": int(e[1]),
                     "bits_per_s": e[1] * 8 / dur if dur > 0 else None}
         rows = []
-        for k in np.argsort(-self.arrays.get("opcode", np.zeros((2, 1)))[0], kind="stable").tolist():
+        for k in (np.argsort(-self.arrays["opcode"][0], kind="stable").tolist() if "opcode" in self.arrays else []):
             e = self.arrays["opcode"][:, k]
             if not e[0]:
                 continue
@@ -155,7 +155,7 @@ class Stats:
         out["by_opcode"] = rows
         out["by_p_key"] = [{"p_key": f"0x{k:04x}", "base": f"0x{k & 0x7FFF:04x}",
                             "membership": "full" if k & 0x8000 else "limited", **rate(e)}
-                           for k in np.nonzero(self.arrays.get("p_key", np.zeros((2, 1)))[0])[0].tolist()
+                           for k in (np.nonzero(self.arrays["p_key"][0])[0].tolist() if "p_key" in self.arrays else [])
                            for e in [self.arrays["p_key"][:, k]]]
         eps = {}
         for side in ("tx", "rx"):

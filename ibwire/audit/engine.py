@@ -52,14 +52,23 @@ class Finding:
     frames: list = field(default_factory=list)
     tenants: tuple = ()           # (source tenant, destination tenant) when the finding is about a pair
     port: Optional[int] = None    # port GUID when the finding is about one port
+    src: Optional[int] = None     # port GUID of the sender (requester, trap issuer, SMP sender)
+    dst: Optional[int] = None     # port GUID of the target
+    pkey: Optional[int] = None
+    trap: Optional[int] = None
 
     def as_dict(self) -> dict:
         d = {"rule": self.rule, "severity": self.severity, "description": self.description,
              "frames": self.frames}
         if self.tenants:
             d["tenants"] = list(self.tenants)
-        if self.port is not None:
-            d["port_guid"] = f"0x{self.port:016x}"
+        for key in ("port", "src", "dst"):
+            if getattr(self, key) is not None:
+                d[f"{key}_guid"] = f"0x{getattr(self, key):016x}"
+        if self.pkey is not None:
+            d["pkey"] = f"0x{self.pkey:04x}"
+        if self.trap is not None:
+            d["trap"] = self.trap
         return d
 
 
@@ -143,11 +152,13 @@ class Audit:
         self.bytes = 0
         self.frames_seen = 0
         self.findings: list = []
-        self.smp_sets: dict = {}          # slid -> frames
-        self.traps: list = []             # (frame, trap number, details)
+        self.smp_sets: list = []          # (frame, sender LID or None for the directed-route root, DLID)
+        self.traps: list = []             # (frame, trap number, details, slid)
         self.joins: list = []             # (frame, mgid, port gid, slid)
-        self.table_frames: dict = {}      # port GUID -> frames of P_KeyTable MADs
+        self.table_frames: dict = {}      # port GUID -> [(frame, set of P_Keys in that block)]
         self._dr_ports: dict = {}         # DR path -> port GUID (NodeInfo seen over that path)
+        self._dr_root: Optional[int] = None   # port GUID answering NodeInfo over the empty path
+        self.first_seen: dict = {}        # (Side key, P_Key base) -> first frame sent, unicast or multicast
         self.mappings: list = []          # (endpoint, text)
         self.unnamed: dict = {}           # Side text -> packets
 
@@ -164,6 +175,7 @@ class Audit:
             return
         src, dst = self._sides(flat)
         pkey = _int(flat.get("bth.p_key")) or 0
+        self.first_seen.setdefault((src.key(), pkey & 0x7FFF), number)
         key = (src.key(), dst.key(), pkey)
         fl = self.flows.get(key)
         if fl is None:
@@ -187,18 +199,21 @@ class Audit:
         method = _int(flat.get("mad.method")) or 0
         attr = _int(flat.get("mad.attributeid")) or 0
         slid = _int(flat.get("lrh.slid"))
+        dlid = _int(flat.get("lrh.dlid"))
         dr = mclass == 0x81
-        path = str(_first(flat, "smp.initialpath", "smp.initial_path", "smp.initpath") or "") if dr else ""
+        path = _dr_path(flat) if dr else ""
         if mclass in (0x01, 0x81):
             if method == 0x02:                                  # SubnSet
-                sender = _int(_first(flat, "smp.drslid")) if dr else slid
-                if sender is None or sender == PERMISSIVE_LID:
-                    sender = slid
-                self.smp_sets.setdefault(sender, []).append(number)
+                sender = _int(flat.get("smpdirected.drslid")) if dr else slid
+                if sender == PERMISSIVE_LID:
+                    sender = slid if slid != PERMISSIVE_LID else None   # None: the directed-route root
+                self.smp_sets.append((number, sender, dlid))
             if method == 0x05 and attr == 0x0002:               # SubnTrap(Notice)
                 self._trap(number, flat, slid)
-            if method in (0x81, 0x02):                          # GetResp, or the Set's data
-                self._smp_data(number, flat, attr, slid if (method == 0x81 and not dr) else None, path)
+            if method == 0x81:                                  # GetResp: what the port really holds
+                if not dr and attr == 0x0016 and not self._to_master(dlid):
+                    return                                      # a table shown to a non-SM requester
+                self._smp_data(number, flat, attr, slid if not dr else None, path)
         elif mclass == 0x03:
             if method == 0x05 and attr == 0x0002:
                 self._trap(number, flat, slid)
@@ -220,6 +235,8 @@ class Audit:
                 ps.source = "capture NodeInfo (LID-routed response)"
             if path:
                 self._dr_ports[path] = guid
+                if path == "00":
+                    self._dr_root = guid
         elif attr == 0x0015:                                    # PortInfo
             lid = _int(_first(flat, "portinfo.lid"))
             guid = self._dr_ports.get(path) if path else None
@@ -243,12 +260,12 @@ class Audit:
                 return
             ps = self.wire.port(guid, "capture")
             table = list(ps.pkeys or [])
-            entries = [(int(b) & 0x7FFF) | (0x8000 if (i < len(members) and int(members[i])) else 0)
-                       for i, b in enumerate(bases)]
+            entries = {(int(b) & 0x7FFF) | (0x8000 if (i < len(members) and int(members[i])) else 0)
+                       for i, b in enumerate(bases)} - {0, 0x8000}
             ps.pkeys = [p for p in table if p] if block else []
-            ps.pkeys = sorted(set(ps.pkeys) | {e for e in entries if e & 0x7FFF})
-            ps.pkey_source = "capture P_KeyTable MADs"
-            self.table_frames.setdefault(guid, []).append(number)
+            ps.pkeys = sorted(set(ps.pkeys) | entries)
+            ps.pkey_source = "capture P_KeyTable MADs (responses to the master SM)"
+            self.table_frames.setdefault(guid, []).append((number, entries))
         elif attr == 0x0020:                                    # SMInfo
             guid = _int(_first(flat, "sminfo.guid"))
             st = _int(_first(flat, "sminfo.smstate"))
@@ -264,6 +281,12 @@ class Audit:
         details = {k.split(".", 1)[1]: v for k, v in flat.items()
                    if k.startswith("trap.") and not isinstance(v, bool)}
         self.traps.append((number, num, details, slid))
+
+    def _to_master(self, dlid) -> bool:
+        """Is this LID the master SM's?  Unknown (no SM seen yet) counts as yes: nothing to contradict it."""
+        sm = self.state.master_sm or self.wire.master_sm
+        ps = self.wire.ports.get(sm) or self.state.ports.get(sm) if sm else None
+        return ps is None or ps.lid is None or ps.lid == dlid
 
     # -- resolution ------------------------------------------------------------------------------
     def _all_ports(self) -> FabricState:
@@ -346,12 +369,14 @@ class Audit:
             back = self.flows.get((fl.dst.key(), fl.src.key(), fl.pkey))
             answered = back is not None
             base = fl.pkey & 0x7FFF
+            if answered and self._spoke_first(back.src, fl.src, base):
+                fl, back, a, b = back, fl, b, a          # one conversation, told from its initiator's side
             pair = (a.tenant, b.tenant)
             if fl.src.kind == "ib" and not self.policy.declared(base):
                 undeclared.setdefault(base, []).extend(fl.frames)
             if fl.src.kind == "roce":
                 if a.tenant != b.tenant and NO_TENANT not in pair:
-                    findings.append(self._pairwise("roce-vlan-crossing", fl, back, pair,
+                    findings.append(self._pairwise("roce-vlan-crossing", fl, back, (a, b),
                                     f"RoCE traffic from tenant {a.tenant} ({fl.src.text()}) to tenant {b.tenant} "
                                     f"({fl.dst.text()})"))
                 continue
@@ -361,22 +386,20 @@ class Audit:
             mb = self.policy.membership(self._node(b.guid, ports))
             if base not in ma or base not in mb:
                 missing = " and ".join(f"0x{g:016x}" for g, m in ((a.guid, ma), (b.guid, mb)) if base not in m)
-                findings.append(self._pairwise("pkey-not-shared", fl, back, pair,
+                findings.append(self._pairwise("pkey-not-shared", fl, back, (a, b),
                                 f"P_Key 0x{fl.pkey:04x} ({self.policy.name_of(base)}) from {fl.src.text()} to "
                                 f"{fl.dst.text()}: the policy does not give it to port {missing}"))
             elif ma[base] == "limited" and mb[base] == "limited":
-                findings.append(self._pairwise("limited-limited", fl, back, pair,
+                findings.append(self._pairwise("limited-limited", fl, back, (a, b),
                                 f"P_Key 0x{fl.pkey:04x} ({self.policy.name_of(base)}) between two limited "
                                 f"members {fl.src.text()} -> {fl.dst.text()}" +
                                 ("; the target answered, so enforcement is off" if answered else "")))
             if a.tenant != b.tenant and NO_TENANT not in pair and not _can_talk(ma, mb):
                 rule = "cross-tenant-breach" if answered else "cross-tenant-attempt"
-                frames = fl.frames + (back.frames if back else [])
-                findings.append(Finding(rule, "breach" if answered else "attempt",
-                                        f"tenant {a.tenant} ({fl.src.text()}) -> tenant {b.tenant} "
-                                        f"({fl.dst.text()}) share no partition; {fl.packets} packets" +
-                                        (f", {back.packets} answered back" if answered else ", none answered"),
-                                        sorted(frames)[:EVIDENCE_FRAMES], pair))
+                via = " (they meet only in the default partition)" if base == DEFAULT_PKEY else ""
+                findings.append(self._pairwise(rule, fl, back, (a, b),
+                                f"tenant {a.tenant} ({fl.src.text()}) -> tenant {b.tenant} ({fl.dst.text()}) "
+                                f"share no tenant partition{via}, P_Key 0x{fl.pkey:04x}"))
         for base, frames in sorted(undeclared.items()):
             findings.append(Finding("undeclared-pkey", "warning",
                                     f"P_Key 0x{base:04x} (base) is on the wire but partitions.conf does not declare it",
@@ -390,11 +413,18 @@ class Audit:
         res.ports = ports
         return res
 
-    def _pairwise(self, rule, fl, back, pair, text) -> Finding:
+    def _spoke_first(self, x: Side, y: Side, base: int) -> bool:
+        """Did x send in this partition (to anyone, multicast included) before y did?"""
+        inf = float("inf")
+        return self.first_seen.get((x.key(), base), inf) < self.first_seen.get((y.key(), base), inf)
+
+    def _pairwise(self, rule, fl, back, ends, text) -> Finding:
+        a, b = ends
         frames = fl.frames + (back.frames if back else [])
         sev = "breach" if back is not None else "attempt"
-        return Finding(rule, sev, text + (f" ({fl.packets} packets" + (f", {back.packets} back)" if back else ")")),
-                       sorted(frames)[:EVIDENCE_FRAMES], pair)
+        text += f" ({fl.packets} packets" + (f", {back.packets} answered back)" if back else ", none answered)")
+        return Finding(rule, sev, text, sorted(frames)[:EVIDENCE_FRAMES], (a.tenant, b.tenant),
+                       src=a.guid, dst=b.guid, pkey=fl.pkey)
 
     def _default_full(self, ports) -> list:
         out = []
@@ -407,44 +437,79 @@ class Audit:
         names = sorted(by_tenant)
         if len(names) < 2:
             return out
-        frames, sev = [], "warning"
-        for fl in self.flows.values():
-            if fl.src.kind == "ib" and fl.pkey & 0x7FFF == DEFAULT_PKEY:
-                a, b = self._resolve(fl.src, ports), self._resolve(fl.dst, ports)
-                if a.tenant != b.tenant and a.tenant in by_tenant and b.tenant in by_tenant:
-                    frames += fl.frames
-                    sev = "breach"
+        frames, sev, talkers, first = [], "warning", set(), None
+        default_flows = [fl for fl in self.flows.values() if fl.src.kind == "ib" and fl.pkey & 0x7FFF == DEFAULT_PKEY]
+        for fl in default_flows:
+            a, b = self._resolve(fl.src, ports), self._resolve(fl.dst, ports)
+            if a.tenant != b.tenant and a.tenant in by_tenant and b.tenant in by_tenant:
+                frames += fl.frames
+                talkers.add(fl.src.key())
+                sev = "breach"
+                if first is None or fl.frames[0] < first[0]:
+                    first = (fl.frames[0], a, b, fl)
+        for fl in default_flows:          # their broadcasts (IPoIB ARP) reached every other tenant too
+            if fl.src.key() in talkers and self._resolve(fl.dst, ports).how == "multicast group":
+                frames += fl.frames
+        src = dst = pkey = None
+        if first is not None:
+            _, a, b, fl = first
+            back = self.flows.get((fl.dst.key(), fl.src.key(), fl.pkey))
+            if back is not None and self._spoke_first(back.src, fl.src, DEFAULT_PKEY):
+                a, b = b, a
+            src, dst, pkey = a.guid, b.guid, fl.pkey
         out.append(Finding("default-partition-full", sev,
                            f"tenants {', '.join(names)} are all full members of the default partition 0x7fff, "
                            f"so they can reach each other (partitions.conf: restrict Default to "
                            f"'ALL=limited, SELF=full')" + ("; traffic between them was seen" if frames else ""),
-                           sorted(frames)[:EVIDENCE_FRAMES]))
+                           sorted(frames)[:EVIDENCE_FRAMES], src=src, dst=dst, pkey=pkey))
         return out
 
     def _sm_findings(self, ports) -> list:
         out = []
         masters = {g for g, claims in self.wire.sm_claims.items() if any(s == "MASTER" for s, _ in claims)}
+        sm_guid = ports.master_sm
         if len(masters) > 1:
             frames = sorted(f for g in masters for s, f in self.wire.sm_claims[g] if s == "MASTER")
-            out.append(Finding("multiple-master-sm", "warning",
-                               "more than one SM claims MASTER: " + ", ".join(f"0x{g:016x}" for g in sorted(masters)),
-                               frames[:EVIDENCE_FRAMES]))
-        sm_guid = ports.master_sm
+            rogue = sorted(masters - {sm_guid})
+            out.append(Finding("multiple-master-sm", "breach",
+                               "more than one SM claims MASTER: " + ", ".join(self._who(g, ports) for g in sorted(masters)) +
+                               (f"; the master SM of this subnet is {self._who(sm_guid, ports)}" if sm_guid else ""),
+                               frames[:EVIDENCE_FRAMES], src=rogue[0] if len(rogue) == 1 else None))
+        if sm_guid is None:
+            return out                    # no SM known: nothing to compare a SubnSet's sender with
         sm_lid = ports.ports[sm_guid].lid if sm_guid in ports.ports else None
-        for lid, frames in sorted(self.smp_sets.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-            if sm_lid is None and not masters:
-                continue
-            if lid == sm_lid or lid in (None, 0):
-                continue
-            who = ports.by_lid(lid)
-            name = f"LID {lid}" + (f" (port 0x{who[0].guid:016x})" if len(who) == 1 else "")
-            tenant = next((ep.tenant for ep in self.tenants.endpoints
-                           if (ep.lid == lid) or (who and ep.port_guid == who[0].guid)), None)
+        by_sender = {}
+        for number, sender, dlid in self.smp_sets:
+            by_sender.setdefault(sender, []).append((number, dlid))
+        for sender, sets in by_sender.items():
+            if sender is None:            # directed route from the permissive LID: the route's root port sent it
+                guid, name = self._dr_root, "the directed-route root port"
+                if guid is None or guid == sm_guid:
+                    continue
+            else:
+                if sender == sm_lid:
+                    continue
+                who = ports.by_lid(sender)
+                guid, name = (who[0].guid if len(who) == 1 else None), f"LID {sender}"
+            targets = {d for _, d in sets}
+            dst = None
+            if len(targets) == 1:
+                owners = ports.by_lid(targets.pop())
+                dst = owners[0].guid if len(owners) == 1 else None
+            frames = [n for n, _ in sets]
             out.append(Finding("smp-set-from-non-sm", "breach",
-                               f"{len(frames)} SubnSet SMP(s) from {name}" + (f" of tenant {tenant}" if tenant else "") +
-                               f", which is not the master SM (LID {sm_lid})", frames[:EVIDENCE_FRAMES],
-                               port=who[0].guid if len(who) == 1 else None))
+                               f"{len(frames)} SubnSet SMP(s) from {name}" +
+                               (f" ({self._who(guid, ports)})" if guid else "") +
+                               (f" to {self._who(dst, ports)}" if dst else "") +
+                               f", which is not the master SM {self._who(sm_guid, ports)}",
+                               frames[:EVIDENCE_FRAMES], port=guid, src=guid, dst=dst))
         return out
+
+    def _who(self, guid, ports) -> str:
+        ps = ports.ports.get(guid)
+        tenant = next((ep for ep in self.tenants.endpoints if ep.port_guid == guid), None)
+        return f"port 0x{guid:016x}" + (f" LID {ps.lid}" if ps and ps.lid else "") + \
+            (f" ({tenant.label} of tenant {tenant.tenant})" if tenant else "")
 
     def _trap_findings(self, ports) -> list:
         out = []
@@ -463,7 +528,11 @@ class Audit:
                 if len(who) == 1:
                     t = self._resolve(Side("ib", l1), ports).tenant
                     offender += f" (port 0x{who[0].guid:016x}, {t})"
-            out.append(Finding("trap", "attempt", f"trap {num} ({TRAPS[num]}) from LID {slid}{offender}", [number]))
+            issuer = ports.by_lid(slid) if slid is not None else []
+            src = issuer[0].guid if len(issuer) == 1 else None
+            out.append(Finding("trap", "attempt", f"trap {num} ({TRAPS[num]}) from LID {slid}" +
+                               (f" ({self._who(src, ports)})" if src else "") + offender, [number],
+                               src=src, trap=num, pkey=_int(details.get("key")) if num == 257 else None))
         return out
 
     def _join_findings(self, ports) -> list:
@@ -508,13 +577,25 @@ class Audit:
                 text += "; not in policy: " + ", ".join(_pk(p) for p in extra)
             if missing:
                 text += "; policy gives but table lacks: " + ", ".join(_pk(p) for p in missing)
-            out.append(Finding("pkey-drift", "breach" if extra else "warning", text,
-                               self.table_frames.get(guid, [])[:EVIDENCE_FRAMES], port=guid))
+            seen = self.table_frames.get(guid, [])
+            frames = [n for n, keys in seen if keys & set(extra)] if extra else [n for n, _ in seen[-1:]]
+            out.append(Finding("pkey-drift", "breach" if extra else "warning", text, frames[:EVIDENCE_FRAMES],
+                               port=guid, pkey=extra[0] if len(extra) == 1 else None))
         return out
 
 
 def _pk(p: int) -> str:
     return f"0x{p:04x} ({'full' if p & 0x8000 else 'limited'})"
+
+
+def _dr_path(flat: dict) -> str:
+    """The directed route as hex, InitialPath[0..HopCount] (IBA 14.2.2: entry 0 is unused, one byte a hop)."""
+    raw = flat.get("smpdirected.initialpath")
+    hops = _int(flat.get("smpdirected.hopcount"))
+    if raw is None or hops is None:
+        return ""
+    raw = raw.hex() if isinstance(raw, (bytes, bytearray)) else str(raw)
+    return raw[:2 * (hops + 1)]
 
 
 def _as_list(v) -> list:
@@ -558,8 +639,10 @@ def _roce_match(ep: Endpoint, side: Side, with_vlan: bool) -> bool:
 
 
 def _can_talk(ma: dict, mb: dict) -> bool:
-    """Two ports can exchange packets in a partition both are in when at least one is full (IBA 10.9.2)."""
-    return any(pk in mb and ("limited" != ma[pk] or "limited" != mb[pk]) for pk in ma)
+    """Two ports of different tenants may talk when they share a partition other than the default one in
+    which at least one is a full member (IBA 10.9.2).  The default partition does not count: tenants that
+    meet only there are the `Default=0x7fff : ALL=full` mistake, not a declared sharing."""
+    return any(pk in mb and pk != DEFAULT_PKEY and ("limited" != ma[pk] or "limited" != mb[pk]) for pk in ma)
 
 
 def _dedupe(findings: list) -> list:

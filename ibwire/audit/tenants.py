@@ -5,6 +5,7 @@
       { port_guid = "0x0002c90300a1b201" },          # native IB: mapped to a LID, matched by GID
       { lid = 7 }, { gid = "fe80::2:c903:a1:b202" },
       { pf = "mlx5_0", vf = 2 },                      # port GUID read from sysfs (or give port_guid too)
+      { name = "vm1", host = "hv1", pf = "mlx5_0", vf = 0, port_guid = "0x0002c90300a1f000" },  # name/host label it
       { mac = "02:00:00:00:01:01", ip = "10.1.0.0/24", vlan = 101 },   # RoCE: all given keys must match
     ]
 
@@ -22,7 +23,7 @@ from typing import Optional
 
 from ..errors import UserError
 
-_KEYS = {"port_guid", "lid", "gid", "mac", "ip", "vlan", "pf", "vf", "name", "description"}
+_KEYS = {"port_guid", "lid", "gid", "mac", "ip", "vlan", "pf", "vf", "host", "name", "description"}
 
 
 @dataclass

@@ -100,7 +100,7 @@ class SimFabric:
                      timeout: float = 20.0) -> subprocess.Popen:
         """Start opensm (no periodic sweep) and wait until it logs SUBNET UP."""
         log = os.path.join(self.workdir, "opensm.log")
-        argv = ["opensm", "-f", log, "-s", "0"]
+        argv = ["opensm", "-f", log, "-s", "0", "-d2"]          # -d2: flush the log per message
         if partitions:
             argv += ["-P", partitions]
         p = self._spawn(argv, env=self.env(host))

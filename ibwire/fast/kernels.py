@@ -2,7 +2,7 @@
 
 Following lengths is inherently sequential (each record's position depends on the previous one), so it is
 the one per-packet Python loop, kept to a struct read and an append.  numba was tried for both: it saved
-little once pages were faulted in and cost ~50 MB of resident memory, so plain Python/numpy it is.
+little and cost ~50 MB of resident memory, so plain Python/numpy it is.
 """
 import struct
 
@@ -10,26 +10,32 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 MAX_RECORD = 0x4000000
-OK, END, IMPOSSIBLE = 0, 1, 2
+OK, NEED, IMPOSSIBLE = 0, 1, 2
 
 
 def walk_pcap(buf, off: int, max_n: int, big: bool):
-    """Record-header offsets from `off`: (offsets int64[:n], n, next offset, status)."""
-    mm = buf.data if isinstance(buf, np.ndarray) else buf
+    """Offsets of whole records (header and data inside `buf`) from `off`: (offsets, n, next offset,
+    status); status NEED means the next record does not fit in `buf`, IMPOSSIBLE a damaged length."""
     incl_of = struct.Struct(">I" if big else "<I").unpack_from
     size = len(buf)
     offs = []
+    app = offs.append
     status = OK
-    while len(offs) < max_n:
+    n = max_n
+    while n:
         if off + 16 > size:
-            status = END
+            status = NEED
             break
-        incl = incl_of(mm, off + 8)[0]
+        incl = incl_of(buf, off + 8)[0]
         if incl > MAX_RECORD:
             status = IMPOSSIBLE
             break
-        offs.append(off)
+        if off + 16 + incl > size:
+            status = NEED
+            break
+        app(off)
         off += 16 + incl
+        n -= 1
     return np.asarray(offs, dtype=np.int64), len(offs), off, status
 
 

@@ -1,10 +1,10 @@
-"""Walk a pcap/pcapng file through mmap and hand out batches of record positions, no per-packet objects.
+"""Walk a pcap/pcapng file in large reused chunks and hand out batches of record positions.
 
-The only per-packet Python work is following record lengths (each record's position depends on the one
-before); headers are then read for the whole batch at once with numpy.  Layouts: pcap(5) and pcapng
+The file is read with readinto() into one buffer that is reused (no page faults per packet, resident
+memory independent of file size).  The only per-packet Python work is following record lengths; record
+headers are then read for the whole batch at once with numpy.  Layouts: pcap(5) and pcapng
 (draft-ietf-opsawg-pcapng): Section Header, Interface Description, Enhanced and Simple Packet Blocks.
 """
-import mmap
 import os
 import struct
 from typing import Iterator, List, NamedTuple
@@ -13,18 +13,19 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import UserError
-from .kernels import IMPOSSIBLE, OK, walk_pcap
+from .kernels import IMPOSSIBLE, NEED, walk_pcap
 
 PCAP_MAGICS = {
     b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
     b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9),
 }
 PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+CHUNK = 1 << 24
 
 
 class Positions(NamedTuple):
-    """Where a batch's packets are: data offset in the file, lengths, times, link type, frame numbers."""
-    data: np.ndarray      # int64 offset of the first packet byte
+    """Where a batch's packets are in `CaptureWalk.buf`, their lengths, times, link types, frame numbers."""
+    data: np.ndarray      # int64 offset of the first packet byte in the current buffer
     caplen: np.ndarray    # int64 captured bytes actually present
     wirelen: np.ndarray   # int64 original length
     time: np.ndarray      # float64 seconds
@@ -37,137 +38,163 @@ def _u32(win: np.ndarray, col: int, endian: str) -> np.ndarray:
 
 
 class CaptureWalk:
-    """An mmap-ed capture; iterate `batches()`; `problems` lists damage, `linktypes` what was seen."""
+    """An open capture; iterate `batches()` (each valid until the next); `problems` lists damage."""
 
-    def __init__(self, path: str, batch: int = 16384):
+    def __init__(self, path: str, batch: int = 16384, chunk: int = CHUNK):
         self.path, self.batch = path, batch
         try:
-            size = os.path.getsize(path)
-            with open(path, "rb") as f:
-                self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            self.f = open(path, "rb")
+            self.size = os.fstat(self.f.fileno()).st_size
         except OSError as e:
             raise UserError(f"cannot read {path}: {e.strerror or e}") from None
-        head = bytes(self.mm[:4])
+        head = self.f.read(4)
+        self.f.seek(0)
         if head in PCAP_MAGICS:
             self.format = "pcap"
         elif head == PCAPNG_SHB:
             self.format = "pcapng"
         else:
             raise UserError(f"{path} is not a pcap or pcapng file (it starts with {head.hex() or 'nothing'})")
-        self.size = size
-        self.buf = np.frombuffer(self.mm, dtype=np.uint8)
+        self._store = np.empty(min(chunk, max(self.size, 64)), np.uint8)
+        self.buf = self._store[:0]    # valid bytes of the current chunk
+        self.base = 0                 # file offset of buf[0]
         self.problems: List[str] = []
         self.linktypes = set()
         self.bytes_done = 0
-        self._released = 0
 
-    def _release(self, upto: int) -> None:
-        """Drop already-decoded pages from this process's memory so RSS stays flat on big files."""
-        page = mmap.PAGESIZE
-        upto -= upto % page
-        if upto > self._released and hasattr(self.mm, "madvise"):
-            self.mm.madvise(mmap.MADV_DONTNEED, self._released, upto - self._released)
-            self._released = upto
+    def _refill(self, local: int) -> bool:
+        """Make the chunk start at buf[local]; read more.  False when nothing more could be read."""
+        rest = len(self.buf) - local
+        if local == 0 and rest == len(self._store):          # one record larger than the chunk: grow
+            bigger = np.empty(2 * len(self._store), np.uint8)
+            bigger[:rest] = self._store[:rest]
+            self._store = bigger
+        elif rest:
+            self._store[:rest] = self._store[local:local + rest]
+        self.base += local
+        got = self.f.readinto(memoryview(self._store)[rest:])
+        self.buf = self._store[:rest + got]
+        return got > 0
 
     def batches(self) -> Iterator[Positions]:
-        return self._pcap() if self.format == "pcap" else self._pcapng()
+        try:
+            yield from (self._pcap() if self.format == "pcap" else self._pcapng())
+        finally:
+            self.f.close()
 
     def _pcap(self) -> Iterator[Positions]:
-        mm, size = self.mm, self.size
-        if size < 24:
+        self._refill(0)
+        if len(self.buf) < 24:
             self.problems.append("file header truncated")
             return
-        endian, scale = PCAP_MAGICS[bytes(mm[:4])]
-        linktype = struct.unpack_from(endian + "I", mm, 20)[0] & 0x0FFFFFFF
+        endian, scale = PCAP_MAGICS[bytes(self.buf[:4])]
+        linktype = struct.unpack_from(endian + "I", self.buf, 20)[0] & 0x0FFFFFFF
         self.linktypes.add(linktype)
-        off, frame0 = 24, 1
+        local, frame0 = 24, 1
         while True:
-            offs, n, off, status = walk_pcap(self.buf, off, self.batch, endian == ">")
-            if status == IMPOSSIBLE:
-                self.problems.append(f"frame {frame0 + n}: record length is impossible; "
-                                     "the rest of the file is unreadable")
+            offs, n, local, status = walk_pcap(self.buf, local, self.batch, endian == ">")
+            eof = self.base + len(self.buf) >= self.size
             if n:
-                hdr = sliding_window_view(self.buf, 16)[offs]
-                sec, frac, incl, orig = (_u32(hdr, c, endian) for c in (0, 4, 8, 12))
-                data = offs + 16
-                avail = np.clip(size - data, 0, incl)
-                if avail[-1] < incl[-1]:
-                    self.problems.append(f"frame {frame0 + n - 1}: record cut short at end of file")
-                self.bytes_done = min(off, size)
-                yield Positions(data, avail, np.maximum(orig, avail), sec + frac * scale,
-                                np.full(n, linktype, np.int64), np.arange(frame0, frame0 + n))
-                self._release(int(data[-1]))
+                yield self._pcap_batch(offs, endian, scale, linktype, frame0, local)
                 frame0 += n
-            if status != OK or not n:
-                break
-        if off < size and not self.problems:
-            self.problems.append("trailing bytes after the last record")
+            if status == IMPOSSIBLE:
+                self.problems.append(f"frame {frame0}: record length is impossible; the rest of the file is unreadable")
+                return
+            if status == NEED:
+                if eof:
+                    if local + 16 <= len(self.buf):                   # last record cut short
+                        self.problems.append(f"frame {frame0}: record cut short at end of file")
+                        yield self._pcap_batch(np.array([local], np.int64), endian, scale, linktype, frame0,
+                                               len(self.buf))
+                    elif local < len(self.buf):
+                        self.problems.append("trailing bytes after the last record")
+                    return
+                self._refill(local)
+                local = 0
+
+    def _pcap_batch(self, offs, endian, scale, linktype, frame0, end) -> Positions:
+        n = len(offs)
+        hdr = sliding_window_view(self.buf, 16)[offs]
+        sec, frac, incl, orig = (_u32(hdr, c, endian) for c in (0, 4, 8, 12))
+        data = offs + 16
+        avail = np.clip(len(self.buf) - data, 0, incl)
+        self.bytes_done = self.base + end
+        return Positions(data, avail, np.maximum(orig, avail), sec + frac * scale,
+                         np.full(n, linktype, np.int64), np.arange(frame0, frame0 + n))
 
     def _pcapng(self) -> Iterator[Positions]:
-        mm, size = self.mm, self.size
         off, frame0, endian = 0, 1, "<"
         ifaces: List[tuple] = []     # (linktype, seconds per tick)
-        bl = struct.Struct("<II").unpack_from
-        while off + 12 <= size:
+        self._refill(0)
+        while True:
+            buf = self.buf
+            size = len(buf)
+            bl = struct.Struct(endian + "II").unpack_from
             offs, spb = [], []
             app = offs.append
-            n = self.batch
-            while n and off + 12 <= size:
-                btype, blen = bl(mm, off)
-                if endian == ">":
-                    btype, blen = struct.unpack_from(">II", mm, off)
-                if btype == 0x0A0D0D0A:
+            n, need, stop = self.batch, False, False
+            while n:
+                if off + 12 > size:
+                    need = True
+                    break
+                if bytes(buf[off:off + 4]) == PCAPNG_SHB:
                     if offs:              # byte order and interfaces may change: finish this batch first
                         break
-                    endian = "<" if bytes(mm[off + 8:off + 12]) == b"\x4d\x3c\x2b\x1a" else ">"
+                    endian = "<" if bytes(buf[off + 8:off + 12]) == b"\x4d\x3c\x2b\x1a" else ">"
                     bl = struct.Struct(endian + "II").unpack_from
-                    blen = bl(mm, off)[1]
                     ifaces = []
-                if blen < 12 or blen % 4 or off + blen > size:
-                    self.problems.append("block cut short at end of file" if off + blen > size
-                                         else f"damaged block length {blen}; the rest of the file is unreadable")
-                    off = size
+                btype, blen = bl(buf, off)
+                if blen < 12 or blen % 4 or blen > 0x4000000:
+                    self.problems.append(f"damaged block length {blen}; the rest of the file is unreadable")
+                    stop = True
                     break
-                if btype == 6:
-                    app(off)
-                    n -= 1
-                elif btype == 3:
-                    spb.append(len(offs))
+                if off + blen > size:
+                    need = True
+                    break
+                if btype == 6 or btype == 3:
+                    if btype == 3:
+                        spb.append(len(offs))
                     app(off)
                     n -= 1
                 elif btype == 1:
-                    lt = struct.unpack_from(endian + "H", mm, off + 8)[0]
-                    ifaces.append((lt, _ts_scale(bytes(mm[off + 16:off + blen - 4]), endian)))
+                    lt = struct.unpack_from(endian + "H", buf, off + 8)[0]
+                    ifaces.append((lt, _ts_scale(bytes(buf[off + 16:off + blen - 4]), endian)))
                     self.linktypes.add(lt)
                 off += blen
-            if not offs:
-                if off + 12 > size or n:
-                    break
-                continue
-            o = np.asarray(offs, dtype=np.int64)
-            hdr = sliding_window_view(self.buf, 28)[np.minimum(o, size - 28)]
-            iface, hi, lo, incl, orig = (_u32(hdr, c, endian) for c in (8, 12, 16, 20, 24))
-            blen = _u32(hdr, 4, endian)
-            data = o + 28
-            if spb:
-                s = np.asarray(spb)
-                orig[s] = _u32(hdr, 8, endian)[s]
-                incl[s] = np.minimum(orig[s], blen[s] - 16)
-                data[s] = o[s] + 12
-                iface[s], hi[s], lo[s] = 0, 0, 0
-            incl = np.clip(incl, 0, np.maximum(o + blen - 4 - data, 0))
-            lts = np.array([i[0] for i in ifaces] + [-1], dtype=np.int64)
-            scales = np.array([i[1] for i in ifaces] + [0.0])
-            bad = iface >= len(ifaces)
-            if bad.any():
-                self.problems.append(f"{int(bad.sum())} packets name an interface that was never described")
-                iface = np.where(bad, len(ifaces), iface)
-            t = ((hi << 32) | lo).astype(np.float64) * scales[iface]
-            self.bytes_done = off
-            self._release(int(data[-1]))
-            yield Positions(data, incl, np.maximum(orig, incl), t, lts[iface],
-                            np.arange(frame0, frame0 + len(offs)))
-            frame0 += len(offs)
+            if offs:
+                yield self._epbs(np.asarray(offs, np.int64), spb, endian, ifaces, frame0, off)
+                frame0 += len(offs)
+            if stop:
+                return
+            if need:
+                if self.base + size >= self.size:
+                    if off < size:
+                        self.problems.append("block cut short at end of file")
+                    return
+                self._refill(off)
+                off = 0
+
+    def _epbs(self, o, spb, endian, ifaces, frame0, off) -> Positions:
+        hdr = sliding_window_view(self.buf, 28)[np.minimum(o, len(self.buf) - 28)]
+        iface, hi, lo, incl, orig = (_u32(hdr, c, endian) for c in (8, 12, 16, 20, 24))
+        blen = _u32(hdr, 4, endian)
+        data = o + 28
+        if spb:
+            s = np.asarray(spb)
+            orig[s] = _u32(hdr, 8, endian)[s]
+            incl[s] = np.minimum(orig[s], blen[s] - 16)
+            data[s] = o[s] + 12
+            iface[s], hi[s], lo[s] = 0, 0, 0
+        incl = np.clip(incl, 0, np.maximum(o + blen - 4 - data, 0))
+        lts = np.array([i[0] for i in ifaces] + [-1], dtype=np.int64)
+        scales = np.array([i[1] for i in ifaces] + [0.0])
+        bad = iface >= len(ifaces)
+        if bad.any():
+            self.problems.append(f"{int(bad.sum())} packets name an interface that was never described")
+            iface = np.where(bad, len(ifaces), iface)
+        self.bytes_done = self.base + off
+        return Positions(data, incl, np.maximum(orig, incl), ((hi << 32) | lo).astype(np.float64) * scales[iface],
+                         lts[iface], np.arange(frame0, frame0 + len(o)))
 
 
 def _ts_scale(opts: bytes, endian: str) -> float:

@@ -1,0 +1,121 @@
+"""Benchmark: `ibwire stats` and `ibwire flows` against tshark and scapy on a 1,000,000-packet RoCEv2 capture.
+
+    /work/venv/bin/python bench/run.py [--packets 1000000] [--tshark-packets 200000] [--scapy-packets 5000]
+
+Generates bench/out/roce-<N>.pcap once (bench/gen_roce.py, reused afterwards).  ibwire runs on the whole
+file; tshark (`-T fields` with the fields ibwire's records hold) reads the first --tshark-packets packets
+(`-c`) and scapy (`rdpcap` with ibwire's dissectors bound, every field read) the first --scapy-packets;
+their rates are extrapolated from those samples, which favours them (no cache-cold tail).  Wall times,
+packets/second, the ratios and each run's peak RSS are printed and written to bench/out/results.json.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from gen_roce import generate  # noqa: E402
+
+TSHARK_FIELDS = [
+    "frame.number", "frame.time_epoch", "frame.cap_len", "frame.len", "eth.src", "eth.dst", "vlan.id",
+    "ip.dsfield.ecn", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "udp.srcport", "udp.dstport",
+    "infiniband.lrh.slid", "infiniband.lrh.dlid", "infiniband.lrh.sl", "infiniband.lrh.vl",
+    "infiniband.grh.sgid", "infiniband.grh.dgid", "infiniband.bth.opcode", "infiniband.bth.se",
+    "infiniband.bth.m", "infiniband.bth.padcnt", "infiniband.bth.tver", "infiniband.bth.p_key",
+    "infiniband.bth.destqp", "infiniband.bth.a", "infiniband.bth.psn", "infiniband.reth.va",
+    "infiniband.reth.r_key", "infiniband.reth.dmalen", "infiniband.aeth.syndrome", "infiniband.aeth.msn",
+    "infiniband.deth.q_key", "infiniband.deth.srcqp", "infiniband.atomiceth.swapdt", "infiniband.atomiceth.cmpdt",
+    "infiniband.atomicacketh.origremdt", "infiniband.immdt", "infiniband.ieth", "infiniband.mad.mgmtclass",
+    "infiniband.mad.method", "infiniband.mad.status", "infiniband.mad.attributeid",
+    "infiniband.mad.attributemodifier", "infiniband.mad.transactionid", "infiniband.invariant.crc",
+    "infiniband.variant.crc",
+]
+
+SCAPY_SNIPPET = """
+import sys, time
+import dissectors  # binds the InfiniBand layers (UDP 4791 -> BTH ...)
+from scapy.utils import rdpcap
+t = time.perf_counter()
+pkts = rdpcap(sys.argv[1], count=int(sys.argv[2]))
+n = 0
+for p in pkts:
+    layer = p
+    while layer:
+        for f in layer.fields_desc:
+            layer.getfieldval(f.name)
+        layer = layer.payload
+    n += 1
+print(n, time.perf_counter() - t)
+"""
+
+
+def run(cmd, stdout=subprocess.DEVNULL):
+    """Wall time, peak RSS (MB) and stdout of a child process."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE if stdout is None else stdout, stderr=subprocess.PIPE)
+    out = p.stdout.read() if stdout is None else b""
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{cmd[0]} failed: {p.stderr.read().decode()[-2000:]}")
+    return wall, ru.ru_maxrss / 1024, out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--packets", type=int, default=1_000_000)
+    ap.add_argument("--tshark-packets", type=int, default=200_000)
+    ap.add_argument("--scapy-packets", type=int, default=5_000)
+    ap.add_argument("--capture", help="use this capture instead of generating one")
+    args = ap.parse_args()
+    out = HERE / "out"
+    out.mkdir(exist_ok=True)
+    cap = Path(args.capture) if args.capture else out / f"roce-{args.packets}.pcap"
+    if not cap.exists():
+        t = time.perf_counter()
+        generate(str(cap), args.packets)
+        print(f"generated {cap} ({cap.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s")
+    ibwire = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
+    subprocess.run(["cat", str(cap)], stdout=subprocess.DEVNULL, check=True)      # warm the page cache
+    res = {"capture": str(cap), "packets": args.packets, "bytes": cap.stat().st_size, "cpus": os.cpu_count()}
+
+    for name, cmd in (("stats", [ibwire, "stats", str(cap), "--format", "json"]),
+                      ("stats --no-icrc", [ibwire, "stats", str(cap), "--format", "json", "--no-icrc"]),
+                      ("flows", [ibwire, "flows", str(cap), "--format", "json"])):
+        wall, rss, _ = run(cmd)
+        res[name] = {"seconds": wall, "pps": args.packets / wall, "peak_rss_mb": rss}
+        print(f"ibwire {name:16s} {wall:7.2f} s  {args.packets / wall:>12,.0f} pkt/s  peak RSS {rss:.0f} MB")
+
+    n = min(args.tshark_packets, args.packets)
+    cmd = ["tshark", "-r", str(cap), "-c", str(n), "-T", "fields"]
+    for f in TSHARK_FIELDS:
+        cmd += ["-e", f]
+    wall, rss, _ = run(cmd)
+    res["tshark"] = {"packets_measured": n, "seconds": wall, "pps": n / wall, "peak_rss_mb": rss,
+                     "fields": len(TSHARK_FIELDS)}
+    print(f"tshark -T fields ({len(TSHARK_FIELDS)} fields, first {n:,} packets) {wall:.2f} s  {n / wall:>10,.0f} pkt/s"
+          f"  peak RSS {rss:.0f} MB")
+
+    m = min(args.scapy_packets, args.packets)
+    wall, rss, text = run([sys.executable, "-c", SCAPY_SNIPPET, str(cap), str(m)], stdout=None)
+    got, secs = text.split()
+    res["scapy"] = {"packets_measured": int(got), "seconds": float(secs), "pps": int(got) / float(secs),
+                    "peak_rss_mb": rss}
+    print(f"scapy rdpcap + dissection (first {m:,} packets) {float(secs):.2f} s  {int(got) / float(secs):>10,.0f} pkt/s")
+
+    for name in ("stats", "stats --no-icrc", "flows"):
+        r = res[name]
+        r["vs_tshark"] = r["pps"] / res["tshark"]["pps"]
+        r["vs_scapy"] = r["pps"] / res["scapy"]["pps"]
+        print(f"ibwire {name:16s} = {r['vs_tshark']:5.1f}× tshark, {r['vs_scapy']:6.0f}× scapy")
+    (out / "results.json").write_text(json.dumps(res, indent=2))
+    print(f"results in {out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""capture_ibsim against a real ibsim, opensm and infiniband-diags (Debian ibsim-utils, opensm,
+infiniband-diags); tshark 4.0 is the oracle for every field, dissectors.crc for ICRC/VCRC."""
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dissectors.crc import icrc_ib, vcrc
+from ibwire.decode import decode_frame
+from ibwire.fabric.extract import iter_mads, native_ib
+from ibwire.readers import iter_frames
+from ibwire.writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND
+import tshark_oracle
+from test_mad_oracle import TSHARK_EXCEPTIONS
+from fabric import scenario
+
+for _tool in ("ibsim", "opensm", "smpquery", "saquery", "perfquery", "ibnetdiscover"):
+    assert shutil.which(_tool), (f"{_tool} is required for the ibsim tests: apt-get install ibsim-utils opensm "
+                                 "infiniband-diags")
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    return scenario.run(str(tmp_path_factory.mktemp("ibsim")))
+
+
+def _tshark(path, *args):
+    r = subprocess.run(["tshark", "-r", path, *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_ibsim_capture_opens_in_tshark_without_malformed_packets(sim):
+    assert sim["stats"]["packets"] > 100 and sim["stats"]["dropped"] == 0
+    info = _tshark(sim["path"], "-T", "fields", "-e", "_ws.col.Info").splitlines()
+    assert len(info) == sim["stats"]["packets"]
+    assert _tshark(sim["path"], "-Y", "_ws.malformed || _ws.expert.severity >= error").strip() == ""
+    text = "\n".join(info)
+    for want in ("SubnGet(NodeInfo)", "SubnSet(P_KeyTable)", "SubnGetResp(PortInfo)",
+                 "SubnAdmGetTable(NodeRecord)", "SubnGet(SMInfo)", "PortCounters"):
+        assert want in text, want
+
+
+def test_ibsim_capture_crcs_are_correct(sim):
+    n = 0
+    for fr in iter_frames(sim["path"]):
+        assert fr.linktype == LINKTYPE_ERF
+        ib = native_ib(fr.linktype, fr.data)
+        assert len(ib) == 8 + 12 + 8 + 256 + 4 + 2
+        assert struct.unpack("<I", ib[-6:-2])[0] == icrc_ib(ib[:-6])
+        assert struct.unpack("<H", ib[-2:])[0] == vcrc(ib[:-2])
+        n += 1
+    assert n == sim["stats"]["packets"]
+
+
+def test_ibsim_capture_every_field_agrees_with_tshark(sim):
+    decoded = [decode_frame(f) for f in iter_frames(sim["path"])]
+    ignore = set(TSHARK_EXCEPTIONS) | {"nodedescription.nodestring"}
+    mismatches, compared, _ = tshark_oracle.compare(sim["path"], decoded, ignore=ignore)
+    assert compared > 5000 and mismatches == []
+    # NodeDescription: tshark shows the string, we keep the 64 bytes
+    theirs = _tshark(sim["path"], "-Y", "infiniband.nodedescription.nodestring", "-T", "fields",
+                     "-e", "infiniband.nodedescription.nodestring").split()
+    ours = [d.flat["nodedescription.nodestring"] for d in decoded if "nodedescription.nodestring" in d.flat]
+    ours = [bytes.fromhex(o).split(b"\0")[0].decode() if isinstance(o, str) else o.split(b"\0")[0].decode()
+            for o in ours]
+    assert [o for o in ours if o] == theirs and {"Hca1", "Hca2", "Hca3", "Switch1"} <= set(theirs)
+
+
+def test_ibsim_capture_addressing_follows_the_spec(sim):
+    requests, responses = {}, {}
+    for m in iter_mads(sim["path"]):
+        if m.mad[1] == 0x81:
+            assert (m.dlid, m.slid, m.dqp, m.sqp) == (0xFFFF, 0xFFFF, 0, 0)
+        else:
+            assert m.slid not in (0, 0xFFFF) and m.dlid not in (0, 0xFFFF)
+            assert m.dqp == (0 if m.mad[1] == 0x01 else 1)
+        tid = m.mad[8:16]
+        (responses if m.mad[3] & 0x80 else requests).setdefault(tid, m)
+    unanswered = [t for t, m in requests.items() if t not in responses and m.mad[3] not in (0x05, 0x07)]
+    assert unanswered == [] and len(responses) > 50
+    for fr in iter_frames(sim["path"]):
+        ib = native_ib(fr.linktype, fr.data)
+        vl, dqp, qkey = ib[0] >> 4, int.from_bytes(ib[13:16], "big"), int.from_bytes(ib[20:24], "big")
+        assert ib[8] == 0x64 and vl == (15 if dqp == 0 else 0) and qkey == (0 if dqp == 0 else 0x80010000)
+
+
+def test_ibsim_capture_link_type_247(tmp_path):
+    with scenario.SimFabric(str(scenario.TOPOLOGY), workdir=str(tmp_path)) as fab:
+        import threading
+        stop, ready, stats = threading.Event(), threading.Event(), {}
+        out = str(tmp_path / "ib.pcap")
+        t = threading.Thread(target=lambda: stats.update(scenario.capture_ibsim(
+            out, link="ib", stop=stop, port=fab.port, ready=ready)))
+        t.start()
+        ready.wait(10)
+        try:
+            fab.run(["smpquery", "-D", "nodeinfo", "0"])
+            time.sleep(0.3)
+        finally:
+            stop.set()
+            t.join(10)
+    frames = list(iter_frames(out))
+    assert stats["packets"] == len(frames) == 2
+    assert all(f.linktype == LINKTYPE_INFINIBAND for f in frames)
+    assert [decode_frame(f).flat["mad.method"] for f in frames] == [0x01, 0x81]
+    assert all(decode_frame(f).flat["icrc.status"] == "good" for f in frames)
+
+
+def test_ibsim_capture_file_stays_valid_when_killed(tmp_path):
+    with scenario.SimFabric(str(scenario.TOPOLOGY), workdir=str(tmp_path)) as fab:
+        out = str(tmp_path / "killed.pcap")
+        code = ("import sys; from ibwire.capture.ibsim import capture_ibsim; "
+                f"capture_ibsim({out!r}, port={fab.port})")
+        p = subprocess.Popen([sys.executable, "-c", code])
+        try:
+            time.sleep(1.0)
+            fab.run(["smpquery", "-D", "nodeinfo", "0"])
+            fab.run(["smpquery", "-D", "nodedesc", "0"])
+            time.sleep(0.3)
+        finally:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+    assert _tshark(out, "-T", "fields", "-e", "_ws.col.Info").split("\n")[:4] == [
+        "UD Send Only QP=0x000000 SubnGet(NodeInfo)", "UD Send Only QP=0x000000 SubnGetResp(NodeInfo)",
+        "UD Send Only QP=0x000000 SubnGet(NodeDescription)", "UD Send Only QP=0x000000 SubnGetResp(NodeDescription)"]
