@@ -85,6 +85,10 @@ class Side:
     def key(self) -> tuple:
         return (self.kind, self.lid, self.gid, self.mac, self.ip, self.vlan)
 
+    def speaker(self) -> tuple:
+        """The sending port whatever it addresses: its LID alone (a GRH is added for multicast), or RoCE key."""
+        return ("ib", self.lid) if self.kind == "ib" and self.lid is not None else self.key()
+
     def text(self) -> str:
         if self.kind == "ib":
             return f"LID {self.lid}" + (f" GID {self.gid}" if self.gid else "")
@@ -175,7 +179,7 @@ class Audit:
             return
         src, dst = self._sides(flat)
         pkey = _int(flat.get("bth.p_key")) or 0
-        self.first_seen.setdefault((src.key(), pkey & 0x7FFF), number)
+        self.first_seen.setdefault((src.speaker(), pkey & 0x7FFF), number)
         key = (src.key(), dst.key(), pkey)
         fl = self.flows.get(key)
         if fl is None:
@@ -373,7 +377,9 @@ class Audit:
                 fl, back, a, b = back, fl, b, a          # one conversation, told from its initiator's side
             pair = (a.tenant, b.tenant)
             if fl.src.kind == "ib" and not self.policy.declared(base):
-                undeclared.setdefault(base, []).extend(fl.frames)
+                seen = undeclared.setdefault(base, ([], set()))
+                seen[0].extend(fl.frames)
+                seen[1].add(fl.pkey)
             if fl.src.kind == "roce":
                 if a.tenant != b.tenant and NO_TENANT not in pair:
                     findings.append(self._pairwise("roce-vlan-crossing", fl, back, (a, b),
@@ -400,10 +406,12 @@ class Audit:
                 findings.append(self._pairwise(rule, fl, back, (a, b),
                                 f"tenant {a.tenant} ({fl.src.text()}) -> tenant {b.tenant} ({fl.dst.text()}) "
                                 f"share no tenant partition{via}, P_Key 0x{fl.pkey:04x}"))
-        for base, frames in sorted(undeclared.items()):
+        for base, (frames, wire) in sorted(undeclared.items()):
+            keys = ", ".join(f"0x{k:04x}" for k in sorted(wire))
             findings.append(Finding("undeclared-pkey", "warning",
-                                    f"P_Key 0x{base:04x} (base) is on the wire but partitions.conf does not declare it",
-                                    sorted(set(frames))[:EVIDENCE_FRAMES]))
+                                    f"P_Key {keys} is on the wire but partitions.conf declares no partition "
+                                    f"0x{base:04x}", sorted(set(frames))[:EVIDENCE_FRAMES],
+                                    pkey=min(wire) if len(wire) == 1 else base))
         findings += self._default_full(ports)
         findings += self._sm_findings(ports)
         findings += self._trap_findings(ports)
@@ -416,7 +424,7 @@ class Audit:
     def _spoke_first(self, x: Side, y: Side, base: int) -> bool:
         """Did x send in this partition (to anyone, multicast included) before y did?"""
         inf = float("inf")
-        return self.first_seen.get((x.key(), base), inf) < self.first_seen.get((y.key(), base), inf)
+        return self.first_seen.get((x.speaker(), base), inf) < self.first_seen.get((y.speaker(), base), inf)
 
     def _pairwise(self, rule, fl, back, ends, text) -> Finding:
         a, b = ends
@@ -443,12 +451,12 @@ class Audit:
             a, b = self._resolve(fl.src, ports), self._resolve(fl.dst, ports)
             if a.tenant != b.tenant and a.tenant in by_tenant and b.tenant in by_tenant:
                 frames += fl.frames
-                talkers.add(fl.src.key())
+                talkers.add(fl.src.speaker())
                 sev = "breach"
                 if first is None or fl.frames[0] < first[0]:
                     first = (fl.frames[0], a, b, fl)
         for fl in default_flows:          # their broadcasts (IPoIB ARP) reached every other tenant too
-            if fl.src.key() in talkers and self._resolve(fl.dst, ports).how == "multicast group":
+            if fl.src.speaker() in talkers and self._resolve(fl.dst, ports).how == "multicast group":
                 frames += fl.frames
         src = dst = pkey = None
         if first is not None:

@@ -36,22 +36,48 @@ def _opcode_tables():
 
 
 EXT_OFF, EXT_LEN, KNOWN = _opcode_tables()
-BTH_WIN = 96
+BTH_WIN = 48    # BTH and the longest extended-header chain (DC: 8 + 4 + 8 + 16)
 _ETH_VLAN = (0x8100, 0x88A8, 0x9100)
 
 
-def window(buf: np.ndarray, start: np.ndarray, width: int, lim: np.ndarray) -> np.ndarray:
-    """width bytes from each start (absolute), zero beyond the row's captured end `lim`."""
-    return gather(buf, start, lim, width)
+HEAD = 128      # bytes copied from the start of every packet; deeper windows come from the buffer
 
 
-def _be(w: np.ndarray, col, n: int) -> np.ndarray:
-    """Big-endian integer of n bytes at column `col` (int or per-row array) of window w."""
-    rows = np.arange(len(w))
-    v = np.zeros(len(w), np.uint64)
-    for k in range(n):
-        b = w[:, col + k] if np.isscalar(col) else w[rows, np.clip(col + k, 0, w.shape[1] - 1)]
-        v = (v << np.uint64(8)) | b.astype(np.uint64)
+def _align(w: np.ndarray, rel: np.ndarray, width: int):
+    """Per-row windows w[i, rel[i]:rel[i]+width], grouped by distinct offset (few per batch), and a mask
+    of the rows that fit inside w."""
+    ok = (rel >= 0) & (rel + width <= w.shape[1])
+    if len(rel) and ok.all() and (rel == rel[0]).all():
+        return w[:, rel[0]:rel[0] + width], ok
+    out = np.zeros((len(w), width), np.uint8)
+    for u in np.unique(rel[ok]).tolist():
+        m = rel == u
+        out[m] = w[m, u:u + width]
+    return out, ok
+
+
+class _Bytes:
+    """The first HEAD bytes of each packet of a batch, and windows at any absolute offset."""
+
+    def __init__(self, buf: np.ndarray, d: np.ndarray, lim: np.ndarray):
+        self.buf, self.d, self.lim = buf, d, lim
+        self.head = gather(buf, d, lim, HEAD)
+
+    def window(self, rows: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
+        """width bytes from absolute offsets `start` for packets `rows`, zero beyond their captured end."""
+        out, ok = _align(self.head[rows], start - self.d[rows], width)
+        if not ok.all():
+            out = np.array(out)
+            bad = ~ok
+            out[bad] = gather(self.buf, start[bad], self.lim[rows][bad], width)
+        return out
+
+
+def _be(w: np.ndarray, col: int, n: int) -> np.ndarray:
+    """Big-endian integer of n bytes at column `col` of window w."""
+    v = w[:, col].astype(np.uint64)
+    for k in range(1, n):
+        v = (v << np.uint64(8)) | w[:, col + k]
     return v
 
 
@@ -66,19 +92,22 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
     l3 = np.full(n, -1, np.int64)    # GRH / IP start
     et = np.zeros(n, np.int64)       # ethertype of what starts at l3
     flags = np.zeros(n, np.int64)
+    ctx = _Bytes(buf, d, lim)
 
     eth = lt == 1
     if eth.any():
         r = np.nonzero(eth)[0]
-        w = window(buf, d[r], 22, lim[r])
+        w = ctx.head[r, :22] if len(r) < n else ctx.head[:, :22]
         rec["eth_dst"][r] = w[:, 0:6].copy().view("V6")[:, 0]
         rec["eth_src"][r] = w[:, 6:12].copy().view("V6")[:, 0]
         e, at = _be(w, 12, 2), np.full(len(r), 14, np.int64)
         vl = np.full(len(r), -1, np.int64)
-        for _ in range(2):
-            tag = np.isin(e, _ETH_VLAN)
-            vl = np.where(tag & (vl < 0), _be(w, at, 2).astype(np.int64) & 0xFFF, vl)
-            e = np.where(tag, _be(w, at + 2, 2), e)
+        for k in range(2):
+            tag = np.isin(e, _ETH_VLAN) & (at == 14 + 4 * k)
+            if not tag.any():
+                break
+            vl = np.where(tag & (vl < 0), _be(w, 14 + 4 * k, 2).astype(np.int64) & 0xFFF, vl)
+            e = np.where(tag, _be(w, 16 + 4 * k, 2), e)
             at = at + 4 * tag
         rec["vlan"][r] = vl
         et[r], l3[r] = e, d[r] + at
@@ -86,14 +115,14 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
         m = lt == code
         if m.any():
             r = np.nonzero(m)[0]
-            w = window(buf, d[r], hl, lim[r])
+            w = ctx.head[r, :hl]
             et[r], l3[r] = _be(w, et_col, 2), d[r] + hl
             kind[r[_be(w, arphrd_col, 2) == 32]] = R.IPOIB
     kind[lt == 242] = R.IPOIB
     erf = lt == 197
     if erf.any():
         r = np.nonzero(erf)[0]
-        w = window(buf, d[r], 40, lim[r])
+        w = ctx.head[r, :40]
         t = w[:, 8].astype(np.int64)
         at = np.full(len(r), 16, np.int64)
         more = (t & 0x80) > 0
@@ -112,7 +141,7 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
     end = np.full(n, -1, np.int64)            # absolute position of the ICRC
     if ib.any():
         r = np.nonzero(ib)[0]
-        w = window(buf, lrh[r], 8, lim[r])
+        w = ctx.window(r, lrh[r], 8)
         rec["vl"][r], rec["sl"][r] = w[:, 0] >> 4, w[:, 1] >> 4
         rec["dlid"][r], rec["slid"][r] = _be(w, 2, 2), _be(w, 6, 2)
         lnh = w[:, 1] & 3
@@ -129,7 +158,7 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
     g = et == ROCE_V1_ETHERTYPE
     if g.any():
         r = np.nonzero(g)[0]
-        w = window(buf, l3[r], 40, lim[r])
+        w = ctx.window(r, l3[r], 40)
         rec["src"][r] = w[:, 8:24].copy().view("V16")[:, 0]
         rec["dst"][r] = w[:, 24:40].copy().view("V16")[:, 0]
         rec["ecn"][r] = (w[:, 1] >> 4) & 3
@@ -147,7 +176,7 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
         if not m.any():
             continue
         r = np.nonzero(m)[0]
-        w = window(buf, l3[r], 48, lim[r])
+        w = ctx.window(r, l3[r], 48)
         if version == 4:
             ihl = (w[:, 0] & 0x0F).astype(np.int64) * 4
             isudp = (w[:, 9] == 17) & (w[:, 0] >> 4 == 4) & (ihl >= 20) & ((_be(w, 6, 2) & 0x3FFF) == 0)
@@ -166,7 +195,7 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
             rec["dst"][r] = w[:, 24:40].copy().view("V16")[:, 0]
             u = l3[r] + 40
         r, u = r[isudp], u[isudp]
-        uw = window(buf, u, 8, lim[r])
+        uw = ctx.window(r, u, 8)
         sp, dp, ulen = _be(uw, 0, 2), _be(uw, 2, 2), _be(uw, 4, 2).astype(np.int64)
         rec["udp_src"][r], rec["udp_dst"][r] = sp, dp
         udp[r] = u
@@ -186,7 +215,7 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
     bth[~has_bth] = -1
     rec["link"] = kind
     if has_bth.any():
-        _transport(buf, rec, np.nonzero(has_bth)[0], bth, end, lim, flags, icrc, kind, lrh, l3, udp)
+        _transport(ctx, rec, np.nonzero(has_bth)[0], bth, end, lim, flags, icrc, kind, lrh, l3, udp)
     rec["flags"] = flags | np.where(pos.wirelen > pos.caplen, R.F_TRUNCATED, 0)
     return rec
 
@@ -206,9 +235,10 @@ def _heuristic(buf, rows, kind, l3, bth, end, lim, flags, et):
             flags[i] |= R.F_HEURISTIC | (R.F_GRH if et[i] == 0x86DD else 0)
 
 
-def _transport(buf, rec, r, bth, end, lim, flags, icrc, kind, lrh, l3, udp):
+def _transport(ctx, rec, r, bth, end, lim, flags, icrc, kind, lrh, l3, udp):
+    buf = ctx.buf
     b = bth[r]
-    w = window(buf, b, BTH_WIN, lim[r])
+    w = ctx.window(r, b, BTH_WIN)
     op = w[:, 0].astype(np.int64)
     sub = {}
     sub["opcode"] = op
@@ -219,14 +249,16 @@ def _transport(buf, rec, r, bth, end, lim, flags, icrc, kind, lrh, l3, udp):
     sub["a"] = w[:, 8] >> 7
     sub["psn"] = _be(w, 9, 3)
 
-    def field(h, at, nbytes, name, mask=None):
-        o = EXT_OFF[h][op]
-        has = o >= 0
-        if has.any():
-            v = _be(w, 12 + np.maximum(o, 0) + at, nbytes)
-            if mask is not None:
-                v &= np.uint64(mask)
-            sub[name] = np.where(has, v, 0)
+    aligned = {}
+
+    def field(h, at, nbytes, name):
+        if h not in aligned:
+            o = EXT_OFF[h][op]
+            has = o >= 0
+            aligned[h] = (_align(w, 12 + np.maximum(o, 0), HEADER_LEN[h])[0], has) if has.any() else None
+        if aligned[h] is not None:
+            hw, has = aligned[h]
+            sub[name] = np.where(has, _be(hw, at, nbytes), 0)
     field("deth", 0, 4, "deth_q_key")
     field("deth", 5, 3, "deth_srcqp")
     field("xrceth", 1, 3, "xrcsrq")
@@ -257,7 +289,10 @@ def _transport(buf, rec, r, bth, end, lim, flags, icrc, kind, lrh, l3, udp):
     # MADs on QP0/QP1 (UD SEND Only): common MAD header right after the DETH; CM REQ/REP QPNs
     mad = ((op == 0x64) & (sub["destqp"] <= 1) & (paylen >= 24))
     if mad.any():
-        c = 20
+        mrows = np.nonzero(mad)[0]
+        w = np.zeros((len(r), 80), np.uint8)
+        w[mrows] = ctx.window(r[mrows], b[mrows] + 20, 60 + 20)
+        c = 0
         fl[mad] |= R.F_MAD
         for name, at, nb in (("mad_class", 1, 1), ("mad_classver", 2, 1), ("mad_method", 3, 1),
                              ("mad_status", 4, 2), ("mad_tid", 8, 8), ("mad_attrid", 16, 2),
@@ -274,7 +309,7 @@ def _transport(buf, rec, r, bth, end, lim, flags, icrc, kind, lrh, l3, udp):
     st = np.full(len(r), R.UNCHECKED if not icrc else R.GOOD, np.uint8)
     st[truncated] = R.TRUNC
     st[e < b + 12] = R.ABSENT
-    stored = window(buf, e, 4, lim[r]).copy().view("<u4")[:, 0]
+    stored = ctx.window(r, e, 4).copy().view("<u4")[:, 0]
     if icrc:
         chk = np.nonzero(st == R.GOOD)[0]
         got = icrc_batch(buf, kind, lrh, l3, udp, bth, end, r[chk])
@@ -289,7 +324,7 @@ def _transport(buf, rec, r, bth, end, lim, flags, icrc, kind, lrh, l3, udp):
         if icrc:
             ok = np.nonzero(~vtr)[0]
             got = vcrc_batch(buf, lrh[r][nr][ok], e[nr][ok] + 4)
-            vstored = window(buf, e[nr][ok] + 4, 2, lim[r][nr][ok]).copy().view("<u2")[:, 0]
+            vstored = ctx.window(r[nr][ok], e[nr][ok] + 4, 2).copy().view("<u2")[:, 0]
             vst[ok[got != vstored]] = R.BAD
         v = np.zeros(len(r), np.uint8)
         v[nr] = vst

@@ -21,11 +21,12 @@ GSI_QKEY = 0x80010000
 PERMISSIVE_LID = 0xFFFF
 
 
-def _smp_dr(method, attr, tid, data, attr_mod=0, hops=1, response=False, mkey=0):
+def _smp_dr(method, attr, tid, data, attr_mod=0, hops=1, response=False, mkey=0, route=None):
+    """`route`: the exit port at each hop (InitialPath[1..hops]); default 1, 2, ... ."""
     status = 0x8000 if response else 0          # D bit: direction of a directed-route SMP
     hop_ptr = hops + 1 if response else 0
     hdr = mad_header(CLASS_SMP_DR, 1, method, attr, tid, attr_mod, status, (hop_ptr << 8) | hops)
-    path = bytes([0]) + bytes(range(1, hops + 1))
+    path = bytes([0]) + bytes(route if route is not None else range(1, hops + 1))
     body = struct.pack(">QHH", mkey, PERMISSIVE_LID, PERMISSIVE_LID) + bytes(28) + pad_to(data, 64)
     body += pad_to(path, 64) + pad_to(path if response else b"", 64)
     return hdr + body
@@ -36,9 +37,9 @@ def _smp_lid(method, attr, tid, data, attr_mod=0, mkey=0):
     return hdr + struct.pack(">Q", mkey) + bytes(32) + pad_to(data, 64) + bytes(128)
 
 
-def smp(method, attr, tid, data=b"", attr_mod=0, directed=False, hops=1, response=False):
+def smp(method, attr, tid, data=b"", attr_mod=0, directed=False, hops=1, response=False, route=None):
     if directed:
-        return _smp_dr(method, attr, tid, data, attr_mod, hops, response)
+        return _smp_dr(method, attr, tid, data, attr_mod, hops, response, route=route)
     return _smp_lid(method, attr, tid, data, attr_mod)
 
 

@@ -36,25 +36,27 @@ def sm_sweep(ctx: Context, t0: float) -> Timed:
          mads.smp(mads.GET_RESP, mads.ATTR_SM_INFO, i, mads.sm_info(sm.guid, 3, 14), directed=True, hops=0,
                   response=True), directed=True)
     order = [p for p in s.ports.values() if p.kind == "switch"] + [p for p in s.ports.values() if p.kind != "switch"]
+    # every CA hangs off its own leaf port (1, 2, ... in declaration order): its route is SM port 1, leaf port
+    leaf_port = {p.name: n for n, p in enumerate((p for p in order if p.kind != "switch"), 1)}
     for p in order:
         hops = 0 if p is sm else 1 if (p.kind == "switch" or not has_switch) else 2
+        route = [1, leaf_port[p.name]][:hops] if hops == 2 else None
         ntype, nports = (2, 36) if p.kind == "switch" else (1, 1)
         node_guid = p.guid - 1 if p.kind != "switch" else p.guid
+        dr = dict(directed=True, hops=hops, route=route)
         i = next(tid)
-        pair(sm, p, mads.smp(mads.GET, mads.ATTR_NODE_INFO, i, directed=True, hops=hops),
+        pair(sm, p, mads.smp(mads.GET, mads.ATTR_NODE_INFO, i, **dr),
              mads.smp(mads.GET_RESP, mads.ATTR_NODE_INFO, i,
                       mads.node_info(ntype, nports, node_guid, node_guid, p.guid, vendor_id=0x0002C9),
-                      directed=True, hops=hops, response=True), directed=True)
+                      response=True, **dr), directed=True)
         i = next(tid)
-        pair(sm, p, mads.smp(mads.GET, mads.ATTR_PORT_INFO, i, attr_mod=0 if p.kind == "switch" else 1,
-                             directed=True, hops=hops),
-             mads.smp(mads.GET_RESP, mads.ATTR_PORT_INFO, i, mads.port_info(0, 0, state=2), directed=True,
-                      hops=hops, response=True), directed=True)
+        pair(sm, p, mads.smp(mads.GET, mads.ATTR_PORT_INFO, i, attr_mod=0 if p.kind == "switch" else 1, **dr),
+             mads.smp(mads.GET_RESP, mads.ATTR_PORT_INFO, i, mads.port_info(0, 0, state=2), response=True, **dr),
+             directed=True)
         i = next(tid)
         pi = mads.port_info(p.lid, sm.lid, state=4)
-        pair(sm, p, mads.smp(mads.SET, mads.ATTR_PORT_INFO, i, pi, directed=True, hops=hops),
-             mads.smp(mads.GET_RESP, mads.ATTR_PORT_INFO, i, pi, directed=True, hops=hops, response=True),
-             directed=True)
+        pair(sm, p, mads.smp(mads.SET, mads.ATTR_PORT_INFO, i, pi, **dr),
+             mads.smp(mads.GET_RESP, mads.ATTR_PORT_INFO, i, pi, response=True, **dr), directed=True)
     for p in order:
         if p.kind == "switch":
             continue

@@ -1,0 +1,139 @@
+"""`ibwire fabric` against ground truth: smpquery on the same simulated fabric after opensm programmed it
+(P_Keys, LIDs), the topology file (nodes, links), opensm's own port (master SM), and for the link-rate
+flag a crafted capture whose PortInfo values the scenario declares."""
+import json
+import re
+import struct
+
+import pytest
+
+from dissectors.mad import MAD
+from dissectors.mad.smp import NodeInfo, PortInfo, SMPDirected
+from ibwire.capture.ibsim_wire import ib_packet
+from ibwire.fabric import fabric_view
+from ibwire.writers import LINKTYPE_ERF, PcapWriter, erf_record
+from conftest import run_ibwire
+from fabric import scenario
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    r = scenario.run(str(tmp_path_factory.mktemp("fabric")))
+    r["view"] = fabric_view(r["path"])
+    return r
+
+
+def _smpquery_pkeys(text):
+    return [int(v, 16) for line in text.splitlines() if re.match(r"\s*\d+:", line)
+            for v in line.split(":", 1)[1].split()]
+
+
+def _smpquery_field(text, name):
+    return int(re.search(rf"^{name}:\.+(\S+)", text, re.M).group(1), 0)
+
+
+def _port(view, node_guid, num):
+    return next(p for p in view["ports"] if p["node_guid"] == node_guid and p["port_num"] == num)
+
+
+def test_fabric_pkey_tables_match_smpquery_after_opensm(sim):
+    view, truth = sim["view"], sim["truth"]
+    lid_port = {p["lid"]: p for p in view["ports"] if p["lid"] and (p["port_num"] or p["guid"] == p["node_guid"])}
+    checked = 0
+    for lid in (1, 2, 3, 4):
+        theirs = _smpquery_pkeys(truth[("pkeys", lid)])
+        ours = lid_port[lid]["pkey_table"]
+        assert ours[:len(theirs)] == theirs[:len(ours)] and len(ours) >= min(len(theirs), 32), lid
+        checked += 1
+    switch = next(n["guid"] for n in view["nodes"] if n["type"] == "Switch")
+    for swport in (1, 2, 3):
+        theirs = _smpquery_pkeys(truth[("pkeys-sw", swport)])
+        assert _port(view, switch, swport)["pkey_table"] == theirs[:len(_port(view, switch, swport)["pkey_table"])]
+    # partitions.conf: Hca2 (0x100004) limited in TenantA (0x0001), full in TenantB (0x8002)
+    hca2 = next(p for p in view["ports"] if p["guid"] == 0x100004)
+    assert hca2["pkeys"] == [0xFFFF, 0x0001, 0x8002] and checked == 4
+
+
+def test_fabric_nodes_and_lids_match_the_fabric(sim):
+    view, truth = sim["view"], sim["truth"]
+    assert sorted((n["type"], n["description"]) for n in view["nodes"]) == [
+        ("CA", "Hca1"), ("CA", "Hca2"), ("CA", "Hca3"), ("Switch", "Switch1")]
+    for lid in (1, 2, 3, 4):
+        guid = _smpquery_field(truth[("nodeinfo", lid)], "PortGuid")
+        port = next(p for p in view["ports"] if p["guid"] == guid and p["lid"] is not None
+                    and (p["port_num"] != 0 or p["node_guid"] == guid))
+        assert port["lid"] == lid
+
+
+def test_fabric_master_sm_is_opensm_port(sim):
+    master = sim["view"]["sm"]["master"]
+    hca1_port = next(p["guid"] for p in sim["view"]["ports"] if p["lid"] == sim["view"]["sm"]["master_lid"])
+    assert master["state"] == "MASTER" and master["guid"] == hca1_port == 0x100001
+
+
+def test_fabric_links_match_topology(sim):
+    names = {n["guid"]: n["description"] for n in sim["view"]["nodes"]}
+    links = {frozenset({(names[l["a"]["node_guid"]], l["a"]["port_num"]), (names[l["b"]["node_guid"]], l["b"]["port_num"])})
+             for l in sim["view"]["links"]}
+    topo = set()
+    node = None
+    for line in scenario.TOPOLOGY.read_text().splitlines():
+        m = re.match(r'(Switch|Hca)\s+\d+\s+"(\w+)"', line)
+        if m:
+            node = m.group(2)
+        m = re.match(r'\[(\d+)\]\s+"(\w+)"\[(\d+)\]', line)
+        if m:
+            topo.add(frozenset({(node, int(m.group(1))), (m.group(2), int(m.group(3)))}))
+    assert links == topo
+    assert all(l["active"] and l["best_supported_gbps"] >= l["active_gbps"] for l in sim["view"]["links"])
+
+
+def test_fabric_reports_trap_144_from_hca2(sim):
+    traps = sim["view"]["traps"]
+    assert [(t["number"], t["issuer_lid"]) for t in traps] == [(144, 3)]
+    assert traps[0]["details"]["trap.lidaddr"] == 3
+
+
+def _dr(method, attr, mod, path, data, tid):
+    """A directed-route SMP built with the MAD layers; `path` lists the exit ports."""
+    hdr = MAD(mgmtclass=0x81, method=method, attributeid=attr, attributemodifier=mod, transactionid=tid)
+    smp = SMPDirected(hopcount=len(path), d=1 if method & 0x80 else 0,
+                      initialpath=bytes([0, *path]).ljust(64, b"\0"))
+    return bytes(hdr / smp / data)[:256].ljust(256, b"\0")
+
+
+def _degraded_capture(path):
+    """Scenario: an HDR CA (guid 0xa) behind an HDR switch (guid 0xb, port 7), both ends supporting and
+    enabling 4X HDR, trained at 4X QDR — a link the view must flag."""
+    hdr_port = dict(linkwidthsupported=0x02, linkwidthenabled=0x02, linkwidthactive=0x02,
+                    linkspeedsupported=0x7, linkspeedenabled=0x7, linkspeedactive=0x4,
+                    linkspeedextsupported=0x7, linkspeedextenabled=0x7, linkspeedextactive=0, portstate=4)
+    mads = [
+        _dr(0x81, 0x11, 0, [], NodeInfo(nodetype=1, numports=1, nodeguid=0xA, portguid=0xA1, localportnum=1), 1),
+        _dr(0x81, 0x15, 1, [], PortInfo(lid=5, localportnum=1, **hdr_port), 2),
+        _dr(0x81, 0x11, 0, [1], NodeInfo(nodetype=2, numports=36, nodeguid=0xB, portguid=0xB, localportnum=7), 3),
+        _dr(0x81, 0x15, 7, [1], PortInfo(localportnum=7, **hdr_port), 4),
+    ]
+    with PcapWriter(str(path), LINKTYPE_ERF) as w:
+        for i, mad in enumerate(mads):
+            w.write(erf_record(1.0 + i, ib_packet(0xFFFF, 0xFFFF, 0, 0, mad, i)), ts=1.0 + i)
+
+
+def test_fabric_flags_link_trained_below_both_ends(tmp_path):
+    _degraded_capture(tmp_path / "hdr.pcap")
+    view = fabric_view(str(tmp_path / "hdr.pcap"))
+    (link,) = view["links"]
+    assert {(link["a"]["node_guid"], link["a"]["port_num"]), (link["b"]["node_guid"], link["b"]["port_num"])} == {
+        (0xA, 1), (0xB, 7)}
+    assert link["active"] == "4X QDR (40 Gb/s)" and link["best_enabled"] == "4X HDR (212.5 Gb/s)"
+    assert link["below_enabled"] and link["below_supported"]
+    text = run_ibwire("fabric", tmp_path / "hdr.pcap", check=True).stdout
+    assert "DEGRADED" in text and "4X QDR" in text
+
+
+def test_fabric_cli_json_and_errors(sim, tmp_path):
+    r = run_ibwire("fabric", "--format", "json", sim["path"], check=True)
+    assert json.loads(r.stdout) == json.loads(json.dumps(sim["view"]))
+    (tmp_path / "junk.pcap").write_bytes(b"not a capture")
+    r = run_ibwire("fabric", tmp_path / "junk.pcap")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
