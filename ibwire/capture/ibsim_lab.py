@@ -49,9 +49,8 @@ class SimFabric:
     """ibsim on `topology`, listening on `port` (a free one by default)."""
 
     def __init__(self, topology: str, port: Optional[int] = None, workdir: Optional[str] = None):
-        for tool in ("ibsim",):
-            if shutil.which(tool) is None:
-                raise UserError("ibsim is not installed; install the Debian package ibsim-utils.")
+        if shutil.which("ibsim") is None:
+            raise UserError("ibsim is not installed; install the Debian package ibsim-utils.")
         self.topology = topology
         self.port = free_server_port() if port is None else port
         self.workdir = workdir or tempfile.mkdtemp(prefix="ibwire-ibsim-")

@@ -7,11 +7,13 @@ import zlib
 
 import numpy as np
 
-from dissectors.crc import _T16
+from dissectors.crc import vcrc
 
 from .records import IB, IBGRH, ROCE1, ROCE2V4, ROCE2V6
 
-_T16A = np.array(_T16, dtype=np.uint16)
+# The byte-wise table of the VCRC (reflected CRC-16, init/xorout 0xFFFF), recovered from dissectors.crc.vcrc:
+# vcrc(b) = 0xFF ^ T[0xFF ^ b] ^ 0xFFFF, so T[x] = vcrc(x ^ 0xFF) ^ 0xFF00.
+_T16A = np.array([vcrc(bytes([x ^ 0xFF])) ^ 0xFF00 for x in range(256)], dtype=np.uint16)
 
 
 def _grh_mask(g: np.ndarray):

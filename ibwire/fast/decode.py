@@ -65,7 +65,8 @@ class _Bytes:
 
     def window(self, rows: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
         """width bytes from absolute offsets `start` for packets `rows`, zero beyond their captured end."""
-        out, ok = _align(self.head[rows], start - self.d[rows], width)
+        head = self.head if len(rows) == len(self.head) else self.head[rows]
+        out, ok = _align(head, start - self.d[rows], width)
         if not ok.all():
             out = np.array(out)
             bad = ~ok
@@ -309,8 +310,8 @@ def _transport(ctx, rec, r, bth, end, lim, flags, icrc, kind, lrh, l3, udp):
     st = np.full(len(r), R.UNCHECKED if not icrc else R.GOOD, np.uint8)
     st[truncated] = R.TRUNC
     st[e < b + 12] = R.ABSENT
-    stored = ctx.window(r, e, 4).copy().view("<u4")[:, 0]
     if icrc:
+        stored = ctx.window(r, e, 4).copy().view("<u4")[:, 0]
         chk = np.nonzero(st == R.GOOD)[0]
         got = icrc_batch(buf, kind, lrh, l3, udp, bth, end, r[chk])
         st[chk[got != stored[chk]]] = R.BAD

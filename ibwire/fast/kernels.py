@@ -15,28 +15,31 @@ OK, NEED, IMPOSSIBLE = 0, 1, 2
 
 def walk_pcap(buf, off: int, max_n: int, big: bool):
     """Offsets of whole records (header and data inside `buf`) from `off`: (offsets, n, next offset,
-    status); status NEED means the next record does not fit in `buf`, IMPOSSIBLE a damaged length."""
+    status); status NEED means the next record does not fit in `buf`, IMPOSSIBLE a damaged length.
+
+    The loop only follows lengths; validation happens afterwards on the whole batch with numpy."""
     incl_of = struct.Struct(">I" if big else "<I").unpack_from
-    size = len(buf)
     offs = []
     app = offs.append
-    status = OK
-    n = max_n
-    while n:
-        if off + 16 > size:
-            status = NEED
-            break
-        incl = incl_of(buf, off + 8)[0]
-        if incl > MAX_RECORD:
-            status = IMPOSSIBLE
-            break
-        if off + 16 + incl > size:
-            status = NEED
-            break
-        app(off)
-        off += 16 + incl
-        n -= 1
-    return np.asarray(offs, dtype=np.int64), len(offs), off, status
+    try:
+        for _ in range(max_n):
+            app(off)
+            off += 16 + incl_of(buf, off + 8)[0]
+    except struct.error:          # no complete record header at `off`
+        offs.pop()
+    o = np.asarray(offs, dtype=np.int64)
+    if not len(o):
+        return o, 0, off, NEED
+    ends = np.empty_like(o)
+    ends[:-1] = o[1:]
+    ends[-1] = off
+    status = OK if len(o) == max_n else NEED
+    bad = np.nonzero((ends - o - 16 > MAX_RECORD) | (ends > len(buf)))[0]
+    if len(bad):
+        k = int(bad[0])
+        status = IMPOSSIBLE if ends[k] - o[k] - 16 > MAX_RECORD else NEED
+        off, o = int(o[k]), o[:k]
+    return o, len(o), off, status
 
 
 def gather(buf, starts, lims, width: int):
