@@ -22,7 +22,21 @@ def erf_record(ts: float, payload: bytes, erf_type: int = ERF_TYPE_INFINIBAND, f
     return struct.pack("<II", frac, sec) + struct.pack(">BBHHH", erf_type, flags, rlen, 0, len(payload)) + payload
 
 
-class PcapWriter:
+class _Writer:
+    f = None
+
+    def close(self):
+        self.f.flush()
+        self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class PcapWriter(_Writer):
     """Classic pcap; `nanos` selects nanosecond timestamps."""
 
     def __init__(self, path_or_file, linktype: int, snaplen: int = 262144, nanos: bool = False):
@@ -46,18 +60,8 @@ class PcapWriter:
         self.count += 1
         self.bytes += len(data)
 
-    def close(self):
-        self.f.flush()
-        self.f.close()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-class PcapngWriter:
+class PcapngWriter(_Writer):
     """pcapng with one Interface Description Block per interface (each with its own link type and name)."""
 
     def __init__(self, path_or_file):
@@ -98,12 +102,3 @@ class PcapngWriter:
         self.count += 1
         self.bytes += len(data)
 
-    def close(self):
-        self.f.flush()
-        self.f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -3,7 +3,6 @@
 flag a crafted capture whose PortInfo values the scenario declares."""
 import json
 import re
-import struct
 
 import pytest
 

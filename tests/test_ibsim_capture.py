@@ -1,6 +1,5 @@
 """capture_ibsim against a real ibsim, opensm and infiniband-diags (Debian ibsim-utils, opensm,
 infiniband-diags); tshark 4.0 is the oracle for every field, dissectors.crc for ICRC/VCRC."""
-import os
 import shutil
 import signal
 import struct

@@ -8,7 +8,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from dissectors.opcodes import AETH_KINDS, lookup
+from dissectors.opcodes import lookup
 from ..fast import records as R
 
 MAD_CLASSES = {0x01: "SubnMgt (LID routed)", 0x81: "SubnMgt (directed route)", 0x03: "SubnAdm", 0x04: "PerfMgt",
@@ -26,7 +26,9 @@ def _hash(*cols: np.ndarray) -> np.ndarray:
             if c.dtype.kind == "V":
                 raw = np.ascontiguousarray(c).view(np.uint8).reshape(len(c), -1)
                 if raw.shape[1] != 16:
-                    raw = np.pad(raw, ((0, 0), (0, 16 - raw.shape[1])))
+                    full = np.zeros((len(c), 16), np.uint8)
+                    full[:, :raw.shape[1]] = raw
+                    raw = full
                 words = raw.view(np.uint64)
                 parts = (words[:, 0], words[:, 1])
             else:
@@ -103,24 +105,28 @@ class Stats:
         # link kind / opcode (non-BTH packets grouped by link kind, opcode 256 + kind)
         key = np.where(bth, rec["opcode"].astype(np.int64), 256 + rec["link"].astype(np.int64))
         self._bincount("opcode", key, ln, 512)
-        b = rec[bth]
-        if len(b):
-            bl = b["len"].astype(np.float64)
-            op = b["opcode"]
-            cnt["ecn_ce"] += int((rec["ecn"] == 3).sum())
-            cnt["ecn_capable"] += int(((rec["ecn"] == 1) | (rec["ecn"] == 2)).sum())
+        every = bool(bth.all())
+        if every or bth.any():
+            def col(k):
+                return rec[k] if every else rec[k][bth]
+            bl = ln if every else ln[bth]
+            op = col("opcode")
+            ecn = rec["ecn"]
+            cnt["ecn_ce"] += int((ecn == 3).sum())
+            cnt["ecn_capable"] += int(((ecn == 1) | (ecn == 2)).sum())
             cnt["cnp"] += int((op == 0x81).sum())
-            cnt["fecn"] += int(b["fecn"].sum())
-            cnt["becn"] += int(b["becn"].sum())
-            has_aeth = np.isin(op, _AETH_OPS)
-            syn = b["aeth_syndrome"][has_aeth] >> 5
+            cnt["fecn"] += int(np.count_nonzero(col("fecn")))
+            cnt["becn"] += int(np.count_nonzero(col("becn")))
+            syn = col("aeth_syndrome")[_HAS_AETH[op]] >> 5
             cnt["nak"] += int((syn == 3).sum())
             cnt["rnr_nak"] += int((syn == 1).sum())
-            self._bincount("p_key", b["p_key"], bl, 65536)
-            dst, dlid, qp = b["dst"], b["dlid"], b["destqp"]
-            self._acc("qp", _hash(dst, dlid, qp), bl, lambda i: (bytes(dst[i]), int(dlid[i]), int(qp[i])))
-            mad = b[(b["flags"] & R.F_MAD) > 0]
-            if len(mad):
+            self._bincount("p_key", col("p_key"), bl, 65536)
+            dst, dlid, qp, emac = col("dst"), col("dlid"), col("destqp"), col("eth_dst")
+            self._acc("qp", _hash(dst, dlid, emac, qp), bl,
+                      lambda i: (bytes(dst[i]), int(dlid[i]), bytes(emac[i]), int(qp[i])))
+            madm = (col("flags") & R.F_MAD) > 0
+            if madm.any():
+                mad = rec[np.nonzero(bth)[0][madm]]
                 mk = (mad["mad_class"].astype(np.uint64) << np.uint64(24)) | (mad["mad_method"].astype(np.uint64) << np.uint64(16)) | mad["mad_attrid"]
                 self._acc("mad", mk, mad["len"].astype(np.float64),
                           lambda i: (int(mk[i]) >> 24, (int(mk[i]) >> 16) & 0xFF, int(mk[i]) & 0xFFFF))
@@ -166,8 +172,8 @@ class Stats:
                 row[side + "_packets"] += int(e[0])
                 row[side + "_bytes"] += int(e[1])
         out["by_endpoint"] = sorted(eps.values(), key=lambda r: -(r["tx_bytes"] + r["rx_bytes"]))
-        out["by_qp"] = [{"destination": _endpoint(a, lid, b""), "destqp": f"0x{qp:06x}", **rate(e)}
-                        for (a, lid, qp), e in sorted(self.tables["qp"].items(), key=lambda kv: -kv[1][1])]
+        out["by_qp"] = [{"destination": _endpoint(a, lid, mac), "destqp": f"0x{qp:06x}", **rate(e)}
+                        for (a, lid, mac, qp), e in sorted(self.tables["qp"].items(), key=lambda kv: -kv[1][1])]
         out["by_mad"] = [{"class": MAD_CLASSES.get(c, f"0x{c:02x}"), "method": f"0x{m:02x}",
                           "attribute": f"0x{a:04x}", **rate(e)}
                          for (c, m, a), e in sorted(self.tables["mad"].items())]
@@ -186,8 +192,7 @@ class Stats:
         return out
 
 
-_AETH_OPS = np.array([c for c in range(256) if "aeth" in lookup(c).headers], dtype=np.uint8)
-_ = AETH_KINDS
+_HAS_AETH = np.array(["aeth" in lookup(c).headers for c in range(256)])
 
 
 def _endpoint(addr: bytes, lid: int, mac: bytes) -> str:
