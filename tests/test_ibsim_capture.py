@@ -59,16 +59,10 @@ def test_ibsim_capture_crcs_are_correct(sim):
 
 def test_ibsim_capture_every_field_agrees_with_tshark(sim):
     decoded = [decode_frame(f) for f in iter_frames(sim["path"])]
-    ignore = set(TSHARK_EXCEPTIONS) | {"nodedescription.nodestring"}
-    mismatches, compared, _ = tshark_oracle.compare(sim["path"], decoded, ignore=ignore)
+    mismatches, compared, _ = tshark_oracle.compare(sim["path"], decoded, ignore=set(TSHARK_EXCEPTIONS))
     assert compared > 5000 and mismatches == []
-    # NodeDescription: tshark shows the string, we keep the 64 bytes
-    theirs = _tshark(sim["path"], "-Y", "infiniband.nodedescription.nodestring", "-T", "fields",
-                     "-e", "infiniband.nodedescription.nodestring").split()
-    ours = [d.flat["nodedescription.nodestring"] for d in decoded if "nodedescription.nodestring" in d.flat]
-    ours = [bytes.fromhex(o).split(b"\0")[0].decode() if isinstance(o, str) else o.split(b"\0")[0].decode()
-            for o in ours]
-    assert [o for o in ours if o] == theirs and {"Hca1", "Hca2", "Hca3", "Switch1"} <= set(theirs)
+    names = {d.flat["nodedescription.nodestring"] for d in decoded if d.flat.get("nodedescription.nodestring")}
+    assert {"Hca1", "Hca2", "Hca3", "Switch1"} <= names
 
 
 def test_ibsim_capture_addressing_follows_the_spec(sim):

@@ -110,3 +110,14 @@ def flat(pkt):
         _walk(layer, out)
         layer = layer.payload
     return out
+
+
+class TextField(StrFixedLenField):
+    """Fixed-length text padded with NULs (NodeDescription, IBA §14.2.5.2): shown as text."""
+
+    def m2i(self, pkt, x):
+        return x.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+    def i2m(self, pkt, x):
+        raw = (x or "").encode("utf-8") if isinstance(x, str) else (x or b"")
+        return raw[:self.length_from(pkt)].ljust(self.length_from(pkt), b"\0")

@@ -5,7 +5,7 @@ from scapy.fields import (BitField, FieldListField, PacketListField, StrFixedLen
                           ThreeBytesField, XBitField, XByteField, XIntField, XLongField, XShortField)
 from scapy.packet import Packet, bind_layers
 
-from .base import Attr, MirrorField, Reserved
+from .base import Attr, MirrorField, Reserved, TextField
 from .common import MAD, ClassData, mad_of
 
 SMP_DATA = 64
@@ -76,7 +76,7 @@ bind_layers(MAD, SMPDirected, mgmtclass=0x81)
 class NodeDescription(Attr):
     name = "NodeDescription"
     ws_name = "nodedescription"
-    fields_desc = [StrFixedLenField("nodestring", b"", 64)]
+    fields_desc = [TextField("nodestring", "", 64)]
 
 
 class NodeInfo(Attr):

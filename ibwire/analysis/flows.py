@@ -12,11 +12,13 @@ import numpy as np
 
 from dissectors.opcodes import NAK_CODES, OPCODES, RNR_TIMER_MS, lookup
 from ..fast import records as R
+from .hashing import _hash
 
 PSN_MOD = 1 << 24
 SAMPLE = 128            # PSNs per half-flow kept for pairing
-LAT_SAMPLES = 20000     # latency samples kept per conversation (the first ones)
-PENDING_MAX = 1 << 16   # unacknowledged requests tracked per channel
+LAT_SAMPLES = 4096      # latency samples kept per channel (the first ones)
+PENDING_MAX = 1 << 14   # unacknowledged requests / outstanding READs tracked per channel
+SEEN_WINDOW = 4096      # accepted PSNs remembered per channel to recognise retransmissions
 OP = np.array([OPCODES[c].op if c in OPCODES else "unknown" for c in range(256)], dtype=object)
 SEG = np.array([OPCODES[c].seg if c in OPCODES else "" for c in range(256)], dtype=object)
 REQUEST_OPS = {"send", "write", "read_req", "atomic", "flush", "atomic_write", "resync"}
@@ -35,17 +37,25 @@ def _transport(op: int) -> str:
 HalfKey = Tuple[bytes, bytes, int, int, int]   # src, dst, slid, dlid, destqp
 
 
-def _half_keys(b: np.ndarray) -> List[HalfKey]:
-    src, dst, sl, dl, qp = (b[k].tolist() for k in ("src", "dst", "slid", "dlid", "destqp"))
-    return list(zip(src, dst, sl, dl, qp))
-
-
 class _Half:
     __slots__ = ("transport", "req_psn", "resp_psn", "packets")
 
     def __init__(self, transport):
         self.transport = transport
         self.req_psn, self.resp_psn, self.packets = set(), set(), 0
+
+
+def _batch_halves(b: np.ndarray):
+    """Distinct half-flow keys of a batch (src, dst, slid, dlid, destqp), the first row of each, and
+    each row's index into them."""
+    src, dst, sl, dl, qp = (b[k] for k in ("src", "dst", "slid", "dlid", "destqp"))
+    _, first, inv = np.unique(_hash(src, dst, sl, dl, qp), return_index=True, return_inverse=True)
+    keys = [(bytes(src[i]), bytes(dst[i]), int(sl[i]), int(dl[i]), int(qp[i])) for i in first.tolist()]
+    return keys, first, inv.ravel()
+
+
+_IS_REQ = np.array([OP[c] in REQUEST_OPS for c in range(256)])
+_IS_RESP = np.array([OP[c] in ("ack", "read_resp", "atomic_ack") for c in range(256)])
 
 
 def _learn(scan_batches):
@@ -56,20 +66,20 @@ def _learn(scan_batches):
         b = rec[(rec["flags"] & R.F_BTH) > 0]
         if not len(b):
             continue
-        keys = _half_keys(b)
-        ops, psns = b["opcode"].tolist(), b["psn"].tolist()
-        for k, op, psn in zip(keys, ops, psns):
+        keys, first, inv = _batch_halves(b)
+        ops, psns = b["opcode"], b["psn"]
+        counts = np.bincount(inv, minlength=len(keys))
+        isreq, isresp = _IS_REQ[ops], _IS_RESP[ops]
+        for j, k in enumerate(keys):
             h = halves.get(k)
             if h is None:
+                op = int(ops[first[j]])
                 h = halves[k] = _Half(_transport(op) if op != 0x81 else "CNP")
-            h.packets += 1
-            if op == 0x81:
-                continue
-            o = OP[op]
-            if o in REQUEST_OPS and len(h.req_psn) < SAMPLE:
-                h.req_psn.add(psn)
-            elif o in ("ack", "read_resp", "atomic_ack") and len(h.resp_psn) < SAMPLE:
-                h.resp_psn.add(psn)
+            h.packets += int(counts[j])
+            for want, sample in ((isreq, h.req_psn), (isresp, h.resp_psn)):
+                if len(sample) < SAMPLE:
+                    sel = psns[(inv == j) & want][:SAMPLE - len(sample)]
+                    sample.update(sel.tolist())
         cm = b[(b["mad_class"] == 0x07) & ((b["flags"] & R.F_MAD) > 0)]
         for r in cm:
             ends = (bytes(r["src"]), int(r["slid"]), bytes(r["dst"]), int(r["dlid"]))
@@ -230,7 +240,7 @@ class _Conv:
                     c["retransmissions"] += 1
                 ch.msg = None
         ch.seen[psn] = True
-        while len(ch.seen) > PENDING_MAX:
+        while len(ch.seen) > SEEN_WINDOW:
             ch.seen.popitem(last=False)
         nxt = psn + 1
         if o == "read_req":
@@ -413,29 +423,41 @@ def analyse(open_scan, mask=None, progress=None) -> dict:
     ud: Dict[tuple, _Conv] = {}
     for rec in batches(progress):
         b = rec[(rec["flags"] & R.F_BTH) > 0]
-        cols = [b[k].tolist() for k in ("time", "opcode", "psn", "len", "paylen", "reth_dmalen", "aeth_syndrome",
-                                           "ecn", "p_key", "destqp", "a", "deth_srcqp", "icrc")]
-        for k, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, a, sqp, crc in zip(_half_keys(b), *cols):
-            if 0x60 <= op < 0x80:         # UD: both QPNs are in the packet
-                src, dst, sl, dl, _ = k
-                fwd = (src, sl, sqp) <= (dst, dl, qp)
-                uk = (src, sl, sqp, dst, dl, qp) if fwd else (dst, dl, qp, src, sl, sqp)
-                cv = ud.get(uk)
-                if cv is None:
-                    cv = ud[uk] = _Conv(-1, {"paired_by": "deth", "ends": uk})
-                    cv.qpn = [uk[2], uk[5]]
-                side = 0 if fwd else 1
-                cv.packet(side, t, op, psn, ln, pay, 0, 0, ecn, pk, qp, a)
-                cv.qpn[1 - side] = qp
-                continue
+        if not len(b):
+            continue
+        keys, _, inv = _batch_halves(b)
+        ops = b["opcode"]
+        is_ud = (ops >= 0x60) & (ops < 0x80)
+        objs = np.empty(len(keys), object)
+        sides = np.zeros(len(keys), np.int64)
+        for j, k in enumerate(keys):
             cs = conv_of.get(k)
-            if cs is None:
-                continue
-            cid, side = cs
-            cv = state.get(cid)
-            if cv is None:
-                cv = state[cid] = _Conv(cid, convs[cid])
-            cv.packet(side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, a, crc == R.BAD)
+            if cs is not None:
+                cid, sides[j] = cs
+                if cid not in state:
+                    state[cid] = _Conv(cid, convs[cid])
+                objs[j] = state[cid]
+        row_obj, row_side = objs[inv], sides[inv]
+        if is_ud.any():                   # UD: both QPNs are in the packet (DETH source QP)
+            u = np.nonzero(is_ud)[0]
+            src, dst, sl, dl, qp, sqp = (b[k][u] for k in ("src", "dst", "slid", "dlid", "destqp", "deth_srcqp"))
+            _, first, uinv = np.unique(_hash(src, dst, sl, dl, qp, sqp), return_index=True, return_inverse=True)
+            uobj, uside = np.empty(len(first), object), np.zeros(len(first), np.int64)
+            for j, i in enumerate(first.tolist()):
+                a_end, b_end = (bytes(src[i]), int(sl[i]), int(sqp[i])), (bytes(dst[i]), int(dl[i]), int(qp[i]))
+                fwd = a_end <= b_end
+                uk = a_end + b_end if fwd else b_end + a_end
+                if uk not in ud:
+                    ud[uk] = _Conv(-1, {"paired_by": "deth", "ends": uk})
+                    ud[uk].qpn = [uk[2], uk[5]]
+                uobj[j], uside[j] = ud[uk], 0 if fwd else 1
+            row_obj[u], row_side[u] = uobj[uinv.ravel()], uside[uinv.ravel()]
+        cols = [b[k].tolist() for k in ("time", "opcode", "psn", "len", "paylen", "reth_dmalen", "aeth_syndrome",
+                                           "ecn", "p_key", "destqp", "a", "icrc")]
+        for cv, side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, a, crc in zip(
+                row_obj.tolist(), row_side.tolist(), *cols):
+            if cv is not None:
+                cv.packet(side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, a, crc == R.BAD)
     rows = []
     for cid, cv in state.items():
         a, b = convs[cid]["halves"]

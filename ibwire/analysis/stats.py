@@ -10,33 +10,10 @@ import numpy as np
 
 from dissectors.opcodes import lookup
 from ..fast import records as R
+from .hashing import _hash
 
 MAD_CLASSES = {0x01: "SubnMgt (LID routed)", 0x81: "SubnMgt (directed route)", 0x03: "SubnAdm", 0x04: "PerfMgt",
                0x05: "BM", 0x06: "DevMgt", 0x07: "CM", 0x08: "SNMP", 0x21: "CongestionMgt"}
-
-
-_MUL = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _hash(*cols: np.ndarray) -> np.ndarray:
-    """A 64-bit hash per row of the given columns (void columns are split into 8-byte words)."""
-    h = np.zeros(len(cols[0]), np.uint64)
-    with np.errstate(over="ignore"):
-        for c in cols:
-            if c.dtype.kind == "V":
-                raw = np.ascontiguousarray(c).view(np.uint8).reshape(len(c), -1)
-                if raw.shape[1] != 16:
-                    full = np.zeros((len(c), 16), np.uint8)
-                    full[:, :raw.shape[1]] = raw
-                    raw = full
-                words = raw.view(np.uint64)
-                parts = (words[:, 0], words[:, 1])
-            else:
-                parts = (c.astype(np.uint64),)
-            for w in parts:
-                h = (h ^ w) * _MUL
-                h ^= h >> np.uint64(29)
-    return h
 
 
 def _group(keys: np.ndarray, weights: np.ndarray):

@@ -9,16 +9,21 @@ Rule ids and their meaning (severity in brackets; attempt becomes breach when th
 any packet from the destination back to the source in the same P_Key):
   pkey-not-shared      data packet whose P_Key is not a policy partition of both ends [attempt/breach]
   limited-limited      both ends only limited members of the packet's partition     [attempt/breach]
-  cross-tenant-attempt traffic between tenants sharing no usable partition, unanswered [attempt]
+  cross-tenant-attempt traffic between tenants sharing no usable partition (the default one does not
+                       count: meeting only there is the ALL=full mistake), unanswered  [attempt]
   cross-tenant-breach  the same, answered by the target                              [breach]
   roce-vlan-crossing   RoCE traffic between tenants (separated by VLAN / IP subnet)  [attempt/breach]
   trap                 P_Key / Q_Key / M_Key violation trap 256-259 sent to the SM     [attempt]
   undeclared-pkey      a P_Key on the wire that partitions.conf does not declare       [warning]
   default-partition-full two tenants are both full members of the default partition [warning/breach]
   ipoib-join-foreign   MCMemberRecord join to the IPoIB group of a partition the port is not in [attempt]
-  smp-set-from-non-sm  SubnSet from any LID other than the master SM's              [breach]
-  multiple-master-sm   more than one port claims SMState MASTER                       [warning]
-  pkey-drift           programmed P_Key table differs from the policy (extra keys: breach, missing: warning)
+  smp-set-from-non-sm  SubnSet from any LID other than the master SM's (directed route from the permissive
+                       LID: from the route's root port, the one answering NodeInfo over the empty path) [breach]
+  multiple-master-sm   more than one port claims SMState MASTER; the first claim is the master   [breach]
+  pkey-drift           programmed P_Key table differs from the policy (extra keys: breach, missing: warning);
+                       tables are read from P_KeyTable GetResp sent to the master SM only
+Endpoints: port GUID -> LID from NodeInfo and PortInfo(Set) over the same directed route, or from --state;
+a pairwise finding is told from its initiator's side (who sent first in that partition, multicast included).
 IBA references: 10.9 (partitioning, limited/full), 14.2.5.7 (P_KeyTable), 14.2.5.13 (SMInfo),
 14.2.5.1 / Table 118 (traps 256-259), 15.2.5.17 (MCMemberRecord), 13.5.3 (SMP methods).
 """

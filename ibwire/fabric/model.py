@@ -133,8 +133,7 @@ class FabricBuilder:
         attr = f["mad.attributeid"]
         mod = f["mad.attributemodifier"]
         if attr == 0x0010:
-            raw = f.get("nodedescription.nodestring") or b""
-            node.description = raw.split(b"\0")[0].decode("utf-8", "replace")
+            node.description = f.get("nodedescription.nodestring") or ""
         elif attr == 0x0015:
             num = mod & 0xFF if node.type == 2 else (mod & 0xFF or inport)
             p = self._port(node_guid, num)
