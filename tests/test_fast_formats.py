@@ -130,8 +130,8 @@ def test_reordered_capture_flags_time_and_keeps_counts(tmp_path):
     st = compute(scan(str(p)))
     assert st["counters"]["time_went_backwards"] > 0 and any("backwards" in h for h in st["loss_hints"])
     assert st["summary"]["packets"] == len(frames)
-    a = analyse(lambda: scan(str(ROCE)))["conversations"]
-    b = analyse(lambda: scan(str(p)))["conversations"]
+    a = analyse(str(ROCE))["conversations"]
+    b = analyse(str(p))["conversations"]
     key = lambda r: (r["qpn_a"], r["qpn_b"])  # noqa: E731
     for x, y in zip(sorted(a, key=key), sorted(b, key=key)):
         assert x["messages"] == y["messages"] and x["payload_bytes"] == y["payload_bytes"]

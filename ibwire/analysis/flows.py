@@ -12,6 +12,7 @@ import numpy as np
 
 from dissectors.opcodes import NAK_CODES, OPCODES, RNR_TIMER_MS, lookup
 from ..fast import records as R
+from ..fast import scan
 from .hashing import _hash
 
 PSN_MOD = 1 << 24
@@ -405,11 +406,11 @@ def _end_text(addr: bytes, lid: int) -> str:
     return " ".join(parts) or "-"
 
 
-def analyse(open_scan, mask=None, progress=None) -> dict:
-    """Conversations of a capture.  `open_scan()` returns a fresh record iterator (two passes are made);
-    `mask(batch)` optionally selects the packets to analyse."""
-    def batches(p=None):
-        s = open_scan()
+def analyse(path: str, icrc: bool = True, mask=None, progress=None) -> dict:
+    """Conversations of a capture (read twice: pairing, then sequencing).  `icrc` verifies ICRCs in the
+    second pass (a bad one is a drop); `mask(batch)` optionally selects the packets to analyse."""
+    def batches(p=None, check=False):
+        s = scan(path, icrc=check)
         for rec in s:
             if mask is not None:
                 rec = rec[mask(rec)]
@@ -421,7 +422,7 @@ def analyse(open_scan, mask=None, progress=None) -> dict:
     conv_of, convs = _pair(halves, reqs, reps)
     state: Dict[int, _Conv] = {}
     ud: Dict[tuple, _Conv] = {}
-    for rec in batches(progress):
+    for rec in batches(progress, icrc):
         b = rec[(rec["flags"] & R.F_BTH) > 0]
         if not len(b):
             continue

@@ -28,7 +28,7 @@ def export(
     msg = f"wrote {n} packets to {out}"
     if flows:
         fpath = str(Path(out).with_suffix("")) + ".flows.parquet"
-        res = analyse(lambda: scan(file, icrc=False))
+        res = analyse(file, icrc=icrc)
         write_flows(res["conversations"], fpath)
         msg += f" and {len(res['conversations'])} conversations to {fpath}"
     for p in s.problems:

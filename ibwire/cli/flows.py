@@ -55,7 +55,7 @@ def flows(
     mask = compile_batch_filter(display_filter) if display_filter else None
     size = scan(file).size
     with progress(size, "flows") as cb:
-        res = analyse(lambda: scan(file, icrc=icrc), mask, cb)
+        res = analyse(file, icrc, mask, cb)
     rows = res["conversations"]
     if qp is not None:
         q = f"0x{_qp(qp):06x}"

@@ -1,18 +1,30 @@
-"""Runs inside a lab namespace: send a pcap's frames on an interface (AF_PACKET), or with --sink hold UDP
-port 4791 open until stdin closes so replayed RoCEv2 packets are not answered with ICMP port unreachable."""
+"""Runs inside a lab namespace: send a pcap's frames on an interface (AF_PACKET), or with `--sink N` hold UDP
+port 4791 open until N datagrams arrived (or 10 s passed) and print how many did, so replayed RoCEv2 packets
+are never answered with ICMP port unreachable."""
 import socket
 import sys
 
 from ..readers import iter_frames
 
+SINK_TIMEOUT = 10.0
+
 
 def main(argv):
     if argv[0] == "--sink":
+        want = int(argv[1])
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
         s.bind(("0.0.0.0", 4791))
+        s.settimeout(SINK_TIMEOUT)
         print("ready", flush=True)
-        sys.stdin.read()
+        got = 0
+        try:
+            while got < want:
+                s.recv(65536)
+                got += 1
+        except socket.timeout:
+            pass
+        print(got, flush=True)
         return 0
     iface, path = argv
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)

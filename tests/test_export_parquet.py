@@ -1,0 +1,43 @@
+"""`ibwire export` writes per-packet records and the conversation table as Parquet that other tools read:
+a folder of exports from several captures queries as one dataset, with the same numbers as stats/flows."""
+import json
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from conftest import run_ibwire
+
+PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
+
+
+def test_export_folder_queries_like_stats(tmp_path):
+    caps = [PUBLIC / "m3_nvme_nvme-discover.pcap", PUBLIC / "srinivas_infiniband.pcap",
+            PUBLIC / "m3_mlx_rocev1_test.pcap"]
+    want_ops = {}
+    for c in caps:
+        r = run_ibwire("export", c, "-o", tmp_path / f"{c.stem}.parquet", "--flows")
+        assert r.returncode == 0, r.stderr
+        assert "wrote" in r.stderr and r.stdout == ""
+        st = json.loads(run_ibwire("stats", c, "--format", "json").stdout)
+        for row in st["by_opcode"]:
+            if row["opcode"] is not None:
+                want_ops[row["opcode"]] = want_ops.get(row["opcode"], 0) + row["packets"]
+    packets = ds.dataset([str(tmp_path / f"{c.stem}.parquet") for c in caps], format="parquet").to_table()
+    assert packets.num_rows == 65 + 43 + 624
+    bth = packets.filter(pc.is_valid(packets["operation"]))
+    got = bth.group_by("bth_opcode").aggregate([("bth_opcode", "count")]).to_pylist()
+    assert {r["bth_opcode"]: r["bth_opcode_count"] for r in got} == want_ops
+    ib = packets.filter(pc.equal(packets["link_kind"], "ib"))
+    assert set(ib["vcrc_status"].to_pylist()) == {"good"}
+    assert "2.2.2.1" in set(packets["src_addr"].to_pylist())
+    flows = pq.read_table(tmp_path / "m3_mlx_rocev1_test.flows.parquet")
+    ref = json.loads(run_ibwire("flows", PUBLIC / "m3_mlx_rocev1_test.pcap", "--format", "json").stdout)
+    assert flows.num_rows == len(ref["conversations"])
+    assert sorted(flows["payload_bytes"].to_pylist()) == sorted(r["payload_bytes"] for r in ref["conversations"])
+
+
+def test_export_refuses_a_bad_output_name(tmp_path):
+    r = run_ibwire("export", PUBLIC / "m3_nvme_nvme-discover.pcap", "-o", tmp_path / "x.csv")
+    assert r.returncode == 2 and ".parquet" in r.stderr
