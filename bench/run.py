@@ -55,7 +55,7 @@ print(n, time.perf_counter() - t)
 
 
 def run(cmd, stdout=subprocess.DEVNULL):
-    """Wall time, peak RSS (MB) and stdout of a child process."""
+    """Wall time, CPU time (user+system), peak RSS (MB) and stdout of a child process."""
     t = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE if stdout is None else stdout, stderr=subprocess.PIPE)
     out = p.stdout.read() if stdout is None else b""
@@ -63,7 +63,7 @@ def run(cmd, stdout=subprocess.DEVNULL):
     wall = time.perf_counter() - t
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{cmd[0]} failed: {p.stderr.read().decode()[-2000:]}")
-    return wall, ru.ru_maxrss / 1024, out
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, out
 
 
 def main():
@@ -83,36 +83,46 @@ def main():
     ibwire = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
     subprocess.run(["cat", str(cap)], stdout=subprocess.DEVNULL, check=True)      # warm the page cache
     res = {"capture": str(cap), "packets": args.packets, "bytes": cap.stat().st_size, "cpus": os.cpu_count()}
+    load_before = os.getloadavg()
+    wall, cpu, _, _ = run([ibwire, "--help"])
+    res["cli_startup_seconds"] = wall
+    print(f"ibwire start-up (ibwire --help): {wall:.2f} s")
 
     for name, cmd in (("stats", [ibwire, "stats", str(cap), "--format", "json"]),
                       ("stats --no-icrc", [ibwire, "stats", str(cap), "--format", "json", "--no-icrc"]),
                       ("flows", [ibwire, "flows", str(cap), "--format", "json"])):
-        wall, rss, _ = run(cmd)
-        res[name] = {"seconds": wall, "pps": args.packets / wall, "peak_rss_mb": rss}
-        print(f"ibwire {name:16s} {wall:7.2f} s  {args.packets / wall:>12,.0f} pkt/s  peak RSS {rss:.0f} MB")
+        wall, cpu, rss, _ = run(cmd)
+        res[name] = {"seconds": wall, "cpu_seconds": cpu, "pps": args.packets / wall, "pps_cpu": args.packets / cpu,
+                     "peak_rss_mb": rss}
+        print(f"ibwire {name:16s} {wall:7.2f} s ({cpu:.2f} s CPU)  {args.packets / wall:>10,.0f} pkt/s"
+              f"  peak RSS {rss:.0f} MB")
 
     n = min(args.tshark_packets, args.packets)
     cmd = ["tshark", "-r", str(cap), "-c", str(n), "-T", "fields"]
     for f in TSHARK_FIELDS:
         cmd += ["-e", f]
-    wall, rss, _ = run(cmd)
-    res["tshark"] = {"packets_measured": n, "seconds": wall, "pps": n / wall, "peak_rss_mb": rss,
-                     "fields": len(TSHARK_FIELDS)}
-    print(f"tshark -T fields ({len(TSHARK_FIELDS)} fields, first {n:,} packets) {wall:.2f} s  {n / wall:>10,.0f} pkt/s"
-          f"  peak RSS {rss:.0f} MB")
+    wall, cpu, rss, _ = run(cmd)
+    res["tshark"] = {"packets_measured": n, "seconds": wall, "cpu_seconds": cpu, "pps": n / wall, "pps_cpu": n / cpu,
+                     "peak_rss_mb": rss, "fields": len(TSHARK_FIELDS)}
+    print(f"tshark -T fields ({len(TSHARK_FIELDS)} fields, first {n:,} packets) {wall:.2f} s ({cpu:.2f} s CPU)"
+          f"  {n / wall:>10,.0f} pkt/s  peak RSS {rss:.0f} MB")
 
     m = min(args.scapy_packets, args.packets)
-    wall, rss, text = run([sys.executable, "-c", SCAPY_SNIPPET, str(cap), str(m)], stdout=None)
+    wall, cpu, rss, text = run([sys.executable, "-c", SCAPY_SNIPPET, str(cap), str(m)], stdout=None)
     got, secs = text.split()
     res["scapy"] = {"packets_measured": int(got), "seconds": float(secs), "pps": int(got) / float(secs),
-                    "peak_rss_mb": rss}
+                    "pps_cpu": int(got) / float(secs), "peak_rss_mb": rss}
     print(f"scapy rdpcap + dissection (first {m:,} packets) {float(secs):.2f} s  {int(got) / float(secs):>10,.0f} pkt/s")
 
     for name in ("stats", "stats --no-icrc", "flows"):
         r = res[name]
         r["vs_tshark"] = r["pps"] / res["tshark"]["pps"]
         r["vs_scapy"] = r["pps"] / res["scapy"]["pps"]
-        print(f"ibwire {name:16s} = {r['vs_tshark']:5.1f}× tshark, {r['vs_scapy']:6.0f}× scapy")
+        r["vs_tshark_cpu"] = r["pps_cpu"] / res["tshark"]["pps_cpu"]
+        print(f"ibwire {name:16s} = {r['vs_tshark']:5.1f}× tshark ({r['vs_tshark_cpu']:.1f}× per CPU second), "
+              f"{r['vs_scapy']:6.0f}× scapy")
+    res["load_average"] = [load_before, os.getloadavg()]
+    print(f"load average before/after: {load_before[0]:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     (out / "results.json").write_text(json.dumps(res, indent=2))
     print(f"results in {out / 'results.json'}")
 

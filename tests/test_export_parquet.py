@@ -17,14 +17,15 @@ def test_export_folder_queries_like_stats(tmp_path):
             PUBLIC / "m3_mlx_rocev1_test.pcap"]
     want_ops = {}
     for c in caps:
-        r = run_ibwire("export", c, "-o", tmp_path / f"{c.stem}.parquet", "--flows")
+        r = run_ibwire("export", c, "-o", tmp_path / "packets" / f"{c.stem}.parquet",
+                       "--flows", tmp_path / "flows" / f"{c.stem}.parquet")
         assert r.returncode == 0, r.stderr
         assert "wrote" in r.stderr and r.stdout == ""
         st = json.loads(run_ibwire("stats", c, "--format", "json").stdout)
         for row in st["by_opcode"]:
             if row["opcode"] is not None:
                 want_ops[row["opcode"]] = want_ops.get(row["opcode"], 0) + row["packets"]
-    packets = ds.dataset([str(tmp_path / f"{c.stem}.parquet") for c in caps], format="parquet").to_table()
+    packets = ds.dataset(str(tmp_path / "packets"), format="parquet").to_table()
     assert packets.num_rows == 65 + 43 + 624
     bth = packets.filter(pc.is_valid(packets["operation"]))
     got = bth.group_by("bth_opcode").aggregate([("bth_opcode", "count")]).to_pylist()
@@ -32,7 +33,7 @@ def test_export_folder_queries_like_stats(tmp_path):
     ib = packets.filter(pc.equal(packets["link_kind"], "ib"))
     assert set(ib["vcrc_status"].to_pylist()) == {"good"}
     assert "2.2.2.1" in set(packets["src_addr"].to_pylist())
-    flows = pq.read_table(tmp_path / "m3_mlx_rocev1_test.flows.parquet")
+    flows = pq.read_table(tmp_path / "flows" / "m3_mlx_rocev1_test.parquet")
     ref = json.loads(run_ibwire("flows", PUBLIC / "m3_mlx_rocev1_test.pcap", "--format", "json").stdout)
     assert flows.num_rows == len(ref["conversations"])
     assert sorted(flows["payload_bytes"].to_pylist()) == sorted(r["payload_bytes"] for r in ref["conversations"])

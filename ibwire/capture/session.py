@@ -149,6 +149,7 @@ def run(o: Options) -> dict:
                 break
         if hasattr(backend, "stop"):
             backend.stop()
+        if hasattr(backend, "finish"):     # what was queued or in flight when the stop came belongs to the capture
             for f in backend.finish():
                 if not (o.count and sink.packets >= o.count):
                     put(f)

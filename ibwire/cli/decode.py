@@ -7,6 +7,7 @@ from typing import List, Optional
 import typer
 
 from ..decode import decode_frame
+from ..decode.rmpp import RmppTracker
 from ..errors import UserError
 from ..filter import compile_filter, field_name
 from ..readers import open_capture
@@ -18,6 +19,13 @@ def _tree(decoded) -> str:
     for layer, fields in decoded.layers.items():
         lines.append(f"  {layer}")
         for name, value in fields.items():
+            if isinstance(value, list) and value and isinstance(value[0], dict):
+                for i, record in enumerate(value):
+                    lines.append(f"    {layer}.{name}[{i}]")
+                    for sub, subfields in record.items():
+                        shown = ", ".join(f"{k}={v}" for k, v in subfields.items()) if isinstance(subfields, dict) else subfields
+                        lines.append(f"      {sub}: {shown}")
+                continue
             if isinstance(value, int) and not isinstance(value, bool) and value > 9:
                 shown = f"{value} (0x{value:x})"
             else:
@@ -54,10 +62,12 @@ def decode(
         writer.writerow(fields)
     out = sys.stdout
     printed, first_time = 0, None
+    rmpp = RmppTracker()
     for frame in cap:
         if first_time is None:
             first_time = frame.time
         d = decode_frame(frame)
+        rmpp.feed(d)
         if keep and not keep(d.flat):
             continue
         printed += 1
@@ -66,7 +76,7 @@ def decode(
         elif fmt == "csv":
             writer.writerow(["" if d.flat.get(c) is None else d.flat.get(c) for c in columns])
         else:
-            out.write(f"{frame.number:>6} {frame.time - first_time:12.6f}  {d.summary}\n")
+            out.write(f"{frame.number:>6} {frame.time - first_time:12.6f}  {d.line}\n")
             if verbose:
                 out.write(_tree(d) + "\n\n")
         if count is not None and printed >= count:

@@ -3,11 +3,7 @@ from typing import Optional
 
 import typer
 
-from ..analysis.flows import analyse
-from ..analysis.report import check_format, progress, render
 from ..errors import UserError
-from ..fast import scan
-from ..fast.filter import compile_batch_filter
 from .app import app
 
 
@@ -51,6 +47,10 @@ def flows(
     """Conversations: both endpoints and QPNs, P_Key, messages by operation, bytes, goodput, one- vs
     two-sided; for RC: PSN gaps and drops, retransmissions, out-of-order, NAKs by kind, RNR timers, ACK coalescing,
     outstanding depth, READ latency, request-to-ACK latency, messages checked against DMA length, CNPs."""
+    from ..analysis.flows import analyse
+    from ..analysis.report import check_format, progress, render
+    from ..fast import scan
+    from ..fast.filter import compile_batch_filter
     check_format(fmt)
     mask = compile_batch_filter(display_filter) if display_filter else None
     size = scan(file).size

@@ -1,9 +1,6 @@
 """`ibwire stats FILE`: what a capture holds, by transport/opcode, P_Key, endpoint, QP and MAD."""
 import typer
 
-from ..analysis import stats as st
-from ..analysis.report import check_format, progress, render
-from ..fast import scan
 from .app import app
 
 
@@ -16,11 +13,19 @@ def stats(
 ):
     """Counts, bytes and rates by transport+opcode, P_Key, endpoint, QP and MAD; ECN/CNP/FECN/BECN, CRC
     failures, damaged packets and loss hints."""
+    from ..analysis import stats as st
+    from ..analysis.report import check_format, progress, render
+    from ..fast import scan
     check_format(fmt)
     s = scan(file, icrc=icrc)
     with progress(s.size, "stats") as cb:
         res = st.compute(s, cb)
     summary = dict(res["summary"])
+    if fmt == "table":
+        from datetime import datetime, timezone
+        for k in ("first_time", "last_time"):
+            if summary[k] is not None:
+                summary[k] = datetime.fromtimestamp(summary[k], timezone.utc).isoformat(timespec="microseconds")
     sections = {"summary": [summary], "counters": [res["counters"]] if fmt != "table" else
                 [{"counter": k, "value": v} for k, v in res["counters"].items() if v],
                 "by_opcode": res["by_opcode"], "by_p_key": res["by_p_key"], "by_endpoint": res["by_endpoint"],

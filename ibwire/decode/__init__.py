@@ -24,6 +24,11 @@ class Decoded(NamedTuple):
     flat: dict              # "bth.p_key" -> value, plus "frame.*"
     errors: List[str]
     summary: str
+    notes: List[str] = []   # added by cross-frame analysis (e.g. RMPP reassembly)
+
+    @property
+    def line(self) -> str:
+        return "  ".join([self.summary] + self.notes)
 
     def to_json(self) -> dict:
         f = self.frame
@@ -109,7 +114,7 @@ def decode_frame(frame: Frame) -> Decoded:
     if err:
         errors.append(err)
     if pkt is None:
-        return Decoded(frame, None, {}, _frame_fields(frame), errors, errors[-1])
+        return Decoded(frame, None, {}, _frame_fields(frame), errors, errors[-1], [])
     try:
         entries = layer_fields(pkt)
         layers, flat = nest_and_flatten(entries)
@@ -136,7 +141,7 @@ def decode_frame(frame: Frame) -> Decoded:
         summary = _summary(pkt, flat, errors)
     except Exception:
         summary = "; ".join(errors) or "undecodable"
-    return Decoded(frame, pkt, layers, flat, errors, summary)
+    return Decoded(frame, pkt, layers, flat, errors, summary, [])
 
 
 def _crc_status(pkt, layers, flat, errors, key, cls, frame):

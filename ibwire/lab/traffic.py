@@ -5,7 +5,8 @@ temporary file first.  Each RoCEv2 packet (UDP port 4791, RoCE Annex A17) is reb
 IPv4 addresses (optionally in an 802.1Q tag) and its ICRC recomputed; the BTH and everything after it
 are kept.  The capture's endpoints map onto lab hosts by `pairs` ("vf0-remote,vf2-vf1": endpoint A of
 the conversation plays the first host, B the second, replayed once per pair) or by an explicit `mapping`
-{capture IP: host}.  Frames are sent with AF_PACKET from inside each host's namespace.
+{capture IP: host}.  Frames are sent with AF_PACKET from inside each host's namespace; the command returns
+only once every receiving host got all its frames, so nothing of the replay is still in flight afterwards.
 """
 import ipaddress
 import os
@@ -13,7 +14,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Dict, List, Optional, Tuple
 
 from dissectors.crc import icrc_roce2
@@ -76,7 +76,7 @@ def build_frame(src: dict, dst: dict, sport: int, roce: bytes) -> bytes:
 
 
 def plan(lab: dict, packets, pairs: Optional[str] = None, mapping: Optional[Dict[str, str]] = None):
-    """[(sender host, frame)] in replay order."""
+    """[(sender host, receiver host, frame)] in replay order."""
     hosts = {h["name"]: h for h in lab["vfs"] + [lab["remote"]]}
     endpoints = []
     for s, d, _, _ in packets:
@@ -107,7 +107,7 @@ def plan(lab: dict, packets, pairs: Optional[str] = None, mapping: Optional[Dict
     for m in maps:
         for s, d, sport, roce in packets:
             if s in m and d in m:
-                out.append((m[s], build_frame(hosts[m[s]], hosts[m[d]], sport, roce)))
+                out.append((m[s], m[d], build_frame(hosts[m[s]], hosts[m[d]], sport, roce)))
     return out
 
 
@@ -130,16 +130,18 @@ def replay(lab: dict, scenario: str, pairs: Optional[str] = None, mapping=None) 
     with tempfile.TemporaryDirectory(prefix="ibwire-lab-") as tmp:
         frames = plan(lab, roce_packets(_scenario_pcap(scenario, tmp)), pairs, mapping)
         by_host: Dict[str, List[bytes]] = {}
-        for h, f in frames:
+        expect = dict.fromkeys(hosts, 0)
+        for h, d, f in frames:
             by_host.setdefault(h, []).append(f)
-        receivers = []
+            expect[d] += 1
+        receivers = {}
         try:
-            for name in hosts:     # every host binds UDP 4791 so the kernel does not answer port unreachable
-                p = subprocess.Popen(["ip", "netns", "exec", hosts[name]["netns"], sys.executable, "-m",
-                                      "ibwire.lab.inject", "--sink"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
-                receivers.append(p)
-            for p in receivers:
+            for name, n in expect.items():   # receivers bind UDP 4791 so the kernel does not answer port unreachable
+                if n:
+                    receivers[name] = subprocess.Popen(["ip", "netns", "exec", hosts[name]["netns"], sys.executable,
+                                                        "-m", "ibwire.lab.inject", "--sink", str(n)],
+                                                       stdout=subprocess.PIPE, text=True)
+            for p in receivers.values():
                 if p.stdout.readline().strip() != "ready":
                     raise UserError("a lab host could not open its RoCE port; is the lab up?")
             sent = {}
@@ -153,12 +155,16 @@ def replay(lab: dict, scenario: str, pairs: Optional[str] = None, mapping=None) 
                 if r.returncode:
                     raise UserError(f"sending from {name} failed: {r.stderr.strip()}")
                 sent[name] = len(fl)
-            time.sleep(0.3)   # let the last frames reach their sockets before the ports close (else: ICMP)
+            for name, p in receivers.items():   # each sink exits once all its frames arrived
+                got = p.stdout.readline().strip()
+                if got != str(expect[name]):
+                    raise UserError(f"{name} received {got or 'no'} of the {expect[name]} frames sent to it; "
+                                    f"check the lab with `ibwire lab status`")
         finally:
-            for p in receivers:
+            for p in receivers.values():
                 try:
-                    p.stdin.close()
-                    p.wait(timeout=5)
-                except (OSError, subprocess.TimeoutExpired):
+                    p.wait(timeout=1)
+                except subprocess.TimeoutExpired:
                     p.kill()
+                    p.wait()
     return sent

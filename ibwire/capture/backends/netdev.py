@@ -38,34 +38,53 @@ class AfPacket:
             raise UserError(f"cannot capture on interface {iface!r} ({e.strerror}); `ip link` lists the interfaces")
         s.settimeout(0.2)
         self.sock = s
+        self._anc = socket.CMSG_SPACE(struct.calcsize("IIIHHHH"))
         self.hatype = s.getsockname()[3]
         self.linktype = LINKTYPE_ETHERNET if self.hatype == ARPHRD_ETHER else LINKTYPE_LINUX_SLL
 
     def frames(self):
-        anc = socket.CMSG_SPACE(struct.calcsize("IIIHHHH"))
         while True:
             try:
-                data, ancdata, _flags, addr = self.sock.recvmsg(262144, anc)
+                f = self._read()
             except socket.timeout:
                 yield None
                 continue
             except OSError:
                 return
-            ts = time.time()
-            pkttype = addr[2]
-            if pkttype == PACKET_OUTGOING and not self.outgoing:
-                continue
-            for level, typ, cdata in ancdata:
-                if level == SOL_PACKET and typ == PACKET_AUXDATA and len(cdata) >= 20:
-                    status, _len, _snap, _mac, _net, tci, tpid = struct.unpack_from("IIIHHHH", cdata)
-                    if status & TP_STATUS_VLAN_VALID and self.hatype == ARPHRD_ETHER:
-                        tpid = tpid if status & TP_STATUS_VLAN_TPID_VALID else 0x8100
-                        data = data[:12] + struct.pack(">HH", tpid, tci) + data[12:]
-            if self.linktype == LINKTYPE_LINUX_SLL:
-                hw = addr[4][:8]
-                data = struct.pack(">HHH", pkttype, self.hatype, len(hw)) + hw.ljust(8, b"\0") + \
-                    struct.pack(">H", addr[1]) + data
-            yield ts, data, len(data)
+            if f:
+                yield f
+
+    def finish(self, quiet: float = 0.05, limit: float = 1.0):
+        """After a stop: the frames still queued or in flight, until none came for `quiet` s (at most `limit` s
+        on a busy link)."""
+        self.sock.settimeout(quiet)
+        end = time.monotonic() + limit
+        while time.monotonic() < end:
+            try:
+                f = self._read()
+            except OSError:   # socket.timeout included: the link went quiet
+                return
+            if f:
+                yield f
+
+    def _read(self):
+        """One frame as (time, bytes, wire length), or None for one this capture skips (our own sends)."""
+        data, ancdata, _flags, addr = self.sock.recvmsg(262144, self._anc)
+        ts = time.time()
+        pkttype = addr[2]
+        if pkttype == PACKET_OUTGOING and not self.outgoing:
+            return None
+        for level, typ, cdata in ancdata:
+            if level == SOL_PACKET and typ == PACKET_AUXDATA and len(cdata) >= 20:
+                status, _len, _snap, _mac, _net, tci, tpid = struct.unpack_from("IIIHHHH", cdata)
+                if status & TP_STATUS_VLAN_VALID and self.hatype == ARPHRD_ETHER:
+                    tpid = tpid if status & TP_STATUS_VLAN_TPID_VALID else 0x8100
+                    data = data[:12] + struct.pack(">HH", tpid, tci) + data[12:]
+        if self.linktype == LINKTYPE_LINUX_SLL:
+            hw = addr[4][:8]
+            data = struct.pack(">HHH", pkttype, self.hatype, len(hw)) + hw.ljust(8, b"\0") + \
+                struct.pack(">H", addr[1]) + data
+        return ts, data, len(data)
 
     def backend_drops(self) -> int:
         try:

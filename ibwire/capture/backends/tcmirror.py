@@ -145,6 +145,9 @@ class TcMirror:
     def frames(self):
         return self.src.frames()
 
+    def finish(self):
+        return self.src.finish()
+
     def backend_drops(self) -> int:
         return self.src.backend_drops() if self.src else 0
 
