@@ -21,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from gen_roce import generate  # noqa: E402
 
+# `ibwire stats` uses one process per CPU on large pcap files (-j); `stats -j 1` is the single-process figure.
 TSHARK_FIELDS = [
     "frame.number", "frame.time_epoch", "frame.cap_len", "frame.len", "eth.src", "eth.dst", "vlan.id",
     "ip.dsfield.ecn", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "udp.srcport", "udp.dstport",
@@ -35,6 +36,15 @@ TSHARK_FIELDS = [
     "infiniband.mad.attributemodifier", "infiniband.mad.transactionid", "infiniband.invariant.crc",
     "infiniband.variant.crc",
 ]
+
+ENGINE_SNIPPET = """
+import sys, time
+from ibwire.fast import scan
+from ibwire.analysis.stats import compute
+t = time.perf_counter()
+compute(scan(sys.argv[1], icrc=sys.argv[2] == "1"))
+print(time.perf_counter() - t)
+"""
 
 SCAPY_SNIPPET = """
 import sys, time
@@ -89,6 +99,7 @@ def main():
     print(f"ibwire start-up (ibwire --help): {wall:.2f} s")
 
     for name, cmd in (("stats", [ibwire, "stats", str(cap), "--format", "json"]),
+                      ("stats -j 1", [ibwire, "stats", str(cap), "--format", "json", "-j", "1"]),
                       ("stats --no-icrc", [ibwire, "stats", str(cap), "--format", "json", "--no-icrc"]),
                       ("flows", [ibwire, "flows", str(cap), "--format", "json"])):
         wall, cpu, rss, _ = run(cmd)
@@ -96,6 +107,14 @@ def main():
                      "peak_rss_mb": rss}
         print(f"ibwire {name:16s} {wall:7.2f} s ({cpu:.2f} s CPU)  {args.packets / wall:>10,.0f} pkt/s"
               f"  peak RSS {rss:.0f} MB")
+
+    for icrc in ("1", "0"):
+        name = "engine" + ("" if icrc == "1" else " --no-icrc")
+        _, cpu, rss, text = run([sys.executable, "-c", ENGINE_SNIPPET, str(cap), icrc], stdout=None)
+        secs = float(text)
+        res[name] = {"seconds": secs, "pps": args.packets / secs, "peak_rss_mb": rss}
+        print(f"stats engine in-process{'' if icrc == '1' else ' --no-icrc'}: {secs:.2f} s  "
+              f"{args.packets / secs:>10,.0f} pkt/s (without CLI start-up)")
 
     n = min(args.tshark_packets, args.packets)
     cmd = ["tshark", "-r", str(cap), "-c", str(n), "-T", "fields"]
@@ -114,7 +133,11 @@ def main():
                     "pps_cpu": int(got) / float(secs), "peak_rss_mb": rss}
     print(f"scapy rdpcap + dissection (first {m:,} packets) {float(secs):.2f} s  {int(got) / float(secs):>10,.0f} pkt/s")
 
-    for name in ("stats", "stats --no-icrc", "flows"):
+    for name in ("engine", "engine --no-icrc"):
+        res[name]["vs_tshark"] = res[name]["pps"] / res["tshark"]["pps"]
+        res[name]["vs_scapy"] = res[name]["pps"] / res["scapy"]["pps"]
+        print(f"{name:23s} = {res[name]['vs_tshark']:5.1f}× tshark, {res[name]['vs_scapy']:6.0f}× scapy")
+    for name in ("stats", "stats -j 1", "stats --no-icrc", "flows"):
         r = res[name]
         r["vs_tshark"] = r["pps"] / res["tshark"]["pps"]
         r["vs_scapy"] = r["pps"] / res["scapy"]["pps"]

@@ -59,7 +59,7 @@ def _start_capture(env, out):
     lines = []
     for line in p.stderr:
         lines.append(line)
-        if "capturing" in line:
+        if line.startswith("ibwire: capturing "):   # armed, counters read, writing: traffic may start
             return p, lines
     raise AssertionError("capture did not start: " + "".join(lines))
 
@@ -114,7 +114,7 @@ def test_netdev_backend_rotation_on_the_uplink(lab, tmp_path):
     p = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-pf"] + CLI + ["capture", "-i", "p0", "-w", str(out),
                          "-C", "0.01", "-W", "3"], env=lab, stderr=subprocess.PIPE, text=True)
     for line in p.stderr:
-        if "capturing" in line:
+        if line.startswith("ibwire: capturing "):
             break
     _traffic(lab)
     p.send_signal(signal.SIGINT)

@@ -81,7 +81,8 @@ def test_truncated_file_is_flagged(tmp_path):
     assert rec[-1]["icrc"] in (R.TRUNC, R.ABSENT)
 
 
-def test_impossible_record_length_stops_with_a_problem(tmp_path):
+def test_impossible_record_length_is_skipped_with_a_problem(tmp_path):
+    """A damaged record length: reading resynchronises on the next plausible record and says so."""
     data = bytearray(ROCE.read_bytes())
     off = 24
     for _ in range(10):
@@ -91,7 +92,9 @@ def test_impossible_record_length_stops_with_a_problem(tmp_path):
     p.write_bytes(bytes(data))
     s = scan(str(p))
     rec = np.concatenate(list(s))
-    assert len(rec) == 10 and any("impossible" in x for x in s.problems)
+    assert len(rec) == 64 and any("impossible" in x and "skipped" in x for x in s.problems)
+    good = read_all(str(ROCE))
+    assert (rec["psn"][10:] == good["psn"][11:]).all()       # everything after the damaged record is back
 
 
 def test_random_corruption_never_crashes(tmp_path):

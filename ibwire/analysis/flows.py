@@ -13,7 +13,7 @@ import numpy as np
 from dissectors.opcodes import NAK_CODES, OPCODES, RNR_TIMER_MS, lookup
 from ..fast import records as R
 from ..fast import scan
-from .hashing import _hash
+from .hashing import row_hash
 
 PSN_MOD = 1 << 24
 SAMPLE = 128            # PSNs per half-flow kept for pairing
@@ -50,7 +50,7 @@ def _batch_halves(b: np.ndarray):
     """Distinct half-flow keys of a batch (src, dst, slid, dlid, destqp), the first row of each, and
     each row's index into them."""
     src, dst, sl, dl, qp = (b[k] for k in ("src", "dst", "slid", "dlid", "destqp"))
-    _, first, inv = np.unique(_hash(src, dst, sl, dl, qp), return_index=True, return_inverse=True)
+    _, first, inv = np.unique(row_hash(src, dst, sl, dl, qp), return_index=True, return_inverse=True)
     keys = [(bytes(src[i]), bytes(dst[i]), int(sl[i]), int(dl[i]), int(qp[i])) for i in first.tolist()]
     return keys, first, inv.ravel()
 
@@ -176,10 +176,9 @@ class _Conv:
         self.cnps = [0, 0]
         self.ecn_ce = [0, 0]
         self.qpn = [None, None]           # QPN of side 0 and side 1 (learned from destqp of the other way)
-        self.ud_msgs = 0
 
     def packet(self, side: int, t: float, op: int, psn: int, ln: int, pay: int, dmalen: int, syn: int,
-               ecn: int, p_key: int, destqp: int, a: int, crc_bad: bool = False):
+               ecn: int, p_key: int, destqp: int, crc_bad: bool = False):
         if self.first is None:
             self.first = t
         self.last = t
@@ -201,11 +200,11 @@ class _Conv:
             self.ch[side].op_bytes["send"] += pay
             return
         if o in REQUEST_OPS or o == "unknown":
-            self._request(self.ch[side], t, op, o, seg, psn, pay, dmalen, a, tr, crc_bad)
+            self._request(self.ch[side], t, o, seg, psn, pay, dmalen, tr, crc_bad)
         else:
             self._response(self.ch[1 - side], t, o, seg, psn, pay, syn)
 
-    def _request(self, ch: _Channel, t, op, o, seg, psn, pay, dmalen, a, tr, crc_bad):
+    def _request(self, ch: _Channel, t, o, seg, psn, pay, dmalen, tr, crc_bad):
         """Sequence a request packet as the responder would (IBA §9.7.4.1): new, retransmitted or late."""
         c = ch.c
         c["request_packets"] += 1
@@ -378,6 +377,8 @@ class _Conv:
                         "ack_coalescing": (c["acked_requests"] / c["acks"]) if c.get("acks") else None,
                         "max_outstanding": depth, "reads_completed": c.get("reads_completed", 0),
                         "unmatched_read_responses": c.get("unmatched_read_responses", 0),
+                        "unacknowledged_at_end": sum(len(ch.pending) + len(ch.reads) for ch in self.ch)
+                        + c.get("untracked_requests", 0),
                         "read_latency_us": _pct(read_lat), "ack_latency_us": _pct(ack_lat)})
         out["cnp_received_a"], out["cnp_received_b"] = self.cnps
         out["ecn_ce"] = sum(self.ecn_ce)
@@ -442,7 +443,7 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None) -> dict:
         if is_ud.any():                   # UD: both QPNs are in the packet (DETH source QP)
             u = np.nonzero(is_ud)[0]
             src, dst, sl, dl, qp, sqp = (b[k][u] for k in ("src", "dst", "slid", "dlid", "destqp", "deth_srcqp"))
-            _, first, uinv = np.unique(_hash(src, dst, sl, dl, qp, sqp), return_index=True, return_inverse=True)
+            _, first, uinv = np.unique(row_hash(src, dst, sl, dl, qp, sqp), return_index=True, return_inverse=True)
             uobj, uside = np.empty(len(first), object), np.zeros(len(first), np.int64)
             for j, i in enumerate(first.tolist()):
                 a_end, b_end = (bytes(src[i]), int(sl[i]), int(sqp[i])), (bytes(dst[i]), int(dl[i]), int(qp[i]))
@@ -454,11 +455,11 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None) -> dict:
                 uobj[j], uside[j] = ud[uk], 0 if fwd else 1
             row_obj[u], row_side[u] = uobj[uinv.ravel()], uside[uinv.ravel()]
         cols = [b[k].tolist() for k in ("time", "opcode", "psn", "len", "paylen", "reth_dmalen", "aeth_syndrome",
-                                           "ecn", "p_key", "destqp", "a", "icrc")]
-        for cv, side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, a, crc in zip(
+                                           "ecn", "p_key", "destqp", "icrc")]
+        for cv, side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, crc in zip(
                 row_obj.tolist(), row_side.tolist(), *cols):
             if cv is not None:
-                cv.packet(side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, a, crc == R.BAD)
+                cv.packet(side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, crc == R.BAD)
     rows = []
     for cid, cv in state.items():
         a, b = convs[cid]["halves"]

@@ -5,7 +5,7 @@ import numpy as np
 _MUL = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _hash(*cols: np.ndarray) -> np.ndarray:
+def row_hash(*cols: np.ndarray) -> np.ndarray:
     """A 64-bit hash per row of the given columns (void columns are split into 8-byte words)."""
     h = np.zeros(len(cols[0]), np.uint64)
     with np.errstate(over="ignore"):

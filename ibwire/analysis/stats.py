@@ -3,6 +3,8 @@
 Tables: transport+opcode, P_Key (base and membership, IBA §10.9.1), endpoints (LID, GID/IP, MAC),
 queue pairs, MAD class/method/attribute; counters for ECN, CNPs, FECN/BECN, CRC failures, damage.
 """
+import multiprocessing
+import os
 from collections import defaultdict
 from typing import Dict, List
 
@@ -10,7 +12,9 @@ import numpy as np
 
 from dissectors.opcodes import lookup
 from ..fast import records as R
-from .hashing import _hash
+from ..fast import scan
+from ..fast.split import spans
+from .hashing import row_hash
 
 MAD_CLASSES = {0x01: "SubnMgt (LID routed)", 0x81: "SubnMgt (directed route)", 0x03: "SubnAdm", 0x04: "PerfMgt",
                0x05: "BM", 0x06: "DevMgt", 0x07: "CM", 0x08: "SNMP", 0x21: "CongestionMgt"}
@@ -31,6 +35,7 @@ class Stats:
         self.counters: Dict[str, int] = defaultdict(int)
         self.t_first = self.t_last = None
         self.t_prev = None
+        self.t_head = None            # time of the first packet added (to join spans in order)
         self.names: Dict[str, dict] = {}
         self.arrays: Dict[str, np.ndarray] = {}
 
@@ -65,6 +70,8 @@ class Stats:
         tmin, tmax = float(t.min()), float(t.max())
         self.t_first = tmin if self.t_first is None else min(self.t_first, tmin)
         self.t_last = tmax if self.t_last is None else max(self.t_last, tmax)
+        if self.t_head is None:
+            self.t_head = float(t[0])
         back = int((np.diff(t) < 0).sum()) + (1 if self.t_prev is not None and t[0] < self.t_prev else 0)
         cnt["time_went_backwards"] += back
         self.t_prev = float(t[-1])
@@ -99,7 +106,7 @@ class Stats:
             cnt["rnr_nak"] += int((syn == 1).sum())
             self._bincount("p_key", col("p_key"), bl, 65536)
             dst, dlid, qp, emac = col("dst"), col("dlid"), col("destqp"), col("eth_dst")
-            self._acc("qp", _hash(dst, dlid, emac, qp), bl,
+            self._acc("qp", row_hash(dst, dlid, emac, qp), bl,
                       lambda i: (bytes(dst[i]), int(dlid[i]), bytes(emac[i]), int(qp[i])))
             madm = (col("flags") & R.F_MAD) > 0
             if madm.any():
@@ -110,7 +117,35 @@ class Stats:
         # endpoints: transmit side and receive side
         for side, a, lid, mac in (("tx", "src", "slid", "eth_src"), ("rx", "dst", "dlid", "eth_dst")):
             ac, lc, mc = rec[a], rec[lid], rec[mac]
-            self._acc("endpoint_" + side, _hash(ac, lc, mc), ln, lambda i: (bytes(ac[i]), int(lc[i]), bytes(mc[i])))
+            self._acc("endpoint_" + side, row_hash(ac, lc, mc), ln, lambda i: (bytes(ac[i]), int(lc[i]), bytes(mc[i])))
+
+    def state(self) -> dict:
+        """Everything accumulated, as plain picklable data (to send from a worker process)."""
+        return {"tables": {k: dict(v) for k, v in self.tables.items()}, "counters": dict(self.counters),
+                "arrays": self.arrays, "t": (self.t_first, self.t_last, self.t_head, self.t_prev)}
+
+    def merge(self, other: dict) -> None:
+        """Add another span's state; spans must be merged in file order."""
+        for table, rows in other["tables"].items():
+            tab = self.tables[table]
+            for k, (n, b) in rows.items():
+                tab[k][0] += n
+                tab[k][1] += b
+        for k, v in other["counters"].items():
+            self.counters[k] += v
+        for k, a in other["arrays"].items():
+            if k in self.arrays:
+                self.arrays[k] += a
+            else:
+                self.arrays[k] = a
+        first, last, head, prev = other["t"]
+        if first is None:
+            return
+        if self.t_prev is not None and head < self.t_prev:
+            self.counters["time_went_backwards"] += 1
+        self.t_first = first if self.t_first is None else min(self.t_first, first)
+        self.t_last = last if self.t_last is None else max(self.t_last, last)
+        self.t_prev = prev
 
     def result(self) -> dict:
         cnt = dict(self.counters)
@@ -181,6 +216,39 @@ def _endpoint(addr: bytes, lid: int, mac: bytes) -> str:
     if mac and mac.strip(b"\0"):
         parts.append(R.mac_text(mac))
     return " ".join(parts) or "-"
+
+
+def _span_state(path: str, icrc: bool, span, progress=None):
+    s = scan(path, icrc=icrc, span=span)
+    st = Stats()
+    for batch in s:
+        st.add(batch)
+        if progress:
+            progress(len(batch), s.bytes_done)
+    return st.state(), list(s.problems)
+
+
+def compute_file(path: str, icrc: bool = True, progress=None, workers: int = 0) -> dict:
+    """Statistics of a capture file; big pcap files are cut into spans decoded by `workers` processes
+    (default: one per CPU), since record decoding is independent from packet to packet."""
+    workers = workers or os.cpu_count() or 1
+    cut = spans(path, workers) if workers > 1 else None
+    if not cut:
+        return compute(scan(path, icrc), progress)
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(len(cut) - 1) as pool:
+        pending = [pool.apply_async(_span_state, (path, icrc, sp)) for sp in cut[1:]]
+        share = len(cut)
+        scaled = (lambda n, done: progress(n * share, done * share)) if progress else None
+        parts = [_span_state(path, icrc, cut[0], scaled)] + [p.get() for p in pending]
+    st = Stats()
+    problems = []
+    for state, probs in parts:
+        st.merge(state)
+        problems += probs
+    res = st.result()
+    res["problems"] = problems
+    return res
 
 
 def compute(scan, progress=None) -> dict:

@@ -10,6 +10,7 @@ def stats(
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC/VCRC of every packet (costs speed)"),
     top: int = typer.Option(20, "--top", help="rows per table on a terminal (0 = all)"),
+    jobs: int = typer.Option(0, "--jobs", "-j", help="processes for large pcap files (0 = one per CPU)"),
 ):
     """Counts, bytes and rates by transport+opcode, P_Key, endpoint, QP and MAD; ECN/CNP/FECN/BECN, CRC
     failures, damaged packets and loss hints."""
@@ -17,9 +18,9 @@ def stats(
     from ..analysis.report import check_format, progress, render
     from ..fast import scan
     check_format(fmt)
-    s = scan(file, icrc=icrc)
-    with progress(s.size, "stats") as cb:
-        res = st.compute(s, cb)
+    size = scan(file).size
+    with progress(size, "stats") as cb:
+        res = st.compute_file(file, icrc, cb, jobs)
     summary = dict(res["summary"])
     if fmt == "table":
         from datetime import datetime, timezone

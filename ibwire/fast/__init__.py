@@ -15,8 +15,8 @@ from .walk import CaptureWalk
 class Scan:
     """Iterate for record batches; `problems` lists file damage, `bytes_done`/`size` drive progress bars."""
 
-    def __init__(self, path: str, icrc: bool = True, batch: int = 16384):
-        self.walk = CaptureWalk(path, batch)
+    def __init__(self, path: str, icrc: bool = True, batch: int = 16384, span=None):
+        self.walk = CaptureWalk(path, batch, span=span)
         self.icrc = icrc
 
     @property
@@ -36,8 +36,9 @@ class Scan:
             yield decode_batch(self.walk.buf, pos, self.icrc)
 
 
-def scan(path: str, icrc: bool = True, batch: int = 16384) -> Scan:
-    return Scan(path, icrc, batch)
+def scan(path: str, icrc: bool = True, batch: int = 16384, span=None) -> Scan:
+    """Record batches of a capture; `span` restricts a pcap file to a byte range (see fast.split)."""
+    return Scan(path, icrc, batch, span)
 
 
 def read_all(path: str, icrc: bool = True) -> np.ndarray:

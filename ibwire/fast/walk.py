@@ -40,8 +40,10 @@ def _u32(win: np.ndarray, col: int, endian: str) -> np.ndarray:
 class CaptureWalk:
     """An open capture; iterate `batches()` (each valid until the next); `problems` lists damage."""
 
-    def __init__(self, path: str, batch: int = 16384, chunk: int = CHUNK):
-        self.path, self.batch = path, batch
+    def __init__(self, path: str, batch: int = 16384, chunk: int = CHUNK, span=None):
+        """`span` = (start, end) byte range of a pcap file whose records (starting at `start`, a record
+        boundary) are wanted; frame numbers are then unknown and count from 0 (see fast.split)."""
+        self.path, self.batch, self.span = path, batch, span
         try:
             self.f = open(path, "rb")
             self.size = os.fstat(self.f.fileno()).st_size
@@ -83,6 +85,7 @@ class CaptureWalk:
             self.f.close()
 
     def _pcap(self) -> Iterator[Positions]:
+        from .split import boundary
         self._refill(0)
         if len(self.buf) < 24:
             self.problems.append("file header truncated")
@@ -90,20 +93,46 @@ class CaptureWalk:
         endian, scale = PCAP_MAGICS[bytes(self.buf[:4])]
         linktype = struct.unpack_from(endian + "I", self.buf, 20)[0] & 0x0FFFFFFF
         self.linktypes.add(linktype)
-        local, frame0 = 24, 1
+        local, frame0, stop = 24, 1, self.size
+        if self.span:
+            start, stop = self.span
+            self.f.seek(start)
+            self.base, self.buf, frame0 = start, self._store[:0], 0
+            self._refill(0)
+            local = 0
+
+        def where(k):
+            return f"frame {k}" if frame0 else f"the record at byte {self.base + local}"
         while True:
             offs, n, local, status = walk_pcap(self.buf, local, self.batch, endian == ">")
             eof = self.base + len(self.buf) >= self.size
+            if n and self.base + offs[-1] >= stop:                  # the rest belongs to the next span
+                offs = offs[self.base + offs < stop]
+                if len(offs):
+                    yield self._pcap_batch(offs, endian, scale, linktype, frame0, local)
+                return
             if n:
                 yield self._pcap_batch(offs, endian, scale, linktype, frame0, local)
-                frame0 += n
+                frame0 += n if frame0 else 0
             if status == IMPOSSIBLE:
-                self.problems.append(f"frame {frame0}: record length is impossible; the rest of the file is unreadable")
-                return
+                bad = self.base + local
+                nxt = boundary(self.path, bad + 1)
+                if nxt is None or nxt >= stop:
+                    self.problems.append(f"{where(frame0)}: record length is impossible; the rest of the file "
+                                         "is unreadable")
+                    return
+                self.problems.append(f"{where(frame0)}: record length is impossible; skipped {nxt - bad} damaged "
+                                     "bytes to the next plausible record (frame numbers after it are estimates)")
+                self.f.seek(nxt)
+                self.base, self.buf, local = nxt, self._store[:0], 0
+                self._refill(0)
+                continue
             if status == NEED:
+                if self.base + local >= stop and self.span:
+                    return
                 if eof:
                     if local + 16 <= len(self.buf):                   # last record cut short
-                        self.problems.append(f"frame {frame0}: record cut short at end of file")
+                        self.problems.append(f"{where(frame0)}: record cut short at end of file")
                         yield self._pcap_batch(np.array([local], np.int64), endian, scale, linktype, frame0,
                                                len(self.buf))
                     elif local < len(self.buf):
@@ -119,8 +148,9 @@ class CaptureWalk:
         data = offs + 16
         avail = np.clip(len(self.buf) - data, 0, incl)
         self.bytes_done = self.base + end
+        frames = np.arange(frame0, frame0 + n) if frame0 else np.zeros(n, np.int64)
         return Positions(data, avail, np.maximum(orig, avail), sec + frac * scale,
-                         np.full(n, linktype, np.int64), np.arange(frame0, frame0 + n))
+                         np.full(n, linktype, np.int64), frames)
 
     def _pcapng(self) -> Iterator[Positions]:
         off, frame0, endian = 0, 1, "<"
