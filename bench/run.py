@@ -40,9 +40,9 @@ TSHARK_FIELDS = [
 ENGINE_SNIPPET = """
 import sys, time
 from ibwire.fast import scan
-from ibwire.analysis.stats import compute
+from ibwire.analysis.stats import compute_file
 t = time.perf_counter()
-compute(scan(sys.argv[1], icrc=sys.argv[2] == "1"))
+compute_file(sys.argv[1], icrc=sys.argv[2] == "1")
 print(time.perf_counter() - t)
 """
 

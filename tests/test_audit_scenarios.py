@@ -1,6 +1,7 @@
 """`ibwire audit` on the generator's multi-tenant samples, run as a user runs it: the findings must be exactly
 the ones each scenario declares in `[[expect.findings]]` (rule, severity, endpoints, P_Key, trap), with the
-evidence frames tshark selects with the scenario's display filter; the clean scenario must give none."""
+evidence frames tshark selects with the scenario's display filter; the clean scenarios must give none.
+Native IB ends are named by port GUID; RoCE ends (tenants split by VLAN and IP subnet) by MAC and IP."""
 import json
 import subprocess
 import tomllib
@@ -13,6 +14,7 @@ from conftest import run_ibwire
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
 SCENARIOS = ["multitenant-clean", "multitenant-breach"]
+ROCE_SCENARIOS = ["roce-multitenant-clean", "roce-multitenant-breach"]
 
 
 def _scenario(name: str) -> dict:
@@ -30,18 +32,24 @@ def _tshark_frames(pcap: Path, display_filter: str) -> list:
     return sorted(int(n) for n in out.split())
 
 
-def _declared(name: str) -> list:
-    """The scenario's findings with port names turned into the port GUIDs the scenario gives those ports."""
+def _declared(name: str, pcap: Path = None) -> list:
+    """The scenario's findings with port names turned into the port GUIDs the scenario gives those ports (on
+    RoCE: their MAC and IP), and the evidence frames tshark selects in `pcap` (default: the sample)."""
     doc = _scenario(name)
-    guid = {p["name"]: int(p["guid"], 0) for p in doc.get("port", [])}
+    pcap = pcap or CAPS / f"{name}.pcap"
+    roce = doc["scenario"].get("link", "roce2").startswith("roce")
+    ports = {p["name"]: p for p in doc.get("port", [])}
     out = []
     for f in doc["expect"]["findings"]:
-        frames = _tshark_frames(CAPS / f"{name}.pcap", f["evidence"])
-        assert len(frames) == f["frames"], f"{f['rule']}: the evidence filter selects {len(frames)} frames"
+        frames = _tshark_frames(pcap, f["evidence"])
+        if pcap == CAPS / f"{name}.pcap":
+            assert len(frames) == f["frames"], f"{f['rule']}: the evidence filter selects {len(frames)} frames"
         want = {"rule": f["rule"], "severity": f["severity"], "frames": frames}
         for key in ("src", "dst", "port"):
-            if key in f:
-                want[f"{key}_guid"] = guid[f[key]]
+            if key in f and roce:
+                want[f"{key}_mac"], want[f"{key}_ip"] = ports[f[key]]["mac"], ports[f[key]]["ip"]
+            elif key in f:
+                want[f"{key}_guid"] = int(ports[f[key]]["guid"], 0)
         if "pkey" in f:
             want["pkey"] = int(f["pkey"], 0)
         if "trap" in f:
@@ -63,12 +71,8 @@ def _as_declared(finding: dict, want: dict) -> dict:
     return got
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
-def test_audit_gives_exactly_the_declared_findings(name, tshark):
-    declared = _declared(name)
-    run = _audit(name, "--format", "json")
-    assert run.returncode in (0, 1), run.stderr
-    findings = json.loads(run.stdout)["findings"]
+def unmatched_findings(findings: list, declared: list):
+    """(declared but not reported, reported but not declared)."""
     unmatched = list(findings)
     missing = []
     for want in declared:
@@ -77,6 +81,16 @@ def test_audit_gives_exactly_the_declared_findings(name, tshark):
             missing.append(want)
         else:
             unmatched.remove(hit)
+    return missing, unmatched
+
+
+@pytest.mark.parametrize("name", SCENARIOS + ROCE_SCENARIOS)
+def test_audit_gives_exactly_the_declared_findings(name, tshark):
+    declared = _declared(name)
+    run = _audit(name, "--format", "json")
+    assert run.returncode == (0 if name.endswith("clean") else 1), run.stdout + run.stderr
+    findings = json.loads(run.stdout)["findings"]
+    missing, unmatched = unmatched_findings(findings, declared)
     assert missing == [] and unmatched == [], (
         f"declared but not reported: {missing}\nreported but not declared: "
         f"{[(f['rule'], f['severity'], f['frames'], f['description']) for f in unmatched]}")
@@ -131,3 +145,20 @@ def test_breach_report_in_headless_chromium(tmp_path):
     findings = dom[dom.index('id="findings"'):]
     for f in _scenario("multitenant-breach")["expect"]["findings"]:
         assert f'data-rule="{f["rule"]}"' in findings
+
+
+@pytest.mark.parametrize("name", ROCE_SCENARIOS)
+def test_roce_tenant_matrix_counts_what_tshark_sees_between_the_subnets(name, tshark):
+    """Every RoCE end belongs to a tenant by MAC/IP/VLAN (also vf2 answering in red's VLAN), and each matrix
+    cell holds the packets tshark counts between the tenants' subnets."""
+    report = json.loads(_audit(name, "--format", "json").stdout)
+    assert report["unnamed_endpoints"] == {}
+    nets = {"red": "10.77.0.8/30", "blue": "10.77.0.12/30, 10.77.0.100"}
+    cells = {(c["from"], c["to"]): c["packets"] for c in report["matrix"]}
+    for a in nets:
+        for b in nets:
+            want = len(_tshark_frames(CAPS / f"{name}.pcap", f"infiniband.bth && ip.src in {{{nets[a]}}} && "
+                                                             f"ip.dst in {{{nets[b]}}}"))
+            assert cells.get((a, b), 0) == want, (a, b)
+    crossing = [c for c in report["matrix"] if c["from"] != c["to"] and c["packets"]]
+    assert bool(crossing) == name.endswith("breach")

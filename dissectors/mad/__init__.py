@@ -7,7 +7,7 @@ bound on MAD.mgmtclass and attribute layers chosen by MAD.attributeid through `t
 from .base import flat
 from .common import MAD, ClassPortInfo, InformInfo
 from .notice import Notice
-from . import smp, sa, perf, cm, cc, vendor  # noqa: F401  (bind the class layers)
+from . import smp, virt, sa, perf, cm, cc, vendor  # noqa: F401  (bind the class layers)
 from .rmpp import reassemble, split_records
 from . import table
 

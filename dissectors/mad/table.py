@@ -51,7 +51,12 @@ ATTRIBUTES = {
             0x001B: ("MulticastForwardingTable", "MulticastForwardingTable"),
             0x001C: ("LinkSpeedWidthPairsTable", None),
             0x0020: ("SMInfo", "SMInfo"), 0x0030: ("VendorDiag", None), 0x0031: ("LedInfo", None),
-            0x0032: ("MlnxExtPortInfo", None)},
+            0x0032: ("MlnxExtPortInfo", None),
+            # vendor-specific virtualization attributes, MLNX opensm ib_types.h (see virt.py)
+            0xFFB0: ("VirtualizationInfo", "VirtualizationInfo"), 0xFFB1: ("VPortInfo", "VPortInfo"),
+            0xFFB2: ("VNodeInfo", "VNodeInfo"), 0xFFB3: ("VPortState", "VPortState"),
+            0xFFB4: ("VNodeDescription", "VNodeDescription"), 0xFFB5: ("VPortGUIDInfo", "VPortGUIDInfo"),
+            0xFFB6: ("VPortP_KeyTable", "VPortP_KeyTable")},
     "sa": {0x0001: ("ClassPortInfo", "ClassPortInfo"), 0x0002: ("Notice", "Notice"),
            0x0003: ("InformInfo", "InformInfo"),
            0x0011: ("NodeRecord", "NodeRecord"), 0x0012: ("PortInfoRecord", "PortInfoRecord"),

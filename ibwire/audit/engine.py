@@ -13,6 +13,8 @@ any packet from the destination back to the source in the same P_Key):
                        count: meeting only there is the ALL=full mistake), unanswered  [attempt]
   cross-tenant-breach  the same, answered by the target                              [breach]
   roce-vlan-crossing   RoCE traffic between tenants (separated by VLAN / IP subnet)  [attempt/breach]
+                       (a RoCE end is its tenant's by MAC/IP/VLAN, or by MAC/IP alone when the frame carries
+                       a foreign VLAN: that is how a crossing looks on the wire)
   trap                 P_Key / Q_Key / M_Key violation trap 256-259 sent to the SM     [attempt]
   undeclared-pkey      a P_Key on the wire that partitions.conf does not declare       [warning]
   default-partition-full two tenants are both full members of the default partition [warning/breach]
@@ -61,6 +63,7 @@ class Finding:
     dst: Optional[int] = None     # port GUID of the target
     pkey: Optional[int] = None
     trap: Optional[int] = None
+    ends: tuple = ()              # RoCE: (source Side, destination Side), which have no port GUID
 
     def as_dict(self) -> dict:
         d = {"rule": self.rule, "severity": self.severity, "description": self.description,
@@ -74,6 +77,8 @@ class Finding:
             d["pkey"] = f"0x{self.pkey:04x}"
         if self.trap is not None:
             d["trap"] = self.trap
+        for key, side in zip(("src", "dst"), self.ends):
+            d.update({f"{key}_{k}": getattr(side, k) for k in ("mac", "ip", "vlan") if getattr(side, k) is not None})
         return d
 
 
@@ -351,6 +356,9 @@ class Audit:
         for ep in eps:
             if _roce_match(ep, side, with_vlan=True):
                 return Resolved(None, ep.tenant, "RoCE MAC/IP/VLAN")
+        for ep in eps:                    # a known MAC/IP in a foreign VLAN is still that endpoint
+            if (ep.mac is not None or ep.net is not None) and _roce_match(ep, side, with_vlan=False):
+                return Resolved(None, ep.tenant, f"RoCE MAC/IP (seen in VLAN {side.vlan}, declared {ep.vlan})")
         return Resolved(None, NO_TENANT, "no tenant endpoint matches")
 
     def _node(self, guid: int, ports: FabricState) -> Port:
@@ -437,7 +445,7 @@ class Audit:
         sev = "breach" if back is not None else "attempt"
         text += f" ({fl.packets} packets" + (f", {back.packets} answered back)" if back else ", none answered)")
         return Finding(rule, sev, text, sorted(frames)[:EVIDENCE_FRAMES], (a.tenant, b.tenant),
-                       src=a.guid, dst=b.guid, pkey=fl.pkey)
+                       src=a.guid, dst=b.guid, pkey=fl.pkey, ends=(fl.src, fl.dst) if fl.src.kind == "roce" else ())
 
     def _default_full(self, ports) -> list:
         out = []

@@ -103,42 +103,46 @@ _NODE_TYPES = {1: "ca", 2: "switch", 3: "router", "ca": "ca", "switch": "switch"
 
 
 def from_fabric_json(path: str) -> FabricState:
-    """`ibwire fabric FILE --format json`: nodes with ports, each port with guid, lid, pkeys."""
+    """`ibwire fabric FILE --format json` (schema in ibwire/fabric/__init__.py): top-level `nodes` (guid, type,
+    description) and `ports` (guid, node_guid, port_num, lid, pkeys, pkeys_last); the master SM is the first
+    MASTER in `sm.seen`, as the audit decides it from a capture.  A port whose table was never read or written
+    (`pkeys_last` null) has an unknown table, not an empty one; a switch's table is its port 0's."""
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"cannot read the fabric state {path} ({e}); give the output of "
                         f"'ibwire fabric CAPTURE --format json'") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("ports"), list):
+        raise UserError(f"{path} is not 'ibwire fabric --format json' output (no \"ports\" list)")
     st = FabricState(sources=[f"fabric json {path}"])
     src = f"fabric json {Path(path).name}"
-    nodes = doc.get("nodes", []) if isinstance(doc, dict) else []
-    if isinstance(nodes, dict):
-        nodes = [dict(v, guid=k) if isinstance(v, dict) else v for k, v in nodes.items()]
-    for node in nodes:
-        ntype = _NODE_TYPES.get(str(node.get("type", node.get("node_type", "ca"))).lower(),
-                                _NODE_TYPES.get(_int(node.get("type")), "ca"))
-        ports = node.get("ports", [])
-        if isinstance(ports, dict):
-            ports = [dict(v, num=k) for k, v in ports.items()]
-        for p in ports:
-            guid = _int(p.get("guid", p.get("port_guid")))
-            if guid is None:
-                continue
-            ps = st.port(guid, src)
-            ps.node_type = ntype
-            ps.node_guid = _int(node.get("guid", node.get("node_guid")))
-            ps.port_num = _int(p.get("num", p.get("port", p.get("port_num"))))
-            ps.lid = _int(p.get("lid"))
-            ps.description = node.get("description", "")
-            table = p.get("pkeys", p.get("pkey_table", p.get("p_key_table")))
-            if table is not None:
-                ps.pkeys = [v for v in (_int(x) for x in table) if v]
-                ps.pkey_source = src
-    sm = doc.get("sm", doc.get("master_sm")) if isinstance(doc, dict) else None
-    if isinstance(sm, dict):
-        st.master_sm = _int(sm.get("guid", sm.get("port_guid")))
-    elif sm is not None:
-        st.master_sm = _int(sm)
+    nodes = {_int(n.get("guid")): n for n in doc.get("nodes") or [] if isinstance(n, dict)}
+    for p in doc["ports"]:
+        guid = _int(p.get("guid")) if isinstance(p, dict) else None
+        if guid is None:
+            continue
+        node = nodes.get(_int(p.get("node_guid")), {})
+        ntype = _NODE_TYPES.get(str(node.get("type") or "ca").lower(), "ca")
+        num = _int(p.get("port_num"))
+        known = guid in st.ports
+        ps = st.port(guid, src)
+        if known and (ntype != "switch" or num != 0):
+            ps.lid = ps.lid or _int(p.get("lid"))
+            continue                                    # switch ports 1-n share port 0's GUID
+        ps.node_type, ps.node_guid, ps.port_num = ntype, _int(p.get("node_guid")), num
+        ps.lid = _int(p.get("lid")) or ps.lid
+        ps.description = node.get("description") or ""
+        if p.get("pkeys_last") is not None:
+            ps.pkeys = [v for v in (_int(x) for x in p.get("pkeys") or []) if v and v & 0x7FFF]
+            ps.pkey_source = src + f" ({p['pkeys_last']} in frame {p.get('pkeys_frame')})"
+    sm = doc.get("sm") or {}
+    masters = sorted((s for s in sm.get("seen") or [] if isinstance(s, dict) and s.get("state") == "MASTER"),
+                     key=lambda s: s.get("frame") or 0)
+    if masters:
+        st.master_sm = _int(masters[0].get("guid"))
+    elif sm.get("master_lid") is not None:
+        who = st.by_lid(_int(sm["master_lid"]))
+        st.master_sm = who[0].guid if len(who) == 1 else None
     return st
 
 
@@ -252,8 +256,13 @@ def from_sysfs(root: Optional[str] = None) -> FabricState:
         for vf_link in sorted(pci.glob("virtfn*")):
             k = vf_link.name[len("virtfn"):]
             vf_guid = _int(_read(pci / "sriov" / k / "port"))
-            for vf_dev in sorted((vf_link / "infiniband").glob("*")):
+            vf_devs = sorted((vf_link / "infiniband").glob("*"))
+            for vf_dev in vf_devs:
                 _sysfs_port(st, vf_dev, f"{dev_dir.name} vf {k}", vf_guid or None)
+            if not vf_devs:
+                st.sources.append(f"{dev_dir.name} vf {k}: its P_Key table is not in this host's sysfs (the VF "
+                                  f"is not bound to an RDMA driver here, e.g. passed to a VM); take it from "
+                                  f"the capture, --state live or a fabric JSON")
     return st
 
 

@@ -57,12 +57,11 @@ def gather(buf, starts, lims, width: int):
         tail = np.zeros(size - base + width, np.uint8)
         tail[:size - base] = buf[base:]
         out[~safe] = sliding_window_view(tail, width)[s[~safe] - base]
-    short = s + width > lims
-    if short.any():
-        rows = np.nonzero(short)[0]
-        part = out[rows]
-        part[(s[rows, None] + np.arange(width)) >= lims[rows, None]] = 0
-        out[rows] = part
+    short = np.nonzero(s + width > lims)[0]
+    if len(short):                      # zero what lies past each packet's captured end, by length group
+        keep = np.clip(lims[short] - s[short], 0, width)
+        for k in np.unique(keep).tolist():
+            out[short[keep == k], k:] = 0
     neg = starts < 0
     if neg.any():
         out[neg] = 0

@@ -61,6 +61,11 @@ class Context:
     def rx_accepts(self, port, pkey: int) -> bool:
         return (not port.enforce) or accepts(self.tables[port.name], pkey)
 
+    def vlan_drops(self, port, src) -> bool:
+        """A RoCE port with a VLAN (the VF's eswitch-enforced tag) drops frames tagged with another VLAN,
+        unless `enforce = false` (VLAN trunking left open to the guest)."""
+        return not self.link.native and port.enforce and port.vlan is not None and src.vlan != port.vlan
+
     def payload(self, msg: int, off: int, n: int) -> bytes:
         o = (msg * 4099 + off) % 65536
         return self.pool[o:o + n]
@@ -191,7 +196,9 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         req = mads.cm_req(comm_a, 0x0000000001000000 | qp.dst_qpn, A.guid, qp.src_qpn, qp.psn, pkey, A.lid, B.lid,
                           A.gid, B.gid, mtu=PMTUS[qp.pmtu], transport={"RC": 0, "UC": 1, "XRC": 3}[qp.type])
         push(tc, ctx.mad(A, B, mads.with_tid(req, tid), 1, pkey=pkey))
-        if not ctx.rx_accepts(B, pkey):
+        if ctx.vlan_drops(B, A):
+            connected = False
+        elif not ctx.rx_accepts(B, pkey):
             ctx.trap_257(side, tc + lat, A, B, pkey, 1, 1)
             connected = False
         else:
@@ -235,7 +242,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         payload = kw.pop("payload", b"")
         ext = ext_headers(base | opcode, aeth=aeth or 0, **kw)
         push(t_at, link.frame(B, A, transport(base | opcode, pkey, qp.src_qpn, psn,
-                                              ext, payload), udp_sport=sport_b))
+                                              ext, payload), udp_sport=sport_b, vlan=A.vlan))
 
     # responder state
     epsn, msn = qp.psn, 0
@@ -257,7 +264,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         """The responder's reaction to a request packet arriving at `ta`."""
         nonlocal epsn, msn, nak_sent, pending, pend_psn, last_arrival, last_cnp
         last_arrival = ta
-        if dropped:
+        if dropped or ctx.vlan_drops(B, A):
             return
         if not ctx.rx_accepts(B, pkey):
             ctx.trap_257(side, ta, A, B, pkey, qp.src_qpn, qp.dst_qpn)
@@ -265,7 +272,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         if marked and ta - last_cnp >= s.cnp_interval:
             last_cnp = ta
             tp = transport(0x81, pkey, qp.src_qpn, 0, CNP_PAD, becn=True)
-            push(ta + 0.5e-6, link.frame(B, A, tp, tclass=0xC0, ecn=0, udp_sport=sport_b))
+            push(ta + 0.5e-6, link.frame(B, A, tp, tclass=0xC0, ecn=0, udp_sport=sport_b, vlan=A.vlan))
         if not reliable:
             return
         if d.psn != epsn:

@@ -22,6 +22,7 @@ _U32LE = struct.Struct("<I")
 _U16LE = struct.Struct("<H")
 NEXT_HDR_IBA = 0x1B
 ECN_ECT0, ECN_CE = 0x02, 0x03
+SRC_VLAN = object()      # frame(vlan=...) default: the sending port's own VLAN
 
 
 def _ip4_checksum(hdr: bytes) -> int:
@@ -56,8 +57,10 @@ class Link:
         self._ip4 = {}
 
     def frame(self, src, dst, tp: bytes, *, sl=0, vl=0, tclass=0, ecn: Optional[int] = None, dlid=None,
-              dgid=None, slid=None, global_route=False, udp_sport=0xC000, bad_icrc=False, bad_vcrc=False) -> bytes:
-        """A whole frame from `src` to `dst` (ports) carrying `tp` (BTH onwards, padded)."""
+              dgid=None, slid=None, global_route=False, udp_sport=0xC000, bad_icrc=False, bad_vcrc=False,
+              vlan=SRC_VLAN) -> bytes:
+        """A whole frame from `src` to `dst` (ports) carrying `tp` (BTH onwards, padded).  `vlan` tags an
+        Ethernet frame with another VLAN than src's (a responder answers in the VLAN the request came in)."""
         n = self.name
         if self.native:
             grh = b""
@@ -94,22 +97,23 @@ class Link:
             udp += _U32LE.pack(icrc)
             # IPv6 forbids a zero UDP checksum (RFC 8200 §8.1); the ICRC does not cover it
             csum = _udp6_checksum(src.ip6, dst.ip6, udp)
-            return self._ethernet(src, dst, 0x86DD) + ip6 + udp[:6] + struct.pack(">H", csum) + udp[8:]
+            return self._ethernet(src, dst, 0x86DD, vlan) + ip6 + udp[:6] + struct.pack(">H", csum) + udp[8:]
             ethertype = 0x86DD
         else:  # roce1
             body = GRH.pack((6 << 28) | (tos << 20), len(tp) + 4, NEXT_HDR_IBA, 64, src.gid, dst.gid) + tp
             icrc = icrc_roce1(body)
             ethertype = ROCE_V1_ETHERTYPE
         icrc ^= 0xFFFFFFFF if bad_icrc else 0
-        return self._ethernet(src, dst, ethertype) + body + _U32LE.pack(icrc)
+        return self._ethernet(src, dst, ethertype, vlan) + body + _U32LE.pack(icrc)
 
-    def _ethernet(self, src, dst, ethertype: int) -> bytes:
-        key = (src.mac, dst.mac, src.vlan, ethertype)
+    def _ethernet(self, src, dst, ethertype: int, vlan=SRC_VLAN) -> bytes:
+        vlan = src.vlan if vlan is SRC_VLAN else vlan
+        key = (src.mac, dst.mac, vlan, ethertype)
         eth = self._eth.get(key)
         if eth is None:
             eth = dst.mac + src.mac
-            if src.vlan is not None:
-                eth += struct.pack(">HH", 0x8100, (src.pcp << 13) | src.vlan)
+            if vlan is not None:
+                eth += struct.pack(">HH", 0x8100, (src.pcp << 13) | vlan)
             eth += struct.pack(">H", ethertype)
             self._eth[key] = eth
         return eth
