@@ -172,3 +172,21 @@ def test_chunk_boundaries_do_not_change_records(tmp_path, chunk):
         got = np.concatenate([decode_batch(walk.buf, pos) for pos in walk.batches()])
         _same(ref, got)
         assert not walk.problems
+
+
+def test_read_responses_missing_from_capture_are_not_psn_gaps(tmp_path):
+    """A multi-packet READ uses one requester PSN per response packet; if the capture lacks the responses,
+    the next request's PSN jump is explained by the READ, not reported as loss."""
+    from ibwire.analysis.flows import analyse
+    src = PUBLIC / "m3_nvme_host-echo_dump.pcap"
+    rec = read_all(str(src))
+    keep = ~np.isin(rec["opcode"], (0x0D, 0x0E, 0x0F, 0x10)) | ((rec["flags"] & R.F_BTH) == 0)
+    assert (~keep).sum() >= 3
+    p = tmp_path / "no-read-responses.pcap"
+    with PcapWriter(str(p), 1) as w:
+        for fr, k in zip(iter_frames(str(src)), keep):
+            if k:
+                w.write(fr.data, fr.time, flush=False)
+    rows = [r for r in analyse(str(p))["conversations"] if r["transport"] == "RC"]
+    assert rows and all(r["psn_gaps"] == 0 for r in rows)
+    assert sum(r["messages"].get("read", 0) for r in rows) >= 1
