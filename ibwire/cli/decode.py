@@ -6,8 +6,6 @@ from typing import List, Optional
 
 import typer
 
-from ..decode import decode_frame
-from ..decode.rmpp import RmppTracker
 from ..errors import UserError
 from ..filter import compile_filter, field_name
 from ..readers import open_capture
@@ -48,6 +46,8 @@ def decode(
     fields: List[str] = typer.Option([], "-e", "--field", help="csv column (repeatable), like tshark -e"),
 ):
     """Decode every IB/RoCE header of each packet, with ICRC/VCRC checks."""
+    from ..decode import decode_frame          # scapy loads only for the commands that need it
+    from ..decode.rmpp import RmppTracker
     if fmt not in ("text", "jsonl", "csv"):
         raise UserError(f"--format must be text, jsonl or csv, not {fmt!r}")
     if fmt == "csv" and not fields:
