@@ -49,7 +49,7 @@ print(time.perf_counter() - t)
 
 SCAPY_SNIPPET = """
 import sys, time
-import dissectors  # binds the InfiniBand layers (UDP 4791 -> BTH ...)
+import dissectors.layers  # noqa: F401  (loads the layers and binds them: UDP 4791 -> BTH ...)
 from scapy.utils import rdpcap
 t = time.perf_counter()
 pkts = rdpcap(sys.argv[1], count=int(sys.argv[2]))

@@ -7,7 +7,7 @@ from typing import List, NamedTuple
 
 from scapy.packet import Raw
 
-import dissectors  # noqa: F401  (registers the layer bindings)
+import dissectors.layers  # noqa: F401  (registers the layer bindings)
 from dissectors import BTH, GRH, ICRC, LRH, VCRC, lookup
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
