@@ -18,7 +18,7 @@ _TOKEN = re.compile(r"""\s*(?:
     (?P<op>==|!=|<=|>=|<|>|&&|\|\||!|\(|\)|\{|\}|,)|
     (?P<word>[A-Za-z0-9_.:\-/]+)
 )""", re.X)
-_OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt, "<=": operator.le,
+OPERATORS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt, "<=": operator.le,
         ">=": operator.ge, "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "gt": operator.gt,
         "le": operator.le, "ge": operator.ge}
 
@@ -27,7 +27,7 @@ def field_name(name: str) -> str:
     return name[len("infiniband."):] if name.startswith("infiniband.") else name
 
 
-def _literal(tok: str):
+def literal(tok: str):
     if tok.startswith('"'):
         return tok[1:-1].encode().decode("unicode_escape")
     low = tok.lower()
@@ -145,23 +145,23 @@ class Filter:
         key = field_name(name)
         self.fields.add(key)
         tok = self._peek()
-        if tok in _OPS:
-            op = _OPS[self._take()]
-            want = _literal(self._take())
+        if tok in OPERATORS:
+            op = OPERATORS[self._take()]
+            want = literal(self._take())
             return lambda r: key in r and r[key] is not None and _compare(op, r[key], want)
         if tok == "in":
             self._take()
             self._take("{")
             values = []
             while self._peek() != "}":
-                values.append(_norm(_literal(self._take())))
+                values.append(_norm(literal(self._take())))
                 if self._peek() == ",":
                     self._take()
             self._take("}")
             return lambda r: key in r and _norm(r[key]) in values
         if tok == "contains":
             self._take()
-            want = _literal(self._take())
+            want = literal(self._take())
             return lambda r: key in r and str(_norm(want)).lower() in str(_norm(r[key])).lower()
         return lambda r: key in r or any(k.startswith(key + ".") for k in r)
 

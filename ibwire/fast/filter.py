@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import UserError
-from ..filter import _OPS, Filter, _literal, field_name
+from ..filter import OPERATORS, Filter, literal, field_name
 from .decode import EXT_OFF
 from . import records as R
 
@@ -115,21 +115,21 @@ class BatchFilter(Filter):
         self.fields.add(key)
         present = _present(key)
         tok = self._peek()
-        if tok in _OPS:
-            op = _OPS[self._take()]
-            get, want = _column(key, _literal(self._take()))
+        if tok in OPERATORS:
+            op = OPERATORS[self._take()]
+            get, want = _column(key, literal(self._take()))
             return lambda r: present(r) & _any(op, get(r), want)
         if tok == "in":
             self._take()
             self._take("{")
             vals = []
             while self._peek() != "}":
-                vals.append(_literal(self._take()))
+                vals.append(literal(self._take()))
                 if self._peek() == ",":
                     self._take()
             self._take("}")
             tests = [_column(key, v) for v in vals]
-            return lambda r: present(r) & np.logical_or.reduce([_any(_OPS["=="], g(r), w) for g, w in tests])
+            return lambda r: present(r) & np.logical_or.reduce([_any(OPERATORS["=="], g(r), w) for g, w in tests])
         if tok == "contains":
             raise UserError("display filter: 'contains' needs the detail path (ibwire decode -Y)")
         return present

@@ -37,7 +37,9 @@ def boundary(path: str, offset: int) -> Optional[int]:
         size = os.fstat(f.fileno()).st_size
         if head[:4] not in PCAP_MAGICS or len(head) < 40:
             return None
-        endian, scale = PCAP_MAGICS[head[:4]]
+        endian, scale, rec_len = PCAP_MAGICS[head[:4]]
+        if rec_len != 16:
+            return None
         snap = struct.unpack_from(endian + "I", head, 16)[0] or 262144
         sec0 = struct.unpack_from(endian + "I", head, 24)[0]
         frac_max = 1_000_000 if scale == 1e-6 else 1_000_000_000

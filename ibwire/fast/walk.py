@@ -13,13 +13,9 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import UserError
+from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
 from .kernels import IMPOSSIBLE, NEED, walk_pcap
 
-PCAP_MAGICS = {
-    b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
-    b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9),
-}
-PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
 CHUNK = 1 << 24
 
 
@@ -90,7 +86,10 @@ class CaptureWalk:
         if len(self.buf) < 24:
             self.problems.append("file header truncated")
             return
-        endian, scale = PCAP_MAGICS[bytes(self.buf[:4])]
+        endian, scale, rec_len = PCAP_MAGICS[bytes(self.buf[:4])]
+        if rec_len != 16:
+            raise UserError(f"{self.path} is a modified (Kuznetsov) pcap, which only `ibwire decode` reads; "
+                            f"convert it with `editcap -F pcap`")
         linktype = struct.unpack_from(endian + "I", self.buf, 20)[0] & 0x0FFFFFFF
         self.linktypes.add(linktype)
         local, frame0, stop = 24, 1, self.size
