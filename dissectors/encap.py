@@ -11,7 +11,7 @@
 """
 import struct
 
-from scapy.fields import (BitField, ByteEnumField, ByteField, LEIntField, ShortField, XShortEnumField,
+from scapy.fields import (BitField, ByteField, LEIntField, ShortField, StrFixedLenField, XShortEnumField,
                           XShortField)
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
@@ -70,13 +70,40 @@ class ERF(IBLayer):
         if self.rlen is None:
             p = p[:10] + struct.pack(">H", 16 + len(pay)) + p[12:]
         if self.wlen is None:
-            p = p[:14] + struct.pack(">H", len(pay))
+            ext, layer = 0, self.payload
+            while isinstance(layer, ERFExtension):
+                ext, layer = ext + 8, layer.payload
+            p = p[:14] + struct.pack(">H", len(pay) - ext)
         return p + pay
 
     def extract_padding(self, s):
-        if self.wlen is not None and self.wlen < len(s):
-            return s[:self.wlen], s[self.wlen:]
+        ext = 0
+        while self.ext_header and ext + 8 <= len(s) and (ext == 0 or s[ext - 8] & 0x80):
+            ext += 8                       # extension headers precede the record's wlen bytes
+        if self.wlen is not None and ext + self.wlen < len(s):
+            return s[:ext + self.wlen], s[ext + self.wlen:]
         return s, b""
+
+    def guess_payload_class(self, payload):
+        if self.ext_header:
+            return ERFExtension
+        return super().guess_payload_class(payload)
+
+
+class ERFExtension(IBLayer):
+    """An 8-byte ERF extension header: a 'more follow' bit, its type, 56 bits of type-specific data."""
+
+    name = "ERF extension header"
+    ws_name = "erf.ehdr"
+    fields_desc = [BitField("more", 0, 1), BitField("type", 0, 7), StrFixedLenField("data", b"\0" * 7, 7)]
+
+    def guess_payload_class(self, payload):
+        if self.more:
+            return ERFExtension
+        erf = self.underlayer
+        while erf is not None and not isinstance(erf, ERF):
+            erf = erf.underlayer
+        return ERF_PAYLOADS.get(erf.type if erf is not None else None, Raw)
 
 
 class IBLink(IBLayer):
@@ -109,8 +136,9 @@ bind_layers(LRH, BTH, lnh=LNH_LOCAL)
 bind_layers(LRH, GRH, lnh=LNH_GLOBAL)
 bind_layers(LRH, IPv6, lnh=LNH_IPV6)
 bind_layers(LRH, RWH, lnh=LNH_RAW)
-bind_layers(ERF, LRH, type=ERF_TYPE_INFINIBAND)
-bind_layers(ERF, IBLink, type=ERF_TYPE_INFINIBAND_LINK)
+ERF_PAYLOADS = {ERF_TYPE_INFINIBAND: LRH, ERF_TYPE_INFINIBAND_LINK: IBLink}
+bind_layers(ERF, LRH, type=ERF_TYPE_INFINIBAND, ext_header=0)
+bind_layers(ERF, IBLink, type=ERF_TYPE_INFINIBAND_LINK, ext_header=0)
 for _cls, _field in ((RWH, "etype"), (IPoIB, "type"), (IPoIBLink, "type")):
     for _etype, _upper in ((0x0800, IP), (0x86DD, IPv6), (0x0806, ARP)):
         bind_layers(_cls, _upper, **{_field: _etype})

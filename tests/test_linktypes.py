@@ -69,3 +69,18 @@ def test_jsonl_for_link_type_247(tmp_path):
     run_ibwire("convert", PUBLIC / "srinivas_infiniband.pcap", "-o", out, "--link", "ib", check=True)
     rows = [json.loads(l) for l in run_ibwire("decode", out, "--format", "jsonl").stdout.splitlines()]
     assert len(rows) == 43 and rows[0]["linktype"] == 247 and rows[0]["layers"]["vcrc"]["status"] == "good"
+
+
+def test_erf_extension_headers_are_skipped(tmp_path):
+    """ERF records may carry 8-byte extension headers (type byte bit 7, chained by their own bit 7)."""
+    from dissectors import DETH, ICRC, LRH, VCRC, BTH
+    from dissectors.encap import ERFExtension
+    ib = LRH(slid=1, dlid=2) / BTH(opcode=0x64, destqp=5) / DETH(q_key=7, srcqp=9) / b"abcd" / ICRC() / VCRC()
+    rec = ERF(type=21, ext_header=1, ts_sec=1) / ERFExtension(more=1, type=5) / ERFExtension(type=6) / ib
+    path = _write(tmp_path / "ext.pcap", 197, [rec])
+    d = decode_frame(next(iter_frames(path)))
+    assert d.flat["erf.wlen"] == len(raw(ib)) and d.flat["deth.srcqp"] == 9
+    assert d.flat["icrc.status"] == "good" and d.flat["vcrc.status"] == "good"
+    theirs = subprocess.run(["tshark", "-r", path, "-T", "fields", "-e", "infiniband.deth.srcqp"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert int(theirs, 16) == 9
