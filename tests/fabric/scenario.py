@@ -33,7 +33,11 @@ def run(workdir: str, link: str = "erf") -> dict:
             env_trap = fab.env("Hca2")
             env_trap["SIM_SET_ISSM"] = "1"
             import subprocess
-            subprocess.run(["smpquery", "nodedesc", "1"], env=env_trap, capture_output=True, timeout=20)
+            try:   # attaching with IsSM set is what makes ibsim send trap 144; the query's answer is not needed
+                subprocess.run(["smpquery", "-t", "2000", "nodedesc", "1"], env=env_trap, capture_output=True,
+                               timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
             threading.Event().wait(0.3)          # let the last datagrams reach the socket
         finally:
             stop.set()
