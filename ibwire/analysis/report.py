@@ -39,7 +39,28 @@ def progress(size: int, label: str, enabled: bool = True):
         yield update
 
 
-def _cell(v):
+def _si(v: float, unit: str) -> str:
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= factor:
+            return f"{v / factor:.2f} {prefix}{unit}"
+    return f"{v:.3g} {unit}"
+
+
+def _seconds(v: float) -> str:
+    if v >= 1 or v == 0:
+        return f"{v:,.3f} s"
+    return f"{v * 1e3:.3f} ms" if v >= 1e-3 else f"{v * 1e6:.1f} µs"
+
+
+def _cell(v, key=""):
+    """A value as a person reads it: rates and durations with units, big numbers grouped."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if key.endswith("bits_per_s"):
+            return _si(float(v), "b/s")
+        if key.endswith("packets_per_s") or key == "pps":
+            return f"{v:,.0f}"
+        if key.endswith("duration_s") or key.endswith("_s") and isinstance(v, float):
+            return _seconds(float(v))
     if isinstance(v, float):
         return f"{v:,.6g}"
     if isinstance(v, dict):
@@ -73,17 +94,28 @@ def write_csv(sections: Dict[str, List[dict]], out=None):
 def write_tables(sections: Dict[str, List[dict]], title_of=None, limit: int = 0):
     from rich.console import Console
     from rich.table import Table
-    console = Console()
+    # On a terminal rich fits the window; piped into a file or pager, wide rows stay on one line.
+    console = Console() if sys.stdout.isatty() else Console(width=220)
     for name, rows in sections.items():
         if not rows:
             continue
         shown = rows[:limit] if limit else rows
+        if len(shown) == 1 and len(shown[0]) > 4:      # one record reads better as key / value lines
+            t = Table(title=(title_of or {}).get(name, name.replace("_", " ")), title_justify="left",
+                      show_header=False)
+            t.add_column("")
+            t.add_column("", justify="right", overflow="fold")
+            for k, v in shown[0].items():
+                t.add_row(k.replace("_", " "), _cell(v, k))
+            console.print(t)
+            continue
         t = Table(title=(title_of or {}).get(name, name.replace("_", " ")), title_justify="left")
         cols = list(dict.fromkeys(k for r in shown for k in r))
         for c in cols:
-            t.add_column(c.replace("_", " "), justify="right" if isinstance(shown[0].get(c), (int, float)) else "left")
+            t.add_column(c.replace("_", " "), overflow="fold",
+                         justify="right" if isinstance(shown[0].get(c), (int, float)) else "left")
         for r in shown:
-            t.add_row(*[_cell(r.get(c)) for c in cols])
+            t.add_row(*[_cell(r.get(c), c) for c in cols])
         console.print(t)
         if limit and len(rows) > limit:
             console.print(f"[dim]… {len(rows) - limit} more rows (use --format json or csv for all)[/dim]")

@@ -186,9 +186,12 @@ class Stats:
         out["by_endpoint"] = sorted(eps.values(), key=lambda r: -(r["tx_bytes"] + r["rx_bytes"]))
         out["by_qp"] = [{"destination": _endpoint(a, lid, mac), "destqp": f"0x{qp:06x}", **rate(e)}
                         for (a, lid, mac, qp), e in sorted(self.tables["qp"].items(), key=lambda kv: -kv[1][1])]
+        mads = sorted(self.tables["mad"].items())
+        if mads:    # names from the MAD table, loaded only when the capture has MADs
+            from dissectors.mad.table import summary as mad_summary
         out["by_mad"] = [{"class": MAD_CLASSES.get(c, f"0x{c:02x}"), "method": f"0x{m:02x}",
-                          "attribute": f"0x{a:04x}", **rate(e)}
-                         for (c, m, a), e in sorted(self.tables["mad"].items())]
+                          "attribute": f"0x{a:04x}", "mad": mad_summary(c, m, a), **rate(e)}
+                         for (c, m, a), e in mads]
         hints = []
         if cnt.get("nak"):
             hints.append(f"{cnt['nak']} NAKs (see `ibwire flows` for PSN sequence errors per QP)")

@@ -26,7 +26,7 @@ def stats(
         from datetime import datetime, timezone
         for k in ("first_time", "last_time"):
             if summary[k] is not None:
-                summary[k] = datetime.fromtimestamp(summary[k], timezone.utc).isoformat(timespec="microseconds")
+                summary[k] = datetime.fromtimestamp(summary[k], timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
     sections = {"summary": [summary], "counters": [res["counters"]] if fmt != "table" else
                 [{"counter": k, "value": v} for k, v in res["counters"].items() if v],
                 "by_opcode": res["by_opcode"], "by_p_key": res["by_p_key"], "by_endpoint": res["by_endpoint"],
