@@ -84,6 +84,10 @@ def test_timestamps_keep_nanoseconds_at_a_real_epoch():
     ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\n[[qp]]\nname = "q"\ntype = "RC"\nsrc = "a"\ndst = "zz"\n', "line 9"),
     ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 0xc001\n', "line 4"),
     ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\ncolour = "red"\n', "line 5"),
+    ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\n[[qp]]\nname = "q"\ntype = "RC"\nsrc = "a"\ndst = "a"\n'
+     '[[fault]]\nkind = "bad_qkey"\nqp = "q"\n', "line 12"),          # only datagrams carry a Q_Key
+    ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\n[[fault]]\nkind = "ipoib_join"\nport = "a"\n'
+     'partition = "nope"\n', "line 8"),
 ])
 def test_bad_scenario_gives_one_sentence_with_the_line(text, needle, tmp_path):
     p = tmp_path / "bad.toml"

@@ -101,6 +101,14 @@ def test_regenerating_sample_gives_identical_bytes(name, tmp_path):
     assert filecmp.cmp(out, CAPS / f"{name}.pcap", shallow=False)
 
 
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_sample_frames_are_in_time_order(name):
+    """Traps and answers triggered along a flow come out where they happen, not after the next request."""
+    times = [float(t) for t in subprocess.run(["tshark", "-r", str(CAPS / f"{name}.pcap"), "-T", "fields", "-e",
+                                               "frame.time_epoch"], capture_output=True, text=True).stdout.split()]
+    assert times == sorted(times)
+
+
 @pytest.mark.parametrize("name", [n for n in sorted(SAMPLES) if scenario(n).get("expect", {}).get("flow")])
 def test_declared_flow_ground_truth_matches_tshark_count(name):
     doc = scenario(name)
@@ -171,12 +179,14 @@ def test_declared_findings_evidence_is_in_the_capture(name):
     findings = doc["expect"].get("findings", [])
     if name.endswith("clean"):
         assert findings == []
-        # clean: every data packet's P_Key is one both its endpoints hold in the policy
-        assert _count(CAPS / f"{name}.pcap", "infiniband.notice.trapnumberdeviceid == 257") == 0
+        # clean: every data packet's P_Key and Q_Key is one its receiver holds, every SMP Set the SM's
+        assert _count(CAPS / f"{name}.pcap", "infiniband.notice.trapnumberdeviceid in {256..259}") == 0
     for f in findings:
         assert _count(CAPS / f"{name}.pcap", f["evidence"]) == f["frames"], f["rule"]
-    traps = doc["expect"].get("count", {}).get("traps_257", 0)
-    assert _count(CAPS / f"{name}.pcap", "infiniband.notice.trapnumberdeviceid == 257 && infiniband.mad.method == 0x05") == traps
+    for trap in (256, 257, 258):
+        want = doc["expect"].get("count", {}).get(f"traps_{trap}", 0)
+        assert _count(CAPS / f"{name}.pcap", f"infiniband.notice.trapnumberdeviceid == {trap} && "
+                                             "infiniband.mad.method == 0x05") == want, trap
 
 
 def test_multitenant_policy_files_sit_next_to_the_scenarios():

@@ -15,12 +15,15 @@ any packet from the destination back to the source in the same P_Key):
   roce-vlan-crossing   RoCE traffic between tenants (separated by VLAN / IP subnet)  [attempt/breach]
                        (a RoCE end is its tenant's by MAC/IP/VLAN, or by MAC/IP alone when the frame carries
                        a foreign VLAN: that is how a crossing looks on the wire)
-  trap                 P_Key / Q_Key / M_Key violation trap 256-259 sent to the SM     [attempt]
+  trap                 P_Key / Q_Key / M_Key violation trap 256-259 sent to the SM, offender decoded [attempt]
   undeclared-pkey      a P_Key on the wire that partitions.conf does not declare       [warning]
   default-partition-full two tenants are both full members of the default partition [warning/breach]
-  ipoib-join-foreign   MCMemberRecord join to the IPoIB group of a partition the port is not in [attempt]
+  ipoib-join-foreign   MCMemberRecord join to the IPoIB group of a partition the port is not in: granted by
+                       the SA (SubnAdmGetResp status 0) [breach], refused or unanswered [attempt]
   smp-set-from-non-sm  SubnSet from any LID other than the master SM's (directed route from the permissive
-                       LID: from the route's root port, the one answering NodeInfo over the empty path) [breach]
+                       LID: from the route's root port, the one answering NodeInfo over the empty path) [breach];
+                       [attempt] when every such Set was refused: its target sent trap 256 (bad M_Key) naming
+                       the sender's LID, method and attribute
   multiple-master-sm   more than one port claims SMState MASTER; the first claim is the master   [breach]
   pkey-drift           programmed P_Key table differs from the policy (extra keys: breach, missing: warning);
                        tables are read from P_KeyTable GetResp sent to the master SM only
@@ -166,9 +169,10 @@ class Audit:
         self.bytes = 0
         self.frames_seen = 0
         self.findings: list = []
-        self.smp_sets: list = []          # (frame, sender LID or None for the directed-route root, DLID)
+        self.smp_sets: list = []          # (frame, sender LID or None for the directed-route root, DLID, attribute)
         self.traps: list = []             # (frame, trap number, details, slid)
-        self.joins: list = []             # (frame, mgid, port gid, slid)
+        self.joins: list = []             # (frame, mgid, port gid, slid, transaction id)
+        self.sa_answers: dict = {}        # transaction id -> (frame, status) of SubnAdmGetResp(MCMemberRecord)
         self.table_frames: dict = {}      # port GUID -> [(frame, set of P_Keys in that block)]
         self._dr_ports: dict = {}         # DR path -> port GUID (NodeInfo seen over that path)
         self._dr_root: Optional[int] = None   # port GUID answering NodeInfo over the empty path
@@ -221,7 +225,7 @@ class Audit:
                 sender = _int(flat.get("smpdirected.drslid")) if dr else slid
                 if sender == PERMISSIVE_LID:
                     sender = slid if slid != PERMISSIVE_LID else None   # None: the directed-route root
-                self.smp_sets.append((number, sender, dlid))
+                self.smp_sets.append((number, sender, dlid, attr))
             if method == 0x05 and attr == 0x0002:               # SubnTrap(Notice)
                 self._trap(number, flat, slid)
             if method == 0x81:                                  # GetResp: what the port really holds
@@ -233,7 +237,11 @@ class Audit:
                 self._trap(number, flat, slid)
             if method == 0x02 and attr == 0x0038:               # SubnAdmSet(MCMemberRecord): join
                 self.joins.append((number, _gid_text(_first(flat, "mcmemberrecord.mgid")),
-                                   _gid_text(_first(flat, "mcmemberrecord.portgid")), slid))
+                                   _gid_text(_first(flat, "mcmemberrecord.portgid")), slid,
+                                   _int(flat.get("mad.transactionid"))))
+            if method == 0x81 and attr == 0x0038:               # the SA's answer: status 0 grants the join
+                self.sa_answers.setdefault(_int(flat.get("mad.transactionid")),
+                                           (number, _int(flat.get("mad.status")) or 0))
 
     def _smp_data(self, number, flat, attr, lid_of_responder, path):
         if attr == 0x0011:                                      # NodeInfo
@@ -499,9 +507,11 @@ class Audit:
         if sm_guid is None:
             return out                    # no SM known: nothing to compare a SubnSet's sender with
         sm_lid = ports.ports[sm_guid].lid if sm_guid in ports.ports else None
+        refused = {(slid, _int(d.get("lidaddr")), _int(d.get("method")), _int(d.get("attributeid")))
+                   for _, num, d, slid in self.traps if num == 256}
         by_sender = {}
-        for number, sender, dlid in self.smp_sets:
-            by_sender.setdefault(sender, []).append((number, dlid))
+        for number, sender, dlid, attr in self.smp_sets:
+            by_sender.setdefault(sender, []).append((number, dlid, (dlid, sender, 0x02, attr) in refused))
         for sender, sets in by_sender.items():
             if sender is None:            # directed route from the permissive LID: the route's root port sent it
                 guid, name = self._dr_root, "the directed-route root port"
@@ -512,17 +522,19 @@ class Audit:
                     continue
                 who = ports.by_lid(sender)
                 guid, name = (who[0].guid if len(who) == 1 else None), f"LID {sender}"
-            targets = {d for _, d in sets}
+            targets = {d for _, d, _ in sets}
             dst = None
             if len(targets) == 1:
                 owners = ports.by_lid(targets.pop())
                 dst = owners[0].guid if len(owners) == 1 else None
-            frames = [n for n, _ in sets]
-            out.append(Finding("smp-set-from-non-sm", "breach",
+            frames = [n for n, _, _ in sets]
+            n_refused = sum(r for _, _, r in sets)
+            out.append(Finding("smp-set-from-non-sm", "attempt" if n_refused == len(sets) else "breach",
                                f"{len(frames)} SubnSet SMP(s) from {name}" +
                                (f" ({self._who(guid, ports)})" if guid else "") +
                                (f" to {self._who(dst, ports)}" if dst else "") +
-                               f", which is not the master SM {self._who(sm_guid, ports)}",
+                               f", which is not the master SM {self._who(sm_guid, ports)}" +
+                               (f"; {n_refused} refused by the target's M_Key (trap 256)" if n_refused else ""),
                                frames[:EVIDENCE_FRAMES], port=guid, src=guid, dst=dst))
         return out
 
@@ -537,11 +549,19 @@ class Audit:
         for number, num, details, slid in self.traps:
             offender = ""
             l1, l2 = _int(details.get("lidaddr1")), _int(details.get("lidaddr2"))
-            if l1 is not None or l2 is not None:
+            if num == 256 and details.get("lidaddr") is not None:      # the SMP sender and what it tried
+                l1 = _int(details.get("lidaddr"))
+                offender = (f"; offender LID {l1}: method 0x{_int(details.get('method')) or 0:02x} attribute "
+                            f"0x{_int(details.get('attributeid')) or 0:04x} with M_Key "
+                            f"0x{_int(details.get('mkey')) or 0:016x}")
+                who = ports.by_lid(l1)
+                if len(who) == 1:
+                    offender += f" (port 0x{who[0].guid:016x}, {self._resolve(Side('ib', l1), ports).tenant})"
+            elif l1 is not None or l2 is not None:
                 offender = f"; offender LID {l1} -> LID {l2}"
                 key = details.get("key")
                 if key is not None:
-                    offender += f", key 0x{_int(key) or 0:x}"
+                    offender += f", {'Q_Key' if num == 258 else 'P_Key'} 0x{_int(key) or 0:x}"
                 qp1, qp2 = details.get("qp1"), details.get("qp2")
                 if qp1 is not None:
                     offender += f", QP {qp1} -> {qp2}"
@@ -560,12 +580,13 @@ class Audit:
         out = []
         groups = self.policy.ipoib_mgids()
         groups.update({g.mgid: pk for pk, p in self.policy.partitions.items() for g in p.mgroups})
-        for number, mgid, portgid, slid in self.joins:
+        for number, mgid, portgid, slid, tid in self.joins:
             if not mgid:
                 continue
             raw = ipaddress.IPv6Address(mgid).packed
+            ipoib = raw[2:4] in (b"\x40\x1b", b"\x60\x1b")       # IPoIB signature: the MGID carries the P_Key
             pk = groups.get(mgid)
-            if pk is None and raw[2:4] in (b"\x40\x1b", b"\x60\x1b"):
+            if pk is None and ipoib:
                 pk = int.from_bytes(raw[4:6], "big") & 0x7FFF
             if pk is None:
                 continue
@@ -576,10 +597,15 @@ class Audit:
             if guid is None:
                 continue
             if pk not in self.policy.membership(self._node(guid, ports)):
-                out.append(Finding("ipoib-join-foreign", "attempt",
+                answer = self.sa_answers.get(tid)
+                granted = answer is not None and answer[1] == 0
+                verdict = ("the SA granted it" if granted else
+                           f"the SA refused it (status 0x{answer[1]:04x})" if answer else "no SA answer in the capture")
+                out.append(Finding("ipoib-join-foreign", "breach" if granted else "attempt",
                                    f"port 0x{guid:016x} joins IPoIB group {mgid} of partition 0x{pk:04x} "
-                                   f"({self.policy.name_of(pk)}), which the policy does not give it", [number],
-                                   port=guid))
+                                   f"({self.policy.name_of(pk)}), which the policy does not give it; {verdict}",
+                                   [number] + ([answer[0]] if answer else []), port=guid,
+                                   pkey=int.from_bytes(raw[4:6], "big") if ipoib else pk))
         return out
 
     def _drift(self, ports) -> list:

@@ -4,7 +4,8 @@ Each queue pair is a generator that simulates requester and responder (IBA Vol 1
 PMTU, PSNs modulo 2^24, ACK coalescing with credits and MSN (§9.7.5), READ responses and atomic
 acknowledgements, PSN sequence error NAK and go-back-N retransmission (§9.7.5.2.4), RNR NAK and retry after
 the RNR timer, local ACK timeout with retry count, CNPs answering ECN/FECN-marked data (RoCE Annex A17.9,
-IBA Annex A10), P_Key checks at the receiver (§10.9.3) with trap 257 to the SM.  Management traffic (SM
+IBA Annex A10), P_Key checks at the receiver (§10.9.3) with trap 257 to the SM, Q_Key checks of
+datagrams (§10.2.4.3, §9.6.1.1) with trap 258.  Management traffic (SM
 sweep, SA PathRecord, CM REQ/REP/RTU and DREQ/DREP, IPoIB ARP/ICMP) comes from the same context.  Flows
 are merged by time with heapq.merge, so memory does not grow with the number of packets.
 """
@@ -87,14 +88,22 @@ class Context:
     def trap_257(self, out: list, t: float, src, dst, pkey: int, sqp: int, dqp: int):
         """The receiving port counts the violation and, once per offender, sends trap 257 to the SM."""
         self.violations[dst.name] += 1
-        key = (src.lid, dst.lid, pkey, sqp, dqp)
-        if not self.link.native or self.sm is None or key in self.trapped:
+        self.bad_key_trap(out, t, 257, src, dst, pkey, sqp, dqp)
+
+    def bad_key_trap(self, out: list, t: float, num: int, src, dst, key: int, sqp: int, dqp: int):
+        """Trap 257 (bad P_Key) or 258 (bad Q_Key) from the receiving port, once per offender."""
+        ident = (num, src.lid, dst.lid, key, sqp, dqp)
+        if not self.link.native or self.sm is None or ident in self.trapped:
             return
-        self.trapped.add(key)
-        notice = mads.notice_bad_pkey(dst.lid, src.lid, dst.lid, pkey, 0, sqp, dqp, src.gid, dst.gid)
+        self.trapped.add(ident)
+        self.send_trap(out, t, dst, mads.notice_bad_key(num, dst.lid, src.lid, dst.lid, key, 0, sqp, dqp,
+                                                        src.gid, dst.gid))
+
+    def send_trap(self, out: list, t: float, issuer, notice: bytes):
+        """The issuer's SubnTrap(Notice) to the SM and the SM's TrapRepress (IBA §13.4.9)."""
         tid = next(self.tid)
-        out.append((t + 2e-6, self.mad(dst, self.sm, mads.trap(tid, notice), 0)))
-        out.append((t + 4e-6, self.mad(self.sm, dst, mads.trap_repress(tid, notice), 0)))
+        out.append((t + 2e-6, self.mad(issuer, self.sm, mads.trap(tid, notice), 0)))
+        out.append((t + 4e-6, self.mad(self.sm, issuer, mads.trap_repress(tid, notice), 0)))
 
 
 _SEND = {("first", ""): 0x00, ("middle", ""): 0x01, ("last", ""): 0x02, ("last", "imm"): 0x03,
@@ -161,6 +170,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
             yield heapq.heappop(heap)
 
     faults = [f for f in s.faults if f.args.get("qp") == qp.name]
+    bad_qkey = any(f.kind == "bad_qkey" for f in faults)    # the receiving QP holds another Q_Key
     drops = {int(f.args["packet"]): f for f in faults if f.kind in ("drop", "bad_icrc", "bad_vcrc")}
     rnr = {int(f.args.get("message", 1)) - 1: int(f.args.get("timer", 1)) for f in faults if f.kind == "rnr"}
     ecn = [(int(f.args.get("first", 1)), int(f.args.get("last", f.args.get("first", 1)))) for f in faults
@@ -268,6 +278,9 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
             return
         if not ctx.rx_accepts(B, pkey):
             ctx.trap_257(side, ta, A, B, pkey, qp.src_qpn, qp.dst_qpn)
+            return
+        if bad_qkey:
+            ctx.bad_key_trap(side, ta, 258, A, B, qp.qkey, qp.src_qpn, qp.dst_qpn)
             return
         if marked and ta - last_cnp >= s.cnp_interval:
             last_cnp = ta
@@ -402,10 +415,10 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         frame = req_frame(d, marked, corrupt)
         if pending and ready + lat > last_arrival + s.ack_delay:
             ack_now(last_arrival + s.ack_delay, pend_psn)   # delayed ACK: no further request came in time
-        yield from flush(ready)
-        for ts, fr in side:
+        for ts, fr in side:           # traps from the last arrival, before anything later is yielded
             push(ts, fr)
         side.clear()
+        yield from flush(ready)
         seen = f is None or f.kind != "drop" or bool(f.args.get("seen", False))
         if seen:
             yield (ready, next(seq), frame)

@@ -2,8 +2,9 @@
 
 Each function returns the 256-byte MAD (header + class data).  Layouts follow IBA Vol 1: SMP §14.2.1.1
 (LID-routed) and §14.2.1.2 (directed route); NodeInfo §14.2.5.3, PortInfo §14.2.5.6, P_KeyTable §14.2.5.7,
-SMInfo §14.2.5.13, Notice/trap 257 §14.2.5.1 and §14.3.11 (data details as opensm's ib_types.h
-`ib_mad_notice_attr_t` names them); SA header §15.2.1, PathRecord §15.2.5.16; CM REQ/REP/RTU/DREQ/DREP
+SMInfo §14.2.5.13, Notice/traps 256-258 §14.2.5.1 and §14.3.11 (data details as opensm's ib_types.h
+`ib_mad_notice_attr_t` ntc_256 / ntc_257_258 name them); SA header §15.2.1, PathRecord §15.2.5.16,
+MCMemberRecord §15.2.5.17 (component mask bits as opensm's IB_MCR_COMPMASK_*); CM REQ/REP/RTU/DREQ/DREP
 §12.6.5-12.6.11.
 """
 import struct
@@ -14,7 +15,8 @@ from .headers import mad_header, pad_to
 CLASS_SMP_LID, CLASS_SMP_DR, CLASS_SA, CLASS_CM = 0x01, 0x81, 0x03, 0x07
 GET, SET, SEND, TRAP, GET_RESP, TRAP_REPRESS = 0x01, 0x02, 0x03, 0x05, 0x81, 0x07
 ATTR_NOTICE, ATTR_NODE_INFO, ATTR_PORT_INFO, ATTR_PKEY_TABLE, ATTR_SM_INFO = 0x0002, 0x0011, 0x0015, 0x0016, 0x0020
-ATTR_PATH_RECORD = 0x0035
+ATTR_PATH_RECORD, ATTR_MC_MEMBER_RECORD = 0x0035, 0x0038
+SA_STATUS_REQ_INVALID = 0x0200     # MAD status, class-specific bits 8-15: ERR_REQ_INVALID (IBA §15.2.1.1)
 CM_REQ, CM_REP, CM_RTU, CM_DREQ, CM_DREP = 0x0010, 0x0013, 0x0014, 0x0015, 0x0016
 
 GSI_QKEY = 0x80010000
@@ -37,10 +39,10 @@ def _smp_lid(method, attr, tid, data, attr_mod=0, mkey=0):
     return hdr + struct.pack(">Q", mkey) + bytes(32) + pad_to(data, 64) + bytes(128)
 
 
-def smp(method, attr, tid, data=b"", attr_mod=0, directed=False, hops=1, response=False, route=None):
+def smp(method, attr, tid, data=b"", attr_mod=0, directed=False, hops=1, response=False, route=None, mkey=0):
     if directed:
-        return _smp_dr(method, attr, tid, data, attr_mod, hops, response, route=route)
-    return _smp_lid(method, attr, tid, data, attr_mod)
+        return _smp_dr(method, attr, tid, data, attr_mod, hops, response, mkey=mkey, route=route)
+    return _smp_lid(method, attr, tid, data, attr_mod, mkey=mkey)
 
 
 def node_info(node_type, num_ports, sys_guid, node_guid, port_guid, port_num=1, device_id=0x101B,
@@ -51,14 +53,16 @@ def node_info(node_type, num_ports, sys_guid, node_guid, port_guid, port_num=1, 
 
 
 def port_info(lid, sm_lid, port_num=1, state=4, gid_prefix=0xFE80000000000000, pkey_violations=0,
-              neighbor_mtu=5):
-    """PortInfo: state 1 Down, 2 Init, 3 Armed, 4 Active; physical state 5 LinkUp; width 4x, speed HDR."""
+              neighbor_mtu=5, mkey=0, mkey_protect=0):
+    """PortInfo: state 1 Down, 2 Init, 3 Armed, 4 Active; physical state 5 LinkUp; width 4x, speed HDR;
+    `mkey` with M_KeyProtectBits `mkey_protect` (1: a Set must carry the M_Key, IBA §14.2.4.1)."""
     b = bytearray(64)
-    struct.pack_into(">QQHHIHH", b, 0, 0, gid_prefix, lid, sm_lid, 0x02510868, 0, 0)
+    struct.pack_into(">QQHHIHH", b, 0, mkey, gid_prefix, lid, sm_lid, 0x02510868, 0, 0)
     b[28] = port_num
     b[29], b[30], b[31] = 3, 3, 2                 # link width enabled / supported / active (4x)
     b[32] = (1 << 4) | state                      # link speed supported, port state
     b[33] = (5 << 4) | 2                          # physical state LinkUp, link down default Polling
+    b[34] = mkey_protect << 6                     # M_KeyProtectBits, LMC 0
     b[35] = (1 << 4) | 1
     b[36] = (neighbor_mtu << 4)                   # NeighborMTU, MasterSMSL 0
     b[37] = 4 << 4                                # VLCap VL0-7
@@ -80,11 +84,22 @@ def sm_info(guid, state=3, priority=0, act_count=0, sm_key=0):
     return struct.pack(">QQIB", guid, sm_key, act_count, (priority << 4) | state)
 
 
-def notice_bad_pkey(issuer_lid, lid1, lid2, pkey, sl, qp1, qp2, gid1, gid2, count=1):
-    """Trap 257 (bad P_Key) as the Notice attribute: generic, type security (2), producer CA (1)."""
-    head = struct.pack(">IHHH", (0x82 << 24) | 1, 257, issuer_lid, count & 0x7FFF)
-    data = struct.pack(">HHHIII", 0, lid1, lid2, pkey, (sl << 28) | (qp1 & 0xFFFFFF), qp2 & 0xFFFFFF)
-    return head + data + gid1 + gid2
+def _notice_head(trap_num, issuer_lid, count=1):
+    """Generic notice, type security (2), producer CA (1)."""
+    return struct.pack(">IHHH", (0x82 << 24) | 1, trap_num, issuer_lid, count & 0x7FFF)
+
+
+def notice_bad_key(trap_num, issuer_lid, lid1, lid2, key, sl, qp1, qp2, gid1, gid2, count=1):
+    """Trap 257 (bad P_Key) or 258 (bad Q_Key): the offending packet's ends, its key, SL and QPs."""
+    data = struct.pack(">HHHIII", 0, lid1, lid2, key, (sl << 28) | (qp1 & 0xFFFFFF), qp2 & 0xFFFFFF)
+    return _notice_head(trap_num, issuer_lid, count) + data + gid1 + gid2
+
+
+def notice_bad_mkey(issuer_lid, offender_lid, method, attr, attr_mod, mkey, count=1):
+    """Trap 256 (bad M_Key): the offending SMP's source LID, method, attribute and M_Key; a LID-routed SMP
+    leaves DRSLID, the DR notice bits and the return path zero."""
+    data = struct.pack(">HHHBBHIQBB", 0, offender_lid, 0, method, 0, attr, attr_mod, mkey, 0, 0) + bytes(30)
+    return _notice_head(256, issuer_lid, count) + data
 
 
 def trap(tid, notice):
@@ -106,9 +121,20 @@ def path_record(sgid, dgid, slid, dlid, pkey, mtu=5, rate=16, sl=0, lifetime=18,
 PR_MASK_QUERY = (1 << 2) | (1 << 3) | (1 << 11) | (1 << 13)   # DGID, SGID, NumbPath, P_Key
 
 
-def sa(method, attr, tid, data, comp_mask=0):
+def mc_member_record(mgid, port_gid, pkey, qkey=0x00000B1B, mlid=0, mtu=4, rate=7, sl=0, scope=2, join_state=1):
+    """MCMemberRecord (52 bytes, padded to 56): a full-member (JoinState 1) link-local (scope 2) join."""
+    return (mgid + port_gid + struct.pack(">IHBBHBBIB", qkey, mlid, (2 << 6) | mtu, 0, pkey, (2 << 6) | rate,
+                                         (2 << 6) | 18, sl << 28, (scope << 4) | join_state) + bytes(3 + 4))
+
+
+# IPoIB join of an existing group: MGID, PortGID, Q_Key, TClass, P_Key, SL, FlowLabel, JoinState (opensm
+# IB_MCR_COMPMASK_* bits 0, 1, 2, 6, 7, 12, 13, 16)
+MCR_MASK_JOIN = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 6) | (1 << 7) | (1 << 12) | (1 << 13) | (1 << 16)
+
+
+def sa(method, attr, tid, data, comp_mask=0, status=0):
     """SA MAD: MAD header, RMPP header (inactive), SM_Key, attribute offset, component mask, 200 data bytes."""
-    hdr = mad_header(CLASS_SA, 2, method, attr, tid)
+    hdr = mad_header(CLASS_SA, 2, method, attr, tid, status=status)
     rmpp = struct.pack(">BBBBII", 1, 0, 0, 0, 0, 0)
     return hdr + rmpp + struct.pack(">QHHQ", 0, len(data) // 8, 0, comp_mask) + pad_to(data, 200)
 

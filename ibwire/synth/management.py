@@ -1,8 +1,11 @@
-"""Fabric management traffic: the SM sweep, SMP faults, P_Key table read-back, IPoIB ARP and ICMP.
+"""Fabric management traffic: the SM sweep, SMP faults, P_Key table read-back, IPoIB joins, ARP and ICMP.
 
 SM sweep as opensm performs it (opensm osm_state_mgr.c order): SMInfo on its own port, directed-route
-NodeInfo and PortInfo Get to every node, PortInfo Set assigning LIDs (and the SM LID), then P_KeyTable Set
-of each CA port's partition table (IBA §14.4).  IPoIB over UD per RFC 4391/4392: a 4-byte encapsulation
+NodeInfo and PortInfo Get to every node, PortInfo Set assigning LIDs (and the SM LID, and the M_Key of a
+port that has one), then P_KeyTable Set of each CA port's partition table (IBA §14.4).  A SubnSet whose
+M_Key differs from the target's is dropped and reported with trap 256 (IBA §14.2.4.1, M_KeyProtectBits 1).
+IPoIB joins are SubnAdmSet(MCMemberRecord) to the SA, which grants them only to a port whose P_Key table
+(as the SM last read it) holds the group's P_Key, else answers ERR_REQ_INVALID (as opensm's osm_sa_mcmember_record.c).  IPoIB over UD per RFC 4391/4392: a 4-byte encapsulation
 header (ethertype, reserved), ARP with 20-byte IB hardware addresses (flags+QPN, GID), broadcast group
 MGID ff12:401b:<P_Key>::ffff:ffff, Q_Key 0x00000B1B.
 """
@@ -54,7 +57,7 @@ def sm_sweep(ctx: Context, t0: float) -> Timed:
              mads.smp(mads.GET_RESP, mads.ATTR_PORT_INFO, i, mads.port_info(0, 0, state=2), response=True, **dr),
              directed=True)
         i = next(tid)
-        pi = mads.port_info(p.lid, sm.lid, state=4)
+        pi = mads.port_info(p.lid, sm.lid, state=4, mkey=p.mkey, mkey_protect=1 if p.mkey else 0)
         pair(sm, p, mads.smp(mads.SET, mads.ATTR_PORT_INFO, i, pi, **dr),
              mads.smp(mads.GET_RESP, mads.ATTR_PORT_INFO, i, pi, response=True, **dr), directed=True)
     for p in order:
@@ -62,7 +65,8 @@ def sm_sweep(ctx: Context, t0: float) -> Timed:
             continue
         table = mads.pkey_table(s.policy_pkeys(p.name))
         i = next(tid)
-        pair(sm, p, mads.smp(mads.SET, mads.ATTR_PKEY_TABLE, i, table), mads.smp(mads.GET_RESP, mads.ATTR_PKEY_TABLE, i, table))
+        pair(sm, p, mads.smp(mads.SET, mads.ATTR_PKEY_TABLE, i, table, mkey=p.mkey),
+             mads.smp(mads.GET_RESP, mads.ATTR_PKEY_TABLE, i, table, mkey=p.mkey))
     return out
 
 
@@ -82,8 +86,12 @@ def smp_faults(ctx: Context, t0: float) -> Timed:
             else:
                 keys = [int(k, 0) if isinstance(k, str) else k for k in a.get("pkeys", ["0xffff"])]
                 data, attr = mads.pkey_table(keys), mads.ATTR_PKEY_TABLE
-            out.append((t, ctx.mad(src, dst, mads.smp(mads.SET, attr, i, data), 0)))
-            out.append((t + 1.5e-6, ctx.mad(dst, src, mads.smp(mads.GET_RESP, attr, i, data), 0)))
+            mkey = a.get("mkey", 0)
+            out.append((t, ctx.mad(src, dst, mads.smp(mads.SET, attr, i, data, mkey=mkey), 0)))
+            if dst.mkey and mkey != dst.mkey:     # protected: dropped, trap 256 names the offender
+                ctx.send_trap(out, t + 1e-6, dst, mads.notice_bad_mkey(dst.lid, src.lid, mads.SET, attr, 0, mkey))
+            else:
+                out.append((t + 1.5e-6, ctx.mad(dst, src, mads.smp(mads.GET_RESP, attr, i, data, mkey=mkey), 0)))
         elif f.kind == "rogue_sm" and ctx.sm is not None:
             rogue = s.ports[a["port"]]
             i = next(ctx.tid)
@@ -96,6 +104,31 @@ def smp_faults(ctx: Context, t0: float) -> Timed:
             out.append((t, ctx.mad(ctx.sm, p, mads.smp(mads.GET, mads.ATTR_PKEY_TABLE, i), 0)))
             out.append((t + 1.5e-6, ctx.mad(p, ctx.sm, mads.smp(mads.GET_RESP, mads.ATTR_PKEY_TABLE, i,
                                                                  mads.pkey_table(ctx.tables[p.name])), 0)))
+    return out
+
+
+def ipoib_joins(ctx: Context, t0: float) -> Timed:
+    """`ipoib_join` faults: a port joins a partition's IPoIB broadcast group; the SA grants or refuses it."""
+    s, out = ctx.s, []
+    if not ctx.link.native or ctx.sm is None:
+        return out
+    for f in s.faults:
+        if f.kind != "ipoib_join":
+            continue
+        port, part = s.ports[f.args["port"]], s.partitions[f.args["partition"]]
+        t = t0 + float(f.args.get("at_us", 0.0)) * 1e-6
+        pkey = part.pkey | 0x8000
+        i = next(ctx.tid)
+        req = mads.mc_member_record(part.mgid, port.gid, pkey)
+        out.append((t, ctx.mad(port, ctx.sm, mads.sa(mads.SET, mads.ATTR_MC_MEMBER_RECORD, i, req,
+                                                      mads.MCR_MASK_JOIN), 1)))
+        if _own_pkey(ctx, port, part.pkey) is not None:
+            resp = mads.sa(mads.GET_RESP, mads.ATTR_MC_MEMBER_RECORD, i,
+                           mads.mc_member_record(part.mgid, port.gid, pkey, mlid=part.mlid), mads.MCR_MASK_JOIN)
+        else:
+            resp = mads.sa(mads.GET_RESP, mads.ATTR_MC_MEMBER_RECORD, i, req, mads.MCR_MASK_JOIN,
+                           status=mads.SA_STATUS_REQ_INVALID)
+        out.append((t + 3e-6, ctx.mad(ctx.sm, port, resp, 1)))
     return out
 
 

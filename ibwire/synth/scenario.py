@@ -14,7 +14,8 @@ from ibwire.errors import UserError
 
 QP_TYPES = ("RC", "UC", "UD", "XRC")
 OP_KINDS = ("send", "send_imm", "send_inv", "write", "write_imm", "read", "cmp_swap", "fetch_add")
-FAULT_KINDS = ("drop", "rnr", "ecn", "bad_icrc", "bad_vcrc", "smp_set", "rogue_sm", "pkey_drift")
+FAULT_KINDS = ("drop", "rnr", "ecn", "bad_icrc", "bad_vcrc", "smp_set", "rogue_sm", "pkey_drift", "bad_qkey",
+               "ipoib_join")
 PMTUS = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
 DEFAULT_PKEY = 0xFFFF
 
@@ -37,6 +38,7 @@ class Port:
     pkeys: Optional[List[int]] = None   # programmed P_Key table when it differs from the policy
     enforce: bool = True                # P_Key enforcement on receive
     ipoib_qpn: int = 0
+    mkey: int = 0                       # M_Key the SM programs (protect bits 1); 0: no M_Key protection
 
     @property
     def ip4_str(self):
@@ -246,7 +248,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         src.fail(src.line_of("scenario", -1, "link"), f"link {link!r} is not one of {', '.join(LINKS)}")
     ports: Dict[str, Port] = {}
     port_keys = {"name", "guid", "lid", "kind", "host", "pf", "vf", "mac", "ip", "ip6", "vlan", "pcp", "gid",
-                 "pkeys", "enforce"}
+                 "pkeys", "enforce", "mkey"}
     for i, p in enumerate(doc.get("port", []) + [dict(s, kind="switch") for s in doc.get("switch", [])]):
         table = "port" if i < len(doc.get("port", [])) else "switch"
         idx = i if table == "port" else i - len(doc.get("port", []))
@@ -276,7 +278,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         vf = _int(p["vf"], "vf", src, ln("vf")) if "vf" in p else None
         ports[name] = Port(name, guid, lid, kind, p.get("host", ""), p.get("pf", ""), vf, mac, ip4, ip6, vlan,
                            _int(p.get("pcp", 3), "pcp", src, ln("pcp")), gid, pkeys, bool(p.get("enforce", True)),
-                           0x48 + len(ports))
+                           0x48 + len(ports), _int(p.get("mkey", 0), "mkey", src, ln("mkey")))
     if not ports:
         src.fail(0, "the scenario declares no [[port]]; add at least two ports")
 
@@ -378,8 +380,17 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         for k in ("port", "target"):
             if k in f:
                 need_port(f[k], "fault", i, k)
-        if kind in ("drop", "rnr", "ecn", "bad_icrc", "bad_vcrc") and "qp" not in f:
+        if kind in ("drop", "rnr", "ecn", "bad_icrc", "bad_vcrc", "bad_qkey") and "qp" not in f:
             src.fail(src.line_of("fault", i), f"a {kind} fault needs the qp it applies to")
+        if kind == "bad_qkey" and scen.qps[f["qp"]].type != "UD":
+            src.fail(src.line_of("fault", i, "qp"), "a bad_qkey fault needs a UD qp (only datagrams carry a Q_Key)")
+        if kind in ("smp_set", "rogue_sm", "pkey_drift", "ipoib_join") and "port" not in f:
+            src.fail(src.line_of("fault", i), f"a {kind} fault needs the port that sends it")
+        if kind == "ipoib_join" and f.get("partition") not in parts:
+            src.fail(src.line_of("fault", i, "partition"),
+                     f"ipoib_join names partition {f.get('partition')!r}, which no [[partition]] declares")
+        if "mkey" in f:
+            f = dict(f, mkey=_int(f["mkey"], "mkey", src, src.line_of("fault", i, "mkey")))
         scen.faults.append(Fault(kind, dict(f), src.line_of("fault", i)))
 
     for i, p in enumerate(doc.get("ipoib", [])):
