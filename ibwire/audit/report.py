@@ -4,7 +4,9 @@ from __future__ import annotations
 import html
 import json
 
-from .engine import NO_TENANT, SEVERITIES, Result
+from .findings import SEVERITIES
+from .identity import NO_TENANT, policy_port
+from .result import Result
 
 COLOURS = {None: "#e8f5e9", "info": "#e3f2fd", "warning": "#fff3cd", "attempt": "#ffd8a8", "breach": "#f8b4b4"}
 RICH = {None: "green", "info": "blue", "warning": "yellow", "attempt": "dark_orange", "breach": "bold red"}
@@ -15,13 +17,14 @@ def _per_port(res: Result) -> list:
     audit = res.audit
     rows = []
     for guid, ps in sorted(res.ports.ports.items()):
-        port = audit._node(guid, res.ports)
+        port = policy_port(res.ports, guid)
         pol = ", ".join(f"0x{pk:04x} {m}" for pk, m in sorted(audit.policy.membership(port).items()))
         hw = "unknown" if ps.pkeys is None else ", ".join(f"0x{p:04x}" for p in sorted(ps.table()))
-        wire = sorted({fl.pkey for fl in audit.flows.values() if fl.src.kind == "ib" and
+        wire = sorted({fl.pkey for fl in audit.traffic.flows.values() if fl.src.kind == "ib" and
                        (fl.src.lid == ps.lid or (fl.src.gid and fl.src.gid.endswith(f"{guid & 0xffff:x}")))
                        and ps.lid is not None})
-        tenant = next((ep.tenant for ep in audit.tenants.endpoints if ep.port_guid == guid), NO_TENANT)
+        ep = audit.tenants.endpoint_of(guid)
+        tenant = ep.tenant if ep else NO_TENANT
         rows.append({"port_guid": f"0x{guid:016x}", "lid": ps.lid, "type": ps.node_type, "tenant": tenant,
                      "description": ps.description, "policy": pol, "hardware": hw,
                      "hardware_source": ps.pkey_source or "", "wire": ", ".join(f"0x{p:04x}" for p in wire),

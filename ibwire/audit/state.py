@@ -8,7 +8,7 @@ Sources, each recording itself in `PortState.source`:
   Documentation/ABI/stable/sysfs-class-infiniband) and each VF bound on the host found through
   DEV/device/virtfnK/infiniband/VFDEV (sysfs-bus-pci); the VF's port GUID also from
   DEV/device/sriov/K/port where the mlx5 driver exposes it;
-- the capture itself: NodeInfo/PortInfo/P_KeyTable/SMInfo MADs (see wire.SmObserver).
+- the capture itself: NodeInfo/PortInfo/P_KeyTable/SMInfo MADs (see mads.MadObserver).
 """
 from __future__ import annotations
 

@@ -38,7 +38,6 @@ class Endpoint:
     vlan: Optional[int] = None
     pf: Optional[str] = None
     vf: Optional[int] = None
-    mapping: str = ""                   # where the GUID <-> LID/GID link came from, or why it is missing
 
     @property
     def is_roce(self) -> bool:
@@ -69,8 +68,9 @@ class Tenants:
     endpoints: list = field(default_factory=list)
     path: str = ""
 
-    def of(self, tenant: str) -> list:
-        return [e for e in self.endpoints if e.tenant == tenant]
+    def endpoint_of(self, port_guid: int) -> Optional[Endpoint]:
+        """The first endpoint declared with this port GUID."""
+        return next((ep for ep in self.endpoints if ep.port_guid == port_guid), None)
 
 
 def _norm_mac(v: str) -> str:

@@ -25,7 +25,7 @@ def audit(
 ) -> None:
     """Audit P_Key tenant isolation; exit 0 pass, 1 finding at or above --fail-on, 2 unusable input."""
     from ..audit import report as rep
-    from ..audit.engine import SEVERITIES
+    from ..audit.findings import SEVERITIES
     from ..audit.policy import load_policy
     from ..audit.run import audit_captures, evidence_summaries, load_state
     from ..audit.tenants import load_tenants

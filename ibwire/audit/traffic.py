@@ -1,0 +1,168 @@
+"""Data packets folded into flows, and the rules on them (IBA 10.9: partitioning, limited and full members).
+
+A pairwise finding is an attempt, or a breach when the target answers (any packet from the destination
+back to the source in the same P_Key), and is told from its initiator's side: who sent first in that
+partition, multicast included.
+  pkey-not-shared        data packet whose P_Key is not a policy partition of both ends  [attempt/breach]
+  limited-limited        both ends only limited members of the packet's partition       [attempt/breach]
+  cross-tenant-attempt   traffic between tenants sharing no usable partition (the default one does not
+                         count: meeting only there is the ALL=full mistake), unanswered  [attempt]
+  cross-tenant-breach    the same, answered by the target                                [breach]
+  roce-vlan-crossing     RoCE traffic between tenants (separated by VLAN / IP subnet)    [attempt/breach]
+  undeclared-pkey        a P_Key on the wire that partitions.conf does not declare       [warning]
+  default-partition-full two tenants are both full members of the default partition    [warning/breach]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .fields import as_int
+from .findings import EVIDENCE_FRAMES, Finding
+from .identity import NO_TENANT, Identities, Side, sides
+from .policy import DEFAULT_PKEY, Policy
+from .tenants import Tenants
+
+
+@dataclass
+class Flow:
+    src: Side
+    dst: Side
+    pkey: int
+    packets: int = 0
+    bytes: int = 0
+    frames: list = field(default_factory=list)
+
+
+class Traffic:
+    """Per-(source, destination, P_Key) flows with counts, bytes and their first evidence frames."""
+
+    def __init__(self):
+        self.flows: dict = {}             # (src Side key, dst Side key, P_Key) -> Flow
+        self.first_seen: dict = {}        # (Side speaker, P_Key base) -> first frame sent, unicast or multicast
+
+    def add(self, number: int, flat: dict, length: int) -> None:
+        src, dst = sides(flat)
+        pkey = as_int(flat.get("bth.p_key")) or 0
+        self.first_seen.setdefault((src.speaker(), pkey & 0x7FFF), number)
+        key = (src.key(), dst.key(), pkey)
+        fl = self.flows.get(key)
+        if fl is None:
+            fl = self.flows[key] = Flow(src, dst, pkey)
+        fl.packets += 1
+        fl.bytes += length
+        if len(fl.frames) < EVIDENCE_FRAMES:
+            fl.frames.append(number)
+
+    def conversation(self, fl: Flow) -> tuple:
+        """(initiator's flow, the answer or None, swapped): one conversation told from its initiator's side."""
+        back = self.flows.get((fl.dst.key(), fl.src.key(), fl.pkey))
+        if back is not None and self._spoke_first(back.src, fl.src, fl.pkey & 0x7FFF):
+            return back, fl, True
+        return fl, back, False
+
+    def _spoke_first(self, x: Side, y: Side, base: int) -> bool:
+        """Did x send in this partition (to anyone, multicast included) before y did?"""
+        inf = float("inf")
+        return self.first_seen.get((x.speaker(), base), inf) < self.first_seen.get((y.speaker(), base), inf)
+
+
+def flow_findings(traffic: Traffic, policy: Policy, ids: Identities) -> list:
+    """pkey-not-shared, limited-limited, cross-tenant-*, roce-vlan-crossing, then undeclared-pkey."""
+    findings = []
+    undeclared = {}
+    for fl in traffic.flows.values():
+        fl, back, _ = traffic.conversation(fl)
+        a, b = ids.resolve(fl.src), ids.resolve(fl.dst)
+        answered = back is not None
+        base = fl.pkey & 0x7FFF
+        pair = (a.tenant, b.tenant)
+        if fl.src.kind == "ib" and not policy.declared(base):
+            seen = undeclared.setdefault(base, ([], set()))
+            seen[0].extend(fl.frames)
+            seen[1].add(fl.pkey)
+        if fl.src.kind == "roce":
+            if a.tenant != b.tenant and NO_TENANT not in pair:
+                findings.append(_pairwise("roce-vlan-crossing", fl, back, (a, b),
+                                f"RoCE traffic from tenant {a.tenant} ({fl.src.text()}) to tenant {b.tenant} "
+                                f"({fl.dst.text()})"))
+            continue
+        if a.guid is None or b.guid is None or not policy.declared(base):
+            continue
+        ma = policy.membership(ids.node(a.guid))
+        mb = policy.membership(ids.node(b.guid))
+        if base not in ma or base not in mb:
+            missing = " and ".join(f"0x{g:016x}" for g, m in ((a.guid, ma), (b.guid, mb)) if base not in m)
+            findings.append(_pairwise("pkey-not-shared", fl, back, (a, b),
+                            f"P_Key 0x{fl.pkey:04x} ({policy.name_of(base)}) from {fl.src.text()} to "
+                            f"{fl.dst.text()}: the policy does not give it to port {missing}"))
+        elif ma[base] == "limited" and mb[base] == "limited":
+            findings.append(_pairwise("limited-limited", fl, back, (a, b),
+                            f"P_Key 0x{fl.pkey:04x} ({policy.name_of(base)}) between two limited "
+                            f"members {fl.src.text()} -> {fl.dst.text()}" +
+                            ("; the target answered, so enforcement is off" if answered else "")))
+        if a.tenant != b.tenant and NO_TENANT not in pair and not _can_talk(ma, mb):
+            rule = "cross-tenant-breach" if answered else "cross-tenant-attempt"
+            via = " (they meet only in the default partition)" if base == DEFAULT_PKEY else ""
+            findings.append(_pairwise(rule, fl, back, (a, b),
+                            f"tenant {a.tenant} ({fl.src.text()}) -> tenant {b.tenant} ({fl.dst.text()}) "
+                            f"share no tenant partition{via}, P_Key 0x{fl.pkey:04x}"))
+    for base, (frames, wire) in sorted(undeclared.items()):
+        keys = ", ".join(f"0x{k:04x}" for k in sorted(wire))
+        findings.append(Finding("undeclared-pkey", "warning",
+                                f"P_Key {keys} is on the wire but partitions.conf declares no partition "
+                                f"0x{base:04x}", sorted(set(frames))[:EVIDENCE_FRAMES],
+                                pkey=min(wire) if len(wire) == 1 else base))
+    return findings
+
+
+def default_full_findings(traffic: Traffic, policy: Policy, tenants: Tenants, ids: Identities) -> list:
+    """default-partition-full: a warning, a breach once traffic between those tenants is seen there."""
+    by_tenant = {}
+    for ep in tenants.endpoints:
+        if ep.port_guid is not None:
+            m = policy.membership(ids.node(ep.port_guid)).get(DEFAULT_PKEY)
+            if m in ("full", "both"):
+                by_tenant.setdefault(ep.tenant, []).append(ep)
+    names = sorted(by_tenant)
+    if len(names) < 2:
+        return []
+    frames, sev, talkers, first = [], "warning", set(), None
+    default_flows = [fl for fl in traffic.flows.values() if fl.src.kind == "ib" and fl.pkey & 0x7FFF == DEFAULT_PKEY]
+    for fl in default_flows:
+        a, b = ids.resolve(fl.src), ids.resolve(fl.dst)
+        if a.tenant != b.tenant and a.tenant in by_tenant and b.tenant in by_tenant:
+            frames += fl.frames
+            talkers.add(fl.src.speaker())
+            sev = "breach"
+            if first is None or fl.frames[0] < first[0]:
+                first = (fl.frames[0], a, b, fl)
+    for fl in default_flows:              # their broadcasts (IPoIB ARP) reached every other tenant too
+        if fl.src.speaker() in talkers and ids.resolve(fl.dst).how == "multicast group":
+            frames += fl.frames
+    src = dst = pkey = None
+    if first is not None:
+        _, a, b, fl = first
+        if traffic.conversation(fl)[2]:
+            a, b = b, a
+        src, dst, pkey = a.guid, b.guid, fl.pkey
+    return [Finding("default-partition-full", sev,
+                    f"tenants {', '.join(names)} are all full members of the default partition 0x7fff, "
+                    f"so they can reach each other (partitions.conf: restrict Default to "
+                    f"'ALL=limited, SELF=full')" + ("; traffic between them was seen" if frames else ""),
+                    sorted(frames)[:EVIDENCE_FRAMES], src=src, dst=dst, pkey=pkey)]
+
+
+def _pairwise(rule, fl, back, ends, text) -> Finding:
+    a, b = ends
+    frames = fl.frames + (back.frames if back else [])
+    sev = "breach" if back is not None else "attempt"
+    text += f" ({fl.packets} packets" + (f", {back.packets} answered back)" if back else ", none answered)")
+    return Finding(rule, sev, text, sorted(frames)[:EVIDENCE_FRAMES], (a.tenant, b.tenant),
+                   src=a.guid, dst=b.guid, pkey=fl.pkey, ends=(fl.src, fl.dst) if fl.src.kind == "roce" else ())
+
+
+def _can_talk(ma: dict, mb: dict) -> bool:
+    """Two ports of different tenants may talk when they share a partition other than the default one in
+    which at least one is a full member (IBA 10.9.2).  The default partition does not count: tenants that
+    meet only there are the `Default=0x7fff : ALL=full` mistake, not a declared sharing."""
+    return any(pk in mb and pk != DEFAULT_PKEY and ("limited" != ma[pk] or "limited" != mb[pk]) for pk in ma)
