@@ -46,7 +46,7 @@ class PortState:
 class FabricState:
     ports: dict = field(default_factory=dict)      # port GUID -> PortState
     master_sm: Optional[int] = None                # port GUID
-    sm_claims: dict = field(default_factory=dict)  # port GUID -> SMState text
+    sm_claims: dict = field(default_factory=dict)  # port GUID -> {(SMState text, frame or None)}
     sources: list = field(default_factory=list)
 
     def port(self, guid: int, source: str) -> PortState:
@@ -212,7 +212,7 @@ def from_live(timeout: float = 10.0) -> FabricState:
     m = re.search(r"sm guid (0x[0-9a-fA-F]+).*?state \d+ (\w+)", _run(["sminfo"], timeout))
     if m:
         st.master_sm = int(m.group(1), 16)
-        st.sm_claims[st.master_sm] = m.group(2)
+        st.sm_claims[st.master_sm] = {(m.group(2).upper().removeprefix("SMINFO_"), None)}  # read live: no frame
     return st
 
 
