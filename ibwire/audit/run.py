@@ -7,6 +7,7 @@ from typing import Iterable, Optional
 from ..errors import UserError
 from ..readers import open_capture
 from .engine import Audit, Result
+from .packets import audit_fields
 from .policy import Policy
 from .state import FabricState, from_fabric_json, from_live, from_sysfs
 from .tenants import Tenants
@@ -27,7 +28,6 @@ def load_state(spec: Optional[str]) -> FabricState:
 
 def audit_captures(paths: Iterable[str], policy: Policy, tenants: Optional[Tenants],
                    state: FabricState) -> Result:
-    from ..decode import decode_frame
     audit = Audit(policy, tenants, state)
     offset = 0          # several files of one incident: frames are numbered on, file after file
     for path in paths:
@@ -38,10 +38,9 @@ def audit_captures(paths: Iterable[str], policy: Policy, tenants: Optional[Tenan
         except Exception as e:
             raise UserError(f"cannot read capture {path} ({e}); give a pcap or pcapng file") from None
         last = 0
-        for frame in cap:
-            d = decode_frame(frame)
+        for frame, flat in audit_fields(cap, str(path)):
             last = frame.number
-            audit.feed(offset + frame.number, d.flat, frame.wirelen or frame.caplen)
+            audit.feed(offset + frame.number, flat, frame.wirelen or frame.caplen)
         offset += last
     return audit.finish()
 
