@@ -1,6 +1,7 @@
 """tshark as the oracle: run it on a capture and compare its `infiniband.*` fields with ibwire's.
 
-Used by the differential tests of every layer.  tshark's JSON (`-T json --no-duplicate-keys`) is
+Used by the differential tests of every layer, on the real captures in ../shared/captures/public (beside
+the repository, as CI lays it out) and on the project's own.  tshark's JSON (`-T json --no-duplicate-keys`) is
 flattened to `key → [values]` with the `infiniband.` prefix removed; values are normalised (hex and
 decimal strings to int, `aa:bb` bytes to hex, IPv6 canonical) and compared with `decode_frame().flat`.
 """
