@@ -114,23 +114,20 @@ class Filter:
         left = self._and()
         while self._peek() in ("or", "||"):
             self._take()
-            right, prev = self._and(), left
-            left = (lambda a, b: lambda r: a(r) or b(r))(prev, right)
+            left = self.either(left, self._and())
         return left
 
     def _and(self) -> Callable:
         left = self._not()
         while self._peek() in ("and", "&&"):
             self._take()
-            right, prev = self._not(), left
-            left = (lambda a, b: lambda r: a(r) and b(r))(prev, right)
+            left = self.both(left, self._not())
         return left
 
     def _not(self) -> Callable:
         if self._peek() in ("not", "!"):
             self._take()
-            inner = self._not()
-            return lambda r: not inner(r)
+            return self.negate(self._not())
         if self._peek() == "(":
             self._take()
             inner = self._or()
@@ -147,22 +144,47 @@ class Filter:
         tok = self._peek()
         if tok in OPERATORS:
             op = OPERATORS[self._take()]
-            want = literal(self._take())
-            return lambda r: key in r and r[key] is not None and _compare(op, r[key], want)
+            return self.compare(key, op, literal(self._take()))
         if tok == "in":
             self._take()
             self._take("{")
             values = []
             while self._peek() != "}":
-                values.append(_norm(literal(self._take())))
+                values.append(literal(self._take()))
                 if self._peek() == ",":
                     self._take()
             self._take("}")
-            return lambda r: key in r and _norm(r[key]) in values
+            return self.member(key, values)
         if tok == "contains":
             self._take()
-            want = literal(self._take())
-            return lambda r: key in r and str(_norm(want)).lower() in str(_norm(r[key])).lower()
+            return self.contains(key, literal(self._take()))
+        return self.present(key)
+
+    # How an expression is evaluated, one hook per construct: here over one packet's flat field map;
+    # ibwire.fast.filter overrides them to evaluate whole record batches with numpy.
+    @staticmethod
+    def either(a, b):
+        return lambda r: a(r) or b(r)
+
+    @staticmethod
+    def both(a, b):
+        return lambda r: a(r) and b(r)
+
+    @staticmethod
+    def negate(a):
+        return lambda r: not a(r)
+
+    def compare(self, key, op, want):
+        return lambda r: key in r and r[key] is not None and _compare(op, r[key], want)
+
+    def member(self, key, values):
+        values = [_norm(v) for v in values]
+        return lambda r: key in r and _norm(r[key]) in values
+
+    def contains(self, key, want):
+        return lambda r: key in r and str(_norm(want)).lower() in str(_norm(r[key])).lower()
+
+    def present(self, key):
         return lambda r: key in r or any(k.startswith(key + ".") for k in r)
 
 

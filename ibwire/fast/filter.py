@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import UserError
-from ..filter import OPERATORS, Filter, literal, field_name
+from ..filter import OPERATORS, Filter
 from .decode import EXT_OFF
 from . import records as R
 
@@ -82,57 +82,33 @@ class BatchFilter(Filter):
     def __call__(self, rec: np.ndarray) -> np.ndarray:
         return np.asarray(self.fn(rec), bool) & np.ones(len(rec), bool)
 
-    def _or(self):
-        left = self._and()
-        while self._peek() in ("or", "||"):
-            self._take()
-            right, prev = self._and(), left
-            left = (lambda a, b: lambda r: a(r) | b(r))(prev, right)
-        return left
+    @staticmethod
+    def either(a, b):
+        return lambda r: a(r) | b(r)
 
-    def _and(self):
-        left = self._not()
-        while self._peek() in ("and", "&&"):
-            self._take()
-            right, prev = self._not(), left
-            left = (lambda a, b: lambda r: a(r) & b(r))(prev, right)
-        return left
+    @staticmethod
+    def both(a, b):
+        return lambda r: a(r) & b(r)
 
-    def _not(self):
-        if self._peek() in ("not", "!"):
-            self._take()
-            inner = self._not()
-            return lambda r: ~inner(r)
-        if self._peek() == "(":
-            self._take()
-            inner = self._or()
-            self._take(")")
-            return inner
-        return self._comparison()
+    @staticmethod
+    def negate(a):
+        return lambda r: ~a(r)
 
-    def _comparison(self):
-        key = field_name(self._take())
-        self.fields.add(key)
+    def compare(self, key, op, want):
         present = _present(key)
-        tok = self._peek()
-        if tok in OPERATORS:
-            op = OPERATORS[self._take()]
-            get, want = _column(key, literal(self._take()))
-            return lambda r: present(r) & _any(op, get(r), want)
-        if tok == "in":
-            self._take()
-            self._take("{")
-            vals = []
-            while self._peek() != "}":
-                vals.append(literal(self._take()))
-                if self._peek() == ",":
-                    self._take()
-            self._take("}")
-            tests = [_column(key, v) for v in vals]
-            return lambda r: present(r) & np.logical_or.reduce([_any(OPERATORS["=="], g(r), w) for g, w in tests])
-        if tok == "contains":
-            raise UserError("display filter: 'contains' needs the detail path (ibwire decode -Y)")
-        return present
+        get, want = _column(key, want)
+        return lambda r: present(r) & _any(op, get(r), want)
+
+    def member(self, key, values):
+        present = _present(key)
+        tests = [_column(key, v) for v in values]
+        return lambda r: present(r) & np.logical_or.reduce([_any(OPERATORS["=="], g(r), w) for g, w in tests])
+
+    def contains(self, key, want):
+        raise UserError("display filter: 'contains' needs the detail path (ibwire decode -Y)")
+
+    def present(self, key):
+        return _present(key)
 
 
 def _any(op, values, want):
