@@ -1,6 +1,6 @@
 """Benchmark: `ibwire stats` and `ibwire flows` against tshark and scapy on a 1,000,000-packet RoCEv2 capture.
 
-    /work/venv/bin/python bench/run.py [--packets 1000000] [--tshark-packets 200000] [--scapy-packets 5000]
+    .venv/bin/python bench/run.py [--packets 1000000] [--tshark-packets 200000] [--scapy-packets 5000]
 
 Generates bench/out/roce-<N>.pcap once (bench/gen_roce.py, reused afterwards).  ibwire runs on the whole
 file; tshark (`-T fields` with the fields ibwire's records hold) reads the first --tshark-packets packets

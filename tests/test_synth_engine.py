@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_ibwire
 from ibwire.errors import UserError
 from ibwire.synth import generate, load
 
@@ -100,6 +101,5 @@ def test_bad_scenario_gives_one_sentence_with_the_line(text, needle, tmp_path):
 def test_cli_reports_bad_scenario_without_traceback(tmp_path):
     p = tmp_path / "bad.toml"
     p.write_text('[scenario]\nlink = "roce3"\n')
-    r = subprocess.run(["/work/venv/bin/ibwire", "synth", str(p), "-w", str(tmp_path / "o.pcap")],
-                       capture_output=True, text=True)
+    r = run_ibwire("synth", p, "-w", tmp_path / "o.pcap")
     assert r.returncode == 2 and "Traceback" not in r.stderr and "line 2" in r.stderr
