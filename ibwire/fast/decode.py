@@ -8,7 +8,6 @@ bytes form a plausible BTH and its ICRC matches.
 """
 import numpy as np
 
-from dissectors.crc import icrc_roce2
 from dissectors.opcodes import HEADER_LEN, OPCODES, ROCE_V1_ETHERTYPE, ROCE_V2_PORT
 
 from . import records as R
@@ -211,7 +210,7 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
             flags[r[roce]] |= R.F_GRH
 
     if cand.any():
-        _heuristic(buf, np.nonzero(cand)[0], kind, l3, bth, end, lim, flags, et)
+        _heuristic(buf, np.nonzero(cand)[0], kind, l3, udp, bth, end, lim, flags, et)
     has_bth = (bth >= 0) & np.isin(kind, (R.ROCE1, R.ROCE2V4, R.ROCE2V6, R.IB, R.IBGRH))
     bth[~has_bth] = -1
     rec["link"] = kind
@@ -221,19 +220,23 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
     return rec
 
 
-def _heuristic(buf, rows, kind, l3, bth, end, lim, flags, et):
+def _heuristic(buf, rows, kind, l3, udp, bth, end, lim, flags, et):
     """Non-4791 UDP: RoCEv2 when the would-be BTH has a known opcode, TVer 0 and a matching ICRC."""
-    for i in rows.tolist():
-        b, e = int(bth[i]), int(end[i])
-        if e + 4 > lim[i] or e < b + 12:
-            continue
-        op = int(buf[b])
-        if not KNOWN[op] or buf[b + 1] & 0x0F or e < b + 12 + EXT_LEN[op]:
-            continue
-        stored = int.from_bytes(bytes(buf[e:e + 4]), "little")
-        if icrc_roce2(bytes(buf[l3[i]:e])) == stored:
-            kind[i] = R.ROCE2V4 if et[i] == 0x0800 else R.ROCE2V6
-            flags[i] |= R.F_HEURISTIC | (R.F_GRH if et[i] == 0x86DD else 0)
+    b, e = bth[rows], end[rows]
+    ok = (e + 4 <= lim[rows]) & (e >= b + 12)
+    rows, b, e = rows[ok], b[ok], e[ok]
+    w = gather(buf, b, lim[rows], 2)
+    op = w[:, 0]
+    ok = KNOWN[op] & (w[:, 1] & 0x0F == 0) & (e >= b + 12 + EXT_LEN[op])
+    rows = rows[ok]
+    if not len(rows):
+        return
+    guess = kind.copy()
+    guess[rows] = np.where(et[rows] == 0x0800, R.ROCE2V4, R.ROCE2V6)
+    stored = gather(buf, end[rows], lim[rows], 4).copy().view("<u4")[:, 0]
+    hit = rows[icrc_batch(buf, guess, np.full(len(kind), -1), l3, udp, bth, end, rows) == stored]
+    kind[hit] = guess[hit]
+    flags[hit] |= R.F_HEURISTIC | np.where(et[hit] == 0x86DD, R.F_GRH, 0)
 
 
 def _transport(ctx, rec, r, bth, end, lim, flags, icrc, kind, lrh, l3, udp):
