@@ -10,11 +10,14 @@ import numpy as np
 
 from ..errors import UserError
 from ..filter import OPERATORS, Filter
-from .decode import EXT_OFF
+from dissectors.opcodes import HEADER_LEN, OPCODES
+
 from . import records as R
 
-_HEADER_PRESENT = {h: (lambda h: lambda rec: (EXT_OFF[h][rec["opcode"]] >= 0) & _flag(rec, R.F_BTH))(h)
-                   for h in EXT_OFF}
+# Extended header -> which opcodes carry it (dissectors.opcodes), for presence tests such as `reth`.
+_CARRIED = {h: np.array([c in OPCODES and h in OPCODES[c].headers for c in range(256)]) for h in HEADER_LEN}
+_HEADER_PRESENT = {h: (lambda h: lambda rec: _CARRIED[h][rec["opcode"]] & _flag(rec, R.F_BTH))(h)
+                   for h in _CARRIED}
 _HEADER_PRESENT.update({
     "bth": lambda rec: _flag(rec, R.F_BTH),
     "mad": lambda rec: _flag(rec, R.F_MAD),

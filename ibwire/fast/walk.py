@@ -1,8 +1,8 @@
 """Walk a pcap/pcapng file in large reused chunks and hand out batches of record positions.
 
 The file is read with readinto() into one buffer that is reused (no page faults per packet, resident
-memory independent of file size).  The only per-packet Python work is following record lengths; record
-headers are then read for the whole batch at once with numpy.  Layouts: pcap(5) and pcapng
+memory independent of file size).  pcap record lengths are followed by compiled code; record headers are
+then read for the whole batch at once with numpy.  Layouts: pcap(5) and pcapng
 (draft-ietf-opsawg-pcapng): Section Header, Interface Description, Enhanced and Simple Packet Blocks.
 """
 import os
@@ -14,9 +14,19 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import UserError
 from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
-from .kernels import IMPOSSIBLE, NEED, walk_pcap
+from . import _native
 
 CHUNK = 1 << 24
+OK, NEED, IMPOSSIBLE = 0, 1, 2     # _native.walk_pcap status
+
+
+def walk_pcap(buf, off: int, max_n: int, big: bool):
+    """Offsets of whole records (header and data inside `buf`) from `off`: (offsets, n, next offset,
+    status); status NEED means the next record does not fit in `buf`, IMPOSSIBLE a damaged length.
+    Following lengths is inherently sequential, so it runs compiled."""
+    offs = np.empty(max_n, np.int64)
+    n, off, status = _native.walk_pcap(buf, off, big, offs)
+    return offs[:n], n, off, status
 
 
 class Positions(NamedTuple):

@@ -1,0 +1,304 @@
+/* One captured packet -> one record: link-layer framing, LRH/GRH/IP/UDP, BTH and extended headers, the
+ * common MAD header and CM REQ/REP QPNs, ICRC/VCRC status.
+ *
+ * Layouts: Ethernet/802.1Q (up to two tags), Linux cooked v1/v2 (SLL/SLL2), ERF types 21 and 25 with
+ * chained extension headers, raw InfiniBand (link type 247); LRH (IBA Vol 1 §7.7), GRH (§8.3), BTH and
+ * extended headers (§9.2-9.3, offsets per opcode from dissectors.opcodes), MAD common header (§13.4.3),
+ * CM REQ/REP (§12.6.5, §12.6.8), RoCEv1 (Annex A16) and RoCEv2 (Annex A17).  A UDP packet on another port
+ * counts as RoCEv2 only when its first bytes form a plausible BTH and its ICRC matches.  Bytes beyond a
+ * packet's captured end read as zero, so truncated packets decode as far as they go and are flagged. */
+#include <string.h>
+
+#include "crc.h"
+#include "decode.h"
+
+typedef struct {
+    const uint8_t *p;
+    int64_t lim;        /* absolute end of the packet's captured bytes */
+} pkt;
+
+static inline unsigned B(const pkt *k, int64_t o)
+{
+    return (o >= 0 && o < k->lim) ? k->p[o] : 0;
+}
+
+static inline uint64_t BE(const pkt *k, int64_t o, int n)
+{
+    uint64_t v = 0;
+    if (o >= 0 && o + n <= k->lim) {
+        for (int i = 0; i < n; i++)
+            v = v << 8 | k->p[o + i];
+    } else {
+        for (int i = 0; i < n; i++)
+            v = v << 8 | B(k, o + i);
+    }
+    return v;
+}
+
+static inline uint64_t LE(const pkt *k, int64_t o, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | B(k, o + i);
+    return v;
+}
+
+#define AT(f) (rec + c->field_off[f])
+static inline void put8(uint8_t *q, uint64_t v) { *q = (uint8_t)v; }
+static inline void put16(uint8_t *q, uint64_t v) { uint16_t x = (uint16_t)v; memcpy(q, &x, 2); }
+static inline void put32(uint8_t *q, uint64_t v) { uint32_t x = (uint32_t)v; memcpy(q, &x, 4); }
+static inline void puti32(uint8_t *q, int64_t v) { int32_t x = (int32_t)v; memcpy(q, &x, 4); }
+static inline void put64(uint8_t *q, uint64_t v) { memcpy(q, &v, 8); }
+
+static void copy_bytes(const pkt *k, int64_t o, uint8_t *q, int n)
+{
+    for (int i = 0; i < n; i++)
+        q[i] = (uint8_t)B(k, o + i);
+}
+
+static inline int is_vlan_tpid(uint64_t e)
+{
+    return e == 0x8100 || e == 0x88A8 || e == 0x9100;
+}
+
+static inline uint64_t ext_field(const decode_ctx *c, const pkt *k, int h, unsigned op, int64_t bth, int at, int n)
+{
+    int o = c->ext_off[h * 256 + op];
+    return o < 0 ? 0 : BE(k, bth + 12 + o + at, n);
+}
+
+/* The transport part: BTH, extended headers, MAD header, CRC status. */
+static void transport(const decode_ctx *c, const pkt *k, uint8_t *rec, int kind, int64_t lrh, int64_t l3,
+                      int64_t udp, int64_t b, int64_t e, unsigned *flags)
+{
+    unsigned op = B(k, b), b1 = B(k, b + 1), b4 = B(k, b + 4);
+    uint64_t destqp = BE(k, b + 5, 3);
+    put8(AT(R_OPCODE), op);
+    put8(AT(R_SE), b1 >> 7);
+    put8(AT(R_M), (b1 >> 6) & 1);
+    put8(AT(R_PADCNT), (b1 >> 4) & 3);
+    put8(AT(R_TVER), b1 & 15);
+    put16(AT(R_P_KEY), BE(k, b + 2, 2));
+    put8(AT(R_FECN), b4 >> 7);
+    put8(AT(R_BECN), (b4 >> 6) & 1);
+    put32(AT(R_DESTQP), destqp);
+    put8(AT(R_A), B(k, b + 8) >> 7);
+    put32(AT(R_PSN), BE(k, b + 9, 3));
+
+    put32(AT(R_DETH_Q_KEY), ext_field(c, k, H_DETH, op, b, 0, 4));
+    put32(AT(R_DETH_SRCQP), ext_field(c, k, H_DETH, op, b, 5, 3));
+    put32(AT(R_XRCSRQ), ext_field(c, k, H_XRCETH, op, b, 1, 3));
+    put64(AT(R_RETH_VA), ext_field(c, k, H_RETH, op, b, 0, 8));
+    put32(AT(R_RETH_R_KEY), ext_field(c, k, H_RETH, op, b, 8, 4));
+    put32(AT(R_RETH_DMALEN), ext_field(c, k, H_RETH, op, b, 12, 4));
+    put8(AT(R_AETH_SYNDROME), ext_field(c, k, H_AETH, op, b, 0, 1));
+    put32(AT(R_AETH_MSN), ext_field(c, k, H_AETH, op, b, 1, 3));
+    put64(AT(R_ATOMIC_VA), ext_field(c, k, H_ATOMICETH, op, b, 0, 8));
+    put32(AT(R_ATOMIC_R_KEY), ext_field(c, k, H_ATOMICETH, op, b, 8, 4));
+    put64(AT(R_ATOMIC_SWAPDT), ext_field(c, k, H_ATOMICETH, op, b, 12, 8));
+    put64(AT(R_ATOMIC_CMPDT), ext_field(c, k, H_ATOMICETH, op, b, 20, 8));
+    put64(AT(R_ATOMICACK), ext_field(c, k, H_ATOMICACKETH, op, b, 0, 8));
+    put32(AT(R_IMMDT), ext_field(c, k, H_IMMDT, op, b, 0, 4));
+    put32(AT(R_IETH), ext_field(c, k, H_IETH, op, b, 0, 4));
+
+    int64_t hdr_end = b + 12 + c->ext_len[op];
+    int64_t paylen = e - hdr_end - ((b1 >> 4) & 3);
+    *flags |= FL_BTH;
+    if (paylen < 0 || !c->known[op])
+        *flags |= FL_MALFORMED;
+    puti32(AT(R_PAYLEN), paylen < 0 ? 0 : paylen);
+    int truncated = e + 4 > k->lim;
+    if (truncated || hdr_end > k->lim)
+        *flags |= FL_TRUNCATED;
+
+    if (op == 0x64 && destqp <= 1 && paylen >= 24) {       /* UD SEND Only to QP0/QP1: BTH, DETH, MAD */
+        int64_t m = b + 20;
+        unsigned cls = B(k, m + 1);
+        uint64_t aid = BE(k, m + 16, 2);
+        *flags |= FL_MAD;
+        put8(AT(R_MAD_CLASS), cls);
+        put8(AT(R_MAD_CLASSVER), B(k, m + 2));
+        put8(AT(R_MAD_METHOD), B(k, m + 3));
+        put16(AT(R_MAD_STATUS), BE(k, m + 4, 2));
+        put64(AT(R_MAD_TID), BE(k, m + 8, 8));
+        put16(AT(R_MAD_ATTRID), aid);
+        put32(AT(R_MAD_ATTRMOD), BE(k, m + 20, 4));
+        if (cls == 0x07) {                                   /* CM: local/remote comm IDs, QPN */
+            put32(AT(R_CM_COMM_ID), BE(k, m + 24, 4));
+            if (aid != 0x10)
+                put32(AT(R_CM_REMOTE_COMM_ID), BE(k, m + 28, 4));
+            if (aid == 0x10)
+                put32(AT(R_CM_QPN), BE(k, m + 56, 3));       /* REQ: local QPN */
+            else if (aid == 0x13)
+                put32(AT(R_CM_QPN), BE(k, m + 36, 3));       /* REP: local QPN */
+        }
+    }
+
+    int st = c->icrc ? C_GOOD : C_UNCHECKED;
+    if (truncated)
+        st = C_TRUNC;
+    if (e < b + 12)
+        st = C_ABSENT;
+    if (c->icrc && st == C_GOOD) {
+        int native = kind == K_IB || kind == K_IBGRH;
+        icrc_span s;
+        s.start = native ? lrh : l3 - 8;
+        s.end = e;
+        s.lrh_vl = kind == K_IB ? lrh : -1;
+        s.ones8 = kind == K_IB ? -1 : s.start;
+        s.grh = (kind == K_IBGRH || kind == K_ROCE1 || kind == K_ROCE2V6) ? l3 : -1;
+        s.ip4 = kind == K_ROCE2V4 ? l3 : -1;
+        s.udp = (kind == K_ROCE2V4 || kind == K_ROCE2V6) ? udp : -1;
+        s.bth = b;
+        if (icrc_of(c->buf, c->size, &s) != (uint32_t)LE(k, e, 4))
+            st = C_BAD;
+    }
+    put8(AT(R_ICRC), st);
+    if (lrh >= 0) {
+        int vs = c->icrc ? C_GOOD : C_UNCHECKED;
+        if (e + 6 > k->lim)
+            vs = C_TRUNC;
+        else if (c->icrc && vcrc_of(c->buf, c->size, lrh, e + 4, c->vtable) != (uint16_t)LE(k, e + 4, 2))
+            vs = C_BAD;
+        put8(AT(R_VCRC), vs);
+    }
+}
+
+void decode_one(const decode_ctx *c, int64_t d, int64_t caplen, int64_t wirelen, int64_t lt, uint8_t *rec)
+{
+    pkt k = {c->buf, d + caplen < c->size ? d + caplen : c->size};
+    int kind = K_OTHER;
+    int64_t lrh = -1, l3 = -1, bth = -1, end = -1, udp = -1, vlan = -1;
+    uint64_t et = 0;
+    unsigned flags = 0;
+
+    if (lt == 1) {                                             /* Ethernet, 802.1Q/802.1ad tags */
+        copy_bytes(&k, d, AT(R_ETH_DST), 6);
+        copy_bytes(&k, d + 6, AT(R_ETH_SRC), 6);
+        int64_t at = 14;
+        et = BE(&k, d + 12, 2);
+        for (int t = 0; t < 2 && is_vlan_tpid(et); t++) {
+            if (vlan < 0)
+                vlan = BE(&k, d + 14 + 4 * t, 2) & 0xFFF;
+            et = BE(&k, d + 16 + 4 * t, 2);
+            at += 4;
+        }
+        l3 = d + at;
+    } else if (lt == 113 || lt == 276) {                       /* Linux cooked v1 / v2 */
+        int hl = lt == 113 ? 16 : 20, et_at = lt == 113 ? 14 : 0, arphrd_at = lt == 113 ? 2 : 8;
+        et = BE(&k, d + et_at, 2);
+        l3 = d + hl;
+        if (BE(&k, d + arphrd_at, 2) == 32)                    /* ARPHRD_INFINIBAND: IPoIB */
+            kind = K_IPOIB;
+    } else if (lt == 242) {
+        kind = K_IPOIB;
+    } else if (lt == 197) {                                    /* ERF: type, extension headers */
+        unsigned t = B(&k, d + 8);
+        int64_t at = 16;
+        int more = (t & 0x80) != 0;
+        for (int i = 0; i < 3; i++) {
+            int next = (B(&k, d + (at < 39 ? at : 39)) & 0x80) != 0;
+            at += more ? 8 : 0;
+            more = more && next;
+        }
+        t &= 0x7F;
+        if (t == 21)
+            lrh = d + at;
+        else if (t == 25)
+            kind = K_IBLINK;
+    } else if (lt == 247) {
+        lrh = d;
+    }
+
+    if (lrh >= 0) {                                            /* native InfiniBand: LRH */
+        unsigned b0 = B(&k, lrh), b1 = B(&k, lrh + 1), lnh = b1 & 3;
+        int64_t len = (int64_t)(BE(&k, lrh + 4, 2) & 0x7FF) * 4;
+        put8(AT(R_VL), b0 >> 4);
+        put8(AT(R_SL), b1 >> 4);
+        put16(AT(R_DLID), BE(&k, lrh + 2, 2));
+        put16(AT(R_SLID), BE(&k, lrh + 6, 2));
+        kind = lnh == 3 ? K_IBGRH : K_IB;
+        if (lnh == 3) {
+            l3 = lrh + 8;
+            et = c->roce1_ethertype;                           /* a GRH follows, as in RoCEv1 */
+        }
+        if (lnh >= 2) {
+            bth = lrh + (lnh == 3 ? 48 : 8);
+            if (len < 8)
+                flags |= FL_MALFORMED;
+        }
+        end = lrh + len - 4;
+    }
+
+    if (et == c->roce1_ethertype) {                            /* GRH: IB routed or RoCEv1 */
+        copy_bytes(&k, l3 + 8, AT(R_SRC), 16);
+        copy_bytes(&k, l3 + 24, AT(R_DST), 16);
+        put8(AT(R_ECN), (B(&k, l3 + 1) >> 4) & 3);
+        flags |= FL_GRH;
+        if (lrh < 0) {
+            kind = K_ROCE1;
+            bth = l3 + 40;
+            end = l3 + 40 + (int64_t)BE(&k, l3 + 4, 2) - 4;
+        }
+    }
+
+    if ((et == 0x0800 || et == 0x86DD) && kind != K_IPOIB) {  /* IPv4 / IPv6, UDP, RoCEv2 */
+        int v4 = et == 0x0800, isudp;
+        int64_t u;
+        if (v4) {
+            unsigned b0 = B(&k, l3);
+            int64_t ihl = (b0 & 0x0F) * 4;
+            isudp = B(&k, l3 + 9) == 17 && b0 >> 4 == 4 && ihl >= 20 && (BE(&k, l3 + 6, 2) & 0x3FFF) == 0;
+            put8(AT(R_ECN), B(&k, l3 + 1) & 3);
+            uint8_t *s = AT(R_SRC), *t = AT(R_DST);            /* v4-mapped IPv6 addresses */
+            memset(s, 0, 10);
+            memset(t, 0, 10);
+            s[10] = s[11] = t[10] = t[11] = 0xFF;
+            copy_bytes(&k, l3 + 12, s + 12, 4);
+            copy_bytes(&k, l3 + 16, t + 12, 4);
+            u = l3 + ihl;
+        } else {
+            isudp = B(&k, l3 + 6) == 17 && B(&k, l3) >> 4 == 6;
+            put8(AT(R_ECN), (B(&k, l3 + 1) >> 4) & 3);
+            copy_bytes(&k, l3 + 8, AT(R_SRC), 16);
+            copy_bytes(&k, l3 + 24, AT(R_DST), 16);
+            u = l3 + 40;
+        }
+        if (isudp) {
+            uint64_t sp = BE(&k, u, 2), dp = BE(&k, u + 2, 2);
+            int64_t ulen = (int64_t)BE(&k, u + 4, 2);
+            int roce = sp == c->roce2_port || dp == c->roce2_port;
+            put16(AT(R_UDP_SRC), sp);
+            put16(AT(R_UDP_DST), dp);
+            udp = u;
+            bth = u + 8;
+            end = u + ulen - 4;
+            if (roce) {
+                kind = v4 ? K_ROCE2V4 : K_ROCE2V6;
+                if (ulen < 8 + 12 + 4)
+                    flags |= FL_MALFORMED;
+                if (!v4)
+                    flags |= FL_GRH;
+            } else if (ulen >= 8 + 12 + 4 && end + 4 <= k.lim && end >= bth + 12) {
+                unsigned op = B(&k, bth);                      /* another port: BTH plausible, ICRC matches */
+                if (c->known[op] && (B(&k, bth + 1) & 0x0F) == 0 && end >= bth + 12 + c->ext_len[op]) {
+                    icrc_span s = {l3 - 8, end, -1, l3 - 8, v4 ? -1 : l3, v4 ? l3 : -1, u, bth};
+                    if (icrc_of(c->buf, c->size, &s) == (uint32_t)LE(&k, end, 4)) {
+                        kind = v4 ? K_ROCE2V4 : K_ROCE2V6;
+                        flags |= FL_HEURISTIC | (v4 ? 0 : FL_GRH);
+                    }
+                }
+            }
+        }
+    }
+
+    int has_bth = bth >= 0 && (kind == K_ROCE1 || kind == K_ROCE2V4 || kind == K_ROCE2V6 || kind == K_IB ||
+                               kind == K_IBGRH);
+    put8(AT(R_LINK), kind);
+    puti32(AT(R_VLAN), vlan);
+    if (has_bth)
+        transport(c, &k, rec, kind, lrh, l3, udp, bth, end, &flags);
+    if (wirelen > caplen)
+        flags |= FL_TRUNCATED;
+    put8(AT(R_FLAGS), flags);
+}

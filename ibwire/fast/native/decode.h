@@ -1,0 +1,58 @@
+/* One packet -> one record of ibwire.fast.records.RECORD (the numpy structured dtype is the truth for the
+ * layout: Python passes each field's byte offset, checked against the types listed in FIELD_TYPES). */
+#ifndef IBWIRE_DECODE_H
+#define IBWIRE_DECODE_H
+#include <stdint.h>
+
+/* Fields this decoder writes, in the order of field_off[]; frame/time/caplen/len are set by numpy. */
+#define RECORD_FIELDS(X) \
+    X(LINK, "link", "u1") X(FLAGS, "flags", "u1") X(VLAN, "vlan", "i4") X(ECN, "ecn", "u1") \
+    X(ETH_SRC, "eth_src", "V6") X(ETH_DST, "eth_dst", "V6") X(SRC, "src", "V16") X(DST, "dst", "V16") \
+    X(SLID, "slid", "u2") X(DLID, "dlid", "u2") X(SL, "sl", "u1") X(VL, "vl", "u1") \
+    X(UDP_SRC, "udp_src", "u2") X(UDP_DST, "udp_dst", "u2") \
+    X(OPCODE, "opcode", "u1") X(SE, "se", "u1") X(M, "m", "u1") X(PADCNT, "padcnt", "u1") X(TVER, "tver", "u1") \
+    X(P_KEY, "p_key", "u2") X(FECN, "fecn", "u1") X(BECN, "becn", "u1") X(DESTQP, "destqp", "u4") \
+    X(A, "a", "u1") X(PSN, "psn", "u4") X(PAYLEN, "paylen", "i4") \
+    X(RETH_VA, "reth_va", "u8") X(RETH_R_KEY, "reth_r_key", "u4") X(RETH_DMALEN, "reth_dmalen", "u4") \
+    X(AETH_SYNDROME, "aeth_syndrome", "u1") X(AETH_MSN, "aeth_msn", "u4") \
+    X(DETH_Q_KEY, "deth_q_key", "u4") X(DETH_SRCQP, "deth_srcqp", "u4") \
+    X(ATOMIC_VA, "atomic_va", "u8") X(ATOMIC_R_KEY, "atomic_r_key", "u4") \
+    X(ATOMIC_SWAPDT, "atomic_swapdt", "u8") X(ATOMIC_CMPDT, "atomic_cmpdt", "u8") \
+    X(ATOMICACK, "atomicack", "u8") X(IMMDT, "immdt", "u4") X(IETH, "ieth", "u4") X(XRCSRQ, "xrcsrq", "u4") \
+    X(MAD_CLASS, "mad_class", "u1") X(MAD_CLASSVER, "mad_classver", "u1") X(MAD_METHOD, "mad_method", "u1") \
+    X(MAD_STATUS, "mad_status", "u2") X(MAD_ATTRID, "mad_attrid", "u2") X(MAD_ATTRMOD, "mad_attrmod", "u4") \
+    X(MAD_TID, "mad_tid", "u8") X(CM_COMM_ID, "cm_comm_id", "u4") X(CM_REMOTE_COMM_ID, "cm_remote_comm_id", "u4") \
+    X(CM_QPN, "cm_qpn", "u4") X(ICRC, "icrc", "u1") X(VCRC, "vcrc", "u1")
+
+#define AS_ENUM(id, name, type) R_##id,
+enum { RECORD_FIELDS(AS_ENUM) N_FIELDS };
+#undef AS_ENUM
+
+/* Extended headers whose offsets (after the 12-byte BTH, per opcode; -1 absent) come in ext_off[][256]. */
+#define EXT_HEADERS(X) X(DETH, "deth") X(XRCETH, "xrceth") X(RETH, "reth") X(AETH, "aeth") \
+    X(ATOMICETH, "atomiceth") X(ATOMICACKETH, "atomicacketh") X(IMMDT, "immdt") X(IETH, "ieth")
+#define AS_ENUM(id, name) H_##id,
+enum { EXT_HEADERS(AS_ENUM) N_EXT };
+#undef AS_ENUM
+
+/* Link kinds, CRC status codes and flag bits: the values of ibwire.fast.records (checked at import). */
+enum { K_OTHER, K_ROCE1, K_ROCE2V4, K_ROCE2V6, K_IB, K_IBGRH, K_IPOIB, K_IBLINK };
+enum { C_ABSENT, C_GOOD, C_BAD, C_TRUNC, C_UNCHECKED };
+enum { FL_BTH = 1, FL_MALFORMED = 2, FL_TRUNCATED = 4, FL_GRH = 8, FL_MAD = 16, FL_HEURISTIC = 32 };
+
+typedef struct {
+    const uint8_t *buf;
+    int64_t size;
+    const int16_t *ext_off;      /* [N_EXT][256] */
+    const int16_t *ext_len;      /* [256]: bytes of extended headers after the BTH */
+    const uint8_t *known;        /* [256]: opcode is defined */
+    const uint16_t *vtable;      /* VCRC byte table */
+    const int64_t *field_off;    /* [N_FIELDS]: byte offset of each field in a record */
+    unsigned roce2_port, roce1_ethertype;
+    int icrc;                    /* verify ICRC/VCRC */
+} decode_ctx;
+
+void decode_one(const decode_ctx *c, int64_t data, int64_t caplen, int64_t wirelen, int64_t linktype,
+                uint8_t *rec);
+
+#endif

@@ -1,0 +1,218 @@
+/* ibwire.fast._native: the fast path's per-packet loops, compiled.  Following pcap record lengths and
+ * decoding each packet into a record are inherently sequential; numpy does everything after that.
+ * Functions take buffers (numpy arrays, bytes, memoryviews) and fill caller-allocated outputs, so no numpy
+ * C API is needed.  pcap record header: pcap(5) -- ts_sec, ts_frac, incl_len, orig_len (u32 each). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "crc.h"
+#include "decode.h"
+
+#define MAX_RECORD 0x4000000u
+enum { OK = 0, NEED = 1, IMPOSSIBLE = 2 };
+
+typedef struct {
+    Py_buffer v;
+    int held;
+} buf_t;
+
+static int get(PyObject *o, buf_t *b, int writable, Py_ssize_t itemsize, const char *what)
+{
+    if (PyObject_GetBuffer(o, &b->v, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    b->held = 1;
+    if (itemsize && b->v.len % itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: length is not a multiple of %zd bytes", what, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+static void release(buf_t *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (b[i].held)
+            PyBuffer_Release(&b[i].v);
+}
+
+static inline uint32_t rd32(const uint8_t *p, int big)
+{
+    return big ? ((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3])
+               : ((uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0]);
+}
+
+PyDoc_STRVAR(walk_pcap_doc,
+"walk_pcap(buf, off, big, offsets) -> (n, next_off, status)\n\n"
+"Follow pcap record lengths from byte `off` of `buf`, writing up to len(offsets) record offsets into\n"
+"the int64 array `offsets`.  status: 0 the array is full, 1 the next record does not fit in buf,\n"
+"2 the next record's captured length is impossible (damage); next_off is where that record starts.");
+
+static PyObject *walk_pcap(PyObject *self, PyObject *args)
+{
+    PyObject *bo, *oo;
+    Py_ssize_t off;
+    int big;
+    buf_t b[2];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "OnpO", &bo, &off, &big, &oo))
+        return NULL;
+    if (get(bo, &b[0], 0, 0, "buf") < 0 || get(oo, &b[1], 1, 8, "offsets") < 0) {
+        release(b, 2);
+        return NULL;
+    }
+    const uint8_t *p = b[0].v.buf;
+    Py_ssize_t size = b[0].v.len, max_n = b[1].v.len / 8, n = 0;
+    int64_t *out = b[1].v.buf;
+    int status = OK;
+    if (off < 0)
+        off = 0;
+    while (n < max_n) {
+        if (off + 16 > size) { status = NEED; break; }
+        uint32_t incl = rd32(p + off + 8, big);
+        if (incl > MAX_RECORD) { status = IMPOSSIBLE; break; }
+        if (off + 16 + (Py_ssize_t)incl > size) { status = NEED; break; }
+        out[n++] = off;
+        off += 16 + incl;
+    }
+    release(b, 2);
+    return Py_BuildValue("nni", n, off, status);
+}
+
+PyDoc_STRVAR(decode_doc,
+"decode(buf, data, caplen, wirelen, linktype, ext_off, ext_len, known, vtable, field_off, roce2_port,\n"
+"       roce1_ethertype, icrc, out)\n\n"
+"Decode packet i (buf[data[i]:data[i]+caplen[i]], link type linktype[i]; int64 arrays) into record i of\n"
+"`out` (zero-filled records; field_off gives the byte offset in a record of each field of FIELDS).\n"
+"ext_off: int16 [len(EXT_HEADERS)][256] offsets after the BTH (-1 absent); ext_len: int16 [256];\n"
+"known: uint8 [256]; vtable: the VCRC's uint16 byte table; icrc: verify ICRC and VCRC.");
+
+static PyObject *decode(PyObject *self, PyObject *args)
+{
+    enum { BUF, DATA, CAPLEN, WIRELEN, LT, EXT_OFF, EXT_LEN, KNOWN, VTABLE, FIELD_OFF, OUT, NB };
+    PyObject *o[NB];
+    unsigned roce2_port, roce1_ethertype;
+    int icrc;
+    buf_t b[NB];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOIIpO", &o[BUF], &o[DATA], &o[CAPLEN], &o[WIRELEN], &o[LT],
+                          &o[EXT_OFF], &o[EXT_LEN], &o[KNOWN], &o[VTABLE], &o[FIELD_OFF], &roce2_port,
+                          &roce1_ethertype, &icrc, &o[OUT]))
+        return NULL;
+    static const Py_ssize_t item[NB] = {0, 8, 8, 8, 8, 2, 2, 1, 2, 8, 0};
+    static const char *names[NB] = {"buf", "data", "caplen", "wirelen", "linktype", "ext_off", "ext_len",
+                                    "known", "vtable", "field_off", "out"};
+    for (int i = 0; i < NB; i++)
+        if (get(o[i], &b[i], i == OUT, item[i], names[i]) < 0) {
+            release(b, NB);
+            return NULL;
+        }
+    Py_ssize_t n = b[DATA].v.len / 8;
+    const char *bad = NULL;
+    if (b[CAPLEN].v.len / 8 != n || b[WIRELEN].v.len / 8 != n || b[LT].v.len / 8 != n)
+        bad = "data, caplen, wirelen and linktype must have the same length";
+    else if (b[EXT_OFF].v.len != N_EXT * 256 * 2 || b[EXT_LEN].v.len != 512 || b[KNOWN].v.len != 256 ||
+             b[VTABLE].v.len != 512 || b[FIELD_OFF].v.len != N_FIELDS * 8)
+        bad = "a table has the wrong size";
+    else if (n && b[OUT].v.len % n)
+        bad = "out does not hold one record per packet";
+    Py_ssize_t itemsize = n ? b[OUT].v.len / n : 0;
+    const int64_t *field_off = b[FIELD_OFF].v.buf;
+    for (int f = 0; !bad && f < N_FIELDS; f++)
+        if (field_off[f] < 0 || (n && field_off[f] >= itemsize))
+            bad = "a field offset lies outside the record";
+    if (bad) {
+        release(b, NB);
+        PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
+    }
+    decode_ctx c = {b[BUF].v.buf, b[BUF].v.len, b[EXT_OFF].v.buf, b[EXT_LEN].v.buf, b[KNOWN].v.buf,
+                    b[VTABLE].v.buf, field_off, roce2_port, roce1_ethertype, icrc};
+    const int64_t *d = b[DATA].v.buf, *cl = b[CAPLEN].v.buf, *wl = b[WIRELEN].v.buf, *lt = b[LT].v.buf;
+    uint8_t *out = b[OUT].v.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++)
+        decode_one(&c, d[i], cl[i], wl[i], lt[i], out + i * itemsize);
+    Py_END_ALLOW_THREADS
+    release(b, NB);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(crc32_doc,
+"crc32(data, value=0) -> int\n\n"
+"CRC-32 of a buffer, the same function as zlib.crc32 (exposed so tests can check the compiled path).");
+
+static PyObject *crc32_py(PyObject *self, PyObject *args)
+{
+    Py_buffer v;
+    unsigned int c = 0;
+    if (!PyArg_ParseTuple(args, "y*|I", &v, &c))
+        return NULL;
+    uint32_t r = crc32_any(c, v.buf, (size_t)v.len);
+    PyBuffer_Release(&v);
+    return PyLong_FromUnsignedLong(r);
+}
+
+static PyMethodDef methods[] = {
+    {"walk_pcap", walk_pcap, METH_VARARGS, walk_pcap_doc},
+    {"decode", decode, METH_VARARGS, decode_doc},
+    {"crc32", crc32_py, METH_VARARGS, crc32_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native",
+    "Compiled per-packet loops of the fast path (record walk, packet decoding, CRCs).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+/* name -> value dictionaries the Python side checks against ibwire.fast.records. */
+static int add_codes(PyObject *m, const char *attr, const char *const *names, const long *values, int n)
+{
+    PyObject *d = PyDict_New();
+    if (!d)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromLong(values[i]);
+        if (!v || PyDict_SetItemString(d, names[i], v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return -1;
+        }
+        Py_DECREF(v);
+    }
+    int err = PyModule_AddObjectRef(m, attr, d);
+    Py_DECREF(d);
+    return err;
+}
+
+PyMODINIT_FUNC PyInit__native(void)
+{
+    crc_init();
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+#define AS_PAIR(id, name, type) "(ss)"
+#define AS_ARGS(id, name, type) , name, type
+    PyObject *fields = Py_BuildValue("(" RECORD_FIELDS(AS_PAIR) ")" RECORD_FIELDS(AS_ARGS));
+#define AS_NAME(id, name) "s"
+#define AS_ARG(id, name) , name
+    PyObject *ext = Py_BuildValue("(" EXT_HEADERS(AS_NAME) ")" EXT_HEADERS(AS_ARG));
+    static const char *const link[] = {"other", "roce1", "roce2v4", "roce2v6", "ib", "ib+grh", "ipoib", "iblink"};
+    static const long link_v[] = {K_OTHER, K_ROCE1, K_ROCE2V4, K_ROCE2V6, K_IB, K_IBGRH, K_IPOIB, K_IBLINK};
+    static const char *const crc[] = {"absent", "good", "bad", "truncated", "unchecked"};
+    static const long crc_v[] = {C_ABSENT, C_GOOD, C_BAD, C_TRUNC, C_UNCHECKED};
+    static const char *const flag[] = {"F_BTH", "F_MALFORMED", "F_TRUNCATED", "F_GRH", "F_MAD", "F_HEURISTIC"};
+    static const long flag_v[] = {FL_BTH, FL_MALFORMED, FL_TRUNCATED, FL_GRH, FL_MAD, FL_HEURISTIC};
+    int err = !fields || !ext || PyModule_AddObjectRef(m, "FIELDS", fields) < 0 ||
+              PyModule_AddObjectRef(m, "EXT_HEADERS", ext) < 0 || add_codes(m, "LINK_KINDS", link, link_v, 8) < 0 ||
+              add_codes(m, "CRC_STATUS", crc, crc_v, 5) < 0 || add_codes(m, "FLAGS", flag, flag_v, 6) < 0;
+    Py_XDECREF(fields);
+    Py_XDECREF(ext);
+    if (err) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
