@@ -1,13 +1,13 @@
 """Benchmark: `ibwire stats` and `ibwire flows` against tshark and scapy on a 1,000,000-packet RoCEv2 capture.
 
-    .venv/bin/python bench/run.py [--packets 1000000] [--tshark-packets 200000] [--scapy-packets 5000]
+    .venv/bin/python bench/run.py [--packets 1000000] [--tshark-packets 0] [--scapy-packets 5000]
 
-Generates bench/out/roce-<N>.pcap once (bench/gen_roce.py, reused afterwards).  ibwire runs on the whole
-file; tshark (`-T fields` with the fields ibwire's records hold) reads the first --tshark-packets packets
-(`-c`) and scapy (`rdpcap` with ibwire's dissectors bound, every field read) the first --scapy-packets;
-their rates are extrapolated from those samples, which favours them (no cache-cold tail).  Every
-measurement is the fastest of three runs (the build machine is shared).  Wall times, packets/second, the
-ratios and peak RSS are printed and written to bench/out/results.json.
+Generates bench/out/roce-<N>.pcap once (bench/gen_roce.py, reused afterwards).  ibwire and tshark
+(`-T fields` with the fields ibwire's records hold) run on the whole file (--tshark-packets N: only the
+first N packets, `-c`); scapy (`rdpcap` with ibwire's dissectors bound, every field read) on the first
+--scapy-packets, its rate extrapolated from that sample.  Every measurement is the fastest of three runs
+(the build machine is shared).  Wall times, packets/second, the ratios and peak RSS are printed and
+written to bench/out/results.json.
 """
 import argparse
 import json
@@ -88,7 +88,7 @@ def run(cmd, stdout=subprocess.DEVNULL):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--packets", type=int, default=1_000_000)
-    ap.add_argument("--tshark-packets", type=int, default=200_000)
+    ap.add_argument("--tshark-packets", type=int, default=0, help="0: the whole capture")
     ap.add_argument("--scapy-packets", type=int, default=5_000)
     ap.add_argument("--capture", help="use this capture instead of generating one")
     args = ap.parse_args()
@@ -125,14 +125,14 @@ def main():
         print(f"stats engine in-process{'' if icrc == '1' else ' --no-icrc'}: {secs:.2f} s  "
               f"{args.packets / secs:>10,.0f} pkt/s (without CLI start-up)")
 
-    n = min(args.tshark_packets, args.packets)
-    cmd = ["tshark", "-r", str(cap), "-c", str(n), "-T", "fields"]
+    n = min(args.tshark_packets or args.packets, args.packets)
+    cmd = ["tshark", "-r", str(cap), "-T", "fields"] + (["-c", str(n)] if n < args.packets else [])
     for f in TSHARK_FIELDS:
         cmd += ["-e", f]
     wall, cpu, rss, _ = best(cmd)
     res["tshark"] = {"packets_measured": n, "seconds": wall, "cpu_seconds": cpu, "pps": n / wall, "pps_cpu": n / cpu,
                      "peak_rss_mb": rss, "fields": len(TSHARK_FIELDS)}
-    print(f"tshark -T fields ({len(TSHARK_FIELDS)} fields, first {n:,} packets) {wall:.2f} s ({cpu:.2f} s CPU)"
+    print(f"tshark -T fields ({len(TSHARK_FIELDS)} fields, {n:,} packets) {wall:.2f} s ({cpu:.2f} s CPU)"
           f"  {n / wall:>10,.0f} pkt/s  peak RSS {rss:.0f} MB")
 
     m = min(args.scapy_packets, args.packets)

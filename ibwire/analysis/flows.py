@@ -13,7 +13,7 @@ import numpy as np
 from dissectors.opcodes import NAK_CODES, OPCODES, RNR_TIMER_MS, lookup
 from ..fast import records as R
 from ..fast import scan
-from .hashing import row_hash
+from .hashing import group_rows
 
 PSN_MOD = 1 << 24
 SAMPLE = 128            # PSNs per half-flow kept for pairing
@@ -50,9 +50,9 @@ def _batch_halves(b: np.ndarray):
     """Distinct half-flow keys of a batch (src, dst, slid, dlid, destqp), the first row of each, and
     each row's index into them."""
     src, dst, sl, dl, qp = (b[k] for k in ("src", "dst", "slid", "dlid", "destqp"))
-    _, first, inv = np.unique(row_hash(src, dst, sl, dl, qp), return_index=True, return_inverse=True)
+    _, first, inv = group_rows(b, ("src", "dst", "slid", "dlid", "destqp"))
     keys = [(bytes(src[i]), bytes(dst[i]), int(sl[i]), int(dl[i]), int(qp[i])) for i in first.tolist()]
-    return keys, first, inv.ravel()
+    return keys, first, inv
 
 
 _IS_REQ = np.array([OP[c] in REQUEST_OPS for c in range(256)])
@@ -447,7 +447,7 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None) -> dict:
         if is_ud.any():                   # UD: both QPNs are in the packet (DETH source QP)
             u = np.nonzero(is_ud)[0]
             src, dst, sl, dl, qp, sqp = (b[k][u] for k in ("src", "dst", "slid", "dlid", "destqp", "deth_srcqp"))
-            _, first, uinv = np.unique(row_hash(src, dst, sl, dl, qp, sqp), return_index=True, return_inverse=True)
+            _, first, uinv = group_rows(b, ("src", "dst", "slid", "dlid", "destqp", "deth_srcqp"), u)
             uobj, uside = np.empty(len(first), object), np.zeros(len(first), np.int64)
             for j, i in enumerate(first.tolist()):
                 a_end, b_end = (bytes(src[i]), int(sl[i]), int(sqp[i])), (bytes(dst[i]), int(dl[i]), int(qp[i]))
@@ -457,7 +457,7 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None) -> dict:
                     ud[uk] = _Conv(-1, {"paired_by": "deth", "ends": uk})
                     ud[uk].qpn = [uk[2], uk[5]]
                 uobj[j], uside[j] = ud[uk], 0 if fwd else 1
-            row_obj[u], row_side[u] = uobj[uinv.ravel()], uside[uinv.ravel()]
+            row_obj[u], row_side[u] = uobj[uinv], uside[uinv]
         cols = [b[k].tolist() for k in ("time", "opcode", "psn", "len", "paylen", "reth_dmalen", "aeth_syndrome",
                                            "ecn", "p_key", "destqp", "icrc")]
         for cv, side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, crc in zip(

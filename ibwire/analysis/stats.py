@@ -14,17 +14,10 @@ from dissectors.opcodes import lookup
 from ..fast import records as R
 from ..fast import scan
 from ..fast.split import spans
-from .hashing import row_hash
+from .hashing import group_rows
 
 MAD_CLASSES = {0x01: "SubnMgt (LID routed)", 0x81: "SubnMgt (directed route)", 0x03: "SubnAdm", 0x04: "PerfMgt",
                0x05: "BM", 0x06: "DevMgt", 0x07: "CM", 0x08: "SNMP", 0x21: "CongestionMgt"}
-
-
-def _group(keys: np.ndarray, weights: np.ndarray):
-    """Unique keys with the index of a first occurrence, packet counts and byte sums."""
-    u, first, inv = np.unique(keys, return_index=True, return_inverse=True)
-    inv = inv.ravel()
-    return u, first, np.bincount(inv, minlength=len(u)), np.bincount(inv, weights=weights, minlength=len(u))
 
 
 class Stats:
@@ -39,12 +32,14 @@ class Stats:
         self.names: Dict[str, dict] = {}
         self.arrays: Dict[str, np.ndarray] = {}
 
-    def _acc(self, table: str, hashes, weights, key_of):
-        """Add counts per distinct hash; key_of(row index) builds the readable key on first sight."""
-        _, first, c, b = _group(hashes, weights)
+    def _acc(self, table: str, groups, weights, key_of):
+        """Add counts per group (from group_rows); key_of(row index) builds the readable key on first sight."""
+        hashes, first, inv = groups
+        c = np.bincount(inv, minlength=len(first))
+        b = np.bincount(inv, weights=weights, minlength=len(first))
         tab = self.tables[table]
         names = self.names.setdefault(table, {})
-        for h, i, n, nb in zip(_.tolist(), first.tolist(), c.tolist(), b.tolist()):
+        for h, i, n, nb in zip(hashes.tolist(), first.tolist(), c.tolist(), b.tolist()):
             if h not in names:
                 names[h] = key_of(i)
             e = tab[names[h]]
@@ -91,8 +86,10 @@ class Stats:
         self._bincount("opcode", key, ln, 512)
         every = bool(bth.all())
         if every or bth.any():
+            bth_rows = None if every else np.nonzero(bth)[0]
+
             def col(k):
-                return rec[k] if every else rec[k][bth]
+                return rec[k] if every else rec[k][bth_rows]
             bl = ln if every else ln[bth]
             op = col("opcode")
             ecn = rec["ecn"]
@@ -106,18 +103,19 @@ class Stats:
             cnt["rnr_nak"] += int((syn == 1).sum())
             self._bincount("p_key", col("p_key"), bl, 65536)
             dst, dlid, qp, emac = col("dst"), col("dlid"), col("destqp"), col("eth_dst")
-            self._acc("qp", row_hash(dst, dlid, emac, qp), bl,
+            self._acc("qp", group_rows(rec, ("dst", "dlid", "eth_dst", "destqp"), bth_rows), bl,
                       lambda i: (bytes(dst[i]), int(dlid[i]), bytes(emac[i]), int(qp[i])))
             madm = (col("flags") & R.F_MAD) > 0
             if madm.any():
                 mad = rec[np.nonzero(bth)[0][madm]]
-                mk = (mad["mad_class"].astype(np.uint64) << np.uint64(24)) | (mad["mad_method"].astype(np.uint64) << np.uint64(16)) | mad["mad_attrid"]
-                self._acc("mad", mk, mad["len"].astype(np.float64),
-                          lambda i: (int(mk[i]) >> 24, (int(mk[i]) >> 16) & 0xFF, int(mk[i]) & 0xFFFF))
+                cls, meth, attr = mad["mad_class"], mad["mad_method"], mad["mad_attrid"]
+                self._acc("mad", group_rows(mad, ("mad_class", "mad_method", "mad_attrid")),
+                          mad["len"].astype(np.float64), lambda i: (int(cls[i]), int(meth[i]), int(attr[i])))
         # endpoints: transmit side and receive side
         for side, a, lid, mac in (("tx", "src", "slid", "eth_src"), ("rx", "dst", "dlid", "eth_dst")):
             ac, lc, mc = rec[a], rec[lid], rec[mac]
-            self._acc("endpoint_" + side, row_hash(ac, lc, mc), ln, lambda i: (bytes(ac[i]), int(lc[i]), bytes(mc[i])))
+            self._acc("endpoint_" + side, group_rows(rec, (a, lid, mac)), ln,
+                      lambda i: (bytes(ac[i]), int(lc[i]), bytes(mc[i])))
 
     def state(self) -> dict:
         """Everything accumulated, as plain picklable data (to send from a worker process)."""

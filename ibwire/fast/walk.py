@@ -16,7 +16,7 @@ from ..errors import UserError
 from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
 from . import _native
 
-CHUNK = 1 << 24
+CHUNK = 1 << 23
 OK, NEED, IMPOSSIBLE = 0, 1, 2     # _native.walk_pcap status
 
 

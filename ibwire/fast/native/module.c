@@ -1,5 +1,6 @@
 /* ibwire.fast._native: the fast path's per-packet loops, compiled.  Following pcap record lengths and
- * decoding each packet into a record are inherently sequential; numpy does everything after that.
+ * decoding each packet into a record are inherently sequential, and grouping records by key is a hash
+ * table's job; numpy does everything else.
  * Functions take buffers (numpy arrays, bytes, memoryviews) and fill caller-allocated outputs, so no numpy
  * C API is needed.  pcap record header: pcap(5) -- ts_sec, ts_frac, incl_len, orig_len (u32 each). */
 #define PY_SSIZE_T_CLEAN
@@ -9,6 +10,7 @@
 
 #include "crc.h"
 #include "decode.h"
+#include "group.h"
 
 #define MAX_RECORD 0x4000000u
 enum { OK = 0, NEED = 1, IMPOSSIBLE = 2 };
@@ -139,6 +141,66 @@ static PyObject *decode(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(group_doc,
+"group(rec, itemsize, rows, offsets, sizes, inverse, first, hashes) -> number of groups\n\n"
+"Exact group-by of the records in `rec` (itemsize bytes each) listed in the int64 array `rows` (None:\n"
+"all) on the fields at byte `offsets` of `sizes` bytes (int64 arrays).  Fills, for len(rows) rows:\n"
+"inverse (int64, each row's group, numbered by first appearance), first (int64, each group's first\n"
+"row as a position in rows) and hashes (uint64, a 64-bit hash of each group's key).");
+
+static PyObject *group(PyObject *self, PyObject *args)
+{
+    enum { REC, ROWS, OFF, SIZE, INV, FIRST, HASH, NB };
+    PyObject *o[NB];
+    Py_ssize_t itemsize;
+    buf_t b[NB];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "OnOOOOOO", &o[REC], &itemsize, &o[ROWS], &o[OFF], &o[SIZE], &o[INV], &o[FIRST],
+                          &o[HASH]))
+        return NULL;
+    static const Py_ssize_t item[NB] = {0, 8, 8, 8, 8, 8, 8};
+    static const char *names[NB] = {"rec", "rows", "offsets", "sizes", "inverse", "first", "hashes"};
+    for (int i = 0; i < NB; i++) {
+        if (i == ROWS && o[i] == Py_None)
+            continue;
+        if (get(o[i], &b[i], i >= INV, item[i], names[i]) < 0) {
+            release(b, NB);
+            return NULL;
+        }
+    }
+    Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
+    Py_ssize_t n = b[ROWS].held ? b[ROWS].v.len / 8 : nrec, nf = b[OFF].v.len / 8;
+    const int64_t *rows = b[ROWS].held ? b[ROWS].v.buf : NULL, *off = b[OFF].v.buf, *size = b[SIZE].v.buf;
+    const char *bad = NULL;
+    int64_t klen = 0;
+    if (itemsize <= 0 || b[REC].v.len % itemsize)
+        bad = "rec does not hold whole records of itemsize bytes";
+    else if (b[SIZE].v.len / 8 != nf || b[INV].v.len / 8 < n || b[FIRST].v.len / 8 < n || b[HASH].v.len / 8 < n)
+        bad = "offsets/sizes differ in length, or an output is shorter than rows";
+    for (Py_ssize_t f = 0; !bad && f < nf; f++) {
+        klen += size[f];
+        if (off[f] < 0 || size[f] < 0 || off[f] + size[f] > itemsize || klen > GROUP_MAX_KEY)
+            bad = "a key field lies outside the record, or the key is too long";
+    }
+    for (Py_ssize_t i = 0; !bad && rows && i < n; i++)
+        if (rows[i] < 0 || rows[i] >= nrec)
+            bad = "a row index is out of range";
+    if (bad) {
+        release(b, NB);
+        PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
+    }
+    int64_t g;
+    Py_BEGIN_ALLOW_THREADS
+    g = group_records(b[REC].v.buf, itemsize, rows, n, off, size, (int)nf, b[INV].v.buf, b[FIRST].v.buf,
+                      b[HASH].v.buf);
+    Py_END_ALLOW_THREADS
+    release(b, NB);
+    if (g < 0)
+        return PyErr_NoMemory();
+    return PyLong_FromLongLong(g);
+}
+
 PyDoc_STRVAR(crc32_doc,
 "crc32(data, value=0) -> int\n\n"
 "CRC-32 of a buffer, the same function as zlib.crc32 (exposed so tests can check the compiled path).");
@@ -157,6 +219,7 @@ static PyObject *crc32_py(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"walk_pcap", walk_pcap, METH_VARARGS, walk_pcap_doc},
     {"decode", decode, METH_VARARGS, decode_doc},
+    {"group", group, METH_VARARGS, group_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -1,0 +1,15 @@
+/* Exact group-by of records on some of their fields (what a SQL GROUP BY over those columns gives). */
+#ifndef IBWIRE_GROUP_H
+#define IBWIRE_GROUP_H
+#include <stdint.h>
+
+#define GROUP_MAX_KEY 128     /* bytes of all key fields together */
+
+/* rows: the n record indices to group (NULL: records 0..n-1).  Writes each row's group number (groups
+ * numbered by first appearance) to inverse[], each group's first row (as a position in rows) to first[]
+ * and a 64-bit hash of its key to hashes[]; returns the number of groups, or -1 when out of memory. */
+int64_t group_records(const uint8_t *rec, int64_t itemsize, const int64_t *rows, int64_t n,
+                      const int64_t *off, const int64_t *size, int nfields,
+                      int64_t *inverse, int64_t *first, uint64_t *hashes);
+
+#endif
