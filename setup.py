@@ -2,9 +2,9 @@
 zlib where the CPU lacks PCLMULQDQ.  Everything else about the package is declared in pyproject.toml."""
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("ibwire.fast._native",
-                             ["ibwire/fast/native/module.c", "ibwire/fast/native/decode.c",
-                              "ibwire/fast/native/crc.c", "ibwire/fast/native/group.c"],
-                             depends=["ibwire/fast/native/crc.h", "ibwire/fast/native/decode.h",
-                                      "ibwire/fast/native/group.h"],
+NATIVE = "ibwire/fast/native/"
+PARTS = ("module", "walk", "decode", "crc", "group")
+
+setup(ext_modules=[Extension("ibwire.fast._native", [f"{NATIVE}{p}.c" for p in PARTS],
+                             depends=[f"{NATIVE}{p}.h" for p in PARTS if p != "module"],
                              libraries=["z"], extra_compile_args=["-O3"])])

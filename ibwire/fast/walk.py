@@ -1,8 +1,8 @@
 """Walk a pcap/pcapng file in large reused chunks and hand out batches of record positions.
 
 The file is read with readinto() into one buffer that is reused (no page faults per packet, resident
-memory independent of file size).  pcap record lengths are followed by compiled code; record headers are
-then read for the whole batch at once with numpy.  Layouts: pcap(5) and pcapng
+memory independent of file size).  Record and block lengths are followed by compiled code; record headers
+are then read for the whole batch at once with numpy.  Layouts: pcap(5) and pcapng
 (draft-ietf-opsawg-pcapng): Section Header, Interface Description, Enhanced and Simple Packet Blocks.
 """
 import os
@@ -17,7 +17,7 @@ from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
 from . import _native
 
 CHUNK = 1 << 23
-OK, NEED, IMPOSSIBLE = 0, 1, 2     # _native.walk_pcap status
+OK, NEED, IMPOSSIBLE, META = 0, 1, 2, 3     # _native.walk_pcap / walk_pcapng status
 
 
 def walk_pcap(buf, off: int, max_n: int, big: bool):
@@ -164,50 +164,31 @@ class CaptureWalk:
     def _pcapng(self) -> Iterator[Positions]:
         off, frame0, endian = 0, 1, "<"
         ifaces: List[tuple] = []     # (linktype, seconds per tick)
+        offs, types = np.empty(self.batch, np.int64), np.empty(self.batch, np.uint8)
         self._refill(0)
         while True:
-            buf = self.buf
-            size = len(buf)
-            bl = struct.Struct(endian + "II").unpack_from
-            offs, spb = [], []
-            app = offs.append
-            n, need, stop = self.batch, False, False
-            while n:
-                if off + 12 > size:
-                    need = True
-                    break
+            n, off, status = _native.walk_pcapng(self.buf, off, endian == ">", offs, types)
+            if n:
+                yield self._epbs(offs[:n].copy(), np.nonzero(types[:n] == 3)[0], endian, ifaces, frame0, off)
+                frame0 += n
+            if status == META:        # a Section Header or Interface Description Block, whole in buf
+                buf = self.buf
                 if bytes(buf[off:off + 4]) == PCAPNG_SHB:
-                    if offs:              # byte order and interfaces may change: finish this batch first
-                        break
                     endian = "<" if bytes(buf[off + 8:off + 12]) == b"\x4d\x3c\x2b\x1a" else ">"
-                    bl = struct.Struct(endian + "II").unpack_from
                     ifaces = []
-                btype, blen = bl(buf, off)
-                if blen < 12 or blen % 4 or blen > 0x4000000:
-                    self.problems.append(f"damaged block length {blen}; the rest of the file is unreadable")
-                    stop = True
-                    break
-                if off + blen > size:
-                    need = True
-                    break
-                if btype == 6 or btype == 3:
-                    if btype == 3:
-                        spb.append(len(offs))
-                    app(off)
-                    n -= 1
-                elif btype == 1:
+                blen = struct.unpack_from(endian + "I", buf, off + 4)[0]
+                if bytes(buf[off:off + 4]) != PCAPNG_SHB:
                     lt = struct.unpack_from(endian + "H", buf, off + 8)[0]
                     ifaces.append((lt, _ts_scale(bytes(buf[off + 16:off + blen - 4]), endian)))
                     self.linktypes.add(lt)
                 off += blen
-            if offs:
-                yield self._epbs(np.asarray(offs, np.int64), spb, endian, ifaces, frame0, off)
-                frame0 += len(offs)
-            if stop:
+            elif status == IMPOSSIBLE:
+                blen = struct.unpack_from(endian + "I", self.buf, off + 4)[0]
+                self.problems.append(f"damaged block length {blen}; the rest of the file is unreadable")
                 return
-            if need:
-                if self.base + size >= self.size:
-                    if off < size:
+            elif status == NEED:
+                if self.base + len(self.buf) >= self.size:
+                    if off < len(self.buf):
                         self.problems.append("block cut short at end of file")
                     return
                 self._refill(off)
@@ -218,7 +199,7 @@ class CaptureWalk:
         iface, hi, lo, incl, orig = (_u32(hdr, c, endian) for c in (8, 12, 16, 20, 24))
         blen = _u32(hdr, 4, endian)
         data = o + 28
-        if spb:
+        if len(spb):
             s = np.asarray(spb)
             orig[s] = _u32(hdr, 8, endian)[s]
             incl[s] = np.minimum(orig[s], blen[s] - 16)

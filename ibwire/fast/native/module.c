@@ -1,8 +1,8 @@
-/* ibwire.fast._native: the fast path's per-packet loops, compiled.  Following pcap record lengths and
+/* ibwire.fast._native: the fast path's per-packet loops, compiled.  Following record/block lengths and
  * decoding each packet into a record are inherently sequential, and grouping records by key is a hash
  * table's job; numpy does everything else.
  * Functions take buffers (numpy arrays, bytes, memoryviews) and fill caller-allocated outputs, so no numpy
- * C API is needed.  pcap record header: pcap(5) -- ts_sec, ts_frac, incl_len, orig_len (u32 each). */
+ * C API is needed. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -11,9 +11,7 @@
 #include "crc.h"
 #include "decode.h"
 #include "group.h"
-
-#define MAX_RECORD 0x4000000u
-enum { OK = 0, NEED = 1, IMPOSSIBLE = 2 };
+#include "walk.h"
 
 typedef struct {
     Py_buffer v;
@@ -39,12 +37,6 @@ static void release(buf_t *b, int n)
             PyBuffer_Release(&b[i].v);
 }
 
-static inline uint32_t rd32(const uint8_t *p, int big)
-{
-    return big ? ((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3])
-               : ((uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0]);
-}
-
 PyDoc_STRVAR(walk_pcap_doc,
 "walk_pcap(buf, off, big, offsets) -> (n, next_off, status)\n\n"
 "Follow pcap record lengths from byte `off` of `buf`, writing up to len(offsets) record offsets into\n"
@@ -54,32 +46,51 @@ PyDoc_STRVAR(walk_pcap_doc,
 static PyObject *walk_pcap(PyObject *self, PyObject *args)
 {
     PyObject *bo, *oo;
-    Py_ssize_t off;
+    long long off;
+    int64_t at, n;
     int big;
     buf_t b[2];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "OnpO", &bo, &off, &big, &oo))
+    if (!PyArg_ParseTuple(args, "OLpO", &bo, &off, &big, &oo))
         return NULL;
     if (get(bo, &b[0], 0, 0, "buf") < 0 || get(oo, &b[1], 1, 8, "offsets") < 0) {
         release(b, 2);
         return NULL;
     }
-    const uint8_t *p = b[0].v.buf;
-    Py_ssize_t size = b[0].v.len, max_n = b[1].v.len / 8, n = 0;
-    int64_t *out = b[1].v.buf;
-    int status = OK;
-    if (off < 0)
-        off = 0;
-    while (n < max_n) {
-        if (off + 16 > size) { status = NEED; break; }
-        uint32_t incl = rd32(p + off + 8, big);
-        if (incl > MAX_RECORD) { status = IMPOSSIBLE; break; }
-        if (off + 16 + (Py_ssize_t)incl > size) { status = NEED; break; }
-        out[n++] = off;
-        off += 16 + incl;
-    }
+    at = off;
+    int status = walk_pcap_records(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[1].v.len / 8, &n);
     release(b, 2);
-    return Py_BuildValue("nni", n, off, status);
+    return Py_BuildValue("LLi", (long long)n, (long long)at, status);
+}
+
+PyDoc_STRVAR(walk_pcapng_doc,
+"walk_pcapng(buf, off, big, offsets, types) -> (n, next_off, status)\n\n"
+"Follow pcapng block lengths from byte `off` of `buf` (section byte order big-endian if `big`), writing\n"
+"the offsets of Enhanced and Simple Packet Blocks into the int64 array `offsets` and their block types\n"
+"(6 or 3) into the uint8 array `types`; other blocks are skipped.  status: 0 the arrays are full, 1 the\n"
+"next block does not fit in buf, 2 its length is impossible, 3 it is a Section Header or Interface\n"
+"Description Block, whole in buf, for the caller to read; next_off is where that block starts.");
+
+static PyObject *walk_pcapng(PyObject *self, PyObject *args)
+{
+    PyObject *bo, *oo, *to;
+    long long off;
+    int64_t at, n;
+    int big;
+    buf_t b[3];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "OLpOO", &bo, &off, &big, &oo, &to))
+        return NULL;
+    if (get(bo, &b[0], 0, 0, "buf") < 0 || get(oo, &b[1], 1, 8, "offsets") < 0 ||
+        get(to, &b[2], 1, 1, "types") < 0) {
+        release(b, 3);
+        return NULL;
+    }
+    at = off;
+    int64_t max = b[1].v.len / 8 < b[2].v.len ? b[1].v.len / 8 : b[2].v.len;
+    int status = walk_pcapng_blocks(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[2].v.buf, max, &n);
+    release(b, 3);
+    return Py_BuildValue("LLi", (long long)n, (long long)at, status);
 }
 
 PyDoc_STRVAR(decode_doc,
@@ -218,6 +229,7 @@ static PyObject *crc32_py(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"walk_pcap", walk_pcap, METH_VARARGS, walk_pcap_doc},
+    {"walk_pcapng", walk_pcapng, METH_VARARGS, walk_pcapng_doc},
     {"decode", decode, METH_VARARGS, decode_doc},
     {"group", group, METH_VARARGS, group_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},

@@ -1,0 +1,55 @@
+/* pcap record and pcapng block walks (see walk.h). */
+#include "walk.h"
+
+static inline uint32_t rd32(const uint8_t *p, int big)
+{
+    return big ? ((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3])
+               : ((uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0]);
+}
+
+int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *offp, int big, int64_t *out, int64_t max,
+                      int64_t *np)
+{
+    int64_t off = *offp < 0 ? 0 : *offp, n = 0;
+    int status = WALK_FULL;
+    while (n < max) {
+        if (off + 16 > size) { status = WALK_NEED; break; }
+        uint32_t incl = rd32(p + off + 8, big);
+        if (incl > MAX_RECORD) { status = WALK_DAMAGED; break; }
+        if (off + 16 + (int64_t)incl > size) { status = WALK_NEED; break; }
+        out[n++] = off;
+        off += 16 + incl;
+    }
+    *offp = off;
+    *np = n;
+    return status;
+}
+
+#define SHB 0x0A0D0D0Au
+#define BYTE_ORDER_MAGIC 0x1A2B3C4Du
+
+int walk_pcapng_blocks(const uint8_t *p, int64_t size, int64_t *offp, int big, int64_t *out, uint8_t *types,
+                       int64_t max, int64_t *np)
+{
+    int64_t off = *offp < 0 ? 0 : *offp, n = 0;
+    int status = WALK_FULL;
+    while (n < max) {
+        if (off + 12 > size) { status = WALK_NEED; break; }
+        uint32_t type = rd32(p + off, big);
+        int order = big;
+        if (type == SHB)                         /* a new section may change the byte order */
+            order = rd32(p + off + 8, 0) == BYTE_ORDER_MAGIC ? 0 : 1;
+        uint32_t len = rd32(p + off + 4, order);
+        if (len < 12 || len % 4 || len > MAX_RECORD) { status = WALK_DAMAGED; break; }
+        if (off + (int64_t)len > size) { status = WALK_NEED; break; }
+        if (type == SHB || type == 1) { status = WALK_META; break; }
+        if (type == 6 || type == 3) {
+            types[n] = (uint8_t)type;
+            out[n++] = off;
+        }
+        off += len;
+    }
+    *offp = off;
+    *np = n;
+    return status;
+}

@@ -1,0 +1,23 @@
+/* Following record and block lengths through a chunk of a capture file: pcap(5) and pcapng
+ * (draft-ietf-opsawg-pcapng).  The chain of lengths is sequential; everything after it is batched. */
+#ifndef IBWIRE_WALK_H
+#define IBWIRE_WALK_H
+#include <stdint.h>
+
+#define MAX_RECORD 0x4000000u
+enum { WALK_FULL = 0, WALK_NEED = 1, WALK_DAMAGED = 2, WALK_META = 3 };
+
+/* pcap: offsets of whole records from *off; stops when `max` are found (FULL), the next record does
+ * not fit in the chunk (NEED) or its captured length is impossible (DAMAGED); *off is then where the
+ * next record starts. */
+int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *off, int big, int64_t *out, int64_t max,
+                      int64_t *n);
+
+/* pcapng: offsets of whole Enhanced (type 6) and Simple (type 3) Packet Blocks, with their types; other
+ * blocks are skipped, except that the walk stops at a Section Header or Interface Description Block
+ * (META: the caller reads it; it is whole in the chunk).  *big is the current section's byte order and is
+ * not changed here. */
+int walk_pcapng_blocks(const uint8_t *p, int64_t size, int64_t *off, int big, int64_t *out, uint8_t *types,
+                       int64_t max, int64_t *n);
+
+#endif
