@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 from conftest import run_ibwire
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
+CAPS = Path(__file__).resolve().parents[1] / "captures"
 
 
 def test_export_folder_queries_like_stats(tmp_path):
@@ -42,3 +43,14 @@ def test_export_folder_queries_like_stats(tmp_path):
 def test_export_refuses_a_bad_output_name(tmp_path):
     r = run_ibwire("export", PUBLIC / "m3_nvme_nvme-discover.pcap", "-o", tmp_path / "x.csv")
     assert r.returncode == 2 and ".parquet" in r.stderr
+
+
+def test_export_of_a_capture_without_packets_writes_an_empty_table(tmp_path):
+    """A capture holding only its file header (a capture stopped at once) exports zero rows, same columns."""
+    src = tmp_path / "none.pcap"
+    src.write_bytes((CAPS / "atomics.pcap").read_bytes()[:24])
+    out = tmp_path / "none.parquet"
+    r = run_ibwire("export", src, "-o", out)
+    assert r.returncode == 0, r.stderr
+    table = pq.read_table(out)
+    assert table.num_rows == 0 and "bth_p_key" in table.column_names

@@ -22,7 +22,8 @@ def _name(field: str) -> str:
 
 
 def _text_dict(col: np.ndarray, fmt) -> pa.DictionaryArray:
-    u, inv = np.unique(np.ascontiguousarray(col).view(np.uint8).reshape(len(col), -1), axis=0, return_inverse=True)
+    raw = np.ascontiguousarray(col).view(np.uint8).reshape(len(col), col.dtype.itemsize)
+    u, inv = np.unique(raw, axis=0, return_inverse=True)
     inv = inv.ravel().astype(np.int32)
     empty = np.array([not bytes(x).strip(b"\0") for x in u], bool)
     words = pa.array([fmt(bytes(x)) for x in u], pa.string())
