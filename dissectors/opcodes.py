@@ -2,7 +2,7 @@
 
 IBA Vol 1 §9.2 table 36 (opcode bits 7-5 name the transport, bits 4-0 the operation), IBA 1.5 for
 FLUSH and ATOMIC WRITE, RoCE Annex A17 for the CNP (0x81), and Mellanox's Dynamically Connected transport
-as Wireshark 4.0 decodes it (the RD opcode range, with an 8-byte BTH extension).  Layers, the summary
+in the RD opcode range (an 8-byte extension after the BTH, then RDETH and DETH; see _build).  Layers, the summary
 line, the fast path and the traffic generator all read `OPCODES`.
 """
 from typing import Dict, NamedTuple, Tuple
@@ -79,9 +79,12 @@ def _build() -> Dict[int, Opcode]:
         for low in codes:
             name, hdrs, payload, op, seg = _OPS[low]
             if base == 0x40:
-                # Dynamically Connected (Mellanox) as Wireshark decodes it: 8-byte BTH extension, then
-                # RDETH and DETH before a request's own headers; responses carry only their own.
-                hdrs = ("dcext",) + (hdrs if op in ("read_resp", "ack", "atomic_ack") else ("rdeth", "deth") + hdrs)
+                # Dynamically Connected (Mellanox): an 8-byte extension after the BTH, then RDETH and DETH
+                # before the operation's own headers, in requests and responses alike.  The public DC
+                # capture's Acknowledge shows it: 24 bytes = extension, RDETH and DETH echoing the
+                # request's, AETH.  (tshark 4.0 reads an AETH right after the extension: its RD
+                # Acknowledge case never parses the RDETH, so it decodes the RDETH as the AETH.)
+                hdrs = ("dcext", "rdeth", "deth") + hdrs
             elif base == 0x60:
                 hdrs = ("deth",) + hdrs
             elif base == 0xA0 and op not in ("read_resp", "ack", "atomic_ack"):

@@ -17,10 +17,11 @@ from .walk import Positions
 
 def _opcode_tables():
     """Per-opcode offset (after the 12-byte BTH) of each extended header the records hold, -1 when
-    absent; total extended-header length; whether the opcode is defined."""
+    absent; total extended-header length; bit 0: the opcode is defined, bit 1: a payload (and so pad
+    bytes) may follow its headers (undefined opcodes: their bytes count as payload)."""
     off = np.full((len(_native.EXT_HEADERS), 256), -1, np.int16)
     total = np.zeros(256, np.int16)
-    known = np.zeros(256, np.uint8)
+    known = np.full(256, 2, np.uint8)
     for code, op in OPCODES.items():
         o = 0
         for h in op.headers:
@@ -28,7 +29,7 @@ def _opcode_tables():
                 off[_native.EXT_HEADERS.index(h), code] = o
             o += HEADER_LEN[h]
         total[code] = o
-        known[code] = 1
+        known[code] = 1 | (2 if op.payload else 0)
     return off, total, known
 
 

@@ -98,7 +98,6 @@ class Link:
             # IPv6 forbids a zero UDP checksum (RFC 8200 §8.1); the ICRC does not cover it
             csum = _udp6_checksum(src.ip6, dst.ip6, udp)
             return self._ethernet(src, dst, 0x86DD, vlan) + ip6 + udp[:6] + struct.pack(">H", csum) + udp[8:]
-            ethertype = 0x86DD
         else:  # roce1
             body = GRH.pack((6 << 28) | (tos << 20), len(tp) + 4, NEXT_HDR_IBA, 64, src.gid, dst.gid) + tp
             icrc = icrc_roce1(body)

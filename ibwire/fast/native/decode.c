@@ -102,9 +102,9 @@ static void transport(const decode_ctx *c, const pkt *k, uint8_t *rec, int kind,
     put32(AT(R_IETH), ext_field(c, k, H_IETH, op, b, 0, 4));
 
     int64_t hdr_end = b + 12 + c->ext_len[op];
-    int64_t paylen = e - hdr_end - ((b1 >> 4) & 3);
+    int64_t paylen = e - hdr_end - ((c->known[op] & 2) ? (b1 >> 4) & 3 : 0);   /* no payload, no pad */
     *flags |= FL_BTH;
-    if (paylen < 0 || !c->known[op])
+    if (paylen < 0 || !(c->known[op] & 1))
         *flags |= FL_MALFORMED;
     puti32(AT(R_PAYLEN), paylen < 0 ? 0 : paylen);
     int truncated = e + 4 > k->lim;
@@ -281,7 +281,7 @@ void decode_one(const decode_ctx *c, int64_t d, int64_t caplen, int64_t wirelen,
                     flags |= FL_GRH;
             } else if (ulen >= 8 + 12 + 4 && end + 4 <= k.lim && end >= bth + 12) {
                 unsigned op = B(&k, bth);                      /* another port: BTH plausible, ICRC matches */
-                if (c->known[op] && (B(&k, bth + 1) & 0x0F) == 0 && end >= bth + 12 + c->ext_len[op]) {
+                if ((c->known[op] & 1) && (B(&k, bth + 1) & 0x0F) == 0 && end >= bth + 12 + c->ext_len[op]) {
                     icrc_span s = {l3 - 8, end, -1, l3 - 8, v4 ? -1 : l3, v4 ? l3 : -1, u, bth};
                     if (icrc_of(c->buf, c->size, &s) == (uint32_t)LE(&k, end, 4)) {
                         kind = v4 ? K_ROCE2V4 : K_ROCE2V6;

@@ -99,7 +99,7 @@ PyDoc_STRVAR(decode_doc,
 "Decode packet i (buf[data[i]:data[i]+caplen[i]], link type linktype[i]; int64 arrays) into record i of\n"
 "`out` (zero-filled records; field_off gives the byte offset in a record of each field of FIELDS).\n"
 "ext_off: int16 [len(EXT_HEADERS)][256] offsets after the BTH (-1 absent); ext_len: int16 [256];\n"
-"known: uint8 [256]; vtable: the VCRC's uint16 byte table; icrc: verify ICRC and VCRC.");
+"known: uint8 [256], bit 0 opcode defined, bit 1 payload allowed; vtable: the VCRC's uint16 byte table; icrc: verify ICRC and VCRC.");
 
 static PyObject *decode(PyObject *self, PyObject *args)
 {
