@@ -14,8 +14,8 @@ SCENARIOS = [p for p in sorted(CAPS.glob("*.toml")) if p.with_suffix(".pcap").ex
              and tomllib.loads(p.read_text()).get("expect", {}).get("flow")]
 
 
-def _flows(pcap):
-    r = run_ibwire("flows", pcap, "--format", "json")
+def _flows(pcap, jobs=1):
+    r = run_ibwire("flows", pcap, "--format", "json", "-j", jobs)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)["conversations"]
 
@@ -28,10 +28,11 @@ def _find(rows, qp):
     return hits[0]
 
 
+@pytest.mark.parametrize("jobs", [1, 3], ids=["one-process", "conversations-shared-by-3"])
 @pytest.mark.parametrize("toml", SCENARIOS, ids=lambda p: p.stem)
-def test_flow_numbers_equal_scenario(toml):
+def test_flow_numbers_equal_scenario(toml, jobs):
     scen = tomllib.loads(toml.read_text())
-    rows = _flows(toml.with_suffix(".pcap"))
+    rows = _flows(toml.with_suffix(".pcap"), jobs)
     qps = {q["name"]: q for q in scen["qp"]}
     for name, want in scen["expect"]["flow"].items():
         row = _find(rows, qps[name])

@@ -5,6 +5,9 @@ pass 1 learns which half-flows (source, destination, destination QP) belong toge
 QPNs (§12.6.5/§12.6.8) where present, else from request PSNs answered by ACK/response PSNs the other way,
 else from the addresses alone; pass 2 runs each conversation's sequence logic in time order.
 """
+import multiprocessing
+import os
+import zlib
 from collections import OrderedDict, defaultdict
 from typing import Dict, List, Optional, Tuple
 
@@ -13,6 +16,7 @@ import numpy as np
 from dissectors.opcodes import NAK_CODES, OPCODES, RNR_TIMER_MS, lookup
 from ..fast import records as R
 from ..fast import scan
+from ..fast.split import MIN_SPLIT
 from .hashing import group_rows
 
 PSN_MOD = 1 << 24
@@ -20,8 +24,10 @@ SAMPLE = 128            # PSNs per half-flow kept for pairing
 LAT_SAMPLES = 4096      # latency samples kept per channel (the first ones)
 PENDING_MAX = 1 << 14   # unacknowledged requests / outstanding READs tracked per channel
 SEEN_WINDOW = 4096      # accepted PSNs remembered per channel to recognise retransmissions
-OP = np.array([OPCODES[c].op if c in OPCODES else "unknown" for c in range(256)], dtype=object)
-SEG = np.array([OPCODES[c].seg if c in OPCODES else "" for c in range(256)], dtype=object)
+# Per-opcode facts as plain lists: the per-packet loop indexes them a million times a second.
+OP = [lookup(c).op for c in range(256)]
+SEG = [lookup(c).seg for c in range(256)]
+TRANSPORT = [lookup(c).transport for c in range(256)]
 REQUEST_OPS = {"send", "write", "read_req", "atomic", "flush", "atomic_write", "resync"}
 ONE_SIDED = {"write", "read_req", "atomic", "flush", "atomic_write"}
 
@@ -29,10 +35,6 @@ ONE_SIDED = {"write", "read_req", "atomic", "flush", "atomic_write"}
 def _psn_diff(a: int, b: int) -> int:
     """a - b in 24-bit serial arithmetic (IBA §9.7.1), in [-2^23, 2^23)."""
     return ((a - b + (1 << 23)) % PSN_MOD) - (1 << 23)
-
-
-def _transport(op: int) -> str:
-    return lookup(op).transport
 
 
 HalfKey = Tuple[bytes, bytes, int, int, int]   # src, dst, slid, dlid, destqp
@@ -75,7 +77,7 @@ def _learn(scan_batches):
             h = halves.get(k)
             if h is None:
                 op = int(ops[first[j]])
-                h = halves[k] = _Half(_transport(op) if op != 0x81 else "CNP")
+                h = halves[k] = _Half(TRANSPORT[op] if op != 0x81 else "CNP")
             h.packets += int(counts[j])
             for want, sample in ((isreq, h.req_psn), (isresp, h.resp_psn)):
                 if len(sample) < SAMPLE:
@@ -176,6 +178,7 @@ class _Conv:
         self.cnps = [0, 0]
         self.ecn_ce = [0, 0]
         self.qpn = [None, None]           # QPN of side 0 and side 1 (learned from destqp of the other way)
+        self.first_frame = 0              # frame number of its first packet (orders ties in the output)
 
     def packet(self, side: int, t: float, op: int, psn: int, ln: int, pay: int, dmalen: int, syn: int,
                ecn: int, p_key: int, destqp: int, crc_bad: bool = False):
@@ -192,7 +195,7 @@ class _Conv:
             self.cnps[1 - side] += 1      # the CNP goes to side (1-side): it is the notified sender
             return
         self.p_keys.add(p_key)
-        tr = lookup(op).transport
+        tr = TRANSPORT[op]
         self.transport = self.transport or tr
         o, seg = OP[op], SEG[op]
         if tr == "UD":
@@ -411,27 +414,36 @@ def _end_text(addr: bytes, lid: int) -> str:
     return " ".join(parts) or "-"
 
 
-def analyse(path: str, icrc: bool = True, mask=None, progress=None) -> dict:
-    """Conversations of a capture (read twice: pairing, then sequencing).  `icrc` verifies ICRCs in the
-    second pass (a bad one is a drop); `mask(batch)` optionally selects the packets to analyse."""
-    def batches(p=None, check=False):
-        s = scan(path, icrc=check)
-        for rec in s:
-            if mask is not None:
-                rec = rec[mask(rec)]
-            if p:
-                p(len(rec), s.bytes_done)
-            yield rec
-        batches.problems = list(s.problems)
-    halves, reqs, reps = _learn(batches())
-    conv_of, convs = _pair(halves, reqs, reps)
+def _batches(path, icrc, mask, progress=None, problems=None):
+    """Record batches of the capture (optionally only the packets `mask` selects)."""
+    s = scan(path, icrc=icrc)
+    for rec in s:
+        if mask is not None:
+            rec = rec[mask(rec)]
+        if progress:
+            progress(len(rec), s.bytes_done)
+        yield rec
+    if problems is not None:
+        problems.extend(s.problems)
+
+
+def _mine(key, share) -> bool:
+    """Whether a conversation belongs to this process's share: (k, n) takes those hashing to k mod n."""
+    k, n = share
+    return n == 1 or zlib.crc32(repr(key).encode()) % n == k
+
+
+def _sequence(path, icrc, mask, conv_of, convs, share=(0, 1), progress=None):
+    """Pass 2 for the conversations of `share`: [(sort key, row)] and the file's problems."""
     state: Dict[int, _Conv] = {}
     ud: Dict[tuple, _Conv] = {}
-    for rec in batches(progress, icrc):
+    problems: List[str] = []
+    for rec in _batches(path, icrc, mask, progress, problems):
         b = rec[(rec["flags"] & R.F_BTH) > 0]
         if not len(b):
             continue
-        keys, _, inv = _batch_halves(b)
+        keys, first, inv = _batch_halves(b)
+        frames = b["frame"]
         ops = b["opcode"]
         is_ud = (ops >= 0x60) & (ops < 0x80)
         objs = np.empty(len(keys), object)
@@ -441,37 +453,78 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None) -> dict:
             if cs is not None:
                 cid, sides[j] = cs
                 if cid not in state:
+                    if not _mine(cid, share):
+                        continue
                     state[cid] = _Conv(cid, convs[cid])
+                    state[cid].first_frame = int(frames[first[j]])
                 objs[j] = state[cid]
         row_obj, row_side = objs[inv], sides[inv]
         if is_ud.any():                   # UD: both QPNs are in the packet (DETH source QP)
             u = np.nonzero(is_ud)[0]
             src, dst, sl, dl, qp, sqp = (b[k][u] for k in ("src", "dst", "slid", "dlid", "destqp", "deth_srcqp"))
-            _, first, uinv = group_rows(b, ("src", "dst", "slid", "dlid", "destqp", "deth_srcqp"), u)
-            uobj, uside = np.empty(len(first), object), np.zeros(len(first), np.int64)
-            for j, i in enumerate(first.tolist()):
+            _, ufirst, uinv = group_rows(b, ("src", "dst", "slid", "dlid", "destqp", "deth_srcqp"), u)
+            uobj, uside = np.empty(len(ufirst), object), np.zeros(len(ufirst), np.int64)
+            for j, i in enumerate(ufirst.tolist()):
                 a_end, b_end = (bytes(src[i]), int(sl[i]), int(sqp[i])), (bytes(dst[i]), int(dl[i]), int(qp[i]))
                 fwd = a_end <= b_end
                 uk = a_end + b_end if fwd else b_end + a_end
                 if uk not in ud:
+                    if not _mine(uk, share):
+                        continue
                     ud[uk] = _Conv(-1, {"paired_by": "deth", "ends": uk})
                     ud[uk].qpn = [uk[2], uk[5]]
+                    ud[uk].first_frame = int(frames[u[i]])
                 uobj[j], uside[j] = ud[uk], 0 if fwd else 1
             row_obj[u], row_side[u] = uobj[uinv], uside[uinv]
-        cols = [b[k].tolist() for k in ("time", "opcode", "psn", "len", "paylen", "reth_dmalen", "aeth_syndrome",
-                                           "ecn", "p_key", "destqp", "icrc")]
+        sel = np.nonzero(np.not_equal(row_obj, None))[0]
+        if not len(sel):
+            continue
+        cols = [b[k][sel].tolist() for k in ("time", "opcode", "psn", "len", "paylen", "reth_dmalen",
+                                               "aeth_syndrome", "ecn", "p_key", "destqp", "icrc")]
         for cv, side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, crc in zip(
-                row_obj.tolist(), row_side.tolist(), *cols):
-            if cv is not None:
-                cv.packet(side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, crc == R.BAD)
+                row_obj[sel].tolist(), row_side[sel].tolist(), *cols):
+            cv.packet(side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, crc == R.BAD)
     rows = []
     for cid, cv in state.items():
         a, b = convs[cid]["halves"]
         h = a or (b[1], b[0], b[3], b[2], 0)
-        rows.append(cv.row((_end_text(h[0], h[2]), _end_text(h[1], h[3]))))
+        rows.append((cv, cv.row((_end_text(h[0], h[2]), _end_text(h[1], h[3]))), 0))
     for uk, cv in ud.items():
-        rows.append(cv.row((_end_text(uk[0], uk[1]), _end_text(uk[3], uk[4]))))
-    rows.sort(key=lambda r: -(r["bytes_a_to_b"] + r["bytes_b_to_a"]))
+        rows.append((cv, cv.row((_end_text(uk[0], uk[1]), _end_text(uk[3], uk[4]))), 1))
+    # sorted by bytes; ties in the order conversations first appear (paired ones before UD), whatever the share
+    return [((-(r["bytes_a_to_b"] + r["bytes_b_to_a"]), kind, cv.first_frame), r) for cv, r, kind in rows], problems
+
+
+_FORKED = None          # what the pass-2 worker processes inherit: (path, icrc, mask, conv_of, convs, n)
+
+
+def _forked_share(k: int):
+    path, icrc, mask, conv_of, convs, n = _FORKED
+    return _sequence(path, icrc, mask, conv_of, convs, (k, n))
+
+
+def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int = 0) -> dict:
+    """Conversations of a capture (read twice: pairing, then sequencing).  `icrc` verifies ICRCs in the
+    second pass (a bad one is a drop); `mask(batch)` optionally selects the packets to analyse.  The
+    sequencing is shared among `workers` processes by conversation (0: one per CPU for captures of 64 MiB
+    and more); the result does not depend on how many."""
+    global _FORKED
+    halves, reqs, reps = _learn(_batches(path, False, mask))
+    conv_of, convs = _pair(halves, reqs, reps)
+    n = workers or ((os.cpu_count() or 1) if os.path.getsize(path) >= MIN_SPLIT else 1)
+    if n > 1:
+        _FORKED = (path, icrc, mask, conv_of, convs, n)
+        try:
+            with multiprocessing.get_context("fork").Pool(n - 1) as pool:
+                pending = [pool.apply_async(_forked_share, (k,)) for k in range(1, n)]
+                parts = [_sequence(path, icrc, mask, conv_of, convs, (0, n), progress)]
+                parts += [p.get() for p in pending]
+        finally:
+            _FORKED = None
+    else:
+        parts = [_sequence(path, icrc, mask, conv_of, convs, (0, 1), progress)]
+    ranked = sorted((kr for rows, _ in parts for kr in rows), key=lambda kr: kr[0])
+    rows = [r for _, r in ranked]
     for i, r in enumerate(rows):
         r["conversation"] = i + 1
-    return {"conversations": rows, "problems": getattr(batches, "problems", [])}
+    return {"conversations": rows, "problems": parts[0][1]}

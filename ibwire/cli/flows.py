@@ -7,7 +7,6 @@ from ..errors import UserError
 from .app import app
 
 
-
 def _table_row(r: dict) -> dict:
     """A terminal-width summary of one conversation; json/csv carry every field."""
     issues = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "retransmissions", "out_of_order", "bad_icrc", "rnr_naks",
@@ -43,6 +42,8 @@ def flows(
     qp: Optional[str] = typer.Option(None, "--qp", help="only conversations using this QP number"),
     top: int = typer.Option(0, "--top", help="only the N conversations with the most bytes"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRCs (a bad one counts as a drop)"),
+    jobs: int = typer.Option(0, "--jobs", "-j", help="processes sharing the conversations (0 = one per CPU "
+                                                     "for captures of 64 MiB and more)"),
 ):
     """Conversations: both endpoints and QPNs, P_Key, messages by operation, bytes, goodput, one- vs
     two-sided; for RC: PSN gaps and drops, retransmissions, out-of-order, NAKs by kind, RNR timers, ACK coalescing,
@@ -55,7 +56,7 @@ def flows(
     mask = compile_batch_filter(display_filter) if display_filter else None
     size = scan(file).size
     with progress(size, "flows") as cb:
-        res = analyse(file, icrc, mask, cb)
+        res = analyse(file, icrc, mask, cb, jobs)
     rows = res["conversations"]
     if qp is not None:
         q = f"0x{_qp(qp):06x}"
