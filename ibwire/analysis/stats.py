@@ -14,6 +14,7 @@ from dissectors.opcodes import lookup
 from ..fast import records as R
 from ..fast import scan
 from ..fast.split import spans
+from ..fast.walk import SpanContextLost
 from .hashing import group_rows
 
 MAD_CLASSES = {0x01: "SubnMgt (LID routed)", 0x81: "SubnMgt (directed route)", 0x03: "SubnAdm", 0x04: "PerfMgt",
@@ -230,18 +231,21 @@ def _span_state(path: str, icrc: bool, span, progress=None):
 
 
 def compute_file(path: str, icrc: bool = True, progress=None, workers: int = 0) -> dict:
-    """Statistics of a capture file; big pcap files are cut into spans decoded by `workers` processes
+    """Statistics of a capture file; big pcap/pcapng files are cut into spans decoded by `workers` processes
     (default: one per CPU), since record decoding is independent from packet to packet."""
     workers = workers or os.cpu_count() or 1
     cut = spans(path, workers) if workers > 1 else None
     if not cut:
         return compute(scan(path, icrc), progress)
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(len(cut) - 1) as pool:
-        pending = [pool.apply_async(_span_state, (path, icrc, sp)) for sp in cut[1:]]
-        share = len(cut)
-        scaled = (lambda n, done: progress(n * share, done * share)) if progress else None
-        parts = [_span_state(path, icrc, cut[0], scaled)] + [p.get() for p in pending]
+    try:
+        with ctx.Pool(len(cut) - 1) as pool:
+            pending = [pool.apply_async(_span_state, (path, icrc, sp)) for sp in cut[1:]]
+            share = len(cut)
+            scaled = (lambda n, done: progress(n * share, done * share)) if progress else None
+            parts = [_span_state(path, icrc, cut[0], scaled)] + [p.get() for p in pending]
+    except SpanContextLost:           # a pcapng section or interface appears mid-file: read it in one piece
+        return compute(scan(path, icrc), progress)
     st = Stats()
     problems = []
     for state, probs in parts:

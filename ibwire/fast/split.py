@@ -1,15 +1,18 @@
-"""Cut a large pcap file into byte spans that start on record boundaries, so several processes can
-decode it at once (statistics only: frame numbers are not known inside a span).
+"""Cut a large pcap or pcapng file into byte spans that start on record boundaries, so several processes
+can decode it at once (statistics only: frame numbers are not known inside a span).
 
-A boundary is found by resynchronising: the first offset after the cut from which a chain of record
-headers stays plausible (lengths within the snap length, captured ≤ original, sub-second field in
-range, seconds close to the file's first packet) for CHAIN records or to the end of the file.
+A boundary is found by resynchronising: the first offset after the cut from which a chain of records
+stays plausible for CHAIN records or to the end of the file.  pcap: lengths within the snap length,
+captured ≤ original, sub-second field in range, seconds close to the file's first packet.  pcapng: a
+packet block whose every block's trailing length repeats its leading one.  A pcapng span reads its
+section header and interfaces from the start of the file (fast.walk.SpanContextLost when a later block
+would change them).
 """
 import os
 import struct
 from typing import List, Optional, Tuple
 
-from .walk import PCAP_MAGICS
+from .walk import PCAP_MAGICS, PCAPNG_SHB
 
 CHAIN = 64
 SEARCH = 1 << 20
@@ -51,17 +54,79 @@ def boundary(path: str, offset: int) -> Optional[int]:
     return None
 
 
+PCAPNG_BLOCKS = (1, 2, 3, 4, 5, 6, 0x0A0D0D0A)   # interface, packet (old), simple, names, statistics, enhanced
+
+
+def _pcapng_chain(data: bytes, p: int, endian: str, end: int) -> bool:
+    u32 = struct.Struct(endian + "I").unpack_from
+    for _ in range(CHAIN):
+        if p == end or p + 8 > len(data):
+            return True
+        btype, blen = u32(data, p)[0], u32(data, p + 4)[0]
+        if btype not in PCAPNG_BLOCKS or blen < 12 or blen % 4 or blen > 0x4000000:
+            return False
+        if p + blen > len(data):
+            return True
+        if u32(data, p + blen - 4)[0] != blen:
+            return False
+        p += blen
+    return True
+
+
+def pcapng_boundary(path: str, offset: int) -> Optional[int]:
+    """The first Enhanced or Simple Packet Block at or after `offset` in a pcapng file whose section
+    started in the file's byte order, or None when none can be trusted."""
+    with open(path, "rb") as f:
+        head = f.read(12)
+        size = os.fstat(f.fileno()).st_size
+        if head[:4] != PCAPNG_SHB or len(head) < 12:
+            return None
+        endian = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
+        offset -= offset % 4                  # every block length is a multiple of 4
+        f.seek(offset)
+        data = f.read(SEARCH + 4 * (1 << 20))
+    u32 = struct.Struct(endian + "I").unpack_from
+    for p in range(0, min(SEARCH, len(data) - 8), 4):
+        if u32(data, p)[0] in (3, 6) and _pcapng_chain(data, p, endian, size - offset):
+            return offset + p
+    return None
+
+
+def _first_packet_block(path: str) -> Optional[int]:
+    """Offset of the first packet block of a pcapng file (after its section header and interfaces)."""
+    with open(path, "rb") as f:
+        data = f.read(1 << 20)
+    endian = "<" if data[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
+    u32 = struct.Struct(endian + "I").unpack_from
+    p = 0
+    while p + 12 <= len(data):
+        btype, blen = u32(data, p)[0], u32(data, p + 4)[0]
+        if btype in (3, 6):
+            return p
+        if blen < 12 or blen % 4:
+            return None
+        p += blen
+    return None
+
+
 def spans(path: str, parts: int) -> Optional[List[Tuple[int, int]]]:
-    """`parts` (start, end) byte spans covering every record of a big pcap file, or None."""
+    """`parts` (start, end) byte spans covering every record of a big pcap or pcapng file, or None."""
     size = os.path.getsize(path)
     if parts < 2 or size < MIN_SPLIT:
         return None
     with open(path, "rb") as f:
-        if f.read(4) not in PCAP_MAGICS:
+        magic = f.read(4)
+    if magic in PCAP_MAGICS:
+        cuts, find = [24], boundary
+    elif magic == PCAPNG_SHB:
+        first = _first_packet_block(path)
+        if first is None:
             return None
-    cuts = [24]
+        cuts, find = [first], pcapng_boundary
+    else:
+        return None
     for k in range(1, parts):
-        b = boundary(path, size * k // parts)
+        b = find(path, size * k // parts)
         if b is None or b <= cuts[-1]:
             return None
         cuts.append(b)

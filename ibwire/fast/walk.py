@@ -29,6 +29,11 @@ def walk_pcap(buf, off: int, max_n: int, big: bool):
     return offs[:n], n, off, status
 
 
+class SpanContextLost(Exception):
+    """A pcapng span met a block that changes how later packets are read (a new section or interface):
+    the file must be read from its start in one piece."""
+
+
 class Positions(NamedTuple):
     """Where a batch's packets are in `CaptureWalk.buf`, their lengths, times, link types, frame numbers."""
     data: np.ndarray      # int64 offset of the first packet byte in the current buffer
@@ -84,6 +89,12 @@ class CaptureWalk:
         self.buf = self._store[:rest + got]
         return got > 0
 
+    def _goto(self, offset: int) -> None:
+        """Let the chunk start at file offset `offset`."""
+        self.f.seek(offset)
+        self.base, self.buf = offset, self._store[:0]
+        self._refill(0)
+
     def batches(self) -> Iterator[Positions]:
         try:
             yield from (self._pcap() if self.format == "pcap" else self._pcapng())
@@ -105,10 +116,8 @@ class CaptureWalk:
         local, frame0, stop = 24, 1, self.size
         if self.span:
             start, stop = self.span
-            self.f.seek(start)
-            self.base, self.buf, frame0 = start, self._store[:0], 0
-            self._refill(0)
-            local = 0
+            self._goto(start)
+            frame0, local = 0, 0
 
         def where(k):
             return f"frame {k}" if frame0 else f"the record at byte {self.base + local}"
@@ -132,9 +141,8 @@ class CaptureWalk:
                     return
                 self.problems.append(f"{where(frame0)}: record length is impossible; skipped {nxt - bad} damaged "
                                      "bytes to the next plausible record (frame numbers after it are estimates)")
-                self.f.seek(nxt)
-                self.base, self.buf, local = nxt, self._store[:0], 0
-                self._refill(0)
+                self._goto(nxt)
+                local = 0
                 continue
             if status == NEED:
                 if self.base + local >= stop and self.span:
@@ -165,34 +173,59 @@ class CaptureWalk:
         off, frame0, endian = 0, 1, "<"
         ifaces: List[tuple] = []     # (linktype, seconds per tick)
         offs, types = np.empty(self.batch, np.int64), np.empty(self.batch, np.uint8)
+        stop = self.size
         self._refill(0)
+        if self.span:                 # the section header and interfaces first, then the span's blocks
+            while True:
+                n, off, status = _native.walk_pcapng(self.buf, off, endian == ">", offs[:1], types[:1])
+                if status != META:
+                    break
+                off, endian, ifaces = self._pcapng_meta(off, endian, ifaces)
+            start, stop = self.span
+            frame0, off = 0, 0
+            self._goto(start)
         while True:
             n, off, status = _native.walk_pcapng(self.buf, off, endian == ">", offs, types)
+            if n and self.span and self.base + offs[n - 1] >= stop:   # the rest belongs to the next span
+                n = int(np.count_nonzero(self.base + offs[:n] < stop))
+                status = OK if n else status
+                if n:
+                    yield self._epbs(offs[:n].copy(), np.nonzero(types[:n] == 3)[0], endian, ifaces, frame0, off)
+                return
             if n:
                 yield self._epbs(offs[:n].copy(), np.nonzero(types[:n] == 3)[0], endian, ifaces, frame0, off)
-                frame0 += n
+                frame0 += n if frame0 else 0
             if status == META:        # a Section Header or Interface Description Block, whole in buf
-                buf = self.buf
-                if bytes(buf[off:off + 4]) == PCAPNG_SHB:
-                    endian = "<" if bytes(buf[off + 8:off + 12]) == b"\x4d\x3c\x2b\x1a" else ">"
-                    ifaces = []
-                blen = struct.unpack_from(endian + "I", buf, off + 4)[0]
-                if bytes(buf[off:off + 4]) != PCAPNG_SHB:
-                    lt = struct.unpack_from(endian + "H", buf, off + 8)[0]
-                    ifaces.append((lt, _ts_scale(bytes(buf[off + 16:off + blen - 4]), endian)))
-                    self.linktypes.add(lt)
-                off += blen
+                if self.span:
+                    raise SpanContextLost(f"{self.path}: a section or interface is described after packets")
+                off, endian, ifaces = self._pcapng_meta(off, endian, ifaces)
             elif status == IMPOSSIBLE:
                 blen = struct.unpack_from(endian + "I", self.buf, off + 4)[0]
                 self.problems.append(f"damaged block length {blen}; the rest of the file is unreadable")
                 return
             elif status == NEED:
+                if self.base + off >= stop and self.span:
+                    return
                 if self.base + len(self.buf) >= self.size:
                     if off < len(self.buf):
                         self.problems.append("block cut short at end of file")
                     return
                 self._refill(off)
                 off = 0
+
+    def _pcapng_meta(self, off: int, endian: str, ifaces: List[tuple]):
+        """Read the Section Header or Interface Description Block at buf[off]: (next offset, byte order,
+        interfaces)."""
+        buf = self.buf
+        if bytes(buf[off:off + 4]) == PCAPNG_SHB:
+            endian = "<" if bytes(buf[off + 8:off + 12]) == b"\x4d\x3c\x2b\x1a" else ">"
+            ifaces = []
+            return off + struct.unpack_from(endian + "I", buf, off + 4)[0], endian, ifaces
+        blen = struct.unpack_from(endian + "I", buf, off + 4)[0]
+        lt = struct.unpack_from(endian + "H", buf, off + 8)[0]
+        ifaces.append((lt, _ts_scale(bytes(buf[off + 16:off + blen - 4]), endian)))
+        self.linktypes.add(lt)
+        return off + blen, endian, ifaces
 
     def _epbs(self, o, spb, endian, ifaces, frame0, off) -> Positions:
         hdr = sliding_window_view(self.buf, 28)[np.minimum(o, len(self.buf) - 28)]
