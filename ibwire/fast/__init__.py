@@ -1,7 +1,8 @@
 """The fast path: capture file → batches of compact per-packet records, with no per-packet objects.
 
-`scan(path)` yields numpy structured arrays of `records.RECORD`; analyzers consume them batch by batch so
-memory stays flat however large the capture is.  scapy stays the path for `decode -V` and crafting.
+`scan(path)` yields numpy structured arrays of `records.RECORD`, filled by the compiled decoder in
+`native/` (built as `_native`); analyzers consume them batch by batch so memory stays flat however large
+the capture is.  scapy stays the path for `decode -V` and crafting.
 """
 from typing import Iterator
 
