@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from dissectors.opcodes import lookup
 from ..errors import UserError
 from ..fast import records as R
+from .hashing import group_rows
 
 _OPNAMES = [lookup(c).full_name for c in range(256)]
 
@@ -21,13 +22,15 @@ def _name(field: str) -> str:
     return R.FIELD_KEYS.get(field, field).replace(".", "_")
 
 
-def _text_dict(col: np.ndarray, fmt) -> pa.DictionaryArray:
-    raw = np.ascontiguousarray(col).view(np.uint8).reshape(len(col), col.dtype.itemsize)
-    u, inv = np.unique(raw, axis=0, return_inverse=True)
-    inv = inv.ravel().astype(np.int32)
-    empty = np.array([not bytes(x).strip(b"\0") for x in u], bool)
-    words = pa.array([fmt(bytes(x)) for x in u], pa.string())
-    return pa.DictionaryArray.from_arrays(pa.array(inv, mask=empty[inv] if len(u) else None), words)
+def _text_dict(rec: np.ndarray, field: str, fmt) -> pa.DictionaryArray:
+    """An address column as a dictionary of its distinct values in text (null where all zero)."""
+    _, first, inv = group_rows(rec, (field,))
+    col = rec[field]
+    words = [bytes(col[i]) for i in first.tolist()]
+    empty = np.array([not w.strip(b"\0") for w in words], bool)
+    inv = inv.astype(np.int32)
+    return pa.DictionaryArray.from_arrays(pa.array(inv, mask=empty[inv] if len(words) else None),
+                                          pa.array([fmt(w) for w in words], pa.string()))
 
 
 def _enum(col: np.ndarray, names) -> pa.DictionaryArray:
@@ -51,7 +54,7 @@ def record_table(rec: np.ndarray) -> pa.Table:
         cols.append(arr)
         names.append(_name(f))
     for f, fmt in (("src", R.addr_text), ("dst", R.addr_text)):
-        cols.append(_text_dict(rec[f], fmt))
+        cols.append(_text_dict(rec, f, fmt))
         names.append(f"{f}_addr")
     ops = pa.array(rec["opcode"].astype(np.int32), mask=~bth)
     cols.append(pa.DictionaryArray.from_arrays(ops, pa.array(_OPNAMES, pa.string())))
