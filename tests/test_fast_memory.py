@@ -1,5 +1,6 @@
-"""Peak memory stays flat as captures grow: `stats` and `flows` on 50k and 200k packets of the same
-traffic use about the same resident memory (the per-conversation state does not grow)."""
+"""Peak memory stays flat as captures grow: `stats`, `flows`, `export` and `audit` on 50k and 200k packets of
+the same traffic use about the same resident memory (the per-conversation state does not grow, and the
+detail reader the audit uses streams the file instead of loading it)."""
 import subprocess
 import sys
 from pathlib import Path
@@ -40,10 +41,20 @@ def captures(tmp_path_factory):
     return small, big
 
 
-@pytest.mark.parametrize("command", ["stats", "flows"])
-def test_peak_memory_is_flat(captures, command):
+CAPS = ROOT / "captures"
+EXTRA = {
+    "stats": ("--format", "json"), "flows": ("--format", "json"),
+    "export": ("-o", "{out}"),
+    "audit": ("--policy", CAPS / "roce-multitenant-clean.partitions.conf",
+              "--tenants", CAPS / "roce-multitenant-clean.tenants.toml", "--format", "json"),
+}
+
+
+@pytest.mark.parametrize("command", list(EXTRA))
+def test_peak_memory_is_flat(captures, command, tmp_path):
     small, big = captures
-    a = peak_mb(command, small, "--format", "json")
-    b = peak_mb(command, big, "--format", "json")
+    args = [str(x).format(out=tmp_path / "out.parquet") for x in EXTRA[command]]
+    a = peak_mb(command, small, *args)
+    b = peak_mb(command, big, *args)
     assert b < 200, f"{command} peaked at {b} MB on 200k packets"
     assert b - a < 20, f"{command}: {a} MB at 50k packets but {b} MB at 200k"

@@ -4,6 +4,7 @@ dpkt's readers drop the original length and the interface of each pcapng packet,
 decoder needs (truncation, mixed link types), so the block walk is done here; layouts follow the
 pcap(5) and pcapng (draft-ietf-opsawg-pcapng) specifications.
 """
+import os
 import struct
 from typing import Iterator, NamedTuple, Optional
 
@@ -29,16 +30,17 @@ PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
 
 
 class Capture:
-    """An opened capture file; iterate it for Frames.  `problems` collects damage found at the end."""
+    """An opened capture file; iterate it for Frames.  `problems` collects damage found at the end.
+
+    The file is read record by record as the iteration goes, so memory does not grow with its size."""
 
     def __init__(self, path: str):
         self.path = path
         try:
             with open(path, "rb") as f:
-                self.buf = f.read()
+                head = f.read(4)
         except OSError as e:
             raise UserError(f"cannot read {path}: {e.strerror or e}") from None
-        head = self.buf[:4]
         if head in PCAP_MAGICS:
             self.format = "pcap"
         elif head == PCAPNG_SHB:
@@ -52,67 +54,76 @@ class Capture:
     def __iter__(self) -> Iterator[Frame]:
         return self._pcap() if self.format == "pcap" else self._pcapng()
 
+    def _open(self):
+        try:
+            return open(self.path, "rb", buffering=1 << 20)
+        except OSError as e:
+            raise UserError(f"cannot read {self.path}: {e.strerror or e}") from None
+
     def _pcap(self) -> Iterator[Frame]:
-        buf = self.buf
-        if len(buf) < 24:
-            self.problems.append("file header truncated")
-            return
-        endian, scale, rec_len = PCAP_MAGICS[buf[:4]]
-        self.linktype = struct.unpack_from(endian + "I", buf, 20)[0] & 0x0FFFFFFF
-        hdr = struct.Struct(endian + "IIII")
-        off, n, size = 24, 0, len(buf)
-        while off + rec_len <= size:
-            sec, frac, incl, orig = hdr.unpack_from(buf, off)
-            off += rec_len
-            n += 1
-            if incl > 0x4000000:
-                self.problems.append(f"frame {n}: record length {incl} is impossible; file damaged here")
+        with self._open() as f:
+            head = f.read(24)
+            if len(head) < 24:
+                self.problems.append("file header truncated")
                 return
-            data = buf[off:off + incl]
-            if len(data) < incl:
-                self.problems.append(f"frame {n}: record cut short at end of file")
-            off += incl
-            yield Frame(n, sec + frac * scale, len(data), max(orig, len(data)), self.linktype, data)
-        if off < size:
-            self.problems.append(f"frame {n + 1}: record header cut short at end of file")
+            endian, scale, rec_len = PCAP_MAGICS[head[:4]]
+            self.linktype = struct.unpack_from(endian + "I", head, 20)[0] & 0x0FFFFFFF
+            hdr = struct.Struct(endian + "IIII")
+            n = 0
+            while True:
+                rh = f.read(rec_len)
+                if len(rh) < rec_len:
+                    if rh:
+                        self.problems.append(f"frame {n + 1}: record header cut short at end of file")
+                    return
+                sec, frac, incl, orig = hdr.unpack_from(rh, 0)
+                n += 1
+                if incl > 0x4000000:
+                    self.problems.append(f"frame {n}: record length {incl} is impossible; file damaged here")
+                    return
+                data = f.read(incl)
+                if len(data) < incl:
+                    self.problems.append(f"frame {n}: record cut short at end of file")
+                yield Frame(n, sec + frac * scale, len(data), max(orig, len(data)), self.linktype, data)
 
     def _pcapng(self) -> Iterator[Frame]:
-        buf, off, n, size = self.buf, 0, 0, len(self.buf)
-        endian = "<"
-        while off + 12 <= size:
-            btype = struct.unpack_from(endian + "I", buf, off)[0]
-            if buf[off:off + 4] == PCAPNG_SHB:
-                bom = buf[off + 8:off + 12]
-                endian = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">"
-                self.interfaces = []
-                btype = 0x0A0D0D0A
-            blen = struct.unpack_from(endian + "I", buf, off + 4)[0]
-            if blen < 12 or off + blen > size:
-                self.problems.append("block cut short at end of file" if blen >= 12 else "damaged block length")
-                return
-            body = buf[off + 8:off + blen - 4]
-            off += blen
-            if btype == 1:                                   # Interface Description Block
-                lt = struct.unpack_from(endian + "H", body, 0)[0]
-                self.interfaces.append([lt, 1e-6, ""])
-                self._idb_options(body[8:], endian, self.interfaces[-1])
-                if self.linktype is None:
-                    self.linktype = lt
-            elif btype in (6, 3):                           # Enhanced / Simple Packet Block
-                n += 1
-                if btype == 6:
-                    iface, hi, lo, incl, orig = struct.unpack_from(endian + "IIIII", body, 0)
-                    data = body[20:20 + incl]
-                    ts_raw = (hi << 32) | lo
-                else:
-                    iface, ts_raw = 0, 0
-                    orig = struct.unpack_from(endian + "I", body, 0)[0]
-                    data = body[4:4 + orig]
-                if iface >= len(self.interfaces):
-                    self.problems.append(f"frame {n}: packet names interface {iface}, which was never described")
-                    continue
-                lt, scale, _ = self.interfaces[iface]
-                yield Frame(n, ts_raw * scale, len(data), max(orig, len(data)), lt, bytes(data), iface)
+        with self._open() as f:
+            size = os.fstat(f.fileno()).st_size
+            off, n, endian = 0, 0, "<"
+            while off + 12 <= size:
+                head = f.read(12)
+                btype = struct.unpack_from(endian + "I", head, 0)[0]
+                if head[:4] == PCAPNG_SHB:
+                    endian = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
+                    self.interfaces = []
+                    btype = 0x0A0D0D0A
+                blen = struct.unpack_from(endian + "I", head, 4)[0]
+                if blen < 12 or off + blen > size:
+                    self.problems.append("block cut short at end of file" if blen >= 12 else "damaged block length")
+                    return
+                body = (head + f.read(blen - 12))[8:blen - 4]
+                off += blen
+                if btype == 1:                                   # Interface Description Block
+                    lt = struct.unpack_from(endian + "H", body, 0)[0]
+                    self.interfaces.append([lt, 1e-6, ""])
+                    self._idb_options(body[8:], endian, self.interfaces[-1])
+                    if self.linktype is None:
+                        self.linktype = lt
+                elif btype in (6, 3):                           # Enhanced / Simple Packet Block
+                    n += 1
+                    if btype == 6:
+                        iface, hi, lo, incl, orig = struct.unpack_from(endian + "IIIII", body, 0)
+                        data = body[20:20 + incl]
+                        ts_raw = (hi << 32) | lo
+                    else:
+                        iface, ts_raw = 0, 0
+                        orig = struct.unpack_from(endian + "I", body, 0)[0]
+                        data = body[4:4 + orig]
+                    if iface >= len(self.interfaces):
+                        self.problems.append(f"frame {n}: packet names interface {iface}, which was never described")
+                        continue
+                    lt, scale, _ = self.interfaces[iface]
+                    yield Frame(n, ts_raw * scale, len(data), max(orig, len(data)), lt, bytes(data), iface)
 
     @staticmethod
     def _idb_options(opts: bytes, endian: str, iface: list) -> None:
