@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ipaddress
+from functools import lru_cache
 from typing import Optional
 
 
@@ -21,16 +22,27 @@ def gid_text(v) -> Optional[str]:
     """A GID (text or 16 bytes) in IPv6 notation."""
     if not v:
         return None
-    try:
-        return str(ipaddress.IPv6Address(v if isinstance(v, str) else bytes(v)))
-    except ValueError:
-        return str(v)
+    return _gid_text(v) if isinstance(v, (str, bytes)) else _gid_text.__wrapped__(v)
 
 
 def ip_text(v) -> Optional[str]:
     """An IP address as text; an IPv4-mapped IPv6 address (RoCE v2 GID) as its IPv4 address."""
     if not v:
         return None
+    return _ip_text(v) if isinstance(v, (str, bytes, int)) else _ip_text.__wrapped__(v)
+
+
+# Both are asked for both ends of every packet, and a capture holds few addresses.
+@lru_cache(maxsize=1 << 16)
+def _gid_text(v) -> str:
+    try:
+        return str(ipaddress.IPv6Address(v if isinstance(v, str) else bytes(v)))
+    except ValueError:
+        return str(v)
+
+
+@lru_cache(maxsize=1 << 16)
+def _ip_text(v) -> Optional[str]:
     try:
         a = ipaddress.ip_address(v)
         if a.version == 6 and a.ipv4_mapped:
