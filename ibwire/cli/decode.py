@@ -1,8 +1,9 @@
 """`ibwire decode`: one line per packet like tshark, `-V` for the header tree, jsonl or csv for scripts."""
 import csv
+import itertools
 import json
 import sys
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import typer
 
@@ -36,6 +37,44 @@ def _tree(decoded) -> str:
     return "\n".join(lines)
 
 
+# Fields whose values the bulk records give exactly as the layers do on a sound data packet (proved by
+# tests/test_fast_vs_decode.py); a filter on these alone can be pre-evaluated on records.
+_BULK_PROTOS = {"bth", "lrh", "reth", "aeth", "deth", "atomiceth", "atomicacketh", "immdt", "ieth", "xrceth"}
+_BULK_KEYS = {"frame.number", "frame.len", "frame.cap_len", "icrc.status", "vcrc.status"}
+
+
+def _candidates(file: str, keep) -> Optional[Iterator[int]]:
+    """Frame numbers worth decoding, in order, when the filter can be pre-evaluated on the bulk records:
+    every frame it could match is among them, as are all doubtful frames (damaged, truncated, MADs,
+    heuristic RoCE, non-IB links) and, once the file shows damage, every later frame.  None otherwise."""
+    import numpy as np
+    from ..fast import records as R
+    from ..fast import scan
+    from ..fast.filter import compile_batch_filter
+    if not all(k.split(".")[0] in _BULK_PROTOS or k in _BULK_KEYS for k in keep.fields):
+        return None
+    try:
+        mask = compile_batch_filter(keep.text)
+    except UserError:
+        return None
+    doubt = R.F_MALFORMED | R.F_TRUNCATED | R.F_HEURISTIC | R.F_MAD
+    data_links = (R.ROCE1, R.ROCE2V4, R.ROCE2V6, R.IB, R.IBGRH)
+    s = scan(file, icrc=bool({"icrc.status", "vcrc.status"} & keep.fields))
+
+    def numbers():
+        last = 0
+        for rec in s:
+            if s.problems:
+                break
+            pick = mask(rec) | ((rec["flags"] & doubt) > 0) | ~np.isin(rec["link"], data_links)
+            yield from rec["frame"][pick].tolist()
+            if len(rec):
+                last = int(rec["frame"][-1])
+        if s.problems:                 # frame numbers past damage are estimates: every later frame is wanted
+            yield from itertools.count(last + 1)
+    return numbers()
+
+
 @app.command()
 def decode(
     file: str = typer.Argument(..., help="pcap or pcapng capture"),
@@ -56,6 +95,8 @@ def decode(
         raise UserError("-c needs a positive number of packets")
     keep = compile_filter(display_filter) if display_filter else None
     cap = open_capture(file)
+    wanted = _candidates(file, keep) if keep else None       # skip, unparsed, what cannot match
+    nxt = next(wanted, None) if wanted else None
     columns = [field_name(f) for f in fields]
     writer = csv.writer(sys.stdout) if fmt == "csv" else None
     if writer:
@@ -66,6 +107,11 @@ def decode(
     for frame in cap:
         if first_time is None:
             first_time = frame.time
+        if wanted is not None:
+            while nxt is not None and nxt < frame.number:
+                nxt = next(wanted, None)
+            if nxt != frame.number:
+                continue
         d = decode_frame(frame)
         rmpp.feed(d)
         if keep and not keep(d.flat):
