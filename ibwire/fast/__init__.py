@@ -8,9 +8,17 @@ from typing import Iterator
 
 import numpy as np
 
-from .decode import decode_batch
-from .records import RECORD
-from .walk import CaptureWalk
+from ..errors import UserError
+
+try:
+    from . import _native  # noqa: F401  (the compiled part; every fast-path module uses it)
+except ImportError as e:
+    raise UserError(f"ibwire's compiled part is missing or broken ({e}); rebuild it with `pip install -e .` "
+                    "on a machine with gcc, zlib1g-dev and python3-dev (`./dev demo` installs them)") from None
+
+from .decode import decode_batch  # noqa: E402
+from .records import RECORD  # noqa: E402
+from .walk import CaptureWalk  # noqa: E402
 
 
 class Scan:
