@@ -38,6 +38,10 @@ TSHARK_FIELDS = [
     "infiniband.variant.crc",
 ]
 
+# One packet of the generated traffic (QP 0x205's PSN 5010), looked for in the whole file by `decode -Y`
+# and by `tshark -Y` with the same filter.
+FIND_ONE = "bth.destqp == 0x000205 && bth.psn == 5010"
+
 ENGINE_SNIPPET = """
 import sys, time
 from ibwire.fast import scan
@@ -110,7 +114,9 @@ def main():
     for name, cmd in (("stats", [ibwire, "stats", str(cap), "--format", "json"]),
                       ("stats -j 1", [ibwire, "stats", str(cap), "--format", "json", "-j", "1"]),
                       ("stats --no-icrc", [ibwire, "stats", str(cap), "--format", "json", "--no-icrc"]),
-                      ("flows", [ibwire, "flows", str(cap), "--format", "json"])):
+                      ("flows", [ibwire, "flows", str(cap), "--format", "json"]),
+                      ("export", [ibwire, "export", str(cap), "-o", str(out / "bench-export.parquet")]),
+                      ("decode -Y", [ibwire, "decode", str(cap), "-Y", FIND_ONE])):
         wall, cpu, rss, _ = best(cmd)
         res[name] = {"seconds": wall, "cpu_seconds": cpu, "pps": args.packets / wall, "pps_cpu": args.packets / cpu,
                      "peak_rss_mb": rss}
@@ -135,6 +141,13 @@ def main():
     print(f"tshark -T fields ({len(TSHARK_FIELDS)} fields, {n:,} packets) {wall:.2f} s ({cpu:.2f} s CPU)"
           f"  {n / wall:>10,.0f} pkt/s  peak RSS {rss:.0f} MB")
 
+    wall, cpu, rss, found = run(["tshark", "-r", str(cap), "-Y", " && ".join(
+        "infiniband." + part.strip() for part in FIND_ONE.split("&&"))], stdout=None)
+    res["tshark -Y"] = {"seconds": wall, "cpu_seconds": cpu, "peak_rss_mb": rss, "lines": len(found.splitlines())}
+    print(f"tshark -Y (the same filter as decode -Y, whole file) {wall:.2f} s  peak RSS {rss:.0f} MB")
+    res["decode -Y"]["vs_tshark_y"] = wall / res["decode -Y"]["seconds"]
+    print(f"ibwire decode -Y        = {res['decode -Y']['vs_tshark_y']:5.1f}× faster than tshark -Y")
+
     m = min(args.scapy_packets, args.packets)
     got, secs = min((run([sys.executable, "-c", SCAPY_SNIPPET, str(cap), str(m)], stdout=None)[3].split()
                      for _ in range(REPEAT)), key=lambda x: float(x[1]))
@@ -146,7 +159,7 @@ def main():
         res[name]["vs_tshark"] = res[name]["pps"] / res["tshark"]["pps"]
         res[name]["vs_scapy"] = res[name]["pps"] / res["scapy"]["pps"]
         print(f"{name:23s} = {res[name]['vs_tshark']:5.1f}× tshark, {res[name]['vs_scapy']:6.0f}× scapy")
-    for name in ("stats", "stats -j 1", "stats --no-icrc", "flows"):
+    for name in ("stats", "stats -j 1", "stats --no-icrc", "flows", "export"):
         r = res[name]
         r["vs_tshark"] = r["pps"] / res["tshark"]["pps"]
         r["vs_scapy"] = r["pps"] / res["scapy"]["pps"]
