@@ -95,8 +95,11 @@ def decode(
         raise UserError("-c needs a positive number of packets")
     keep = compile_filter(display_filter) if display_filter else None
     cap = open_capture(file)
-    wanted = _candidates(file, keep) if keep else None       # skip, unparsed, what cannot match
-    nxt = next(wanted, None) if wanted else None
+    wanted = _candidates(file, keep) if keep else None       # skip, unread, what cannot match
+    frames = iter(cap)
+    if wanted is not None:
+        first_wanted = next(wanted, None)
+        frames = cap.frames(itertools.chain([first_wanted], wanted) if first_wanted is not None else iter(()))
     columns = [field_name(f) for f in fields]
     writer = csv.writer(sys.stdout) if fmt == "csv" else None
     if writer:
@@ -104,14 +107,11 @@ def decode(
     out = sys.stdout
     printed, first_time = 0, None
     rmpp = RmppTracker()
-    for frame in cap:
+    for frame in frames:             # with `wanted`: the wanted frames, and the first one for its time
         if first_time is None:
             first_time = frame.time
-        if wanted is not None:
-            while nxt is not None and nxt < frame.number:
-                nxt = next(wanted, None)
-            if nxt != frame.number:
-                continue
+        if wanted is not None and frame.number == 1 and first_wanted != 1:
+            continue
         d = decode_frame(frame)
         rmpp.feed(d)
         if keep and not keep(d.flat):

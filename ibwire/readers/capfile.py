@@ -52,7 +52,12 @@ class Capture:
         self.linktype: Optional[int] = None
 
     def __iter__(self) -> Iterator[Frame]:
-        return self._pcap() if self.format == "pcap" else self._pcapng()
+        return self.frames()
+
+    def frames(self, wanted: Optional[Iterator[int]] = None) -> Iterator[Frame]:
+        """The frames in order; with `wanted` (increasing frame numbers), only those and the first frame,
+        the others skipped unread (their numbering, and the problems found, stay as in a full pass)."""
+        return self._pcap(wanted) if self.format == "pcap" else self._pcapng(wanted)
 
     def _open(self):
         try:
@@ -60,8 +65,10 @@ class Capture:
         except OSError as e:
             raise UserError(f"cannot read {self.path}: {e.strerror or e}") from None
 
-    def _pcap(self) -> Iterator[Frame]:
+    def _pcap(self, wanted=None) -> Iterator[Frame]:
+        nxt = next(wanted, None) if wanted is not None else None
         with self._open() as f:
+            size = os.fstat(f.fileno()).st_size
             head = f.read(24)
             if len(head) < 24:
                 self.problems.append("file header truncated")
@@ -81,12 +88,22 @@ class Capture:
                 if incl > 0x4000000:
                     self.problems.append(f"frame {n}: record length {incl} is impossible; file damaged here")
                     return
+                if wanted is not None and n > 1:
+                    while nxt is not None and nxt < n:
+                        nxt = next(wanted, None)
+                    if nxt != n:
+                        if f.tell() + incl > size:
+                            self.problems.append(f"frame {n}: record cut short at end of file")
+                            return
+                        f.seek(incl, 1)
+                        continue
                 data = f.read(incl)
                 if len(data) < incl:
                     self.problems.append(f"frame {n}: record cut short at end of file")
                 yield Frame(n, sec + frac * scale, len(data), max(orig, len(data)), self.linktype, data)
 
-    def _pcapng(self) -> Iterator[Frame]:
+    def _pcapng(self, wanted=None) -> Iterator[Frame]:
+        nxt = next(wanted, None) if wanted is not None else None
         with self._open() as f:
             size = os.fstat(f.fileno()).st_size
             off, n, endian = 0, 0, "<"
@@ -101,8 +118,19 @@ class Capture:
                 if blen < 12 or off + blen > size:
                     self.problems.append("block cut short at end of file" if blen >= 12 else "damaged block length")
                     return
-                body = (head + f.read(blen - 12))[8:blen - 4]
                 off += blen
+                if wanted is not None and btype in (6, 3) and n >= 1:       # a packet after the first
+                    while nxt is not None and nxt < n + 1:
+                        nxt = next(wanted, None)
+                    if nxt != n + 1:
+                        f.seek(blen - 12, 1)
+                        n += 1
+                        iface = struct.unpack_from(endian + "I", head, 8)[0] if btype == 6 else 0
+                        if iface >= len(self.interfaces):
+                            self.problems.append(f"frame {n}: packet names interface {iface}, which was never "
+                                                 "described")
+                        continue
+                body = (head + f.read(blen - 12))[8:blen - 4]
                 if btype == 1:                                   # Interface Description Block
                     lt = struct.unpack_from(endian + "H", body, 0)[0]
                     self.interfaces.append([lt, 1e-6, ""])
