@@ -509,20 +509,28 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int
     sequencing is shared among `workers` processes by conversation (0: one per CPU for captures of 64 MiB
     and more); the result does not depend on how many."""
     global _FORKED
-    halves, reqs, reps = _learn(_batches(path, False, mask))
+    size = os.path.getsize(path)
+    first_half = second_half = None
+    if progress:                      # one bar for both passes, each packet counted half in each
+        def first_half(n, done):
+            progress(n / 2, done // 2)
+
+        def second_half(n, done):
+            progress(n / 2, size // 2 + done // 2)
+    halves, reqs, reps = _learn(_batches(path, False, mask, first_half))
     conv_of, convs = _pair(halves, reqs, reps)
-    n = workers or ((os.cpu_count() or 1) if os.path.getsize(path) >= MIN_SPLIT else 1)
+    n = workers or ((os.cpu_count() or 1) if size >= MIN_SPLIT else 1)
     if n > 1:
         _FORKED = (path, icrc, mask, conv_of, convs, n)
         try:
             with multiprocessing.get_context("fork").Pool(n - 1) as pool:
                 pending = [pool.apply_async(_forked_share, (k,)) for k in range(1, n)]
-                parts = [_sequence(path, icrc, mask, conv_of, convs, (0, n), progress)]
+                parts = [_sequence(path, icrc, mask, conv_of, convs, (0, n), second_half)]
                 parts += [p.get() for p in pending]
         finally:
             _FORKED = None
     else:
-        parts = [_sequence(path, icrc, mask, conv_of, convs, (0, 1), progress)]
+        parts = [_sequence(path, icrc, mask, conv_of, convs, (0, 1), second_half)]
     ranked = sorted((kr for rows, _ in parts for kr in rows), key=lambda kr: kr[0])
     rows = [r for _, r in ranked]
     for i, r in enumerate(rows):
