@@ -44,6 +44,12 @@ def flows(
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRCs (a bad one counts as a drop)"),
     jobs: int = typer.Option(0, "--jobs", "-j", help="processes sharing the conversations (0 = one per CPU "
                                                      "for captures of 64 MiB and more)"),
+    report: Optional[str] = typer.Option(None, "--report", help="also write an HTML page of pictures: PSN graphs, "
+                                         "throughput over time, latency histograms, a ladder diagram"),
+    interval: Optional[float] = typer.Option(None, "--interval", help="seconds per interval in the report's time "
+                                             "charts (default: about 100 intervals)"),
+    ladder: Optional[str] = typer.Option(None, "--ladder", help="QP number of the conversation the report's ladder "
+                                         "diagram draws (default: the busiest RC one set up by CM)"),
 ):
     """Conversations: both endpoints and QPNs, P_Key, messages by operation, bytes, goodput, one- vs
     two-sided; for RC: PSN gaps and drops, retransmissions, out-of-order, NAKs by kind, RNR timers, ACK coalescing,
@@ -63,6 +69,10 @@ def flows(
         rows = [r for r in rows if q in (r["qpn_a"], r["qpn_b"])]
     if top:
         rows = rows[:top]
+    if report:
+        from ..pictures.flows_report import write_report
+        write_report(file, report, {**res, "conversations": rows}, interval, top or 8,
+                     _qp(ladder) if ladder is not None else None, icrc, mask)
     if fmt == "table":
         rows_t = [_table_row(r) for r in rows]
         render({"conversations": rows_t, "problems": [{"problem": p} for p in res["problems"]]}, fmt)

@@ -1,0 +1,45 @@
+"""One self-contained HTML page (inline CSS and SVG, nothing fetched) and its atomic writing."""
+import os
+import tempfile
+
+from ..errors import UserError
+from .svg import esc
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#222;max-width:1100px}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}h3{font-size:1em}
+table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:.25em .5em;font-size:.85em;
+text-align:left}th{background:#f3f3f3}td.n{text-align:right;font-variant-numeric:tabular-nums}
+svg.chart{display:block;margin:.4em 0 1em;font-size:11px}svg .plot-area{fill:#fcfcfc;stroke:#999}
+svg .grid{stroke:#e4e4e4}svg .title{font-weight:bold;font-size:12px}svg .tick{fill:#555}
+svg .label{fill:#333}.note{color:#666;font-size:.85em}.qp{border-left:4px solid #1f77b4;padding-left:1em}
+code{font-family:ui-monospace,monospace;font-size:.9em}
+"""
+
+
+def page(title: str, body: str, kind: str) -> str:
+    """The whole document; `kind` names the report for readers (data-report on <body>)."""
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{esc(title)}</title>"
+            f"<style>{CSS}</style></head><body data-report='{esc(kind)}'><h1>{esc(title)}</h1>{body}</body></html>")
+
+
+def write_html(path: str, text: str, inputs=()) -> None:
+    """Write `text` to `path` all at once: a temporary file in the same directory renamed over it, so a
+    reader never sees half a page; refuses to overwrite one of the `inputs`."""
+    target = os.path.abspath(path)
+    for p in inputs:
+        if os.path.exists(p) and os.path.exists(target) and os.path.samefile(p, target):
+            raise UserError(f"{path} is an input; choose another report file")
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        raise UserError(f"cannot write {path}: the folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".ibwire-", suffix=".html.part", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,270 @@
+"""Per-packet time series with numpy from the fast-path records: packets and bytes per interval, and for
+chosen conversations each packet's time, PSN and kind, sequenced like a tcptrace graph (IBA Vol 1 §9.7).
+
+Sequencing of one requester→responder channel, vectorised over its packets in capture order:
+* PSNs are unwrapped (24-bit serial arithmetic, §9.7.1) so a wrap 0xffffff → 0 keeps going up;
+* the next expected PSN is the highest PSN + 1 seen so far (a READ request moves it by at least
+  dmalen/4096, its responses by one each);
+* a request above the expected PSN leaves a gap: each skipped PSN is a drop; one below it repeats a PSN:
+  a retransmission — unless it fills a gap first seen and no NAK came yet (late, not lost: out of order,
+  and the gap is no drop), undone when the next packet repeats the PSN after it (go-back-N);
+* PSNs a pending READ's responses may use (up to dmalen/256 of them) are no gap;
+* a request whose ICRC is bad is discarded by the responder: marked, and its PSN becomes a gap;
+* NAKs and RNR NAKs come from the AETH syndrome (§9.7.5.2); an RNR wait lasts from the RNR NAK to the
+  requester's next packet; ACK latency is from a request's first transmission to the first ACK (or READ
+  completion) covering its PSN; READ latency from the READ request to its first response.
+"""
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from dissectors.opcodes import lookup
+from ..fast import records as R
+from ..fast import scan
+from ..analysis.hashing import group_rows
+
+PSN_MOD = 1 << 24
+_OP = [lookup(c).op for c in range(256)]
+_SEG = [lookup(c).seg for c in range(256)]
+IS_REQ = np.array([o in ("send", "write", "read_req", "atomic", "flush", "atomic_write", "resync", "unknown")
+                   for o in _OP])
+IS_READ_REQ = np.array([o == "read_req" for o in _OP])
+IS_READ_RESP = np.array([o == "read_resp" for o in _OP])
+IS_READ_FIRST = np.array([o == "read_resp" and s in ("first", "only") for o, s in zip(_OP, _SEG)])
+IS_READ_LAST = np.array([o == "read_resp" and s in ("last", "only") for o, s in zip(_OP, _SEG)])
+HAS_AETH = np.array(["aeth" in lookup(c).headers for c in range(256)])
+IS_RC = np.array([lookup(c).transport in ("RC", "XRC") for c in range(256)])
+COLUMNS = ("time", "opcode", "psn", "aeth_syndrome", "reth_dmalen", "len", "paylen", "frame", "ecn")
+
+
+def end_text(addr: bytes, lid: int) -> str:
+    """An endpoint as `ibwire flows` names it: 'LID n', the GID/IP, or both."""
+    parts = []
+    if lid:
+        parts.append(f"LID {lid}")
+    if addr.strip(b"\0"):
+        parts.append(R.addr_text(addr))
+    return " ".join(parts) or "-"
+
+
+class TimeBins:
+    """Packets, bytes and event counts per interval of `width` seconds from `t0` (like tshark -z io,stat);
+    grows as packets arrive, so it streams over a capture of any length."""
+
+    KEYS = ("packets", "bytes", "naks", "rnr_naks", "cnps", "ecn_ce")
+
+    def __init__(self, width: float, t0: Optional[float] = None):
+        if not width > 0:
+            raise ValueError("interval must be positive")
+        self.width, self.t0 = float(width), t0
+        self.acc = {k: np.zeros(0, np.int64) for k in self.KEYS}
+
+    def _add(self, key: str, idx: np.ndarray, weights=None):
+        if not len(idx):
+            return
+        c = np.bincount(idx, weights=weights).astype(np.int64) if weights is not None else np.bincount(idx)
+        a = self.acc[key]
+        if len(c) > len(a):
+            a = np.concatenate([a, np.zeros(len(c) - len(a), np.int64)])
+        a[:len(c)] += c
+        self.acc[key] = a
+
+    def index(self, t: np.ndarray) -> np.ndarray:
+        if self.t0 is None and len(t):
+            self.t0 = float(t[0])
+        return np.maximum(np.floor((t - self.t0) / self.width + 1e-9), 0).astype(np.int64)
+
+    def add(self, rec: np.ndarray) -> None:
+        if not len(rec):
+            return
+        idx = self.index(rec["time"])
+        self._add("packets", idx)
+        self._add("bytes", idx, rec["len"].astype(np.float64))
+        bth = (rec["flags"] & R.F_BTH) > 0
+        op = rec["opcode"]
+        syn = np.where(bth & HAS_AETH[op], rec["aeth_syndrome"].astype(np.int64) >> 5, -1)
+        self._add("naks", idx[syn == 3])
+        self._add("rnr_naks", idx[syn == 1])
+        self._add("cnps", idx[bth & (op == 0x81)])
+        self._add("ecn_ce", idx[rec["ecn"] == 3])
+
+    def rows(self) -> List[dict]:
+        n = max((len(a) for a in self.acc.values()), default=0)
+        out = []
+        for i in range(n):
+            row = {"start_s": round(i * self.width, 9), "end_s": round((i + 1) * self.width, 9)}
+            for k, a in self.acc.items():
+                row[k] = int(a[i]) if i < len(a) else 0
+            row["bits_per_s"] = row["bytes"] * 8 / self.width
+            out.append(row)
+        return out
+
+
+def interval_for(duration: float, bins: int = 100) -> float:
+    """A round interval giving about `bins` intervals over `duration` seconds."""
+    if not duration > 0:
+        return 1.0
+    raw = duration / bins
+    mag = 10 ** np.floor(np.log10(raw))
+    return float(next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw))
+
+
+class Collected:
+    """What one pass over a capture gathered: total time bins, per-conversation bins and packet columns."""
+
+    def __init__(self, total: TimeBins, per_conv: Dict[int, TimeBins], packets: Dict[int, dict], cm: np.ndarray):
+        self.total, self.per_conv, self.packets, self.cm = total, per_conv, packets, cm
+
+
+def collect(path: str, conversations: List[dict], interval: float, icrc: bool = True, mask=None) -> Collected:
+    """One pass: time bins for everything and for each conversation given (rows of `flows.analyse`), the
+    packet columns of those conversations (side 0 = a→b), and every CM MAD (for ladder diagrams)."""
+    halves = {}
+    for i, r in enumerate(conversations):
+        for side, (src, dst, qpn) in enumerate(((r["a"], r["b"], r["qpn_b"]), (r["b"], r["a"], r["qpn_a"]))):
+            if qpn is not None:
+                halves[(src, dst, int(qpn, 16))] = (i, side)
+    total = TimeBins(interval)
+    per_conv = {i: None for i in range(len(conversations))}
+    parts: Dict[int, list] = {i: [] for i in range(len(conversations))}
+    cms = []
+    for rec in scan(path, icrc=icrc):
+        if mask is not None:
+            rec = rec[mask(rec)]
+        if not len(rec):
+            continue
+        total.add(rec)
+        b = rec[(rec["flags"] & R.F_BTH) > 0]
+        if not len(b):
+            continue
+        cm = b[((b["flags"] & R.F_MAD) > 0) & (b["mad_class"] == 0x07)]
+        if len(cm):
+            cms.append(cm)
+        _, first, inv = group_rows(b, ("src", "dst", "slid", "dlid", "destqp"))
+        conv = np.full(len(first), -1, np.int64)
+        side = np.zeros(len(first), np.int64)
+        for j, i in enumerate(first.tolist()):
+            key = (end_text(bytes(b["src"][i]), int(b["slid"][i])), end_text(bytes(b["dst"][i]), int(b["dlid"][i])),
+                   int(b["destqp"][i]))
+            hit = halves.get(key)
+            if hit is not None:
+                conv[j], side[j] = hit
+        rc, rs = conv[inv], side[inv]
+        for ci in np.unique(rc[rc >= 0]).tolist():
+            sel = rc == ci
+            pb = b[sel]
+            cols = {k: pb[k] for k in COLUMNS}
+            cols["side"] = rs[sel].astype(np.int8)
+            cols["bad_icrc"] = pb["icrc"] == R.BAD
+            parts[ci].append(cols)
+            if per_conv[ci] is None:
+                per_conv[ci] = TimeBins(interval, total.t0)
+            per_conv[ci].add(pb)
+    packets = {}
+    for ci, ps in parts.items():
+        if ps:
+            packets[ci] = {k: np.concatenate([p[k] for p in ps]) for k in ps[0]}
+    return Collected(total, {k: v for k, v in per_conv.items() if v is not None}, packets,
+                     np.concatenate(cms) if cms else np.zeros(0, R.RECORD))
+
+
+def unwrap(psn: np.ndarray) -> np.ndarray:
+    """24-bit PSNs as a continuing int64 sequence (each step taken as the shortest serial distance)."""
+    if not len(psn):
+        return psn.astype(np.int64)
+    p = psn.astype(np.int64)
+    d = ((np.diff(p) + (1 << 23)) % PSN_MOD) - (1 << 23)
+    return np.concatenate([[p[0]], p[0] + np.cumsum(d)])
+
+
+def _exclusive_cummax(v: np.ndarray, start: int) -> np.ndarray:
+    out = np.empty(len(v), np.int64)
+    if len(v):
+        out[0] = start
+        out[1:] = np.maximum.accumulate(np.maximum(v[:-1], start))
+    return out
+
+
+def channel(pk: dict, side: int) -> Optional[dict]:
+    """The sequencing of requests sent by `side` and the responses to them (see the module docstring).
+    Returns the arrays to draw and the event counts, or None when that side sent no request."""
+    op = pk["opcode"]
+    s = pk["side"]
+    req = (s == side) & IS_REQ[op]
+    if not req.any():
+        return None
+    resp = (s != side) & (IS_READ_RESP[op] | HAS_AETH[op]) & ~IS_REQ[op]
+    sel = np.nonzero(req | resp)[0]
+    t, o = pk["time"][sel], op[sel]
+    u = unwrap(pk["psn"][sel])
+    is_req = req[sel]
+    bad = pk["bad_icrc"][sel] & is_req
+    syn = np.where(HAS_AETH[o] & ~is_req, pk["aeth_syndrome"][sel].astype(np.int64) >> 5, -1)
+    dmalen = pk["reth_dmalen"][sel].astype(np.int64)
+    rread = IS_READ_REQ[o] & is_req
+    # next expected PSN after each packet (bad-ICRC requests and ACKs/NAKs do not move it)
+    nxt = np.where(rread, u + np.maximum(1, -(-dmalen // 4096)), u + 1)
+    moves = (is_req & ~bad) | (IS_READ_RESP[o] & ~is_req)
+    lo = int(u.min()) - 1
+    expected = _exclusive_cummax(np.where(moves, nxt, lo), lo)
+    allow = _exclusive_cummax(np.where(rread & ~bad, u + np.maximum(1, -(-dmalen // 256)), lo), lo)
+    live = is_req & ~bad
+    first_live = np.argmax(live) if live.any() else len(u)
+    counted = live & (np.arange(len(u)) > first_live)
+    gap = np.where(counted, u - expected, 0)
+    gap = np.where((gap > 0) & (u <= allow), 0, gap)
+    gap = np.maximum(gap, 0)
+    back = counted & (u < expected)
+    # late packets: first sight of a PSN (inside a gap) before any NAK of this channel -> out of order
+    firsts = np.zeros(len(u), bool)
+    live_idx = np.nonzero(live)[0]
+    if len(live_idx):
+        uu = u[live_idx]
+        _, fi = np.unique(uu, return_index=True)
+        firsts[live_idx[fi]] = True
+    nak_before = np.maximum.accumulate((syn == 1) | (syn == 3))
+    nak_before = np.r_[False, nak_before[:-1]] if len(nak_before) else nak_before
+    late = back & firsts & ~nak_before
+    # go-back-N after it (the next request repeats the following PSN): it was a retransmission after all
+    req_idx = np.nonzero(live)[0]
+    pos = np.searchsorted(req_idx, np.nonzero(late)[0])
+    for k, i in zip(pos.tolist(), np.nonzero(late)[0].tolist()):
+        if k + 1 < len(req_idx):
+            j = req_idx[k + 1]
+            if u[j] == u[i] + 1 and not firsts[j]:
+                late[i] = False
+    retrans = back & ~late
+    filled = set(u[late].tolist())
+    drop_psns = []
+    for i in np.nonzero(gap)[0].tolist():
+        drop_psns += [(float(t[i]), p) for p in range(int(expected[i]), int(u[i])) if p not in filled][:4096]
+    # latencies: ACK (or READ completion) covering each first transmission
+    acks = ((syn == 0) & ~is_req) | (IS_READ_LAST[o] & ~is_req)
+    ai = np.nonzero(acks)[0]
+    pend = np.nonzero(firsts & IS_RC[o] & ~rread)[0]
+    ack_lat = np.zeros(0)
+    if len(ai) and len(pend):
+        cm = np.maximum.accumulate(u[ai])
+        k = np.maximum(np.searchsorted(ai, pend), np.searchsorted(cm, u[pend], "left"))
+        ok = k < len(ai)
+        ack_lat = t[ai[k[ok]]] - t[pend[ok]]
+    read_lat = np.zeros(0)
+    rq = np.nonzero(rread & firsts)[0]
+    rf = np.nonzero(IS_READ_FIRST[o] & ~is_req)[0]
+    if len(rq) and len(rf):
+        first_resp = {}
+        for i in rf.tolist():
+            first_resp.setdefault(int(u[i]), i)
+        read_lat = np.array([t[first_resp[int(u[i])]] - t[i] for i in rq.tolist()
+                             if int(u[i]) in first_resp and first_resp[int(u[i])] > i])
+    rnr = np.nonzero(syn == 1)[0]
+    waits = []
+    for i in rnr.tolist():
+        nxt_req = req_idx[np.searchsorted(req_idx, i)] if np.searchsorted(req_idx, i) < len(req_idx) else None
+        waits.append((t[i], t[nxt_req] if nxt_req is not None else t[i]))
+    return {"time": t, "psn": u, "is_req": is_req, "bad": bad, "syn": syn, "opcode": o,
+            "retrans": retrans, "late": late, "drop_points": drop_psns, "rnr_waits": waits,
+            "ack_latency": ack_lat, "read_latency": read_lat,
+            "counts": {"drops": int(gap.sum()) - int(late.sum()), "retransmissions": int(retrans.sum()),
+                       "out_of_order": int(late.sum()), "naks": int((syn == 3).sum()), "rnr_naks": int(len(rnr)),
+                       "bad_icrc": int(bad.sum()), "requests": int(is_req.sum())}}

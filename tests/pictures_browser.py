@@ -1,0 +1,71 @@
+"""Read a rendered report page in headless Chromium (Debian's `chromium`, installed by ./dev test).
+
+A copy of the page gets a probe script that runs after layout: for every `svg.chart` it records its data
+attributes and size, and for each kind of mark how many there are and how many the browser laid out inside
+the chart's plot area; bars, lines and ladder messages likewise.  The probe's JSON is read back from the DOM
+Chromium dumps (--dump-dom), so the numbers are those of the page as a browser renders it.
+"""
+import html
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+PROBE = r"""<script>
+(() => {
+  const out = {charts: [], title: document.title, sections: document.querySelectorAll('section').length};
+  for (const svg of document.querySelectorAll('svg.chart')) {
+    const box = svg.getBoundingClientRect();
+    const area = (svg.querySelector('.plot-area') || svg).getBoundingClientRect();
+    const inside = r => r.width + r.height > 0 && r.left >= area.left - 6 && r.right <= area.right + 6 &&
+                        r.top >= area.top - 6 && r.bottom <= area.bottom + 6;
+    const marks = {};
+    for (const m of svg.querySelectorAll('.mark, .band')) {
+      const k = m.classList[1];
+      marks[k] = marks[k] || {n: 0, inside: 0};
+      marks[k].n++;
+      if (inside(m.getBoundingClientRect())) marks[k].inside++;
+    }
+    out.charts.push({
+      cls: svg.getAttribute('class'), data: Object.assign({}, svg.dataset), width: box.width, height: box.height,
+      section: svg.closest('section') ? svg.closest('section').dataset.conversation : null, marks,
+      bars: [...svg.querySelectorAll('.bar')].map(b => [Number(b.dataset.count), b.getBoundingClientRect().height]),
+      lines: [...svg.querySelectorAll('.series')].map(p => [p.dataset.name, p.points.numberOfItems, p.getBBox().width]),
+      texts: [...svg.querySelectorAll('text')].map(t => t.textContent),
+      groups: [...svg.querySelectorAll('g[class]')].map(g => [g.getAttribute('class'), Object.assign({}, g.dataset),
+                                                           g.getBoundingClientRect().width]),
+    });
+  }
+  const pre = document.createElement('pre');
+  pre.id = 'probe';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium")
+    assert exe, "chromium is required (apt-get install chromium; ./dev test installs it)"
+    return exe
+
+
+def render(page: Path, tmp: Path) -> dict:
+    """The probe's findings for `page` as Chromium lays it out."""
+    text = page.read_text(encoding="utf-8")
+    probe = tmp / (page.stem + ".probe.html")
+    probe.write_text(text.replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    r = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                        "--window-size=1200,900", f"--user-data-dir={tmp / 'chromium-profile'}",
+                        "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
+    m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
+    assert m, f"the page did not render in chromium: {r.stderr[-500:]}"
+    return json.loads(html.unescape(m.group(1)))
+
+
+def self_contained(text: str) -> bool:
+    """No script, stylesheet link, import or reference that would fetch anything."""
+    return not re.search(r"<script|<link|@import|<iframe|<img|(src|href)\s*=\s*['\"]?(https?:|//|file:)|url\((?!#)", text,
+                         re.I)
