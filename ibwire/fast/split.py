@@ -1,95 +1,17 @@
 """Cut a large pcap or pcapng file into byte spans that start on record boundaries, so several processes
 can decode it at once (statistics only: frame numbers are not known inside a span).
 
-A boundary is found by resynchronising: the first offset after the cut from which a chain of records
-stays plausible for CHAIN records or to the end of the file.  pcap: lengths within the snap length,
-captured ≤ original, sub-second field in range, seconds close to the file's first packet.  pcapng: a
-packet block whose every block's trailing length repeats its leading one.  A pcapng span reads its
-section header and interfaces from the start of the file (fast.walk.SpanContextLost when a later block
-would change them).
+Each cut moves to the next record start fast.resync trusts.  A pcapng span reads its section header and
+interfaces from the start of the file (fast.walk.SpanContextLost when a later block would change them).
 """
 import os
 import struct
 from typing import List, Optional, Tuple
 
-from .walk import PCAP_MAGICS, PCAPNG_SHB
+from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
+from .resync import boundary, pcapng_boundary
 
-CHAIN = 64
-SEARCH = 1 << 20
 MIN_SPLIT = 64 << 20     # files smaller than this are not worth splitting
-
-
-def _plausible_chain(data: bytes, p: int, endian: str, snap: int, frac_max: int, sec0: int, end: int) -> bool:
-    hdr = struct.Struct(endian + "IIII")
-    for _ in range(CHAIN):
-        if p == end:
-            return True
-        if p + 16 > len(data):
-            return True        # ran past the read window after several good records
-        sec, frac, incl, orig = hdr.unpack_from(data, p)
-        if incl > snap or incl > orig or orig > max(snap, 262144) or frac >= frac_max or abs(sec - sec0) > 366 * 86400:
-            return False
-        p += 16 + incl
-    return True
-
-
-def boundary(path: str, offset: int) -> Optional[int]:
-    """The first record start at or after `offset` in a pcap file, or None when none can be trusted."""
-    with open(path, "rb") as f:
-        head = f.read(40)
-        size = os.fstat(f.fileno()).st_size
-        if head[:4] not in PCAP_MAGICS or len(head) < 40:
-            return None
-        endian, scale, rec_len = PCAP_MAGICS[head[:4]]
-        if rec_len != 16:
-            return None
-        snap = struct.unpack_from(endian + "I", head, 16)[0] or 262144
-        sec0 = struct.unpack_from(endian + "I", head, 24)[0]
-        frac_max = 1_000_000 if scale == 1e-6 else 1_000_000_000
-        f.seek(offset)
-        data = f.read(SEARCH + CHAIN * (snap + 16))
-    for p in range(0, min(SEARCH, len(data))):
-        if _plausible_chain(data, p, endian, snap, frac_max, sec0, size - offset):
-            return offset + p
-    return None
-
-
-PCAPNG_BLOCKS = (1, 2, 3, 4, 5, 6, 0x0A0D0D0A)   # interface, packet (old), simple, names, statistics, enhanced
-
-
-def _pcapng_chain(data: bytes, p: int, endian: str, end: int) -> bool:
-    u32 = struct.Struct(endian + "I").unpack_from
-    for _ in range(CHAIN):
-        if p == end or p + 8 > len(data):
-            return True
-        btype, blen = u32(data, p)[0], u32(data, p + 4)[0]
-        if btype not in PCAPNG_BLOCKS or blen < 12 or blen % 4 or blen > 0x4000000:
-            return False
-        if p + blen > len(data):
-            return True
-        if u32(data, p + blen - 4)[0] != blen:
-            return False
-        p += blen
-    return True
-
-
-def pcapng_boundary(path: str, offset: int) -> Optional[int]:
-    """The first Enhanced or Simple Packet Block at or after `offset` in a pcapng file whose section
-    started in the file's byte order, or None when none can be trusted."""
-    with open(path, "rb") as f:
-        head = f.read(12)
-        size = os.fstat(f.fileno()).st_size
-        if head[:4] != PCAPNG_SHB or len(head) < 12:
-            return None
-        endian = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
-        offset -= offset % 4                  # every block length is a multiple of 4
-        f.seek(offset)
-        data = f.read(SEARCH + 4 * (1 << 20))
-    u32 = struct.Struct(endian + "I").unpack_from
-    for p in range(0, min(SEARCH, len(data) - 8), 4):
-        if u32(data, p)[0] in (3, 6) and _pcapng_chain(data, p, endian, size - offset):
-            return offset + p
-    return None
 
 
 def _first_packet_block(path: str) -> Optional[int]:

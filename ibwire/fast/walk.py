@@ -15,6 +15,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..errors import UserError
 from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
 from . import _native
+from .resync import boundary
 
 CHUNK = 1 << 23
 OK, NEED, IMPOSSIBLE, META = 0, 1, 2, 3     # _native.walk_pcap / walk_pcapng status
@@ -102,7 +103,6 @@ class CaptureWalk:
             self.f.close()
 
     def _pcap(self) -> Iterator[Positions]:
-        from .split import boundary
         self._refill(0)
         if len(self.buf) < 24:
             self.problems.append("file header truncated")

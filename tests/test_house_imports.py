@@ -1,0 +1,131 @@
+"""The house rules of the code, read from the source with ast: data flows one way (bytes -> readers ->
+layers/records -> analyzers -> reports/CLI), so no module imports a later stage, and no two modules import
+each other through any chain (every import counts, also one inside a function)."""
+import ast
+import functools
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Stages in data-flow order; a module may import its own stage or an earlier one, never a later one.
+# Producers of bytes (capture, synthesis, the lab, conversion) stand with the readers: they feed the path.
+STAGES = [
+    ("protocol tables and layers", ("dissectors", "ibwire.errors")),
+    ("readers, writers and producers of bytes",
+     ("ibwire.readers", "ibwire.writers", "ibwire.fast.walk", "ibwire.fast.resync", "ibwire.fast.split",
+      "ibwire.fast._native", "ibwire.capture", "ibwire.synth", "ibwire.lab", "ibwire.convert")),
+    ("layers and records", ("ibwire.decode", "ibwire.fast", "ibwire.filter")),
+    ("analyzers and reports", ("ibwire.analysis", "ibwire.audit", "ibwire.fabric")),
+    ("CLI", ("ibwire.cli", "ibwire")),
+]
+
+
+def modules() -> dict:
+    """Dotted name -> source path of every project module, plus the compiled ones pyproject declares."""
+    found = {}
+    for top in ("ibwire", "dissectors"):
+        for p in (ROOT / top).rglob("*.py"):
+            parts = list(p.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = p
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for ext in conf["tool"]["setuptools"]["ext-modules"]:
+        found[ext["name"]] = None
+    return found
+
+
+def imports_of(name: str, path: Path, known: dict) -> set:
+    """Project modules that module `name` (source at `path`) imports anywhere in its text."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            wanted = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            stem = ".".join(base + ([node.module] if node.module else []))
+            wanted = [f"{stem}.{a.name}" for a in node.names]
+        else:
+            continue
+        for w in wanted:
+            while w and w not in known:          # `from pkg import function` names the package
+                w = w.rpartition(".")[0]
+            if w and w != name:
+                targets.add(w)
+    return targets
+
+
+@functools.lru_cache(maxsize=1)
+def graph() -> dict:
+    known = modules()
+    return {n: imports_of(n, p, known) if p else set() for n, p in known.items()}
+
+
+def stage_of(name: str) -> int:
+    best, at = -1, 0
+    for i, (_, prefixes) in enumerate(STAGES):
+        for pre in prefixes:
+            if (name == pre or name.startswith(pre + ".")) and len(pre) > best:
+                best, at = len(pre), i
+    assert best >= 0, f"{name} belongs to no stage of the data path; add it to STAGES"
+    return at
+
+
+def circles(g: dict) -> list:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(g[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_imports_another_that_imports_it_back():
+    assert circles(graph()) == []
+
+
+def test_imports_follow_the_data_path_one_way():
+    wrong = [f"{a} ({STAGES[stage_of(a)][0]}) imports {b} ({STAGES[stage_of(b)][0]})"
+             for a, targets in sorted(graph().items()) for b in sorted(targets) if stage_of(b) > stage_of(a)]
+    assert wrong == []
+
+
+def test_layers_import_nothing_of_the_application():
+    """dissectors/ is importable without the app: scapy layers and protocol tables only."""
+    g = graph()
+    assert [(a, b) for a in g if a.startswith("dissectors") for b in g[a] if b.startswith("ibwire")] == []
+
+
+def test_the_checks_catch_what_they_should():
+    """The checker itself: a circle and a backwards import in a made-up graph are found."""
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert stage_of("ibwire.readers.capfile") < stage_of("ibwire.analysis.stats") < stage_of("ibwire.cli.stats")
+    known = modules()
+    g = graph()
+    assert "ibwire.fast.resync" in g["ibwire.fast.walk"] and "ibwire.fast._native" in g["ibwire.fast.walk"]
+    assert set(g["ibwire.cli.stats"]) >= {"ibwire.analysis.stats", "ibwire.cli.app"}
+    assert len(known) > 50
