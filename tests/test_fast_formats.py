@@ -16,7 +16,7 @@ from ibwire.writers import PcapngWriter, PcapWriter
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
 ROCE = PUBLIC / "m3_nvme_nvme-discover.pcap"
 IB = PUBLIC / "srinivas_infiniband.pcap"
-SAME = [f for f in R.RECORD.names if f not in ("time", "frame")]
+SAME = [f for f in R.RECORD.names if f not in ("time", "time_ns", "frame")]
 
 
 def _same(a, b):

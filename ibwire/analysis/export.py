@@ -1,94 +1,193 @@
-"""Parquet export of per-packet records and of the conversation table (pyarrow), streamed batch by batch.
+"""Typed Arrow/Parquet tables of per-packet records and of the conversation table (pyarrow).
 
-Field names are the display-filter keys with dots turned into underscores (`bth_p_key`); addresses are
-kept as 16-byte binaries and also as dictionary-encoded text, opcodes and statuses as readable names.
+Field names are the display-filter keys with dots turned into underscores (`bth_p_key`).  Every column
+has one type whatever the capture holds, so a table with zero rows has the full schema: integers for
+QPNs, P_Keys and LIDs, `frame_time` as timestamp[ns, UTC], addresses as 16-byte binaries and also as
+dictionary-encoded text, opcodes and CRC statuses as names; a header the packet does not carry (LRH on
+RoCE, Ethernet on native InfiniBand, RETH on a SEND) is null, not zero.
 """
-import json
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from dissectors.opcodes import lookup
-from ..errors import UserError
+from dissectors.opcodes import OPCODES, lookup
 from ..fast import records as R
 from .hashing import group_rows
 
 _OPNAMES = [lookup(c).full_name for c in range(256)]
+_TIME = pa.timestamp("ns", tz="UTC")
+_BTH_FIELDS = ("opcode", "se", "m", "padcnt", "tver", "p_key", "fecn", "becn", "destqp", "a", "psn", "paylen")
+_MAD_FIELDS = ("mad_class", "mad_classver", "mad_method", "mad_status", "mad_attrid", "mad_attrmod", "mad_tid")
+_LRH_FIELDS = ("slid", "dlid", "sl", "vl")
+# Record field -> the extended header (opcodes.py names) that carries it.
+_EXT_OF = {"reth_va": "reth", "reth_r_key": "reth", "reth_dmalen": "reth", "aeth_syndrome": "aeth",
+           "aeth_msn": "aeth", "deth_q_key": "deth", "deth_srcqp": "deth", "atomic_va": "atomiceth",
+           "atomic_r_key": "atomiceth", "atomic_swapdt": "atomiceth", "atomic_cmpdt": "atomiceth",
+           "atomicack": "atomicacketh", "immdt": "immdt", "ieth": "ieth", "xrcsrq": "xrceth"}
+_HAS = {h: np.array([h in OPCODES[c].headers if c in OPCODES else False for c in range(256)])
+        for h in set(_EXT_OF.values())}
+_ETH_LINKS = np.array([k in (R.ROCE1, R.ROCE2V4, R.ROCE2V6) for k in range(256)])
+_LRH_LINKS = np.array([k in (R.IB, R.IBGRH) for k in range(256)])
+_UDP_LINKS = np.array([k in (R.ROCE2V4, R.ROCE2V6) for k in range(256)])
+_SKIP = ("time", "time_ns")   # the record's float and integer times become the one frame_time column
 
 
 def _name(field: str) -> str:
     return R.FIELD_KEYS.get(field, field).replace(".", "_")
 
 
-def _text_dict(rec: np.ndarray, field: str, fmt) -> pa.DictionaryArray:
-    """An address column as a dictionary of its distinct values in text (null where all zero)."""
+def _nonzero(col: np.ndarray) -> np.ndarray:
+    """Rows of a fixed-size bytes column that hold anything but zero bytes."""
+    n = col.dtype.itemsize
+    return np.ascontiguousarray(col).view(np.uint8).reshape(-1, n).any(axis=1) if len(col) else np.zeros(0, bool)
+
+
+def _present(rec: np.ndarray) -> dict:
+    """Field -> bool array of the rows whose packet carries that field (absent fields are null)."""
+    fl, link, op = rec["flags"], rec["link"], rec["opcode"]
+    bth = (fl & R.F_BTH) > 0
+    mad = (fl & R.F_MAD) > 0
+    cm = mad & (rec["mad_class"] == 0x07)
+    attr = rec["mad_attrid"]
+    addr = ((fl & R.F_GRH) > 0) | _nonzero(rec["src"]) | _nonzero(rec["dst"])
+    eth = _ETH_LINKS[link] | _nonzero(rec["eth_src"]) | _nonzero(rec["eth_dst"])
+    out = {"eth_src": eth, "eth_dst": eth, "src": addr, "dst": addr, "ecn": addr, "vlan": rec["vlan"] >= 0,
+           "udp_src": _UDP_LINKS[link] | (rec["udp_src"] > 0) | (rec["udp_dst"] > 0),
+           "cm_comm_id": cm, "cm_remote_comm_id": cm & (attr != 0x10), "cm_qpn": cm & ((attr == 0x10) | (attr == 0x13))}
+    out["udp_dst"] = out["udp_src"]
+    out.update({f: _LRH_LINKS[link] for f in _LRH_FIELDS})
+    out.update({f: bth for f in _BTH_FIELDS})
+    out.update({f: mad for f in _MAD_FIELDS})
+    out.update({f: bth & _HAS[h][op] for f, h in _EXT_OF.items()})
+    return out
+
+
+def _arrow_type(field: str) -> pa.DataType:
+    dt = R.RECORD[field]
+    if dt.kind == "V":
+        return pa.binary(dt.itemsize)
+    if field in ("icrc", "vcrc", "link"):
+        return pa.dictionary(pa.int8(), pa.string())
+    if field == "vlan":
+        return pa.uint16()
+    return pa.from_numpy_dtype(dt)
+
+
+def record_schema() -> pa.Schema:
+    """The export's columns and types (the same for every capture, with or without packets)."""
+    fields = [pa.field("frame_time", _TIME)]
+    fields += [pa.field(_name(f), _arrow_type(f)) for f in R.RECORD.names if f not in _SKIP]
+    dict_str = pa.dictionary(pa.int32(), pa.string())
+    fields += [pa.field("src_addr", dict_str), pa.field("dst_addr", dict_str), pa.field("operation", dict_str)]
+    return pa.schema(fields)
+
+
+def _text_dict(rec: np.ndarray, field: str, fmt, valid: np.ndarray) -> pa.DictionaryArray:
+    """An address column as a dictionary of its distinct values in text (null where absent)."""
     _, first, inv = group_rows(rec, (field,))
     col = rec[field]
     words = [bytes(col[i]) for i in first.tolist()]
-    empty = np.array([not w.strip(b"\0") for w in words], bool)
     inv = inv.astype(np.int32)
-    return pa.DictionaryArray.from_arrays(pa.array(inv, mask=empty[inv] if len(words) else None),
-                                          pa.array([fmt(w) for w in words], pa.string()))
+    return pa.DictionaryArray.from_arrays(pa.array(inv, mask=~valid), pa.array([fmt(w) for w in words], pa.string()))
 
 
-def _enum(col: np.ndarray, names) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.array(col.astype(np.int32)), pa.array(list(names), pa.string()))
+def _enum(col: np.ndarray, names, valid: Optional[np.ndarray] = None) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(col.astype(np.int8), mask=None if valid is None else ~valid),
+                                          pa.array(list(names), pa.string()))
 
 
 def record_table(rec: np.ndarray) -> pa.Table:
-    cols, names = [], []
-    bth = (rec["flags"] & R.F_BTH) > 0
+    """One row per record with the columns of `record_schema()`."""
+    schema = record_schema()
+    present = _present(rec)
+    cols = [pa.array(rec["time_ns"], pa.int64()).view(_TIME)]
     for f in R.RECORD.names:
+        if f in _SKIP:
+            continue
         c = rec[f]
+        valid = present.get(f)
+        mask = None if valid is None or valid.all() else ~valid
         if c.dtype.kind == "V":
             n = c.dtype.itemsize
-            arr = pa.FixedSizeBinaryArray.from_buffers(pa.binary(n), len(c), [None, pa.py_buffer(np.ascontiguousarray(c).tobytes())])
+            bitmap = None if mask is None else pa.array(valid).buffers()[1]
+            arr = pa.FixedSizeBinaryArray.from_buffers(pa.binary(n), len(c), [bitmap, pa.py_buffer(np.ascontiguousarray(c))],
+                                                       null_count=-1 if mask is not None else 0)
         elif f in ("icrc", "vcrc"):
-            arr = _enum(c, R.CRC_STATUS)
+            arr = _enum(c, R.CRC_STATUS, c != R.ABSENT)
         elif f == "link":
             arr = _enum(c, R.LINK_KINDS)
+        elif f == "vlan":
+            arr = pa.array(c.astype(np.uint16), mask=mask)
         else:
-            arr = pa.array(np.ascontiguousarray(c))
+            arr = pa.array(np.ascontiguousarray(c), mask=mask)
         cols.append(arr)
-        names.append(_name(f))
-    for f, fmt in (("src", R.addr_text), ("dst", R.addr_text)):
-        cols.append(_text_dict(rec, f, fmt))
-        names.append(f"{f}_addr")
+    cols.append(_text_dict(rec, "src", R.addr_text, present["src"]))
+    cols.append(_text_dict(rec, "dst", R.addr_text, present["dst"]))
+    bth = present["opcode"]
     ops = pa.array(rec["opcode"].astype(np.int32), mask=~bth)
     cols.append(pa.DictionaryArray.from_arrays(ops, pa.array(_OPNAMES, pa.string())))
-    names.append("operation")
-    return pa.Table.from_arrays(cols, names=names)
+    return pa.Table.from_arrays(cols, schema=schema)
 
 
-def write_records(batches, path: str, progress=None, scan=None) -> int:
-    writer, n = None, 0
-    try:
+# --- the conversation table -------------------------------------------------------------------------------
+
+MESSAGE_KINDS = ("send", "write", "read", "atomic", "flush", "atomic_write", "resync", "unknown")
+_COUNTS = pa.struct([pa.field(k, pa.int64()) for k in MESSAGE_KINDS])
+_LATENCY = pa.struct([pa.field("n", pa.int64())] + [pa.field(k, pa.float64()) for k in ("p50", "p90", "p99", "max")])
+FLOW_SCHEMA = pa.schema([
+    ("conversation", pa.int32()), ("transport", pa.string()), ("a", pa.string()), ("b", pa.string()),
+    ("qpn_a", pa.uint32()), ("qpn_b", pa.uint32()), ("p_key", pa.list_(pa.uint16())), ("paired_by", pa.string()),
+    ("packets_a_to_b", pa.int64()), ("packets_b_to_a", pa.int64()), ("bytes_a_to_b", pa.int64()),
+    ("bytes_b_to_a", pa.int64()), ("payload_bytes", pa.int64()), ("first_time", _TIME), ("duration_s", pa.float64()),
+    ("goodput_bps", pa.float64()), ("messages", _COUNTS), ("message_bytes", _COUNTS),
+    ("one_sided", pa.int64()), ("two_sided", pa.int64()),
+    ("psn_gaps", pa.int64()), ("drops", pa.int64()), ("retransmissions", pa.int64()), ("out_of_order", pa.int64()),
+    ("length_mismatch", pa.int64()), ("bad_icrc", pa.int64()),
+    ("acks", pa.int64()), ("naks", pa.map_(pa.string(), pa.int64())), ("rnr_naks", pa.int64()),
+    ("rnr_timer_ms", pa.map_(pa.float64(), pa.int64())), ("ack_coalescing", pa.float64()),
+    ("max_outstanding", pa.int64()), ("reads_completed", pa.int64()), ("unmatched_read_responses", pa.int64()),
+    ("unacknowledged_at_end", pa.int64()), ("read_latency_us", _LATENCY), ("ack_latency_us", _LATENCY),
+    ("cnp_received_a", pa.int64()), ("cnp_received_b", pa.int64()), ("ecn_ce", pa.int64()),
+])
+
+
+def _typed_flow(r: dict) -> dict:
+    """A conversation row (flows.analyse) in FLOW_SCHEMA's types."""
+    out = dict(r)
+    for k in ("qpn_a", "qpn_b"):
+        out[k] = None if r.get(k) is None else int(r[k], 16)
+    out["p_key"] = [int(p, 16) for p in r["p_key"].split(",") if p]
+    out["first_time"] = r.get("first_time_ns")
+    for k in ("messages", "message_bytes"):
+        out[k] = {m: r[k].get(m, 0) for m in MESSAGE_KINDS}
+    if r.get("naks") is not None:
+        out["naks"] = list(r["naks"].items())
+    if r.get("rnr_timer_ms") is not None:
+        out["rnr_timer_ms"] = [(float(k), v) for k, v in r["rnr_timer_ms"].items()]
+    return out
+
+
+def flow_table(rows: List[dict]) -> pa.Table:
+    """The conversation table with FLOW_SCHEMA's columns (also when there are no conversations)."""
+    typed = [_typed_flow(r) for r in rows]
+    return pa.Table.from_pylist([{k: t.get(k) for k in FLOW_SCHEMA.names} for t in typed], schema=FLOW_SCHEMA)
+
+
+def write_records(batches, where, progress=None, scan=None) -> int:
+    """Stream record batches into one Parquet file (`where`: a path or a binary file object)."""
+    import pyarrow.parquet as pq
+    n = 0
+    with pq.ParquetWriter(where, record_schema(), compression="zstd") as writer:
         for rec in batches:
-            t = record_table(rec)
-            if writer is None:
-                writer = pq.ParquetWriter(path, t.schema, compression="zstd")
-            writer.write_table(t)
+            writer.write_table(record_table(rec))
             n += len(rec)
             if progress and scan is not None:
                 progress(len(rec), scan.bytes_done)
-        if writer is None:
-            pq.write_table(record_table(np.zeros(0, R.RECORD)), path)
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e}") from None
-    finally:
-        if writer is not None:
-            writer.close()
     return n
 
 
-def write_flows(rows: List[dict], path: str) -> None:
-    """Conversation rows; nested dicts (messages, NAKs, latency percentiles) become JSON strings."""
-    flat = [{k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in r.items()} for r in rows]
-    keys = list(dict.fromkeys(k for r in flat for k in r))
-    table = pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in flat]) if flat else pa.table({})
-    try:
-        pq.write_table(table, path)
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e}") from None
+def write_flows(rows: List[dict], where) -> None:
+    """The conversation table as Parquet (`where`: a path or a binary file object)."""
+    import pyarrow.parquet as pq
+    pq.write_table(flow_table(rows), where)

@@ -181,9 +181,9 @@ class _Conv:
         self.first_frame = 0              # frame number of its first packet (orders ties in the output)
 
     def packet(self, side: int, t: float, op: int, psn: int, ln: int, pay: int, dmalen: int, syn: int,
-               ecn: int, p_key: int, destqp: int, crc_bad: bool = False):
+               ecn: int, p_key: int, destqp: int, crc_bad: bool = False, tns: int = 0):
         if self.first is None:
-            self.first = t
+            self.first, self.first_ns = t, tns
         self.last = t
         self.packets[side] += 1
         self.bytes[side] += ln
@@ -351,6 +351,7 @@ class _Conv:
                "packets_a_to_b": self.packets[0], "packets_b_to_a": self.packets[1],
                "bytes_a_to_b": self.bytes[0], "bytes_b_to_a": self.bytes[1],
                "payload_bytes": self.payload[0] + self.payload[1], "first_time": self.first,
+               "first_time_ns": self.first_ns if self.first is not None else None,
                "duration_s": dur}
         out["goodput_bps"] = (out["payload_bytes"] * 8 / dur) if dur > 0 else None
         ops, obytes = defaultdict(int), defaultdict(int)
@@ -480,10 +481,10 @@ def _sequence(path, icrc, mask, conv_of, convs, share=(0, 1), progress=None):
         if not len(sel):
             continue
         cols = [b[k][sel].tolist() for k in ("time", "opcode", "psn", "len", "paylen", "reth_dmalen",
-                                               "aeth_syndrome", "ecn", "p_key", "destqp", "icrc")]
-        for cv, side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, crc in zip(
+                                               "aeth_syndrome", "ecn", "p_key", "destqp", "icrc", "time_ns")]
+        for cv, side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, crc, tns in zip(
                 row_obj[sel].tolist(), row_side[sel].tolist(), *cols):
-            cv.packet(side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, crc == R.BAD)
+            cv.packet(side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, crc == R.BAD, tns)
     rows = []
     for cid, cv in state.items():
         a, b = convs[cid]["halves"]

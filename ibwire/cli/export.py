@@ -28,12 +28,16 @@ def export(
         if name is not None:
             Path(name).parent.mkdir(parents=True, exist_ok=True)
     s = scan(file, icrc=icrc)
-    with progress(s.size, "export") as cb:
-        n = write_records(s, out, cb, s)
-    msg = f"wrote {n} packets to {out}"
+    try:
+        with progress(s.size, "export") as cb:
+            n = write_records(s, out, cb, s)
+        msg = f"wrote {n} packets to {out}"
+        if flows:
+            res = analyse(file, icrc=icrc)
+            write_flows(res["conversations"], flows)
+    except OSError as e:
+        raise UserError(f"cannot write: {e}") from None
     if flows:
-        res = analyse(file, icrc=icrc)
-        write_flows(res["conversations"], flows)
         msg += f" and {len(res['conversations'])} conversations to {flows}"
     for p in s.problems:
         typer.echo(f"warning: {p}", err=True)

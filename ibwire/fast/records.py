@@ -39,6 +39,7 @@ RECORD = np.dtype([
     ("mad_attrid", "u2"), ("mad_attrmod", "u4"), ("mad_tid", "u8"),
     ("cm_comm_id", "u4"), ("cm_remote_comm_id", "u4"), ("cm_qpn", "u4"),
     ("icrc", "u1"), ("vcrc", "u1"),
+    ("time_ns", "i8"),      # the same time as `time`, in integer nanoseconds since the epoch
 ])
 
 # Record field -> display-filter key (Wireshark names without "infiniband."), for fields that have one.

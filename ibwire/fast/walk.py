@@ -43,6 +43,7 @@ class Positions(NamedTuple):
     time: np.ndarray      # float64 seconds
     linktype: np.ndarray  # int64
     frame: np.ndarray     # int64, 1-based
+    ns: np.ndarray = None  # int64 nanoseconds since the epoch (exact where the file's resolution allows)
 
 
 def _u32(win: np.ndarray, col: int, endian: str) -> np.ndarray:
@@ -167,7 +168,7 @@ class CaptureWalk:
         self.bytes_done = self.base + end
         frames = np.arange(frame0, frame0 + n) if frame0 else np.zeros(n, np.int64)
         return Positions(data, avail, np.maximum(orig, avail), sec + frac * scale,
-                         np.full(n, linktype, np.int64), frames)
+                         np.full(n, linktype, np.int64), frames, sec * 1_000_000_000 + frac * round(scale * 1e9))
 
     def _pcapng(self) -> Iterator[Positions]:
         off, frame0, endian = 0, 1, "<"
@@ -246,8 +247,12 @@ class CaptureWalk:
             self.problems.append(f"{int(bad.sum())} packets name an interface that was never described")
             iface = np.where(bad, len(ifaces), iface)
         self.bytes_done = self.base + off
-        return Positions(data, incl, np.maximum(orig, incl), ((hi << 32) | lo).astype(np.float64) * scales[iface],
-                         lts[iface], np.arange(frame0, frame0 + len(o)))
+        ticks = (hi << 32) | lo
+        per_tick = np.array([i[1] * 1e9 for i in ifaces] + [0.0])[iface]
+        whole = (per_tick >= 1) & (np.abs(per_tick - np.round(per_tick)) < 1e-6)   # 1 ns or coarser: exact
+        ns = np.where(whole, ticks * np.round(per_tick).astype(np.int64), np.round(ticks * per_tick).astype(np.int64))
+        return Positions(data, incl, np.maximum(orig, incl), ticks.astype(np.float64) * scales[iface],
+                         lts[iface], np.arange(frame0, frame0 + len(o)), ns)
 
 
 def _ts_scale(opts: bytes, endian: str) -> float:

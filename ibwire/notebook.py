@@ -1,0 +1,192 @@
+"""The Python API behind `ibwire.read/flows/fabric/audit`: the CLI's analyses returned as a pyarrow Table
+or as typed objects (dataclasses) instead of printed."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from .errors import UserError
+
+
+def _need_file(path) -> str:
+    if not Path(path).is_file():
+        raise UserError(f"{path} does not exist or is not a file; give the path of a capture")
+    return str(path)
+
+
+def read(path, filter: Optional[str] = None, icrc: bool = True):
+    """Every packet (or those `filter` keeps) as a pyarrow Table with export.record_schema()'s columns."""
+    import pyarrow as pa
+
+    from .analysis.export import record_schema, record_table
+    from .fast import scan
+    from .fast.filter import compile_batch_filter
+    mask = compile_batch_filter(filter) if filter else None
+    parts = []
+    for rec in scan(_need_file(path), icrc=icrc):
+        if mask is not None:
+            rec = rec[mask(rec)]
+        if len(rec):
+            parts.append(record_table(rec))
+    if not parts:
+        return record_schema().empty_table()
+    return pa.concat_tables(parts, promote_options="permissive").unify_dictionaries().combine_chunks()
+
+
+def flows(path, filter: Optional[str] = None, icrc: bool = True):
+    from .analysis.conversation import Conversation, Flows
+    from .analysis.flows import analyse
+    from .fast.filter import compile_batch_filter
+    mask = compile_batch_filter(filter) if filter else None
+    res = analyse(_need_file(path), icrc, mask)
+    rows = res["conversations"]
+    return Flows([Conversation.from_row(r) for r in rows], list(res["problems"]), rows)
+
+
+def _make(cls, d: Optional[dict]):
+    """A dataclass from the keys of `d` it has fields for (None stays None)."""
+    if d is None:
+        return None
+    return cls(**{f.name: d.get(f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class Node:
+    guid: int
+    type: Optional[str]
+    description: Optional[str]
+    system_image_guid: Optional[int]
+    num_ports: Optional[int]
+    device_id: Optional[int]
+    vendor_id: Optional[int]
+
+
+@dataclass(frozen=True)
+class Port:
+    guid: Optional[int]
+    node_guid: int
+    port_num: int
+    lid: Optional[int]
+    lmc: Optional[int]
+    state: Optional[str]
+    master_sm_lid: Optional[int]
+    partition_enforcement: Optional[Dict[str, int]]
+    violations: Optional[Dict[str, int]]
+    pkeys: List[int]
+    pkey_table: List[int]
+    pkeys_last: Optional[str]
+    pkeys_frame: Optional[int]
+
+
+@dataclass(frozen=True)
+class SubnetManager:
+    guid: int
+    lid: Optional[int]
+    priority: int
+    state: str
+    actcount: int
+    sm_key: int
+    frame: int
+
+
+@dataclass(frozen=True)
+class Link:
+    a_node_guid: int
+    a_port: int
+    b_node_guid: int
+    b_port: int
+    active: Optional[str] = None
+    active_gbps: Optional[float] = None
+    best_supported: Optional[str] = None
+    best_supported_gbps: Optional[float] = None
+    best_enabled: Optional[str] = None
+    best_enabled_gbps: Optional[float] = None
+    below_supported: Optional[bool] = None
+    below_enabled: Optional[bool] = None
+
+
+@dataclass(frozen=True)
+class Trap:
+    frame: int
+    time: float
+    slid: int
+    dlid: int
+    generic: bool
+    type: int
+    number: Optional[int]
+    issuer_lid: int
+    details: Dict[str, object]
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The subnet as a capture's SMPs show it (the schema of `ibwire fabric --format json`)."""
+    capture: str
+    mads: int
+    smps: int
+    nodes: List[Node]
+    ports: List[Port]
+    master_sm: Optional[SubnetManager]
+    master_sm_lid: Optional[int]
+    sms_seen: List[SubnetManager]
+    links: List[Link]
+    traps: List[Trap]
+
+
+def fabric(path) -> Fabric:
+    from .fabric import fabric_view
+    v = fabric_view(_need_file(path))
+    links = [Link(a_node_guid=lk["a"]["node_guid"], a_port=lk["a"]["port_num"], b_node_guid=lk["b"]["node_guid"],
+                  b_port=lk["b"]["port_num"], **{k: x for k, x in lk.items() if k not in ("a", "b")}) for lk in v["links"]]
+    return Fabric(v["capture"], v["mads"], v["smps"], [_make(Node, n) for n in v["nodes"]],
+                  [_make(Port, p) for p in v["ports"]], _make(SubnetManager, v["sm"]["master"]),
+                  v["sm"]["master_lid"], [_make(SubnetManager, s) for s in v["sm"]["seen"]], links,
+                  [_make(Trap, t) for t in v["traps"]])
+
+
+@dataclass(frozen=True)
+class MatrixCell:
+    """Traffic from one tenant to another and the worst finding about that pair."""
+    src: str
+    dst: str
+    packets: int
+    bytes: int
+    worst: Optional[str]
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """An isolation audit's outcome (the JSON of `ibwire audit --format json`, typed)."""
+    verdict: str
+    fail_on: str
+    worst: Optional[str]
+    packets: int
+    frames: int
+    tenants: List[str]
+    matrix: List[MatrixCell]
+    findings: list                 # ibwire.audit.findings.Finding
+    unnamed_endpoints: Dict[str, int]
+    policy_warnings: List[str]
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "PASS"
+
+
+def audit(captures, policy, tenants=None, state=None, allow_both_pkeys: bool = False,
+          fail_on: str = "breach") -> AuditResult:
+    from .audit.findings import SEVERITIES
+    from .audit.policy import load_policy
+    from .audit.report import as_dict
+    from .audit.run import audit_captures, load_state
+    from .audit.tenants import load_tenants
+    if fail_on not in SEVERITIES:
+        raise UserError(f"fail_on={fail_on!r}: choose one of {', '.join(SEVERITIES)}")
+    paths = [_need_file(p) for p in captures]
+    res = audit_captures(paths, load_policy(str(policy), allow_both_pkeys),
+                         load_tenants(str(tenants)) if tenants else None, load_state(state))
+    d = as_dict(res, fail_on)
+    return AuditResult(d["verdict"], fail_on, d["worst"], d["packets"], d["frames"], d["tenants"],
+                       [MatrixCell(m["from"], m["to"], m["packets"], m["bytes"], m["worst"]) for m in d["matrix"]],
+                       list(res.findings), dict(d["unnamed_endpoints"]), list(d["policy_warnings"]))
