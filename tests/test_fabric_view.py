@@ -137,3 +137,64 @@ def test_fabric_cli_json_and_errors(sim, tmp_path):
     (tmp_path / "junk.pcap").write_bytes(b"not a capture")
     r = run_ibwire("fabric", tmp_path / "junk.pcap")
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
+
+
+def _blocks(text):
+    """ibnetdiscover output as a set of node blocks (its header, with the date and origin, left out)."""
+    return {b.strip("\n") for b in text.split("\n\n") if not b.startswith("#")}
+
+
+def test_fabric_ibnetdiscover_format_equals_real_ibnetdiscover(sim):
+    """The SM sweep in the capture rebuilds what infiniband-diags' ibnetdiscover printed on the same fabric:
+    every node block equal, byte for byte (ibnetdiscover orders nodes by its own discovery walk)."""
+    ours = run_ibwire("fabric", "--format", "ibnetdiscover", sim["path"], check=True).stdout
+    theirs = sim["outputs"]["ibnetdiscover"]
+    assert _blocks(ours) == _blocks(theirs) and len(_blocks(ours)) == 4
+    assert "# Initiated from node 0000000000100000 port 0000000000100001" in ours   # the master SM's port
+
+
+def _graphviz(dot_text, tmp_path):
+    """Graphviz's own reading of a DOT text (dot -Tjson): nodes by name with attributes, edges as name pairs."""
+    import subprocess
+    (tmp_path / "f.dot").write_text(dot_text)
+    r = subprocess.run(["dot", "-Tjson", str(tmp_path / "f.dot")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    g = json.loads(r.stdout)
+    objs = g.get("objects", [])
+    edges = [(objs[e["tail"]]["name"], objs[e["head"]]["name"], e) for e in g.get("edges", [])]
+    return {o["name"]: o for o in objs}, edges
+
+
+def test_fabric_dot_format_reads_in_graphviz(sim, tmp_path):
+    view = sim["view"]
+    nodes, edges = _graphviz(run_ibwire("fabric", "--format", "dot", sim["path"], check=True).stdout, tmp_path)
+    assert set(nodes) == {f"0x{n['guid']:016x}" for n in view["nodes"]}
+    assert sorted(tuple(sorted(e[:2])) for e in edges) == sorted(
+        tuple(sorted((f"0x{lk['a']['node_guid']:016x}", f"0x{lk['b']['node_guid']:016x}"))) for lk in view["links"])
+    assert [n for n, o in nodes.items() if o.get("peripheries") == "2"] == ["0x0000000000100000"]  # opensm on Hca1
+    assert all(e[2]["label"] == "4X QDR (40 Gb/s)" for e in edges)
+    _degraded_capture(tmp_path / "hdr.pcap")
+    _, (edge,) = _graphviz(run_ibwire("fabric", "--format", "dot", tmp_path / "hdr.pcap", check=True).stdout, tmp_path)
+    assert edge[2]["color"] == "red" and edge[2]["label"] == "4X QDR (40 Gb/s)"
+
+
+def test_fabric_report_draws_topology_in_chromium(sim, tmp_path):
+    from pictures_browser import render, self_contained
+    out = tmp_path / "fabric.html"
+    run_ibwire("fabric", sim["path"], "--report", out, check=True)
+    assert self_contained(out.read_text())
+    (topo,) = [c for c in render(out, tmp_path)["charts"] if c["cls"] == "chart topology"]
+    view = sim["view"]
+    drawn = [g for g in topo["groups"] if g[0].startswith("node")]
+    assert sorted(int(d["guid"], 16) for _, d, _ in drawn) == sorted(n["guid"] for n in view["nodes"])
+    assert [int(d["guid"], 16) for c, d, _ in drawn if "master-sm" in c.split()] == [0x100000]
+    assert sum(1 for c, d, _ in drawn if c.split()[1] == "switch") == 1
+    links = [g for g in topo["groups"] if g[0].startswith("link")]
+    assert len(links) == len(view["links"]) == 3 and all(w > 0 for _, _, w in links + drawn)
+    assert all(d["active"] == "4X QDR (40 Gb/s)" for _, d, _ in links)
+    assert topo["texts"].count("4X QDR") == 3 and "master SM" in topo["texts"]
+    # a link trained at 4X QDR between two 4X HDR ends is drawn degraded
+    _degraded_capture(tmp_path / "hdr.pcap")
+    run_ibwire("fabric", tmp_path / "hdr.pcap", "--report", tmp_path / "hdr.html", check=True)
+    text = (tmp_path / "hdr.html").read_text()
+    assert "class='link degraded'" in text and "data-degraded='1'" in text

@@ -7,7 +7,8 @@ integers; a value not seen in the capture is null.
     {
       "capture": str, "mads": int, "smps": int,
       "nodes": [{"guid": int, "type": "CA"|"Switch"|"Router"|null, "description": str,
-                 "system_image_guid": int, "num_ports": int, "device_id": int, "vendor_id": int}],
+                 "system_image_guid": int, "num_ports": int, "device_id": int, "vendor_id": int,
+                 "enhanced_port0": bool|null}],        # switches: SwitchInfo.EnhancedPort0
       "ports": [{"guid": int|null,            # port GUID (a switch's ports share port 0's)
                  "node_guid": int, "port_num": int,
                  "lid": int|null, "lmc": int|null,     # switch ports 1-n report port 0's LID
@@ -16,7 +17,9 @@ integers; a value not seen in the capture is null.
                  "violations": {"m_key": int, "p_key": int, "q_key": int}|null,
                  "pkeys": [int],              # non-zero entries in table order, bit 15 = full member
                  "pkey_table": [int],         # every entry read or written, index = position (0 = empty)
-                 "pkeys_last": "read"|"written"|null, "pkeys_frame": int|null}],
+                 "pkeys_last": "read"|"written"|null, "pkeys_frame": int|null,
+                 "link_width_active": int|null, "link_speed_active": int|null,   # PortInfo codes
+                 "link_speed_ext_active": int|null, "capability_mask": int|null}],
       "sm": {"master": {"guid": int, "lid": int|null, "priority": int, "state": str, "actcount": int,
                         "sm_key": int, "frame": int}|null,
              "master_lid": int|null,           # from PortInfo.MasterSMLID when no SMInfo was seen
@@ -39,7 +42,7 @@ def fabric_view(path: str) -> dict:
     b = build(path)
     nodes = [{"guid": n.guid, "type": NODE_TYPES.get(n.type), "description": n.description,
               "system_image_guid": n.system_image_guid, "num_ports": n.num_ports,
-              "device_id": n.device_id, "vendor_id": n.vendor_id}
+              "device_id": n.device_id, "vendor_id": n.vendor_id, "enhanced_port0": n.enhanced_port0}
              for n in sorted(b.nodes.values(), key=lambda n: n.guid)]
     ports = []
     for (guid, num), p in sorted(b.ports.items()):
@@ -59,7 +62,9 @@ def fabric_view(path: str) -> dict:
             "violations": {"m_key": pi.get("m_keyviolations", 0), "p_key": pi.get("p_keyviolations", 0),
                            "q_key": pi.get("q_keyviolations", 0)} if pi else None,
             "pkeys": [k for k in table if k & 0x7FFF], "pkey_table": table,
-            "pkeys_last": p.pkeys_how or None, "pkeys_frame": p.pkeys_frame or None})
+            "pkeys_last": p.pkeys_how or None, "pkeys_frame": p.pkeys_frame or None,
+            "link_width_active": pi.get("linkwidthactive"), "link_speed_active": pi.get("linkspeedactive"),
+            "link_speed_ext_active": pi.get("linkspeedextactive"), "capability_mask": pi.get("capabilitymask")})
     seen = sorted(b.sminfo.values(), key=lambda s: s["frame"])
     masters = [s for s in seen if s["state"] == "MASTER"]
     sm_lids = Counter(p["master_sm_lid"] for p in ports if p["master_sm_lid"])

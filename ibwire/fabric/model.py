@@ -20,8 +20,8 @@ from .rates import compare_link, port_modes
 NODE_TYPES = {1: "CA", 2: "Switch", 3: "Router"}
 SM_STATES = {0: "NOTACTIVE", 1: "DISCOVERING", 2: "STANDBY", 3: "MASTER"}
 PORT_STATES = {0: "NoChange", 1: "Down", 2: "Init", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
-_ATTRS = {0x0002: "notice", 0x0010: "nodedescription", 0x0011: "nodeinfo", 0x0015: "portinfo",
-          0x0016: "p_keytable", 0x0020: "sminfo"}
+_ATTRS = {0x0002: "notice", 0x0010: "nodedescription", 0x0011: "nodeinfo", 0x0012: "switchinfo",
+          0x0015: "portinfo", 0x0016: "p_keytable", 0x0020: "sminfo"}
 SUBN_GET_RESP, SUBN_SET, SUBN_TRAP = 0x81, 0x02, 0x05
 
 
@@ -46,6 +46,7 @@ class Node:
     num_ports: int = 0
     device_id: int = 0
     vendor_id: int = 0
+    enhanced_port0: Optional[bool] = None     # SwitchInfo.EnhancedPort0 (§14.2.5.4), None until seen
     port_guids: Dict[int, int] = field(default_factory=dict)
 
 
@@ -134,6 +135,8 @@ class FabricBuilder:
         mod = f["mad.attributemodifier"]
         if attr == 0x0010:
             node.description = f.get("nodedescription.nodestring") or ""
+        elif attr == 0x0012:
+            node.enhanced_port0 = bool(f.get("switchinfo.enhancedportzero", 0))
         elif attr == 0x0015:
             num = mod & 0xFF if node.type == 2 else (mod & 0xFF or inport)
             p = self._port(node_guid, num)

@@ -1,0 +1,127 @@
+"""The subnet of a `fabric_view()` drawn as layered SVG: CAs at the bottom, the switches they hang off above
+them, further switch tiers on top; each link labelled with its active width and speed; degraded links
+(below what both ends enable) red, links below what both ends support orange and dashed; the master SM's
+node ringed.  Optional colours per port GUID (tenants in the audit report)."""
+from collections import defaultdict
+from typing import Dict, Optional, Tuple
+
+from .svg import esc
+
+BOX_W, BOX_H, GAP, ROW = 136, 44, 22, 120
+
+
+def _layers(nodes: dict, adj: dict) -> Dict[int, int]:
+    """Layer of each node: 0 for CAs/routers, 1 for switches next to one (or with no CA at all), then +1 per hop."""
+    level = {g: 0 for g, n in nodes.items() if n["type"] != "Switch"}
+    frontier = [g for g, n in nodes.items() if n["type"] == "Switch" and
+                (any(nodes[o]["type"] != "Switch" for o in adj[g]) or not adj[g])]
+    for g in frontier:
+        level[g] = 1
+    while frontier:
+        nxt = []
+        for g in frontier:
+            for o in adj[g]:
+                if o not in level:
+                    level[o] = level[g] + 1
+                    nxt.append(o)
+        frontier = nxt
+    for g in nodes:
+        level.setdefault(g, 1)
+    return level
+
+
+def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str]]] = None) -> str:
+    """SVG of the subnet; `colours` maps a port GUID to (label, fill) for the CA owning that port."""
+    nodes = {n["guid"]: n for n in view["nodes"] if n["type"]}
+    if not nodes:
+        return "<p class='note'>No NodeInfo in the capture: no topology to draw.</p>"
+    ports = {(p["node_guid"], p["port_num"]): p for p in view["ports"]}
+    adj = defaultdict(set)
+    links = [lk for lk in view["links"] if lk["a"]["node_guid"] in nodes and lk["b"]["node_guid"] in nodes]
+    for lk in links:
+        a, b = lk["a"]["node_guid"], lk["b"]["node_guid"]
+        adj[a].add(b)
+        adj[b].add(a)
+    level = _layers(nodes, adj)
+    top = max(level.values())
+    rows = defaultdict(list)
+    for g, lv in level.items():
+        rows[lv].append(g)
+    pos: Dict[int, float] = {}
+    for lv in range(top, -1, -1):       # top tier by GUID, lower tiers under the middle of their neighbours above
+        row = rows.get(lv, [])
+        key = {g: (sum(pos[o] for o in adj[g] if o in pos) / max(1, sum(1 for o in adj[g] if o in pos))
+                   if any(o in pos for o in adj[g]) else float("inf"), g) for g in row}
+        row.sort(key=lambda g: key[g])
+        for i, g in enumerate(row):
+            pos[g] = i
+        rows[lv] = row
+    widest = max(len(r) for r in rows.values())
+    width = max(widest * (BOX_W + GAP) + 2 * GAP, 480)
+    height = 40 + top * ROW + BOX_H + 16
+    xy = {}
+    for lv, row in rows.items():
+        span = len(row) * (BOX_W + GAP) - GAP
+        x0 = (width - span) / 2
+        for i, g in enumerate(row):
+            xy[g] = (x0 + i * (BOX_W + GAP), 40 + (top - lv) * ROW)
+    master = (view["sm"]["master"] or {}).get("guid")
+    sm_node = next((p["node_guid"] for p in view["ports"] if master and p["guid"] == master), None)
+    if sm_node is None and view["sm"]["master_lid"]:
+        sm_node = next((p["node_guid"] for p in view["ports"] if p["lid"] == view["sm"]["master_lid"]), None)
+    out = [f"<svg class='chart topology' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+           f"viewBox='0 0 {width} {height}' data-nodes='{len(nodes)}' data-links='{len(links)}' "
+           f"data-degraded='{sum(1 for lk in links if lk.get('below_enabled'))}' "
+           f"data-below-supported='{sum(1 for lk in links if lk.get('below_supported'))}'>"]
+    for lk in links:
+        a, b = lk["a"], lk["b"]
+        (xa, ya), (xb, yb) = xy[a["node_guid"]], xy[b["node_guid"]]
+        if ya > yb:
+            (xa, ya), (xb, yb), a, b = (xb, yb), (xa, ya), b, a
+        x1, y1, x2, y2 = xa + BOX_W / 2, ya + BOX_H, xb + BOX_W / 2, yb
+        if ya == yb:
+            y1, y2 = ya + BOX_H / 2, yb + BOX_H / 2
+        cls, colour, dash = "link", "#555", ""
+        if lk.get("below_enabled"):
+            cls, colour = "link degraded", "#d62728"
+        elif lk.get("below_supported"):
+            cls, colour, dash = "link below-supported", "#ff7f0e", " stroke-dasharray='6 3'"
+        rate = lk.get("active", "rate unknown").split(" (")[0]
+        tip = (f"{nodes[a['node_guid']]['description']} port {a['port_num']} ↔ {nodes[b['node_guid']]['description']} "
+               f"port {b['port_num']}: active {lk.get('active', 'unknown')}")
+        if "best_supported" in lk:
+            tip += f"; both ends support {lk['best_supported']}, enable {lk['best_enabled']}"
+        out.append(f"<g class='{cls}' data-a='{a['node_guid']:#x}/{a['port_num']}' data-b='{b['node_guid']:#x}/"
+                   f"{b['port_num']}' data-active='{esc(lk.get('active', ''))}'><title>{esc(tip)}</title>"
+                   f"<line x1='{x1}' y1='{y1}' x2='{x2}' y2='{y2}' stroke='{colour}' stroke-width='2'{dash}/>"
+                   f"<text class='rate' x='{(x1 + x2) / 2 + 4}' y='{(y1 + y2) / 2}' fill='{colour}'>{esc(rate)}</text>"
+                   f"<text class='tick port' x='{x1 + (x2 - x1) * .12 + 4}' y='{y1 + (y2 - y1) * .12 + 4}'>"
+                   f"{a['port_num']}</text><text class='tick port' x='{x2 - (x2 - x1) * .12 + 4}' "
+                   f"y='{y2 - (y2 - y1) * .12}'>{b['port_num']}</text></g>")
+    for g, n in nodes.items():
+        x, y = xy[g]
+        port = ports.get((g, 0 if n["type"] == "Switch" else 1), {})
+        label, fill = None, "#dbe9f6" if n["type"] == "Switch" else "#eeeeee"
+        if colours and n["type"] != "Switch":
+            for (ng, _), p in ports.items():
+                if ng == g and p.get("guid") in colours:
+                    label, fill = colours[p["guid"]]
+                    break
+        cls = "node " + n["type"].lower() + (" master-sm" if g == sm_node else "")
+        lid = port.get("lid")
+        out.append(f"<g class='{cls}' data-guid='{g:#x}' data-tenant='{esc(label or '')}'>"
+                   f"<title>{esc(n['type'])} {g:#018x}{f' LID {lid}' if lid else ''}"
+                   f"{f' tenant {label}' if label else ''}</title>"
+                   f"<rect x='{x}' y='{y}' width='{BOX_W}' height='{BOX_H}' rx='{3 if n['type'] == 'Switch' else 12}' "
+                   f"fill='{fill}' stroke='{'#b8860b' if g == sm_node else '#666'}' "
+                   f"stroke-width='{3 if g == sm_node else 1}'/>"
+                   f"<text x='{x + BOX_W / 2}' y='{y + 18}' text-anchor='middle' font-weight='bold'>"
+                   f"{esc((n['description'] or f'{g:#x}')[:20])}</text>"
+                   f"<text class='tick' x='{x + BOX_W / 2}' y='{y + 34}' text-anchor='middle'>"
+                   f"{esc(n['type'])}{f' · LID {lid}' if lid else ''}{f' · {label}' if label else ''}</text>")
+        if g == sm_node:
+            out.append(f"<text class='sm-badge' x='{x + BOX_W - 4}' y='{y - 4}' text-anchor='end' fill='#b8860b' "
+                       f"font-weight='bold'>master SM</text>")
+        out.append("</g>")
+    out.append("</svg>")
+    return "".join(out)
