@@ -1,4 +1,6 @@
 """`ibwire stats FILE`: what a capture holds, by transport/opcode, P_Key, endpoint, QP and MAD."""
+from typing import Optional
+
 import typer
 
 from .app import app
@@ -11,6 +13,9 @@ def stats(
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC/VCRC of every packet (costs speed)"),
     top: int = typer.Option(20, "--top", help="rows per table on a terminal (0 = all)"),
     jobs: int = typer.Option(0, "--jobs", "-j", help="processes for large pcap files (0 = one per CPU)"),
+    interval: Optional[float] = typer.Option(None, "--interval", help="instead: packets, bytes, bits/s, NAKs, "
+                                             "RNR NAKs, CNPs and ECN-CE per interval of this many seconds from "
+                                             "the first packet (like tshark -z io,stat)"),
 ):
     """Counts, bytes and rates by transport+opcode, P_Key, endpoint, QP and MAD; ECN/CNP/FECN/BECN, CRC
     failures, damaged packets and loss hints."""
@@ -18,6 +23,12 @@ def stats(
     from ..analysis.report import check_format, progress, render
     from ..fast import scan
     check_format(fmt)
+    if interval is not None:
+        from ..pictures.series import interval_table
+        res = interval_table(file, interval, icrc)
+        render({"intervals": res["intervals"], "problems": [{"problem": p} for p in res["problems"]]}, fmt,
+               whole=res)
+        return
     size = scan(file).size
     with progress(size, "stats") as cb:
         res = st.compute_file(file, icrc, cb, jobs)

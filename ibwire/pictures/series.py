@@ -48,15 +48,17 @@ def end_text(addr: bytes, lid: int) -> str:
 
 
 class TimeBins:
-    """Packets, bytes and event counts per interval of `width` seconds from `t0` (like tshark -z io,stat);
+    """Packets, bytes and event counts per interval of `width` seconds from `t0_ns` (default: the first
+    packet; like tshark -z io,stat);
     grows as packets arrive, so it streams over a capture of any length."""
 
     KEYS = ("packets", "bytes", "naks", "rnr_naks", "cnps", "ecn_ce")
 
-    def __init__(self, width: float, t0: Optional[float] = None):
+    def __init__(self, width: float, t0_ns: Optional[int] = None):
         if not width > 0:
             raise ValueError("interval must be positive")
-        self.width, self.t0 = float(width), t0
+        self.width, self.t0_ns = float(width), t0_ns
+        self.width_ns = max(1, round(width * 1e9))
         self.acc = {k: np.zeros(0, np.int64) for k in self.KEYS}
 
     def _add(self, key: str, idx: np.ndarray, weights=None):
@@ -69,15 +71,20 @@ class TimeBins:
         a[:len(c)] += c
         self.acc[key] = a
 
-    def index(self, t: np.ndarray) -> np.ndarray:
-        if self.t0 is None and len(t):
-            self.t0 = float(t[0])
-        return np.maximum(np.floor((t - self.t0) / self.width + 1e-9), 0).astype(np.int64)
+    def index(self, ns: np.ndarray) -> np.ndarray:
+        """Interval of each time (integer nanoseconds since the epoch: exact, as tshark reads them)."""
+        if self.t0_ns is None and len(ns):
+            self.t0_ns = int(ns[0])
+        return np.maximum((ns - self.t0_ns) // self.width_ns, 0).astype(np.int64)
+
+    @property
+    def t0(self) -> Optional[float]:
+        return None if self.t0_ns is None else self.t0_ns / 1e9
 
     def add(self, rec: np.ndarray) -> None:
         if not len(rec):
             return
-        idx = self.index(rec["time"])
+        idx = self.index(rec["time_ns"])
         self._add("packets", idx)
         self._add("bytes", idx, rec["len"].astype(np.float64))
         bth = (rec["flags"] & R.F_BTH) > 0
@@ -98,6 +105,18 @@ class TimeBins:
             row["bits_per_s"] = row["bytes"] * 8 / self.width
             out.append(row)
         return out
+
+
+def interval_table(path: str, interval: float, icrc: bool = True) -> dict:
+    """`ibwire stats --interval`: the capture's TimeBins rows in one pass."""
+    from ..errors import UserError
+    if not interval > 0:
+        raise UserError(f"--interval takes a positive number of seconds, not {interval}")
+    tb = TimeBins(interval)
+    s = scan(path, icrc=icrc)
+    for rec in s:
+        tb.add(rec)
+    return {"interval_s": interval, "first_time": tb.t0, "intervals": tb.rows(), "problems": list(s.problems)}
 
 
 def interval_for(duration: float, bins: int = 100) -> float:
@@ -158,7 +177,7 @@ def collect(path: str, conversations: List[dict], interval: float, icrc: bool = 
             cols["bad_icrc"] = pb["icrc"] == R.BAD
             parts[ci].append(cols)
             if per_conv[ci] is None:
-                per_conv[ci] = TimeBins(interval, total.t0)
+                per_conv[ci] = TimeBins(interval, total.t0_ns)
             per_conv[ci].add(pb)
     packets = {}
     for ci, ps in parts.items():

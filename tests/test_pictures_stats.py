@@ -1,0 +1,54 @@
+"""`ibwire stats --interval S` against tshark -z io,stat on the same file and interval: frames and bytes per
+interval, and per interval the NAKs, RNR NAKs, CNPs and CE-marked packets tshark's display filters count."""
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import PUBLIC, run_ibwire
+
+CAPS = Path(__file__).resolve().parents[1] / "captures"
+COLUMNS = {"naks": "infiniband.aeth.syndrome & 0x60 == 0x60", "rnr_naks": "infiniband.aeth.syndrome & 0x60 == 0x20",
+           "cnps": "infiniband.bth.opcode == 0x81", "ecn_ce": "ip.dsfield.ecn == 3"}
+
+
+def _tshark_io(tshark, path, interval, filters):
+    r = subprocess.run([tshark, "-q", "-r", str(path), "-z", ",".join(["io,stat", str(interval)] + ([""] + filters if filters else []))],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = []
+    for line in r.stdout.splitlines():
+        m = re.match(r"\|\s*([\d.]+)\s*<>\s*([\d.]+|Dur)\s*\|(.*)\|\s*$", line)
+        if m:
+            cells = [int(c) for c in re.findall(r"\d+", m.group(3))]
+            rows.append(cells)
+    return rows
+
+
+@pytest.mark.parametrize("path,interval,events", [
+    (CAPS / "loss-retransmit.pcap", 0.00005, True),
+    (CAPS / "congestion.pcap", 0.00002, True),
+    (CAPS / "roce-multitenant-breach.pcap", 0.001, True),
+    (PUBLIC / "m3_rdma-write-read_ibdump_read2.pcap", 0.01, False),
+], ids=lambda v: v.name if isinstance(v, Path) else str(v))
+def test_stats_interval_equals_tshark_io_stat(tshark, path, interval, events):
+    r = run_ibwire("stats", path, "--interval", interval, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    ours = json.loads(r.stdout)["intervals"]
+    theirs = _tshark_io(tshark, path, interval, list(COLUMNS.values()) if events else [])
+    assert len(ours) == len(theirs) > 1
+    for k, (mine, cells) in enumerate(zip(ours, theirs)):
+        assert (mine["packets"], mine["bytes"]) == (cells[0], cells[1]), f"interval {k}"
+        assert mine["start_s"] == pytest.approx(k * interval)
+        if events:
+            assert [mine[c] for c in COLUMNS] == cells[2::2], f"interval {k}"
+    assert sum(r["packets"] for r in ours) > 0
+
+
+def test_stats_interval_table_and_errors(tmp_path):
+    r = run_ibwire("stats", CAPS / "loss-retransmit.pcap", "--interval", "0.0001")
+    assert r.returncode == 0 and "intervals" in r.stdout and "bits per s" in r.stdout
+    r = run_ibwire("stats", CAPS / "loss-retransmit.pcap", "--interval", "-1")
+    assert r.returncode == 2 and "positive" in r.stderr and r.stderr.count("\n") == 1
