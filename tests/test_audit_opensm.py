@@ -54,7 +54,8 @@ def fabric(tmp_path_factory):
 
 
 def _diag(env, *args) -> str:
-    return subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=20, check=True).stdout
+    return subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=20, check=True,
+                          cwd=env["OSM_TMP_DIR"]).stdout     # umad2sim writes its ./sys-PID tree in the cwd
 
 
 def _ports(env):
@@ -76,7 +77,7 @@ def _smpquery_table(env, lid, port):
 def _audit(env, *extra):
     return subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "audit", "--policy", str(CONF),
                            "--state", "live", "--format", "json", *extra],
-                          env=env, capture_output=True, text=True, timeout=60)
+                          env=env, capture_output=True, text=True, timeout=60, cwd=env["OSM_TMP_DIR"])
 
 
 def test_policy_reading_agrees_with_opensm_tables_port_by_port(fabric):
@@ -101,7 +102,7 @@ def test_clean_fabric_state_passes_then_table_changed_behind_opensm_is_drift(fab
     lid = next(lid for guid, lid, _, _ in _ports(fabric) if guid == 0x10000A)
     # Hca4 is a limited member of blue only; give it tenant red's full key with a SubnSet opensm never sent
     subprocess.run([sys.executable, str(HERE / "pkey_set.py"), str(lid), "0", "0x7fff", "0x0002", "0x0003",
-                    "0x8001"], env=fabric, check=True, capture_output=True, timeout=20)
+                    "0x8001"], env=fabric, check=True, capture_output=True, timeout=20, cwd=fabric["OSM_TMP_DIR"])
     assert 0x8001 in _smpquery_table(fabric, lid, 1)
     report = tmp_path / "drift.html"
     dirty = _audit(fabric, "--report", str(report), "--tenants", str(HERE / "tenants.toml"))

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -148,8 +149,10 @@ def from_fabric_json(path: str) -> FabricState:
 
 # -- live fabric through infiniband-diags ----------------------------------------------------------
 def _run(cmd: list, timeout: float = 10.0) -> str:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+    try:   # in a scratch cwd: under ibsim's libumad2sim a diag tool writes a simulated sysfs (./sys-PID) there
+        with tempfile.TemporaryDirectory(prefix="ibwire-diag-") as scratch:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ.copy(),
+                                 cwd=scratch)
     except FileNotFoundError:
         raise UserError(f"'{cmd[0]}' is not installed; install infiniband-diags for --state live") from None
     except subprocess.TimeoutExpired:

@@ -53,6 +53,7 @@ class SimFabric:
             raise UserError("ibsim is not installed; install the Debian package ibsim-utils.")
         self.topology = topology
         self.port = free_server_port() if port is None else port
+        self.own_workdir = workdir is None       # logs, opensm's files and umad2sim's ./sys-PID trees go here
         self.workdir = workdir or tempfile.mkdtemp(prefix="ibwire-ibsim-")
         self.procs: List[subprocess.Popen] = []
         self.umad2sim = find_umad2sim()
@@ -127,6 +128,8 @@ class SimFabric:
                 p.kill()
                 p.wait()
         self.procs.clear()
+        if self.own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self):
         return self

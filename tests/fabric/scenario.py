@@ -35,7 +35,7 @@ def run(workdir: str, link: str = "erf") -> dict:
             import subprocess
             try:   # attaching with IsSM set is what makes ibsim send trap 144; the query's answer is not needed
                 subprocess.run(["smpquery", "-t", "2000", "nodedesc", "1"], env=env_trap, capture_output=True,
-                               timeout=10)
+                               timeout=10, cwd=workdir)
             except subprocess.TimeoutExpired:
                 pass
             threading.Event().wait(0.3)          # let the last datagrams reach the socket
