@@ -22,7 +22,7 @@ PROBE = r"""<script>
                         r.top >= area.top - 6 && r.bottom <= area.bottom + 6;
     const marks = {};
     for (const m of svg.querySelectorAll('.mark, .band')) {
-      const k = m.classList[1];
+      const k = [...m.classList].slice(1).join(' ');
       marks[k] = marks[k] || {n: 0, inside: 0};
       marks[k].n++;
       if (inside(m.getBoundingClientRect())) marks[k].inside++;
@@ -33,6 +33,12 @@ PROBE = r"""<script>
       bars: [...svg.querySelectorAll('.bar')].map(b => [Number(b.dataset.count), b.getBoundingClientRect().height]),
       lines: [...svg.querySelectorAll('.series')].map(p => [p.dataset.name, p.points.numberOfItems, p.getBBox().width]),
       texts: [...svg.querySelectorAll('text')].map(t => t.textContent),
+      points: [...svg.querySelectorAll('.mark')].slice(0, 2000).map(m => {
+        const r = m.getBoundingClientRect();
+        const t = m.querySelector('title');
+        return [[...m.classList].slice(1).join(' '), t ? t.textContent : '', r.left + r.width / 2 - area.left,
+                r.top + r.height / 2 - area.top];
+      }),
       groups: [...svg.querySelectorAll('g[class]')].map(g => [g.getAttribute('class'), Object.assign({}, g.dataset),
                                                            g.getBoundingClientRect().width]),
     });

@@ -112,7 +112,8 @@ margin:1em 0}.legend span{padding:.2em .6em;margin-right:.4em}
 """
 
 
-def to_html(res: Result, fail_on: str, summaries: dict) -> str:
+def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
+    from ..pictures.audit_pictures import audit_pictures
     e = html.escape
     d = as_dict(res, fail_on)
     names = d["tenants"]
@@ -133,7 +134,7 @@ def to_html(res: Result, fail_on: str, summaries: dict) -> str:
             parts.append(f"<td style='background:{COLOURS[w] if (p or w) else '#fff'}' "
                          f"data-from='{e(a)}' data-to='{e(b)}' data-worst='{w or ''}'>{body}</td>")
         parts.append("</tr>")
-    parts.append("</table><h2>Findings</h2><div id='findings'>")
+    parts.append("</table>" + audit_pictures(res, paths) + "<h2>Findings</h2><div id='findings'>")
     if not d["findings"]:
         parts.append("<p>No findings.</p>")
     for f in d["findings"]:

@@ -53,7 +53,7 @@ def audit(
     if report:
         frames = {n for f in res.findings for n in f.frames}
         try:
-            report.write_text(rep.to_html(res, fail_on, evidence_summaries(paths, frames)))
+            report.write_text(rep.to_html(res, fail_on, evidence_summaries(paths, frames), paths))
         except OSError as e:
             raise UserError(f"cannot write {report} ({e.strerror})") from None
     if res.verdict(fail_on) == "FAIL":

@@ -71,7 +71,7 @@ def ladder(conv: dict, pk: Optional[dict], cm: np.ndarray, t0: float) -> str:
     step, top, width = 22, 56, 760
     xa, xb = 230, 620
     height = top + step * len(rows) + 30
-    out = [f"<svg class='chart ladder' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+    out = [f"<svg class='chart ladder' width='{width}' height='{height}' "
            f"viewBox='0 0 {width} {height}' data-conversation='{conv['conversation']}' data-cm='{len(mine)}' "
            f"data-packets='{len(rows) - (1 if skipped else 0) - len(mine)}' data-skipped='{skipped}'>",
            "<defs><marker id='arrow' viewBox='0 0 10 10' refX='10' refY='5' markerWidth='7' markerHeight='7' "

@@ -142,5 +142,5 @@ class Plot:
 
     def svg(self) -> str:
         attrs = "".join(f" data-{k}='{esc(v)}'" for k, v in self.attrs.items())
-        return (f"<svg class='chart {self.kind}' xmlns='http://www.w3.org/2000/svg' width='{self.w}' "
+        return (f"<svg class='chart {self.kind}' width='{self.w}' "
                 f"height='{self.h}' viewBox='0 0 {self.w} {self.h}'{attrs}>" + "".join(self.items) + "</svg>")

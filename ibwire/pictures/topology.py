@@ -30,8 +30,9 @@ def _layers(nodes: dict, adj: dict) -> Dict[int, int]:
     return level
 
 
-def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str]]] = None) -> str:
-    """SVG of the subnet; `colours` maps a port GUID to (label, fill) for the CA owning that port."""
+def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] = None) -> str:
+    """SVG of the subnet; `colours` maps a port GUID to (group label, fill, name) for the CA owning that port
+    (the name stands in for an empty node description)."""
     nodes = {n["guid"]: n for n in view["nodes"] if n["type"]}
     if not nodes:
         return "<p class='note'>No NodeInfo in the capture: no topology to draw.</p>"
@@ -69,7 +70,7 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str]]] = Non
     sm_node = next((p["node_guid"] for p in view["ports"] if master and p["guid"] == master), None)
     if sm_node is None and view["sm"]["master_lid"]:
         sm_node = next((p["node_guid"] for p in view["ports"] if p["lid"] == view["sm"]["master_lid"]), None)
-    out = [f"<svg class='chart topology' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+    out = [f"<svg class='chart topology' width='{width}' height='{height}' "
            f"viewBox='0 0 {width} {height}' data-nodes='{len(nodes)}' data-links='{len(links)}' "
            f"data-degraded='{sum(1 for lk in links if lk.get('below_enabled'))}' "
            f"data-below-supported='{sum(1 for lk in links if lk.get('below_supported'))}'>"]
@@ -86,7 +87,7 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str]]] = Non
             cls, colour = "link degraded", "#d62728"
         elif lk.get("below_supported"):
             cls, colour, dash = "link below-supported", "#ff7f0e", " stroke-dasharray='6 3'"
-        rate = lk.get("active", "rate unknown").split(" (")[0]
+        rate = lk.get("active", "").split(" (")[0]
         tip = (f"{nodes[a['node_guid']]['description']} port {a['port_num']} ↔ {nodes[b['node_guid']]['description']} "
                f"port {b['port_num']}: active {lk.get('active', 'unknown')}")
         if "best_supported" in lk:
@@ -101,11 +102,12 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str]]] = Non
     for g, n in nodes.items():
         x, y = xy[g]
         port = ports.get((g, 0 if n["type"] == "Switch" else 1), {})
-        label, fill = None, "#dbe9f6" if n["type"] == "Switch" else "#eeeeee"
+        label, fill, name = None, "#dbe9f6" if n["type"] == "Switch" else "#eeeeee", n["description"]
         if colours and n["type"] != "Switch":
             for (ng, _), p in ports.items():
                 if ng == g and p.get("guid") in colours:
-                    label, fill = colours[p["guid"]]
+                    label, fill, other = colours[p["guid"]]
+                    name = name or other
                     break
         cls = "node " + n["type"].lower() + (" master-sm" if g == sm_node else "")
         lid = port.get("lid")
@@ -116,9 +118,10 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str]]] = Non
                    f"fill='{fill}' stroke='{'#b8860b' if g == sm_node else '#666'}' "
                    f"stroke-width='{3 if g == sm_node else 1}'/>"
                    f"<text x='{x + BOX_W / 2}' y='{y + 18}' text-anchor='middle' font-weight='bold'>"
-                   f"{esc((n['description'] or f'{g:#x}')[:20])}</text>"
+                   f"{esc((name or f'{g:#x}')[:20])}</text>"
                    f"<text class='tick' x='{x + BOX_W / 2}' y='{y + 34}' text-anchor='middle'>"
-                   f"{esc(n['type'])}{f' · LID {lid}' if lid else ''}{f' · {label}' if label else ''}</text>")
+                   f"{esc(' · '.join(x for x in (n['type'] if not label else '', f'LID {lid}' if lid else '', label) if x))}"
+                   "</text>")
         if g == sm_node:
             out.append(f"<text class='sm-badge' x='{x + BOX_W - 4}' y='{y - 4}' text-anchor='end' fill='#b8860b' "
                        f"font-weight='bold'>master SM</text>")
