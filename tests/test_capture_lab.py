@@ -1,22 +1,29 @@
-"""End to end on real network namespaces, veth and tc: `ibwire lab` plays a ConnectX in switchdev mode and
-`ibwire capture --vf 2 --backend tc-mirror` must capture exactly VF 2's packets, all of them, and leave
-no qdisc, filter or monitor interface behind (also after SIGKILL plus `--cleanup`)."""
+"""End to end on real network namespaces, veth, tc and dumpcap: `ibwire lab` plays a ConnectX in switchdev mode,
+tcpreplay (Debian tcpreplay) sends bursts at top speed through a VF, and `ibwire capture --vf N` must capture
+exactly that VF's packets, all of them, and leave no qdisc, filter, monitor interface or engine behind — after
+a normal stop, a SIGKILL plus `--cleanup` (with a damaged journal too), a full disk, a vanished interface, a
+dead engine, and with two captures of different VFs running at once."""
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from ibwire.lab import topology, traffic
 from ibwire.readers import iter_frames
+from ibwire.writers import LINKTYPE_ETHERNET, PcapWriter
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared/captures/public"
 SCENARIO = str(PUBLIC / "m3_nvme_nvme-discover.pcap")
 PREFIX = f"ibwt{os.getpid() % 100000}"
 CLI = [sys.executable, "-c", "from ibwire.cli import main; main()"]
-VF2_MAC = "02:1b:00:00:02:02"
+MAC = {i: f"02:1b:00:00:{i:02x}:02" for i in range(4)}
+BURST = 200_000
 
 
 @pytest.fixture(scope="module")
@@ -28,98 +35,261 @@ def lab(tmp_path_factory):
         assert r.returncode == 0, r.stderr
         yield env
     finally:
-        subprocess.run(CLI + ["lab", "down", "--prefix", PREFIX], env=env, capture_output=True)
+        subprocess.run(CLI + ["capture", "--cleanup"], env=env, capture_output=True)
+        subprocess.run(CLI + ["lab", "down", "--prefix", PREFIX, "--force"], env=env, capture_output=True)
         for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n"):
             if ns.startswith(PREFIX + "-"):
                 subprocess.run(["ip", "netns", "del", ns.split()[0]])
+
+
+@pytest.fixture(scope="module")
+def burst(tmp_path_factory):
+    """A pcap of BURST RoCEv2 packets from VF 2 to the remote host (1,000 distinct PSNs, repeated)."""
+    lab = topology.describe(PREFIX)
+    frames = [traffic.build_frame(lab["vfs"][2], lab["remote"], 49152 + psn % 64,
+                                  struct.pack(">BBHII", 0x04, 0x40, 0xFFFF, 0x11, psn) + bytes(68))
+              for psn in range(1000)]
+    path = tmp_path_factory.mktemp("burst") / "burst.pcap"
+    with PcapWriter(str(path), LINKTYPE_ETHERNET) as w:
+        for i in range(BURST):
+            w.write(frames[i % 1000], flush=False)
+    return path
 
 
 def _pf(*args):
     return subprocess.run(["ip", "netns", "exec", f"{PREFIX}-pf"] + list(args), capture_output=True, text=True)
 
 
-def _vf2_packets():
-    r = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-vf2", "ip", "-s", "-j", "link", "show", "eth0"],
+def _vf_packets(vf: int) -> int:
+    r = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-vf{vf}", "ip", "-s", "-j", "link", "show", "eth0"],
                        capture_output=True, text=True)
     s = json.loads(r.stdout)[0]["stats64"]
     return s["rx"]["packets"] + s["tx"]["packets"]
 
 
-def _tc_state():
+def _armed():
+    """Everything a capture could leave in the PF namespace, and dumpcap processes anywhere."""
     qdiscs = _pf("tc", "qdisc", "show").stdout
     filters = "".join(_pf("tc", "filter", "show", "dev", d, "ingress").stdout
                       for d in ("p0", "pf0vf0", "pf0vf1", "pf0vf2", "pf0vf3"))
     links = _pf("ip", "-br", "link").stdout
-    return qdiscs, filters, links
+    return "clsact" in qdiscs, filters.strip(), "ibwmon" in links, " ".join(_engines())
 
 
-def _start_capture(env, out):
-    p = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-pf"] + CLI + ["capture", "--vf", "2", "--backend",
-                         "tc-mirror", "-w", str(out)], env=env, stderr=subprocess.PIPE, text=True)
+def _engines():
+    """dumpcap processes running in the lab's PF namespace."""
+    ns = os.stat(f"/run/netns/{PREFIX}-pf").st_ino
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}/ns/net").st_ino == ns and open(f"/proc/{pid}/comm").read().strip() == "dumpcap":
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+NOTHING = (False, "", False, "")
+
+
+def _start(env, *args, stdout=None):
+    p = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-pf"] + CLI + ["capture", *map(str, args)], env=env,
+                         stderr=subprocess.PIPE, stdout=stdout, text=stdout is None)
     lines = []
     for line in p.stderr:
+        line = line if isinstance(line, str) else line.decode()
         lines.append(line)
-        if line.startswith("ibwire: capturing "):   # armed, counters read, writing: traffic may start
+        if line.startswith("ibwire: capturing "):   # armed, counters read, engine writing: traffic may start
             return p, lines
     raise AssertionError("capture did not start: " + "".join(lines))
 
 
-def _traffic(env):
-    r = subprocess.run(CLI + ["lab", "traffic", SCENARIO, "--prefix", PREFIX], env=env, capture_output=True,
-                       text=True)
+def _finish(p, lines, sig=signal.SIGINT):
+    if sig:
+        p.send_signal(sig)
+    rest = p.stderr.read()
+    err = "".join(lines) + (rest if isinstance(rest, str) else rest.decode())
+    return p.wait(timeout=60), err
+
+
+def _traffic(env, pairs=None):
+    r = subprocess.run(CLI + ["lab", "traffic", SCENARIO, "--prefix", PREFIX] + (["--pairs", pairs] if pairs else []),
+                       env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr   # returns once every receiver got all its frames: nothing in flight
+
+
+def _replay(pcap, vf=2, limit=None):
+    r = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-vf{vf}", "tcpreplay", "--topspeed", "-i", "eth0"]
+                       + (["-L", str(limit)] if limit else []) + [str(pcap)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _macs(path) -> set:
+    return {(f.data[0:6].hex(":"), f.data[6:12].hex(":")) for f in iter_frames(str(path))}
 
 
 def test_tc_mirror_captures_all_and_only_vf2_then_leaves_nothing(lab, tmp_path):
     out = tmp_path / "vf2.pcap"
-    before = _vf2_packets()
-    p, lines = _start_capture(lab, out)
+    before = _vf_packets(2)
+    p, lines = _start(lab, "--vf", 2, "-w", out)
     assert "clsact" in _pf("tc", "qdisc", "show", "dev", "pf0vf2").stdout
     _traffic(lab)
-    p.send_signal(signal.SIGINT)
-    err = "".join(lines) + p.stderr.read()
-    assert p.wait(timeout=30) == 0, err
-    sent_and_received = _vf2_packets() - before
+    rc, err = _finish(p, lines)
+    assert rc == 0, err
+    sent_and_received = _vf_packets(2) - before
     frames = list(iter_frames(str(out)))
-    mac = bytes.fromhex(VF2_MAC.replace(":", ""))
     assert sent_and_received > 50
-    assert len(frames) == sent_and_received                        # all of them
-    assert all(mac in (f.data[0:6], f.data[6:12]) for f in frames)  # only VF 2's
-    assert f"captured {sent_and_received} of {sent_and_received} packets" in err and "backend drops: 0;" in err
+    assert len(frames) == sent_and_received                                  # all of them
+    assert all(MAC[2] in pair for pair in _macs(out))                        # only VF 2's
+    assert f"captured {sent_and_received} of {sent_and_received} packets" in err and "backend drops: 0" in err
     tshark = subprocess.run(["tshark", "-r", str(out), "-Y", "infiniband.bth"], capture_output=True, text=True)
-    assert len(tshark.stdout.splitlines()) == len(frames)          # every frame is a RoCEv2 packet
-    qdiscs, filters, links = _tc_state()
-    assert "clsact" not in qdiscs and filters.strip() == "" and "ibwmon" not in links
+    assert len(tshark.stdout.splitlines()) == len(frames)                    # every frame is a RoCEv2 packet
+    assert _armed() == NOTHING
 
 
-def test_sigkill_then_cleanup_restores_and_lock_blocks_second_capture(lab, tmp_path):
-    p, _ = _start_capture(lab, tmp_path / "k.pcap")
-    second = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-pf"] + CLI + ["capture", "--vf", "2", "--backend",
-                            "tc-mirror", "-w", str(tmp_path / "second.pcap")], env=lab, capture_output=True,
-                            text=True, timeout=30)
+def test_200k_packet_burst_at_top_speed_is_captured_without_a_drop(lab, tmp_path, burst):
+    out = tmp_path / "burst.pcapng"
+    before = _vf_packets(2)
+    p, lines = _start(lab, "--vf", 2, "-w", out)
+    assert "filter 'ether host 02:1b:00:00:02:02" in "".join(lines)        # the VF selection runs in the kernel
+    sent = _replay(burst)
+    rc, err = _finish(p, lines)
+    assert rc == 0, err
+    counted = _vf_packets(2) - before
+    info = subprocess.run(["capinfos", "-M", "-c", "-I", str(out)], capture_output=True, text=True).stdout
+    captured = int(info.split("Number of packets:")[1].split()[0])
+    assert f"Actual: {BURST} packets" in sent and counted >= BURST
+    assert captured == counted, err                                          # every packet, as the VF counted
+    assert f"captured {counted:,} of {counted:,} packets" in err and "backend drops: 0" in err
+    assert "Time precision = nanoseconds" in info                             # kernel ns timestamps
+    assert _armed() == NOTHING
+
+
+def test_stdout_count_snaplen_and_extra_filter(lab, burst):
+    p, lines = _start(lab, "--vf", 2, "--write", "-", "--count", 1000, "--snapshot-length", 60, "--filter",
+                      "udp dst port 4791", stdout=subprocess.PIPE)
+    _replay(burst, limit=5000)
+    data = p.stdout.read()
+    rc, err = _finish(p, lines, sig=None)                                    # -c ends it by itself
+    assert rc == 0, err
+    assert struct.unpack_from("<I", data)[0] in (0xA1B2C3D4, 0xA1B23C4D)     # a pcap stream on stdout
+    off, n = 24, 0
+    while off < len(data):
+        incl, orig = struct.unpack_from("<II", data, off + 8)
+        assert incl == 60 < orig
+        off += 16 + incl
+        n += 1
+    assert n == 1000
+    assert _armed() == NOTHING
+
+
+def test_two_captures_of_different_vfs_of_one_pf_each_get_all_their_packets(lab, tmp_path):
+    before = {vf: _vf_packets(vf) for vf in (1, 2)}
+    p1, l1 = _start(lab, "--vf", 1, "-w", tmp_path / "vf1.pcap")
+    p2, l2 = _start(lab, "--vf", 2, "-w", tmp_path / "vf2.pcap")
+    _traffic(lab, pairs="vf2-vf1,vf1-remote,vf2-remote")
+    rc2, err2 = _finish(p2, l2)                 # the first to stop must not take the other's qdiscs with it
+    assert _armed()[:3] == (True, _armed()[1], True) and "ibwmon" in _pf("ip", "-br", "link").stdout
+    rc1, err1 = _finish(p1, l1)
+    assert rc1 == rc2 == 0, err1 + err2
+    for vf, err in ((1, err1), (2, err2)):
+        n = _vf_packets(vf) - before[vf]
+        out = tmp_path / f"vf{vf}.pcap"
+        assert n > 50 and len(list(iter_frames(str(out)))) == n, err
+        assert all(MAC[vf] in pair for pair in _macs(out))
+    both = {pair for pair in _macs(tmp_path / "vf1.pcap") if MAC[2] in pair}
+    assert both and both <= _macs(tmp_path / "vf2.pcap")                     # VF 2 <-> VF 1 is in both captures
+    assert _armed() == NOTHING
+
+
+def _journal(lab):
+    return next(Path(lab["IBWIRE_RUN_DIR"]).glob("capture-*.json"))
+
+
+def test_sigkill_then_cleanup_by_marks_with_a_damaged_journal(lab, tmp_path):
+    p, _ = _start(lab, "--vf", 2, "-w", tmp_path / "k.pcap")
+    second = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-pf"] + CLI + ["capture", "--vf", "2", "-w",
+                            str(tmp_path / "second.pcap")], env=lab, capture_output=True, text=True, timeout=30)
     assert second.returncode == 2 and "already being captured" in second.stderr
+    journal = _journal(lab)
     p.kill()
     p.wait()
-    qdiscs, filters, links = _tc_state()
-    assert "clsact" in qdiscs and "mirred" in filters and "ibwmon" in links   # a killed capture leaves these
+    qdisc, filters, monitor, engine = _armed()
+    assert qdisc and "mirred" in filters and monitor and engine             # a killed capture leaves these
+    journal.write_text('{"pid": 12')                                        # and its journal is damaged
     r = subprocess.run(CLI + ["capture", "--cleanup"], env=lab, capture_output=True, text=True)  # from the root ns
-    assert r.returncode == 0 and "undid" in r.stdout, r.stderr
-    qdiscs, filters, links = _tc_state()
-    assert "clsact" not in qdiscs and filters.strip() == "" and "ibwmon" not in links
+    assert r.returncode == 0 and "found by their marks" in r.stdout and "damaged journal" in r.stdout, r.stderr
+    assert _armed() == NOTHING
     assert not list(Path(lab["IBWIRE_RUN_DIR"]).glob("capture-*.json"))
+    assert len(list(iter_frames(str(tmp_path / "k.pcap")))) == 0            # the engine closed its file cleanly
 
 
-def test_netdev_backend_rotation_on_the_uplink(lab, tmp_path):
+def test_cleanup_never_removes_the_damaged_journal_of_a_running_capture(lab, tmp_path):
+    p, lines = _start(lab, "--vf", 3, "-w", tmp_path / "live.pcap")
+    journal = _journal(lab)
+    journal.write_text("garbage")
+    r = subprocess.run(CLI + ["capture", "--cleanup"], env=lab, capture_output=True, text=True)
+    assert r.returncode == 0 and "still running" in r.stdout, r.stdout
+    assert journal.exists() and _armed()[0] and "mirred" in _armed()[1]
+    rc, err = _finish(p, lines)
+    assert rc == 0, err
+    assert _armed() == NOTHING
+
+
+def test_netdev_rotation_by_the_engine(lab, tmp_path, burst):
     out = tmp_path / "up.pcap"
-    p = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-pf"] + CLI + ["capture", "-i", "p0", "-w", str(out),
-                         "-C", "0.01", "-W", "3"], env=lab, stderr=subprocess.PIPE, text=True)
-    for line in p.stderr:
-        if line.startswith("ibwire: capturing "):
-            break
-    _traffic(lab)
-    p.send_signal(signal.SIGINT)
-    err = p.stderr.read()
-    assert p.wait(timeout=30) == 0, err
-    files = [out, tmp_path / "up.1.pcap", tmp_path / "up.2.pcap"]
-    assert all(f.exists() and f.stat().st_size <= 10_000 + 1600 for f in files)
-    assert all(len(list(iter_frames(str(f)))) > 0 for f in files)
+    p, lines = _start(lab, "-i", "p0", "-w", out, "-C", 0.1, "-W", 3)
+    _replay(burst, limit=5000)
+    rc, err = _finish(p, lines)
+    assert rc == 0, err
+    files = sorted(tmp_path.glob("up_*.pcap"))                               # dumpcap's ring: up_NNNNN_TIME.pcap
+    assert len(files) == 3
+    assert all(f.stat().st_size <= 100_000 + 200 and len(list(iter_frames(str(f)))) > 0 for f in files)
+
+
+def test_full_disk_stops_disarms_and_keeps_a_valid_file(lab, tmp_path, burst):
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)], check=True)
+    try:
+        p, lines = _start(lab, "--vf", 2, "-w", small / "x.pcap")
+        _replay(burst, limit=5000)                                           # ~700 kB: does not fit
+        rc, err = _finish(p, lines, sig=None)                                # the capture ends by itself
+        assert rc == 1 and "is full" in err and "Traceback" not in err, err
+        assert _armed() == NOTHING
+        r = subprocess.run(["tshark", "-r", str(small / "x.pcap")], capture_output=True, text=True)
+        assert r.returncode == 0 and "cut short" not in r.stderr and len(r.stdout.splitlines()) > 1000
+    finally:
+        subprocess.run(["umount", str(small)])
+
+
+def test_vanished_interface_and_dead_engine_end_with_one_sentence(lab, tmp_path):
+    _pf("ip", "link", "add", "ibwtmp0", "type", "veth", "peer", "name", "ibwtmp1")
+    _pf("ip", "link", "set", "ibwtmp1", "up")
+    p, lines = _start(lab, "-i", "ibwtmp1", "--backend", "netdev", "-w", tmp_path / "v.pcap")
+    _pf("ip", "link", "del", "ibwtmp0")
+    rc, err = _finish(p, lines, sig=None)
+    assert rc == 1 and "interface ibwtmp1 vanished" in err and "Traceback" not in err, err
+
+    p, lines = _start(lab, "--vf", 0, "-w", tmp_path / "d.pcap")
+    doc = json.loads(_journal(lab).read_text())
+    engine = next(e["pid"] for e in doc["entries"] if e["what"] == "dumpcap process")
+    os.kill(engine, signal.SIGKILL)
+    rc, err = _finish(p, lines, sig=None)
+    assert rc == 1 and "dumpcap died (SIGKILL)" in err and "Traceback" not in err, err
+    assert _armed() == NOTHING
+    assert subprocess.run(["capinfos", str(tmp_path / "d.pcap")], capture_output=True).returncode == 0
+
+
+def test_lab_down_refuses_while_a_capture_runs_unless_forced(lab, tmp_path):   # last: it takes the lab down
+    p, lines = _start(lab, "--vf", 2, "-w", tmp_path / "f.pcap")
+    r = subprocess.run(CLI + ["lab", "down", "--prefix", PREFIX], env=lab, capture_output=True, text=True)
+    assert r.returncode == 2 and f"capture {p.pid}" in r.stderr and "--force" in r.stderr, r.stderr
+    assert f"{PREFIX}-pf" in topology.namespaces()
+    r = subprocess.run(CLI + ["lab", "down", "--prefix", PREFIX, "--force"], env=lab, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rc, err = _finish(p, lines, sig=None)
+    assert rc == 0 and "captured" in err, err                               # stopped as by Ctrl-C, disarmed
+    assert not [ns for ns in topology.namespaces() if ns.startswith(PREFIX + "-")]
+    assert not list(Path(lab["IBWIRE_RUN_DIR"]).glob("capture-*.json"))

@@ -38,7 +38,8 @@ def source(t: Target, backend: str) -> Optional[Tuple[str, Callable[[], dict]]]:
     return None
 
 
-def compare(captured: int, captured_bytes: int, before: dict, after: dict, what: str, drops: int) -> str:
+def compare(captured: int, captured_bytes: Optional[int], before: dict, after: dict, what: str, drops: int) -> str:
+    """One line: captured against the counters' movement (bytes too when known), and the drops."""
     lines = []
     if before and after:
         m = after["packets"] - before["packets"]
@@ -47,11 +48,13 @@ def compare(captured: int, captured_bytes: int, before: dict, after: dict, what:
             lines.append(f"captured {captured:,} packets, but the {what} did not move (they may not count this "
                          f"traffic)")
         elif captured >= m:
-            lines.append(f"captured {captured:,} of {m:,} packets ({captured_bytes:,} of {mb:,} bytes) by the {what}")
+            lines.append(f"captured {captured:,} of {m:,} packets" + (f" ({captured_bytes:,} of {mb:,} bytes)" if
+                         captured_bytes is not None else "") + f" by the {what}")
         else:
             lines.append(f"captured {captured:,} of {m:,} packets by the {what}: {m - captured:,} missing "
                          f"({100 * (m - captured) / m:.1f}%)")
     else:
-        lines.append(f"captured {captured:,} packets ({captured_bytes:,} bytes); no counters to compare with")
+        lines.append(f"captured {captured:,} packets" + (f" ({captured_bytes:,} bytes)" if captured_bytes is not None
+                     else "") + "; no counters to compare with")
     lines.append(f"backend drops: {drops:,}")
     return "; ".join(lines)

@@ -77,6 +77,10 @@ class Identity:
         return match
 
     def bpf(self) -> str:
-        """tcpdump filter expression for Ethernet captures."""
-        terms = [f"ether host {m}" for m in self.macs] + [f"host {i}" for i in self.ips]
+        """pcap-filter(7) expression for Ethernet captures, compiled into the kernel by libpcap: the VF's MACs,
+        its IPs, and its IPs behind one 802.1Q tag (`vlan` last: it shifts the offsets of what follows)."""
+        hosts = [f"host {i}" for i in self.ips]
+        terms = [f"ether host {m}" for m in self.macs] + hosts
+        if hosts:
+            terms.append(f"(vlan and ({' or '.join(hosts)}))")
         return " or ".join(terms)

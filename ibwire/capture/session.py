@@ -1,4 +1,10 @@
-"""One capture from start to finish: resolve, choose, lock, journal, arm, write, stop, disarm, report."""
+"""One capture from start to finish: resolve, choose, lock, journal, arm, write, stop, disarm, report.
+
+netdev and tc-mirror hand the packet path to dumpcap (ibwire.capture.dumpcap) with the VF selection as a BPF
+filter; ibdump, rdma-pcap and verbs deliver frames that ibwire filters and writes itself (sink).  A capture
+that ends on its own (full disk, vanished interface, dead engine) is disarmed all the same, its file is cut
+to the last complete packet, and it ends with one sentence and exit status 1.
+"""
 import os
 import signal
 import sys
@@ -9,9 +15,16 @@ from typing import Optional
 from ..errors import UserError
 from ..writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND, erf_record
 from . import counters, journal as jr
+from .dumpcap import DEFAULT_BUFFER_MIB, Dumpcap, Plan
+from .repair import truncate_to_complete
 from .select import choose
 from .sink import Sink, StatusLine
 from .target import resolve
+
+
+class CaptureStopped(UserError):
+    """The capture ended on its own (disk full, interface gone, engine died): exit status 1."""
+    exit_code = 1
 
 
 @dataclass
@@ -30,6 +43,9 @@ class Options:
     link: str = "erf"
     monitor: Optional[str] = None
     status: Optional[bool] = None
+    buffer_mib: int = DEFAULT_BUFFER_MIB
+    snaplen: Optional[int] = None
+    bpf: Optional[str] = None
 
 
 def say(msg: str):
@@ -47,13 +63,7 @@ def _build(name: str, t, o: Options):
         iface = t.iface or t.uplink
         if not iface:
             raise UserError("the netdev backend needs an interface: give -i IFACE")
-        from .backends.netdev import AfPacket
-
-        class Netdev(AfPacket):
-            notes = [f"AF_PACKET capture on {iface}"]
-
-            def arm(self, journal):
-                pass
+        from .backends.netdev import Netdev
         return Netdev(iface)
     if name == "ibdump":
         from .backends.ibdump import Ibdump
@@ -79,51 +89,132 @@ class _Stop:
         self.flag, self.signal = True, signum
 
 
+def _say_lines(lines):
+    for line in lines:
+        say(line)
+
+
 def run(o: Options) -> dict:
     if o.backend == "ibsim":          # the simulated fabric needs no RDMA device or VF
         say("backend ibsim: forced with --backend; recording the MADs ibsim carries on loopback")
         from .ibsim import capture_ibsim
         server = os.environ.get("IBSIM_SERVER_PORT")     # the variable ibsim's clients read too
-        return capture_ibsim(o.write, link=o.link, count=o.count, duration=o.duration,
+        return capture_ibsim(sys.stdout.buffer if o.write == "-" else o.write, link=o.link, count=o.count, duration=o.duration,
                              port=int(server) if server else None)
     t = resolve(o.pf, o.vf, o.port, o.iface)
-    for n in t.notes:
-        say(n)
+    _say_lines(t.notes)
     name, reason, warnings = choose(t, o.backend)
     say(f"backend {name}: {reason}")
-    for w in warnings:
-        say(w)
+    _say_lines(warnings)
     if t.vf is not None:
         if not o.all and t.identity.empty():
             raise UserError(f"cannot tell VF {t.vf}'s packets apart (no MAC, IP, LID or GID known); give --all to "
                             f"keep every packet of the port")
         say(f"VF {t.vf}: {t.identity.describe()}" + ("" if o.all else "; keeping only its packets"))
-    match = None if (o.all or t.identity.empty() or t.vf is None) else t.identity.matcher()
-
-    lock = jr.PortLock(t.lock_key)
+    selecting = not (o.all or t.identity.empty() or t.vf is None)
+    engine = name in ("netdev", "tc-mirror")
+    if o.bpf and not engine:
+        raise UserError(f"-f applies to the netdev and tc-mirror backends (dumpcap); backend {name} has no "
+                        f"capture filter")
+    # a firmware sniffer is per port; tc-mirror captures of different VFs of one PF coexist
+    lock = jr.PortLock(t.lock_key + (f":{t.representor}" if name == "tc-mirror" and t.device else ""))
     journal = jr.Journal(t.description)
     stop = _Stop()
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    backend = sink = None
+    try:
+        backend = _build(name, t, o)
+        if engine:
+            return _run_engine(o, t, name, backend, journal, stop, selecting)
+        return _run_frames(o, t, name, backend, journal, stop, t.identity.matcher() if selecting else None)
+    finally:
+        lock.release()
+        for s_, h in old.items():
+            signal.signal(s_, h)
+
+
+def _disarm(journal):
+    for p in journal.disarm():
+        say(f"could not undo: {p}; run `ibwire capture --cleanup`")
+
+
+def _description(t, name: str) -> str:
+    return f"device {t.device or '-'} port {t.port if t.device else '-'} VF {t.vf if t.vf is not None else '-'}" \
+           f" backend {name}"
+
+
+def _run_engine(o: Options, t, name: str, backend, journal, stop: _Stop, selecting: bool) -> dict:
+    """netdev/tc-mirror: arm, run dumpcap on the capture device, follow it, stop it, disarm, report."""
+    cnt = counters.source(t, name)
+    before = after = {}
+    bpf = t.identity.bpf() if selecting else ""
+    if o.bpf:
+        bpf = f"({bpf}) and ({o.bpf})" if bpf else o.bpf
+    plan = Plan(iface="", out=o.write, bpf=bpf or None, buffer_mib=o.buffer_mib, snaplen=o.snaplen, count=o.count,
+                duration=o.duration, rotate_mb=o.rotate_mb, rotate_files=o.rotate_files,
+                comment=_description(t, name) + f" ({t.description})")
+    eng = None
+    status = StatusLine(o.status)
+    failure = None
+    try:
+        backend.arm(journal)
+        _say_lines(backend.notes)
+        plan.iface = backend.capture_dev
+        eng = Dumpcap(plan)
+        eng.start(journal)
+        before = cnt[1]() if cnt else {}
+        say(f"capturing {t.description} to {'standard output' if o.write == '-' else o.write} with dumpcap"
+            + (f", filter {bpf!r}" if bpf else "") + " (Ctrl-C stops)")
+        while eng.running() and not stop.flag:
+            status.update(eng.packets, None, 0)
+            time.sleep(0.1)
+        eng.stop()
+        eng.wait()
+        failure = eng.failure()
+        after = cnt[1]() if cnt else {}
+    finally:
+        if eng is not None and eng.running():
+            eng.stop(0)
+            eng.wait()
+        _disarm(journal)
+        status.finish()
+    packets, files = eng.packets, [f for f in eng.files if f != "-" and os.path.exists(f)] or \
+        ([o.write] if o.write != "-" else [])
+    if failure:
+        kept = 0
+        for f in files:
+            kept += truncate_to_complete(f)[0]
+        packets = kept if files else packets
+    drops = eng.drops()
+    summary = counters.compare(packets, None, before, after, cnt[0] if cnt else "counters", drops)
+    say(summary)
+    if failure:
+        raise CaptureStopped(f"{failure}; {packets:,} complete packets kept in {', '.join(files) or o.write}, "
+                             f"everything armed was undone")
+    if stop.signal == signal.SIGTERM:
+        say("stopped by SIGTERM; everything armed was undone")
+    return {"backend": name, "packets": packets, "files": files, "drops": drops, "before": before,
+            "after": after, "summary": summary}
+
+
+def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) -> dict:
+    """ibdump, rdma-pcap, verbs: frames come to ibwire, which filters and writes them."""
     cnt = counters.source(t, name)
     before = after = {}
     status = StatusLine(o.status)
     seen = 0
+    sink = None
+    failure = None
     try:
-        backend = _build(name, t, o)
         backend.arm(journal)
-        for n in getattr(backend, "notes", []):
-            say(n)
+        _say_lines(getattr(backend, "notes", []))
         in_lt = backend.linktype
         out_lt = in_lt
         if in_lt == LINKTYPE_ERF and o.link == "ib":
             out_lt = LINKTYPE_INFINIBAND
         elif in_lt == LINKTYPE_INFINIBAND and o.link == "erf":
             out_lt = LINKTYPE_ERF
-        desc = f"device {t.device or '-'} port {t.port if t.device else '-'} VF {t.vf if t.vf is not None else '-'}" \
-               f" backend {name}"
-        sink = Sink(o.write, out_lt, desc, t.representor or t.iface or f"{t.device}:{t.port}", o.rotate_mb,
-                    o.rotate_files)
+        sink = Sink(o.write, out_lt, _description(t, name), t.representor or t.iface or f"{t.device}:{t.port}",
+                    o.rotate_mb, o.rotate_files)
         before = cnt[1]() if cnt else {}
         say(f"capturing {t.description} to {o.write} (Ctrl-C stops)")
         deadline = time.monotonic() + o.duration if o.duration else None
@@ -141,18 +232,21 @@ def run(o: Options) -> dict:
 
         def done():
             return stop.flag or (o.count and sink.packets >= o.count) or (deadline and time.monotonic() >= deadline)
-        for f in backend.frames():
-            if f is not None:
-                put(f)
-            status.update(sink.packets, sink.bytes, backend.backend_drops())
-            if done():
-                break
-        if hasattr(backend, "stop"):
-            backend.stop()
-        if hasattr(backend, "finish"):     # what was queued or in flight when the stop came belongs to the capture
-            for f in backend.finish():
-                if not (o.count and sink.packets >= o.count):
+        try:
+            for f in backend.frames():
+                if f is not None:
                     put(f)
+                status.update(sink.packets, sink.bytes, backend.backend_drops())
+                if done():
+                    break
+            if hasattr(backend, "stop"):
+                backend.stop()
+            if hasattr(backend, "finish"):     # what was queued or in flight at the stop belongs to the capture
+                for f in backend.finish():
+                    if not (o.count and sink.packets >= o.count):
+                        put(f)
+        except OSError as e:
+            failure = f"writing {o.write} failed ({e.strerror}); the capture stopped"
         after = cnt[1]() if cnt else {}
     finally:
         drops = 0
@@ -162,20 +256,24 @@ def run(o: Options) -> dict:
             except Exception:  # the backend is already gone
                 pass
             backend.close()
-        problems = journal.disarm()
-        lock.release()
+        _disarm(journal)
         if sink:
-            sink.close()
+            try:
+                sink.close()
+            except OSError:
+                pass
         status.finish()
-        for s, h in old.items():
-            signal.signal(s, h)
-        for p in problems:
-            say(f"could not undo: {p}; run `ibwire capture --cleanup`")
+    packets = sink.packets
+    if failure:
+        packets = sum(truncate_to_complete(f)[0] for f in sink.files if f != "-")
     what = cnt[0] if cnt else "counters"
-    summary = counters.compare(sink.packets, sink.bytes, before, after, what, drops)
+    summary = counters.compare(packets, sink.bytes, before, after, what, drops)
     if match:
         summary += f"; {seen - sink.packets:,} packets of other functions dropped by the VF filter"
     say(summary)
+    if failure:
+        raise CaptureStopped(f"{failure}; {packets:,} complete packets kept in {', '.join(sink.files)}, "
+                             f"everything armed was undone")
     if stop.signal == signal.SIGTERM:
         say("stopped by SIGTERM; everything armed was undone")
     return {"backend": name, "packets": sink.packets, "bytes": sink.bytes, "files": sink.files, "drops": drops,

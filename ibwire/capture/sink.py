@@ -1,4 +1,5 @@
-"""Capture output: pcap or pcapng (by file suffix), flushed per packet, with -C/-W rotation and a live line."""
+"""Capture output of the frame backends: pcap or pcapng (by file suffix; pcap on standard output for `-w -`),
+flushed per packet, with -C/-W rotation, and the live status line of every capture."""
 import sys
 import time
 from pathlib import Path
@@ -31,7 +32,9 @@ class Sink:
     def _open(self):
         name = rotated_name(self.path, self.index)
         try:
-            if self.pcapng:
+            if self.path == "-":
+                self.w = PcapWriter(sys.stdout.buffer, self.linktype)
+            elif self.pcapng:
                 self.w = PcapngWriter(name)
                 self.w.add_interface(self.linktype, self.iface_name, self.description)
             else:
@@ -44,7 +47,7 @@ class Sink:
             self.files.append(name)
 
     def write(self, data: bytes, ts: float, wirelen: Optional[int] = None):
-        if self.rotate_bytes and self.file_bytes and self.file_bytes + len(data) + 16 > self.rotate_bytes:
+        if self.rotate_bytes and self.path != "-" and self.file_bytes and self.file_bytes + len(data) + 16 > self.rotate_bytes:
             self.w.close()
             self.index += 1
             if self.rotate_files and self.index >= self.rotate_files:
@@ -67,13 +70,17 @@ class StatusLine:
         self.t0 = time.monotonic()
         self.last = 0.0
 
-    def update(self, packets: int, nbytes: int, drops: int, force: bool = False):
+    def update(self, packets: int, nbytes: Optional[int], drops: int, force: bool = False):
         now = time.monotonic()
         if not self.enabled or (not force and now - self.last < 0.5):
             return
         self.last = now
-        rate = nbytes * 8 / max(now - self.t0, 1e-6)
-        sys.stderr.write(f"\r{packets:,} packets  {nbytes:,} bytes  {rate / 1e6:.2f} Mbit/s  {drops:,} drops ")
+        if nbytes is None:       # the engine reports packets only
+            rate = packets / max(now - self.t0, 1e-6)
+            sys.stderr.write(f"\r{packets:,} packets  {rate:,.0f} packets/s ")
+        else:
+            rate = nbytes * 8 / max(now - self.t0, 1e-6)
+            sys.stderr.write(f"\r{packets:,} packets  {nbytes:,} bytes  {rate / 1e6:.2f} Mbit/s  {drops:,} drops ")
         sys.stderr.flush()
 
     def finish(self):

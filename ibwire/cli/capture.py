@@ -4,12 +4,14 @@ from typing import Optional
 import typer
 
 from .app import app
+from ..capture.dumpcap import DEFAULT_BUFFER_MIB
 
 
 @app.command()
 def capture(
-    write: Optional[str] = typer.Option(None, "-w", "--write", help="Output file (.pcap, or .pcapng with an "
-                                        "interface description naming device, port, VF and backend)."),
+    write: Optional[str] = typer.Option(None, "-w", "--write", help="Output file (.pcap, or .pcapng with "
+                                        "nanosecond timestamps, interface statistics and a comment naming device, "
+                                        "port, VF and backend); - writes pcap to standard output."),
     vf: Optional[int] = typer.Option(None, "--vf", help="Capture only VF N's traffic (resolved to MAC/VLAN/IPs "
                                      "or LIDs/GIDs)."),
     pf: Optional[str] = typer.Option(None, "--pf", help="PF RDMA device or netdev (default: the only PF with VFs)."),
@@ -19,8 +21,15 @@ def capture(
     iface: Optional[str] = typer.Option(None, "-i", "--interface", help="Kernel interface for the netdev backend."),
     count: Optional[int] = typer.Option(None, "-c", "--count", help="Stop after COUNT packets."),
     duration: Optional[float] = typer.Option(None, "--duration", help="Stop after S seconds."),
-    rotate_mb: Optional[float] = typer.Option(None, "-C", help="Start a new file every MB megabytes."),
-    rotate_files: Optional[int] = typer.Option(None, "-W", help="With -C, keep a ring of FILES files."),
+    rotate_mb: Optional[float] = typer.Option(None, "-C", "--file-size", help="Start a new file every MB "
+                                              "megabytes."),
+    rotate_files: Optional[int] = typer.Option(None, "-W", "--files", help="With -C, keep a ring of FILES files."),
+    buffer_mib: int = typer.Option(DEFAULT_BUFFER_MIB, "-B", "--buffer-size", help="Kernel capture buffer in MiB "
+                                   "(netdev, tc-mirror); the default holds a burst of 100,000 packets."),
+    snaplen: Optional[int] = typer.Option(None, "-s", "--snapshot-length", help="Keep at most SNAPLEN bytes of "
+                                          "each packet (netdev, tc-mirror)."),
+    bpf: Optional[str] = typer.Option(None, "-f", "--filter", help="Extra capture filter (pcap-filter syntax), "
+                                      "compiled into the kernel with the VF selection (netdev, tc-mirror)."),
     all_: bool = typer.Option(False, "--all", help="Keep every packet of the port, not only the VF's."),
     link: str = typer.Option("erf", "--link", help="Native IB output: erf (ERF type 21, link type 197, tshark "
                              "reads it) or ib (link type 247)."),
@@ -45,6 +54,10 @@ def capture(
         raise UserError("give the output file with -w FILE")
     if rotate_files and not rotate_mb:
         raise UserError("-W needs -C (the size at which to start a new file)")
+    if write == "-" and rotate_mb:
+        raise UserError("-C rotates files; it cannot apply to standard output (-w -)")
+    if buffer_mib < 1 or (snaplen is not None and snaplen < 1) or (count is not None and count < 1):
+        raise UserError("-B, -s and -c take positive numbers")
     session.run(session.Options(write=write, vf=vf, pf=pf, port=port, backend=backend, iface=iface, count=count,
                                 duration=duration, rotate_mb=rotate_mb, rotate_files=rotate_files, all=all_,
-                                link=link, monitor=monitor))
+                                link=link, monitor=monitor, buffer_mib=buffer_mib, snaplen=snaplen, bpf=bpf))

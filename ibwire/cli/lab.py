@@ -45,10 +45,13 @@ def lab_up(prefix: str = typer.Option("ibwlab", help="Name prefix of the namespa
 
 
 @lab_app.command("down")
-def lab_down(prefix: str = typer.Option("ibwlab", help="Name prefix of the namespaces.")):
-    """Remove the lab: guests, namespaces, taps, bridges and the lab's files."""
+def lab_down(prefix: str = typer.Option("ibwlab", help="Name prefix of the namespaces."),
+             force: bool = typer.Option(False, "--force", help="Stop captures running inside the lab first.")):
+    """Remove the lab: guests, namespaces, taps, bridges and the lab's files (refused while a capture runs
+    inside the lab, unless --force)."""
     from ..lab import topology
     from ..lab.rdma import lab as rlab
+    topology.stop_captures(prefix, force)
     gone = rlab.down(prefix) + topology.down(prefix)
     print(f"removed {', '.join(gone)}" if gone else f"lab {prefix} was not up")
 

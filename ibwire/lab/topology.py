@@ -12,6 +12,7 @@ import json
 import subprocess
 from typing import List, Optional
 
+from ..capture import journal
 from ..capture.journal import run_dir
 from ..errors import UserError
 
@@ -111,6 +112,17 @@ def _build(lab: dict):
                 for ip in o["ips"]:
                     _ns(h["netns"], "ip", "neigh", "replace", ip, "lladdr", o["mac"], "dev", h["dev"], "nud",
                         "permanent")
+
+
+def stop_captures(prefix: str = "ibwlab", force: bool = False):
+    """Before a lab goes down: refuse while a capture runs inside any of its namespaces, unless forced; then the
+    captures are stopped first, as Ctrl-C would, so they disarm and close their files."""
+    live = journal.running([ns for ns in namespaces() if ns.startswith(prefix + "-")])
+    if live and not force:
+        raise UserError(f"{'; '.join(c[2] for c in live)} runs inside the lab {prefix}; stop it first, or give "
+                        f"--force to stop it and take the lab down")
+    for pid, start, _ in live:
+        journal.stop_process(pid, start, grace=30.0)
 
 
 def down(prefix: str = "ibwlab") -> List[str]:

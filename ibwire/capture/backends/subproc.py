@@ -11,7 +11,8 @@ import threading
 from typing import List, Optional
 
 from ...errors import UserError
-from ..journal import _proc_start, stop_process
+from ..journal import stop_process
+from ..marks import owner_env, proc_start
 
 
 class PcapStream:
@@ -67,10 +68,10 @@ class SubprocessCapture:
         entry = journal.record(f"{self.tool} process", None, cmd=cmd)
         try:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         start_new_session=True)  # Ctrl-C reaches ibwire, which stops the child
+                                         start_new_session=True, env=owner_env())  # Ctrl-C reaches ibwire, which stops the child
         except FileNotFoundError:
             raise UserError(f"{cmd[0]} is not installed; see `ibwire devices` for the backends that can run here")
-        entry["pid"], entry["start"] = self.proc.pid, _proc_start(self.proc.pid)
+        entry["pid"], entry["start"] = self.proc.pid, proc_start(self.proc.pid)
         journal.save()
         self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True)
         self._err_thread.start()

@@ -4,14 +4,18 @@ What the VF sends arrives on its representor's ingress; what it receives arrives
 VF's representor) with the VF's MAC as destination.  Rules: `tc filter add dev REP ingress ... action
 mirred egress mirror dev MON` (Linux tc-mirred(8)), classifier probed flower -> matchall -> u32; on a real
 NIC (a netdev with a PCI device) rules carry skip_sw and must report in_hw (mlx5 switchdev.rst).
+Each rule ends in `continue` (tc-actions(8) control) so the next filter still sees the packet: captures of
+other VFs of the same PF mirror the same packets through their own rules.  Rules, monitors and the qdisc
+carry ibwire's marks (ibwire.capture.marks).  The packets are read from the monitor by dumpcap.
 """
 import os
 import subprocess
 from typing import List, Optional, Tuple
 
 from ...errors import UserError
+from .. import marks
+from ..journal import StateLock
 from ..tools import run_json
-from .netdev import AfPacket
 
 PREF_BASE = 0xC1B0
 
@@ -30,6 +34,11 @@ def is_hardware(dev: str) -> bool:
 
 def _has_clsact(dev: str) -> bool:
     return any(q.get("kind") == "clsact" for q in run_json(["tc", "-j", "qdisc", "show", "dev", dev]) or [])
+
+
+def _qdisc_is_ours(dev: str) -> bool:
+    """The clsact on dev was added by an ibwire capture (one of its marked rules says so)."""
+    return any(f.flags & marks.QDISC_IS_OURS for f in marks.marked_filters(None, dev))
 
 
 def _free_pref(dev: str) -> int:
@@ -65,8 +74,8 @@ class TcMirror:
         self.rep, self.mac, self.peers = representor, mac, peers
         self.monitor, self.capture_dev = monitor, capture_dev or monitor
         self.classifiers = {}
+        self.qdisc_flags = {}
         self.notes: List[str] = []
-        self.src: Optional[AfPacket] = None
 
     def _make_monitor(self, journal):
         n = 0
@@ -78,6 +87,7 @@ class TcMirror:
                            capture_output=True, text=True)
         if r.returncode:
             raise UserError(f"cannot create the monitor interface {a}: {r.stderr.strip()}")
+        subprocess.run(["ip", "link", "set", "dev", a, "alias", marks.alias()], capture_output=True)
         for dev in (a, b):
             try:
                 with open(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6", "w") as f:
@@ -88,12 +98,19 @@ class TcMirror:
         self.monitor, self.capture_dev = a, b
 
     def _ensure_clsact(self, dev: str, journal):
+        """Add clsact unless present; an ibwire clsact is removed by the last capture using it."""
         if _has_clsact(dev):
-            return
-        journal.record(f"clsact qdisc on {dev}", ["tc", "qdisc", "del", "dev", dev, "clsact"])
-        rc, err = _tc(["qdisc", "add", "dev", dev, "clsact"])
-        if rc:
-            raise UserError(f"cannot add a clsact qdisc to {dev}: {err}")
+            if not _qdisc_is_ours(dev):
+                self.qdisc_flags[dev] = 0
+                return
+        else:
+            journal.record(f"clsact qdisc on {dev}", None)
+            rc, err = _tc(["qdisc", "add", "dev", dev, "clsact"])
+            if rc:
+                raise UserError(f"cannot add a clsact qdisc to {dev}: {err}")
+        self.qdisc_flags[dev] = marks.QDISC_IS_OURS
+        journal.record(f"clsact qdisc on {dev} once no capture uses it", ["tc", "qdisc", "del", "dev", dev, "clsact"],
+                       if_no_filters=dev)
 
     def _add_rule(self, dev: str, dst_mac: Optional[str], journal):
         hw = is_hardware(dev)
@@ -108,7 +125,8 @@ class TcMirror:
             undo = ["tc", "filter", "del", "dev", dev, "ingress", "pref", str(pref)]
             journal.record(f"{kind} mirror rule on {dev} ingress pref {pref}", undo)
             rc, err = _tc(["filter", "add", "dev", dev, "ingress", "pref", str(pref), "protocol", "all"] + cls +
-                          ["action", "mirred", "egress", "mirror", "dev", self.monitor])
+                          ["action", "mirred", "egress", "mirror", "dev", self.monitor, "continue", "cookie",
+                           marks.cookie(self.qdisc_flags.get(dev, 0))])
             if rc == 0:
                 self.classifiers[key] = kind
                 if hw and not self._in_hw(dev, pref):
@@ -128,29 +146,15 @@ class TcMirror:
     def arm(self, journal):
         if not os.path.exists(f"/sys/class/net/{self.rep}"):
             raise UserError(f"representor {self.rep} does not exist in this network namespace")
-        if not self.monitor:
-            self._make_monitor(journal)
-        self.src = AfPacket(self.capture_dev, outgoing=False)
-        self.linktype = self.src.linktype
-        self._ensure_clsact(self.rep, journal)
-        self._add_rule(self.rep, None, journal)
-        if self.mac:
-            for peer in self.peers:
-                self._ensure_clsact(peer, journal)
-                self._add_rule(peer, self.mac, journal)
+        with StateLock():
+            if not self.monitor:
+                self._make_monitor(journal)
+            self._ensure_clsact(self.rep, journal)
+            self._add_rule(self.rep, None, journal)
+            if self.mac:
+                for peer in self.peers:
+                    self._ensure_clsact(peer, journal)
+                    self._add_rule(peer, self.mac, journal)
         self.notes.append(f"mirroring {self.rep} ingress" + (f" and traffic to {self.mac} on {', '.join(self.peers)}"
                           if self.mac and self.peers else "") + f" to {self.monitor} with "
                           + "/".join(sorted(set(self.classifiers.values()))) + f"; capturing on {self.capture_dev}")
-
-    def frames(self):
-        return self.src.frames()
-
-    def finish(self):
-        return self.src.finish()
-
-    def backend_drops(self) -> int:
-        return self.src.backend_drops() if self.src else 0
-
-    def close(self):
-        if self.src:
-            self.src.close()
