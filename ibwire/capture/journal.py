@@ -40,6 +40,9 @@ def _netns_name() -> Optional[str]:
         return None
 
 
+_proc_start = marks.proc_start      # the RDMA lab records its QEMU processes' start times with it
+
+
 class StateLock:
     """Exclusive flock on <run dir>/state.lock while tc state is armed or undone (blocking)."""
 
