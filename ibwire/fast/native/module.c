@@ -6,6 +6,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "crc.h"
@@ -132,9 +133,16 @@ static PyObject *decode(PyObject *self, PyObject *args)
         bad = "out does not hold one record per packet";
     Py_ssize_t itemsize = n ? b[OUT].v.len / n : 0;
     const int64_t *field_off = b[FIELD_OFF].v.buf;
+#define AS_TYPE(id, name, type) type,
+    static const char *const types[N_FIELDS] = {RECORD_FIELDS(AS_TYPE)};   /* "u4", "V16": kind, bytes */
+#undef AS_TYPE
     for (int f = 0; !bad && f < N_FIELDS; f++)
-        if (field_off[f] < 0 || (n && field_off[f] >= itemsize))
-            bad = "a field offset lies outside the record";
+        if (field_off[f] < 0 || (n && field_off[f] + atoi(types[f] + 1) > itemsize))
+            bad = "a field lies outside the record";
+    const int64_t *pd = b[DATA].v.buf, *pc = b[CAPLEN].v.buf;     /* each packet's bytes lie inside buf */
+    for (Py_ssize_t i = 0; !bad && i < n; i++)
+        if (pd[i] < 0 || pc[i] < 0 || pd[i] > b[BUF].v.len || pc[i] > b[BUF].v.len - pd[i])
+            bad = "a packet's data offset or captured length lies outside buf";
     if (bad) {
         release(b, NB);
         PyErr_SetString(PyExc_ValueError, bad);

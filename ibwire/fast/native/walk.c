@@ -13,10 +13,10 @@ int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *offp, int big, in
     int64_t off = *offp < 0 ? 0 : *offp, n = 0;
     int status = WALK_FULL;
     while (n < max) {
-        if (off + 16 > size) { status = WALK_NEED; break; }
+        if (off > size - 16) { status = WALK_NEED; break; }     /* so that no offset can overflow */
         uint32_t incl = rd32(p + off + 8, big);
         if (incl > MAX_RECORD) { status = WALK_DAMAGED; break; }
-        if (off + 16 + (int64_t)incl > size) { status = WALK_NEED; break; }
+        if ((int64_t)incl > size - off - 16) { status = WALK_NEED; break; }
         out[n++] = off;
         off += 16 + incl;
     }
@@ -34,14 +34,14 @@ int walk_pcapng_blocks(const uint8_t *p, int64_t size, int64_t *offp, int big, i
     int64_t off = *offp < 0 ? 0 : *offp, n = 0;
     int status = WALK_FULL;
     while (n < max) {
-        if (off + 12 > size) { status = WALK_NEED; break; }
+        if (off > size - 12) { status = WALK_NEED; break; }
         uint32_t type = rd32(p + off, big);
         int order = big;
         if (type == SHB)                         /* a new section may change the byte order */
             order = rd32(p + off + 8, 0) == BYTE_ORDER_MAGIC ? 0 : 1;
         uint32_t len = rd32(p + off + 4, order);
         if (len < 12 || len % 4 || len > MAX_RECORD) { status = WALK_DAMAGED; break; }
-        if (off + (int64_t)len > size) { status = WALK_NEED; break; }
+        if ((int64_t)len > size - off) { status = WALK_NEED; break; }
         if (type == SHB || type == 1) { status = WALK_META; break; }
         if (type == 6 || type == 3) {
             types[n] = (uint8_t)type;
