@@ -16,8 +16,8 @@ STAGES = [
      ("ibwire.readers", "ibwire.writers", "ibwire.fast.walk", "ibwire.fast.resync", "ibwire.fast.split",
       "ibwire.fast._native", "ibwire.capture", "ibwire.synth", "ibwire.lab", "ibwire.convert")),
     ("layers and records", ("ibwire.decode", "ibwire.fast", "ibwire.filter")),
-    ("analyzers and reports", ("ibwire.analysis", "ibwire.audit", "ibwire.fabric")),
-    ("CLI", ("ibwire.cli", "ibwire")),
+    ("analyzers and reports", ("ibwire.analysis", "ibwire.audit", "ibwire.fabric", "ibwire.pictures")),
+    ("CLI and the notebook API", ("ibwire.cli", "ibwire.notebook", "ibwire")),   # "ibwire": itself only
 ]
 
 
@@ -67,7 +67,7 @@ def stage_of(name: str) -> int:
     best, at = -1, 0
     for i, (_, prefixes) in enumerate(STAGES):
         for pre in prefixes:
-            if (name == pre or name.startswith(pre + ".")) and len(pre) > best:
+            if (name == pre or (name.startswith(pre + ".") and pre != "ibwire")) and len(pre) > best:
                 best, at = len(pre), i
     assert best >= 0, f"{name} belongs to no stage of the data path; add it to STAGES"
     return at
