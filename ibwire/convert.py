@@ -11,6 +11,7 @@ import struct
 from typing import Dict, Optional, Tuple
 
 from .errors import UserError
+from .outfile import output_file, refuse_aliasing
 from .readers import Frame, open_capture
 from .writers import (ERF_TYPE_INFINIBAND, LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND, PcapngWriter,
                       PcapWriter, erf_record)
@@ -47,13 +48,14 @@ def convert(src: str, dst: str, link: str) -> Dict[str, int]:
     if link not in TARGETS:
         raise UserError(f"--link must be one of {', '.join(TARGETS)}, not {link!r}")
     target = TARGETS[link]
+    refuse_aliasing([dst], [src])
     cap = open_capture(src)
     pcapng = dst.endswith(".pcapng")
-    out = PcapngWriter(dst) if pcapng else PcapWriter(dst, target, nanos=True)
     ifaces: Dict[int, int] = {}
     stats = {"written": 0, "skipped": 0}
     reasons: Dict[str, int] = {}
-    with out:
+    with output_file(dst, inputs=[src]) as f:
+        out = PcapngWriter(f) if pcapng else PcapWriter(f, target, nanos=True)
         for frame in cap:
             data, why = _convert_frame(frame, target)
             if data is None:

@@ -1,4 +1,10 @@
-"""Command-line entry point.  Each command lives in its own module and registers on `app`."""
+"""Command-line entry point.  Each command lives in its own module and registers on `app`.
+
+Exit status: 0 success, 1 what the command defines (an audit finding), 2 unusable input or an output
+that could not be written, 3 internal error, 130 Ctrl-C, 143 SIGTERM (with one line on what was left)."""
+import errno
+import os
+import signal
 import sys
 
 from ..errors import UserError
@@ -6,25 +12,93 @@ from .app import app
 from . import convert, decode, capture, devices, lab, audit, synth, stats, flows, export, fabric  # noqa: F401  (each import registers its commands)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that every writer's cleanup runs as for Ctrl-C."""
+
+
+def _on_signal(signum, _frame):
+    """Ctrl-C and SIGTERM unwind the stack (writers clean up); a forked worker just leaves quietly,
+    releasing its locks, and the parent reports."""
+    global _LEAVING
+    if os.getpid() != _MAIN_PID:
+        if not _LEAVING:              # once is enough: no second unwind in the middle of the first
+            _LEAVING = True
+            raise SystemExit(128 + signum)
+        return
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt()
+    raise Terminated()
+
+
+_MAIN_PID = os.getpid()
+_LEAVING = False
+
+
+def _interrupted(status: int) -> None:
+    from ..outfile import left_behind
+    how = "Ctrl-C" if status == 130 else "SIGTERM"
+    _say(f"ibwire: interrupted by {how}; {left_behind()}")
+    _exit(status)
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def _exit(status: int) -> None:
+    """Flush standard output first: a full disk or a closed reader must not pass for success."""
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        if status in (0, 1) and not isinstance(e, BrokenPipeError):
+            _say(f"ibwire: cannot write standard output ({e.strerror}); the output is incomplete")
+            status = 2
+        sys.stdout = open(os.devnull, "w")    # nothing left for the interpreter to flush, and fail on, at exit
+    sys.exit(status)
+
+
 def main() -> None:
     """Run the CLI; user errors print one sentence, anything unexpected never shows a traceback."""
+    global _MAIN_PID
+    _MAIN_PID = os.getpid()
+    signal.signal(signal.SIGTERM, _on_signal)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not when started ignoring it
+        signal.signal(signal.SIGINT, _on_signal)
     try:
-        app(standalone_mode=False)
+        rv = app(standalone_mode=False)
     except UserError as e:
-        print(f"ibwire: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
+        _say(f"ibwire: {e}")
+        _exit(e.exit_code)
     except KeyboardInterrupt:
-        sys.exit(130)
+        _interrupted(130)
+    except Terminated:
+        _interrupted(143)
     except BrokenPipeError:
-        sys.exit(0)
-    except SystemExit:
-        raise
+        _exit(0)
+    except SystemExit as e:
+        _exit(e.code if isinstance(e.code, int) else (0 if e.code is None else 1))
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+            _say(f"ibwire: cannot write {e.filename or 'standard output'} ({e.strerror}); the output is incomplete")
+            _exit(2)
+        _internal(e)
     except Exception as e:  # usage errors of the CLI toolkit, and everything else
         if hasattr(e, "show") and hasattr(e, "exit_code"):
             e.show()
-            sys.exit(e.exit_code)
+            _exit(e.exit_code)
         if type(e).__name__ == "Abort":
-            sys.exit(130)
-        print(f"ibwire: internal error ({type(e).__name__}: {e}); please report it with the input that caused it",
-              file=sys.stderr)
-        sys.exit(3)
+            _interrupted(130)
+        _internal(e)
+    else:
+        status = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+        if status in (130, 143):      # typer turns Ctrl-C into a returned 130
+            _interrupted(status)
+        _exit(status)
+
+
+def _internal(e: BaseException) -> None:
+    _say(f"ibwire: internal error ({type(e).__name__}: {e}); please report it with the input that caused it")
+    _exit(3)

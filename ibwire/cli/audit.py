@@ -35,6 +35,9 @@ def audit(
     if fmt not in ("text", "json", "md"):
         raise UserError(f"--format {fmt}: choose text, json or md")
     paths = [str(p) for p in captures or []]
+    if report:
+        from ..outfile import refuse_aliasing
+        refuse_aliasing([report], paths + [policy, tenants, state])
     for p in paths:
         if not Path(p).is_file():
             raise UserError(f"capture {p} does not exist")
@@ -52,9 +55,8 @@ def audit(
         rep.print_terminal(res, fail_on)
     if report:
         frames = {n for f in res.findings for n in f.frames}
-        try:
-            report.write_text(rep.to_html(res, fail_on, evidence_summaries(paths, frames), paths))
-        except OSError as e:
-            raise UserError(f"cannot write {report} ({e.strerror})") from None
+        from ..outfile import output_file
+        with output_file(report, "w", inputs=paths) as f:
+            f.write(rep.to_html(res, fail_on, evidence_summaries(paths, frames), paths))
     if res.verdict(fail_on) == "FAIL":
         raise SystemExit(1)

@@ -21,23 +21,22 @@ def export(
     from ..analysis.flows import analyse
     from ..analysis.report import progress
     from ..fast import scan
+    from ..outfile import output_file, refuse_aliasing
     for name in (out, flows):
         if name is not None and not name.endswith(".parquet"):
             raise UserError(f"output names must end in .parquet ({name})")
+    refuse_aliasing([out, flows], [file])
     for name in (out, flows):
         if name is not None:
             Path(name).parent.mkdir(parents=True, exist_ok=True)
     s = scan(file, icrc=icrc)
-    try:
-        with progress(s.size, "export") as cb:
-            n = write_records(s, out, cb, s)
-        msg = f"wrote {n} packets to {out}"
-        if flows:
-            res = analyse(file, icrc=icrc)
-            write_flows(res["conversations"], flows)
-    except OSError as e:
-        raise UserError(f"cannot write: {e}") from None
+    with progress(s.size, "export") as cb, output_file(out, inputs=[file]) as f:
+        n = write_records(s, f, cb, s)
+    msg = f"wrote {n} packets to {out}"
     if flows:
+        res = analyse(file, icrc=icrc)
+        with output_file(flows, inputs=[file]) as f:
+            write_flows(res["conversations"], f)
         msg += f" and {len(res['conversations'])} conversations to {flows}"
     for p in s.problems:
         typer.echo(f"warning: {p}", err=True)

@@ -4,6 +4,7 @@ import heapq
 from typing import Optional
 
 from ibwire.errors import UserError
+from ibwire.outfile import output_file, refuse_aliasing
 from ibwire.writers import PcapWriter
 
 from .engine import Context, qp_flow
@@ -52,13 +53,11 @@ def generate(scenario_path, out_path, link: Optional[str] = None, seed: Optional
     """Write the scenario's capture to `out_path`; returns the number of frames written."""
     if link is not None and link not in LINKS:
         raise UserError(f"--link {link!r} is not one of {', '.join(LINKS)}")
+    refuse_aliasing([out_path], [scenario_path])
     scen = load(scenario_path, link)
     lk = Link(scen.link)
-    try:
-        w = PcapWriter(str(out_path), lk.linktype, nanos=True)
-    except OSError as e:
-        raise UserError(f"cannot write {out_path}: {e.strerror}; choose a writable path") from None
-    with w:
+    with output_file(out_path, inputs=[scenario_path]) as out:
+        w = PcapWriter(out, lk.linktype, nanos=True)
         for ts, f in frames(scen, scen.link, seed):
             w.write(lk.record(ts, f), ts, flush=False)
     return w.count

@@ -1,0 +1,135 @@
+"""Output files that are whole or absent, never an input, never written by two processes at once.
+
+`output_file(path, inputs=...)` writes into `.NAME.ibwire-part` beside the target, flushed and fsync'd,
+then renames it over the target (rename(2) is atomic within a directory): an interrupt, a full disk or
+any error leaves the old file or nothing.  The part file is held under flock(2): a second ibwire
+writing the same target at the same time is refused instead of both claiming success.
+`refuse_aliasing` refuses, before anything is opened, an output that is one of the inputs (through
+symlinks, `..`, hard links) or another output.  `left_behind()` says what an interrupt left.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from contextlib import contextmanager
+from typing import IO, Iterable, Iterator, List, Optional
+
+from .errors import UserError
+
+_DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
+
+_finished: List[str] = []        # outputs this process completed
+_abandoned: List[tuple] = []     # (output, it existed before) given up on an error or interrupt
+
+
+class OutputError(UserError):
+    """An output could not be written whole (full disk, no permission, busy); exit status 2."""
+
+
+def _identity(path: str):
+    try:
+        st = os.stat(path)
+        return st.st_dev, st.st_ino
+    except OSError:
+        return None
+
+
+def refuse_aliasing(outputs: Iterable[Optional[str]], inputs: Iterable[Optional[str]]) -> None:
+    """UserError when an output resolves to one of the inputs, or two outputs to one file."""
+    ins = [(str(p), os.path.realpath(str(p)), _identity(str(p))) for p in inputs if p is not None]
+    seen: list = []
+    for out in (str(p) for p in outputs if p is not None):
+        real, ident = os.path.realpath(out), _identity(out)
+        for name, in_real, in_ident in ins:
+            if real == in_real or (ident is not None and ident == in_ident):
+                raise UserError(f"output {out} is the input {name}; refusing to overwrite it, choose another name")
+        for name, o_real, o_ident in seen:
+            if real == o_real or (ident is not None and ident == o_ident):
+                raise UserError(f"outputs {name} and {out} are the same file; give each its own name")
+        seen.append((out, real, ident))
+
+
+def part_name(path: str) -> str:
+    """Where the output is written before it is renamed over `path`."""
+    d, base = os.path.split(path)
+    return os.path.join(d, f".{base}.ibwire-part")
+
+
+def _open_part(path: str) -> int:
+    """Open and lock the part file; refuse when another live process holds it."""
+    part = part_name(path)
+    for _ in range(20):
+        fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputError(f"{path} is being written by another process right now; try again when it is "
+                              f"done") from None
+        # the holder may have renamed the part file between our open and our lock: lock the current one
+        if _identity(part) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+            os.ftruncate(fd, 0)
+            return fd
+        os.close(fd)
+    raise OutputError(f"{path} is being written by other processes over and over; try again later")
+
+
+def _cannot(path: str, existed: bool, e: OSError) -> OutputError:
+    left = "the old file is unchanged" if existed else "no file was left"
+    return OutputError(f"cannot write {path} ({e.strerror or e}); {left}")
+
+
+@contextmanager
+def output_file(path, mode: str = "wb", inputs: Iterable[Optional[str]] = ()) -> Iterator[IO]:
+    """A file object for `path` that becomes `path` only if the block finishes without an exception."""
+    path = str(path)
+    refuse_aliasing([path], inputs)
+    existed = os.path.lexists(path)
+    try:
+        fd = _open_part(path)
+    except OSError as e:
+        raise _cannot(path, existed, e) from None
+    part = part_name(path)
+    try:
+        if existed:
+            try:
+                os.fchmod(fd, os.stat(path).st_mode & 0o7777)
+            except OSError:
+                pass
+        f = os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+    except BaseException:
+        os.unlink(part)
+        os.close(fd)
+        raise
+    try:
+        try:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+            os.replace(part, path)
+        except OSError as e:
+            if e.errno in _DISK_ERRORS or e.filename in (path, part):
+                raise _cannot(path, existed, e) from None
+            raise
+    except BaseException:
+        _abandoned.append((path, existed))
+        try:
+            os.unlink(part)
+        except OSError:
+            pass
+        try:
+            f.close()
+        except OSError:
+            pass
+        raise
+    f.close()
+    _finished.append(path)
+
+
+def left_behind() -> str:
+    """One phrase on what this process's writers left, for the interrupt message."""
+    parts = [f"{p} not written ({'the old file is unchanged' if existed else 'no partial file left'})"
+             for p, existed in _abandoned]
+    parts += [f"{p} written completely" for p in _finished]
+    return "; ".join(parts) if parts else "no file was written"

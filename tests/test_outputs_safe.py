@@ -1,0 +1,160 @@
+"""Writers leave a whole file or the old one, never overwrite an input, and say so in their exit status:
+convert, synth, export, audit --report, as a user runs them (interrupts, full disks, aliasing, races)."""
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_ibwire
+
+CAPS = ROOT / "captures"
+BREACH = CAPS / "multitenant-breach.pcap"
+EXE = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
+
+
+def cli(*args):
+    """Run the CLI in this process as `ibwire ARGS`; returns the exit status."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    argv, sys.argv = sys.argv, ["ibwire", *map(str, args)]
+    try:
+        from ibwire.cli import main
+        main()
+        return 0
+    except SystemExit as e:
+        return e.code
+    finally:
+        sys.argv = argv
+        for s, h in saved.items():
+            signal.signal(s, h)
+
+
+def _many_frames(path: Path, times: int) -> Path:
+    """The breach sample's records repeated: a capture that takes convert a second or so."""
+    raw = BREACH.read_bytes()
+    path.write_bytes(raw[:24] + raw[24:] * times)
+    return path
+
+
+@pytest.mark.parametrize("make_alias", ["same", "symlink", "dotdot", "hardlink"])
+def test_convert_refuses_to_overwrite_its_input(tmp_path, capsys, make_alias):
+    src = tmp_path / "in.pcap"
+    shutil.copy(BREACH, src)
+    (tmp_path / "d").mkdir()
+    out = {"same": lambda: src, "dotdot": lambda: tmp_path / "d" / ".." / "in.pcap"}.get(make_alias, lambda: None)()
+    if make_alias == "symlink":
+        out = tmp_path / "link.pcap"
+        out.symlink_to(src)
+    elif make_alias == "hardlink":
+        out = tmp_path / "hard.pcap"
+        os.link(src, out)
+    assert cli("convert", src, "-o", out) == 2
+    assert "refusing to overwrite" in capsys.readouterr().err
+    assert src.read_bytes() == BREACH.read_bytes()
+
+
+def test_every_writer_refuses_its_inputs(tmp_path, capsys):
+    src = tmp_path / "in.pcap"
+    shutil.copy(BREACH, src)
+    scen = tmp_path / "s.toml"
+    shutil.copy(CAPS / "atomics.toml", scen)
+    policy = tmp_path / "p.conf"
+    shutil.copy(CAPS / "multitenant-breach.partitions.conf", policy)
+    before = {p: p.read_bytes() for p in (src, scen, policy)}
+    cases = [("synth", scen, "-w", scen),
+             ("export", src, "-o", tmp_path / "x.parquet", "--flows", tmp_path / "x.parquet"),
+             ("audit", src, "--policy", policy, "--report", src),
+             ("audit", src, "--policy", policy, "--report", policy)]
+    for args in cases:
+        assert cli(*args) == 2, args
+        err = capsys.readouterr().err
+        assert "refusing" in err or "same file" in err, (args, err)
+    assert {p: p.read_bytes() for p in before} == before
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def _wait_for_part(target: Path, proc, timeout=60.0):
+    part = target.parent / f".{target.name}.ibwire-part"
+    end = time.monotonic() + timeout
+    while not part.exists():
+        assert proc.poll() is None, "the writer finished before it could be interrupted"
+        assert time.monotonic() < end
+        time.sleep(0.002)
+    return part
+
+
+@pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_interrupted_convert_keeps_the_old_file(tmp_path, sig, status, word):
+    src = _many_frames(tmp_path / "in.pcap", 120)
+    out = tmp_path / "out.pcap"
+    out.write_bytes(b"the old output")
+    p = subprocess.Popen([EXE, "convert", str(src), "-o", str(out), "--link", "ib"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    part = _wait_for_part(out, p)
+    time.sleep(0.05)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == status
+    assert err.strip().splitlines() == [f"ibwire: interrupted by {word}; {out} not written (the old file is unchanged)"]
+    assert out.read_bytes() == b"the old output" and not part.exists()
+
+
+def test_full_disk_leaves_no_partial_output(tmp_path):
+    """A file size limit stands in for a full disk: the write fails with EFBIG part-way through."""
+    src = _many_frames(tmp_path / "in.pcap", 20)
+    out = tmp_path / "out.pcap"
+
+    def small_disk():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+    for args in (["convert", src, "-o", out], ["export", src, "-o", tmp_path / "out.parquet"]):
+        r = subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, preexec_fn=small_disk, timeout=120)
+        assert r.returncode == 2, r.stderr
+        assert "cannot write" in r.stderr and "no file was left" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["in.pcap"]
+
+
+def test_output_to_a_full_disk_is_an_error(tmp_path):
+    for args in (["stats", BREACH, "--format", "json"], ["decode", BREACH, "--format", "jsonl", "-c", "40"],
+                 ["audit", BREACH, "--policy", CAPS / "multitenant-breach.partitions.conf", "--format", "json"]):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([EXE, *map(str, args)], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "No space left on device" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_second_writer_of_one_file_is_refused(tmp_path, capsys):
+    """While another process writes out.pcap (it holds the part file's lock), a second writer is refused."""
+    import fcntl
+    out = tmp_path / "out.pcap"
+    out.write_bytes(b"old")
+    with open(tmp_path / ".out.pcap.ibwire-part", "wb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        assert cli("convert", BREACH, "-o", out) == 2
+        assert "being written by another process" in capsys.readouterr().err
+    assert out.read_bytes() == b"old"
+    assert cli("convert", BREACH, "-o", out) == 0          # a stale part file (a killed writer) is no obstacle
+    assert sorted(os.listdir(tmp_path)) == ["out.pcap"]
+
+
+def test_concurrent_writers_leave_one_whole_file(tmp_path):
+    a = _many_frames(tmp_path / "a.pcap", 30)
+    b = tmp_path / "b.pcap"
+    shutil.copy(BREACH, b)
+    out = tmp_path / "out.pcap"
+    procs = [subprocess.Popen([EXE, "convert", str(src), "-o", str(out), "--link", "ib"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for src in (a, b)]
+    results = [p.communicate(timeout=120) + (p.returncode,) for p in procs]
+    assert all(rc == 0 or (rc == 2 and "being written by another process" in err) for _, err, rc in results)
+    whole = {}
+    for src in (a, b):
+        assert cli("convert", src, "-o", tmp_path / f"{src.stem}.ib", "--link", "ib") == 0
+        whole[src.stem] = (tmp_path / f"{src.stem}.ib").read_bytes()
+    claimed = [k for k, (_, _, rc) in zip("ab", results) if rc == 0]
+    assert claimed and out.read_bytes() in [whole[k] for k in claimed]
