@@ -1,8 +1,5 @@
 """One self-contained HTML page (inline CSS and SVG, nothing fetched) and its atomic writing."""
-import os
-import tempfile
-
-from ..errors import UserError
+from ..outfile import output_file
 from .svg import esc
 
 SVG_CSS = """
@@ -27,22 +24,6 @@ def page(title: str, body: str, kind: str) -> str:
 
 
 def write_html(path: str, text: str, inputs=()) -> None:
-    """Write `text` to `path` all at once: a temporary file in the same directory renamed over it, so a
-    reader never sees half a page; refuses to overwrite one of the `inputs`."""
-    target = os.path.abspath(path)
-    for p in inputs:
-        if os.path.exists(p) and os.path.exists(target) and os.path.samefile(p, target):
-            raise UserError(f"{path} is an input; choose another report file")
-    folder = os.path.dirname(target)
-    if not os.path.isdir(folder):
-        raise UserError(f"cannot write {path}: the folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".ibwire-", suffix=".html.part", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write `text` to `path` whole or not at all, never over one of the `inputs` (ibwire.outfile)."""
+    with output_file(path, "w", inputs=inputs) as f:
+        f.write(text)
