@@ -3,7 +3,7 @@
 Packets stream through `Audit.feed(frame_number, flat_fields, length)` once: data packets are folded
 into flows (traffic.Traffic), management datagrams update what the capture says about the subnet
 (mads.MadObserver).  `Audit.finish()` merges that with --state, ties ends to ports and tenants
-(identity) and applies the rules: traffic (P_Key and tenant rules on data, RoCE included),
+(identity) and applies the rules: the policy's own reading (policy-reading, policy-fallback), traffic (P_Key and tenant rules on data, RoCE included),
 management (SMs, SubnSet senders, traps, IPoIB joins) and drift (programmed P_Key tables).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .findings import dedupe
 from .identity import NO_TENANT, Identities, map_endpoints
 from .mads import MadObserver
 from .management import join_findings, sm_findings, trap_findings
-from .policy import Policy
+from .policy import Policy, policy_findings
 from .result import Result
 from .state import FabricState
 from .tenants import Tenants
@@ -61,7 +61,8 @@ class Audit:
             for end, r in ((fl.src, a), (fl.dst, b)):
                 if r.tenant == NO_TENANT:
                     self.unnamed[end.text()] = self.unnamed.get(end.text(), 0) + fl.packets
-        findings = flow_findings(self.traffic, self.policy, ids)
+        findings = policy_findings(self.policy)
+        findings += flow_findings(self.traffic, self.policy, ids)
         findings += default_full_findings(self.traffic, self.policy, self.tenants, ids)
         findings += sm_findings(self.mads, ids)
         findings += trap_findings(self.mads, ids)

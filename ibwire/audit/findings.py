@@ -25,6 +25,7 @@ class Finding:
     pkey: Optional[int] = None
     trap: Optional[int] = None
     ends: tuple = ()              # RoCE: (source Side, destination Side), which have no port GUID
+    line: Optional[int] = None    # partitions.conf line the finding is about
 
     def as_dict(self) -> dict:
         d = {"rule": self.rule, "severity": self.severity, "description": self.description,
@@ -38,6 +39,8 @@ class Finding:
             d["pkey"] = f"0x{self.pkey:04x}"
         if self.trap is not None:
             d["trap"] = self.trap
+        if self.line is not None:
+            d["policy_line"] = self.line
         for key, side in zip(("src", "dst"), self.ends):
             d.update({f"{key}_{k}": getattr(side, k) for k in ("mac", "ip", "vlan") if getattr(side, k) is not None})
         return d

@@ -1,49 +1,39 @@
-"""opensm partitions.conf: parse it the way opensm does and say what each port's P_Key table should hold.
+"""opensm partitions.conf: what each port's P_Key table holds once opensm has applied the file.
 
-Grammar and semantics follow opensm 3.3 (doc/partition-config.txt, opensm/osm_prtn_config.c,
-osm_prtn.c): one line at a time, `#` starts a comment, `;` ends a partition, a partition's port list
-may continue over several lines after its `Name[=PKey][,flag[=value]]* :` header, keywords and flags
-match by prefix (`A` is `ALL`, `limi` is `limited`), an `mgid=` item consumes the rest of its line.
-Before the file, opensm creates `Default=0x7fff : ALL=limited, SELF=full` (without a readable file:
-`ALL=full`); within a partition the last statement naming a port wins; `both` gives full *and* limited
-entries only with `--allow_both_pkeys`, otherwise it gives full.  opensm rejects the whole file on a
-bad header or PortGUID and falls back to `Default=0x7fff : ALL=full`; we raise PolicyError instead.
+The text is read by prtn_reader (opensm/osm_prtn_config.c replayed step for step); this module is what
+opensm 3.3.23's osm_prtn.c does with it.  Before the file, opensm creates `Default` (0x7fff) with every
+port limited and the SM's port (SELF) full; statements then add ports in file order, and the last
+statement naming a port decides its membership (full or limited; both kinds only with
+--allow_both_pkeys).  A header without a P_Key reuses the partition of that name or takes the next free
+P_Key counting from 1; a header whose P_Key already exists joins that partition whatever its name.  When
+opensm rejects the file (or it holds no statement), opensm applies `Default=0x7fff : ALL=full` instead:
+this Policy then holds that fallback and says so in `notes`.
 """
 from __future__ import annotations
 
 import ipaddress
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from ..errors import UserError
+from .findings import Finding
+from .prtn_reader import KEYWORDS, Note, Reader, Rejected, Sink
 
 DEFAULT_PKEY = 0x7FFF
 FULL_BIT = 0x8000
 IPOIB_QKEY = 0x0B1B
+NAME_MAX = 31                       # osm_prtn_t.name is char[32]
+DEFAULT_SCOPE = 0x2                 # OSM_DEFAULT_MGRP_SCOPE: link-local
 NODE_TYPES = ("ca", "switch", "router")
-
-_KEYWORDS = (("ALL", None), ("ALL_CAS", "ca"), ("ALL_SWITCHES", "switch"), ("ALL_ROUTERS", "router"))
-_GROUP_FLAGS = ("mtu", "rate", "scope", "Q_Key", "TClass", "sl", "FlowLabel")  # opensm's match order
-
-
-class PolicyError(UserError):
-    """partitions.conf that opensm would reject (it would then run with `Default=0x7fff : ALL=full`)."""
-
-    def __init__(self, path: str, line: int, col: int, msg: str):
-        self.path, self.line, self.col = path, line, col
-        super().__init__(f"{path}:{line}:{col}: {msg}; opensm rejects this file and falls back to "
-                         f"'Default=0x7fff : ALL=full', fix the line")
 
 
 @dataclass
 class Member:
-    """One port-list item: a GUID or a keyword (ALL, ALL_CAS, ALL_SWITCHES, ALL_ROUTERS, SELF)."""
-    who: object              # int port GUID, or keyword string
+    """One port-list item: a port GUID or a keyword (ALL, ALL_CAS, ALL_SWITCHES, ALL_ROUTERS, SELF)."""
+    who: object
     membership: str          # full | limited | both
     line: int = 0
-    col: int = 0
 
 
 @dataclass
@@ -58,17 +48,13 @@ class Partition:
     name: str
     pkey: int                # 15-bit base
     line: int
-    ipoib: bool = False
-    indx0: bool = False
-    flags: dict = field(default_factory=dict)
+    automatic: bool = False  # P_Key chosen by opensm
     members: list = field(default_factory=list)
     mgroups: list = field(default_factory=list)
 
     @property
-    def ipoib_broadcast_mgid(self) -> str:
-        """IPoIB broadcast group ff12:401b:PKEY::ffff:ffff with the full-member P_Key (RFC 4391 §4)."""
-        return str(ipaddress.IPv6Address(bytes([0xFF, 0x12, 0x40, 0x1B, (self.pkey | FULL_BIT) >> 8,
-                                                self.pkey & 0xFF] + [0] * 6 + [0xFF] * 4)))
+    def ipoib(self) -> bool:
+        return any(_is_ip(g.mgid) for g in self.mgroups)
 
 
 @dataclass
@@ -79,34 +65,44 @@ class Port:
     is_sm: bool = False
 
 
-class Policy:
-    """Parsed partitions.conf: partitions by base P_Key, in opensm's evaluation order."""
+def _is_ip(mgid: str) -> bool:
+    return ipaddress.IPv6Address(mgid).packed[2:4] in (b"\x40\x1b", b"\x60\x1b")
+
+
+class Policy(Sink):
+    """partitions.conf as opensm applies it: partitions by base P_Key, members in statement order."""
 
     def __init__(self, path: str = "<policy>", allow_both_pkeys: bool = False, file_found: bool = True):
         self.path = path
         self.allow_both_pkeys = allow_both_pkeys
         self.partitions: dict[int, Partition] = {}
-        self.warnings: list[str] = []
+        self.notes: list[Note] = []
+        self.fallback = not file_found      # True: opensm runs with its default configuration
+        self.rejected: Optional[tuple] = None   # (line, why) when opensm rejected the file
         self._counter = 0
-        default = Partition("Default", DEFAULT_PKEY, 0)
+        default = self.make_partition("Default", DEFAULT_PKEY, 0)
         default.members = [Member("ALL", "limited" if file_found else "full"), Member("SELF", "full")]
         if not file_found:
-            default.ipoib = True
-        self.partitions[DEFAULT_PKEY] = default
+            self.add_mgroup(default, b"\xff\x12\x40\x1b\xff\xff" + bytes(6) + b"\xff" * 4,
+                            {"Q_Key": IPOIB_QKEY, "scope_mask": 0}, 0)
 
     # -- queries ---------------------------------------------------------------------------------
     def membership(self, port: Port) -> dict[int, str]:
         """Base P_Key -> 'full' | 'limited' | 'both' that opensm programs for this port."""
         out = {}
         for pk, part in self.partitions.items():
-            m = None
+            full = limited = False
             for mem in part.members:
-                if _applies(mem.who, port):
-                    m = mem.membership
-            if m == "both" and not self.allow_both_pkeys:
-                m = "full"
-            if m:
-                out[pk] = m
+                if not _applies(mem.who, port):
+                    continue
+                m = mem.membership
+                if not self.allow_both_pkeys:          # osm_prtn_add_port drops the port from both maps
+                    full, limited = m != "limited", m == "limited"
+                else:                                   # manage_membership_change, then the adds
+                    full = (full and m != "limited") or m != "limited"
+                    limited = (limited and m != "full") or m in ("limited", "both")
+            if full or limited:
+                out[pk] = "both" if full and limited else "full" if full else "limited"
         return out
 
     def expected_table(self, port: Port) -> set[int]:
@@ -127,30 +123,68 @@ class Policy:
         return p.name if p else "undeclared"
 
     def ipoib_mgids(self) -> dict[str, int]:
-        """MGID (text) of every IPoIB broadcast group opensm creates -> base P_Key."""
-        return {p.ipoib_broadcast_mgid: pk for pk, p in self.partitions.items() if p.ipoib}
+        """MGID (text) of every IP-over-IB group opensm creates -> base P_Key."""
+        return {g.mgid: pk for pk, p in self.partitions.items() for g in p.mgroups if _is_ip(g.mgid)}
 
-    # -- building --------------------------------------------------------------------------------
-    def _partition(self, name: str, pkey: int, line: int) -> Partition:
+    @property
+    def warnings(self) -> list[str]:
+        return [f"{self.path}:{n.line}: {n.says}: {n.does}" for n in self.notes]
+
+    # -- osm_prtn.c ------------------------------------------------------------------------------
+    def make_partition(self, name: Optional[str], pkey: int, line: int):
+        """osm_prtn_make_new: None when opensm runs out of automatic P_Keys (a parse error)."""
         pkey &= 0x7FFF
+        automatic = False
         if not pkey:
-            for p in self.partitions.values():
-                if name and p.name == name:
-                    return p
+            if name is not None:
+                found = self._by_name(name)
+                if found is not None:
+                    return found
+                if len(name.encode("latin-1")) > NAME_MAX and self._by_name(name[:NAME_MAX]) is not None:
+                    self.notes.append(Note(line, f"'{name}' names an earlier partition",
+                                           f"opensm keeps only {NAME_MAX} characters of a name, cannot find it "
+                                           f"and creates another partition", "warning"))
             while self._counter < DEFAULT_PKEY - 1:
                 self._counter += 1
                 if self._counter not in self.partitions:
                     pkey = self._counter
                     break
-        if pkey in self.partitions:
-            existing = self.partitions[pkey]
-            if name and name != existing.name:
-                self.warnings.append(f"line {line}: partition '{name}' repeats P_Key 0x{pkey:04x} of "
-                                     f"'{existing.name}'; opensm merges them under the first name")
+            if not pkey:
+                return None
+            automatic = True
+        stored = name.encode("latin-1")[:NAME_MAX].decode("latin-1") if name else f"{pkey:04x}"
+        existing = self.partitions.get(pkey)
+        if existing is not None:
+            if stored != existing.name:
+                was = "opensm's built-in default partition (every port limited, the SM full)" \
+                    if existing.line == 0 else f"'{existing.name}' (line {existing.line}" + \
+                    (", P_Key chosen by opensm)" if existing.automatic else ")")
+                self.notes.append(Note(line, f"partition '{stored}' = 0x{pkey:04x} is a partition of its own",
+                                       f"opensm merges it into {was}: its ports and that partition's "
+                                       f"ports share P_Key 0x{pkey:04x}", "breach"))
             return existing
-        p = Partition(name or "", pkey, line)
-        self.partitions[pkey] = p
-        return p
+        part = self.partitions[pkey] = Partition(stored, pkey, line, automatic)
+        return part
+
+    def _by_name(self, name: str) -> Optional[Partition]:
+        """osm_prtn_find_by_name walks the partitions in cl_qmap order: the key is the big-endian P_Key
+        read as a host integer, i.e. low byte first."""
+        for pk in sorted(self.partitions, key=lambda k: ((k & 0xFF) << 8) | (k >> 8)):
+            if self.partitions[pk].name == name:
+                return self.partitions[pk]
+        return None
+
+    def add_member(self, part, who, membership: str, line: int) -> None:
+        part.members.append(Member(who, membership, line))
+
+    def add_mgroup(self, part, mgid: bytes, flags: dict, line: int) -> None:
+        """__create_mgrp: one group per scope bit (link-local without one), the scope written into the MGID."""
+        scopes = [s for s in range(16) if flags.get("scope_mask", 0) >> s & 1] or [DEFAULT_SCOPE]
+        for scope in scopes:
+            raw = bytes([mgid[0], (mgid[1] & 0xF0) | scope]) + mgid[2:]
+            text = str(ipaddress.IPv6Address(raw))
+            if not any(g.mgid == text for g in part.mgroups):
+                part.mgroups.append(McastGroup(text, dict(flags), line))
 
 
 def _applies(who, port: Port) -> bool:
@@ -159,202 +193,52 @@ def _applies(who, port: Port) -> bool:
     if who == "SELF":
         return port.is_sm
     if isinstance(who, str):
-        return port.node_type == dict(_KEYWORDS)[who]
+        return port.node_type == dict(KEYWORDS)[who]
     return who == port.guid
 
 
-def c_strtoul(text: str) -> Optional[int]:
-    """C strtoul(text, &end, 0) that must consume everything: 0x.. hex, 0.. octal, else decimal."""
-    t = text.strip()
-    if re.fullmatch(r"0[xX][0-9a-fA-F]+", t):
-        return int(t, 16)
-    if re.fullmatch(r"0[0-7]*", t):
-        return int(t, 8)
-    if re.fullmatch(r"[1-9][0-9]*", t):
-        return int(t)
-    return None
+def policy_findings(policy: Policy) -> list:
+    """policy-reading: the text and what opensm programs part ways; policy-fallback: opensm dropped the file."""
+    out = []
+    for n in policy.notes:
+        rule = "policy-fallback" if policy.fallback else "policy-reading"
+        where = f"{policy.path}:{n.line}" if n.line else policy.path
+        text = f"{n.says}; {n.does}" if policy.fallback else f"the text says {n.says}; {n.does}"
+        out.append(Finding(rule, n.severity, f"{where}: {text}", line=n.line or None))
+    return out
 
 
-def _prefix(word: str, full: str) -> bool:
-    """opensm's strncmp(word, full, strlen(word)) == 0."""
-    return full.startswith(word)
-
-
-def _name_token(text: str, col: int):
-    """`name[=value]` with surrounding blanks removed -> (name, name_col, value|None, value_col)."""
-    left, eq, right = text.partition("=")
-    name = left.strip()
-    ncol = col + len(left) - len(left.lstrip())
-    if not eq:
-        return name, ncol, None, ncol
-    vcol = col + len(left) + 1 + len(right) - len(right.lstrip())
-    return name, ncol, right.strip(), vcol
-
-
-def _split(text: str, col: int, sep: str = ","):
-    """Split keeping the column where each piece starts."""
-    pieces, start = [], 0
-    for i, ch in enumerate(text):
-        if ch == sep:
-            pieces.append((text[start:i], col + start))
-            start = i + 1
-    pieces.append((text[start:], col + start))
-    return pieces
-
-
-class _Parser:
-    def __init__(self, policy: Policy):
-        self.policy = policy
-        self.current: Optional[Partition] = None
-        self.defmember = "limited"
-        self.lineno = 0
-
-    def error(self, col: int, msg: str):
-        raise PolicyError(self.policy.path, self.lineno, col, msg)
-
-    def warn(self, col: int, msg: str):
-        self.policy.warnings.append(f"{self.policy.path}:{self.lineno}:{col}: {msg}")
-
-    def line(self, raw: str):
-        self.lineno += 1
-        text = raw.rstrip("\n").split("#", 1)[0]
-        pos = 0
-        while pos < len(text):
-            end = text.find(";", pos)
-            seg = text[pos:] if end < 0 else text[pos:end]
-            if seg.strip():
-                self.segment(seg, pos + 1)
-            elif end >= 0 and self.current is None:
-                self.error(pos + 1, "';' without a partition definition before it")
-            if end < 0:
-                break
-            self.current, self.defmember = None, "limited"
-            pos = end + 1
-
-    def segment(self, seg: str, col: int):
-        if self.current is None:
-            colon = seg.find(":")
-            if colon < 0:
-                self.error(col + len(seg) - len(seg.lstrip()),
-                           "no partition definition found (expected 'Name[=PKey][,flags] :' before the port list)")
-            self.header(seg[:colon], col)
-            seg, col = seg[colon + 1:], col + colon + 1
-        self.ports(seg, col)
-
-    def header(self, text: str, col: int):
-        pieces = _split(text, col)
-        name, ncol, pkey_text, pcol = _name_token(*pieces[0])
-        if pkey_text is None and name[:1].isdigit():
-            name, pkey_text, pcol = "", name, ncol
-        pkey = 0
-        if pkey_text is not None:
-            pkey = c_strtoul(pkey_text)
-            if pkey is None or pkey > 0xFFFF:
-                self.error(pcol, f"bad P_Key '{pkey_text}' (a number such as 0x8001)")
-        flags, ipoib, indx0 = {}, False, False
-        for piece, pc in pieces[1:]:
-            flag, fcol, val, vcol = _name_token(piece, pc)
-            if not flag:
-                self.error(fcol, "empty partition flag between commas")
-            kind = self.group_flag(flag, val, flags, fcol)
-            if kind:
-                continue
-            if _prefix(flag, "ipoib"):
-                ipoib = True
-            elif _prefix(flag, "defmember"):
-                choice = next((m for m in ("full", "both", "limited") if val and _prefix(val, m)), None)
-                if choice is None:
-                    self.warn(fcol, "flag 'defmember' needs full, limited or both; ignored")
-                else:
-                    self.defmember = choice
-            elif flag == "indx0":
-                indx0 = True
-            else:
-                self.warn(fcol, f"unrecognized partition flag '{flag}' ignored")
-        part = self.policy._partition(name, pkey, self.lineno)
-        part.ipoib |= ipoib
-        part.indx0 |= indx0
-        for k, v in flags.items():
-            part.flags.setdefault(k, v)
-        self.current = part
-
-    def group_flag(self, flag: str, val, flags: dict, col: int) -> bool:
-        for gf in _GROUP_FLAGS:
-            if _prefix(flag, gf):
-                num = c_strtoul(val) if val else None
-                if num is None:
-                    self.warn(col, f"flag '{gf}' needs a numeric value; skipped")
-                elif gf == "scope":
-                    flags.setdefault("scope", []).append(num)
-                else:
-                    flags[gf] = num
-                return True
-        return False
-
-    def ports(self, text: str, col: int):
-        part = self.current
-        pieces = _split(text, col)
-        for i, (piece, pc) in enumerate(pieces):
-            name, ncol, flag, fcol = _name_token(piece, pc)
-            if name == "mgid":
-                self.mgroup(pieces[i:], ncol)
-                return
-            if not name or _prefix(name, "NONE"):
-                continue
-            membership = self.defmember
-            if flag is not None:
-                membership = next((m for m in ("full", "both", "limited") if _prefix(flag, m)), None)
-                if membership is None:
-                    self.warn(fcol, f"unrecognized membership '{flag}'; opensm assumes limited")
-                    membership = "limited"
-            who = next((kw for kw, _ in _KEYWORDS if _prefix(name, kw)), None)
-            if who is None and _prefix(name, "SELF"):
-                who = "SELF"
-            if who is None:
-                guid = c_strtoul(name)
-                if not guid or guid >= 1 << 64:
-                    self.error(ncol, f"bad PortGUID '{name}' (0x-prefixed hex, decimal, or ALL, ALL_CAS, "
-                                     f"ALL_SWITCHES, ALL_ROUTERS, SELF)")
-                who = guid
-            part.members.append(Member(who, membership, self.lineno, ncol))
-
-    def mgroup(self, pieces, col: int):
-        _, _, gid, gcol = _name_token(*pieces[0])
-        try:
-            raw = ipaddress.IPv6Address(gid or "").packed
-        except ValueError:
-            raw = b""
-        if not raw or raw[0] != 0xFF:
-            self.warn(gcol, f"mgid '{gid}' is not a multicast GID; opensm ignores this group")
-            return
-        flags = dict(self.current.flags)
-        for piece, pc in pieces[1:]:
-            flag, fcol, val, _ = _name_token(piece, pc)
-            if not self.group_flag(flag, val, flags, fcol):
-                self.warn(fcol, f"unrecognized mgroup flag '{flag}' ignored")
-        if raw[2:4] in (b"\x40\x1b", b"\x60\x1b"):  # IP group: P_Key bits become the partition's
-            pk = self.current.pkey | FULL_BIT
-            if raw[4:6] not in (b"\x00\x00", pk.to_bytes(2, "big")):
-                self.warn(gcol, f"IP mgid '{gid}' carries a P_Key other than the partition's; opensm skips it")
-                return
-            raw = raw[:4] + pk.to_bytes(2, "big") + raw[6:]
-        self.current.mgroups.append(McastGroup(str(ipaddress.IPv6Address(raw)), flags, self.lineno))
-
-
-def parse_policy(text: str, path: str = "<policy>", allow_both_pkeys: bool = False) -> Policy:
+def parse_policy(text, path: str = "<policy>", allow_both_pkeys: bool = False) -> Policy:
+    """Apply partitions.conf text (str or bytes) the way opensm 3.3.23 does."""
+    data = text.encode("latin-1", "replace") if isinstance(text, str) else bytes(text)
     policy = Policy(path, allow_both_pkeys)
-    parser = _Parser(policy)
-    for raw in text.splitlines():
-        parser.line(raw)
-    if parser.current is not None:
-        policy.warnings.append(f"{path}: partition '{parser.current.name}' is not closed with ';' at the end")
-    return policy
+    reader = Reader(policy, allow_both_pkeys)
+    try:
+        processed = reader.read(data)
+        why, line = "the file holds no partition statement", 0
+    except Rejected as r:
+        processed, why, line = False, f"PARSE ERROR: line {r.line}: {r.why}", r.line
+        cause = [n for n in reader.notes if n.line in (r.line, r.line - 1) and n.severity != "info"]
+        if b"\r\n" in data:
+            why += " (the file has CRLF line ends: opensm takes each carriage return for text)"
+        elif cause:
+            why += f" (line {cause[-1].line}: {cause[-1].says}: {cause[-1].does})"
+    if processed:
+        policy.notes += reader.notes
+        return policy
+    fallback = Policy(path, allow_both_pkeys, file_found=False)
+    fallback.notes.append(Note(line, f"{why}", "opensm drops the whole file ('Partition configuration in error; "
+                                               "retrying with default config') and programs Default=0x7fff : "
+                                               "ALL=full, so every port is a FULL member of 0xffff and can "
+                                               "reach every other", "breach"))
+    fallback.rejected = (line, why) if line else None
+    return fallback
 
 
 def load_policy(path: str, allow_both_pkeys: bool = False) -> Policy:
     try:
-        text = Path(path).read_text(errors="replace")
+        data = Path(path).read_bytes()
     except OSError as e:
         raise UserError(f"cannot read the policy file {path} ({e.strerror}); give opensm's partitions.conf "
                         f"with --policy") from None
-    return parse_policy(text, str(path), allow_both_pkeys)
+    return parse_policy(data, str(path), allow_both_pkeys)

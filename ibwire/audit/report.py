@@ -45,7 +45,6 @@ def as_dict(res: Result, fail_on: str) -> dict:
                               for ep, text in res.audit.mappings],
         "unnamed_endpoints": res.audit.unnamed,
         "ports": _per_port(res),
-        "policy_warnings": res.audit.policy.warnings,
     }
 
 
@@ -99,8 +98,6 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
     for f in res.findings:
         console.print(f"[{RICH[f.severity]}]{f.severity:8}[/] {f.rule:24} {f.description}" +
                       (f"  [dim]frames {', '.join(map(str, f.frames))}[/]" if f.frames else ""), highlight=False)
-    for w in res.audit.policy.warnings:
-        console.print(f"[yellow]policy warning[/] {w}", highlight=False)
 
 
 _CSS = """
@@ -161,8 +158,5 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
     if d["unnamed_endpoints"]:
         parts.append("<h2>Endpoints that belong to no tenant</h2><ul>" + "".join(
             f"<li>{e(k)}: {v} packets</li>" for k, v in sorted(d["unnamed_endpoints"].items())) + "</ul>")
-    if d["policy_warnings"]:
-        parts.append("<h2>Policy warnings</h2><ul>" + "".join(f"<li>{e(w)}</li>" for w in d["policy_warnings"]) +
-                     "</ul>")
     parts.append("</body></html>")
     return "".join(parts)
