@@ -18,7 +18,7 @@ from .page import page, write_html
 from .svg import PALETTE, Plot, esc, si
 
 SEQUENCED = ("RC", "UC", "XRC")
-MAX_TICKS = 6000            # request ticks drawn per PSN graph (every k-th beyond that; marks always drawn)
+MAX_TICKS = 3000            # request ticks drawn per PSN graph (every k-th beyond that; marks always drawn)
 
 
 def _rel(v: float) -> str:
@@ -135,7 +135,10 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
     duration = (max(ends) - min(starts)) if starts else 0.0
     width = interval or S.interval_for(duration)
     shown = [r for r in rows if r["transport"] in SEQUENCED][:top] if top else [r for r in rows if r["transport"] in SEQUENCED]
-    c = S.collect(path, rows, width, icrc, mask)
+    idx = {r["conversation"]: i for i, r in enumerate(rows)}
+    pick = choose(rows, ladder_qp)
+    c = S.collect(path, rows, {idx[r["conversation"]] for r in shown} | ({pick} if pick is not None else set()),
+                  width, icrc, mask)
     t0 = c.total.t0 or 0.0
     t_end = max(duration + (min(starts) - t0 if starts else 0), len(c.total.rows()) * width)
     name = os.path.basename(path)
@@ -143,7 +146,6 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
             f"{si(t_end, 's')}; intervals of {si(width, 's')}. Pictures of the {len(shown)} busiest RC/UC/XRC "
             "conversations; the tables hold the analysis's numbers.</p>",
             "<h2>Conversations</h2>", _table(rows), "<h2 id='total'>All traffic over time</h2>"]
-    idx = {r["conversation"]: i for i, r in enumerate(rows)}
     per = [(r, c.per_conv[idx[r["conversation"]]]) for r in shown if idx[r["conversation"]] in c.per_conv]
     body.append(_time_charts("all packets", [c.total] + [tb for _, tb in per],
                              ["all"] + [f"#{r['conversation']}" for r, _ in per], t_end, "time", {"scope": "total"}))
@@ -178,7 +180,6 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
             if len(v):
                 body.append(_histogram(f"#{r['conversation']} {title}", kind, v, r["conversation"], r.get(key)))
         body.append("</section>")
-    pick = choose(rows, c.cm, ladder_qp)
     body.append("<h2 id='ladder'>Ladder diagram</h2>")
     if pick is None:
         body.append("<p>No conversation to draw" + (f" uses QPN 0x{ladder_qp:06x}" if ladder_qp is not None else "") +

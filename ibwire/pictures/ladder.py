@@ -97,14 +97,14 @@ def ladder(conv: dict, pk: Optional[dict], cm: np.ndarray, t0: float) -> str:
     return "".join(out)
 
 
-def choose(conversations: List[dict], cm: np.ndarray, qp: Optional[int]) -> Optional[int]:
-    """Index of the conversation to draw: the one using QPN `qp`, else the busiest RC one set up by CM,
-    else the busiest RC one, else the first."""
+def choose(conversations: List[dict], qp: Optional[int]) -> Optional[int]:
+    """Index of the conversation to draw: the one using QPN `qp`, else the busiest RC one the analysis paired
+    by its CM exchange, else the busiest RC one, else the first."""
     if not conversations:
         return None
     if qp is not None:
         q = f"0x{qp:06x}"
         return next((i for i, r in enumerate(conversations) if q in (r["qpn_a"], r["qpn_b"])), None)
     rc = [i for i, r in enumerate(conversations) if r["transport"] in ("RC", "XRC")]
-    with_cm = [i for i in rc if len(cm_of(cm, conversations[i]))]
+    with_cm = [i for i in rc if conversations[i].get("paired_by") == "cm"]
     return (with_cm or rc or [0])[0]

@@ -14,7 +14,7 @@ Sequencing of one requester→responder channel, vectorised over its packets in 
   requester's next packet; ACK latency is from a request's first transmission to the first ACK (or READ
   completion) covering its PSN; READ latency from the READ request to its first response.
 """
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 
@@ -34,7 +34,8 @@ IS_READ_FIRST = np.array([o == "read_resp" and s in ("first", "only") for o, s i
 IS_READ_LAST = np.array([o == "read_resp" and s in ("last", "only") for o, s in zip(_OP, _SEG)])
 HAS_AETH = np.array(["aeth" in lookup(c).headers for c in range(256)])
 IS_RC = np.array([lookup(c).transport in ("RC", "XRC") for c in range(256)])
-COLUMNS = ("time", "opcode", "psn", "aeth_syndrome", "reth_dmalen", "len", "paylen", "frame", "ecn")
+COLUMNS = ("time", "time_ns", "flags", "opcode", "psn", "aeth_syndrome", "reth_dmalen", "len", "paylen", "frame",
+           "ecn")
 
 
 def end_text(addr: bytes, lid: int) -> str:
@@ -81,8 +82,9 @@ class TimeBins:
     def t0(self) -> Optional[float]:
         return None if self.t0_ns is None else self.t0_ns / 1e9
 
-    def add(self, rec: np.ndarray) -> None:
-        if not len(rec):
+    def add(self, rec) -> None:
+        """Count a record batch (or a dict of its columns)."""
+        if not len(rec["time_ns"]):
             return
         idx = self.index(rec["time_ns"])
         self._add("packets", idx)
@@ -135,56 +137,65 @@ class Collected:
         self.total, self.per_conv, self.packets, self.cm = total, per_conv, packets, cm
 
 
-def collect(path: str, conversations: List[dict], interval: float, icrc: bool = True, mask=None) -> Collected:
-    """One pass: time bins for everything and for each conversation given (rows of `flows.analyse`), the
-    packet columns of those conversations (side 0 = a→b), and every CM MAD (for ladder diagrams)."""
+def collect(path: str, conversations: List[dict], keep: Iterable[int], interval: float, icrc: bool = True,
+            mask=None) -> Collected:
+    """One pass: time bins for everything; for the conversations at positions `keep` in `conversations` (rows
+    of `flows.analyse`) time bins and packet columns (side 0 = a→b); every CM MAD (for ladder diagrams)."""
+    keep = set(keep)
     halves = {}
     for i, r in enumerate(conversations):
+        if i not in keep:
+            continue
         for side, (src, dst, qpn) in enumerate(((r["a"], r["b"], r["qpn_b"]), (r["b"], r["a"], r["qpn_a"]))):
             if qpn is not None:
                 halves[(src, dst, int(qpn, 16))] = (i, side)
     total = TimeBins(interval)
-    per_conv = {i: None for i in range(len(conversations))}
-    parts: Dict[int, list] = {i: [] for i in range(len(conversations))}
+    per_conv: Dict[int, TimeBins] = {}
+    parts: Dict[int, list] = {i: [] for i in keep}
     cms = []
+    known: Dict[int, tuple] = {}      # half-flow key hash -> (conversation or -1, side)
     for rec in scan(path, icrc=icrc):
         if mask is not None:
             rec = rec[mask(rec)]
         if not len(rec):
             continue
         total.add(rec)
-        b = rec[(rec["flags"] & R.F_BTH) > 0]
-        if not len(b):
+        bth = np.nonzero((rec["flags"] & R.F_BTH) > 0)[0]
+        if not len(bth):
             continue
-        cm = b[((b["flags"] & R.F_MAD) > 0) & (b["mad_class"] == 0x07)]
+        cm = bth[((rec["flags"][bth] & R.F_MAD) > 0) & (rec["mad_class"][bth] == 0x07)]
         if len(cm):
-            cms.append(cm)
-        _, first, inv = group_rows(b, ("src", "dst", "slid", "dlid", "destqp"))
+            cms.append(rec[cm])
+        if not halves:
+            continue
+        hashes, first, inv = group_rows(rec, ("src", "dst", "slid", "dlid", "destqp"), bth)
         conv = np.full(len(first), -1, np.int64)
         side = np.zeros(len(first), np.int64)
-        for j, i in enumerate(first.tolist()):
-            key = (end_text(bytes(b["src"][i]), int(b["slid"][i])), end_text(bytes(b["dst"][i]), int(b["dlid"][i])),
-                   int(b["destqp"][i]))
-            hit = halves.get(key)
-            if hit is not None:
-                conv[j], side[j] = hit
+        for j, (h, i) in enumerate(zip(hashes.tolist(), bth[first].tolist())):
+            hit = known.get(h)
+            if hit is None:
+                key = (end_text(bytes(rec["src"][i]), int(rec["slid"][i])),
+                       end_text(bytes(rec["dst"][i]), int(rec["dlid"][i])), int(rec["destqp"][i]))
+                hit = known[h] = halves.get(key, (-1, 0))
+            conv[j], side[j] = hit
         rc, rs = conv[inv], side[inv]
-        for ci in np.unique(rc[rc >= 0]).tolist():
-            sel = rc == ci
-            pb = b[sel]
-            cols = {k: pb[k] for k in COLUMNS}
-            cols["side"] = rs[sel].astype(np.int8)
-            cols["bad_icrc"] = pb["icrc"] == R.BAD
+        mine = np.nonzero(rc >= 0)[0]
+        if not len(mine):
+            continue
+        order = mine[np.argsort(rc[mine], kind="stable")]
+        cuts = np.nonzero(np.diff(rc[order]))[0] + 1
+        for part in np.split(order, cuts):
+            ci = int(rc[part[0]])
+            rows = bth[part]
+            cols = {k: rec[k][rows] for k in COLUMNS}
+            cols["side"] = rs[part].astype(np.int8)
+            cols["bad_icrc"] = rec["icrc"][rows] == R.BAD
             parts[ci].append(cols)
-            if per_conv[ci] is None:
+            if ci not in per_conv:
                 per_conv[ci] = TimeBins(interval, total.t0_ns)
-            per_conv[ci].add(pb)
-    packets = {}
-    for ci, ps in parts.items():
-        if ps:
-            packets[ci] = {k: np.concatenate([p[k] for p in ps]) for k in ps[0]}
-    return Collected(total, {k: v for k, v in per_conv.items() if v is not None}, packets,
-                     np.concatenate(cms) if cms else np.zeros(0, R.RECORD))
+            per_conv[ci].add(cols)
+    packets = {ci: {k: np.concatenate([p[k] for p in ps]) for k in ps[0]} for ci, ps in parts.items() if ps}
+    return Collected(total, per_conv, packets, np.concatenate(cms) if cms else np.zeros(0, R.RECORD))
 
 
 def unwrap(psn: np.ndarray) -> np.ndarray:

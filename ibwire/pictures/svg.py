@@ -7,6 +7,8 @@ import math
 from html import escape
 from typing import Iterable, List, Sequence, Tuple
 
+import numpy as np
+
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
@@ -73,23 +75,30 @@ class Plot:
                    f"text-anchor='middle'>{esc(ylabel)}</text>")
         self.items[:0] = out
 
+    def xa(self, v) -> np.ndarray:
+        return np.round(self.l + (np.asarray(v, np.float64) - self.x0) / (self.x1 - self.x0) * (self.w - self.l - self.r), 2)
+
+    def ya(self, v) -> np.ndarray:
+        return np.round(self.h - self.b - (np.asarray(v, np.float64) - self.y0) / (self.y1 - self.y0)
+                        * (self.h - self.t - self.b), 2)
+
     def polyline(self, xs: Sequence[float], ys: Sequence[float], colour: str, name: str, step: bool = False) -> None:
-        pts = []
-        prev = None
-        for a, b in zip(xs, ys):
-            X, Y = self.x(a), self.y(b)
-            if step and prev is not None:
-                pts.append(f"{X},{prev}")
-            pts.append(f"{X},{Y}")
-            prev = Y
+        """A line through the points (a staircase with `step`), thinned to what a pixel column can show."""
+        X, Y = self.xa(xs), self.ya(ys)
+        if step and len(X) > 1:
+            X, Y = np.repeat(X, 2)[1:], np.repeat(Y, 2)[:-1]
+        X, Y = _thin(X, Y)
+        pts = " ".join(f"{a:g},{b:g}" for a, b in zip(X.tolist(), Y.tolist()))
         self.items.append(f"<polyline class='series' data-name='{esc(name)}' fill='none' stroke='{colour}' "
-                          f"stroke-width='1.5' points='{' '.join(pts)}'><title>{esc(name)}</title></polyline>")
+                          f"stroke-width='1.5' points='{pts}'><title>{esc(name)}</title></polyline>")
 
     def marks(self, cls: str, points: Iterable[Tuple[float, float, str]], shape: str, colour: str) -> None:
         """One element per point, class `mark CLS`, drawn as a small shape centred on it."""
         g = [f"<g class='marks {cls}' fill='{colour}' stroke='{colour}'>"]
-        for a, b, tip in points:
-            X, Y = self.x(a), self.y(b)
+        points = list(points)
+        xs = self.xa([p[0] for p in points]).tolist()
+        ys = self.ya([p[1] for p in points]).tolist()
+        for X, Y, (_, _, tip) in zip(xs, ys, points):
             if shape == "x":
                 d = f"M{X - 3},{Y - 3}L{X + 3},{Y + 3}M{X - 3},{Y + 3}L{X + 3},{Y - 3}"
                 g.append(f"<path class='mark {cls}' d='{d}' stroke-width='1.6'><title>{esc(tip)}</title></path>")
@@ -144,3 +153,17 @@ class Plot:
         attrs = "".join(f" data-{k}='{esc(v)}'" for k, v in self.attrs.items())
         return (f"<svg class='chart {self.kind}' width='{self.w}' "
                 f"height='{self.h}' viewBox='0 0 {self.w} {self.h}'{attrs}>" + "".join(self.items) + "</svg>")
+
+
+def _thin(X: np.ndarray, Y: np.ndarray, limit: int = 2000):
+    """Points of a line left in drawing order, at most four per run of points in one pixel column: the
+    first, the lowest, the highest, the last (what the eye sees of that column)."""
+    if len(X) <= limit:
+        return X, Y
+    col = np.floor(X).astype(np.int64)
+    starts = np.r_[0, np.nonzero(np.diff(col))[0] + 1]
+    ends = np.r_[starts[1:], len(X)] - 1
+    lo, hi = np.minimum.reduceat(Y, starts), np.maximum.reduceat(Y, starts)
+    xs = np.stack([X[starts], X[starts], X[starts], X[ends]], 1).ravel()
+    ys = np.stack([Y[starts], lo, hi, Y[ends]], 1).ravel()
+    return xs, ys
