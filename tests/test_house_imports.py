@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGES = [
     ("protocol tables and layers", ("dissectors", "ibwire.errors")),
     ("readers, writers and producers of bytes",
-     ("ibwire.readers", "ibwire.writers", "ibwire.fast.walk", "ibwire.fast.resync", "ibwire.fast.split",
+     ("ibwire.readers", "ibwire.writers", "ibwire.outfile", "ibwire.fast.walk", "ibwire.fast.resync", "ibwire.fast.split",
       "ibwire.fast._native", "ibwire.capture", "ibwire.synth", "ibwire.lab", "ibwire.convert")),
     ("layers and records", ("ibwire.decode", "ibwire.fast", "ibwire.filter")),
     ("analyzers and reports", ("ibwire.analysis", "ibwire.audit", "ibwire.fabric", "ibwire.pictures")),
