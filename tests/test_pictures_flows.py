@@ -90,6 +90,12 @@ def test_ladder_draws_cm_handshake_and_chosen_pair(tmp_path):
     drawn = int(lad["data"]["packets"])
     assert drawn == min(conv["packets_a_to_b"] + conv["packets_b_to_a"], 48) and len(msgs) == drawn + len(cm)
     assert all(w > 300 for cls, _, w in msgs)
+    reads = [x for x in rows if x.get("read_latency_us")]
+    assert reads
+    for x in reads:
+        (h,) = [c for c in page["charts"] if c["cls"] == "chart histogram read-latency"
+                and c["section"] == str(x["conversation"])]
+        assert sum(n for n, _ in h["bars"]) == x["read_latency_us"]["n"]
 
 
 def test_report_errors_are_one_sentence(tmp_path):
@@ -98,4 +104,9 @@ def test_report_errors_are_one_sentence(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     r = run_ibwire("flows", cap, "--report", tmp_path / "x.html", "--interval", "0")
     assert r.returncode == 2 and "interval" in r.stderr and not (tmp_path / "x.html").exists()
-    assert not list(tmp_path.glob(".ibwire-*"))
+    assert list(tmp_path.iterdir()) == []            # no page, no part file left behind
+    copy = tmp_path / "copy.pcap"
+    copy.write_bytes(cap.read_bytes())
+    r = run_ibwire("flows", copy, "--report", copy)
+    assert r.returncode == 2 and copy.read_bytes() == cap.read_bytes() and "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == [copy]
