@@ -1,96 +1,208 @@
 """Queue-pair conversations and reliable-connection analysis (IBA Vol 1 §9.7: PSNs, ACK/NAK, READ).
 
-Two streaming passes over the capture keep memory proportional to the number of conversations:
-pass 1 learns which half-flows (source, destination, destination QP) belong together — from CM REQ/REP
-QPNs (§12.6.5/§12.6.8) where present, else from request PSNs answered by ACK/response PSNs the other way,
-else from the addresses alone; pass 2 runs each conversation's sequence logic in time order.
+One streaming pass decodes the capture (the file's two halves in two threads on large pcap files), learns
+the half-flows (source, destination, destination QP) and writes each transport packet's few sequencing
+fields to a compact spill (in memory, then a temporary file: memory stays flat however large the
+capture).  Pairing then decides which half-flows belong together — from CM REQ/REP QPNs
+(§12.6.5/§12.6.8) where present, else from request PSNs answered by ACK/response PSNs the other way,
+else from the addresses alone — and the compiled sequencer (ibwire/fast/native/flows.c) replays the
+spill conversation by conversation in capture order, as the responder would see it (§9.7.4):
+  * a request PSN beyond the expected one is a gap (its PSNs missing: drops); a missing PSN arriving
+    later is out of order, unless a NAK/RNR NAK was sent or go-back-N resends follow it, which make it
+    a retransmission; an already accepted PSN is a retransmission; a bad ICRC is dropped silently;
+  * a READ request reserves one PSN per response packet (dmalen/4096 to dmalen/256); its responses are
+    matched to it, completed READs acknowledge what precedes them; ACKs retire pending requests
+    (request-to-ACK latency, coalescing), NAKs and RNR NAKs are counted by code and timer;
+  * a message's bytes are checked against its RETH DMA length (WRITE) or the READ's.
 """
-import multiprocessing
 import os
-import zlib
-from collections import OrderedDict, defaultdict
+import tempfile
+import threading
+from collections import defaultdict
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from dissectors.opcodes import NAK_CODES, OPCODES, RNR_TIMER_MS, lookup
+from dissectors.opcodes import NAK_CODES, RNR_TIMER_MS, lookup
+from ..fast import _native
 from ..fast import records as R
 from ..fast import scan
-from ..fast.split import MIN_SPLIT
+from ..fast.split import spans
+from ..fast.walk import SpanContextLost
 from .hashing import group_rows
 
-PSN_MOD = 1 << 24
-SAMPLE = 128            # PSNs per half-flow kept for pairing
-LAT_SAMPLES = 4096      # latency samples kept per channel (the first ones)
-PENDING_MAX = 1 << 14   # unacknowledged requests / outstanding READs tracked per channel
-SEEN_WINDOW = 4096      # accepted PSNs remembered per channel to recognise retransmissions
-# Per-opcode facts as plain lists: the per-packet loop indexes them a million times a second.
+SAMPLE = 128            # distinct PSNs per half-flow kept for pairing (requests, and responses)
+SPILL_IN_MEMORY = 1 << 19   # packets kept in memory before the spill moves to a temporary file
 OP = [lookup(c).op for c in range(256)]
-SEG = [lookup(c).seg for c in range(256)]
 TRANSPORT = [lookup(c).transport for c in range(256)]
 REQUEST_OPS = {"send", "write", "read_req", "atomic", "flush", "atomic_write", "resync"}
 ONE_SIDED = {"write", "read_req", "atomic", "flush", "atomic_write"}
+MESSAGE_KINDS = ("send", "write", "read", "atomic", "flush", "atomic_write", "resync", "unknown")
+
+# What the compiled sequencer reads per packet (native/flows.h flow_pkt, the same layout).
+SPILL = np.dtype([("t", "f8"), ("tns", "i8"), ("half", "u4"), ("psn", "u4"), ("len", "u4"), ("paylen", "i4"),
+                  ("dmalen", "u4"), ("destqp", "u4"), ("frame", "u4"), ("p_key", "u2"), ("op", "u1"),
+                  ("syn", "u1"), ("ecn", "u1"), ("bad", "u1"), ("pad", "V6")])
+COUNTERS = [c.lower() for c in _native.FLOW_COUNTERS]
+_NC, _NK = len(COUNTERS), len(MESSAGE_KINDS)
+SUMMARY = np.dtype([("packets", "i8", 2), ("bytes", "i8", 2), ("payload", "i8", 2), ("cnps", "i8", 2),
+                    ("ecn_ce", "i8", 2), ("qpn", "i8", 2), ("first_frame", "i8"), ("first_tns", "i8"),
+                    ("first", "f8"), ("last", "f8"), ("first_op", "i8"), ("counters", "i8", (2, _NC)),
+                    ("ops", "i8", (2, _NK)), ("op_bytes", "i8", (2, _NK)), ("ops_order", "i8", (2, _NK)),
+                    ("bytes_order", "i8", (2, _NK)), ("nak", "i8", (2, 32)), ("nak_order", "i8", (2, 32)),
+                    ("rnr", "i8", (2, 32)), ("rnr_order", "i8", (2, 32)), ("n_pkeys", "i8")])
+_SPILL_OFF = np.array([R.RECORD.fields[name][1] for name, typ in _native.SPILL_FIELDS
+                       if R.RECORD[name].str.lstrip("<>|=") == typ], np.int64)
+if len(_SPILL_OFF) != len(_native.SPILL_FIELDS) or SPILL.itemsize != _native.FLOW_PKT_SIZE or SUMMARY.itemsize != _native.FLOW_SUMMARY_SIZE:
+    raise ImportError("ibwire.fast._native's flow records differ from ibwire.analysis.flows'; rebuild it")
 
 
-def _psn_diff(a: int, b: int) -> int:
-    """a - b in 24-bit serial arithmetic (IBA §9.7.1), in [-2^23, 2^23)."""
-    return ((a - b + (1 << 23)) % PSN_MOD) - (1 << 23)
+def _tables():
+    """Per-opcode facts for the sequencer: class, message kind, segment, transport (native/flows.h)."""
+    cls, kind, seg, tr = (np.zeros(256, np.uint8) for _ in range(4))
+    classes = {"read_req": 1, "read_resp": 2, "ack": 3, "atomic_ack": 4, "cnp": 5}
+    segs = {"": 0, "first": 1, "middle": 2, "last": 3, "only": 4}
+    trs = {"RC": 1, "UC": 2, "DC": 3, "UD": 4, "CNP": 5, "XRC": 6}
+    for c in range(256):
+        o = lookup(c)
+        cls[c] = classes.get(o.op, 0)
+        kind[c] = MESSAGE_KINDS.index(o.op) if o.op in MESSAGE_KINDS else MESSAGE_KINDS.index("read") \
+            if o.op == "read_req" else 0
+        seg[c] = segs[o.seg]
+        tr[c] = trs.get(o.transport, 0)
+    return cls, kind, seg, tr
 
+
+_TABLES = _tables()
+_IS_REQ = np.array([OP[c] in REQUEST_OPS for c in range(256)])
+_IS_RESP = np.array([OP[c] in ("ack", "read_resp", "atomic_ack") for c in range(256)])
+_IS_UD = np.array([0x60 <= c < 0x80 for c in range(256)])
 
 HalfKey = Tuple[bytes, bytes, int, int, int]   # src, dst, slid, dlid, destqp
 
 
 class _Half:
-    __slots__ = ("transport", "req_psn", "resp_psn", "packets")
+    __slots__ = ("id", "transport", "req_psn", "resp_psn", "packets")
 
-    def __init__(self, transport):
-        self.transport = transport
-        self.req_psn, self.resp_psn, self.packets = set(), set(), 0
-
-
-def _batch_halves(b: np.ndarray):
-    """Distinct half-flow keys of a batch (src, dst, slid, dlid, destqp), the first row of each, and
-    each row's index into them."""
-    src, dst, sl, dl, qp = (b[k] for k in ("src", "dst", "slid", "dlid", "destqp"))
-    _, first, inv = group_rows(b, ("src", "dst", "slid", "dlid", "destqp"))
-    keys = [(bytes(src[i]), bytes(dst[i]), int(sl[i]), int(dl[i]), int(qp[i])) for i in first.tolist()]
-    return keys, first, inv
+    def __init__(self, hid, transport):
+        self.id, self.transport = hid, transport
+        self.req_psn, self.resp_psn, self.packets = {}, {}, 0     # PSN samples: dicts keep first-seen order
 
 
-_IS_REQ = np.array([OP[c] in REQUEST_OPS for c in range(256)])
-_IS_RESP = np.array([OP[c] in ("ack", "read_resp", "atomic_ack") for c in range(256)])
+class _Spill:
+    """The sequencing fields of every transport packet, in capture order: in memory while small, then
+    appended to an unlinked temporary file and read back in pieces."""
+
+    def __init__(self):
+        self.parts: List[np.ndarray] = []
+        self.n = 0
+        self.file = None
+
+    def add(self, rows: np.ndarray) -> None:
+        self.n += len(rows)
+        if self.file is None and self.n > SPILL_IN_MEMORY:
+            self.file = tempfile.TemporaryFile(prefix="ibwire-flows-")
+            for p in self.parts:
+                p.tofile(self.file)
+            self.parts = []
+        if self.file is not None:
+            rows.tofile(self.file)
+        else:
+            self.parts.append(rows)
+
+    def __iter__(self):
+        if self.file is None:
+            yield from self.parts
+            return
+        self.file.seek(0)
+        while True:
+            rows = np.fromfile(self.file, SPILL, count=1 << 16)
+            if not len(rows):
+                return
+            yield rows
+
+    def close(self):
+        if self.file is not None:
+            self.file.close()
 
 
-def _learn(scan_batches):
-    """Pass 1: half-flows with PSN samples, and CM REQ/REP (address, QPN) facts."""
-    halves: Dict[HalfKey, _Half] = {}
-    reqs, reps = {}, {}
-    for rec in scan_batches:
-        b = rec[(rec["flags"] & R.F_BTH) > 0]
-        if not len(b):
-            continue
-        keys, first, inv = _batch_halves(b)
-        ops, psns = b["opcode"], b["psn"]
-        counts = np.bincount(inv, minlength=len(keys))
-        isreq, isresp = _IS_REQ[ops], _IS_RESP[ops]
-        for j, k in enumerate(keys):
-            h = halves.get(k)
+class _Learner:
+    """Half-flows with PSN samples, CM REQ/REP facts and UD directions, from batches in capture order;
+    every transport packet goes to the spill with the number of its half-flow (or UD direction)."""
+
+    def __init__(self):
+        self.halves: Dict[HalfKey, _Half] = {}
+        self.ud: Dict[tuple, int] = {}            # (src, dst, slid, dlid, destqp, srcqp) -> number
+        self.reqs, self.reps = {}, {}
+        self.ids = 0
+        self.spill = _Spill()
+
+    def _id(self) -> int:
+        self.ids += 1
+        return self.ids - 1
+
+    def add(self, rec: np.ndarray, frames: Optional[np.ndarray] = None) -> None:
+        """Learn from a batch (`frames`: its frame numbers when the records cannot say)."""
+        bth = (rec["flags"] & R.F_BTH) > 0
+        rows = None if bth.all() else np.flatnonzero(bth)   # field by field: a masked copy of whole records is slow
+        if rows is not None and not len(rows):
+            return
+
+        def col(f):
+            return rec[f] if rows is None else rec[f][rows]
+        src, dst, sl, dl, qp = (col(k) for k in ("src", "dst", "slid", "dlid", "destqp"))
+        ops, psns = col("opcode"), col("psn")
+        _, first, inv = group_rows(rec, ("src", "dst", "slid", "dlid", "destqp"), rows)
+        counts = np.bincount(inv, minlength=len(first))
+        hs = []
+        for j, i in enumerate(first.tolist()):
+            k = (bytes(src[i]), bytes(dst[i]), int(sl[i]), int(dl[i]), int(qp[i]))
+            h = self.halves.get(k)
             if h is None:
-                op = int(ops[first[j]])
-                h = halves[k] = _Half(TRANSPORT[op] if op != 0x81 else "CNP")
+                op = int(ops[i])
+                h = self.halves[k] = _Half(self._id(), TRANSPORT[op] if op != 0x81 else "CNP")
             h.packets += int(counts[j])
-            for want, sample in ((isreq, h.req_psn), (isresp, h.resp_psn)):
-                if len(sample) < SAMPLE:
-                    sel = psns[(inv == j) & want][:SAMPLE - len(sample)]
-                    sample.update(sel.tolist())
-        cm = b[(b["mad_class"] == 0x07) & ((b["flags"] & R.F_MAD) > 0)]
-        for r in cm:
+            hs.append(h)
+        for want, attr in ((_IS_REQ[ops], "req_psn"), (_IS_RESP[ops], "resp_psn")):
+            need = np.array([len(getattr(h, attr)) < SAMPLE for h in hs])
+            if not need.any():
+                continue
+            sel = np.nonzero(want & need[inv])[0]
+            if not len(sel):
+                continue
+            sel = sel[np.argsort(inv[sel], kind="stable")]
+            for part in np.split(sel, np.flatnonzero(np.diff(inv[sel])) + 1):
+                sample = getattr(hs[inv[part[0]]], attr)
+                for p in psns[part].tolist():
+                    if len(sample) >= SAMPLE:
+                        break
+                    sample[p] = True
+        half = np.array([h.id for h in hs], np.uint32)[inv]
+        ud = _IS_UD[ops]
+        if ud.any():
+            u = np.nonzero(ud)[0]
+            sqp = col("deth_srcqp")
+            _, ufirst, uinv = group_rows(rec, ("src", "dst", "slid", "dlid", "destqp", "deth_srcqp"),
+                                         u if rows is None else rows[u])
+            ids = []
+            for i in u[ufirst].tolist():
+                k = (bytes(src[i]), bytes(dst[i]), int(sl[i]), int(dl[i]), int(qp[i]), int(sqp[i]))
+                if k not in self.ud:
+                    self.ud[k] = self._id()
+                ids.append(self.ud[k])
+            half[u] = np.array(ids, np.uint32)[uinv]
+        mad = np.flatnonzero(col("flags") & R.F_MAD)
+        for i in mad[col("mad_class")[mad] == 0x07].tolist():
+            r = rec[i if rows is None else rows[i]]
             ends = (bytes(r["src"]), int(r["slid"]), bytes(r["dst"]), int(r["dlid"]))
             if r["mad_attrid"] == 0x10:
-                reqs[int(r["cm_comm_id"])] = (ends, int(r["cm_qpn"]))
+                self.reqs[int(r["cm_comm_id"])] = (ends, int(r["cm_qpn"]))
             elif r["mad_attrid"] == 0x13:
-                reps[int(r["cm_remote_comm_id"])] = (ends, int(r["cm_qpn"]))
-    return halves, reqs, reps
+                self.reps[int(r["cm_remote_comm_id"])] = (ends, int(r["cm_qpn"]))
+        out = np.empty(len(ops), SPILL)
+        _native.flows_spill(np.ascontiguousarray(rec), rec.dtype.itemsize, rows, _SPILL_OFF, half,
+                            None if frames is None else np.ascontiguousarray(frames, np.uint32), out)
+        self.spill.add(out)
 
 
 def _pair(halves: Dict[HalfKey, _Half], reqs, reps):
@@ -128,7 +240,8 @@ def _pair(halves: Dict[HalfKey, _Half], reqs, reps):
             continue
         done.update((ends, rev))
         back = [k for k in by_pair.get(rev, []) if k not in conv_of]
-        scores = sorted(((len(halves[x].req_psn & halves[y].resp_psn) + len(halves[y].req_psn & halves[x].resp_psn), x, y)
+        scores = sorted(((len(halves[x].req_psn.keys() & halves[y].resp_psn.keys())
+                          + len(halves[y].req_psn.keys() & halves[x].resp_psn.keys()), x, y)
                          for x in ks for y in back), reverse=True)
         used = set()
         for sc, x, y in scores:
@@ -144,257 +257,8 @@ def _pair(halves: Dict[HalfKey, _Half], reqs, reps):
     return conv_of, convs
 
 
-class _Channel:
-    """One requester→responder direction of an RC/UC/XRC conversation."""
-
-    def __init__(self):
-        self.expected: Optional[int] = None
-        self.missing = OrderedDict()
-        self.pending = OrderedDict()      # psn -> request time (messages awaiting ACK/response)
-        self.reads = OrderedDict()        # first response psn -> (time, dmalen, last psn allowed)
-        self.msg = None                   # [op, bytes so far, declared dmalen or None]
-        self.seen = OrderedDict()         # PSNs already accepted (bounded window)
-        self.nak_seen = False             # a NAK/RNR NAK was sent: late PSNs are retransmissions
-        self.fill = None                  # a late PSN provisionally counted as out of order
-        self.c = defaultdict(int)
-        self.ops = defaultdict(int)
-        self.op_bytes = defaultdict(int)
-        self.ack_lat: List[float] = []
-        self.read_lat: List[float] = []
-        self.rnr_timers = defaultdict(int)
-        self.max_outstanding = 0
-
-
-class _Conv:
-    def __init__(self, cid: int, info: dict):
-        self.cid, self.info = cid, info
-        self.ch = (_Channel(), _Channel())
-        self.packets = [0, 0]
-        self.bytes = [0, 0]
-        self.payload = [0, 0]
-        self.first = self.last = None
-        self.transport = None
-        self.p_keys = set()
-        self.cnps = [0, 0]
-        self.ecn_ce = [0, 0]
-        self.qpn = [None, None]           # QPN of side 0 and side 1 (learned from destqp of the other way)
-        self.first_frame = 0              # frame number of its first packet (orders ties in the output)
-
-    def packet(self, side: int, t: float, op: int, psn: int, ln: int, pay: int, dmalen: int, syn: int,
-               ecn: int, p_key: int, destqp: int, crc_bad: bool = False, tns: int = 0):
-        if self.first is None:
-            self.first, self.first_ns = t, tns
-        self.last = t
-        self.packets[side] += 1
-        self.bytes[side] += ln
-        self.payload[side] += pay
-        self.qpn[1 - side] = destqp
-        if ecn == 3:
-            self.ecn_ce[side] += 1
-        if op == 0x81:
-            self.cnps[1 - side] += 1      # the CNP goes to side (1-side): it is the notified sender
-            return
-        self.p_keys.add(p_key)
-        tr = TRANSPORT[op]
-        self.transport = self.transport or tr
-        o, seg = OP[op], SEG[op]
-        if tr == "UD":
-            self.ch[side].ops["send"] += 1
-            self.ch[side].op_bytes["send"] += pay
-            return
-        if o in REQUEST_OPS or o == "unknown":
-            self._request(self.ch[side], t, o, seg, psn, pay, dmalen, tr, crc_bad)
-        else:
-            self._response(self.ch[1 - side], t, o, seg, psn, pay, syn)
-
-    def _request(self, ch: _Channel, t, o, seg, psn, pay, dmalen, tr, crc_bad):
-        """Sequence a request packet as the responder would (IBA §9.7.4.1): new, retransmitted or late."""
-        c = ch.c
-        c["request_packets"] += 1
-        if crc_bad:                     # the responder drops it silently; it will show up as a gap
-            c["bad_icrc"] += 1
-            return
-        if ch.fill is not None:
-            if _psn_diff(psn, ch.fill) == 1 and psn in ch.seen:
-                self._refile(ch)        # go-back-N resends what follows: the late PSN was a retransmission
-            ch.fill = None
-        if psn in ch.seen:
-            c["retransmissions"] += 1
-            return
-        if ch.expected is not None:
-            d = _psn_diff(psn, ch.expected)
-            if d > 0 and ch.reads:      # PSNs a pending READ's responses may use are not a gap
-                p0, (_, _, plast, _) = next(reversed(ch.reads.items()))
-                if _psn_diff(psn, p0) > 0 and _psn_diff(psn - 1, plast) <= 0:
-                    d = 0
-            if d > 0:
-                c["psn_gaps"] += 1
-                c["drops"] += d
-                for k in range(min(d, 4096)):
-                    ch.missing[(ch.expected + k) % PSN_MOD] = True
-                while len(ch.missing) > 4096:
-                    ch.missing.popitem(last=False)
-                ch.msg = None           # a message with a hole cannot be checked against its length
-            elif d < 0:
-                if ch.missing.pop(psn, None):
-                    if ch.nak_seen:
-                        c["retransmissions"] += 1
-                    else:               # late, not lost — unless a NAK or go-back-N resends show otherwise
-                        c["out_of_order"] += 1
-                        c["drops"] -= 1
-                        ch.fill = psn
-                else:
-                    c["retransmissions"] += 1
-                ch.msg = None
-        ch.seen[psn] = True
-        while len(ch.seen) > SEEN_WINDOW:
-            ch.seen.popitem(last=False)
-        nxt = psn + 1
-        if o == "read_req":
-            # a READ consumes one PSN per response packet: at least dmalen/4096, at most dmalen/256
-            nxt = psn + max(1, -(-dmalen // 4096))
-            ch.reads[psn] = (t, dmalen, psn + max(1, -(-dmalen // 256)) - 1, 0)
-            while len(ch.reads) > PENDING_MAX:
-                ch.reads.popitem(last=False)
-            ch.ops["read"] += 1
-            ch.op_bytes["read"] += dmalen
-        if ch.expected is None or _psn_diff(nxt, ch.expected) > 0:
-            ch.expected = nxt % PSN_MOD
-        if o != "read_req":
-            ch.op_bytes[o] += 8 if o == "atomic" else pay
-            if seg in ("first", "only"):
-                ch.msg = [o, 0, dmalen if o == "write" else None]
-            if ch.msg is not None:
-                ch.msg[1] += pay
-            if seg in ("last", "only", ""):
-                ch.ops[o] += 1
-                m = ch.msg
-                if m is not None and m[2] is not None and m[1] != m[2]:
-                    c["length_mismatch"] += 1
-                ch.msg = None
-            if tr in ("RC", "XRC"):
-                ch.pending[psn] = t
-                while len(ch.pending) > PENDING_MAX:
-                    ch.pending.popitem(last=False)
-                    c["untracked_requests"] += 1
-        if tr in ("RC", "XRC"):
-            ch.max_outstanding = max(ch.max_outstanding, len(ch.pending) + len(ch.reads))
-
-    @staticmethod
-    def _refile(ch: _Channel):
-        ch.c["out_of_order"] -= 1
-        ch.c["drops"] += 1
-        ch.c["retransmissions"] += 1
-        ch.fill = None
-
-    def _response(self, ch: _Channel, t, o, seg, psn, pay, syn):
-        c = ch.c
-        if o == "read_resp":
-            c["read_response_packets"] += 1
-            for p0 in list(ch.reads):
-                t0, dmalen, plast, got = ch.reads[p0]
-                d0, d1 = _psn_diff(psn, p0), _psn_diff(plast, psn)
-                if d0 >= 0 and d1 >= 0:
-                    if d0 == 0 and seg in ("first", "only") and len(ch.read_lat) < LAT_SAMPLES:
-                        ch.read_lat.append(t - t0)
-                    got += pay
-                    ch.reads[p0] = (t0, dmalen, plast, got)
-                    if seg in ("last", "only"):
-                        if got != dmalen:
-                            c["length_mismatch"] += 1
-                        del ch.reads[p0]
-                        c["reads_completed"] += 1
-                        self._ack(ch, t, psn)
-                        ch.expected = (psn + 1) % PSN_MOD if ch.expected is not None and _psn_diff(psn + 1, ch.expected) > 0 else ch.expected
-                    break
-            else:
-                c["unmatched_read_responses"] += 1
-            return
-        kind = (syn >> 5) & 3
-        if kind == 0:
-            c["acks"] += 1
-            self._ack(ch, t, psn)
-        elif kind == 1:
-            c["rnr_naks"] += 1
-            ch.nak_seen = True
-            if ch.fill is not None:
-                self._refile(ch)
-            ch.rnr_timers[RNR_TIMER_MS[syn & 0x1F]] += 1
-        elif kind == 3:
-            name = NAK_CODES.get(syn & 0x1F, f"NAK code {syn & 0x1F}")
-            c["nak " + name] += 1
-            c["naks"] += 1
-            ch.nak_seen = True
-            if ch.fill is not None:
-                self._refile(ch)
-        if o == "atomic_ack":
-            c["atomic_acks"] += 1
-
-    def _ack(self, ch: _Channel, t, psn):
-        n = 0
-        while ch.pending:
-            p0, t0 = next(iter(ch.pending.items()))
-            if _psn_diff(psn, p0) < 0:
-                break
-            ch.pending.popitem(last=False)
-            n += 1
-            if len(ch.ack_lat) < LAT_SAMPLES:
-                ch.ack_lat.append(t - t0)
-        ch.c["acked_requests"] += n
-
-    def row(self, halves_text) -> dict:
-        dur = (self.last - self.first) if self.first is not None else 0.0
-        a, b = halves_text
-        out = {"conversation": self.cid, "transport": self.transport or "CNP", "a": a, "b": b,
-               "qpn_a": _hex(self.qpn[0]), "qpn_b": _hex(self.qpn[1]),
-               "p_key": ",".join(f"0x{p:04x}" for p in sorted(self.p_keys)), "paired_by": self.info["paired_by"],
-               "packets_a_to_b": self.packets[0], "packets_b_to_a": self.packets[1],
-               "bytes_a_to_b": self.bytes[0], "bytes_b_to_a": self.bytes[1],
-               "payload_bytes": self.payload[0] + self.payload[1], "first_time": self.first,
-               "first_time_ns": self.first_ns if self.first is not None else None,
-               "duration_s": dur}
-        out["goodput_bps"] = (out["payload_bytes"] * 8 / dur) if dur > 0 else None
-        ops, obytes = defaultdict(int), defaultdict(int)
-        c = defaultdict(int)
-        rnr = defaultdict(int)
-        ack_lat, read_lat = [], []
-        depth = 0
-        for ch in self.ch:
-            for k, v in ch.ops.items():
-                ops[k] += v
-            for k, v in ch.op_bytes.items():
-                obytes[k] += v
-            for k, v in ch.c.items():
-                c[k] += v
-            for k, v in ch.rnr_timers.items():
-                rnr[k] += v
-            ack_lat += ch.ack_lat
-            read_lat += ch.read_lat
-            depth = max(depth, ch.max_outstanding)
-        out["messages"] = dict(ops)
-        out["message_bytes"] = dict(obytes)
-        out["one_sided"] = sum(v for k, v in ops.items() if k in ONE_SIDED or k == "read")
-        out["two_sided"] = ops.get("send", 0)
-        if self.transport in ("RC", "XRC", "UC"):
-            out.update({k: c.get(k, 0) for k in ("psn_gaps", "drops", "retransmissions", "out_of_order",
-                                                  "length_mismatch", "bad_icrc")})
-        if self.transport in ("RC", "XRC"):
-            naks = {k[4:]: v for k, v in c.items() if k.startswith("nak ")}
-            out.update({"acks": c.get("acks", 0), "naks": naks, "rnr_naks": c.get("rnr_naks", 0),
-                        "rnr_timer_ms": {str(k): v for k, v in rnr.items()},
-                        "ack_coalescing": (c["acked_requests"] / c["acks"]) if c.get("acks") else None,
-                        "max_outstanding": depth, "reads_completed": c.get("reads_completed", 0),
-                        "unmatched_read_responses": c.get("unmatched_read_responses", 0),
-                        "unacknowledged_at_end": sum(len(ch.pending) + len(ch.reads) for ch in self.ch)
-                        + c.get("untracked_requests", 0),
-                        "read_latency_us": _pct(read_lat), "ack_latency_us": _pct(ack_lat)})
-        out["cnp_received_a"], out["cnp_received_b"] = self.cnps
-        out["ecn_ce"] = sum(self.ecn_ce)
-        return out
-
-
-def _pct(v: List[float]) -> Optional[dict]:
-    if not v:
+def _pct(v: np.ndarray) -> Optional[dict]:
+    if not len(v):
         return None
     a = np.asarray(v) * 1e6
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
@@ -403,7 +267,7 @@ def _pct(v: List[float]) -> Optional[dict]:
 
 
 def _hex(q):
-    return None if q is None else f"0x{q:06x}"
+    return None if q is None or q < 0 else f"0x{q:06x}"
 
 
 def _end_text(addr: bytes, lid: int) -> str:
@@ -415,125 +279,190 @@ def _end_text(addr: bytes, lid: int) -> str:
     return " ".join(parts) or "-"
 
 
-def _batches(path, icrc, mask, progress=None, problems=None):
-    """Record batches of the capture (optionally only the packets `mask` selects)."""
-    s = scan(path, icrc=icrc)
+def _ordered(counts, order, names) -> dict:
+    """Channel 0's keys in first-seen order, then channel 1's new ones (Python dict-merge order)."""
+    out = {}
+    for ch in (0, 1):
+        for i in sorted(np.flatnonzero(order[ch]).tolist(), key=lambda i: order[ch][i]):
+            out[names[i]] = out.get(names[i], 0) + int(counts[ch][i])
+    return out
+
+
+_NAK_NAMES = [NAK_CODES.get(c, f"NAK code {c}") for c in range(32)]
+_RNR_NAMES = [str(RNR_TIMER_MS[c]) for c in range(32)]
+
+
+def _row(cid: int, paired_by: str, ends, raw) -> dict:
+    """One conversation's row from the sequencer's summary (raw: flows_result's tuple)."""
+    s = np.frombuffer(raw[0], SUMMARY)[0]
+    ack_lat, read_lat = np.frombuffer(raw[1], np.float64), np.frombuffer(raw[2], np.float64)
+    pkeys = sorted(np.frombuffer(raw[3], np.uint16).tolist())
+    first_op = int(s["first_op"])
+    transport = TRANSPORT[first_op] if first_op >= 0 else None
+    dur = float(s["last"] - s["first"])
+    c = {k: int(s["counters"][0][i] + s["counters"][1][i]) for i, k in enumerate(COUNTERS)}
+    out = {"conversation": cid, "transport": transport or "CNP", "a": ends[0], "b": ends[1],
+           "qpn_a": _hex(int(s["qpn"][0])), "qpn_b": _hex(int(s["qpn"][1])),
+           "p_key": ",".join(f"0x{p:04x}" for p in pkeys), "paired_by": paired_by,
+           "packets_a_to_b": int(s["packets"][0]), "packets_b_to_a": int(s["packets"][1]),
+           "bytes_a_to_b": int(s["bytes"][0]), "bytes_b_to_a": int(s["bytes"][1]),
+           "payload_bytes": int(s["payload"].sum()), "first_time": float(s["first"]),
+           "first_time_ns": int(s["first_tns"]), "duration_s": dur}
+    out["goodput_bps"] = (out["payload_bytes"] * 8 / dur) if dur > 0 else None
+    ops = _ordered(s["ops"], s["ops_order"], MESSAGE_KINDS)
+    out["messages"] = ops
+    out["message_bytes"] = _ordered(s["op_bytes"], s["bytes_order"], MESSAGE_KINDS)
+    out["one_sided"] = sum(v for k, v in ops.items() if k in ONE_SIDED or k == "read")
+    out["two_sided"] = ops.get("send", 0)
+    if transport in ("RC", "XRC", "UC"):
+        out.update({k: c[k] for k in ("psn_gaps", "drops", "retransmissions", "out_of_order", "length_mismatch",
+                                      "bad_icrc")})
+    if transport in ("RC", "XRC"):
+        out.update({"acks": c["acks"], "naks": _ordered(s["nak"], s["nak_order"], _NAK_NAMES),
+                    "rnr_naks": c["rnr_naks"], "rnr_timer_ms": _ordered(s["rnr"], s["rnr_order"], _RNR_NAMES),
+                    "ack_coalescing": (c["acked_requests"] / c["acks"]) if c["acks"] else None,
+                    "max_outstanding": int(s["counters"][:, COUNTERS.index("max_outstanding")].max()),
+                    "reads_completed": c["reads_completed"], "unmatched_read_responses": c["unmatched_read_responses"],
+                    "unacknowledged_at_end": c["unacknowledged"] + c["untracked"],
+                    "read_latency_us": _pct(read_lat), "ack_latency_us": _pct(ack_lat)})
+    out["cnp_received_a"], out["cnp_received_b"] = int(s["cnps"][0]), int(s["cnps"][1])
+    out["ecn_ce"] = int(s["ecn_ce"].sum())
+    return out
+
+
+def _read_span(path, icrc, mask, span, progress=None) -> Tuple[_Learner, int, List[str]]:
+    """Decode one byte span (or the whole file) into a learner; also its record count and problems."""
+    s = scan(path, icrc=icrc, span=span)
+    learner, n = _Learner(), 0
     for rec in s:
+        frames = np.arange(n + 1, n + 1 + len(rec)) if span else None   # a span's reader cannot number them
+        n += len(rec)
         if mask is not None:
-            rec = rec[mask(rec)]
+            keep = mask(rec)
+            rec, frames = rec[keep], None if frames is None else frames[keep]
+        learner.add(rec, frames)
         if progress:
             progress(len(rec), s.bytes_done)
-        yield rec
-    if problems is not None:
-        problems.extend(s.problems)
+    return learner, n, list(s.problems)
 
 
-def _mine(key, share) -> bool:
-    """Whether a conversation belongs to this process's share: (k, n) takes those hashing to k mod n."""
-    k, n = share
-    return n == 1 or zlib.crc32(repr(key).encode()) % n == k
-
-
-def _sequence(path, icrc, mask, conv_of, convs, share=(0, 1), progress=None):
-    """Pass 2 for the conversations of `share`: [(sort key, row)] and the file's problems."""
-    state: Dict[int, _Conv] = {}
-    ud: Dict[tuple, _Conv] = {}
-    problems: List[str] = []
-    for rec in _batches(path, icrc, mask, progress, problems):
-        b = rec[(rec["flags"] & R.F_BTH) > 0]
-        if not len(b):
-            continue
-        keys, first, inv = _batch_halves(b)
-        frames = b["frame"]
-        ops = b["opcode"]
-        is_ud = (ops >= 0x60) & (ops < 0x80)
-        objs = np.empty(len(keys), object)
-        sides = np.zeros(len(keys), np.int64)
-        for j, k in enumerate(keys):
-            cs = conv_of.get(k)
-            if cs is not None:
-                cid, sides[j] = cs
-                if cid not in state:
-                    if not _mine(cid, share):
-                        continue
-                    state[cid] = _Conv(cid, convs[cid])
-                    state[cid].first_frame = int(frames[first[j]])
-                objs[j] = state[cid]
-        row_obj, row_side = objs[inv], sides[inv]
-        if is_ud.any():                   # UD: both QPNs are in the packet (DETH source QP)
-            u = np.nonzero(is_ud)[0]
-            src, dst, sl, dl, qp, sqp = (b[k][u] for k in ("src", "dst", "slid", "dlid", "destqp", "deth_srcqp"))
-            _, ufirst, uinv = group_rows(b, ("src", "dst", "slid", "dlid", "destqp", "deth_srcqp"), u)
-            uobj, uside = np.empty(len(ufirst), object), np.zeros(len(ufirst), np.int64)
-            for j, i in enumerate(ufirst.tolist()):
-                a_end, b_end = (bytes(src[i]), int(sl[i]), int(sqp[i])), (bytes(dst[i]), int(dl[i]), int(qp[i]))
-                fwd = a_end <= b_end
-                uk = a_end + b_end if fwd else b_end + a_end
-                if uk not in ud:
-                    if not _mine(uk, share):
-                        continue
-                    ud[uk] = _Conv(-1, {"paired_by": "deth", "ends": uk})
-                    ud[uk].qpn = [uk[2], uk[5]]
-                    ud[uk].first_frame = int(frames[u[i]])
-                uobj[j], uside[j] = ud[uk], 0 if fwd else 1
-            row_obj[u], row_side[u] = uobj[uinv], uside[uinv]
-        sel = np.nonzero(np.not_equal(row_obj, None))[0]
-        if not len(sel):
-            continue
-        cols = [b[k][sel].tolist() for k in ("time", "opcode", "psn", "len", "paylen", "reth_dmalen",
-                                               "aeth_syndrome", "ecn", "p_key", "destqp", "icrc", "time_ns")]
-        for cv, side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, crc, tns in zip(
-                row_obj[sel].tolist(), row_side[sel].tolist(), *cols):
-            cv.packet(side, t, op, psn, ln, pay, dml, syn, ecn, pk, qp, crc == R.BAD, tns)
-    rows = []
-    for cid, cv in state.items():
-        a, b = convs[cid]["halves"]
-        h = a or (b[1], b[0], b[3], b[2], 0)
-        rows.append((cv, cv.row((_end_text(h[0], h[2]), _end_text(h[1], h[3]))), 0))
-    for uk, cv in ud.items():
-        rows.append((cv, cv.row((_end_text(uk[0], uk[1]), _end_text(uk[3], uk[4]))), 1))
-    # sorted by bytes; ties in the order conversations first appear (paired ones before UD), whatever the share
-    return [((-(r["bytes_a_to_b"] + r["bytes_b_to_a"]), kind, cv.first_frame), r) for cv, r, kind in rows], problems
-
-
-_FORKED = None          # what the pass-2 worker processes inherit: (path, icrc, mask, conv_of, convs, n)
-
-
-def _forked_share(k: int):
-    path, icrc, mask, conv_of, convs, n = _FORKED
-    return _sequence(path, icrc, mask, conv_of, convs, (k, n))
+def _merge(parts) -> Tuple[_Learner, List[np.ndarray], List[str]]:
+    """One learner for the whole file from its spans' (in order); each span's half numbers -> merged ones."""
+    main, _, problems = parts[0]
+    maps = [np.arange(main.ids, dtype=np.int64)]
+    offset = parts[0][1]
+    for learner, n, probs in parts[1:]:
+        local = np.zeros(learner.ids, np.int64)
+        for k, h in learner.halves.items():
+            m = main.halves.get(k)
+            if m is None:
+                m = main.halves[k] = _Half(main._id(), h.transport)
+            m.packets += h.packets
+            for attr in ("req_psn", "resp_psn"):
+                sample = getattr(m, attr)
+                for p in getattr(h, attr):
+                    if len(sample) >= SAMPLE:
+                        break
+                    sample[p] = True
+            local[h.id] = m.id
+        for k, i in learner.ud.items():
+            if k not in main.ud:
+                main.ud[k] = main._id()
+            local[i] = main.ud[k]
+        for comm, v in learner.reqs.items():
+            main.reqs.setdefault(comm, v)
+        for comm, v in learner.reps.items():
+            main.reps.setdefault(comm, v)
+        learner.frame_offset = offset
+        offset += n
+        maps.append(local)
+        problems += probs
+    return main, maps, problems
 
 
 def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int = 0) -> dict:
-    """Conversations of a capture (read twice: pairing, then sequencing).  `icrc` verifies ICRCs in the
-    second pass (a bad one is a drop); `mask(batch)` optionally selects the packets to analyse.  The
-    sequencing is shared among `workers` processes by conversation (0: one per CPU for captures of 64 MiB
-    and more); the result does not depend on how many."""
-    global _FORKED
-    size = os.path.getsize(path)
-    first_half = second_half = None
-    if progress:                      # one bar for both passes, each packet counted half in each
-        def first_half(n, done):
-            progress(n / 2, done // 2)
+    """Conversations of a capture (largest first).  `icrc` verifies ICRCs (a bad one is a drop);
+    `mask(batch)` optionally selects the packets to analyse.  Large pcap/pcapng files are decoded by
+    `workers` threads (0: one per CPU), each reading one part of the file; the result does not depend on
+    how many."""
+    workers = workers or os.cpu_count() or 1
+    cut = spans(path, workers) if workers > 1 else None
+    parts = None
+    if cut:
+        results: list = [None] * len(cut)
+        errors: list = []
+        share = len(cut)
+        scaled = (lambda n, done: progress(n * share, done * share)) if progress else None
 
-        def second_half(n, done):
-            progress(n / 2, size // 2 + done // 2)
-    halves, reqs, reps = _learn(_batches(path, False, mask, first_half))
-    conv_of, convs = _pair(halves, reqs, reps)
-    n = workers or ((os.cpu_count() or 1) if size >= MIN_SPLIT else 1)
-    if n > 1:
-        _FORKED = (path, icrc, mask, conv_of, convs, n)
-        try:
-            with multiprocessing.get_context("fork").Pool(n - 1) as pool:
-                pending = [pool.apply_async(_forked_share, (k,)) for k in range(1, n)]
-                parts = [_sequence(path, icrc, mask, conv_of, convs, (0, n), second_half)]
-                parts += [p.get() for p in pending]
-        finally:
-            _FORKED = None
-    else:
-        parts = [_sequence(path, icrc, mask, conv_of, convs, (0, 1), second_half)]
-    ranked = sorted((kr for rows, _ in parts for kr in rows), key=lambda kr: kr[0])
+        def work(i):
+            try:
+                results[i] = _read_span(path, icrc, mask, cut[i], scaled if i == 0 else None)
+            except BaseException as e:          # noqa: B036  (re-raised in the caller's thread)
+                errors.append(e)
+        threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(1, len(cut))]
+        for t in threads:
+            t.start()
+        work(0)
+        for t in threads:
+            t.join()
+        if not errors:
+            parts = results
+        elif not all(isinstance(e, SpanContextLost) for e in errors):
+            raise errors[0]
+    if parts is None:
+        parts = [_read_span(path, icrc, mask, None, progress)]
+    learner, maps, problems = _merge(parts)
+    try:
+        return {"conversations": _sequence(learner, maps, [p[0] for p in parts]), "problems": problems}
+    finally:
+        for p in parts:
+            p[0].spill.close()
+
+
+def _sequence(learner: _Learner, maps, learners) -> List[dict]:
+    """Pair the half-flows, replay every span's spill through the compiled sequencer, rank the rows."""
+    conv_of, convs = _pair(learner.halves, learner.reqs, learner.reps)
+    conv = np.full(learner.ids, -1, np.int32)
+    side = np.zeros(learner.ids, np.uint8)
+    ends, kinds = [], []
+    for k, (cid, sd) in conv_of.items():
+        conv[learner.halves[k].id], side[learner.halves[k].id] = cid, sd
+    for info in convs:
+        a, b = info["halves"]
+        h = a or (b[1], b[0], b[3], b[2], 0)
+        ends.append((_end_text(h[0], h[2]), _end_text(h[1], h[3])))
+        kinds.append((0, info["paired_by"], None))
+    ud_convs: Dict[tuple, int] = {}
+    for k, i in learner.ud.items():          # UD: both QPNs are in the packet (DETH source QP)
+        a_end, b_end = (k[0], k[2], k[5]), (k[1], k[3], k[4])
+        fwd = a_end <= b_end
+        uk = a_end + b_end if fwd else b_end + a_end
+        if uk not in ud_convs:
+            ud_convs[uk] = len(ends)
+            ends.append((_end_text(uk[0], uk[1]), _end_text(uk[3], uk[4])))
+            kinds.append((1, "deth", (uk[2], uk[5])))
+        conv[i], side[i] = ud_convs[uk], 0 if fwd else 1
+    state = _native.flows_new(len(ends))
+    for c, (_, _, qpns) in enumerate(kinds):
+        if qpns:
+            _native.flows_set_qpn(state, c, *qpns)
+    for part, local in zip(learners, maps):
+        lut_conv, lut_side = conv[local], side[local]
+        offset = getattr(part, "frame_offset", 0)
+        for rows in part.spill:
+            if offset:
+                rows["frame"] += offset
+            _native.flows_feed(state, *_TABLES, rows, lut_conv, lut_side)
+    ranked = []
+    for c, (kind, how, _) in enumerate(kinds):
+        raw = _native.flows_result(state, c)
+        s = np.frombuffer(raw[0], SUMMARY)[0]
+        if s["first_frame"] < 0:
+            continue                          # a conversation none of whose packets the filter kept
+        row = _row(0, how, ends[c], raw)
+        ranked.append(((-(row["bytes_a_to_b"] + row["bytes_b_to_a"]), kind, int(s["first_frame"])), row))
+    ranked.sort(key=lambda kr: kr[0])
     rows = [r for _, r in ranked]
     for i, r in enumerate(rows):
         r["conversation"] = i + 1
-    return {"conversations": rows, "problems": parts[0][1]}
+    return rows

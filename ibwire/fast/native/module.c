@@ -11,6 +11,7 @@
 
 #include "crc.h"
 #include "decode.h"
+#include "flows.h"
 #include "group.h"
 #include "walk.h"
 
@@ -220,6 +221,186 @@ static PyObject *group(PyObject *self, PyObject *args)
     return PyLong_FromLongLong(g);
 }
 
+
+/* ---- RC sequencing (flows.c): a capsule holds the per-conversation state between feeds ---- */
+static void flows_capsule_free(PyObject *cap)
+{
+    flows_free(PyCapsule_GetPointer(cap, "ibwire.flows"));
+}
+
+static flow_state *flows_of(PyObject *cap)
+{
+    return PyCapsule_GetPointer(cap, "ibwire.flows");
+}
+
+PyDoc_STRVAR(flows_new_doc,
+"flows_new(nconv) -> state\n\nSequencing state for `nconv` conversations (see flows.c).");
+
+static PyObject *flows_new_py(PyObject *self, PyObject *args)
+{
+    long long n;
+    if (!PyArg_ParseTuple(args, "L", &n))
+        return NULL;
+    if (n < 0 || n > (1LL << 31))
+        return PyErr_Format(PyExc_ValueError, "bad conversation count %lld", n);
+    flow_state *s = flows_new(n);
+    if (!s)
+        return PyErr_NoMemory();
+    PyObject *cap = PyCapsule_New(s, "ibwire.flows", flows_capsule_free);
+    if (!cap)
+        flows_free(s);
+    return cap;
+}
+
+PyDoc_STRVAR(flows_set_qpn_doc,
+"flows_set_qpn(state, conv, qpn0, qpn1)\n\nThe QPNs a conversation starts with (UD: both ends' from DETH).");
+
+static PyObject *flows_set_qpn_py(PyObject *self, PyObject *args)
+{
+    PyObject *cap;
+    long long c, q0, q1;
+    if (!PyArg_ParseTuple(args, "OLLL", &cap, &c, &q0, &q1))
+        return NULL;
+    flow_state *s = flows_of(cap);
+    if (!s)
+        return NULL;
+    flows_set_qpn(s, c, q0, q1);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(flows_feed_doc,
+"flows_feed(state, opclass, opkind, seg, transport, packets, conv_of, side_of)\n\n"
+"Sequence `packets` (flow_pkt records, capture order).  opclass/opkind/seg/transport: uint8 [256] per-opcode\n"
+"facts; conv_of (int32) and side_of (uint8) map each packet's half number to a conversation and side.");
+
+static PyObject *flows_feed_py(PyObject *self, PyObject *args)
+{
+    enum { OPC, OPK, SEG, TR, PKT, CONV, SIDE, NB };
+    PyObject *cap, *o[NB];
+    buf_t b[NB];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &cap, &o[OPC], &o[OPK], &o[SEG], &o[TR], &o[PKT], &o[CONV], &o[SIDE]))
+        return NULL;
+    flow_state *s = flows_of(cap);
+    if (!s)
+        return NULL;
+    static const Py_ssize_t item[NB] = {1, 1, 1, 1, sizeof(flow_pkt), 4, 1};
+    static const char *names[NB] = {"opclass", "opkind", "seg", "transport", "packets", "conv_of", "side_of"};
+    for (int i = 0; i < NB; i++)
+        if (get(o[i], &b[i], 0, item[i], names[i]) < 0) {
+            release(b, NB);
+            return NULL;
+        }
+    if (b[OPC].v.len != 256 || b[OPK].v.len != 256 || b[SEG].v.len != 256 || b[TR].v.len != 256 ||
+        b[CONV].v.len / 4 != b[SIDE].v.len) {
+        release(b, NB);
+        PyErr_SetString(PyExc_ValueError, "a table has the wrong size");
+        return NULL;
+    }
+    flow_tables tab = {b[OPC].v.buf, b[OPK].v.buf, b[SEG].v.buf, b[TR].v.buf};
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = flows_feed(s, &tab, b[PKT].v.buf, b[PKT].v.len / (Py_ssize_t)sizeof(flow_pkt), b[CONV].v.buf,
+                     b[SIDE].v.buf, b[SIDE].v.len);
+    Py_END_ALLOW_THREADS
+    release(b, NB);
+    if (err < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+
+PyDoc_STRVAR(flows_spill_doc,
+"flows_spill(rec, itemsize, rows, field_off, half, frames, out)\n\n"
+"One flow_pkt in `out` per record of `rec` listed in the int64 array `rows` (None: all): the fields of\n"
+"SPILL_FIELDS at byte offsets field_off (int64), half-flow numbers from `half` (uint32, one per listed\n"
+"row), frame numbers from `frames` (uint32 per record of rec; None: the records' own).");
+
+static PyObject *flows_spill_py(PyObject *self, PyObject *args)
+{
+    enum { REC, ROWS, OFF, HALF, FRAMES, OUT, NB };
+    PyObject *o[NB];
+    Py_ssize_t itemsize;
+    buf_t b[NB];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "OnOOOOO", &o[REC], &itemsize, &o[ROWS], &o[OFF], &o[HALF], &o[FRAMES], &o[OUT]))
+        return NULL;
+    static const Py_ssize_t item[NB] = {0, 8, 8, 4, 4, sizeof(flow_pkt)};
+    static const char *names[NB] = {"rec", "rows", "field_off", "half", "frames", "out"};
+    for (int i = 0; i < NB; i++) {
+        if ((i == ROWS || i == FRAMES) && o[i] == Py_None)
+            continue;
+        if (get(o[i], &b[i], i == OUT, item[i], names[i]) < 0) {
+            release(b, NB);
+            return NULL;
+        }
+    }
+    Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
+    Py_ssize_t n = b[ROWS].held ? b[ROWS].v.len / 8 : nrec;
+    const int64_t *rows = b[ROWS].held ? b[ROWS].v.buf : NULL, *off = b[OFF].v.buf;
+    const char *bad = NULL;
+    if (itemsize <= 0 || b[REC].v.len % itemsize)
+        bad = "rec does not hold whole records";
+    else if (b[OFF].v.len != N_SF * 8 || b[HALF].v.len / 4 != n || b[OUT].v.len / (Py_ssize_t)sizeof(flow_pkt) != n ||
+             (b[FRAMES].held && b[FRAMES].v.len / 4 != nrec))
+        bad = "field_off, half, frames or out has the wrong size";
+#define SF_SIZE(id, name, type) (type[1] - '0'),
+    static const int size[N_SF] = {SPILL_FIELDS(SF_SIZE)};
+    for (int f = 0; !bad && f < N_SF; f++)
+        if (off[f] < 0 || off[f] + size[f] > itemsize)
+            bad = "a field offset lies outside the record";
+    for (Py_ssize_t i = 0; !bad && rows && i < n; i++)
+        if (rows[i] < 0 || rows[i] >= nrec)
+            bad = "a row index is out of range";
+    if (bad) {
+        release(b, NB);
+        PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    flows_spill(b[REC].v.buf, itemsize, rows, n, off, b[HALF].v.buf, b[FRAMES].held ? b[FRAMES].v.buf : NULL,
+                b[OUT].v.buf);
+    Py_END_ALLOW_THREADS
+    release(b, NB);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(flows_result_doc,
+"flows_result(state, conv) -> (bytes of a flow_summary, ACK latencies, READ latencies, P_Keys)\n\n"
+"Latencies: bytes of float64 seconds, channel 0's samples then channel 1's; P_Keys: bytes of uint16.");
+
+static PyObject *flows_result_py(PyObject *self, PyObject *args)
+{
+    PyObject *cap;
+    long long c;
+    if (!PyArg_ParseTuple(args, "OL", &cap, &c))
+        return NULL;
+    flow_state *s = flows_of(cap);
+    if (!s)
+        return NULL;
+    flow_summary sum;
+    if (flows_summary(s, c, &sum) < 0)
+        return PyErr_Format(PyExc_IndexError, "no conversation %lld", c);
+    PyObject *lat[2] = {NULL, NULL};
+    for (int w = 0; w < 2; w++) {
+        const double *a, *b;
+        int64_t na = flows_latency(s, c, 0, w, &a), nb = flows_latency(s, c, 1, w, &b);
+        lat[w] = PyBytes_FromStringAndSize(NULL, (na + nb) * (Py_ssize_t)sizeof(double));
+        if (!lat[w]) {
+            Py_XDECREF(lat[0]);
+            return NULL;
+        }
+        if (na)
+            memcpy(PyBytes_AS_STRING(lat[w]), a, (size_t)na * sizeof(double));
+        if (nb)
+            memcpy(PyBytes_AS_STRING(lat[w]) + na * sizeof(double), b, (size_t)nb * sizeof(double));
+    }
+    int64_t nk;
+    const uint16_t *k = flows_pkeys(s, c, &nk);
+    return Py_BuildValue("y#NNy#", (const char *)&sum, (Py_ssize_t)sizeof sum, lat[0], lat[1],
+                         (const char *)k, (Py_ssize_t)(nk * 2));
+}
+
 PyDoc_STRVAR(crc32_doc,
 "crc32(data, value=0) -> int\n\n"
 "CRC-32 of a buffer, the same function as zlib.crc32 (exposed so tests can check the compiled path).");
@@ -241,6 +422,11 @@ static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, decode_doc},
     {"group", group, METH_VARARGS, group_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},
+    {"flows_new", flows_new_py, METH_VARARGS, flows_new_doc},
+    {"flows_set_qpn", flows_set_qpn_py, METH_VARARGS, flows_set_qpn_doc},
+    {"flows_feed", flows_feed_py, METH_VARARGS, flows_feed_doc},
+    {"flows_result", flows_result_py, METH_VARARGS, flows_result_doc},
+    {"flows_spill", flows_spill_py, METH_VARARGS, flows_spill_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -293,6 +479,20 @@ PyMODINIT_FUNC PyInit__native(void)
               add_codes(m, "CRC_STATUS", crc, crc_v, 5) < 0 || add_codes(m, "FLAGS", flag, flag_v, 6) < 0;
     Py_XDECREF(fields);
     Py_XDECREF(ext);
+#define AS_STR(n) #n,
+    static const char *const counters[] = {FLOW_COUNTERS(AS_STR)};
+    PyObject *fc = PyTuple_New(N_FC);
+    for (int i = 0; fc && i < N_FC; i++)
+        PyTuple_SET_ITEM(fc, i, PyUnicode_FromString(counters[i]));
+    err = err || !fc || PyModule_AddObjectRef(m, "FLOW_COUNTERS", fc) < 0 ||
+          PyModule_AddIntConstant(m, "FLOW_PKT_SIZE", sizeof(flow_pkt)) < 0 ||
+          PyModule_AddIntConstant(m, "FLOW_SUMMARY_SIZE", sizeof(flow_summary)) < 0;
+    Py_XDECREF(fc);
+#define SF_PAIR(id, name, type) "(ss)"
+#define SF_ARGS(id, name, type) , name, type
+    PyObject *sf = Py_BuildValue("(" SPILL_FIELDS(SF_PAIR) ")" SPILL_FIELDS(SF_ARGS));
+    err = err || !sf || PyModule_AddObjectRef(m, "SPILL_FIELDS", sf) < 0;
+    Py_XDECREF(sf);
     if (err) {
         Py_DECREF(m);
         return NULL;
