@@ -189,4 +189,4 @@ def audit(captures, policy, tenants=None, state=None, allow_both_pkeys: bool = F
     d = as_dict(res, fail_on)
     return AuditResult(d["verdict"], fail_on, d["worst"], d["packets"], d["frames"], d["tenants"],
                        [MatrixCell(m["from"], m["to"], m["packets"], m["bytes"], m["worst"]) for m in d["matrix"]],
-                       list(res.findings), dict(d["unnamed_endpoints"]), list(d["policy_warnings"]))
+                       list(res.findings), dict(d["unnamed_endpoints"]), list(d.get("policy_warnings", [])))
