@@ -40,7 +40,8 @@ PROBE = r"""<script>
                 r.top + r.height / 2 - area.top];
       }),
       groups: [...svg.querySelectorAll('g[class]')].map(g => [g.getAttribute('class'), Object.assign({}, g.dataset),
-                                                           g.getBoundingClientRect().width]),
+                                                           g.getBoundingClientRect().width,
+                                                           g.getBoundingClientRect().top - box.top]),
     });
   }
   const pre = document.createElement('pre');

@@ -186,12 +186,12 @@ def test_fabric_report_draws_topology_in_chromium(sim, tmp_path):
     (topo,) = [c for c in render(out, tmp_path)["charts"] if c["cls"] == "chart topology"]
     view = sim["view"]
     drawn = [g for g in topo["groups"] if g[0].startswith("node")]
-    assert sorted(int(d["guid"], 16) for _, d, _ in drawn) == sorted(n["guid"] for n in view["nodes"])
-    assert [int(d["guid"], 16) for c, d, _ in drawn if "master-sm" in c.split()] == [0x100000]
-    assert sum(1 for c, d, _ in drawn if c.split()[1] == "switch") == 1
+    assert sorted(int(d["guid"], 16) for _, d, *_ in drawn) == sorted(n["guid"] for n in view["nodes"])
+    assert [int(d["guid"], 16) for c, d, *_ in drawn if "master-sm" in c.split()] == [0x100000]
+    assert sum(1 for c, d, *_ in drawn if c.split()[1] == "switch") == 1
     links = [g for g in topo["groups"] if g[0].startswith("link")]
-    assert len(links) == len(view["links"]) == 3 and all(w > 0 for _, _, w in links + drawn)
-    assert all(d["active"] == "4X QDR (40 Gb/s)" for _, d, _ in links)
+    assert len(links) == len(view["links"]) == 3 and all(w > 0 for _, _, w, *_ in links + drawn)
+    assert all(d["active"] == "4X QDR (40 Gb/s)" for _, d, *_ in links)
     assert topo["texts"].count("4X QDR") == 3 and "master SM" in topo["texts"]
     # a link trained at 4X QDR between two 4X HDR ends is drawn degraded
     _degraded_capture(tmp_path / "hdr.pcap")

@@ -31,11 +31,11 @@ def test_audit_topology_coloured_by_declared_tenant(breach):
     view = json.loads(run_ibwire("fabric", "--format", "json", CAPS / "multitenant-breach.pcap", check=True).stdout)
     port_of = {p["node_guid"]: p["guid"] for p in view["ports"] if p["port_num"] == 1}
     (topo,) = [c for c in breach["page"]["charts"] if c["cls"] == "chart topology"]
-    cas = [(int(d["guid"], 16), d["tenant"], w) for c, d, w in topo["groups"] if c.startswith("node ca")]
+    cas = [(int(d["guid"], 16), d["tenant"], w) for c, d, w, *_ in topo["groups"] if c.startswith("node ca")]
     assert len(cas) == len([n for n in view["nodes"] if n["type"] == "CA"]) == 8
     assert {g: t for g, t, _ in cas} == {g: declared.get(port_of[g], "") for g, _, _ in cas}
     assert all(w > 50 for _, _, w in cas)
-    assert sum(1 for c, _, _ in topo["groups"] if c.startswith("link")) == len(view["links"])
+    assert sum(1 for c, *_ in topo["groups"] if c.startswith("link")) == len(view["links"])
 
 
 def test_audit_timeline_marks_every_evidence_frame_at_its_time(breach, tshark):

@@ -89,7 +89,7 @@ def test_ladder_draws_cm_handshake_and_chosen_pair(tmp_path):
     assert [t.split()[1] for t in cm[:3]] == ["CMReq", "CMRep", "CMRtu"]
     drawn = int(lad["data"]["packets"])
     assert drawn == min(conv["packets_a_to_b"] + conv["packets_b_to_a"], 48) and len(msgs) == drawn + len(cm)
-    assert all(w > 300 for cls, _, w in msgs)
+    assert all(w > 300 for cls, _, w, *_ in msgs)
     reads = [x for x in rows if x.get("read_latency_us")]
     assert reads
     for x in reads:

@@ -101,6 +101,10 @@ def _open_lo() -> socket.socket:
         raise UserError("capturing ibsim traffic needs root (or CAP_NET_RAW) to sniff the loopback "
                         "interface; run ibwire with sudo.") from None
     s.bind(("lo", ETH_P_IP))
+    try:    # room for an SM sweep's burst while this thread waits for the CPU (root may exceed rmem_max)
+        s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 16 << 20)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
     s.settimeout(0.1)
     return s
 
