@@ -37,13 +37,24 @@ def import_pyverbs():
                     "pyverbs for this Python")
 
 
+def _netdev(device: str):
+    """The netdev a RoCE device (Soft-RoCE rxe, a ConnectX Ethernet port) sends through; None on IB."""
+    try:
+        with open(f"/sys/class/infiniband/{device}/ports/1/gid_attrs/ndevs/0") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def _rdma_error(e, device: str, what: str) -> UserError:
     code = getattr(e, "error_code", None)
     if code == errno.EPERM or code == errno.EACCES:
         return UserError(f"{what} on {device} needs CAP_NET_RAW; run as root")
     if code in (errno.EOPNOTSUPP, errno.ENOSYS, errno.ENXIO):
-        return UserError(f"{device} does not support the verbs sniffer ({what} refused: "
-                         f"{os.strerror(code)}); on IB ports use --backend ibdump")
+        ndev = _netdev(device)
+        return UserError(f"{device} does not support the verbs sniffer ({what} refused: {os.strerror(code)}); "
+                         + (f"capture its netdev with --backend netdev -i {ndev}" if ndev else
+                            "on IB ports use --backend ibdump"))
     if code == errno.EINVAL:
         return UserError(f"{device} rejected {what} (EINVAL: wrong port or no raw-packet support)")
     return UserError(f"{what} on {device} failed: {e}")

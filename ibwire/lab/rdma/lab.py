@@ -1,9 +1,8 @@
 """`ibwire lab up --rdma`: tenant guests running rdma_rxe, their NICs taps on a VLAN-filtering bridge in a PF host
 namespace, described for `ibwire capture --vf N` exactly like the namespace lab (ibwire.lab.topology).
 
-    <prefix>-pf   network namespace of the PF host: the eswitch (bridge esw0 untagged, bridge eswV per tenant
-                  VLAN V), uplink p0 (a veth, trunk of every VLAN), taps pf0vf0..N-1 = the VF representors;
-                  QEMU runs inside it
+    <prefix>-pf   network namespace of the PF host: the eswitch (bridge esw0 with the uplink p0, a veth, and
+                  a bridge eswV per tenant VLAN V), taps pf0vf0..N-1 = the VF representors; QEMU runs inside it
     guest gN      QEMU (TCG or KVM), host root read-only over 9p, NIC MAC 02:1b:01:00:00:NN, rxe0 on it;
                   tenant VLAN V: the guest tags (eth0.V, address 10.(100+V/256).(V%256).(10+N)/24), the tap only
                   carries V; no VLAN: eth0, 10.78.0.(10+N)/24
@@ -126,10 +125,8 @@ def up(prefix: str, tenants: List[tuple], memory: int = 512, accel: str = "auto"
         state.doc["netns"] = ns
         state.save()
         _network(lab)
-        started = {}
-        for v in lab["vfs"]:
-            started[v["name"]] = _start_guest(lab, v, wd, kernel, initrd, acc_args, memory, state)
-        lab["boot_seconds"] = _wait_ready(lab, wd, started, state, timeout)
+        start = lambda v: _start_guest(lab, v, wd, kernel, initrd, acc_args, memory, state)   # noqa: E731
+        lab["boot_seconds"] = _boot_all(lab, wd, start, state, timeout)
         lab["accel"], lab["kernel"], lab["memory_mib"] = acc, kver, memory
     except BaseException:
         down(prefix)
@@ -144,50 +141,38 @@ def _namespaces() -> List[str]:
 
 
 def _network(lab: dict):
-    """The eswitch: no VLAN -> bridge esw0; VLAN V -> bridge eswV joining pf0vfN.V of V's guests and the uplink's
-    p0.V.  (Per-VLAN bridges rather than one vlan_filtering bridge: kernels without CONFIG_BRIDGE_VLAN_FILTERING,
-    like this host's, have only these.)  A frame a guest tags with a VLAN its representor is not in goes nowhere."""
+    """The eswitch: bridge esw0 joins the uplink and the representors of guests without a VLAN; bridge eswV joins
+    the representors of VLAN V's guests, which tag their frames themselves.  (A bridge per VLAN, not one
+    vlan_filtering bridge: kernels without CONFIG_BRIDGE_VLAN_FILTERING and 802.1Q devices, like this host's,
+    have only this.)  Tenant VLANs stay inside the eswitch, guest to guest, as VF-to-VF traffic does."""
     ns = lab["pf_netns"]
 
-    def nsx(*a, check=True):
-        return _sh(["ip", "netns", "exec", ns] + list(a), check)
-
-    def bridge(name):
-        nsx("ip", "link", "add", "name", name, "type", "bridge", "stp_state", "0", "mcast_snooping", "0")
-        nsx("ip", "link", "set", name, "multicast", "off", "up")
-
-    def port(dev, master):
-        nsx("ip", "link", "set", dev, "master", master, "multicast", "off", "up")
+    def nsx(*a):
+        return _sh(["ip", "netns", "exec", ns] + list(a))
     _sh(["ip", "netns", "add", ns])
     for key in ("all", "default"):
         nsx("sysctl", "-qw", f"net.ipv6.conf.{key}.disable_ipv6=1")
     nsx("ip", "link", "set", "lo", "up")
-    bridge(BRIDGE)
+    for vid in [None] + sorted({v["vlan"] for v in lab["vfs"] if v["vlan"]}):
+        nsx("ip", "link", "add", "name", _bridge(vid), "type", "bridge", "stp_state", "0", "mcast_snooping", "0")
+        nsx("ip", "link", "set", _bridge(vid), "multicast", "off", "up")
     nsx("ip", "link", "add", "name", UPLINK, "type", "veth", "peer", "name", UPLINK + "w")
-    port(UPLINK, BRIDGE)
+    nsx("ip", "link", "set", UPLINK, "master", BRIDGE, "multicast", "off", "up")
     nsx("ip", "link", "set", UPLINK + "w", "multicast", "off", "up")
-    for vid in sorted({v["vlan"] for v in lab["vfs"] if v["vlan"]}):
-        bridge(f"esw{vid}")
-        nsx("ip", "link", "add", "link", UPLINK, "name", f"{UPLINK}.{vid}", "type", "vlan", "id", str(vid))
-        port(f"{UPLINK}.{vid}", f"esw{vid}")
     for v in lab["vfs"]:
-        rep = v["representor"]
-        nsx("ip", "tuntap", "add", "dev", rep, "mode", "tap")
-        if v["vlan"]:
-            nsx("ip", "link", "set", rep, "multicast", "off", "up")
-            join_vlan(lab, v, v["vlan"])
-        else:
-            port(rep, BRIDGE)
+        nsx("ip", "tuntap", "add", "dev", v["representor"], "mode", "tap")
+        join_vlan(lab, v, v["vlan"])
 
 
-def join_vlan(lab: dict, v: dict, vid: int):
-    """Put guest v's representor into VLAN vid (what `lab up --vlan` does; a second call models a PF host
-    operator's misconfiguration)."""
-    ns, rep = lab["pf_netns"], v["representor"]
-    _sh(["ip", "netns", "exec", ns, "ip", "link", "add", "link", rep, "name", f"{rep}.{vid}", "type", "vlan", "id",
-         str(vid)])
-    _sh(["ip", "netns", "exec", ns, "ip", "link", "set", f"{rep}.{vid}", "master", f"esw{vid}", "multicast", "off",
-         "up"])
+def _bridge(vid: Optional[int]) -> str:
+    return f"esw{vid}" if vid else BRIDGE
+
+
+def join_vlan(lab: dict, v: dict, vid: Optional[int]):
+    """Put guest v's representor into VLAN vid's bridge (what `lab up --vlan` does; doing it again with another
+    tenant's VLAN is the PF host operator's misconfiguration the audit must catch)."""
+    _sh(["ip", "netns", "exec", lab["pf_netns"], "ip", "link", "set", v["representor"], "master", _bridge(vid),
+         "multicast", "off", "up"])
 
 
 def _start_guest(lab, v, wd: Path, kernel: Path, initrd: Path, acc_args, memory, state) -> float:
@@ -211,15 +196,24 @@ def _start_guest(lab, v, wd: Path, kernel: Path, initrd: Path, acc_args, memory,
     return t
 
 
-def _wait_ready(lab, wd: Path, started: Dict[str, float], state, timeout: float) -> Dict[str, float]:
+def _boot_all(lab, wd: Path, start, state, timeout: float) -> Dict[str, float]:
+    """Boot the guests, at most one per CPU at a time (TCG is CPU-bound: more at once only slows each one);
+    returns each guest's seconds from QEMU's start to its agent's ready.json."""
     share = wd / "share"
-    took = {}
-    pids = {q["guest"]: q["pid"] for q in state.doc["qemu"]}
+    waiting = list(lab["vfs"])
+    started: Dict[str, float] = {}
+    pids: Dict[str, int] = {}
+    took: Dict[str, float] = {}
+    slots = max(1, os.cpu_count() or 1)
     deadline = time.monotonic() + timeout
-    while len(took) < len(started):
+    while len(took) < len(lab["vfs"]):
+        while waiting and len(started) - len(took) < slots:
+            v = waiting.pop(0)
+            started[v["name"]] = start(v)
+            pids[v["name"]] = state.doc["qemu"][-1]["pid"]
         for v in lab["vfs"]:
             name = v["name"]
-            if name in took:
+            if name in took or name not in started:
                 continue
             ready = share / name / "ready.json"
             if ready.exists():
@@ -233,7 +227,7 @@ def _wait_ready(lab, wd: Path, started: Dict[str, float], state, timeout: float)
                 raise UserError(f"guest {name} stopped while booting: {_tail(wd / (name + '.console'))}")
         if time.monotonic() > deadline:
             raise UserError(f"guests not ready after {timeout:.0f} s: "
-                            f"{', '.join(n for n in started if n not in took)}")
+                            f"{', '.join(v['name'] for v in lab['vfs'] if v['name'] not in took)}")
         time.sleep(0.05)
     return took
 

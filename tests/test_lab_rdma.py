@@ -1,0 +1,437 @@
+"""Issue 13: real RDMA in the lab.  Four guests boot once for the session (`ibwire lab up --rdma`, Debian's kernel
+with rdma_rxe under QEMU): g0 and g1 are tenant A (VLAN 10), g2 tenant B (VLAN 20), g3 tenant C (VLAN 30).
+Every packet here comes from the kernel's verbs stack (perftest, rping, pyverbs) and is captured from the PF host
+namespace with `ibwire capture --vf N` on the guest's representor tap.
+
+Ground truth is what the tests send (perftest iterations x segments at rxe's IB MTU of 1024), the representor's
+own counters, the guests' rxe hw_counters, tshark, and an independent ICRC computation (RoCEv2 Annex A17.3.3).
+"""
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ibwire.decode import decode_frame
+from ibwire.readers import iter_frames
+from test_mad_oracle import TSHARK_EXCEPTIONS
+from tshark_oracle import compare
+
+CLI = [sys.executable, "-c", "from ibwire.cli import main; main()"]
+PREFIX = f"ibwr{os.getpid() % 10000}"
+TENANTS = ["A=10", "A=10", "B=20", "C=30"]
+MTU = 1024
+ITER = 20
+
+
+class Lab:
+    def __init__(self, env: dict, desc: dict, up_output: str):
+        self.env, self.desc, self.up_output = env, desc, up_output
+        self.ns = desc["pf_netns"]
+        self.ip = {v["name"]: v["ips"][0] for v in desc["vfs"]}
+        self.gid = {v["name"]: v["gid_index"] for v in desc["vfs"]}
+
+    def cli(self, *args, timeout=180, check=True) -> subprocess.CompletedProcess:
+        r = subprocess.run(CLI + list(args), env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check:
+            assert r.returncode == 0, f"ibwire {' '.join(args)}: rc {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+        return r
+
+    def run(self, guest: str, *argv, timeout=180, check=True) -> subprocess.CompletedProcess:
+        return self.cli("lab", "run", guest, "--prefix", PREFIX, "--", *argv, timeout=timeout, check=check)
+
+    def counters(self, guest: str) -> dict:
+        return json.loads(self.cli("lab", "counters", guest, "--prefix", PREFIX).stdout)
+
+    def rep_counters(self, guest: str) -> int:
+        link = json.loads(subprocess.run(["ip", "netns", "exec", self.ns, "ip", "-s", "-j", "link", "show", "dev",
+                                          f"pf0vf{guest[1:]}"], capture_output=True, text=True).stdout)[0]
+        return link["stats64"]["rx"]["packets"] + link["stats64"]["tx"]["packets"]
+
+    def pair(self, server: str, client: str, server_argv, client_argv, timeout=240):
+        """Server in one guest, client in another once the server listens (TCP port or RDMA-CM listener)."""
+        wait = ("until ss -ltn | grep -q ':18515 ' || rdma res show cm_id 2>/dev/null | grep -q LISTEN; "
+                "do sleep 0.1; done; echo IBW-LISTENING")
+        cmd = f"{' '.join(server_argv)} & p=$!; {wait}; wait $p"
+        srv = subprocess.Popen(CLI + ["lab", "run", server, "--prefix", PREFIX, "--", "sh", "-c", cmd], env=self.env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = srv.stdout.readline()
+            assert "IBW-LISTENING" in line, f"server did not start: {line}{srv.stderr.read()}"
+            cli = self.run(client, *client_argv, timeout=timeout)
+            out, err = srv.communicate(timeout=timeout)
+            assert srv.returncode == 0, f"server rc {srv.returncode}: {out[-1500:]} {err[-1500:]}"
+            return cli.stdout, out
+        finally:
+            if srv.poll() is None:
+                srv.kill()
+                srv.wait()
+
+
+class Capture:
+    """`ibwire capture --vf N` from the PF host namespace, started before and stopped (Ctrl-C) after traffic."""
+
+    def __init__(self, lab: Lab, vf: int, path: Path):
+        self.lab, self.vf, self.path = lab, vf, path
+
+    def __enter__(self):
+        self.p = subprocess.Popen(["ip", "netns", "exec", self.lab.ns] + CLI + ["capture", "--vf", str(self.vf), "-w",
+                                  str(self.path)], env=self.lab.env, stderr=subprocess.PIPE, text=True)
+        lines = []
+        for line in self.p.stderr:
+            lines.append(line)
+            if line.startswith("ibwire: capturing "):
+                break
+        else:
+            raise AssertionError("capture did not start: " + "".join(lines))
+        self.lines = lines
+        self.rep_before = self.lab.rep_counters(f"g{self.vf}")
+        return self
+
+    def __exit__(self, *exc):
+        if self.p.poll() is None:
+            time.sleep(0.3)                       # the last ACKs cross the bridge
+            self.rep_after = self.lab.rep_counters(f"g{self.vf}")
+            self.p.send_signal(signal.SIGINT)
+        self.err = "".join(self.lines) + self.p.stderr.read()
+        assert self.p.wait(timeout=60) == 0, self.err
+        return False
+
+
+def icrc_ok(frame: bytes) -> bool:
+    """RoCEv2 ICRC (IBA Annex A17.3.3), computed here from the raw bytes: CRC-32 over 8 bytes of 1s, the IP and UDP
+    headers with their variant fields set to 1s, BTH with its reserved 8 bits set to 1s, and the payload."""
+    off = 12
+    while frame[off:off + 2] == b"\x81\x00":
+        off += 4
+    assert frame[off:off + 2] == b"\x08\x00"
+    ip = bytearray(frame[off + 2:off + 22])
+    total = struct.unpack(">H", ip[2:4])[0]
+    udp = bytearray(frame[off + 22:off + 30])
+    rest = bytearray(frame[off + 30:off + 2 + total])
+    ip[1], ip[8], ip[10:12] = 0xFF, 0xFF, b"\xff\xff"
+    udp[6:8] = b"\xff\xff"
+    body = bytearray(rest[:-4])
+    body[4] = 0xFF
+    return struct.pack("<I", zlib.crc32(b"\xff" * 8 + ip + udp + body) & 0xFFFFFFFF) == rest[-4:]
+
+
+def roce_frames(path: Path):
+    return [f for f in iter_frames(path) if b"\x12\xb7" in f.data[34:48] and len(f.data) > 58]
+
+
+def opcodes(path: Path) -> Counter:
+    return Counter(decode_frame(f).flat["bth.opcode"] for f in roce_frames(path))
+
+
+@pytest.fixture(scope="session")
+def rlab(tmp_path_factory):
+    global PREFIX
+    if os.environ.get("IBWIRE_TEST_LAB"):     # developers: reuse a lab already up (same guests and VLANs)
+        PREFIX = os.environ["IBWIRE_TEST_LAB"]
+        run = Path(os.environ["IBWIRE_RUN_DIR"])
+        yield Lab(dict(os.environ), json.loads((run / f"lab-{PREFIX}.json").read_text()), "".join(
+            f"{n} ready in {s} s\n" for n, s in json.loads((run / f"lab-{PREFIX}.json").read_text())["boot_seconds"].items()))
+        return
+    run = tmp_path_factory.mktemp("rdma-run")
+    env = dict(os.environ, IBWIRE_RUN_DIR=str(run))
+    args = ["lab", "up", "--rdma", "--guests", "4", "--prefix", PREFIX]
+    for t in TENANTS:
+        args += ["--vlan", t]
+    t0 = time.monotonic()
+    r = subprocess.run(CLI + args, env=env, capture_output=True, text=True, timeout=900)
+    print(f"\nlab up --rdma (4 guests): {time.monotonic() - t0:.1f} s\n{r.stdout}", file=sys.stderr)
+    try:
+        assert r.returncode == 0, r.stderr + r.stdout
+        yield Lab(env, json.loads((run / f"lab-{PREFIX}.json").read_text()), r.stdout)
+    finally:
+        subprocess.run(CLI + ["capture", "--cleanup"], env=env, capture_output=True)
+        subprocess.run(CLI + ["lab", "down", "--prefix", PREFIX], env=env, capture_output=True)
+
+
+def perftest(lab, tool, *extra, n=ITER):
+    def argv(me, peer=None):
+        return [tool, "-d", "rxe0", "-F", "-x", str(lab.gid[me]), "-n", str(n), *extra] + ([lab.ip[peer]] if peer else [])
+    return lab.pair("g0", "g1", argv("g0"), argv("g1", "g0"))
+
+
+# Request opcodes each run must put on the wire, from what it asks: a message of S bytes at IB MTU 1024 is
+# ceil(S/1024) packets (FIRST, MIDDLE..., LAST, or ONLY), one message per iteration.  IBA Table 35 opcodes.
+SCENARIOS = {
+    "rc_write": (("ib_write_bw", "-s", "4096"), {0x06: ITER, 0x07: 2 * ITER, 0x08: ITER}),
+    "rc_read": (("ib_read_bw", "-s", "4096"), {0x0C: ITER, 0x0D: ITER, 0x0E: 2 * ITER, 0x0F: ITER}),
+    "rc_send": (("ib_send_bw", "-s", "4096"), {0x00: ITER, 0x01: 2 * ITER, 0x02: ITER}),
+    "uc_write": (("ib_write_bw", "-c", "UC", "-s", "2048"), {0x26: ITER, 0x28: ITER}),
+    "ud_send": (("ib_send_bw", "-c", "UD", "-s", "512"), {0x64: ITER}),
+    "rc_fetch_add": (("ib_atomic_bw",), {0x14: ITER, 0x12: ITER}),
+    "rc_cmp_swap": (("ib_atomic_bw", "-A", "CMP_AND_SWAP"), {0x13: ITER, 0x12: ITER}),
+}
+ACKED = {"rc_write", "rc_send"}      # RC requests other than READ/atomics are answered by ACKs (opcode 0x11)
+
+
+def check_capture(cap: Capture, path: Path):
+    """Every frame the representor counted is in the file, every RoCE ICRC verifies, tshark agrees on every field."""
+    frames = list(iter_frames(path))
+    assert len(frames) == cap.rep_after - cap.rep_before, cap.err
+    assert "0 packets of other functions dropped" in cap.err or "dropped by the VF filter" in cap.err
+    roce = roce_frames(path)
+    assert roce and all(icrc_ok(f.data) for f in roce)
+    decoded = [decode_frame(f) for f in frames]
+    assert all(d.flat.get("icrc.status") == "good" for d in decoded if "bth.opcode" in d.flat)
+    mismatches, compared, _ = compare(path, decoded, ignore=set(TSHARK_EXCEPTIONS))
+    assert not mismatches and compared > 0, mismatches[:5]
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_perftest_on_the_wire(rlab, tmp_path, name):
+    tool, want = SCENARIOS[name]
+    path = tmp_path / f"{name}.pcap"
+    with Capture(rlab, 1, path) as cap:
+        client_out, _ = perftest(rlab, *tool)
+    check_capture(cap, path)
+    got = opcodes(path)
+    for op, n in want.items():
+        assert got[op] == n, f"{name}: opcode {op:#x} {got[op]} times, sent {n}; {dict(got)}"
+    if name in ACKED:
+        assert 1 <= got[0x11] <= sum(want.values())
+    assert set(got) <= set(want) | ({0x11} if name in ACKED else set()), dict(got)
+
+
+def test_rping_and_rdma_cm_pair_the_qps(rlab, tmp_path):
+    """rping over RDMA-CM: CM REQ/REP/RTU (and DREQ/DREP) as UD SENDs to QP1, then per iteration (rping.c): the
+    client SENDs its source buffer, the server READs it and SENDs go-ahead, the client SENDs its sink buffer,
+    the server WRITEs it and SENDs done.  `ibwire flows` pairs the two data QPs from the CM REQ/REP QPNs."""
+    path = tmp_path / "rping.pcap"
+    c = 5
+    with Capture(rlab, 1, path) as cap:
+        rlab.pair("g0", "g1", ["rping", "-s", "-a", rlab.ip["g0"], "-C", str(c), "-S", "100"],
+                  ["rping", "-c", "-a", rlab.ip["g0"], "-I", rlab.ip["g1"], "-C", str(c), "-S", "100"])
+    check_capture(cap, path)
+    got = opcodes(path)
+    assert got[0x04] == 4 * c and got[0x0C] == c and got[0x10] == c and got[0x0A] == c, dict(got)
+    mads = [decode_frame(f).flat for f in roce_frames(path) if decode_frame(f).flat.get("bth.destqp") == 1]
+    attrs = [m.get("mad.attributeid") for m in mads]
+    assert attrs[:3] == [0x10, 0x13, 0x14], attrs          # REQ, REP, RTU
+    req = next(m for m in mads if m.get("mad.attributeid") == 0x10)
+    rep = next(m for m in mads if m.get("mad.attributeid") == 0x13)
+    flows = json.loads(rlab.cli("flows", str(path), "-f", "json").stdout)
+    rows = flows["conversations"] if isinstance(flows, dict) else flows
+    rc = [r for r in rows if r["transport"] == "RC"]
+    assert len(rc) == 1 and rc[0]["paired_by"] == "cm", rows
+    qpns = {int(rc[0]["qpn_a"], 16), int(rc[0]["qpn_b"], 16)}
+    assert qpns == {req["cm.req.localqpn"], rep["cm.rep.localqpn"]}, (qpns, req, rep)
+
+
+def _delta(before: dict, after: dict) -> dict:
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def _wire(path: Path, a_ip: str):
+    """(requests from a, responses to a) as (psn, opcode, syndrome) in wire order, read by tshark (the oracle)."""
+    out = subprocess.run(["tshark", "-r", str(path), "-Y", "infiniband", "-T", "fields", "-e", "ip.src", "-e",
+                          "infiniband.bth.opcode", "-e", "infiniband.bth.psn", "-e", "infiniband.aeth.syndrome"],
+                         capture_output=True, text=True, check=True).stdout
+    req, resp = [], []
+    for line in out.splitlines():
+        src, op, psn, syn = (line.split("\t") + ["", "", "", ""])[:4]
+        item = (int(psn), int(op), int(syn, 0) if syn else None)
+        (req if src == a_ip else resp).append(item)
+    return req, resp
+
+
+def test_loss_retransmissions_agree_with_rxe_counters(rlab, tmp_path):
+    """RC WRITE, 200 x 4 KiB, with netem dropping 2% of what the requester g1 sends.  The capture point (g1's
+    representor) is after g1's netem and before anything that drops, so the wire there is exactly what g0
+    received and everything g0 answered reached g1.  Then by construction:
+    - `flows` NAK PSN-sequence-errors = g0's out_of_seq_request (rxe_resp.c check_psn counts the NAKs it sends);
+    - packets g1->g0 on the wire = g0's rcvd_pkts, g0->g1 = g1's rcvd_pkts; g1's sent_pkts minus the wire's are
+      the frames netem dropped;
+    - g1's rcvd_seq_err counts only NAKs whose PSN is beyond the completer's (rxe_comp.c check_ack), so it
+      equals the NAKs that pass that test replayed on the wire, not all NAKs;
+    - g0's duplicate_request counts requests below the responder's expected PSN: replaying the wire through
+      IBA 9.7.5.1's responder rule gives the same number; `flows` retransmissions also count the go-back-N
+      resends of packets the responder had dropped silently after its NAK, so they are at least that many;
+    - g1's completer_retry_err counts retry episodes (NAK or timeout) and so is at least rcvd_seq_err."""
+    path = tmp_path / "rc_write_loss.pcap"
+    before = {g: rlab.counters(g) for g in ("g0", "g1")}
+    rlab.cli("lab", "faults", "g1", "--loss", "2%", "--prefix", PREFIX)
+    try:
+        with Capture(rlab, 1, path) as cap:
+            perftest(rlab, "ib_write_bw", "-s", "4096", n=200)
+    finally:
+        netem = rlab.cli("lab", "faults", "g1", "--clear", "--prefix", PREFIX)
+    after = {g: rlab.counters(g) for g in ("g0", "g1")}
+    d0, d1 = _delta(before["g0"], after["g0"]), _delta(before["g1"], after["g1"])
+    check_capture(cap, path)
+    rows = json.loads(rlab.cli("flows", str(path), "-f", "json").stdout)
+    rows = rows["conversations"] if isinstance(rows, dict) else rows
+    (rc,) = [r for r in rows if r["transport"] == "RC"]
+    a_is_g1 = rc["a"].startswith(rlab.ip["g1"])
+    g1_to_g0 = rc["packets_a_to_b"] if a_is_g1 else rc["packets_b_to_a"]
+    g0_to_g1 = rc["packets_b_to_a"] if a_is_g1 else rc["packets_a_to_b"]
+    naks = rc["naks"].get("PSN Sequence Error", 0)
+    assert naks == d0["out_of_seq_request"] >= 1, (rc, d0)
+    assert g1_to_g0 == d0["rcvd_pkts"] and g0_to_g1 == d1["rcvd_pkts"], (rc, d0, d1)
+    assert d1["sent_pkts"] - g1_to_g0 >= 1, "netem dropped nothing"
+    req, resp = _wire(path, rlab.ip["g1"])
+    comp, counted = None, 0
+    for psn, op, syn in resp:                      # the completer's PSN moves with ACKs and counted NAKs
+        kind = (syn >> 5) & 3
+        if kind == 0:
+            comp = psn + 1
+        elif kind == 3 and (comp is None or psn > comp):
+            counted, comp = counted + 1, psn
+    assert d1["rcvd_seq_err"] == counted <= naks
+    expected, dups = None, 0
+    for psn, op, _ in req:                         # the responder accepts only the expected PSN
+        if expected is None or psn == expected:
+            expected = psn + 1
+        elif psn < expected:
+            dups += 1
+    assert d0["duplicate_request"] == dups <= rc["retransmissions"]
+    assert rc["retransmissions"] >= 1 and d1["completer_retry_err"] >= max(1, d1["rcvd_seq_err"])
+    assert "netem" not in netem.stdout
+
+
+def _tenants_toml(lab: Lab, path: Path):
+    ends = {v["name"]: v for v in lab.desc["vfs"]}
+
+    def ep(name, vlan, ip=True):
+        v = ends[name]
+        return f'{{ name = "{name}", mac = "{v["mac"]}"' + (f', ip = "{v["ips"][0]}/32"' if ip else "") + \
+            f", vlan = {vlan} }}"
+    path.write_text(f"""[tenants.A]
+endpoints = [ {ep("g0", 10)}, {ep("g1", 10)} ]
+[tenants.B]
+endpoints = [ {ep("g2", 20)} ]
+[tenants.C]
+endpoints = [ {ep("g3", 30, ip=False)} ]
+""")
+    return path
+
+
+def test_audit_finds_exactly_the_misconfigured_tenant(rlab, tmp_path):
+    """Tenants A (g0, g1: VLAN 10), B (g2: VLAN 20), C (g3: VLAN 30), declared by the test.  Clean: A's guests run
+    rping; C's guest tries RDMA-CM to g0 from VLAN 30 and cannot reach it; the audit of g0's capture passes.
+    Misconfigured: the PF host puts g3's representor into VLAN 10 and g3 is told to use VLAN 10 (with an address
+    of A's subnet); its rping to g0 connects; the audit fails and every finding is C <-> A, with g3's MAC."""
+    policy = tmp_path / "partitions.conf"
+    policy.write_text("Default=0x7fff : ALL=full ;\n")
+    tenants = _tenants_toml(rlab, tmp_path / "tenants.toml")
+    g0, g3 = rlab.ip["g0"], "10.100.10.13"
+    rping_srv = ["rping", "-s", "-a", g0, "-C", "3", "-S", "64"]
+
+    def audit(cap):
+        return rlab.cli("audit", str(cap), "--policy", str(policy), "--tenants", str(tenants), "--format", "json",
+                        check=False)
+    clean = tmp_path / "clean.pcap"
+    with Capture(rlab, 0, clean):
+        rlab.pair("g0", "g1", rping_srv, ["rping", "-c", "-a", g0, "-I", rlab.ip["g1"], "-C", "3", "-S", "64"])
+        r = rlab.run("g3", "rping", "-c", "-a", g0, "-C", "1", "-S", "64", check=False, timeout=60)
+        assert r.returncode != 0
+    a = audit(clean)
+    assert a.returncode == 0, a.stdout[-3000:] + a.stderr
+
+    ns = ["ip", "netns", "exec", rlab.ns]
+    subprocess.run(ns + ["ip", "link", "set", "pf0vf3", "master", "esw10"], check=True)      # VLAN 30 -> 10
+    rlab.run("g3", "sh", "-c", f"ip link add link eth0 name eth0.10 type vlan id 10 && ip addr add {g3}/24 dev "
+             f"eth0.10 && ip link set eth0.10 up")
+    try:
+        bad = tmp_path / "misconfigured.pcap"
+        with Capture(rlab, 0, bad):
+            rlab.pair("g0", "g1", rping_srv, ["rping", "-c", "-a", g0, "-I", rlab.ip["g1"], "-C", "3", "-S", "64"])
+            rlab.pair("g0", "g3", rping_srv, ["rping", "-c", "-a", g0, "-I", g3, "-C", "3", "-S", "64"])
+    finally:
+        rlab.run("g3", "ip", "link", "del", "eth0.10", check=False)
+        subprocess.run(ns + ["ip", "link", "set", "pf0vf3", "master", "esw30"])
+    a = audit(bad)
+    assert a.returncode == 1, a.stdout[-3000:] + a.stderr
+    report = json.loads(a.stdout)
+    g3_mac = bytes.fromhex(next(v["mac"] for v in rlab.desc["vfs"] if v["name"] == "g3").replace(":", ""))
+    frames = list(iter_frames(bad))
+    c_frames = {i + 1 for i, f in enumerate(frames) if g3_mac in (f.data[:6], f.data[6:12])}
+    c_roce = [f for f in roce_frames(bad) if g3_mac in (f.data[:6], f.data[6:12])]
+    cross = {(m["from"], m["to"]): m["packets"] for m in report["matrix"] if m["from"] != m["to"]}
+    assert set(cross) == {("C", "A"), ("A", "C")}, report["matrix"]
+    assert sum(cross.values()) == len(c_roce) > 0
+    findings = [f for f in report["findings"] if f["severity"] in ("breach", "attempt")]
+    assert findings, report["findings"]
+    for f in findings:
+        assert sorted(f.get("tenants", [])) == ["A", "C"], f
+        assert f["frames"] and set(f["frames"]) <= c_frames, f
+
+
+def test_verbs_backend_on_rxe_names_the_backend_that_works(rlab):
+    """pyverbs opens the guest's rxe0 (context, port, PD, CQ, MR, RC QP to INIT); the verbs capture backend, run
+    by ibwire inside the guest, cannot get a sniffer flow from rxe and says so in one sentence naming netdev."""
+    script = ("import pyverbs.device as d, pyverbs.enums as e\n"
+              "from pyverbs.pd import PD\nfrom pyverbs.cq import CQ\nfrom pyverbs.mr import MR\n"
+              "from pyverbs.qp import QPCap, QPInitAttr, QPAttr, QP\n"
+              "ctx = d.Context(name='rxe0'); port = ctx.query_port(1); pd = PD(ctx); cq = CQ(ctx, 8)\n"
+              "mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)\n"
+              "qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=4, max_recv_wr=4)))\n"
+              "qp.to_init(QPAttr(port_num=1))\n"
+              "print('state', port.state, 'mtu', port.active_mtu, 'qpn', qp.qp_num, 'rkey', mr.rkey)\n")
+    r = rlab.run("g2", "python3", "-c", script)
+    words = r.stdout.split()
+    assert words[0] == "state" and int(words[1]) == 4 and int(words[3]) == 3, r.stdout    # ACTIVE, IBV_MTU_1024
+    r = rlab.run("g2", sys.executable, "-c", "from ibwire.cli import main; main()", "capture", "--backend", "verbs",
+                 "--pf", "rxe0", "-w", "/tmp/v.pcap", "--duration", "1", check=False, timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert "does not support the verbs sniffer" in last and "--backend netdev -i eth0" in last, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_lab_run_counters_faults_status(rlab):
+    """`lab run` streams both outputs and returns the command's exit status; `lab counters` is JSON of rxe0's
+    hw_counters; `lab faults` sets and clears netem; `lab status` lists every guest with its boot time."""
+    r = rlab.run("g2", "sh", "-c", "echo out; echo err >&2; exit 7", check=False)
+    assert (r.returncode, r.stdout, r.stderr) == (7, "out\n", "err\n")
+    r = rlab.run("g2", "no-such-program", check=False)
+    assert r.returncode == 127 and "no-such-program" in r.stderr
+    r = rlab.cli("lab", "run", "g2", "--prefix", PREFIX, "--timeout", "1", "--", "sleep", "30", check=False)
+    assert r.returncode == 128 + signal.SIGTERM
+    r = rlab.cli("lab", "run", "g9", "--prefix", PREFIX, "--", "true", check=False)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "g9" in r.stderr
+    c = rlab.counters("g2")
+    for key in ("out_of_seq_request", "duplicate_request", "rcvd_seq_err", "completer_retry_err", "sent_pkts"):
+        assert isinstance(c[key], int)
+    f = rlab.cli("lab", "faults", "g2", "--loss", "5%", "--delay", "2ms", "--duplicate", "1%", "--prefix", PREFIX)
+    assert "netem" in f.stdout and "loss 5%" in f.stdout and "duplicate 1%" in f.stdout
+    assert "netem" not in rlab.cli("lab", "faults", "g2", "--clear", "--prefix", PREFIX).stdout
+    s = rlab.cli("lab", "status", "--prefix", PREFIX).stdout
+    for v in rlab.desc["vfs"]:
+        assert v["name"] in s and v["mac"] in s and v["representor"] in s
+    for i in range(4):
+        assert f"g{i} ready in " in rlab.up_output
+
+
+def test_down_after_sigkill_leaves_nothing(tmp_path):
+    """`lab up --rdma` killed with SIGKILL while its guest boots: `lab down` still removes the QEMU process, the
+    namespace with its taps and bridges, and every file of the lab."""
+    env = dict(os.environ, IBWIRE_RUN_DIR=str(tmp_path / "run"))
+    prefix = f"ibwk{os.getpid() % 10000}"
+    p = subprocess.Popen(CLI + ["lab", "up", "--rdma", "--guests", "1", "--prefix", prefix], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = tmp_path / "run" / f"lab-{prefix}.d" / "state.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (state.exists() and json.loads(state.read_text())["qemu"]):
+        time.sleep(0.1)
+    qemu = json.loads(state.read_text())["qemu"][0]["pid"]
+    p.kill()
+    p.wait()
+    assert os.path.exists(f"/proc/{qemu}")
+    r = subprocess.run(CLI + ["lab", "down", "--prefix", prefix], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert not os.path.exists(f"/proc/{qemu}") or "zombie" in Path(f"/proc/{qemu}/status").read_text().lower()
+    assert prefix + "-pf" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert list((tmp_path / "run").iterdir()) == []
