@@ -35,6 +35,13 @@ def lab(tmp_path_factory):
         assert r.returncode == 0, r.stderr
         yield env
     finally:
+        for p in STARTED:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
         subprocess.run(CLI + ["capture", "--cleanup"], env=env, capture_output=True)
         subprocess.run(CLI + ["lab", "down", "--prefix", PREFIX, "--force"], env=env, capture_output=True)
         for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n"):
@@ -90,11 +97,13 @@ def _engines():
 
 
 NOTHING = (False, "", False, "")
+STARTED = []      # every process a test started, stopped when the lab goes (a failed test must not leave one)
 
 
 def _start(env, *args, stdout=None):
     p = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-pf"] + CLI + ["capture", *map(str, args)], env=env,
                          stderr=subprocess.PIPE, stdout=stdout, text=stdout is None)
+    STARTED.append(p)
     lines = []
     for line in p.stderr:
         line = line if isinstance(line, str) else line.decode()
@@ -280,6 +289,47 @@ def test_vanished_interface_and_dead_engine_end_with_one_sentence(lab, tmp_path)
     assert rc == 1 and "dumpcap died (SIGKILL)" in err and "Traceback" not in err, err
     assert _armed() == NOTHING
     assert subprocess.run(["capinfos", str(tmp_path / "d.pcap")], capture_output=True).returncode == 0
+
+
+def _traffic_from(src: int, dst: int, n: int = 20):
+    """n RoCEv2 packets from VF src to VF dst (to check that a VF's capture has the packets sent to it too)."""
+    lab = topology.describe(PREFIX)
+    frame = traffic.build_frame(lab["vfs"][src], lab["vfs"][dst], 49152, struct.pack(">BBHII", 4, 0x40, 0xFFFF, 7, 0)
+                                + bytes(16))
+    r = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-vf{src}", sys.executable, "-c",
+                        "import socket, sys; s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(('eth0', 0))"
+                        f"\nfor _ in range({n}): s.send(bytes.fromhex('{frame.hex()}'))"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_tshark_lists_the_extcap_targets_and_captures_exactly_vf2_through_ibwire(lab, tmp_path, burst):
+    home = tmp_path / "home"
+    env = dict(lab, HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
+    r = subprocess.run(CLI + ["extcap", "--install"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and (home / ".config/wireshark/extcap/ibwire-extcap").exists(), r.stderr
+    listed = subprocess.run(["tshark", "-D"], env=env, capture_output=True, text=True).stdout
+    assert f"ibwire-{PREFIX}-vf2 (ibwire: VF 2 of lab {PREFIX})" in listed, listed
+    out = tmp_path / "x.pcapng"
+    before = _vf_packets(2)
+    t = subprocess.Popen(["tshark", "-i", f"ibwire-{PREFIX}-vf2", "-a", "duration:5", "-w", str(out)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    STARTED.append(t)
+    deadline = time.monotonic() + 60      # tshark asks the extcap for its list and options first: slow when loaded
+    while not _engines() and time.monotonic() < deadline:       # armed and the engine is up: tshark's 5 s start
+        time.sleep(0.05)
+    time.sleep(0.5)
+    _replay(burst, limit=2000)
+    _traffic_from(1, 2)
+    _, err = t.communicate(timeout=60)
+    assert t.returncode == 0, err
+    n = _vf_packets(2) - before
+    assert n >= 2000 + 20 and len(list(iter_frames(str(out)))) == n, err    # exactly VF 2's packets, all of them
+    assert all(MAC[2] in pair for pair in _macs(out))
+    deadline = time.monotonic() + 10
+    while (_armed() != NOTHING or list(Path(lab["IBWIRE_RUN_DIR"]).glob("capture-*.json"))) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _armed() == NOTHING and not list(Path(lab["IBWIRE_RUN_DIR"]).glob("capture-*.json"))
 
 
 def test_lab_down_refuses_while_a_capture_runs_unless_forced(lab, tmp_path):   # last: it takes the lab down

@@ -9,7 +9,7 @@ import sys
 
 from ..errors import UserError
 from .app import app
-from . import convert, decode, capture, devices, lab, audit, synth, stats, flows, export, fabric  # noqa: F401  (each import registers its commands)
+from . import convert, decode, capture, devices, lab, audit, synth, stats, flows, export, fabric, extcap  # noqa: F401  (each import registers its commands)
 
 
 class Terminated(BaseException):

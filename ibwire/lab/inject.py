@@ -1,12 +1,12 @@
 """Runs inside a lab namespace: send a pcap's frames on an interface (AF_PACKET), or with `--sink N` hold UDP
-port 4791 open until N datagrams arrived (or 10 s passed) and print how many did, so replayed RoCEv2 packets
+port 4791 open until N datagrams arrived (or 60 s passed: a loaded machine starts the senders slowly) and print how many did, so replayed RoCEv2 packets
 are never answered with ICMP port unreachable."""
 import socket
 import sys
 
 from ..readers import iter_frames
 
-SINK_TIMEOUT = 10.0
+SINK_TIMEOUT = 60.0
 
 
 def main(argv):
