@@ -128,6 +128,7 @@ def _traffic(env, pairs=None):
 
 
 def _replay(pcap, vf=2, limit=None):
+    """tcpreplay a pcap at top speed from VF vf's netdev."""
     r = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-vf{vf}", "tcpreplay", "--topspeed", "-i", "eth0"]
                        + (["-L", str(limit)] if limit else []) + [str(pcap)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -291,15 +292,15 @@ def test_vanished_interface_and_dead_engine_end_with_one_sentence(lab, tmp_path)
     assert subprocess.run(["capinfos", str(tmp_path / "d.pcap")], capture_output=True).returncode == 0
 
 
-def _traffic_from(src: int, dst: int, n: int = 20):
-    """n RoCEv2 packets from VF src to VF dst (to check that a VF's capture has the packets sent to it too)."""
+def _frames_from(src: int, dst: int, n: int, path: Path) -> Path:
+    """A pcap of n RoCEv2 packets from VF src to VF dst."""
     lab = topology.describe(PREFIX)
     frame = traffic.build_frame(lab["vfs"][src], lab["vfs"][dst], 49152, struct.pack(">BBHII", 4, 0x40, 0xFFFF, 7, 0)
                                 + bytes(16))
-    r = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-vf{src}", sys.executable, "-c",
-                        "import socket, sys; s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(('eth0', 0))"
-                        f"\nfor _ in range({n}): s.send(bytes.fromhex('{frame.hex()}'))"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    with PcapWriter(str(path), LINKTYPE_ETHERNET) as w:
+        for _ in range(n):
+            w.write(frame, flush=False)
+    return path
 
 
 def test_tshark_lists_the_extcap_targets_and_captures_exactly_vf2_through_ibwire(lab, tmp_path, burst):
@@ -314,12 +315,12 @@ def test_tshark_lists_the_extcap_targets_and_captures_exactly_vf2_through_ibwire
     t = subprocess.Popen(["tshark", "-i", f"ibwire-{PREFIX}-vf2", "-a", "duration:5", "-w", str(out)], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     STARTED.append(t)
-    deadline = time.monotonic() + 60      # tshark asks the extcap for its list and options first: slow when loaded
-    while not _engines() and time.monotonic() < deadline:       # armed and the engine is up: tshark's 5 s start
-        time.sleep(0.05)
-    time.sleep(0.5)
+    to_vf2 = _frames_from(1, 2, 20, tmp_path / "to_vf2.pcap")
+    for line in t.stderr:        # the engine's pcap header reached tshark: armed, and the 5 s begin
+        if "Capture started" in line:
+            break
     _replay(burst, limit=2000)
-    _traffic_from(1, 2)
+    _replay(to_vf2, vf=1)
     _, err = t.communicate(timeout=60)
     assert t.returncode == 0, err
     n = _vf_packets(2) - before
