@@ -198,3 +198,29 @@ def test_fabric_report_draws_topology_in_chromium(sim, tmp_path):
     run_ibwire("fabric", tmp_path / "hdr.pcap", "--report", tmp_path / "hdr.html", check=True)
     text = (tmp_path / "hdr.html").read_text()
     assert "class='link degraded'" in text and "data-degraded='1'" in text
+
+
+def test_fabric_report_groups_cas_of_a_large_fabric():
+    """Scenario: a spine, 4 leaves, 15 CAs per leaf (60, more than a drawing can hold one by one) and one CA
+    link degraded to 1X: one box per leaf holds its CAs, and the degraded link still shows on its leaf."""
+    import re
+    from ibwire.pictures.topology import topology_svg
+    nodes = [{"guid": 0x900, "type": "Switch", "description": "spine", "num_ports": 36}]
+    links, ports = [], []
+    for leaf in range(4):
+        g = 0x800 + leaf
+        nodes.append({"guid": g, "type": "Switch", "description": f"leaf{leaf}", "num_ports": 36})
+        links.append({"a": {"node_guid": 0x900, "port_num": leaf + 1}, "b": {"node_guid": g, "port_num": 36},
+                      "active": "4X HDR (212.5 Gb/s)"})
+        for c in range(15):
+            ca = 0x1000 + leaf * 100 + c
+            bad = (leaf, c) == (2, 3)
+            nodes.append({"guid": ca, "type": "CA", "description": f"n{leaf}-{c}", "num_ports": 1})
+            ports.append({"node_guid": ca, "port_num": 1, "guid": ca + 1, "lid": ca})
+            links.append({"a": {"node_guid": g, "port_num": c + 1}, "b": {"node_guid": ca, "port_num": 1},
+                          "active": "1X HDR (53.125 Gb/s)" if bad else "4X HDR (212.5 Gb/s)",
+                          "below_supported": bad, "below_enabled": bad})
+    svg = topology_svg({"nodes": nodes, "ports": ports, "links": links, "sm": {"master": None, "master_lid": None}})
+    groups = re.findall(r"<g class='node group' data-guid='group-(0x[0-9a-f]+)'", svg)
+    assert sorted(groups) == ["0x800", "0x801", "0x802", "0x803"] and svg.count(">15 CAs<") == 4
+    assert re.findall(r"<g class='link degraded' data-a='(0x[0-9a-f]+)/", svg) == ["0x802"]

@@ -1,13 +1,17 @@
 """The subnet of a `fabric_view()` drawn as layered SVG: CAs at the bottom, the switches they hang off above
 them, further switch tiers on top; each link labelled with its active width and speed; degraded links
 (below what both ends enable) red, links below what both ends support orange and dashed; the master SM's
-node ringed.  Optional colours per port GUID (tenants in the audit report)."""
-from collections import defaultdict
+node ringed.  Optional colours per port GUID (tenants in the audit report).  A subnet of more than
+MAX_CAS CAs draws the CAs cabled to one switch only as one box per switch ("24 CAs"), its link red or
+orange when any of theirs is; the tables beside the picture keep every link."""
+from collections import Counter, defaultdict
 from typing import Dict, Optional, Tuple
 
 from .svg import esc
 
 BOX_W, BOX_H, GAP, ROW = 136, 44, 22, 120
+MAX_CAS = 48
+DASHED = "stroke-dasharray='4 2' "
 
 
 def _layers(nodes: dict, adj: dict) -> Dict[int, int]:
@@ -30,15 +34,54 @@ def _layers(nodes: dict, adj: dict) -> Dict[int, int]:
     return level
 
 
+def _collapse(nodes: dict, links: list, tag) -> Tuple[dict, list]:
+    """Nodes and links with the CAs cabled to one switch only replaced by one group node per switch
+    (keyed by the negative switch GUID), whose link to the switch sums up theirs."""
+    far = defaultdict(set)
+    for lk in links:
+        a, b = lk["a"]["node_guid"], lk["b"]["node_guid"]
+        far[a].add(b)
+        far[b].add(a)
+    members = defaultdict(list)
+    for g, n in nodes.items():
+        if n["type"] != "Switch" and len(far[g]) == 1 and nodes[next(iter(far[g]))]["type"] == "Switch":
+            members[next(iter(far[g]))].append(g)
+    gone = {g for ms in members.values() for g in ms}
+    out_nodes = {g: n for g, n in nodes.items() if g not in gone}
+    out_links = [lk for lk in links if lk["a"]["node_guid"] not in gone and lk["b"]["node_guid"] not in gone]
+    for sw, ms in members.items():
+        tags = Counter(tag(g)[0] for g in ms)
+        label = tags.most_common(1)[0][0] if len(tags) == 1 else None
+        out_nodes[-sw] = {"guid": -sw, "type": "group", "description": f"{len(ms)} CAs", "members": ms,
+                          "tag": label, "tags": tags}
+        theirs = [lk for lk in links if {lk["a"]["node_guid"], lk["b"]["node_guid"]} & set(ms)]
+        rates = Counter(lk.get("active", "") for lk in theirs)
+        out_links.append({"a": {"node_guid": sw, "port_num": ""}, "b": {"node_guid": -sw, "port_num": ""},
+                          "active": ", ".join(f"{n}× {r}" if n > 1 else r for r, n in rates.most_common()),
+                          "below_enabled": any(lk.get("below_enabled") for lk in theirs),
+                          "below_supported": any(lk.get("below_supported") for lk in theirs), "count": len(theirs)})
+    return out_nodes, out_links
+
+
+def _gid(g: int) -> str:
+    return f"{g:#x}" if g >= 0 else f"group-{-g:#x}"
+
+
 def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] = None) -> str:
     """SVG of the subnet; `colours` maps a port GUID to (group label, fill, name) for the CA owning that port
     (the name stands in for an empty node description)."""
-    nodes = {n["guid"]: n for n in view["nodes"] if n["type"]}
+    nodes = nodes_all = {n["guid"]: n for n in view["nodes"] if n["type"]}
     if not nodes:
         return "<p class='note'>No NodeInfo in the capture: no topology to draw.</p>"
     ports = {(p["node_guid"], p["port_num"]): p for p in view["ports"]}
+    owner = defaultdict(lambda: (None, "#eeeeee", ""))      # CA node GUID -> (tag, fill, name) from its ports
+    for (ng, _), p in ports.items():
+        if colours and p.get("guid") in colours and ng not in owner:
+            owner[ng] = colours[p["guid"]]
     adj = defaultdict(set)
     links = [lk for lk in view["links"] if lk["a"]["node_guid"] in nodes and lk["b"]["node_guid"] in nodes]
+    if sum(1 for n in nodes.values() if n["type"] != "Switch") > MAX_CAS:
+        nodes, links = _collapse(nodes, links, lambda g: owner[g])
     for lk in links:
         a, b = lk["a"]["node_guid"], lk["b"]["node_guid"]
         adj[a].add(b)
@@ -70,6 +113,8 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] 
     sm_node = next((p["node_guid"] for p in view["ports"] if master and p["guid"] == master), None)
     if sm_node is None and view["sm"]["master_lid"]:
         sm_node = next((p["node_guid"] for p in view["ports"] if p["lid"] == view["sm"]["master_lid"]), None)
+    if sm_node is not None and sm_node not in nodes:          # inside a group box
+        sm_node = next((g for g, n in nodes.items() if sm_node in n.get("members", ())), None)
     out = [f"<svg class='chart topology' width='{width}' height='{height}' "
            f"viewBox='0 0 {width} {height}' data-nodes='{len(nodes)}' data-links='{len(links)}' "
            f"data-degraded='{sum(1 for lk in links if lk.get('below_enabled'))}' "
@@ -87,12 +132,12 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] 
             cls, colour = "link degraded", "#d62728"
         elif lk.get("below_supported"):
             cls, colour, dash = "link below-supported", "#ff7f0e", " stroke-dasharray='6 3'"
-        rate = lk.get("active", "").split(" (")[0]
+        rate = lk.get("active", "").split(" (")[0] if "count" not in lk else f"{lk['count']} links"
         tip = (f"{nodes[a['node_guid']]['description']} port {a['port_num']} ↔ {nodes[b['node_guid']]['description']} "
                f"port {b['port_num']}: active {lk.get('active', 'unknown')}")
         if "best_supported" in lk:
             tip += f"; both ends support {lk['best_supported']}, enable {lk['best_enabled']}"
-        out.append(f"<g class='{cls}' data-a='{a['node_guid']:#x}/{a['port_num']}' data-b='{b['node_guid']:#x}/"
+        out.append(f"<g class='{cls}' data-a='{_gid(a['node_guid'])}/{a['port_num']}' data-b='{_gid(b['node_guid'])}/"
                    f"{b['port_num']}' data-active='{esc(lk.get('active', ''))}'><title>{esc(tip)}</title>"
                    f"<line x1='{x1}' y1='{y1}' x2='{x2}' y2='{y2}' stroke='{colour}' stroke-width='2'{dash}/>"
                    f"<text class='rate' x='{(x1 + x2) / 2 + 4}' y='{(y1 + y2) / 2}' fill='{colour}'>{esc(rate)}</text>"
@@ -102,25 +147,33 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] 
     for g, n in nodes.items():
         x, y = xy[g]
         port = ports.get((g, 0 if n["type"] == "Switch" else 1), {})
-        label, fill, name = None, "#dbe9f6" if n["type"] == "Switch" else "#eeeeee", n["description"]
-        if colours and n["type"] != "Switch":
-            for (ng, _), p in ports.items():
-                if ng == g and p.get("guid") in colours:
-                    label, fill, other = colours[p["guid"]]
-                    name = name or other
-                    break
+        if n["type"] == "Switch":
+            label, fill, name = None, "#dbe9f6", n["description"]
+        elif n["type"] == "group":
+            label = n["tag"] or ("mixed" if len(n["tags"]) > 1 or None not in n["tags"] else None)
+            fill = owner[n["members"][0]][1] if n["tag"] else "#eeeeee"
+            name = n["description"]
+        else:
+            label, fill, other = owner[g]
+            name = n["description"] or other
         cls = "node " + n["type"].lower() + (" master-sm" if g == sm_node else "")
         lid = port.get("lid")
-        out.append(f"<g class='{cls}' data-guid='{g:#x}' data-tenant='{esc(label or '')}'>"
-                   f"<title>{esc(n['type'])} {g:#018x}{f' LID {lid}' if lid else ''}"
-                   f"{f' tenant {label}' if label else ''}</title>"
+        if n["type"] == "group":
+            title = f"{n['description']} on switch {-g:#018x}: " + ", ".join(
+                (nodes_all[m]["description"] or f"{m:#x}") + (f" ({owner[m][0]})" if owner[m][0] else "")
+                for m in n["members"][:64]) + (" …" if len(n["members"]) > 64 else "")
+        else:
+            title = f"{n['type']} {g:#018x}{f' LID {lid}' if lid else ''}{f' tenant {label}' if label else ''}"
+        out.append(f"<g class='{cls}' data-guid='{_gid(g)}' data-tenant='{esc(label or '')}'>"
+                   f"<title>{esc(title)}</title>"
                    f"<rect x='{x}' y='{y}' width='{BOX_W}' height='{BOX_H}' rx='{3 if n['type'] == 'Switch' else 12}' "
+                   f"{DASHED if n['type'] == 'group' else ''}"
                    f"fill='{fill}' stroke='{'#b8860b' if g == sm_node else '#666'}' "
                    f"stroke-width='{3 if g == sm_node else 1}'/>"
                    f"<text x='{x + BOX_W / 2}' y='{y + 18}' text-anchor='middle' font-weight='bold'>"
                    f"{esc((name or f'{g:#x}')[:20])}</text>"
                    f"<text class='tick' x='{x + BOX_W / 2}' y='{y + 34}' text-anchor='middle'>"
-                   f"{esc(' · '.join(x for x in (n['type'] if not label else '', f'LID {lid}' if lid else '', label) if x))}"
+                   f"{esc(' · '.join(x for x in (n['type'] if not label else '', f'LID {lid}' if lid else '', label) if x and x != 'group'))}"
                    "</text>")
         if g == sm_node:
             out.append(f"<text class='sm-badge' x='{x + BOX_W - 4}' y='{y - 4}' text-anchor='end' fill='#b8860b' "
