@@ -3,7 +3,8 @@ registry for the attribute table, and the Wireshark-style flattening of a decode
 
 Conventions (see the project brief): each layer has `ws_name`; a field's key is
 `f"{ws_name}.{field}"` unless the class dict `ws_alias` maps it; names starting with `_` are hidden;
-fields holding packets (PacketField / PacketListField) are flattened with the inner layer's names.
+fields holding packets (PacketField / PacketListField) are flattened with the inner layer's names;
+`ws_bits` names the bits of a flag word (`portinfo.capabilitymask.issm`), shown 0/1 like Wireshark.
 """
 from scapy.fields import Field, StrFixedLenField
 from scapy.packet import Packet, Raw
@@ -95,11 +96,17 @@ def _walk(p, out):
                 _walk(x, out)
             continue
         key = alias.get(f.name, f"{ws}.{f.name}")
-        if key in out:
-            prev = out[key]
-            out[key] = (prev if isinstance(prev, list) else [prev]) + (v if isinstance(v, list) else [v])
-        else:
-            out[key] = v
+        _put(out, key, v)
+        for bit, mask in getattr(type(p), "ws_bits", {}).get(f.name, ()):
+            _put(out, f"{key}.{bit}", int(bool(v & mask)))
+
+
+def _put(out, key, v):
+    if key in out:
+        prev = out[key]
+        out[key] = (prev if isinstance(prev, list) else [prev]) + (v if isinstance(v, list) else [v])
+    else:
+        out[key] = v
 
 
 def flat(pkt):

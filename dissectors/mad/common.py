@@ -5,7 +5,7 @@ from scapy.fields import (BitField, ByteField, IP6Field, ThreeBytesField, XBitFi
 from scapy.packet import Raw
 
 from . import table
-from .base import Attr, MadPacket, Reserved
+from .base import Attr, MadPacket, MirrorField, Reserved
 
 MAD_SIZE = 256
 
@@ -18,8 +18,14 @@ class MAD(MadPacket):
         XByteField("baseversion", 1), XByteField("mgmtclass", 0x01), XByteField("classversion", 1),
         XByteField("method", 0x01), XShortField("status", 0), XShortField("classspecific", 0),
         XLongField("transactionid", 0), XShortField("attributeid", 0), Reserved("_reserved", 2),
-        XIntField("attributemodifier", 0),
+        XIntField("attributemodifier", 0), MirrorField("data"),
     ]
+
+    def post_dissect(self, s):
+        """`mad.data`: the 232 bytes after the common header, as Wireshark shows them."""
+        if self.truncated is None:
+            self.fields["data"] = bytes(s[:MAD_SIZE - 24])
+        return s
 
     def mysummary(self):
         return table.summary(self.mgmtclass, self.method, self.attributeid)

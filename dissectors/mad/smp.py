@@ -15,19 +15,25 @@ class SMPLID(ClassData):
     """LID-routed SMP: M_Key, 32 reserved bytes, 64-byte SMP data, 128 reserved bytes."""
     name = "SMP (LID routed)"
     ws_name = "smplid"
-    fields_desc = [XLongField("mkey", 0), Reserved("_reserved", 32)]
+    fields_desc = [XLongField("mkey", 0), Reserved("_reserved", 32), MirrorField("smpdata")]
+
+    def post_dissect(self, s):
+        if self.truncated is None:
+            self.fields["smpdata"] = bytes(s[:SMP_DATA])
+        return s
 
 
 class SMPDirected(ClassData):
     """Directed-route SMP (§14.2.1.2): D bit, status, hop pointer/count live in the MAD header."""
     name = "SMP (Directed Route)"
     ws_name = "smpdirected"
-    ws_alias = {"mkey": "smplid.mkey"}
+    ws_alias = {"mkey": "smplid.mkey", "smpdata": "smplid.smpdata"}
     fields_desc = [
         MirrorField("d"), MirrorField("smpstatus"), MirrorField("hoppointer"), MirrorField("hopcount"),
         XLongField("mkey", 0), XShortField("drslid", 0xFFFF), XShortField("drdlid", 0xFFFF),
         Reserved("_reserved", 28), StrFixedLenField("_smpdata", b"\0" * SMP_DATA, SMP_DATA),
         StrFixedLenField("initialpath", b"\0" * 64, 64), StrFixedLenField("returnpath", b"\0" * 64, 64),
+        MirrorField("smpdata"),
     ]
 
     def post_dissect(self, s):
@@ -36,7 +42,8 @@ class SMPDirected(ClassData):
             self.fields.update(d=mad.status >> 15, smpstatus=mad.status & 0x7FFF,
                                hoppointer=mad.classspecific >> 8, hopcount=mad.classspecific & 0xFF)
         if self.truncated is None:
-            return self.fields.pop("_smpdata") + s
+            self.fields["smpdata"] = self.fields.pop("_smpdata")
+            return self.fields["smpdata"] + s
         return s
 
     def into_mad_header(self, p):
@@ -115,11 +122,29 @@ class GUIDInfo(Attr):
     fields_desc = [FieldListField("guid", [0] * 8, XLongField("", 0), count_from=lambda p: 8)]
 
 
+# PortInfo:CapabilityMask bits (IBA §14.2.5.6 Table 146; opensm ib_types.h IB_PORT_CAP_*); the names of bits
+# 1-12 and 16-27 are Wireshark's, the rest follow them.  `issm` is how a port claims to host an SM.
+CAPABILITY_MASK = tuple((name, 1 << bit) for bit, name in (
+    (1, "issm"), (2, "noticesupported"), (3, "trapsupported"), (4, "optionalipdsupported"),
+    (5, "automaticmigrationsupported"), (6, "slmappingsupported"), (7, "mkeynvram"), (8, "pkeynvram"),
+    (9, "ledinfosupported"), (10, "smdisabled"), (11, "systemimageguidsupported"),
+    (12, "pkeyswitchexternalporttrapsupported"), (13, "cableinfosupported"), (14, "extendedspeedssupported"),
+    (15, "capabilitymask2supported"), (16, "communicationmanagementsupported"), (17, "snmptunnelingsupported"),
+    (18, "reinitsupported"), (19, "devicemanagementsupported"), (20, "vendorclasssupported"),
+    (21, "drnoticesupported"), (22, "capabilitymasknoticesupported"), (23, "bootmanagementsupported"),
+    (24, "linkroundtriplatencysupported"), (25, "clientregistrationsupported"),
+    (26, "otherlocalchangesnoticesupported"), (27, "linkspeedwidthpairstablesupported"),
+    (28, "vendorspecificmadstablesupported"), (29, "mcastpkeytrapsuppressionsupported"),
+    (30, "multicastfdbtopsupported"), (31, "hierarchyinfosupported")))
+IS_SM = dict(CAPABILITY_MASK)["issm"]
+
+
 class PortInfo(Attr):
     """PortInfo, §14.2.5.6 (64 bytes) incl. CapabilityMask2 and the extended link speeds."""
     name = "PortInfo"
     ws_name = "portinfo"
     ws_alias = {"gidprefix": "portinfo.guid"}
+    ws_bits = {"capabilitymask": CAPABILITY_MASK}
     fields_desc = [
         XLongField("m_key", 0), XLongField("gidprefix", 0xFE80000000000000), XShortField("lid", 0),
         XShortField("mastersmlid", 0), XIntField("capabilitymask", 0), XShortField("diagcode", 0),
@@ -163,7 +188,13 @@ class P_KeyTable(Attr):
     """P_KeyTable block, §14.2.5.7: 32 P_Keys; the attribute modifier selects the block."""
     name = "P_KeyTable"
     ws_name = "p_keytable"
-    fields_desc = [PacketListField("entries", [], PKeyEntry, count_from=lambda p: 32)]
+    fields_desc = [PacketListField("entries", [], PKeyEntry, count_from=lambda p: 32),
+                   MirrorField("p_keytableblock")]
+
+    def post_dissect(self, s):
+        if self.truncated is None and self.raw_packet_cache is not None:
+            self.fields["p_keytableblock"] = bytes(self.raw_packet_cache)
+        return s
 
     def pkeys(self):
         return [e.p_key_full for e in self.entries]

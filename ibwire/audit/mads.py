@@ -2,12 +2,16 @@
 
 SMPs (IBA 13.5.3 methods): GetResp NodeInfo / PortInfo over the same directed route tie port GUIDs to
 LIDs (IBA 14.2.2: the InitialPath of a directed route), P_KeyTable GetResp sent to the master SM give the
-programmed tables (14.2.5.7), SMInfo gives SM claims (14.2.5.13), SubnSet senders are kept for the SM
-rules; traps 256-259 (14.2.5.1, Table 118) and SA MCMemberRecord joins with their answers (15.2.5.17).
+programmed tables (14.2.5.7), SMInfo gives SM claims (14.2.5.13), and so does PortInfo's
+CapabilityMask.IsSM (14.2.5.6) in a GetResp or in trap 144 (a port's capability mask changed); SubnSet
+senders are kept for the SM rules; traps 256-259 (14.2.5.1, Table 118) and SA MCMemberRecord joins with
+their answers (15.2.5.17).
 """
 from __future__ import annotations
 
 from typing import Optional
+
+from dissectors.mad.smp import IS_SM
 
 from .fields import as_int, first_of, gid_text
 from .state import FabricState
@@ -26,6 +30,7 @@ class MadObserver:
         self.joins: list = []             # (frame, mgid, port gid, slid, transaction id)
         self.sa_answers: dict = {}        # transaction id -> (frame, status) of SubnAdmGetResp(MCMemberRecord)
         self.table_frames: dict = {}      # port GUID -> [(frame, set of P_Keys in that block)]
+        self.is_sm: list = []             # (frame, port GUID or None, LID or None): CapabilityMask.IsSM set
         self.dr_root: Optional[int] = None    # port GUID answering NodeInfo over the empty path
         self._dr_ports: dict = {}         # DR path -> port GUID (NodeInfo seen over that path)
 
@@ -44,6 +49,10 @@ class MadObserver:
                 self.smp_sets.append((number, sender, dlid, attr))
             if method == 0x05 and attr == 0x0002:               # SubnTrap(Notice)
                 self._trap(number, flat, slid)
+                if as_int(first_of(flat, "notice.trapnumberdeviceid")) == 144 and \
+                        (as_int(first_of(flat, "trap.capabilitymask")) or 0) & IS_SM:
+                    lid = as_int(first_of(flat, "trap.lidaddr")) or slid
+                    self.is_sm.append((number, None, lid))
             if method == 0x81:                                  # GetResp: what the port really holds
                 if not dr and attr == 0x0016 and not self._to_master(dlid):
                     return                                      # a table shown to a non-SM requester
@@ -78,6 +87,8 @@ class MadObserver:
         elif attr == 0x0015:                                    # PortInfo
             lid = as_int(first_of(flat, "portinfo.lid"))
             guid = self._responder(path, lid_of_responder)
+            if as_int(first_of(flat, "portinfo.capabilitymask.issm")):
+                self.is_sm.append((number, guid, lid or None))
             if guid is not None and lid:
                 ps = self.wire.port(guid, "capture PortInfo")
                 ps.lid = lid

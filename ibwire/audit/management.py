@@ -4,6 +4,8 @@
                        [attempt] when every such Set was refused: its target sent trap 256 (bad M_Key) naming
                        the sender's LID, method and attribute (IBA 13.5.3, 14.2.5.1)
   multiple-master-sm   more than one port claims SMState MASTER; the first claim is the master (14.2.5.13) [breach]
+  sm-capable-port      a port other than the master SM's sets PortInfo:CapabilityMask.IsSM (14.2.5.6; in a
+                       GetResp or trap 144): it claims to host an SM [attempt on a tenant's port, else warning]
   trap                 P_Key / Q_Key / M_Key violation trap 256-259 sent to the SM, offender decoded
                        (14.2.5.1 / Table 118)                                                              [attempt]
   ipoib-join-foreign   MCMemberRecord join to the IPoIB group of a partition the port is not in (15.2.5.17):
@@ -34,6 +36,7 @@ def sm_findings(mads: MadObserver, ids: Identities) -> list:
                            "more than one SM claims MASTER: " + ", ".join(ids.who(g) for g in sorted(masters)) +
                            (f"; the master SM of this subnet is {ids.who(sm_guid)}" if sm_guid else ""),
                            frames[:EVIDENCE_FRAMES], src=rogue[0] if len(rogue) == 1 else None))
+    out += _is_sm_findings(mads, ids, sm_guid)
     if sm_guid is None:
         return out                        # no SM known: nothing to compare a SubnSet's sender with
     sm_lid = ports.ports[sm_guid].lid if sm_guid in ports.ports else None
@@ -62,6 +65,23 @@ def sm_findings(mads: MadObserver, ids: Identities) -> list:
                            f", which is not the master SM {ids.who(sm_guid)}" +
                            (f"; {n_refused} refused by the target's M_Key (trap 256)" if n_refused else ""),
                            frames[:EVIDENCE_FRAMES], port=guid, src=guid, dst=dst))
+    return out
+
+
+def _is_sm_findings(mads: MadObserver, ids: Identities, sm_guid) -> list:
+    claims: dict = {}
+    for frame, guid, lid in mads.is_sm:
+        guid = guid if guid is not None else ids.port_at(lid) if lid is not None else None
+        if guid is not None and guid != sm_guid:
+            claims.setdefault(guid, []).append(frame)
+    out = []
+    for guid, frames in sorted(claims.items()):
+        ep = ids.tenants.endpoint_of(guid)
+        out.append(Finding("sm-capable-port", "attempt" if ep else "warning",
+                           f"{ids.who(guid)} sets CapabilityMask.IsSM: it claims to host a subnet manager" +
+                           (f", but the master SM is {ids.who(sm_guid)}" if sm_guid else "") +
+                           ("; a tenant's port has no business running an SM" if ep else ""),
+                           sorted(frames)[:EVIDENCE_FRAMES], port=guid, src=guid))
     return out
 
 

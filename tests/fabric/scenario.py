@@ -19,7 +19,7 @@ TOOLS = [["smpquery", "nodeinfo", "3"], ["smpquery", "-D", "portinfo", "0,1,3"],
          ["saquery", "-N"], ["perfquery", "2"], ["ibnetdiscover"], ["sminfo"]]
 
 
-def run(workdir: str, link: str = "erf") -> dict:
+def run(workdir: str, link: str = "erf", tools: list = TOOLS) -> dict:
     out = os.path.join(workdir, f"ibsim-{link}.pcap")
     with SimFabric(str(TOPOLOGY), workdir=workdir) as fab:
         stop, ready, stats = threading.Event(), threading.Event(), {}
@@ -29,7 +29,7 @@ def run(workdir: str, link: str = "erf") -> dict:
         try:
             assert ready.wait(10), "capture_ibsim did not start"
             fab.start_opensm(str(PARTITIONS), host=SM_HOST)
-            outputs = {" ".join(c): fab.run(c, host="Hca2") for c in TOOLS}
+            outputs = {" ".join(c): fab.run(c, host="Hca2") for c in tools}
             env_trap = fab.env("Hca2")
             env_trap["SIM_SET_ISSM"] = "1"
             import subprocess
