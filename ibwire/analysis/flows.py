@@ -270,7 +270,8 @@ def _hex(q):
     return None if q is None or q < 0 else f"0x{q:06x}"
 
 
-def _end_text(addr: bytes, lid: int) -> str:
+def end_text(addr: bytes, lid: int) -> str:
+    """An endpoint as `ibwire flows` names it: 'LID n', the GID/IP, or both."""
     parts = []
     if lid:
         parts.append(f"LID {lid}")
@@ -430,7 +431,7 @@ def _sequence(learner: _Learner, maps, learners) -> List[dict]:
     for info in convs:
         a, b = info["halves"]
         h = a or (b[1], b[0], b[3], b[2], 0)
-        ends.append((_end_text(h[0], h[2]), _end_text(h[1], h[3])))
+        ends.append((end_text(h[0], h[2]), end_text(h[1], h[3])))
         kinds.append((0, info["paired_by"], None))
     ud_convs: Dict[tuple, int] = {}
     for k, i in learner.ud.items():          # UD: both QPNs are in the packet (DETH source QP)
@@ -439,7 +440,7 @@ def _sequence(learner: _Learner, maps, learners) -> List[dict]:
         uk = a_end + b_end if fwd else b_end + a_end
         if uk not in ud_convs:
             ud_convs[uk] = len(ends)
-            ends.append((_end_text(uk[0], uk[1]), _end_text(uk[3], uk[4])))
+            ends.append((end_text(uk[0], uk[1]), end_text(uk[3], uk[4])))
             kinds.append((1, "deth", (uk[2], uk[5])))
         conv[i], side[i] = ud_convs[uk], 0 if fwd else 1
     state = _native.flows_new(len(ends))

@@ -13,7 +13,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import UserError
-from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
+from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB, file_format
 from . import _native
 from .resync import boundary
 
@@ -64,12 +64,7 @@ class CaptureWalk:
             raise UserError(f"cannot read {path}: {e.strerror or e}") from None
         head = self.f.read(4)
         self.f.seek(0)
-        if head in PCAP_MAGICS:
-            self.format = "pcap"
-        elif head == PCAPNG_SHB:
-            self.format = "pcapng"
-        else:
-            raise UserError(f"{path} is not a pcap or pcapng file (it starts with {head.hex() or 'nothing'})")
+        self.format = file_format(path, head)
         self._store = np.empty(min(chunk, max(self.size, 64)), np.uint8)
         self.buf = self._store[:0]    # valid bytes of the current chunk
         self.base = 0                 # file offset of buf[0]

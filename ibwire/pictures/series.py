@@ -21,6 +21,7 @@ import numpy as np
 from dissectors.opcodes import lookup
 from ..fast import records as R
 from ..fast import scan
+from ..analysis.flows import end_text
 from ..analysis.hashing import group_rows
 
 PSN_MOD = 1 << 24
@@ -36,16 +37,6 @@ HAS_AETH = np.array(["aeth" in lookup(c).headers for c in range(256)])
 IS_RC = np.array([lookup(c).transport in ("RC", "XRC") for c in range(256)])
 COLUMNS = ("time", "time_ns", "flags", "opcode", "psn", "aeth_syndrome", "reth_dmalen", "len", "paylen", "frame",
            "ecn")
-
-
-def end_text(addr: bytes, lid: int) -> str:
-    """An endpoint as `ibwire flows` names it: 'LID n', the GID/IP, or both."""
-    parts = []
-    if lid:
-        parts.append(f"LID {lid}")
-    if addr.strip(b"\0"):
-        parts.append(R.addr_text(addr))
-    return " ".join(parts) or "-"
 
 
 class TimeBins:

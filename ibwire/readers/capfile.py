@@ -29,6 +29,15 @@ PCAP_MAGICS = {   # magic -> (byte order, timestamp unit, record header length)
 PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
 
 
+def file_format(path: str, head: bytes) -> str:
+    """'pcap' or 'pcapng', from the first four bytes of the file at `path`; anything else: one sentence."""
+    if head in PCAP_MAGICS:
+        return "pcap"
+    if head == PCAPNG_SHB:
+        return "pcapng"
+    raise UserError(f"{path} is not a pcap or pcapng file (it starts with {head.hex() or 'nothing'})")
+
+
 class Capture:
     """An opened capture file; iterate it for Frames.  `problems` collects damage found at the end.
 
@@ -41,12 +50,7 @@ class Capture:
                 head = f.read(4)
         except OSError as e:
             raise UserError(f"cannot read {path}: {e.strerror or e}") from None
-        if head in PCAP_MAGICS:
-            self.format = "pcap"
-        elif head == PCAPNG_SHB:
-            self.format = "pcapng"
-        else:
-            raise UserError(f"{path} is not a pcap or pcapng file (it starts with {head.hex() or 'nothing'})")
+        self.format = file_format(path, head)
         self.problems = []
         self.interfaces = []   # pcapng: list of (linktype, ts_scale, name)
         self.linktype: Optional[int] = None

@@ -39,6 +39,23 @@ static void release(buf_t *b, int n)
             PyBuffer_Release(&b[i].v);
 }
 
+/* Release the buffers and raise ValueError(bad). */
+static PyObject *refuse(buf_t *b, int n, const char *bad)
+{
+    release(b, n);
+    PyErr_SetString(PyExc_ValueError, bad);
+    return NULL;
+}
+
+/* Why the row indices rows[0..n) (NULL: every record) do not all name one of nrec records, or NULL. */
+static const char *rows_outside(const int64_t *rows, Py_ssize_t n, Py_ssize_t nrec)
+{
+    for (Py_ssize_t i = 0; rows && i < n; i++)
+        if (rows[i] < 0 || rows[i] >= nrec)
+            return "a row index is out of range";
+    return NULL;
+}
+
 PyDoc_STRVAR(walk_pcap_doc,
 "walk_pcap(buf, off, big, offsets) -> (n, next_off, status)\n\n"
 "Follow pcap record lengths from byte `off` of `buf`, writing up to len(offsets) record offsets into\n"
@@ -144,11 +161,8 @@ static PyObject *decode(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; !bad && i < n; i++)
         if (pd[i] < 0 || pc[i] < 0 || pd[i] > b[BUF].v.len || pc[i] > b[BUF].v.len - pd[i])
             bad = "a packet's data offset or captured length lies outside buf";
-    if (bad) {
-        release(b, NB);
-        PyErr_SetString(PyExc_ValueError, bad);
-        return NULL;
-    }
+    if (bad)
+        return refuse(b, NB, bad);
     decode_ctx c = {b[BUF].v.buf, b[BUF].v.len, b[EXT_OFF].v.buf, b[EXT_LEN].v.buf, b[KNOWN].v.buf,
                     b[VTABLE].v.buf, field_off, roce2_port, roce1_ethertype, icrc};
     const int64_t *d = b[DATA].v.buf, *cl = b[CAPLEN].v.buf, *wl = b[WIRELEN].v.buf, *lt = b[LT].v.buf;
@@ -202,14 +216,10 @@ static PyObject *group(PyObject *self, PyObject *args)
         if (off[f] < 0 || size[f] < 0 || off[f] + size[f] > itemsize || klen > GROUP_MAX_KEY)
             bad = "a key field lies outside the record, or the key is too long";
     }
-    for (Py_ssize_t i = 0; !bad && rows && i < n; i++)
-        if (rows[i] < 0 || rows[i] >= nrec)
-            bad = "a row index is out of range";
-    if (bad) {
-        release(b, NB);
-        PyErr_SetString(PyExc_ValueError, bad);
-        return NULL;
-    }
+    if (!bad)
+        bad = rows_outside(rows, n, nrec);
+    if (bad)
+        return refuse(b, NB, bad);
     int64_t g;
     Py_BEGIN_ALLOW_THREADS
     g = group_records(b[REC].v.buf, itemsize, rows, n, off, size, (int)nf, b[INV].v.buf, b[FIRST].v.buf,
@@ -349,14 +359,10 @@ static PyObject *flows_spill_py(PyObject *self, PyObject *args)
     for (int f = 0; !bad && f < N_SF; f++)
         if (off[f] < 0 || off[f] + size[f] > itemsize)
             bad = "a field offset lies outside the record";
-    for (Py_ssize_t i = 0; !bad && rows && i < n; i++)
-        if (rows[i] < 0 || rows[i] >= nrec)
-            bad = "a row index is out of range";
-    if (bad) {
-        release(b, NB);
-        PyErr_SetString(PyExc_ValueError, bad);
-        return NULL;
-    }
+    if (!bad)
+        bad = rows_outside(rows, n, nrec);
+    if (bad)
+        return refuse(b, NB, bad);
     Py_BEGIN_ALLOW_THREADS
     flows_spill(b[REC].v.buf, itemsize, rows, n, off, b[HALF].v.buf, b[FRAMES].held ? b[FRAMES].v.buf : NULL,
                 b[OUT].v.buf);

@@ -21,6 +21,7 @@ from typing import Dict, List, Optional
 
 from ...capture.journal import _proc_start, run_dir
 from ...errors import UserError
+from ..topology import _sh     # the lab's one runner of ip commands
 from . import agent, boot
 
 BRIDGE, UPLINK = "esw0", "p0"
@@ -68,16 +69,6 @@ def load(prefix: str) -> dict:
 
 def is_rdma(prefix: str) -> bool:
     return work_dir(prefix).exists()
-
-
-def _sh(args: List[str], check=True) -> subprocess.CompletedProcess:
-    try:
-        r = subprocess.run(args, capture_output=True, text=True, timeout=30)
-    except FileNotFoundError:
-        raise UserError(f"{args[0]} is not installed; the lab needs iproute2")
-    if check and r.returncode:
-        raise UserError(f"lab setup failed at `{' '.join(args)}`: {r.stderr.strip()}")
-    return r
 
 
 class _State:
