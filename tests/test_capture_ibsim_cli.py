@@ -13,6 +13,15 @@ from ibwire.readers import iter_frames
 TOPO = Path(__file__).resolve().parent / "fabric" / "small.topo"
 
 
+def _wait_capturing(cap) -> list:
+    lines = []
+    for line in cap.stderr:
+        lines.append(line)
+        if line.startswith("ibwire: capturing "):
+            return lines
+    raise AssertionError("capture did not start: " + "".join(lines))
+
+
 def test_capture_cli_records_opensm_sweep_and_smpquery(tmp_path):
     out = tmp_path / "sm.pcap"
     exe = Path(sys.executable).parent / "ibwire"
@@ -21,7 +30,7 @@ def test_capture_cli_records_opensm_sweep_and_smpquery(tmp_path):
         cap = subprocess.Popen([str(exe), "capture", "--backend", "ibsim", "-w", str(out)], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            time.sleep(1.5)
+            _wait_capturing(cap)
             sim.start_opensm()
             sim.run(["smpquery", "nodedesc", "1"])
             time.sleep(0.5)
@@ -37,3 +46,22 @@ def test_capture_cli_records_opensm_sweep_and_smpquery(tmp_path):
     assert any("SubnGetResp(NodeDescription)" in s for s in summaries)
     assert all(d.flat["icrc.status"] == "good" and d.flat["vcrc.status"] == "good" for d in decoded)
     assert subprocess.run(["tshark", "-r", out], capture_output=True, text=True).returncode == 0
+
+
+def test_capture_ends_with_one_sentence_when_the_simulator_goes_away(tmp_path):
+    out = tmp_path / "gone.pcap"
+    exe = Path(sys.executable).parent / "ibwire"
+    sim = SimFabric(str(TOPO))
+    try:
+        env = dict(os.environ, IBSIM_SERVER_PORT=str(sim.port), IBWIRE_RUN_DIR=str(tmp_path / "run"))
+        cap = subprocess.Popen([str(exe), "capture", "--backend", "ibsim", "-w", str(out)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = _wait_capturing(cap)
+        sim.run(["smpquery", "-D", "nodeinfo", "0"])
+    finally:
+        sim.close()                                   # ibsim is killed
+    _, err = cap.communicate(timeout=30)
+    err = "".join(lines) + err
+    assert cap.returncode == 1 and "ibsim" in err and "went away" in err and "Traceback" not in err, err
+    frames = list(iter_frames(out))
+    assert [decode_frame(f).flat["mad.method"] for f in frames] == [0x01, 0x81]   # kept what it saw

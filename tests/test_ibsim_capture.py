@@ -112,11 +112,12 @@ def test_ibsim_capture_link_type_247(tmp_path):
 def test_ibsim_capture_file_stays_valid_when_killed(tmp_path):
     with scenario.SimFabric(str(scenario.TOPOLOGY), workdir=str(tmp_path)) as fab:
         out = str(tmp_path / "killed.pcap")
-        code = ("import sys; from ibwire.capture.ibsim import capture_ibsim; "
-                f"capture_ibsim({out!r}, port={fab.port})")
-        p = subprocess.Popen([sys.executable, "-c", code])
+        code = ("from ibwire.capture.ibsim import capture_ibsim\n"
+                "class Ready:\n    set = staticmethod(lambda: print('ready', flush=True))\n"
+                f"capture_ibsim({out!r}, port={fab.port}, ready=Ready)")
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
         try:
-            time.sleep(1.0)
+            assert p.stdout.readline() == "ready\n"      # listening
             fab.run(["smpquery", "-D", "nodeinfo", "0"])
             fab.run(["smpquery", "-D", "nodedesc", "0"])
             time.sleep(0.3)

@@ -11,6 +11,9 @@ What counts as one packet on the simulated wire:
   before delivering it: the client id in TID bits 63-48 of requests and the sender's LID when SLID is 0;
 * ibsim's datagram to a client, unless it is the forwarded copy of a MAD already written (SA, CM ...
   between two clients) or a bounce with status 110 (ibsim could not deliver; nothing crossed a link).
+
+When ibsim goes away (its UDP port is no longer bound: /proc/net/udp) or the disk fills, the capture stops,
+the file is cut to its last complete packet and CaptureStopped says so.
 """
 import socket
 import struct
@@ -21,6 +24,7 @@ from typing import Dict, Optional
 
 from ..errors import UserError
 from ..writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND, PcapWriter, erf_record
+from .ending import CaptureStopped, truncate_to_complete
 from .ibsim_wire import (IBSIM_DEFAULT_SERVER_PORT, IBSIM_MAX_CLIENTS, PERMISSIVE_LID, ib_packet,
                          parse_ctl_port_lid, parse_sim_request, with_client_tid)
 
@@ -116,6 +120,21 @@ def _kernel_drops(s: socket.socket) -> int:
         return 0
 
 
+def server_listening(port: int) -> bool:
+    """A UDP socket is bound to `port` on this host (ibsim's server socket), read from /proc/net/udp{,6}."""
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    local = line.split()[1]
+                    if int(local.rsplit(":", 1)[1], 16) == port:
+                        return True
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue
+    return False
+
+
 def capture_ibsim(out_path: str, link: str = "erf", count: Optional[int] = None,
                   duration: Optional[float] = None, stop: Optional[threading.Event] = None,
                   port: Optional[int] = None, ready: Optional[threading.Event] = None) -> dict:
@@ -128,7 +147,11 @@ def capture_ibsim(out_path: str, link: str = "erf", count: Optional[int] = None,
     """
     if link not in ("erf", "ib"):
         raise UserError(f"unknown link type '{link}' for the ibsim backend; use 'erf' (default) or 'ib'.")
-    conv = IbsimConverter(IBSIM_DEFAULT_SERVER_PORT if port is None else port)
+    server = IBSIM_DEFAULT_SERVER_PORT if port is None else port
+    if not server_listening(server):
+        raise UserError(f"no ibsim listens on UDP port {server}; start the simulator (ibsim -r) first, or set "
+                        f"IBSIM_SERVER_PORT to its port")
+    conv = IbsimConverter(server)
     sock = _open_lo()
     try:
         writer = PcapWriter(out_path, LINKTYPE_ERF if link == "erf" else LINKTYPE_INFINIBAND, nanos=False)
@@ -139,9 +162,16 @@ def capture_ibsim(out_path: str, link: str = "erf", count: Optional[int] = None,
         ready.set()
     end = None if duration is None else time.monotonic() + duration
     packets = nbytes = 0
+    failure = None
+    check = time.monotonic() + 0.5
     try:
         while not (stop is not None and stop.is_set()) and (count is None or packets < count) \
                 and (end is None or time.monotonic() < end):
+            if time.monotonic() >= check:
+                check = time.monotonic() + 0.5
+                if not server_listening(server):
+                    failure = f"the simulator ibsim (UDP port {server}) went away; the capture stopped"
+                    break
             try:
                 data, addr = sock.recvfrom(65535)
             except socket.timeout:
@@ -155,7 +185,11 @@ def capture_ibsim(out_path: str, link: str = "erf", count: Optional[int] = None,
             pkt = conv.convert(*udp)
             if pkt is None:
                 continue
-            writer.write(erf_record(ts, pkt) if link == "erf" else pkt, ts=ts)   # flushed per packet
+            try:
+                writer.write(erf_record(ts, pkt) if link == "erf" else pkt, ts=ts)   # flushed per packet
+            except OSError as e:
+                failure = f"writing the capture failed ({e.strerror}); the capture stopped"
+                break
             packets += 1
             nbytes += len(pkt)
     except KeyboardInterrupt:
@@ -163,5 +197,13 @@ def capture_ibsim(out_path: str, link: str = "erf", count: Optional[int] = None,
     finally:
         dropped = _kernel_drops(sock)
         sock.close()
-        writer.close()
+        try:
+            writer.close()
+        except OSError as e:
+            failure = failure or f"writing the capture failed ({e.strerror}); the capture stopped"
+    if failure:
+        if isinstance(out_path, str):
+            packets = truncate_to_complete(out_path)[0]
+        raise CaptureStopped(f"{failure}; {packets:,} complete packets kept in "
+                             f"{out_path if isinstance(out_path, str) else 'standard output'}")
     return {"packets": packets, "bytes": nbytes, "dropped": dropped, "bounced": conv.bounced}

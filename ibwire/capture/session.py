@@ -16,15 +16,10 @@ from ..errors import UserError
 from ..writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND, erf_record
 from . import counters, journal as jr
 from .dumpcap import DEFAULT_BUFFER_MIB, Dumpcap, Plan
-from .repair import truncate_to_complete
+from .ending import CaptureStopped, truncate_to_complete
 from .select import choose
 from .sink import Sink, StatusLine
 from .target import resolve
-
-
-class CaptureStopped(UserError):
-    """The capture ended on its own (disk full, interface gone, engine died): exit status 1."""
-    exit_code = 1
 
 
 @dataclass
@@ -99,8 +94,14 @@ def run(o: Options) -> dict:
         say("backend ibsim: forced with --backend; recording the MADs ibsim carries on loopback")
         from .ibsim import capture_ibsim
         server = os.environ.get("IBSIM_SERVER_PORT")     # the variable ibsim's clients read too
-        return capture_ibsim(sys.stdout.buffer if o.write == "-" else o.write, link=o.link, count=o.count, duration=o.duration,
-                             port=int(server) if server else None)
+
+        class Listening:            # capture_ibsim sets it once its socket listens
+            @staticmethod
+            def set():
+                say(f"capturing the simulated fabric to {'standard output' if o.write == '-' else o.write} "
+                    f"(Ctrl-C stops)")
+        return capture_ibsim(sys.stdout.buffer if o.write == "-" else o.write, link=o.link, count=o.count,
+                             duration=o.duration, port=int(server) if server else None, ready=Listening)
     t = resolve(o.pf, o.vf, o.port, o.iface)
     _say_lines(t.notes)
     name, reason, warnings = choose(t, o.backend)

@@ -1,4 +1,5 @@
-"""Cut a capture file that a full disk or a dead writer ended mid-record back to its last complete record.
+"""How a capture that ends on its own (full disk, vanished interface or simulator, dead engine) ends: its file is
+cut back to the last complete record, and CaptureStopped carries the one sentence (exit status 1).
 
 pcap: 24-byte file header, then 16-byte record headers with the captured length at +8 (either byte order).
 pcapng: blocks with their total length at +4, repeated at the end (pcapng draft §3.1).
@@ -6,6 +7,13 @@ pcapng: blocks with their total length at +4, repeated at the end (pcapng draft 
 import os
 import struct
 from typing import Tuple
+
+from ..errors import UserError
+
+class CaptureStopped(UserError):
+    """The capture ended on its own after everything was disarmed: exit status 1."""
+    exit_code = 1
+
 
 PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": "<", b"\x4d\x3c\xb2\xa1": "<", b"\xa1\xb2\xc3\xd4": ">", b"\xa1\xb2\x3c\x4d": ">"}
 
