@@ -25,6 +25,11 @@ def _rel(v: float) -> str:
     return si(v, "s")
 
 
+def _colour(k: int, n: int) -> str:
+    """The total (first of several lines) light and wide underneath, conversations in the palette."""
+    return "#bbbbbb" if k == 0 and n > 1 else PALETTE[(k - (n > 1)) % len(PALETTE)]
+
+
 def _time_charts(name: str, bins: List[S.TimeBins], labels: List[str], t_end: float, kind: str, attrs: dict) -> str:
     """Throughput (bits/s) and packets per interval, one line per TimeBins."""
     out = []
@@ -37,7 +42,8 @@ def _time_charts(name: str, bins: List[S.TimeBins], labels: List[str], t_end: fl
             ys = [r[key] for r in rows]
             series.append((xs, ys))
         ymax = max((max(ys) for _, ys in series if ys), default=1)
-        p = Plot(f"{kind} {title}", (0, max(t_end, width)), (0, ymax * 1.05 or 1), height=220,
+        p = Plot(f"{kind} {title}", (0, max(t_end, width)), (0, ymax * 1.05 or 1), height=230,
+                 top=40 if len(labels) > 1 else 24,
                  attrs={**attrs, "interval": width, "sum": sum(series[0][1])})
         p.axes(f"{name}: {title} per {si(width, 's')}", "time since capture start", ylabel, _rel, si)
         for k, ((xs, ys), label) in enumerate(zip(series, labels)):
@@ -46,9 +52,9 @@ def _time_charts(name: str, bins: List[S.TimeBins], labels: List[str], t_end: fl
             for x, y in zip(xs, ys):
                 sx += [x, x + width]
                 sy += [y, y]
-            p.polyline(sx, sy, PALETTE[k % len(PALETTE)], label)
+            p.polyline(sx, sy, _colour(k, len(labels)), label, width=3.5 if k == 0 and len(labels) > 1 else 1.5)
         if len(labels) > 1:
-            p.legend([(label, PALETTE[k % len(PALETTE)]) for k, label in enumerate(labels)])
+            p.legend([(label, _colour(k, len(labels))) for k, label in enumerate(labels)])
         out.append(p.svg())
     return "".join(out)
 
@@ -63,7 +69,7 @@ def _psn_chart(conv: dict, side: int, ch: dict, t0: float) -> str:
     ymax = float(y.max()) if len(y) else 1.0
     lo, hi = float(t.min()), float(t.max())
     pad = (hi - lo) * 0.03 or 1e-6
-    p = Plot("psn", (max(lo - pad, 0.0), hi + pad), (min(0.0, float(y.min())), ymax + 1), height=300,
+    p = Plot("psn", (max(lo - pad, 0.0), hi + pad), (min(0.0, float(y.min())), ymax + 1), height=310, top=40,
              attrs={"conversation": conv["conversation"], "sender": sender, **c})
     p.axes(f"PSN over time: {sender} → {receiver} (first PSN 0x{u0 % S.PSN_MOD:06x})",
            "time since capture start", "PSN − first PSN", _rel, lambda v: f"{v:g}")

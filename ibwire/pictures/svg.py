@@ -60,7 +60,7 @@ class Plot:
 
     def axes(self, title: str, xlabel: str, ylabel: str, xfmt=si, yfmt=si) -> None:
         pl, pr, pt, pb = self.l, self.w - self.r, self.t, self.h - self.b
-        out = [f"<text class='title' x='{pl}' y='{pt - 8}'>{esc(title)}</text>",
+        out = [f"<text class='title' x='{pl}' y='{min(pt - 8, 16)}'>{esc(title)}</text>",
                f"<rect class='plot-area' x='{pl}' y='{pt}' width='{pr - pl}' height='{pb - pt}'/>"]
         for v in nice_ticks(self.x0, self.x1, 6):
             X = self.x(v)
@@ -82,7 +82,8 @@ class Plot:
         return np.round(self.h - self.b - (np.asarray(v, np.float64) - self.y0) / (self.y1 - self.y0)
                         * (self.h - self.t - self.b), 2)
 
-    def polyline(self, xs: Sequence[float], ys: Sequence[float], colour: str, name: str, step: bool = False) -> None:
+    def polyline(self, xs: Sequence[float], ys: Sequence[float], colour: str, name: str, step: bool = False,
+                 width: float = 1.5) -> None:
         """A line through the points (a staircase with `step`), thinned to what a pixel column can show."""
         X, Y = self.xa(xs), self.ya(ys)
         if step and len(X) > 1:
@@ -90,7 +91,7 @@ class Plot:
         X, Y = _thin(X, Y)
         pts = " ".join(f"{a:g},{b:g}" for a, b in zip(X.tolist(), Y.tolist()))
         self.items.append(f"<polyline class='series' data-name='{esc(name)}' fill='none' stroke='{colour}' "
-                          f"stroke-width='1.5' points='{pts}'><title>{esc(name)}</title></polyline>")
+                          f"stroke-width='{width}' points='{pts}'><title>{esc(name)}</title></polyline>")
 
     def marks(self, cls: str, points: Iterable[Tuple[float, float, str]], shape: str, colour: str) -> None:
         """One element per point, class `mark CLS`, drawn as a small shape centred on it."""
@@ -109,7 +110,7 @@ class Plot:
                 g.append(f"<path class='mark {cls}' d='M{X},{Y - 3}L{X},{Y + 3}' stroke-width='1.2'>"
                          f"<title>{esc(tip)}</title></path>")
             elif shape == "ring":
-                g.append(f"<circle class='mark {cls}' cx='{X}' cy='{Y}' r='3.5' fill='none' stroke-width='1.5'>"
+                g.append(f"<circle class='mark {cls}' cx='{X}' cy='{Y}' r='3' fill='none' stroke-width='1.2'>"
                          f"<title>{esc(tip)}</title></circle>")
             else:
                 g.append(f"<circle class='mark {cls}' cx='{X}' cy='{Y}' r='2'><title>{esc(tip)}</title></circle>")
@@ -140,11 +141,12 @@ class Plot:
         self.items.append("".join(g))
 
     def legend(self, entries: Sequence[Tuple[str, str]]) -> None:
-        x = self.l + 8
+        """A row of colour keys in the top margin, under the title (give the Plot top=40 or more)."""
+        x = self.l
         out = ["<g class='legend'>"]
         for name, colour in entries:
-            out.append(f"<rect x='{x}' y='{self.t + 6}' width='10' height='10' fill='{colour}'/>"
-                       f"<text x='{x + 14}' y='{self.t + 15}'>{esc(name)}</text>")
+            out.append(f"<rect x='{x}' y='{self.t - 16}' width='10' height='10' fill='{colour}'/>"
+                       f"<text x='{x + 14}' y='{self.t - 7}'>{esc(name)}</text>")
             x += 22 + 7 * len(name)
         out.append("</g>")
         self.items.append("".join(out))
