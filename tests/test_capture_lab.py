@@ -16,7 +16,6 @@ import pytest
 
 from ibwire.lab import topology, traffic
 from ibwire.readers import iter_frames
-from ibwire.writers import LINKTYPE_ETHERNET, PcapWriter
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared/captures/public"
 SCENARIO = str(PUBLIC / "m3_nvme_nvme-discover.pcap")
@@ -51,15 +50,9 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def burst(tmp_path_factory):
-    """A pcap of BURST RoCEv2 packets from VF 2 to the remote host (1,000 distinct PSNs, repeated)."""
-    lab = topology.describe(PREFIX)
-    frames = [traffic.build_frame(lab["vfs"][2], lab["remote"], 49152 + psn % 64,
-                                  struct.pack(">BBHII", 0x04, 0x40, 0xFFFF, 0x11, psn) + bytes(68))
-              for psn in range(1000)]
+    """A pcap of BURST RoCEv2 packets from VF 2 to the remote host."""
     path = tmp_path_factory.mktemp("burst") / "burst.pcap"
-    with PcapWriter(str(path), LINKTYPE_ETHERNET) as w:
-        for i in range(BURST):
-            w.write(frames[i % 1000], flush=False)
+    traffic.write_burst(topology.describe(PREFIX), "vf2", "remote", BURST, str(path))
     return path
 
 
@@ -292,17 +285,6 @@ def test_vanished_interface_and_dead_engine_end_with_one_sentence(lab, tmp_path)
     assert subprocess.run(["capinfos", str(tmp_path / "d.pcap")], capture_output=True).returncode == 0
 
 
-def _frames_from(src: int, dst: int, n: int, path: Path) -> Path:
-    """A pcap of n RoCEv2 packets from VF src to VF dst."""
-    lab = topology.describe(PREFIX)
-    frame = traffic.build_frame(lab["vfs"][src], lab["vfs"][dst], 49152, struct.pack(">BBHII", 4, 0x40, 0xFFFF, 7, 0)
-                                + bytes(16))
-    with PcapWriter(str(path), LINKTYPE_ETHERNET) as w:
-        for _ in range(n):
-            w.write(frame, flush=False)
-    return path
-
-
 def test_tshark_lists_the_extcap_targets_and_captures_exactly_vf2_through_ibwire(lab, tmp_path, burst):
     home = tmp_path / "home"
     env = dict(lab, HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
@@ -315,7 +297,7 @@ def test_tshark_lists_the_extcap_targets_and_captures_exactly_vf2_through_ibwire
     t = subprocess.Popen(["tshark", "-i", f"ibwire-{PREFIX}-vf2", "-a", "duration:5", "-w", str(out)], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     STARTED.append(t)
-    to_vf2 = _frames_from(1, 2, 20, tmp_path / "to_vf2.pcap")
+    to_vf2 = traffic.write_burst(topology.describe(PREFIX), "vf1", "vf2", 20, str(tmp_path / "to_vf2.pcap"))
     for line in t.stderr:        # the engine's pcap header reached tshark: armed, and the 5 s begin
         if "Capture started" in line:
             break

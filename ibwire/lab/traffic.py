@@ -75,6 +75,18 @@ def build_frame(src: dict, dst: dict, sport: int, roce: bytes) -> bytes:
     return eth + struct.pack(">H", 0x0800) + ip + udp + body + icrc
 
 
+def write_burst(lab: dict, src: str, dst: str, n: int, path: str, distinct: int = 1000) -> str:
+    """A pcap of n RoCEv2 RC SEND Only packets from lab host src to dst (for tcpreplay bursts): `distinct`
+    packets with consecutive PSNs and 64 payload bytes, repeated."""
+    hosts = {h["name"]: h for h in lab["vfs"] + [lab["remote"]]}
+    frames = [build_frame(hosts[src], hosts[dst], 49152 + psn % 64,
+                          struct.pack(">BBHII", 0x04, 0x40, 0xFFFF, 0x11, psn) + bytes(68)) for psn in range(distinct)]
+    with PcapWriter(path, LINKTYPE_ETHERNET) as w:
+        for i in range(n):
+            w.write(frames[i % distinct], flush=False)
+    return path
+
+
 def plan(lab: dict, packets, pairs: Optional[str] = None, mapping: Optional[Dict[str, str]] = None):
     """[(sender host, receiver host, frame)] in replay order."""
     hosts = {h["name"]: h for h in lab["vfs"] + [lab["remote"]]}
