@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGES = [
     ("protocol tables and layers", ("dissectors", "ibwire.errors")),
     ("readers, writers and producers of bytes",
-     ("ibwire.readers", "ibwire.writers", "ibwire.outfile", "ibwire.fast.walk", "ibwire.fast.resync", "ibwire.fast.split",
+     ("ibwire.readers", "ibwire.writers", "ibwire.outfile", "ibwire.fast.walk", "ibwire.fast.split",
       "ibwire.fast._native", "ibwire.capture", "ibwire.synth", "ibwire.lab", "ibwire.convert")),
     ("layers and records", ("ibwire.decode", "ibwire.fast", "ibwire.filter")),
     ("analyzers and reports", ("ibwire.analysis", "ibwire.audit", "ibwire.fabric", "ibwire.pictures")),
@@ -126,6 +126,6 @@ def test_the_checks_catch_what_they_should():
     assert stage_of("ibwire.readers.capfile") < stage_of("ibwire.analysis.stats") < stage_of("ibwire.cli.stats")
     known = modules()
     g = graph()
-    assert "ibwire.fast.resync" in g["ibwire.fast.walk"] and "ibwire.fast._native" in g["ibwire.fast.walk"]
+    assert "ibwire.readers.resync" in g["ibwire.fast.walk"] and "ibwire.fast._native" in g["ibwire.fast.walk"]
     assert set(g["ibwire.cli.stats"]) >= {"ibwire.analysis.stats", "ibwire.cli.app"}
     assert len(known) > 50

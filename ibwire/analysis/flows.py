@@ -27,7 +27,7 @@ from dissectors.opcodes import NAK_CODES, RNR_TIMER_MS, lookup
 from ..fast import _native
 from ..fast import records as R
 from ..fast import scan
-from ..fast.split import spans
+from ..fast.split import MIN_SPAN, processes, spans
 from ..fast.walk import SpanContextLost
 from .hashing import group_rows
 
@@ -386,7 +386,7 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int
     `mask(batch)` optionally selects the packets to analyse.  Large pcap/pcapng files are decoded by
     `workers` threads (0: one per CPU), each reading one part of the file; the result does not depend on
     how many."""
-    workers = workers or os.cpu_count() or 1
+    workers = processes(workers, os.path.getsize(path) // MIN_SPAN)
     cut = spans(path, workers) if workers > 1 else None
     parts = None
     if cut:

@@ -13,7 +13,7 @@ import numpy as np
 from dissectors.opcodes import lookup
 from ..fast import records as R
 from ..fast import scan
-from ..fast.split import spans
+from ..fast.split import MIN_SPAN, processes, spans
 from ..fast.walk import SpanContextLost
 from .hashing import group_rows
 
@@ -233,7 +233,7 @@ def _span_state(path: str, icrc: bool, span, progress=None):
 def compute_file(path: str, icrc: bool = True, progress=None, workers: int = 0) -> dict:
     """Statistics of a capture file; big pcap/pcapng files are cut into spans decoded by `workers` processes
     (default: one per CPU), since record decoding is independent from packet to packet."""
-    workers = workers or os.cpu_count() or 1
+    workers = processes(workers, os.path.getsize(path) // MIN_SPAN)
     cut = spans(path, workers) if workers > 1 else None
     if not cut:
         return compute(scan(path, icrc), progress)

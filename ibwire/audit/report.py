@@ -36,7 +36,7 @@ def as_dict(res: Result, fail_on: str) -> dict:
     names = res.tenant_names()
     return {
         "verdict": res.verdict(fail_on), "fail_on": fail_on, "worst": res.worst(),
-        "packets": res.audit.packets, "frames": res.audit.frames_seen,
+        "packets": res.audit.packets, "frames": res.audit.frames_seen, "evidence": res.evidence.as_dict(),
         "tenants": names,
         "matrix": [{"from": a, "to": b, "packets": c[0], "bytes": c[1], "worst": c[2]}
                    for a in names for b in names for c in [res.cell(a, b)] if c[0] or c[2]],

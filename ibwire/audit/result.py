@@ -1,11 +1,87 @@
 """An audit's outcome: findings, the tenant × tenant traffic matrix and the pass/fail verdict."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Optional
 
-from .findings import severity_rank
+from .findings import EVIDENCE_FRAMES, Finding, severity_rank
 from .identity import NO_TENANT
 from .state import FabricState
+
+
+@dataclass
+class Evidence:
+    """What the captures could and could not show.  A frame the audit cannot read might hold a breach, so
+    damage is a finding (evidence-incomplete, warning), and an audit with (almost) nothing readable has no
+    verdict but INCOMPLETE (exit 2)."""
+    captures: int = 0
+    frames: int = 0                # frames read from the files
+    packets: int = 0               # of them IB/RoCE packets (with a BTH), what the audit judges
+    other: int = 0                 # readable frames that carry no IB/RoCE packet (ARP, TCP, ...)
+    damaged: int = 0               # malformed: headers that could not be read whole
+    truncated: int = 0             # captured shorter than on the wire
+    undecodable: int = 0           # link types ibwire does not decode
+    skipped: int = 0               # records or blocks the reader found damaged and could not deliver
+    lost_bytes: int = 0            # bytes of the files no frame came from
+    examples: list = field(default_factory=list)     # frame numbers of damaged/undecodable frames
+    problems: list = field(default_factory=list)     # the readers' own words, per file
+
+    def count(self, number: int, frame, flat: dict) -> None:
+        self.frames += 1
+        if frame.caplen < frame.wirelen:
+            self.truncated += 1
+        bad = False
+        if "bth.opcode" in flat:
+            self.packets += 1
+            bad = bool(flat.get("_ws.malformed"))
+        elif flat.get("_ws.malformed"):
+            bad = True
+        elif "_ws.malformed" not in flat:          # decode_frame stops before any layer: unknown link type
+            self.undecodable += 1
+            bad = True
+            self._example(number)
+            return
+        else:
+            self.other += 1
+        if bad:
+            self.damaged += 1
+            self._example(number)
+
+    def _example(self, number: int) -> None:
+        if len(self.examples) < EVIDENCE_FRAMES:
+            self.examples.append(number)
+
+    def unusable(self) -> Optional[str]:
+        """Why the captures given cannot support any verdict, or None."""
+        if not self.captures:
+            return None                            # a state-only audit reads no capture
+        if not self.frames:
+            return "the captures hold no frame" + (" that could be read" if self.skipped else "")
+        if not self.packets:
+            return f"none of the {self.frames} frames is an InfiniBand or RoCE packet ibwire can read"
+        bad = self.damaged + self.undecodable + self.skipped
+        if 2 * bad > self.frames + self.skipped:
+            return f"{bad} of {self.frames + self.skipped} frames are damaged or undecodable"
+        return None
+
+    def finding(self) -> Optional[Finding]:
+        why = self.unusable()
+        counts = [f"{n} {what}" for n, what in ((self.damaged, "damaged"), (self.skipped, "unreadable (skipped)"),
+                                               (self.undecodable, "of a link type ibwire cannot decode")) if n]
+        if not counts and not self.lost_bytes and not why:
+            return None
+        text = f"evidence incomplete: of {self.frames + self.skipped} frames " + (", ".join(counts) or "none lost")
+        if self.lost_bytes:
+            text += f"; {self.lost_bytes} bytes of the captures unread"
+        text += f"; {why}, so there is no verdict" if why else "; packets in them were not audited"
+        return Finding("evidence-incomplete", "warning", text, frames=list(self.examples))
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("frames", "packets", "other", "damaged", "truncated", "undecodable",
+                                            "skipped", "lost_bytes")}
+        d["complete"] = not (self.damaged or self.undecodable or self.skipped or self.lost_bytes or self.unusable())
+        d["problems"] = self.problems
+        return d
 
 
 class Result:
@@ -14,6 +90,7 @@ class Result:
         self.findings: list = []
         self.matrix: dict = {}            # (src tenant, dst tenant) -> [packets, bytes]
         self.ports: Optional[FabricState] = None
+        self.evidence = Evidence()        # what the captures could and could not show (audit.run)
 
     def add_cell(self, a: str, b: str, packets: int, nbytes: int) -> None:
         cell = self.matrix.setdefault((a, b), [0, 0])
@@ -40,7 +117,11 @@ class Result:
         return max((f.severity for f in self.findings), key=severity_rank, default=None)
 
     def verdict(self, fail_on: str) -> str:
+        """FAIL at a finding at or above `fail_on` (evidence-incomplete included); otherwise INCOMPLETE
+        when the captures could not support a verdict; otherwise PASS."""
         w = self.worst()
         if w is not None and severity_rank(w) >= severity_rank(fail_on):
             return "FAIL"
+        if self.evidence.unusable():
+            return "INCOMPLETE"
         return "PASS"

@@ -7,8 +7,10 @@ from typing import Iterable, Optional
 from ..errors import UserError
 from ..readers import open_capture
 from .engine import Audit, Result
+from .findings import dedupe
 from .packets import audit_fields
 from .policy import Policy
+from .result import Evidence
 from .state import FabricState, from_fabric_json, from_live, from_sysfs
 from .tenants import Tenants
 
@@ -28,21 +30,32 @@ def load_state(spec: Optional[str]) -> FabricState:
 
 def audit_captures(paths: Iterable[str], policy: Policy, tenants: Optional[Tenants],
                    state: FabricState) -> Result:
+    paths = [str(p) for p in paths]
     audit = Audit(policy, tenants, state)
+    ev = Evidence(captures=len(paths))
     offset = 0          # several files of one incident: frames are numbered on, file after file
     for path in paths:
         try:
-            cap = open_capture(str(path))
+            cap = open_capture(path)
         except UserError:
             raise
         except Exception as e:
             raise UserError(f"cannot read capture {path} ({e}); give a pcap or pcapng file") from None
         last = 0
-        for frame, flat in audit_fields(cap, str(path)):
+        for frame, flat in audit_fields(cap, path):
             last = frame.number
+            ev.count(offset + frame.number, frame, flat)
             audit.feed(offset + frame.number, flat, frame.wirelen or frame.caplen)
+        ev.skipped += cap.skipped
+        ev.lost_bytes += cap.lost_bytes
+        ev.problems += [f"{path}: {p}" for p in cap.problems]
         offset += last
-    return audit.finish()
+    res = audit.finish()
+    res.evidence = ev
+    finding = ev.finding()
+    if finding is not None:
+        res.findings = dedupe(res.findings + [finding])
+    return res
 
 
 def evidence_summaries(paths: list, frames: set) -> dict:

@@ -58,5 +58,8 @@ def audit(
         from ..outfile import output_file
         with output_file(report, "w", inputs=paths) as f:
             f.write(rep.to_html(res, fail_on, evidence_summaries(paths, frames), paths))
-    if res.verdict(fail_on) == "FAIL":
+    verdict = res.verdict(fail_on)
+    if verdict == "FAIL":
         raise SystemExit(1)
+    if verdict == "INCOMPLETE":
+        raise UserError(f"no verdict: {res.evidence.unusable()}")

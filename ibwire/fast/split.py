@@ -1,17 +1,28 @@
 """Cut a large pcap or pcapng file into byte spans that start on record boundaries, so several processes
 can decode it at once (statistics only: frame numbers are not known inside a span).
 
-Each cut moves to the next record start fast.resync trusts.  A pcapng span reads its section header and
+Each cut moves to the next record start readers.resync trusts.  A pcapng span reads its section header and
 interfaces from the start of the file (fast.walk.SpanContextLost when a later block would change them).
 """
 import os
 import struct
 from typing import List, Optional, Tuple
 
-from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
-from .resync import boundary, pcapng_boundary
+from ..errors import UserError
+from ..readers.formats import PCAP_MAGICS, PCAPNG_SHB
+from ..readers.resync import boundary, pcapng_boundary
 
 MIN_SPLIT = 64 << 20     # files smaller than this are not worth splitting
+MIN_SPAN = 8 << 20       # nor spans smaller than this
+
+
+def processes(requested: int, units: int) -> int:
+    """How many processes to run: `requested` (0: one per CPU), never more than the CPUs this process may
+    use nor than `units` of work to share (spans, conversations)."""
+    if requested < 0:
+        raise UserError(f"-j {requested}: give a number of processes, or 0 for one per CPU")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(requested or cpus, cpus, units))
 
 
 def _first_packet_block(path: str) -> Optional[int]:

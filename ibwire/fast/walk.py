@@ -13,9 +13,10 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import UserError
-from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB, file_format
+from ..readers.capfile import file_format
+from ..readers.formats import PCAP_MAGICS, PCAPNG_SHB
 from . import _native
-from .resync import boundary
+from ..readers.resync import boundary
 
 CHUNK = 1 << 23
 OK, NEED, IMPOSSIBLE, META = 0, 1, 2, 3     # _native.walk_pcap / walk_pcapng status

@@ -9,6 +9,8 @@ import struct
 from typing import Iterator, NamedTuple, Optional
 
 from ..errors import UserError
+from .formats import MAX_RECORD, PCAP_MAGICS, PCAPNG_SHB
+from .resync import boundary
 
 
 class Frame(NamedTuple):
@@ -21,12 +23,7 @@ class Frame(NamedTuple):
     iface: int = 0       # pcapng interface id (0 for pcap)
 
 
-PCAP_MAGICS = {   # magic -> (byte order, timestamp unit, record header length)
-    b"\xd4\xc3\xb2\xa1": ("<", 1e-6, 16), b"\xa1\xb2\xc3\xd4": (">", 1e-6, 16),
-    b"\x4d\x3c\xb2\xa1": ("<", 1e-9, 16), b"\xa1\xb2\x3c\x4d": (">", 1e-9, 16),
-    b"\x34\xcd\xb2\xa1": ("<", 1e-6, 24), b"\xa1\xb2\xcd\x34": (">", 1e-6, 24),   # Kuznetsov's modified pcap
-}
-PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+_PCAPNG_MIN_BODY = {1: 8, 6: 20, 3: 4}      # fixed fields of an interface, enhanced and simple packet block
 
 
 def file_format(path: str, head: bytes) -> str:
@@ -52,6 +49,8 @@ class Capture:
             raise UserError(f"cannot read {path}: {e.strerror or e}") from None
         self.format = file_format(path, head)
         self.problems = []
+        self.skipped = 0       # records or blocks found damaged and not delivered as frames
+        self.lost_bytes = 0    # bytes of the file no frame came from (damage skipped, unreadable rest)
         self.interfaces = []   # pcapng: list of (linktype, ts_scale, name)
         self.linktype: Optional[int] = None
 
@@ -85,13 +84,28 @@ class Capture:
                 rh = f.read(rec_len)
                 if len(rh) < rec_len:
                     if rh:
+                        self.skipped += 1
+                        self.lost_bytes += len(rh)
                         self.problems.append(f"frame {n + 1}: record header cut short at end of file")
                     return
                 sec, frac, incl, orig = hdr.unpack_from(rh, 0)
                 n += 1
-                if incl > 0x4000000:
-                    self.problems.append(f"frame {n}: record length {incl} is impossible; file damaged here")
-                    return
+                if incl > MAX_RECORD:               # damage: on from the next record the bulk reader trusts too
+                    bad = f.tell() - rec_len
+                    resume = boundary(self.path, bad + 1) if rec_len == 16 else None
+                    self.skipped += 1
+                    if resume is None:
+                        self.lost_bytes += size - bad
+                        self.problems.append(f"frame {n}: record length {incl} is impossible; the rest of the file "
+                                             "is unreadable")
+                        return
+                    self.lost_bytes += resume - bad
+                    self.problems.append(f"frame {n}: record length {incl} is impossible; skipped {resume - bad} "
+                                         "damaged bytes to the next plausible record (frame numbers after it are "
+                                         "estimates)")
+                    f.seek(resume)
+                    n -= 1
+                    continue
                 if wanted is not None and n > 1:
                     while nxt is not None and nxt < n:
                         nxt = next(wanted, None)
@@ -101,7 +115,7 @@ class Capture:
                             return
                         f.seek(incl, 1)
                         continue
-                data = f.read(incl)
+                data = f.read(min(incl, size - f.tell()))          # a length is never trusted past the file
                 if len(data) < incl:
                     self.problems.append(f"frame {n}: record cut short at end of file")
                 yield Frame(n, sec + frac * scale, len(data), max(orig, len(data)), self.linktype, data)
@@ -121,6 +135,8 @@ class Capture:
                 blen = struct.unpack_from(endian + "I", head, 4)[0]
                 if blen < 12 or off + blen > size:
                     self.problems.append("block cut short at end of file" if blen >= 12 else "damaged block length")
+                    self.skipped += 1
+                    self.lost_bytes += size - off
                     return
                 off += blen
                 if wanted is not None and btype in (6, 3) and n >= 1:       # a packet after the first
@@ -135,6 +151,18 @@ class Capture:
                                                  "described")
                         continue
                 body = (head + f.read(blen - 12))[8:blen - 4]
+                short = _PCAPNG_MIN_BODY.get(btype, 0) > len(body)
+                if short and btype in (6, 3):
+                    n += 1
+                    self.skipped += 1
+                    self.problems.append(f"frame {n}: packet block of {blen} bytes is too short to hold a packet; "
+                                         "skipped")
+                    continue
+                if short:
+                    self.problems.append(f"interface block of {blen} bytes is too short; packets naming it are "
+                                         "skipped")
+                    self.interfaces.append(None)
+                    continue
                 if btype == 1:                                   # Interface Description Block
                     lt = struct.unpack_from(endian + "H", body, 0)[0]
                     self.interfaces.append([lt, 1e-6, ""])
@@ -151,7 +179,8 @@ class Capture:
                         iface, ts_raw = 0, 0
                         orig = struct.unpack_from(endian + "I", body, 0)[0]
                         data = body[4:4 + orig]
-                    if iface >= len(self.interfaces):
+                    if iface >= len(self.interfaces) or self.interfaces[iface] is None:
+                        self.skipped += 1
                         self.problems.append(f"frame {n}: packet names interface {iface}, which was never described")
                         continue
                     lt, scale, _ = self.interfaces[iface]

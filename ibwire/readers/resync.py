@@ -10,7 +10,7 @@ import os
 import struct
 from typing import Optional
 
-from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
+from .formats import MAX_RECORD, PCAP_MAGICS, PCAPNG_SHB
 
 CHAIN = 64
 SEARCH = 1 << 20
@@ -40,11 +40,11 @@ def boundary(path: str, offset: int) -> Optional[int]:
         endian, scale, rec_len = PCAP_MAGICS[head[:4]]
         if rec_len != 16:
             return None
-        snap = struct.unpack_from(endian + "I", head, 16)[0] or 262144
+        snap = min(struct.unpack_from(endian + "I", head, 16)[0] or 262144, MAX_RECORD)
         sec0 = struct.unpack_from(endian + "I", head, 24)[0]
         frac_max = 1_000_000 if scale == 1e-6 else 1_000_000_000
         f.seek(offset)
-        data = f.read(SEARCH + CHAIN * (snap + 16))
+        data = f.read(max(0, min(SEARCH + CHAIN * (min(snap, 262144) + 16), size - offset)))   # never more than the file
     for p in range(0, min(SEARCH, len(data))):
         if _plausible_chain(data, p, endian, snap, frac_max, sec0, size - offset):
             return offset + p
@@ -60,7 +60,7 @@ def _pcapng_chain(data: bytes, p: int, endian: str, end: int) -> bool:
         if p == end or p + 8 > len(data):
             return True
         btype, blen = u32(data, p)[0], u32(data, p + 4)[0]
-        if btype not in PCAPNG_BLOCKS or blen < 12 or blen % 4 or blen > 0x4000000:
+        if btype not in PCAPNG_BLOCKS or blen < 12 or blen % 4 or blen > MAX_RECORD:
             return False
         if p + blen > len(data):
             return True
@@ -81,7 +81,7 @@ def pcapng_boundary(path: str, offset: int) -> Optional[int]:
         endian = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
         offset -= offset % 4                  # every block length is a multiple of 4
         f.seek(offset)
-        data = f.read(SEARCH + 4 * (1 << 20))
+        data = f.read(max(0, min(SEARCH + 4 * (1 << 20), size - offset)))
     u32 = struct.Struct(endian + "I").unpack_from
     for p in range(0, min(SEARCH, len(data) - 8), 4):
         if u32(data, p)[0] in (3, 6) and _pcapng_chain(data, p, endian, size - offset):

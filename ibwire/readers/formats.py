@@ -1,0 +1,9 @@
+"""What marks a pcap or pcapng file (pcap(5); draft-ietf-opsawg-pcapng), and the longest record believed."""
+
+PCAP_MAGICS = {   # magic -> (byte order, timestamp unit, record header length)
+    b"\xd4\xc3\xb2\xa1": ("<", 1e-6, 16), b"\xa1\xb2\xc3\xd4": (">", 1e-6, 16),
+    b"\x4d\x3c\xb2\xa1": ("<", 1e-9, 16), b"\xa1\xb2\x3c\x4d": (">", 1e-9, 16),
+    b"\x34\xcd\xb2\xa1": ("<", 1e-6, 24), b"\xa1\xb2\xcd\x34": (">", 1e-6, 24),   # Kuznetsov's modified pcap
+}
+PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+MAX_RECORD = 0x4000000      # a longer record or block is damage (native/walk.h's MAX_RECORD says the same)
