@@ -1,11 +1,9 @@
 """Real opensm programs P_Key tables on an ibsim fabric; the audit's reading of the same partitions.conf
 must agree with `smpquery pkeys` port by port, and a table rewritten behind opensm's back is drift."""
 import json
-import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,44 +11,15 @@ import pytest
 from ibwire.audit.policy import Port, load_policy
 
 HERE = Path(__file__).resolve().parent / "audit"
-UMAD2SIM = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
 CONF = HERE / "partitions.conf"
-
-
-def _wait_for(path: Path, text: str, timeout: float) -> bool:
-    end = time.time() + timeout
-    while time.time() < end:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return True
-        time.sleep(0.2)
-    return False
+sys.path.insert(0, str(HERE))
+from osm_fabric import fabric as osm_fabric  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def fabric(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("ibsim")
-    env = dict(os.environ, IBSIM_SOCKNAME=f"ibwaudit{os.getpid()}", OSM_TMP_DIR=str(tmp), OSM_CACHE_DIR=str(tmp))
-    procs = []
-    try:
-        sim = subprocess.Popen(["ibsim", "-s", "-n", str(HERE / "net.topo")], env=env, cwd=tmp,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(sim)
-        time.sleep(0.5)
-        env["LD_PRELOAD"] = UMAD2SIM
-        log = tmp / "osm.log"
-        osm = subprocess.Popen(["opensm", "-P", str(CONF), "-f", str(log), "-s", "0", "-d2"], env=env, cwd=tmp,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(osm)
-        assert _wait_for(log, "SUBNET UP", 30), "opensm did not bring the subnet up"
+    with osm_fabric(CONF, tmp_path_factory.mktemp("ibsim")) as (env, _log):
         yield env
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
 
 def _diag(env, *args) -> str:

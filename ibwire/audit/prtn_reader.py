@@ -184,6 +184,14 @@ class Reader:
                       "opensm applies it as written", "info")
         return success == 1
 
+    def _comma_token(self, p: int):
+        """The next comma ends the token (opensm: `q = strchr(p, ','); if (q) *q = '\\0';`), then
+        parse_name_token: (the comma's index or None, length, name, value)."""
+        q = self._strchr(p, ord(","))
+        if q is not None:
+            self._nul(q)
+        return (q, *self._name_token(p))
+
     # -- parse_part_conf ---------------------------------------------------------------------------
     def _statement(self, conf: _Conf, p: int, semicolon: Optional[int]) -> int:
         start = p
@@ -196,27 +204,18 @@ class Reader:
                 self.reject("no partition definition found")
             self._nul(colon)
             after = colon + 1
-            q = self._strchr(p, ord(","))
-            if q is not None:
-                self._nul(q)
-            ret, name, pkey_text = self._name_token(p)
+            q, ret, name, pkey_text = self._comma_token(p)
             p += ret
             length += ret
             while q is not None:
-                q = self._strchr(p, ord(","))
-                if q is not None:
-                    self._nul(q)
-                ret, flag, val = self._name_token(p)
+                q, ret, flag, val = self._comma_token(p)
                 p += ret
                 length += ret
                 self._partition_flag(conf, flag, val)
             if p != after or not self._create(conf, name, pkey_text):
                 self.reject("bad partition definition")
         while True:
-            q = self._strchr(p, ord(","))
-            if q is not None:
-                self._nul(q)
-            ret, name, flag = self._name_token(p)
+            q, ret, name, flag = self._comma_token(p)
             length += ret
             if name == "mgid":
                 length += self._mgroup(conf, p + ret, flag, semicolon)
