@@ -187,14 +187,18 @@ def _run_engine(o: Options, t, name: str, backend, journal, stop: _Stop, selecti
         packets = kept if files else packets
     drops = eng.drops()
     summary = counters.compare(packets, None, before, after, cnt[0] if cnt else "counters", drops)
-    say(summary)
-    if failure:
-        raise CaptureStopped(f"{failure}; {packets:,} complete packets kept in {', '.join(files) or o.write}, "
-                             f"everything armed was undone")
-    if stop.signal == signal.SIGTERM:
-        say("stopped by SIGTERM; everything armed was undone")
+    _report_end(say, summary, failure, packets, ', '.join(files) or o.write, stop)
     return {"backend": name, "packets": packets, "files": files, "drops": drops, "before": before,
             "after": after, "summary": summary}
+
+
+def _report_end(say, summary: str, failure, packets: int, kept_in: str, stop: _Stop) -> None:
+    """The capture's last words: the counter summary, then why it stopped (a failure raises)."""
+    say(summary)
+    if failure:
+        raise CaptureStopped(f"{failure}; {packets:,} complete packets kept in {kept_in}, everything armed was undone")
+    if stop.signal == signal.SIGTERM:
+        say("stopped by SIGTERM; everything armed was undone")
 
 
 def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) -> dict:
@@ -271,11 +275,6 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
     summary = counters.compare(packets, sink.bytes, before, after, what, drops)
     if match:
         summary += f"; {seen - sink.packets:,} packets of other functions dropped by the VF filter"
-    say(summary)
-    if failure:
-        raise CaptureStopped(f"{failure}; {packets:,} complete packets kept in {', '.join(sink.files)}, "
-                             f"everything armed was undone")
-    if stop.signal == signal.SIGTERM:
-        say("stopped by SIGTERM; everything armed was undone")
+    _report_end(say, summary, failure, packets, ', '.join(sink.files), stop)
     return {"backend": name, "packets": sink.packets, "bytes": sink.bytes, "files": sink.files, "drops": drops,
             "before": before, "after": after, "summary": summary}
