@@ -52,3 +52,24 @@ def test_stats_interval_table_and_errors(tmp_path):
     assert r.returncode == 0 and "intervals" in r.stdout and "bits per s" in r.stdout
     r = run_ibwire("stats", CAPS / "loss-retransmit.pcap", "--interval", "-1")
     assert r.returncode == 2 and "positive" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_stats_interval_survives_a_wild_timestamp(tmp_path):
+    """Scenario: the last packet of a capture carries a timestamp 30 years late (a damaged or spliced file):
+    the table keeps the real intervals and says that one packet was left out."""
+    import struct
+    data = bytearray((CAPS / "loss-retransmit.pcap").read_bytes())
+    little = data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1")
+    fmt = "<IIII" if little else ">IIII"
+    off, last = 24, None
+    while off + 16 <= len(data):
+        last = off
+        off += 16 + struct.unpack_from(fmt, data, off)[2]
+    sec, frac, incl, orig = struct.unpack_from(fmt, data, last)
+    struct.pack_into(fmt, data, last, sec + 30 * 365 * 86400, frac, incl, orig)
+    (tmp_path / "wild.pcap").write_bytes(bytes(data))
+    r = run_ibwire("stats", tmp_path / "wild.pcap", "--interval", "0.00005", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert sum(x["packets"] for x in res["intervals"]) == 128 and len(res["intervals"]) == 11
+    assert any("1 packets are more than" in p for p in res["problems"])

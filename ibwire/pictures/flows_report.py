@@ -152,6 +152,10 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
             f"{si(t_end, 's')}; intervals of {si(width, 's')}. Pictures of the {len(shown)} busiest RC/UC/XRC "
             "conversations; the tables hold the analysis's numbers.</p>",
             "<h2>Conversations</h2>", _table(rows), "<h2 id='total'>All traffic over time</h2>"]
+    if c.total.beyond:
+        body.append(f"<p class='note'>{c.total.beyond} packets lie more than {c.total.MAX:,} intervals after the first "
+                    "one and are not in the time charts (choose a longer --interval, or the capture has a wrong "
+                    "timestamp).</p>")
     per = [(r, c.per_conv[idx[r["conversation"]]]) for r in shown if idx[r["conversation"]] in c.per_conv]
     body.append(_time_charts("all packets", [c.total] + [tb for _, tb in per],
                              ["all"] + [f"#{r['conversation']}" for r, _ in per], t_end, "time", {"scope": "total"}))

@@ -45,12 +45,14 @@ class TimeBins:
     grows as packets arrive, so it streams over a capture of any length."""
 
     KEYS = ("packets", "bytes", "naks", "rnr_naks", "cnps", "ecn_ce")
+    MAX = 1_000_000         # intervals kept; packets later than that are counted in `beyond`
 
     def __init__(self, width: float, t0_ns: Optional[int] = None):
         if not width > 0:
             raise ValueError("interval must be positive")
         self.width, self.t0_ns = float(width), t0_ns
         self.width_ns = max(1, round(width * 1e9))
+        self.beyond = 0
         self.acc = {k: np.zeros(0, np.int64) for k in self.KEYS}
 
     def _add(self, key: str, idx: np.ndarray, weights=None):
@@ -78,6 +80,11 @@ class TimeBins:
         if not len(rec["time_ns"]):
             return
         idx = self.index(rec["time_ns"])
+        ok = idx < self.MAX
+        if not ok.all():        # a timestamp far beyond the others (a damaged or spliced capture)
+            self.beyond += int((~ok).sum())
+            idx = idx[ok]
+            rec = {k: rec[k][ok] for k in ("len", "flags", "opcode", "aeth_syndrome", "ecn")}
         self._add("packets", idx)
         self._add("bytes", idx, rec["len"].astype(np.float64))
         bth = (rec["flags"] & R.F_BTH) > 0
@@ -109,7 +116,11 @@ def interval_table(path: str, interval: float, icrc: bool = True) -> dict:
     s = scan(path, icrc=icrc)
     for rec in s:
         tb.add(rec)
-    return {"interval_s": interval, "first_time": tb.t0, "intervals": tb.rows(), "problems": list(s.problems)}
+    problems = list(s.problems)
+    if tb.beyond:
+        problems.append(f"{tb.beyond} packets are more than {tb.MAX:,} intervals after the first packet (a wrong "
+                        "timestamp?) and are left out of the table")
+    return {"interval_s": interval, "first_time": tb.t0, "intervals": tb.rows(), "problems": problems}
 
 
 def interval_for(duration: float, bins: int = 100) -> float:
