@@ -1,7 +1,7 @@
 """The compiled decoder under AddressSanitizer: built with -fsanitize=address from the sources pyproject.toml
 lists, it reads the fuzz corpus of tests/test_fuzz_decode.py (100,000 mutated real packets) with every
 packet walled off by poisoned bytes, so any read outside a packet's captured bytes is reported; then the
-same packets as whole capture files (record walk, decode, CRCs, grouping), and damaged pcap/pcapng files.
+same packets as whole capture files (record walk, decode, CRCs, grouping, conversations), and damaged pcap/pcapng files.
 Any AddressSanitizer report fails the test.  A canary run first proves a stray read is reported."""
 import os
 import shutil
@@ -23,7 +23,9 @@ import numpy as np
 from ibwire.fast import _native, read_all
 from ibwire.fast.decode import decode_batch
 from ibwire.fast.walk import Positions
+from ibwire.analysis.flows import analyse
 from ibwire.analysis.hashing import group_rows
+from ibwire.analysis.stats import compute_file
 from ibwire.writers import PcapWriter
 from test_fuzz_decode import TOTAL, mutations, seeds
 from tshark_oracle import PUBLIC
@@ -87,6 +89,8 @@ for linktype, packets in by_link.items():
             w.write(data, 0.0, wirelen, flush=False)
     files.append(path)
     assert len(read_all(path)) == len(packets)
+    compute_file(path, workers=1)             # the analyzers' compiled loops (grouping, conversations)
+    analyse(path, workers=1)
 r = random.Random(7)         # damaged files: record headers and block lengths hit, files cut short
 sources = [open(files[0], "rb").read()[:200_000]] + [p.read_bytes() for p in sorted(PUBLIC.glob("*.pcapng"))[:3]]
 for k in range(300):
