@@ -9,34 +9,32 @@ from .common import MAD
 from .sa import RMPP
 
 
-class VendorOUI(MadPacket):
+class _OpaqueData(MadPacket):
+    """A header after which the class's data is opaque bytes."""
+
+    def guess_payload_class(self, payload):
+        return Raw
+
+
+class VendorOUI(_OpaqueData):
     """Vendor class range 2 after its RMPP header: one reserved byte and the vendor's OUI."""
     name = "VendorOUI"
     ws_name = "vendor"
     fields_desc = [Reserved("_reserved", 1), ThreeBytesField("oui", 0)]
 
-    def guess_payload_class(self, payload):
-        return Raw
 
-
-class BM(MadPacket):
+class BM(_OpaqueData):
     """Baseboard management header: B_Key and 32 reserved bytes before 192 data bytes."""
     name = "BM"
     ws_name = "bm"
     fields_desc = [XLongField("b_key", 0), Reserved("_reserved", 32)]
 
-    def guess_payload_class(self, payload):
-        return Raw
 
-
-class DevMgt(MadPacket):
+class DevMgt(_OpaqueData):
     """Device management header: 40 reserved bytes before 192 data bytes."""
     name = "DevMgt"
     ws_name = "devmgt"
     fields_desc = [Reserved("_reserved", 40)]
-
-    def guess_payload_class(self, payload):
-        return Raw
 
 
 class _RMPPVendor(RMPP):
