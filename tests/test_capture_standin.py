@@ -93,3 +93,23 @@ def test_rdma_pcap_standin_cap_net_raw_message(tmp_path):
                                                     "required")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "needs CAP_NET_RAW" in r.stderr
+
+
+def test_extcap_lists_the_pf_ports_and_vfs_of_a_sysfs_tree_with_their_link_types(tmp_path):
+    root = fake_sysfs.build(tmp_path / "sys", "InfiniBand")
+    env = dict(os.environ, IBWIRE_SYSFS_ROOT=str(root), IBWIRE_RUN_DIR=str(tmp_path / "run"))
+
+    def ext(*args):
+        r = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "extcap", *args], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        return r.stdout.splitlines()
+    lines = ext("--extcap-interfaces", "--extcap-version=4.0")
+    assert lines[0].startswith("extcap {version=")
+    assert "interface {value=ibwire-mlx5_0-vf1}{display=ibwire: VF 1 of mlx5_0}" in lines
+    assert "interface {value=ibwire-mlx5_0-p1}{display=ibwire: mlx5_0 port 1 (InfiniBand)}" in lines
+    assert ext("--extcap-dlts", "--extcap-interface", "ibwire-mlx5_0-vf1") == [
+        "dlt {number=197}{name=ERF}{display=ibwire: VF 1 of mlx5_0}"]          # ibdump's ERF records
+    r = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "extcap", "--extcap-dlts",
+                        "--extcap-interface", "ibwire-nothing"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "no ibwire capture target" in r.stderr and "Traceback" not in r.stderr

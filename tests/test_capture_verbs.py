@@ -43,3 +43,26 @@ def test_verbs_cli_with_sysfs_device_but_no_kernel_rdma(tmp_path):
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("ibwire: this kernel has no RDMA support")
     assert not list((tmp_path / "run").glob("capture-*.json"))
+
+
+def test_verbs_standin_pyverbs_polls_in_batches_writes_every_frame_and_counts_device_drops(tmp_path):
+    """pyverbs stand-in (tests/standin/verbs/pyverbs: no RDMA device can run here) delivering 3,000 frames."""
+    from ibwire.lab import topology, traffic
+    from ibwire.readers import iter_frames
+    root = fake_sysfs.build(tmp_path / "sys", "Ethernet")
+    oob = root / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "hw_counters" / "out_of_buffer"
+    oob.parent.mkdir(parents=True)
+    oob.write_text("100\n")
+    sent = traffic.write_burst(topology.describe("x"), "vf2", "remote", 3000, str(tmp_path / "in.pcap"))
+    out = tmp_path / "out.pcap"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE / "standin" / "verbs"), os.environ.get("PYTHONPATH", "")]),
+               IBWIRE_SYSFS_ROOT=str(root), IBWIRE_RUN_DIR=str(tmp_path / "run"), STANDIN_VERBS_PCAP=sent,
+               STANDIN_VERBS_OOB="7", STANDIN_VERBS_OOB_FILE=str(oob))
+    r = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "capture", "--pf", "mlx5_0",
+                        "--backend", "verbs", "-w", str(out), "--duration", "2"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert [f.data for f in iter_frames(str(out))] == [f.data for f in iter_frames(sent)]   # every frame, in order
+    assert "drops from its out_of_buffer counter" in r.stderr
+    assert "backend drops: 7" in r.stderr                  # the device's count of packets it had no buffer for
+    assert not list((tmp_path / "run").glob("capture-*.json"))

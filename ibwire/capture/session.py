@@ -6,8 +6,10 @@ that ends on its own (full disk, vanished interface, dead engine) is disarmed al
 to the last complete packet, and it ends with one sentence and exit status 1.
 """
 import os
+import queue
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -201,13 +203,41 @@ def _report_end(say, summary: str, failure, packets: int, kept_in: str, stop: _S
         say("stopped by SIGTERM; everything armed was undone")
 
 
+class _Writer:
+    """Converts and writes kept frames in its own thread, so the poll loop never waits on the disk."""
+
+    def __init__(self, sink: Sink, in_lt: int, out_lt: int):
+        self.sink, self.in_lt, self.out_lt = sink, in_lt, out_lt
+        self.q: "queue.SimpleQueue" = queue.SimpleQueue()
+        self.error: Optional[OSError] = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while (f := self.q.get()) is not None:
+            if self.error:          # the disk is full: the poll loop stops; drain what is queued
+                continue
+            ts, data, wl = f
+            if self.in_lt != self.out_lt:
+                data = data[16:] if self.out_lt == LINKTYPE_INFINIBAND else erf_record(ts, data)
+                wl = len(data)
+            try:
+                self.sink.write(data, ts, wl)
+            except OSError as e:
+                self.error = e
+
+    def close(self):
+        self.q.put(None)
+        self.thread.join()
+
+
 def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) -> dict:
-    """ibdump, rdma-pcap, verbs: frames come to ibwire, which filters and writes them."""
+    """ibdump, rdma-pcap, verbs: frames come to ibwire; the poll loop filters them, a writer thread writes."""
     cnt = counters.source(t, name)
     before = after = {}
     status = StatusLine(o.status)
-    seen = 0
-    sink = None
+    seen = kept = 0
+    sink = writer = None
     failure = None
     try:
         backend.arm(journal)
@@ -220,38 +250,33 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
             out_lt = LINKTYPE_ERF
         sink = Sink(o.write, out_lt, _description(t, name), t.representor or t.iface or f"{t.device}:{t.port}",
                     o.rotate_mb, o.rotate_files)
+        writer = _Writer(sink, in_lt, out_lt)
         before = cnt[1]() if cnt else {}
         say(f"capturing {t.description} to {o.write} (Ctrl-C stops)")
         deadline = time.monotonic() + o.duration if o.duration else None
 
         def put(f):
-            nonlocal seen
-            ts, data, wl = f
+            nonlocal seen, kept
             seen += 1
-            if match and not match(in_lt, data):
+            if (match and not match(in_lt, f[1])) or (o.count and kept >= o.count):
                 return
-            if in_lt != out_lt:
-                data = data[16:] if out_lt == LINKTYPE_INFINIBAND else erf_record(ts, data)
-                wl = len(data)
-            sink.write(data, ts, wl)
+            kept += 1
+            writer.q.put(f)
 
         def done():
-            return stop.flag or (o.count and sink.packets >= o.count) or (deadline and time.monotonic() >= deadline)
-        try:
-            for f in backend.frames():
-                if f is not None:
-                    put(f)
-                status.update(sink.packets, sink.bytes, backend.backend_drops())
-                if done():
-                    break
-            if hasattr(backend, "stop"):
-                backend.stop()
-            if hasattr(backend, "finish"):     # what was queued or in flight at the stop belongs to the capture
-                for f in backend.finish():
-                    if not (o.count and sink.packets >= o.count):
-                        put(f)
-        except OSError as e:
-            failure = f"writing {o.write} failed ({e.strerror}); the capture stopped"
+            return stop.flag or writer.error or (o.count and kept >= o.count) or \
+                (deadline and time.monotonic() >= deadline)
+        for f in backend.frames():
+            if f is not None:
+                put(f)
+            status.update(sink.packets, sink.bytes, backend.backend_drops())
+            if done():
+                break
+        if hasattr(backend, "stop"):
+            backend.stop()
+        if hasattr(backend, "finish") and not writer.error:   # what was queued or in flight at the stop is ours
+            for f in backend.finish():
+                put(f)
         after = cnt[1]() if cnt else {}
     finally:
         drops = 0
@@ -261,20 +286,24 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
             except Exception:  # the backend is already gone
                 pass
             backend.close()
+        if writer:
+            writer.close()
         _disarm(journal)
         if sink:
             try:
                 sink.close()
-            except OSError:
-                pass
+            except OSError as e:
+                failure = f"writing {o.write} failed ({e.strerror}); the capture stopped"
         status.finish()
+    if writer.error:
+        failure = f"writing {o.write} failed ({writer.error.strerror}); the capture stopped"
     packets = sink.packets
     if failure:
         packets = sum(truncate_to_complete(f)[0] for f in sink.files if f != "-")
     what = cnt[0] if cnt else "counters"
     summary = counters.compare(packets, sink.bytes, before, after, what, drops)
     if match:
-        summary += f"; {seen - sink.packets:,} packets of other functions dropped by the VF filter"
+        summary += f"; {seen - kept:,} packets of other functions dropped by the VF filter"
     _report_end(say, summary, failure, packets, ', '.join(sink.files), stop)
     return {"backend": name, "packets": sink.packets, "bytes": sink.bytes, "files": sink.files, "drops": drops,
             "before": before, "after": after, "summary": summary}

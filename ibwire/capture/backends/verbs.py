@@ -1,8 +1,10 @@
 """`verbs` backend: pyverbs RAW_PACKET QP + an IBV_FLOW_ATTR_SNIFFER flow on the port (ibv_create_flow(3)).
 
 Order of operations as libpcap's pcap-rdmasniff.c; pyverbs names from rdma-core pyverbs/*.pyx.  Frames are
-polled from the CQ in batches and their buffers re-posted; hardware completion timestamps are used when the
-device offers them.  A completion with an error status or an exhausted receive ring is counted as a drop.
+polled from the CQ in batches of up to POLL and their buffers re-posted (the session writes them in another
+thread); hardware completion timestamps are used when the device offers them.  Drops: completions with an
+error status, plus the device's own count of packets it dropped for want of a posted receive buffer
+(hw_counters/out_of_buffer, mlx5; sysfs-class-infiniband), read at the start and at every report.
 pyverbs is imported lazily: the rest of ibwire never needs it.
 """
 import errno
@@ -11,9 +13,11 @@ import sys
 import time
 
 from ...errors import UserError
+from .. import sysfs
 
 SLOT = 10240
 RING = 512
+POLL = 256
 DISTRO_PATH = f"/usr/lib/python3/dist-packages"
 
 
@@ -68,6 +72,13 @@ class Verbs:
         self.drops = 0
         self.notes = []
         self.objs = []
+        self.oob_start = self._out_of_buffer()
+
+    def _out_of_buffer(self):
+        """The device's count of packets dropped because no receive buffer was posted, None if it has none."""
+        v = sysfs.read(sysfs.sysfs_root() / "class" / "infiniband" / self.device / "ports" / str(self.port) /
+                       "hw_counters" / "out_of_buffer")
+        return int(v) if v and v.isdigit() else None
 
     def arm(self, journal):
         import_pyverbs()
@@ -119,7 +130,9 @@ class Verbs:
                                            port=self.port, flags=0))
         self.objs.append(self.flow)
         self.notes.append(f"sniffer flow armed on {self.device} port {self.port}"
-                          + (" with hardware timestamps" if self.hw_ts else ""))
+                          + (" with hardware timestamps" if self.hw_ts else "")
+                          + ("; drops from its out_of_buffer counter" if self.oob_start is not None else
+                             "; the device has no out_of_buffer counter, so ring overruns cannot be counted"))
 
     def _cq(self, e):
         """A CQ with completion timestamps when the device offers them, else a plain CQ."""
@@ -163,13 +176,11 @@ class Verbs:
                         break
                 self.cq.end_poll()
                 continue
-            npolled, wcs = self.cq.poll(num_entries=64)
+            npolled, wcs = self.cq.poll(num_entries=POLL)
             if not npolled:
                 yield None
                 time.sleep(0.001)
                 continue
-            if npolled >= RING:
-                self.drops += 1     # ring exhausted between polls: the hardware does not count sniffer drops
             now = time.time()
             for wc in wcs:
                 if wc.status == 0:
@@ -179,7 +190,8 @@ class Verbs:
                 self._post(wc.wr_id)
 
     def backend_drops(self) -> int:
-        return self.drops
+        now = self._out_of_buffer()
+        return self.drops + (now - self.oob_start if now is not None and self.oob_start is not None else 0)
 
     def _close_objs(self):
         for o in reversed(self.objs):

@@ -1,0 +1,6 @@
+class PD:
+    def __init__(self, ctx):
+        pass
+
+    def close(self):
+        pass
