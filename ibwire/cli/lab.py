@@ -121,3 +121,13 @@ def lab_traffic(scenario: str = typer.Argument(..., help="A RoCEv2 capture file 
             raise UserError("--map takes CAPTURE_IP=HOST pairs separated by commas")
     sent = traffic.replay(topology.load(prefix), scenario, pairs, mapping)
     print(", ".join(f"{h}: {n} frames" for h, n in sent.items()))
+
+
+@lab_app.command("samples")
+def lab_samples(outdir: str = typer.Argument(..., help="Directory for rxe-NAME.pcap and rxe-NAME.counters.json."),
+                only: Optional[str] = typer.Option(None, "--only", help="Comma-separated sample names."),
+                prefix: str = typer.Option("ibwlab", help="Name prefix of the lab.")):
+    """Record the RDMA lab's sample captures (RC WRITE/READ/SEND, UC, UD, atomics, RDMA-CM, RC under 2% loss)
+    between guests g0 and g1, each with both guests' rxe counter differences beside it."""
+    from ..lab.rdma import samples
+    samples.record(prefix, outdir, only.split(",") if only else None)
