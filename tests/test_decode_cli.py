@@ -28,7 +28,7 @@ def test_text_lines_like_tshark():
 def test_count_filter_and_opcode_names():
     r = run_ibwire("decode", NVME, "-Y", "bth.opcode in {6, 7, 8}")
     assert r.returncode == 0, r.stderr
-    names = {" ".join(l.split()[5:9]) for l in r.stdout.splitlines()}
+    names = {" ".join(l.split()[7:11]) for l in r.stdout.splitlines()}   # after No. Time Src → Dst Protocol Length
     assert names and all(n.startswith("RC RDMA WRITE") for n in names)
     r = run_ibwire("decode", NVME, "-Y", "infiniband.reth.dmalen > 1000", "-c", "2")
     assert len(r.stdout.splitlines()) == 2
@@ -87,7 +87,7 @@ def test_truncated_file_decodes_what_is_there(tmp_path):
     cut.write_bytes(NVME.read_bytes()[:5000])
     r = run_ibwire("decode", cut)
     assert r.returncode == 0 and "Traceback" not in r.stderr
-    assert "cut short" in r.stderr
+    assert "cut short" in r.stderr or "trailing bytes" in r.stderr          # the damage is reported
     assert len(r.stdout.splitlines()) > 5
 
 

@@ -15,8 +15,8 @@ STAGES = [
     ("readers, writers and producers of bytes",
      ("ibwire.readers", "ibwire.writers", "ibwire.outfile", "ibwire.fast.walk", "ibwire.fast.split",
       "ibwire.fast._native", "ibwire.capture", "ibwire.synth", "ibwire.lab", "ibwire.convert")),
-    ("layers and records", ("ibwire.decode", "ibwire.fast", "ibwire.filter")),
-    ("analyzers and reports", ("ibwire.analysis", "ibwire.audit", "ibwire.fabric", "ibwire.pictures")),
+    ("layers and records", ("ibwire.decode", "ibwire.fast", "ibwire.filter", "ibwire.fieldtypes")),
+    ("analyzers and reports", ("ibwire.analysis", "ibwire.audit", "ibwire.fabric", "ibwire.pictures", "ibwire.output")),
     ("CLI and the notebook API", ("ibwire.cli", "ibwire.notebook", "ibwire")),   # "ibwire": itself only
 ]
 

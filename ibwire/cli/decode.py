@@ -1,131 +1,155 @@
-"""`ibwire decode`: one line per packet like tshark, `-V` for the header tree, jsonl or csv for scripts."""
-import csv
-import itertools
-import json
+"""`ibwire decode`: tshark's manners at the compiled decoder's speed — one line per packet, `-V` header
+trees, `-x` hex dumps, `-T fields|json|jsonl|ek|csv`, `-Y` display filters, `-w` for the selected frames,
+`-` (or `-r -`) to read a pipe."""
 import sys
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
+import numpy as np
 import typer
 
 from ..errors import UserError
-from ..filter import compile_filter, field_name
-from ..readers import open_capture
 from .app import app
 
-
-def _tree(decoded) -> str:
-    lines = []
-    for layer, fields in decoded.layers.items():
-        lines.append(f"  {layer}")
-        for name, value in fields.items():
-            if isinstance(value, list) and value and isinstance(value[0], dict):
-                for i, record in enumerate(value):
-                    lines.append(f"    {layer}.{name}[{i}]")
-                    for sub, subfields in record.items():
-                        shown = ", ".join(f"{k}={v}" for k, v in subfields.items()) if isinstance(subfields, dict) else subfields
-                        lines.append(f"      {sub}: {shown}")
-                continue
-            if isinstance(value, int) and not isinstance(value, bool) and value > 9:
-                shown = f"{value} (0x{value:x})"
-            else:
-                shown = json.dumps(value) if isinstance(value, str) else str(value)
-            if isinstance(value, str) and len(shown) > 100:
-                shown = shown[:97] + '..."'
-            lines.append(f"    {layer}.{name} = {shown}")
-    for err in decoded.errors:
-        lines.append(f"  [error] {err}")
-    return "\n".join(lines)
+_SEPARATORS = {"/t": "\t", "/s": " "}
+_QUOTES = {"d": '"', "s": "'", "n": ""}
 
 
-# Fields whose values the bulk records give exactly as the layers do on a sound data packet (proved by
-# tests/test_fast_vs_decode.py); a filter on these alone can be pre-evaluated on records.
-_BULK_PROTOS = {"bth", "lrh", "reth", "aeth", "deth", "atomiceth", "atomicacketh", "immdt", "ieth", "xrceth"}
-_BULK_KEYS = {"frame.number", "frame.len", "frame.cap_len", "icrc.status", "vcrc.status"}
-
-
-def _candidates(file: str, keep) -> Optional[Iterator[int]]:
-    """Frame numbers worth decoding, in order, when the filter can be pre-evaluated on the bulk records:
-    every frame it could match is among them, as are all doubtful frames (damaged, truncated, MADs,
-    heuristic RoCE, non-IB links) and, once the file shows damage, every later frame.  None otherwise."""
-    import numpy as np
-    from ..fast import records as R
-    from ..fast import scan
-    from ..fast.filter import compile_batch_filter
-    if not all(k.split(".")[0] in _BULK_PROTOS or k in _BULK_KEYS for k in keep.fields):
-        return None
-    try:
-        mask = compile_batch_filter(keep.text)
-    except UserError:
-        return None
-    doubt = R.F_MALFORMED | R.F_TRUNCATED | R.F_HEURISTIC | R.F_MAD
-    data_links = (R.ROCE1, R.ROCE2V4, R.ROCE2V6, R.IB, R.IBGRH)
-    s = scan(file, icrc=bool({"icrc.status", "vcrc.status"} & keep.fields))
-
-    def numbers():
-        last = 0
-        for rec in s:
-            if s.problems:
-                break
-            pick = mask(rec) | ((rec["flags"] & doubt) > 0) | ~np.isin(rec["link"], data_links)
-            yield from rec["frame"][pick].tolist()
-            if len(rec):
-                last = int(rec["frame"][-1])
-        if s.problems:                 # frame numbers past damage are estimates: every later frame is wanted
-            yield from itertools.count(last + 1)
-    return numbers()
+def _field_options(opts: List[str]):
+    """tshark's -E: header=y|n, separator=/t|/s|<char>, quote=d|s|n."""
+    header, sep, quote = None, None, None
+    for o in opts:
+        key, _, value = o.partition("=")
+        if key == "header" and value in ("y", "n"):
+            header = value == "y"
+        elif key == "separator" and value:
+            sep = _SEPARATORS.get(value, value)
+        elif key == "quote" and value in _QUOTES:
+            quote = _QUOTES[value]
+        else:
+            raise UserError(f"-E takes header=y|n, separator=/t|/s|<character> or quote=d|s|n, not {o!r}")
+    return header, sep, quote
 
 
 @app.command()
 def decode(
-    file: str = typer.Argument(..., help="pcap or pcapng capture"),
-    verbose: bool = typer.Option(False, "-V", "--verbose", help="print every header field"),
-    count: Optional[int] = typer.Option(None, "-c", "--count", help="stop after N printed packets"),
-    display_filter: Optional[str] = typer.Option(None, "-Y", "--filter", help="display filter, e.g. 'bth.p_key == 0x8001'"),
-    fmt: str = typer.Option("text", "--format", "-T", help="text, jsonl or csv"),
-    fields: List[str] = typer.Option([], "-e", "--field", help="csv column (repeatable), like tshark -e"),
+    file: Optional[str] = typer.Argument(None, help="pcap or pcapng capture; - reads it from standard input"),
+    read: Optional[str] = typer.Option(None, "-r", "--read-file", help="the capture (as tshark -r; - for stdin)"),
+    display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter", "--filter",
+                                                 help="Wireshark display filter, e.g. 'bth.p_key == 0x8001'"),
+    count: Optional[int] = typer.Option(None, "-c", "--count", help="stop after N selected packets"),
+    fmt: str = typer.Option("text", "-T", "--format", help="text, fields, json, jsonl, ek or csv"),
+    fields: List[str] = typer.Option([], "-e", "--field", help="a column of -T fields/csv (repeatable)"),
+    field_opts: List[str] = typer.Option([], "-E", help="header=y|n, separator=/t|/s|C, quote=d|s|n"),
+    time_mode: str = typer.Option("r", "-t", help="time column: r relative, d delta, dd delta displayed, "
+                                                   "a/ad local time/date, u/ud UTC, e epoch"),
+    verbose: bool = typer.Option(False, "-V", "--verbose", help="the header tree of each packet"),
+    hexdump: bool = typer.Option(False, "-x", "--hex", help="a hex and ASCII dump of each packet"),
+    write: Optional[str] = typer.Option(None, "-w", "--write", help="write the selected frames to this "
+                                                                     "pcap/pcapng file (nothing printed unless -P)"),
+    print_too: bool = typer.Option(False, "-P", "--print", help="print packets while writing with -w"),
+    icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC and VCRC"),
 ):
-    """Decode every IB/RoCE header of each packet, with ICRC/VCRC checks."""
-    from ..decode import decode_frame          # scapy loads only for the commands that need it
-    from ..decode.rmpp import RmppTracker
-    if fmt not in ("text", "jsonl", "csv"):
-        raise UserError(f"--format must be text, jsonl or csv, not {fmt!r}")
-    if fmt == "csv" and not fields:
-        raise UserError("--format csv needs at least one -e FIELD, e.g. -e bth.opcode -e bth.psn")
+    """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
+    from ..decode.stream import select
+    from ..filter import compile_filter, field_name
+    from ..output.printer import FORMATS, TIME_MODES, Printer
+    src = read if read is not None else file
+    if src is None:
+        raise UserError("name a capture file (or - to read one from standard input)")
+    if read is not None and file is not None:
+        raise UserError("give the capture once, either as an argument or with -r")
+    fmt = fmt.lower()
+    if fmt not in FORMATS:
+        raise UserError(f"-T must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if time_mode not in TIME_MODES:
+        raise UserError(f"-t must be one of {', '.join(TIME_MODES)}, not {time_mode!r}")
+    if fmt in ("fields", "csv") and not fields:
+        raise UserError(f"-T {fmt} needs at least one -e FIELD, e.g. -e frame.number -e bth.psn")
     if count is not None and count < 1:
         raise UserError("-c needs a positive number of packets")
-    keep = compile_filter(display_filter) if display_filter else None
-    cap = open_capture(file)
-    wanted = _candidates(file, keep) if keep else None       # skip, unread, what cannot match
-    frames = iter(cap)
-    if wanted is not None:
-        first_wanted = next(wanted, None)
-        frames = cap.frames(itertools.chain([first_wanted], wanted) if first_wanted is not None else iter(()))
-    columns = [field_name(f) for f in fields]
-    writer = csv.writer(sys.stdout) if fmt == "csv" else None
-    if writer:
-        writer.writerow(fields)
-    out = sys.stdout
-    printed, first_time = 0, None
-    rmpp = RmppTracker()
-    for frame in frames:             # with `wanted`: the wanted frames, and the first one for its time
-        if first_time is None:
-            first_time = frame.time
-        if wanted is not None and frame.number == 1 and first_wanted != 1:
-            continue
-        d = decode_frame(frame)
-        rmpp.feed(d)
-        if keep and not keep(d.flat):
-            continue
-        printed += 1
-        if fmt == "jsonl":
-            out.write(json.dumps(d.to_json()) + "\n")
-        elif fmt == "csv":
-            writer.writerow(["" if d.flat.get(c) is None else d.flat.get(c) for c in columns])
-        else:
-            out.write(f"{frame.number:>6} {frame.time - first_time:12.6f}  {d.line}\n")
-            if verbose:
-                out.write(_tree(d) + "\n\n")
-        if count is not None and printed >= count:
-            break
-    for problem in cap.problems:
-        print(f"ibwire: warning: {file}: {problem}", file=sys.stderr)
+    from ..fieldtypes import field_type
+    keys = [field_name(f) for f in fields]
+    for f, k in zip(fields, keys):
+        if field_type(k) is None:
+            from ..filter import closest
+            raise UserError(f"-e {f}: no such field; did you mean '{closest(k)}'?")
+    header, sep, quote = _field_options(field_opts)
+    if fmt == "csv":
+        header, sep, quote = header if header is not None else True, sep or ",", quote if quote is not None else ""
+    flt = compile_filter(display_filter) if display_filter else None
+    stream = _open(src, icrc)
+    printer = Printer(fmt, time_mode, fields, bool(header), sep or "\t", quote or "", keys)
+    out = sys.stdout.buffer
+    show = write is None or print_too
+    writer = _writer(write, src, stream) if write else None
+    shown = 0
+    t0, prev = None, None
+    try:
+        if show:
+            out.write(printer.start())
+        batches = select(stream, flt) if flt else ((b, None) for b in stream)
+        for batch, mask in batches:
+            rec = batch.rec
+            if not len(rec):
+                continue
+            if t0 is None:
+                t0 = float(rec["time"][0])
+            rows = np.flatnonzero(mask) if mask is not None else np.arange(len(rec))
+            if count is not None:
+                rows = rows[:count - shown]
+            shown += len(rows)
+            if writer:
+                for i in rows.tolist():
+                    writer.write(batch, i)
+            if show:
+                times = rec["time"]
+
+                def details(i, batch=batch, times=times, prev=prev):
+                    from ..decode import decode_frame
+                    d = decode_frame(batch.frame(i))
+                    d.flat.update(detail_flat_times(d.frame.time, t0, float(times[i - 1]) if i else prev))
+                    return d
+                if verbose or hexdump:
+                    for i in rows.tolist():
+                        out.write(printer.batch(batch, np.array([i]), details))
+                        d = details(i)
+                        if verbose:
+                            from ..output.tree import tree
+                            out.write(tree(d).encode() + b"\n")
+                        if hexdump:
+                            from ..output.tree import hex_dump
+                            out.write(hex_dump(d.frame.data).encode() + b"\n")
+                else:
+                    out.write(printer.batch(batch, rows, details))
+                out.flush()
+            prev = float(rec["time"][-1])
+            if count is not None and shown >= count:
+                break
+        if show:
+            out.write(printer.end())
+            out.flush()
+        if writer:
+            writer.commit()
+            writer = None
+    finally:
+        if writer:
+            writer.abandon()
+    for problem in stream.problems:
+        print(f"ibwire: warning: {src}: {problem}", file=sys.stderr)
+
+
+def detail_flat_times(t: float, t0: float, prev: Optional[float]) -> dict:
+    return {"frame.time_relative": t - t0, "frame.time_delta": t - (t if prev is None else prev)}
+
+
+def _open(src: str, icrc: bool):
+    from ..decode.stream import Stream
+    if src == "-":
+        from ..decode.pipe import PipeStream
+        return PipeStream(sys.stdin.buffer, icrc)
+    return Stream(src, icrc)
+
+
+def _writer(path: str, src: str, stream):
+    from ..output.capwrite import SelectedFrames
+    return SelectedFrames(path, src, stream)

@@ -12,6 +12,7 @@ from dissectors import BTH, GRH, ICRC, LRH, VCRC, lookup
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 
+from ..fieldtypes import EITHER
 from ..readers import Frame
 from .fields import layer_fields, nest_and_flatten
 from .linktypes import LINKTYPES, apply_roce2_heuristic, first_layer
@@ -136,12 +137,25 @@ def decode_frame(frame: Frame) -> Decoded:
     if mad:
         flat["mad.summary"] = mad
     flat.update(_frame_fields(frame))
-    flat["_ws.malformed"] = any(e.startswith("malformed") for e in errors)
+    _either_and_protocols(flat, errors)
     try:
         summary = _summary(pkt, flat, errors)
     except Exception:
         summary = "; ".join(errors) or "undecodable"
     return Decoded(frame, pkt, layers, flat, errors, summary, [])
+
+
+def _either_and_protocols(flat: dict, errors: List[str]) -> None:
+    """Wireshark's either-end fields (`ip.addr`, `udp.port` …), and the protocols a filter names bare:
+    `infiniband` on every frame with an IB header, `_ws.malformed` on damaged ones."""
+    for key, (a, b) in EITHER.items():
+        both = [flat[k] for k in (a, b) if flat.get(k) is not None]
+        if both:
+            flat[key] = both
+    if any(k in flat for k in ("lrh", "bth", "grh")):
+        flat["infiniband"] = True
+    if any(e.startswith("malformed") for e in errors):
+        flat["_ws.malformed"] = True
 
 
 def _crc_status(pkt, layers, flat, errors, key, cls, frame):

@@ -6,7 +6,7 @@ mapped here to Wireshark's names (`eth.src`, `vlan.id`, `ip.dsfield.ecn`, `udp.d
 import ipaddress
 
 from scapy.fields import IP6Field
-from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, CookedLinux, Dot1Q, Ether
 from scapy.packet import NoPayload, Padding, Raw
@@ -46,10 +46,16 @@ def _udp(p):
 
 
 def _arp(p):
+    hw = "hw_mac" if p.hwlen == 6 else "hw"        # Wireshark: an Ethernet address, else bytes
     return "arp", {"hw.type": p.hwtype, "proto.type": p.ptype, "hw.size": p.hwlen, "proto.size": p.plen,
-                   "opcode": p.op, "src.hw": _plain(p.hwsrc) if isinstance(p.hwsrc, bytes) else p.hwsrc,
-                   "src.proto_ipv4": p.psrc, "dst.hw": _plain(p.hwdst) if isinstance(p.hwdst, bytes) else p.hwdst,
+                   "opcode": p.op, f"src.{hw}": _plain(p.hwsrc) if isinstance(p.hwsrc, bytes) else p.hwsrc,
+                   "src.proto_ipv4": p.psrc, f"dst.{hw}": _plain(p.hwdst) if isinstance(p.hwdst, bytes) else p.hwdst,
                    "dst.proto_ipv4": p.pdst}
+
+
+def _tcp(p):
+    return "tcp", {"srcport": p.sport, "dstport": p.dport, "seq": p.seq, "ack": p.ack, "flags": int(p.flags),
+                   "window_size_value": p.window}
 
 
 def _icmp(p):
@@ -60,7 +66,7 @@ def _sll(p):
     return "sll", {"pkttype": p.pkttype, "hatype": p.lladdrtype, "halen": p.lladdrlen, "etype": p.proto}
 
 
-FOREIGN = {Ether: _eth, Dot1Q: _vlan, IP: _ip, IPv6: _ipv6, UDP: _udp, ARP: _arp, ICMP: _icmp, CookedLinux: _sll}
+FOREIGN = {Ether: _eth, Dot1Q: _vlan, IP: _ip, IPv6: _ipv6, UDP: _udp, TCP: _tcp, ARP: _arp, ICMP: _icmp, CookedLinux: _sll}
 
 
 def ib_layer_fields(layer: IBLayer) -> dict:
@@ -138,3 +144,4 @@ def nest_and_flatten(entries):
         if base not in flat:
             flat[base] = True
     return nested, flat
+

@@ -66,6 +66,7 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
     rec["frame"], rec["time"], rec["caplen"], rec["len"] = pos.frame, pos.time, pos.caplen, pos.wirelen
     if pos.ns is not None:
         rec["time_ns"] = pos.ns
+    rec["linktype"] = pos.linktype
     if n:
         i64 = [np.ascontiguousarray(a, np.int64) for a in (pos.data, pos.caplen, pos.wirelen, pos.linktype)]
         _native.decode(buf, *i64, EXT_OFF, EXT_LEN, KNOWN, VCRC_TABLE, FIELD_OFF, ROCE_V2_PORT,

@@ -1,127 +1,302 @@
-"""The display-filter language of ibwire.filter, evaluated on whole record batches at once.
+"""Display filters (ibwire.filter's language and semantics) evaluated on whole record batches with numpy.
 
-The grammar (tokens, precedence, literals) is ibwire.filter's; only the evaluation differs: each node
-returns a numpy boolean array over the batch instead of a bool for one packet.
+A record answers a field only where it is sure to agree with the full decode: frame fields always; the
+Ethernet addresses of every Ethernet frame; everything else on sound data frames (RoCEv1/v2 or native
+IB, not malformed, truncated or found by the port heuristic).  `BatchFilter(rec)` returns the mask and the
+rows it is sure of; the others go to the detail decoder (`select`).  A filter naming a field the records
+do not hold raises NotBatchable.
 """
 import ipaddress
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
-from ..errors import UserError
-from ..filter import OPERATORS, Filter
 from dissectors.opcodes import HEADER_LEN, OPCODES
 
+from ..errors import UserError
+from ..fieldtypes import EITHER, FLOAT, IPV4, IPV6, MAC, PROTO, STRING, UINT
+from ..filter import (ALL_EQ, ALL_NE, ANY_EQ, ANY_NE, CONTAINS, IN, MATCHES, ORDERED, Field, Filter, Logic, Range,
+                      compile_filter)
 from . import records as R
 
-# Extended header -> which opcodes carry it (dissectors.opcodes), for presence tests such as `reth`.
+
+class NotBatchable(Exception):
+    """The filter names a field (or uses an operator on it) that the records cannot answer."""
+
+
+DATA = (R.ROCE1, R.ROCE2V4, R.ROCE2V6, R.IB, R.IBGRH)
 _CARRIED = {h: np.array([c in OPCODES and h in OPCODES[c].headers for c in range(256)]) for h in HEADER_LEN}
-_HEADER_PRESENT = {h: (lambda h: lambda rec: _CARRIED[h][rec["opcode"]] & _flag(rec, R.F_BTH))(h)
-                   for h in _CARRIED}
-_HEADER_PRESENT.update({
-    "bth": lambda rec: _flag(rec, R.F_BTH),
-    "mad": lambda rec: _flag(rec, R.F_MAD),
-    "grh": lambda rec: _flag(rec, R.F_GRH) & np.isin(rec["link"], (R.ROCE1, R.IBGRH)),
-    "lrh": lambda rec: np.isin(rec["link"], (R.IB, R.IBGRH)),
-    "ip": lambda rec: rec["link"] == R.ROCE2V4, "ipv6": lambda rec: rec["link"] == R.ROCE2V6,
-    "udp": lambda rec: np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)),
-    "eth": lambda rec: rec["eth_src"] != np.void(b"\0" * 6),
-    "vlan": lambda rec: rec["vlan"] >= 0,
-    "frame": lambda rec: np.ones(len(rec), bool), "icrc": lambda rec: rec["icrc"] != R.ABSENT,
-    "vcrc": lambda rec: rec["vcrc"] != R.ABSENT, "link": lambda rec: np.ones(len(rec), bool),
-    "payload": lambda rec: _flag(rec, R.F_BTH), "addr": lambda rec: np.ones(len(rec), bool),
-})
-_ALIASES = {"ip.src": "src", "ip.dst": "dst", "ipv6.src": "src", "ipv6.dst": "dst", "grh.sgid": "src",
-            "grh.dgid": "dst", "ip.addr": ("src", "dst"), "ipv6.addr": ("src", "dst"), "lrh.lid": ("slid", "dlid"),
-            "ip.dsfield.ecn": "ecn", "ipv6.tclass.ecn": "ecn", "aeth.syndrome.opcode": None}
-_ENUM = {"icrc": R.CRC_STATUS, "vcrc": R.CRC_STATUS, "link": R.LINK_KINDS}
+_ETHERTYPE = np.zeros(len(R.LINK_KINDS), np.int64)
+_ETHERTYPE[[R.ROCE1, R.ROCE2V4, R.ROCE2V6]] = (0x8915, 0x0800, 0x86DD)
 
 
-def _flag(rec, bit):
-    return (rec["flags"] & bit) > 0
+class Ctx:
+    """Per-batch masks every column shares (computed once per batch)."""
+
+    def __init__(self, rec: np.ndarray, t0: float, prev: float):
+        self.rec, self.n = rec, len(rec)
+        link, flags = rec["link"], rec["flags"]
+        self.data = np.isin(link, DATA)
+        self.sound = self.data & ((flags & (R.F_MALFORMED | R.F_TRUNCATED | R.F_HEURISTIC)) == 0)
+        self.eth = rec["linktype"] == 1
+        self.bth = (flags & R.F_BTH) > 0
+        self.mad = (flags & R.F_MAD) > 0
+        native = np.isin(link, (R.IB, R.IBGRH))
+        # IB frames with a payload other than a MAD may carry IPoIB: IP-level fields need the full decode
+        self.encap_sure = self.sound & ~(native & (rec["paylen"] > 0) & ~self.mad)
+        self.all = np.ones(self.n, bool)
+        self.t0, self.prev = t0, prev
 
 
-def _present(key: str) -> Callable:
+def _words(col: np.ndarray) -> np.ndarray:
+    """Fixed-size byte columns as rows of big-endian uint64 words (6-byte MACs zero-padded to 8)."""
+    b = np.ascontiguousarray(col).view(np.uint8).reshape(len(col), -1)
+    if b.shape[1] % 8:
+        b = np.concatenate([b, np.zeros((len(b), 8 - b.shape[1] % 8), np.uint8)], axis=1)
+    return b.view(">u8").astype(np.uint64)
+
+
+def _lit_words(value, size: int):
+    """(words, mask words) of an address literal or network, laid out as _words lays out a column."""
+    if isinstance(value, bytes):
+        raw, bits = value, len(value) * 8
+    else:
+        net = value if isinstance(value, (ipaddress.IPv4Network, ipaddress.IPv6Network)) else None
+        addr = net.network_address if net else value
+        raw = addr.packed
+        bits = net.prefixlen if net else len(raw) * 8
+        if addr.version == 4 and size == 16:
+            raw, bits = b"\0" * 10 + b"\xff\xff" + raw, bits + 96
+    raw = raw + b"\0" * (-len(raw) % 8)
+    maskbytes = (((1 << bits) - 1) << (len(raw) * 8 - bits)).to_bytes(len(raw), "big")
+    return (np.frombuffer(raw, ">u8").astype(np.uint64), np.frombuffer(maskbytes, ">u8").astype(np.uint64))
+
+
+class Column:
+    """One occurrence of a field in a batch: present mask, values, and the rows whose answer is sure."""
+
+    def __init__(self, present, values, sure, kind=UINT, names=None):
+        self.present, self.values, self.sure, self.kind, self.names = present, values, sure, kind, names
+
+
+def _u(rec, name):
+    return rec[name].astype(np.int64)
+
+
+def _columns(key: str, c: Ctx):
+    """The occurrences of `key` in the batch (a list of Column), or raise NotBatchable."""
+    rec = c.rec
+    if key in EITHER:
+        return [col for k in EITHER[key] for col in _columns(k, c)]
     proto = key.split(".")[0]
-    if proto not in _HEADER_PRESENT:
-        raise UserError(f"display filter: '{key}' is not a field the fast path records "
-                        f"(try one of: {', '.join(sorted(R.KEY_FIELDS))})")
-    return _HEADER_PRESENT[proto]
+    link = rec["link"]
+    sound = c.sound
+    if key == "frame":
+        return [Column(c.all, None, c.all)]
+    if proto == "frame":
+        if key == "frame.time_relative":
+            return [Column(c.all, rec["time"] - c.t0, c.all, FLOAT)]
+        if key == "frame.time_delta":
+            t = rec["time"]
+            return [Column(c.all, np.diff(t, prepend=c.prev if c.prev is not None else t[:1]), c.all, FLOAT)]
+        col = {"frame.number": "frame", "frame.len": "len", "frame.cap_len": "caplen", "frame.time_epoch": "time",
+               "frame.linktype": "linktype"}.get(key)
+        if col is None:
+            raise NotBatchable(key)
+        return [Column(c.all, rec[col] if col == "time" else _u(rec, col), c.all, FLOAT if col == "time" else UINT)]
+    if proto == "eth":
+        full = c.eth & (rec["caplen"] >= 14)
+        if key in ("eth", "eth.src", "eth.dst"):
+            v = None if key == "eth" else _words(rec["eth_" + key[4:]])
+            return [Column(c.eth, v, full | (~c.eth & sound), MAC)]
+        if key == "eth.type":
+            return [Column(c.eth, _ETHERTYPE[link], sound & (rec["vlan"] < 0) | ~c.eth & sound)]
+        raise NotBatchable(key)
+    if proto == "vlan":
+        has = rec["vlan"] >= 0
+        if key == "vlan":
+            return [Column(has, None, sound)]
+        if key == "vlan.id":
+            return [Column(has, rec["vlan"].astype(np.int64), sound)]
+        raise NotBatchable(key)
+    if proto in ("ip", "ipv6", "udp", "arp", "icmp"):
+        sure = c.encap_sure
+        v4, v6 = link == R.ROCE2V4, link == R.ROCE2V6
+        has = {"ip": v4, "ipv6": v6, "udp": v4 | v6}.get(proto, np.zeros(c.n, bool))
+        if key == proto:
+            return [Column(has, None, sure)]
+        ftype = IPV4 if proto == "ip" else IPV6
+        if key in ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst"):
+            return [Column(has, _words(rec[key.split(".")[1]]), sure, ftype)]
+        simple = {"ip.proto": 17, "ipv6.nxt": 17, "ip.version": 4}
+        if key in simple:
+            return [Column(has, np.full(c.n, simple[key], np.int64), sure)]
+        if key in ("ip.dsfield.ecn", "ipv6.tclass.ecn"):
+            return [Column(has, _u(rec, "ecn"), sure)]
+        if key in ("udp.srcport", "udp.dstport"):
+            return [Column(has, _u(rec, "udp_src" if key == "udp.srcport" else "udp_dst"), sure)]
+        raise NotBatchable(key)
+    if proto == "infiniband":
+        return [Column(c.data, None, sound)]
+    if proto == "grh":
+        has = np.isin(link, (R.ROCE1, R.IBGRH))
+        if key == "grh":
+            return [Column(has, None, sound)]
+        if key in ("grh.sgid", "grh.dgid"):
+            return [Column(has, _words(rec["src" if key == "grh.sgid" else "dst"]), sound, IPV6)]
+        raise NotBatchable(key)
+    if proto == "lrh":
+        has = np.isin(link, (R.IB, R.IBGRH))
+        if key == "lrh":
+            return [Column(has, None, sound)]
+        col = R.KEY_FIELDS.get(key)
+        if col is None:
+            raise NotBatchable(key)
+        return [Column(has, _u(rec, col), sound)]
+    if proto in ("icrc", "vcrc") and key.endswith(".status"):
+        return [Column(c.all, _u(rec, proto), c.all | sound, STRING, R.CRC_STATUS)]
+    if key == "link.kind":
+        return [Column(c.all, _u(rec, "link"), c.all, STRING, R.LINK_KINDS)]
+    if proto == "mad" or proto == "cm":
+        has = c.mad & (rec["mad_class"] == 7) if proto == "cm" else c.mad
+        if key in ("mad", "cm"):
+            return [Column(has, None, sound)]
+        col = R.KEY_FIELDS.get(key)
+        if col is None:
+            raise NotBatchable(key)
+        return [Column(has, _u(rec, col), sound)]
+    if proto == "bth" or proto in _CARRIED:
+        has = c.bth if proto == "bth" else c.bth & _CARRIED[proto][rec["opcode"]]
+        if key == proto:
+            return [Column(has, None, sound)]
+        col = R.KEY_FIELDS.get(key)
+        if col is None:
+            raise NotBatchable(key)
+        return [Column(has, _u(rec, col), sound)]
+    if key == "payload.len":
+        return [Column(c.bth, _u(rec, "paylen"), sound)]
+    raise NotBatchable(key)
 
 
-def _addr16(v) -> bytes:
-    a = ipaddress.ip_address(str(v))
-    return (b"\0" * 10 + b"\xff\xff" + a.packed) if a.version == 4 else a.packed
-
-
-def _column(key: str, want):
-    """(function rec -> values, literal converted to match) for a field key."""
-    proto = key.split(".")[0]
-    col = _ALIASES.get(key, R.KEY_FIELDS.get(key))
-    if key.endswith(".status") and proto in _ENUM or key == "link.kind":
-        names = _ENUM[proto]
-        if isinstance(want, str) and want not in names:
-            raise UserError(f"display filter: {key} is one of {', '.join(names)}")
-        return (lambda rec: rec[proto if proto != "link" else "link"]), (names.index(want) if isinstance(want, str) else want)
-    if col is None:
-        raise UserError(f"display filter: the fast path does not record '{key}'")
-    cols = col if isinstance(col, tuple) else (col,)
-    if R.RECORD[cols[0]].kind == "V":
-        try:
-            want = np.void(_addr16(want)) if R.RECORD[cols[0]].itemsize == 16 else np.void(bytes.fromhex(
-                str(want).replace(":", "").replace("-", "")))
-        except ValueError:
-            raise UserError(f"display filter: {want!r} is not an address") from None
-    elif isinstance(want, bool):
-        want = int(want)
-    elif not isinstance(want, (int, float)):
-        raise UserError(f"display filter: {key} needs a number, not {want!r}")
-    return (lambda rec: [rec[c] for c in cols]), want
-
-
-class BatchFilter(Filter):
-    """Compile once; call with a record batch to get a boolean mask."""
-
-    def __call__(self, rec: np.ndarray) -> np.ndarray:
-        return np.asarray(self.fn(rec), bool) & np.ones(len(rec), bool)
-
-    @staticmethod
-    def either(a, b):
-        return lambda r: a(r) | b(r)
-
-    @staticmethod
-    def both(a, b):
-        return lambda r: a(r) & b(r)
-
-    @staticmethod
-    def negate(a):
-        return lambda r: ~a(r)
-
-    def compare(self, key, op, want):
-        present = _present(key)
-        get, want = _column(key, want)
-        return lambda r: present(r) & _any(op, get(r), want)
-
-    def member(self, key, values):
-        present = _present(key)
-        tests = [_column(key, v) for v in values]
-        return lambda r: present(r) & np.logical_or.reduce([_any(OPERATORS["=="], g(r), w) for g, w in tests])
-
-    def contains(self, key, want):
-        raise UserError("display filter: 'contains' needs the detail path (ibwire decode -Y)")
-
-    def present(self, key):
-        return _present(key)
-
-
-def _any(op, values, want):
-    if isinstance(values, list):
-        out = op(values[0], want)
-        for v in values[1:]:
-            out = out | op(v, want)
+def _compare(col: Column, op: str, want, ftype: str) -> np.ndarray:
+    """Per row: does this occurrence satisfy `op want` (presence not included)?"""
+    v = col.values
+    if col.kind == STRING:
+        names = col.names
+        if op in (ANY_EQ, ALL_EQ, IN):
+            wants = want if op == IN else (want,)
+            table = np.array([n in wants for n in names])
+        elif op in (ALL_NE, ANY_NE):
+            table = np.array([n != want for n in names])
+        elif op == CONTAINS:
+            table = np.array([want.decode() in n if isinstance(want, bytes) else want in n for n in names])
+        elif op == MATCHES:
+            table = np.array([want.search(n) is not None for n in names])
+        else:
+            table = np.array([ORDERED[op](n, want) for n in names])
+        return table[v]
+    if col.kind in (IPV4, IPV6, MAC):
+        if op in (CONTAINS, MATCHES):
+            raise NotBatchable(op)
+        if op == IN:
+            return np.logical_or.reduce([_compare(col, ANY_EQ, w, ftype) for w in want])
+        size = 16 if col.kind in (IPV4, IPV6) else 6
+        words, mask = _lit_words(want, size)
+        eq = ((v & mask) == (words & mask)).all(axis=1)
+        if op in (ANY_EQ, ALL_EQ):
+            return eq
+        if op in (ALL_NE, ANY_NE):
+            return ~eq
+        gt = np.zeros(len(v), bool)
+        same = np.ones(len(v), bool)
+        for i in range(v.shape[1]):
+            gt |= same & (v[:, i] > words[i])
+            same &= v[:, i] == words[i]
+        return {">": gt, ">=": gt | same, "<": ~gt & ~same, "<=": ~gt}[op]
+    if op in (CONTAINS, MATCHES):
+        raise NotBatchable(op)
+    if op == IN:
+        out = np.zeros(len(v), bool)
+        for w in want:
+            out |= (v >= w.lo) & (v <= w.hi) if isinstance(w, Range) else _eq(v, w, col.kind)
         return out
-    return op(values, want)
+    if op in (ANY_EQ, ALL_EQ):
+        return _eq(v, want, col.kind)
+    if op in (ALL_NE, ANY_NE):
+        return ~_eq(v, want, col.kind)
+    return ORDERED[op](v, want)
 
 
-def compile_batch_filter(text: str) -> BatchFilter:
-    return BatchFilter(text)
+def _eq(v, want, kind):
+    return np.abs(v - want) < 1e-9 if kind == FLOAT else v == want
+
+
+class BatchFilter:
+    """A display filter over record batches: `(mask, sure) = bf(rec, t0, prev)`; rows not sure need the
+    full decode.  Raises NotBatchable at construction when the records cannot answer it at all."""
+
+    def __init__(self, flt: Filter):
+        self.filter = flt
+        self.text = flt.text
+        probe = np.zeros(1, R.RECORD)
+        self(probe)                                    # every field and operator must be answerable
+
+    def __call__(self, rec: np.ndarray, t0: float = 0.0, prev: Optional[float] = None):
+        c = Ctx(rec, t0, prev)
+        mask, sure = self._eval(self.filter.tree, c)
+        return mask, sure
+
+    def _eval(self, node, c: Ctx):
+        if isinstance(node, Logic):
+            parts = [self._eval(a, c) for a in node.args]
+            sure = np.logical_and.reduce([s for _, s in parts])
+            if node.kind == "not":
+                return ~parts[0][0], sure
+            red = np.logical_and if node.kind == "and" else np.logical_or
+            return red.reduce([m for m, _ in parts]), sure
+        cols = _columns(node.field, c)
+        sure = np.logical_and.reduce([col.sure for col in cols])
+        present = np.logical_or.reduce([col.present for col in cols])
+        if node.op is None:
+            return present, sure
+        if isinstance(node.value, Field):
+            raise NotBatchable("field comparison")
+        hits = [col.present & _compare(col, node.op, node.value, node.type) for col in cols]
+        if node.op == ALL_NE:                    # every occurrence differs: no present occurrence equals
+            eqs = [col.present & _compare(col, ANY_EQ, node.value, node.type) for col in cols]
+            return present & ~np.logical_or.reduce(eqs), sure
+        if node.op == ALL_EQ:
+            bad = [col.present & ~_compare(col, ANY_EQ, node.value, node.type) for col in cols]
+            return present & ~np.logical_or.reduce(bad), sure
+        return np.logical_or.reduce(hits), sure
+
+
+def batch_filter(flt: Filter) -> Optional[BatchFilter]:
+    """The batch form of a compiled filter, or None when only the full decode can evaluate it."""
+    try:
+        return BatchFilter(flt)
+    except NotBatchable:
+        return None
+
+
+def compile_batch_filter(text: str) -> Callable[[np.ndarray], np.ndarray]:
+    """For commands that read records only (stats, flows, export, audit): rec -> mask.  A filter the
+    records cannot answer is a UserError naming the field."""
+    flt = compile_filter(text)
+    try:
+        bf = BatchFilter(flt)
+    except NotBatchable as e:
+        raise UserError(f"display filter: {e} needs the full decoder; this command filters on the fields the "
+                        f"compiled records hold (frame.*, eth/vlan/ip/ipv6/udp addresses and ports, lrh, grh, bth "
+                        f"and extended headers, the MAD common header); `ibwire decode -Y` takes every field") from None
+    state = {"t0": None, "prev": None}
+
+    def mask(rec: np.ndarray) -> np.ndarray:
+        if len(rec) and rec["frame"][0] == 1:         # a (new) pass over the file
+            state["t0"], state["prev"] = float(rec["time"][0]), None
+        m, _ = bf(rec, state["t0"] or 0.0, state["prev"])
+        if len(rec):
+            state["prev"] = float(rec["time"][-1])
+        return m
+    mask.text = text
+    return mask

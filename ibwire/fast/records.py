@@ -22,7 +22,7 @@ F_MAD = 16          # QP0/QP1 traffic with a MAD header decoded
 F_HEURISTIC = 32    # RoCEv2 found on a UDP port other than 4791 (BTH plausible and ICRC matched)
 
 RECORD = np.dtype([
-    ("frame", "u4"), ("time", "f8"), ("caplen", "u4"), ("len", "u4"), ("link", "u1"), ("flags", "u1"),
+    ("frame", "u4"), ("time", "f8"), ("caplen", "u4"), ("len", "u4"), ("linktype", "u2"), ("link", "u1"), ("flags", "u1"),
     ("vlan", "i4"), ("ecn", "u1"),
     ("eth_src", "V6"), ("eth_dst", "V6"), ("src", "V16"), ("dst", "V16"),   # GIDs / IPs (v4-mapped)
     ("slid", "u2"), ("dlid", "u2"), ("sl", "u1"), ("vl", "u1"),
@@ -58,7 +58,7 @@ FIELD_KEYS = {
     "mad_status": "mad.status", "mad_attrid": "mad.attributeid", "mad_attrmod": "mad.attributemodifier",
     "mad_tid": "mad.transactionid",
     "udp_src": "udp.srcport", "udp_dst": "udp.dstport", "vlan": "vlan.id", "ecn": "ip.dsfield.ecn",
-    "frame": "frame.number", "caplen": "frame.cap_len", "len": "frame.len", "time": "frame.time_epoch",
+    "frame": "frame.number", "linktype": "frame.linktype", "caplen": "frame.cap_len", "len": "frame.len", "time": "frame.time_epoch",
     "icrc": "icrc.status", "vcrc": "vcrc.status", "link": "link.kind", "paylen": "payload.len",
     "src": "addr.src", "dst": "addr.dst", "eth_src": "eth.src", "eth_dst": "eth.dst",
 }

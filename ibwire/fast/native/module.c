@@ -13,6 +13,7 @@
 #include "decode.h"
 #include "flows.h"
 #include "group.h"
+#include "render.h"
 #include "walk.h"
 
 typedef struct {
@@ -407,6 +408,96 @@ static PyObject *flows_result_py(PyObject *self, PyObject *args)
                          (const char *)k, (Py_ssize_t)(nk * 2));
 }
 
+PyDoc_STRVAR(render_doc,
+"render(rec, itemsize, rows, prog_of, progs, base) -> bytes\n\n"
+"Text of the records rows[k] (int64 indices into `rec`, records of itemsize bytes), each printed by program\n"
+"progs[prog_of[k]] (int32 indices into a tuple of bytes; opcodes in render.h); base: int64 nanoseconds\n"
+"subtracted from each row's time by time formats (None: 0).");
+
+static PyObject *render(PyObject *self, PyObject *args)
+{
+    enum { REC, ROWS, PROG_OF, BASE, NB };
+    PyObject *o[NB], *progs;
+    Py_ssize_t itemsize;
+    buf_t b[NB];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "OnOOO!O", &o[REC], &itemsize, &o[ROWS], &o[PROG_OF], &PyTuple_Type, &progs, &o[BASE]))
+        return NULL;
+    static const Py_ssize_t item[NB] = {0, 8, 4, 8};
+    static const char *names[NB] = {"rec", "rows", "prog_of", "base"};
+    for (int i = 0; i < NB; i++) {
+        if (i == BASE && o[i] == Py_None)
+            continue;
+        if (get(o[i], &b[i], 0, item[i], names[i]) < 0) {
+            release(b, NB);
+            return NULL;
+        }
+    }
+    Py_ssize_t n = b[ROWS].v.len / 8, np_ = PyTuple_GET_SIZE(progs);
+    Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
+    const int64_t *rows = b[ROWS].v.buf;
+    const int32_t *prog_of = b[PROG_OF].v.buf;
+    const char *bad = NULL;
+    if (itemsize <= 0 || b[PROG_OF].v.len / 4 != n || (b[BASE].held && b[BASE].v.len / 8 != n))
+        bad = "rows, prog_of and base must have the same length";
+    for (Py_ssize_t k = 0; !bad && k < n; k++)
+        if (rows[k] < 0 || rows[k] >= nrec || prog_of[k] < 0 || prog_of[k] >= np_)
+            bad = "a row or program index is out of range";
+    const uint8_t **pp = PyMem_Malloc(sizeof(*pp) * (np_ ? np_ : 1));
+    int64_t *pl = PyMem_Malloc(sizeof(*pl) * (np_ ? np_ : 1));
+    for (Py_ssize_t i = 0; !bad && i < np_; i++) {
+        PyObject *p = PyTuple_GET_ITEM(progs, i);
+        if (!PyBytes_Check(p))
+            bad = "programs must be bytes";
+        else {
+            pp[i] = (const uint8_t *)PyBytes_AS_STRING(p);
+            pl[i] = PyBytes_GET_SIZE(p);
+            for (Py_ssize_t at = 0; !bad && at < pl[i];) {     /* check every field lies inside a record */
+                int op = pp[i][at];
+                if (at + 3 > pl[i])
+                    bad = "a program is cut short";
+                else if (op == OP_LIT)
+                    at += 3 + (pp[i][at + 1] | pp[i][at + 2] << 8);
+                else if (at + 5 > pl[i] || op > OP_MAC)
+                    bad = "a program is cut short or has an unknown op";
+                else {
+                    unsigned off = pp[i][at + 1] | pp[i][at + 2] << 8, a = pp[i][at + 3];
+                    int integer = op == OP_UDEC || op == OP_IDEC || op == OP_HEX;
+                    size_t need = integer ? a : op == OP_ADDR ? 16 : op == OP_MAC ? 6 : 8;
+                    if ((integer && a != 1 && a != 2 && a != 4 && a != 8) || off + need > (size_t)itemsize)
+                        bad = "a field lies outside the record";
+                    at += 5;
+                }
+                if (!bad && at > pl[i])
+                    bad = "a literal runs past its program";
+            }
+        }
+    }
+    if (bad) {
+        PyMem_Free(pp);
+        PyMem_Free(pl);
+        release(b, NB);
+        PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = render_rows(b[REC].v.buf, itemsize, rows, n, prog_of, pp, pl, b[BASE].held ? b[BASE].v.buf : NULL, &text, &len);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(pp);
+    PyMem_Free(pl);
+    release(b, NB);
+    if (err == -1)
+        return PyErr_NoMemory();
+    if (err)
+        return PyErr_Format(PyExc_ValueError, "render: bad program");
+    PyObject *r = PyBytes_FromStringAndSize(text ? text : "", (Py_ssize_t)len);
+    free(text);
+    return r;
+}
+
 PyDoc_STRVAR(crc32_doc,
 "crc32(data, value=0) -> int\n\n"
 "CRC-32 of a buffer, the same function as zlib.crc32 (exposed so tests can check the compiled path).");
@@ -427,6 +518,7 @@ static PyMethodDef methods[] = {
     {"walk_pcapng", walk_pcapng, METH_VARARGS, walk_pcapng_doc},
     {"decode", decode, METH_VARARGS, decode_doc},
     {"group", group, METH_VARARGS, group_doc},
+    {"render", render, METH_VARARGS, render_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},
     {"flows_new", flows_new_py, METH_VARARGS, flows_new_doc},
     {"flows_set_qpn", flows_set_qpn_py, METH_VARARGS, flows_set_qpn_doc},

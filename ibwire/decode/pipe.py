@@ -1,0 +1,135 @@
+"""A capture read from a pipe (`ibwire decode -`), record by record as it arrives, in the batches the
+compiled decoder takes.  A batch is handed on when it is full, when the input pauses (0.1 s after its first
+record) or at the end, so the first lines appear while the writer is still writing.
+
+Layouts: pcap(5) (either byte order, µs or ns) and pcapng (draft-ietf-opsawg-pcapng: Section Header,
+Interface Description with if_tsresol, Enhanced and Simple Packet Blocks; other blocks skipped).
+"""
+import struct
+import time
+from typing import Iterator, List
+
+import numpy as np
+
+from ..errors import UserError
+from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
+from .stream import Batch
+
+BATCH, PAUSE = 4096, 0.1
+
+
+class PipeStream:
+    def __init__(self, f, icrc: bool = True):
+        self.f, self.icrc = f, icrc
+        self.problems: List[str] = []
+        self.head = self._read(4)
+        if self.head in PCAP_MAGICS:
+            self.format = "pcap"
+        elif self.head == PCAPNG_SHB:
+            self.format = "pcapng"
+        else:
+            raise UserError(f"standard input is not a pcap or pcapng capture (it starts with {self.head.hex() or 'nothing'})")
+
+    def _read(self, n: int) -> bytes:
+        return self.f.read(n) if n else b""
+
+    def __iter__(self) -> Iterator[Batch]:
+        from ..fast.decode import decode_batch
+        from ..fast.walk import Positions
+        buf, cols = bytearray(), [[] for _ in range(5)]      # data offset, caplen, wirelen, ns, linktype
+        frame, started = 1, None
+        records = self._pcap() if self.format == "pcap" else self._pcapng()
+        for item in records:
+            if item is not None:
+                data, wirelen, ns, lt = item
+                for c, v in zip(cols, (len(buf), len(data), max(wirelen, len(data)), ns, lt)):
+                    c.append(v)
+                buf += data
+                started = started or time.monotonic()
+            full = len(cols[0]) >= BATCH or (started and time.monotonic() - started >= PAUSE)
+            if cols[0] and (item is None or full):
+                n = len(cols[0])
+                arr = [np.array(c, np.int64) for c in cols]
+                pos = Positions(arr[0], arr[1], arr[2], arr[3] / 1e9, arr[4], np.arange(frame, frame + n), arr[3])
+                npbuf = np.frombuffer(bytes(buf), np.uint8)
+                yield Batch(decode_batch(npbuf, pos, self.icrc), pos, npbuf)
+                frame += n
+                buf, cols, started = bytearray(), [[] for _ in range(5)], None
+
+    def _pcap(self):
+        rest = self._read(20)
+        if len(rest) < 20:
+            self.problems.append("file header truncated")
+            return
+        endian, scale, rec_len = PCAP_MAGICS[self.head]
+        lt = struct.unpack_from(endian + "I", rest, 16)[0] & 0x0FFFFFFF
+        hdr = struct.Struct(endian + "IIII")
+        unit = 1 if scale == 1e-9 else 1000
+        while True:
+            rh = self._read(rec_len)
+            if len(rh) < rec_len:
+                if rh:
+                    self.problems.append("record header cut short at end of input")
+                break
+            sec, frac, incl, orig = hdr.unpack_from(rh)
+            if incl > 0x4000000:
+                self.problems.append(f"record length {incl} is impossible; the rest of the input is unreadable")
+                break
+            data = self._read(incl)
+            if len(data) < incl:
+                self.problems.append("record cut short at end of input")
+            yield data, orig, sec * 1_000_000_000 + frac * unit, lt
+        yield None
+
+    def _pcapng(self):
+        endian, ifaces = "<", []
+        head = self.head
+        while True:
+            head = head + self._read(12 - len(head))
+            if len(head) < 12:
+                if head:
+                    self.problems.append("block cut short at end of input")
+                break
+            if head[:4] == PCAPNG_SHB:
+                endian = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
+                ifaces = []
+            btype, blen = struct.unpack_from(endian + "II", head)
+            if blen < 12 or blen % 4 or blen > 0x4000000:
+                self.problems.append(f"damaged block length {blen}; the rest of the input is unreadable")
+                break
+            body = head[8:] + self._read(blen - 12)
+            if len(body) < blen - 8:
+                self.problems.append("block cut short at end of input")
+                break
+            body = body[:blen - 12]
+            head = b""
+            if btype == 1:
+                lt = struct.unpack_from(endian + "H", body)[0]
+                ifaces.append((lt, _tsresol(body[8:], endian)))
+            elif btype == 6 and len(body) >= 20:
+                iface, hi, lo, incl, orig = struct.unpack_from(endian + "IIIII", body)
+                if iface >= len(ifaces):
+                    self.problems.append(f"a packet names interface {iface}, which was never described")
+                    continue
+                lt, ticks = ifaces[iface]
+                yield body[20:20 + incl], orig, ((hi << 32) | lo) * ticks[0] // ticks[1], lt
+            elif btype == 3 and len(body) >= 4 and ifaces:
+                orig = struct.unpack_from(endian + "I", body)[0]
+                yield body[4:4 + orig], orig, 0, ifaces[0][0]
+        yield None
+
+
+def _tsresol(opts: bytes, endian: str):
+    """if_tsresol as (numerator, denominator) of nanoseconds per tick; microseconds by default."""
+    o = 0
+    while o + 4 <= len(opts):
+        code, ln = struct.unpack_from(endian + "HH", opts, o)
+        if code == 0:
+            break
+        if code == 9 and ln >= 1:
+            r = opts[o + 4]
+            if r & 0x80:
+                return (10 ** 9, 2 ** (r & 0x7F))
+            return (10 ** 9, 10 ** r) if r <= 9 else (1, 10 ** (r - 9))
+        o += 4 + ((ln + 3) & ~3)
+    return (1000, 1)

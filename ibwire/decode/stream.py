@@ -1,0 +1,89 @@
+"""A capture as a stream of record batches with their raw bytes, and display-filter selection on it.
+
+Records come from the compiled decoder (ibwire.fast); a frame's bytes stay reachable while its batch is
+current, so a frame the records cannot answer for (a field they lack, a damaged or heuristic frame) is
+decoded in full (`decode_frame`) — and only that frame.
+"""
+from typing import Callable, Iterator, NamedTuple, Optional
+
+import numpy as np
+
+from ..readers import Frame
+
+
+class Batch(NamedTuple):
+    rec: np.ndarray       # ibwire.fast.records.RECORD rows
+    pos: object           # ibwire.fast.walk.Positions of the rows in `buf`
+    buf: np.ndarray       # the walk's current chunk (valid until the next batch)
+
+    def frame(self, i: int) -> Frame:
+        p = self.pos
+        start, n = int(p.data[i]), int(p.caplen[i])
+        return Frame(int(self.rec["frame"][i]), float(p.time[i]), n, int(p.wirelen[i]), int(p.linktype[i]),
+                     self.buf[start:start + n].tobytes())
+
+    def data(self, i: int) -> bytes:
+        start = int(self.pos.data[i])
+        return self.buf[start:start + int(self.pos.caplen[i])].tobytes()
+
+
+class Stream:
+    """Iterate for Batches; `problems` lists file damage once iteration is done."""
+
+    def __init__(self, path: str, icrc: bool = True, batch: int = 16384):
+        from ..fast.walk import CaptureWalk
+        self.walk = CaptureWalk(path, batch)
+        self.icrc = icrc
+
+    @property
+    def problems(self):
+        return self.walk.problems
+
+    def __iter__(self) -> Iterator[Batch]:
+        from ..fast.decode import decode_batch
+        for pos in self.walk.batches():
+            yield Batch(decode_batch(self.walk.buf, pos, self.icrc), pos, self.walk.buf)
+
+
+def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None) -> dict:
+    """The full decode's field map of one frame, with the times relative to the capture's first frame
+    and to the previous one (and, fed to `rmpp`, the SA table an RMPP transfer's last segment completes)."""
+    from . import decode_frame
+    d = decode_frame(frame)
+    if rmpp is not None:
+        rmpp.feed(d)
+    flat = d.flat
+    flat["frame.time_relative"] = frame.time - t0
+    flat["frame.time_delta"] = frame.time - (frame.time if prev is None else prev)
+    return flat
+
+
+def select(stream, flt, detail: Callable = None) -> Iterator[tuple]:
+    """(batch, mask) for every batch of `stream`: which frames the display filter `flt` selects.  The
+    records answer where they can (ibwire.fast.filter); the full decode answers the rest, frame by frame.
+    `detail(batch, i, t0, prev)` gives a frame's field map (default: detail_flat of its bytes)."""
+    from ..fast.filter import batch_filter
+    bf = batch_filter(flt)
+    if detail is None:
+        from .rmpp import RmppTracker
+        rmpp = RmppTracker()
+
+        def detail(batch, i, t0, prev):
+            return detail_flat(batch.frame(i), t0, prev, rmpp)
+    t0, prev = None, None
+    for batch in stream:
+        rec = batch.rec
+        if not len(rec):
+            continue
+        if t0 is None:
+            t0 = float(rec["time"][0])
+        times = rec["time"]
+        if bf is not None:
+            mask, sure = bf(rec, t0, prev)
+            todo = np.flatnonzero(~sure)
+        else:
+            mask, todo = np.zeros(len(rec), bool), range(len(rec))
+        for i in todo:
+            mask[i] = flt(detail(batch, int(i), t0, float(times[i - 1]) if i else prev))
+        prev = float(times[-1])
+        yield batch, mask

@@ -1,0 +1,212 @@
+"""`ibwire decode`'s output, batch by batch: every selected record the compiled decoder fully understands
+is printed by a line program shared by its group (ibwire.output.program); the others are decoded in full
+and printed from their fields, in the same layout.
+"""
+import json
+from typing import List, Optional
+
+import numpy as np
+
+from ..analysis.hashing import group_rows
+from ..decode.stream import Batch
+from ..fast import records as R
+from ..fast.filter import DATA, NotBatchable
+from . import formats, summary
+from .program import compile_parts, render
+
+FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
+TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
+RMPP_CLASS = 0x03        # SubnAdm: the class whose tables come in several segments
+
+
+def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """A number per row naming everything that decides which headers and fields a record shows."""
+    r = rec[rows]
+    k = r["link"].astype(np.uint64)
+    for col, bits in (("flags", 8), ("opcode", 8), ("icrc", 4), ("vcrc", 4), ("mad_class", 8)):
+        k = (k << np.uint64(bits)) | r[col].astype(np.uint64)
+    k = (k << np.uint64(16)) | r["linktype"].astype(np.uint64)
+    k = (k << np.uint64(1)) | (r["vlan"] >= 0).astype(np.uint64)
+    k = (k << np.uint64(1)) | (r["caplen"] >= 14).astype(np.uint64)
+    k = (k << np.uint64(1)) | (r["paylen"] > 0).astype(np.uint64)
+    return k
+
+
+def json_safe(obj):
+    """A decoded frame's JSON, with 64-bit values as "0x…" strings and bytes as hex."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, (bytes, bytearray)):
+        return bytes(obj).hex()
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (str, float)):
+        return obj
+    if isinstance(obj, int):
+        return f"0x{obj:016x}" if not -(1 << 31) <= obj < (1 << 32) else obj
+    return str(obj)
+
+
+class Printer:
+    """Text of the selected rows of each batch in one output format."""
+
+    def __init__(self, fmt: str, time_mode: str = "r", fields: Optional[List[str]] = None, header: bool = False,
+                 separator: str = "\t", quote: str = "", keys: Optional[List[str]] = None):
+        self.fmt, self.time_mode = fmt, time_mode
+        self.keys = keys or []
+        self.fields = fields or []
+        self.sep, self.quote = separator, quote
+        self.cache = {}
+        self.decimals = None
+        self.t0 = None            # ns of the capture's first frame
+        self.prev = None          # ns of the last frame seen (captured)
+        self.prev_shown = None    # ns of the last frame printed
+        self.started = False
+        self.records_answer = True
+        self.time_base = formats.time_base_of(self.keys) if fmt in ("fields", "csv") else None
+        if fmt in ("fields", "csv") and self.keys:
+            probe = np.zeros(1, R.RECORD)
+            try:
+                for k in self.keys:
+                    try:
+                        formats.leaf_parts(k, probe, self.time_base)
+                    except formats.Unsure:
+                        pass
+            except NotBatchable:
+                self.records_answer = False
+        self.header = header
+        self.rmpp = None
+
+    def start(self) -> bytes:
+        if self.fmt == "json":
+            return b"[\n"
+        if self.header and self.fmt in ("fields", "csv"):
+            q = self.quote
+            return (self.sep.join(f"{q}{f}{q}" for f in self.fields) + "\n").encode()
+        return b""
+
+    def end(self) -> bytes:
+        return b"\n]\n" if self.fmt == "json" and self.started else b"]\n" if self.fmt == "json" else b""
+
+    def _time_part(self):
+        return summary.time_part(self.time_mode, self.decimals)
+
+    def _bases(self, rec, rows):
+        t = rec["time_ns"]
+        if self.fmt in ("json", "jsonl", "ek") or (self.fmt in ("fields", "csv") and self.time_base is None):
+            return None
+        if self.time_mode == "r" or self.time_base == "frame.time_relative":
+            return np.full(len(rows), self.t0, np.int64)
+        if self.time_mode == "d" or self.time_base == "frame.time_delta":
+            prev = np.concatenate([[self.prev if self.prev is not None else t[0]], t[:-1]])
+            return prev[rows]
+        if self.time_mode == "dd":
+            shown = t[rows]
+            first = self.prev_shown if self.prev_shown is not None else (shown[0] if len(shown) else 0)
+            return np.concatenate([[first], shown[:-1]]).astype(np.int64)
+        return None
+
+    def batch(self, batch: Batch, rows: np.ndarray, details=None) -> bytes:
+        """The text of `rows` of the batch; `details(i)` gives row i's full decode (Decoded)."""
+        rec = batch.rec
+        if not len(rec):
+            return b""
+        if self.t0 is None:
+            self.t0 = int(rec["time_ns"][0])
+            self.decimals = 9 if (rec["time_ns"] % 1000).any() else 6
+        base = self._bases(rec, rows)
+        data = np.isin(rec["link"][rows], DATA) if self.records_answer else np.zeros(len(rows), bool)
+        sa = ((rec["flags"][rows] & R.F_MAD) > 0) & (rec["mad_class"][rows] == RMPP_CLASS)
+        data &= ~sa                      # SA transfers span frames (RMPP): reassembled from the full decode
+        prog_of = np.zeros(len(rows), np.int32)
+        programs = []
+        idx = np.flatnonzero(data)
+        if len(idx):
+            sub = rows[idx]
+            if self.fmt == "text":
+                hashes, first, inv = group_rows(rec, summary.GROUP_FIELDS, sub)
+                keys = hashes
+            else:
+                shape = _shape_key(rec, sub)
+                keys, first, inv = np.unique(shape, return_index=True, return_inverse=True)
+            local = []
+            for g, key in enumerate(keys.tolist()):
+                prog = self.cache.get(key)
+                if prog is None:
+                    prog = self.cache[key] = self._program(rec[sub[first[g]]:sub[first[g]] + 1])
+                local.append(prog)
+            unsure = [g for g, p in enumerate(local) if p is None]
+            for g, p in enumerate(local):
+                programs.append(p if p is not None else b"")
+            prog_of[idx] = inv.ravel()
+            if unsure:
+                data[idx[np.isin(inv.ravel(), unsure)]] = False
+        for k in np.flatnonzero(~data):
+            prog_of[k] = len(programs)
+            programs.append(self._detail_program(details(int(rows[k])), rec[rows[k]]))
+        text = render(rec, rows, prog_of, programs, base)
+        if len(rows):
+            self.prev_shown = int(rec["time_ns"][rows[-1]])
+        self.prev = int(rec["time_ns"][-1])
+        if self.fmt == "json" and text:
+            text = text.replace(b"}\n{", b"},\n{")[:-1]
+            text = (b",\n" if self.started else b"") + text
+        self.started = self.started or bool(text)
+        return text
+
+    def _program(self, row1) -> Optional[bytes]:
+        row = row1[0]
+        try:
+            if self.fmt == "text":
+                parts = summary.record_parts(row, self._time_part())
+            elif self.fmt in ("json", "jsonl"):
+                parts = formats.json_parts(row)
+            elif self.fmt == "ek":
+                parts = formats.ek_parts(row)
+            else:
+                parts = formats.fields_parts(self.keys, row1, self.sep, self.quote, self.time_base)
+        except formats.Unsure:
+            return None
+        return compile_parts(parts)
+
+    def _detail_program(self, d, row) -> bytes:
+        if d.flat.get("mad.mgmtclass") == RMPP_CLASS:
+            from ..decode.rmpp import RmppTracker
+            self.rmpp = self.rmpp or RmppTracker()
+            self.rmpp.feed(d)
+        if self.fmt == "text":
+            return compile_parts(summary.detail_parts(d, self._time_part()))
+        if self.fmt in ("json", "jsonl"):
+            obj = json_safe(d.to_json())
+            obj["time"] = 0
+            head, _, tail = json.dumps(obj).partition('"time": 0')
+            return compile_parts([head, '"time": ', ("time", "time_ns", formats.JSON_TIME_DECIMALS), tail + "\n"])
+        if self.fmt == "ek":
+            return compile_parts(['{"index": {"_index": "packets", "_type": "doc"}}\n',
+                                  json.dumps({"timestamp": f"{d.frame.time:.3f}", "frame": d.frame.number,
+                                              "len": d.frame.wirelen, "layers": json_safe(d.layers)}) + "\n"])
+        flat = d.flat
+        cells = []
+        for key in self.keys:
+            v = _field_text(key, flat)
+            cells.append(f"{self.quote}{v}{self.quote}" if v != "" and self.quote else v)
+        return compile_parts([self.sep.join(cells) + "\n"])
+
+
+def _field_text(key: str, flat: dict) -> str:
+    v = flat.get(key)
+    if v is None:
+        return ""
+    vals = v if isinstance(v, list) else [v]
+    digits = formats.HEX_DIGITS.get(key)
+    out = []
+    for x in vals:
+        if isinstance(x, bool):
+            out.append("1" if x else "0")
+        elif isinstance(x, int):
+            out.append(f"0x{x:0{digits}x}" if digits else str(x))
+        elif isinstance(x, float):
+            out.append(f"{x:.9f}")
+        else:
+            out.append(str(x))
+    return ",".join(out)

@@ -1,0 +1,155 @@
+"""The summary line, tshark's columns: No., Time, Source → Destination, Protocol, Length, Info.
+
+Info for an InfiniBand or RoCE packet: `RC RDMA WRITE First  QP=0x000200  PSN=5  P_Key 0xffff full`,
+then the MAD (`SubnGet(NodeInfo)`, `CM: ConnectRequest`), the AETH's kind when it is not a plain ACK
+(`NAK PSN Sequence Error`, `RNR NAK 0.64 ms`) and flags `[A, SE, FECN, BECN, ECN-CE, bad ICRC,
+truncated, malformed, unknown opcode]`.  Packets the records hold are printed from them by line programs
+(ibwire.output.program; `record_parts`), all others from the full decode (`detail_info`), in the same
+layout.
+"""
+from typing import List, Optional, Tuple
+
+from dissectors.opcodes import AETH_KINDS, NAK_CODES, RNR_TIMER_MS, lookup
+
+from ..fast import records as R
+
+# The columns' minimum widths; the time column's depends on the format (-t).
+NUMBER_WIDTH, ADDR_WIDTH = 6, 15
+PROTOCOL = {R.ROCE1: "RoCE", R.ROCE2V4: "RRoCE", R.ROCE2V6: "RRoCE", R.IB: "InfiniBand", R.IBGRH: "InfiniBand"}
+# Record fields whose values the summary prints as text of the group (equal within a group).
+GROUP_FIELDS = ("link", "flags", "src", "dst", "slid", "dlid", "opcode", "se", "a", "fecn", "becn", "ecn", "p_key",
+                "aeth_syndrome", "mad_class", "mad_method", "mad_attrid", "icrc", "vcrc")
+
+
+def aeth_text(syndrome: int) -> str:
+    """`NAK PSN Sequence Error`, `RNR NAK 0.64 ms`; '' for an ACK (IBA §9.7.5.2.1)."""
+    kind, value = AETH_KINDS[(syndrome >> 5) & 3], syndrome & 0x1F
+    if kind == "nak":
+        return f"NAK {NAK_CODES.get(value, f'code {value}')}"
+    if kind == "rnr_nak":
+        return f"RNR NAK {RNR_TIMER_MS[value]:g} ms"
+    if kind == "reserved":
+        return f"AETH reserved syndrome 0x{syndrome:02x}"
+    return ""
+
+
+def mad_text(mgmtclass: int, method: int, attrid: int) -> str:
+    from dissectors.mad.table import summary
+    return summary(mgmtclass, method, attrid)
+
+
+def flag_list(row) -> List[str]:
+    f = int(row["flags"])
+    names = [n for n, on in (("A", row["a"]), ("SE", row["se"]), ("FECN", row["fecn"]), ("BECN", row["becn"]),
+                             ("ECN-CE", row["ecn"] == 3 and row["link"] != R.IB)) if on]
+    if row["icrc"] == R.BAD:
+        names.append("bad ICRC")
+    if row["vcrc"] == R.BAD:
+        names.append("bad VCRC")
+    if f & R.F_TRUNCATED:
+        names.append("truncated")
+    if f & R.F_MALFORMED:
+        names.append("malformed")
+    if lookup(int(row["opcode"])).op == "unknown":
+        names.append("unknown opcode")
+    return names
+
+
+def endpoints(row) -> Tuple[str, str]:
+    link = int(row["link"])
+    if link == R.IB:
+        return f"LID {int(row['slid'])}", f"LID {int(row['dlid'])}"
+    return R.addr_text(row["src"]), R.addr_text(row["dst"])
+
+
+def head(src: str, dst: str, proto: str) -> str:
+    return f" {src:>{ADDR_WIDTH}} → {dst:<{ADDR_WIDTH}} {proto} "
+
+
+def record_parts(row, time_part) -> list:
+    """The line program of an InfiniBand/RoCE record: literal text from the group's fields, the frame
+    number, time, length, QP and PSN per packet."""
+    src, dst = endpoints(row)
+    op = lookup(int(row["opcode"]))
+    extra = []
+    if row["flags"] & R.F_MAD:
+        extra.append(mad_text(int(row["mad_class"]), int(row["mad_method"]), int(row["mad_attrid"])))
+    if "aeth" in op.headers:
+        extra.append(aeth_text(int(row["aeth_syndrome"])))
+    flags = flag_list(row)
+    if flags:
+        extra.append("[" + ", ".join(flags) + "]")
+    pk = int(row["p_key"])
+    tail = f"  P_Key 0x{pk:04x} {'full' if pk & 0x8000 else 'limited'}" + "".join(f"  {e}" for e in extra if e)
+    return [("udec", "frame", 0, NUMBER_WIDTH), " ", time_part, head(src, dst, PROTOCOL[int(row["link"])]),
+            ("udec", "len"), f"  {op.transport} {op.name}  QP=0x", ("hex", "destqp", 6), "  PSN=", ("udec", "psn"),
+            tail + "\n"]
+
+
+def detail_info(d) -> Tuple[str, str, str, str]:
+    """(source, destination, protocol, info) of a fully decoded frame that is not an IB/RoCE data packet:
+    Ethernet, ARP, IPv4/IPv6, UDP, ICMP, IPoIB — never scapy's own text."""
+    f = d.flat
+    errors = [e.split(":")[0] if e.startswith("malformed") else e for e in d.errors]
+    if "bth" in f:                       # an IB packet the records do not hold (IPoIB link, heuristic ...)
+        src, dst = _addresses(f)
+        info = d.line.split("  ", 1)[1] if " → " in d.line else d.line
+        return src, dst, "InfiniBand", info
+    src, dst = _addresses(f)
+    if "arp" in f:
+        op = f.get("arp.opcode")
+        tell = f.get("arp.src.proto_ipv4")
+        if op == 1:
+            info = f"Who has {f.get('arp.dst.proto_ipv4')}? Tell {tell}"
+        elif op == 2:
+            info = f"{tell} is at {f.get('arp.src.hw_mac', f.get('arp.src.hw', '?'))}"
+        else:
+            info = f"ARP opcode {op}"
+        proto = "ARP"
+    elif "icmp" in f:
+        kind = {0: "Echo (ping) reply", 8: "Echo (ping) request", 3: "Destination unreachable"}.get(f.get("icmp.type"))
+        info, proto = kind or f"ICMP type {f.get('icmp.type')} code {f.get('icmp.code')}", "ICMP"
+    elif "tcp" in f:
+        names = [n for bit, n in ((2, "SYN"), (16, "ACK"), (1, "FIN"), (4, "RST"), (8, "PSH")) if f.get("tcp.flags", 0) & bit]
+        info = f"{f.get('tcp.srcport')} → {f.get('tcp.dstport')} [{', '.join(names)}] Seq={f.get('tcp.seq')} " \
+               f"Ack={f.get('tcp.ack')} Win={f.get('tcp.window_size_value')}"
+        proto = "TCP"
+    elif "udp" in f:
+        info = f"{f.get('udp.srcport')} → {f.get('udp.dstport')} Len={max((f.get('udp.length') or 8) - 8, 0)}"
+        proto = "UDP"
+    elif "ip" in f:
+        info, proto = f"IPv4 protocol {f.get('ip.proto')}", "IPv4"
+    elif "ipv6" in f:
+        info, proto = f"IPv6 next header {f.get('ipv6.nxt')}", "IPv6"
+    elif "eth" in f:
+        info, proto = f"Ethernet type 0x{f.get('eth.type', 0):04x}", "Ethernet"
+    elif "ipoib" in f:
+        info, proto = "IPoIB", "IPoIB"
+    else:
+        info, proto = "", f"link type {d.frame.linktype}"
+    if errors:
+        info = (info + "  " if info else "") + "[" + ", ".join(dict.fromkeys(errors)) + "]"
+    return src, dst, proto, info
+
+
+def _addresses(f) -> Tuple[str, str]:
+    for a, b in (("ip.src", "ip.dst"), ("ipv6.src", "ipv6.dst"), ("grh.sgid", "grh.dgid"),
+                 ("arp.src.proto_ipv4", "arp.dst.proto_ipv4"), ("eth.src", "eth.dst")):
+        if a in f:
+            return str(f[a]), str(f.get(b, ""))
+    if "lrh.slid" in f:
+        return f"LID {f['lrh.slid']}", f"LID {f['lrh.dlid']}"
+    return "", ""
+
+
+def detail_parts(d, time_part) -> list:
+    src, dst, proto, info = detail_info(d)
+    return [("udec", "frame", 0, NUMBER_WIDTH), " ", time_part, head(src, dst, proto), ("udec", "len"),
+            f"  {info}\n"]
+
+
+def time_part(mode: str, decimals: int) -> Optional[tuple]:
+    """The time column's format for tshark's -t modes (a, ad, u, ud: clock; r, d, dd, e: seconds)."""
+    if mode in ("a", "ad", "u", "ud"):
+        return ("date", "time_ns", decimals, (1 if mode.endswith("d") else 0) | (2 if mode[0] == "u" else 0))
+    return ("time", "time_ns", decimals, 11 if mode != "e" else 20)
