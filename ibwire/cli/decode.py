@@ -1,6 +1,7 @@
 """`ibwire decode`: tshark's manners at the compiled decoder's speed — one line per packet, `-V` header
 trees, `-x` hex dumps, `-T fields|json|jsonl|ek|csv`, `-Y` display filters, `-w` for the selected frames,
 `-` (or `-r -`) to read a pipe."""
+import contextlib
 import sys
 from typing import List, Optional
 
@@ -50,7 +51,6 @@ def decode(
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC and VCRC"),
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
-    from ..decode.stream import select
     from ..filter import compile_filter, field_name
     from ..output.printer import FORMATS, TIME_MODES, Printer
     src = read if read is not None else file
@@ -81,61 +81,66 @@ def decode(
     printer = Printer(fmt, time_mode, fields, bool(header), sep or "\t", quote or "", keys)
     out = sys.stdout.buffer
     show = write is None or print_too
-    writer = _writer(write, src, stream) if write else None
-    shown = 0
-    t0, prev = None, None
-    try:
-        if show:
-            out.write(printer.start())
-        batches = select(stream, flt) if flt else ((b, None) for b in stream)
-        for batch, mask in batches:
-            rec = batch.rec
-            if not len(rec):
-                continue
-            if t0 is None:
-                t0 = float(rec["time"][0])
-            rows = np.flatnonzero(mask) if mask is not None else np.arange(len(rec))
-            if count is not None:
-                rows = rows[:count - shown]
-            shown += len(rows)
-            if writer:
-                for i in rows.tolist():
-                    writer.write(batch, i)
-            if show:
-                times = rec["time"]
-
-                def details(i, batch=batch, times=times, prev=prev):
-                    from ..decode import decode_frame
-                    d = decode_frame(batch.frame(i))
-                    d.flat.update(detail_flat_times(d.frame.time, t0, float(times[i - 1]) if i else prev))
-                    return d
-                if verbose or hexdump:
-                    for i in rows.tolist():
-                        out.write(printer.batch(batch, np.array([i]), details))
-                        d = details(i)
-                        if verbose:
-                            from ..output.tree import tree
-                            out.write(tree(d).encode() + b"\n")
-                        if hexdump:
-                            from ..output.tree import hex_dump
-                            out.write(hex_dump(d.frame.data).encode() + b"\n")
-                else:
-                    out.write(printer.batch(batch, rows, details))
-                out.flush()
-            prev = float(rec["time"][-1])
-            if count is not None and shown >= count:
-                break
-        if show:
-            out.write(printer.end())
-            out.flush()
+    with contextlib.ExitStack() as files:
+        writer = None
+        if write:
+            from ..outfile import output_file
+            from ..output.capwrite import SelectedFrames
+            f = files.enter_context(output_file(write, "wb", inputs=[None if src == "-" else src]))
+            writer = SelectedFrames(f, write, stream)
+        _run(stream, flt, printer, out, show, writer, count, verbose, hexdump)
         if writer:
-            writer.commit()
-            writer = None
-    finally:
-        if writer:
-            writer.abandon()
+            writer.finish()
     for problem in stream.problems:
         print(f"ibwire: warning: {src}: {problem}", file=sys.stderr)
+
+
+def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump):
+    from ..decode.stream import select
+    shown = 0
+    t0, prev = None, None
+    if show:
+        out.write(printer.start())
+    batches = select(stream, flt) if flt else ((b, None) for b in stream)
+    for batch, mask in batches:
+        rec = batch.rec
+        if not len(rec):
+            continue
+        if t0 is None:
+            t0 = float(rec["time"][0])
+        rows = np.flatnonzero(mask) if mask is not None else np.arange(len(rec))
+        if count is not None:
+            rows = rows[:count - shown]
+        shown += len(rows)
+        if writer:
+            for i in rows.tolist():
+                writer.write(batch, i)
+        if show:
+            times = rec["time"]
+
+            def details(i, batch=batch, times=times, prev=prev):
+                from ..decode import decode_frame
+                d = decode_frame(batch.frame(i))
+                d.flat.update(detail_flat_times(d.frame.time, t0, float(times[i - 1]) if i else prev))
+                return d
+            if verbose or hexdump:
+                from ..output.tree import hex_dump, tree
+                for i in rows.tolist():
+                    out.write(printer.batch(batch, np.array([i]), details))
+                    d = details(i)
+                    if verbose:
+                        out.write(tree(d).encode() + b"\n")
+                    if hexdump:
+                        out.write(hex_dump(d.frame.data).encode() + b"\n")
+            else:
+                out.write(printer.batch(batch, rows, details))
+            out.flush()
+        prev = float(rec["time"][-1])
+        if count is not None and shown >= count:
+            break
+    if show:
+        out.write(printer.end())
+        out.flush()
 
 
 def detail_flat_times(t: float, t0: float, prev: Optional[float]) -> dict:
@@ -150,6 +155,3 @@ def _open(src: str, icrc: bool):
     return Stream(src, icrc)
 
 
-def _writer(path: str, src: str, stream):
-    from ..output.capwrite import SelectedFrames
-    return SelectedFrames(path, src, stream)

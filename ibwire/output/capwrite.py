@@ -1,29 +1,19 @@
 """`decode -w`: the selected frames into a new pcap or pcapng file, link types and nanosecond times kept.
 
-The file appears only when complete (written beside its final name, renamed at the end); an interrupted
-or failed run leaves nothing, and the capture being read is never the one written.  Layouts: pcap(5) with
+The file object comes from ibwire.outfile (whole or absent, never the input).  Layouts: pcap(5) with
 nanosecond timestamps; pcapng (draft-ietf-opsawg-pcapng) with one interface per link type, if_tsresol 9.
+pcapng is written for a .pcapng name or a pcapng input (unless the name ends in .pcap).
 """
-import os
 import struct
-import tempfile
 
 from ..errors import UserError
 
 
 class SelectedFrames:
-    def __init__(self, path: str, src: str, stream):
-        if src != "-" and os.path.exists(path) and os.path.samefile(path, src):
-            raise UserError(f"-w {path} would overwrite the capture being read")
+    def __init__(self, f, path: str, stream):
         fmt = getattr(getattr(stream, "walk", None), "format", None) or getattr(stream, "format", "pcap")
         self.pcapng = path.endswith(".pcapng") or (fmt == "pcapng" and not path.endswith(".pcap"))
-        folder = os.path.dirname(os.path.abspath(path))
-        try:
-            fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".part")
-        except OSError as e:
-            raise UserError(f"cannot write {path}: {e.strerror}") from None
-        self.f = os.fdopen(fd, "wb", buffering=1 << 20)
-        self.path, self.stream = path, stream
+        self.f, self.stream = f, stream
         self.ifaces = {}
         self.linktype = None
         if self.pcapng:
@@ -46,26 +36,19 @@ class SelectedFrames:
                                        wirelen) + data)
             return
         if self.linktype is None:
-            self.linktype = lt
-            self.f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 262144, lt))
+            self._header(lt)
         elif lt != self.linktype:
             raise UserError(f"the selected frames have several link types ({self.linktype}, {lt}); "
                             f"write them to a .pcapng file")
         sec, frac = divmod(ns, 1_000_000_000)
         self.f.write(struct.pack("<IIII", sec & 0xFFFFFFFF, frac, len(data), wirelen) + data)
 
-    def commit(self):
+    def _header(self, lt: int):
+        self.linktype = lt
+        self.f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 262144, lt))
+
+    def finish(self):
+        """A pcap of no frames still says its link type."""
         if not self.pcapng and self.linktype is None:
             lts = sorted(getattr(getattr(self.stream, "walk", None), "linktypes", None) or {1})
-            self.f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 262144, lts[0]))
-        self.f.flush()
-        os.fsync(self.f.fileno())
-        self.f.close()
-        os.replace(self.tmp, self.path)
-
-    def abandon(self):
-        self.f.close()
-        try:
-            os.unlink(self.tmp)
-        except OSError:
-            pass
+            self._header(lts[0])

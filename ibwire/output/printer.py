@@ -185,12 +185,20 @@ class Printer:
             return compile_parts(['{"index": {"_index": "packets", "_type": "doc"}}\n',
                                   json.dumps({"timestamp": f"{d.frame.time:.3f}", "frame": d.frame.number,
                                               "len": d.frame.wirelen, "layers": json_safe(d.layers)}) + "\n"])
-        flat = d.flat
-        cells = []
-        for key in self.keys:
-            v = _field_text(key, flat)
-            cells.append(f"{self.quote}{v}{self.quote}" if v != "" and self.quote else v)
-        return compile_parts([self.sep.join(cells) + "\n"])
+        parts = []
+        for i, key in enumerate(self.keys):
+            if i:
+                parts.append(self.sep)
+            if key == self.time_base or (key == "frame.time_epoch" and self.time_base is None):
+                v = [("time", "time_ns", 9)]            # exact nanoseconds, as the records print them
+            elif key in ("frame.time_epoch", "frame.time_relative"):
+                ns = int(row["time_ns"]) - (self.t0 if key == "frame.time_relative" else 0)
+                text = f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
+            else:
+                text = _field_text(key, d.flat)
+                v = [text] if text != "" else []
+            parts += [self.quote] + v + [self.quote] if v and self.quote else v
+        return compile_parts(parts + ["\n"])
 
 
 def _field_text(key: str, flat: dict) -> str:
