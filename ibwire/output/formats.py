@@ -47,6 +47,8 @@ def leaf_parts(key: str, row1: np.ndarray, time_base: Optional[str]) -> list:
         return []
     row = row1[0]
     if key == "frame.time_epoch":
+        if time_base is not None:              # one time base per line: the relative field takes it
+            raise NotBatchable(key)
         return [("time", "time_ns", 9)]
     if key in ("frame.time_relative", "frame.time_delta"):
         if time_base != key:

@@ -92,15 +92,18 @@ class Printer:
         return summary.time_part(self.time_mode, self.decimals)
 
     def _bases(self, rec, rows):
+        """Per printed row, the nanoseconds its time formats subtract (None: print absolute times)."""
         t = rec["time_ns"]
-        if self.fmt in ("json", "jsonl", "ek") or (self.fmt in ("fields", "csv") and self.time_base is None):
-            return None
-        if self.time_mode == "r" or self.time_base == "frame.time_relative":
+        if self.fmt in ("fields", "csv"):
+            mode = {"frame.time_relative": "r", "frame.time_delta": "d"}.get(self.time_base)
+        else:
+            mode = None if self.fmt in ("json", "jsonl", "ek") else self.time_mode
+        if mode == "r":
             return np.full(len(rows), self.t0, np.int64)
-        if self.time_mode == "d" or self.time_base == "frame.time_delta":
+        if mode == "d":
             prev = np.concatenate([[self.prev if self.prev is not None else t[0]], t[:-1]])
             return prev[rows]
-        if self.time_mode == "dd":
+        if mode == "dd":
             shown = t[rows]
             first = self.prev_shown if self.prev_shown is not None else (shown[0] if len(shown) else 0)
             return np.concatenate([[first], shown[:-1]]).astype(np.int64)
@@ -196,6 +199,7 @@ class Printer:
                 text = f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
             else:
                 text = _field_text(key, d.flat)
+            if key != self.time_base and not (key == "frame.time_epoch" and self.time_base is None):
                 v = [text] if text != "" else []
             parts += [self.quote] + v + [self.quote] if v and self.quote else v
         return compile_parts(parts + ["\n"])
