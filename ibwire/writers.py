@@ -93,10 +93,15 @@ class PcapngWriter(_Writer):
         return self.n_if - 1
 
     def write(self, data: bytes, ts: Optional[float] = None, iface: int = 0, wirelen: Optional[int] = None,
-              flush: bool = True):
+              flush: bool = True, comments: tuple = ()):
+        """One Enhanced Packet Block; each of `comments` becomes an opt_comment (Wireshark's frame.comment)."""
         ts = _time.time() if ts is None else ts
         t = int(round(ts * 1e9))
-        self._block(6, struct.pack("<IIIII", iface, t >> 32, t & 0xFFFFFFFF, len(data), wirelen or len(data)) + data)
+        opts = b"".join(self._opt(1, c.encode()) for c in comments)
+        if opts:
+            opts = b"\0" * (-len(data) % 4) + opts + self._opt(0, b"")
+        self._block(6, struct.pack("<IIIII", iface, t >> 32, t & 0xFFFFFFFF, len(data), wirelen or len(data)) + data
+                    + opts)
         if flush:
             self.f.flush()
         self.count += 1

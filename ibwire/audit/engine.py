@@ -21,6 +21,7 @@ from .result import Result
 from .state import FabricState
 from .tenants import Tenants
 from .traffic import Traffic, default_full_findings, flow_findings
+from .wsfilter import filters
 
 __all__ = ["Audit", "Result"]
 
@@ -69,5 +70,7 @@ class Audit:
         findings += join_findings(self.mads, self.policy, ids)
         findings += drift_findings(self.policy, ids, self.mads.table_frames)
         res.findings = dedupe(findings)
+        for number, f in enumerate(res.findings, 1):
+            f.number, f.wireshark = number, filters(number, f, ids)
         res.ports = ports
         return res

@@ -24,12 +24,15 @@ class Finding:
     dst: Optional[int] = None     # port GUID of the target
     pkey: Optional[int] = None
     trap: Optional[int] = None
-    ends: tuple = ()              # RoCE: (source Side, destination Side), which have no port GUID
+    ends: tuple = ()              # (source Side, destination Side) of a flow as the wire shows them
     line: Optional[int] = None    # partitions.conf line the finding is about
+    mgid: Optional[str] = None    # multicast group of a join
+    number: int = 0               # 1-based rank in the report, named in the evidence file's comments
+    wireshark: dict = field(default_factory=dict)   # display filters reproducing it (wsfilter.filters)
 
     def as_dict(self) -> dict:
-        d = {"rule": self.rule, "severity": self.severity, "description": self.description,
-             "frames": self.frames}
+        d = {"number": self.number, "rule": self.rule, "severity": self.severity,
+             "description": self.description, "frames": self.frames, "wireshark": self.wireshark}
         if self.tenants:
             d["tenants"] = list(self.tenants)
         for key in ("port", "src", "dst"):

@@ -146,6 +146,6 @@ def join_findings(mads: MadObserver, policy: Policy, ids: Identities) -> list:
             out.append(Finding("ipoib-join-foreign", "breach" if granted else "attempt",
                                f"port 0x{guid:016x} joins IPoIB group {mgid} of partition 0x{pk:04x} "
                                f"({policy.name_of(pk)}), which the policy does not give it; {verdict}",
-                               [number] + ([answer[0]] if answer else []), port=guid,
+                               [number] + ([answer[0]] if answer else []), port=guid, mgid=mgid,
                                pkey=int.from_bytes(raw[4:6], "big") if ipoib else pk))
     return out

@@ -161,7 +161,7 @@ class Policy(Sink):
                     (", P_Key chosen by opensm)" if existing.automatic else ")")
                 self.notes.append(Note(line, f"partition '{stored}' = 0x{pkey:04x} is a partition of its own",
                                        f"opensm merges it into {was}: its ports and that partition's "
-                                       f"ports share P_Key 0x{pkey:04x}", "breach"))
+                                       f"ports share P_Key 0x{pkey:04x}", "breach", pkey))
             return existing
         part = self.partitions[pkey] = Partition(stored, pkey, line, automatic)
         return part
@@ -204,7 +204,8 @@ def policy_findings(policy: Policy) -> list:
         rule = "policy-fallback" if policy.fallback else "policy-reading"
         where = f"{policy.path}:{n.line}" if n.line else policy.path
         text = f"{n.says}; {n.does}" if policy.fallback else f"the text says {n.says}; {n.does}"
-        out.append(Finding(rule, n.severity, f"{where}: {text}", line=n.line or None))
+        out.append(Finding(rule, n.severity, f"{where}: {text}", line=n.line or None,
+                           pkey=0xFFFF if policy.fallback else n.pkey))
     return out
 
 

@@ -29,6 +29,7 @@ class Note:
     says: str
     does: str
     severity: str = "warning"       # info | warning | breach (widens someone's membership)
+    pkey: Optional[int] = None      # the partition the note is about, when there is one
 
 
 class Rejected(Exception):
@@ -140,8 +141,8 @@ class Reader:
         if 0 <= i < len(self.buf):
             self.buf[i] = 0
 
-    def note(self, says: str, does: str, severity: str = "warning") -> None:
-        self.notes.append(Note(self.lineno, says, does, severity))
+    def note(self, says: str, does: str, severity: str = "warning", pkey: Optional[int] = None) -> None:
+        self.notes.append(Note(self.lineno, says, does, severity, pkey))
 
     def reject(self, why: str):
         raise Rejected(self.lineno, why)
@@ -282,10 +283,10 @@ class Reader:
         base = pkey & 0x7FFF
         if value > 0xFFFF:
             self.note(f"P_Key '{text}' (= 0x{value:x})",
-                      f"opensm keeps the low 16 bits: partition 0x{base:04x}", "warning")
+                      f"opensm keeps the low 16 bits: partition 0x{base:04x}", "warning", base)
         elif how:
             self.note(f"P_Key '{text}' is {how}", f"opensm reads 0x{value:04x}: partition 0x{base:04x}",
-                      "info" if how.startswith("decimal") else "warning")
+                      "info" if how.startswith("decimal") else "warning", base)
 
     def _partition_flag(self, conf: _Conf, flag: str, val: Optional[str]) -> None:
         if self._group_flag(conf.flags, flag, val):

@@ -69,9 +69,18 @@ def to_markdown(res: Result, fail_on: str) -> str:
     if not d["findings"]:
         out.append("None.")
     for f in d["findings"]:
-        out.append(f"- **{f['severity']}** `{f['rule']}`: {f['description']}" +
+        out.append(f"{f['number']}. **{f['severity']}** `{f['rule']}`: {f['description']}" +
                    (f" (frames {', '.join(map(str, f['frames']))})" if f["frames"] else ""))
+        out += [f"   - Wireshark {label}: `{text}`" for label, text in _filters(f["wireshark"])]
     return "\n".join(out) + "\n"
+
+
+_FILTER_LABELS = (("frames", "frames"), ("evidence", "in the --evidence file"), ("semantic", "filter"))
+
+
+def _filters(w: dict) -> list:
+    """(label, display filter) of a finding's Wireshark filters that are not empty."""
+    return [(label, w[k]) for k, label in _FILTER_LABELS if w.get(k)]
 
 
 def print_terminal(res: Result, fail_on: str, console=None) -> None:
@@ -96,8 +105,10 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
             t.add_row(a, *row)
         console.print(t)
     for f in res.findings:
-        console.print(f"[{RICH[f.severity]}]{f.severity:8}[/] {f.rule:24} {f.description}" +
+        console.print(f"{f.number:3} [{RICH[f.severity]}]{f.severity:8}[/] {f.rule:24} {f.description}" +
                       (f"  [dim]frames {', '.join(map(str, f.frames))}[/]" if f.frames else ""), highlight=False)
+        for label, text in _filters(f.wireshark):
+            console.print(f"    [dim]wireshark {label}:[/] {text}", highlight=False, soft_wrap=True)
 
 
 _CSS = """
@@ -105,7 +116,8 @@ body{font-family:system-ui,sans-serif;margin:2em;color:#222}h1 .PASS{color:#1b5e
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:.35em .6em;font-size:.9em;
 vertical-align:top}th{background:#f1f1f1}.grid td{text-align:center;min-width:7em}.sev{font-weight:bold}
 code,pre{font-family:ui-monospace,monospace;font-size:.85em}.finding{border-left:6px solid #999;padding:.2em 1em;
-margin:1em 0}.legend span{padding:.2em .6em;margin-right:.4em}
+margin:1em 0}.legend span{padding:.2em .6em;margin-right:.4em}.ws code{background:#f4f4f4;padding:0 .3em}
+details.frame{margin:.4em 0}details.frame:target{outline:2px solid #1565c0}
 """
 
 
@@ -138,10 +150,12 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
         parts.append(f"<div class='finding' data-rule='{e(f['rule'])}' style='border-color:"
                      f"{COLOURS[f['severity']]}'><p><span class='sev'>{e(f['severity'])}</span> "
                      f"<code>{e(f['rule'])}</code> {e(f['description'])}</p>")
+        parts.append("<ul class='ws'>" + "".join(f"<li>Wireshark {e(label)}: <code>{e(text)}</code></li>"
+                                               for label, text in _filters(f["wireshark"])) + "</ul>")
         if f["frames"]:
             parts.append("<table><tr><th>frame</th><th>decoded</th></tr>" + "".join(
-                f"<tr><td>{n}</td><td><code>{e(summaries.get(n, ''))}</code></td></tr>" for n in f["frames"]) +
-                "</table>")
+                f"<tr><td><a href='#frame-{n}'>{n}</a></td><td><code>{e(_summary(summaries.get(n)))}</code></td></tr>"
+                for n in f["frames"]) + "</table>")
         parts.append("</div>")
     parts.append("</div><h2>Per port: policy, hardware state, wire</h2><table id='ports'><tr><th>port GUID</th>"
                  "<th>LID</th><th>type</th><th>tenant</th><th>policy (partitions.conf)</th><th>hardware P_Key table"
@@ -158,5 +172,33 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
     if d["unnamed_endpoints"]:
         parts.append("<h2>Endpoints that belong to no tenant</h2><ul>" + "".join(
             f"<li>{e(k)}: {v} packets</li>" for k, v in sorted(d["unnamed_endpoints"].items())) + "</ul>")
+    parts.append(_frame_details(res, summaries))
     parts.append("</body></html>")
     return "".join(parts)
+
+
+def _summary(decoded) -> str:
+    return decoded if isinstance(decoded, str) or decoded is None else decoded.summary
+
+
+def _frame_details(res: Result, decoded: dict) -> str:
+    """Every evidence frame decoded layer by layer, each the target of the frame links above."""
+    e = html.escape
+    cited: dict = {}
+    for f in res.findings:
+        for n in f.frames:
+            cited.setdefault(n, []).append(f.number)
+    if not cited:
+        return ""
+    out = ["<h2>Evidence frames</h2><div id='evidence'>"]
+    for n in sorted(cited):
+        d = decoded.get(n)
+        refs = ", ".join(f"#{k}" for k in cited[n])
+        out.append(f"<details class='frame' id='frame-{n}'><summary>frame {n} (findings {refs}): "
+                   f"<code>{e(_summary(d) or '')}</code></summary>")
+        layers = getattr(d, "layers", None)
+        if layers:
+            out.append("<pre>" + e(json.dumps(layers, indent=1, default=str)) + "</pre>")
+        out.append("</details>")
+    out.append("</div>")
+    return "".join(out)

@@ -158,7 +158,7 @@ def _pairwise(rule, fl, back, ends, text) -> Finding:
     sev = "breach" if back is not None else "attempt"
     text += f" ({fl.packets} packets" + (f", {back.packets} answered back)" if back else ", none answered)")
     return Finding(rule, sev, text, sorted(frames)[:EVIDENCE_FRAMES], (a.tenant, b.tenant),
-                   src=a.guid, dst=b.guid, pkey=fl.pkey, ends=(fl.src, fl.dst) if fl.src.kind == "roce" else ())
+                   src=a.guid, dst=b.guid, pkey=fl.pkey, ends=(fl.src, fl.dst))
 
 
 def _can_talk(ma: dict, mb: dict) -> bool:

@@ -22,12 +22,15 @@ def audit(
                                                             "info, warning, attempt, breach"),
     fmt: str = typer.Option("text", "--format", help="text, json or md"),
     report: Optional[Path] = typer.Option(None, "--report", help="write a self-contained HTML report"),
+    evidence: Optional[Path] = typer.Option(None, "--evidence", help="write every evidence frame to this pcapng, "
+                                            "each commented with its finding number, rule and severity "
+                                            "(Wireshark: frame.comment)"),
 ) -> None:
     """Audit P_Key tenant isolation; exit 0 pass, 1 finding at or above --fail-on, 2 unusable input."""
     from ..audit import report as rep
     from ..audit.findings import SEVERITIES
     from ..audit.policy import load_policy
-    from ..audit.run import audit_captures, evidence_summaries, load_state
+    from ..audit.run import audit_captures, load_state
     from ..audit.tenants import load_tenants
 
     if fail_on not in SEVERITIES:
@@ -35,9 +38,9 @@ def audit(
     if fmt not in ("text", "json", "md"):
         raise UserError(f"--format {fmt}: choose text, json or md")
     paths = [str(p) for p in captures or []]
-    if report:
+    if report or evidence:
         from ..outfile import refuse_aliasing
-        refuse_aliasing([report], paths + [policy, tenants, state])
+        refuse_aliasing([report, evidence], paths + [policy, tenants, state])
     for p in paths:
         if not Path(p).is_file():
             raise UserError(f"capture {p} does not exist")
@@ -53,11 +56,15 @@ def audit(
         print(rep.to_markdown(res, fail_on), end="")
     else:
         rep.print_terminal(res, fail_on)
-    if report:
-        frames = {n for f in res.findings for n in f.frames}
-        from ..outfile import output_file
-        with output_file(report, "w", inputs=paths) as f:
-            f.write(rep.to_html(res, fail_on, evidence_summaries(paths, frames), paths))
+    if report or evidence:
+        from ..audit.evidence import collect, write_pcapng
+        found = collect(paths, {n for f in res.findings for n in f.frames}, decode=bool(report))
+        if evidence:
+            write_pcapng(evidence, res.findings, found, paths)
+        if report:
+            from ..outfile import output_file
+            with output_file(report, "w", inputs=paths) as f:
+                f.write(rep.to_html(res, fail_on, {n: ev.decoded for n, ev in found.items()}, paths))
     verdict = res.verdict(fail_on)
     if verdict == "FAIL":
         raise SystemExit(1)
