@@ -35,8 +35,8 @@ IS_READ_FIRST = np.array([o == "read_resp" and s in ("first", "only") for o, s i
 IS_READ_LAST = np.array([o == "read_resp" and s in ("last", "only") for o, s in zip(_OP, _SEG)])
 HAS_AETH = np.array(["aeth" in lookup(c).headers for c in range(256)])
 IS_RC = np.array([lookup(c).transport in ("RC", "XRC") for c in range(256)])
-COLUMNS = ("time", "time_ns", "flags", "opcode", "psn", "aeth_syndrome", "reth_dmalen", "len", "paylen", "frame",
-           "ecn")
+KEPT = ("time", "opcode", "psn", "aeth_syndrome", "reth_dmalen", "frame")     # per packet drawn: 24 bytes
+BINNED = ("time_ns", "len", "flags", "opcode", "aeth_syndrome", "ecn")          # what TimeBins counts
 
 
 class TimeBins:
@@ -189,13 +189,13 @@ def collect(path: str, conversations: List[dict], keep: Iterable[int], interval:
         for part in np.split(order, cuts):
             ci = int(rc[part[0]])
             rows = bth[part]
-            cols = {k: rec[k][rows] for k in COLUMNS}
+            if ci not in per_conv:
+                per_conv[ci] = TimeBins(interval, total.t0_ns)
+            per_conv[ci].add({k: rec[k][rows] for k in BINNED})
+            cols = {k: rec[k][rows] for k in KEPT}
             cols["side"] = rs[part].astype(np.int8)
             cols["bad_icrc"] = rec["icrc"][rows] == R.BAD
             parts[ci].append(cols)
-            if ci not in per_conv:
-                per_conv[ci] = TimeBins(interval, total.t0_ns)
-            per_conv[ci].add(cols)
     packets = {ci: {k: np.concatenate([p[k] for p in ps]) for k in ps[0]} for ci, ps in parts.items() if ps}
     return Collected(total, per_conv, packets, np.concatenate(cms) if cms else np.zeros(0, R.RECORD))
 
