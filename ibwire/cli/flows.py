@@ -26,11 +26,11 @@ def _table_row(r: dict) -> dict:
             "issues": "; ".join(issues)}
 
 
-def _qp(text: str) -> int:
+def _qp(text: str, option: str = "--qp") -> int:
     try:
         return int(text, 0)
     except ValueError:
-        raise UserError(f"--qp takes a QP number such as 0x12 or 18, not {text!r}") from None
+        raise UserError(f"{option} takes a QP number such as 0x12 or 18, not {text!r}") from None
 
 
 @app.command()
@@ -72,7 +72,7 @@ def flows(
     if report:
         from ..pictures.flows_report import write_report
         write_report(file, report, {**res, "conversations": rows}, interval, top or 8,
-                     _qp(ladder) if ladder is not None else None, icrc, mask)
+                     _qp(ladder, "--ladder") if ladder is not None else None, icrc, mask)
     if fmt == "table":
         rows_t = [_table_row(r) for r in rows]
         render({"conversations": rows_t, "problems": [{"problem": p} for p in res["problems"]]}, fmt)

@@ -192,8 +192,8 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
         body.append("</section>")
     body.append("<h2 id='ladder'>Ladder diagram</h2>")
     if pick is None:
-        body.append("<p>No conversation to draw" + (f" uses QPN 0x{ladder_qp:06x}" if ladder_qp is not None else "") +
-                    ".</p>")
+        body.append(f"<p>No conversation uses QPN 0x{ladder_qp:06x}: no ladder drawn.</p>" if ladder_qp is not None
+                    else "<p>No conversation to draw.</p>")
     else:
         r = rows[pick]
         body.append(f"<p>Conversation #{r['conversation']} ({esc(r['transport'])}): its CM messages and its packets "
