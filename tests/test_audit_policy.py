@@ -100,3 +100,19 @@ def test_mgid_item_consumes_the_rest_of_its_line():
     p = parse_policy("g=0x70, ipoib : mgid=ff12:401b::1, 0x1=full\n , 0x2=full ;")
     assert 0x70 not in p.membership(Port(0x1)) and p.membership(Port(0x2))[0x70] == "full"
     assert sorted(g.mgid for g in p.partitions[0x70].mgroups) == ["ff12:401b:8070::1", "ff12:401b:8070::ffff:ffff"]
+
+
+def test_any_bytes_give_a_policy_never_an_exception():
+    """Bad input never crashes: mutated files and random bytes are read as opensm would (or its fallback)."""
+    import random
+    rnd = random.Random(7)
+    base = DOC_EXAMPLE.encode()
+    alphabet = b"aAS=0x17,:;# \t\n\r-+mgid=ff12::1\0\xff"
+    for i in range(400):
+        data = bytearray(base) if i % 2 else bytearray()
+        for _ in range(rnd.randint(1, 40)):
+            data.insert(rnd.randrange(len(data) + 1), rnd.choice(alphabet))
+        p = parse_policy(bytes(data), "m.conf", allow_both_pkeys=i % 3 == 0)
+        assert 0x7FFF in p.partitions
+        assert all(f.rule.startswith("policy-") for f in policy_findings(p))
+        p.expected_table(Port(0x123451, "ca", i % 5 == 0))
