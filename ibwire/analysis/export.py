@@ -6,7 +6,9 @@ QPNs, P_Keys and LIDs, `frame_time` as timestamp[ns, UTC], addresses as 16-byte 
 dictionary-encoded text, opcodes and CRC statuses as names; a header the packet does not carry (LRH on
 RoCE, Ethernet on native InfiniBand, RETH on a SEND) is null, not zero.
 """
-from typing import List, Optional
+import threading
+from queue import Queue
+from typing import List
 
 import numpy as np
 import pyarrow as pa
@@ -83,51 +85,77 @@ def record_schema() -> pa.Schema:
     return pa.schema(fields)
 
 
-def _text_dict(rec: np.ndarray, field: str, fmt, valid: np.ndarray) -> pa.DictionaryArray:
+def _strings(words) -> pa.Array:
+    """A string array built from its buffers (pa.array on Python objects imports pandas when present:
+    +50 MB resident)."""
+    data = [w.encode() for w in words]
+    offsets = np.zeros(len(data) + 1, np.int32)
+    np.cumsum([len(d) for d in data], out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+
+
+_ADDR_TEXT: dict = {}      # 16-byte address -> its text (a capture has few endpoints; ipaddress is slow)
+
+
+def _addr_text(w: bytes) -> str:
+    t = _ADDR_TEXT.get(w)
+    if t is None:
+        if len(_ADDR_TEXT) > 1 << 16:
+            _ADDR_TEXT.clear()
+        t = _ADDR_TEXT[w] = R.addr_text(w)
+    return t
+
+
+def _text_dict(rec: np.ndarray, field: str, bitmap) -> pa.DictionaryArray:
     """An address column as a dictionary of its distinct values in text (null where absent)."""
     _, first, inv = group_rows(rec, (field,))
     col = rec[field]
-    words = [bytes(col[i]) for i in first.tolist()]
-    inv = inv.astype(np.int32)
-    return pa.DictionaryArray.from_arrays(pa.array(inv, mask=~valid), pa.array([fmt(w) for w in words], pa.string()))
+    words = [_addr_text(bytes(col[i])) for i in first.tolist()]
+    idx = pa.Array.from_buffers(pa.int32(), len(rec), [bitmap, pa.py_buffer(inv.astype(np.int32))], null_count=-1)
+    return pa.DictionaryArray.from_arrays(idx, _strings(words))
 
 
-def _enum(col: np.ndarray, names, valid: Optional[np.ndarray] = None) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.array(col.astype(np.int8), mask=None if valid is None else ~valid),
-                                          pa.array(list(names), pa.string()))
+_SCHEMA = record_schema()
+_NAMES = _strings(_OPNAMES)
+_LINK_NAMES, _CRC_NAMES = _strings(R.LINK_KINDS), _strings(R.CRC_STATUS)
 
 
 def record_table(rec: np.ndarray) -> pa.Table:
     """One row per record with the columns of `record_schema()`."""
-    schema = record_schema()
+    n = len(rec)
     present = _present(rec)
-    cols = [pa.array(rec["time_ns"], pa.int64()).view(_TIME)]
+    bitmaps: dict = {}
+
+    def bitmap(valid):
+        """Arrow validity bitmap of a bool array (None when every row is valid); shared arrays pack once."""
+        if valid is None:
+            return None
+        key = id(valid)
+        if key not in bitmaps:
+            bitmaps[key] = (None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little")), valid)
+        return bitmaps[key][0]
+
+    def column(typ, data, valid=None):
+        return pa.Array.from_buffers(typ, n, [bitmap(valid), pa.py_buffer(np.ascontiguousarray(data))], null_count=-1)
+
+    cols = [column(_TIME, rec["time_ns"])]
     for f in R.RECORD.names:
         if f in _SKIP:
             continue
         c = rec[f]
-        valid = present.get(f)
-        mask = None if valid is None or valid.all() else ~valid
-        if c.dtype.kind == "V":
-            n = c.dtype.itemsize
-            bitmap = None if mask is None else pa.array(valid).buffers()[1]
-            arr = pa.FixedSizeBinaryArray.from_buffers(pa.binary(n), len(c), [bitmap, pa.py_buffer(np.ascontiguousarray(c))],
-                                                       null_count=-1 if mask is not None else 0)
-        elif f in ("icrc", "vcrc"):
-            arr = _enum(c, R.CRC_STATUS, c != R.ABSENT)
-        elif f == "link":
-            arr = _enum(c, R.LINK_KINDS)
+        typ = _SCHEMA.field(_name(f)).type
+        if f in ("icrc", "vcrc", "link"):
+            idx = column(pa.int8(), c.view(np.int8), None if f == "link" else c != R.ABSENT)
+            cols.append(pa.DictionaryArray.from_arrays(idx, _LINK_NAMES if f == "link" else _CRC_NAMES))
         elif f == "vlan":
-            arr = pa.array(c.astype(np.uint16), mask=mask)
+            cols.append(column(typ, c.astype(np.uint16), present[f]))
         else:
-            arr = pa.array(np.ascontiguousarray(c), mask=mask)
-        cols.append(arr)
-    cols.append(_text_dict(rec, "src", R.addr_text, present["src"]))
-    cols.append(_text_dict(rec, "dst", R.addr_text, present["dst"]))
-    bth = present["opcode"]
-    ops = pa.array(rec["opcode"].astype(np.int32), mask=~bth)
-    cols.append(pa.DictionaryArray.from_arrays(ops, pa.array(_OPNAMES, pa.string())))
-    return pa.Table.from_arrays(cols, schema=schema)
+            cols.append(column(typ, c, present.get(f)))
+    cols.append(_text_dict(rec, "src", bitmap(present["src"])))
+    cols.append(_text_dict(rec, "dst", bitmap(present["dst"])))
+    cols.append(pa.DictionaryArray.from_arrays(column(pa.int32(), rec["opcode"].astype(np.int32), present["opcode"]),
+                                               _NAMES))
+    return pa.Table.from_arrays(cols, schema=_SCHEMA)
 
 
 # --- the conversation table -------------------------------------------------------------------------------
@@ -174,16 +202,61 @@ def flow_table(rows: List[dict]) -> pa.Table:
     return pa.Table.from_pylist([{k: t.get(k) for k in FLOW_SCHEMA.names} for t in typed], schema=FLOW_SCHEMA)
 
 
+ROW_GROUP = 1 << 15        # rows per Parquet row group (batches are gathered up to this; memory stays flat)
+
+
+def tables(batches, progress=None, scan=None):
+    """Arrow tables of `batches`, built in a second thread (decoding and conversion release the GIL, so
+    they run beside the caller's Parquet encoding); at most a few tables wait in between."""
+    q: Queue = Queue(maxsize=3)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for rec in batches:
+                if stop.is_set():
+                    return
+                q.put((record_table(rec), len(rec), scan.bytes_done if scan is not None else 0))
+        except BaseException as e:          # noqa: B036  (handed to the consumer and raised there)
+            q.put(e)
+            return
+        q.put(None)
+
+    worker = threading.Thread(target=produce, daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            table, n, done = item
+            if progress:
+                progress(n, done)
+            yield table
+    finally:
+        stop.set()
+        while worker.is_alive():            # unblock a producer waiting on a full queue
+            while not q.empty():
+                q.get_nowait()
+            worker.join(0.05)
+
+
 def write_records(batches, where, progress=None, scan=None) -> int:
     """Stream record batches into one Parquet file (`where`: a path or a binary file object)."""
     import pyarrow.parquet as pq
-    n = 0
-    with pq.ParquetWriter(where, record_schema(), compression="zstd") as writer:
-        for rec in batches:
-            writer.write_table(record_table(rec))
-            n += len(rec)
-            if progress and scan is not None:
-                progress(len(rec), scan.bytes_done)
+    n, pending, rows = 0, [], 0
+    with pq.ParquetWriter(where, _SCHEMA, compression="zstd") as writer:
+        for t in tables(batches, progress, scan):
+            pending.append(t)
+            rows += t.num_rows
+            if rows >= ROW_GROUP:
+                writer.write_table(pa.concat_tables(pending))
+                n, pending, rows = n + rows, [], 0
+        if pending:
+            writer.write_table(pa.concat_tables(pending))
+            n += rows
     return n
 
 

@@ -32,7 +32,7 @@ from ..fast.walk import SpanContextLost
 from .hashing import group_rows
 
 SAMPLE = 128            # distinct PSNs per half-flow kept for pairing (requests, and responses)
-SPILL_IN_MEMORY = 1 << 19   # packets kept in memory before the spill moves to a temporary file
+SPILL_IN_MEMORY = 1 << 16   # packets kept in memory before the spill moves to a temporary file
 OP = [lookup(c).op for c in range(256)]
 TRANSPORT = [lookup(c).transport for c in range(256)]
 REQUEST_OPS = {"send", "write", "read_req", "atomic", "flush", "atomic_write", "resync"}

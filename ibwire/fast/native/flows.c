@@ -27,19 +27,21 @@ static inline int64_t psn_diff(int64_t a, int64_t b)
 /* ---- an insertion-ordered map from PSN to a small value (Python dict semantics) ---------------- */
 typedef struct {
     double t;
-    int64_t dmalen, plast, got;
+    int64_t got;
+    uint32_t dmalen;
+    int32_t plast;        /* < 2^26: a PSN plus at most 2^24 response packets */
 } val_t;
 
 typedef struct {
-    int64_t key;
-    int alive;
     val_t v;
+    uint32_t key;
+    int32_t alive;
 } ent_t;
 
 typedef struct {
     ent_t *ring;          /* entries in insertion order, positions head..tail-1 (dead ones skipped) */
     int64_t head, tail, cap;
-    int64_t *idx;         /* open addressing: absolute ring position, -1 empty */
+    int32_t *idx;         /* open addressing: ring slot, -1 empty */
     int64_t icap;
     int64_t n;            /* live entries */
 } odict;
@@ -48,13 +50,13 @@ static inline uint64_t hkey(int64_t k) { return (uint64_t)k * 0x9E3779B97F4A7C15
 
 static ent_t *at(const odict *d, int64_t pos) { return &d->ring[pos & (d->cap - 1)]; }
 
-static int64_t *slot_of(const odict *d, int64_t key)
+static int32_t *slot_of(const odict *d, int64_t key)
 {
     if (!d->icap)
         return NULL;
     uint64_t m = (uint64_t)d->icap - 1, s = (hkey(key) >> 20) & m;
     for (;;) {
-        int64_t p = d->idx[s];
+        int32_t p = d->idx[s];
         if (p < 0 || at(d, p)->key == key)
             return &d->idx[s];
         s = (s + 1) & m;
@@ -64,10 +66,10 @@ static int64_t *slot_of(const odict *d, int64_t key)
 static int od_rebuild(odict *d, int64_t need)
 {
     int64_t cap = 8;
-    while (cap < 2 * need)
+    while (cap < need + need / 4 + 8)
         cap <<= 1;
     ent_t *ring = malloc((size_t)cap * sizeof *ring);
-    int64_t *idx = malloc((size_t)cap * 2 * sizeof *idx);
+    int32_t *idx = malloc((size_t)cap * 2 * sizeof *idx);
     if (!ring || !idx) {
         free(ring);
         free(idx);
@@ -82,7 +84,7 @@ static int od_rebuild(odict *d, int64_t need)
     d->ring = ring, d->cap = cap, d->head = 0, d->tail = n, d->idx = idx, d->icap = cap * 2;
     memset(idx, 0xFF, (size_t)d->icap * sizeof *idx);
     for (int64_t p = 0; p < n; p++)
-        *slot_of(d, ring[p].key) = p;
+        *slot_of(d, ring[p].key) = (int32_t)p;
     return 0;
 }
 
@@ -95,7 +97,7 @@ static void od_free(odict *d)
 
 static val_t *od_get(const odict *d, int64_t key)
 {
-    int64_t *s = slot_of(d, key);
+    int32_t *s = slot_of(d, key);
     return s && *s >= 0 ? &at(d, *s)->v : NULL;
 }
 
@@ -110,20 +112,20 @@ static int od_set(odict *d, int64_t key, val_t v)
     if (d->tail - d->head >= d->cap && od_rebuild(d, d->n + 1) < 0)
         return -1;
     int64_t p = d->tail++;
-    *at(d, p) = (ent_t){key, 1, v};
-    *slot_of(d, key) = p;
+    *at(d, p) = (ent_t){v, (uint32_t)key, 1};
+    *slot_of(d, key) = (int32_t)(p & (d->cap - 1));
     d->n++;
     return 0;
 }
 
 /* Remove the slot's entry from the hash (backward-shift deletion keeps probe chains whole). */
-static void unindex(odict *d, int64_t *slot)
+static void unindex(odict *d, int32_t *slot)
 {
     uint64_t m = (uint64_t)d->icap - 1, i = (uint64_t)(slot - d->idx), j = i;
     d->idx[i] = -1;
     for (;;) {
         j = (j + 1) & m;
-        int64_t p = d->idx[j];
+        int32_t p = d->idx[j];
         if (p < 0)
             return;
         uint64_t k = (hkey(at(d, p)->key) >> 20) & m;
@@ -137,7 +139,7 @@ static void unindex(odict *d, int64_t *slot)
 
 static int od_pop(odict *d, int64_t key, val_t *out)
 {
-    int64_t *s = slot_of(d, key);
+    int32_t *s = slot_of(d, key);
     if (!s || *s < 0)
         return 0;
     ent_t *e = at(d, *s);
@@ -349,7 +351,7 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
     if (oc == OC_READ_REQ) {              /* one PSN per response packet: dmalen/4096 to dmalen/256 */
         int64_t lo = (dmalen + 4095) / 4096, hi = (dmalen + 255) / 256;
         nxt = psn + (lo > 1 ? lo : 1);
-        if (od_set(&ch->reads, psn, (val_t){p->t, dmalen, psn + (hi > 1 ? hi : 1) - 1, 0}) < 0)
+        if (od_set(&ch->reads, psn, (val_t){p->t, 0, (uint32_t)dmalen, (int32_t)(psn + (hi > 1 ? hi : 1) - 1)}) < 0)
             return -1;
         while (ch->reads.n > PENDING_MAX)
             od_popfirst(&ch->reads);
@@ -407,7 +409,7 @@ static int response(channel *ch, const flow_tables *tab, const flow_pkt *p)
                 return -1;
             e->v.got += p->paylen;
             if (seg == SEG_LAST || seg == SEG_ONLY) {
-                if (e->v.got != e->v.dmalen)
+                if (e->v.got != (int64_t)e->v.dmalen)
                     c[FC_LENGTH_MISMATCH]++;
                 od_pop(&ch->reads, e->key, NULL);
                 c[FC_READS_COMPLETED]++;
