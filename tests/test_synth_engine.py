@@ -80,26 +80,33 @@ def test_timestamps_keep_nanoseconds_at_a_real_epoch():
 
 
 @pytest.mark.parametrize("text,needle", [
-    ('[scenario\n', "line 1"),
-    ('[scenario]\nlink = "roce3"\n', "line 2"),
-    ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\n[[qp]]\nname = "q"\ntype = "RC"\nsrc = "a"\ndst = "zz"\n', "line 9"),
-    ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 0xc001\n', "line 4"),
-    ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\ncolour = "red"\n', "line 5"),
+    ('[scenario\n', "bad.toml:1:"),
+    ('[scenario]\nlink = "roce3"\n', "bad.toml:2:"),
+    ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\n[[qp]]\nname = "q"\ntype = "RC"\nsrc = "a"\ndst = "zz"\n', "bad.toml:9:"),
+    ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 0xc001\n', "bad.toml:4:"),
+    ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\ncolour = "red"\n', "bad.toml:5:"),
     ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\n[[qp]]\nname = "q"\ntype = "RC"\nsrc = "a"\ndst = "a"\n'
-     '[[fault]]\nkind = "bad_qkey"\nqp = "q"\n', "line 12"),          # only datagrams carry a Q_Key
+     '[[fault]]\nkind = "bad_qkey"\nqp = "q"\n', "bad.toml:12:"),          # only datagrams carry a Q_Key
     ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\n[[fault]]\nkind = "ipoib_join"\nport = "a"\n'
-     'partition = "nope"\n', "line 8"),
+     'partition = "nope"\n', "bad.toml:8:"),
+    ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\npkeys = [0x18001]\n', "bad.toml:5:"),       # P_Keys are 16 bits
+    ('[[port]]\nname = "a"\nguid = "0x10000000000000000"\nlid = 1\n', "bad.toml:3:"),        # GUIDs 64 bits
+    ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\n[[port]]\nname = "b"\nguid = 1\nlid = 2\n', "bad.toml:7:"),
+    ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\n[[qp]]\nname = "q"\ntype = "RC"\nsrc = "a"\ndst = "a"\n'
+     'src_qpn = 0x1000000\n', "bad.toml:10:"),                                                # QPNs 24 bits
+    ('[[port]]\nname = "a"\nguid = "0x1"\nlid = 1\n[[qp]]\nname = "q"\ntype = "RC"\nsrc = "a"\ndst = "a"\n'
+     'timeout_us = "soon"\n', "bad.toml:10:"),
 ])
 def test_bad_scenario_gives_one_sentence_with_the_line(text, needle, tmp_path):
     p = tmp_path / "bad.toml"
     p.write_text(text)
     with pytest.raises(UserError) as e:
         load(p)
-    assert needle in str(e.value) and "\n" not in str(e.value)
+    assert needle in str(e.value) and "\n" not in str(e.value)          # file:line, as editors jump to it
 
 
 def test_cli_reports_bad_scenario_without_traceback(tmp_path):
     p = tmp_path / "bad.toml"
     p.write_text('[scenario]\nlink = "roce3"\n')
     r = run_ibwire("synth", p, "-w", tmp_path / "o.pcap")
-    assert r.returncode == 2 and "Traceback" not in r.stderr and "line 2" in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "bad.toml:2: " in r.stderr

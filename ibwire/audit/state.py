@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ..errors import UserError
+from ..errors import InputError, UserError
 
 
 @dataclass
@@ -109,12 +109,17 @@ def from_fabric_json(path: str) -> FabricState:
     MASTER in `sm.seen`, as the audit decides it from a capture.  A port whose table was never read or written
     (`pkeys_last` null) has an unknown table, not an empty one; a switch's table is its port 0's."""
     try:
-        doc = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(path, e.lineno, f"not valid JSON ({e.msg}); give the output of "
+                                         f"'ibwire fabric CAPTURE --format json'") from None
     except (OSError, ValueError) as e:
         raise UserError(f"cannot read the fabric state {path} ({e}); give the output of "
                         f"'ibwire fabric CAPTURE --format json'") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("ports"), list):
         raise UserError(f"{path} is not 'ibwire fabric --format json' output (no \"ports\" list)")
+    _check_fabric_json(doc, path, text)
     st = FabricState(sources=[f"fabric json {path}"])
     src = f"fabric json {Path(path).name}"
     nodes = {_int(n.get("guid")): n for n in doc.get("nodes") or [] if isinstance(n, dict)}
@@ -145,6 +150,95 @@ def from_fabric_json(path: str) -> FabricState:
         who = st.by_lid(_int(sm["master_lid"]))
         st.master_sm = who[0].guid if len(who) == 1 else None
     return st
+
+
+_RANGES = {"guid": (1, (1 << 64) - 1, "a 64-bit GUID"), "node_guid": (1, (1 << 64) - 1, "a 64-bit GUID"),
+           "lid": (1, 0xBFFF, "a unicast LID (1-0xBFFF)"), "port_num": (0, 254, "a port number (0-254)"),
+           "pkeys": (0, 0xFFFF, "a 16-bit P_Key"), "master_lid": (1, 0xBFFF, "a unicast LID (1-0xBFFF)")}
+
+
+def _check_fabric_json(doc: dict, path: str, text: str) -> None:
+    """Every GUID, LID, port number and P_Key the audit uses is a number within its width (IBA 4.1, 10.9),
+    or an error naming its line; a wrong one would silently move a port out of a finding."""
+    lines = None
+
+    def bad(where: tuple, key: str, v) -> None:
+        nonlocal lines
+        lines = lines if lines is not None else _json_lines(text)
+        raise InputError(path, lines.get(where, 0), f"{key} {json.dumps(v)} is not {_RANGES[key][2]}")
+
+    def check(where: tuple, key: str, v, optional: bool = True) -> None:
+        if v is None and optional:
+            return
+        n = _int(v) if not isinstance(v, bool) else None
+        lo, hi, _ = _RANGES[key]
+        if n is None or not lo <= n <= hi:
+            bad(where, key, v)
+
+    for i, p in enumerate(doc["ports"]):
+        if not isinstance(p, dict):
+            continue
+        check(("ports", i, "guid"), "guid", p.get("guid"), optional=False)
+        for key in ("node_guid", "port_num"):
+            check(("ports", i, key), key, p.get(key))
+        if p.get("lid") not in (None, 0):           # 0: no LID assigned yet
+            check(("ports", i, "lid"), "lid", p.get("lid"))
+        pkeys = p.get("pkeys")
+        if pkeys is not None and not isinstance(pkeys, list):
+            bad(("ports", i, "pkeys"), "pkeys", pkeys)
+        for j, k in enumerate(pkeys or []):
+            check(("ports", i, "pkeys", j), "pkeys", k, optional=False)
+    sm = doc.get("sm") if isinstance(doc.get("sm"), dict) else {}
+    check(("sm", "master_lid"), "master_lid", sm.get("master_lid"))
+    for i, seen in enumerate(sm.get("seen") or []):
+        if isinstance(seen, dict):
+            check(("sm", "seen", i, "guid"), "guid", seen.get("guid"))
+
+
+def _json_lines(text: str) -> dict:
+    """Path (keys and indexes) -> 1-based line where that value starts, for a JSON document that parsed."""
+    out, stack, line, i, key = {}, [], 1, 0, None      # stack: [container path, next index or None]
+    while i < len(text):
+        c = text[i]
+        if c == "\n":
+            line += 1
+        elif c == '"':
+            j = i + 1
+            while text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            word = json.loads(text[i:j + 1])
+            after = text[j + 1:j + 40].lstrip()
+            if stack and stack[-1][1] is None and after.startswith(":"):
+                key = word
+            else:
+                _mark(out, stack, key, line)
+                key = None
+            i = j
+        elif c in "{[":
+            path = _mark(out, stack, key, line)
+            key = None
+            stack.append([path, 0 if c == "[" else None])
+        elif c in "}]":
+            stack.pop()
+        elif c not in " \t\r,:":
+            _mark(out, stack, key, line)
+            key = None
+            while i + 1 < len(text) and text[i + 1] not in ",}]\n \t\r":
+                i += 1
+        i += 1
+    return out
+
+
+def _mark(out: dict, stack: list, key, line: int) -> tuple:
+    if not stack:
+        return ()
+    top = stack[-1]
+    if top[1] is None:
+        path = top[0] + (key,)
+    else:
+        path, top[1] = top[0] + (top[1],), top[1] + 1
+    out[path] = line
+    return path
 
 
 # -- live fabric through infiniband-diags ----------------------------------------------------------

@@ -16,12 +16,13 @@ names belongs to no tenant and is reported as such.
 from __future__ import annotations
 
 import ipaddress
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ..errors import UserError
+from ..errors import InputError, UserError
 
 _KEYS = {"port_guid", "lid", "gid", "mac", "ip", "vlan", "pf", "vf", "host", "name", "description"}
 
@@ -80,13 +81,17 @@ def _norm_mac(v: str) -> str:
     return ":".join(h[i:i + 2] for i in range(0, 12, 2))
 
 
-def _num(v, what: str) -> int:
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
+def _num(v, what: str, lo: int = 0, hi: int = (1 << 64) - 1) -> int:
+    """An integer within the field's range on the wire (IBA: LIDs 1-0xBFFF unicast, GUIDs 64 bits)."""
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ValueError(f"bad {what} {v!r}")
     try:
-        return int(str(v), 0)
+        n = v if isinstance(v, int) else int(v.strip(), 0)
     except ValueError:
-        raise ValueError(f"bad {what} '{v}'") from None
+        raise ValueError(f"bad {what} {v!r}") from None
+    if not lo <= n <= hi:
+        raise ValueError(f"{what} {v!r} is outside {lo:#x}..{hi:#x}")
+    return n
 
 
 def _endpoint(tenant: str, i: int, raw) -> Endpoint:
@@ -99,9 +104,9 @@ def _endpoint(tenant: str, i: int, raw) -> Endpoint:
         raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))} (use {', '.join(sorted(_KEYS))})")
     ep = Endpoint(tenant, str(raw.get("name", f"{tenant}#{i + 1}")))
     if "port_guid" in raw:
-        ep.port_guid = _num(raw["port_guid"], "port GUID")
+        ep.port_guid = _num(raw["port_guid"], "port GUID", 1)
     if "lid" in raw:
-        ep.lid = _num(raw["lid"], "LID")
+        ep.lid = _num(raw["lid"], "LID", 1, 0xBFFF)
     if "gid" in raw:
         ep.gid = str(ipaddress.IPv6Address(str(raw["gid"])))
     if "mac" in raw:
@@ -109,44 +114,85 @@ def _endpoint(tenant: str, i: int, raw) -> Endpoint:
     if "ip" in raw:
         ep.net = ipaddress.ip_network(str(raw["ip"]), strict=False)
     if "vlan" in raw:
-        ep.vlan = _num(raw["vlan"], "VLAN")
+        ep.vlan = _num(raw["vlan"], "VLAN", 0, 4095)
     if ("pf" in raw) != ("vf" in raw):
         raise ValueError("a VF endpoint needs both pf = \"mlx5_0\" and vf = N")
     if "pf" in raw:
-        ep.pf, ep.vf = str(raw["pf"]), _num(raw["vf"], "VF number")
+        ep.pf, ep.vf = str(raw["pf"]), _num(raw["vf"], "VF number", 0, 0xFFFF)
     if not any(getattr(ep, k) is not None for k in ("port_guid", "lid", "gid", "mac", "net", "vlan", "pf")):
         raise ValueError("the endpoint names nothing (give port_guid, lid, gid, mac, ip, vlan or pf/vf)")
     return ep
+
+
+def _lines(text: str, name: str) -> tuple:
+    """(line of tenant `name`'s table, lines of its inline endpoint tables), 1-based; 0 when not found."""
+    lines = text.splitlines()
+    head = re.compile(rf"""\s*\[\s*tenants\s*\.\s*(["']?){re.escape(name)}\1\s*\]|\s*name\s*=\s*["']{re.escape(name)}["']""")
+    at = next((i for i, ln in enumerate(lines) if head.match(ln)), None)
+    if at is None:
+        return 0, []
+    if lines[at].lstrip().startswith("name"):          # [[tenant]] name = "...": its table starts above
+        at = next((i for i in range(at, -1, -1) if lines[i].lstrip().startswith("[")), at)
+    eps = []
+    for j in range(at + 1, len(lines)):
+        if re.match(r"\s*\[", lines[j]):
+            break
+        eps += [j + 1] * lines[j].split("#")[0].count("{")
+    return at + 1, eps
+
+
+_SAME = (("port_guid", lambda ep: ep.port_guid, "port GUID {:#018x}"), ("lid", lambda ep: ep.lid, "LID {}"),
+         ("gid", lambda ep: ep.gid, "GID {}"),
+         ("roce", lambda ep: ep.is_roce and (ep.mac, str(ep.net), ep.vlan), "RoCE endpoint {}"))
 
 
 def parse_tenants(text: str, path: str = "<tenants>") -> Tenants:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: {e}; fix the TOML syntax") from None
+        m = re.search(r"\(at line (\d+)", str(e))
+        line = int(m.group(1)) if m else (len(text.splitlines()) if "end of document" in str(e) else 0)
+        raise InputError(path, line, f"{re.sub(r' *[(]at (line|end).*', '', str(e))}; fix the TOML syntax") from None
     entries = []
     if isinstance(doc.get("tenants"), dict):
         entries += list(doc["tenants"].items())
     for t in doc.get("tenant", []) if isinstance(doc.get("tenant"), list) else []:
-        if "name" not in t:
+        if not isinstance(t, dict) or "name" not in t:
             raise UserError(f"{path}: every [[tenant]] needs name = \"...\"")
-        entries.append((t["name"], t))
+        entries.append((str(t["name"]), t))
     if not entries:
         raise UserError(f"{path} declares no tenants; add [tenants.NAME] tables with endpoints = [...]")
     out = Tenants(path=path)
+    owner: dict = {}                                   # (kind, identity) -> (tenant, line)
     for name, body in entries:
+        head, ep_lines = _lines(text, name)
         if name in out.names:
-            raise UserError(f"{path}: tenant '{name}' is declared twice")
+            raise InputError(path, head, f"tenant '{name}' is declared twice")
         out.names.append(name)
         eps = body.get("endpoints", []) if isinstance(body, dict) else []
+        if not isinstance(eps, list):
+            raise InputError(path, head, f"tenant '{name}': endpoints must be a list of tables")
         for key in ("port_guids", "lids", "gids", "macs", "ips", "vlans"):
-            for v in body.get(key, []) if isinstance(body, dict) else []:
-                eps = list(eps) + [{key[:-1]: v}]
+            more = body.get(key, []) if isinstance(body, dict) else []
+            if not isinstance(more, list):
+                raise InputError(path, head, f"tenant '{name}': {key} must be a list")
+            eps = list(eps) + [{key[:-1]: v} for v in more]
         for i, raw in enumerate(eps):
+            line = ep_lines[i] if i < len(ep_lines) else head
             try:
-                out.endpoints.append(_endpoint(name, i, raw))
+                ep = _endpoint(name, i, raw)
             except ValueError as e:
-                raise UserError(f"{path}: tenant '{name}' endpoint {i + 1}: {e}") from None
+                raise InputError(path, line, f"tenant '{name}' endpoint {i + 1}: {e}") from None
+            for kind, key, text_of in _SAME:
+                ident = key(ep)
+                if ident is None or ident is False:
+                    continue
+                first = owner.setdefault((kind, ident), (name, line))
+                if first[0] != name:
+                    raise InputError(path, line, f"{text_of.format(ident)} is given to tenant '{first[0]}' "
+                                                 f"(line {first[1]}) and to tenant '{name}'; an endpoint belongs "
+                                                 "to one tenant")
+            out.endpoints.append(ep)
     return out
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ibwire.errors import UserError
+from ibwire.errors import InputError, UserError
 
 QP_TYPES = ("RC", "UC", "UD", "XRC")
 OP_KINDS = ("send", "send_imm", "send_inv", "write", "write_imm", "read", "cmp_swap", "fetch_add")
@@ -174,8 +174,7 @@ class _Src:
         return start + 1
 
     def fail(self, line: int, msg: str):
-        where = f"{self.path} line {line}" if line else str(self.path)
-        raise UserError(f"{where}: {msg}")
+        raise InputError(self.path, line, msg)
 
 
 def _int(v, what, src, line):
@@ -189,6 +188,29 @@ def _int(v, what, src, line):
         except ValueError:
             pass
     src.fail(line, f"{what} must be an integer (decimal or 0x hex), not {v!r}")
+
+
+MAX_COUNT = 1_000_000      # messages per [[op]] or pings per [[ipoib]]: a scenario file cannot ask for more
+
+
+def _ranged(v, what, lo, hi, src, line):
+    """An integer in lo..hi (the field's width on the wire), or an error at its line."""
+    n = _int(v, what, src, line)
+    if not lo <= n <= hi:
+        src.fail(line, f"{what} {n:#x} is outside {lo:#x}..{hi:#x}")
+    return n
+
+
+def _float(v, what, src, line):
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    src.fail(line, f"{what} must be a number, not {v!r}")
+
+
+def _list(v, what, src, line):
+    if not isinstance(v, list):
+        src.fail(line, f"{what} must be a list such as [\"a\", \"b\"], not {v!r}")
+    return v
 
 
 def _mac(v, src, line):
@@ -221,9 +243,9 @@ def load(path, link: Optional[str] = None) -> Scenario:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
-        where = f"line {m.group(1)}, column {m.group(2)}" if m else "somewhere"
         msg = re.sub(r"\s*\(at line.*\)", "", str(e))
-        raise UserError(f"{path} {where}: not valid TOML ({msg}); fix the syntax there") from None
+        raise InputError(f"{path}:{m.group(1)}" if m else path, int(m.group(2)) if m else 0,
+                         f"not valid TOML ({msg}); fix the syntax there") from None
     src = _Src(path, text)
     return _build(doc, src, link)
 
@@ -260,10 +282,13 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         name = p["name"]
         if name in ports:
             src.fail(ln("name"), f"port name {name!r} is used twice; names must be unique")
-        guid = _int(p["guid"], "guid", src, ln("guid"))
+        guid = _ranged(p["guid"], "guid", 1, (1 << 64) - 1, src, ln("guid"))
         lid = _int(p["lid"], "lid", src, ln("lid"))
         if not 0 < lid < 0xC000:
             src.fail(ln("lid"), f"lid {lid:#x} is not a unicast LID (1..0xbfff)")
+        twin = next((q.name for q in ports.values() if q.guid == guid), None)
+        if twin is not None:
+            src.fail(ln("guid"), f"guid {guid:#x} is already port {twin!r}'s; every port has its own GUID")
         mac = _mac(p["mac"], src, ln("mac")) if "mac" in p else bytes([2, 0]) + (guid & 0xFFFFFFFF).to_bytes(4, "big")
         ip4 = _ip(p["ip"], 4, src, ln("ip")) if "ip" in p else bytes([10, 0, lid >> 8, lid & 0xFF])
         ip6 = _ip(p["ip6"], 6, src, ln("ip6")) if "ip6" in p else ipaddress.IPv6Address(f"fd00::{lid:x}").packed
@@ -271,14 +296,16 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         vlan = _int(p["vlan"], "vlan", src, ln("vlan")) if "vlan" in p else None
         if vlan is not None and not 0 < vlan < 4095:
             src.fail(ln("vlan"), f"vlan {vlan} is outside 1..4094")
-        pkeys = [_int(k, "pkey", src, ln("pkeys")) for k in p["pkeys"]] if "pkeys" in p else None
+        pkeys = [_ranged(k, "pkey", 0, 0xFFFF, src, ln("pkeys")) for k in _list(p["pkeys"], "pkeys", src, ln("pkeys"))] \
+            if "pkeys" in p else None
         kind = p.get("kind", "ca")
         if kind not in ("ca", "switch"):
             src.fail(ln("kind"), f"kind {kind!r} must be \"ca\" or \"switch\"")
-        vf = _int(p["vf"], "vf", src, ln("vf")) if "vf" in p else None
+        vf = _ranged(p["vf"], "vf", 0, 0xFFFF, src, ln("vf")) if "vf" in p else None
         ports[name] = Port(name, guid, lid, kind, p.get("host", ""), p.get("pf", ""), vf, mac, ip4, ip6, vlan,
-                           _int(p.get("pcp", 3), "pcp", src, ln("pcp")), gid, pkeys, bool(p.get("enforce", True)),
-                           0x48 + len(ports), _int(p.get("mkey", 0), "mkey", src, ln("mkey")))
+                           _ranged(p.get("pcp", 3), "pcp", 0, 7, src, ln("pcp")), gid, pkeys,
+                           bool(p.get("enforce", True)), 0x48 + len(ports),
+                           _ranged(p.get("mkey", 0), "mkey", 0, (1 << 64) - 1, src, ln("mkey")))
     if not ports:
         src.fail(0, "the scenario declares no [[port]]; add at least two ports")
 
@@ -293,7 +320,9 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         for req in ("name", "pkey"):
             if req not in p:
                 src.fail(src.line_of("partition", i), f"[[partition]] number {i + 1} needs a {req!r}")
-        pk = _int(p["pkey"], "pkey", src, src.line_of("partition", i, "pkey")) & 0x7FFF
+        pk = _ranged(p["pkey"], "pkey", 1, 0xFFFF, src, src.line_of("partition", i, "pkey")) & 0x7FFF
+        for key in ("full", "limited"):
+            _list(p.get(key, []), key, src, src.line_of("partition", i, key))
         for m in p.get("full", []) + p.get("limited", []):
             if m != "ALL":
                 need_port(m, "partition", i, "full" if m in p.get("full", []) else "limited")
@@ -306,10 +335,11 @@ def _build(doc, src: _Src, link_override) -> Scenario:
     if sm is not None:
         need_port(sm, "sm", -1, "port")
 
+    num = lambda k, default: _float(sc.get(k, default), k, src, src.line_of("scenario", -1, k))  # noqa: E731
     scen = Scenario(src.path, sc.get("name", src.path.stem), sc.get("description", ""), link,
-                    int(sc.get("seed", 1)), float(sc.get("start", 1700000000.0)),
-                    float(sc.get("latency_us", 1.0)) * 1e-6, float(sc.get("rate_gbps", 100.0)) * 1e9,
-                    float(sc.get("cnp_interval_us", 50.0)) * 1e-6, float(sc.get("ack_delay_us", 4.0)) * 1e-6,
+                    _int(sc.get("seed", 1), "seed", src, src.line_of("scenario", -1, "seed")),
+                    num("start", 1700000000.0), num("latency_us", 1.0) * 1e-6, num("rate_gbps", 100.0) * 1e9,
+                    num("cnp_interval_us", 50.0) * 1e-6, num("ack_delay_us", 4.0) * 1e-6,
                     ports, parts, {}, [], [], [], sm, bool(smd.get("sweep", False)), doc.get("expect", {}))
 
     qp_keys = {"name", "type", "src", "dst", "src_qpn", "dst_qpn", "pkey", "psn", "pmtu", "cm", "path_query",
@@ -325,7 +355,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
             src.fail(ln("type"), f"qp type {q['type']!r} is not one of {', '.join(QP_TYPES)}")
         a, b = need_port(q["src"], "qp", i, "src"), need_port(q["dst"], "qp", i, "dst")
         if "pkey" in q:
-            pkey = _int(q["pkey"], "pkey", src, ln("pkey"))
+            pkey = _ranged(q["pkey"], "pkey", 1, 0xFFFF, src, ln("pkey"))
         else:
             tb = scen.port_pkeys(b)
             shared = [k for k in scen.port_pkeys(a)
@@ -338,15 +368,15 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         psn = _int(q.get("psn", 0), "psn", src, ln("psn"))
         if not 0 <= psn <= 0xFFFFFF:
             src.fail(ln("psn"), f"psn {psn:#x} does not fit in 24 bits")
-        qp = QP(q["name"], t, a, b, _int(q.get("src_qpn", 0x100 + 2 * i), "src_qpn", src, ln("src_qpn")),
-                _int(q.get("dst_qpn", 0x101 + 2 * i), "dst_qpn", src, ln("dst_qpn")), pkey, psn, pmtu,
+        qp = QP(q["name"], t, a, b, _ranged(q.get("src_qpn", 0x100 + 2 * i), "src_qpn", 0, 0xFFFFFF, src, ln("src_qpn")),
+                _ranged(q.get("dst_qpn", 0x101 + 2 * i), "dst_qpn", 0, 0xFFFFFF, src, ln("dst_qpn")), pkey, psn, pmtu,
                 bool(q.get("cm", t in ("RC", "UC", "XRC"))), bool(q.get("path_query", t != "UD")),
-                max(1, _int(q.get("ack_every", 1), "ack_every", src, ln("ack_every"))),
-                _int(q.get("credits", 16), "credits", src, ln("credits")),
-                _int(q.get("qkey", 0x11111111), "qkey", src, ln("qkey")),
-                _int(q.get("xrc_srq", 0x40), "xrc_srq", src, ln("xrc_srq")),
-                _int(q.get("retry_cnt", 7), "retry_cnt", src, ln("retry_cnt")),
-                float(q.get("timeout_us", 4000.0)), ln())
+                _ranged(q.get("ack_every", 1), "ack_every", 1, 1 << 24, src, ln("ack_every")),
+                _ranged(q.get("credits", 16), "credits", 0, 31, src, ln("credits")),
+                _ranged(q.get("qkey", 0x11111111), "qkey", 0, 0xFFFFFFFF, src, ln("qkey")),
+                _ranged(q.get("xrc_srq", 0x40), "xrc_srq", 0, 0xFFFFFF, src, ln("xrc_srq")),
+                _ranged(q.get("retry_cnt", 7), "retry_cnt", 0, 7, src, ln("retry_cnt")),
+                _float(q.get("timeout_us", 4000.0), "timeout_us", src, ln("timeout_us")), ln())
         if qp.name in scen.qps:
             src.fail(ln("name"), f"qp name {qp.name!r} is used twice")
         scen.qps[qp.name] = qp
@@ -367,9 +397,9 @@ def _build(doc, src: _Src, link_override) -> Scenario:
             src.fail(ln("kind"), f"a UC qp cannot do {kind}; UC supports SEND and RDMA WRITE only")
         if not 0 <= size <= 1 << 31:
             src.fail(ln("size"), f"size {size} is out of range")
-        count = _int(o.get("count", 1), "count", src, ln("count"))
-        scen.ops.append(Op(qp.name, kind, size, count, float(o.get("at_us", 0.0)) * 1e-6,
-                           float(o.get("interval_us", 10.0)) * 1e-6))
+        count = _ranged(o.get("count", 1), "count", 0, MAX_COUNT, src, ln("count"))
+        scen.ops.append(Op(qp.name, kind, size, count, _float(o.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
+                           _float(o.get("interval_us", 10.0), "interval_us", src, ln("interval_us")) * 1e-6))
 
     for i, f in enumerate(doc.get("fault", [])):
         kind = f.get("kind")
@@ -400,5 +430,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         part = p.get("partition", "")
         if part not in parts:
             src.fail(src.line_of("ipoib", i, "partition"), f"ipoib names partition {part!r}, which no [[partition]] declares")
-        scen.pings.append(Ping(p["src"], p["dst"], part, float(p.get("at_us", 0.0)) * 1e-6, int(p.get("count", 1))))
+        ln = lambda k="": src.line_of("ipoib", i, k)  # noqa: E731
+        scen.pings.append(Ping(p["src"], p["dst"], part, _float(p.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
+                               _ranged(p.get("count", 1), "count", 0, MAX_COUNT, src, ln("count"))))
     return scen
