@@ -43,6 +43,8 @@ def why_not(backend: str, link_layer: Optional[str], eswitch: Optional[str], has
         if not has_rdma:
             return "no RDMA support in this kernel"
         return None if cap else "missing CAP_NET_RAW"
+    if backend in ("tc-mirror", "netdev") and not tools.which("dumpcap"):
+        return "dumpcap, the capture engine, is not installed (wireshark-common, installed with tshark)"
     if backend == "tc-mirror":
         if not tools.which("tc"):
             return "tc (iproute2) is not installed"
