@@ -92,3 +92,21 @@ def test_text_markdown_and_html_show_the_filters_and_link_frames_to_their_decode
     block = page[page.index(f"id='frame-{first}'"):]
     block = block[:block.index("</details>")]
     assert "&quot;bth&quot;" in block and "p_key" in block
+
+
+def test_policy_findings_carry_the_partition_filter(tmp_path):
+    """A policy finding has no frames; its filter selects the traffic of the partition it is about."""
+    confs = Path(__file__).resolve().parent / "audit" / "confs"
+    cap = CAPTURES / "multitenant-clean.pcap"
+    found = {}
+    for conf in ("03_pkey_truncated_merge.conf", "18_bad_guid_rejected.conf"):
+        out = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "audit", str(cap),
+                              "--policy", str(confs / conf), "--format", "json"],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        found.update({f["rule"]: f for f in json.loads(out.stdout)["findings"] if f["rule"].startswith("policy-")
+                      and f["severity"] == "breach"})
+    assert found["policy-reading"]["wireshark"]["semantic"] == "infiniband.bth.p_key in {0x0002, 0x8002}"
+    assert found["policy-fallback"]["wireshark"]["semantic"] == "infiniband.bth.p_key == 0xffff"
+    for f in found.values():
+        assert f["frames"] == [] and f["wireshark"]["frames"] == ""
+        _tshark(cap, "-Y", f["wireshark"]["semantic"], "-c", "1")       # tshark accepts it

@@ -140,10 +140,7 @@ class Policy(Sink):
                 found = self._by_name(name)
                 if found is not None:
                     return found
-                if len(name.encode("latin-1")) > NAME_MAX and self._by_name(name[:NAME_MAX]) is not None:
-                    self.notes.append(Note(line, f"'{name}' names an earlier partition",
-                                           f"opensm keeps only {NAME_MAX} characters of a name, cannot find it "
-                                           f"and creates another partition", "warning"))
+                lost = len(name.encode("latin-1")) > NAME_MAX and self._by_name(name[:NAME_MAX]) is not None
             while self._counter < DEFAULT_PKEY - 1:
                 self._counter += 1
                 if self._counter not in self.partitions:
@@ -152,6 +149,10 @@ class Policy(Sink):
             if not pkey:
                 return None
             automatic = True
+            if name is not None and lost:
+                self.notes.append(Note(line, f"'{name}' names an earlier partition",
+                                       f"opensm keeps only {NAME_MAX} characters of a name, cannot find it "
+                                       f"and creates another partition, 0x{pkey:04x}", "warning", pkey))
         stored = name.encode("latin-1")[:NAME_MAX].decode("latin-1") if name else f"{pkey:04x}"
         existing = self.partitions.get(pkey)
         if existing is not None:

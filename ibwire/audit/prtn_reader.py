@@ -115,7 +115,7 @@ class Reader:
         self.buf = bytearray(LINE_SIZE + 1)             # +1: a C read one past the array finds NUL here
         self.lineno = 0
         self.notes: list = []
-        self.mgroup_lines: set = set()
+        self.part = None                                # partition of the statement being read
 
     # -- C string helpers on the line buffer -------------------------------------------------------
     def _at(self, i: int) -> int:
@@ -142,6 +142,9 @@ class Reader:
             self.buf[i] = 0
 
     def note(self, says: str, does: str, severity: str = "warning", pkey: Optional[int] = None) -> None:
+        """A note inside a statement is about its partition unless it names another P_Key."""
+        if pkey is None and self.part is not None:
+            pkey = self.part.pkey
         self.notes.append(Note(self.lineno, says, does, severity, pkey))
 
     def reject(self, why: str):
@@ -179,7 +182,7 @@ class Reader:
                 success = 1
                 if q is None:
                     break
-                conf = None
+                conf = self.part = None
         if conf is not None and conf.part is not None:
             self.note(f"the last partition ('{conf.part.name}') is not closed with ';'",
                       "opensm applies it as written", "info")
@@ -200,6 +203,7 @@ class Reader:
             p += 1
         length = p - start
         if conf.part is None:
+            first_note = len(self.notes)
             colon = self._strchr(p, ord(":"))
             if colon is None:
                 self.reject("no partition definition found")
@@ -215,6 +219,9 @@ class Reader:
                 self._partition_flag(conf, flag, val)
             if p != after or not self._create(conf, name, pkey_text):
                 self.reject("bad partition definition")
+            for n in self.notes[first_note:]:           # header notes are about the partition it made
+                n.pkey = conf.part.pkey if n.pkey is None else n.pkey
+        self.part = conf.part
         while True:
             q, ret, name, flag = self._comma_token(p)
             length += ret
