@@ -113,3 +113,19 @@ def test_extcap_lists_the_pf_ports_and_vfs_of_a_sysfs_tree_with_their_link_types
     r = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "extcap", "--extcap-dlts",
                         "--extcap-interface", "ibwire-nothing"], env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "no ibwire capture target" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_ibdump_standin_full_disk_ends_with_one_sentence_and_a_valid_file(tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], check=True)
+    try:
+        r, _ = _run(tmp_path, ["capture", "--pf", "mlx5_0", "-w", str(small / "x.pcap")],
+                    STANDIN_LIDS=",".join(f"{i}>{i + 1}" for i in range(1, 3000)))    # ~200 kB of packets
+        assert r.returncode == 1 and "No space left on device" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        tshark = subprocess.run(["tshark", "-r", str(small / "x.pcap")], capture_output=True, text=True)
+        assert tshark.returncode == 0 and "cut short" not in tshark.stderr and len(tshark.stdout.splitlines()) > 500
+        assert f"{len(tshark.stdout.splitlines()):,} complete packets kept" in r.stderr
+        assert not list((tmp_path / "run").glob("capture-*.json"))
+    finally:
+        subprocess.run(["umount", str(small)])
