@@ -20,6 +20,9 @@ EXE = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
 
 def cli(*args):
     """Run the CLI in this process as `ibwire ARGS`; returns the exit status."""
+    import ibwire.outfile
+    ibwire.outfile._finished.clear()                # what a fresh process would know of its outputs
+    ibwire.outfile._abandoned.clear()
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     argv, sys.argv = sys.argv, ["ibwire", *map(str, args)]
     try:

@@ -1,0 +1,159 @@
+"""Properties of the CLI's writers and readers (hypothesis): an interrupt at any byte of any writer leaves
+the old file or none; any prefix of a capture reads as a prefix of its frames, never a crash nor a verdict
+on nothing; any spelling of an input as an output is refused with the input untouched."""
+import contextlib
+import os
+import shutil
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import ibwire.outfile as outfile
+from conftest import ROOT
+from ibwire.readers import open_capture
+from test_outputs_safe import cli
+
+CAPS = ROOT / "captures"
+SMALL = CAPS / "atomics.pcap"                     # 46 frames, 17 KB
+POLICY = CAPS / "multitenant-breach.partitions.conf"
+SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+class _Interrupting:
+    """A file that takes `budget` bytes, then is interrupted in the middle of a write (Ctrl-C)."""
+
+    def __init__(self, f, budget):
+        self._f, self._left = f, budget
+
+    def write(self, data):
+        if len(data) > self._left:
+            self._f.write(data[:self._left])
+            raise KeyboardInterrupt
+        self._left -= len(data)
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+@contextlib.contextmanager
+def interrupted_after(budget):
+    real = outfile.os.fdopen
+
+    def fdopen(*a, **k):
+        return _Interrupting(real(*a, **k), budget)
+    outfile.os.fdopen = fdopen
+    try:
+        yield
+    finally:
+        outfile.os.fdopen = real
+
+
+WRITERS = {     # name -> (output file name, arguments after the output is known)
+    "convert-pcap": ("out.pcap", lambda src, out: ["convert", src, "-o", out, "--link", "ib"]),
+    "convert-pcapng": ("out.pcapng", lambda src, out: ["convert", src, "-o", out]),
+    "synth": ("out.pcap", lambda src, out: ["synth", CAPS / "atomics.toml", "-w", out]),
+    "export": ("out.parquet", lambda src, out: ["export", src, "-o", out]),
+    "audit-report": ("out.html", lambda src, out: ["audit", src, "--policy", POLICY, "--report", out,
+                                                   "--fail-on", "breach"]),
+}
+
+
+@SETTINGS
+@given(writer=st.sampled_from(sorted(WRITERS)), budget=st.integers(0, 40_000), old=st.booleans())
+def test_an_interrupt_anywhere_leaves_the_old_file_or_none(tmp_path_factory, capsys, writer, budget, old):
+    d = tmp_path_factory.mktemp("w")
+    name, args = WRITERS[writer]
+    src, out = d / "in.pcap", d / name
+    shutil.copy(SMALL, src)
+    if old:
+        out.write_bytes(b"the previous output")
+    with interrupted_after(budget):
+        status = cli(*args(src, out))
+    err = capsys.readouterr().err
+    leftovers = sorted(p.name for p in d.iterdir()) == sorted(["in.pcap"] + ([name] if old or status == 0 else []))
+    assert leftovers, sorted(p.name for p in d.iterdir())
+    if status == 130:
+        assert err.strip().splitlines()[-1] == \
+            f"ibwire: interrupted by Ctrl-C; {out} not written " \
+            f"({'the old file is unchanged' if old else 'no partial file left'})"
+        assert (out.read_bytes() == b"the previous output") if old else not out.exists()
+    else:                                      # the budget was more than the whole output
+        assert status == 0, err
+        whole = d / ("whole" + out.suffix)
+        assert cli(*args(src, whole)) == 0
+        capsys.readouterr()
+        if writer != "audit-report":           # the report names its own output file
+            assert out.read_bytes() == whole.read_bytes()
+    assert src.read_bytes() == SMALL.read_bytes()
+
+
+def _record_starts(raw: bytes) -> list:
+    off, out = 24, []
+    while off < len(raw):
+        out.append(off)
+        off += 16 + int.from_bytes(raw[off + 8:off + 12], "little")
+    return out
+
+
+def _frames(path):
+    cap = open_capture(str(path))
+    return [(f.number, f.data, f.caplen, f.wirelen) for f in cap], cap
+
+
+@SETTINGS
+@given(cut=st.integers(0, SMALL.stat().st_size))
+def test_any_prefix_reads_as_a_prefix_and_never_as_a_verdict_on_nothing(tmp_path_factory, capsys, cut):
+    d = tmp_path_factory.mktemp("t")
+    whole, _ = _frames(SMALL)
+    part = d / "cut.pcap"
+    part.write_bytes(SMALL.read_bytes()[:cut])
+    if cut < 4:
+        assert cli("stats", part) == 2
+        capsys.readouterr()
+        return
+    got, cap = _frames(part)
+    assert [g[:1] for g in got] == [w[:1] for w in whole[:len(got)]]
+    for g, w in zip(got, whole):
+        assert w[1].startswith(g[1]) and (g[1] == w[1] or g[2] < g[3])       # a cut record says it is cut
+    starts = _record_starts(SMALL.read_bytes())
+    assert len(got) == sum(1 for o in starts if o + 16 <= cut)       # every record whose header survived
+    assert bool(cap.problems) == (cut not in starts + [SMALL.stat().st_size] and cut > 24 or 4 <= cut < 24)
+    assert cli("stats", part, "--format", "json") == 0
+    capsys.readouterr()
+    status = cli("audit", part, "--policy", POLICY, "--format", "json")
+    out = capsys.readouterr()
+    assert "internal error" not in out.err
+    assert status in (0, 1, 2)
+    if not got:
+        assert status == 2 and "no verdict" in out.err
+
+
+def _aliases(d, src):
+    """Other spellings of `src` (in directory `d`) a user could give as an output."""
+    ext = src.suffix
+    (d / "sub").mkdir()
+    (d / f"link{ext}").symlink_to(src)
+    os.link(src, d / f"hard{ext}")
+    (d / "dirlink").symlink_to(d)
+    return {"same": src, "dotdot": d / "sub" / ".." / src.name, "symlink": d / f"link{ext}",
+            "hardlink": d / f"hard{ext}", "dirlink": d / "dirlink" / src.name, "dot": d / "." / src.name}
+
+
+@SETTINGS
+@given(writer=st.sampled_from(sorted(WRITERS)), alias=st.sampled_from(["same", "dotdot", "symlink", "hardlink",
+                                                                        "dirlink", "dot"]))
+def test_any_spelling_of_an_input_as_output_is_refused(tmp_path_factory, capsys, writer, alias):
+    d = tmp_path_factory.mktemp("a")
+    name, args = WRITERS[writer]
+    original = CAPS / "atomics.toml" if writer == "synth" else SMALL
+    src = d / ("in" + os.path.splitext(name)[1])     # named as the output must be (export wants .parquet)
+    shutil.copy(original, src)
+    out = _aliases(d, src)[alias]
+    made = sorted(os.listdir(d))
+    argv = ["synth", src, "-w", out] if writer == "synth" else args(src, out)
+    status = cli(*argv)
+    err = capsys.readouterr().err
+    assert status == 2 and "refusing to overwrite" in err, err
+    assert sorted(os.listdir(d)) == made
+    assert src.read_bytes() == original.read_bytes()
