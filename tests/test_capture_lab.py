@@ -285,6 +285,30 @@ def test_vanished_interface_and_dead_engine_end_with_one_sentence(lab, tmp_path)
     assert subprocess.run(["capinfos", str(tmp_path / "d.pcap")], capture_output=True).returncode == 0
 
 
+def test_a_representor_that_vanishes_ends_the_capture_and_nothing_stays_armed(lab, tmp_path):
+    other = PREFIX + "x"                        # a second lab: this one loses a VF
+    env = dict(lab)
+    r = subprocess.run(CLI + ["lab", "up", "--prefix", other], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    try:
+        p = subprocess.Popen(["ip", "netns", "exec", f"{other}-pf"] + CLI + ["capture", "--vf", "3", "-w",
+                             str(tmp_path / "r.pcap")], env=env, stderr=subprocess.PIPE, text=True)
+        STARTED.append(p)
+        lines = []
+        for line in p.stderr:
+            lines.append(line)
+            if line.startswith("ibwire: capturing "):
+                break
+        subprocess.run(["ip", "netns", "exec", f"{other}-pf", "ip", "link", "del", "pf0vf3"], check=True)
+        rc, err = _finish(p, lines, sig=None)
+        assert rc == 1 and "representor pf0vf3 vanished" in err and "Traceback" not in err, err
+        left = subprocess.run(["ip", "netns", "exec", f"{other}-pf", "sh", "-c", "tc qdisc show; ip -br link"],
+                              capture_output=True, text=True).stdout
+        assert "clsact" not in left and "ibwmon" not in left
+    finally:
+        subprocess.run(CLI + ["lab", "down", "--prefix", other, "--force"], env=env, capture_output=True)
+
+
 def test_tshark_lists_the_extcap_targets_and_captures_exactly_vf2_through_ibwire(lab, tmp_path, burst):
     home = tmp_path / "home"
     env = dict(lab, HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))

@@ -17,7 +17,7 @@ from typing import Optional
 from ..errors import UserError
 from ..writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND, erf_record
 from . import counters, journal as jr
-from .dumpcap import DEFAULT_BUFFER_MIB, Dumpcap, Plan
+from .dumpcap import DEFAULT_BUFFER_MIB, IN_FLIGHT, Dumpcap, Plan
 from .ending import CaptureStopped, truncate_to_complete
 from .select import choose
 from .sink import Sink, StatusLine
@@ -167,12 +167,14 @@ def _run_engine(o: Options, t, name: str, backend, journal, stop: _Stop, selecti
         before = cnt[1]() if cnt else {}
         say(f"capturing {t.description} to {'standard output' if o.write == '-' else o.write} with dumpcap"
             + (f", filter {bpf!r}" if bpf else "") + " (Ctrl-C stops)")
-        while eng.running() and not stop.flag:
+        gone = None
+        while eng.running() and not stop.flag and not gone:
             status.update(eng.packets, None, 0)
             time.sleep(0.1)
-        eng.stop()
+            gone = backend.vanished()
+        eng.stop(0 if gone else IN_FLIGHT)
         eng.wait()
-        failure = eng.failure()
+        failure = gone or eng.failure()
         after = cnt[1]() if cnt else {}
     finally:
         if eng is not None and eng.running():

@@ -14,3 +14,6 @@ class Netdev:
 
     def arm(self, journal):
         pass
+
+    def vanished(self):
+        return None             # dumpcap itself notices the interface going

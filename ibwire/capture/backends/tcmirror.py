@@ -158,3 +158,9 @@ class TcMirror:
         self.notes.append(f"mirroring {self.rep} ingress" + (f" and traffic to {self.mac} on {', '.join(self.peers)}"
                           if self.mac and self.peers else "") + f" to {self.monitor} with "
                           + "/".join(sorted(set(self.classifiers.values()))) + f"; capturing on {self.capture_dev}")
+
+    def vanished(self):
+        """A sentence if the representor went away (its VF was removed) during the capture, else None."""
+        if not os.path.exists(f"/sys/class/net/{self.rep}"):
+            return f"representor {self.rep} vanished during the capture (its VF was removed); the capture stopped"
+        return None
