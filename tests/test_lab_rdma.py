@@ -483,3 +483,15 @@ def test_down_after_sigkill_leaves_nothing(tmp_path):
     assert not os.path.exists(f"/proc/{qemu}") or "zombie" in Path(f"/proc/{qemu}/status").read_text().lower()
     assert prefix + "-pf" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert list((tmp_path / "run").iterdir()) == []
+
+
+def test_missing_qemu_is_one_sentence_naming_the_packages(tmp_path):
+    """Without QEMU (here: not on PATH) `lab up --rdma` says in one sentence what to install, and creates nothing."""
+    env = dict(os.environ, IBWIRE_RUN_DIR=str(tmp_path / "run"), PATH=str(tmp_path))
+    r = subprocess.run(CLI + ["lab", "up", "--rdma", "--prefix", "ibwnoq"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "apt-get install qemu-system-x86 linux-image-amd64 busybox-static" in r.stderr
+    assert not (tmp_path / "run" / "lab-ibwnoq.d").exists()
+    r = subprocess.run(CLI + ["lab", "up", "--rdma", "--vlan", "A", "--prefix", "ibwnoq"], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "TENANT=VID" in r.stderr

@@ -113,13 +113,13 @@ def faults(prefix: str, name: str, loss: Optional[str], delay: Optional[List[str
     lab = rlab.load(prefix)
     v = guest(lab, name)
     nic = v["nic"]
-    rc, _, _ = capture_output(prefix, name, ["tc", "qdisc", "del", "dev", nic, "root"])
+    if reorder and not delay:
+        raise UserError("--reorder needs --delay (netem reorders by sending some packets without the delay)")
+    capture_output(prefix, name, ["tc", "qdisc", "del", "dev", nic, "root"])
     spec = []
     for key, val in (("delay", delay), ("loss", loss), ("duplicate", duplicate), ("reorder", reorder)):
         if val:
             spec += [key] + (val if isinstance(val, list) else [val])
-    if reorder and not delay:
-        raise UserError("--reorder needs --delay (netem reorders by sending some packets without the delay)")
     if spec and not clear:
         rc, out, err = capture_output(prefix, name, ["tc", "qdisc", "add", "dev", nic, "root", "netem"] + spec)
         if rc:

@@ -292,6 +292,8 @@ def down(prefix: str) -> List[str]:
     if ns in _namespaces():
         _sh(["ip", "netns", "del", ns], check=False)
         gone.append(f"namespace {ns}")
+    for lock in run_dir().glob(f"{ns}:*.lock"):         # capture's port locks of representors now gone
+        lock.unlink(missing_ok=True)
     if work_dir(prefix).exists():
         shutil.rmtree(work_dir(prefix), ignore_errors=True)
         gone.append(str(work_dir(prefix)))
