@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_ibwire
+from ibwire.readers import open_capture
 
 CAPS = ROOT / "captures"
 BREACH = CAPS / "multitenant-breach.pcap"
@@ -161,3 +162,26 @@ def test_concurrent_writers_leave_one_whole_file(tmp_path):
         whole[src.stem] = (tmp_path / f"{src.stem}.ib").read_bytes()
     claimed = [k for k, (_, _, rc) in zip("ab", results) if rc == 0]
     assert claimed and out.read_bytes() in [whole[k] for k in claimed]
+
+
+def test_sigterm_ends_a_capture_with_143_on_the_ibdump_standin(tmp_path):
+    """No ConnectX here: the capture runs against the ibdump stand-in (tests/standin) on a fake sysfs."""
+    sys.path.insert(0, str(ROOT / "tests" / "standin"))
+    import fake_sysfs
+    fake_sysfs.build(tmp_path / "sys", "InfiniBand")
+    env = dict(os.environ, PATH=f"{ROOT / 'tests' / 'standin'}:{os.environ['PATH']}",
+               IBWIRE_SYSFS_ROOT=str(tmp_path / "sys"), IBWIRE_RUN_DIR=str(tmp_path / "run"),
+               STANDIN_LOG=str(tmp_path / "argv.log"), STANDIN_LIDS="0x3>0x12,0x12>0x3")
+    out = tmp_path / "o.pcap"
+    p = subprocess.Popen([EXE, "capture", "--pf", "mlx5_0", "-w", str(out)], env=env, stderr=subprocess.PIPE,
+                         text=True)
+    for line in p.stderr:
+        if "Ctrl-C stops" in line:
+            break
+    p.send_signal(signal.SIGTERM)
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 143
+    import re
+    m = re.search(rf"stopped by SIGTERM; (\d+) packets kept in {re.escape(str(out))}, everything armed was undone", err)
+    assert m, err
+    assert len(list(open_capture(str(out)))) == int(m.group(1))       # the file holds what the line says

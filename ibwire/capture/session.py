@@ -202,7 +202,8 @@ def _report_end(say, summary: str, failure, packets: int, kept_in: str, stop: _S
     if failure:
         raise CaptureStopped(f"{failure}; {packets:,} complete packets kept in {kept_in}, everything armed was undone")
     if stop.signal == signal.SIGTERM:
-        say("stopped by SIGTERM; everything armed was undone")
+        say(f"stopped by SIGTERM; {packets:,} packets kept in {kept_in}, everything armed was undone")
+        raise SystemExit(143)        # 128 + SIGTERM, as for every command; Ctrl-C is capture's normal stop
 
 
 class _Writer:
