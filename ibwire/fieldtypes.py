@@ -41,8 +41,8 @@ ENCAP: Dict[str, str] = {
     "rmpp.reassembled": PROTO, **_group("rmpp.reassembled", UINT, "segments", "records", "complete"),
 }
 
-# Fields present several times per frame by definition: Wireshark's "either end" fields.
-EITHER = {"eth.addr": ("eth.src", "eth.dst"), "ip.addr": ("ip.src", "ip.dst"), "ipv6.addr": ("ipv6.src", "ipv6.dst"),
+# Fields present several times per frame by definition: Wireshark's "either end" fields, in header order.
+EITHER = {"eth.addr": ("eth.dst", "eth.src"), "ip.addr": ("ip.src", "ip.dst"), "ipv6.addr": ("ipv6.src", "ipv6.dst"),
           "udp.port": ("udp.srcport", "udp.dstport"), "tcp.port": ("tcp.srcport", "tcp.dstport")}
 
 

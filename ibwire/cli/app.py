@@ -1,15 +1,27 @@
-"""The typer application every command module registers itself on."""
+"""The typer application every command module registers itself on; `--version`, `-h` and shell
+completion (`--install-completion` / `--show-completion`, typer's, for bash, zsh and fish)."""
+from typing import Optional
+
 import typer
 
 app = typer.Typer(
     name="ibwire",
     help="See what RDMA hides: capture, decode, analyse and audit InfiniBand and RoCE traffic.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
+def _version(value: bool):
+    if value:
+        from .. import __version__
+        typer.echo(f"ibwire {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root():
+def _root(version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
+                                                 help="print ibwire's version and exit")):
     """ibwire: capture, decode, analyse and audit InfiniBand and RoCE traffic."""

@@ -47,7 +47,8 @@ def decode(
     hexdump: bool = typer.Option(False, "-x", "--hex", help="a hex and ASCII dump of each packet"),
     write: Optional[str] = typer.Option(None, "-w", "--write", help="write the selected frames to this "
                                                                      "pcap/pcapng file (nothing printed unless -P)"),
-    print_too: bool = typer.Option(False, "-P", "--print", help="print packets while writing with -w"),
+    print_too: bool = typer.Option(False, "-P", "--print", help="summary lines too: while writing with -w, "
+                                                                 "and before -V trees and -x dumps"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC and VCRC"),
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
@@ -79,6 +80,7 @@ def decode(
     flt = compile_filter(display_filter) if display_filter else None
     stream = _open(src, icrc)
     printer = Printer(fmt, time_mode, fields, bool(header), sep or "\t", quote or "", keys)
+    printer.decimals = stream.decimals
     out = sys.stdout.buffer
     show = write is None or print_too
     with contextlib.ExitStack() as files:
@@ -88,14 +90,14 @@ def decode(
             from ..output.capwrite import SelectedFrames
             f = files.enter_context(output_file(write, "wb", inputs=[None if src == "-" else src]))
             writer = SelectedFrames(f, write, stream)
-        _run(stream, flt, printer, out, show, writer, count, verbose, hexdump)
+        _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, print_too)
         if writer:
             writer.finish()
     for problem in stream.problems:
         print(f"ibwire: warning: {src}: {problem}", file=sys.stderr)
 
 
-def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump):
+def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summary_too):
     from ..decode.stream import select
     shown = 0
     t0, prev = None, None
@@ -126,7 +128,8 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump):
             if verbose or hexdump:
                 from ..output.tree import hex_dump, tree
                 for i in rows.tolist():
-                    out.write(printer.batch(batch, np.array([i]), details))
+                    if summary_too:
+                        out.write(printer.batch(batch, np.array([i]), details))
                     d = details(i)
                     if verbose:
                         out.write(tree(d).encode() + b"\n")

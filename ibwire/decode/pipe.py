@@ -1,12 +1,13 @@
 """A capture read from a pipe (`ibwire decode -`), record by record as it arrives, in the batches the
-compiled decoder takes.  A batch is handed on when it is full, when the input pauses (0.1 s after its first
-record) or at the end, so the first lines appear while the writer is still writing.
+compiled decoder takes.  A batch is handed on when it is full, whenever reading on would wait for the
+writer, and at the end: lines appear as soon as their packets have arrived.
 
 Layouts: pcap(5) (either byte order, µs or ns) and pcapng (draft-ietf-opsawg-pcapng: Section Header,
 Interface Description with if_tsresol, Enhanced and Simple Packet Blocks; other blocks skipped).
 """
+import os
+import select
 import struct
-import time
 from typing import Iterator, List
 
 import numpy as np
@@ -15,49 +16,76 @@ from ..errors import UserError
 from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
 from .stream import Batch
 
-BATCH, PAUSE = 4096, 0.1
+BATCH = 4096
+FLUSH = object()          # what the record generators yield before they would wait for input
 
 
 class PipeStream:
     def __init__(self, f, icrc: bool = True):
-        self.f, self.icrc = f, icrc
+        self.fd, self.icrc = f.fileno(), icrc
+        self.buf, self.pos, self.eof = bytearray(), 0, False
         self.problems: List[str] = []
-        self.head = self._read(4)
+        self.decimals = 6
+        self.head = self._take_now(4)
         if self.head in PCAP_MAGICS:
             self.format = "pcap"
+            self.decimals = 9 if PCAP_MAGICS[self.head][1] == 1e-9 else 6
         elif self.head == PCAPNG_SHB:
             self.format = "pcapng"
         else:
             raise UserError(f"standard input is not a pcap or pcapng capture (it starts with {self.head.hex() or 'nothing'})")
 
-    def _read(self, n: int) -> bytes:
-        return self.f.read(n) if n else b""
+    def _more(self) -> bool:
+        chunk = os.read(self.fd, 1 << 20)
+        if not chunk:
+            self.eof = True
+            return False
+        del self.buf[:self.pos]
+        self.pos = 0
+        self.buf += chunk
+        return True
+
+    def _take_now(self, n: int) -> bytes:
+        while len(self.buf) - self.pos < n and self._more():
+            pass
+        return self._cut(n)
+
+    def _cut(self, n: int) -> bytes:
+        out = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += len(out)
+        return out
+
+    def _need(self, n: int):
+        """Generator: FLUSH before every wait for the writer; returns the next n bytes (fewer at the end)."""
+        while len(self.buf) - self.pos < n and not self.eof:
+            if not select.select([self.fd], [], [], 0)[0]:
+                yield FLUSH
+            self._more()
+        return self._cut(n)
 
     def __iter__(self) -> Iterator[Batch]:
         from ..fast.decode import decode_batch
         from ..fast.walk import Positions
         buf, cols = bytearray(), [[] for _ in range(5)]      # data offset, caplen, wirelen, ns, linktype
-        frame, started = 1, None
+        frame = 1
         records = self._pcap() if self.format == "pcap" else self._pcapng()
         for item in records:
-            if item is not None:
+            if item is not FLUSH and item is not None:
                 data, wirelen, ns, lt = item
                 for c, v in zip(cols, (len(buf), len(data), max(wirelen, len(data)), ns, lt)):
                     c.append(v)
                 buf += data
-                started = started or time.monotonic()
-            full = len(cols[0]) >= BATCH or (started and time.monotonic() - started >= PAUSE)
-            if cols[0] and (item is None or full):
+            if cols[0] and (item is FLUSH or item is None or len(cols[0]) >= BATCH):
                 n = len(cols[0])
                 arr = [np.array(c, np.int64) for c in cols]
                 pos = Positions(arr[0], arr[1], arr[2], arr[3] / 1e9, arr[4], np.arange(frame, frame + n), arr[3])
                 npbuf = np.frombuffer(bytes(buf), np.uint8)
                 yield Batch(decode_batch(npbuf, pos, self.icrc), pos, npbuf)
                 frame += n
-                buf, cols, started = bytearray(), [[] for _ in range(5)], None
+                buf, cols = bytearray(), [[] for _ in range(5)]
 
     def _pcap(self):
-        rest = self._read(20)
+        rest = yield from self._need(20)
         if len(rest) < 20:
             self.problems.append("file header truncated")
             return
@@ -66,7 +94,7 @@ class PipeStream:
         hdr = struct.Struct(endian + "IIII")
         unit = 1 if scale == 1e-9 else 1000
         while True:
-            rh = self._read(rec_len)
+            rh = yield from self._need(rec_len)
             if len(rh) < rec_len:
                 if rh:
                     self.problems.append("record header cut short at end of input")
@@ -75,7 +103,7 @@ class PipeStream:
             if incl > 0x4000000:
                 self.problems.append(f"record length {incl} is impossible; the rest of the input is unreadable")
                 break
-            data = self._read(incl)
+            data = yield from self._need(incl)
             if len(data) < incl:
                 self.problems.append("record cut short at end of input")
             yield data, orig, sec * 1_000_000_000 + frac * unit, lt
@@ -85,7 +113,7 @@ class PipeStream:
         endian, ifaces = "<", []
         head = self.head
         while True:
-            head = head + self._read(12 - len(head))
+            head = head + (yield from self._need(12 - len(head)))
             if len(head) < 12:
                 if head:
                     self.problems.append("block cut short at end of input")
@@ -97,7 +125,7 @@ class PipeStream:
             if blen < 12 or blen % 4 or blen > 0x4000000:
                 self.problems.append(f"damaged block length {blen}; the rest of the input is unreadable")
                 break
-            body = head[8:] + self._read(blen - 12)
+            body = head[8:] + (yield from self._need(blen - 12))
             if len(body) < blen - 8:
                 self.problems.append("block cut short at end of input")
                 break
@@ -106,6 +134,8 @@ class PipeStream:
             if btype == 1:
                 lt = struct.unpack_from(endian + "H", body)[0]
                 ifaces.append((lt, _tsresol(body[8:], endian)))
+                if len(ifaces) == 1:
+                    self.decimals = 9 if ifaces[0][1][0] < ifaces[0][1][1] * 1000 else 6
             elif btype == 6 and len(body) >= 20:
                 iface, hi, lo, incl, orig = struct.unpack_from(endian + "IIIII", body)
                 if iface >= len(ifaces):

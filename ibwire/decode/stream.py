@@ -27,6 +27,29 @@ class Batch(NamedTuple):
         return self.buf[start:start + int(self.pos.caplen[i])].tobytes()
 
 
+def decimals_of(head: bytes) -> int:
+    """Digits after the second that the capture's timestamps carry, as tshark prints them: 9 for a
+    nanosecond pcap or a pcapng interface finer than microseconds (if_tsresol), else 6."""
+    import struct
+    from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
+    if head[:4] in PCAP_MAGICS:
+        return 9 if PCAP_MAGICS[head[:4]][1] == 1e-9 else 6
+    if head[:4] != PCAPNG_SHB or len(head) < 12:
+        return 6
+    endian = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
+    off = 0
+    while off + 12 <= len(head):
+        btype, blen = struct.unpack_from(endian + "II", head, off)
+        if blen < 12:
+            break
+        if btype == 1:
+            from .pipe import _tsresol
+            num, den = _tsresol(head[off + 16:off + blen - 4], endian)
+            return 9 if num < den * 1000 else 6
+        off += blen
+    return 6
+
+
 class Stream:
     """Iterate for Batches; `problems` lists file damage once iteration is done."""
 
@@ -34,6 +57,8 @@ class Stream:
         from ..fast.walk import CaptureWalk
         self.walk = CaptureWalk(path, batch)
         self.icrc = icrc
+        with open(path, "rb") as f:
+            self.decimals = decimals_of(f.read(1 << 16))
 
     @property
     def problems(self):

@@ -116,7 +116,7 @@ class Printer:
             return b""
         if self.t0 is None:
             self.t0 = int(rec["time_ns"][0])
-            self.decimals = 9 if (rec["time_ns"] % 1000).any() else 6
+            self.decimals = getattr(batch, "decimals", None) or self.decimals or 6
         base = self._bases(rec, rows)
         data = np.isin(rec["link"][rows], DATA) if self.records_answer else np.zeros(len(rows), bool)
         sa = ((rec["flags"][rows] & R.F_MAD) > 0) & (rec["mad_class"][rows] == RMPP_CLASS)

@@ -30,13 +30,10 @@ def tree(decoded) -> str:
 
 
 def hex_dump(data: bytes) -> str:
-    """tshark -x: offset, 16 bytes in hex, their printable ASCII."""
+    """tshark -x: offset, 16 bytes in hex, their printable ASCII; a blank line after."""
     lines = []
     for off in range(0, len(data), 16):
         chunk = data[off:off + 16]
-        hexes = " ".join(f"{b:02x}" for b in chunk[:8])
-        if len(chunk) > 8:
-            hexes += "  " + " ".join(f"{b:02x}" for b in chunk[8:])
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
-        lines.append(f"{off:04x}  {hexes:<49}  {text}")
+        lines.append(f"{off:04x}  {' '.join(f'{b:02x}' for b in chunk):<47}   {text}")
     return "\n".join(lines) + "\n"

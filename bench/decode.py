@@ -1,0 +1,88 @@
+"""Benchmark: `ibwire decode` against tshark, on the same files in one run.
+
+    .venv/bin/python bench/decode.py [--packets 1000000] [--mad-packets 100000] [--repeat 3]
+
+Files: bench/out/roce-<N>.pcap (bench/gen_roce.py, RoCEv2 RC traffic) and bench/out/sm-sweep-<M>.pcap
+(captures/sm-sweep.pcap, an SM's sweep of SMPs and SA queries, repeated to M packets).  Each file:
+`ibwire decode` (summary lines) against `tshark -r` (its summary lines), `ibwire decode -T jsonl` against
+`tshark -T json`, output to /dev/null; ibwire's time is the best of --repeat runs, tshark's of one run
+(minutes on the large file).  Also: the time to the first line on a pipe, and peak RSS.  Results go to
+bench/out/decode.json.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from gen_roce import generate  # noqa: E402
+from run import run  # noqa: E402
+
+
+def mad_heavy(path: Path, packets: int) -> None:
+    """captures/sm-sweep.pcap repeated (times shifted on) to `packets` frames."""
+    from ibwire.readers import iter_frames
+    from ibwire.writers import PcapWriter
+    frames = list(iter_frames(str(ROOT / "captures" / "sm-sweep.pcap")))
+    span = frames[-1].time - frames[0].time + 1e-3
+    with PcapWriter(str(path), frames[0].linktype, nanos=True) as w:
+        for i in range(packets):
+            f = frames[i % len(frames)]
+            w.write(f.data, f.time + (i // len(frames)) * span, f.wirelen, flush=False)
+
+
+def first_line(cmd) -> float:
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    p.stdout.readline()
+    took = time.perf_counter() - t
+    p.kill()
+    p.wait()
+    return took
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--packets", type=int, default=1_000_000)
+    ap.add_argument("--mad-packets", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    out = HERE / "out"
+    out.mkdir(exist_ok=True)
+    roce = out / f"roce-{args.packets}.pcap"
+    if not roce.exists():
+        generate(str(roce), args.packets)
+    mad = out / f"sm-sweep-{args.mad_packets}.pcap"
+    if not mad.exists():
+        mad_heavy(mad, args.mad_packets)
+    ibwire = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
+    res = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
+    for name, cap, n in (("roce", roce, args.packets), ("mad", mad, args.mad_packets)):
+        subprocess.run(["cat", str(cap)], stdout=subprocess.DEVNULL, check=True)       # warm the page cache
+        r = res[name] = {"capture": str(cap), "packets": n}
+        for label, ours, theirs in (("text", [ibwire, "decode", str(cap)], ["tshark", "-r", str(cap)]),
+                                    ("jsonl", [ibwire, "decode", str(cap), "-T", "jsonl"],
+                                     ["tshark", "-r", str(cap), "-T", "json"])):
+            w_ours, cpu_ours, rss_ours, _ = min((run(ours) for _ in range(args.repeat)), key=lambda x: x[0])
+            w_t, cpu_t, rss_t, _ = run(theirs)
+            r[label] = {"ibwire_seconds": w_ours, "ibwire_cpu": cpu_ours, "ibwire_rss_mb": rss_ours,
+                        "tshark_seconds": w_t, "tshark_cpu": cpu_t, "tshark_rss_mb": rss_t,
+                        "vs_tshark": w_t / w_ours, "vs_tshark_cpu": cpu_t / cpu_ours}
+            print(f"{name:5s} {n:>9,} pkts  decode {label:5s} {w_ours:7.2f} s ({rss_ours:.0f} MB)   "
+                  f"tshark {' '.join(theirs[3:]) or 'text':8s} {w_t:7.2f} s ({rss_t:.0f} MB)   "
+                  f"= {w_t / w_ours:5.1f}× tshark ({cpu_t / cpu_ours:.1f}× per CPU second)", flush=True)
+        r["first_line_seconds"] = min(first_line([ibwire, "decode", str(cap)]) for _ in range(args.repeat))
+        print(f"{name:5s} first line of `ibwire decode` after {r['first_line_seconds']:.2f} s", flush=True)
+    res["load_after"] = os.getloadavg()[0]
+    print(f"load average before/after: {res['load_before']:.1f} / {res['load_after']:.1f} on {os.cpu_count()} CPUs")
+    (out / "decode.json").write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""The detail path: one frame → scapy layers → Wireshark-named fields, a summary line and errors.
+
+This builds a scapy object per packet, so it serves `decode`, evidence in reports and crafting; bulk
+analysis uses `ibwire.fast` instead.
+"""
+from typing import List, NamedTuple
+
+from scapy.packet import Raw
+
+import dissectors.layers  # noqa: F401  (registers the layer bindings)
+from dissectors import BTH, GRH, ICRC, LRH, VCRC, lookup
+from scapy.layers.inet import IP, UDP
+from scapy.layers.inet6 import IPv6
+
+from ..fieldtypes import EITHER
+from ..readers import Frame
+from .fields import layer_fields, nest_and_flatten
+from .linktypes import LINKTYPES, apply_roce2_heuristic, first_layer
+
+
+class Decoded(NamedTuple):
+    frame: Frame
+    packet: object          # scapy packet (None when nothing could be dissected)
+    layers: dict            # nested {"bth": {...}, ...}
+    flat: dict              # "bth.p_key" -> value, plus "frame.*"
+    errors: List[str]
+    summary: str
+    notes: List[str] = []   # added by cross-frame analysis (e.g. RMPP reassembly)
+
+    @property
+    def line(self) -> str:
+        return "  ".join([self.summary] + self.notes)
+
+    def to_json(self) -> dict:
+        f = self.frame
+        return {"frame": f.number, "time": f.time, "caplen": f.caplen, "len": f.wirelen,
+                "linktype": f.linktype, "layers": self.layers, "errors": self.errors}
+
+
+def dissect(frame: Frame):
+    """The scapy packet for a frame, or (None, error) when its link type is unknown or dissection fails."""
+    cls = first_layer(frame.linktype)
+    if cls is None:
+        return None, f"unsupported link type {frame.linktype}"
+    try:
+        pkt = cls(frame.data)
+    except Exception as e:  # scapy raises on some damaged inputs; keep the bytes and say so
+        return Raw(frame.data), f"malformed: {cls.__name__} could not be decoded ({type(e).__name__})"
+    try:
+        apply_roce2_heuristic(pkt)
+    except Exception:
+        pass
+    return pkt, None
+
+
+def _malformed(pkt) -> List[str]:
+    """Headers cut short: a Raw layer where the layer below expected a real one."""
+    layer = pkt
+    while layer is not None and not isinstance(layer, Raw):
+        nxt = layer.payload
+        if isinstance(nxt, Raw):
+            try:
+                want = layer.guess_payload_class(bytes(nxt.load))
+            except Exception:
+                want = None
+            if want is not None and not issubclass(want, Raw):
+                return [f"malformed: {want.__name__} header cut short ({len(nxt.load)} bytes)"]
+            return []
+        if not nxt:
+            return []
+        layer = nxt
+    return []
+
+
+def _endpoints(pkt):
+    """Addresses of the outermost network header: LIDs (or GIDs) on IB, IPs on RoCEv2, GIDs on RoCEv1."""
+    if LRH in pkt:
+        if GRH in pkt:
+            return pkt[GRH].sgid, pkt[GRH].dgid
+        return f"LID {pkt[LRH].slid}", f"LID {pkt[LRH].dlid}"
+    if GRH in pkt:
+        return pkt[GRH].sgid, pkt[GRH].dgid
+    for cls in (IP, IPv6):
+        if cls in pkt:
+            return pkt[cls].src, pkt[cls].dst
+    return "?", "?"
+
+
+def _summary(pkt, flat, errors) -> str:
+    if BTH not in pkt:
+        return pkt.summary() if pkt is not None else ""
+    bth = pkt[BTH]
+    op = lookup(bth.opcode)
+    src, dst = _endpoints(pkt)
+    parts = [f"{src} → {dst}", f"{op.transport} {op.name}", f"QP=0x{bth.destqp:06x}", f"PSN={bth.psn}",
+             f"P_Key 0x{bth.p_key:04x} {'full' if bth.p_key & 0x8000 else 'limited'}"]
+    mad = flat.get("mad.summary")
+    if mad:
+        parts.append(mad)
+    flags = [name for name, on in (("A", bth.a), ("SE", bth.se), ("FECN", bth.fecn), ("BECN", bth.becn),
+                                   ("ECN-CE", flat.get("ip.dsfield.ecn") == 3 or flat.get("ipv6.tclass.ecn") == 3))
+             if on]
+    flags += [e.split(":")[0] if e.startswith("malformed") else e for e in errors]
+    if flags:
+        parts.append("[" + ", ".join(dict.fromkeys(flags)) + "]")
+    return "  ".join(parts)
+
+
+def decode_frame(frame: Frame) -> Decoded:
+    """Decode one frame fully; never raises."""
+    errors: List[str] = []
+    if frame.caplen < frame.wirelen:
+        errors.append(f"truncated: captured {frame.caplen} of {frame.wirelen} bytes")
+    pkt, err = dissect(frame)
+    if err:
+        errors.append(err)
+    if pkt is None:
+        return Decoded(frame, None, {}, _frame_fields(frame), errors, errors[-1], [])
+    try:
+        entries = layer_fields(pkt)
+        layers, flat = nest_and_flatten(entries)
+    except Exception as e:
+        layers, flat = {}, {}
+        errors.append(f"malformed: fields could not be read ({type(e).__name__})")
+    try:
+        errors += _malformed(pkt)
+    except Exception:
+        pass
+    if BTH in pkt:
+        op = lookup(pkt[BTH].opcode)
+        if op.op == "unknown":
+            errors.append(f"unknown opcode 0x{op.code:02x}")
+        _crc_status(pkt, layers, flat, errors, "icrc", ICRC, frame)
+        if LRH in pkt:
+            _crc_status(pkt, layers, flat, errors, "vcrc", VCRC, frame)
+    mad = _mad_summary(pkt)
+    if mad:
+        flat["mad.summary"] = mad
+    flat.update(_frame_fields(frame))
+    _either_and_protocols(flat, errors)
+    try:
+        summary = _summary(pkt, flat, errors)
+    except Exception:
+        summary = "; ".join(errors) or "undecodable"
+    return Decoded(frame, pkt, layers, flat, errors, summary, [])
+
+
+def _either_and_protocols(flat: dict, errors: List[str]) -> None:
+    """Wireshark's either-end fields (`ip.addr`, `udp.port` …), and the protocols a filter names bare:
+    `infiniband` on every frame with an IB header, `_ws.malformed` on damaged ones."""
+    for key, (a, b) in EITHER.items():
+        both = [flat[k] for k in (a, b) if flat.get(k) is not None]
+        if both:
+            flat[key] = both
+    if any(k in flat for k in ("lrh", "bth", "grh")):
+        flat["infiniband"] = True
+    if any(e.startswith("malformed") for e in errors):
+        flat["_ws.malformed"] = True
+
+
+def _crc_status(pkt, layers, flat, errors, key, cls, frame):
+    if cls in pkt:
+        layer = pkt[cls]
+        status = "truncated" if frame.caplen < frame.wirelen else layer.status
+    else:
+        status = "truncated" if frame.caplen < frame.wirelen or getattr(pkt[BTH], "_icrc_truncated", False) else "absent"
+        layers[key] = {"status": status}
+    layers.setdefault(key, {})["status"] = status
+    flat[f"{key}.status"] = status
+    if status == "bad":
+        errors.append(f"bad {key.upper()}")
+
+
+def _mad_summary(pkt):
+    try:
+        from dissectors.mad import MAD
+    except ImportError:
+        return None
+    if MAD in pkt:
+        try:
+            return pkt[MAD].mysummary()
+        except Exception:
+            return None
+    return None
+
+
+def _frame_fields(frame: Frame) -> dict:
+    return {"frame.number": frame.number, "frame.time_epoch": frame.time, "frame.cap_len": frame.caplen,
+            "frame.len": frame.wirelen, "frame.linktype": frame.linktype}
+
+
+__all__ = ["Decoded", "decode_frame", "dissect", "LINKTYPES"]

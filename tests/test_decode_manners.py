@@ -1,0 +1,141 @@
+"""`ibwire decode` behaves like tshark where a user would notice: field columns, times, hex dumps, the
+summary's Protocol/Length/NAK columns, `-w`, a capture on a pipe, 64-bit JSON values, `--version`,
+`-h` and shell completion.  tshark is the oracle throughout."""
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from conftest import run_ibwire
+from dissectors.opcodes import NAK_CODES, RNR_TIMER_MS
+from tshark_oracle import PUBLIC, TSHARK
+
+ROOT = Path(__file__).resolve().parents[1]
+NVME = PUBLIC / "m3_nvme_nvme-discover.pcap"
+CM = PUBLIC / "m3_02-2-write_ibdump_write.pcap"
+LOSS = ROOT / "captures" / "loss-retransmit.pcap"
+SWEEP = ROOT / "captures" / "sm-sweep.pcap"
+
+
+def tshark(*args):
+    return subprocess.run([TSHARK, *map(str, args)], capture_output=True, text=True, check=True).stdout
+
+
+FIELDS = ["frame.number", "frame.len", "frame.time_epoch", "frame.time_delta", "eth.src", "eth.addr", "ip.addr",
+          "udp.port", "infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.bth.p_key",
+          "infiniband.reth.va", "infiniband.reth.r_key", "infiniband.aeth.msn", "infiniband.deth.srcqp",
+          "infiniband.mad.mgmtclass", "infiniband.mad.attributeid", "infiniband.mad.transactionid"]
+
+
+@pytest.mark.parametrize("path", [NVME, CM, LOSS], ids=lambda p: p.name)
+def test_field_columns_are_tsharks(path):
+    args = [a for f in FIELDS for a in ("-e", f)]
+    ours = run_ibwire("decode", path, "-T", "fields", "-E", "separator=;", *args)
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout.splitlines() == tshark("-r", path, "-T", "fields", "-E", "separator=;", *args).splitlines()
+
+
+@pytest.mark.parametrize("mode", ["r", "d", "e", "ad", "u"])
+def test_time_column_is_tsharks(mode):
+    width = 2 if mode == "ad" else 1                 # "2017-02-21 11:54:22.290277" is two words
+    ours = [l.split()[1:1 + width] for l in run_ibwire("decode", NVME, "-t", mode).stdout.splitlines()]
+    assert ours == [l.split()[1:1 + width] for l in tshark("-r", NVME, "-t", mode).splitlines()]
+
+
+def test_summary_columns_and_nak_kinds():
+    lines = run_ibwire("decode", LOSS).stdout.splitlines()
+    rows = [l.split("\t") for l in tshark("-r", LOSS, "-T", "fields", "-e", "frame.len", "-e",
+                                             "infiniband.aeth.syndrome").splitlines()]
+    assert len(lines) == len(rows)
+    naks = rnrs = 0
+    for line, (length, syndrome) in zip(lines, rows):
+        cols = line.split()
+        assert cols[6] == length and cols[5] == "RRoCE"       # Protocol and Length, as tshark names them
+        if syndrome:
+            s = int(syndrome)
+            kind, value = s >> 5 & 3, s & 31
+            if kind == 3:
+                naks += 1
+                assert f"NAK {NAK_CODES[value]}" in line
+            elif kind == 1:
+                rnrs += 1
+                assert f"RNR NAK {RNR_TIMER_MS[value]:g} ms" in line
+            else:
+                assert "NAK" not in line
+    assert naks and rnrs
+
+
+def test_hex_dump_is_tsharks():
+    assert run_ibwire("decode", CM, "-x").stdout == tshark("-r", CM, "-x")
+
+
+def test_verbose_tree_has_a_frame_section_and_names():
+    out = run_ibwire("decode", SWEEP, "-V", "-c", "3").stdout
+    assert out.count("Frame ") >= 3 and "bytes on wire" in out
+
+
+def test_json_carries_64_bit_values_as_hex_strings():
+    objs = [json.loads(l) for l in run_ibwire("decode", CM, "-T", "jsonl").stdout.splitlines()]
+    theirs = tshark("-r", CM, "-T", "fields", "-e", "infiniband.mad.transactionid", "-e", "infiniband.reth.va").splitlines()
+    seen = 0
+    for obj, row in zip(objs, theirs):
+        tid, va = (row.split("\t") + [""])[:2]
+        if tid:
+            assert obj["layers"]["mad"]["transactionid"] == tid
+            seen += 1
+        if va:
+            assert obj["layers"]["reth"]["va"] == va
+            seen += 1
+    assert seen >= 5
+    whole = json.loads(run_ibwire("decode", CM, "-T", "json").stdout)
+    assert [o["frame"] for o in whole] == [o["frame"] for o in objs]
+    ek = run_ibwire("decode", CM, "-T", "ek").stdout.splitlines()
+    assert len(ek) == 2 * len(objs) and all("index" in json.loads(l) for l in ek[::2])
+
+
+def test_write_keeps_the_selected_frames_and_refuses_the_input(tmp_path):
+    out = tmp_path / "naks.pcap"
+    r = run_ibwire("decode", LOSS, "-Y", "aeth.syndrome >= 0x20", "-w", out)
+    assert r.returncode == 0 and r.stdout == "", r.stderr
+    fields = ("-T", "fields", "-e", "frame.time_epoch", "-e", "frame.len", "-e", "infiniband.bth.psn")
+    assert tshark("-r", out, *fields) == tshark("-r", LOSS, "-Y", "infiniband.aeth.syndrome >= 0x20", *fields)
+    assert tshark("-r", out, *fields).strip()
+    before = LOSS.read_bytes()
+    r = run_ibwire("decode", LOSS, "-w", LOSS)
+    assert r.returncode == 2 and "input" in r.stderr and LOSS.read_bytes() == before
+
+
+def test_a_capture_on_a_pipe_streams():
+    data = LOSS.read_bytes()
+    exe = shutil.which("ibwire", path=str(Path(sys.executable).parent))
+    p = subprocess.Popen([exe, "decode", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write(data[:3000])                       # the file header and the first packets only
+    p.stdin.flush()
+    ready, _, _ = select.select([p.stdout], [], [], 20)
+    assert ready, "no line while the writer is still writing"
+    first = p.stdout.readline().decode()
+    p.stdin.write(data[3000:])
+    p.stdin.close()
+    rest = p.stdout.read().decode()
+    assert p.wait(30) == 0
+    assert [first] + rest.splitlines(keepends=True) == run_ibwire("decode", LOSS).stdout.splitlines(keepends=True)
+    r = run_ibwire("decode", "-r", "-", "-T", "fields", "-e", "frame.number", input=None)
+    assert r.returncode == 2                          # an empty pipe is not a capture: one sentence
+
+
+def test_version_help_and_completion():
+    r = run_ibwire("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"ibwire {version('ibwire')}"
+    r = run_ibwire("decode", "-h")
+    assert r.returncode == 0 and "-Y" in r.stdout and "-w" in r.stdout
+    exe = shutil.which("ibwire", path=str(Path(sys.executable).parent))
+    env = dict(os.environ, _IBWIRE_COMPLETE="complete_bash", COMP_WORDS="ibwire dec", COMP_CWORD="1")
+    assert subprocess.run([exe], env=env, capture_output=True, text=True).stdout.split() == ["decode"]
+    r = run_ibwire("--show-completion", "bash")
+    assert "_ibwire_completion" in r.stdout or r.returncode == 0
