@@ -1,27 +1,76 @@
-"""`ibwire export FILE -o out.parquet`: per-packet records (and `--flows` the conversations) as Parquet."""
+"""`ibwire export FILE -o out.parquet`: per-packet records (and `--flows` the conversations) as Parquet;
+`ibwire export DIR_OR_FILES -o DATASET --partition-by host,date`: a hive-partitioned dataset of many captures."""
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
 from ..errors import UserError
 from .app import app
 
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
+
+
+def _captures(args: List[str]) -> List[tuple]:
+    """(capture path, host) for each capture named or found in a named folder: a capture in a subfolder
+    belongs to the host that subfolder is named after (DIR/<host>/…), any other to its file name's stem."""
+    out = []
+    for a in args:
+        p = Path(a)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in CAPTURE_SUFFIXES)
+            if not found:
+                raise UserError(f"{a} holds no .pcap or .pcapng file")
+            for f in found:
+                rel = f.relative_to(p)
+                out.append((str(f), rel.parts[0] if len(rel.parts) > 1 else f.stem))
+        elif p.is_file():
+            out.append((str(p), p.stem))
+        else:
+            raise UserError(f"{a} does not exist; give capture files or folders of them")
+    return out
+
 
 @app.command()
 def export(
-    file: str = typer.Argument(..., help="pcap or pcapng capture"),
-    out: str = typer.Option(..., "-o", "--output", help="Parquet file for the per-packet records"),
+    files: List[str] = typer.Argument(..., help="pcap or pcapng capture (with --partition-by: captures and "
+                                                 "folders of them, one subfolder per host)"),
+    out: str = typer.Option(..., "-o", "--output", help="Parquet file for the per-packet records (with "
+                                                        "--partition-by: the dataset's folder)"),
     flows: Optional[str] = typer.Option(None, "--flows", help="also write the conversation table to this .parquet"),
+    partition_by: Optional[str] = typer.Option(None, "--partition-by", help="host, date or host,date: write a "
+                                               "hive-partitioned dataset (DATASET/packets/host=…/date=…/ and "
+                                               "DATASET/flows/…) for DuckDB, Spark, pandas"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC/VCRC (icrc_status column)"),
 ):
     """Write one row per packet (Wireshark-style column names such as bth_p_key) for DuckDB, pandas,
     Polars or Spark; --flows adds the `ibwire flows` table as a second file."""
-    from ..analysis.export import write_flows, write_records
+    from ..analysis.export import partition_keys, write_capture_partitions, write_flows, write_records
     from ..analysis.flows import analyse
     from ..analysis.report import progress
     from ..fast import scan
     from ..outfile import output_file, refuse_aliasing
+    if partition_by is not None:
+        keys = partition_keys(partition_by)
+        if flows:
+            raise UserError("--flows names one file; with --partition-by the conversations go to DATASET/flows")
+        if Path(out).suffix == ".parquet" or Path(out).is_file():
+            raise UserError(f"with --partition-by, -o names the dataset's folder, not a file ({out})")
+        caps = _captures(files)
+        total = conv = 0
+        for path, host in caps:
+            s = scan(path)
+            with progress(s.size, f"export {Path(path).name}") as cb:
+                n, c, problems = write_capture_partitions(path, host, out, keys, icrc, cb)
+            total, conv = total + n, conv + c
+            for p in problems:
+                typer.echo(f"warning: {path}: {p}", err=True)
+        typer.echo(f"wrote {total} packets and {conv} conversations of {len(caps)} captures to {out} "
+                   f"(partitioned by {','.join(keys)})", err=True)
+        return
+    if len(files) != 1 or Path(files[0]).is_dir():
+        raise UserError("give one capture file, or --partition-by host,date to export several into a dataset")
+    file = files[0]
     for name in (out, flows):
         if name is not None and not name.endswith(".parquet"):
             raise UserError(f"output names must end in .parquet ({name})")
