@@ -62,7 +62,7 @@ class Audit:
             for end, r in ((fl.src, a), (fl.dst, b)):
                 if r.tenant == NO_TENANT:
                     self.unnamed[end.text()] = self.unnamed.get(end.text(), 0) + fl.packets
-        findings = policy_findings(self.policy)
+        findings = policy_findings(self.policy, ports.ports)
         findings += flow_findings(self.traffic, self.policy, ids)
         findings += default_full_findings(self.traffic, self.policy, self.tenants, ids)
         findings += sm_findings(self.mads, ids)

@@ -198,15 +198,20 @@ def _applies(who, port: Port) -> bool:
     return who == port.guid
 
 
-def policy_findings(policy: Policy) -> list:
-    """policy-reading: the text and what opensm programs part ways; policy-fallback: opensm dropped the file."""
+def policy_findings(policy: Policy, ports=()) -> list:
+    """policy-reading: the text and what opensm programs part ways; policy-fallback: opensm dropped the file.
+    `ports`: port GUIDs known in the fabric; a GUID read otherwise than written that is one of them is a
+    port the text did not seem to name, now a member: a breach."""
     out = []
     for n in policy.notes:
         rule = "policy-fallback" if policy.fallback else "policy-reading"
         where = f"{policy.path}:{n.line}" if n.line else policy.path
         text = f"{n.says}; {n.does}" if policy.fallback else f"the text says {n.says}; {n.does}"
-        out.append(Finding(rule, n.severity, f"{where}: {text}", line=n.line or None,
-                           pkey=0xFFFF if policy.fallback else n.pkey))
+        severity = n.severity
+        if n.guid is not None and n.guid in ports:
+            severity, text = "breach", text + ", a port of this fabric, which becomes a member"
+        out.append(Finding(rule, severity, f"{where}: {text}", line=n.line or None,
+                           pkey=0xFFFF if policy.fallback else n.pkey, port=n.guid))
     return out
 
 

@@ -30,6 +30,7 @@ class Note:
     does: str
     severity: str = "warning"       # info | warning | breach (widens someone's membership)
     pkey: Optional[int] = None      # the partition the note is about, when there is one
+    guid: Optional[int] = None      # the port GUID opensm read from a number written otherwise
 
 
 class Rejected(Exception):
@@ -390,6 +391,7 @@ class Reader:
             how = _number_reading(name)
             if how:
                 self.note(f"PortGUID '{name}' is {how}", f"opensm reads port 0x{value:016x}")
+                self.notes[-1].guid = value
             who = value
         self.sink.add_member(conf.part, who, membership, self.lineno)
         return True

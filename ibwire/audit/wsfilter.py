@@ -119,5 +119,7 @@ def semantic(f: Finding, ids: Identities) -> str:
     if r == "policy-fallback":
         return _pkeys(0xFFFF)
     if r == "policy-reading" and f.pkey is not None:
-        return _partition(f.pkey)
+        lid = _lid(ids, f.port)
+        return _partition(f.pkey) + (f" && (infiniband.lrh.slid == {lid} || infiniband.lrh.dlid == {lid})"
+                                     if lid else "")
     return ""
