@@ -129,3 +129,19 @@ def test_bad_filters_are_refused_like_tshark(text, message):
     t = subprocess.run([TSHARK, "-r", str(CAPTURES[0]), "-Y", re.sub(r"\b(bth)\.", r"infiniband.\1.", text)],
                        capture_output=True, text=True)
     assert t.returncode != 0                                 # tshark refuses them too
+
+
+def test_stats_and_export_take_the_same_filter(tmp_path):
+    """`-Y` means the same on every command that reads packets: stats and export count tshark's frames."""
+    import json
+    path = ROOT / "captures" / "loss-retransmit.pcap"
+    text = "udp.port == 4791 && infiniband.bth.opcode in {16..18} || ip.dsfield.ecn == 3"
+    want = len(tshark_frames(path, text))
+    ours = text.replace("infiniband.", "")
+    r = run_ibwire("stats", path, "-Y", ours, "-f", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["summary"]["packets"] == want
+    r = run_ibwire("export", path, "-Y", ours, "-o", tmp_path / "x.parquet")
+    assert r.returncode == 0 and f"wrote {want} packets" in r.stderr, r.stderr
+    r = run_ibwire("stats", path, "-Y", "bth.psnn == 1")
+    assert r.returncode == 2 and "did you mean 'bth.psn'" in r.stderr

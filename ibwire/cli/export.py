@@ -42,6 +42,8 @@ def export(
                                                "hive-partitioned dataset (DATASET/packets/host=…/date=…/ and "
                                                "DATASET/flows/…) for DuckDB, Spark, pandas"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC/VCRC (icrc_status column)"),
+    display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter",
+                                                 help="only packets matching this display filter"),
 ):
     """Write one row per packet (Wireshark-style column names such as bth_p_key) for DuckDB, pandas,
     Polars or Spark; --flows adds the `ibwire flows` table as a second file."""
@@ -79,6 +81,9 @@ def export(
         if name is not None:
             Path(name).parent.mkdir(parents=True, exist_ok=True)
     s = scan(file, icrc=icrc)
+    if display_filter:
+        from ..fast.filter import FilteredScan
+        s = FilteredScan(s, display_filter)
     with progress(s.size, "export") as cb, output_file(out, inputs=[file]) as f:
         n = write_records(s, f, cb, s)
     msg = f"wrote {n} packets to {out}"

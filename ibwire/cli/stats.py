@@ -16,6 +16,8 @@ def stats(
     interval: Optional[float] = typer.Option(None, "--interval", help="instead: packets, bytes, bits/s, NAKs, "
                                              "RNR NAKs, CNPs and ECN-CE per interval of this many seconds from "
                                              "the first packet (like tshark -z io,stat)"),
+    display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter",
+                                                 help="only packets matching this display filter"),
 ):
     """Counts, bytes and rates by transport+opcode, P_Key, endpoint, QP and MAD; ECN/CNP/FECN/BECN, CRC
     failures, damaged packets and loss hints."""
@@ -31,7 +33,11 @@ def stats(
         return
     size = scan(file).size
     with progress(size, "stats") as cb:
-        res = st.compute_file(file, icrc, cb, jobs)
+        if display_filter:
+            from ..fast.filter import FilteredScan
+            res = st.compute(FilteredScan(scan(file, icrc), display_filter), cb)
+        else:
+            res = st.compute_file(file, icrc, cb, jobs)
     summary = dict(res["summary"])
     if fmt == "table":
         from datetime import datetime, timezone

@@ -300,3 +300,17 @@ def compile_batch_filter(text: str) -> Callable[[np.ndarray], np.ndarray]:
         return m
     mask.text = text
     return mask
+
+
+class FilteredScan:
+    """A fast.Scan whose batches hold only the records a display filter selects (same progress and problems)."""
+
+    def __init__(self, scan, text: str):
+        self.scan, self.mask = scan, compile_batch_filter(text)
+
+    def __iter__(self):
+        for rec in self.scan:
+            yield rec[self.mask(rec)]
+
+    def __getattr__(self, name):          # size, bytes_done, problems, walk ...
+        return getattr(self.scan, name)
