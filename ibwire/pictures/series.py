@@ -14,6 +14,7 @@ Sequencing of one requester→responder channel, vectorised over its packets in 
   requester's next packet; ACK latency is from a request's first transmission to the first ACK (or READ
   completion) covering its PSN; READ latency from the READ request to its first response.
 """
+from itertools import islice
 from typing import Dict, Iterable, List, Optional
 
 import numpy as np
@@ -25,6 +26,7 @@ from ..analysis.flows import end_text
 from ..analysis.hashing import group_rows
 
 PSN_MOD = 1 << 24
+MAX_MARKS = 20000         # drop marks drawn per channel
 _OP = [lookup(c).op for c in range(256)]
 _SEG = [lookup(c).seg for c in range(256)]
 IS_REQ = np.array([o in ("send", "write", "read_req", "atomic", "flush", "atomic_write", "resync", "unknown")
@@ -267,9 +269,12 @@ def channel(pk: dict, side: int) -> Optional[dict]:
                 late[i] = False
     retrans = back & ~late
     filled = set(u[late].tolist())
-    drop_psns = []
+    drop_psns = []             # one mark per missing PSN, at most MAX_MARKS (a mark per PSN of a huge gap says no more)
     for i in np.nonzero(gap)[0].tolist():
-        drop_psns += [(float(t[i]), p) for p in range(int(expected[i]), int(u[i])) if p not in filled][:4096]
+        room = MAX_MARKS - len(drop_psns)
+        if room <= 0:
+            break
+        drop_psns += islice(((float(t[i]), p) for p in range(int(expected[i]), int(u[i])) if p not in filled), room)
     # latencies: ACK (or READ completion) covering each first transmission
     acks = ((syn == 0) & ~is_req) | (IS_READ_LAST[o] & ~is_req)
     ai = np.nonzero(acks)[0]
