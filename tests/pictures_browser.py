@@ -65,6 +65,7 @@ def render(page: Path, tmp: Path) -> dict:
     probe.write_text(text.replace("</body>", PROBE + "</body>"), encoding="utf-8")
     r = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                        "--disable-dev-shm-usage",
                         "--window-size=1200,900", f"--user-data-dir={tmp / 'chromium-profile'}",
                         "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
     m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
