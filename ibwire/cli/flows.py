@@ -42,8 +42,8 @@ def flows(
     qp: Optional[str] = typer.Option(None, "--qp", help="only conversations using this QP number"),
     top: int = typer.Option(0, "--top", help="only the N conversations with the most bytes"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRCs (a bad one counts as a drop)"),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="processes sharing the conversations (0 = one per CPU "
-                                                     "for captures of 64 MiB and more)"),
+    jobs: int = typer.Option(0, "--jobs", "-j", help="threads decoding parts of the file (0 = one per CPU "
+                                                     "for captures of 64 MiB and more); the result is the same"),
     report: Optional[str] = typer.Option(None, "--report", help="also write an HTML page of pictures: PSN graphs, "
                                          "throughput over time, latency histograms, a ladder diagram"),
     interval: Optional[float] = typer.Option(None, "--interval", help="seconds per interval in the report's time "
