@@ -227,7 +227,7 @@ class CaptureWalk:
     def _epbs(self, o, spb, endian, ifaces, frame0, off) -> Positions:
         hdr = sliding_window_view(self.buf, 28)[np.minimum(o, len(self.buf) - 28)]
         iface, hi, lo, incl, orig = (_u32(hdr, c, endian) for c in (8, 12, 16, 20, 24))
-        blen = _u32(hdr, 4, endian)
+        blen = _u32(sliding_window_view(self.buf, 8)[o], 4, endian)   # hdr is shifted for a short last block
         data = o + 28
         if len(spb):
             s = np.asarray(spb)
@@ -247,8 +247,15 @@ class CaptureWalk:
         per_tick = np.array([i[1] * 1e9 for i in ifaces] + [0.0])[iface]
         whole = (per_tick >= 1) & (np.abs(per_tick - np.round(per_tick)) < 1e-6)   # 1 ns or coarser: exact
         ns = np.where(whole, ticks * np.round(per_tick).astype(np.int64), np.round(ticks * per_tick).astype(np.int64))
-        return Positions(data, incl, np.maximum(orig, incl), ticks.astype(np.float64) * scales[iface],
-                         lts[iface], np.arange(frame0, frame0 + len(o)), ns)
+        pos = Positions(data, incl, np.maximum(orig, incl), ticks.astype(np.float64) * scales[iface],
+                        lts[iface], np.arange(frame0, frame0 + len(o)), ns)
+        whole = blen >= 32                                   # 12 bytes of block + 20 of EPB fields
+        if len(spb):
+            whole[np.asarray(spb)] = blen[np.asarray(spb)] >= 16
+        if whole.all():
+            return pos
+        self.problems.append(f"{int((~whole).sum())} packet blocks too short to hold a packet; skipped")
+        return Positions(*(np.asarray(col)[whole] for col in pos))
 
 
 def _ts_scale(opts: bytes, endian: str) -> float:
