@@ -76,8 +76,10 @@ def test_hex_dump_is_tsharks():
 
 
 def test_verbose_tree_has_a_frame_section_and_names():
-    out = run_ibwire("decode", SWEEP, "-V", "-c", "3").stdout
-    assert out.count("Frame ") >= 3 and "bytes on wire" in out
+    out = run_ibwire("decode", SWEEP, "-V", "-c", "8").stdout
+    assert out.count("bytes on wire") == 8 and "Arrival time:" in out
+    assert "mad.mgmtclass: SubnMgt directed-route (0x81)" in out and "mad.attributeid: PortInfo (0x15)" in out
+    assert ".... ..10 = lrh.lnh: 2" in out and "..00 .... = bth.padcnt: 0" in out
 
 
 def test_json_carries_64_bit_values_as_hex_strings():
