@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 from contextlib import contextmanager
 from typing import IO, Iterable, Iterator, List, Optional
 
@@ -57,7 +58,7 @@ def part_name(path: str) -> str:
 
 
 def _open_part(path: str) -> int:
-    """Open and lock the part file; refuse when another live process holds it."""
+    """Open and lock the part file of `path` (resolved); refuse when another live process holds it."""
     part = part_name(path)
     for _ in range(20):
         fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
@@ -85,12 +86,21 @@ def output_file(path, mode: str = "wb", inputs: Iterable[Optional[str]] = ()) ->
     """A file object for `path` that becomes `path` only if the block finishes without an exception."""
     path = str(path)
     refuse_aliasing([path], inputs)
-    existed = os.path.lexists(path)
     try:
-        fd = _open_part(path)
+        kind = os.stat(path).st_mode
+    except OSError:
+        kind = None
+    if kind is not None and not stat.S_ISREG(kind):
+        with _straight(path, mode) as f:              # /dev/null, /dev/stdout, a pipe: nothing to replace
+            yield f
+        return
+    target = os.path.realpath(path)        # through a symlink: the file it names is replaced, the link stays
+    existed = os.path.lexists(target)
+    try:
+        fd = _open_part(target)
     except OSError as e:
         raise _cannot(path, existed, e) from None
-    part = part_name(path)
+    part = part_name(target)
     try:
         if existed:
             try:
@@ -107,9 +117,9 @@ def output_file(path, mode: str = "wb", inputs: Iterable[Optional[str]] = ()) ->
             yield f
             f.flush()
             os.fsync(f.fileno())
-            os.replace(part, path)
+            os.replace(part, target)
         except OSError as e:
-            if e.errno in _DISK_ERRORS or e.filename in (path, part):
+            if e.errno in _DISK_ERRORS or e.filename in (path, part, target):
                 raise _cannot(path, existed, e) from None
             raise
     except BaseException:
@@ -124,6 +134,17 @@ def output_file(path, mode: str = "wb", inputs: Iterable[Optional[str]] = ()) ->
             pass
         raise
     f.close()
+    _finished.append(path)
+
+
+@contextmanager
+def _straight(path: str, mode: str) -> Iterator[IO]:
+    """Write into a device or pipe directly; its errors (a full /dev/full) are the output's."""
+    try:
+        with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
+    except OSError as e:
+        raise OutputError(f"cannot write {path} ({e.strerror or e})") from None
     _finished.append(path)
 
 

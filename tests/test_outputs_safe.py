@@ -185,3 +185,19 @@ def test_sigterm_ends_a_capture_with_143_on_the_ibdump_standin(tmp_path):
     m = re.search(rf"stopped by SIGTERM; (\d+) packets kept in {re.escape(str(out))}, everything armed was undone", err)
     assert m, err
     assert len(list(open_capture(str(out)))) == int(m.group(1))       # the file holds what the line says
+
+
+def test_devices_are_written_through_and_links_kept(tmp_path, capsys):
+    """/dev/null stays a device (a rename over it, as root, would replace it); a symlinked output keeps its
+    link and replaces the file it names."""
+    assert cli("convert", BREACH, "-o", "/dev/null") == 0
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+    assert cli("convert", BREACH, "-o", "/dev/full") == 2
+    assert "No space left on device" in capsys.readouterr().err
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "real.pcap").write_bytes(b"old")
+    (tmp_path / "out.pcap").symlink_to(tmp_path / "data" / "real.pcap")
+    assert cli("convert", BREACH, "-o", tmp_path / "out.pcap") == 0
+    assert (tmp_path / "out.pcap").is_symlink()
+    assert (tmp_path / "data" / "real.pcap").read_bytes()[:4] == b"\x4d\x3c\xb2\xa1"       # pcap, ns
+    assert sorted(os.listdir(tmp_path / "data")) == ["real.pcap"]
