@@ -330,19 +330,22 @@ def test_loss_retransmissions_agree_with_rxe_counters(rlab, tmp_path):
     assert g1_to_g0 == d0["rcvd_pkts"] and g0_to_g1 == d1["rcvd_pkts"], (rc, d0, d1)
     assert d1["sent_pkts"] - g1_to_g0 >= 1, "netem dropped nothing"
     req, resp = _wire(path, rlab.ip["g1"])
+
+    def after(a, b):                               # PSN a is later than b (24-bit serial arithmetic)
+        return 0 < (a - b) % (1 << 24) < (1 << 23)
     comp, counted = None, 0
     for psn, op, syn in resp:                      # the completer's PSN moves with ACKs and counted NAKs
         kind = (syn >> 5) & 3
         if kind == 0:
-            comp = psn + 1
-        elif kind == 3 and (comp is None or psn > comp):
+            comp = (psn + 1) % (1 << 24)
+        elif kind == 3 and (comp is None or after(psn, comp)):
             counted, comp = counted + 1, psn
     assert d1["rcvd_seq_err"] == counted <= naks
     expected, dups = None, 0
     for psn, op, _ in req:                         # the responder accepts only the expected PSN
         if expected is None or psn == expected:
-            expected = psn + 1
-        elif psn < expected:
+            expected = (psn + 1) % (1 << 24)
+        elif after(expected, psn):
             dups += 1
     assert d0["duplicate_request"] == dups <= rc["retransmissions"]
     assert rc["retransmissions"] >= 1 and d1["completer_retry_err"] >= max(1, d1["rcvd_seq_err"])

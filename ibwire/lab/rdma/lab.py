@@ -84,7 +84,7 @@ class _State:
         os.replace(tmp, self.path)
 
 
-def up(prefix: str, tenants: List[tuple], memory: int = 512, accel: str = "auto", timeout: float = 180,
+def up(prefix: str, tenants: List[tuple], memory: int = 512, accel: str = "auto", timeout: float = 300,
        say=print) -> dict:
     if os.geteuid() != 0:
         raise UserError("the RDMA lab needs root (it creates a network namespace, a bridge and taps)")
@@ -122,7 +122,9 @@ def up(prefix: str, tenants: List[tuple], memory: int = 512, accel: str = "auto"
     except BaseException:
         down(prefix)
         raise
-    lab_file(prefix).write_text(json.dumps(lab, indent=1))
+    tmp = run_dir() / f".lab-{prefix}.json.tmp"       # capture reads lab-*.json: it appears whole
+    tmp.write_text(json.dumps(lab, indent=1))
+    os.replace(tmp, lab_file(prefix))
     return lab
 
 
