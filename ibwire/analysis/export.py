@@ -202,7 +202,7 @@ def flow_table(rows: List[dict]) -> pa.Table:
     return pa.Table.from_pylist([{k: t.get(k) for k in FLOW_SCHEMA.names} for t in typed], schema=FLOW_SCHEMA)
 
 
-ROW_GROUP = 1 << 15        # rows per Parquet row group (batches are gathered up to this; memory stays flat)
+ROW_GROUP = 1 << 14        # rows per Parquet row group (batches are gathered up to this; memory stays flat)
 
 
 def tables(batches, progress=None, scan=None):
