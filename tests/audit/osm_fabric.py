@@ -47,7 +47,7 @@ def fabric(conf: Path, tmp: Path, topo: Path = TOPO):
         with open(sim_log, "wb") as out:
             procs.append(subprocess.Popen(["ibsim", "-s", "-n", str(topo)], env=env, cwd=tmp,
                                           stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT))
-        time.sleep(0.4)                                 # ibsim prints nothing when it starts listening
+        assert _wait_for(Path("/proc/net/unix"), f"@{env['IBSIM_SOCKNAME']}:ctl@", 20), "ibsim did not start"
         env["LD_PRELOAD"] = UMAD2SIM
         log = tmp / "osm.log"
         log.unlink(missing_ok=True)
