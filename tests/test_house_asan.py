@@ -1,7 +1,8 @@
 """The compiled decoder under AddressSanitizer: built with -fsanitize=address from the sources pyproject.toml
 lists, it reads the fuzz corpus of tests/test_fuzz_decode.py (100,000 mutated real packets) with every
 packet walled off by poisoned bytes, so any read outside a packet's captured bytes is reported; then the
-same packets as whole capture files (record walk, decode, CRCs, grouping, conversations), and damaged pcap/pcapng files.
+same packets as whole pcap and pcapng files (record walk, decode, CRCs, grouping,
+conversations, decode's line renderer), and damaged pcap/pcapng files.
 Any AddressSanitizer report fails the test.  A canary run first proves a stray read is reported."""
 import os
 import shutil
@@ -17,18 +18,18 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 HARNESS = r'''
-import ctypes, random, sys
+import contextlib, ctypes, os, random, sys
 from collections import defaultdict
 import numpy as np
+from ibwire.cli import main as cli
 from ibwire.fast import _native, read_all
 from ibwire.fast.decode import decode_batch
 from ibwire.fast.walk import Positions
 from ibwire.analysis.flows import analyse
 from ibwire.analysis.hashing import group_rows
 from ibwire.analysis.stats import compute_file
-from ibwire.writers import PcapWriter
+from ibwire.writers import PcapngWriter, PcapWriter
 from test_fuzz_decode import TOTAL, mutations, seeds
-from tshark_oracle import PUBLIC
 
 asan = ctypes.CDLL(None)
 poison, unpoison = asan.__asan_poison_memory_region, asan.__asan_unpoison_memory_region
@@ -56,6 +57,15 @@ def positions(offs, packets):
                 wirelen=np.array([w for _, w, _ in packets], np.int64), time=np.zeros(n),
                 linktype=np.array([lt for _, _, lt in packets], np.int64), frame=np.arange(1, n + 1))
     return Positions(**{k: cols.get(k) for k in Positions._fields})
+
+def ibwire(*args):
+    """The CLI in this process (so its compiled calls run under ASan), output discarded."""
+    sys.argv = ["ibwire", *args]
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        try:
+            cli()
+        except SystemExit as e:
+            assert e.code in (None, 0), f"ibwire {' '.join(args)}: exit {e.code}"
 
 mode = sys.argv[1]
 tmp = sys.argv[2]
@@ -91,8 +101,16 @@ for linktype, packets in by_link.items():
     assert len(read_all(path)) == len(packets)
     compute_file(path, workers=1)             # the analyzers' compiled loops (grouping, conversations)
     analyse(path, workers=1)
+ng = f"{tmp}/mutants.pcapng"  # pcapng: one interface per link type, packets of all of them interleaved
+with PcapngWriter(ng) as w:
+    iface = {lt: w.add_interface(lt) for lt in sorted(by_link)}
+    for data, wirelen, linktype in corpus[:20_000]:
+        w.write(data, 0.0, iface[linktype], wirelen, flush=False)
+assert len(read_all(ng)) == 20_000
+ibwire("decode", ng, "-c", "3000")          # the compiled line renderer, on mutants of every link type
+ibwire("decode", ng, "-c", "3000", "-T", "fields", "-e", "frame.time_epoch", "-e", "bth.psn", "-e", "grh.sgid")
 r = random.Random(7)         # damaged files: record headers and block lengths hit, files cut short
-sources = [open(files[0], "rb").read()[:200_000]] + [p.read_bytes() for p in sorted(PUBLIC.glob("*.pcapng"))[:3]]
+sources = [open(path, "rb").read()[:200_000] for path in (files[0], ng)]
 for k in range(300):
     raw = bytearray(r.choice(sources))
     for _ in range(r.randint(1, 6)):
@@ -105,7 +123,7 @@ for k in range(300):
     except Exception as e:
         if type(e).__name__ != "UserError":
             raise
-print(f"clean: {len(rec)} packets walled off, {len(files)} mutant files, 300 damaged files")
+print(f"clean: {len(rec)} packets walled off, {len(files)} mutant pcaps, a mutant pcapng, 300 damaged files")
 '''
 
 

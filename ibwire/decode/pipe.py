@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
+from ..readers.formats import if_tsresol
 from .stream import Batch
 
 BATCH = 4096
@@ -133,7 +134,7 @@ class PipeStream:
             head = b""
             if btype == 1:
                 lt = struct.unpack_from(endian + "H", body)[0]
-                ifaces.append((lt, _tsresol(body[8:], endian)))
+                ifaces.append((lt, if_tsresol(body[8:], endian)))
                 if len(ifaces) == 1:
                     self.decimals = 9 if ifaces[0][1][0] < ifaces[0][1][1] * 1000 else 6
             elif btype == 6 and len(body) >= 20:
@@ -147,19 +148,3 @@ class PipeStream:
                 orig = struct.unpack_from(endian + "I", body)[0]
                 yield body[4:4 + orig], orig, 0, ifaces[0][0]
         yield None
-
-
-def _tsresol(opts: bytes, endian: str):
-    """if_tsresol as (numerator, denominator) of nanoseconds per tick; microseconds by default."""
-    o = 0
-    while o + 4 <= len(opts):
-        code, ln = struct.unpack_from(endian + "HH", opts, o)
-        if code == 0:
-            break
-        if code == 9 and ln >= 1:
-            r = opts[o + 4]
-            if r & 0x80:
-                return (10 ** 9, 2 ** (r & 0x7F))
-            return (10 ** 9, 10 ** r) if r <= 9 else (1, 10 ** (r - 9))
-        o += 4 + ((ln + 3) & ~3)
-    return (1000, 1)

@@ -14,7 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import UserError
 from ..readers.capfile import file_format
-from ..readers.formats import PCAP_MAGICS, PCAPNG_SHB
+from ..readers.formats import PCAP_MAGICS, PCAPNG_SHB, if_tsresol
 from . import _native
 from ..readers.resync import boundary
 
@@ -259,14 +259,6 @@ class CaptureWalk:
 
 
 def _ts_scale(opts: bytes, endian: str) -> float:
-    """if_tsresol option (code 9) of an Interface Description Block; default microseconds."""
-    o = 0
-    while o + 4 <= len(opts):
-        code, ln = struct.unpack_from(endian + "HH", opts, o)
-        if code == 0:
-            break
-        if code == 9 and ln >= 1:
-            r = opts[o + 4]
-            return 2.0 ** -(r & 0x7F) if r & 0x80 else 10.0 ** -r
-        o += 4 + ((ln + 3) & ~3)
-    return 1e-6
+    """Seconds per timestamp tick of an interface (its if_tsresol option)."""
+    num, den = if_tsresol(opts, endian)
+    return num / (den * 1e9)
