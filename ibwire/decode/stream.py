@@ -31,7 +31,7 @@ def decimals_of(head: bytes) -> int:
     """Digits after the second that the capture's timestamps carry, as tshark prints them: 9 for a
     nanosecond pcap or a pcapng interface finer than microseconds (if_tsresol), else 6."""
     import struct
-    from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
+    from ..readers.formats import PCAP_MAGICS, PCAPNG_SHB, if_tsresol
     if head[:4] in PCAP_MAGICS:
         return 9 if PCAP_MAGICS[head[:4]][1] == 1e-9 else 6
     if head[:4] != PCAPNG_SHB or len(head) < 12:
@@ -43,8 +43,7 @@ def decimals_of(head: bytes) -> int:
         if blen < 12:
             break
         if btype == 1:
-            from .pipe import _tsresol
-            num, den = _tsresol(head[off + 16:off + blen - 4], endian)
+            num, den = if_tsresol(head[off + 16:off + blen - 4], endian)
             return 9 if num < den * 1000 else 6
         off += blen
     return 6
