@@ -46,6 +46,22 @@ EITHER = {"eth.addr": ("eth.dst", "eth.src"), "ip.addr": ("ip.src", "ip.dst"), "
           "udp.port": ("udp.srcport", "udp.dstport"), "tcp.port": ("tcp.srcport", "tcp.dstport")}
 
 
+# Widths in bits of the record fields narrower than their storage (IBA §9.2-9.3, IEEE 802.1Q, RFC 3168).
+NARROW = {"bth.psn": 24, "bth.destqp": 24, "aeth.msn": 24, "deth.srcqp": 24, "xrceth.xrcsrq": 24, "bth.padcnt": 2,
+          "bth.tver": 4, "lrh.sl": 4, "lrh.vl": 4, "vlan.id": 12, "ip.dsfield.ecn": 2, "ipv6.tclass.ecn": 2}
+
+
+def max_value(key: str) -> Optional[int]:
+    """The largest value an unsigned field can hold, when ibwire knows its width without scapy."""
+    if key in NARROW:
+        return (1 << NARROW[key]) - 1
+    from .fast.records import KEY_FIELDS, RECORD
+    col = KEY_FIELDS.get(key)
+    if col is not None and RECORD[col].kind == "u":
+        return (1 << (8 * RECORD[col].itemsize)) - 1
+    return None
+
+
 @lru_cache(maxsize=1)
 def layer_fields() -> Dict[str, str]:
     """Name -> type of every field and protocol the scapy layers define (loads scapy)."""

@@ -21,7 +21,7 @@ import re
 from typing import Callable, List, NamedTuple, Optional, Set
 
 from .errors import UserError
-from .fieldtypes import BYTES, FLOAT, INT, IPV4, IPV6, MAC, PROTO, STRING, UINT, field_type, known_names
+from .fieldtypes import BYTES, FLOAT, INT, IPV4, IPV6, MAC, PROTO, STRING, UINT, field_type, known_names, max_value
 
 _TOKEN = re.compile(r"""\s*(?:
     (?P<str>"(?:[^"\\]|\\.)*")|
@@ -113,6 +113,9 @@ def literal(ftype: str, tok: str, key: str, op: str):
         v = None if quoted else _int(tok, ftype == INT)
         if v is None:
             raise UserError(f"display filter: {tok!r} is not a valid number for {key}")
+        top = max_value(key) if key else None
+        if top is not None and v > top:
+            raise UserError(f"display filter: {tok} is too big for {key}, maximum {top}")
         return v
     if ftype == FLOAT:
         try:

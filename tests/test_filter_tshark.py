@@ -120,6 +120,7 @@ def test_cli_selects_the_same_frames_and_writes_them(merged, tmp_path):
     ("bth.opcode == \"SEND\"", "not a valid number"),
     ("bth.opcode in {1 2}", "commas"),
     ("bth.opcode ==", "unexpected end"),
+    ("bth.psn > 20000000", "too big"),
     ("ip.src matches \"^10\"", "matches"),
 ])
 def test_bad_filters_are_refused_like_tshark(text, message):
