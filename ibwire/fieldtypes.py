@@ -62,6 +62,9 @@ def max_value(key: str) -> Optional[int]:
     return None
 
 
+WIDE = set()      # 64-bit fields (filled with layer_fields()): JSON writes them as "0x…" strings
+
+
 @lru_cache(maxsize=1)
 def layer_fields() -> Dict[str, str]:
     """Name -> type of every field and protocol the scapy layers define (loads scapy)."""
@@ -148,9 +151,12 @@ def layer_field_types() -> dict:
             if f.name.startswith("_") or isinstance(f, (PacketField, PacketListField)):
                 continue
             ftype = _scapy_type(f)
+            wide = getattr(f, "sz", 0) == 8 or getattr(f, "size", 0) == 64
             for key in (f"{ws}.{f.name}", alias.get(f.name)):
                 if key:
                     out.setdefault(key, ftype)
+                    if wide and ftype == UINT:
+                        WIDE.add(key)
         try:
             extra = cls().ws_extra() if hasattr(cls, "ws_extra") else {}
         except Exception:

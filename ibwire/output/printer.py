@@ -32,18 +32,22 @@ def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return k
 
 
-def json_safe(obj):
-    """A decoded frame's JSON, with 64-bit values as "0x…" strings and bytes as hex."""
+def json_safe(obj, key: str = ""):
+    """A decoded frame's JSON: 64-bit fields (and any value beyond 32 bits) as "0x…" strings, bytes as hex."""
     if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
+        return {k: json_safe(v, f"{key}.{k}" if key else k) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
+        return [json_safe(v, key) for v in obj]
     if isinstance(obj, (bytes, bytearray)):
         return bytes(obj).hex()
     if isinstance(obj, bool) or obj is None or isinstance(obj, (str, float)):
         return obj
     if isinstance(obj, int):
-        return f"0x{obj:016x}" if not -(1 << 31) <= obj < (1 << 32) else obj
+        from ..fieldtypes import WIDE, layer_fields
+        layer_fields()
+        wide = (key.partition(".")[2] in WIDE or ".".join(key.split(".")[-2:]) in WIDE
+                or not -(1 << 31) <= obj < (1 << 32))
+        return f"0x{obj & 0xFFFFFFFFFFFFFFFF:016x}" if wide else obj
     return str(obj)
 
 
@@ -180,14 +184,14 @@ class Printer:
         if self.fmt == "text":
             return compile_parts(summary.detail_parts(d, self._time_part()))
         if self.fmt in ("json", "jsonl"):
-            obj = json_safe(d.to_json())
+            obj = json_safe(d.to_json(), "")
             obj["time"] = 0
             head, _, tail = json.dumps(obj).partition('"time": 0')
             return compile_parts([head, '"time": ', ("time", "time_ns", formats.JSON_TIME_DECIMALS), tail + "\n"])
         if self.fmt == "ek":
             return compile_parts(['{"index": {"_index": "packets", "_type": "doc"}}\n',
                                   json.dumps({"timestamp": f"{d.frame.time:.3f}", "frame": d.frame.number,
-                                              "len": d.frame.wirelen, "layers": json_safe(d.layers)}) + "\n"])
+                                              "len": d.frame.wirelen, "layers": json_safe(d.layers, "layers")}) + "\n"])
         parts = []
         for i, key in enumerate(self.keys):
             if i:
