@@ -443,7 +443,8 @@ def test_verbs_backend_on_rxe_names_the_backend_that_works(rlab):
 
 
 def test_lab_run_counters_faults_status(rlab):
-    """`lab run` streams both outputs and returns the command's exit status; `lab counters` is JSON of rxe0's
+    """`lab run` streams both outputs and returns the command's exit status (130 after Ctrl-C, the command
+    stopped); `lab counters` is JSON of rxe0's
     hw_counters; `lab faults` sets and clears netem; `lab status` lists every guest with its boot time."""
     r = rlab.run("g2", "sh", "-c", "echo out; echo err >&2; exit 7", check=False)
     assert (r.returncode, r.stdout, r.stderr) == (7, "out\n", "err\n")
@@ -451,6 +452,12 @@ def test_lab_run_counters_faults_status(rlab):
     assert r.returncode == 127 and "no-such-program" in r.stderr
     r = rlab.cli("lab", "run", "g2", "--prefix", PREFIX, "--timeout", "1", "--", "sleep", "30", check=False)
     assert r.returncode == 128 + signal.SIGTERM
+    p = subprocess.Popen(CLI + ["lab", "run", "g2", "--prefix", PREFIX, "--", "sh", "-c", "echo up; sleep 60"],
+                         env=rlab.env, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "up\n"
+    p.send_signal(signal.SIGINT)                 # Ctrl-C: the command is stopped in the guest, exit status 130
+    assert p.wait(timeout=60) == 130
+    assert rlab.run("g2", "sh", "-c", "ps ax | grep -c '[s]leep 60'", check=False).stdout == "0\n"
     r = rlab.cli("lab", "run", "g9", "--prefix", PREFIX, "--", "true", check=False)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "g9" in r.stderr
     c = rlab.counters("g2")

@@ -7,7 +7,8 @@ import typer
 
 from .app import app
 
-lab_app = typer.Typer(help="Network-namespace lab: PF host, VF representors, four VFs and a remote host.",
+lab_app = typer.Typer(help="Network-namespace lab: PF host, VF representors, four VFs and a remote host; with "
+                      "`up --rdma`, tenant guests running the kernel's Soft-RoCE.",
                       no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
 
