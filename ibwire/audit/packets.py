@@ -106,7 +106,7 @@ def audit_fields(cap, path: str) -> Iterator[Tuple[Frame, dict]]:
                 where = (link,) + row[5:]
                 ends = known.get(where)
                 if ends is None:
-                    ends = known[where] = _ends(*where)
+                    ends = known[where] = {**_ends(*where), "_addr": where}
                 yield frame, {"bth.opcode": row[3], "bth.p_key": row[4], **ends}
             else:
                 yield frame, decode_frame(frame).flat

@@ -39,12 +39,22 @@ class Traffic:
     def __init__(self):
         self.flows: dict = {}             # (src Side key, dst Side key, P_Key) -> Flow
         self.first_seen: dict = {}        # (Side speaker, P_Key base) -> first frame sent, unicast or multicast
+        self._ends: dict = {}             # bulk reader's address tuple -> (src, dst, their keys, speaker)
 
     def add(self, number: int, flat: dict, length: int) -> None:
-        src, dst = sides(flat)
+        """One data packet; `flat["_addr"]`, when the bulk reader sets it, names its address fields, so
+        their Sides are built once per address pair instead of once per packet."""
+        addr = flat.get("_addr")
+        ends = self._ends.get(addr) if addr is not None else None
+        if ends is None:
+            src, dst = sides(flat)
+            ends = (src, dst, src.key(), dst.key(), src.speaker())
+            if addr is not None:
+                self._ends[addr] = ends
+        src, dst, skey, dkey, speaker = ends
         pkey = as_int(flat.get("bth.p_key")) or 0
-        self.first_seen.setdefault((src.speaker(), pkey & 0x7FFF), number)
-        key = (src.key(), dst.key(), pkey)
+        self.first_seen.setdefault((speaker, pkey & 0x7FFF), number)
+        key = (skey, dkey, pkey)
         fl = self.flows.get(key)
         if fl is None:
             fl = self.flows[key] = Flow(src, dst, pkey)
