@@ -88,6 +88,11 @@ def test_short_pcapng_blocks_are_reported_not_fatal(tmp_path):
 
 
 def test_jobs_are_capped_by_cpus_and_work(tmp_path):
+    import os
+    from ibwire.fast.split import processes
+    cpus = len(os.sched_getaffinity(0))
+    assert processes(100_000, 10 ** 9) == cpus and processes(0, 10 ** 9) == cpus
+    assert processes(100_000, 1) == 1 and processes(2, 0) == 1                  # no more than the work
     cap = CAPS / "loss-retransmit.pcap"
     one = run_ibwire("flows", cap, "--format", "json", "-j", "1", check=True).stdout
     many = limited("flows", cap, "--format", "json", "-j", "100000", timeout=60)
