@@ -70,6 +70,8 @@ class Evidence:
                                                (self.undecodable, "of a link type ibwire cannot decode")) if n]
         if not counts and not self.lost_bytes and not why:
             return None
+        if self.truncated:            # cut by the snap length: headers still read, payloads not needed
+            counts.append(f"{self.truncated} truncated")
         text = f"evidence incomplete: of {self.frames + self.skipped} frames " + (", ".join(counts) or "none lost")
         if self.lost_bytes:
             text += f"; {self.lost_bytes} bytes of the captures unread"
