@@ -1,7 +1,8 @@
 """ibwire as a user gets it, not as the developers run it: `python -m build` makes an sdist and a wheel
 from the committed files (the wheel built from the sdist, so the sdist is complete), and `pip install .`,
 the wheel and the sdist each give, in a fresh virtualenv, an `ibwire` whose compiled part is there and
-which reads a shipped capture as tshark does.  `ibwire --version` says the installed version.
+which reads a shipped capture as tshark does, and whose `ibwire --version` names the version the package
+metadata carries (written once, as ibwire.__version__).
 
 Slow by nature (three installs with numpy, pyarrow and scapy): built once, installed concurrently, with
 pip's cache and without compiling every dependency's bytecode."""
@@ -93,6 +94,8 @@ def test_installed_ibwire_reads_a_shipped_capture_with_its_compiled_part(install
                             "print(n.__file__); print(m.version('ibwire'))"],
                            capture_output=True, text=True, cwd=tmp_path, check=True).stdout.split()
     assert where[1] == version_in_source()
+    r = run(python, "--version", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.split() == ["ibwire", where[1]], r.stdout + r.stderr
     assert where[0].startswith(str(python.parent.parent))          # the venv's copy, not the source tree
     r = run(python, "stats", CAPTURE, "--format", "json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
