@@ -7,7 +7,6 @@ metadata carries (written once, as ibwire.__version__).
 Slow by nature (three installs with numpy, pyarrow and scapy): built once, installed concurrently, with
 pip's cache and without compiling every dependency's bytecode."""
 import json
-import os
 import shutil
 import subprocess
 import sys
