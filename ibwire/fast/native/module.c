@@ -40,6 +40,22 @@ static void release(buf_t *b, int n)
             PyBuffer_Release(&b[i].v);
 }
 
+/* Buffers b[i] of the n objects o[i], with item[i]-byte items; writable where bit i of `writable` is set,
+ * skipped when bit i of `optional` is set and o[i] is None.  On failure all are released: -1. */
+static int get_all(PyObject **o, buf_t *b, int n, const Py_ssize_t *item, const char *const *names,
+                   unsigned writable, unsigned optional)
+{
+    for (int i = 0; i < n; i++) {
+        if ((optional >> i & 1) && o[i] == Py_None)
+            continue;
+        if (get(o[i], &b[i], writable >> i & 1, item[i], names[i]) < 0) {
+            release(b, n);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Release the buffers and raise ValueError(bad). */
 static PyObject *refuse(buf_t *b, int n, const char *bad)
 {
@@ -136,11 +152,8 @@ static PyObject *decode(PyObject *self, PyObject *args)
     static const Py_ssize_t item[NB] = {0, 8, 8, 8, 8, 2, 2, 1, 2, 8, 0};
     static const char *names[NB] = {"buf", "data", "caplen", "wirelen", "linktype", "ext_off", "ext_len",
                                     "known", "vtable", "field_off", "out"};
-    for (int i = 0; i < NB; i++)
-        if (get(o[i], &b[i], i == OUT, item[i], names[i]) < 0) {
-            release(b, NB);
-            return NULL;
-        }
+    if (get_all(o, b, NB, item, names, 1u << OUT, 0) < 0)
+        return NULL;
     Py_ssize_t n = b[DATA].v.len / 8;
     const char *bad = NULL;
     if (b[CAPLEN].v.len / 8 != n || b[WIRELEN].v.len / 8 != n || b[LT].v.len / 8 != n)
@@ -195,14 +208,8 @@ static PyObject *group(PyObject *self, PyObject *args)
         return NULL;
     static const Py_ssize_t item[NB] = {0, 8, 8, 8, 8, 8, 8};
     static const char *names[NB] = {"rec", "rows", "offsets", "sizes", "inverse", "first", "hashes"};
-    for (int i = 0; i < NB; i++) {
-        if (i == ROWS && o[i] == Py_None)
-            continue;
-        if (get(o[i], &b[i], i >= INV, item[i], names[i]) < 0) {
-            release(b, NB);
-            return NULL;
-        }
-    }
+    if (get_all(o, b, NB, item, names, 1u << INV | 1u << FIRST | 1u << HASH, 1u << ROWS) < 0)
+        return NULL;
     Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
     Py_ssize_t n = b[ROWS].held ? b[ROWS].v.len / 8 : nrec, nf = b[OFF].v.len / 8;
     const int64_t *rows = b[ROWS].held ? b[ROWS].v.buf : NULL, *off = b[OFF].v.buf, *size = b[SIZE].v.buf;
@@ -297,11 +304,8 @@ static PyObject *flows_feed_py(PyObject *self, PyObject *args)
         return NULL;
     static const Py_ssize_t item[NB] = {1, 1, 1, 1, sizeof(flow_pkt), 4, 1};
     static const char *names[NB] = {"opclass", "opkind", "seg", "transport", "packets", "conv_of", "side_of"};
-    for (int i = 0; i < NB; i++)
-        if (get(o[i], &b[i], 0, item[i], names[i]) < 0) {
-            release(b, NB);
-            return NULL;
-        }
+    if (get_all(o, b, NB, item, names, 0, 0) < 0)
+        return NULL;
     if (b[OPC].v.len != 256 || b[OPK].v.len != 256 || b[SEG].v.len != 256 || b[TR].v.len != 256 ||
         b[CONV].v.len / 4 != b[SIDE].v.len) {
         release(b, NB);
@@ -338,14 +342,8 @@ static PyObject *flows_spill_py(PyObject *self, PyObject *args)
         return NULL;
     static const Py_ssize_t item[NB] = {0, 8, 8, 4, 4, sizeof(flow_pkt)};
     static const char *names[NB] = {"rec", "rows", "field_off", "half", "frames", "out"};
-    for (int i = 0; i < NB; i++) {
-        if ((i == ROWS || i == FRAMES) && o[i] == Py_None)
-            continue;
-        if (get(o[i], &b[i], i == OUT, item[i], names[i]) < 0) {
-            release(b, NB);
-            return NULL;
-        }
-    }
+    if (get_all(o, b, NB, item, names, 1u << OUT, 1u << ROWS | 1u << FRAMES) < 0)
+        return NULL;
     Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
     Py_ssize_t n = b[ROWS].held ? b[ROWS].v.len / 8 : nrec;
     const int64_t *rows = b[ROWS].held ? b[ROWS].v.buf : NULL, *off = b[OFF].v.buf;
@@ -425,14 +423,8 @@ static PyObject *render(PyObject *self, PyObject *args)
         return NULL;
     static const Py_ssize_t item[NB] = {0, 8, 4, 8};
     static const char *names[NB] = {"rec", "rows", "prog_of", "base"};
-    for (int i = 0; i < NB; i++) {
-        if (i == BASE && o[i] == Py_None)
-            continue;
-        if (get(o[i], &b[i], 0, item[i], names[i]) < 0) {
-            release(b, NB);
-            return NULL;
-        }
-    }
+    if (get_all(o, b, NB, item, names, 0, 1u << BASE) < 0)
+        return NULL;
     Py_ssize_t n = b[ROWS].v.len / 8, np_ = PyTuple_GET_SIZE(progs);
     Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
     const int64_t *rows = b[ROWS].v.buf;
