@@ -83,7 +83,8 @@ def test_clean_fabric_state_passes_then_table_changed_behind_opensm_is_drift(fab
 
     # the HTML report, rendered by a real browser, shows the verdict, the tenant matrix and the finding
     dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
-                          report.as_uri()], capture_output=True, text=True, timeout=60).stdout
+                          f"--user-data-dir={tmp_path / 'chromium-profile'}", report.as_uri()],
+                         capture_output=True, text=True, timeout=60).stdout
     assert 'id="verdict">FAIL<' in dom
     matrix = dom[dom.index('id="matrix"'):dom.index("</table>", dom.index('id="matrix"'))]
     assert "<th>red</th>" in matrix and "<th>blue</th>" in matrix

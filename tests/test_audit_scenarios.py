@@ -136,7 +136,8 @@ def test_exit_status_and_html_report(tmp_path):
 def test_breach_report_in_headless_chromium(tmp_path):
     report = tmp_path / "audit-report.html"
     assert _audit("multitenant-breach", "--report", report).returncode == 1
-    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", report.as_uri()],
+    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", report.as_uri(),
+                          f"--user-data-dir={tmp_path / 'chromium-profile'}"],   # not in ~/.config
                          capture_output=True, text=True, timeout=60).stdout
     assert 'id="verdict">FAIL<' in dom
     matrix = dom[dom.index('id="matrix"'):dom.index("</table>", dom.index('id="matrix"'))]
