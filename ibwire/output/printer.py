@@ -85,8 +85,7 @@ class Printer:
         if self.fmt == "json":
             return b"[\n"
         if self.header and self.fmt in ("fields", "csv"):
-            q = self.quote
-            return (self.sep.join(f"{q}{f}{q}" for f in self.fields) + "\n").encode()
+            return (self.sep.join(self.fields) + "\n").encode()        # tshark quotes values, not names
         return b""
 
     def end(self) -> bytes:
