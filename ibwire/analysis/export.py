@@ -202,6 +202,10 @@ def flow_table(rows: List[dict]) -> pa.Table:
     return pa.Table.from_pylist([{k: t.get(k) for k in FLOW_SCHEMA.names} for t in typed], schema=FLOW_SCHEMA)
 
 
+# Parquet settings: dictionary pages only for the columns that are dictionaries already (the others are
+# numbers with many values, where a dictionary costs time and bytes), zstd at its fastest level.
+PARQUET = {"compression": "zstd", "compression_level": 1,
+           "use_dictionary": ["link_kind", "icrc_status", "vcrc_status", "src_addr", "dst_addr", "operation"]}
 ROW_GROUP = 1 << 14        # rows per Parquet row group (batches are gathered up to this; memory stays flat)
 
 
@@ -247,7 +251,7 @@ def write_records(batches, where, progress=None, scan=None) -> int:
     """Stream record batches into one Parquet file (`where`: a path or a binary file object)."""
     import pyarrow.parquet as pq
     n, pending, rows = 0, [], 0
-    with pq.ParquetWriter(where, _SCHEMA, compression="zstd") as writer:
+    with pq.ParquetWriter(where, _SCHEMA, **PARQUET) as writer:
         for t in tables(batches, progress, scan):
             pending.append(t)
             rows += t.num_rows
@@ -327,7 +331,7 @@ def write_capture_partitions(path: str, host: str, root, keys: List[str], icrc: 
                 d = _part_dir(root, table_name, keys, host, day)
                 os.makedirs(d, exist_ok=True)
                 f = stack.enter_context(output_file(os.path.join(d, name), inputs=[path]))
-                writers[key] = stack.enter_context(pq.ParquetWriter(f, schema, compression="zstd"))
+                writers[key] = stack.enter_context(pq.ParquetWriter(f, schema, **(PARQUET if schema is _SCHEMA else {})))
             return writers[key]
         first_day = 0
         for t in tables(s, progress, s):
