@@ -201,19 +201,19 @@ class _Parser:
             raise UserError(f"display filter: '{self.tokens[self.pos]}' was unexpected in {self.text!r}")
         return tree
 
-    def or_(self):
-        args = [self.and_()]
-        while self.peek() in ("or", "||"):
+    def _chain(self, kind: str, words, operand):
+        """One precedence level: operands joined by `kind`'s words (`or`/`||`, `and`/`&&`)."""
+        args = [operand()]
+        while self.peek() in words:
             self.take()
-            args.append(self.and_())
-        return args[0] if len(args) == 1 else Logic("or", tuple(args))
+            args.append(operand())
+        return args[0] if len(args) == 1 else Logic(kind, tuple(args))
+
+    def or_(self):
+        return self._chain("or", ("or", "||"), self.and_)
 
     def and_(self):
-        args = [self.not_()]
-        while self.peek() in ("and", "&&"):
-            self.take()
-            args.append(self.not_())
-        return args[0] if len(args) == 1 else Logic("and", tuple(args))
+        return self._chain("and", ("and", "&&"), self.not_)
 
     def not_(self):
         if self.peek() in ("not", "!"):
