@@ -31,7 +31,6 @@ ETHERTYPES = {0x0800: "IPv4", 0x0806: "ARP", 0x86DD: "IPv6"}
 class RWH(IBLayer):
     """Raw header after an LRH with LNH=0: reserved 16 bits and an ethertype (IBA §5.3)."""
 
-    name = "RWH"
     ws_name = "rwh"
     fields_desc = [XShortField("reserved", 0), XShortEnumField("etype", 0x0800, ETHERTYPES)]
 
@@ -40,7 +39,6 @@ class IPoIB(IBLayer):
     """IPoIB encapsulation header (RFC 4391 §6) inside a UD SEND payload; Wireshark names the ethertype
     `infiniband.rwh.etype`."""
 
-    name = "IPoIB"
     ws_name = "ipoib"
     ws_alias = {"type": "rwh.etype"}
     fields_desc = [XShortEnumField("type", 0x0800, ETHERTYPES), XShortField("reserved", 0)]
@@ -57,7 +55,6 @@ class IPoIBLink(IBLayer):
 class ERF(IBLayer):
     """ERF record header (16 bytes): 64-bit little-endian timestamp, type, flags, rlen, lctr, wlen."""
 
-    name = "ERF"
     ws_name = "erf"
     ws_alias = {"ts_frac": "", "ts_sec": "", "type": "types.type"}
     fields_desc = [

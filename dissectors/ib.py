@@ -30,7 +30,6 @@ def _split(s: bytes, body_len: int, trailer_len: int):
 class VCRC(IBLayer):
     """Variant CRC, the last two bytes of a native IB packet (IBA §7.8.2)."""
 
-    name = "VCRC"
     ws_name = "vcrc"
     ws_alias = {"value": "variant.crc"}
     fields_desc = [XShortField("value", None)]
@@ -71,7 +70,6 @@ class ICRC(IBLayer):
     """Invariant CRC after the payload (IBA §7.8.1; RoCE annex A16/A17).  Shown as Wireshark shows it:
     the four stored bytes read big-endian."""
 
-    name = "ICRC"
     ws_name = "icrc"
     ws_alias = {"value": "invariant.crc"}
     fields_desc = [XIntField("value", None)]
@@ -150,7 +148,6 @@ class IBPad(IBLayer):
 class LRH(IBLayer):
     """Local Route Header, IBA §7.7.  PktLen counts 4-byte words from the LRH to the ICRC."""
 
-    name = "LRH"
     ws_name = "lrh"
     fields_desc = [
         BitField("vl", 0, 4), BitField("lver", 0, 4),
@@ -182,7 +179,6 @@ class GRH(IBLayer):
     """Global Route Header, IBA §8.3 (also the first header of RoCEv1).  PayLen counts from the BTH to
     the ICRC."""
 
-    name = "GRH"
     ws_name = "grh"
     fields_desc = [
         BitField("ipver", 6, 4), BitField("tclass", 0, 8), BitField("flowlabel", 0, 20),
@@ -206,7 +202,6 @@ class GRH(IBLayer):
 class BTH(IBLayer):
     """Base Transport Header, IBA §9.2 (FECN/BECN from §A10 / RoCE annex A17)."""
 
-    name = "BTH"
     ws_name = "bth"
     fields_desc = [
         ByteField("opcode", 0),
@@ -310,7 +305,6 @@ class DCExt(_ExtHeader):
 class RDETH(_ExtHeader):
     """Reliable Datagram Extended Transport Header, IBA §9.3.1."""
 
-    name = "RDETH"
     ws_name = ws_key = "rdeth"
     fields_desc = [XByteField("reserved", 0), BitField("eecnxt", 0, 24)]
 
@@ -318,7 +312,6 @@ class RDETH(_ExtHeader):
 class DETH(_ExtHeader):
     """Datagram Extended Transport Header, IBA §9.3.2."""
 
-    name = "DETH"
     ws_name = ws_key = "deth"
     fields_desc = [XIntField("q_key", 0), XByteField("reserved", 0), XBitField("srcqp", 0, 24)]
 
@@ -326,7 +319,6 @@ class DETH(_ExtHeader):
 class XRCETH(_ExtHeader):
     """XRC Extended Transport Header, IBA §9.3.9 (XRC annex)."""
 
-    name = "XRCETH"
     ws_name = ws_key = "xrceth"
     fields_desc = [XByteField("reserved", 0), XBitField("xrcsrq", 0, 24)]
 
@@ -334,7 +326,6 @@ class XRCETH(_ExtHeader):
 class RETH(_ExtHeader):
     """RDMA Extended Transport Header, IBA §9.3.3."""
 
-    name = "RETH"
     ws_name = ws_key = "reth"
     fields_desc = [XLongField("va", 0), XIntField("r_key", 0), IntField("dmalen", 0)]
 
@@ -342,7 +333,6 @@ class RETH(_ExtHeader):
 class AtomicETH(_ExtHeader):
     """Atomic Extended Transport Header, IBA §9.3.4."""
 
-    name = "AtomicETH"
     ws_name = ws_key = "atomiceth"
     ws_alias = {"va": "reth.va", "r_key": "reth.r_key"}
     fields_desc = [XLongField("va", 0), XIntField("r_key", 0), LongField("swapdt", 0), LongField("cmpdt", 0)]
@@ -351,7 +341,6 @@ class AtomicETH(_ExtHeader):
 class AETH(_ExtHeader):
     """ACK Extended Transport Header, IBA §9.3.5; syndrome per §9.7.5.2.1."""
 
-    name = "AETH"
     ws_name = ws_key = "aeth"
     fields_desc = [ByteField("syndrome", 0), BitField("msn", 0, 24)]
 
@@ -382,7 +371,6 @@ class AETH(_ExtHeader):
 class AtomicAckETH(_ExtHeader):
     """Atomic Acknowledge Extended Transport Header, IBA §9.3.6."""
 
-    name = "AtomicAckETH"
     ws_name = ws_key = "atomicacketh"
     fields_desc = [LongField("origremdt", 0)]
 
@@ -390,7 +378,6 @@ class AtomicAckETH(_ExtHeader):
 class ImmDt(_ExtHeader):
     """Immediate Data Extended Transport Header, IBA §9.3.7 (Wireshark shows the 4 bytes as `immdt`)."""
 
-    name = "ImmDt"
     ws_name = ws_key = "immdt"
     ws_alias = {"data": "immdt"}
     fields_desc = [XIntField("data", 0)]
@@ -399,7 +386,6 @@ class ImmDt(_ExtHeader):
 class IETH(_ExtHeader):
     """Invalidate Extended Transport Header, IBA §9.3.8 (the R_Key to invalidate)."""
 
-    name = "IETH"
     ws_name = ws_key = "ieth"
     ws_alias = {"r_key": "ieth"}
     fields_desc = [XIntField("r_key", 0)]
@@ -408,7 +394,6 @@ class IETH(_ExtHeader):
 class FETH(_ExtHeader):
     """FLUSH Extended Transport Header, IBA 1.5 §9.3.10: selectivity level and placement type."""
 
-    name = "FETH"
     ws_name = ws_key = "feth"
     fields_desc = [BitField("reserved", 0, 26), BitField("sel", 0, 2), BitField("plt", 0, 4)]
 

@@ -19,14 +19,12 @@ bind_layers(MAD, CC, mgmtclass=0x21)
 
 class CongestionInfo(Attr):
     """CongestionInfo, A10.4.3.3."""
-    name = "CongestionInfo"
     ws_name = "congestioninfo"
     fields_desc = [XShortField("congestioninfo", 0), XByteField("controltablecap", 0)]
 
 
 class CongestionKeyInfo(Attr):
     """CongestionKeyInfo, A10.4.3.4."""
-    name = "CongestionKeyInfo"
     ws_name = "congestionkeyinfo"
     fields_desc = [XLongField("cc_key", 0), BitField("cc_keyprotectbit", 0, 1), BitField("_r", 0, 15),
                    ShortField("cc_keyleaseperiod", 0), ShortField("cc_keyviolations", 0)]
@@ -34,7 +32,6 @@ class CongestionKeyInfo(Attr):
 
 class SwitchCongestionSetting(Attr):
     """SwitchCongestionSetting, A10.4.3.6."""
-    name = "SwitchCongestionSetting"
     ws_name = "switchcongestionsetting"
     fields_desc = [
         XIntField("controlmap", 0), StrFixedLenField("victimmask", b"\0" * 32, 32),
@@ -55,7 +52,6 @@ class CACongestionEntry(Packet):
 
 class CACongestionSetting(Attr):
     """CACongestionSetting, A10.4.3.8: per-SL timers and increases."""
-    name = "CACongestionSetting"
     ws_name = "cacongestionsetting"
     fields_desc = [XShortField("port_control", 0), XShortField("control_map", 0),
                    PacketListField("entries", [], CACongestionEntry, count_from=lambda p: 16)]
@@ -63,7 +59,6 @@ class CACongestionSetting(Attr):
 
 class CongestionControlTable(Attr):
     """CongestionControlTable block, A10.4.3.9: CCTI limit and 64 (shift, multiplier) entries."""
-    name = "CongestionControlTable"
     ws_name = "congestioncontroltable"
     fields_desc = [XShortField("ccti_limit", 0), Reserved("_r", 2),
                    FieldListField("entry", [0] * 64, XShortField("", 0), count_from=lambda p: 64)]

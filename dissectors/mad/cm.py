@@ -12,7 +12,6 @@ from .common import MAD, ClassData, ClassPortInfo
 
 class CM(ClassData):
     """Communication management: no class header, the message starts at MAD byte 24."""
-    name = "CM"
     ws_name = "cm"
     fields_desc = []
 

@@ -12,7 +12,6 @@ MAD_SIZE = 256
 
 class MAD(MadPacket):
     """The 24-byte common MAD header; class layers are bound on `mgmtclass`."""
-    name = "MAD"
     ws_name = "mad"
     fields_desc = [
         XByteField("baseversion", 1), XByteField("mgmtclass", 0x01), XByteField("classversion", 1),
@@ -59,7 +58,6 @@ class ClassData(MadPacket):
 
 class ClassPortInfo(Attr):
     """ClassPortInfo, IBA §13.4.8.1 (72 bytes)."""
-    name = "ClassPortInfo"
     ws_name = "classportinfo"
     fields_desc = [
         XByteField("baseversion", 1), XByteField("classversion", 1), XShortField("capabilitymask", 0),
@@ -75,7 +73,6 @@ class ClassPortInfo(Attr):
 
 class InformInfo(Attr):
     """InformInfo, IBA §13.4.8.3 (36 bytes): subscription to traps by the SA."""
-    name = "InformInfo"
     ws_name = "informinfo"
     fields_desc = [
         IP6Field("gid", "::"), XShortField("lidrangebegin", 0), XShortField("lidrangeend", 0),

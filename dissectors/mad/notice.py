@@ -90,7 +90,6 @@ TRAP_LAYERS = {64: TrapGID, 65: TrapGID, 66: TrapGID, 67: TrapGID, 68: TrapPaths
 
 class Notice(Attr):
     """Notice (64 bytes in an SMP; GMP notices add the 16-byte IssuerGID)."""
-    name = "Notice"
     ws_name = "notice"
     fields_desc = [
         BitField("isgeneric", 1, 1), XBitField("type", 0, 7), ThreeBytesField("producertypevendorid", 0),

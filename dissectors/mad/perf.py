@@ -9,7 +9,6 @@ from .common import MAD, ClassData
 
 
 class PerfMgt(ClassData):
-    name = "PerfMgt"
     ws_name = "perf"
     fields_desc = [Reserved("_reserved", 40)]
 
@@ -19,7 +18,6 @@ bind_layers(MAD, PerfMgt, mgmtclass=0x04)
 
 class PortSamplesControl(Attr):
     """PortSamplesControl, §16.1.3.2."""
-    name = "PortSamplesControl"
     ws_name = "portsamplescontrol"
     fields_desc = [
         XByteField("opcode", 0), XByteField("portselect", 0), XByteField("tick", 0),
@@ -35,7 +33,6 @@ class PortSamplesControl(Attr):
 
 class PortSamplesResult(Attr):
     """PortSamplesResult, §16.1.3.3."""
-    name = "PortSamplesResult"
     ws_name = "portsamplesresult"
     fields_desc = [XShortField("tag", 0), BitField("_r", 0, 14), BitField("samplestatus", 0, 2),
                    FieldListField("counter", [0] * 15, IntField("", 0), count_from=lambda p: 15)]
@@ -43,7 +40,6 @@ class PortSamplesResult(Attr):
 
 class PortCounters(Attr):
     """PortCounters, §16.1.3.5."""
-    name = "PortCounters"
     ws_name = "portcounters"
     fields_desc = [
         Reserved("_r0", 1), XByteField("portselect", 0), XShortField("counterselect", 0),
@@ -61,7 +57,6 @@ class PortCounters(Attr):
 
 class PortCountersExtended(Attr):
     """PortCountersExtended, §16.1.4.11 (64-bit data and packet counters)."""
-    name = "PortCountersExtended"
     ws_name = "portcounters_ext"
     fields_desc = [
         Reserved("_r0", 1), XByteField("portselect", 0), XShortField("counterselect", 0),
@@ -74,7 +69,6 @@ class PortCountersExtended(Attr):
 
 class PortRcvErrorDetails(Attr):
     """PortRcvErrorDetails, §16.1.4.4."""
-    name = "PortRcvErrorDetails"
     ws_name = "portrcverrordetails"
     fields_desc = [
         Reserved("_r0", 1), XByteField("portselect", 0), XShortField("counterselect", 0),
@@ -86,7 +80,6 @@ class PortRcvErrorDetails(Attr):
 
 class PortXmitDiscardDetails(Attr):
     """PortXmitDiscardDetails, §16.1.4.5."""
-    name = "PortXmitDiscardDetails"
     ws_name = "portxmitdiscarddetails"
     fields_desc = [
         Reserved("_r0", 1), XByteField("portselect", 0), XShortField("counterselect", 0),
@@ -97,7 +90,6 @@ class PortXmitDiscardDetails(Attr):
 
 class PortXmitDataSL(Attr):
     """PortXmitDataSL, §16.1.4.7: transmitted data per SL."""
-    name = "PortXmitDataSL"
     ws_name = "portxmitdatasl"
     fields_desc = [Reserved("_r0", 1), XByteField("portselect", 0), Reserved("_r1", 2),
                    FieldListField("portxmitdatasl", [0] * 16, IntField("", 0), count_from=lambda p: 16)]
@@ -105,7 +97,6 @@ class PortXmitDataSL(Attr):
 
 class PortRcvDataSL(Attr):
     """PortRcvDataSL, §16.1.4.8: received data per SL."""
-    name = "PortRcvDataSL"
     ws_name = "portrcvdatasl"
     fields_desc = [Reserved("_r0", 1), XByteField("portselect", 0), Reserved("_r1", 2),
                    FieldListField("portrcvdatasl", [0] * 16, IntField("", 0), count_from=lambda p: 16)]

@@ -17,7 +17,6 @@ SA_DATA = 200
 
 class RMPP(MadPacket):
     """RMPP header, §13.6.2.1: RRespTime is the high 5 bits, RMPPFlags (Active/First/Last) the low 3."""
-    name = "RMPP"
     ws_name = "rmpp"
     fields_desc = [
         XByteField("rmppversion", 1), XByteField("rmpptype", 0), XBitField("rresptime", 0, 5),
@@ -32,7 +31,6 @@ class RMPP(MadPacket):
 
 class SA(ClassData):
     """SA header, §15.2.1: SM_Key, AttributeOffset (record size in 8-byte words), ComponentMask."""
-    name = "SA"
     ws_name = "sa"
     fields_desc = [XLongField("smkey", 0), XShortField("attributeoffset", 0), Reserved("_reserved", 2),
                    XLongField("componentmask", 0)]
@@ -47,7 +45,6 @@ def _pf(name, cls):
 
 
 class NodeRecord(Attr):
-    name = "NodeRecord"
     ws_name = "noderecord"
     ws_alias = {"lid": "sa.lid"}
     fields_desc = [XShortField("lid", 0), Reserved("_r", 2), _pf("nodeinfo", NodeInfo),
@@ -55,7 +52,6 @@ class NodeRecord(Attr):
 
 
 class PortInfoRecord(Attr):
-    name = "PortInfoRecord"
     ws_name = "portinforecord"
     ws_alias = {"endportlid": "sa.endportlid", "portnum": "sa.portnum"}
     fields_desc = [XShortField("endportlid", 0), XByteField("portnum", 0), XByteField("options", 0),
@@ -63,7 +59,6 @@ class PortInfoRecord(Attr):
 
 
 class SLtoVLMappingTableRecord(Attr):
-    name = "SLtoVLMappingTableRecord"
     ws_name = "sltovlmappingtablerecord"
     ws_alias = {"lid": "sa.lid", "inputportnum": "sa.inputportnum", "outputportnum": "sa.outputportnum"}
     fields_desc = [XShortField("lid", 0), XByteField("inputportnum", 0), XByteField("outputportnum", 0),
@@ -71,14 +66,12 @@ class SLtoVLMappingTableRecord(Attr):
 
 
 class SwitchInfoRecord(Attr):
-    name = "SwitchInfoRecord"
     ws_name = "switchinforecord"
     ws_alias = {"lid": "sa.lid"}
     fields_desc = [XShortField("lid", 0), Reserved("_r", 2), _pf("switchinfo", SwitchInfo)]
 
 
 class LinearForwardingTableRecord(Attr):
-    name = "LinearForwardingTableRecord"
     ws_name = "linearforwardingtablerecord"
     ws_alias = {"lid": "sa.lid", "blocknum": "sa.blocknum_sixteenbit"}
     fields_desc = [XShortField("lid", 0), XShortField("blocknum", 0), Reserved("_r", 4),
@@ -86,7 +79,6 @@ class LinearForwardingTableRecord(Attr):
 
 
 class MulticastForwardingTableRecord(Attr):
-    name = "MulticastForwardingTableRecord"
     ws_name = "multicastforwardingtablerecord"
     ws_alias = {"lid": "sa.lid", "position": "sa.position", "blocknum": "sa.blocknum_ninebit"}
     fields_desc = [XShortField("lid", 0), XBitField("position", 0, 4), BitField("_r0", 0, 3),
@@ -95,14 +87,12 @@ class MulticastForwardingTableRecord(Attr):
 
 
 class SMInfoRecord(Attr):
-    name = "SMInfoRecord"
     ws_name = "sminforecord"
     ws_alias = {"lid": "sa.lid"}
     fields_desc = [XShortField("lid", 0), Reserved("_r", 2), _pf("sminfo", SMInfo)]
 
 
 class VLArbitrationTableRecord(Attr):
-    name = "VLArbitrationTableRecord"
     ws_name = "vlarbitrationtablerecord"
     ws_alias = {"lid": "sa.lid", "outputportnum": "sa.outputportnum", "blocknum": "sa.blocknum_eightbit"}
     fields_desc = [XShortField("lid", 0), XByteField("outputportnum", 0), XByteField("blocknum", 0),
@@ -110,14 +100,12 @@ class VLArbitrationTableRecord(Attr):
 
 
 class LinkRecord(Attr):
-    name = "LinkRecord"
     ws_name = "linkrecord"
     fields_desc = [XShortField("fromlid", 0), XByteField("fromport", 0), XByteField("toport", 0),
                    XShortField("tolid", 0)]
 
 
 class GuidInfoRecord(Attr):
-    name = "GuidInfoRecord"
     ws_name = "guidinforecord"
     ws_alias = {"lid": "sa.lid", "blocknum": "sa.blocknum_eightbit"}
     fields_desc = [XShortField("lid", 0), XByteField("blocknum", 0), Reserved("_r", 5),
@@ -126,7 +114,6 @@ class GuidInfoRecord(Attr):
 
 class ServiceRecord(Attr):
     """ServiceRecord, §15.2.5.14 (176 bytes)."""
-    name = "ServiceRecord"
     ws_name = "servicerecord"
     ws_alias = {"serviceid": "linkrecord.serviceid", "servicegid": "linkrecord.servicegid",
                 "servicep_key": "linkrecord.servicep_key", "servicelease": "linkrecord.servicelease",
@@ -143,7 +130,6 @@ class ServiceRecord(Attr):
 
 
 class P_KeyTableRecord(Attr):
-    name = "P_KeyTableRecord"
     ws_name = "p_keytablerecord"
     ws_alias = {"lid": "sa.lid", "blocknum": "sa.blocknum_sixteenbit", "portnum": "sa.portnum"}
     fields_desc = [XShortField("lid", 0), XShortField("blocknum", 0), XByteField("portnum", 0),
@@ -152,7 +138,6 @@ class P_KeyTableRecord(Attr):
 
 class PathRecord(Attr):
     """PathRecord, §15.2.5.16 (64 bytes); the first 8 bytes are the ServiceID in IBA 1.2.1+."""
-    name = "PathRecord"
     ws_name = "pathrecord"
     fields_desc = [
         XLongField("serviceid", 0), IP6Field("dgid", "::"), IP6Field("sgid", "::"), XShortField("dlid", 0),
@@ -168,7 +153,6 @@ class PathRecord(Attr):
 
 class MCMemberRecord(Attr):
     """MCMemberRecord, §15.2.5.17: the MGID carries the partition's P_Key (bytes 4-5 for IPoIB)."""
-    name = "MCMemberRecord"
     ws_name = "mcmemberrecord"
     fields_desc = [
         IP6Field("mgid", "::"), IP6Field("portgid", "::"), XIntField("q_key", 0), XShortField("mlid", 0),
@@ -188,7 +172,6 @@ class MCMemberRecord(Attr):
 
 class MultiPathRecord(Attr):
     """MultiPathRecord, §15.2.5.20: header then SGIDCount + DGIDCount GIDs."""
-    name = "MultiPathRecord"
     ws_name = "multipathrecord"
     fields_desc = [
         BitField("rawtraffic", 0, 1), BitField("_r0", 0, 3), XBitField("flowlabel", 0, 20),
@@ -205,7 +188,6 @@ class MultiPathRecord(Attr):
 
 
 class InformInfoRecord(Attr):
-    name = "InformInfoRecord"
     ws_name = "informinforecord"
     fields_desc = [IP6Field("subscribergid", "::"), XShortField("enum", 0), Reserved("_r", 6),
                    _pf("informinfo", InformInfo)]

@@ -81,14 +81,12 @@ bind_layers(MAD, SMPDirected, mgmtclass=0x81)
 
 
 class NodeDescription(Attr):
-    name = "NodeDescription"
     ws_name = "nodedescription"
     fields_desc = [TextField("nodestring", "", 64)]
 
 
 class NodeInfo(Attr):
     """NodeInfo, §14.2.5.3 (40 bytes)."""
-    name = "NodeInfo"
     ws_name = "nodeinfo"
     fields_desc = [
         XByteField("baseversion", 1), XByteField("classversion", 1), XByteField("nodetype", 1),
@@ -100,7 +98,6 @@ class NodeInfo(Attr):
 
 class SwitchInfo(Attr):
     """SwitchInfo, §14.2.5.4."""
-    name = "SwitchInfo"
     ws_name = "switchinfo"
     fields_desc = [
         XShortField("linearfdbcap", 0), XShortField("randomfdbcap", 0), XShortField("multicastfdbcap", 0),
@@ -117,7 +114,6 @@ class SwitchInfo(Attr):
 
 class GUIDInfo(Attr):
     """GUIDInfo, §14.2.5.5: a block of 8 port GUIDs."""
-    name = "GUIDInfo"
     ws_name = "guidinfo"
     fields_desc = [FieldListField("guid", [0] * 8, XLongField("", 0), count_from=lambda p: 8)]
 
@@ -141,7 +137,6 @@ IS_SM = dict(CAPABILITY_MASK)["issm"]
 
 class PortInfo(Attr):
     """PortInfo, §14.2.5.6 (64 bytes) incl. CapabilityMask2 and the extended link speeds."""
-    name = "PortInfo"
     ws_name = "portinfo"
     ws_alias = {"gidprefix": "portinfo.guid"}
     ws_bits = {"capabilitymask": CAPABILITY_MASK}
@@ -186,7 +181,6 @@ class PKeyEntry(Packet):
 
 class P_KeyTable(Attr):
     """P_KeyTable block, §14.2.5.7: 32 P_Keys; the attribute modifier selects the block."""
-    name = "P_KeyTable"
     ws_name = "p_keytable"
     fields_desc = [PacketListField("entries", [], PKeyEntry, count_from=lambda p: 32),
                    MirrorField("p_keytableblock")]
@@ -210,7 +204,6 @@ class SLtoVLEntry(Packet):
 
 class SLtoVLMappingTable(Attr):
     """SLtoVLMappingTable, §14.2.5.8: VL for each of the 16 SLs, two per byte."""
-    name = "SLtoVLMappingTable"
     ws_name = "sltovlmappingtable"
     fields_desc = [PacketListField("entries", [], SLtoVLEntry, count_from=lambda p: 8)]
 
@@ -225,28 +218,24 @@ class VLArbEntry(Packet):
 
 class VLArbitrationTable(Attr):
     """VLArbitrationTable, §14.2.5.9: 32 (VL, weight) entries."""
-    name = "VLArbitrationTable"
     ws_name = "vlarbitrationtable"
     fields_desc = [PacketListField("entries", [], VLArbEntry, count_from=lambda p: 32)]
 
 
 class LinearForwardingTable(Attr):
     """LinearForwardingTable block, §14.2.5.10: egress port for 64 consecutive LIDs."""
-    name = "LinearForwardingTable"
     ws_name = "linearforwardingtable"
     fields_desc = [FieldListField("port", [0] * 64, XByteField("", 0), count_from=lambda p: 64)]
 
 
 class MulticastForwardingTable(Attr):
     """MulticastForwardingTable block, §14.2.5.12: 32 port masks of 16 bits."""
-    name = "MulticastForwardingTable"
     ws_name = "multicastforwardingtable"
     fields_desc = [FieldListField("portmask", [0] * 32, XShortField("", 0), count_from=lambda p: 32)]
 
 
 class SMInfo(Attr):
     """SMInfo, §14.2.5.13."""
-    name = "SMInfo"
     ws_name = "sminfo"
     fields_desc = [XLongField("guid", 0), XLongField("sm_key", 0), XIntField("actcount", 0),
                    XBitField("priority", 0, 4), XBitField("smstate", 0, 4)]

@@ -18,21 +18,18 @@ class _OpaqueData(MadPacket):
 
 class VendorOUI(_OpaqueData):
     """Vendor class range 2 after its RMPP header: one reserved byte and the vendor's OUI."""
-    name = "VendorOUI"
     ws_name = "vendor"
     fields_desc = [Reserved("_reserved", 1), ThreeBytesField("oui", 0)]
 
 
 class BM(_OpaqueData):
     """Baseboard management header: B_Key and 32 reserved bytes before 192 data bytes."""
-    name = "BM"
     ws_name = "bm"
     fields_desc = [XLongField("b_key", 0), Reserved("_reserved", 32)]
 
 
 class DevMgt(_OpaqueData):
     """Device management header: 40 reserved bytes before 192 data bytes."""
-    name = "DevMgt"
     ws_name = "devmgt"
     fields_desc = [Reserved("_reserved", 40)]
 

@@ -37,7 +37,6 @@ class NibbleListField(StrFixedLenField):
 class VirtualizationInfo(Attr):
     """VirtualizationInfo (0xFFB0), ib_virtualization_info_t: VPortCap, VPortIndexTop, VirtualizationEnable
     (bit 7), VClientReregister (bit 6), VPortStateChange (bit 5), revision, capability mask."""
-    name = "VirtualizationInfo"
     ws_name = "virtualizationinfo"
     fields_desc = [
         XShortField("vportcap", 0), XShortField("vportindextop", 0),
@@ -50,7 +49,6 @@ class VirtualizationInfo(Attr):
 class VPortState(Attr):
     """VPortState (0xFFB3), ib_vport_state_t: 128 vport states of 4 bits (64 bytes), for the block of
     vports the attribute modifier selects; entry i is vport (block * 128 + i)."""
-    name = "VPortState"
     ws_name = "vportstate"
     fields_desc = [NibbleListField("state", 128)]
 
@@ -58,7 +56,6 @@ class VPortState(Attr):
 class VPortInfo(Attr):
     """VPortInfo (0xFFB1), ib_vport_info_t.  Bit positions follow ib_types.h's accessors
     (IB_VPORT_INFO_STATE_SHIFT 4, CLIENT_REREGISTER_SHIFT 3, LID_REQUIRED_SHIFT 2)."""
-    name = "VPortInfo"
     ws_name = "vportinfo"
     fields_desc = [
         XBitField("vportstate", 0, 4), BitField("clientreregister", 0, 1), BitField("lidrequired", 0, 1),
@@ -70,7 +67,6 @@ class VPortInfo(Attr):
 
 class VNodeInfo(Attr):
     """VNodeInfo (0xFFB2), ib_vnode_info_t: PartitionCap, LocalPortNum, NumPorts, VNodeGUID."""
-    name = "VNodeInfo"
     ws_name = "vnodeinfo"
     fields_desc = [XShortField("partitioncap", 0), XByteField("localportnum", 0), XByteField("numports", 0),
                    XLongField("vnodeguid", 0)]
@@ -78,7 +74,6 @@ class VNodeInfo(Attr):
 
 class VNodeDescription(Attr):
     """VNodeDescription (0xFFB4, IB_MAD_ATTR_VNODE_DESC): 64 bytes of text like NodeDescription."""
-    name = "VNodeDescription"
     ws_name = "vnodedescription"
     fields_desc = [TextField("nodestring", "", 64)]
 
@@ -90,7 +85,6 @@ class VPortPKeyEntry(PKeyEntry):
 class VPortP_KeyTable(Attr):
     """VPort P_Key table block (0xFFB6, IB_MAD_ATTR_V_PKEY_TABLE): 32 P_Keys as ib_pkey_table_t, membership
     bit (1 = full) and 15-bit base; the attribute modifier carries the vport index and the block."""
-    name = "VPortP_KeyTable"
     ws_name = "vportp_keytable"
     fields_desc = [PacketListField("entries", [], VPortPKeyEntry, count_from=lambda p: 32)]
 
@@ -100,6 +94,5 @@ class VPortP_KeyTable(Attr):
 
 class VPortGUIDInfo(Attr):
     """VPort GUIDInfo block (0xFFB5, IB_MAD_ATTR_VPORT_GUID_INFO): 8 GUIDs as ib_guid_info_t."""
-    name = "VPortGUIDInfo"
     ws_name = "vportguidinfo"
     fields_desc = [FieldListField("guid", [0] * 8, XLongField("", 0), count_from=lambda p: 8)]
