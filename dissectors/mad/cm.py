@@ -42,6 +42,18 @@ def _ip_cm(p):
     return (p.serviceid or 0) & table.RDMA_IP_CM_SID_MASK == table.RDMA_IP_CM_SID_PREFIX
 
 
+def _path(which):
+    """One path of a REQ, §12.6.5: the primary (`prim_…`) and the alternate (`alt_…`) have this layout."""
+    return [
+        XShortField(f"{which}_locallid", 0), XShortField(f"{which}_remotelid", 0),
+        IP6Field(f"{which}_localgid", "::"), IP6Field(f"{which}_remotegid", "::"),
+        XBitField(f"{which}_flowlabel", 0, 20), XBitField(f"{which}_reserved0", 0, 6),
+        XBitField(f"{which}_pktrate", 0, 6), XByteField(f"{which}_tfcclass", 0), XByteField(f"{which}_hoplim", 0),
+        XBitField(f"{which}_sl", 0, 4), BitField(f"{which}_subnetlocal", 0, 1), XBitField(f"{which}_reserved1", 0, 3),
+        XBitField(f"{which}_localacktout", 0, 5), XBitField(f"{which}_reserved2", 0, 3),
+    ]
+
+
 class CMReq(Attr):
     """ConnectRequest (REQ), §12.6.5."""
     name = "CM REQ"
@@ -59,18 +71,7 @@ class CMReq(Attr):
         XBitField("localresptout", 0, 5), XBitField("retrcount", 0, 3), XShortField("pkey", 0xFFFF),
         XBitField("pppmtu", 0, 4), BitField("rdcexist", 0, 1), XBitField("rnrretrcount", 0, 3),
         XBitField("maxcmretr", 0, 4), BitField("srq", 0, 1), XBitField("ext_transport", 0, 3),
-        XShortField("prim_locallid", 0), XShortField("prim_remotelid", 0),
-        IP6Field("prim_localgid", "::"), IP6Field("prim_remotegid", "::"),
-        XBitField("prim_flowlabel", 0, 20), XBitField("prim_reserved0", 0, 6), XBitField("prim_pktrate", 0, 6),
-        XByteField("prim_tfcclass", 0), XByteField("prim_hoplim", 0), XBitField("prim_sl", 0, 4),
-        BitField("prim_subnetlocal", 0, 1), XBitField("prim_reserved1", 0, 3),
-        XBitField("prim_localacktout", 0, 5), XBitField("prim_reserved2", 0, 3),
-        XShortField("alt_locallid", 0), XShortField("alt_remotelid", 0),
-        IP6Field("alt_localgid", "::"), IP6Field("alt_remotegid", "::"),
-        XBitField("alt_flowlabel", 0, 20), XBitField("alt_reserved0", 0, 6), XBitField("alt_pktrate", 0, 6),
-        XByteField("alt_tfcclass", 0), XByteField("alt_hoplim", 0), XBitField("alt_sl", 0, 4),
-        BitField("alt_subnetlocal", 0, 1), XBitField("alt_reserved1", 0, 3),
-        XBitField("alt_localacktout", 0, 5), XBitField("alt_reserved2", 0, 3),
+        *_path("prim"), *_path("alt"),
         ConditionalField(PacketField("ip_cm", IPCMPrivate(), IPCMPrivate), _ip_cm),
         ConditionalField(StrFixedLenField("private", b"\0" * 92, 92), lambda p: not _ip_cm(p)),
     ]

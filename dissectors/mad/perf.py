@@ -15,6 +15,9 @@ class PerfMgt(ClassData):
 
 bind_layers(MAD, PerfMgt, mgmtclass=0x04)
 
+# The first four bytes of the port counter attributes (§16.1.3.5, §16.1.4): the port and the counters chosen.
+PORT_SELECT = [Reserved("_r0", 1), XByteField("portselect", 0), XShortField("counterselect", 0)]
+
 
 class PortSamplesControl(Attr):
     """PortSamplesControl, §16.1.3.2."""
@@ -42,7 +45,7 @@ class PortCounters(Attr):
     """PortCounters, §16.1.3.5."""
     ws_name = "portcounters"
     fields_desc = [
-        Reserved("_r0", 1), XByteField("portselect", 0), XShortField("counterselect", 0),
+        *PORT_SELECT,
         ShortField("symbolerrorcounter", 0), ByteField("linkerrorrecoverycounter", 0),
         ByteField("linkdownedcounter", 0), ShortField("portrcverrors", 0),
         ShortField("portrcvremotephysicalerrors", 0), ShortField("portrcvswitchrelayerrors", 0),
@@ -59,7 +62,7 @@ class PortCountersExtended(Attr):
     """PortCountersExtended, §16.1.4.11 (64-bit data and packet counters)."""
     ws_name = "portcounters_ext"
     fields_desc = [
-        Reserved("_r0", 1), XByteField("portselect", 0), XShortField("counterselect", 0),
+        *PORT_SELECT,
         XIntField("counterselect2", 0), LongField("portxmitdata", 0), LongField("portrcvdata", 0),
         LongField("portxmitpkts", 0), LongField("portrcvpkts", 0), LongField("portunicastxmitpkts", 0),
         LongField("portunicastrcvpkts", 0), LongField("portmulticastxmitpkts", 0),
@@ -71,7 +74,7 @@ class PortRcvErrorDetails(Attr):
     """PortRcvErrorDetails, §16.1.4.4."""
     ws_name = "portrcverrordetails"
     fields_desc = [
-        Reserved("_r0", 1), XByteField("portselect", 0), XShortField("counterselect", 0),
+        *PORT_SELECT,
         ShortField("portlocalphysicalerrors", 0), ShortField("portmalformedpacketerrors", 0),
         ShortField("portbufferoverrunerrors", 0), ShortField("portdlidmappingerrors", 0),
         ShortField("portvlmappingerrors", 0), ShortField("portloopingerrors", 0),
@@ -82,7 +85,7 @@ class PortXmitDiscardDetails(Attr):
     """PortXmitDiscardDetails, §16.1.4.5."""
     ws_name = "portxmitdiscarddetails"
     fields_desc = [
-        Reserved("_r0", 1), XByteField("portselect", 0), XShortField("counterselect", 0),
+        *PORT_SELECT,
         ShortField("portinactivediscards", 0), ShortField("portneighbormtudiscards", 0),
         ShortField("portswlifetimelimitdiscards", 0), ShortField("portswhoqlifetimelimitdiscards", 0),
     ]
