@@ -187,7 +187,7 @@ class Stats:
                         for (a, lid, mac, qp), e in sorted(self.tables["qp"].items(), key=lambda kv: -kv[1][1])]
         mads = sorted(self.tables["mad"].items())
         if mads:    # names from the MAD table, loaded only when the capture has MADs
-            from dissectors.mad.table import summary as mad_summary
+            from dissectors.madnames import summary as mad_summary
         out["by_mad"] = [{"class": MAD_CLASSES.get(c, f"0x{c:02x}"), "method": f"0x{m:02x}",
                           "attribute": f"0x{a:04x}", "mad": mad_summary(c, m, a), **rate(e)}
                          for (c, m, a), e in mads]

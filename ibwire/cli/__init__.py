@@ -9,7 +9,19 @@ import sys
 
 from ..errors import UserError
 from .app import app
-from . import convert, decode, capture, devices, lab, audit, synth, stats, flows, export, fabric, extcap  # noqa: F401  (each import registers its commands)
+
+# The modules whose import registers their commands; a command named after its module needs only that one.
+COMMANDS = ("convert", "decode", "capture", "devices", "lab", "audit", "synth", "stats", "flows", "export", "fabric",
+            "extcap")
+
+
+def register(argv) -> None:
+    """Register the command that argv names (a faster start: `decode` needs neither the capture nor the
+    audit modules), or every command for help, completion and anything else."""
+    import importlib
+    named = argv[1] if len(argv) > 1 and argv[1] in COMMANDS else None
+    for name in (named,) if named else COMMANDS:
+        importlib.import_module(f"{__name__}.{name}")
 
 
 class Terminated(BaseException):
@@ -68,6 +80,7 @@ def main() -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not when started ignoring it
         signal.signal(signal.SIGINT, _on_signal)
     try:
+        register(sys.argv)
         rv = app(standalone_mode=False)
     except UserError as e:
         _say(f"ibwire: {e}")

@@ -34,7 +34,7 @@ def aeth_text(syndrome: int) -> str:
 
 
 def mad_text(mgmtclass: int, method: int, attrid: int) -> str:
-    from dissectors.mad.table import summary
+    from dissectors.madnames import summary
     return summary(mgmtclass, method, attrid)
 
 
