@@ -22,18 +22,34 @@ def _wait_capturing(cap) -> list:
     raise AssertionError("capture did not start: " + "".join(lines))
 
 
+def _wait_for(out, summary: str, timeout: float = 30.0):
+    """Until the capture file holds a packet whose summary contains `summary` (the capture runs in its own
+    process, possibly behind on a loaded machine)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if any(summary in decode_frame(f).summary for f in iter_frames(out)):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no {summary} in {out} after {timeout:.0f} s")
+
+
+def _sigint_ignored():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def test_capture_cli_records_opensm_sweep_and_smpquery(tmp_path):
+    """Started as a shell starts a background job (SIGINT ignored, as in CI), `kill -INT` still stops it."""
     out = tmp_path / "sm.pcap"
     exe = Path(sys.executable).parent / "ibwire"
     with SimFabric(str(TOPO)) as sim:
         env = dict(os.environ, IBSIM_SERVER_PORT=str(sim.port), IBWIRE_RUN_DIR=str(tmp_path / "run"))
         cap = subprocess.Popen([str(exe), "capture", "--backend", "ibsim", "-w", str(out)], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_ignored)
         try:
             _wait_capturing(cap)
             sim.start_opensm()
             sim.run(["smpquery", "nodedesc", "1"])
-            time.sleep(0.5)
+            _wait_for(out, "SubnGetResp(NodeDescription)")
         finally:
             cap.send_signal(signal.SIGINT)
             _, err = cap.communicate(timeout=30)

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from dissectors.crc import icrc_ib, vcrc
+from ibwire.capture.ending import complete_prefix
 from ibwire.decode import decode_frame
 from ibwire.fabric.extract import iter_mads, native_ib
 from ibwire.readers import iter_frames
@@ -87,6 +88,14 @@ def test_ibsim_capture_addressing_follows_the_spec(sim):
         assert ib[8] == 0x64 and vl == (15 if dqp == 0 else 0) and qkey == (0 if dqp == 0 else 0x80010000)
 
 
+def _wait_packets(path, n: int, timeout: float = 30.0):
+    """Until the capture (another thread or process, maybe behind on a loaded machine) has written n packets."""
+    end = time.monotonic() + timeout
+    while complete_prefix(path)[0] < n:
+        assert time.monotonic() < end, f"{path} has fewer than {n} packets after {timeout:.0f} s"
+        time.sleep(0.05)
+
+
 def test_ibsim_capture_link_type_247(tmp_path):
     with scenario.SimFabric(str(scenario.TOPOLOGY), workdir=str(tmp_path)) as fab:
         import threading
@@ -95,10 +104,10 @@ def test_ibsim_capture_link_type_247(tmp_path):
         t = threading.Thread(target=lambda: stats.update(scenario.capture_ibsim(
             out, link="ib", stop=stop, port=fab.port, ready=ready)))
         t.start()
-        ready.wait(10)
+        assert ready.wait(30), "capture_ibsim did not start"
         try:
             fab.run(["smpquery", "-D", "nodeinfo", "0"])
-            time.sleep(0.3)
+            _wait_packets(out, 2)
         finally:
             stop.set()
             t.join(10)
@@ -120,7 +129,7 @@ def test_ibsim_capture_file_stays_valid_when_killed(tmp_path):
             assert p.stdout.readline() == "ready\n"      # listening
             fab.run(["smpquery", "-D", "nodeinfo", "0"])
             fab.run(["smpquery", "-D", "nodedesc", "0"])
-            time.sleep(0.3)
+            _wait_packets(out, 4)                         # both replies written (the file is flushed per packet)
         finally:
             p.send_signal(signal.SIGKILL)
             p.wait()

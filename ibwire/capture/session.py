@@ -76,6 +76,9 @@ def _build(name: str, t, o: Options):
 
 
 class _Stop:
+    """The signal handler of a running capture: the first SIGINT, SIGTERM or SIGHUP asks the loop to stop (it
+    disarms and closes the file); a second Ctrl-C interrupts whatever is still running."""
+
     def __init__(self):
         self.flag = False
         self.signal = None
@@ -85,6 +88,12 @@ class _Stop:
             raise KeyboardInterrupt
         self.flag, self.signal = True, signum
 
+    def is_set(self) -> bool:
+        return self.flag
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 def _say_lines(lines):
     for line in lines:
@@ -92,18 +101,40 @@ def _say_lines(lines):
 
 
 def run(o: Options) -> dict:
-    if o.backend == "ibsim":          # the simulated fabric needs no RDMA device or VF
-        say("backend ibsim: forced with --backend; recording the MADs ibsim carries on loopback")
-        from .ibsim import capture_ibsim
-        server = os.environ.get("IBSIM_SERVER_PORT")     # the variable ibsim's clients read too
+    """Capture until the end the options set or a stop signal.  The handlers are installed whatever the
+    signals' inherited disposition (as tcpdump does): a capture started in the background, where the shell
+    has SIGINT ignored, still stops on `kill -INT`."""
+    stop = _Stop()
+    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        if o.backend == "ibsim":          # the simulated fabric needs no RDMA device or VF
+            return _run_ibsim(o, stop)
+        return _run_target(o, stop)
+    finally:
+        for s_, h in old.items():
+            signal.signal(s_, h)
 
-        class Listening:            # capture_ibsim sets it once its socket listens
-            @staticmethod
-            def set():
-                say(f"capturing the simulated fabric to {'standard output' if o.write == '-' else o.write} "
-                    f"(Ctrl-C stops)")
-        return capture_ibsim(sys.stdout.buffer if o.write == "-" else o.write, link=o.link, count=o.count,
-                             duration=o.duration, port=int(server) if server else None, ready=Listening)
+
+def _run_ibsim(o: Options, stop: _Stop) -> dict:
+    say("backend ibsim: forced with --backend; recording the MADs ibsim carries on loopback")
+    from .ibsim import capture_ibsim
+    server = os.environ.get("IBSIM_SERVER_PORT")     # the variable ibsim's clients read too
+    where = "standard output" if o.write == "-" else o.write
+
+    class Listening:            # capture_ibsim sets it once its socket listens
+        @staticmethod
+        def set():
+            say(f"capturing the simulated fabric to {where} (Ctrl-C stops)")
+    got = capture_ibsim(sys.stdout.buffer if o.write == "-" else o.write, link=o.link, count=o.count,
+                        duration=o.duration, port=int(server) if server else None, ready=Listening, stop=stop)
+    summary = f"{got['packets']:,} packets written; {got['dropped']:,} dropped by the kernel before ibwire read them"
+    if got["bounced"]:
+        summary += f"; {got['bounced']:,} MADs ibsim could not deliver (not written)"
+    _report_end(say, summary, None, got["packets"], where, stop)
+    return got
+
+
+def _run_target(o: Options, stop: _Stop) -> dict:
     t = resolve(o.pf, o.vf, o.port, o.iface)
     _say_lines(t.notes)
     name, reason, warnings = choose(t, o.backend)
@@ -122,8 +153,6 @@ def run(o: Options) -> dict:
     # a firmware sniffer is per port; tc-mirror captures of different VFs of one PF coexist
     lock = jr.PortLock(t.lock_key + (f":{t.representor}" if name == "tc-mirror" and t.device else ""))
     journal = jr.Journal(t.description)
-    stop = _Stop()
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         backend = _build(name, t, o)
         if engine:
@@ -131,8 +160,6 @@ def run(o: Options) -> dict:
         return _run_frames(o, t, name, backend, journal, stop, t.identity.matcher() if selecting else None)
     finally:
         lock.release()
-        for s_, h in old.items():
-            signal.signal(s_, h)
 
 
 def _disarm(journal):
