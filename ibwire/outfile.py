@@ -4,8 +4,12 @@
 then renames it over the target (rename(2) is atomic within a directory): an interrupt, a full disk or
 any error leaves the old file or nothing.  The part file is held under flock(2): a second ibwire
 writing the same target at the same time is refused instead of both claiming success.
+A writer killed outright (SIGKILL, a power cut) leaves its part file; the kernel drops its lock with
+the process, so the next ibwire writer in that directory removes every part file nobody holds (the lock
+is a surer test of a dead owner than a pid, which another process may since have been given).
 `refuse_aliasing` refuses, before anything is opened, an output that is one of the inputs (through
-symlinks, `..`, hard links) or another output.  `left_behind()` says what an interrupt left.
+symlinks, `..`, hard links) or another output.  `-` is standard output.  `left_behind()` says what an
+interrupt left.
 """
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ import errno
 import fcntl
 import os
 import stat
+import sys
+import time
 from contextlib import contextmanager
 from typing import IO, Iterable, Iterator, List, Optional
 
@@ -40,7 +46,7 @@ def refuse_aliasing(outputs: Iterable[Optional[str]], inputs: Iterable[Optional[
     """UserError when an output resolves to one of the inputs, or two outputs to one file."""
     ins = [(str(p), os.path.realpath(str(p)), _identity(str(p))) for p in inputs if p is not None]
     seen: list = []
-    for out in (str(p) for p in outputs if p is not None):
+    for out in (str(p) for p in outputs if p is not None and str(p) != "-"):
         real, ident = os.path.realpath(out), _identity(out)
         for name, in_real, in_ident in ins:
             if real == in_real or (ident is not None and ident == in_ident):
@@ -54,17 +60,55 @@ def refuse_aliasing(outputs: Iterable[Optional[str]], inputs: Iterable[Optional[
 def part_name(path: str) -> str:
     """Where the output is written before it is renamed over `path`."""
     d, base = os.path.split(path)
-    return os.path.join(d, f".{base}.ibwire-part")
+    return os.path.join(d, f".{base}{PART_SUFFIX}")
+
+
+PART_SUFFIX = ".ibwire-part"
+
+
+def remove_stale_parts(directory: str) -> List[str]:
+    """Remove the part files in `directory` no live writer holds (their writer was killed); their names."""
+    try:
+        names = [n for n in os.listdir(directory or ".") if n.startswith(".") and n.endswith(PART_SUFFIX)]
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        part = os.path.join(directory, name)
+        try:
+            fd = os.open(part, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _identity(part) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):   # still the file we locked
+                os.unlink(part)
+                removed.append(part)
+        except OSError:
+            pass                        # held: its writer is alive
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _locked(fd: int) -> bool:
+    """Lock `fd`; a cleaner in another ibwire holds a free part file's lock for an instant, so retry briefly."""
+    for _ in range(5):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            time.sleep(0.01)
+    return False
 
 
 def _open_part(path: str) -> int:
     """Open and lock the part file of `path` (resolved); refuse when another live process holds it."""
     part = part_name(path)
+    remove_stale_parts(os.path.dirname(part))
     for _ in range(20):
         fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _locked(fd):
             os.close(fd)
             raise OutputError(f"{path} is being written by another process right now; try again when it is "
                               f"done") from None
@@ -85,6 +129,10 @@ def _cannot(path: str, existed: bool, e: OSError) -> OutputError:
 def output_file(path, mode: str = "wb", inputs: Iterable[Optional[str]] = ()) -> Iterator[IO]:
     """A file object for `path` that becomes `path` only if the block finishes without an exception."""
     path = str(path)
+    if path == "-":
+        with _straight(None, mode) as f:
+            yield f
+        return
     refuse_aliasing([path], inputs)
     try:
         kind = os.stat(path).st_mode
@@ -138,14 +186,20 @@ def output_file(path, mode: str = "wb", inputs: Iterable[Optional[str]] = ()) ->
 
 
 @contextmanager
-def _straight(path: str, mode: str) -> Iterator[IO]:
-    """Write into a device or pipe directly; its errors (a full /dev/full) are the output's."""
+def _straight(path: Optional[str], mode: str) -> Iterator[IO]:
+    """Write into a device or pipe (standard output for None) directly; its errors (a full /dev/full, a
+    reader that went away) are the output's."""
     try:
-        with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+        if path is None:
+            f = sys.stdout.buffer if "b" in mode else sys.stdout
             yield f
+            f.flush()
+        else:
+            with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+                yield f
     except OSError as e:
-        raise OutputError(f"cannot write {path} ({e.strerror or e})") from None
-    _finished.append(path)
+        raise OutputError(f"cannot write {path or 'standard output'} ({e.strerror or e})") from None
+    _finished.append(path or "standard output")
 
 
 def left_behind() -> str:

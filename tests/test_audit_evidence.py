@@ -46,13 +46,24 @@ def test_damage_is_read_past_and_reported(tmp_path, capsys):
 
 
 def test_fail_on_covers_incomplete_evidence(tmp_path, capsys):
+    """Nothing at or above --fail-on among the frames read, but one frame unread: never a bare PASS nor
+    exit 0; the verdict line, JSON, Markdown and the HTML report all say the evidence is incomplete."""
     clean = CAPS / "multitenant-clean.pcap"
-    assert _audit_json(capsys, clean, *_scenario("multitenant-clean"), "--fail-on", "warning")[0] == 0
+    status, d, _ = _audit_json(capsys, clean, *_scenario("multitenant-clean"))
+    assert status == 0 and d["verdict"] == "PASS" and d["evidence"]["complete"]
     cap = _damage_record(clean, tmp_path / "d.pcap", 120)
-    status, d, _ = _audit_json(capsys, cap, *_scenario("multitenant-clean"))
-    assert status == 0 and d["verdict"] == "PASS"
+    status, d, err = _audit_json(capsys, cap, *_scenario("multitenant-clean"))
+    verdict = "PASS (evidence incomplete: 1 of 199 frames unreadable; 62 bytes of the captures unread)"
+    assert status == 4 and d["verdict"] == verdict and not d["evidence"]["complete"]
+    assert err.strip() == f"ibwire: {verdict}"
     (finding,) = d["findings"]
-    assert finding["rule"] == "evidence-incomplete" and "1 unreadable (skipped)" in finding["description"]
+    assert finding["rule"] == "evidence-incomplete" and finding["number"] == 1
+    assert "1 unreadable (skipped)" in finding["description"]
+    assert cli("audit", cap, *_scenario("multitenant-clean")) == 4
+    assert " ".join(capsys.readouterr().out.split()).startswith(verdict + " ")      # the terminal's first line
+    assert cli("audit", cap, *_scenario("multitenant-clean"), "--format", "md", "--report", tmp_path / "r.html") == 4
+    assert capsys.readouterr().out.startswith(f"# Isolation audit: {verdict}\n")
+    assert f"<span class='PARTIAL' id='verdict'>{verdict}</span>" in (tmp_path / "r.html").read_text()
     status, d, _ = _audit_json(capsys, cap, *_scenario("multitenant-clean"), "--fail-on", "warning")
     assert status == 1 and d["verdict"] == "FAIL"
 

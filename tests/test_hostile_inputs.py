@@ -50,6 +50,37 @@ def test_rmpp_segment_number_from_the_wire_is_bounded(tmp_path):
     assert r.returncode == 0 and "transfer not reassembled" in r.stdout
 
 
+def test_rmpp_reassembly_called_directly_is_bounded(tmp_path):
+    """dissectors.mad.reassemble, the layer's own entry point, on the MADs of a crafted capture: segment 1
+    and a last segment numbered 2^32-1 (and one at the bound) give an incomplete transfer, in bounded
+    memory and time."""
+    first, last = (bytearray(s) for s in table_response(paths(8))[:2])
+    struct.pack_into(">I", last, 28, 0xFFFFFFFF)
+    last[26] = 0x5                                      # active, last
+    at_bound = bytearray(last)
+    from dissectors.mad.rmpp import MAX_SEGMENTS
+    struct.pack_into(">I", at_bound, 28, MAX_SEGMENTS)
+    cap = tmp_path / "rmpp.pcap"
+    write_erf_pcap(cap, [bytes(first), bytes(last), bytes(at_bound)])
+    assert cap.stat().st_size < 1200
+    program = (
+        "import resource, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({MEMORY}, {MEMORY}))\n"
+        "resource.setrlimit(resource.RLIMIT_CPU, (20, 20))\n"
+        "from dissectors.mad import reassemble\n"
+        "from ibwire.convert import native_ib\n"
+        "from ibwire.readers import open_capture\n"
+        "mads = [native_ib(f)[0][28:284] for f in open_capture(sys.argv[1])]\n"
+        "print(reassemble(mads[1:2]))\n"
+        "for segs in (mads[:2], mads):\n"
+        "    t = reassemble(segs)\n"
+        "    print(t.complete, len(t.missing), len(t.payload))\n")
+    r = subprocess.run([sys.executable, "-c", program, str(cap)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    from dissectors.mad.sa import SA_DATA
+    assert r.stdout.split("\n")[:3] == ["None", "False 0 200", f"False {MAX_SEGMENTS - 2} {2 * SA_DATA}"]
+
+
 def test_resync_never_allocates_from_the_snap_length(tmp_path):
     """A 546-byte pcap claiming a 4 GiB snap length, with a damaged record length: stats and decode read
     on past the damage to the same packets."""

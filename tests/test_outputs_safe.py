@@ -201,3 +201,36 @@ def test_devices_are_written_through_and_links_kept(tmp_path, capsys):
     assert (tmp_path / "out.pcap").is_symlink()
     assert (tmp_path / "data" / "real.pcap").read_bytes()[:4] == b"\x4d\x3c\xb2\xa1"       # pcap, ns
     assert sorted(os.listdir(tmp_path / "data")) == ["real.pcap"]
+
+
+def test_a_killed_writers_part_file_is_removed_by_the_next_writer(tmp_path):
+    """SIGKILL leaves `.out.pcap.ibwire-part`; the next ibwire writer in that directory (to another file)
+    removes it, and leaves alone a part file a live writer still holds."""
+    import fcntl
+    src = _many_frames(tmp_path / "in.pcap", 120)
+    out = tmp_path / "out.pcap"
+    p = subprocess.Popen([EXE, "convert", str(src), "-o", str(out), "--link", "ib"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    part = _wait_for_part(out, p)
+    p.kill()
+    assert p.wait(timeout=60) == -signal.SIGKILL and part.exists() and not out.exists()
+    live = tmp_path / ".busy.pcap.ibwire-part"
+    with open(live, "wb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = subprocess.run([EXE, "synth", str(CAPS / "atomics.toml"), "-w", str(tmp_path / "other.pcap")],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert sorted(os.listdir(tmp_path)) == [".busy.pcap.ibwire-part", "in.pcap", "other.pcap"]
+
+
+@pytest.mark.parametrize("target", ["-", "/dev/stdout"])
+def test_convert_to_standard_output_is_a_clean_pcap(tmp_path, target):
+    """What convert says goes to stderr; stdout is the pcap alone, as tshark reads it."""
+    with open(tmp_path / "stdout.pcap", "wb") as stdout:
+        r = subprocess.run([EXE, "convert", str(BREACH), "-o", target], stdout=stdout, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith("wrote 235 packets to ")
+    t = subprocess.run(["tshark", "-r", str(tmp_path / "stdout.pcap"), "-T", "fields", "-e", "frame.number"],
+                       capture_output=True, text=True, timeout=120)
+    assert t.returncode == 0 and t.stdout.split() == [str(n) for n in range(1, 236)], t.stderr

@@ -5,6 +5,10 @@ Each segment repeats the 56-byte MAD+RMPP+SA header and carries 200 bytes of dat
 the SA header once per segment (220 bytes a segment, as the Linux kernel's mad_rmpp.c sends it): the
 first segment holds the total, the last one the bytes it carries, so the padding of the last segment
 is 220 - PayloadLength(last).
+
+The segment number is 32 bits from the wire, so reassembly is bounded: a transfer holds at most
+MAX_TRANSFER bytes of data (MAX_SEGMENTS segments); a segment numbered outside 1..MAX_SEGMENTS is left
+out and the transfer is incomplete.
 """
 import struct
 from typing import Iterable, List, NamedTuple, Optional
@@ -13,6 +17,8 @@ from .sa import SA_DATA, SA_HEADER
 from . import table
 
 SEGMENT = SA_DATA + 20          # data + SA header, the unit of PayloadLength
+MAX_TRANSFER = 16 << 20         # a whole SA table larger than this is not reassembled
+MAX_SEGMENTS = MAX_TRANSFER // SA_DATA
 
 
 class Transfer(NamedTuple):
@@ -22,7 +28,7 @@ class Transfer(NamedTuple):
     records: list               # decoded records (scapy packets, Raw when the attribute is unknown)
     record_size: int            # AttributeOffset * 8
     missing: List[int]          # segment numbers absent between 1 and the last one
-    complete: bool              # first and last segments present, none missing
+    complete: bool              # first and last segments present, none missing, none out of bounds
 
 
 def _segment(mad: bytes):
@@ -55,16 +61,22 @@ def split_records(mgmtclass: int, attrid: int, data: bytes, record_size: int) ->
 
 
 def reassemble(mads: Iterable[bytes], tid: Optional[int] = None) -> Optional[Transfer]:
-    """Join the DATA segments of one RMPP transfer (the first TID seen unless `tid` is given)."""
+    """Join the DATA segments of one RMPP transfer (the first TID seen unless `tid` is given); at most
+    MAX_SEGMENTS segments, so memory and time stay bounded whatever the segment numbers say."""
     segs = {}
+    beyond = False
     for mad in mads:
         s = _segment(bytes(mad))
         if s is None:
             continue
         if tid is None:
             tid = s[0]
-        if s[0] == tid:
-            segs.setdefault(s[1], s)
+        if s[0] != tid:
+            continue
+        if not 1 <= s[1] <= MAX_SEGMENTS:
+            beyond = True
+            continue
+        segs.setdefault(s[1], s)
     if not segs:
         return None
     nums = sorted(segs)
@@ -81,4 +93,4 @@ def reassemble(mads: Iterable[bytes], tid: Optional[int] = None) -> Optional[Tra
     mgmtclass, attrid = head[1], struct.unpack_from(">H", head, 16)[0]
     record_size = struct.unpack_from(">H", head, 44)[0] * 8
     return Transfer(tid, head, data, split_records(mgmtclass, attrid, data, record_size), record_size,
-                    missing, first is not None and last is not None and not missing)
+                    missing, first is not None and last is not None and not missing and not beyond)

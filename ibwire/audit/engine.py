@@ -49,7 +49,8 @@ class Audit:
         else:
             self.traffic.add(number, flat, length)
 
-    def finish(self) -> Result:
+    def finish(self, extra: tuple = ()) -> Result:
+        """The findings of everything fed, plus `extra` ones (what the captures could not show), numbered."""
         ports = FabricState()
         ports.merge(self.state)
         ports.merge(self.mads.wire)
@@ -69,7 +70,7 @@ class Audit:
         findings += trap_findings(self.mads, ids)
         findings += join_findings(self.mads, self.policy, ids)
         findings += drift_findings(self.policy, ids, self.mads.table_frames)
-        res.findings = dedupe(findings)
+        res.findings = dedupe(findings + list(extra))
         for number, f in enumerate(res.findings, 1):
             f.number, f.wireshark = number, filters(number, f, ids)
         res.ports = ports

@@ -88,7 +88,8 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
     from rich.table import Table
     console = console or Console()
     verdict = res.verdict(fail_on)
-    console.print(f"[{'bold green' if verdict == 'PASS' else 'bold red'}]{verdict}[/]  "
+    colour = "bold green" if verdict == "PASS" else "bold yellow" if verdict.startswith("PASS") else "bold red"
+    console.print(f"[{colour}]{verdict}[/]  "
                   f"{res.audit.packets} packets, {len(res.findings)} findings, worst: {res.worst() or 'none'} "
                   f"(fail on {fail_on})")
     names = res.tenant_names()
@@ -112,13 +113,18 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
 
 
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;color:#222}h1 .PASS{color:#1b5e20}h1 .FAIL{color:#b71c1c}
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}h1 .PASS{color:#1b5e20}h1 .FAIL{color:#b71c1c}h1 .PARTIAL{color:#9a6700}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:.35em .6em;font-size:.9em;
 vertical-align:top}th{background:#f1f1f1}.grid td{text-align:center;min-width:7em}.sev{font-weight:bold}
 code,pre{font-family:ui-monospace,monospace;font-size:.85em}.finding{border-left:6px solid #999;padding:.2em 1em;
 margin:1em 0}.legend span{padding:.2em .6em;margin-right:.4em}.ws code{background:#f4f4f4;padding:0 .3em}
 details.frame{margin:.4em 0}details.frame:target{outline:2px solid #1565c0}
 """
+
+
+def _verdict_class(verdict: str) -> str:
+    """PASS, FAIL, INCOMPLETE, or PARTIAL for a PASS on incomplete evidence."""
+    return "PARTIAL" if verdict.startswith("PASS (") else verdict
 
 
 def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
@@ -128,7 +134,8 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
     names = d["tenants"]
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>ibwire isolation audit</title>",
              f"<style>{_CSS}</style></head><body>",
-             f"<h1>Isolation audit: <span class='{d['verdict']}' id='verdict'>{d['verdict']}</span></h1>",
+             f"<h1>Isolation audit: <span class='{_verdict_class(d['verdict'])}' id='verdict'>{e(d['verdict'])}"
+             "</span></h1>",
              f"<p>{d['packets']} IB/RoCE packets in {d['frames']} frames; {len(d['findings'])} findings; worst: "
              f"{e(str(d['worst'] or 'none'))}; fails on {e(fail_on)} or worse.</p>",
              "<p class='legend'>" + "".join(f"<span style='background:{COLOURS[s]}'>{s or 'clean'}</span>"

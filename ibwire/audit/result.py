@@ -64,6 +64,19 @@ class Evidence:
             return f"{bad} of {self.frames + self.skipped} frames are damaged or undecodable"
         return None
 
+    def shortfall(self) -> Optional[str]:
+        """What the audit could not read, in a few words ("3 of 234 frames damaged"), or None when nothing."""
+        bad = [(n, what) for n, what in ((self.damaged, "damaged"), (self.skipped, "unreadable"),
+                                         (self.undecodable, "undecodable")) if n]
+        parts = []
+        if bad:
+            n = sum(k for k, _ in bad)
+            kinds = bad[0][1] if len(bad) == 1 else "unread (" + ", ".join(f"{k} {w}" for k, w in bad) + ")"
+            parts.append(f"{n} of {self.frames + self.skipped} frames {kinds}")
+        if self.lost_bytes:
+            parts.append(f"{self.lost_bytes} bytes of the captures unread")
+        return "; ".join(parts) or None
+
     def finding(self) -> Optional[Finding]:
         why = self.unusable()
         counts = [f"{n} {what}" for n, what in ((self.damaged, "damaged"), (self.skipped, "unreadable (skipped)"),
@@ -120,10 +133,16 @@ class Result:
 
     def verdict(self, fail_on: str) -> str:
         """FAIL at a finding at or above `fail_on` (evidence-incomplete included); otherwise INCOMPLETE
-        when the captures could not support a verdict; otherwise PASS."""
+        when the captures could not support a verdict; otherwise PASS, which says so when frames went
+        unread: "PASS (evidence incomplete: 3 of 234 frames damaged)", never a bare PASS."""
         w = self.worst()
         if w is not None and severity_rank(w) >= severity_rank(fail_on):
             return "FAIL"
         if self.evidence.unusable():
             return "INCOMPLETE"
-        return "PASS"
+        short = self.evidence.shortfall()
+        return f"PASS (evidence incomplete: {short})" if short else "PASS"
+
+    def exit_status(self, fail_on: str) -> int:
+        """0 PASS on complete evidence, 1 FAIL, 2 INCOMPLETE (no verdict), 4 PASS on incomplete evidence."""
+        return {"PASS": 0, "FAIL": 1, "INCOMPLETE": 2}.get(self.verdict(fail_on), 4)

@@ -7,7 +7,6 @@ from typing import Iterable, Optional
 from ..errors import UserError
 from ..readers import open_capture
 from .engine import Audit, Result
-from .findings import dedupe
 from .packets import audit_fields
 from .policy import Policy
 from .result import Evidence
@@ -50,26 +49,8 @@ def audit_captures(paths: Iterable[str], policy: Policy, tenants: Optional[Tenan
         ev.lost_bytes += cap.lost_bytes
         ev.problems += [f"{path}: {p}" for p in cap.problems]
         offset += last
-    res = audit.finish()
-    res.evidence = ev
     finding = ev.finding()
-    if finding is not None:
-        res.findings = dedupe(res.findings + [finding])
+    res = audit.finish([finding] if finding is not None else [])
+    res.evidence = ev
     return res
 
-
-def evidence_summaries(paths: list, frames: set) -> dict:
-    """Frame number (numbered on across files) -> decode_frame(...).summary for the evidence frames."""
-    from ..decode import decode_frame
-    out = {}
-    if not frames:
-        return out
-    offset = 0
-    for path in paths:
-        last = 0
-        for frame in open_capture(str(path)):
-            last = frame.number
-            if offset + frame.number in frames:
-                out[offset + frame.number] = decode_frame(frame).summary
-        offset += last
-    return out

@@ -1,7 +1,8 @@
 """Command-line entry point.  Each command lives in its own module and registers on `app`.
 
 Exit status: 0 success, 1 what the command defines (an audit finding), 2 unusable input or an output
-that could not be written, 3 internal error, 130 Ctrl-C, 143 SIGTERM (with one line on what was left)."""
+that could not be written, 3 internal error, 4 an audit passing on incomplete evidence, 130 Ctrl-C,
+143 SIGTERM (with one line on what was left)."""
 import errno
 import os
 import signal

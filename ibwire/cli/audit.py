@@ -26,7 +26,8 @@ def audit(
                                             "each commented with its finding number, rule and severity "
                                             "(Wireshark: frame.comment)"),
 ) -> None:
-    """Audit P_Key tenant isolation; exit 0 pass, 1 finding at or above --fail-on, 2 unusable input."""
+    """Audit P_Key tenant isolation; exit 0 pass, 1 finding at or above --fail-on, 2 unusable input (no
+    verdict), 4 pass on incomplete evidence (damaged or unreadable frames)."""
     from ..audit import report as rep
     from ..audit.findings import SEVERITIES
     from ..audit.policy import load_policy
@@ -65,8 +66,10 @@ def audit(
             from ..outfile import output_file
             with output_file(report, "w", inputs=paths) as f:
                 f.write(rep.to_html(res, fail_on, {n: ev.decoded for n, ev in found.items()}, paths))
-    verdict = res.verdict(fail_on)
-    if verdict == "FAIL":
-        raise SystemExit(1)
-    if verdict == "INCOMPLETE":
+    status = res.exit_status(fail_on)
+    if status == 2:
         raise UserError(f"no verdict: {res.evidence.unusable()}")
+    if status == 4 and fmt != "text":            # the terminal verdict line says it already
+        typer.echo(f"ibwire: {res.verdict(fail_on)}", err=True)
+    if status:
+        raise SystemExit(status)

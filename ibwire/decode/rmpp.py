@@ -2,22 +2,21 @@
 and, at the last one, attach the reassembled table's records to that frame.
 
 The segment number is 32 bits and comes from the wire, so what is kept is bounded: a transfer larger than
-MAX_TRANSFER bytes (or a segment numbered past it) is abandoned and said so, and at most MAX_PENDING bytes
-wait in unfinished transfers (the oldest is dropped first)."""
+MAX_TRANSFER bytes (or a segment numbered past it; the bound is the layer's, dissectors.mad.rmpp) is
+abandoned and said so, and at most MAX_PENDING bytes wait in unfinished transfers (the oldest is dropped
+first)."""
 import struct
 from collections import OrderedDict
 from typing import Dict
 
 from dissectors.mad import MAD, reassemble
+from dissectors.mad.rmpp import MAX_SEGMENTS, MAX_TRANSFER
 
 from .fields import mad_layer_entries, nest_and_flatten
 
 RMPP_DATA = 1
 FLAG_LAST = 0x4
 SA_CLASS = 0x03
-SEGMENT_DATA = 200                       # SA data bytes per 256-byte MAD segment
-MAX_TRANSFER = 16 << 20                  # a whole SA table larger than this is not reassembled
-MAX_SEGMENTS = MAX_TRANSFER // SEGMENT_DATA
 MAX_PENDING = 64 << 20                   # bytes held in unfinished transfers at any time
 
 
