@@ -49,6 +49,12 @@ class Audit:
         else:
             self.traffic.add(number, flat, length)
 
+    def feed_group(self, offset: int, g) -> None:
+        """Data packets grouped by the compiled reader (audit.packets.DataGroup); frame numbers from `offset`."""
+        self.frames_seen += g.packets
+        self.packets += g.packets
+        self.traffic.add_group([offset + f for f in g.frames], g.flat, g.packets, g.bytes)
+
     def finish(self, extra: tuple = ()) -> Result:
         """The findings of everything fed, plus `extra` ones (what the captures could not show), numbered."""
         ports = FabricState()

@@ -1,7 +1,12 @@
-"""The audit's packet stream: each frame with the Wireshark-named fields the audit reads.
+"""The audit's packet stream: data packets in compiled groups, every other frame with its Wireshark-named fields.
 
-Data packets get their few fields (`bth.opcode`, `bth.p_key`, LRH LIDs and GRH GIDs, or MAC/IP/VLAN)
-from the fast path's records (ibwire.fast), with no scapy object.  The detail decoder (decode_frame)
+`bulk_parts` reads a capture through the compiled records (ibwire.decode.stream): the data packets it
+can vouch for are grouped per batch by their address fields and P_Key in one compiled hash-table pass
+(analysis.hashing.group_rows) and handed over as one DataGroup each (packets, bytes, first evidence
+frames), with no per-packet Python.  `audit_fields` is the careful per-frame reader, kept for files the
+walk finds damaged (it follows the reader's resynchronisation).  In both, data packets get their few
+fields (`bth.opcode`, `bth.p_key`, LRH LIDs and GRH GIDs, or MAC/IP/VLAN) from the records; the detail
+decoder (decode_frame)
 takes what the records cannot vouch for: management datagrams (UD to or from QP0/QP1, IBA §13.4),
 frames without a BTH, damaged ones, RoCEv2 found by the port heuristic, link types and VLAN/GRH shapes
 the scapy bindings may read otherwise, RoCEv1/RoCEv2-over-IPv6 SENDs that could carry IPoIB (whose
@@ -9,16 +14,18 @@ inner IP the decoder would report), and the rest of a file once its records and 
 """
 from __future__ import annotations
 
-from typing import Iterator, Tuple
+from typing import Iterator, NamedTuple, Tuple
 
 import numpy as np
 
 from dissectors.ib import GRH_NXTHDR_BTH
 from dissectors.opcodes import OPCODES
 
+from ..analysis.hashing import group_rows
 from ..fast import records as R
 from ..fast import scan
 from ..readers import Frame
+from .findings import EVIDENCE_FRAMES
 
 _UD = np.zeros(256, bool)
 _SEND_START = np.zeros(256, bool)          # SEND First/Only: may carry IPoIB (RFC 4391)
@@ -111,3 +118,137 @@ def audit_fields(cap, path: str) -> Iterator[Tuple[Frame, dict]]:
             else:
                 yield frame, decode_frame(frame).flat
     yield from ((f, decode_frame(f).flat) for f in frames)
+
+
+_ADDR_FIELDS = ("link", "slid", "dlid", "src", "dst", "eth_src", "eth_dst", "vlan")
+
+
+class DataGroup(NamedTuple):
+    """Data packets of one batch with equal address fields and P_Key, as `Audit.feed_group` takes them."""
+    first: int            # frame number of the first one
+    frames: list          # the first EVIDENCE_FRAMES frame numbers
+    packets: int
+    bytes: int
+    truncated: int        # of them captured shorter than on the wire
+    flat: dict            # bth.opcode/bth.p_key of the first, the address fields, `_addr`
+
+
+def _byte(data: np.ndarray, caplen: np.ndarray, buf: np.ndarray, at) -> np.ndarray:
+    """Byte `at` (a number or one per frame) of the frames starting at `data` in `buf`; -1 past caplen."""
+    inside = caplen > at
+    return np.where(inside, buf[np.where(inside, data + at, 0)].astype(np.int32), -1)
+
+
+def _shapes_ok(batch, rows: np.ndarray) -> np.ndarray:
+    """`_shape_ok` for the frames in `rows` at once, read from the batch's bytes."""
+    pos, rec, buf = batch.pos, batch.rec, batch.buf
+    whole = len(rows) == len(rec)
+    pick = (lambda a: a) if whole else (lambda a: a[rows])
+    lt, link, vlan = pick(pos.linktype), pick(rec["link"]), pick(rec["vlan"])
+    data, caplen = pick(pos.data), pick(pos.caplen)
+
+    def byte(at):
+        return _byte(data, caplen, buf, at)
+    eth = lt == _ETH
+    if eth.all():
+        etype = byte(12) << 8 | byte(13)
+        tagged = etype == 0x8100
+        inner = np.where(tagged, byte(16) << 8 | byte(17), etype)
+        ok = ~np.isin(inner, (0x8100, 0x88A8, 0x9100)) & ((vlan >= 0) == tagged)
+        roce1 = link == R.ROCE1
+        if roce1.any():
+            ok &= ~roce1 | (byte(np.where(tagged, 24, 20)) == GRH_NXTHDR_BTH)
+        return ok
+    grh_ok = link != R.IBGRH
+    ok = (lt == _IB) & (grh_ok | (byte(14) == GRH_NXTHDR_BTH))
+    ok |= (lt == _ERF) & (byte(8) == _ERF_IB) & (grh_ok | (byte(30) == GRH_NXTHDR_BTH))
+    etype = byte(12) << 8 | byte(13)
+    tagged = etype == 0x8100
+    inner = np.where(tagged, byte(16) << 8 | byte(17), etype)
+    roce1_ok = (link != R.ROCE1) | (byte(np.where(tagged, 24, 20)) == GRH_NXTHDR_BTH)
+    ok |= eth & ~np.isin(inner, (0x8100, 0x88A8, 0x9100)) & ((vlan >= 0) == tagged) & roce1_ok
+    return ok
+
+
+class BulkReader:
+    """One capture read through the compiled records: iterate for DataGroups and (Frame, flat) pairs, in
+    frame order; `selected` counts the frames a display filter let through; `problems` the walk's damage
+    (a damaged file is better read by `audit_fields`)."""
+
+    def __init__(self, path: str, flt=None):
+        from ..decode.stream import Stream
+        self.stream = Stream(path, icrc=False)
+        self.flt = flt
+        self.last = 0             # the file's last frame number
+
+    @property
+    def problems(self):
+        return self.stream.problems
+
+    def _batches(self):
+        if self.flt is None:
+            for batch in self.stream:
+                yield batch, None, {}
+            return
+        from ..decode.stream import detail_flat, select
+        known: dict = {}            # frame number -> full decode made for the filter (reused below)
+
+        def detail(batch, i, t0, prev):
+            flat = detail_flat(batch.frame(i), t0, prev)
+            known[int(batch.rec["frame"][i])] = flat
+            return flat
+        for batch, mask in select(self.stream, self.flt, detail):
+            yield batch, mask, known
+            known.clear()
+
+    def __iter__(self):
+        for batch, mask, known in self._batches():
+            rec = batch.rec
+            if not len(rec):
+                continue
+            self.last = int(rec["frame"][-1])
+            ok = _trusted(rec)
+            if mask is not None:
+                ok &= mask
+            rows = np.flatnonzero(ok)
+            ok[rows] = _shapes_ok(batch, rows)
+            rows = np.flatnonzero(ok)
+            rest = np.flatnonzero(~ok if mask is None else ~ok & mask)
+            items = [(int(rec["frame"][i]), 1, int(i)) for i in rest.tolist()]
+            groups = self._groups(rec, rows) if len(rows) else []
+            items += [(g.first, 0, g) for g in groups]
+            if rest.size:
+                items.sort(key=lambda t: t[:2])
+            for number, kind, x in items:
+                if kind:
+                    frame = batch.frame(x)
+                    flat = known.get(number)
+                    if flat is None:
+                        from ..decode import decode_frame
+                        flat = decode_frame(frame).flat
+                    yield frame, flat
+                else:
+                    yield x
+
+    def _groups(self, rec: np.ndarray, rows: np.ndarray) -> list:
+        _, first, inv = group_rows(rec, _ADDR_FIELDS + ("p_key",), None if len(rows) == len(rec) else rows)
+        whole = len(rows) == len(rec)
+        caplen, wire, frame = (rec[k] if whole else rec[k][rows] for k in ("caplen", "len", "frame"))
+        n = len(first)
+        packets = np.bincount(inv, minlength=n)
+        nbytes = np.bincount(inv, weights=np.where(wire > 0, wire, caplen), minlength=n)
+        trunc = np.bincount(inv, weights=caplen < wire, minlength=n)
+        order = np.argsort(inv, kind="stable")
+        start = np.concatenate(([0], np.cumsum(packets)[:-1]))
+        keep = order[np.arange(len(inv)) - start[inv[order]] < EVIDENCE_FRAMES]
+        per: list = [[] for _ in range(n)]
+        for g, f in zip(inv[keep].tolist(), frame[keep].tolist()):
+            per[g].append(f)
+        heads = rec[rows[first]]
+        cols = [heads[k].tolist() for k in _ADDR_FIELDS + ("opcode", "p_key")]
+        out = []
+        for g, row in enumerate(zip(*cols)):
+            where = row[:len(_ADDR_FIELDS)]
+            flat = {"bth.opcode": row[-2], "bth.p_key": row[-1], **_ends(*where), "_addr": where}
+            out.append(DataGroup(per[g][0], per[g], int(packets[g]), int(nbytes[g]), int(trunc[g]), flat))
+        return out

@@ -32,10 +32,19 @@ def _per_port(res: Result) -> list:
     return rows
 
 
+def scope(res: Result) -> str:
+    """What the verdict covers when a display filter chose the frames (empty without one)."""
+    if not res.display_filter:
+        return ""
+    return (f"Display filter applied: only the frames matching '{res.display_filter}' were audited; the "
+            f"verdict covers those frames, not the whole capture.")
+
+
 def as_dict(res: Result, fail_on: str) -> dict:
     names = res.tenant_names()
     return {
         "verdict": res.verdict(fail_on), "fail_on": fail_on, "worst": res.worst(),
+        "display_filter": res.display_filter, "scope": scope(res) or None,
         "packets": res.audit.packets, "frames": res.audit.frames_seen, "evidence": res.evidence.as_dict(),
         "tenants": names,
         "matrix": [{"from": a, "to": b, "packets": c[0], "bytes": c[1], "worst": c[2]}
@@ -57,7 +66,8 @@ def to_markdown(res: Result, fail_on: str) -> str:
     names = d["tenants"]
     out = [f"# Isolation audit: {d['verdict']}", "",
            f"{d['packets']} IB/RoCE packets in {d['frames']} frames; worst finding: {d['worst'] or 'none'} "
-           f"(fail on {fail_on}).", "", "| from \\ to | " + " | ".join(names) + " |",
+           f"(fail on {fail_on}).", ""] + ([f"**{d['scope']}**", ""] if d["scope"] else []) + [
+           "| from \\ to | " + " | ".join(names) + " |",
            "|---" * (len(names) + 1) + "|"]
     for a in names:
         cells = []
@@ -92,6 +102,8 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
     console.print(f"[{colour}]{verdict}[/]  "
                   f"{res.audit.packets} packets, {len(res.findings)} findings, worst: {res.worst() or 'none'} "
                   f"(fail on {fail_on})")
+    if res.display_filter:
+        console.print(f"[bold yellow]{scope(res)}[/]", highlight=False, soft_wrap=True)
     names = res.tenant_names()
     if names:
         t = Table(title="tenant × tenant (packets / bytes / worst finding)")
@@ -138,6 +150,7 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
              "</span></h1>",
              f"<p>{d['packets']} IB/RoCE packets in {d['frames']} frames; {len(d['findings'])} findings; worst: "
              f"{e(str(d['worst'] or 'none'))}; fails on {e(fail_on)} or worse.</p>",
+             f"<p id='scope'><strong>{e(d['scope'])}</strong></p>" if d["scope"] else "",
              "<p class='legend'>" + "".join(f"<span style='background:{COLOURS[s]}'>{s or 'clean'}</span>"
                                             for s in (None,) + SEVERITIES) + "</p>",
              "<h2>Tenant × tenant</h2><table class='grid' id='matrix'><tr><th>from \\ to</th>" +

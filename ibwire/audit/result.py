@@ -47,6 +47,12 @@ class Evidence:
             self.damaged += 1
             self._example(number)
 
+    def count_group(self, packets: int, truncated: int) -> None:
+        """Sound data packets counted together (audit.packets.DataGroup)."""
+        self.frames += packets
+        self.packets += packets
+        self.truncated += truncated
+
     def _example(self, number: int) -> None:
         if len(self.examples) < EVIDENCE_FRAMES:
             self.examples.append(number)
@@ -106,6 +112,7 @@ class Result:
         self.matrix: dict = {}            # (src tenant, dst tenant) -> [packets, bytes]
         self.ports: Optional[FabricState] = None
         self.evidence = Evidence()        # what the captures could and could not show (audit.run)
+        self.display_filter: Optional[str] = None   # the -Y filter the captures were read through
 
     def add_cell(self, a: str, b: str, packets: int, nbytes: int) -> None:
         cell = self.matrix.setdefault((a, b), [0, 0])

@@ -42,8 +42,13 @@ class Traffic:
         self._ends: dict = {}             # bulk reader's address tuple -> (src, dst, their keys, speaker)
 
     def add(self, number: int, flat: dict, length: int) -> None:
-        """One data packet; `flat["_addr"]`, when the bulk reader sets it, names its address fields, so
-        their Sides are built once per address pair instead of once per packet."""
+        """One data packet."""
+        self.add_group([number], flat, 1, length)
+
+    def add_group(self, frames: list, flat: dict, packets: int, nbytes: int) -> None:
+        """`packets` data packets with the same ends and P_Key, `frames` the first of their frame numbers;
+        `flat["_addr"]`, when the bulk reader sets it, names their address fields, so their Sides are
+        built once per address pair."""
         addr = flat.get("_addr")
         ends = self._ends.get(addr) if addr is not None else None
         if ends is None:
@@ -53,15 +58,15 @@ class Traffic:
                 self._ends[addr] = ends
         src, dst, skey, dkey, speaker = ends
         pkey = as_int(flat.get("bth.p_key")) or 0
-        self.first_seen.setdefault((speaker, pkey & 0x7FFF), number)
+        self.first_seen.setdefault((speaker, pkey & 0x7FFF), frames[0])
         key = (skey, dkey, pkey)
         fl = self.flows.get(key)
         if fl is None:
             fl = self.flows[key] = Flow(src, dst, pkey)
-        fl.packets += 1
-        fl.bytes += length
+        fl.packets += packets
+        fl.bytes += nbytes
         if len(fl.frames) < EVIDENCE_FRAMES:
-            fl.frames.append(number)
+            fl.frames += frames[:EVIDENCE_FRAMES - len(fl.frames)]
 
     def conversation(self, fl: Flow) -> tuple:
         """(initiator's flow, the answer or None, swapped): one conversation told from its initiator's side."""

@@ -25,6 +25,8 @@ def audit(
     evidence: Optional[Path] = typer.Option(None, "--evidence", help="write every evidence frame to this pcapng, "
                                             "each commented with its finding number, rule and severity "
                                             "(Wireshark: frame.comment)"),
+    display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter", help="audit only the frames "
+                                                 "matching this display filter (the report says so)"),
 ) -> None:
     """Audit P_Key tenant isolation; exit 0 pass, 1 finding at or above --fail-on, 2 unusable input (no
     verdict), 4 pass on incomplete evidence (damaged or unreadable frames)."""
@@ -47,10 +49,13 @@ def audit(
             raise UserError(f"capture {p} does not exist")
     if not paths and not state:
         raise UserError("give at least one capture, or --state to audit the programmed P_Key tables alone")
+    if display_filter:
+        from ..filter import compile_filter
+        compile_filter(display_filter)        # an unknown field: exit 2 before any file is read
     pol = load_policy(str(policy), allow_both_pkeys)
     ten = load_tenants(str(tenants)) if tenants else None
     st = load_state(state)
-    res = audit_captures(paths, pol, ten, st)
+    res = audit_captures(paths, pol, ten, st, display_filter)
     if fmt == "json":
         print(rep.to_json(res, fail_on))
     elif fmt == "md":
