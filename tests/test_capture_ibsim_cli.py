@@ -53,8 +53,9 @@ def test_capture_cli_records_opensm_sweep_and_smpquery(tmp_path):
         finally:
             cap.send_signal(signal.SIGINT)
             _, err = cap.communicate(timeout=30)
-    assert cap.returncode == 0, err
-    assert "Traceback" not in err
+    assert cap.returncode == 130, err                                # Ctrl-C's exit status
+    assert f"stopped by Ctrl-C; {len(list(iter_frames(out)))} packets kept in {out}, a valid capture; nothing was " \
+        "armed" in err and "Traceback" not in err, err
     decoded = [decode_frame(f) for f in iter_frames(out)]
     summaries = [d.summary for d in decoded]
     assert any("SubnGet(NodeInfo)" in s for s in summaries)

@@ -106,12 +106,13 @@ class Capture:
         return self
 
     def __exit__(self, *exc):
-        if self.p.poll() is None:
+        stopped = self.p.poll() is None
+        if stopped:
             time.sleep(0.3)                       # the last ACKs cross the bridge
             self.rep_after = self.lab.rep_counters(f"g{self.vf}")
             self.p.send_signal(signal.SIGINT)
         self.err = "".join(self.lines) + self.p.stderr.read()
-        assert self.p.wait(timeout=60) == 0, self.err
+        assert self.p.wait(timeout=60) == (130 if stopped else 0), self.err     # 130: stopped by Ctrl-C
         return False
 
 

@@ -130,7 +130,7 @@ def _run_ibsim(o: Options, stop: _Stop) -> dict:
     summary = f"{got['packets']:,} packets written; {got['dropped']:,} dropped by the kernel before ibwire read them"
     if got["bounced"]:
         summary += f"; {got['bounced']:,} MADs ibsim could not deliver (not written)"
-    _report_end(say, summary, None, got["packets"], where, stop)
+    _report_end(say, summary, None, got["packets"], where, stop, armed=False)
     return got
 
 
@@ -223,14 +223,20 @@ def _run_engine(o: Options, t, name: str, backend, journal, stop: _Stop, selecti
             "after": after, "summary": summary}
 
 
-def _report_end(say, summary: str, failure, packets: int, kept_in: str, stop: _Stop) -> None:
-    """The capture's last words: the counter summary, then why it stopped (a failure raises)."""
+STOPPED_BY = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+
+
+def _report_end(say, summary: str, failure, packets: int, kept_in: str, stop: _Stop, armed: bool = True) -> None:
+    """The capture's last words: the counter summary, then why it stopped.  A failure exits 1; a stop signal
+    128 + its number (Ctrl-C 130, SIGTERM 143, SIGHUP 129) after one line on what was left; an end the options
+    set (-c, --duration, -a) 0."""
     say(summary)
     if failure:
         raise CaptureStopped(f"{failure}; {packets:,} complete packets kept in {kept_in}, everything armed was undone")
-    if stop.signal == signal.SIGTERM:
-        say(f"stopped by SIGTERM; {packets:,} packets kept in {kept_in}, everything armed was undone")
-        raise SystemExit(143)        # 128 + SIGTERM, as for every command; Ctrl-C is capture's normal stop
+    if stop.signal is not None:
+        say(f"stopped by {STOPPED_BY.get(stop.signal, signal.Signals(stop.signal).name)}; {packets:,} packets kept "
+            f"in {kept_in}, a valid capture; " + ("everything armed was undone" if armed else "nothing was armed"))
+        raise SystemExit(128 + stop.signal)
 
 
 class _Writer:

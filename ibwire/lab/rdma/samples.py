@@ -77,7 +77,7 @@ def record(prefix: str, outdir: str, only: Optional[List[str]] = None, say=print
             rc = _pair(prefix, _argv(lab, name, True), _argv(lab, name, False))
         finally:
             cap.send_signal(signal.SIGINT)
-            summary = [line.strip() for line in cap.stderr][-1:]
+            summary = [line.strip() for line in cap.stderr if "captured" in line][-1:]
             cap.wait()
             if loss:
                 control.faults(prefix, "g1", None, None, None, None, True)
