@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import signal
 import stat
 import sys
 import time
@@ -160,29 +161,43 @@ def output_file(path, mode: str = "wb", inputs: Iterable[Optional[str]] = ()) ->
         os.unlink(part)
         os.close(fd)
         raise
+    renamed = False
     try:
         try:
             yield f
             f.flush()
             os.fsync(f.fileno())
-            os.replace(part, target)
+            with _signals_held():          # renamed and recorded as one step: an interrupt lands before or after
+                os.replace(part, target)
+                _finished.append(path)
+                renamed = True
         except OSError as e:
-            if e.errno in _DISK_ERRORS or e.filename in (path, part, target):
+            if not renamed and (e.errno in _DISK_ERRORS or e.filename in (path, part, target)):
                 raise _cannot(path, existed, e) from None
             raise
     except BaseException:
-        _abandoned.append((path, existed))
-        try:
-            os.unlink(part)
-        except OSError:
-            pass
+        if not renamed:
+            _abandoned.append((path, existed))
+            try:
+                os.unlink(part)
+            except OSError:
+                pass
         try:
             f.close()
         except OSError:
             pass
         raise
     f.close()
-    _finished.append(path)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait (pending) until the block is done."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 @contextmanager

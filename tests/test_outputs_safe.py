@@ -1,7 +1,6 @@
 """Writers leave a whole file or the old one, never overwrite an input, and say so in their exit status:
 convert, synth, export, audit --report, as a user runs them (interrupts, full disks, aliasing, races)."""
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -83,45 +82,65 @@ def test_every_writer_refuses_its_inputs(tmp_path, capsys):
 
 
 def _wait_for_part(target: Path, proc, timeout=60.0):
+    """The writer's part file, once the writer holds it (its lock taken)."""
+    import fcntl
     part = target.parent / f".{target.name}.ibwire-part"
     end = time.monotonic() + timeout
-    while not part.exists():
+    while True:
         assert proc.poll() is None, "the writer finished before it could be interrupted"
         assert time.monotonic() < end
+        try:
+            with open(part, "rb") as f:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return part
+        except FileNotFoundError:
+            pass
         time.sleep(0.002)
-    return part
 
 
-@pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
-def test_interrupted_convert_keeps_the_old_file(tmp_path, sig, status, word):
-    src = _many_frames(tmp_path / "in.pcap", 120)
-    out = tmp_path / "out.pcap"
+SIGNALS = {signal.SIGINT: (130, "Ctrl-C"), signal.SIGTERM: (143, "SIGTERM")}
+POLICY = CAPS / "multitenant-breach.partitions.conf"
+MID_WRITE = {   # writer: (output, a long write of `big` inputs, a short one, the signal that interrupts it)
+    "convert": ("out.pcap", lambda big: ["convert", big["pcap"], "--link", "ib", "-o"],
+                ["convert", BREACH, "-o"], signal.SIGINT),
+    "export": ("out.parquet", lambda big: ["export", big["pcap"], "-o"], ["export", BREACH, "-o"], signal.SIGTERM),
+    "synth": ("out.pcap", lambda big: ["synth", big["toml"], "-w"], ["synth", CAPS / "atomics.toml", "-w"],
+              signal.SIGINT),
+    "decode": ("out.pcap", lambda big: ["decode", big["pcap"], "-w"], ["decode", BREACH, "-w"], signal.SIGTERM),
+    "audit": ("out.html", lambda big: ["audit", BREACH, "--policy", POLICY, "--report"],    # HTML: ~0.3 s
+              ["audit", CAPS / "atomics.pcap", "--policy", POLICY, "--report"], signal.SIGINT),
+}
+
+
+@pytest.mark.parametrize("writer", sorted(MID_WRITE))
+def test_a_writer_interrupted_mid_write_keeps_the_old_file_and_refuses_a_second(tmp_path, writer):
+    """Each writer, stopped (SIGSTOP) while its part file is open: a second ibwire writing the same file is
+    refused; then Ctrl-C (130) or SIGTERM (143) leaves the old file, no part file, and one line saying so."""
+    name, long, short, sig = MID_WRITE[writer]
+    big = {"pcap": _many_frames(tmp_path / "big.pcap", 60), "toml": tmp_path / "big.toml"}
+    big["toml"].write_text((CAPS / "atomics.toml").read_text().replace("count = 4\n", "count = 5000\n"))
+    out = tmp_path / name
     out.write_bytes(b"the old output")
-    p = subprocess.Popen([EXE, "convert", str(src), "-o", str(out), "--link", "ib"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen([EXE, *map(str, long(big)), str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     part = _wait_for_part(out, p)
-    time.sleep(0.05)
-    p.send_signal(sig)
-    _, err = p.communicate(timeout=60)
+    p.send_signal(signal.SIGSTOP)
+    try:
+        assert part.exists(), "the writer finished before it could be stopped"
+        second = subprocess.run([EXE, *map(str, short), str(out)], capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2
+        assert second.stderr == f"ibwire: {out} is being written by another process right now; try again when " \
+                                "it is done\n"
+    finally:
+        p.send_signal(sig)
+        p.send_signal(signal.SIGCONT)
+    _, err = p.communicate(timeout=120)
+    status, word = SIGNALS[sig]
     assert p.returncode == status
     assert err.strip().splitlines() == [f"ibwire: interrupted by {word}; {out} not written (the old file is unchanged)"]
-    assert out.read_bytes() == b"the old output" and not part.exists()
-
-
-def test_full_disk_leaves_no_partial_output(tmp_path):
-    """A file size limit stands in for a full disk: the write fails with EFBIG part-way through."""
-    src = _many_frames(tmp_path / "in.pcap", 20)
-    out = tmp_path / "out.pcap"
-
-    def small_disk():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
-    for args in (["convert", src, "-o", out], ["export", src, "-o", tmp_path / "out.parquet"]):
-        r = subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, preexec_fn=small_disk, timeout=120)
-        assert r.returncode == 2, r.stderr
-        assert "cannot write" in r.stderr and "no file was left" in r.stderr and "Traceback" not in r.stderr
-    assert sorted(os.listdir(tmp_path)) == ["in.pcap"]
+    assert out.read_bytes() == b"the old output"
+    assert sorted(os.listdir(tmp_path)) == sorted(["big.pcap", "big.toml", name])
 
 
 def test_output_to_a_full_disk_is_an_error(tmp_path):
@@ -234,3 +253,40 @@ def test_convert_to_standard_output_is_a_clean_pcap(tmp_path, target):
     t = subprocess.run(["tshark", "-r", str(tmp_path / "stdout.pcap"), "-T", "fields", "-e", "frame.number"],
                        capture_output=True, text=True, timeout=120)
     assert t.returncode == 0 and t.stdout.split() == [str(n) for n in range(1, 236)], t.stderr
+
+
+def test_a_real_full_disk_keeps_the_old_file_or_leaves_none(tmp_path):
+    """Every writer onto a real full filesystem: a 256 KiB tmpfs, mounted in a private mount namespace
+    (unshare -m, root; it disappears with the namespace) and filled to ~12 KiB free: exit 2, one sentence,
+    the old file unchanged (every writer) or no file at all (two of them: the same code), no part file."""
+    import shlex
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    b = CAPS / "multitenant-breach"
+    writers = {"c.pcap": ["convert", f"{b}.pcap", "-o"], "e.parquet": ["export", f"{b}.pcap", "-o"],
+               "s.pcap": ["synth", CAPS / "atomics.toml", "-w"], "d.pcap": ["decode", f"{b}.pcap", "-w"],
+               "r.html": ["audit", f"{b}.pcap", "--policy", f"{b}.partitions.conf", "--report"]}
+    q = shlex.quote
+    script = [f"mount -t tmpfs -o size=256k ibwire-test {q(str(disk))} || exit 99"]
+    runs = [(name, True) for name in writers] + [("c.pcap", False), ("e.parquet", False)]
+    for name, old in runs:
+        args = writers[name]
+        out, log = disk / name, tmp_path / f"{name}.{old}"
+        script += [f"printf 'the old output' > {q(str(out))}" if old else ":",
+                   f"dd if=/dev/zero of={q(str(disk / 'filler'))} bs=4k count=60 2>/dev/null",
+                   " ".join(q(str(a)) for a in [EXE, *args, out]) + f" >/dev/null 2>{q(str(log))}.err",
+                   f"echo $? > {q(str(log))}.status; ls -A {q(str(disk))} > {q(str(log))}.ls",
+                   f"cat {q(str(out))} > {q(str(log))}.old 2>/dev/null",
+                   f"rm -f {q(str(out))} {q(str(disk / 'filler'))}"]
+    r = subprocess.run(["unshare", "-m", "sh", "-c", "\n".join(script)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    for name, old in runs:
+        log = tmp_path / f"{name}.{old}"
+        said = Path(f"{log}.err").read_text()
+        assert Path(f"{log}.status").read_text() == "2\n", (name, said)
+        assert said == f"ibwire: cannot write {disk / name} (No space left on device); " \
+                       f"{'the old file is unchanged' if old else 'no file was left'}\n", said
+        assert Path(f"{log}.ls").read_text().split() == sorted(["filler"] + [name] * old)
+        assert Path(f"{log}.old").read_text() == ("the old output" if old else "")
+    assert os.listdir(disk) == []                       # the tmpfs went with its namespace
