@@ -1,6 +1,7 @@
-"""Properties of the CLI's writers and readers (hypothesis): an interrupt at any byte of any writer leaves
-the old file or none; any prefix of a capture reads as a prefix of its frames, never a crash nor a verdict
-on nothing; any spelling of an input as an output is refused with the input untouched."""
+"""Properties of the CLI's writers and readers (hypothesis): Ctrl-C or SIGTERM at any byte of any writer,
+or while it syncs the file, leaves the old file or none; any prefix of a capture reads as a prefix of its
+frames in every reader, never a crash nor a verdict on nothing; any spelling of an input as an output, or
+of one output as another, is refused with nothing touched."""
 import contextlib
 import os
 import shutil
@@ -10,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ibwire.outfile as outfile
 from conftest import ROOT
+from ibwire.cli import Terminated
 from ibwire.readers import open_capture
 from test_outputs_safe import cli
 
@@ -20,16 +22,19 @@ SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
-class _Interrupting:
-    """A file that takes `budget` bytes, then is interrupted in the middle of a write (Ctrl-C)."""
+INTERRUPTS = {"Ctrl-C": (KeyboardInterrupt, 130), "SIGTERM": (Terminated, 143)}
 
-    def __init__(self, f, budget):
-        self._f, self._left = f, budget
+
+class _Interrupting:
+    """A file that takes `budget` bytes, then is interrupted in the middle of a write."""
+
+    def __init__(self, f, budget, signal):
+        self._f, self._left, self._signal = f, budget, signal
 
     def write(self, data):
         if len(data) > self._left:
             self._f.write(data[:self._left])
-            raise KeyboardInterrupt
+            raise self._signal
         self._left -= len(data)
         return self._f.write(data)
 
@@ -38,16 +43,24 @@ class _Interrupting:
 
 
 @contextlib.contextmanager
-def interrupted_after(budget):
-    real = outfile.os.fdopen
+def interrupted_after(budget, signal=KeyboardInterrupt, at="write"):
+    """The writer's part file interrupted by `signal` after `budget` bytes, or (at="fsync") once it is
+    all written, while it is synced to disk."""
+    real_fdopen, real_fsync = outfile.os.fdopen, outfile.os.fsync
 
     def fdopen(*a, **k):
-        return _Interrupting(real(*a, **k), budget)
+        f = real_fdopen(*a, **k)
+        return _Interrupting(f, budget, signal) if at == "write" else f
+
+    def fsync(fd):
+        raise signal
     outfile.os.fdopen = fdopen
+    if at == "fsync":
+        outfile.os.fsync = fsync
     try:
         yield
     finally:
-        outfile.os.fdopen = real
+        outfile.os.fdopen, outfile.os.fsync = real_fdopen, real_fsync
 
 
 WRITERS = {     # name -> (output file name, arguments after the output is known)
@@ -57,30 +70,34 @@ WRITERS = {     # name -> (output file name, arguments after the output is known
     "export": ("out.parquet", lambda src, out: ["export", src, "-o", out]),
     "audit-report": ("out.html", lambda src, out: ["audit", src, "--policy", POLICY, "--report", out,
                                                    "--fail-on", "breach"]),
+    "audit-evidence": ("out.pcapng", lambda src, out: ["audit", src, "--policy", POLICY, "--evidence", out]),
+    "decode-w": ("out.pcap", lambda src, out: ["decode", src, "-w", out, "-Y", "bth"]),
 }
 
 
 @SETTINGS
-@given(writer=st.sampled_from(sorted(WRITERS)), budget=st.integers(0, 40_000), old=st.booleans())
-def test_an_interrupt_anywhere_leaves_the_old_file_or_none(tmp_path_factory, capsys, writer, budget, old):
+@given(writer=st.sampled_from(sorted(WRITERS)), budget=st.integers(0, 40_000), old=st.booleans(),
+       how=st.sampled_from(sorted(INTERRUPTS)), at=st.sampled_from(["write", "write", "fsync"]))
+def test_an_interrupt_anywhere_leaves_the_old_file_or_none(tmp_path_factory, capsys, writer, budget, old, how, at):
     d = tmp_path_factory.mktemp("w")
     name, args = WRITERS[writer]
     src, out = d / "in.pcap", d / name
     shutil.copy(SMALL, src)
     if old:
         out.write_bytes(b"the previous output")
-    with interrupted_after(budget):
+    signal, interrupted = INTERRUPTS[how]
+    with interrupted_after(budget, signal, at):
         status = cli(*args(src, out))
     err = capsys.readouterr().err
     leftovers = sorted(p.name for p in d.iterdir()) == sorted(["in.pcap"] + ([name] if old or status == 0 else []))
     assert leftovers, sorted(p.name for p in d.iterdir())
-    if status == 130:
+    if status == interrupted:
         assert err.strip().splitlines()[-1] == \
-            f"ibwire: interrupted by Ctrl-C; {out} not written " \
+            f"ibwire: interrupted by {how}; {out} not written " \
             f"({'the old file is unchanged' if old else 'no partial file left'})"
         assert (out.read_bytes() == b"the previous output") if old else not out.exists()
     else:                                      # the budget was more than the whole output
-        assert status == 0, err
+        assert status == 0 and at == "write", err
         whole = d / ("whole" + out.suffix)
         assert cli(*args(src, whole)) == 0
         capsys.readouterr()
@@ -128,17 +145,33 @@ def _block_starts(raw: bytes) -> list:
 PCAPNG = _as_pcapng()
 
 
+READERS = {     # the other commands that read a capture: (arguments, output file or None)
+    "decode": (lambda c, o: ["decode", c, "-T", "jsonl"], None),
+    "flows": (lambda c, o: ["flows", c, "--format", "json"], None),
+    "convert": (lambda c, o: ["convert", c, "-o", o, "--link", "ib"], "out.pcap"),
+    "export": (lambda c, o: ["export", c, "-o", o], "out.parquet"),
+    "decode-w": (lambda c, o: ["decode", c, "-w", o], "out.pcapng"),
+}
+
+
 @SETTINGS
-@given(fmt=st.sampled_from(["pcap", "pcapng"]), data=st.data())
-def test_any_prefix_reads_as_a_prefix_and_never_as_a_verdict_on_nothing(tmp_path_factory, capsys, fmt, data):
+@given(fmt=st.sampled_from(["pcap", "pcapng"]), reader=st.sampled_from(sorted(READERS)), data=st.data())
+def test_any_prefix_reads_as_a_prefix_and_never_as_a_verdict_on_nothing(tmp_path_factory, capsys, fmt, reader,
+                                                                        data):
     raw = SMALL.read_bytes() if fmt == "pcap" else PCAPNG
     cut = data.draw(st.integers(0, len(raw)), label="cut")
     d = tmp_path_factory.mktemp("t")
     whole, _ = _frames(SMALL)
     part = d / f"cut.{fmt}"
     part.write_bytes(raw[:cut])
+    args, name = READERS[reader]
+    status = cli(*args(part, d / str(name)))
+    said = capsys.readouterr().err
+    assert status in (0, 2) and "internal error" not in said, said
+    if name:                       # a whole output, or none and no part file
+        assert sorted(os.listdir(d)) == sorted([part.name] + [name] * (status == 0)), said
     if cut < 4:
-        assert cli("stats", part) == 2
+        assert status == 2 and cli("stats", part) == 2
         capsys.readouterr()
         return
     got, cap = _frames(part)
@@ -190,6 +223,26 @@ def test_any_spelling_of_an_input_as_output_is_refused(tmp_path_factory, capsys,
     assert status == 2 and "refusing to overwrite" in err, err
     assert sorted(os.listdir(d)) == made
     assert src.read_bytes() == original.read_bytes()
+
+
+@SETTINGS
+@given(writer=st.sampled_from(["export", "audit"]), alias=st.sampled_from(["same", "dotdot", "symlink", "hardlink",
+                                                                          "dirlink", "dot"]))
+def test_one_output_spelled_as_another_is_refused(tmp_path_factory, capsys, writer, alias):
+    """export -o A --flows A, audit --report A --evidence A, in any spelling: refused, A untouched."""
+    d = tmp_path_factory.mktemp("o")
+    src = d / "in.pcap"
+    shutil.copy(SMALL, src)
+    first = d / ("first.parquet" if writer == "export" else "first.html")
+    first.write_bytes(b"the previous output")
+    second = _aliases(d, first)[alias]
+    made = sorted(os.listdir(d))
+    argv = ["export", src, "-o", first, "--flows", second] if writer == "export" else \
+        ["audit", src, "--policy", POLICY, "--report", first, "--evidence", second]
+    status = cli(*argv)
+    err = capsys.readouterr().err
+    assert status == 2 and "are the same file" in err, err
+    assert sorted(os.listdir(d)) == made and first.read_bytes() == b"the previous output"
 
 
 @SETTINGS
