@@ -1,9 +1,12 @@
 """Nothing a user runs leaves litter where they stand: a diag tool under ibsim's libumad2sim writes a
 simulated sysfs (./sys-PID) into its cwd, so ibwire runs those tools in a scratch folder; a simulated fabric
 removes the folder it made.  And the repository check that tests/conftest.py runs after every test session
-really notices what a run writes (also where .gitignore hides it)."""
+really notices what a run writes (also where .gitignore hides it), as does its check of the home folder
+and the other places outside temporary folders."""
 import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import pytest
 from ibwire.audit import state
 from ibwire.capture.ibsim_lab import SimFabric
 from ibwire.errors import UserError
-from litter import changes, snapshot
+from litter import changes, outside, snapshot
 
 TOPO = Path(__file__).resolve().parent / "fabric" / "small.topo"
 
@@ -62,3 +65,37 @@ def test_litter_check_sees_created_changed_deleted_and_ignored_files(tmp_path):
 def git_status(repo: Path) -> list:
     out = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True, check=True)
     return sorted(out.stdout.splitlines())
+
+
+def test_the_run_has_its_own_home_so_tools_keep_their_caches_in_the_scratch_folder(tmp_path):
+    """conftest points HOME, the XDG folders and TMPDIR of the run into its scratch folder: pip's cache,
+    a tool's settings and temporary files of every process the tests start land there, not in ~."""
+    import conftest
+    code = ("import os, tempfile; from pip._internal.locations import USER_CACHE_DIR; "
+            "print(os.path.expanduser('~')); print(USER_CACHE_DIR); print(tempfile.gettempdir())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert all(line.startswith(conftest.SCRATCH + "/") for line in out[:3]), out
+    assert conftest.REAL_HOME != os.environ["HOME"]
+
+
+def test_outside_check_sees_what_a_run_created_changed_and_deleted(tmp_path):
+    place = tmp_path / "home"
+    (place / ".config" / "tool").mkdir(parents=True)
+    (place / ".config" / "tool" / "settings").write_text("old\n")
+    (place / ".bashrc").write_text("")
+    (place / ".cache").mkdir()
+    (place / "scratch").mkdir()
+    places, leave = [place, tmp_path / "missing"], [place / "scratch"]
+    before = outside(places, leave=leave)
+    start = time.time()
+    time.sleep(0.05)              # file times come from the kernel's coarse clock, a few ms behind
+    assert changes(before, outside(places, start, leave)) == []
+    (place / ".config" / "wireshark" / "extcap").mkdir(parents=True)       # what `extcap --install` makes
+    (place / ".config" / "wireshark" / "extcap" / "ibwire-extcap").write_text("#!/bin/sh\n")
+    (place / ".config" / "tool" / "settings").write_text("changed\n")
+    (place / ".bashrc").unlink()
+    (place / ".cache" / "made-and-removed").write_text("")
+    (place / ".cache" / "made-and-removed").unlink()
+    (place / "scratch" / "x").write_text("")                               # below a folder left out
+    assert changes(before, outside(places, start, leave)) == [
+        f"created {place}/.config/wireshark", f"deleted {place}/.bashrc", f"modified {place}/.config/tool/settings"]

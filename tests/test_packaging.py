@@ -5,8 +5,10 @@ which reads a shipped capture as tshark does, and whose `ibwire --version` names
 metadata carries (written once, as ibwire.__version__).
 
 Slow by nature (three installs with numpy, pyarrow and scapy): built once, installed concurrently, with
-pip's cache and without compiling every dependency's bytecode."""
+one pip cache for the build and the three installs, in the test's temporary folder (not ~/.cache/pip), and
+without compiling every dependency's bytecode."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -43,15 +45,16 @@ def installs(tmp_path_factory):
     src = committed_tree(tmp / "src")
     dist = tmp / "dist"
     pythons = {k: fresh_venv(tmp / f"venv{i}") for i, k in enumerate(("pip install .", "wheel", "sdist"))}
+    env = dict(os.environ, PIP_CACHE_DIR=str(tmp / "pip-cache"))   # also for the build's own isolated pip
 
     def pip(target, *args, cwd=tmp):     # the developers' pip, installing into that virtualenv
         return subprocess.Popen([sys.executable, "-m", "pip", "--python", str(pythons[target]), "install", "-q",
                                  "--no-compile", "--disable-pip-version-check", *args],
-                                cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     running = {"pip install .": pip("pip install .", ".", cwd=src)}
     built = subprocess.run([sys.executable, "-m", "build", "--outdir", str(dist), str(src)],
-                           capture_output=True, text=True, timeout=900)
+                           capture_output=True, text=True, timeout=900, env=env)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (whl,), (sdist,) = dist.glob("ibwire-*.whl"), dist.glob("ibwire-*.tar.gz")
     running["wheel"] = pip("wheel", str(whl))
