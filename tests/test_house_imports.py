@@ -1,8 +1,12 @@
 """The house rules of the code, read from the source with ast: data flows one way (bytes -> readers ->
 layers/records -> analyzers -> reports/CLI), so no module imports a later stage, and no two modules import
-each other through any chain (every import counts, also one inside a function)."""
+each other through any chain (every import counts, also one inside a function).  And nothing is written
+twice: no run of six code lines stands in two places of the project's Python and C."""
 import ast
+import collections
 import functools
+import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -129,3 +133,54 @@ def test_the_checks_catch_what_they_should():
     assert "ibwire.readers.resync" in g["ibwire.fast.walk"] and "ibwire.fast._native" in g["ibwire.fast.walk"]
     assert set(g["ibwire.cli.stats"]) >= {"ibwire.analysis.stats", "ibwire.cli.app"}
     assert len(known) > 50
+
+
+RUN = 6
+# What a reader skips when comparing code (as `duplicates` does): blank lines, comments (and C's preprocessor
+# lines), imports, lines of lone brackets and commas.  White space is folded.
+PASSED_OVER = re.compile(r"(#|//|/\*|\*|import |from \S+ import )|[\s()\[\]{},;:]*$")
+
+
+def code_lines(text: str) -> list:
+    """(line number, folded text) of the lines that count."""
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        folded = " ".join(line.split())
+        if not PASSED_OVER.match(folded):
+            out.append((number, folded))
+    return out
+
+
+def repeated_runs(files: dict, run: int = RUN) -> list:
+    """'a.py:10-17 ~ b.py:40-46' for each pair of places where the same `run` counting lines stand (a
+    longer repeat shows as several overlapping pairs; a run overlapping itself, as in a list of like lines,
+    is not a repeat)."""
+    places = collections.defaultdict(list)
+    for name, text in sorted(files.items()):
+        lines = code_lines(text)
+        for i in range(len(lines) - run + 1):
+            places["\n".join(t for _, t in lines[i:i + run])].append((name, i, lines[i][0], lines[i + run - 1][0]))
+    out = []
+    for where in places.values():
+        for k, (a, i, a0, a1) in enumerate(where):
+            for b, j, b0, b1 in where[k + 1:]:
+                if a != b or j - i >= run:
+                    out.append(f"{a}:{a0}-{a1} ~ {b}:{b0}-{b1}")
+    return out
+
+
+def test_no_six_lines_of_code_are_written_twice():
+    """A block that two places need is written once and shared (a function, a table, a field list)."""
+    names = subprocess.run(["git", "ls-files", "-z", "*.py", "*.c", "*.h"], cwd=ROOT, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    files = {n: (ROOT / n).read_text() for n in names if n and (ROOT / n).is_file()}
+    assert len(files) > 100
+    assert repeated_runs(files) == []
+
+
+def test_the_repeat_check_finds_a_copied_block_in_other_clothes():
+    body = "def f(x):\n    y = x + 1\n    z = y * 2\n    # why\n\n    w = z - 3\n    v = w // 4\n    return v\n"
+    other = "import os\n\n\n" + body.replace("    ", "        ").replace("# why", "# a different comment")
+    assert repeated_runs({"a.py": body, "b.py": other}) == ["a.py:1-8 ~ b.py:4-11"]
+    assert repeated_runs({"a.py": body, "b.py": body.replace("z - 3", "z - 4")}) == []
+    assert repeated_runs({"c.py": "x = [\n" + "    0,\n" * 11 + "]\n"}) == []       # overlaps only itself
