@@ -8,6 +8,9 @@ import os
 import signal
 import sys
 
+# ibwire does no linear algebra: numpy's BLAS thread pool would only cost start-up time (set before numpy loads)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from ..errors import UserError
 from .app import app
 

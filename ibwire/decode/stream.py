@@ -64,9 +64,62 @@ class Stream:
         return self.walk.problems
 
     def __iter__(self) -> Iterator[Batch]:
+        """The walk runs one chunk ahead on a second thread (the compiled walk and the file reads release
+        the GIL), so reading overlaps decoding and printing; each batch keeps its own copy of its bytes,
+        as the walk reuses its buffer."""
         from ..fast.decode import decode_batch
+        for pos, buf in read_ahead(self._chunks()):
+            yield Batch(decode_batch(buf, pos, self.icrc), pos, buf)
+
+    def _chunks(self) -> Iterator[tuple]:
         for pos in self.walk.batches():
-            yield Batch(decode_batch(self.walk.buf, pos, self.icrc), pos, self.walk.buf)
+            lo = int(pos.data[0]) if len(pos.data) else 0
+            hi = int((pos.data + pos.caplen).max()) if len(pos.data) else 0
+            yield pos._replace(data=pos.data - lo), self.walk.buf[lo:hi].copy()
+
+
+def read_ahead(batches: Iterator, depth: int = 1) -> Iterator:
+    """The items of `batches`, produced on a second thread up to `depth` ahead of the consumer; its
+    exceptions are raised here; a consumer that stops early stops the producer."""
+    import queue
+    import threading
+    q = queue.Queue(depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def produce():
+        try:
+            for b in batches:
+                if not put((b, None)):
+                    return
+            put((done, None))
+        except BaseException as e:        # handed to the consumer, which raises it
+            put((done, e))
+        finally:
+            batches.close()
+
+    t = threading.Thread(target=produce, name="ibwire-read-ahead", daemon=True)
+    t.start()
+    try:
+        while True:
+            item, err = q.get()
+            if item is done:
+                if err is not None:
+                    raise err
+                return
+            yield item
+    finally:
+        stop.set()
+        t.join()
 
 
 def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None) -> dict:

@@ -132,12 +132,26 @@ uint32_t icrc_of(const uint8_t *buf, int64_t size, const icrc_span *s)
     return crc32_any(crc32_any(0, t, (size_t)h), buf + a + h, (size_t)(z - a - h));
 }
 
-uint16_t vcrc_of(const uint8_t *buf, int64_t size, int64_t a, int64_t z, const uint16_t table[256])
+void vcrc_slices(const uint16_t table[256], uint16_t out[4][256])
+{
+    for (int i = 0; i < 256; i++) {
+        out[0][i] = table[i];
+        for (int k = 1; k < 4; k++)
+            out[k][i] = (uint16_t)((out[k - 1][i] >> 8) ^ table[out[k - 1][i] & 0xFF]);
+    }
+}
+
+/* Four bytes a step (slicing: byte j of four passes through the table of the 3 - j bytes after it). */
+uint16_t vcrc_of(const uint8_t *buf, int64_t size, int64_t a, int64_t z, const uint16_t t[4][256])
 {
     if (a < 0 || z < a || z > size)
         return 0;
     uint16_t c = 0xFFFF;
-    for (int64_t j = a; j < z; j++)
-        c = (uint16_t)((c >> 8) ^ table[(c ^ buf[j]) & 0xFF]);
+    int64_t j = a;
+    for (; j + 4 <= z; j += 4)
+        c = (uint16_t)(t[3][(c ^ buf[j]) & 0xFF] ^ t[2][((c >> 8) ^ buf[j + 1]) & 0xFF] ^ t[1][buf[j + 2]] ^
+                       t[0][buf[j + 3]]);
+    for (; j < z; j++)
+        c = (uint16_t)((c >> 8) ^ t[0][(c ^ buf[j]) & 0xFF]);
     return c ^ 0xFFFF;
 }

@@ -19,6 +19,7 @@ typedef struct {
 void crc_init(void);
 uint32_t crc32_any(uint32_t crc, const uint8_t *p, size_t len);      /* zlib's crc32() contract */
 uint32_t icrc_of(const uint8_t *buf, int64_t size, const icrc_span *s);
-uint16_t vcrc_of(const uint8_t *buf, int64_t size, int64_t start, int64_t end, const uint16_t table[256]);
+void vcrc_slices(const uint16_t table[256], uint16_t out[4][256]);    /* the byte table -> vcrc_of's tables */
+uint16_t vcrc_of(const uint8_t *buf, int64_t size, int64_t start, int64_t end, const uint16_t t[4][256]);
 
 #endif

@@ -46,7 +46,7 @@ typedef struct {
     const int16_t *ext_off;      /* [N_EXT][256] */
     const int16_t *ext_len;      /* [256]: bytes of extended headers after the BTH */
     const uint8_t *known;        /* [256]: bit 0 opcode is defined, bit 1 a payload (and pad) may follow */
-    const uint16_t *vtable;      /* VCRC byte table */
+    const uint16_t (*vtable)[256];   /* VCRC tables (vcrc_slices) */
     const int64_t *field_off;    /* [N_FIELDS]: byte offset of each field in a record */
     unsigned roce2_port, roce1_ethertype;
     int icrc;                    /* verify ICRC/VCRC */

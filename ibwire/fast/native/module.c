@@ -177,8 +177,10 @@ static PyObject *decode(PyObject *self, PyObject *args)
             bad = "a packet's data offset or captured length lies outside buf";
     if (bad)
         return refuse(b, NB, bad);
+    uint16_t vt[4][256];
+    vcrc_slices(b[VTABLE].v.buf, vt);
     decode_ctx c = {b[BUF].v.buf, b[BUF].v.len, b[EXT_OFF].v.buf, b[EXT_LEN].v.buf, b[KNOWN].v.buf,
-                    b[VTABLE].v.buf, field_off, roce2_port, roce1_ethertype, icrc};
+                    (const uint16_t (*)[256])vt, field_off, roce2_port, roce1_ethertype, icrc};
     const int64_t *d = b[DATA].v.buf, *cl = b[CAPLEN].v.buf, *wl = b[WIRELEN].v.buf, *lt = b[LT].v.buf;
     uint8_t *out = b[OUT].v.buf;
     Py_BEGIN_ALLOW_THREADS
