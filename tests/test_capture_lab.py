@@ -5,6 +5,7 @@ a normal stop, a SIGKILL plus `--cleanup` (with a damaged journal too), a full d
 dead engine, and with two captures of different VFs running at once."""
 import json
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -148,6 +149,7 @@ def test_tc_mirror_captures_all_and_only_vf2_then_leaves_nothing(lab, tmp_path):
     assert f"captured {sent_and_received} of {sent_and_received} packets" in err and "backend drops: 0" in err
     tshark = subprocess.run(["tshark", "-r", str(out), "-Y", "infiniband.bth"], capture_output=True, text=True)
     assert len(tshark.stdout.splitlines()) == len(frames)                    # every frame is a RoCEv2 packet
+    assert out.read_bytes()[:4] == struct.pack("<I", 0xA1B23C4D)             # pcap with the kernel's nanoseconds
     assert _armed() == NOTHING
 
 
@@ -176,7 +178,7 @@ def test_stdout_count_snaplen_and_extra_filter(lab, burst):
     data = p.stdout.read()
     rc, err = _finish(p, lines, sig=None)                                    # -c ends it by itself
     assert rc == 0, err
-    assert struct.unpack_from("<I", data)[0] in (0xA1B2C3D4, 0xA1B23C4D)     # a pcap stream on stdout
+    assert struct.unpack_from("<I", data)[0] == 0xA1B23C4D                   # a nanosecond pcap stream on stdout
     off, n = 24, 0
     while off < len(data):
         incl, orig = struct.unpack_from("<II", data, off + 8)
@@ -246,9 +248,11 @@ def test_netdev_rotation_by_the_engine(lab, tmp_path, burst):
     _replay(burst, limit=5000)
     rc, err = _finish(p, lines)
     assert rc == 130 and "stopped by Ctrl-C" in err, err      # Ctrl-C's status, one line on what was left
-    files = sorted(tmp_path.glob("up_*.pcap"))                               # dumpcap's ring: up_NNNNN_TIME.pcap
-    assert len(files) == 3
-    assert all(f.stat().st_size <= 100_000 + 200 and len(list(iter_frames(str(f)))) > 0 for f in files)
+    files = sorted(tmp_path.glob("up_*.pcap"))                               # as dumpcap names a ring: up_NNNNN_TIME.pcap
+    assert len(files) == 3 and all(re.fullmatch(r"up_\d{5}_\d{14}\.pcap", f.name) for f in files), files
+    assert all(f.stat().st_size <= 100_000 and len(list(iter_frames(str(f)))) > 0 for f in files)
+    kept = sum(len(list(iter_frames(str(f)))) for f in files)
+    assert f"{kept:,} packets kept in {', '.join(map(str, files))}, a valid capture" in err, err
 
 
 def test_full_disk_stops_disarms_and_keeps_a_valid_file(lab, tmp_path, burst):

@@ -1,11 +1,14 @@
 """The packet path of the netdev and tc-mirror backends: Wireshark's capture engine dumpcap (wireshark-common).
 
-dumpcap reads the interface through libpcap's TPACKET_V3 ring with kernel timestamps (nanoseconds in pcapng),
-applies the VF selection as an in-kernel BPF filter (`-f`), and writes the file itself, with `-c`,
-`-a duration:`, `-b filesize:/files:` rotation and, in pcapng, interface statistics.  ibwire journals it,
-starts it, follows its packet count, stops it with SIGINT and reads its closing statistics.  Options and
+dumpcap reads the interface through libpcap's TPACKET_V3 ring with kernel timestamps in nanoseconds, applies
+the VF selection as an in-kernel BPF filter (`-f`) and stops by itself on `-c` and `-a duration:`.  A .pcapng
+output dumpcap writes itself, with `-b filesize:/files:` rotation and interface statistics; a pcap output
+(.pcap, `-w -`) it writes as pcapng into a pipe that `nspcap` rewrites as nanosecond pcap (dumpcap's own pcap
+has microseconds).  ibwire journals it, starts it, follows its packet count, stops it with SIGINT and reads its
+closing statistics.  Options and
 messages as dumpcap 4.0 prints them (`dumpcap -h`; "Packets received/dropped on interface ...").
 """
+import errno
 import os
 import re
 import signal
@@ -17,6 +20,7 @@ from typing import List, Optional
 
 from ..errors import UserError
 from .marks import owner_env, proc_start
+from .nspcap import NsPcapRewriter
 
 # 128 MiB of ring holds a burst of 100,000 packets of up to ~1,200 bytes (TPACKET_V3 packs frames into blocks
 # with a 48-byte header each; dumpcap's own default of 2 MiB holds about 1,500).
@@ -43,7 +47,8 @@ class Plan:
         return self.out.endswith(".pcapng")
 
     def command(self) -> List[str]:
-        cmd = ["dumpcap", "-i", self.iface, "-B", str(self.buffer_mib), "-w", self.out, "-n" if self.pcapng else "-P"]
+        """dumpcap's command line: pcapng into the file, or (pcap outputs) into the pipe to the rewriter."""
+        cmd = ["dumpcap", "-i", self.iface, "-B", str(self.buffer_mib), "-w", self.out if self.pcapng else "-", "-n"]
         if self.bpf:
             cmd += ["-f", self.bpf]
         if self.snaplen:
@@ -52,11 +57,11 @@ class Plan:
             cmd += ["-c", str(self.count)]
         if self.duration:
             cmd += ["-a", f"duration:{self.duration:g}"]
-        if self.rotate_mb:
-            cmd += ["-b", f"filesize:{max(1, int(self.rotate_mb * 1000))}"]
+        if self.rotate_mb and self.pcapng:
+            cmd += ["-b", f"filesize:{max(1, int(self.rotate_mb * 1000))}", "-b", "printname:stderr"]
             if self.rotate_files:
                 cmd += ["-b", f"files:{self.rotate_files}"]
-        if self.comment and self.pcapng:
+        if self.comment and self.pcapng and not self.rotate_mb:     # dumpcap: a comment needs a single file
             cmd += ["--capture-comment", self.comment]
         return cmd
 
@@ -69,6 +74,7 @@ class Dumpcap:
         self.packets = 0
         self.files: List[str] = []
         self.we_stopped = False
+        self.rewriter: Optional[NsPcapRewriter] = None
         self._ready = threading.Event()
 
     def start(self, journal):
@@ -76,19 +82,25 @@ class Dumpcap:
         entry = journal.record("dumpcap process", None, cmd=cmd)
         try:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         stdout=None if self.plan.pcapng else subprocess.PIPE,
                                          start_new_session=True, env=owner_env())   # Ctrl-C reaches ibwire only
         except FileNotFoundError:
             raise UserError("dumpcap, the capture engine, is not installed; install wireshark-common (it comes "
                             "with tshark)")
         entry["pid"], entry["start"] = self.proc.pid, proc_start(self.proc.pid)
         journal.save()
+        if not self.plan.pcapng:
+            self.rewriter = NsPcapRewriter(self.proc.stdout, self.plan.out, self.plan.rotate_mb,
+                                           self.plan.rotate_files)
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
         deadline = time.monotonic() + READY_TIMEOUT
-        while not self._ready.wait(0.05):
+        while not (self._ready.wait(0.05) and (self.rewriter is None or self.rewriter.ready.wait(0.05))):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self._reader.join(2)
-                if self._ready.is_set():
+                if self.rewriter:
+                    self.rewriter.join(2)
+                if self._ready.is_set() and (self.rewriter is None or self.rewriter.ready.is_set()):
                     break
                 raise UserError(self.failure(starting=True) or "dumpcap did not start")
 
@@ -104,13 +116,36 @@ class Dumpcap:
                     self.packets = int(m.group(1))
                     continue
                 if line.startswith("File: "):
-                    self.files.append(line[6:].strip())
                     self._ready.set()
+                    continue
+                if self.plan.rotate_mb and line.startswith(self._ring_prefix):   # -b printname:stderr
+                    self.files.append(line)
+                    continue
                 self.err += line + "\n"
         self.err += buf.decode(errors="replace")
 
+    @property
+    def _ring_prefix(self) -> str:
+        return os.path.splitext(self.plan.out)[0] + "_"
+
     def running(self) -> bool:
         return self.proc.poll() is None
+
+    def write_failed(self) -> bool:
+        """The rewriter could not write (full disk, reader of standard output gone): dumpcap must stop."""
+        return bool(self.rewriter and self.rewriter.error)
+
+    def outputs(self) -> List[str]:
+        """The capture files that exist now, in order (a ring keeps only its last files)."""
+        if self.plan.out == "-":
+            return []
+        names = self.rewriter.files if self.rewriter else (self.files or [self.plan.out])
+        return [f for f in names if os.path.exists(f)]
+
+    @property
+    def written(self) -> int:
+        """Packets in the output: the rewriter's count for pcap, dumpcap's own for pcapng."""
+        return self.rewriter.packets if self.rewriter else self.packets
 
     def stop(self, in_flight: float = IN_FLIGHT):
         """Let what is already in the ring reach the file, then SIGINT: dumpcap writes its statistics."""
@@ -129,6 +164,8 @@ class Dumpcap:
             os.kill(self.proc.pid, signal.SIGTERM)
             rc = self.proc.wait()
         self._reader.join(5)
+        if self.rewriter:
+            self.rewriter.join()
         m = re.search(r"Packets captured: (\d+)", self.err)
         if m:
             self.packets = int(m.group(1))
@@ -146,12 +183,17 @@ class Dumpcap:
         text = self.err
         low = text.lower()
         iface, out = self.plan.iface, self.plan.out
+        werr = self.rewriter.error if self.rewriter else None
+        if werr is not None and not (out == "-" and isinstance(werr, BrokenPipeError)):
+            if werr.errno in (errno.ENOSPC, errno.EDQUOT):
+                return f"the file system holding {out} is full ({werr.strerror}); the capture stopped"
+            return f"writing {out} failed ({werr.strerror or werr}); the capture stopped"
         if "no space left" in low:
             return f"the file system holding {out} is full (no space left on device); the capture stopped"
         if "no longer attached" in low or "no longer running" in low or "no longer up" in low or \
                 ("no such device" in low and not starting):
             return f"interface {iface} vanished during the capture; the capture stopped"
-        if out == "-" and ("broken pipe" in low or rc == -signal.SIGPIPE):
+        if out == "-" and (isinstance(werr, BrokenPipeError) or "broken pipe" in low or rc == -signal.SIGPIPE):
             return None        # the reader of standard output went away: the usual end of a pipeline
         if rc is not None and rc < 0 and not (self.we_stopped and rc == -signal.SIGINT):
             return f"the capture engine dumpcap died ({signal.Signals(-rc).name}); the capture stopped"

@@ -18,7 +18,7 @@ from ..errors import UserError
 from ..writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND, erf_record
 from . import counters, journal as jr
 from .dumpcap import DEFAULT_BUFFER_MIB, IN_FLIGHT, Dumpcap, Plan
-from .ending import CaptureStopped, truncate_to_complete
+from .ending import CaptureStopped, complete_prefix, truncate_to_complete
 from .select import choose
 from .sink import Sink, StatusLine
 from .target import resolve
@@ -195,11 +195,11 @@ def _run_engine(o: Options, t, name: str, backend, journal, stop: _Stop, selecti
         say(f"capturing {t.description} to {'standard output' if o.write == '-' else o.write} with dumpcap"
             + (f", filter {bpf!r}" if bpf else "") + " (Ctrl-C stops)")
         gone = None
-        while eng.running() and not stop.flag and not gone:
+        while eng.running() and not stop.flag and not gone and not eng.write_failed():
             status.update(eng.packets, None, 0)
             time.sleep(0.1)
             gone = backend.vanished()
-        eng.stop(0 if gone else IN_FLIGHT)
+        eng.stop(0 if gone or eng.write_failed() else IN_FLIGHT)
         eng.wait()
         failure = gone or eng.failure()
         after = cnt[1]() if cnt else {}
@@ -209,16 +209,16 @@ def _run_engine(o: Options, t, name: str, backend, journal, stop: _Stop, selecti
             eng.wait()
         _disarm(journal)
         status.finish()
-    packets, files = eng.packets, [f for f in eng.files if f != "-" and os.path.exists(f)] or \
-        ([o.write] if o.write != "-" else [])
+    packets, files = eng.written, eng.outputs()
+    in_files = packets
     if failure:
-        kept = 0
-        for f in files:
-            kept += truncate_to_complete(f)[0]
-        packets = kept if files else packets
+        in_files = sum(truncate_to_complete(f)[0] for f in files) if files else packets
+    elif o.rotate_mb:          # a ring keeps only its last files; each is at most -C MB
+        in_files = sum(complete_prefix(f)[0] for f in files)
     drops = eng.drops()
     summary = counters.compare(packets, None, before, after, cnt[0] if cnt else "counters", drops)
-    _report_end(say, summary, failure, packets, ', '.join(files) or o.write, stop)
+    _report_end(say, summary, failure, in_files, ', '.join(files) or ("standard output" if o.write == "-" else o.write),
+                stop)
     return {"backend": name, "packets": packets, "files": files, "drops": drops, "before": before,
             "after": after, "summary": summary}
 
@@ -333,13 +333,16 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
         status.finish()
     if writer.error:
         failure = f"writing {o.write} failed ({writer.error.strerror}); the capture stopped"
-    packets = sink.packets
+    packets = in_files = sink.packets
     if failure:
-        packets = sum(truncate_to_complete(f)[0] for f in sink.files if f != "-")
+        packets = in_files = sum(truncate_to_complete(f)[0] for f in sink.files if f != "-")
+    elif o.rotate_mb:          # a ring keeps only its last files; each is at most -C MB
+        in_files = sum(complete_prefix(f)[0] for f in sink.files)
     what = cnt[0] if cnt else "counters"
     summary = counters.compare(packets, sink.bytes, before, after, what, drops)
     if match:
         summary += f"; {seen - kept:,} packets of other functions dropped by the VF filter"
-    _report_end(say, summary, failure, packets, ', '.join(sink.files), stop)
+    _report_end(say, summary, failure, in_files, "standard output" if o.write == "-" else ', '.join(sink.files),
+                stop)
     return {"backend": name, "packets": sink.packets, "bytes": sink.bytes, "files": sink.files, "drops": drops,
             "before": before, "after": after, "summary": summary}

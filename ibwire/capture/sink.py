@@ -1,19 +1,13 @@
 """Capture output of the frame backends: pcap or pcapng (by file suffix; pcap on standard output for `-w -`),
-flushed per packet, with -C/-W rotation, and the live status line of every capture."""
+flushed per packet, with -C/-W rotation into files named as dumpcap names its ring, and the live status line of
+every capture."""
+import os
 import sys
 import time
-from pathlib import Path
 from typing import Optional
 
 from ..writers import PcapngWriter, PcapWriter
-
-
-def rotated_name(path: str, index: int) -> str:
-    """file.pcap -> file.pcap, file.1.pcap, file.2.pcap ... (index 0 keeps the name)."""
-    if index == 0:
-        return path
-    p = Path(path)
-    return str(p.with_name(f"{p.stem}.{index}{p.suffix}"))
+from .nspcap import ring_name
 
 
 class Sink:
@@ -23,14 +17,22 @@ class Sink:
         self.rotate_bytes = int(rotate_mb * 1_000_000) if rotate_mb else None
         self.rotate_files = rotate_files
         self.pcapng = path.endswith(".pcapng")
-        self.index = 0
+        self.number = 0
         self.files = []
         self.packets = 0
         self.bytes = 0
         self._open()
 
     def _open(self):
-        name = rotated_name(self.path, self.index)
+        name = self.path
+        if self.rotate_bytes and self.path != "-":
+            self.number += 1
+            name = ring_name(self.path, self.number)
+            if self.rotate_files and len(self.files) >= self.rotate_files:
+                try:
+                    os.unlink(self.files.pop(0))       # a ring: the oldest file goes
+                except OSError:
+                    pass
         try:
             if self.path == "-":
                 self.w = PcapWriter(sys.stdout.buffer, self.linktype)
@@ -43,15 +45,11 @@ class Sink:
             from ..errors import UserError
             raise UserError(f"cannot write {name}: {e.strerror}")
         self.file_bytes = 0
-        if name not in self.files:
-            self.files.append(name)
+        self.files.append(name)
 
     def write(self, data: bytes, ts: float, wirelen: Optional[int] = None):
         if self.rotate_bytes and self.path != "-" and self.file_bytes and self.file_bytes + len(data) + 16 > self.rotate_bytes:
             self.w.close()
-            self.index += 1
-            if self.rotate_files and self.index >= self.rotate_files:
-                self.index = 0
             self._open()
         self.w.write(data, ts, wirelen=wirelen)
         self.packets += 1
