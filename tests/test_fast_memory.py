@@ -1,5 +1,6 @@
-"""Peak memory stays flat as captures grow: `stats`, `flows`, `export` and `audit` on 50k and 200k packets of
-the same traffic use about the same resident memory (the per-conversation state does not grow, and the
+"""Peak memory stays flat as captures grow: `stats`, `flows`, `export` and `audit` on 90k and 180k packets of
+the same traffic (both over fast.split.MIN_SPLIT, so both are read the same way, in parallel where a
+command splits large files) use about the same resident memory (the per-conversation state does not grow, and the
 detail reader the audit uses streams the file instead of loading it)."""
 import subprocess
 import sys
@@ -10,6 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from gen_roce import generate  # noqa: E402
+
+from ibwire.fast.split import MIN_SPLIT  # noqa: E402
 
 # VmHWM is the peak of this process's own memory map.  getrusage's ru_maxrss would not do: Linux carries
 # it across exec from the forking parent, here the test runner, which can be larger than the command.
@@ -35,9 +38,10 @@ def peak_mb(*args):
 @pytest.fixture(scope="module")
 def captures(tmp_path_factory):
     d = tmp_path_factory.mktemp("mem")
-    small, big = d / "50k.pcap", d / "200k.pcap"
-    generate(str(small), 50_000)
-    generate(str(big), 200_000)
+    small, big = d / "90k.pcap", d / "180k.pcap"
+    generate(str(small), 90_000)
+    generate(str(big), 180_000)
+    assert small.stat().st_size > MIN_SPLIT
     return small, big
 
 
@@ -56,5 +60,5 @@ def test_peak_memory_is_flat(captures, command, tmp_path):
     args = [str(x).format(out=tmp_path / "out.parquet") for x in EXTRA[command]]
     a = peak_mb(command, small, *args)
     b = peak_mb(command, big, *args)
-    assert b < 200, f"{command} peaked at {b} MB on 200k packets"
-    assert b - a < 20, f"{command}: {a} MB at 50k packets but {b} MB at 200k"
+    assert b < 200, f"{command} peaked at {b} MB on 180k packets"
+    assert b - a < 20, f"{command}: {a} MB at 90k packets but {b} MB at 180k"

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from dissectors.opcodes import OPCODES, lookup
+from ..fast import _native
 from ..fast import records as R
 from .hashing import group_rows
 
@@ -40,13 +41,15 @@ def _name(field: str) -> str:
 
 
 def _nonzero(col: np.ndarray) -> np.ndarray:
-    """Rows of a fixed-size bytes column that hold anything but zero bytes."""
-    n = col.dtype.itemsize
-    return np.ascontiguousarray(col).view(np.uint8).reshape(-1, n).any(axis=1) if len(col) else np.zeros(0, bool)
+    """Rows of a fixed-size bytes column (6 or 16 bytes) that hold anything but zero bytes."""
+    col = np.ascontiguousarray(col)
+    words = col.view(np.uint16 if col.dtype.itemsize % 8 else np.uint64).reshape(len(col), -1)
+    return np.bitwise_or.reduce(words, axis=1) != 0 if len(col) else np.zeros(0, bool)
 
 
-def _present(rec: np.ndarray) -> dict:
-    """Field -> bool array of the rows whose packet carries that field (absent fields are null)."""
+def _present(rec) -> dict:
+    """Field -> bool array of the rows whose packet carries that field (absent fields are null); `rec`:
+    records or their columns (split_columns)."""
     fl, link, op = rec["flags"], rec["link"], rec["opcode"]
     bth = (fl & R.F_BTH) > 0
     mad = (fl & R.F_MAD) > 0
@@ -120,10 +123,27 @@ _NAMES = _strings(_OPNAMES)
 _LINK_NAMES, _CRC_NAMES = _strings(R.LINK_KINDS), _strings(R.CRC_STATUS)
 
 
+_FIELDS = R.RECORD.names
+_OFFSETS = np.array([R.RECORD.fields[f][1] for f in _FIELDS], np.int64)
+_SIZES = np.array([R.RECORD.fields[f][0].itemsize for f in _FIELDS], np.int64)
+_STARTS = np.concatenate(([0], np.cumsum(_SIZES)))
+
+
+def split_columns(rec: np.ndarray) -> dict:
+    """Field -> its contiguous column, all cut from one buffer filled in one compiled pass over `rec`."""
+    rec = np.ascontiguousarray(rec)
+    n = len(rec)
+    out = np.empty(n * int(_STARTS[-1]), np.uint8)
+    _native.columns(rec, rec.dtype.itemsize, _OFFSETS, _SIZES, out)
+    return {f: out[n * int(a):n * int(b)].view(R.RECORD.fields[f][0])
+            for f, a, b in zip(_FIELDS, _STARTS[:-1], _STARTS[1:])}
+
+
 def record_table(rec: np.ndarray) -> pa.Table:
     """One row per record with the columns of `record_schema()`."""
     n = len(rec)
-    present = _present(rec)
+    cols_of = split_columns(rec)
+    present = _present(cols_of)
     bitmaps: dict = {}
 
     def bitmap(valid):
@@ -138,11 +158,11 @@ def record_table(rec: np.ndarray) -> pa.Table:
     def column(typ, data, valid=None):
         return pa.Array.from_buffers(typ, n, [bitmap(valid), pa.py_buffer(np.ascontiguousarray(data))], null_count=-1)
 
-    cols = [column(_TIME, rec["time_ns"])]
+    cols = [column(_TIME, cols_of["time_ns"])]
     for f in R.RECORD.names:
         if f in _SKIP:
             continue
-        c = rec[f]
+        c = cols_of[f]
         typ = _SCHEMA.field(_name(f)).type
         if f in ("icrc", "vcrc", "link"):
             idx = column(pa.int8(), c.view(np.int8), None if f == "link" else c != R.ABSENT)
@@ -153,7 +173,7 @@ def record_table(rec: np.ndarray) -> pa.Table:
             cols.append(column(typ, c, present.get(f)))
     cols.append(_text_dict(rec, "src", bitmap(present["src"])))
     cols.append(_text_dict(rec, "dst", bitmap(present["dst"])))
-    cols.append(pa.DictionaryArray.from_arrays(column(pa.int32(), rec["opcode"].astype(np.int32), present["opcode"]),
+    cols.append(pa.DictionaryArray.from_arrays(column(pa.int32(), cols_of["opcode"].astype(np.int32), present["opcode"]),
                                                _NAMES))
     return pa.Table.from_arrays(cols, schema=_SCHEMA)
 
@@ -203,15 +223,20 @@ def flow_table(rows: List[dict]) -> pa.Table:
 
 
 # Parquet settings: dictionary pages only for the columns that are dictionaries already (the others are
-# numbers with many values, where a dictionary costs time and bytes), zstd at its fastest level.
+# numbers with many values, where a dictionary costs time and bytes), zstd at its fastest level, statistics
+# for the columns queries filter on.
 PARQUET = {"compression": "zstd", "compression_level": 1,
-           "use_dictionary": ["link_kind", "icrc_status", "vcrc_status", "src_addr", "dst_addr", "operation"]}
+           "use_dictionary": ["link_kind", "icrc_status", "vcrc_status", "src_addr", "dst_addr", "operation"],
+           # min/max per row group where queries select (DuckDB and Spark skip row groups by them)
+           "write_statistics": ["frame_time", "frame_number", "bth_opcode", "bth_p_key", "bth_destqp", "bth_psn",
+                                "lrh_slid", "lrh_dlid", "udp_srcport", "udp_dstport"]}
 ROW_GROUP = 1 << 14        # rows per Parquet row group (batches are gathered up to this; memory stays flat)
 
 
 def tables(batches, progress=None, scan=None):
-    """Arrow tables of `batches`, built in a second thread (decoding and conversion release the GIL, so
-    they run beside the caller's Parquet encoding); at most a few tables wait in between."""
+    """Arrow tables of `batches`: a second thread decodes (the compiled decoder releases the GIL), the
+    caller's thread turns each batch into a table and encodes it (the Parquet encoder releases it too), so
+    the two halves, of about equal cost, overlap; at most a few batches wait in between."""
     q: Queue = Queue(maxsize=3)
     stop = threading.Event()
 
@@ -220,7 +245,7 @@ def tables(batches, progress=None, scan=None):
             for rec in batches:
                 if stop.is_set():
                     return
-                q.put((record_table(rec), len(rec), scan.bytes_done if scan is not None else 0))
+                q.put((rec, len(rec), scan.bytes_done if scan is not None else 0))
         except BaseException as e:          # noqa: B036  (handed to the consumer and raised there)
             q.put(e)
             return
@@ -235,10 +260,10 @@ def tables(batches, progress=None, scan=None):
                 return
             if isinstance(item, BaseException):
                 raise item
-            table, n, done = item
+            rec, n, done = item
             if progress:
                 progress(n, done)
-            yield table
+            yield record_table(rec)
     finally:
         stop.set()
         while worker.is_alive():            # unblock a producer waiting on a full queue

@@ -12,6 +12,7 @@
 #include "crc.h"
 #include "decode.h"
 #include "flows.h"
+#include "columns.h"
 #include "group.h"
 #include "render.h"
 #include "walk.h"
@@ -239,6 +240,53 @@ static PyObject *group(PyObject *self, PyObject *args)
     if (g < 0)
         return PyErr_NoMemory();
     return PyLong_FromLongLong(g);
+}
+
+
+PyDoc_STRVAR(columns_doc,
+"columns(rec, itemsize, offsets, sizes, out)\n\n"
+"The records in `rec` (itemsize bytes each) as columns: the field at byte offsets[f] of sizes[f] bytes\n"
+"(int64 arrays) of every record goes, in record order, to `out` from byte n * (sizes of the fields\n"
+"before f); `out` holds at least n * sum(sizes) bytes.");
+
+static PyObject *columns(PyObject *self, PyObject *args)
+{
+    enum { REC, OFF, SIZE, OUT, NB };
+    PyObject *o[NB];
+    Py_ssize_t itemsize;
+    buf_t b[NB];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "OnOOO", &o[REC], &itemsize, &o[OFF], &o[SIZE], &o[OUT]))
+        return NULL;
+    static const Py_ssize_t item[NB] = {0, 8, 8, 0};
+    static const char *names[NB] = {"rec", "offsets", "sizes", "out"};
+    if (get_all(o, b, NB, item, names, 1u << OUT, 0) < 0)
+        return NULL;
+    Py_ssize_t n = itemsize > 0 ? b[REC].v.len / itemsize : 0, nf = b[OFF].v.len / 8;
+    const int64_t *off = b[OFF].v.buf, *size = b[SIZE].v.buf;
+    const char *bad = NULL;
+    int64_t total = 0;
+    if (itemsize <= 0 || b[REC].v.len % itemsize)
+        bad = "rec does not hold whole records of itemsize bytes";
+    else if (b[SIZE].v.len / 8 != nf)
+        bad = "offsets and sizes differ in length";
+    for (Py_ssize_t f = 0; !bad && f < nf; f++) {
+        total += size[f];
+        if (off[f] < 0 || size[f] <= 0 || off[f] + size[f] > itemsize)
+            bad = "a field lies outside the record";
+    }
+    if (!bad && b[OUT].v.len < n * total)
+        bad = "out is shorter than the columns";
+    if (bad)
+        return refuse(b, NB, bad);
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = split_columns(b[REC].v.buf, itemsize, n, off, size, (int)nf, b[OUT].v.buf);
+    Py_END_ALLOW_THREADS
+    release(b, NB);
+    if (status < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
 }
 
 
@@ -512,6 +560,7 @@ static PyMethodDef methods[] = {
     {"walk_pcapng", walk_pcapng, METH_VARARGS, walk_pcapng_doc},
     {"decode", decode, METH_VARARGS, decode_doc},
     {"group", group, METH_VARARGS, group_doc},
+    {"columns", columns, METH_VARARGS, columns_doc},
     {"render", render, METH_VARARGS, render_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},
     {"flows_new", flows_new_py, METH_VARARGS, flows_new_doc},
