@@ -27,14 +27,31 @@ def _split(s: bytes, body_len: int, trailer_len: int):
     return s[:body_len], s[body_len:body_len + trailer_len], s[body_len + trailer_len:]
 
 
-class VCRC(IBLayer):
+class _CRC(IBLayer):
+    """A CRC trailer: `status` is "good" when the stored value is the one computed over what it covers,
+    "bad" when not, "absent" when the covered bytes are not there; `computed` is that value."""
+
+    status = "absent"
+    computed = None
+
+    def judge(self, value, fmt):
+        """`value` as computed (sent little-endian), read as the stored field reads it (struct `fmt`)."""
+        self.computed = struct.unpack(">" + fmt, struct.pack("<" + fmt, value))[0]
+        self.status = "good" if self.computed == self.value else "bad"
+
+    def ws_extra(self):
+        return {"status": self.status}
+
+    def mysummary(self):
+        return f"{type(self).__name__} {self.status}"
+
+
+class VCRC(_CRC):
     """Variant CRC, the last two bytes of a native IB packet (IBA §7.8.2)."""
 
     ws_name = "vcrc"
     ws_alias = {"value": "variant.crc"}
     fields_desc = [XShortField("value", None)]
-    status = "absent"
-    computed = None
 
     def post_build(self, p, pay):
         if self.value is None:
@@ -56,25 +73,16 @@ class VCRC(IBLayer):
         if lrh is None or lrh.original is None or self.original is None:
             return
         covered = lrh.original[:len(lrh.original) - len(self.original)]
-        self.computed = struct.unpack(">H", struct.pack("<H", crc.vcrc(covered)))[0]
-        self.status = "good" if self.computed == self.value else "bad"
-
-    def ws_extra(self):
-        return {"status": self.status}
-
-    def mysummary(self):
-        return f"VCRC {self.status}"
+        self.judge(crc.vcrc(covered), "H")
 
 
-class ICRC(IBLayer):
+class ICRC(_CRC):
     """Invariant CRC after the payload (IBA §7.8.1; RoCE annex A16/A17).  Shown as Wireshark shows it:
     the four stored bytes read big-endian."""
 
     ws_name = "icrc"
     ws_alias = {"value": "invariant.crc"}
     fields_desc = [XIntField("value", None)]
-    status = "absent"
-    computed = None
 
     def extract_padding(self, s):
         return b"", s
@@ -127,14 +135,7 @@ class ICRC(IBLayer):
         except (IndexError, ValueError):
             self.status = "bad"
             return
-        self.computed = struct.unpack(">I", struct.pack("<I", value))[0]
-        self.status = "good" if self.computed == self.value else "bad"
-
-    def ws_extra(self):
-        return {"status": self.status}
-
-    def mysummary(self):
-        return f"ICRC {self.status}"
+        self.judge(value, "I")
 
 
 class IBPad(IBLayer):
