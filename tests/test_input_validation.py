@@ -76,3 +76,20 @@ def test_tenants_file_errors_name_their_line(tmp_path, capsys, text, line, messa
     status, out = _audit(capsys, "--tenants", tenants)
     assert status == 2 and not out.out
     assert out.err.startswith(f"ibwire: {tenants}:{line}: ") and message in out.err, out.err
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ("src_qpn = 0x0021a0", "src_qpn = 0x1000000", "src_qpn 0x1000000 is outside 0x0..0xffffff"),
+    ("lid = 0x21", "lid = -5", "lid -5 is not a unicast LID (1..0xbfff)"),
+    ('guid = "0x0002c90300002101"', 'guid = "0x1_0000_0000_0000_0000"', "guid 0x10000000000000000 is outside"),
+    ("count = 4", "count = -1", "count -1 is outside 0..1000000"),
+])
+def test_scenario_values_out_of_range_name_their_line(tmp_path, capsys, old, new, message):
+    text = (CAPS / "atomics.toml").read_text()
+    line = text.splitlines().index(old) + 1
+    scen = tmp_path / "s.toml"
+    scen.write_text(text.replace(old + "\n", new + "\n", 1))
+    assert cli("synth", scen, "-w", tmp_path / "out.pcap") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ibwire: {scen}:{line}: {message}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]

@@ -197,7 +197,8 @@ def _ranged(v, what, lo, hi, src, line):
     """An integer in lo..hi (the field's width on the wire), or an error at its line."""
     n = _int(v, what, src, line)
     if not lo <= n <= hi:
-        src.fail(line, f"{what} {n:#x} is outside {lo:#x}..{hi:#x}")
+        bound = (lambda x: f"{x:#x}") if hi & (hi + 1) == 0 else str      # a field width: hex; a count: decimal
+        src.fail(line, f"{what} {bound(n) if n >= 0 else n} is outside {bound(lo)}..{bound(hi)}")
     return n
 
 
@@ -285,7 +286,8 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         guid = _ranged(p["guid"], "guid", 1, (1 << 64) - 1, src, ln("guid"))
         lid = _int(p["lid"], "lid", src, ln("lid"))
         if not 0 < lid < 0xC000:
-            src.fail(ln("lid"), f"lid {lid:#x} is not a unicast LID (1..0xbfff)")
+            src.fail(ln("lid"), f"lid {lid:#x} is not a unicast LID (1..0xbfff)" if lid > 0 else
+                     f"lid {lid} is not a unicast LID (1..0xbfff)")
         twin = next((q.name for q in ports.values() if q.guid == guid), None)
         if twin is not None:
             src.fail(ln("guid"), f"guid {guid:#x} is already port {twin!r}'s; every port has its own GUID")
