@@ -56,6 +56,14 @@ class Attr(MadPacket):
         return b"", s
 
 
+class Entry(Packet):
+    """One element of a list field (a P_Key, an SL-to-VL pair …) or a fixed block inside a message: what
+    follows its fields is the next element's, not its payload."""
+
+    def extract_padding(self, s):
+        return b"", s
+
+
 class MirrorField(Field):
     """Zero-width field showing bits that live in an earlier layer (set in post_dissect)."""
 

@@ -2,9 +2,9 @@
 header, then 192 bytes of attribute data; opensm ib_types.h ib_cc_mad_t, ib_cong_info_t, ..."""
 from scapy.fields import (BitField, FieldListField, IntField, PacketListField, ShortField, StrFixedLenField,
                           XBitField, XByteField, XIntField, XLongField, XShortField)
-from scapy.packet import Packet, bind_layers
+from scapy.packet import bind_layers
 
-from .base import Attr, Reserved
+from .base import Attr, Entry, Reserved
 from .common import MAD, ClassData
 
 
@@ -41,13 +41,10 @@ class SwitchCongestionSetting(Attr):
     ]
 
 
-class CACongestionEntry(Packet):
+class CACongestionEntry(Entry):
     ws_name = "cacongestionsetting"
     fields_desc = [ShortField("ccti_timer", 0), XByteField("ccti_increase", 0),
                    XByteField("trigger_threshold", 0), XByteField("ccti_min", 0), Reserved("_r", 1)]
-
-    def extract_padding(self, s):
-        return b"", s
 
 
 class CACongestionSetting(Attr):

@@ -3,10 +3,10 @@ RDMA-CM IP addressing (Annex A11.2-A11.4): a REQ whose ServiceID is 0x0000000001
 IP CM private data (versions, IP version, source port, source/destination IP)."""
 from scapy.fields import (BitField, ConditionalField, IP6Field, IPField, PacketField, StrFixedLenField,
                           ThreeBytesField, XBitField, XByteField, XIntField, XLongField, XShortField)
-from scapy.packet import Packet, bind_layers
+from scapy.packet import bind_layers
 
 from . import table
-from .base import Attr, MirrorField, Reserved
+from .base import Attr, Entry, MirrorField, Reserved
 from .common import MAD, ClassData, ClassPortInfo
 
 
@@ -19,7 +19,7 @@ class CM(ClassData):
 bind_layers(MAD, CM, mgmtclass=0x07)
 
 
-class IPCMPrivate(Packet):
+class IPCMPrivate(Entry):
     """IP CM private data of a REQ (Annex A11.4, 92 bytes: 36 header + 56 consumer bytes)."""
     ws_name = "cm.req.ip_cm"
     fields_desc = [
@@ -33,9 +33,6 @@ class IPCMPrivate(Packet):
         ConditionalField(IP6Field("dip6", "::"), lambda p: p.ipv != 4),
         StrFixedLenField("private", b"\0" * 56, 56),
     ]
-
-    def extract_padding(self, s):
-        return b"", s
 
 
 def _ip_cm(p):

@@ -3,9 +3,9 @@ headers and the SMP attributes of §14.2.5; layouts as in opensm ib_types.h (ib_
 ib_port_info_t, ib_switch_info_t, ib_pkey_table_t, ib_sm_info_t ...)."""
 from scapy.fields import (BitField, FieldListField, PacketListField, StrFixedLenField,
                           ThreeBytesField, XBitField, XByteField, XIntField, XLongField, XShortField)
-from scapy.packet import Packet, bind_layers
+from scapy.packet import bind_layers
 
-from .base import Attr, MirrorField, Reserved, TextField
+from .base import Attr, Entry, MirrorField, Reserved, TextField
 from .common import MAD, ClassData, mad_of
 
 SMP_DATA = 64
@@ -166,13 +166,10 @@ class PortInfo(Attr):
     ]
 
 
-class PKeyEntry(Packet):
+class PKeyEntry(Entry):
     """One P_Key: membership bit (1 = full member) and the 15-bit base (§10.9.1)."""
     ws_name = "p_keytable"
     fields_desc = [BitField("membershiptype", 0, 1), XBitField("p_keybase", 0, 15)]
-
-    def extract_padding(self, s):
-        return b"", s
 
     @property
     def p_key_full(self):
@@ -194,12 +191,9 @@ class P_KeyTable(Attr):
         return [e.p_key_full for e in self.entries]
 
 
-class SLtoVLEntry(Packet):
+class SLtoVLEntry(Entry):
     ws_name = "sltovlmappingtable"
     fields_desc = [XBitField("sltovlhighbits", 0, 4), XBitField("sltovllowbits", 0, 4)]
-
-    def extract_padding(self, s):
-        return b"", s
 
 
 class SLtoVLMappingTable(Attr):
@@ -208,12 +202,9 @@ class SLtoVLMappingTable(Attr):
     fields_desc = [PacketListField("entries", [], SLtoVLEntry, count_from=lambda p: 8)]
 
 
-class VLArbEntry(Packet):
+class VLArbEntry(Entry):
     ws_name = "vlarbitrationtable"
     fields_desc = [BitField("_r", 0, 4), XBitField("vl", 0, 4), XByteField("weight", 0)]
-
-    def extract_padding(self, s):
-        return b"", s
 
 
 class VLArbitrationTable(Attr):
