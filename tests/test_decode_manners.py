@@ -101,6 +101,19 @@ def test_json_carries_64_bit_values_as_hex_strings():
     assert len(ek) == 2 * len(objs) and all("index" in json.loads(l) for l in ek[::2])
 
 
+def test_ek_index_lines_are_tsharks():
+    """-T ek's index lines name one index per day of the frame's local date, as tshark's do (records and
+    full decode alike: ud-ipoib.pcap has IP and ARP frames), in a time zone east of UTC."""
+    env = {**os.environ, "TZ": "Asia/Tokyo"}
+    for cap in (ROOT / "captures" / "ud-ipoib.pcap", CM):
+        ours = subprocess.run([shutil.which("ibwire", path=str(Path(sys.executable).parent)), "decode", str(cap),
+                               "-T", "ek"], capture_output=True, text=True, env=env, check=True).stdout
+        theirs = subprocess.run([TSHARK, "-r", str(cap), "-T", "ek"], capture_output=True, text=True, env=env,
+                                check=True).stdout
+        want = [line for line in theirs.splitlines() if line.startswith('{"index"')]
+        assert [line for line in ours.splitlines() if line.startswith('{"index"')] == want and want
+
+
 def test_write_keeps_the_selected_frames_and_refuses_the_input(tmp_path):
     out = tmp_path / "naks.pcap"
     r = run_ibwire("decode", LOSS, "-Y", "aeth.syndrome >= 0x20", "-w", out)

@@ -173,8 +173,12 @@ def json_parts(row) -> list:
                  ("layers", layers_parts(row)), ("errors", [json.dumps(errors_of(row))])]) + ["\n"]
 
 
+# tshark -T ek's index line: one index per day, named by the frame's local date (packets-2023-11-14).
+EK_INDEX = ['{"index":{"_index":"packets-', ("date", "time_ns", 0, 4), '","_type":"doc"}}\n']
+
+
 def ek_parts(row) -> list:
     """Elasticsearch bulk format, as tshark -T ek: an index line, then the packet."""
-    return ['{"index": {"_index": "packets", "_type": "doc"}}\n'] + _obj(
+    return EK_INDEX + _obj(
         [("timestamp", ['"', ("time", "time_ns", 3), '"']), ("frame", [("udec", "frame")]),
          ("len", [("udec", "len")]), ("layers", layers_parts(row))]) + ["\n"]

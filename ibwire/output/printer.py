@@ -188,9 +188,9 @@ class Printer:
             head, _, tail = json.dumps(obj).partition('"time": 0')
             return compile_parts([head, '"time": ', ("time", "time_ns", formats.JSON_TIME_DECIMALS), tail + "\n"])
         if self.fmt == "ek":
-            return compile_parts(['{"index": {"_index": "packets", "_type": "doc"}}\n',
-                                  json.dumps({"timestamp": f"{d.frame.time:.3f}", "frame": d.frame.number,
-                                              "len": d.frame.wirelen, "layers": json_safe(d.layers, "layers")}) + "\n"])
+            return compile_parts(formats.EK_INDEX + [json.dumps(
+                {"timestamp": f"{d.frame.time:.3f}", "frame": d.frame.number, "len": d.frame.wirelen,
+                 "layers": json_safe(d.layers, "layers")}) + "\n"])
         parts = []
         for i, key in enumerate(self.keys):
             if i:

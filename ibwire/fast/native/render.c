@@ -151,7 +151,7 @@ int render_rows(const uint8_t *rec, int64_t itemsize, const int64_t *rows, int64
                 n = fixed_ns(t, v - (base ? base[k] : 0), (int)a);
                 break;
             }
-            case OP_DATE: {                       /* a: decimals; w: bit 0 the date too, bit 1 UTC */
+            case OP_DATE: {        /* a: decimals; w: bit 0 the date too, bit 1 UTC, bit 2 the date alone */
                 int64_t v;
                 memcpy(&v, f, 8);
                 int64_t sec = v >= 0 ? v / 1000000000 : -((-v + 999999999) / 1000000000);
@@ -163,7 +163,7 @@ int render_rows(const uint8_t *rec, int64_t itemsize, const int64_t *rows, int64
                     gmtime_r(&s, &tm);
                 else
                     localtime_r(&s, &tm);
-                n = (int)strftime(t, 40, (w & 1) ? "%Y-%m-%d %H:%M:%S" : "%H:%M:%S", &tm);
+                n = (int)strftime(t, 40, (w & 4) ? "%Y-%m-%d" : (w & 1) ? "%Y-%m-%d %H:%M:%S" : "%H:%M:%S", &tm);
                 if (a) {
                     memcpy(t + n, fr + 1, (size_t)a + 1);
                     n += (int)a + 1;
