@@ -173,6 +173,12 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
         if pk is None:
             body.append("<p>No packet of this conversation passed the filter.</p></section>")
             continue
+        if i in c.thinned:
+            whole, seen, since = c.thinned[i]
+            body.append(f"<p class='note thinned' data-kept='{whole}' data-seen='{seen}'>The graphs draw the first "
+                        f"{whole:,} of this conversation's {seen:,} packets (until {_rel(since - t0)}); after that "
+                        "only its NAKs, RNR NAKs and bad ICRCs are marked, and its latencies are not sampled. The "
+                        "table above counts every packet.</p>")
         ack, rd = [], []
         for side in (0, 1):
             ch = S.channel(pk, side)

@@ -27,6 +27,7 @@ from ..analysis.hashing import group_rows
 
 PSN_MOD = 1 << 24
 MAX_MARKS = 20000         # drop marks drawn per channel
+KEEP_PACKETS = 1 << 18    # packets kept per conversation drawn (26 bytes each); later ones only if they mark
 _OP = [lookup(c).op for c in range(256)]
 _SEG = [lookup(c).seg for c in range(256)]
 IS_REQ = np.array([o in ("send", "write", "read_req", "atomic", "flush", "atomic_write", "resync", "unknown")
@@ -135,10 +136,20 @@ def interval_for(duration: float, bins: int = 100) -> float:
 
 
 class Collected:
-    """What one pass over a capture gathered: total time bins, per-conversation bins and packet columns."""
+    """What one pass over a capture gathered: total time bins, per-conversation bins and packet columns;
+    `thinned`: conversation -> (packets kept whole, packets seen, time of the first one not kept) for those
+    longer than KEEP_PACKETS, whose later packets are kept only when they carry a mark (NAK, RNR NAK, bad ICRC)."""
 
-    def __init__(self, total: TimeBins, per_conv: Dict[int, TimeBins], packets: Dict[int, dict], cm: np.ndarray):
+    def __init__(self, total: TimeBins, per_conv: Dict[int, TimeBins], packets: Dict[int, dict], cm: np.ndarray,
+                 thinned: Optional[Dict[int, tuple]] = None):
         self.total, self.per_conv, self.packets, self.cm = total, per_conv, packets, cm
+        self.thinned = thinned or {}
+
+
+def _marks(cols: dict) -> np.ndarray:
+    """Packets that carry a mark of their own, without sequencing: NAKs, RNR NAKs, bad ICRCs."""
+    syn = np.where(HAS_AETH[cols["opcode"]], cols["aeth_syndrome"].astype(np.int64) >> 5, -1)
+    return (syn == 1) | (syn == 3) | cols["bad_icrc"]
 
 
 def collect(path: str, conversations: List[dict], keep: Iterable[int], interval: float, icrc: bool = True,
@@ -158,6 +169,9 @@ def collect(path: str, conversations: List[dict], keep: Iterable[int], interval:
     parts: Dict[int, list] = {i: [] for i in keep}
     cms = []
     known: Dict[int, tuple] = {}      # half-flow key hash -> (conversation or -1, side)
+    kept: Dict[int, int] = {}         # packets of each conversation kept whole
+    seen: Dict[int, int] = {}         # ... and seen
+    since: Dict[int, float] = {}      # time of the first packet not kept whole
     for rec in scan(path, icrc=icrc):
         if mask is not None:
             rec = rec[mask(rec)]
@@ -197,9 +211,17 @@ def collect(path: str, conversations: List[dict], keep: Iterable[int], interval:
             cols = {k: rec[k][rows] for k in KEPT}
             cols["side"] = rs[part].astype(np.int8)
             cols["bad_icrc"] = rec["icrc"][rows] == R.BAD
+            seen[ci] = seen.get(ci, 0) + len(rows)
+            room = max(KEEP_PACKETS - kept.get(ci, 0), 0)
+            if room < len(rows):              # memory stays bounded: beyond the cap only packets with a mark
+                since.setdefault(ci, float(cols["time"][room]))
+                keep_rows = (np.arange(len(rows)) < room) | _marks(cols)
+                cols = {k: v[keep_rows] for k, v in cols.items()}
+            kept[ci] = kept.get(ci, 0) + min(room, len(rows))
             parts[ci].append(cols)
     packets = {ci: {k: np.concatenate([p[k] for p in ps]) for k in ps[0]} for ci, ps in parts.items() if ps}
-    return Collected(total, per_conv, packets, np.concatenate(cms) if cms else np.zeros(0, R.RECORD))
+    thinned = {ci: (kept[ci], seen[ci], t) for ci, t in since.items()}
+    return Collected(total, per_conv, packets, np.concatenate(cms) if cms else np.zeros(0, R.RECORD), thinned)
 
 
 def unwrap(psn: np.ndarray) -> np.ndarray:
