@@ -15,6 +15,7 @@ from ibwire.readers import open_capture
 
 CAPS = ROOT / "captures"
 BREACH = CAPS / "multitenant-breach.pcap"
+POLICY = CAPS / "multitenant-breach.partitions.conf"
 EXE = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
 
 
@@ -81,6 +82,15 @@ def test_every_writer_refuses_its_inputs(tmp_path, capsys):
     assert not (tmp_path / "x.parquet").exists()
 
 
+def test_standard_output_carries_one_thing(capsys):
+    """`-` as an output is standard output, so nothing else may be printed there: refused before reading."""
+    for args in (["decode", BREACH, "-w", "-", "-P"], ["audit", BREACH, "--policy", POLICY, "--report", "-"],
+                 ["audit", BREACH, "--policy", POLICY, "--evidence", "-"]):
+        assert cli(*args) == 2, args
+        out = capsys.readouterr()
+        assert not out.out and "standard output" in out.err and out.err.count("\n") == 1, out
+
+
 def _wait_for_part(target: Path, proc, timeout=60.0):
     """The writer's part file, once the writer holds it (its lock taken)."""
     import fcntl
@@ -100,7 +110,6 @@ def _wait_for_part(target: Path, proc, timeout=60.0):
 
 
 SIGNALS = {signal.SIGINT: (130, "Ctrl-C"), signal.SIGTERM: (143, "SIGTERM")}
-POLICY = CAPS / "multitenant-breach.partitions.conf"
 MID_WRITE = {   # writer: (output, a long write of `big` inputs, a short one, the signal that interrupts it)
     "convert": ("out.pcap", lambda big: ["convert", big["pcap"], "--link", "ib", "-o"],
                 ["convert", BREACH, "-o"], signal.SIGINT),

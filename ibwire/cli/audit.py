@@ -41,6 +41,8 @@ def audit(
     if fmt not in ("text", "json", "md"):
         raise UserError(f"--format {fmt}: choose text, json or md")
     paths = [str(p) for p in captures or []]
+    if "-" in (str(report), str(evidence)):
+        raise UserError("the audit's own report goes to standard output; give --report and --evidence a file name")
     if report or evidence:
         from ..outfile import refuse_aliasing
         refuse_aliasing([report, evidence], paths + [policy, tenants, state])

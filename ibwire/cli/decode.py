@@ -59,6 +59,8 @@ def decode(
         raise UserError("name a capture file (or - to read one from standard input)")
     if read is not None and file is not None:
         raise UserError("give the capture once, either as an argument or with -r")
+    if write == "-" and print_too:
+        raise UserError("-w - writes the capture to standard output; it cannot carry the -P lines too")
     fmt = fmt.lower()
     if fmt not in FORMATS:
         raise UserError(f"-T must be one of {', '.join(FORMATS)}, not {fmt!r}")
