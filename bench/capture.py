@@ -5,9 +5,11 @@
 Builds a lab (`ibwire lab up`, private prefix and run directory), writes a burst of RoCEv2 packets from VF 2
 to the remote host, and for each round sends it with tcpreplay at top speed from VF 2 twice: once captured by
 `ibwire capture --vf 2` (arming, BPF, dumpcap, disarm), once by dumpcap alone on a tc mirror of VF 2's
-representor armed here by hand, with the same BPF filter and buffer.  Prints, per tool and round, the packets
-sent, captured, dropped, the VF's counters and the captured packets per second of the burst (captured /
-tcpreplay's sending time); the best round of each and ibwire's rate relative to dumpcap's.
+representor armed here by hand, with the same BPF filter and buffer.  ibwire runs twice per round: into a
+.pcapng (dumpcap writes the file) and into a .pcap (dumpcap's pcapng rewritten by ibwire as nanosecond pcap).
+Prints the load average before and after, and per tool and round the packets sent, the VF's counters, the packets
+in the file (capinfos), the drops and the captured packets per second of the burst (packets in the file /
+tcpreplay's sending time); the best round of each and ibwire's rates relative to dumpcap's.
 """
 import argparse
 import json
@@ -57,6 +59,12 @@ def wait_for(p, prefix: str) -> str:
     sys.exit("capture did not start:\n" + text)
 
 
+def in_file(path: str) -> int:
+    """Packets in the capture file, as Wireshark's capinfos counts them."""
+    r = sh("capinfos", "-M", "-c", path)
+    return int(r.stdout.split("Number of packets:")[1].split()[0])
+
+
 def with_ibwire(env, pcap: str, out: str) -> dict:
     p = subprocess.Popen(PF + CLI + ["capture", "--vf", "2", "-w", out], env=env, stderr=subprocess.PIPE, text=True)
     wait_for(p, "ibwire: capturing ")
@@ -67,8 +75,9 @@ def with_ibwire(env, pcap: str, out: str) -> dict:
     err = p.stderr.read()
     p.wait()
     m = re.search(r"captured ([\d,]+) .*backend drops: ([\d,]+)", err)
-    return {"captured": int(m.group(1).replace(",", "")), "drops": int(m.group(2).replace(",", "")),
-            "counted": counted, "seconds": secs}
+    if not m:
+        sys.exit("ibwire capture failed:\n" + err)
+    return {"captured": in_file(out), "drops": int(m.group(2).replace(",", "")), "counted": counted, "seconds": secs}
 
 
 def with_dumpcap(bpf: str, pcap: str, out: str) -> dict:
@@ -95,8 +104,7 @@ def with_dumpcap(bpf: str, pcap: str, out: str) -> dict:
         sh(*PF, "tc", "qdisc", "del", "dev", "pf0vf2", "clsact")
         sh(*PF, "ip", "link", "del", "benchmon0")
     m = re.search(r"Packets received/dropped on interface .*?: (\d+)/(\d+)", err)
-    got = re.search(r"Packets captured: (\d+)", err)
-    return {"captured": int(got.group(1)), "drops": int(m.group(2)), "counted": counted, "seconds": secs}
+    return {"captured": in_file(out), "drops": int(m.group(2)), "counted": counted, "seconds": secs}
 
 
 def main():
@@ -104,6 +112,8 @@ def main():
     ap.add_argument("--packets", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)", flush=True)
+    tools = {"ibwire": ".pcapng", "ibwire-pcap": ".pcap", "dumpcap": ".pcapng"}
     with tempfile.TemporaryDirectory(prefix="ibwire-capbench-") as tmp:
         env = dict(os.environ, IBWIRE_RUN_DIR=tmp)
         r = subprocess.run(CLI + ["lab", "up", "--prefix", PREFIX], env=env, capture_output=True, text=True)
@@ -114,22 +124,25 @@ def main():
             pcap = traffic.write_burst(lab, "vf2", "remote", a.packets, os.path.join(tmp, "burst.pcap"))
             vf2 = lab["vfs"][2]
             bpf = Identity(macs=[vf2["mac"]], ips=vf2["ips"]).bpf()      # the filter ibwire compiles for VF 2
-            results = {"ibwire": [], "dumpcap": []}
+            results = {t: [] for t in tools}
             for rnd in range(a.rounds):
-                for tool in ("ibwire", "dumpcap"):
-                    out = os.path.join(tmp, f"{tool}.pcapng")
-                    res = with_ibwire(env, pcap, out) if tool == "ibwire" else with_dumpcap(bpf, pcap, out)
+                for tool, ext in tools.items():
+                    out = os.path.join(tmp, tool + ext)
+                    res = with_dumpcap(bpf, pcap, out) if tool == "dumpcap" else with_ibwire(env, pcap, out)
                     res["rate"] = res["captured"] / res["seconds"]
                     results[tool].append(res)
                     os.unlink(out)
-                    print(f"round {rnd + 1} {tool:<8} sent {a.packets:,}  VF counters {res['counted']:,}  captured "
-                          f"{res['captured']:,}  drops {res['drops']:,}  {res['rate']:,.0f} packets/s", flush=True)
+                    print(f"round {rnd + 1} {tool + ' ' + ext:<20} sent {a.packets:,}  VF counters {res['counted']:,}  "
+                          f"in the file {res['captured']:,}  drops {res['drops']:,}  {res['rate']:,.0f} packets/s",
+                          flush=True)
         finally:
             subprocess.run(CLI + ["lab", "down", "--prefix", PREFIX, "--force"], env=env, capture_output=True)
     best = {t: max(rs, key=lambda x: x["rate"]) for t, rs in results.items()}
-    print(f"\nbest of {a.rounds}: ibwire {best['ibwire']['rate']:,.0f} packets/s, {best['ibwire']['drops']} drops; "
-          f"dumpcap alone {best['dumpcap']['rate']:,.0f} packets/s, {best['dumpcap']['drops']} drops; "
-          f"ibwire/dumpcap = {best['ibwire']['rate'] / best['dumpcap']['rate']:.3f}")
+    print(f"\nbest of {a.rounds}: " + "; ".join(f"{t} {b['rate']:,.0f} packets/s, {b['drops']} drops"
+                                                for t, b in best.items()))
+    print(f"ibwire/dumpcap = {best['ibwire']['rate'] / best['dumpcap']['rate']:.3f} (.pcapng), "
+          f"{best['ibwire-pcap']['rate'] / best['dumpcap']['rate']:.3f} (.pcap)")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
