@@ -101,11 +101,12 @@ def _say_lines(lines):
 
 
 def run(o: Options) -> dict:
-    """Capture until the end the options set or a stop signal.  The handlers are installed whatever the
-    signals' inherited disposition (as tcpdump does): a capture started in the background, where the shell
-    has SIGINT ignored, still stops on `kill -INT`."""
+    """Capture until the end the options set or a stop signal.  As tcpdump does, SIGINT and SIGTERM stop it
+    whatever their inherited disposition (a capture started in the background of a script, where the shell
+    ignores SIGINT, still stops on `kill -INT`); an ignored SIGHUP (nohup) stays ignored."""
     stop = _Stop()
-    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS
+           if not (s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN)}
     try:
         if o.backend == "ibsim":          # the simulated fabric needs no RDMA device or VF
             return _run_ibsim(o, stop)
