@@ -20,7 +20,7 @@ def fabric(file: Path = typer.Argument(..., help="Capture with native InfiniBand
                                                  "and the master SM marked")):
     """Nodes, port LIDs and P_Key tables, the master SM, link rates and traps seen in a capture's SMPs."""
     from ..fabric import fabric_view
-    from ..fabric.text import render
+    from ..fabric.text_report import render
     if format not in FORMATS:
         raise UserError(f"unknown format '{format}'; use {', '.join(FORMATS[:-1])} or {FORMATS[-1]}.")
     if not file.is_file():

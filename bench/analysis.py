@@ -1,6 +1,6 @@
 """Benchmark: `ibwire stats` and `ibwire flows` against tshark and scapy on a 1,000,000-packet RoCEv2 capture.
 
-    .venv/bin/python bench/run.py [--packets 1000000] [--tshark-packets 0] [--scapy-packets 5000]
+    .venv/bin/python bench/analysis.py [--packets 1000000] [--tshark-packets 0] [--scapy-packets 5000]
 
 Generates bench/out/roce-<N>.pcap once (bench/gen_roce.py, reused afterwards).  ibwire and tshark
 (`-T fields` with the fields ibwire's records hold) run on the whole file (--tshark-packets N: only the
