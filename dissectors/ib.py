@@ -13,10 +13,9 @@ from scapy.packet import Padding, Raw
 
 from . import crc
 from .base import IBLayer
-from .opcodes import AETH_KINDS, CREDITS, HEADER_LEN, NAK_CODES, RNR_TIMER_MS, lookup
+from .opcodes import AETH_KINDS, CREDITS, GRH_NXTHDR_BTH, HEADER_LEN, NAK_CODES, RNR_TIMER_MS, lookup
 
 LNH_RAW, LNH_IPV6, LNH_LOCAL, LNH_GLOBAL = 0, 1, 2, 3
-GRH_NXTHDR_BTH = 0x1B
 PERMISSIVE_LID = 0xFFFF
 
 

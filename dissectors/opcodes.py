@@ -128,3 +128,4 @@ CREDITS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 
 
 ROCE_V2_PORT = 4791
 ROCE_V1_ETHERTYPE = 0x8915
+GRH_NXTHDR_BTH = 0x1B          # a GRH's (or RoCEv1's) next header when a BTH follows (IBA §8.3.1)

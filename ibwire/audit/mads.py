@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-from dissectors.mad.smp import IS_SM
-
 from .fields import as_int, first_of, gid_text
 from .state import FabricState
 
@@ -49,6 +47,7 @@ class MadObserver:
                 self.smp_sets.append((number, sender, dlid, attr))
             if method == 0x05 and attr == 0x0002:               # SubnTrap(Notice)
                 self._trap(number, flat, slid)
+                from dissectors.mad.smp import IS_SM      # (loaded with the MAD layers that decoded this frame)
                 if as_int(first_of(flat, "notice.trapnumberdeviceid")) == 144 and \
                         (as_int(first_of(flat, "trap.capabilitymask")) or 0) & IS_SM:
                     lid = as_int(first_of(flat, "trap.lidaddr")) or slid

@@ -18,8 +18,7 @@ from typing import Iterator, NamedTuple, Tuple
 
 import numpy as np
 
-from dissectors.ib import GRH_NXTHDR_BTH
-from dissectors.opcodes import OPCODES
+from dissectors.opcodes import GRH_NXTHDR_BTH, OPCODES
 
 from ..analysis.hashing import group_rows
 from ..fast import records as R
