@@ -39,7 +39,8 @@ OUTSIDE = pytest.StashKey[dict]()    # the names in the home folder and litter.O
 
 
 def outside(since=None):
-    return litter.outside([REAL_HOME, *litter.OUTSIDE], since, leave=[ROOT, SCRATCH, tempfile.gettempdir()])
+    return litter.outside([REAL_HOME, *litter.OUTSIDE], since,
+                          leave=[ROOT, SCRATCH, tempfile.gettempdir(), *litter.SYSTEM])
 
 
 def pytest_sessionstart(session):

@@ -13,6 +13,8 @@ SKIP = {".git", ".venv"}       # git's own store and the developer's virtualenv 
 # Places outside any temporary folder that a test, or a tool a test runs, could write into (besides the
 # home folder): system settings, software installed by hand, caches, and the root folder's own entries.
 OUTSIDE = ["/", "/etc", "/usr/local", "/opt", "/var/tmp", "/var/cache", "/srv"]
+# ... except what the system's own timers rewrite at any time (apt's and man's caches on a Debian machine).
+SYSTEM = ["/var/cache/apt", "/var/cache/man", "/var/cache/debconf", "/var/cache/ldconfig"]
 
 
 def snapshot(root: Path) -> dict:
