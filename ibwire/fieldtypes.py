@@ -18,7 +18,7 @@ def _group(proto: str, ftype: str, *names: str) -> Dict[str, str]:
 ENCAP: Dict[str, str] = {
     **{p: PROTO for p in ("frame", "eth", "vlan", "ip", "ipv6", "udp", "tcp", "arp", "icmp", "icmpv6", "sll", "erf",
                           "ipoib", "infiniband", "infiniband_link", "_ws.malformed")},
-    **_group("frame", UINT, "number", "len", "cap_len", "linktype"),
+    **_group("frame", UINT, "number", "len", "cap_len", "linktype"), "frame.protocols": STRING,
     **_group("frame", FLOAT, "time_epoch", "time_relative", "time_delta"),
     **_group("eth", MAC, "src", "dst", "addr"), "eth.type": UINT,
     **_group("vlan", UINT, "id", "priority", "dei", "etype"),

@@ -46,6 +46,9 @@ FILTERS = [
     "eth.src == b8:ce:f6:00:31:01", "eth.addr contains 08:c0:eb", "eth.type == 0x8915", "vlan.id == 100",
     "ip.dsfield.ecn == 3", "ip.proto == 1", "frame.len > 1000", "frame.number in {1, 5, 10..20}",
     "frame.cap_len < frame.len", "frame.time_relative >= 0.5",
+    # the protocol stack, as tshark spells it (its heuristic payload dissectors aside)
+    'frame.protocols == "erf:infiniband"', 'frame.protocols contains "infiniband"',
+    'frame.protocols contains "ethertype:arp"', 'frame.protocols matches "^eth:ethertype:vlan:ethertype:ipv6:udp"',
     # bare protocols and negations
     "eth", "vlan", "ip", "ipv6", "udp", "arp", "infiniband", "!infiniband", "not ip and not ipv6",
     "infiniband && !udp", "ip and infiniband.bth.opcode == 4 or ipv6",

@@ -5,7 +5,7 @@ analysis uses `ibwire.fast` instead.
 """
 from typing import List, NamedTuple
 
-from scapy.packet import Raw
+from scapy.packet import NoPayload, Raw
 
 import dissectors.layers  # noqa: F401  (registers the layer bindings)
 from dissectors import BTH, GRH, ICRC, LRH, VCRC, lookup
@@ -16,6 +16,14 @@ from ..fieldtypes import EITHER
 from ..readers import Frame
 from .fields import layer_fields, nest_and_flatten
 from .linktypes import LINKTYPES, apply_roce2_heuristic, first_layer
+
+
+# Wireshark's names in frame.protocols, by scapy layer class ("eth:ethertype:ip:udp:infiniband"); the IB
+# headers are one "infiniband", MADs belong to it; bytes no layer claims are "data".
+WS_PROTOCOLS = {"Ether": "eth:ethertype", "Dot1Q": "vlan:ethertype", "CookedLinux": "sll:ethertype", "ERF": "erf",
+                "IPoIB": "ethertype", "IP": "ip", "IPv6": "ipv6", "IPv6ExtHdrHopByHop": "ipv6.hopopts", "UDP": "udp",
+                "TCP": "tcp", "ICMP": "icmp", "ARP": "arp", "LRH": "infiniband", "GRH": "infiniband",
+                "BTH": "infiniband"}
 
 
 class Decoded(NamedTuple):
@@ -137,12 +145,30 @@ def decode_frame(frame: Frame) -> Decoded:
     if mad:
         flat["mad.summary"] = mad
     flat.update(_frame_fields(frame))
+    flat["frame.protocols"] = _protocols(pkt)
     _either_and_protocols(flat, errors)
     try:
         summary = _summary(pkt, flat, errors)
     except Exception:
         summary = "; ".join(errors) or "undecodable"
     return Decoded(frame, pkt, layers, flat, errors, summary, [])
+
+
+def _protocols(pkt) -> str:
+    """tshark's frame.protocols: the protocols of the frame, outermost first, joined by colons (without
+    tshark's heuristic payload dissectors and SEND reassembly, which name or hide the payload)."""
+    names = []
+    layer = pkt
+    while layer is not None and not isinstance(layer, NoPayload):
+        cls = type(layer).__name__
+        name = WS_PROTOCOLS.get(cls) or ("icmpv6" if cls.startswith("ICMPv6") else None)
+        if (cls == "Raw" and layer.load) or (cls.startswith("ICMPv6Echo") and layer.data):
+            names += [name] if name else []
+            name = "data"
+        if name and not (names and names[-1] == name):
+            names.append(name)
+        layer = layer.payload
+    return ":".join(names)
 
 
 def _either_and_protocols(flat: dict, errors: List[str]) -> None:
