@@ -4,6 +4,7 @@ Exit status: 0 success, 1 what the command defines (an audit finding), 2 unusabl
 that could not be written, 3 internal error, 4 an audit passing on incomplete evidence, 130 Ctrl-C,
 143 SIGTERM (with one line on what was left)."""
 import errno
+import gc
 import os
 import signal
 import sys
@@ -84,7 +85,12 @@ def main() -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not when started ignoring it
         signal.signal(signal.SIGINT, _on_signal)
     try:
-        register(sys.argv)
+        gc.disable()          # the imports build long-lived objects only: collecting among them is wasted start-up
+        try:
+            register(sys.argv)
+        finally:
+            gc.enable()
+        gc.freeze()
         rv = app(standalone_mode=False)
     except UserError as e:
         _say(f"ibwire: {e}")
