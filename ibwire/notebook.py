@@ -171,6 +171,7 @@ class AuditResult:
 
     @property
     def passed(self) -> bool:
+        """A PASS on complete evidence only: "PASS (evidence incomplete: …)" has not passed."""
         return self.verdict == "PASS"
 
 
