@@ -210,7 +210,8 @@ def test_sigterm_ends_a_capture_with_143_on_the_ibdump_standin(tmp_path):
     err = p.stderr.read()
     assert p.wait(timeout=60) == 143
     import re
-    m = re.search(rf"stopped by SIGTERM; (\d+) packets kept in {re.escape(str(out))}, everything armed was undone", err)
+    m = re.search(rf"stopped by SIGTERM; (\d+) packets kept in {re.escape(str(out))}, a valid capture; "
+                  "everything armed was undone", err)
     assert m, err
     assert len(list(open_capture(str(out)))) == int(m.group(1))       # the file holds what the line says
 
