@@ -21,19 +21,38 @@ class Evidence:
 
 
 def collect(paths: list, numbers: set, decode: bool = True) -> dict:
-    """Audit frame number -> Evidence for `numbers`, reading each capture once."""
+    """Audit frame number -> Evidence for `numbers`, reading each capture once: through the compiled walk
+    (only the wanted frames are copied and decoded), or frame by frame when the walk finds the file
+    damaged (the reader that resynchronises numbers frames as the audit did)."""
+    import numpy as np
+
     from ..decode import decode_frame
+    from ..decode.stream import Stream
     out: dict = {}
     offset = 0
     for path in paths:
-        last = 0
         if len(out) == len(numbers):
             break
-        for frame in open_capture(str(path)):
-            last = frame.number
-            n = offset + frame.number
-            if n in numbers:
-                out[n] = Evidence(frame, str(path), frame.number, decode_frame(frame) if decode else None)
+        found, last, stream = {}, 0, Stream(str(path), icrc=False)
+        wanted = np.array(sorted(n - offset for n in numbers if n > offset), np.int64)
+        for batch in stream:
+            frames = batch.rec["frame"]
+            if stream.problems:
+                break
+            if len(frames):
+                last = int(frames[-1])
+            for i in np.flatnonzero(np.isin(frames, wanted)).tolist():
+                frame = batch.frame(i)
+                found[offset + frame.number] = Evidence(frame, str(path), frame.number,
+                                                        decode_frame(frame) if decode else None)
+        if stream.problems:
+            found, last = {}, 0
+            for frame in open_capture(str(path)):
+                last = frame.number
+                if offset + frame.number in numbers:
+                    found[offset + frame.number] = Evidence(frame, str(path), frame.number,
+                                                            decode_frame(frame) if decode else None)
+        out.update(found)
         offset += last
     return out
 
