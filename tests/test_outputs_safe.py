@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_ibwire
+from conftest import ROOT
 from ibwire.readers import open_capture
 
 CAPS = ROOT / "captures"
