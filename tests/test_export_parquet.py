@@ -1,16 +1,27 @@
 """`ibwire export` writes per-packet records and the conversation table as Parquet that other tools read:
 a folder of exports from several captures queries as one dataset, with the same numbers as stats/flows."""
+import io
 import json
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from conftest import run_ibwire
+from test_outputs_safe import cli
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
 CAPS = Path(__file__).resolve().parents[1] / "captures"
+
+
+def run_ibwire(*args):
+    """`ibwire ARGS` run in this process (no interpreter start-up per command): status, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        status = cli(*args)
+    return SimpleNamespace(returncode=status or 0, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def test_export_folder_queries_like_stats(tmp_path):
