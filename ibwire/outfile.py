@@ -25,6 +25,7 @@ from typing import IO, Iterable, Iterator, List, Optional
 
 from .errors import UserError
 
+PART_SUFFIX = ".ibwire-part"
 _DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
 
 _finished: List[str] = []        # outputs this process completed
@@ -64,16 +65,12 @@ def part_name(path: str) -> str:
     return os.path.join(d, f".{base}{PART_SUFFIX}")
 
 
-PART_SUFFIX = ".ibwire-part"
-
-
-def remove_stale_parts(directory: str) -> List[str]:
-    """Remove the part files in `directory` no live writer holds (their writer was killed); their names."""
+def remove_stale_parts(directory: str) -> None:
+    """Remove the part files in `directory` no live writer holds (their writer was killed)."""
     try:
         names = [n for n in os.listdir(directory or ".") if n.startswith(".") and n.endswith(PART_SUFFIX)]
     except OSError:
-        return []
-    removed = []
+        return
     for name in names:
         part = os.path.join(directory, name)
         try:
@@ -84,12 +81,10 @@ def remove_stale_parts(directory: str) -> List[str]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if _identity(part) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):   # still the file we locked
                 os.unlink(part)
-                removed.append(part)
         except OSError:
             pass                        # held: its writer is alive
         finally:
             os.close(fd)
-    return removed
 
 
 def _locked(fd: int) -> bool:
