@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from gen_roce import generate  # noqa: E402
-from run import run  # noqa: E402
+from analysis import run  # noqa: E402
 
 
 def mad_heavy(path: Path, packets: int) -> None:
