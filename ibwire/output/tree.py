@@ -107,6 +107,8 @@ def tree(decoded) -> str:
              f"({f.caplen * 8} bits), link type {f.linktype}",
              f"    Arrival time: {when}", f"    Epoch time: {f.time:.6f} seconds",
              f"    Frame number: {f.number}", f"    Frame length: {f.wirelen} bytes", f"    Capture length: {f.caplen} bytes"]
+    if decoded.flat.get("frame.protocols"):
+        lines.append(f"    [Protocols in frame: {decoded.flat['frame.protocols']}]")
     layers = {}
     pkt = decoded.packet
     while pkt is not None and type(pkt).__name__ != "NoPayload":
