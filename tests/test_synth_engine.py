@@ -41,11 +41,11 @@ interval_us = 0.1
 def test_generation_speed_extrapolates_to_a_million_packets_well_under_a_minute(tmp_path):
     p = tmp_path / "bulk.toml"
     p.write_text(BULK)
-    t0 = time.perf_counter()
+    t0 = time.process_time()        # CPU seconds: what generation costs, whatever else the machine runs
     n = generate(p, tmp_path / "bulk.pcap")
-    dt = time.perf_counter() - t0
+    dt = time.process_time() - t0
     assert n >= 100_000
-    assert dt / n * 1_000_000 < 40, f"{n} packets took {dt:.1f}s"
+    assert dt / n * 1_000_000 < 40, f"{n} packets took {dt:.1f} CPU s"
 
 
 def test_same_seed_same_bytes_other_seed_other_payload(tmp_path):
