@@ -19,10 +19,11 @@ from typing import List, Optional
 from ..readers.formats import if_tsresol
 
 NS_PCAP_MAGIC = 0xA1B23C4D
-SHB, IDB, EPB = 0x0A0D0D0A, 1, 6
+SHB, IDB, EPB = b"\x0a\x0d\x0d\x0a", 1, 6      # block types (SHB as bytes: the same in both orders)
 F_SETPIPE_SZ = 1031
 PIPE_BYTES = 1 << 20          # room for a burst while this thread waits for the CPU (dumpcap's ring holds more)
 DEFAULT_SNAPLEN = 262144
+RECORD = struct.Struct("<IIII")       # pcap record header: seconds, nanoseconds, captured and original length
 
 
 def ring_name(path: str, number: int, when: Optional[float] = None) -> str:
@@ -54,6 +55,7 @@ class NsPcapRewriter:
         self._file_bytes = 0
         self._number = 0
         self._order = "<"
+        self._head, self._epb = struct.Struct("<II"), struct.Struct("<IIIII")
         self._resol: List[tuple] = []
         try:
             import fcntl
@@ -89,20 +91,21 @@ class NsPcapRewriter:
     def _convert(self, buf: bytearray) -> int:
         """Write the records of every complete block in buf; returns the bytes consumed."""
         off, size, pieces = 0, len(buf), []
+        head, epb, resol = self._head, self._epb, self._resol
         while off + 12 <= size:
-            if struct.unpack_from("<I", buf, off)[0] == SHB:
+            if buf[off:off + 4] == SHB:                 # its byte-order magic sets the order of what follows
                 self._order = "<" if buf[off + 8:off + 12] == b"\x4d\x3c\x2b\x1a" else ">"
-            btype, blen = struct.unpack_from(self._order + "II", buf, off)
+                head, epb = self._head, self._epb = struct.Struct(self._order + "II"), struct.Struct(self._order + "IIIII")
+            btype, blen = head.unpack_from(buf, off)
             if blen < 12 or blen % 4:
                 raise OSError(0, "dumpcap's output is not pcapng")
             if off + blen > size:
                 break
             if btype == EPB:
-                iface, hi, lo, caplen, origlen = struct.unpack_from(self._order + "IIIII", buf, off + 8)
-                num, den = self._resol[iface] if iface < len(self._resol) else (1000, 1)
-                ns = ((hi << 32) | lo) * num // den
-                record = struct.pack("<IIII", ns // 1_000_000_000, ns % 1_000_000_000, caplen, origlen) + \
-                    bytes(buf[off + 28:off + 28 + caplen])
+                iface, hi, lo, caplen, origlen = epb.unpack_from(buf, off + 8)
+                num, den = resol[iface] if iface < len(resol) else (1000, 1)
+                sec, ns = divmod(((hi << 32) | lo) * num // den, 1_000_000_000)
+                record = RECORD.pack(sec, ns, caplen, origlen) + buf[off + 28:off + 28 + caplen]
                 if self.rotate_bytes and self._file_bytes + len(record) > self.rotate_bytes and \
                         self._file_bytes > len(self._header):
                     self._write(pieces)
