@@ -95,7 +95,10 @@ static PyObject *walk_pcap(PyObject *self, PyObject *args)
         return NULL;
     }
     at = off;
-    int status = walk_pcap_records(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[1].v.len / 8, &n);
+    int status;
+    Py_BEGIN_ALLOW_THREADS          /* (flows and export decode on other threads meanwhile) */
+    status = walk_pcap_records(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[1].v.len / 8, &n);
+    Py_END_ALLOW_THREADS
     release(b, 2);
     return Py_BuildValue("LLi", (long long)n, (long long)at, status);
 }
@@ -125,7 +128,10 @@ static PyObject *walk_pcapng(PyObject *self, PyObject *args)
     }
     at = off;
     int64_t max = b[1].v.len / 8 < b[2].v.len ? b[1].v.len / 8 : b[2].v.len;
-    int status = walk_pcapng_blocks(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[2].v.buf, max, &n);
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = walk_pcapng_blocks(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[2].v.buf, max, &n);
+    Py_END_ALLOW_THREADS
     release(b, 3);
     return Py_BuildValue("LLi", (long long)n, (long long)at, status);
 }
