@@ -43,3 +43,10 @@ def test_a_filter_selecting_no_traffic_gives_no_verdict(capsys):
 def test_an_unknown_field_names_the_closest_one(capsys):
     status, out, err = _audit(capsys, "-Y", "bth.pkey == 0x8001")
     assert status == 2 and not out and "bth.p_key" in err
+
+
+def test_a_pass_on_filtered_frames_is_no_bare_pass(capsys):
+    status = cli("audit", CAPS / "multitenant-clean.pcap", "--policy", CAPS / "multitenant-clean.partitions.conf",
+                 "--tenants", CAPS / "multitenant-clean.tenants.toml", "--format", "json", "-Y", "bth")
+    d = json.loads(capsys.readouterr().out)
+    assert status == 4 and d["verdict"] == "PASS (evidence incomplete: only the frames matching 'bth' audited)"

@@ -141,13 +141,15 @@ class Result:
     def verdict(self, fail_on: str) -> str:
         """FAIL at a finding at or above `fail_on` (evidence-incomplete included); otherwise INCOMPLETE
         when the captures could not support a verdict; otherwise PASS, which says so when frames went
-        unread: "PASS (evidence incomplete: 3 of 234 frames damaged)", never a bare PASS."""
+        unread or a display filter chose the frames: "PASS (evidence incomplete: 3 of 234 frames damaged)",
+        never a bare PASS."""
         w = self.worst()
         if w is not None and severity_rank(w) >= severity_rank(fail_on):
             return "FAIL"
         if self.evidence.unusable():
             return "INCOMPLETE"
-        short = self.evidence.shortfall()
+        chosen = f"only the frames matching '{self.display_filter}' audited" if self.display_filter else None
+        short = "; ".join(x for x in (self.evidence.shortfall(), chosen) if x)
         return f"PASS (evidence incomplete: {short})" if short else "PASS"
 
     def exit_status(self, fail_on: str) -> int:

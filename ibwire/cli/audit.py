@@ -29,7 +29,7 @@ def audit(
                                                  "matching this display filter (the report says so)"),
 ) -> None:
     """Audit P_Key tenant isolation; exit 0 pass, 1 finding at or above --fail-on, 2 unusable input (no
-    verdict), 4 pass on incomplete evidence (damaged or unreadable frames)."""
+    verdict), 4 pass on incomplete evidence (damaged or unreadable frames, or -Y chose the frames)."""
     from ..audit import report as rep
     from ..audit.findings import SEVERITIES
     from ..audit.policy import load_policy
