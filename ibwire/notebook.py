@@ -180,7 +180,7 @@ def audit(captures, policy, tenants=None, state=None, allow_both_pkeys: bool = F
     from .audit.findings import SEVERITIES
     from .audit.policy import load_policy
     from .audit.report import as_dict
-    from .audit.run import audit_captures, load_state
+    from .audit.inputs import audit_captures, load_state
     from .audit.tenants import load_tenants
     if fail_on not in SEVERITIES:
         raise UserError(f"fail_on={fail_on!r}: choose one of {', '.join(SEVERITIES)}")

@@ -111,7 +111,7 @@ class Result:
         self.findings: list = []
         self.matrix: dict = {}            # (src tenant, dst tenant) -> [packets, bytes]
         self.ports: Optional[FabricState] = None
-        self.evidence = Evidence()        # what the captures could and could not show (audit.run)
+        self.evidence = Evidence()        # what the captures could and could not show (audit.inputs)
         self.display_filter: Optional[str] = None   # the -Y filter the captures were read through
 
     def add_cell(self, a: str, b: str, packets: int, nbytes: int) -> None:

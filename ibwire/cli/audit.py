@@ -33,7 +33,7 @@ def audit(
     from ..audit import report as rep
     from ..audit.findings import SEVERITIES
     from ..audit.policy import load_policy
-    from ..audit.run import audit_captures, load_state
+    from ..audit.inputs import audit_captures, load_state
     from ..audit.tenants import load_tenants
 
     if fail_on not in SEVERITIES:
