@@ -5,7 +5,7 @@ sysfs IB port counters (port_xmit_packets/port_rcv_packets), `ethtool -S` *_pack
 """
 from typing import Callable, Optional, Tuple
 
-from . import sysfs, tools
+from . import hostcmds, sysfs
 from .target import Target
 
 
@@ -13,7 +13,7 @@ def source(t: Target, backend: str) -> Optional[Tuple[str, Callable[[], dict]]]:
     """(description, snapshot function returning {'packets', 'bytes'}) or None when nothing fits."""
     def link(dev):
         def snap():
-            s = tools.link_stats(dev)
+            s = hostcmds.link_stats(dev)
             return {"packets": s["rx_packets"] + s["tx_packets"], "bytes": s["rx_bytes"] + s["tx_bytes"]} if s else {}
         return snap
     if backend == "tc-mirror" and t.representor:
@@ -29,7 +29,7 @@ def source(t: Target, backend: str) -> Optional[Tuple[str, Callable[[], dict]]]:
             dev = t.uplink
 
             def eth():
-                s = tools.ethtool_stats(dev)
+                s = hostcmds.ethtool_stats(dev)
                 if "rx_packets_phy" in s:
                     return {"packets": s["rx_packets_phy"] + s.get("tx_packets_phy", 0),
                             "bytes": s.get("rx_bytes_phy", 0) + s.get("tx_bytes_phy", 0)}

@@ -1,24 +1,24 @@
 """What `ibwire devices` shows: every RDMA device and port, SR-IOV VFs, eswitch, firmware, backends."""
 from typing import List
 
-from . import sysfs, tools
+from . import hostcmds, sysfs
 from .select import BACKENDS, why_not
 
 
 def inventory(root=None) -> dict:
     devs = sysfs.list_devices(root)
-    inv = {"kernel_rdma": sysfs.kernel_has_rdma(root), "cap_net_raw": tools.has_cap_net_raw(), "devices": []}
+    inv = {"kernel_rdma": sysfs.kernel_has_rdma(root), "cap_net_raw": hostcmds.has_cap_net_raw(), "devices": []}
     for d in devs:
         netdev = next((p.netdev for p in d.ports if p.netdev), d.netdevs[0] if d.netdevs else None)
         vfinfo = {}
-        for link in tools.ip_link(netdev) if netdev else []:
+        for link in hostcmds.ip_link(netdev) if netdev else []:
             for v in link.get("vfinfo_list", []):
                 vfinfo[v.get("vf")] = v
-        eswitch = tools.eswitch_mode(d.pci) if d.pci and d.vfs else None
-        reps = tools.representors(d.pci) if eswitch == "switchdev" else {}
+        eswitch = hostcmds.eswitch_mode(d.pci) if d.pci and d.vfs else None
+        reps = hostcmds.representors(d.pci) if eswitch == "switchdev" else {}
         entry = {"name": d.name, "pci": d.pci, "node_guid": d.node_guid, "fw_ver": d.fw_ver, "is_vf": d.is_vf,
                  "netdevs": d.netdevs, "sriov_numvfs": d.numvfs, "sriov_totalvfs": d.totalvfs,
-                 "eswitch": eswitch, "firmware": tools.mstconfig_query(d.pci) if d.pci and tools.which("mstconfig")
+                 "eswitch": eswitch, "firmware": hostcmds.mstconfig_query(d.pci) if d.pci and hostcmds.which("mstconfig")
                  else None, "ports": [], "vfs": []}
         for p in d.ports:
             entry["ports"].append({

@@ -6,7 +6,7 @@ switchdev mode, else the PF sniffer with a warning that VF traffic is likely inv
 from typing import List, Optional, Tuple
 
 from ..errors import UserError
-from . import tools
+from . import hostcmds
 from .target import Target
 
 BACKENDS = ["ibdump", "verbs", "rdma-pcap", "tc-mirror", "netdev", "ibsim"]
@@ -23,10 +23,10 @@ def _pyverbs_available() -> bool:
 
 def why_not(backend: str, link_layer: Optional[str], eswitch: Optional[str], has_rdma: bool) -> Optional[str]:
     """None if the backend can run for a port of this link layer, else the reason it cannot."""
-    cap = tools.has_cap_net_raw()
+    cap = hostcmds.has_cap_net_raw()
     ib = (link_layer or "").lower() == "infiniband"
     if backend == "ibdump":
-        if not tools.which("ibdump"):
+        if not hostcmds.which("ibdump"):
             return "ibdump is not installed (MFT, DOCA-host or mstflint provide it)"
         if link_layer and not ib:
             return "ibdump captures InfiniBand ports; this port is Ethernet"
@@ -38,15 +38,15 @@ def why_not(backend: str, link_layer: Optional[str], eswitch: Optional[str], has
             return "pyverbs is not installed (python3-pyverbs)"
         return None if cap else "missing CAP_NET_RAW"
     if backend == "rdma-pcap":
-        if not tools.which("tcpdump"):
+        if not hostcmds.which("tcpdump"):
             return "tcpdump is not installed"
         if not has_rdma:
             return "no RDMA support in this kernel"
         return None if cap else "missing CAP_NET_RAW"
-    if backend in ("tc-mirror", "netdev") and not tools.which("dumpcap"):
+    if backend in ("tc-mirror", "netdev") and not hostcmds.which("dumpcap"):
         return "dumpcap, the capture engine, is not installed (wireshark-common, installed with tshark)"
     if backend == "tc-mirror":
-        if not tools.which("tc"):
+        if not hostcmds.which("tc"):
             return "tc (iproute2) is not installed"
         if ib:
             return "InfiniBand ports have no eswitch; tc-mirror is for Ethernet (RoCE) in switchdev mode"
@@ -57,7 +57,7 @@ def why_not(backend: str, link_layer: Optional[str], eswitch: Optional[str], has
     if backend == "netdev":
         return None if cap else "missing CAP_NET_RAW"
     if backend == "ibsim":
-        return None if tools.which("ibsim") else "ibsim is not installed (ibsim-utils)"
+        return None if hostcmds.which("ibsim") else "ibsim is not installed (ibsim-utils)"
     return "unknown backend"
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from ..errors import UserError
-from . import sysfs, tools
+from . import hostcmds, sysfs
 from .identity import Identity
 from .journal import _netns_name, run_dir
 
@@ -92,7 +92,7 @@ def _pick_pf(devices: List[sysfs.RdmaDevice], pf: Optional[str]) -> sysfs.RdmaDe
 def _vf_link_info(netdev: Optional[str], vf: int) -> dict:
     if not netdev:
         return {}
-    for link in tools.ip_link(netdev):
+    for link in hostcmds.ip_link(netdev):
         for info in link.get("vfinfo_list", []):
             if info.get("vf") == vf:
                 return info
@@ -100,7 +100,7 @@ def _vf_link_info(netdev: Optional[str], vf: int) -> dict:
 
 
 def _ibaddr_lid(port_guid: str) -> Optional[int]:
-    r = tools.run(["ibaddr", "-G", "0x" + port_guid.replace(":", "")])
+    r = hostcmds.run(["ibaddr", "-G", "0x" + port_guid.replace(":", "")])
     m = r and re.search(r"LID start (0x[0-9a-fA-F]+|\d+)", r.stdout)
     return int(m.group(1), 0) if m else None
 
@@ -128,7 +128,7 @@ def resolve(pf: Optional[str], vf: Optional[int], port: Optional[int] = None, if
     netdev = p.netdev or (d.netdevs[0] if d.netdevs else None)
     t = Target(f"{d.name} port {p.num}", device=d.name, port=p.num, link_layer=p.link_layer, pci=d.pci,
                sysfs_port=p, uplink=netdev, iface=iface)
-    t.eswitch = tools.eswitch_mode(d.pci) if d.pci and not p.is_ib else None
+    t.eswitch = hostcmds.eswitch_mode(d.pci) if d.pci and not p.is_ib else None
     if vf is None:
         t.identity = Identity(lids=[p.lid] if p.lid else [], gids=list(p.gids))
         return t
@@ -156,11 +156,11 @@ def resolve(pf: Optional[str], vf: Optional[int], port: Optional[int] = None, if
                     ident.lids.append(vp.lid)
                 ident.gids += vp.gids
     for nd in vfo.netdevs:
-        ident.ips += tools.ip_addrs(nd)
+        ident.ips += hostcmds.ip_addrs(nd)
         if not ident.macs and not p.is_ib:
-            ident.macs += [l.get("address") for l in tools.ip_link(nd) if l.get("address")]
+            ident.macs += [l.get("address") for l in hostcmds.ip_link(nd) if l.get("address")]
     if netdev and ident.macs and not ident.ips:
-        ident.ips += tools.neigh_ips(netdev, ident.macs[0])
+        ident.ips += hostcmds.neigh_ips(netdev, ident.macs[0])
     if p.is_ib and not ident.lids and ident.port_guid:
         lid = _ibaddr_lid(ident.port_guid)
         if lid:
@@ -171,7 +171,7 @@ def resolve(pf: Optional[str], vf: Optional[int], port: Optional[int] = None, if
             ident.gids.append("fe80::" + ":".join(ident.port_guid.replace(":", "")[i:i + 4] for i in range(0, 16, 4)))
     t.identity = ident
     if not p.is_ib and d.pci:
-        reps = tools.representors(d.pci)
+        reps = hostcmds.representors(d.pci)
         t.representor = reps.get(vf)
         t.peers = ([netdev] if netdev else []) + [r for i, r in reps.items() if i != vf]
     return t

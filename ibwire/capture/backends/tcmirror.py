@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 from ...errors import UserError
 from .. import marks
 from ..journal import StateLock
-from ..tools import run_json
+from ..hostcmds import run_json
 
 PREF_BASE = 0xC1B0
 
