@@ -1,7 +1,8 @@
 """The house rules of the code, read from the source with ast: data flows one way (bytes -> readers ->
 layers/records -> analyzers -> reports/CLI), so no module imports a later stage, and no two modules import
 each other through any chain (every import counts, also one inside a function).  And nothing is written
-twice: no run of six code lines stands in two places of the project's Python and C."""
+twice: no run of six code lines stands in two places of the project's Python and C.  And a module's name
+says what it holds."""
 import ast
 import collections
 import functools
@@ -184,3 +185,15 @@ def test_the_repeat_check_finds_a_copied_block_in_other_clothes():
     assert repeated_runs({"a.py": body, "b.py": other}) == ["a.py:1-8 ~ b.py:4-11"]
     assert repeated_runs({"a.py": body, "b.py": body.replace("z - 3", "z - 4")}) == []
     assert repeated_runs({"c.py": "x = [\n" + "    0,\n" * 11 + "]\n"}) == []       # overlaps only itself
+
+
+# Names that say only that a module holds code, not which code.
+VAGUE = {"util", "utils", "misc", "helper", "helpers", "tools", "tool", "stuff", "lib", "core", "main", "run",
+         "text", "things", "generic", "other", "shared", "extras"}
+
+
+def test_module_names_say_what_they_hold():
+    names = subprocess.run(["git", "ls-files", "ibwire/*.py", "dissectors/*.py", "bench/*.py"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert len(names) > 100
+    assert [n for n in names if Path(n).stem in VAGUE] == []
