@@ -72,10 +72,17 @@ class Stream:
             yield Batch(decode_batch(buf, pos, self.icrc), pos, buf)
 
     def _chunks(self) -> Iterator[tuple]:
-        for pos in self.walk.batches():
+        """Each batch's positions and bytes, copied into a ring of three buffers: the read-ahead keeps at
+        most two batches alive besides the one being copied, and reused buffers cost no page faults."""
+        ring = [np.empty(0, np.uint8) for _ in range(3)]
+        for k, pos in enumerate(self.walk.batches()):
             lo = int(pos.data[0]) if len(pos.data) else 0
             hi = int((pos.data + pos.caplen).max()) if len(pos.data) else 0
-            yield pos._replace(data=pos.data - lo), self.walk.buf[lo:hi].copy()
+            if len(ring[k % 3]) < hi - lo:
+                ring[k % 3] = np.empty(max(hi - lo, 2 * len(ring[k % 3])), np.uint8)
+            buf = ring[k % 3][:hi - lo]
+            buf[:] = self.walk.buf[lo:hi]
+            yield pos._replace(data=pos.data - lo), buf
 
 
 def read_ahead(batches: Iterator, depth: int = 1) -> Iterator:

@@ -96,7 +96,7 @@ static PyObject *walk_pcap(PyObject *self, PyObject *args)
     }
     at = off;
     int status;
-    Py_BEGIN_ALLOW_THREADS          /* (flows and export decode on other threads meanwhile) */
+    Py_BEGIN_ALLOW_THREADS          /* (flows, export and decode's read-ahead work on other threads meanwhile) */
     status = walk_pcap_records(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[1].v.len / 8, &n);
     Py_END_ALLOW_THREADS
     release(b, 2);
