@@ -83,6 +83,9 @@ def test_tenants_file_errors_name_their_line(tmp_path, capsys, text, line, messa
     ("lid = 0x21", "lid = -5", "lid -5 is not a unicast LID (1..0xbfff)"),
     ('guid = "0x0002c90300002101"', 'guid = "0x1_0000_0000_0000_0000"', "guid 0x10000000000000000 is outside"),
     ("count = 4", "count = -1", "count -1 is outside 0..1000000"),
+    ("at_us = 200", "at_us = -200", "at_us -200 is outside 0..inf"),
+    ("at_us = 300", "at_us = nan", "at_us nan is outside 0..inf"),
+    ('link = "roce2"', 'rate_gbps = 0\nlink = "roce2"', "rate_gbps 0 is outside 0..inf"),
 ])
 def test_scenario_values_out_of_range_name_their_line(tmp_path, capsys, old, new, message):
     text = (CAPS / "atomics.toml").read_text()

@@ -4,6 +4,7 @@
 format is documented in captures/README.md.
 """
 import ipaddress
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -203,9 +204,12 @@ def _ranged(v, what, lo, hi, src, line):
 
 
 def _float(v, what, src, line):
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
-    src.fail(line, f"{what} must be a number, not {v!r}")
+    """A time, interval or rate of the scenario: a finite number, never negative."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        src.fail(line, f"{what} must be a number, not {v!r}")
+    if not math.isfinite(v) or v < 0:
+        src.fail(line, f"{what} {v} is outside 0..inf (a time, interval or rate is a finite number, not negative)")
+    return float(v)
 
 
 def _list(v, what, src, line):
@@ -338,6 +342,8 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         need_port(sm, "sm", -1, "port")
 
     num = lambda k, default: _float(sc.get(k, default), k, src, src.line_of("scenario", -1, k))  # noqa: E731
+    if num("rate_gbps", 100.0) == 0:
+        src.fail(src.line_of("scenario", -1, "rate_gbps"), "rate_gbps 0 is outside 0..inf (a link carries something)")
     scen = Scenario(src.path, sc.get("name", src.path.stem), sc.get("description", ""), link,
                     _int(sc.get("seed", 1), "seed", src, src.line_of("scenario", -1, "seed")),
                     num("start", 1700000000.0), num("latency_us", 1.0) * 1e-6, num("rate_gbps", 100.0) * 1e9,
