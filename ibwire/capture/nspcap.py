@@ -34,6 +34,16 @@ def ring_name(path: str, number: int, when: Optional[float] = None) -> str:
     return str(p.with_name(f"{p.stem}_{number:05d}_{stamp}{p.suffix}"))
 
 
+def next_in_ring(path: str, number: int, files: list, keep: Optional[int]) -> str:
+    """ring_name() of file `number`; with `keep` files already in `files`, the oldest is deleted first."""
+    if keep and len(files) >= keep:
+        try:
+            os.unlink(files.pop(0))
+        except OSError:
+            pass
+    return ring_name(path, number)
+
+
 def pcap_header(linktype: int, snaplen: int) -> bytes:
     return struct.pack("<IHHiIII", NS_PCAP_MAGIC, 2, 4, 0, 0, snaplen or DEFAULT_SNAPLEN, linktype)
 
@@ -140,12 +150,7 @@ class NsPcapRewriter:
             name = self.out
             if self.rotate_bytes:
                 self._number += 1
-                name = ring_name(self.out, self._number)
-                if self.rotate_files and len(self.files) >= self.rotate_files:
-                    try:
-                        os.unlink(self.files.pop(0))     # a ring: the oldest file goes
-                    except OSError:
-                        pass
+                name = next_in_ring(self.out, self._number, self.files, self.rotate_files)
             self._f = open(name, "wb")
             self.files.append(name)
         self._f.write(self._header)

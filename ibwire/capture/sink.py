@@ -1,13 +1,12 @@
 """Capture output of the frame backends: pcap or pcapng (by file suffix; pcap on standard output for `-w -`),
 flushed per packet, with -C/-W rotation into files named as dumpcap names its ring, and the live status line of
 every capture."""
-import os
 import sys
 import time
 from typing import Optional
 
 from ..writers import PcapngWriter, PcapWriter
-from .nspcap import ring_name
+from .nspcap import next_in_ring
 
 
 class Sink:
@@ -27,12 +26,7 @@ class Sink:
         name = self.path
         if self.rotate_bytes and self.path != "-":
             self.number += 1
-            name = ring_name(self.path, self.number)
-            if self.rotate_files and len(self.files) >= self.rotate_files:
-                try:
-                    os.unlink(self.files.pop(0))       # a ring: the oldest file goes
-                except OSError:
-                    pass
+            name = next_in_ring(self.path, self.number, self.files, self.rotate_files)
         try:
             if self.path == "-":
                 self.w = PcapWriter(sys.stdout.buffer, self.linktype)
