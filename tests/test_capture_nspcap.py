@@ -1,6 +1,7 @@
 """A .pcap capture keeps the kernel's nanoseconds: dumpcap's own pcapng (real dumpcap on lo, real kernel
 timestamps) rewritten by ibwire.capture.nspcap must read in tshark exactly as the pcapng does, time to the
 nanosecond, and a stream cut inside a block leaves a valid file of the complete records."""
+import os
 import socket
 import subprocess
 
@@ -15,9 +16,9 @@ def _tshark(path):
     return r.stdout.splitlines()
 
 
-def _rewrite(src, dst) -> NsPcapRewriter:
+def _rewrite(src, dst, **rotate) -> NsPcapRewriter:
     with open(src, "rb") as stream:
-        w = NsPcapRewriter(stream, str(dst))
+        w = NsPcapRewriter(stream, str(dst), **rotate)
         w.join()
     assert w.error is None
     return w
@@ -51,3 +52,9 @@ def test_pcap_output_has_the_nanoseconds_of_dumpcaps_pcapng(tmp_path):
     w = _rewrite(cut, tmp_path / "cut.pcap")
     whole = pcap.read_bytes()
     assert w.packets == 19 and (tmp_path / "cut.pcap").read_bytes() == whole[:len(whole) - 16 - 100]   # 19 records
+
+    ring = _rewrite(ng, tmp_path / "ring.pcap", rotate_mb=0.0005, rotate_files=100)    # -C: files of ~500 bytes
+    assert ring.packets == 20 and len(ring.files) > 3
+    for f in ring.files:                 # each file within the size, or a single record larger than it
+        assert os.path.getsize(f) <= 500 or len(_tshark(f)) == 1
+    assert [line for f in ring.files for line in _tshark(f)] == want               # every packet, in order, once

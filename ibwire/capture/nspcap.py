@@ -1,21 +1,23 @@
 """dumpcap's pcapng stream rewritten as nanosecond pcap, for `.pcap` outputs and `-w -`.
 
 dumpcap 4.0 writes pcap only with microsecond timestamps (`-P`); its pcapng (`-n`) keeps the kernel's
-nanoseconds (if_tsresol 9).  For a pcap output dumpcap writes pcapng into a pipe and this thread turns each
-Enhanced Packet Block (pcapng draft §4.3) into a record of a nanosecond pcap (magic 0xa1b23c4d, pcap(5)): the
-same bytes, captured and original lengths, the timestamp to the nanosecond; the link type and snaplen come from
-the Interface Description Block (§4.2).  Statistics and other blocks have no place in pcap.  Only whole records
+nanoseconds (if_tsresol 9).  For a pcap output dumpcap writes pcapng into a pipe, and in this thread compiled code
+(`_native.nspcap`) turns each run of Enhanced Packet Blocks (pcapng draft §4.3) into records of a nanosecond pcap
+(magic 0xa1b23c4d, pcap(5)): the same bytes, captured and original lengths, the timestamp to the nanosecond; the
+link type and snaplen come from the Interface Description Block (§4.2).  Statistics and other blocks have no place in pcap.  Only whole records
 are written, flushed after each read, so the output is a valid capture at every moment.  -C/-W rotation is done
 here, with dumpcap's names (`ring_name`).
 """
 import os
 import struct
+from array import array
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import List, Optional
 
+from ..fast import _native
 from ..readers.formats import if_tsresol
 
 NS_PCAP_MAGIC = 0xA1B23C4D
@@ -67,6 +69,7 @@ class NsPcapRewriter:
         self._order = "<"
         self._head, self._epb = struct.Struct("<II"), struct.Struct("<IIIII")
         self._resol: List[tuple] = []
+        self._num, self._den = array("q"), array("q")    # the same per interface, for the compiled path
         try:
             import fcntl
             fcntl.fcntl(stream.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
@@ -106,7 +109,15 @@ class NsPcapRewriter:
             if buf[off:off + 4] == SHB:                 # its byte-order magic sets the order of what follows
                 self._order = "<" if buf[off + 8:off + 12] == b"\x4d\x3c\x2b\x1a" else ">"
                 head, epb = self._head, self._epb = struct.Struct(self._order + "II"), struct.Struct(self._order + "IIIII")
-            btype, blen = head.unpack_from(buf, off)
+            room = self.rotate_bytes - self._file_bytes if self.rotate_bytes else size
+            records, after, n = _native.nspcap(buf, off, self._order == ">", self._num, self._den, max(room, 0))
+            if n:                                       # a run of packets, converted by compiled code
+                pieces.append(records)
+                self._file_bytes += len(records)
+                self.packets += n
+                off = after
+                continue
+            btype, blen = head.unpack_from(buf, off)    # any other block, and a packet that starts a new file
             if blen < 12 or blen % 4:
                 raise OSError(0, "dumpcap's output is not pcapng")
             if off + blen > size:
@@ -126,7 +137,11 @@ class NsPcapRewriter:
                 self.packets += 1
             elif btype == IDB:
                 linktype, _, snaplen = struct.unpack_from(self._order + "HHI", buf, off + 8)
-                self._resol.append(if_tsresol(bytes(buf[off + 16:off + blen - 4]), self._order))
+                num, den = if_tsresol(bytes(buf[off + 16:off + blen - 4]), self._order)
+                self._resol.append((num, den))
+                fits = max(num, den) < 1 << 63             # else -1: the compiled path leaves it to this one
+                self._num.append(num if fits else -1)
+                self._den.append(den if fits else -1)
                 if self._f is None:
                     self._header = pcap_header(linktype, snaplen)
                     self._next_file()

@@ -14,6 +14,7 @@
 #include "flows.h"
 #include "columns.h"
 #include "group.h"
+#include "nspcap.h"
 #include "render.h"
 #include "walk.h"
 
@@ -561,6 +562,46 @@ static PyObject *crc32_py(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(r);
 }
 
+PyDoc_STRVAR(nspcap_doc,
+"nspcap(buf, off, big_endian, num, den, budget) -> (records, off, count)\n\n"
+"The run of whole pcapng Enhanced Packet Blocks at buf[off:] as nanosecond pcap records, at most `budget`\n"
+"bytes of them; num and den (int64 arrays, one per interface) give each interface's nanoseconds per tick.\n"
+"Returns the records, the offset after the blocks converted and their number; 0 when the block at off is\n"
+"another type, not whole, past the budget or has a time unit beyond int64 (the caller converts that one).");
+
+static PyObject *nspcap_py(PyObject *self, PyObject *args)
+{
+    Py_buffer v, nv, dv;
+    Py_ssize_t off, budget;
+    int big;
+    if (!PyArg_ParseTuple(args, "y*npy*y*n", &v, &off, &big, &nv, &dv, &budget))
+        return NULL;
+    PyObject *out = NULL;
+    if (off < 0 || off > v.len || budget < 0 || nv.len != dv.len || nv.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "off, budget or the num/den arrays are out of range");
+        goto done;
+    }
+    Py_ssize_t cap = v.len - off < budget ? v.len - off : budget;   /* a record is never longer than its block */
+    out = PyBytes_FromStringAndSize(NULL, cap);
+    if (!out)
+        goto done;
+    size_t o = (size_t)off, w = 0;
+    long n;
+    Py_BEGIN_ALLOW_THREADS
+    n = nspcap_epbs(v.buf, (size_t)v.len, &o, big, nv.buf, dv.buf, (size_t)nv.len / 8,
+                    (uint8_t *)PyBytes_AS_STRING(out), (size_t)cap, &w);
+    Py_END_ALLOW_THREADS
+    if (_PyBytes_Resize(&out, (Py_ssize_t)w) < 0)
+        goto done;
+    PyObject *r = Py_BuildValue("(Nnl)", out, (Py_ssize_t)o, n);
+    out = r;
+done:
+    PyBuffer_Release(&v);
+    PyBuffer_Release(&nv);
+    PyBuffer_Release(&dv);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"walk_pcap", walk_pcap, METH_VARARGS, walk_pcap_doc},
     {"walk_pcapng", walk_pcapng, METH_VARARGS, walk_pcapng_doc},
@@ -569,6 +610,7 @@ static PyMethodDef methods[] = {
     {"columns", columns, METH_VARARGS, columns_doc},
     {"render", render, METH_VARARGS, render_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},
+    {"nspcap", nspcap_py, METH_VARARGS, nspcap_doc},
     {"flows_new", flows_new_py, METH_VARARGS, flows_new_doc},
     {"flows_set_qpn", flows_set_qpn_py, METH_VARARGS, flows_set_qpn_doc},
     {"flows_feed", flows_feed_py, METH_VARARGS, flows_feed_doc},
