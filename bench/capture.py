@@ -9,13 +9,14 @@ representor armed here by hand, with the same BPF filter and buffer.  ibwire run
 .pcapng (dumpcap writes the file) and into a .pcap (dumpcap's pcapng rewritten by ibwire as nanosecond pcap).
 Prints the load average before and after, and per tool and round the packets sent, the VF's counters, the packets
 in the file (capinfos), the drops and the captured packets per second of the burst (packets in the file /
-tcpreplay's sending time); the best round of each and ibwire's rates relative to dumpcap's.
+tcpreplay's sending time); the best round and the median of each, and ibwire's rates relative to dumpcap's.
 """
 import argparse
 import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -142,6 +143,10 @@ def main():
                                                 for t, b in best.items()))
     print(f"ibwire/dumpcap = {best['ibwire']['rate'] / best['dumpcap']['rate']:.3f} (.pcapng), "
           f"{best['ibwire-pcap']['rate'] / best['dumpcap']['rate']:.3f} (.pcap)")
+    med = {t: statistics.median(x["rate"] for x in rs) for t, rs in results.items()}
+    print(f"median of {a.rounds}: " + "; ".join(f"{t} {m:,.0f} packets/s" for t, m in med.items()))
+    print(f"ibwire/dumpcap, medians = {med['ibwire'] / med['dumpcap']:.3f} (.pcapng), "
+          f"{med['ibwire-pcap'] / med['dumpcap']:.3f} (.pcap)")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
