@@ -141,7 +141,9 @@ def output_file(path, mode: str = "wb", inputs: Iterable[Optional[str]] = ()) ->
     target = os.path.realpath(path)        # through a symlink: the file it names is replaced, the link stays
     existed = os.path.lexists(target)
     try:
-        fd = _open_part(target)
+        with _signals_held():     # locked and recorded as one step: an interrupt from here on says "not written"
+            fd = _open_part(target)
+            _abandoned.append((path, existed))
     except OSError as e:
         raise _cannot(path, existed, e) from None
     part = part_name(target)
@@ -164,6 +166,7 @@ def output_file(path, mode: str = "wb", inputs: Iterable[Optional[str]] = ()) ->
             os.fsync(f.fileno())
             with _signals_held():          # renamed and recorded as one step: an interrupt lands before or after
                 os.replace(part, target)
+                _abandoned.remove((path, existed))
                 _finished.append(path)
                 renamed = True
         except OSError as e:
@@ -172,7 +175,6 @@ def output_file(path, mode: str = "wb", inputs: Iterable[Optional[str]] = ()) ->
             raise
     except BaseException:
         if not renamed:
-            _abandoned.append((path, existed))
             try:
                 os.unlink(part)
             except OSError:

@@ -300,3 +300,22 @@ def test_a_real_full_disk_keeps_the_old_file_or_leaves_none(tmp_path):
         assert Path(f"{log}.ls").read_text().split() == sorted(["filler"] + [name] * old)
         assert Path(f"{log}.old").read_text() == ("the old output" if old else "")
     assert os.listdir(disk) == []                       # the tmpfs went with its namespace
+
+
+def test_ctrl_c_just_after_the_part_file_is_locked_says_not_written(tmp_path, monkeypatch):
+    """Ctrl-C landing between the part file's lock and the first byte (here: while the file object is made)
+    still reports the output as not written, the old file unchanged, and leaves no part file."""
+    import ibwire.outfile as outfile
+    outfile._finished.clear()
+    outfile._abandoned.clear()
+    out = tmp_path / "out.txt"
+    out.write_text("old")
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(outfile.os, "fdopen", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with outfile.output_file(out, "w"):
+            pass
+    assert outfile.left_behind() == f"{out} not written (the old file is unchanged)"
+    assert out.read_text() == "old" and os.listdir(tmp_path) == ["out.txt"]
