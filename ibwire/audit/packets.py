@@ -148,25 +148,18 @@ def _shapes_ok(batch, rows: np.ndarray) -> np.ndarray:
 
     def byte(at):
         return _byte(data, caplen, buf, at)
-    eth = lt == _ETH
-    if eth.all():
-        etype = byte(12) << 8 | byte(13)
-        tagged = etype == 0x8100
-        inner = np.where(tagged, byte(16) << 8 | byte(17), etype)
-        ok = ~np.isin(inner, (0x8100, 0x88A8, 0x9100)) & ((vlan >= 0) == tagged)
-        roce1 = link == R.ROCE1
-        if roce1.any():
-            ok &= ~roce1 | (byte(np.where(tagged, 24, 20)) == GRH_NXTHDR_BTH)
-        return ok
-    grh_ok = link != R.IBGRH
-    ok = (lt == _IB) & (grh_ok | (byte(14) == GRH_NXTHDR_BTH))
-    ok |= (lt == _ERF) & (byte(8) == _ERF_IB) & (grh_ok | (byte(30) == GRH_NXTHDR_BTH))
     etype = byte(12) << 8 | byte(13)
     tagged = etype == 0x8100
     inner = np.where(tagged, byte(16) << 8 | byte(17), etype)
-    roce1_ok = (link != R.ROCE1) | (byte(np.where(tagged, 24, 20)) == GRH_NXTHDR_BTH)
-    ok |= eth & ~np.isin(inner, (0x8100, 0x88A8, 0x9100)) & ((vlan >= 0) == tagged) & roce1_ok
-    return ok
+    eth_ok = ~np.isin(inner, (0x8100, 0x88A8, 0x9100)) & ((vlan >= 0) == tagged)
+    eth_ok &= (link != R.ROCE1) | (byte(np.where(tagged, 24, 20)) == GRH_NXTHDR_BTH)
+    eth = lt == _ETH
+    if eth.all():
+        return eth_ok
+    grh_ok = link != R.IBGRH
+    ok = (lt == _IB) & (grh_ok | (byte(14) == GRH_NXTHDR_BTH))
+    ok |= (lt == _ERF) & (byte(8) == _ERF_IB) & (grh_ok | (byte(30) == GRH_NXTHDR_BTH))
+    return ok | (eth & eth_ok)
 
 
 class BulkReader:
