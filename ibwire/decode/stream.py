@@ -54,7 +54,7 @@ class Stream:
 
     def __init__(self, path: str, icrc: bool = True, batch: int = 16384):
         from ..fast.walk import CaptureWalk
-        self.walk = CaptureWalk(path, batch)
+        self.walk = CaptureWalk(path, batch, keep=True)
         self.icrc = icrc
         with open(path, "rb") as f:
             self.decimals = decimals_of(f.read(1 << 16))
@@ -64,25 +64,12 @@ class Stream:
         return self.walk.problems
 
     def __iter__(self) -> Iterator[Batch]:
-        """The walk runs one chunk ahead on a second thread (the compiled walk and the file reads release
-        the GIL), so reading overlaps decoding and printing; each batch keeps its own copy of its bytes,
-        as the walk reuses its buffer."""
+        """The walk runs one batch ahead on a second thread (the compiled walk and the file reads release
+        the GIL), so reading overlaps decoding and printing; the walk reads each chunk into a buffer of its
+        own, so a batch's bytes stay valid however far the read-ahead gets."""
         from ..fast.decode import decode_batch
-        for pos, buf in read_ahead(self._chunks()):
+        for pos, buf in read_ahead((pos, self.walk.buf) for pos in self.walk.batches()):
             yield Batch(decode_batch(buf, pos, self.icrc), pos, buf)
-
-    def _chunks(self) -> Iterator[tuple]:
-        """Each batch's positions and bytes, copied into a ring of three buffers: the read-ahead keeps at
-        most two batches alive besides the one being copied, and reused buffers cost no page faults."""
-        ring = [np.empty(0, np.uint8) for _ in range(3)]
-        for k, pos in enumerate(self.walk.batches()):
-            lo = int(pos.data[0]) if len(pos.data) else 0
-            hi = int((pos.data + pos.caplen).max()) if len(pos.data) else 0
-            if len(ring[k % 3]) < hi - lo:
-                ring[k % 3] = np.empty(max(hi - lo, 2 * len(ring[k % 3])), np.uint8)
-            buf = ring[k % 3][:hi - lo]
-            buf[:] = self.walk.buf[lo:hi]
-            yield pos._replace(data=pos.data - lo), buf
 
 
 def read_ahead(batches: Iterator, depth: int = 1) -> Iterator:

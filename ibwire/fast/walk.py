@@ -10,7 +10,6 @@ import struct
 from typing import Iterator, List, NamedTuple
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import UserError
 from ..readers.capfile import file_format
@@ -23,12 +22,13 @@ OK, NEED, IMPOSSIBLE, META = 0, 1, 2, 3     # _native.walk_pcap / walk_pcapng st
 
 
 def walk_pcap(buf, off: int, max_n: int, big: bool):
-    """Offsets of whole records (header and data inside `buf`) from `off`: (offsets, n, next offset,
+    """Offsets of whole records (header and data inside `buf`) from `off` and their headers' four words
+    (seconds, fraction, captured and original length; int64 [n, 4]): (offsets, headers, n, next offset,
     status); status NEED means the next record does not fit in `buf`, IMPOSSIBLE a damaged length.
     Following lengths is inherently sequential, so it runs compiled."""
-    offs = np.empty(max_n, np.int64)
-    n, off, status = _native.walk_pcap(buf, off, big, offs)
-    return offs[:n], n, off, status
+    offs, hdrs = np.empty(max_n, np.int64), np.empty((max_n, 4), np.int64)
+    n, off, status = _native.walk_pcap(buf, off, big, offs, hdrs)
+    return offs[:n], hdrs[:n], n, off, status
 
 
 class SpanContextLost(Exception):
@@ -47,17 +47,15 @@ class Positions(NamedTuple):
     ns: np.ndarray = None  # int64 nanoseconds since the epoch (exact where the file's resolution allows)
 
 
-def _u32(win: np.ndarray, col: int, endian: str) -> np.ndarray:
-    return win[:, col:col + 4].copy().view(endian + "u4")[:, 0].astype(np.int64)
-
-
 class CaptureWalk:
     """An open capture; iterate `batches()` (each valid until the next); `problems` lists damage."""
 
-    def __init__(self, path: str, batch: int = 16384, chunk: int = CHUNK, span=None):
+    def __init__(self, path: str, batch: int = 16384, chunk: int = CHUNK, span=None, keep: bool = False):
         """`span` = (start, end) byte range of a pcap file whose records (starting at `start`, a record
-        boundary) are wanted; frame numbers are then unknown and count from 0 (see fast.split)."""
-        self.path, self.batch, self.span = path, batch, span
+        boundary) are wanted; frame numbers are then unknown and count from 0 (see fast.split).  `keep`:
+        each chunk is read into a buffer of its own, so a batch's `buf` stays valid for as long as it is
+        referenced (a reader running ahead of its consumer); otherwise one buffer is reused."""
+        self.path, self.batch, self.span, self.keep = path, batch, span, keep
         try:
             self.f = open(path, "rb")
             self.size = os.fstat(self.f.fileno()).st_size
@@ -80,6 +78,10 @@ class CaptureWalk:
             bigger = np.empty(2 * len(self._store), np.uint8)
             bigger[:rest] = self._store[:rest]
             self._store = bigger
+        elif self.keep:
+            fresh = np.empty(len(self._store), np.uint8)
+            fresh[:rest] = self._store[local:local + rest]
+            self._store = fresh
         elif rest:
             self._store[:rest] = self._store[local:local + rest]
         self.base += local
@@ -119,15 +121,15 @@ class CaptureWalk:
         def where(k):
             return f"frame {k}" if frame0 else f"the record at byte {self.base + local}"
         while True:
-            offs, n, local, status = walk_pcap(self.buf, local, self.batch, endian == ">")
+            offs, hdrs, n, local, status = walk_pcap(self.buf, local, self.batch, endian == ">")
             eof = self.base + len(self.buf) >= self.size
             if n and self.base + offs[-1] >= stop:                  # the rest belongs to the next span
-                offs = offs[self.base + offs < stop]
-                if len(offs):
-                    yield self._pcap_batch(offs, endian, scale, linktype, frame0, local)
+                keep = self.base + offs < stop
+                if keep.any():
+                    yield self._pcap_batch(offs[keep], hdrs[keep], scale, linktype, frame0, local)
                 return
             if n:
-                yield self._pcap_batch(offs, endian, scale, linktype, frame0, local)
+                yield self._pcap_batch(offs, hdrs, scale, linktype, frame0, local)
                 frame0 += n if frame0 else 0
             if status == IMPOSSIBLE:
                 bad = self.base + local
@@ -147,7 +149,8 @@ class CaptureWalk:
                 if eof:
                     if local + 16 <= len(self.buf):                   # last record cut short
                         self.problems.append(f"{where(frame0)}: record cut short at end of file")
-                        yield self._pcap_batch(np.array([local], np.int64), endian, scale, linktype, frame0,
+                        hdr = np.array([struct.unpack_from(endian + "IIII", self.buf, local)], np.int64)
+                        yield self._pcap_batch(np.array([local], np.int64), hdr, scale, linktype, frame0,
                                                len(self.buf))
                     elif local < len(self.buf):
                         self.problems.append("trailing bytes after the last record")
@@ -155,10 +158,9 @@ class CaptureWalk:
                 self._refill(local)
                 local = 0
 
-    def _pcap_batch(self, offs, endian, scale, linktype, frame0, end) -> Positions:
+    def _pcap_batch(self, offs, hdrs, scale, linktype, frame0, end) -> Positions:
         n = len(offs)
-        hdr = sliding_window_view(self.buf, 16)[offs]
-        sec, frac, incl, orig = (_u32(hdr, c, endian) for c in (0, 4, 8, 12))
+        sec, frac, incl, orig = hdrs.T
         data = offs + 16
         avail = np.clip(len(self.buf) - data, 0, incl)
         self.bytes_done = self.base + end
@@ -170,11 +172,12 @@ class CaptureWalk:
         off, frame0, endian = 0, 1, "<"
         ifaces: List[tuple] = []     # (linktype, seconds per tick)
         offs, types = np.empty(self.batch, np.int64), np.empty(self.batch, np.uint8)
+        hdrs = np.empty((self.batch, 6), np.int64)
         stop = self.size
         self._refill(0)
         if self.span:                 # the section header and interfaces first, then the span's blocks
             while True:
-                n, off, status = _native.walk_pcapng(self.buf, off, endian == ">", offs[:1], types[:1])
+                n, off, status = _native.walk_pcapng(self.buf, off, endian == ">", offs[:1], types[:1], hdrs[:1])
                 if status != META:
                     break
                 off, endian, ifaces = self._pcapng_meta(off, endian, ifaces)
@@ -182,15 +185,15 @@ class CaptureWalk:
             frame0, off = 0, 0
             self._goto(start)
         while True:
-            n, off, status = _native.walk_pcapng(self.buf, off, endian == ">", offs, types)
+            n, off, status = _native.walk_pcapng(self.buf, off, endian == ">", offs, types, hdrs)
             if n and self.span and self.base + offs[n - 1] >= stop:   # the rest belongs to the next span
                 n = int(np.count_nonzero(self.base + offs[:n] < stop))
                 status = OK if n else status
                 if n:
-                    yield self._epbs(offs[:n].copy(), np.nonzero(types[:n] == 3)[0], endian, ifaces, frame0, off)
+                    yield self._epbs(offs[:n].copy(), hdrs[:n].copy(), np.nonzero(types[:n] == 3)[0], ifaces, frame0, off)
                 return
             if n:
-                yield self._epbs(offs[:n].copy(), np.nonzero(types[:n] == 3)[0], endian, ifaces, frame0, off)
+                yield self._epbs(offs[:n].copy(), hdrs[:n].copy(), np.nonzero(types[:n] == 3)[0], ifaces, frame0, off)
                 frame0 += n if frame0 else 0
             if status == META:        # a Section Header or Interface Description Block, whole in buf
                 if self.span:
@@ -224,14 +227,12 @@ class CaptureWalk:
         self.linktypes.add(lt)
         return off + blen, endian, ifaces
 
-    def _epbs(self, o, spb, endian, ifaces, frame0, off) -> Positions:
-        hdr = sliding_window_view(self.buf, 28)[np.minimum(o, len(self.buf) - 28)]
-        iface, hi, lo, incl, orig = (_u32(hdr, c, endian) for c in (8, 12, 16, 20, 24))
-        blen = _u32(sliding_window_view(self.buf, 8)[o], 4, endian)   # hdr is shifted for a short last block
+    def _epbs(self, o, hdrs, spb, ifaces, frame0, off) -> Positions:
+        blen, iface, hi, lo, incl, orig = (hdrs[:, k].copy() for k in range(6))
         data = o + 28
         if len(spb):
             s = np.asarray(spb)
-            orig[s] = _u32(hdr, 8, endian)[s]
+            orig[s] = iface[s]                               # an SPB's word at byte 8 is its original length
             incl[s] = np.minimum(orig[s], blen[s] - 16)
             data[s] = o[s] + 12
             iface[s], hi[s], lo[s] = 0, 0, 0

@@ -76,64 +76,71 @@ static const char *rows_outside(const int64_t *rows, Py_ssize_t n, Py_ssize_t nr
 }
 
 PyDoc_STRVAR(walk_pcap_doc,
-"walk_pcap(buf, off, big, offsets) -> (n, next_off, status)\n\n"
+"walk_pcap(buf, off, big, offsets, headers) -> (n, next_off, status)\n\n"
 "Follow pcap record lengths from byte `off` of `buf`, writing up to len(offsets) record offsets into\n"
-"the int64 array `offsets`.  status: 0 the array is full, 1 the next record does not fit in buf,\n"
-"2 the next record's captured length is impossible (damage); next_off is where that record starts.");
+"the int64 array `offsets` and each record header's four words (seconds, fraction, captured and\n"
+"original length) into the int64 array `headers` (4 per record).  status: 0 the array is full, 1 the\n"
+"next record does not fit in buf, 2 the next record's captured length is impossible (damage); next_off\n"
+"is where that record starts.");
 
 static PyObject *walk_pcap(PyObject *self, PyObject *args)
 {
-    PyObject *bo, *oo;
-    long long off;
-    int64_t at, n;
-    int big;
-    buf_t b[2];
-    memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "OLpO", &bo, &off, &big, &oo))
-        return NULL;
-    if (get(bo, &b[0], 0, 0, "buf") < 0 || get(oo, &b[1], 1, 8, "offsets") < 0) {
-        release(b, 2);
-        return NULL;
-    }
-    at = off;
-    int status;
-    Py_BEGIN_ALLOW_THREADS          /* (flows, export and decode's read-ahead work on other threads meanwhile) */
-    status = walk_pcap_records(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[1].v.len / 8, &n);
-    Py_END_ALLOW_THREADS
-    release(b, 2);
-    return Py_BuildValue("LLi", (long long)n, (long long)at, status);
-}
-
-PyDoc_STRVAR(walk_pcapng_doc,
-"walk_pcapng(buf, off, big, offsets, types) -> (n, next_off, status)\n\n"
-"Follow pcapng block lengths from byte `off` of `buf` (section byte order big-endian if `big`), writing\n"
-"the offsets of Enhanced and Simple Packet Blocks into the int64 array `offsets` and their block types\n"
-"(6 or 3) into the uint8 array `types`; other blocks are skipped.  status: 0 the arrays are full, 1 the\n"
-"next block does not fit in buf, 2 its length is impossible, 3 it is a Section Header or Interface\n"
-"Description Block, whole in buf, for the caller to read; next_off is where that block starts.");
-
-static PyObject *walk_pcapng(PyObject *self, PyObject *args)
-{
-    PyObject *bo, *oo, *to;
+    PyObject *bo, *oo, *ho;
     long long off;
     int64_t at, n;
     int big;
     buf_t b[3];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "OLpOO", &bo, &off, &big, &oo, &to))
+    if (!PyArg_ParseTuple(args, "OLpOO", &bo, &off, &big, &oo, &ho))
+        return NULL;
+    if (get(bo, &b[0], 0, 0, "buf") < 0 || get(oo, &b[1], 1, 8, "offsets") < 0 || get(ho, &b[2], 1, 8, "headers") < 0) {
+        release(b, 3);
+        return NULL;
+    }
+    int64_t max = b[1].v.len / 8 < b[2].v.len / 32 ? b[1].v.len / 8 : b[2].v.len / 32;
+    at = off;
+    int status;
+    Py_BEGIN_ALLOW_THREADS          /* (flows, export and decode's read-ahead work on other threads meanwhile) */
+    status = walk_pcap_records(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[2].v.buf, max, &n);
+    Py_END_ALLOW_THREADS
+    release(b, 3);
+    return Py_BuildValue("LLi", (long long)n, (long long)at, status);
+}
+
+PyDoc_STRVAR(walk_pcapng_doc,
+"walk_pcapng(buf, off, big, offsets, types, headers) -> (n, next_off, status)\n\n"
+"Follow pcapng block lengths from byte `off` of `buf` (section byte order big-endian if `big`), writing\n"
+"the offsets of Enhanced and Simple Packet Blocks into the int64 array `offsets`, their block types\n"
+"(6 or 3) into the uint8 array `types` and six words of each into the int64 array `headers` (the block\n"
+"length, then the words at bytes 8 to 24; 0 past the end of buf); other blocks are skipped.  status: 0\n"
+"the arrays are full, 1 the next block does not fit in buf, 2 its length is impossible, 3 it is a\n"
+"Section Header or Interface Description Block, whole in buf, for the caller to read; next_off is where\n"
+"that block starts.");
+
+static PyObject *walk_pcapng(PyObject *self, PyObject *args)
+{
+    PyObject *bo, *oo, *to, *ho;
+    long long off;
+    int64_t at, n;
+    int big;
+    buf_t b[4];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "OLpOOO", &bo, &off, &big, &oo, &to, &ho))
         return NULL;
     if (get(bo, &b[0], 0, 0, "buf") < 0 || get(oo, &b[1], 1, 8, "offsets") < 0 ||
-        get(to, &b[2], 1, 1, "types") < 0) {
-        release(b, 3);
+        get(to, &b[2], 1, 1, "types") < 0 || get(ho, &b[3], 1, 8, "headers") < 0) {
+        release(b, 4);
         return NULL;
     }
     at = off;
     int64_t max = b[1].v.len / 8 < b[2].v.len ? b[1].v.len / 8 : b[2].v.len;
+    if (b[3].v.len / 48 < max)
+        max = b[3].v.len / 48;
     int status;
     Py_BEGIN_ALLOW_THREADS
-    status = walk_pcapng_blocks(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[2].v.buf, max, &n);
+    status = walk_pcapng_blocks(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[2].v.buf, b[3].v.buf, max, &n);
     Py_END_ALLOW_THREADS
-    release(b, 3);
+    release(b, 4);
     return Py_BuildValue("LLi", (long long)n, (long long)at, status);
 }
 

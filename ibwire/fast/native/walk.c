@@ -7,8 +7,8 @@ static inline uint32_t rd32(const uint8_t *p, int big)
                : ((uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0]);
 }
 
-int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *offp, int big, int64_t *out, int64_t max,
-                      int64_t *np)
+int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *offp, int big, int64_t *out, int64_t *hdr,
+                      int64_t max, int64_t *np)
 {
     int64_t off = *offp < 0 ? 0 : *offp, n = 0;
     int status = WALK_FULL;
@@ -17,6 +17,11 @@ int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *offp, int big, in
         uint32_t incl = rd32(p + off + 8, big);
         if (incl > MAX_RECORD) { status = WALK_DAMAGED; break; }
         if ((int64_t)incl > size - off - 16) { status = WALK_NEED; break; }
+        int64_t *h = hdr + 4 * n;        /* the header's line is in cache now: its other words cost nothing */
+        h[0] = rd32(p + off, big);
+        h[1] = rd32(p + off + 4, big);
+        h[2] = incl;
+        h[3] = rd32(p + off + 12, big);
         out[n++] = off;
         off += 16 + incl;
     }
@@ -29,7 +34,7 @@ int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *offp, int big, in
 #define BYTE_ORDER_MAGIC 0x1A2B3C4Du
 
 int walk_pcapng_blocks(const uint8_t *p, int64_t size, int64_t *offp, int big, int64_t *out, uint8_t *types,
-                       int64_t max, int64_t *np)
+                       int64_t *hdr, int64_t max, int64_t *np)
 {
     int64_t off = *offp < 0 ? 0 : *offp, n = 0;
     int status = WALK_FULL;
@@ -44,6 +49,10 @@ int walk_pcapng_blocks(const uint8_t *p, int64_t size, int64_t *offp, int big, i
         if ((int64_t)len > size - off) { status = WALK_NEED; break; }
         if (type == SHB || type == 1) { status = WALK_META; break; }
         if (type == 6 || type == 3) {
+            int64_t *h = hdr + 6 * n;
+            h[0] = len;
+            for (int k = 1; k < 6; k++)          /* the words at bytes 8, 12, ... 24 that lie in the chunk */
+                h[k] = off + 4 + 4 * k <= size - 4 ? rd32(p + off + 4 + 4 * k, order) : 0;
             types[n] = (uint8_t)type;
             out[n++] = off;
         }

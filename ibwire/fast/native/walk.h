@@ -7,17 +7,21 @@
 #define MAX_RECORD 0x4000000u
 enum { WALK_FULL = 0, WALK_NEED = 1, WALK_DAMAGED = 2, WALK_META = 3 };
 
-/* pcap: offsets of whole records from *off; stops when `max` are found (FULL), the next record does
- * not fit in the chunk (NEED) or its captured length is impossible (DAMAGED); *off is then where the
- * next record starts. */
-int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *off, int big, int64_t *out, int64_t max,
-                      int64_t *n);
+/* pcap: offsets of whole records from *off, and the four words of each record header (seconds,
+ * fraction, captured and original length) in hdr[4 * i ...]; stops when `max` are found (FULL), the next
+ * record does not fit in the chunk (NEED) or its captured length is impossible (DAMAGED); *off is then
+ * where the next record starts. */
+int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *off, int big, int64_t *out, int64_t *hdr,
+                      int64_t max, int64_t *n);
 
-/* pcapng: offsets of whole Enhanced (type 6) and Simple (type 3) Packet Blocks, with their types; other
+/* pcapng: offsets of whole Enhanced (type 6) and Simple (type 3) Packet Blocks, with their types and six
+ * words each in hdr[6 * i ...]: the block length and the words at bytes 8, 12, 16, 20 and 24 (an EPB's
+ * interface, timestamp high and low, captured and original length; an SPB's original length first; 0
+ * beyond the chunk); other
  * blocks are skipped, except that the walk stops at a Section Header or Interface Description Block
  * (META: the caller reads it; it is whole in the chunk).  *big is the current section's byte order and is
  * not changed here. */
 int walk_pcapng_blocks(const uint8_t *p, int64_t size, int64_t *off, int big, int64_t *out, uint8_t *types,
-                       int64_t max, int64_t *n);
+                       int64_t *hdr, int64_t max, int64_t *n);
 
 #endif
