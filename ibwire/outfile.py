@@ -209,6 +209,8 @@ def _straight(path: Optional[str], mode: str) -> Iterator[IO]:
         else:
             with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
                 yield f
+    except BrokenPipeError:
+        raise                  # the reader went away (`| head`): the usual end of a pipeline, exit 2 unsaid
     except OSError as e:
         raise OutputError(f"cannot write {path or 'standard output'} ({e.strerror or e})") from None
     _finished.append(path or "standard output")

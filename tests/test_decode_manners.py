@@ -154,3 +154,32 @@ def test_version_help_and_completion():
     assert subprocess.run([exe], env=env, capture_output=True, text=True).stdout.split() == ["decode"]
     r = run_ibwire("--show-completion", "bash")
     assert "_ibwire_completion" in r.stdout or r.returncode == 0
+
+
+def _repeated(src: Path, dst: Path, times: int) -> Path:
+    """`src`'s frames `times` over (one second later each time)."""
+    from ibwire.readers import iter_frames
+    from ibwire.writers import PcapWriter
+    frames = list(iter_frames(str(src)))
+    with PcapWriter(str(dst), frames[0].linktype) as w:
+        for k in range(times):
+            for f in frames:
+                w.write(f.data, f.time + k, f.wirelen, flush=False)
+    return dst
+
+
+@pytest.mark.parametrize("args", [("decode", "{roce}"), ("decode", "{roce}", "-T", "jsonl"),
+                                  ("convert", "{ib}", "-o", "-")], ids=["text", "jsonl", "convert"])
+def test_a_reader_that_stops_early_ends_it_unsaid_with_status_2(args, tmp_path):
+    """`ibwire … | head`: the reader goes away after one line.  As tshark does, ibwire stops without a
+    word on standard error; its status is 2 (the output is incomplete), never 0 or click's 1."""
+    roce = _repeated(LOSS, tmp_path / "roce.pcap", 40)           # megabytes of output, far beyond a pipe's buffer
+    ib = _repeated(SWEEP, tmp_path / "ib.pcap", 200)
+    exe = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
+    p = subprocess.Popen([exe, *(a.format(roce=roce, ib=ib) for a in args)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.read(64)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 2, err
+    assert err == ""

@@ -1,10 +1,12 @@
 """Command-line entry point.  Each command lives in its own module and registers on `app`.
 
 Exit status: 0 success, 1 what the command defines (an audit finding), 2 unusable input or an output
-that could not be written, 3 internal error, 4 an audit passing on incomplete evidence, 130 Ctrl-C,
-143 SIGTERM (with one line on what was left)."""
+that could not be written (unsaid when the reader of a pipe went away, as with `| head`: tshark's
+manners), 3 internal error, 4 an audit passing on incomplete evidence, 130 Ctrl-C, 143 SIGTERM (with
+one line on what was left)."""
 import errno
 import gc
+import io
 import os
 import signal
 import sys
@@ -70,8 +72,9 @@ def _exit(status: int) -> None:
     try:
         sys.stdout.flush()
     except OSError as e:
-        if status in (0, 1) and not isinstance(e, BrokenPipeError):
-            _say(f"ibwire: cannot write standard output ({e.strerror}); the output is incomplete")
+        if status in (0, 1):
+            if not isinstance(e, BrokenPipeError):
+                _say(f"ibwire: cannot write standard output ({e.strerror}); the output is incomplete")
             status = 2
         sys.stdout = open(os.devnull, "w")    # nothing left for the interpreter to flush, and fail on, at exit
     sys.exit(status)
@@ -81,6 +84,8 @@ def main() -> None:
     """Run the CLI; user errors print one sentence, anything unexpected never shows a traceback."""
     global _MAIN_PID
     _MAIN_PID = os.getpid()
+    stdout_was = _fd_identity(1)
+    _whole_stdout()
     signal.signal(signal.SIGTERM, _on_signal)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not when started ignoring it
         signal.signal(signal.SIGINT, _on_signal)
@@ -100,8 +105,10 @@ def main() -> None:
     except Terminated:
         _interrupted(143)
     except BrokenPipeError:
-        _exit(0)
+        _closed_pipe()
     except SystemExit as e:
+        if e.code == 1 and _pipe_closed_below(stdout_was):    # click's and rich's own ending for a closed pipe
+            _closed_pipe()
         _exit(e.code if isinstance(e.code, int) else (0 if e.code is None else 1))
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
@@ -120,6 +127,81 @@ def main() -> None:
         if status in (130, 143):      # typer turns Ctrl-C into a returned 130
             _interrupted(status)
         _exit(status)
+
+
+class _WholeWrites(io.BufferedIOBase):
+    """Standard output's binary stream, writing every byte or raising: a pipe write cut short (its reader
+    left, a signal) returns a short count, from the raw stream under PYTHONUNBUFFERED and from
+    BufferedWriter too, and callers of write() do not check counts."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self._inner = inner
+
+    def write(self, b) -> int:
+        view = memoryview(b).cast("B")
+        done = 0
+        while done < len(view):
+            n = self._inner.write(view[done:])
+            if not n:
+                raise BrokenPipeError(errno.EPIPE, "standard output accepts no more")
+            done += n
+        return done
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    def writable(self) -> bool:
+        return True
+
+
+def _whole_stdout() -> None:
+    """Put standard output on _WholeWrites (when it is a file descriptor, not a test's capture)."""
+    old = sys.stdout
+    buf = getattr(old, "buffer", None)
+    if isinstance(buf, (io.FileIO, io.BufferedWriter)):
+        sys.stdout = io.TextIOWrapper(_WholeWrites(buf), encoding=old.encoding, errors=old.errors,
+                                      line_buffering=old.line_buffering, write_through=old.write_through)
+
+
+def _fd_identity(fd: int):
+    try:
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ino
+    except OSError:
+        return None
+
+
+def _pipe_closed_below(stdout_was) -> bool:
+    """Did a library end on a closed standard output?  click then wraps sys.stdout; rich points file
+    descriptor 1 at /dev/null (both exit 1)."""
+    return type(sys.stdout).__name__ == "PacifyFlushWrapper" or (
+        stdout_was is not None and _fd_identity(1) not in (stdout_was, None) and _fd_identity(1) == _devnull_id())
+
+
+def _devnull_id():
+    try:
+        st = os.stat(os.devnull)
+        return st.st_dev, st.st_ino
+    except OSError:
+        return None
+
+
+def _closed_pipe() -> None:
+    """The reader of standard output went away: the output is incomplete (2), and nothing more is said
+    (standard output now points at /dev/null, so nothing fails on the way out)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    except OSError:
+        pass
+    sys.stdout = open(os.devnull, "w")
+    sys.exit(2)
 
 
 def _internal(e: BaseException) -> None:
