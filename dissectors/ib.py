@@ -13,7 +13,7 @@ from scapy.packet import Padding, Raw
 
 from . import crc
 from .base import IBLayer
-from .opcodes import AETH_KINDS, CREDITS, GRH_NXTHDR_BTH, HEADER_LEN, NAK_CODES, RNR_TIMER_MS, lookup
+from .opcodes import AETH_KINDS, CREDITS, GRH_NXTHDR_BTH, HEADER_LEN, NAK_CODES, RNR_TIMER_MS, aeth_kind, lookup
 
 LNH_RAW, LNH_IPV6, LNH_LOCAL, LNH_GLOBAL = 0, 1, 2, 3
 PERMISSIVE_LID = 0xFFFF
@@ -346,7 +346,7 @@ class AETH(_ExtHeader):
 
     def ws_extra(self):
         syn = self.syndrome
-        kind_bits, value = (syn >> 5) & 3, syn & 0x1F
+        kind_bits, value = aeth_kind(syn), syn & 0x1F
         out = {"kind": AETH_KINDS[kind_bits], "syndrome.reserved": syn >> 7, "syndrome.opcode": kind_bits}
         if kind_bits == 0:
             out["credits"] = CREDITS[value]

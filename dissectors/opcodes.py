@@ -112,6 +112,13 @@ def headers_len(code: int) -> int:
 
 # AETH syndrome (IBA §9.7.5.2.1): bits 6-5 say ACK (0), RNR NAK (1), reserved (2), NAK (3).
 AETH_KINDS = {0: "ack", 1: "rnr_nak", 2: "reserved", 3: "nak"}
+AETH_ACK, AETH_RNR_NAK, AETH_NAK = 0, 1, 3
+
+
+def aeth_kind(syndrome):
+    """The AETH_KINDS key of a syndrome (an int or an integer array): bits 6-5, whatever the reserved bit
+    7 holds (as tshark's syndrome.opcode)."""
+    return (syndrome >> 5) & 3
 NAK_CODES = {
     0: "PSN Sequence Error", 1: "Invalid Request", 2: "Remote Access Error",
     3: "Remote Operational Error", 4: "Invalid RD Request",

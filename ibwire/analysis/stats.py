@@ -10,7 +10,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from dissectors.opcodes import lookup
+from dissectors.opcodes import AETH_NAK, AETH_RNR_NAK, aeth_kind, lookup
 from ..fast import records as R
 from ..fast import scan
 from ..fast.split import MIN_SPAN, processes, spans
@@ -99,9 +99,9 @@ class Stats:
             cnt["cnp"] += int((op == 0x81).sum())
             cnt["fecn"] += int(np.count_nonzero(col("fecn")))
             cnt["becn"] += int(np.count_nonzero(col("becn")))
-            syn = col("aeth_syndrome")[_HAS_AETH[op]] >> 5
-            cnt["nak"] += int((syn == 3).sum())
-            cnt["rnr_nak"] += int((syn == 1).sum())
+            syn = aeth_kind(col("aeth_syndrome")[_HAS_AETH[op]])
+            cnt["nak"] += int((syn == AETH_NAK).sum())
+            cnt["rnr_nak"] += int((syn == AETH_RNR_NAK).sum())
             self._bincount("p_key", col("p_key"), bl, 65536)
             dst, dlid, qp, emac = col("dst"), col("dlid"), col("destqp"), col("eth_dst")
             self._acc("qp", group_rows(rec, ("dst", "dlid", "eth_dst", "destqp"), bth_rows), bl,

@@ -9,7 +9,7 @@ layout.
 """
 from typing import List, Optional, Tuple
 
-from dissectors.opcodes import AETH_KINDS, NAK_CODES, RNR_TIMER_MS, lookup
+from dissectors.opcodes import AETH_KINDS, NAK_CODES, RNR_TIMER_MS, aeth_kind, lookup
 
 from ..fast import records as R
 
@@ -23,7 +23,7 @@ GROUP_FIELDS = ("link", "flags", "src", "dst", "slid", "dlid", "opcode", "se", "
 
 def aeth_text(syndrome: int) -> str:
     """`NAK PSN Sequence Error`, `RNR NAK 0.64 ms`; '' for an ACK (IBA §9.7.5.2.1)."""
-    kind, value = AETH_KINDS[(syndrome >> 5) & 3], syndrome & 0x1F
+    kind, value = AETH_KINDS[aeth_kind(syndrome)], syndrome & 0x1F
     if kind == "nak":
         return f"NAK {NAK_CODES.get(value, f'code {value}')}"
     if kind == "rnr_nak":

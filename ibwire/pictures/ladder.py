@@ -5,7 +5,7 @@ from typing import List, Optional
 import numpy as np
 
 from dissectors.mad.table import ATTRIBUTES
-from dissectors.opcodes import NAK_CODES, lookup
+from dissectors.opcodes import AETH_NAK, AETH_RNR_NAK, NAK_CODES, aeth_kind, lookup
 from .series import end_text
 from .svg import esc
 
@@ -31,10 +31,10 @@ def _label(op: int, psn: int, syn: int) -> str:
     o = lookup(op)
     text = f"{o.name} PSN {psn}"
     if "aeth" in o.headers:
-        kind = syn >> 5
-        if kind == 1:
+        kind = aeth_kind(syn)
+        if kind == AETH_RNR_NAK:
             text += " RNR NAK"
-        elif kind == 3:
+        elif kind == AETH_NAK:
             text += f" NAK {NAK_CODES.get(syn & 0x1F, syn & 0x1F)}"
     return text
 

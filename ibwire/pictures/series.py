@@ -19,7 +19,7 @@ from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 
-from dissectors.opcodes import lookup
+from dissectors.opcodes import AETH_ACK, AETH_NAK, AETH_RNR_NAK, aeth_kind, lookup
 from ..fast import records as R
 from ..fast import scan
 from ..analysis.flows import end_text
@@ -40,6 +40,12 @@ HAS_AETH = np.array(["aeth" in lookup(c).headers for c in range(256)])
 IS_RC = np.array([lookup(c).transport in ("RC", "XRC") for c in range(256)])
 KEPT = ("time", "opcode", "psn", "aeth_syndrome", "reth_dmalen", "frame")     # per packet drawn: 24 bytes
 BINNED = ("time_ns", "len", "flags", "opcode", "aeth_syndrome", "ecn")          # what TimeBins counts
+
+
+def aeth_kinds(opcode: np.ndarray, syndrome: np.ndarray, where=True) -> np.ndarray:
+    """Each packet's AETH kind (dissectors.opcodes.aeth_kind), -1 where it carries no AETH or `where` is
+    false."""
+    return np.where(where & HAS_AETH[opcode], aeth_kind(syndrome.astype(np.int64)), -1)
 
 
 class TimeBins:
@@ -92,9 +98,9 @@ class TimeBins:
         self._add("bytes", idx, rec["len"].astype(np.float64))
         bth = (rec["flags"] & R.F_BTH) > 0
         op = rec["opcode"]
-        syn = np.where(bth & HAS_AETH[op], rec["aeth_syndrome"].astype(np.int64) >> 5, -1)
-        self._add("naks", idx[syn == 3])
-        self._add("rnr_naks", idx[syn == 1])
+        syn = aeth_kinds(op, rec["aeth_syndrome"], bth)
+        self._add("naks", idx[syn == AETH_NAK])
+        self._add("rnr_naks", idx[syn == AETH_RNR_NAK])
         self._add("cnps", idx[bth & (op == 0x81)])
         self._add("ecn_ce", idx[rec["ecn"] == 3])
 
@@ -148,8 +154,8 @@ class Collected:
 
 def _marks(cols: dict) -> np.ndarray:
     """Packets that carry a mark of their own, without sequencing: NAKs, RNR NAKs, bad ICRCs."""
-    syn = np.where(HAS_AETH[cols["opcode"]], cols["aeth_syndrome"].astype(np.int64) >> 5, -1)
-    return (syn == 1) | (syn == 3) | cols["bad_icrc"]
+    syn = aeth_kinds(cols["opcode"], cols["aeth_syndrome"])
+    return (syn == AETH_RNR_NAK) | (syn == AETH_NAK) | cols["bad_icrc"]
 
 
 def collect(path: str, conversations: List[dict], keep: Iterable[int], interval: float, icrc: bool = True,
@@ -255,7 +261,7 @@ def channel(pk: dict, side: int) -> Optional[dict]:
     u = unwrap(pk["psn"][sel])
     is_req = req[sel]
     bad = pk["bad_icrc"][sel] & is_req
-    syn = np.where(HAS_AETH[o] & ~is_req, pk["aeth_syndrome"][sel].astype(np.int64) >> 5, -1)
+    syn = aeth_kinds(o, pk["aeth_syndrome"][sel], ~is_req)
     dmalen = pk["reth_dmalen"][sel].astype(np.int64)
     rread = IS_READ_REQ[o] & is_req
     # next expected PSN after each packet (bad-ICRC requests and ACKs/NAKs do not move it)
@@ -278,7 +284,7 @@ def channel(pk: dict, side: int) -> Optional[dict]:
         uu = u[live_idx]
         _, fi = np.unique(uu, return_index=True)
         firsts[live_idx[fi]] = True
-    nak_before = np.maximum.accumulate((syn == 1) | (syn == 3))
+    nak_before = np.maximum.accumulate((syn == AETH_RNR_NAK) | (syn == AETH_NAK))
     nak_before = np.r_[False, nak_before[:-1]] if len(nak_before) else nak_before
     late = back & firsts & ~nak_before
     # go-back-N after it (the next request repeats the following PSN): it was a retransmission after all
@@ -298,7 +304,7 @@ def channel(pk: dict, side: int) -> Optional[dict]:
             break
         drop_psns += islice(((float(t[i]), p) for p in range(int(expected[i]), int(u[i])) if p not in filled), room)
     # latencies: ACK (or READ completion) covering each first transmission
-    acks = ((syn == 0) & ~is_req) | (IS_READ_LAST[o] & ~is_req)
+    acks = ((syn == AETH_ACK) & ~is_req) | (IS_READ_LAST[o] & ~is_req)
     ai = np.nonzero(acks)[0]
     pend = np.nonzero(firsts & IS_RC[o] & ~rread)[0]
     ack_lat = np.zeros(0)
@@ -316,7 +322,7 @@ def channel(pk: dict, side: int) -> Optional[dict]:
             first_resp.setdefault(int(u[i]), i)
         read_lat = np.array([t[first_resp[int(u[i])]] - t[i] for i in rq.tolist()
                              if int(u[i]) in first_resp and first_resp[int(u[i])] > i])
-    rnr = np.nonzero(syn == 1)[0]
+    rnr = np.nonzero(syn == AETH_RNR_NAK)[0]
     waits = []
     for i in rnr.tolist():
         nxt_req = req_idx[np.searchsorted(req_idx, i)] if np.searchsorted(req_idx, i) < len(req_idx) else None
@@ -325,5 +331,5 @@ def channel(pk: dict, side: int) -> Optional[dict]:
             "retrans": retrans, "late": late, "drop_points": drop_psns, "rnr_waits": waits,
             "ack_latency": ack_lat, "read_latency": read_lat,
             "counts": {"drops": int(gap.sum()) - int(late.sum()), "retransmissions": int(retrans.sum()),
-                       "out_of_order": int(late.sum()), "naks": int((syn == 3).sum()), "rnr_naks": int(len(rnr)),
+                       "out_of_order": int(late.sum()), "naks": int((syn == AETH_NAK).sum()), "rnr_naks": int(len(rnr)),
                        "bad_icrc": int(bad.sum()), "requests": int(is_req.sum())}}
