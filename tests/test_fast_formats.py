@@ -190,3 +190,40 @@ def test_read_responses_missing_from_capture_are_not_psn_gaps(tmp_path):
     rows = [r for r in analyse(str(p))["conversations"] if r["transport"] == "RC"]
     assert rows and all(r["psn_gaps"] == 0 for r in rows)
     assert sum(r["messages"].get("read", 0) for r in rows) >= 1
+
+
+def _block(btype: int, body: bytes) -> bytes:
+    body += b"\0" * (-len(body) % 4)
+    return struct.pack("<II", btype, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
+
+
+def test_simple_packet_blocks_read_as_tshark_reads_them(tmp_path):
+    """pcapng Simple Packet Blocks (no interface, no timestamp; the original length first, the data cut
+    to the interface's snap length) among Enhanced Packet Blocks: the compiled walk's header words give
+    tshark's frame lengths and the same transport fields."""
+    import subprocess
+    snap = 200
+    roce = list(iter_frames(str(ROCE)))[:8]
+    assert any(fr.wirelen > snap for fr in roce) and any(fr.wirelen <= snap for fr in roce)
+    shb = _block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    idb = _block(1, struct.pack("<HHI", 1, 0, snap))
+    blocks = [shb, idb]
+    for k, fr in enumerate(roce):
+        if k % 2:
+            ts = int(fr.time * 1e6)
+            data = fr.data[:snap]
+            blocks.append(_block(6, struct.pack("<IIIII", 0, ts >> 32, ts & 0xFFFFFFFF, len(data), fr.wirelen) + data))
+        else:
+            blocks.append(_block(3, struct.pack("<I", fr.wirelen) + fr.data[:snap]))
+    path = tmp_path / "spb.pcapng"
+    path.write_bytes(b"".join(blocks))
+    rec = read_all(str(path))
+    fields = ["frame.len", "frame.cap_len", "infiniband.bth.psn", "infiniband.bth.destqp"]
+    out = subprocess.run(["tshark", "-r", str(path), "-T", "fields", *[a for f in fields for a in ("-e", f)]],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(rec) == len(out) == len(roce)
+    for r, line in zip(rec, out):
+        length, caplen, psn, qp = line.split("\t")
+        assert (int(r["len"]), int(r["caplen"])) == (int(length), int(caplen))
+        if psn:
+            assert (int(r["psn"]), int(r["destqp"])) == (int(psn), int(qp, 16))
