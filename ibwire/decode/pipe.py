@@ -133,8 +133,8 @@ class PipeStream:
             body = body[:blen - 12]
             head = b""
             if btype == 1:
-                lt = struct.unpack_from(endian + "H", body)[0]
-                ifaces.append((lt, if_tsresol(body[8:], endian)))
+                lt, _, snap = struct.unpack_from(endian + "HHI", (body + bytes(8))[:8])   # a cut block: zeros
+                ifaces.append((lt, if_tsresol(body[8:], endian), snap))
                 if len(ifaces) == 1:
                     self.decimals = 9 if ifaces[0][1][0] < ifaces[0][1][1] * 1000 else 6
             elif btype == 6 and len(body) >= 20:
@@ -142,9 +142,10 @@ class PipeStream:
                 if iface >= len(ifaces):
                     self.problems.append(f"a packet names interface {iface}, which was never described")
                     continue
-                lt, ticks = ifaces[iface]
+                lt, ticks, _ = ifaces[iface]
                 yield body[20:20 + incl], orig, ((hi << 32) | lo) * ticks[0] // ticks[1], lt
             elif btype == 3 and len(body) >= 4 and ifaces:
                 orig = struct.unpack_from(endian + "I", body)[0]
-                yield body[4:4 + orig], orig, 0, ifaces[0][0]
+                snap = ifaces[0][2] or orig                         # the block's padding is no packet data
+                yield body[4:4 + min(orig, snap)], orig, 0, ifaces[0][0]
         yield None

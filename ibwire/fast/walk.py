@@ -170,7 +170,7 @@ class CaptureWalk:
 
     def _pcapng(self) -> Iterator[Positions]:
         off, frame0, endian = 0, 1, "<"
-        ifaces: List[tuple] = []     # (linktype, seconds per tick)
+        ifaces: List[tuple] = []     # (linktype, seconds per tick, snap length or 0)
         offs, types = np.empty(self.batch, np.int64), np.empty(self.batch, np.uint8)
         hdrs = np.empty((self.batch, 6), np.int64)
         stop = self.size
@@ -222,8 +222,8 @@ class CaptureWalk:
             ifaces = []
             return off + struct.unpack_from(endian + "I", buf, off + 4)[0], endian, ifaces
         blen = struct.unpack_from(endian + "I", buf, off + 4)[0]
-        lt = struct.unpack_from(endian + "H", buf, off + 8)[0]
-        ifaces.append((lt, _ts_scale(bytes(buf[off + 16:off + blen - 4]), endian)))
+        lt, _, snap = struct.unpack_from(endian + "HHI", buf, off + 8)
+        ifaces.append((lt, _ts_scale(bytes(buf[off + 16:off + blen - 4]), endian), snap))
         self.linktypes.add(lt)
         return off + blen, endian, ifaces
 
@@ -233,7 +233,8 @@ class CaptureWalk:
         if len(spb):
             s = np.asarray(spb)
             orig[s] = iface[s]                               # an SPB's word at byte 8 is its original length
-            incl[s] = np.minimum(orig[s], blen[s] - 16)
+            snap = ifaces[0][2] if ifaces and ifaces[0][2] else 1 << 62    # SPBs belong to interface 0
+            incl[s] = np.minimum(np.minimum(orig[s], blen[s] - 16), snap)
             data[s] = o[s] + 12
             iface[s], hi[s], lo[s] = 0, 0, 0
         incl = np.clip(incl, 0, np.maximum(o + blen - 4 - data, 0))

@@ -51,7 +51,7 @@ class Capture:
         self.problems = []
         self.skipped = 0       # records or blocks found damaged and not delivered as frames
         self.lost_bytes = 0    # bytes of the file no frame came from (damage skipped, unreadable rest)
-        self.interfaces = []   # pcapng: list of (linktype, ts_scale, name)
+        self.interfaces = []   # pcapng: list of [linktype, ts_scale, name, snap length or 0]
         self.linktype: Optional[int] = None
 
     def __iter__(self) -> Iterator[Frame]:
@@ -164,8 +164,8 @@ class Capture:
                     self.interfaces.append(None)
                     continue
                 if btype == 1:                                   # Interface Description Block
-                    lt = struct.unpack_from(endian + "H", body, 0)[0]
-                    self.interfaces.append([lt, 1e-6, ""])
+                    lt, _, snap = struct.unpack_from(endian + "HHI", body, 0)
+                    self.interfaces.append([lt, 1e-6, "", snap])
                     self._idb_options(body[8:], endian, self.interfaces[-1])
                     if self.linktype is None:
                         self.linktype = lt
@@ -178,12 +178,14 @@ class Capture:
                     else:
                         iface, ts_raw = 0, 0
                         orig = struct.unpack_from(endian + "I", body, 0)[0]
-                        data = body[4:4 + orig]
+                        first = self.interfaces[0] if self.interfaces else None
+                        snap = first[3] if first is not None and first[3] else orig    # padding is no data
+                        data = body[4:4 + min(orig, snap)]
                     if iface >= len(self.interfaces) or self.interfaces[iface] is None:
                         self.skipped += 1
                         self.problems.append(f"frame {n}: packet names interface {iface}, which was never described")
                         continue
-                    lt, scale, _ = self.interfaces[iface]
+                    lt, scale = self.interfaces[iface][:2]
                     yield Frame(n, ts_raw * scale, len(data), max(orig, len(data)), lt, bytes(data), iface)
 
     @staticmethod
