@@ -48,7 +48,6 @@ def export(
     """Write one row per packet (Wireshark-style column names such as bth_p_key) for DuckDB, pandas,
     Polars or Spark; --flows adds the `ibwire flows` table as a second file."""
     from ..analysis.export import partition_keys, write_capture_partitions, write_flows, write_records
-    from ..analysis.flows import analyse
     from ..analysis.report import progress
     from ..fast import scan
     from ..outfile import output_file, refuse_aliasing
@@ -88,6 +87,7 @@ def export(
         n = write_records(s, f, cb, s)
     msg = f"wrote {n} packets to {out}"
     if flows:
+        from ..analysis.flows import analyse
         res = analyse(file, icrc=icrc)
         with output_file(flows, inputs=[file]) as f:
             write_flows(res["conversations"], f)
