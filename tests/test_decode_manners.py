@@ -183,3 +183,15 @@ def test_a_reader_that_stops_early_ends_it_unsaid_with_status_2(args, tmp_path):
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 2, err
     assert err == ""
+
+
+@pytest.mark.parametrize("args", [("decode", "{sweep}"), ("stats", "{loss}"), ("flows", "{loss}"), ("fabric", "{sweep}"),
+                                  ("audit", "{clean}", "--policy", "{policy}")], ids=lambda a: a[0])
+def test_every_command_takes_tsharks_T_for_its_output_format(args):
+    """One spelling of the output-format option everywhere: `-T json` (tshark's) as well as `--format json`."""
+    caps = ROOT / "captures"
+    argv = [a.format(sweep=SWEEP, loss=LOSS, clean=caps / "roce-multitenant-clean.pcap",
+                     policy=caps / "roce-multitenant-clean.partitions.conf") for a in args]
+    short, long = run_ibwire(*argv, "-T", "json"), run_ibwire(*argv, "--format", "json")
+    assert short.returncode == long.returncode == 0, short.stderr + long.stderr
+    assert json.loads(short.stdout) == json.loads(long.stdout)

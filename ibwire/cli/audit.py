@@ -20,7 +20,7 @@ def audit(
                                           help="opensm runs with --allow_both_pkeys"),
     fail_on: str = typer.Option("breach", "--fail-on", help="exit 1 at this severity or worse: "
                                                             "info, warning, attempt, breach"),
-    fmt: str = typer.Option("text", "--format", help="text, json or md"),
+    fmt: str = typer.Option("text", "--format", "-T", help="text, json or md"),
     report: Optional[Path] = typer.Option(None, "--report", help="write a self-contained HTML report"),
     evidence: Optional[Path] = typer.Option(None, "--evidence", help="write every evidence frame to this pcapng, "
                                             "each commented with its finding number, rule and severity "

@@ -13,7 +13,7 @@ FORMATS = ("text", "json", "ibnetdiscover", "dot")
 
 @app.command()
 def fabric(file: Path = typer.Argument(..., help="Capture with native InfiniBand MADs (pcap/pcapng, ERF or link type 247)."),
-           format: str = typer.Option("text", "--format", "-F", help="text, json (schema: ibwire.fabric), "
+           format: str = typer.Option("text", "--format", "-T", "-F", help="text, json (schema: ibwire.fabric), "
                                       "ibnetdiscover (its topology file) or dot (Graphviz)."),
            report: Optional[Path] = typer.Option(None, "--report", help="also write an HTML page with the topology "
                                                  "drawn: switches, CAs, links with width and speed, degraded links "

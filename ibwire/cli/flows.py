@@ -36,7 +36,7 @@ def _qp(text: str, option: str = "--qp") -> int:
 @app.command()
 def flows(
     file: str = typer.Argument(..., help="pcap or pcapng capture"),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv"),
+    fmt: str = typer.Option("table", "--format", "-T", "-f", help="table, json or csv"),
     display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter",
                                                  help="only packets matching, e.g. 'bth.p_key == 0x8001'"),
     qp: Optional[str] = typer.Option(None, "--qp", help="only conversations using this QP number"),

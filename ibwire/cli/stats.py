@@ -9,7 +9,7 @@ from .app import app
 @app.command()
 def stats(
     file: str = typer.Argument(..., help="pcap or pcapng capture (any link type ibwire decodes)"),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv"),
+    fmt: str = typer.Option("table", "--format", "-T", "-f", help="table, json or csv"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC/VCRC of every packet (costs speed)"),
     top: int = typer.Option(20, "--top", help="rows per table on a terminal (0 = all)"),
     jobs: int = typer.Option(0, "--jobs", "-j", help="processes for large pcap files (0 = one per CPU)"),
