@@ -84,7 +84,7 @@ def main() -> None:
     """Run the CLI; user errors print one sentence, anything unexpected never shows a traceback."""
     global _MAIN_PID
     _MAIN_PID = os.getpid()
-    stdout_was = _fd_identity(1)
+    stdout_was = _identity(os.fstat, 1)
     _whole_stdout()
     signal.signal(signal.SIGTERM, _on_signal)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not when started ignoring it
@@ -170,9 +170,10 @@ def _whole_stdout() -> None:
                                       line_buffering=old.line_buffering, write_through=old.write_through)
 
 
-def _fd_identity(fd: int):
+def _identity(stat, what):
+    """(device, inode) of a path or file descriptor, None when it cannot be looked at."""
     try:
-        st = os.fstat(fd)
+        st = stat(what)
         return st.st_dev, st.st_ino
     except OSError:
         return None
@@ -181,16 +182,9 @@ def _fd_identity(fd: int):
 def _pipe_closed_below(stdout_was) -> bool:
     """Did a library end on a closed standard output?  click then wraps sys.stdout; rich points file
     descriptor 1 at /dev/null (both exit 1)."""
+    now = _identity(os.fstat, 1)
     return type(sys.stdout).__name__ == "PacifyFlushWrapper" or (
-        stdout_was is not None and _fd_identity(1) not in (stdout_was, None) and _fd_identity(1) == _devnull_id())
-
-
-def _devnull_id():
-    try:
-        st = os.stat(os.devnull)
-        return st.st_dev, st.st_ino
-    except OSError:
-        return None
+        stdout_was is not None and now not in (stdout_was, None) and now == _identity(os.stat, os.devnull))
 
 
 def _closed_pipe() -> None:
