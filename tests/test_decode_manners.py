@@ -195,3 +195,22 @@ def test_every_command_takes_tsharks_T_for_its_output_format(args):
     short, long = run_ibwire(*argv, "-T", "json"), run_ibwire(*argv, "--format", "json")
     assert short.returncode == long.returncode == 0, short.stderr + long.stderr
     assert json.loads(short.stdout) == json.loads(long.stdout)
+
+
+@pytest.mark.parametrize("args", [("stats",), ("flows",), ("fabric",), ("decode", "-T", "json"),
+                                  ("audit", "--policy", "{policy}")], ids=lambda a: a[0])
+def test_every_command_reads_its_capture_with_tsharks_r(args):
+    """`ibwire stats -r FILE` as `tshark -r FILE`: the same output as the positional capture; both at once,
+    or neither, is one sentence and status 2."""
+    caps = ROOT / "captures"
+    cap = SWEEP if args[0] in ("fabric", "decode") else caps / "roce-multitenant-clean.pcap"
+    rest = [a.format(policy=caps / "roce-multitenant-clean.partitions.conf") for a in args[1:]]
+    fmt = [] if "-T" in rest else ["-T", "json"]
+    by_r, positional = run_ibwire(args[0], "-r", cap, *rest, *fmt), run_ibwire(args[0], cap, *rest, *fmt)
+    assert by_r.returncode == positional.returncode == 0, by_r.stderr + positional.stderr
+    assert json.loads(by_r.stdout) == json.loads(positional.stdout)
+    if args[0] != "audit":                    # the audit takes several captures: -r adds one more
+        both = run_ibwire(args[0], cap, "-r", cap, *rest)
+        assert both.returncode == 2 and both.stderr.count("\n") == 1, both.stderr
+    neither = run_ibwire(args[0], *rest)
+    assert neither.returncode == 2 and "-r" in neither.stderr and "Traceback" not in neither.stderr

@@ -25,3 +25,19 @@ def _version(value: bool):
 def _root(version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
                                                  help="print ibwire's version and exit")):
     """ibwire: capture, decode, analyse and audit InfiniBand and RoCE traffic."""
+
+
+def read_file_option(several: bool = False):
+    """tshark's `-r FILE`, beside the positional capture (repeatable where a command takes several)."""
+    return typer.Option(None, "-r", "--read-file", help="the capture, as tshark -r" + (" (repeatable)" if several else ""))
+
+
+def capture_source(file: Optional[str], read: Optional[str],
+                   missing: str = "name a capture file, as an argument or with -r") -> str:
+    """The one capture a command reads, given as its argument or with -r."""
+    from ..errors import UserError
+    if read is not None and file is not None:
+        raise UserError("give the capture once, either as an argument or with -r")
+    if read is None and file is None:
+        raise UserError(missing)
+    return str(read if read is not None else file)

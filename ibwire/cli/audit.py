@@ -5,13 +5,14 @@ from typing import List, Optional
 import typer
 
 from ..errors import UserError
-from .app import app
+from .app import app, read_file_option
 
 
 @app.command()
 def audit(
     captures: List[Path] = typer.Argument(None, help="capture files of one incident (pcap/pcapng); optional "
                                                       "with --state for a state-only audit"),
+    read: Optional[List[Path]] = read_file_option(several=True),
     policy: Path = typer.Option(..., "--policy", help="opensm partitions.conf"),
     tenants: Optional[Path] = typer.Option(None, "--tenants", help="tenants.toml: tenant -> endpoints"),
     state: Optional[str] = typer.Option(None, "--state", help="hardware state: fabric JSON file, 'live', "
@@ -40,7 +41,7 @@ def audit(
         raise UserError(f"--fail-on {fail_on}: choose one of {', '.join(SEVERITIES)}")
     if fmt not in ("text", "json", "md"):
         raise UserError(f"--format {fmt}: choose text, json or md")
-    paths = [str(p) for p in captures or []]
+    paths = [str(p) for p in list(captures or []) + list(read or [])]
     if "-" in (str(report), str(evidence)):
         raise UserError("the audit's own report goes to standard output; give --report and --evidence a file name")
     if report or evidence:
@@ -50,7 +51,8 @@ def audit(
         if not Path(p).is_file():
             raise UserError(f"capture {p} does not exist")
     if not paths and not state:
-        raise UserError("give at least one capture, or --state to audit the programmed P_Key tables alone")
+        raise UserError("give at least one capture (as an argument or with -r), or --state to audit the programmed P_Key "
+                        "tables alone")
     if display_filter:
         from ..filter import compile_filter
         compile_filter(display_filter)        # an unknown field: exit 2 before any file is read

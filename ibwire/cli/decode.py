@@ -9,7 +9,7 @@ import numpy as np
 import typer
 
 from ..errors import UserError
-from .app import app
+from .app import app, capture_source, read_file_option
 
 _SEPARATORS = {"/t": "\t", "/s": " "}
 _QUOTES = {"d": '"', "s": "'", "n": ""}
@@ -34,7 +34,7 @@ def _field_options(opts: List[str]):
 @app.command()
 def decode(
     file: Optional[str] = typer.Argument(None, help="pcap or pcapng capture; - reads it from standard input"),
-    read: Optional[str] = typer.Option(None, "-r", "--read-file", help="the capture (as tshark -r; - for stdin)"),
+    read: Optional[str] = read_file_option(),
     display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter", "--filter",
                                                  help="Wireshark display filter, e.g. 'bth.p_key == 0x8001'"),
     count: Optional[int] = typer.Option(None, "-c", "--count", help="stop after N selected packets"),
@@ -54,11 +54,8 @@ def decode(
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
     from ..filter import compile_filter, field_name
     from ..output.printer import FORMATS, TIME_MODES, Printer
-    src = read if read is not None else file
-    if src is None:
-        raise UserError("name a capture file (or - to read one from standard input)")
-    if read is not None and file is not None:
-        raise UserError("give the capture once, either as an argument or with -r")
+    src = capture_source(file, read, "name a capture file, as an argument or with -r (- reads one from standard "
+                                     "input)")
     if write == "-" and print_too:
         raise UserError("-w - writes the capture to standard output; it cannot carry the -P lines too")
     fmt = fmt.lower()

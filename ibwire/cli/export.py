@@ -6,7 +6,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UserError
-from .app import app
+from .app import app, read_file_option
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
 
@@ -33,7 +33,7 @@ def _captures(args: List[str]) -> List[tuple]:
 
 @app.command()
 def export(
-    files: List[str] = typer.Argument(..., help="pcap or pcapng capture (with --partition-by: captures and "
+    files: Optional[List[str]] = typer.Argument(None, help="pcap or pcapng capture (with --partition-by: captures and "
                                                  "folders of them, one subfolder per host)"),
     out: str = typer.Option(..., "-o", "--output", help="Parquet file for the per-packet records (with "
                                                         "--partition-by: the dataset's folder)"),
@@ -44,6 +44,7 @@ def export(
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC/VCRC (icrc_status column)"),
     display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter",
                                                  help="only packets matching this display filter"),
+    read: Optional[List[str]] = read_file_option(several=True),
 ):
     """Write one row per packet (Wireshark-style column names such as bth_p_key) for DuckDB, pandas,
     Polars or Spark; --flows adds the `ibwire flows` table as a second file."""
@@ -51,6 +52,9 @@ def export(
     from ..analysis.report import progress
     from ..fast import scan
     from ..outfile import output_file, refuse_aliasing
+    files = list(files or []) + list(read or [])
+    if not files:
+        raise UserError("name a capture file, as an argument or with -r")
     if partition_by is not None:
         keys = partition_keys(partition_by)
         if flows:

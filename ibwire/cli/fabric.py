@@ -6,13 +6,15 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from .app import app
+from .app import app, capture_source, read_file_option
 
 FORMATS = ("text", "json", "ibnetdiscover", "dot")
 
 
 @app.command()
-def fabric(file: Path = typer.Argument(..., help="Capture with native InfiniBand MADs (pcap/pcapng, ERF or link type 247)."),
+def fabric(file: Optional[Path] = typer.Argument(None, help="Capture with native InfiniBand MADs (pcap/pcapng, ERF or "
+                                                          "link type 247)."),
+           read: Optional[Path] = read_file_option(),
            format: str = typer.Option("text", "--format", "-T", "-F", help="text, json (schema: ibwire.fabric), "
                                       "ibnetdiscover (its topology file) or dot (Graphviz)."),
            report: Optional[Path] = typer.Option(None, "--report", help="also write an HTML page with the topology "
@@ -21,6 +23,7 @@ def fabric(file: Path = typer.Argument(..., help="Capture with native InfiniBand
     """Nodes, port LIDs and P_Key tables, the master SM, link rates and traps seen in a capture's SMPs."""
     from ..fabric import fabric_view
     from ..fabric.text_report import render
+    file = Path(capture_source(file, read))
     if format not in FORMATS:
         raise UserError(f"unknown format '{format}'; use {', '.join(FORMATS[:-1])} or {FORMATS[-1]}.")
     if not file.is_file():

@@ -4,7 +4,7 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from .app import app
+from .app import app, capture_source, read_file_option
 
 
 def _table_row(r: dict) -> dict:
@@ -35,7 +35,8 @@ def _qp(text: str, option: str = "--qp") -> int:
 
 @app.command()
 def flows(
-    file: str = typer.Argument(..., help="pcap or pcapng capture"),
+    file: Optional[str] = typer.Argument(None, help="pcap or pcapng capture"),
+    read: Optional[str] = read_file_option(),
     fmt: str = typer.Option("table", "--format", "-T", "-f", help="table, json or csv"),
     display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter",
                                                  help="only packets matching, e.g. 'bth.p_key == 0x8001'"),
@@ -58,6 +59,7 @@ def flows(
     from ..analysis.report import check_format, progress, render
     from ..fast import scan
     from ..fast.filter import compile_batch_filter
+    file = capture_source(file, read)
     check_format(fmt)
     mask = compile_batch_filter(display_filter) if display_filter else None
     size = scan(file).size

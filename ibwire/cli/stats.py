@@ -3,12 +3,13 @@ from typing import Optional
 
 import typer
 
-from .app import app
+from .app import app, capture_source, read_file_option
 
 
 @app.command()
 def stats(
-    file: str = typer.Argument(..., help="pcap or pcapng capture (any link type ibwire decodes)"),
+    file: Optional[str] = typer.Argument(None, help="pcap or pcapng capture (any link type ibwire decodes)"),
+    read: Optional[str] = read_file_option(),
     fmt: str = typer.Option("table", "--format", "-T", "-f", help="table, json or csv"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC/VCRC of every packet (costs speed)"),
     top: int = typer.Option(20, "--top", help="rows per table on a terminal (0 = all)"),
@@ -24,6 +25,7 @@ def stats(
     from ..analysis import stats as st
     from ..analysis.report import check_format, progress, render
     from ..fast import scan
+    file = capture_source(file, read)
     check_format(fmt)
     if interval is not None:
         from ..pictures.series import interval_table
