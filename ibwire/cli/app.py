@@ -1,6 +1,7 @@
 """The typer application every command module registers itself on; `--version`, `-h` and shell
-completion (`--install-completion` / `--show-completion`, typer's, for bash, zsh and fish)."""
-from typing import Optional
+completion (`--install-completion` / `--show-completion`, typer's, for bash, zsh and fish); the capture
+arguments the reading commands share (positional or tshark's `-r`)."""
+from typing import List, Optional
 
 import typer
 
@@ -32,8 +33,10 @@ def read_file_option(several: bool = False):
     return typer.Option(None, "-r", "--read-file", help="the capture, as tshark -r" + (" (repeatable)" if several else ""))
 
 
-def capture_source(file: Optional[str], read: Optional[str],
-                   missing: str = "name a capture file, as an argument or with -r") -> str:
+NO_CAPTURE = "name a capture file, as an argument or with -r"
+
+
+def capture_source(file: Optional[str], read: Optional[str], missing: str = NO_CAPTURE) -> str:
     """The one capture a command reads, given as its argument or with -r."""
     from ..errors import UserError
     if read is not None and file is not None:
@@ -41,3 +44,8 @@ def capture_source(file: Optional[str], read: Optional[str],
     if read is None and file is None:
         raise UserError(missing)
     return str(read if read is not None else file)
+
+
+def capture_sources(args: Optional[List], read: Optional[List]) -> List[str]:
+    """The captures a command that takes several reads: its arguments, then those given with -r."""
+    return [str(p) for p in list(args or []) + list(read or [])]

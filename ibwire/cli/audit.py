@@ -5,7 +5,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UserError
-from .app import app, read_file_option
+from .app import app, capture_sources, read_file_option
 
 
 @app.command()
@@ -41,7 +41,7 @@ def audit(
         raise UserError(f"--fail-on {fail_on}: choose one of {', '.join(SEVERITIES)}")
     if fmt not in ("text", "json", "md"):
         raise UserError(f"--format {fmt}: choose text, json or md")
-    paths = [str(p) for p in list(captures or []) + list(read or [])]
+    paths = capture_sources(captures, read)
     if "-" in (str(report), str(evidence)):
         raise UserError("the audit's own report goes to standard output; give --report and --evidence a file name")
     if report or evidence:

@@ -6,7 +6,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UserError
-from .app import app, read_file_option
+from .app import NO_CAPTURE, app, capture_sources, read_file_option
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
 
@@ -52,9 +52,9 @@ def export(
     from ..analysis.report import progress
     from ..fast import scan
     from ..outfile import output_file, refuse_aliasing
-    files = list(files or []) + list(read or [])
+    files = capture_sources(files, read)
     if not files:
-        raise UserError("name a capture file, as an argument or with -r")
+        raise UserError(NO_CAPTURE)
     if partition_by is not None:
         keys = partition_keys(partition_by)
         if flows:

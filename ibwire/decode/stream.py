@@ -14,7 +14,7 @@ from ..readers import Frame
 class Batch(NamedTuple):
     rec: np.ndarray       # ibwire.fast.records.RECORD rows
     pos: object           # ibwire.fast.walk.Positions of the rows in `buf`
-    buf: np.ndarray       # the walk's current chunk (valid until the next batch)
+    buf: np.ndarray       # the chunk the batch was read in (the walk gives each chunk a buffer of its own)
 
     def frame(self, i: int) -> Frame:
         p = self.pos

@@ -48,7 +48,8 @@ class Positions(NamedTuple):
 
 
 class CaptureWalk:
-    """An open capture; iterate `batches()` (each valid until the next); `problems` lists damage."""
+    """An open capture; iterate `batches()` (each valid until the next, or while referenced with `keep`);
+    `problems` lists damage."""
 
     def __init__(self, path: str, batch: int = 16384, chunk: int = CHUNK, span=None, keep: bool = False):
         """`span` = (start, end) byte range of a pcap file whose records (starting at `start`, a record
@@ -190,10 +191,10 @@ class CaptureWalk:
                 n = int(np.count_nonzero(self.base + offs[:n] < stop))
                 status = OK if n else status
                 if n:
-                    yield self._epbs(offs[:n].copy(), hdrs[:n].copy(), np.nonzero(types[:n] == 3)[0], ifaces, frame0, off)
+                    yield self._epbs(offs[:n].copy(), hdrs[:n], np.nonzero(types[:n] == 3)[0], ifaces, frame0, off)
                 return
             if n:
-                yield self._epbs(offs[:n].copy(), hdrs[:n].copy(), np.nonzero(types[:n] == 3)[0], ifaces, frame0, off)
+                yield self._epbs(offs[:n].copy(), hdrs[:n], np.nonzero(types[:n] == 3)[0], ifaces, frame0, off)
                 frame0 += n if frame0 else 0
             if status == META:        # a Section Header or Interface Description Block, whole in buf
                 if self.span:
