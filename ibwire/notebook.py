@@ -16,10 +16,10 @@ def _need_file(path) -> str:
 
 
 def read(path, filter: Optional[str] = None, icrc: bool = True):
-    """Every packet (or those `filter` keeps) as a pyarrow Table with export.record_schema()'s columns."""
+    """Every packet (or those `filter` keeps) as a pyarrow Table with arrow.record_schema()'s columns."""
     import pyarrow as pa
 
-    from .analysis.export import record_schema, record_table
+    from .analysis.arrow import record_schema, record_table
     from .fast import scan
     from .fast.filter import compile_batch_filter
     mask = compile_batch_filter(filter) if filter else None

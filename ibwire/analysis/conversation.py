@@ -1,5 +1,5 @@
 """Typed results of `ibwire flows` for Python users (`ibwire.flows(path)`): one `Conversation` per QP
-pair with RC transport counters, in the units and types of the exported Parquet table (export.FLOW_SCHEMA)."""
+pair with RC transport counters, in the units and types of the exported Parquet table (arrow.FLOW_SCHEMA)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -96,7 +96,7 @@ class Flows:
 
     def to_arrow(self):
         """The conversation table as a pyarrow Table (the columns of `ibwire export --flows`)."""
-        from .export import flow_table
+        from .arrow import flow_table
         return flow_table(self._rows)
 
     def to_pandas(self):

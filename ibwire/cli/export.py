@@ -88,7 +88,7 @@ def export(
         from ..fast.filter import FilteredScan
         s = FilteredScan(s, display_filter)
     with progress(s.size, "export") as cb, output_file(out, inputs=[file]) as f:
-        n = write_records(s, f, cb, s)
+        n = write_records(s, f, cb)
     msg = f"wrote {n} packets to {out}"
     if flows:
         from ..analysis.flows import analyse

@@ -67,53 +67,10 @@ class Stream:
         """The walk runs one batch ahead on a second thread (the compiled walk and the file reads release
         the GIL), so reading overlaps decoding and printing; the walk reads each chunk into a buffer of its
         own, so a batch's bytes stay valid however far the read-ahead gets."""
+        from ..fast.ahead import read_ahead
         from ..fast.decode import decode_batch
         for pos, buf in read_ahead((pos, self.walk.buf) for pos in self.walk.batches()):
             yield Batch(decode_batch(buf, pos, self.icrc), pos, buf)
-
-
-def read_ahead(batches: Iterator, depth: int = 1) -> Iterator:
-    """The items of `batches`, produced on a second thread up to `depth` ahead of the consumer; its
-    exceptions are raised here; a consumer that stops early stops the producer."""
-    import queue
-    import threading
-    q = queue.Queue(depth)
-    stop = threading.Event()
-    done = object()
-
-    def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                pass
-        return False
-
-    def produce():
-        try:
-            for b in batches:
-                if not put((b, None)):
-                    return
-            put((done, None))
-        except BaseException as e:        # handed to the consumer, which raises it
-            put((done, e))
-        finally:
-            batches.close()
-
-    t = threading.Thread(target=produce, name="ibwire-read-ahead", daemon=True)
-    t.start()
-    try:
-        while True:
-            item, err = q.get()
-            if item is done:
-                if err is not None:
-                    raise err
-                return
-            yield item
-    finally:
-        stop.set()
-        t.join()
 
 
 def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None) -> dict:

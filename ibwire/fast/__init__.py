@@ -44,6 +44,21 @@ class Scan:
         for pos in self.walk.batches():
             yield decode_batch(self.walk.buf, pos, self.icrc)
 
+    def columns(self, rows: int) -> Iterator["Columns"]:
+        """Blocks of at most `rows` packets (and at least `rows` less one batch, but the last), each
+        decoded straight into columns (`fast.columns`), the layout Arrow takes."""
+        from .columns import Columns
+        from .decode import decode_columns
+        rows = max(rows, self.walk.batch)
+        cols = Columns(rows)
+        for pos in self.walk.batches():
+            if cols.n + len(pos.data) > rows:
+                yield cols
+                cols = Columns(rows)
+            decode_columns(self.walk.buf, pos, cols, self.icrc)
+        if cols.n:
+            yield cols
+
 
 def scan(path: str, icrc: bool = True, batch: int = 16384, span=None) -> Scan:
     """Record batches of a capture; `span` restricts a pcap file to a byte range (see fast.split)."""
@@ -52,5 +67,5 @@ def scan(path: str, icrc: bool = True, batch: int = 16384, span=None) -> Scan:
 
 def read_all(path: str, icrc: bool = True) -> np.ndarray:
     """Every record of a (small) capture in one array; use `scan` for large ones."""
-    parts = list(scan(path, icrc))
-    return np.concatenate(parts) if parts else np.zeros(0, RECORD)
+    from .records import join
+    return join(list(scan(path, icrc)))

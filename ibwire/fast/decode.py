@@ -12,6 +12,7 @@ from dissectors.opcodes import HEADER_LEN, OPCODES, ROCE_V1_ETHERTYPE, ROCE_V2_P
 
 from . import _native
 from . import records as R
+from .columns import Columns
 from .walk import Positions
 
 
@@ -56,6 +57,8 @@ def _check_codes():
 VCRC_TABLE = np.array([vcrc(bytes([x ^ 0xFF])) ^ 0xFF00 for x in range(256)], dtype=np.uint16)
 EXT_OFF, EXT_LEN, KNOWN = _opcode_tables()
 FIELD_OFF = _field_offsets()
+NATIVE_FIELDS = [name for name, _ in _native.FIELDS]
+RECORD_STEP = np.full(len(FIELD_OFF), R.RECORD.itemsize, np.int64)   # records one after another
 _check_codes()
 
 
@@ -68,7 +71,26 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
         rec["time_ns"] = pos.ns
     rec["linktype"] = pos.linktype
     if n:
-        i64 = [np.ascontiguousarray(a, np.int64) for a in (pos.data, pos.caplen, pos.wirelen, pos.linktype)]
-        _native.decode(buf, *i64, EXT_OFF, EXT_LEN, KNOWN, VCRC_TABLE, FIELD_OFF, ROCE_V2_PORT,
-                       ROCE_V1_ETHERTYPE, icrc, rec)
+        _decode(buf, pos, icrc, FIELD_OFF, RECORD_STEP, rec)
     return rec
+
+
+def decode_columns(buf: np.ndarray, pos: Positions, cols: Columns, icrc: bool = True) -> None:
+    """The packets at `pos` in `buf` decoded into the next rows of the (zero-filled) block `cols`."""
+    n, at = len(pos.data), cols.n
+    if at + n > cols.capacity:
+        raise ValueError(f"{n} more rows do not fit in a block of {cols.capacity} holding {at}")
+    if n:
+        off, step = cols.place(NATIVE_FIELDS, at)
+        _decode(buf, pos, icrc, off, step, cols.buf)
+    cols.n = at + n
+    for field, v in (("frame", pos.frame), ("time", pos.time), ("caplen", pos.caplen), ("len", pos.wirelen),
+                     ("time_ns", pos.ns), ("linktype", pos.linktype)):
+        if v is not None:
+            cols[field][at:] = v
+
+
+def _decode(buf, pos: Positions, icrc: bool, field_off: np.ndarray, field_step: np.ndarray, out) -> None:
+    i64 = [np.ascontiguousarray(a, np.int64) for a in (pos.data, pos.caplen, pos.wirelen, pos.linktype)]
+    _native.decode(buf, *i64, EXT_OFF, EXT_LEN, KNOWN, VCRC_TABLE, field_off, field_step, ROCE_V2_PORT,
+                   ROCE_V1_ETHERTYPE, icrc, out)

@@ -312,5 +312,11 @@ class FilteredScan:
         for rec in self.scan:
             yield rec[self.mask(rec)]
 
+    def columns(self, rows: int):
+        """As Scan.columns: blocks of the selected records, at least `rows` in each but the last."""
+        from .columns import from_records
+        from .records import gathered
+        return (from_records(rec) for rec in gathered(self, rows))
+
     def __getattr__(self, name):          # size, bytes_done, problems, walk ...
         return getattr(self.scan, name)

@@ -3,6 +3,8 @@
 One numpy structured array per batch; field meanings follow the Wireshark display-filter names in
 `FIELD_KEYS` (the same keys `ibwire decode` prints), so a record and a decoded packet can be compared.
 """
+from typing import Iterable, Iterator, List
+
 import numpy as np
 
 # Link/encapsulation kinds (`link` field).
@@ -76,3 +78,29 @@ def addr_text(v: bytes) -> str:
 
 def mac_text(v: bytes) -> str:
     return ":".join(f"{x:02x}" for x in bytes(v))
+
+
+def join(parts: List[np.ndarray]) -> np.ndarray:
+    """One record array of `parts`, copied a whole record at a time (numpy copies a structured dtype field
+    by field, several times slower)."""
+    if not parts:
+        return np.zeros(0, RECORD)
+    if len(parts) == 1:
+        return parts[0]
+    whole = np.dtype((np.void, RECORD.itemsize))
+    return np.concatenate([np.ascontiguousarray(p).view(whole) for p in parts]).view(RECORD)
+
+
+def gathered(batches: Iterable[np.ndarray], rows: int) -> Iterator[np.ndarray]:
+    """The record batches of `batches` joined into arrays of at least `rows` records (the last may hold
+    fewer)."""
+    parts, n = [], 0
+    for rec in batches:
+        if len(rec):
+            parts.append(rec)
+            n += len(rec)
+        if n >= rows:
+            yield join(parts)
+            parts, n = [], 0
+    if parts:
+        yield join(parts)

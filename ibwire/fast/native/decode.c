@@ -43,7 +43,7 @@ static inline uint64_t LE(const pkt *k, int64_t o, int n)
     return v;
 }
 
-#define AT(f) (rec + c->field_off[f])
+#define AT(f) (out + c->field_off[f] + row * c->field_step[f])
 static inline void put8(uint8_t *q, uint64_t v) { *q = (uint8_t)v; }
 static inline void put16(uint8_t *q, uint64_t v) { uint16_t x = (uint16_t)v; memcpy(q, &x, 2); }
 static inline void put32(uint8_t *q, uint64_t v) { uint32_t x = (uint32_t)v; memcpy(q, &x, 4); }
@@ -68,7 +68,7 @@ static inline uint64_t ext_field(const decode_ctx *c, const pkt *k, int h, unsig
 }
 
 /* The transport part: BTH, extended headers, MAD header, CRC status. */
-static void transport(const decode_ctx *c, const pkt *k, uint8_t *rec, int kind, int64_t lrh, int64_t l3,
+static void transport(const decode_ctx *c, const pkt *k, uint8_t *out, int64_t row, int kind, int64_t lrh, int64_t l3,
                       int64_t udp, int64_t b, int64_t e, unsigned *flags)
 {
     unsigned op = B(k, b), b1 = B(k, b + 1), b4 = B(k, b + 4);
@@ -164,7 +164,8 @@ static void transport(const decode_ctx *c, const pkt *k, uint8_t *rec, int kind,
     }
 }
 
-void decode_one(const decode_ctx *c, int64_t d, int64_t caplen, int64_t wirelen, int64_t lt, uint8_t *rec)
+void decode_one(const decode_ctx *c, int64_t d, int64_t caplen, int64_t wirelen, int64_t lt, uint8_t *out,
+                int64_t row)
 {
     pkt k = {c->buf, d + caplen < c->size ? d + caplen : c->size};
     int kind = K_OTHER;
@@ -297,7 +298,7 @@ void decode_one(const decode_ctx *c, int64_t d, int64_t caplen, int64_t wirelen,
     put8(AT(R_LINK), kind);
     puti32(AT(R_VLAN), vlan);
     if (has_bth)
-        transport(c, &k, rec, kind, lrh, l3, udp, bth, end, &flags);
+        transport(c, &k, out, row, kind, lrh, l3, udp, bth, end, &flags);
     if (wirelen > caplen)
         flags |= FL_TRUNCATED;
     put8(AT(R_FLAGS), flags);

@@ -1,5 +1,7 @@
 /* One packet -> one record of ibwire.fast.records.RECORD (the numpy structured dtype is the truth for the
- * layout: Python passes each field's byte offset, checked against the types listed in FIELD_TYPES). */
+ * layout: Python passes each field's byte offset, checked against the types listed in FIELD_TYPES).  Field f
+ * of row i is written at out + field_off[f] + i * field_step[f]: records one after another (every step the
+ * record's size) or each field in a column of its own (each step the field's size). */
 #ifndef IBWIRE_DECODE_H
 #define IBWIRE_DECODE_H
 #include <stdint.h>
@@ -47,12 +49,13 @@ typedef struct {
     const int16_t *ext_len;      /* [256]: bytes of extended headers after the BTH */
     const uint8_t *known;        /* [256]: bit 0 opcode is defined, bit 1 a payload (and pad) may follow */
     const uint16_t (*vtable)[256];   /* VCRC tables (vcrc_slices) */
-    const int64_t *field_off;    /* [N_FIELDS]: byte offset of each field in a record */
+    const int64_t *field_off;    /* [N_FIELDS]: byte offset of each field in row 0 */
+    const int64_t *field_step;   /* [N_FIELDS]: bytes from a field to the same field of the next row */
     unsigned roce2_port, roce1_ethertype;
     int icrc;                    /* verify ICRC/VCRC */
 } decode_ctx;
 
 void decode_one(const decode_ctx *c, int64_t data, int64_t caplen, int64_t wirelen, int64_t linktype,
-                uint8_t *rec);
+                uint8_t *out, int64_t row);
 
 #endif

@@ -145,28 +145,29 @@ static PyObject *walk_pcapng(PyObject *self, PyObject *args)
 }
 
 PyDoc_STRVAR(decode_doc,
-"decode(buf, data, caplen, wirelen, linktype, ext_off, ext_len, known, vtable, field_off, roce2_port,\n"
-"       roce1_ethertype, icrc, out)\n\n"
-"Decode packet i (buf[data[i]:data[i]+caplen[i]], link type linktype[i]; int64 arrays) into record i of\n"
-"`out` (zero-filled records; field_off gives the byte offset in a record of each field of FIELDS).\n"
+"decode(buf, data, caplen, wirelen, linktype, ext_off, ext_len, known, vtable, field_off, field_step,\n"
+"       roce2_port, roce1_ethertype, icrc, out)\n\n"
+"Decode packet i (buf[data[i]:data[i]+caplen[i]], link type linktype[i]; int64 arrays) into row i of\n"
+"`out` (zero-filled): field f of FIELDS at byte field_off[f] + i * field_step[f] (int64 arrays; records\n"
+"one after another or each field in a column of its own).\n"
 "ext_off: int16 [len(EXT_HEADERS)][256] offsets after the BTH (-1 absent); ext_len: int16 [256];\n"
 "known: uint8 [256], bit 0 opcode defined, bit 1 payload allowed; vtable: the VCRC's uint16 byte table; icrc: verify ICRC and VCRC.");
 
 static PyObject *decode(PyObject *self, PyObject *args)
 {
-    enum { BUF, DATA, CAPLEN, WIRELEN, LT, EXT_OFF, EXT_LEN, KNOWN, VTABLE, FIELD_OFF, OUT, NB };
+    enum { BUF, DATA, CAPLEN, WIRELEN, LT, EXT_OFF, EXT_LEN, KNOWN, VTABLE, FIELD_OFF, FIELD_STEP, OUT, NB };
     PyObject *o[NB];
     unsigned roce2_port, roce1_ethertype;
     int icrc;
     buf_t b[NB];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOIIpO", &o[BUF], &o[DATA], &o[CAPLEN], &o[WIRELEN], &o[LT],
-                          &o[EXT_OFF], &o[EXT_LEN], &o[KNOWN], &o[VTABLE], &o[FIELD_OFF], &roce2_port,
-                          &roce1_ethertype, &icrc, &o[OUT]))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOIIpO", &o[BUF], &o[DATA], &o[CAPLEN], &o[WIRELEN], &o[LT],
+                          &o[EXT_OFF], &o[EXT_LEN], &o[KNOWN], &o[VTABLE], &o[FIELD_OFF], &o[FIELD_STEP],
+                          &roce2_port, &roce1_ethertype, &icrc, &o[OUT]))
         return NULL;
-    static const Py_ssize_t item[NB] = {0, 8, 8, 8, 8, 2, 2, 1, 2, 8, 0};
+    static const Py_ssize_t item[NB] = {0, 8, 8, 8, 8, 2, 2, 1, 2, 8, 8, 0};
     static const char *names[NB] = {"buf", "data", "caplen", "wirelen", "linktype", "ext_off", "ext_len",
-                                    "known", "vtable", "field_off", "out"};
+                                    "known", "vtable", "field_off", "field_step", "out"};
     if (get_all(o, b, NB, item, names, 1u << OUT, 0) < 0)
         return NULL;
     Py_ssize_t n = b[DATA].v.len / 8;
@@ -174,18 +175,18 @@ static PyObject *decode(PyObject *self, PyObject *args)
     if (b[CAPLEN].v.len / 8 != n || b[WIRELEN].v.len / 8 != n || b[LT].v.len / 8 != n)
         bad = "data, caplen, wirelen and linktype must have the same length";
     else if (b[EXT_OFF].v.len != N_EXT * 256 * 2 || b[EXT_LEN].v.len != 512 || b[KNOWN].v.len != 256 ||
-             b[VTABLE].v.len != 512 || b[FIELD_OFF].v.len != N_FIELDS * 8)
+             b[VTABLE].v.len != 512 || b[FIELD_OFF].v.len != N_FIELDS * 8 || b[FIELD_STEP].v.len != N_FIELDS * 8)
         bad = "a table has the wrong size";
-    else if (n && b[OUT].v.len % n)
-        bad = "out does not hold one record per packet";
-    Py_ssize_t itemsize = n ? b[OUT].v.len / n : 0;
-    const int64_t *field_off = b[FIELD_OFF].v.buf;
+    const int64_t *field_off = b[FIELD_OFF].v.buf, *field_step = b[FIELD_STEP].v.buf;
 #define AS_TYPE(id, name, type) type,
     static const char *const types[N_FIELDS] = {RECORD_FIELDS(AS_TYPE)};   /* "u4", "V16": kind, bytes */
 #undef AS_TYPE
-    for (int f = 0; !bad && f < N_FIELDS; f++)
-        if (field_off[f] < 0 || (n && field_off[f] + atoi(types[f] + 1) > itemsize))
-            bad = "a field lies outside the record";
+    for (int f = 0; !bad && f < N_FIELDS; f++) {
+        int64_t size = atoi(types[f] + 1);
+        if (field_off[f] < 0 || field_step[f] < size ||
+            (n && field_off[f] + (n - 1) * field_step[f] + size > b[OUT].v.len))
+            bad = "a field of some row lies outside out";
+    }
     const int64_t *pd = b[DATA].v.buf, *pc = b[CAPLEN].v.buf;     /* each packet's bytes lie inside buf */
     for (Py_ssize_t i = 0; !bad && i < n; i++)
         if (pd[i] < 0 || pc[i] < 0 || pd[i] > b[BUF].v.len || pc[i] > b[BUF].v.len - pd[i])
@@ -195,12 +196,12 @@ static PyObject *decode(PyObject *self, PyObject *args)
     uint16_t vt[4][256];
     vcrc_slices(b[VTABLE].v.buf, vt);
     decode_ctx c = {b[BUF].v.buf, b[BUF].v.len, b[EXT_OFF].v.buf, b[EXT_LEN].v.buf, b[KNOWN].v.buf,
-                    (const uint16_t (*)[256])vt, field_off, roce2_port, roce1_ethertype, icrc};
+                    (const uint16_t (*)[256])vt, field_off, field_step, roce2_port, roce1_ethertype, icrc};
     const int64_t *d = b[DATA].v.buf, *cl = b[CAPLEN].v.buf, *wl = b[WIRELEN].v.buf, *lt = b[LT].v.buf;
     uint8_t *out = b[OUT].v.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++)
-        decode_one(&c, d[i], cl[i], wl[i], lt[i], out + i * itemsize);
+        decode_one(&c, d[i], cl[i], wl[i], lt[i], out, i);
     Py_END_ALLOW_THREADS
     release(b, NB);
     Py_RETURN_NONE;

@@ -1,0 +1,50 @@
+"""Records stored field by field: each field of `records.RECORD` as one contiguous column, the layout Arrow
+and Parquet take.  The compiled decoder fills such a block directly (`decode.decode_columns`); records
+already decoded are split into one in a single compiled pass (`from_records`)."""
+from typing import Dict, Sequence, Tuple
+
+import numpy as np
+
+from . import _native
+from .records import RECORD
+
+FIELDS = RECORD.names
+SIZES = np.array([RECORD.fields[f][0].itemsize for f in FIELDS], np.int64)
+STARTS = dict(zip(FIELDS, np.concatenate(([0], np.cumsum(SIZES)[:-1])).tolist()))
+ROW_BYTES = int(SIZES.sum())
+_OFFSETS = np.array([RECORD.fields[f][1] for f in FIELDS], np.int64)
+
+
+class Columns:
+    """Room for `capacity` rows; column `f` holds its values from byte capacity * STARTS[f] of `buf`.
+    `cols[field]` is the column of the `n` rows filled so far (a view, int/float/void as in RECORD)."""
+
+    def __init__(self, capacity: int):
+        self.capacity, self.n = capacity, 0
+        self.buf = np.zeros(capacity * ROW_BYTES, np.uint8)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, field: str) -> np.ndarray:
+        dt = RECORD.fields[field][0]
+        a = self.capacity * STARTS[field]
+        return self.buf[a:a + self.n * dt.itemsize].view(dt)
+
+    def place(self, fields: Sequence[str], row: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Byte offset in `buf` of row `row` of each of `fields`, and the step to the next row (int64)."""
+        step = np.array([RECORD.fields[f][0].itemsize for f in fields], np.int64)
+        start = np.array([STARTS[f] for f in fields], np.int64)
+        return self.capacity * start + row * step, step
+
+    def columns(self) -> Dict[str, np.ndarray]:
+        return {f: self[f] for f in FIELDS}
+
+
+def from_records(rec: np.ndarray) -> Columns:
+    """The records of `rec` as a block of columns (one compiled pass: each record is read once)."""
+    rec = np.ascontiguousarray(rec)
+    cols = Columns(len(rec))
+    _native.columns(rec, rec.dtype.itemsize, _OFFSETS, SIZES, cols.buf)
+    cols.n = len(rec)
+    return cols
