@@ -14,6 +14,7 @@ import pyarrow as pa
 from dissectors.opcodes import OPCODES, lookup
 from ..fast import records as R
 from ..fast.columns import Columns, from_records
+from .flows import MESSAGE_KINDS
 from .hashing import group_rows
 
 _OPNAMES = [lookup(c).full_name for c in range(256)]
@@ -174,7 +175,6 @@ def column_table(cols: Columns) -> pa.Table:
 
 # --- the conversation table -------------------------------------------------------------------------------
 
-MESSAGE_KINDS = ("send", "write", "read", "atomic", "flush", "atomic_write", "resync", "unknown")
 _COUNTS = pa.struct([pa.field(k, pa.int64()) for k in MESSAGE_KINDS])
 _LATENCY = pa.struct([pa.field("n", pa.int64())] + [pa.field(k, pa.float64()) for k in ("p50", "p90", "p99", "max")])
 FLOW_SCHEMA = pa.schema([

@@ -26,7 +26,7 @@ typedef struct {
 enum { OC_REQUEST, OC_READ_REQ, OC_READ_RESP, OC_ACK, OC_ATOMIC_ACK, OC_CNP };
 enum { SEG_NONE, SEG_FIRST, SEG_MIDDLE, SEG_LAST, SEG_ONLY };
 enum { TR_OTHER, TR_RC, TR_UC, TR_DC, TR_UD, TR_CNP, TR_XRC };
-/* Message kinds counted per operation (ibwire.analysis.export.MESSAGE_KINDS order). */
+/* Message kinds counted per operation (ibwire.analysis.flows.MESSAGE_KINDS order). */
 enum { MK_SEND, MK_WRITE, MK_READ, MK_ATOMIC, MK_FLUSH, MK_ATOMIC_WRITE, MK_RESYNC, MK_UNKNOWN, N_MK };
 /* Channel counters, in this order in the results. */
 #define FLOW_COUNTERS(X) X(REQUEST_PACKETS) X(BAD_ICRC) X(RETRANSMISSIONS) X(PSN_GAPS) X(DROPS) \
