@@ -17,7 +17,7 @@ from ..readers.formats import PCAP_MAGICS, PCAPNG_SHB, if_tsresol
 from . import _native
 from ..readers.resync import boundary
 
-CHUNK = 1 << 23
+CHUNK = 1 << 22    # bytes read at a time: small enough that the bytes are still cached when the decoder reads them
 OK, NEED, IMPOSSIBLE, META = 0, 1, 2, 3     # _native.walk_pcap / walk_pcapng status
 
 
