@@ -25,13 +25,18 @@ ROW_GROUP = 1 << 15        # records per Parquet row group (batches are joined u
 
 def row_groups(scan, progress=None):
     """An Arrow table per row group of `scan` (a fast.Scan or FilteredScan), read and decoded ahead on a
-    second thread; `progress(packets, bytes done)` after each."""
-    ahead = read_ahead(((cols, scan.bytes_done) for cols in scan.columns(ROW_GROUP)), depth=1)
+    second thread; `progress(packets, bytes done)` after each.  The block of columns under a table is
+    filled again once the table is gone (fresh memory costs page faults)."""
+    spare: list = []
+    ahead = read_ahead(((cols, scan.bytes_done) for cols in scan.columns(ROW_GROUP, spare)), depth=1)
     from .arrow import column_table
     for cols, done in ahead:
         if progress:
             progress(len(cols), done)
-        yield column_table(cols)
+        table = column_table(cols)
+        yield table
+        del table
+        spare.append(cols)
 
 
 def write_records(scan, where, progress=None) -> int:
@@ -46,6 +51,7 @@ def write_records(scan, where, progress=None) -> int:
         for table in tables:
             writer.write_table(table)
             n += table.num_rows
+            del table                   # its block of columns can be filled again
     return n
 
 

@@ -44,17 +44,25 @@ class Scan:
         for pos in self.walk.batches():
             yield decode_batch(self.walk.buf, pos, self.icrc)
 
-    def columns(self, rows: int) -> Iterator["Columns"]:
+    def columns(self, rows: int, spare: list = None) -> Iterator["Columns"]:
         """Blocks of at most `rows` packets (and at least `rows` less one batch, but the last), each
-        decoded straight into columns (`fast.columns`), the layout Arrow takes."""
+        decoded straight into columns (`fast.columns`), the layout Arrow takes.  `spare`: blocks the
+        consumer is done with (it appends them), filled again rather than new ones made."""
         from .columns import Columns
         from .decode import decode_columns
         rows = max(rows, self.walk.batch)
-        cols = Columns(rows)
+
+        def block():
+            while spare:
+                c = spare.pop()
+                if c.capacity == rows and c.clear():
+                    return c
+            return Columns(rows)
+        cols = block()
         for pos in self.walk.batches():
             if cols.n + len(pos.data) > rows:
                 yield cols
-                cols = Columns(rows)
+                cols = block()
             decode_columns(self.walk.buf, pos, cols, self.icrc)
         if cols.n:
             yield cols

@@ -1,6 +1,7 @@
 """Records stored field by field: each field of `records.RECORD` as one contiguous column, the layout Arrow
 and Parquet take.  The compiled decoder fills such a block directly (`decode.decode_columns`); records
 already decoded are split into one in a single compiled pass (`from_records`)."""
+import sys
 from typing import Dict, Sequence, Tuple
 
 import numpy as np
@@ -30,6 +31,14 @@ class Columns:
         dt = RECORD.fields[field][0]
         a = self.capacity * STARTS[field]
         return self.buf[a:a + self.n * dt.itemsize].view(dt)
+
+    def clear(self) -> bool:
+        """Empty the block for reuse: False (and left as it is) while a view of its memory is alive."""
+        if sys.getrefcount(self.buf) > 2:         # self.buf and getrefcount's argument
+            return False
+        self.buf.fill(0)
+        self.n = 0
+        return True
 
     def place(self, fields: Sequence[str], row: int) -> Tuple[np.ndarray, np.ndarray]:
         """Byte offset in `buf` of row `row` of each of `fields`, and the step to the next row (int64)."""

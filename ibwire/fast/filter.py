@@ -312,7 +312,7 @@ class FilteredScan:
         for rec in self.scan:
             yield rec[self.mask(rec)]
 
-    def columns(self, rows: int):
+    def columns(self, rows: int, spare: list = None):
         """As Scan.columns: blocks of the selected records, at least `rows` in each but the last."""
         from .columns import from_records
         from .records import gathered
