@@ -27,8 +27,10 @@ _EXT_OF = {"reth_va": "reth", "reth_r_key": "reth", "reth_dmalen": "reth", "aeth
            "aeth_msn": "aeth", "deth_q_key": "deth", "deth_srcqp": "deth", "atomic_va": "atomiceth",
            "atomic_r_key": "atomiceth", "atomic_swapdt": "atomiceth", "atomic_cmpdt": "atomiceth",
            "atomicack": "atomicacketh", "immdt": "immdt", "ieth": "ieth", "xrcsrq": "xrceth"}
-_HAS = {h: np.array([h in OPCODES[c].headers if c in OPCODES else False for c in range(256)])
-        for h in set(_EXT_OF.values())}
+_EXT = sorted(set(_EXT_OF.values()))
+# Opcode -> one bit per extended header of _EXT that it carries (one lookup per packet finds them all).
+_EXT_BITS = np.array([sum(1 << k for k, h in enumerate(_EXT) if c in OPCODES and h in OPCODES[c].headers)
+                      for c in range(256)], np.uint16)
 _ETH_LINKS = np.array([k in (R.ROCE1, R.ROCE2V4, R.ROCE2V6) for k in range(256)])
 _LRH_LINKS = np.array([k in (R.IB, R.IBGRH) for k in range(256)])
 _UDP_LINKS = np.array([k in (R.ROCE2V4, R.ROCE2V6) for k in range(256)])
@@ -67,7 +69,9 @@ def _present(rec) -> dict:
     out.update({f: _LRH_LINKS[link] for f in _LRH_FIELDS})
     out.update({f: bth for f in _BTH_FIELDS})
     out.update({f: mad for f in _MAD_FIELDS})
-    out.update({f: bth & _HAS[h][op] for f, h in _EXT_OF.items()})
+    bits = np.where(bth, _EXT_BITS[op], 0)
+    ext = {h: (bits & (1 << k)) > 0 for k, h in enumerate(_EXT)}
+    out.update({f: ext[h] for f, h in _EXT_OF.items()})
     return out
 
 
