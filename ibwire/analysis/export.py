@@ -9,18 +9,22 @@ import numpy as np
 
 from ..fast.ahead import read_ahead
 
-# Parquet settings: dictionary pages only for the columns that are dictionaries already (the others are
-# numbers with many values, where a dictionary costs time and bytes); delta encoding for the columns that
-# grow by small steps (time, frame number, PSN, MSN: smaller and faster than plain values with zstd); zstd
-# at its fastest level; statistics for the columns queries filter on.
+ROW_GROUP = 1 << 15        # records per Parquet row group (batches are joined up to this; memory stays flat)
+
+# Parquet settings: dictionary pages for the columns that are dictionaries already and for the addresses (a
+# capture has few endpoints; the other columns are numbers with many values, where a dictionary costs time
+# and bytes); delta encoding for the columns that grow by small steps (time, frame number, PSN, MSN:
+# smaller and faster than plain values with zstd); zstd at its fastest level; each row group's column
+# encoded in one go (write_batch_size); statistics for the columns queries filter on.
 PARQUET = {"compression": "zstd", "compression_level": 1, "data_page_version": "2.0",
-           "use_dictionary": ["link_kind", "icrc_status", "vcrc_status", "src_addr", "dst_addr", "operation"],
+           "use_dictionary": ["link_kind", "icrc_status", "vcrc_status", "src_addr", "dst_addr", "operation",
+                              "addr_src", "addr_dst", "eth_src", "eth_dst"],
+           "write_batch_size": ROW_GROUP,
            "column_encoding": {c: "DELTA_BINARY_PACKED" for c in ("frame_time", "frame_number", "bth_psn",
                                                                   "aeth_msn")},
            # min/max per row group where queries select (DuckDB and Spark skip row groups by them)
            "write_statistics": ["frame_time", "frame_number", "bth_opcode", "bth_p_key", "bth_destqp", "bth_psn",
                                 "lrh_slid", "lrh_dlid", "udp_srcport", "udp_dstport"]}
-ROW_GROUP = 1 << 15        # records per Parquet row group (batches are joined up to this; memory stays flat)
 
 
 def row_groups(scan, progress=None):
