@@ -7,6 +7,7 @@ are then read for the whole batch at once with numpy.  Layouts: pcap(5) and pcap
 """
 import os
 import struct
+import sys
 from typing import Iterator, List, NamedTuple
 
 import numpy as np
@@ -18,6 +19,7 @@ from . import _native
 from ..readers.resync import boundary
 
 CHUNK = 1 << 22    # bytes read at a time: small enough that the bytes are still cached when the decoder reads them
+KEEP_RETIRED = 4   # chunk buffers kept for reuse (a read-ahead queue and its consumer hold a few)
 OK, NEED, IMPOSSIBLE, META = 0, 1, 2, 3     # _native.walk_pcap / walk_pcapng status
 
 
@@ -67,6 +69,7 @@ class CaptureWalk:
         self.format = file_format(path, head)
         self._store = np.empty(min(chunk, max(self.size, 64)), np.uint8)
         self.buf = self._store[:0]    # valid bytes of the current chunk
+        self._retired: List[np.ndarray] = []   # earlier chunk buffers (keep): reused once nothing refers to them
         self.base = 0                 # file offset of buf[0]
         self.problems: List[str] = []
         self.linktypes = set()
@@ -80,8 +83,9 @@ class CaptureWalk:
             bigger[:rest] = self._store[:rest]
             self._store = bigger
         elif self.keep:
-            fresh = np.empty(len(self._store), np.uint8)
+            fresh = self._free_store(len(self._store))
             fresh[:rest] = self._store[local:local + rest]
+            self._retired.append(self._store)
             self._store = fresh
         elif rest:
             self._store[:rest] = self._store[local:local + rest]
@@ -89,6 +93,15 @@ class CaptureWalk:
         got = self.f.readinto(memoryview(self._store)[rest:])
         self.buf = self._store[:rest + got]
         return got > 0
+
+    def _free_store(self, size: int) -> np.ndarray:
+        """A chunk buffer no batch refers to any more (fresh memory costs page faults), else a new one."""
+        for i, b in enumerate(self._retired):
+            if len(b) == size and sys.getrefcount(b) <= 3:     # the list, `b` and getrefcount's argument
+                del self._retired[i]
+                return b
+        del self._retired[:-KEEP_RETIRED]
+        return np.empty(size, np.uint8)
 
     def _goto(self, offset: int) -> None:
         """Let the chunk start at file offset `offset`."""
