@@ -1,34 +1,61 @@
 """The flows report keeps a bounded number of packets per conversation drawn (memory stays flat however long
-the capture): beyond the cap, every NAK, RNR NAK and bad-ICRC packet is still kept to be marked, and the
-page says how much the graphs draw."""
+the capture).  Beyond the cap it keeps what is to be marked: every NAK, RNR NAK and bad-ICRC packet, the
+requests that break the sequence and the ones before them, the request ending each RNR wait; so the PSN
+graph of a thinned conversation marks the same drops, NAKs and RNR waits as the graph of every packet, and
+the first retransmission of each go-back; the page says how much the graphs draw."""
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from ibwire.analysis.flows import analyse
 from ibwire.pictures import flows_report
 from ibwire.pictures import series as S
 
-CAP = Path(__file__).resolve().parents[1] / "captures" / "loss-retransmit.pcap"
+CAPS = Path(__file__).resolve().parents[1] / "captures"
 
 
 def _nak_marks(pk):
-    syn = np.where(S.HAS_AETH[pk["opcode"]], pk["aeth_syndrome"].astype(np.int64) >> 5, -1)
+    syn = S.aeth_kinds(pk["opcode"], pk["aeth_syndrome"])
     return sorted(pk["frame"][(syn == 1) | (syn == 3) | pk["bad_icrc"]].tolist())
 
 
-def test_beyond_the_cap_only_marked_packets_are_kept(monkeypatch):
-    rows = analyse(str(CAP))["conversations"]
+def _bursts(ch):
+    """Frames of the retransmissions that start a go-back (the request before them was no retransmission)."""
+    req = np.flatnonzero(ch["is_req"] & ~ch["bad"])
+    r = ch["retrans"][req]
+    return set(ch["frame"][req[r & ~np.r_[False, r[:-1]]]].tolist())
+
+
+@pytest.mark.parametrize("name, cap", [("loss-retransmit.pcap", 40), ("rxe-rc-write-loss2.pcap", 60)])
+def test_beyond_the_cap_what_is_marked_is_kept(monkeypatch, name, cap):
+    path = str(CAPS / name)
+    rows = analyse(path)["conversations"]
     keep = range(len(rows))
-    whole = S.collect(str(CAP), rows, keep, 0.01)
-    monkeypatch.setattr(S, "KEEP_PACKETS", 40)
-    capped = S.collect(str(CAP), rows, keep, 0.01)
+    whole = S.collect(path, rows, keep, 0.01)
+    monkeypatch.setattr(S, "KEEP_PACKETS", cap)
+    capped = S.collect(path, rows, keep, 0.01)
     assert whole.thinned == {} and capped.thinned
+    beyond = 0                  # marks after the head: what the thinning must keep
     for ci, (kept, seen, _) in capped.thinned.items():
         pk, full = capped.packets[ci], whole.packets[ci]
-        assert kept == 40 and seen == len(full["frame"]) > 40
-        assert pk["frame"][:40].tolist() == full["frame"][:40].tolist()          # the head kept whole
-        assert _nak_marks(pk) == _nak_marks(full)                                  # every mark kept
-        assert len(pk["frame"]) == 40 + len(set(_nak_marks(full)) - set(full["frame"][:40].tolist()))
-    html = flows_report.render(str(CAP), {"conversations": rows, "problems": []})
+        assert kept == cap and seen == len(full["frame"]) > cap
+        assert pk["frame"][:cap].tolist() == full["frame"][:cap].tolist()        # the head kept whole
+        assert len(pk["frame"]) < len(full["frame"])                              # the rest thinned
+        assert (np.diff(pk["frame"].astype(np.int64)) > 0).all()                  # in capture order, once each
+        assert _nak_marks(pk) == _nak_marks(full)                                 # every mark of its own kept
+        for side in (0, 1):
+            a, b = S.channel(pk, side), S.channel(full, side)
+            assert (a is None) == (b is None)
+            if a is None:
+                continue
+            assert a["drop_points"] == b["drop_points"]                           # the same drops, same places
+            assert a["rnr_waits"] == b["rnr_waits"]
+            got = set(a["frame"][a["retrans"]].tolist())
+            assert _bursts(b) <= got <= set(b["frame"][b["retrans"]].tolist())
+            head_end = float(full["time"][cap - 1])
+            beyond += sum(t > head_end for t, _ in b["drop_points"]) + sum(
+                f > int(full["frame"][cap - 1]) for f in _bursts(b))
+    assert beyond                                                                 # loss after the head was marked
+    html = flows_report.render(path, {"conversations": rows, "problems": []})
     assert "class='note thinned'" in html and "The table above counts every packet" in html

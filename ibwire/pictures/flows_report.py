@@ -176,9 +176,10 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
         if i in c.thinned:
             whole, seen, since = c.thinned[i]
             body.append(f"<p class='note thinned' data-kept='{whole}' data-seen='{seen}'>The graphs draw the first "
-                        f"{whole:,} of this conversation's {seen:,} packets (until {_rel(since - t0)}); after that "
-                        "only its NAKs, RNR NAKs and bad ICRCs are marked, and its latencies are not sampled. The "
-                        "table above counts every packet.</p>")
+                        f"{whole:,} of this conversation's {seen:,} packets whole (until {_rel(since - t0)}); after "
+                        "that they keep only what is marked (drops, retransmissions, NAKs, RNR NAKs and their "
+                        "waits, bad ICRCs) and the requests around it, so later ACKs and latencies are not drawn. "
+                        "The table above counts every packet.</p>")
         ack, rd = [], []
         for side in (0, 1):
             ch = S.channel(pk, side)

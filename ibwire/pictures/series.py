@@ -144,7 +144,8 @@ def interval_for(duration: float, bins: int = 100) -> float:
 class Collected:
     """What one pass over a capture gathered: total time bins, per-conversation bins and packet columns;
     `thinned`: conversation -> (packets kept whole, packets seen, time of the first one not kept) for those
-    longer than KEEP_PACKETS, whose later packets are kept only when they carry a mark (NAK, RNR NAK, bad ICRC)."""
+    longer than KEEP_PACKETS, whose later packets are kept only where something is to be marked (see
+    `Thinning`)."""
 
     def __init__(self, total: TimeBins, per_conv: Dict[int, TimeBins], packets: Dict[int, dict], cm: np.ndarray,
                  thinned: Optional[Dict[int, tuple]] = None):
@@ -156,6 +157,63 @@ def _marks(cols: dict) -> np.ndarray:
     """Packets that carry a mark of their own, without sequencing: NAKs, RNR NAKs, bad ICRCs."""
     syn = aeth_kinds(cols["opcode"], cols["aeth_syndrome"])
     return (syn == AETH_RNR_NAK) | (syn == AETH_NAK) | cols["bad_icrc"]
+
+
+class Thinning:
+    """Which packets of a conversation past KEEP_PACKETS are kept for its PSN graphs: those with a mark of
+    their own (`_marks`); each request that breaks its channel's sequence (its PSN is not the one the
+    requester's previous request leads to: a drop before it or a retransmission) together with the request
+    before it; and the first request after each NAK or RNR NAK (where an RNR wait ends).  A kept request
+    that follows its channel's sequence is flagged `cont`, so that `channel` draws no gap before it for the
+    in-sequence requests left out.  The sequence is followed across batches from the first packet."""
+
+    def __init__(self):
+        self.nxt: Dict[tuple, int] = {}       # (conversation, side) -> PSN the last request leads to
+        self.last: Dict[tuple, dict] = {}     # ... -> that request's columns (one row), while not kept
+        self.after_nak: Dict[tuple, bool] = {}
+
+    def feed(self, ci: int, cols: dict, room: int):
+        """Follow the batch `cols` (one conversation's packets: KEPT's columns, side, bad_icrc) of which the
+        first `room` are kept whole.  Returns the rows to keep, their `cont` flags and rows of earlier
+        batches to add (their `cont` set)."""
+        op, side, n = cols["opcode"], cols["side"], len(cols["opcode"])
+        keep = np.arange(n) < room
+        if room < n:
+            keep |= _marks(cols)
+        cont = np.zeros(n, bool)
+        extra = []
+        syn = aeth_kinds(op, cols["aeth_syndrome"])
+        for s in (0, 1):
+            key = (ci, s)
+            req = np.flatnonzero((side == s) & IS_REQ[op] & ~cols["bad_icrc"])
+            naks = np.flatnonzero((side != s) & ((syn == AETH_NAK) | (syn == AETH_RNR_NAK)))
+            if not len(req):
+                self.after_nak[key] = self.after_nak.get(key, False) or bool(len(naks))
+                continue
+            p = cols["psn"][req].astype(np.int64)
+            reads = IS_READ_REQ[op[req]]
+            span = np.where(reads, np.maximum(1, -(-cols["reth_dmalen"][req].astype(np.int64) // 4096)), 1)
+            nxt = (p + span) % PSN_MOD
+            expected = np.empty(len(p), np.int64)
+            expected[1:] = nxt[:-1]
+            expected[0] = self.nxt.get(key, p[0])
+            brk = p != expected
+            if room < n:
+                before = np.flatnonzero(brk) - 1
+                if len(before) and before[0] < 0 and key in self.last:
+                    extra.append(self.last[key])
+                after = np.searchsorted(req, naks, "right")
+                pick = np.concatenate([np.flatnonzero(brk), before[before >= 0], after[after < len(req)],
+                                       [0] if self.after_nak.get(key) else []]).astype(np.int64)
+                keep[req[pick]] = True
+                cont[req] = ~brk & (req >= room)
+            self.after_nak[key] = bool(len(naks)) and naks[-1] > req[-1]
+            self.nxt[key] = int(nxt[-1])
+            if keep[req[-1]]:
+                self.last.pop(key, None)
+            else:
+                self.last[key] = dict({k: v[req[-1:]] for k, v in cols.items()}, cont=np.ones(1, bool))
+        return keep, cont, extra
 
 
 def collect(path: str, conversations: List[dict], keep: Iterable[int], interval: float, icrc: bool = True,
@@ -178,6 +236,7 @@ def collect(path: str, conversations: List[dict], keep: Iterable[int], interval:
     kept: Dict[int, int] = {}         # packets of each conversation kept whole
     seen: Dict[int, int] = {}         # ... and seen
     since: Dict[int, float] = {}      # time of the first packet not kept whole
+    thinning = Thinning()
     for rec in scan(path, icrc=icrc):
         if mask is not None:
             rec = rec[mask(rec)]
@@ -219,15 +278,25 @@ def collect(path: str, conversations: List[dict], keep: Iterable[int], interval:
             cols["bad_icrc"] = rec["icrc"][rows] == R.BAD
             seen[ci] = seen.get(ci, 0) + len(rows)
             room = max(KEEP_PACKETS - kept.get(ci, 0), 0)
-            if room < len(rows):              # memory stays bounded: beyond the cap only packets with a mark
+            keep_rows, cols["cont"], extra = thinning.feed(ci, cols, room)
+            if room < len(rows):              # memory stays bounded: beyond the cap only what is marked
                 since.setdefault(ci, float(cols["time"][room]))
-                keep_rows = (np.arange(len(rows)) < room) | _marks(cols)
                 cols = {k: v[keep_rows] for k, v in cols.items()}
+                parts[ci].extend(extra)
             kept[ci] = kept.get(ci, 0) + min(room, len(rows))
             parts[ci].append(cols)
-    packets = {ci: {k: np.concatenate([p[k] for p in ps]) for k in ps[0]} for ci, ps in parts.items() if ps}
+    packets = {ci: _in_order({k: np.concatenate([p[k] for p in ps]) for k in ps[0]}) for ci, ps in parts.items() if ps}
     thinned = {ci: (kept[ci], seen[ci], t) for ci, t in since.items()}
     return Collected(total, per_conv, packets, np.concatenate(cms) if cms else np.zeros(0, R.RECORD), thinned)
+
+
+def _in_order(pk: dict) -> dict:
+    """A conversation's kept packets in capture order (a request kept from an earlier batch comes late)."""
+    f = pk["frame"]
+    if len(f) < 2 or (np.diff(f.astype(np.int64)) >= 0).all():
+        return pk
+    order = np.argsort(f, kind="stable")
+    return {k: v[order] for k, v in pk.items()}
 
 
 def unwrap(psn: np.ndarray) -> np.ndarray:
@@ -276,6 +345,8 @@ def channel(pk: dict, side: int) -> Optional[dict]:
     gap = np.where(counted, u - expected, 0)
     gap = np.where((gap > 0) & (u <= allow), 0, gap)
     gap = np.maximum(gap, 0)
+    if "cont" in pk:                # requests left out of a thinned conversation followed the sequence
+        gap = np.where(pk["cont"][sel], 0, gap)
     back = counted & (u < expected)
     # late packets: first sight of a PSN (inside a gap) before any NAK of this channel -> out of order
     firsts = np.zeros(len(u), bool)
@@ -327,7 +398,7 @@ def channel(pk: dict, side: int) -> Optional[dict]:
     for i in rnr.tolist():
         nxt_req = req_idx[np.searchsorted(req_idx, i)] if np.searchsorted(req_idx, i) < len(req_idx) else None
         waits.append((t[i], t[nxt_req] if nxt_req is not None else t[i]))
-    return {"time": t, "psn": u, "is_req": is_req, "bad": bad, "syn": syn, "opcode": o,
+    return {"time": t, "psn": u, "frame": pk["frame"][sel], "is_req": is_req, "bad": bad, "syn": syn, "opcode": o,
             "retrans": retrans, "late": late, "drop_points": drop_psns, "rnr_waits": waits,
             "ack_latency": ack_lat, "read_latency": read_lat,
             "counts": {"drops": int(gap.sum()) - int(late.sum()), "retransmissions": int(retrans.sum()),
