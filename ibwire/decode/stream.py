@@ -49,15 +49,12 @@ def decimals_of(head: bytes) -> int:
     return 6
 
 
-STREAM_CHUNK = 1 << 23     # larger than the walk's default: printing pays per batch, which outweighs the cache
-
-
 class Stream:
     """Iterate for Batches; `problems` lists file damage once iteration is done."""
 
     def __init__(self, path: str, icrc: bool = True, batch: int = 16384):
         from ..fast.walk import CaptureWalk
-        self.walk = CaptureWalk(path, batch, chunk=STREAM_CHUNK, keep=True)
+        self.walk = CaptureWalk(path, batch, keep=True)
         self.icrc = icrc
         with open(path, "rb") as f:
             self.decimals = decimals_of(f.read(1 << 16))
