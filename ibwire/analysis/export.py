@@ -29,18 +29,22 @@ PARQUET = {"compression": "zstd", "compression_level": 1, "data_page_version": "
 
 def row_groups(scan, progress=None):
     """An Arrow table per row group of `scan` (a fast.Scan or FilteredScan), read and decoded ahead on a
-    second thread; `progress(packets, bytes done)` after each.  The block of columns under a table is
-    filled again once the table is gone (fresh memory costs page faults)."""
+    second thread, which starts now (so that importing pyarrow overlaps it); `progress(packets, bytes
+    done)` after each.  The block of columns under a table is filled again once the table is gone (fresh
+    memory costs page faults)."""
     spare: list = []
     ahead = read_ahead(((cols, scan.bytes_done) for cols in scan.columns(ROW_GROUP, spare)), depth=1)
-    from .arrow import column_table
-    for cols, done in ahead:
-        if progress:
-            progress(len(cols), done)
-        table = column_table(cols)
-        yield table
-        del table
-        spare.append(cols)
+
+    def tables():
+        from .arrow import column_table
+        for cols, done in ahead:
+            if progress:
+                progress(len(cols), done)
+            table = column_table(cols)
+            yield table
+            del table
+            spare.append(cols)
+    return tables()
 
 
 def write_records(scan, where, progress=None) -> int:

@@ -5,6 +5,7 @@ so a producer thread (read and decode) and its consumer (print, analyse, encode)
 """
 import queue
 import threading
+import weakref
 from typing import Iterable, Iterator
 
 
@@ -56,4 +57,6 @@ def read_ahead(items: Iterable, depth: int = 1) -> Iterator:
         finally:
             stop.set()
             t.join()
-    return consume()
+    items_out = consume()
+    weakref.finalize(items_out, stop.set)      # also when the consumer never starts: the producer ends
+    return items_out
