@@ -9,7 +9,6 @@ import weakref
 from typing import Iterable, Iterator
 
 
-
 def read_ahead(items: Iterable, depth: int = 1) -> Iterator:
     """The items of `items`, produced on a second thread up to `depth` ahead of the consumer.  The thread
     starts now, before the first item is asked for (so that work the consumer does first, such as

@@ -1,12 +1,12 @@
 """Records stored field by field: each field of `records.RECORD` as one contiguous column, the layout Arrow
 and Parquet take.  The compiled decoder fills such a block directly (`decode.decode_columns`); records
 already decoded are split into one in a single compiled pass (`from_records`)."""
-import sys
-from typing import Dict, Sequence, Tuple
+from typing import Dict
 
 import numpy as np
 
 from . import _native
+from .walk import unreferenced
 from .records import RECORD
 
 FIELDS = RECORD.names
@@ -34,17 +34,11 @@ class Columns:
 
     def clear(self) -> bool:
         """Empty the block for reuse: False (and left as it is) while a view of its memory is alive."""
-        if sys.getrefcount(self.buf) > 2:         # self.buf and getrefcount's argument
+        if not unreferenced(self.buf, 1):          # self.buf
             return False
         self.buf.fill(0)
         self.n = 0
         return True
-
-    def place(self, fields: Sequence[str], row: int) -> Tuple[np.ndarray, np.ndarray]:
-        """Byte offset in `buf` of row `row` of each of `fields`, and the step to the next row (int64)."""
-        step = np.array([RECORD.fields[f][0].itemsize for f in fields], np.int64)
-        start = np.array([STARTS[f] for f in fields], np.int64)
-        return self.capacity * start + row * step, step
 
     def columns(self) -> Dict[str, np.ndarray]:
         return {f: self[f] for f in FIELDS}

@@ -12,7 +12,7 @@ from dissectors.opcodes import HEADER_LEN, OPCODES, ROCE_V1_ETHERTYPE, ROCE_V2_P
 
 from . import _native
 from . import records as R
-from .columns import Columns
+from .columns import STARTS, Columns
 from .walk import Positions
 
 
@@ -57,8 +57,10 @@ def _check_codes():
 VCRC_TABLE = np.array([vcrc(bytes([x ^ 0xFF])) ^ 0xFF00 for x in range(256)], dtype=np.uint16)
 EXT_OFF, EXT_LEN, KNOWN = _opcode_tables()
 FIELD_OFF = _field_offsets()
-NATIVE_FIELDS = [name for name, _ in _native.FIELDS]
 RECORD_STEP = np.full(len(FIELD_OFF), R.RECORD.itemsize, np.int64)   # records one after another
+# Columns (fast.columns): each field of the compiled decoder's at capacity * start + row * size.
+COLUMN_STEP = np.array([R.RECORD.fields[name][0].itemsize for name, _ in _native.FIELDS], np.int64)
+COLUMN_START = np.array([STARTS[name] for name, _ in _native.FIELDS], np.int64)
 _check_codes()
 
 
@@ -81,8 +83,7 @@ def decode_columns(buf: np.ndarray, pos: Positions, cols: Columns, icrc: bool = 
     if at + n > cols.capacity:
         raise ValueError(f"{n} more rows do not fit in a block of {cols.capacity} holding {at}")
     if n:
-        off, step = cols.place(NATIVE_FIELDS, at)
-        _decode(buf, pos, icrc, off, step, cols.buf)
+        _decode(buf, pos, icrc, cols.capacity * COLUMN_START + at * COLUMN_STEP, COLUMN_STEP, cols.buf)
     cols.n = at + n
     for field, v in (("frame", pos.frame), ("time", pos.time), ("caplen", pos.caplen), ("len", pos.wirelen),
                      ("time_ns", pos.ns), ("linktype", pos.linktype)):

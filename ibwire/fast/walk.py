@@ -33,6 +33,13 @@ def walk_pcap(buf, off: int, max_n: int, big: bool):
     return offs[:n], hdrs[:n], n, off, status
 
 
+def unreferenced(buf, holders: int) -> bool:
+    """Whether only `holders` references refer to the array `buf`: no batch, view (each numpy view refers
+    to the array that owns the memory) or Arrow buffer made from it is alive, so a producer running ahead
+    may fill it again rather than take fresh memory (which costs page faults)."""
+    return sys.getrefcount(buf) <= holders + 2          # + this call's parameter and getrefcount's argument
+
+
 class SpanContextLost(Exception):
     """A pcapng span met a block that changes how later packets are read (a new section or interface):
     the file must be read from its start in one piece."""
@@ -97,7 +104,7 @@ class CaptureWalk:
     def _free_store(self, size: int) -> np.ndarray:
         """A chunk buffer no batch refers to any more (fresh memory costs page faults), else a new one."""
         for i, b in enumerate(self._retired):
-            if len(b) == size and sys.getrefcount(b) <= 3:     # the list, `b` and getrefcount's argument
+            if len(b) == size and unreferenced(b, 2):          # the list and `b`
                 del self._retired[i]
                 return b
         del self._retired[:-KEEP_RETIRED]

@@ -153,17 +153,22 @@ class Collected:
         self.thinned = thinned or {}
 
 
-def _marks(cols: dict) -> np.ndarray:
-    """Packets that carry a mark of their own, without sequencing: NAKs, RNR NAKs, bad ICRCs."""
-    syn = aeth_kinds(cols["opcode"], cols["aeth_syndrome"])
-    return (syn == AETH_RNR_NAK) | (syn == AETH_NAK) | cols["bad_icrc"]
+def _naks(kinds: np.ndarray) -> np.ndarray:
+    """NAKs and RNR NAKs among AETH kinds (`aeth_kinds`)."""
+    return (kinds == AETH_NAK) | (kinds == AETH_RNR_NAK)
+
+
+def _psn_span(opcode: np.ndarray, dmalen: np.ndarray) -> np.ndarray:
+    """PSNs each request takes: one, or a READ request one per 4096-byte response (at least one), which is
+    how far it moves the next expected PSN (§9.7.1)."""
+    return np.where(IS_READ_REQ[opcode], np.maximum(1, -(-dmalen.astype(np.int64) // 4096)), 1)
 
 
 class Thinning:
     """Which packets of a conversation past KEEP_PACKETS are kept for its PSN graphs: those with a mark of
-    their own (`_marks`); each request that breaks its channel's sequence (its PSN is not the one the
-    requester's previous request leads to: a drop before it or a retransmission) together with the request
-    before it; and the first request after each NAK or RNR NAK (where an RNR wait ends).  A kept request
+    their own (NAKs, RNR NAKs, bad ICRCs); each request that breaks its channel's sequence (its PSN is not
+    the one the requester's previous request leads to: a drop before it or a retransmission) together with
+    the request before it; and the first request after each NAK or RNR NAK (where an RNR wait ends).  A kept request
     that follows its channel's sequence is flagged `cont`, so that `channel` draws no gap before it for the
     in-sequence requests left out.  The sequence is followed across batches from the first packet."""
 
@@ -177,23 +182,21 @@ class Thinning:
         first `room` are kept whole.  Returns the rows to keep, their `cont` flags and rows of earlier
         batches to add (their `cont` set)."""
         op, side, n = cols["opcode"], cols["side"], len(cols["opcode"])
+        nak = _naks(aeth_kinds(op, cols["aeth_syndrome"]))
         keep = np.arange(n) < room
         if room < n:
-            keep |= _marks(cols)
+            keep |= nak | cols["bad_icrc"]            # a mark of their own
         cont = np.zeros(n, bool)
         extra = []
-        syn = aeth_kinds(op, cols["aeth_syndrome"])
         for s in (0, 1):
             key = (ci, s)
             req = np.flatnonzero((side == s) & IS_REQ[op] & ~cols["bad_icrc"])
-            naks = np.flatnonzero((side != s) & ((syn == AETH_NAK) | (syn == AETH_RNR_NAK)))
+            naks = np.flatnonzero((side != s) & nak)
             if not len(req):
                 self.after_nak[key] = self.after_nak.get(key, False) or bool(len(naks))
                 continue
             p = cols["psn"][req].astype(np.int64)
-            reads = IS_READ_REQ[op[req]]
-            span = np.where(reads, np.maximum(1, -(-cols["reth_dmalen"][req].astype(np.int64) // 4096)), 1)
-            nxt = (p + span) % PSN_MOD
+            nxt = (p + _psn_span(op[req], cols["reth_dmalen"][req])) % PSN_MOD
             expected = np.empty(len(p), np.int64)
             expected[1:] = nxt[:-1]
             expected[0] = self.nxt.get(key, p[0])
@@ -334,7 +337,7 @@ def channel(pk: dict, side: int) -> Optional[dict]:
     dmalen = pk["reth_dmalen"][sel].astype(np.int64)
     rread = IS_READ_REQ[o] & is_req
     # next expected PSN after each packet (bad-ICRC requests and ACKs/NAKs do not move it)
-    nxt = np.where(rread, u + np.maximum(1, -(-dmalen // 4096)), u + 1)
+    nxt = u + _psn_span(o, dmalen)
     moves = (is_req & ~bad) | (IS_READ_RESP[o] & ~is_req)
     lo = int(u.min()) - 1
     expected = _exclusive_cummax(np.where(moves, nxt, lo), lo)
@@ -355,7 +358,7 @@ def channel(pk: dict, side: int) -> Optional[dict]:
         uu = u[live_idx]
         _, fi = np.unique(uu, return_index=True)
         firsts[live_idx[fi]] = True
-    nak_before = np.maximum.accumulate((syn == AETH_RNR_NAK) | (syn == AETH_NAK))
+    nak_before = np.maximum.accumulate(_naks(syn))
     nak_before = np.r_[False, nak_before[:-1]] if len(nak_before) else nak_before
     late = back & firsts & ~nak_before
     # go-back-N after it (the next request repeats the following PSN): it was a retransmission after all
