@@ -3,9 +3,11 @@
  * CRC-32 (the zlib/Ethernet polynomial, reflected) runs by carry-less multiplication where the CPU has
  * it: the folding method of Gopal et al., "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ
  * Instruction" (Intel, 2009), with the constants published there for this polynomial.  Four 128-bit
- * lanes fold 64 bytes at a time, then fold to one lane, reduce to 64 and 32 bits, Barrett-reduce.  It
- * works on the raw CRC register (zlib's value inverted); the last len % 16 bytes, short inputs and
- * CPUs without PCLMULQDQ go to zlib. */
+ * lanes fold 64 bytes at a time, then fold to one lane, reduce to 64 and 32 bits, Barrett-reduce.  CPUs
+ * with VPCLMULQDQ on 512-bit registers fold four such registers, 256 bytes at a time, first.  A fold
+ * over a distance of D bits multiplies by x^(D+32) and x^(D-32) mod P (bit-reflected, shifted left by
+ * one).  It works on the raw CRC register (zlib's value inverted).  The last len % 16 bytes and inputs
+ * shorter than 64 bytes go through a byte table, longer ones on CPUs without PCLMULQDQ to zlib. */
 #include <string.h>
 #include <zlib.h>
 
@@ -15,14 +17,42 @@
 #include <immintrin.h>
 #define HAVE_CLMUL_PATH 1
 
+/* The fold constants of one distance: (x^(D+32), x^(D-32)) in the low and high quadword. */
+#define K(lo, hi) _mm_set_epi64x((long long)(hi), (long long)(lo))
+#define K128 K(0x1751997d0ULL, 0x0ccaa009eULL)
+#define K256 K(0x0f1da05aaULL, 0x15a546366ULL)
+#define K384 K(0x03db1ecdcULL, 0x174359406ULL)
+#define K512 K(0x154442bd4ULL, 0x1c6e41596ULL)
+#define K2048 K(0x11542778aULL, 0x1322d1430ULL)
+
+/* One 128-bit lane, then 16 bytes at a time, then the reductions to 32 bits. */
 __attribute__((target("pclmul,sse4.1")))
-static uint32_t crc32_clmul(uint32_t raw, const uint8_t *p, size_t len)   /* len >= 64, len % 16 == 0 */
+static inline uint32_t fold_finish(__m128i x1, const uint8_t *p, size_t len)   /* len % 16 == 0 */
 {
-    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL);
-    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
+    const __m128i k3k4 = K128;
     const __m128i k5 = _mm_set_epi64x(0, 0x0163cd6124LL);
     const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
     const __m128i low32 = _mm_setr_epi32(-1, 0, -1, 0);
+    __m128i x2;
+    while (len >= 16) {
+        x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x00), _mm_clmulepi64_si128(x1, k3k4, 0x11)),
+                           _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        len -= 16;
+    }
+    x2 = _mm_clmulepi64_si128(x1, k3k4, 0x10);                         /* 128 -> 64 bits */
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
+    x2 = _mm_srli_si128(x1, 4);                                         /* 64 -> 32 bits */
+    x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), k5, 0x00), x2);
+    x2 = _mm_clmulepi64_si128(_mm_and_si128(x1, low32), poly, 0x10);   /* Barrett reduction */
+    x2 = _mm_clmulepi64_si128(_mm_and_si128(x2, low32), poly, 0x00);
+    return (uint32_t)_mm_extract_epi32(_mm_xor_si128(x1, x2), 1);
+}
+
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t crc32_clmul(uint32_t raw, const uint8_t *p, size_t len)   /* len >= 64, len % 16 == 0 */
+{
+    const __m128i k1k2 = K512, k3k4 = K128;
     __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 0x00));
     __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 0x10));
     __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 0x20));
@@ -43,29 +73,65 @@ static uint32_t crc32_clmul(uint32_t raw, const uint8_t *p, size_t len)   /* len
     FOLD(x1, k3k4, x2);
     FOLD(x1, k3k4, x3);
     FOLD(x1, k3k4, x4);
-    while (len >= 16) {
-        FOLD(x1, k3k4, _mm_loadu_si128((const __m128i *)p));
-        p += 16;
-        len -= 16;
-    }
 #undef FOLD
-    x2 = _mm_clmulepi64_si128(x1, k3k4, 0x10);                         /* 128 -> 64 bits */
-    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
-    x2 = _mm_srli_si128(x1, 4);                                         /* 64 -> 32 bits */
-    x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), k5, 0x00), x2);
-    x2 = _mm_clmulepi64_si128(_mm_and_si128(x1, low32), poly, 0x10);   /* Barrett reduction */
-    x2 = _mm_clmulepi64_si128(_mm_and_si128(x2, low32), poly, 0x00);
-    return (uint32_t)_mm_extract_epi32(_mm_xor_si128(x1, x2), 1);
+    return fold_finish(x1, p, len);
 }
 
-static int have_clmul;
+/* The same folding four 512-bit registers at a time (each four 128-bit lanes). */
+__attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.1")))
+static uint32_t crc32_vclmul(uint32_t raw, const uint8_t *p, size_t len)  /* len >= 256, len % 16 == 0 */
+{
+    const __m512i k2048 = _mm512_broadcast_i32x4(K2048), k512 = _mm512_broadcast_i32x4(K512);
+    /* lane i of the last register is 3 - i lanes from the end: fold it by that distance (lane 3 stays) */
+    const __m512i kend = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_setzero_si512(),
+                                            K384, 0), K256, 1), K128, 2);
+    __m512i x0 = _mm512_loadu_si512(p), x1 = _mm512_loadu_si512(p + 64);
+    __m512i x2 = _mm512_loadu_si512(p + 128), x3 = _mm512_loadu_si512(p + 192);
+    x0 = _mm512_xor_si512(x0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)raw)));
+    p += 256;
+    len -= 256;
+#define VFOLD(x, k, next) \
+    x = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00), _mm512_clmulepi64_epi128(x, k, 0x11), next, 0x96)
+    while (len >= 256) {
+        VFOLD(x0, k2048, _mm512_loadu_si512(p));
+        VFOLD(x1, k2048, _mm512_loadu_si512(p + 64));
+        VFOLD(x2, k2048, _mm512_loadu_si512(p + 128));
+        VFOLD(x3, k2048, _mm512_loadu_si512(p + 192));
+        p += 256;
+        len -= 256;
+    }
+    VFOLD(x0, k512, x1);
+    VFOLD(x0, k512, x2);
+    VFOLD(x0, k512, x3);
+    while (len >= 64) {
+        VFOLD(x0, k512, _mm512_loadu_si512(p));
+        p += 64;
+        len -= 64;
+    }
+#undef VFOLD
+    __m512i t = _mm512_xor_si512(_mm512_clmulepi64_epi128(x0, kend, 0x00), _mm512_clmulepi64_epi128(x0, kend, 0x11));
+    __m128i r = _mm_xor_si128(_mm_xor_si128(_mm512_castsi512_si128(t), _mm512_extracti32x4_epi32(t, 1)),
+                              _mm_xor_si128(_mm512_extracti32x4_epi32(t, 2), _mm512_extracti32x4_epi32(x0, 3)));
+    return fold_finish(r, p, len);
+}
+
+static int have_clmul, have_vclmul;
 #endif
+
+static uint32_t byte_table[256];   /* the CRC register after one byte: short spans and the last bytes */
 
 void crc_init(void)
 {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t r = i;
+        for (int k = 0; k < 8; k++)
+            r = r & 1 ? (r >> 1) ^ 0xEDB88320u : r >> 1;
+        byte_table[i] = r;
+    }
 #ifdef HAVE_CLMUL_PATH
     __builtin_cpu_init();
     have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    have_vclmul = have_clmul && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq");
 #endif
 }
 
@@ -74,11 +140,17 @@ uint32_t crc32_any(uint32_t c, const uint8_t *p, size_t len)
 #ifdef HAVE_CLMUL_PATH
     if (have_clmul && len >= 64) {
         size_t bulk = len & ~(size_t)15;
-        c = ~crc32_clmul(~c, p, bulk);
+        c = have_vclmul && bulk >= 256 ? ~crc32_vclmul(~c, p, bulk) : ~crc32_clmul(~c, p, bulk);
         p += bulk;
         len -= bulk;
     }
 #endif
+    if (len < 64) {                              /* a call into zlib costs more than these few bytes */
+        c = ~c;
+        while (len--)
+            c = byte_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+        return ~c;
+    }
     while (len > 0) {                            /* zlib's uInt is 32-bit: feed huge spans in pieces */
         uInt k = len > 0x40000000 ? 0x40000000 : (uInt)len;
         c = (uint32_t)crc32(c, p, k);
