@@ -1,7 +1,7 @@
 /* pcap record and pcapng block walks (see walk.h). */
 #include "walk.h"
 
-/* Each record's length word is read before the next record can be found, so a walk over bytes that
+/* Each record's (block's) length word is read before the next one can be found, so a walk over bytes that
  * read() has just copied out of the page cache (not left in the CPU's caches) waits a memory round trip
  * per record.  Every cache line up to PREFETCH bytes ahead of the walk is requested early instead, so
  * those fetches overlap. */
@@ -53,10 +53,11 @@ int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *offp, int big, in
 int walk_pcapng_blocks(const uint8_t *p, int64_t size, int64_t *offp, int big, int64_t *out, uint8_t *types,
                        int64_t *hdr, int64_t max, int64_t *np)
 {
-    int64_t off = *offp < 0 ? 0 : *offp, n = 0;
+    int64_t off = *offp < 0 ? 0 : *offp, n = 0, ahead = off;
     int status = WALK_FULL;
     while (n < max) {
         if (off > size - 12) { status = WALK_NEED; break; }
+        fetch_ahead(p, size, off, &ahead);
         uint32_t type = rd32(p + off, big);
         int order = big;
         if (type == SHB)                         /* a new section may change the byte order */
