@@ -86,10 +86,15 @@ def _arrow_type(field: str) -> pa.DataType:
     return pa.from_numpy_dtype(dt)
 
 
+# Fields some packets lack (null there): those `_present` has a rule for, and the CRC statuses.  Every other
+# column is declared non-nullable, which Parquet stores without definition levels.
+_OPTIONAL = set(_present(from_records(np.zeros(1, R.RECORD)).columns())) | {"icrc", "vcrc"}
+
+
 def record_schema() -> pa.Schema:
     """The export's columns and types (the same for every capture, with or without packets)."""
-    fields = [pa.field("frame_time", _TIME)]
-    fields += [pa.field(_name(f), _arrow_type(f)) for f in R.RECORD.names if f not in _SKIP]
+    fields = [pa.field("frame_time", _TIME, nullable=False)]
+    fields += [pa.field(_name(f), _arrow_type(f), nullable=f in _OPTIONAL) for f in R.RECORD.names if f not in _SKIP]
     dict_str = pa.dictionary(pa.int32(), pa.string())
     fields += [pa.field("src_addr", dict_str), pa.field("dst_addr", dict_str), pa.field("operation", dict_str)]
     return pa.schema(fields)

@@ -14,9 +14,10 @@ ROW_GROUP = 1 << 15        # records per Parquet row group (batches are joined u
 # Parquet settings: dictionary pages for the columns that are dictionaries already and for the addresses (a
 # capture has few endpoints; the other columns are numbers with many values, where a dictionary costs time
 # and bytes); delta encoding for the columns that grow by small steps (time, frame number, PSN, MSN:
-# smaller and faster than plain values with zstd); zstd at its fastest level; each row group's column
-# encoded in one go (write_batch_size); statistics for the columns queries filter on.
-PARQUET = {"compression": "zstd", "compression_level": 1, "data_page_version": "2.0",
+# smaller and faster than plain values); LZ4 (LZ4_RAW: 15% less encoding time than zstd at level 1 for
+# files twice as large, still a few bytes per packet; DuckDB and Spark 3.5 read it); each row group's
+# column encoded in one go (write_batch_size); statistics for the columns queries filter on.
+PARQUET = {"compression": "lz4", "data_page_version": "2.0",
            "use_dictionary": ["link_kind", "icrc_status", "vcrc_status", "src_addr", "dst_addr", "operation",
                               "addr_src", "addr_dst", "eth_src", "eth_dst"],
            "write_batch_size": ROW_GROUP,
