@@ -44,7 +44,7 @@ def test_export_folder_queries_like_stats(tmp_path):
     assert {r["bth_opcode"]: r["bth_opcode_count"] for r in got} == want_ops
     ib = packets.filter(pc.equal(packets["link_kind"], "ib"))
     assert set(ib["vcrc_status"].to_pylist()) == {"good"}
-    assert "2.2.2.1" in set(packets["src_addr"].to_pylist())
+    assert "2.2.2.1" in set(packets["addr_src"].to_pylist())
     flows = pq.read_table(tmp_path / "flows" / "m3_mlx_rocev1_test.parquet")
     ref = json.loads(run_ibwire("flows", PUBLIC / "m3_mlx_rocev1_test.pcap", "--format", "json").stdout)
     assert flows.num_rows == len(ref["conversations"])

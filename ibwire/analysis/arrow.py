@@ -2,9 +2,9 @@
 
 Field names are the display-filter keys with dots turned into underscores (`bth_p_key`).  Every column
 has one type whatever the capture holds, so a table with zero rows has the full schema: integers for
-QPNs, P_Keys and LIDs, `frame_time` as timestamp[ns, UTC], addresses as 16-byte binaries and also as
-dictionary-encoded text, opcodes and CRC statuses as names; a header the packet does not carry (LRH on
-RoCE, Ethernet on native InfiniBand, RETH on a SEND) is null, not zero.
+QPNs, P_Keys and LIDs, `frame_time` as timestamp[ns, UTC], addresses and MACs as dictionary-encoded text
+(as tshark and `decode` show them), opcodes and CRC statuses as names; a header the packet does not carry
+(LRH on RoCE, Ethernet on native InfiniBand, RETH on a SEND) is null, not zero.
 """
 from typing import List
 
@@ -35,6 +35,8 @@ _ETH_LINKS = np.array([k in (R.ROCE1, R.ROCE2V4, R.ROCE2V6) for k in range(256)]
 _LRH_LINKS = np.array([k in (R.IB, R.IBGRH) for k in range(256)])
 _UDP_LINKS = np.array([k in (R.ROCE2V4, R.ROCE2V6) for k in range(256)])
 _SKIP = ("time", "time_ns")   # the record's float and integer times become the one frame_time column
+_TEXT = {"src": R.addr_text, "dst": R.addr_text, "eth_src": R.mac_text, "eth_dst": R.mac_text}   # bytes -> text
+_DICT_STR = pa.dictionary(pa.int32(), pa.string())
 
 
 def _name(field: str) -> str:
@@ -77,8 +79,8 @@ def _present(rec) -> dict:
 
 def _arrow_type(field: str) -> pa.DataType:
     dt = R.RECORD[field]
-    if dt.kind == "V":
-        return pa.binary(dt.itemsize)
+    if field in _TEXT:
+        return _DICT_STR
     if field in ("icrc", "vcrc", "link"):
         return pa.dictionary(pa.int8(), pa.string())
     if field == "vlan":
@@ -95,8 +97,7 @@ def record_schema() -> pa.Schema:
     """The export's columns and types (the same for every capture, with or without packets)."""
     fields = [pa.field("frame_time", _TIME, nullable=False)]
     fields += [pa.field(_name(f), _arrow_type(f), nullable=f in _OPTIONAL) for f in R.RECORD.names if f not in _SKIP]
-    dict_str = pa.dictionary(pa.int32(), pa.string())
-    fields += [pa.field("src_addr", dict_str), pa.field("dst_addr", dict_str), pa.field("operation", dict_str)]
+    fields += [pa.field("operation", _DICT_STR)]
     return pa.schema(fields)
 
 
@@ -109,29 +110,28 @@ def _strings(words) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
 
 
-_ADDR_TEXT: dict = {}      # 16-byte address -> its text (a capture has few endpoints; ipaddress is slow)
+_SEEN: dict = {}      # address or MAC bytes -> text (a capture has few endpoints; ipaddress is slow)
 
 
-def _addr_text(w: bytes) -> str:
-    t = _ADDR_TEXT.get(w)
+def _text(field: str, w: bytes) -> str:
+    t = _SEEN.get(w)
     if t is None:
-        if len(_ADDR_TEXT) > 1 << 16:
-            _ADDR_TEXT.clear()
-        t = _ADDR_TEXT[w] = R.addr_text(w)
+        if len(_SEEN) > 1 << 16:
+            _SEEN.clear()
+        t = _SEEN[w] = _TEXT[field](w)
     return t
 
 
-def _text_dict(col: np.ndarray, bitmap) -> pa.DictionaryArray:
-    """An address column (16-byte values) as a dictionary of its distinct values in text (null where
-    absent)."""
-    keys = np.ascontiguousarray(col).view(_KEY)
+def _text_dict(field: str, col: np.ndarray, bitmap) -> pa.DictionaryArray:
+    """An address or MAC column (fixed-size bytes) as a dictionary of its distinct values in text (null
+    where absent)."""
+    keys = np.ascontiguousarray(col).view(np.dtype([("k", col.dtype)]))
     _, first, inv = group_rows(keys, ("k",))
-    words = [_addr_text(bytes(col[i])) for i in first.tolist()]
+    words = [_text(field, bytes(col[i])) for i in first.tolist()]
     idx = pa.Array.from_buffers(pa.int32(), len(col), [bitmap, pa.py_buffer(inv.astype(np.int32))], null_count=-1)
     return pa.DictionaryArray.from_arrays(idx, _strings(words))
 
 
-_KEY = np.dtype([("k", "V16")])
 SCHEMA = record_schema()
 _NAMES = _strings(_OPNAMES)
 _LINK_NAMES, _CRC_NAMES = _strings(R.LINK_KINDS), _strings(R.CRC_STATUS)
@@ -168,15 +168,15 @@ def column_table(cols: Columns) -> pa.Table:
             continue
         c = cols_of[f]
         typ = SCHEMA.field(_name(f)).type
-        if f in ("icrc", "vcrc", "link"):
+        if f in _TEXT:
+            out.append(_text_dict(f, c, bitmap(present[f])))
+        elif f in ("icrc", "vcrc", "link"):
             idx = column(pa.int8(), c.view(np.int8), None if f == "link" else c != R.ABSENT)
             out.append(pa.DictionaryArray.from_arrays(idx, _LINK_NAMES if f == "link" else _CRC_NAMES))
         elif f == "vlan":
             out.append(column(typ, c.astype(np.uint16), present[f]))
         else:
             out.append(column(typ, c, present.get(f)))
-    out.append(_text_dict(cols_of["src"], bitmap(present["src"])))
-    out.append(_text_dict(cols_of["dst"], bitmap(present["dst"])))
     out.append(pa.DictionaryArray.from_arrays(column(pa.int32(), cols_of["opcode"].astype(np.int32), present["opcode"]),
                                               _NAMES))
     return pa.Table.from_arrays(out, schema=SCHEMA)

@@ -18,8 +18,8 @@ ROW_GROUP = 1 << 15        # records per Parquet row group (batches are joined u
 # files twice as large, still a few bytes per packet; DuckDB and Spark 3.5 read it); each row group's
 # column encoded in one go (write_batch_size); statistics for the columns queries filter on.
 PARQUET = {"compression": "lz4", "data_page_version": "2.0",
-           "use_dictionary": ["link_kind", "icrc_status", "vcrc_status", "src_addr", "dst_addr", "operation",
-                              "addr_src", "addr_dst", "eth_src", "eth_dst"],
+           "use_dictionary": ["link_kind", "icrc_status", "vcrc_status", "operation", "addr_src", "addr_dst",
+                              "eth_src", "eth_dst"],
            "write_batch_size": ROW_GROUP,
            "column_encoding": {c: "DELTA_BINARY_PACKED" for c in ("frame_time", "frame_number", "bth_psn",
                                                                   "aeth_msn")},
