@@ -64,13 +64,14 @@ class Stream:
         return self.walk.problems
 
     def __iter__(self) -> Iterator[Batch]:
-        """The walk runs one batch ahead on a second thread (the compiled walk and the file reads release
-        the GIL), so reading overlaps decoding and printing; the walk reads each chunk into a buffer of its
-        own, so a batch's bytes stay valid however far the read-ahead gets."""
+        """Reading, walking and decoding run one batch ahead on a second thread (the file reads, the
+        compiled walk and the decoder release the GIL), so they overlap what the consumer does with each
+        batch (print, filter, audit); the walk reads each chunk into a buffer of its own, so a batch's
+        bytes stay valid however far the read-ahead gets."""
         from ..fast.ahead import read_ahead
         from ..fast.decode import decode_batch
-        for pos, buf in read_ahead((pos, self.walk.buf) for pos in self.walk.batches()):
-            yield Batch(decode_batch(buf, pos, self.icrc), pos, buf)
+        return read_ahead(Batch(decode_batch(self.walk.buf, pos, self.icrc), pos, self.walk.buf)
+                          for pos in self.walk.batches())
 
 
 def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None) -> dict:
