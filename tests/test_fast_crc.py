@@ -22,6 +22,17 @@ def test_compiled_crc32_is_zlibs(data, value, skip):
     assert _native.crc32(memoryview(data)[skip:], value) == zlib.crc32(data[skip:], value)
 
 
+def test_compiled_crc32_is_zlibs_at_every_length_and_alignment():
+    """Each length through the three paths' boundaries (64 and 256 bytes) and every remainder mod 16,
+    at each of 16 start alignments."""
+    data = random.Random(3).randbytes(600 + 16)
+    view = memoryview(data)
+    for skip in range(16):
+        for n in range(600):
+            want = zlib.crc32(data[skip:skip + n], 0x12345678)
+            assert _native.crc32(view[skip:skip + n], 0x12345678) == want, (skip, n)
+
+
 def _crc_rows(rec):
     return rec[rec["icrc"] != R.ABSENT]
 

@@ -6,8 +6,8 @@
  * lanes fold 64 bytes at a time, then fold to one lane, reduce to 64 and 32 bits, Barrett-reduce.  CPUs
  * with VPCLMULQDQ on 512-bit registers fold four such registers, 256 bytes at a time, first.  A fold
  * over a distance of D bits multiplies by x^(D+32) and x^(D-32) mod P (bit-reflected, shifted left by
- * one).  It works on the raw CRC register (zlib's value inverted).  The last len % 16 bytes and inputs
- * shorter than 64 bytes go through a byte table, longer ones on CPUs without PCLMULQDQ to zlib. */
+ * one).  It works on the raw CRC register (zlib's value inverted).  Inputs shorter than 64 bytes go
+ * through a byte table, longer ones on CPUs without PCLMULQDQ to zlib. */
 #include <string.h>
 #include <zlib.h>
 
@@ -25,21 +25,42 @@
 #define K512 K(0x154442bd4ULL, 0x1c6e41596ULL)
 #define K2048 K(0x11542778aULL, 0x1322d1430ULL)
 
-/* One 128-bit lane, then 16 bytes at a time, then the reductions to 32 bits. */
+/* Byte shuffles for the last len % 16 bytes: loaded at offset r, SHIFT_DOWN moves bytes r..15 to 0..15-r
+ * and SHIFT_UP bytes 0..r-1 to 16-r..15; the others become zero (index with the top bit set). */
+static const uint8_t SHIFT_DOWN[32] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                       0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+                                       0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
+static const uint8_t SHIFT_UP[32] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+                                     0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+                                     0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+/* One 128-bit lane, then 16 bytes at a time, then the last len % 16: the lane and those r bytes are
+ * re-cut into r bytes (folded over 128 bits) and the 16 that follow them, whose new bytes are read
+ * from the 16 ending at p + len (at least 16 bytes lie before that end); then the reductions to 32 bits. */
 __attribute__((target("pclmul,sse4.1")))
-static inline uint32_t fold_finish(__m128i x1, const uint8_t *p, size_t len)   /* len % 16 == 0 */
+static inline uint32_t fold_finish(__m128i x1, const uint8_t *p, size_t len)
 {
     const __m128i k3k4 = K128;
     const __m128i k5 = _mm_set_epi64x(0, 0x0163cd6124LL);
     const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
     const __m128i low32 = _mm_setr_epi32(-1, 0, -1, 0);
     __m128i x2;
+#define FOLD1(x, next) \
+    x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k3k4, 0x00), _mm_clmulepi64_si128(x, k3k4, 0x11)), next)
     while (len >= 16) {
-        x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x00), _mm_clmulepi64_si128(x1, k3k4, 0x11)),
-                           _mm_loadu_si128((const __m128i *)p));
+        FOLD1(x1, _mm_loadu_si128((const __m128i *)p));
         p += 16;
         len -= 16;
     }
+    if (len) {
+        const __m128i up = _mm_loadu_si128((const __m128i *)(SHIFT_UP + len));
+        __m128i head = _mm_shuffle_epi8(x1, up);
+        __m128i rest = _mm_blendv_epi8(_mm_loadu_si128((const __m128i *)(p + len - 16)),
+                                       _mm_shuffle_epi8(x1, _mm_loadu_si128((const __m128i *)(SHIFT_DOWN + len))), up);
+        FOLD1(head, rest);
+        x1 = head;
+    }
+#undef FOLD1
     x2 = _mm_clmulepi64_si128(x1, k3k4, 0x10);                         /* 128 -> 64 bits */
     x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
     x2 = _mm_srli_si128(x1, 4);                                         /* 64 -> 32 bits */
@@ -50,7 +71,7 @@ static inline uint32_t fold_finish(__m128i x1, const uint8_t *p, size_t len)   /
 }
 
 __attribute__((target("pclmul,sse4.1")))
-static uint32_t crc32_clmul(uint32_t raw, const uint8_t *p, size_t len)   /* len >= 64, len % 16 == 0 */
+static uint32_t crc32_clmul(uint32_t raw, const uint8_t *p, size_t len)   /* len >= 64 */
 {
     const __m128i k1k2 = K512, k3k4 = K128;
     __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 0x00));
@@ -79,7 +100,7 @@ static uint32_t crc32_clmul(uint32_t raw, const uint8_t *p, size_t len)   /* len
 
 /* The same folding four 512-bit registers at a time (each four 128-bit lanes). */
 __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.1")))
-static uint32_t crc32_vclmul(uint32_t raw, const uint8_t *p, size_t len)  /* len >= 256, len % 16 == 0 */
+static uint32_t crc32_vclmul(uint32_t raw, const uint8_t *p, size_t len)  /* len >= 256 */
 {
     const __m512i k2048 = _mm512_broadcast_i32x4(K2048), k512 = _mm512_broadcast_i32x4(K512);
     /* lane i of the last register is 3 - i lanes from the end: fold it by that distance (lane 3 stays) */
@@ -138,12 +159,8 @@ void crc_init(void)
 uint32_t crc32_any(uint32_t c, const uint8_t *p, size_t len)
 {
 #ifdef HAVE_CLMUL_PATH
-    if (have_clmul && len >= 64) {
-        size_t bulk = len & ~(size_t)15;
-        c = have_vclmul && bulk >= 256 ? ~crc32_vclmul(~c, p, bulk) : ~crc32_clmul(~c, p, bulk);
-        p += bulk;
-        len -= bulk;
-    }
+    if (have_clmul && len >= 64)
+        return have_vclmul && len >= 256 ? ~crc32_vclmul(~c, p, len) : ~crc32_clmul(~c, p, len);
 #endif
     if (len < 64) {                              /* a call into zlib costs more than these few bytes */
         c = ~c;
