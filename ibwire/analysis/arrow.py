@@ -122,14 +122,23 @@ def _text(field: str, w: bytes) -> str:
     return t
 
 
-def _text_dict(field: str, col: np.ndarray, bitmap) -> pa.DictionaryArray:
-    """An address or MAC column (fixed-size bytes) as a dictionary of its distinct values in text (null
-    where absent)."""
-    keys = np.ascontiguousarray(col).view(np.dtype([("k", col.dtype)]))
-    _, first, inv = group_rows(keys, ("k",))
-    words = [_text(field, bytes(col[i])) for i in first.tolist()]
-    idx = pa.Array.from_buffers(pa.int32(), len(col), [bitmap, pa.py_buffer(inv.astype(np.int32))], null_count=-1)
-    return pa.DictionaryArray.from_arrays(idx, _strings(words))
+_TEXT_KEY = np.dtype([(f, R.RECORD[f]) for f in _TEXT])
+
+
+def _text_dicts(cols_of: dict, n: int) -> dict:
+    """Field -> (distinct values in text, each row's index among them) of the address and MAC columns: one
+    grouping of the rows by all four (a batch has few endpoint pairs), then each column's distinct values
+    among the groups' first rows."""
+    keys = np.empty(n, _TEXT_KEY)
+    for f in _TEXT:
+        keys[f] = cols_of[f]
+    _, first, inv = group_rows(keys, tuple(_TEXT))
+    out = {}
+    for f in _TEXT:
+        heads = keys[f][first]
+        _, distinct, pick = group_rows(heads.view(np.dtype([("k", heads.dtype)])), ("k",))
+        out[f] = ([_text(f, bytes(heads[i])) for i in distinct.tolist()], pick.astype(np.int32)[inv])
+    return out
 
 
 SCHEMA = record_schema()
@@ -162,6 +171,7 @@ def column_table(cols: Columns) -> pa.Table:
     def column(typ, data, valid=None):
         return pa.Array.from_buffers(typ, n, [bitmap(valid), pa.py_buffer(np.ascontiguousarray(data))], null_count=-1)
 
+    texts = _text_dicts(cols_of, n)
     out = [column(_TIME, cols_of["time_ns"])]
     for f in R.RECORD.names:
         if f in _SKIP:
@@ -169,7 +179,9 @@ def column_table(cols: Columns) -> pa.Table:
         c = cols_of[f]
         typ = SCHEMA.field(_name(f)).type
         if f in _TEXT:
-            out.append(_text_dict(f, c, bitmap(present[f])))
+            words, idx = texts[f]
+            idx = pa.Array.from_buffers(pa.int32(), n, [bitmap(present[f]), pa.py_buffer(idx)], null_count=-1)
+            out.append(pa.DictionaryArray.from_arrays(idx, _strings(words)))
         elif f in ("icrc", "vcrc", "link"):
             idx = column(pa.int8(), c.view(np.int8), None if f == "link" else c != R.ABSENT)
             out.append(pa.DictionaryArray.from_arrays(idx, _LINK_NAMES if f == "link" else _CRC_NAMES))
