@@ -56,6 +56,6 @@ typedef struct {
 } decode_ctx;
 
 void decode_one(const decode_ctx *c, int64_t data, int64_t caplen, int64_t wirelen, int64_t linktype,
-                uint8_t *out, int64_t row);
+                uint8_t *restrict out, int64_t row);
 
 #endif
