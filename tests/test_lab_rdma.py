@@ -296,6 +296,43 @@ def _wire(path: Path, a_ip: str):
     return req, resp
 
 
+def _after(a, b):
+    """PSN a is later than PSN b (24-bit serial arithmetic)."""
+    return 0 < (a - b) % (1 << 24) < (1 << 23)
+
+
+_MESSAGE_ENDS = {2, 3, 4, 5, 8, 9, 10, 11}     # RC SEND/WRITE Last and Only (with immediate): a WQE's last PSN
+
+
+def _counted_naks(req, resp) -> int:
+    """The PSN-sequence-error NAKs an rxe completer counts (RXE_CNT_RCV_SEQ_ERR), replaying the responses
+    of `_wire` through rxe_comp.c: a response past the oldest pending WQE's last PSN completes that WQE
+    (check_psn: COMPST_COMP_ACK) and, if not behind the completer's PSN, moves that PSN past it, and is
+    then done with; one behind the completer's PSN completes the WQE only if it is its last PSN;
+    otherwise (check_ack) an ACK moves the completer's PSN past it and completes a WQE ending there, and a
+    NAK ahead of the completer's PSN is counted and moves it to the NAK's PSN.  The WQEs are the
+    messages the requests show, in PSN order."""
+    first = req[0][0]
+    ends = sorted({psn for psn, op, _ in req if op in _MESSAGE_ENDS}, key=lambda p: (p - first) % (1 << 24))
+    wqe, comp, counted = 0, first, 0
+    for psn, op, syn in resp:
+        if wqe == len(ends) or syn is None:
+            continue
+        last = ends[wqe]
+        if _after(psn, last):
+            wqe += 1
+            if not _after(comp, psn):
+                comp = (psn + 1) % (1 << 24)
+        elif _after(comp, psn):
+            wqe += psn == last
+        elif (syn >> 5) & 3 == 0:
+            comp = (psn + 1) % (1 << 24)
+            wqe += psn == last
+        elif syn == 0x60 and _after(psn, comp):
+            counted, comp = counted + 1, psn
+    return counted
+
+
 def test_loss_retransmissions_agree_with_rxe_counters(rlab, tmp_path):
     """RC WRITE, 100 x 4 KiB, with netem dropping 2% of what the requester g1 sends.  The capture point (g1's
     representor) is after g1's netem and before anything that drops, so the wire there is exactly what g0
@@ -303,8 +340,10 @@ def test_loss_retransmissions_agree_with_rxe_counters(rlab, tmp_path):
     - `flows` NAK PSN-sequence-errors = g0's out_of_seq_request (rxe_resp.c check_psn counts the NAKs it sends);
     - packets g1->g0 on the wire = g0's rcvd_pkts, g0->g1 = g1's rcvd_pkts; g1's sent_pkts minus the wire's are
       the frames netem dropped;
-    - g1's rcvd_seq_err counts only NAKs whose PSN is beyond the completer's (rxe_comp.c check_ack), so it
-      equals the NAKs that pass that test replayed on the wire, not all NAKs;
+    - g1's rcvd_seq_err counts only the NAKs its completer takes as such: at most those that do so when the
+      wire's responses are replayed through rxe_comp.c's states (`_counted_naks`), and at least one.  Not
+      always all of them: the completer also drops a response that finds its oldest WQE not (re)sent yet,
+      which depends on timing inside g1 that the wire does not show (one run in seven counted 9 of 10);
     - g0's duplicate_request counts requests below the responder's expected PSN: replaying the wire through
       IBA 9.7.5.1's responder rule gives the same number; `flows` retransmissions also count the go-back-N
       resends of packets the responder had dropped silently after its NAK, so they are at least that many;
@@ -332,21 +371,13 @@ def test_loss_retransmissions_agree_with_rxe_counters(rlab, tmp_path):
     assert d1["sent_pkts"] - g1_to_g0 >= 1, "netem dropped nothing"
     req, resp = _wire(path, rlab.ip["g1"])
 
-    def after(a, b):                               # PSN a is later than b (24-bit serial arithmetic)
-        return 0 < (a - b) % (1 << 24) < (1 << 23)
-    comp, counted = None, 0
-    for psn, op, syn in resp:                      # the completer's PSN moves with ACKs and counted NAKs
-        kind = (syn >> 5) & 3
-        if kind == 0:
-            comp = (psn + 1) % (1 << 24)
-        elif kind == 3 and (comp is None or after(psn, comp)):
-            counted, comp = counted + 1, psn
-    assert d1["rcvd_seq_err"] == counted <= naks
+    counted = _counted_naks(req, resp)
+    assert 1 <= d1["rcvd_seq_err"] <= counted <= naks, (d1["rcvd_seq_err"], counted, naks)
     expected, dups = None, 0
     for psn, op, _ in req:                         # the responder accepts only the expected PSN
         if expected is None or psn == expected:
             expected = (psn + 1) % (1 << 24)
-        elif after(expected, psn):
+        elif _after(expected, psn):
             dups += 1
     assert d0["duplicate_request"] == dups <= rc["retransmissions"]
     assert rc["retransmissions"] >= 1 and d1["completer_retry_err"] >= max(1, d1["rcvd_seq_err"])
