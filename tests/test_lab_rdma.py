@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from dissectors.opcodes import OPCODES
 from ibwire.decode import decode_frame
 from ibwire.readers import iter_frames
 from test_mad_oracle import TSHARK_EXCEPTIONS
@@ -301,7 +302,9 @@ def _after(a, b):
     return 0 < (a - b) % (1 << 24) < (1 << 23)
 
 
-_MESSAGE_ENDS = {2, 3, 4, 5, 8, 9, 10, 11}     # RC SEND/WRITE Last and Only (with immediate): a WQE's last PSN
+# RC SEND/WRITE Last and Only opcodes (with immediate or invalidate): the PSN a WQE ends at
+_MESSAGE_ENDS = {c for c, o in OPCODES.items()
+                 if o.transport == "RC" and o.op in ("send", "write") and o.seg in ("last", "only")}
 
 
 def _counted_naks(req, resp) -> int:

@@ -18,7 +18,7 @@ from ..readers.formats import PCAP_MAGICS, PCAPNG_SHB, if_tsresol
 from . import _native
 from ..readers.resync import boundary
 
-CHUNK = 1 << 22    # bytes read at a time: small enough that the bytes are still cached when the decoder reads them
+CHUNK = 1 << 22    # bytes read at a time (4 MB measured faster than 8 MB; the walk and the decoder prefetch)
 KEEP_RETIRED = 4   # chunk buffers kept for reuse (a read-ahead queue and its consumer hold a few)
 OK, NEED, IMPOSSIBLE, META = 0, 1, 2, 3     # _native.walk_pcap / walk_pcapng status
 

@@ -25,6 +25,10 @@
 #define K512 K(0x154442bd4ULL, 0x1c6e41596ULL)
 #define K2048 K(0x11542778aULL, 0x1322d1430ULL)
 
+/* x folded over the distance of the constants k, plus the next 16 bytes. */
+#define FOLD(x, k, next) \
+    x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next)
+
 /* Byte shuffles for the last len % 16 bytes: loaded at offset r, SHIFT_DOWN moves bytes r..15 to 0..15-r
  * and SHIFT_UP bytes 0..r-1 to 16-r..15; the others become zero (index with the top bit set). */
 static const uint8_t SHIFT_DOWN[32] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
@@ -45,10 +49,8 @@ static inline uint32_t fold_finish(__m128i x1, const uint8_t *p, size_t len)
     const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
     const __m128i low32 = _mm_setr_epi32(-1, 0, -1, 0);
     __m128i x2;
-#define FOLD1(x, next) \
-    x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k3k4, 0x00), _mm_clmulepi64_si128(x, k3k4, 0x11)), next)
     while (len >= 16) {
-        FOLD1(x1, _mm_loadu_si128((const __m128i *)p));
+        FOLD(x1, k3k4, _mm_loadu_si128((const __m128i *)p));
         p += 16;
         len -= 16;
     }
@@ -57,10 +59,9 @@ static inline uint32_t fold_finish(__m128i x1, const uint8_t *p, size_t len)
         __m128i head = _mm_shuffle_epi8(x1, up);
         __m128i rest = _mm_blendv_epi8(_mm_loadu_si128((const __m128i *)(p + len - 16)),
                                        _mm_shuffle_epi8(x1, _mm_loadu_si128((const __m128i *)(SHIFT_DOWN + len))), up);
-        FOLD1(head, rest);
+        FOLD(head, k3k4, rest);
         x1 = head;
     }
-#undef FOLD1
     x2 = _mm_clmulepi64_si128(x1, k3k4, 0x10);                         /* 128 -> 64 bits */
     x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
     x2 = _mm_srli_si128(x1, 4);                                         /* 64 -> 32 bits */
@@ -81,8 +82,6 @@ static uint32_t crc32_clmul(uint32_t raw, const uint8_t *p, size_t len)   /* len
     x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)raw));
     p += 64;
     len -= 64;
-#define FOLD(x, k, next) \
-    x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next)
     while (len >= 64) {
         FOLD(x1, k1k2, _mm_loadu_si128((const __m128i *)(p + 0x00)));
         FOLD(x2, k1k2, _mm_loadu_si128((const __m128i *)(p + 0x10)));
@@ -94,7 +93,6 @@ static uint32_t crc32_clmul(uint32_t raw, const uint8_t *p, size_t len)   /* len
     FOLD(x1, k3k4, x2);
     FOLD(x1, k3k4, x3);
     FOLD(x1, k3k4, x4);
-#undef FOLD
     return fold_finish(x1, p, len);
 }
 
@@ -139,16 +137,11 @@ static uint32_t crc32_vclmul(uint32_t raw, const uint8_t *p, size_t len)  /* len
 static int have_clmul, have_vclmul;
 #endif
 
-static uint32_t byte_table[256];   /* the CRC register after one byte: short spans and the last bytes */
+static const z_crc_t *byte_table;   /* zlib's: the CRC register after one byte, for short spans */
 
 void crc_init(void)
 {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t r = i;
-        for (int k = 0; k < 8; k++)
-            r = r & 1 ? (r >> 1) ^ 0xEDB88320u : r >> 1;
-        byte_table[i] = r;
-    }
+    byte_table = get_crc_table();
 #ifdef HAVE_CLMUL_PATH
     __builtin_cpu_init();
     have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
