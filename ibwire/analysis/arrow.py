@@ -11,31 +11,15 @@ from typing import List
 import numpy as np
 import pyarrow as pa
 
-from dissectors.opcodes import OPCODES, lookup
+from dissectors.opcodes import lookup
 from ..fast import records as R
 from ..fast.columns import Columns, from_records
 from .flows import MESSAGE_KINDS
-from .hashing import group_rows
+from .presence import TEXT, prepare, present
 
 _OPNAMES = [lookup(c).full_name for c in range(256)]
 _TIME = pa.timestamp("ns", tz="UTC")
-_BTH_FIELDS = ("opcode", "se", "m", "padcnt", "tver", "p_key", "fecn", "becn", "destqp", "a", "psn", "paylen")
-_MAD_FIELDS = ("mad_class", "mad_classver", "mad_method", "mad_status", "mad_attrid", "mad_attrmod", "mad_tid")
-_LRH_FIELDS = ("slid", "dlid", "sl", "vl")
-# Record field -> the extended header (opcodes.py names) that carries it.
-_EXT_OF = {"reth_va": "reth", "reth_r_key": "reth", "reth_dmalen": "reth", "aeth_syndrome": "aeth",
-           "aeth_msn": "aeth", "deth_q_key": "deth", "deth_srcqp": "deth", "atomic_va": "atomiceth",
-           "atomic_r_key": "atomiceth", "atomic_swapdt": "atomiceth", "atomic_cmpdt": "atomiceth",
-           "atomicack": "atomicacketh", "immdt": "immdt", "ieth": "ieth", "xrcsrq": "xrceth"}
-_EXT = sorted(set(_EXT_OF.values()))
-# Opcode -> one bit per extended header of _EXT that it carries (one lookup per packet finds them all).
-_EXT_BITS = np.array([sum(1 << k for k, h in enumerate(_EXT) if c in OPCODES and h in OPCODES[c].headers)
-                      for c in range(256)], np.uint16)
-_ETH_LINKS = np.array([k in (R.ROCE1, R.ROCE2V4, R.ROCE2V6) for k in range(256)])
-_LRH_LINKS = np.array([k in (R.IB, R.IBGRH) for k in range(256)])
-_UDP_LINKS = np.array([k in (R.ROCE2V4, R.ROCE2V6) for k in range(256)])
 _SKIP = ("time", "time_ns")   # the record's float and integer times become the one frame_time column
-_TEXT = {"src": R.addr_text, "dst": R.addr_text, "eth_src": R.mac_text, "eth_dst": R.mac_text}   # bytes -> text
 _DICT_STR = pa.dictionary(pa.int32(), pa.string())
 
 
@@ -43,43 +27,9 @@ def _name(field: str) -> str:
     return R.FIELD_KEYS.get(field, field).replace(".", "_")
 
 
-def _nonzero(col: np.ndarray) -> np.ndarray:
-    """Rows of a fixed-size bytes column (6 or 16 bytes) that hold anything but zero bytes (the words of
-    each row or-ed column by column: a reduce along a short axis is many times slower)."""
-    col = np.ascontiguousarray(col)
-    words = col.view(np.uint16 if col.dtype.itemsize % 8 else np.uint64).reshape(len(col), -1)
-    acc = words[:, 0].copy()
-    for k in range(1, words.shape[1]):
-        acc |= words[:, k]
-    return acc != 0
-
-
-def _present(rec) -> dict:
-    """Field -> bool array of the rows whose packet carries that field (absent fields are null); `rec`:
-    records or their columns (fast.columns)."""
-    fl, link, op = rec["flags"], rec["link"], rec["opcode"]
-    bth = (fl & R.F_BTH) > 0
-    mad = (fl & R.F_MAD) > 0
-    cm = mad & (rec["mad_class"] == 0x07)
-    attr = rec["mad_attrid"]
-    addr = ((fl & R.F_GRH) > 0) | _nonzero(rec["src"]) | _nonzero(rec["dst"])
-    eth = _ETH_LINKS[link] | _nonzero(rec["eth_src"]) | _nonzero(rec["eth_dst"])
-    out = {"eth_src": eth, "eth_dst": eth, "src": addr, "dst": addr, "ecn": addr, "vlan": rec["vlan"] >= 0,
-           "udp_src": _UDP_LINKS[link] | (rec["udp_src"] > 0) | (rec["udp_dst"] > 0),
-           "cm_comm_id": cm, "cm_remote_comm_id": cm & (attr != 0x10), "cm_qpn": cm & ((attr == 0x10) | (attr == 0x13))}
-    out["udp_dst"] = out["udp_src"]
-    out.update({f: _LRH_LINKS[link] for f in _LRH_FIELDS})
-    out.update({f: bth for f in _BTH_FIELDS})
-    out.update({f: mad for f in _MAD_FIELDS})
-    bits = np.where(bth, _EXT_BITS[op], 0)
-    ext = {h: (bits & (1 << k)) > 0 for k, h in enumerate(_EXT)}
-    out.update({f: ext[h] for f, h in _EXT_OF.items()})
-    return out
-
-
 def _arrow_type(field: str) -> pa.DataType:
     dt = R.RECORD[field]
-    if field in _TEXT:
+    if field in TEXT:
         return _DICT_STR
     if field in ("icrc", "vcrc", "link"):
         return pa.dictionary(pa.int8(), pa.string())
@@ -88,9 +38,9 @@ def _arrow_type(field: str) -> pa.DataType:
     return pa.from_numpy_dtype(dt)
 
 
-# Fields some packets lack (null there): those `_present` has a rule for, and the CRC statuses.  Every other
+# Fields some packets lack (null there): those `presence.present` has a rule for, and the CRC statuses.  Every other
 # column is declared non-nullable, which Parquet stores without definition levels.
-_OPTIONAL = set(_present(from_records(np.zeros(1, R.RECORD)).columns())) | {"icrc", "vcrc"}
+_OPTIONAL = set(present(from_records(np.zeros(1, R.RECORD)).columns())) | {"icrc", "vcrc"}
 
 
 def record_schema() -> pa.Schema:
@@ -110,37 +60,6 @@ def _strings(words) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
 
 
-_SEEN: dict = {}      # address or MAC bytes -> text (a capture has few endpoints; ipaddress is slow)
-
-
-def _text(field: str, w: bytes) -> str:
-    t = _SEEN.get(w)
-    if t is None:
-        if len(_SEEN) > 1 << 16:
-            _SEEN.clear()
-        t = _SEEN[w] = _TEXT[field](w)
-    return t
-
-
-_TEXT_KEY = np.dtype([(f, R.RECORD[f]) for f in _TEXT])
-
-
-def _text_dicts(cols_of: dict, n: int) -> dict:
-    """Field -> (distinct values in text, each row's index among them) of the address and MAC columns: one
-    grouping of the rows by all four (a batch has few endpoint pairs), then each column's distinct values
-    among the groups' first rows."""
-    keys = np.empty(n, _TEXT_KEY)
-    for f in _TEXT:
-        keys[f] = cols_of[f]
-    _, first, inv = group_rows(keys, tuple(_TEXT))
-    out = {}
-    for f in _TEXT:
-        heads = keys[f][first]
-        _, distinct, pick = group_rows(heads.view(np.dtype([("k", heads.dtype)])), ("k",))
-        out[f] = ([_text(f, bytes(heads[i])) for i in distinct.tolist()], pick.astype(np.int32)[inv])
-    return out
-
-
 SCHEMA = record_schema()
 _NAMES = _strings(_OPNAMES)
 _LINK_NAMES, _CRC_NAMES = _strings(R.LINK_KINDS), _strings(R.CRC_STATUS)
@@ -151,12 +70,13 @@ def record_table(rec: np.ndarray) -> pa.Table:
     return column_table(from_records(rec))
 
 
-def column_table(cols: Columns) -> pa.Table:
+def column_table(cols: Columns, prepared=None) -> pa.Table:
     """One row per row of the block `cols` (fast.columns), with the columns of `record_schema()`; the
-    table's number columns share the block's memory."""
+    table's number columns share the block's memory.  `prepared`: `presence.prepare(cols)` when made
+    already (on the thread that decoded the block)."""
     n = len(cols)
     cols_of = cols.columns()
-    present = _present(cols_of)
+    has, texts = prepared or prepare(cols)
     bitmaps: dict = {}
 
     def bitmap(valid):
@@ -171,25 +91,24 @@ def column_table(cols: Columns) -> pa.Table:
     def column(typ, data, valid=None):
         return pa.Array.from_buffers(typ, n, [bitmap(valid), pa.py_buffer(np.ascontiguousarray(data))], null_count=-1)
 
-    texts = _text_dicts(cols_of, n)
     out = [column(_TIME, cols_of["time_ns"])]
     for f in R.RECORD.names:
         if f in _SKIP:
             continue
         c = cols_of[f]
         typ = SCHEMA.field(_name(f)).type
-        if f in _TEXT:
+        if f in TEXT:
             words, idx = texts[f]
-            idx = pa.Array.from_buffers(pa.int32(), n, [bitmap(present[f]), pa.py_buffer(idx)], null_count=-1)
+            idx = pa.Array.from_buffers(pa.int32(), n, [bitmap(has[f]), pa.py_buffer(idx)], null_count=-1)
             out.append(pa.DictionaryArray.from_arrays(idx, _strings(words)))
         elif f in ("icrc", "vcrc", "link"):
             idx = column(pa.int8(), c.view(np.int8), None if f == "link" else c != R.ABSENT)
             out.append(pa.DictionaryArray.from_arrays(idx, _LINK_NAMES if f == "link" else _CRC_NAMES))
         elif f == "vlan":
-            out.append(column(typ, c.astype(np.uint16), present[f]))
+            out.append(column(typ, c.astype(np.uint16), has[f]))
         else:
-            out.append(column(typ, c, present.get(f)))
-    out.append(pa.DictionaryArray.from_arrays(column(pa.int32(), cols_of["opcode"].astype(np.int32), present["opcode"]),
+            out.append(column(typ, c, has.get(f)))
+    out.append(pa.DictionaryArray.from_arrays(column(pa.int32(), cols_of["opcode"].astype(np.int32), has["opcode"]),
                                               _NAMES))
     return pa.Table.from_arrays(out, schema=SCHEMA)
 

@@ -8,6 +8,7 @@ from typing import List
 import numpy as np
 
 from ..fast.ahead import read_ahead
+from .presence import prepare
 
 ROW_GROUP = 1 << 15        # records per Parquet row group (batches are joined up to this; memory stays flat)
 
@@ -29,19 +30,19 @@ PARQUET = {"compression": "lz4", "data_page_version": "2.0",
 
 
 def row_groups(scan, progress=None):
-    """An Arrow table per row group of `scan` (a fast.Scan or FilteredScan), read and decoded ahead on a
-    second thread, which starts now (so that importing pyarrow overlaps it); `progress(packets, bytes
+    """An Arrow table per row group of `scan` (a fast.Scan or FilteredScan), read, decoded and prepared
+    (`presence.prepare`) ahead on a second thread, which starts now (so that importing pyarrow overlaps it); `progress(packets, bytes
     done)` after each.  The block of columns under a table is filled again once the table is gone (fresh
     memory costs page faults)."""
     spare: list = []
-    ahead = read_ahead(((cols, scan.bytes_done) for cols in scan.columns(ROW_GROUP, spare)), depth=1)
+    ahead = read_ahead(((cols, prepare(cols), scan.bytes_done) for cols in scan.columns(ROW_GROUP, spare)), depth=1)
 
     def tables():
         from .arrow import column_table
-        for cols, done in ahead:
+        for cols, prepared, done in ahead:
             if progress:
                 progress(len(cols), done)
-            table = column_table(cols)
+            table = column_table(cols, prepared)
             yield table
             del table
             spare.append(cols)
