@@ -31,8 +31,8 @@ PARQUET = {"compression": "lz4", "data_page_version": "2.0",
 
 def row_groups(scan, progress=None):
     """An Arrow table per row group of `scan` (a fast.Scan or FilteredScan), read, decoded and prepared
-    (`presence.prepare`) ahead on a second thread, which starts now (so that importing pyarrow overlaps it); `progress(packets, bytes
-    done)` after each.  The block of columns under a table is filled again once the table is gone (fresh
+    (`presence.prepare`) ahead on a second thread, which starts now (so that importing pyarrow overlaps
+    it); `progress(packets, bytes done)` after each.  The block of columns under a table is filled again once the table is gone (fresh
     memory costs page faults)."""
     spare: list = []
     ahead = read_ahead(((cols, prepare(cols), scan.bytes_done) for cols in scan.columns(ROW_GROUP, spare)), depth=1)

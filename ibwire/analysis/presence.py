@@ -11,15 +11,15 @@ from dissectors.opcodes import OPCODES
 from ..fast import records as R
 from .hashing import group_rows
 
-BTH_FIELDS = ("opcode", "se", "m", "padcnt", "tver", "p_key", "fecn", "becn", "destqp", "a", "psn", "paylen")
-MAD_FIELDS = ("mad_class", "mad_classver", "mad_method", "mad_status", "mad_attrid", "mad_attrmod", "mad_tid")
-LRH_FIELDS = ("slid", "dlid", "sl", "vl")
+_BTH_FIELDS = ("opcode", "se", "m", "padcnt", "tver", "p_key", "fecn", "becn", "destqp", "a", "psn", "paylen")
+_MAD_FIELDS = ("mad_class", "mad_classver", "mad_method", "mad_status", "mad_attrid", "mad_attrmod", "mad_tid")
+_LRH_FIELDS = ("slid", "dlid", "sl", "vl")
 # Record field -> the extended header (opcodes.py names) that carries it.
-EXT_OF = {"reth_va": "reth", "reth_r_key": "reth", "reth_dmalen": "reth", "aeth_syndrome": "aeth",
+_EXT_OF = {"reth_va": "reth", "reth_r_key": "reth", "reth_dmalen": "reth", "aeth_syndrome": "aeth",
           "aeth_msn": "aeth", "deth_q_key": "deth", "deth_srcqp": "deth", "atomic_va": "atomiceth",
           "atomic_r_key": "atomiceth", "atomic_swapdt": "atomiceth", "atomic_cmpdt": "atomiceth",
           "atomicack": "atomicacketh", "immdt": "immdt", "ieth": "ieth", "xrcsrq": "xrceth"}
-_EXT = sorted(set(EXT_OF.values()))
+_EXT = sorted(set(_EXT_OF.values()))
 # Opcode -> one bit per extended header of _EXT that it carries (one lookup per packet finds them all).
 _EXT_BITS = np.array([sum(1 << k for k, h in enumerate(_EXT) if c in OPCODES and h in OPCODES[c].headers)
                       for c in range(256)], np.uint16)
@@ -55,12 +55,12 @@ def present(rec) -> dict:
            "cm_comm_id": cm, "cm_remote_comm_id": cm & (attr != 0x10), "cm_qpn": cm & ((attr == 0x10) | (attr == 0x13))}
     out["udp_dst"] = out["udp_src"]
     lrh = _LRH_LINKS[link]
-    out.update({f: lrh for f in LRH_FIELDS})
-    out.update({f: bth for f in BTH_FIELDS})
-    out.update({f: mad for f in MAD_FIELDS})
+    out.update({f: lrh for f in _LRH_FIELDS})
+    out.update({f: bth for f in _BTH_FIELDS})
+    out.update({f: mad for f in _MAD_FIELDS})
     bits = np.where(bth, _EXT_BITS[op], 0)
     ext = {h: (bits & (1 << k)) > 0 for k, h in enumerate(_EXT)}
-    out.update({f: ext[h] for f, h in EXT_OF.items()})
+    out.update({f: ext[h] for f, h in _EXT_OF.items()})
     return out
 
 
