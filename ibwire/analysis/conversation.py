@@ -44,6 +44,7 @@ class Conversation:
     ecn_ce: int
     psn_gaps: Optional[int] = None
     drops: Optional[int] = None
+    not_captured: Optional[int] = None
     retransmissions: Optional[int] = None
     out_of_order: Optional[int] = None
     length_mismatch: Optional[int] = None

@@ -7,9 +7,11 @@ capture).  Pairing then decides which half-flows belong together — from CM REQ
 (§12.6.5/§12.6.8) where present, else from request PSNs answered by ACK/response PSNs the other way,
 else from the addresses alone — and the compiled sequencer (ibwire/fast/native/flows.c) replays the
 spill conversation by conversation in capture order, as the responder would see it (§9.7.4):
-  * a request PSN beyond the expected one is a gap (its PSNs missing: drops); a missing PSN arriving
-    later is out of order, unless a NAK/RNR NAK was sent or go-back-N resends follow it, which make it
-    a retransmission; an already accepted PSN is a retransmission; a bad ICRC is dropped silently;
+  * a request PSN beyond the expected one is a gap; each missing PSN is then one of three things: resent
+    after a NAK/RNR NAK or followed by go-back-N resends (lost on the wire: a drop, and a retransmission),
+    arriving late with neither (out of order), or never resent at all (not captured: the responder went
+    on, so the wire delivered it and the mirror or the capture missed it); an already accepted PSN is a
+    retransmission; a bad ICRC is dropped silently by the responder;
   * a READ request reserves one PSN per response packet (dmalen/4096 to dmalen/256); its responses are
     matched to it, completed READs acknowledge what precedes them; ACKs retire pending requests
     (request-to-ACK latency, coalescing), NAKs and RNR NAKs are counted by code and timer;
@@ -316,8 +318,8 @@ def _row(cid: int, paired_by: str, ends, raw) -> dict:
     out["one_sided"] = sum(v for k, v in ops.items() if k in ONE_SIDED or k == "read")
     out["two_sided"] = ops.get("send", 0)
     if transport in ("RC", "XRC", "UC"):
-        out.update({k: c[k] for k in ("psn_gaps", "drops", "retransmissions", "out_of_order", "length_mismatch",
-                                      "bad_icrc")})
+        out.update({k: c[k] for k in ("psn_gaps", "drops", "not_captured", "retransmissions", "out_of_order",
+                                      "length_mismatch", "bad_icrc")})
     if transport in ("RC", "XRC"):
         out.update({"acks": c["acks"], "naks": _ordered(s["nak"], s["nak_order"], _NAK_NAMES),
                     "rnr_naks": c["rnr_naks"], "rnr_timer_ms": _ordered(s["rnr"], s["rnr_order"], _RNR_NAMES),

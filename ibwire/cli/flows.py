@@ -9,8 +9,8 @@ from .app import app, capture_source, read_file_option
 
 def _table_row(r: dict) -> dict:
     """A terminal-width summary of one conversation; json/csv carry every field."""
-    issues = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "retransmissions", "out_of_order", "bad_icrc", "rnr_naks",
-                                                         "length_mismatch") if r.get(k)]
+    issues = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "not_captured", "retransmissions", "out_of_order",
+                                                         "bad_icrc", "rnr_naks", "length_mismatch") if r.get(k)]
     issues += [f"NAK {k} {v}" for k, v in (r.get("naks") or {}).items()]
     cnp = r.get("cnp_received_a", 0) + r.get("cnp_received_b", 0)
     if cnp:
@@ -53,7 +53,8 @@ def flows(
                                          "diagram draws (default: the busiest RC one set up by CM)"),
 ):
     """Conversations: both endpoints and QPNs, P_Key, messages by operation, bytes, goodput, one- vs
-    two-sided; for RC: PSN gaps and drops, retransmissions, out-of-order, NAKs by kind, RNR timers, ACK coalescing,
+    two-sided; for RC: PSN gaps told apart as drops (lost on the wire) or not captured (missed by the capture),
+    retransmissions, out-of-order, NAKs by kind, RNR timers, ACK coalescing,
     outstanding depth, READ latency, request-to-ACK latency, messages checked against DMA length, CNPs."""
     from ..analysis.flows import analyse
     from ..analysis.report import check_format, progress, render

@@ -15,7 +15,7 @@ from ibwire.errors import InputError, UserError
 
 QP_TYPES = ("RC", "UC", "UD", "XRC")
 OP_KINDS = ("send", "send_imm", "send_inv", "write", "write_imm", "read", "cmp_swap", "fetch_add")
-FAULT_KINDS = ("drop", "rnr", "ecn", "bad_icrc", "bad_vcrc", "smp_set", "rogue_sm", "pkey_drift", "bad_qkey",
+FAULT_KINDS = ("drop", "capture_gap", "rnr", "ecn", "bad_icrc", "bad_vcrc", "smp_set", "rogue_sm", "pkey_drift", "bad_qkey",
                "ipoib_join")
 PMTUS = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
 DEFAULT_PKEY = 0xFFFF
@@ -418,7 +418,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         for k in ("port", "target"):
             if k in f:
                 need_port(f[k], "fault", i, k)
-        if kind in ("drop", "rnr", "ecn", "bad_icrc", "bad_vcrc", "bad_qkey") and "qp" not in f:
+        if kind in ("drop", "capture_gap", "rnr", "ecn", "bad_icrc", "bad_vcrc", "bad_qkey") and "qp" not in f:
             src.fail(src.line_of("fault", i), f"a {kind} fault needs the qp it applies to")
         if kind == "bad_qkey" and scen.qps[f["qp"]].type != "UD":
             src.fail(src.line_of("fault", i, "qp"), "a bad_qkey fault needs a UD qp (only datagrams carry a Q_Key)")

@@ -281,6 +281,13 @@ static void refile(channel *ch)
     ch->has_fill = 0;
 }
 
+/* Forget the oldest missing PSN: never resent, so the wire delivered it and the capture missed it. */
+static void forget_missing(channel *ch)
+{
+    od_popfirst(&ch->missing);
+    ch->c[FC_NOT_CAPTURED]++;
+}
+
 static int ack(channel *ch, double t, int64_t psn)
 {
     int64_t n = 0;
@@ -319,22 +326,23 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
         ent_t *last = d > 0 ? od_last(&ch->reads) : NULL;
         if (last && psn_diff(psn, last->key) > 0 && psn_diff(psn - 1, last->v.plast) <= 0)
             d = 0;                        /* PSNs a pending READ's responses may use are not a gap */
-        if (d > 0) {
+        if (d > 0) {                      /* missing until resent (lost), late (out of order) or never */
             c[FC_PSN_GAPS]++;
-            c[FC_DROPS] += d;
-            for (int64_t k = 0; k < (d < MISSING_MAX ? d : MISSING_MAX); k++)
+            if (d > MISSING_MAX)
+                c[FC_NOT_CAPTURED] += d - MISSING_MAX;
+            for (int64_t k = d > MISSING_MAX ? d - MISSING_MAX : 0; k < d; k++)
                 if (od_set(&ch->missing, (ch->expected + k) % PSN_MOD, (val_t){0}) < 0)
                     return -1;
             while (ch->missing.n > MISSING_MAX)
-                od_popfirst(&ch->missing);
+                forget_missing(ch);
             ch->msg_active = 0;
         } else if (d < 0) {
             if (od_pop(&ch->missing, psn, NULL)) {
-                if (ch->nak_seen)
+                if (ch->nak_seen) {       /* resent after a NAK: lost on the wire */
+                    c[FC_DROPS]++;
                     c[FC_RETRANSMISSIONS]++;
-                else {                    /* late, not lost, unless a NAK or go-back-N resends say so */
+                } else {                  /* late, not lost, unless a NAK or go-back-N resends say so */
                     c[FC_OUT_OF_ORDER]++;
-                    c[FC_DROPS]--;
                     ch->has_fill = 1;
                     ch->fill = psn;
                 }
@@ -524,6 +532,7 @@ int flows_summary(const flow_state *s, int64_t ci, flow_summary *o)
         const channel *ch = &v->ch[k];
         memcpy(o->counters[k], ch->c, sizeof ch->c);
         o->counters[k][FC_UNACKNOWLEDGED] = ch->pending.n + ch->reads.n;
+        o->counters[k][FC_NOT_CAPTURED] += ch->missing.n;   /* never resent by the capture's end */
         memcpy(o->ops[k], ch->ops, sizeof ch->ops);
         memcpy(o->op_bytes[k], ch->op_bytes, sizeof ch->op_bytes);
         memcpy(o->ops_order[k], ch->ops_order, sizeof ch->ops_order);
