@@ -78,3 +78,18 @@ def test_report_draws_capture_gaps_grey_and_losses_red(gap_report):
             assert m["n"] == m["inside"]
             marks[kind] += m["n"]
     assert marks == {"drop": truth["drops"], "not-captured": truth["not_captured"]}
+
+
+def test_conversation_whose_every_icrc_fails_is_listed_with_the_reason():
+    """Mellanox DC rping mirrored with rewritten headers: no frame's ICRC holds.  The conversation is listed,
+    says why it was not sequenced, and --no-icrc sequences it (its WRITEs counted as tshark counts them)."""
+    pcap = PUBLIC / "m3_rping_dc_dc-small.pcap"
+    frames = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "infiniband.bth.opcode"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    r = run_ibwire("flows", pcap, "--format", "json")
+    (c,) = json.loads(r.stdout)["conversations"]
+    assert c["bad_icrc"] == len(frames) and "fails its ICRC" in c["not_analysed"]
+    assert "not analysed" in run_ibwire("flows", pcap).stdout
+    (c,) = json.loads(run_ibwire("flows", pcap, "--format", "json", "--no-icrc").stdout)["conversations"]
+    assert "not_analysed" not in c and c["transport"] == "DC"
+    assert c["messages"] == {"write": sum(int(o) == 0x4A for o in frames)} and c["acks"] > 0

@@ -126,7 +126,7 @@ FLOW_SCHEMA = pa.schema([
     ("one_sided", pa.int64()), ("two_sided", pa.int64()),
     ("psn_gaps", pa.int64()), ("drops", pa.int64()), ("not_captured", pa.int64()),
     ("retransmissions", pa.int64()), ("out_of_order", pa.int64()),
-    ("length_mismatch", pa.int64()), ("bad_icrc", pa.int64()),
+    ("length_mismatch", pa.int64()), ("bad_icrc", pa.int64()), ("not_analysed", pa.string()),
     ("acks", pa.int64()), ("naks", pa.map_(pa.string(), pa.int64())), ("rnr_naks", pa.int64()),
     ("rnr_timer_ms", pa.map_(pa.float64(), pa.int64())), ("ack_coalescing", pa.float64()),
     ("max_outstanding", pa.int64()), ("reads_completed", pa.int64()), ("unmatched_read_responses", pa.int64()),

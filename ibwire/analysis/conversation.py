@@ -49,6 +49,7 @@ class Conversation:
     out_of_order: Optional[int] = None
     length_mismatch: Optional[int] = None
     bad_icrc: Optional[int] = None
+    not_analysed: Optional[str] = None      # why the sequencer followed none of its packets
     acks: Optional[int] = None
     naks: Dict[str, int] = field(default_factory=dict)
     rnr_naks: Optional[int] = None

@@ -39,6 +39,8 @@ OP = [lookup(c).op for c in range(256)]
 TRANSPORT = [lookup(c).transport for c in range(256)]
 REQUEST_OPS = {"send", "write", "read_req", "atomic", "flush", "atomic_write", "resync"}
 ONE_SIDED = {"write", "read_req", "atomic", "flush", "atomic_write"}
+SEQUENCED = ("RC", "XRC", "DC", "UC")     # transports whose PSNs the sequencer follows (§9.7)
+ACKNOWLEDGED = ("RC", "XRC", "DC")        # and whose responders acknowledge them
 MESSAGE_KINDS = ("send", "write", "read", "atomic", "flush", "atomic_write", "resync", "unknown")
 
 # What the compiled sequencer reads per packet (native/flows.h flow_pkt, the same layout).
@@ -317,10 +319,16 @@ def _row(cid: int, paired_by: str, ends, raw) -> dict:
     out["message_bytes"] = _ordered(s["op_bytes"], s["bytes_order"], MESSAGE_KINDS)
     out["one_sided"] = sum(v for k, v in ops.items() if k in ONE_SIDED or k == "read")
     out["two_sided"] = ops.get("send", 0)
-    if transport in ("RC", "XRC", "UC"):
+    out["bad_icrc"] = c["bad_icrc"]
+    sequenced = int(s["packets"].sum() - s["cnps"].sum()) - c["bad_icrc"]
+    if not sequenced and c["bad_icrc"]:
+        out["not_analysed"] = (f"every frame ({c['bad_icrc']}) fails its ICRC, so none was sequenced: receivers "
+                               "discard them (a mirror or switch that rewrites headers without recomputing the "
+                               "ICRC does this; --no-icrc analyses them as if good)")
+    if transport in SEQUENCED:
         out.update({k: c[k] for k in ("psn_gaps", "drops", "not_captured", "retransmissions", "out_of_order",
-                                      "length_mismatch", "bad_icrc")})
-    if transport in ("RC", "XRC"):
+                                      "length_mismatch")})
+    if transport in ACKNOWLEDGED:
         out.update({"acks": c["acks"], "naks": _ordered(s["nak"], s["nak_order"], _NAK_NAMES),
                     "rnr_naks": c["rnr_naks"], "rnr_timer_ms": _ordered(s["rnr"], s["rnr_order"], _RNR_NAMES),
                     "ack_coalescing": (c["acked_requests"] / c["acks"]) if c["acks"] else None,

@@ -12,6 +12,8 @@ def _table_row(r: dict) -> dict:
     issues = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "not_captured", "retransmissions", "out_of_order",
                                                          "bad_icrc", "rnr_naks", "length_mismatch") if r.get(k)]
     issues += [f"NAK {k} {v}" for k, v in (r.get("naks") or {}).items()]
+    if r.get("not_analysed"):
+        issues.insert(0, "not analysed: " + r["not_analysed"].split(",")[0])
     cnp = r.get("cnp_received_a", 0) + r.get("cnp_received_b", 0)
     if cnp:
         issues.append(f"CNPs {cnp}")

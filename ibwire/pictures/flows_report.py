@@ -172,6 +172,8 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
         facts = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "not_captured", "retransmissions", "out_of_order",
                                                           "rnr_naks", "bad_icrc") if r.get(k)]
         facts += [f"NAK {k} {v}" for k, v in (r.get("naks") or {}).items()]
+        if r.get("not_analysed"):
+            facts.insert(0, "not analysed: " + r["not_analysed"])
         body.append(f"<p class='note'>{esc('; '.join(facts) or 'no loss or error seen')}</p>")
         if pk is None:
             body.append("<p>No packet of this conversation passed the filter.</p></section>")

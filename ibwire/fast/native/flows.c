@@ -369,7 +369,7 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
         ch->has_expected = 1;
         ch->expected = nxt % PSN_MOD;
     }
-    int rc = tr == TR_RC || tr == TR_XRC;
+    int rc = tr == TR_RC || tr == TR_XRC || tr == TR_DC;   /* acknowledged transports */
     if (oc != OC_READ_REQ) {
         count_op(ch, kind, 0, kind == MK_ATOMIC ? 8 : p->paylen);
         if (seg == SEG_FIRST || seg == SEG_ONLY) {
@@ -507,13 +507,16 @@ int flows_feed(flow_state *s, const flow_tables *tab, const flow_pkt *pk, int64_
             return -1;
         if (v->first_op < 0)
             v->first_op = op;
-        int oc = tab->opclass[op];
+        int oc = tab->opclass[op], req = oc == OC_REQUEST || oc == OC_READ_REQ;
+        if (p->bad && !(req && tab->transport[op] != TR_UD)) {
+            v->ch[req ? side : 1 - side].c[FC_BAD_ICRC]++;   /* discarded by its receiver, unanswered */
+            continue;
+        }
         if (tab->transport[op] == TR_UD) {
             count_op(&v->ch[side], MK_SEND, 1, p->paylen);
             continue;
         }
-        int err = oc == OC_REQUEST || oc == OC_READ_REQ ? request(&v->ch[side], tab, p)
-                                                         : response(&v->ch[1 - side], tab, p);
+        int err = req ? request(&v->ch[side], tab, p) : response(&v->ch[1 - side], tab, p);
         if (err < 0)
             return -1;
     }
