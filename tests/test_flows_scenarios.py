@@ -41,6 +41,10 @@ def test_flow_numbers_equal_scenario(toml, jobs):
                "retransmits": row.get("retransmissions", 0),
                "naks_psn": (row.get("naks") or {}).get("PSN Sequence Error", 0), "rnr": row.get("rnr_naks", 0),
                "bad_icrc": row.get("bad_icrc", 0)}
+        tries = [t for t in (row.get("retries_a"), row.get("retries_b")) if t]
+        for cause in ("timeout", "nak", "rnr"):
+            got[f"{cause}_retries"] = sum(t[f"{cause}_episodes"] for t in tries)
+        got["gave_up_after"] = sum((t.get("gave_up") or {}).get("retries", 0) for t in tries)
         for k, v in want.items():
             assert got[k] == v, f"{toml.stem} flow {name}: {k} is {got[k]}, the scenario declares {v}"
 

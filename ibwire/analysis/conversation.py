@@ -61,6 +61,8 @@ class Conversation:
     unacknowledged_at_end: Optional[int] = None
     read_latency_us: Optional[Latency] = None
     ack_latency_us: Optional[Latency] = None
+    retries_a: Optional[dict] = None         # retransmission forensics of a's requests (analysis.retries)
+    retries_b: Optional[dict] = None
 
     @property
     def lossy(self) -> bool:

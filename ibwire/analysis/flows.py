@@ -32,6 +32,7 @@ from ..fast import scan
 from ..fast.split import MIN_SPAN, processes, spans
 from ..fast.walk import SpanContextLost
 from .hashing import group_rows
+from . import retries
 
 SAMPLE = 128            # distinct PSNs per half-flow kept for pairing (requests, and responses)
 SPILL_IN_MEMORY = 1 << 16   # packets kept in memory before the spill moves to a temporary file
@@ -54,7 +55,10 @@ SUMMARY = np.dtype([("packets", "i8", 2), ("bytes", "i8", 2), ("payload", "i8", 
                     ("first", "f8"), ("last", "f8"), ("first_op", "i8"), ("counters", "i8", (2, _NC)),
                     ("ops", "i8", (2, _NK)), ("op_bytes", "i8", (2, _NK)), ("ops_order", "i8", (2, _NK)),
                     ("bytes_order", "i8", (2, _NK)), ("nak", "i8", (2, 32)), ("nak_order", "i8", (2, 32)),
-                    ("rnr", "i8", (2, 32)), ("rnr_order", "i8", (2, 32)), ("n_pkeys", "i8")])
+                    ("rnr", "i8", (2, 32)), ("rnr_order", "i8", (2, 32)), ("n_pkeys", "i8"),
+                    ("episodes", "i8", (2, 3)), ("timeout_wait_min", "f8", 2),
+                    ("timeout_wait_max", "f8", 2), ("max_retries", "i8", 2), ("stall_retries", "i8", 2),
+                    ("stall_psn", "i8", 2), ("stall_frame", "i8", 2), ("stall_answers", "i8", 2)])
 _SPILL_OFF = np.array([R.RECORD.fields[name][1] for name, typ in _native.SPILL_FIELDS
                        if R.RECORD[name].str.lstrip("<>|=") == typ], np.int64)
 if len(_SPILL_OFF) != len(_native.SPILL_FIELDS) or SPILL.itemsize != _native.FLOW_PKT_SIZE or SUMMARY.itemsize != _native.FLOW_SUMMARY_SIZE:
@@ -335,7 +339,8 @@ def _row(cid: int, paired_by: str, ends, raw) -> dict:
                     "max_outstanding": int(s["counters"][:, COUNTERS.index("max_outstanding")].max()),
                     "reads_completed": c["reads_completed"], "unmatched_read_responses": c["unmatched_read_responses"],
                     "unacknowledged_at_end": c["unacknowledged"] + c["untracked"],
-                    "read_latency_us": _pct(read_lat), "ack_latency_us": _pct(ack_lat)})
+                    "read_latency_us": _pct(read_lat), "ack_latency_us": _pct(ack_lat),
+                    "retries_a": retries.channel(s, 0), "retries_b": retries.channel(s, 1)})
     out["cnp_received_a"], out["cnp_received_b"] = int(s["cnps"][0]), int(s["cnps"][1])
     out["ecn_ce"] = int(s["ecn_ce"].sum())
     return out

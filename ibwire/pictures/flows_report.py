@@ -13,6 +13,7 @@ import numpy as np
 
 from . import series as S
 from .ladder import choose, ladder
+from ..analysis import retries
 from ..errors import UserError
 from .page import page, write_html
 from .svg import PALETTE, Plot, esc, si
@@ -175,6 +176,7 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
         if r.get("not_analysed"):
             facts.insert(0, "not analysed: " + r["not_analysed"])
         body.append(f"<p class='note'>{esc('; '.join(facts) or 'no loss or error seen')}</p>")
+        body += [f"<p class='note retries'>{esc(t)}</p>" for t in retries.paragraph(r)]
         if pk is None:
             body.append("<p>No packet of this conversation passed the filter.</p></section>")
             continue
