@@ -104,6 +104,10 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
                   f"(fail on {fail_on})")
     if res.display_filter:
         console.print(f"[bold yellow]{scope(res)}[/]", highlight=False, soft_wrap=True)
+    if res.evidence.other:
+        rest = ", ".join(f"{p} {n}" for p, n in sorted(res.evidence.out_of_scope.items(), key=lambda kv: -kv[1]))
+        console.print(f"{res.evidence.other} frames out of scope (not InfiniBand or RoCE: {rest})", highlight=False,
+                      markup=False)
     names = res.tenant_names()
     if names:
         t = Table(title="tenant × tenant (packets / bytes / worst finding)")
