@@ -126,3 +126,30 @@ def test_a_stale_part_file_of_another_user_in_a_shared_directory_is_left_alone(t
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(shared)) == [theirs.name, "out.pcap"]
     assert theirs.read_bytes() == b"theirs"
+
+
+@pytest.mark.parametrize("case", ["symlink", "fifo", "device", "their file", "linked directory"])
+def test_capture_w_on_the_ibdump_standin_is_refused_before_anything_starts(tmp_path, case):
+    """No ConnectX here: `capture -w` runs against the ibdump stand-in (tests/standin) on a fake sysfs; a planted
+    output is refused in one sentence before the capture engine is started (the stand-in logs every start)."""
+    sys.path.insert(0, str(ROOT / "tests" / "standin"))
+    import fake_sysfs
+    fake_sysfs.build(tmp_path / "sys", "InfiniBand")
+    victim = tmp_path / "private" / "o.pcap"
+    victim.parent.mkdir(mode=0o700)
+    victim.write_bytes(SECRET)
+    victim.chmod(0o600)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    out, said = _plant(case, shared, "o.pcap", victim)
+    before = sorted(os.listdir(shared))
+    env = dict(os.environ, PATH=f"{ROOT / 'tests' / 'standin'}:{os.environ['PATH']}",
+               IBWIRE_SYSFS_ROOT=str(tmp_path / "sys"), IBWIRE_RUN_DIR=str(tmp_path / "run"),
+               STANDIN_LOG=str(tmp_path / "argv.log"), STANDIN_LIDS="0x3>0x12")
+    r = subprocess.run([str(EXE), "capture", "--pf", "mlx5_0", "-w", str(out), "-c", "1"], check=False, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith(f"ibwire: {said}") and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "argv.log").exists()
+    assert victim.read_bytes() == SECRET and stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert sorted(os.listdir(shared)) == before
