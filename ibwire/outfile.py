@@ -134,11 +134,6 @@ def _target(dfd: int, name: str, path: str) -> os.stat_result | None:
     return st
 
 
-def _stamp(part: str) -> str | None:
-    m = _PART.match(part)
-    return m and m.group(2)
-
-
 def _locked(fd: int, how: int, tries: int = 5) -> bool:
     """Lock `fd`; a cleaner in another ibwire holds a free part file's lock for an instant, so retry briefly."""
     for i in range(tries):
@@ -160,15 +155,15 @@ def _same(dfd: int, name: str, fd: int) -> bool:
     return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
-def _sweep(dfd: int, mine: str | None = None, name: str | None = None) -> bool:
-    """Remove the part files no live writer holds; True when a live writer older than part file `mine`
-    writes target `name`.  Only regular files are opened (O_NONBLOCK: a planted FIFO cannot hang us)."""
-    dir_st = os.fstat(dfd)
+def _sweep(dfd: int, mine: str, name: str) -> bool:
+    """Remove the part files no live writer holds (their writer was killed); True when a live writer older
+    than part file `mine` writes target `name`.  Only regular files are opened, O_NONBLOCK."""
+    dir_st, stamp = os.fstat(dfd), _PART.match(mine).group(2)
     for n in os.listdir(dfd):
         if n == mine or not (n.startswith(".") and n.endswith(PART_SUFFIX)):
             continue
-        rival = mine is not None and _PART.match(n) is not None and _PART.match(n).group(1) == name \
-            and _stamp(n) < _stamp(mine)
+        m = _PART.match(n)
+        rival = bool(m and m.group(1) == name and m.group(2) < stamp)
         try:
             st = os.stat(n, dir_fd=dfd, follow_symlinks=False)
             if not stat.S_ISREG(st.st_mode) or _foreign(dir_st, st):
@@ -189,24 +184,6 @@ def _sweep(dfd: int, mine: str | None = None, name: str | None = None) -> bool:
     return False
 
 
-def remove_stale_parts(directory: str) -> None:
-    """Remove the part files in `directory` no live writer holds (their writer was killed)."""
-    try:
-        dfd = _open_dir(directory or ".")
-    except OSError:
-        return
-    try:
-        _sweep(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
-
-
-def _busy(path: str) -> OutputError:
-    return OutputError(f"{path} is being written by another process right now; try again when it is done")
-
-
 def _open_part(dfd: int, name: str, path: str):
     """Create and lock a new part file for `name`; refuse when an older live writer writes the same target."""
     for _ in range(20):
@@ -225,7 +202,7 @@ def _open_part(dfd: int, name: str, path: str):
         raise OutputError(f"{path} is being written by other processes over and over; try again later")
     try:
         if _sweep(dfd, part, name):
-            raise _busy(path)
+            raise OutputError(f"{path} is being written by another process right now; try again when it is done")
     except BaseException:
         os.unlink(part, dir_fd=dfd)
         os.close(fd)
