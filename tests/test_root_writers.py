@@ -102,6 +102,7 @@ def test_a_root_writer_never_writes_where_another_user_points_it(tmp_path, write
         assert sorted(os.listdir(shared)) == sorted(before + [name])
         st = os.lstat(out)
         assert stat.S_ISREG(st.st_mode) and st.st_uid == 0 and os.path.getsize(out) > 0
+        assert stat.S_IMODE(st.st_mode) & 0o111 == (0o111 if writer == "extcap --install" else 0)   # a launcher
         return
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert r.stderr.startswith(f"ibwire: {said}") and r.stderr.count("\n") == 1, r.stderr
