@@ -156,8 +156,9 @@ def _same(dfd: int, name: str, fd: int) -> bool:
 
 
 def _sweep(dfd: int, mine: str, name: str) -> bool:
-    """Remove the part files no live writer holds (their writer was killed); True when a live writer older
-    than part file `mine` writes target `name`.  Only regular files are opened, O_NONBLOCK."""
+    """Remove the part files no live writer holds (their writer was killed; in a sticky world-writable
+    directory only our own); True when a live writer older than part file `mine` writes target `name`.
+    Only regular files are opened, O_NONBLOCK."""
     dir_st, stamp = os.fstat(dfd), _PART.match(mine).group(2)
     for n in os.listdir(dfd):
         if n == mine or not (n.startswith(".") and n.endswith(PART_SUFFIX)):
@@ -166,7 +167,7 @@ def _sweep(dfd: int, mine: str, name: str) -> bool:
         rival = bool(m and m.group(1) == name and m.group(2) < stamp)
         try:
             st = os.stat(n, dir_fd=dfd, follow_symlinks=False)
-            if not stat.S_ISREG(st.st_mode) or _foreign(dir_st, st):
+            if not stat.S_ISREG(st.st_mode):
                 continue
             fd = os.open(n, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
         except OSError:
@@ -175,7 +176,7 @@ def _sweep(dfd: int, mine: str, name: str) -> bool:
             if not _locked(fd, fcntl.LOCK_SH, 5 if rival else 1):
                 if rival:
                     return True
-            elif _same(dfd, n, fd):
+            elif _same(dfd, n, fd) and not _foreign(dir_st, st):     # as the sticky bit would have it
                 os.unlink(n, dir_fd=dfd)
         except OSError:
             pass
