@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import ROOT
 
 CAPS = ROOT / "captures"
@@ -34,10 +35,9 @@ WRITERS = {     # writer -> (output name, arguments before the output, exit stat
 }
 
 
-def _mine(path: Path) -> Path:
-    """`path`, now belonging to the other user (a symbolic link itself, not what it names)."""
+def _mine(path: Path) -> None:
+    """Give `path` to the other user (a symbolic link itself, not what it names)."""
     os.chown(path, OTHER, OTHER, follow_symlinks=False)
-    return path
 
 
 def _plant(case: str, shared: Path, name: str, victim: Path):
