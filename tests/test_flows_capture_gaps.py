@@ -93,3 +93,33 @@ def test_conversation_whose_every_icrc_fails_is_listed_with_the_reason():
     (c,) = json.loads(run_ibwire("flows", pcap, "--format", "json", "--no-icrc").stdout)["conversations"]
     assert "not_analysed" not in c and c["transport"] == "DC"
     assert c["messages"] == {"write": sum(int(o) == 0x4A for o in frames)} and c["acks"] > 0
+
+
+def test_each_kind_lists_its_frames_with_a_display_filter():
+    """capture-gap.pcap, read with tshark: the frames right after PSNs that never appear are the capture gaps,
+    the first sight of a PSN skipped earlier is the lost one resent, and every later repeat a retransmission;
+    the listed filters select exactly those frames in tshark."""
+    pcap = CAPS / "capture-gap.pcap"
+    out = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.number", "-e", "infiniband.bth.destqp",
+                          "-e", "infiniband.bth.psn", "-Y", "infiniband.bth.destqp == 0x000f01"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [tuple(int(x, 0) for x in line.split("\t")) for line in out.splitlines()]
+    every = {psn for _, _, psn in rows}
+    top, seen, want = None, set(), defaultdict(list)
+    for frame, _, psn in rows:
+        if top is not None and psn > top + 1 and any(p not in every for p in range(top + 1, psn)):
+            want["not_captured"].append(frame)
+        if psn in seen:
+            want["retransmission"].append(frame)
+        elif top is not None and psn < top:
+            want["lost"].append(frame)
+            want["retransmission"].append(frame)
+        seen.add(psn)
+        top = psn if top is None else max(top, psn)
+    r = run_ibwire("flows", pcap, "--format", "json")
+    (row,) = [c for c in json.loads(r.stdout)["conversations"] if c["transport"] == "RC"]
+    for kind in ("not_captured", "lost", "retransmission"):
+        assert row["frames"][kind] == sorted(want[kind]), kind
+        selected = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.number", "-Y",
+                                   row["wireshark"][kind]], capture_output=True, text=True, check=True).stdout
+        assert [int(x) for x in selected.split()] == sorted(want[kind])

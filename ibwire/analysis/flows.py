@@ -32,6 +32,7 @@ from ..fast import scan
 from ..fast.split import MIN_SPAN, processes, spans
 from ..fast.walk import SpanContextLost
 from .hashing import group_rows
+from . import frames as F
 from . import retries
 
 SAMPLE = 128            # distinct PSNs per half-flow kept for pairing (requests, and responses)
@@ -469,6 +470,10 @@ def _sequence(learner: _Learner, maps, learners) -> List[dict]:
             if offset:
                 rows["frame"] += offset
             _native.flows_feed(state, *_TABLES, rows, lut_conv, lut_side)
+    raw_events, _ = _native.flows_events(state)    # past 4M events the rest are only counted: lists keep the first
+    events = F.decode(raw_events)
+    by_frame = F.per_frame(events)
+    listed = F.per_conversation(events, by_frame)
     ranked = []
     for c, (kind, how, _) in enumerate(kinds):
         raw = _native.flows_result(state, c)
@@ -476,6 +481,9 @@ def _sequence(learner: _Learner, maps, learners) -> List[dict]:
         if s["first_frame"] < 0:
             continue                          # a conversation none of whose packets the filter kept
         row = _row(0, how, ends[c], raw)
+        if c in listed:
+            row["frames"] = listed[c]
+            row["wireshark"] = F.wireshark(listed[c])
         ranked.append(((-(row["bytes_a_to_b"] + row["bytes_b_to_a"]), kind, int(s["first_frame"])), row))
     ranked.sort(key=lambda kr: kr[0])
     rows = [r for _, r in ranked]

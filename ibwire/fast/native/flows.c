@@ -176,6 +176,30 @@ static void od_popfirst(odict *d)
         od_pop(d, e->key, NULL);
 }
 
+/* ---- the event log -------------------------------------------------------------------------------- */
+typedef struct {
+    flow_event *ev;
+    int64_t n, cap, lost;
+    int failed;
+} evlog;
+
+static void emit(evlog *log, int32_t conv, int side, int kind, int64_t frame, int64_t value)
+{
+    if (!log)
+        return;
+    if (log->n == log->cap) {
+        int64_t cap = log->cap ? log->cap * 2 : 1024;
+        flow_event *e = log->n < EVENTS_MAX ? realloc(log->ev, (size_t)cap * sizeof *e) : NULL;
+        if (!e) {
+            log->failed |= log->n < EVENTS_MAX;
+            log->lost++;
+            return;
+        }
+        log->ev = e, log->cap = cap;
+    }
+    log->ev[log->n++] = (flow_event){(uint32_t)frame, conv, (uint8_t)kind, (uint8_t)side, 0, (uint32_t)value};
+}
+
 /* ---- channels and conversations ---------------------------------------------------------------- */
 typedef struct {
     int has_expected, nak_seen, has_fill, msg_active, msg_has_len;
@@ -195,7 +219,13 @@ typedef struct {
     double wait_min, wait_max;
     int ep_open, ep_cause;                /* the episode under way, counted when it ends */
     double ep_wait;
+    int64_t ep_frame, fill_frame;
+    evlog *log;                           /* where this channel's events go, and as whose */
+    int32_t conv;
+    uint8_t side;
 } channel;
+
+#define EMIT(ch, kind, frame, value) emit((ch)->log, (ch)->conv, (ch)->side, kind, frame, value)
 
 #define TTR_MIN (2 * 4.096e-6)            /* the shortest local ACK timeout (timeout = 1, §9.7.6.1.3) */
 
@@ -215,6 +245,8 @@ static void close_episode(const channel *ch, int64_t episodes[3], double *wmin, 
 
 static void end_episode(channel *ch)
 {
+    if (ch->ep_open)
+        EMIT(ch, EV_RETRY_TIMEOUT + ch->ep_cause, ch->ep_frame, ch->episode_psn);
     close_episode(ch, ch->episodes, &ch->wait_min, &ch->wait_max);
     ch->ep_open = ch->in_episode = 0;
 }
@@ -232,6 +264,8 @@ typedef struct {
 struct flow_state {
     conv *c;
     int64_t n;
+    evlog log;
+    int finished;
 };
 
 flow_state *flows_new(int64_t nconv)
@@ -276,6 +310,7 @@ void flows_free(flow_state *s)
         }
     }
     free(s->c);
+    free(s->log.ev);
     free(s);
 }
 
@@ -305,6 +340,7 @@ static int add_lat(channel *ch, int which, double v)
 
 static void refile(channel *ch)
 {
+    EMIT(ch, EV_RESENT_LATE, ch->fill_frame, ch->fill);
     ch->c[FC_OUT_OF_ORDER]--;
     ch->c[FC_DROPS]++;
     ch->c[FC_RETRANSMISSIONS]++;
@@ -314,6 +350,9 @@ static void refile(channel *ch)
 /* Forget the oldest missing PSN: never resent, so the wire delivered it and the capture missed it. */
 static void forget_missing(channel *ch)
 {
+    ent_t *e = od_first(&ch->missing);
+    if (e)
+        EMIT(ch, EV_NOT_CAPTURED, e->v.got, e->key);
     od_popfirst(&ch->missing);
     ch->c[FC_NOT_CAPTURED]++;
 }
@@ -346,6 +385,7 @@ static void resent(channel *ch, int64_t psn, double t, double t0, int64_t frame)
         return;
     end_episode(ch);
     ch->in_episode = ch->ep_open = 1;
+    ch->ep_frame = frame;
     ch->ep_cause = ch->nak_since ? EP_NAK : ch->rnr_since ? EP_RNR : EP_TIMEOUT;
     ch->ep_wait = t - t0;
     ch->nak_since = ch->rnr_since = 0;
@@ -372,13 +412,14 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
     if (ch->has_fill) {
         if (psn_diff(psn, ch->fill) == 1 && od_get(&ch->seen, psn)) {
             refile(ch);                   /* go-back-N resends what follows: the late PSN was resent */
-            resent(ch, ch->fill, ch->fill_t, ch->fill_prev_t, p->frame);
+            resent(ch, ch->fill, ch->fill_t, ch->fill_prev_t, ch->fill_frame);
         }
         ch->has_fill = 0;
     }
     val_t *was = od_get(&ch->seen, psn);
     if (was) {
         c[FC_RETRANSMISSIONS]++;
+        EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
         resent(ch, psn, p->t, was->t, p->frame);
         was->t = p->t;
         return 0;
@@ -390,10 +431,11 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
             d = 0;                        /* PSNs a pending READ's responses may use are not a gap */
         if (d > 0) {                      /* missing until resent (lost), late (out of order) or never */
             c[FC_PSN_GAPS]++;
+            EMIT(ch, EV_PSN_GAP, p->frame, d);
             if (d > MISSING_MAX)
                 c[FC_NOT_CAPTURED] += d - MISSING_MAX;
             for (int64_t k = d > MISSING_MAX ? d - MISSING_MAX : 0; k < d; k++)
-                if (od_set(&ch->missing, (ch->expected + k) % PSN_MOD, (val_t){0}) < 0)
+                if (od_set(&ch->missing, (ch->expected + k) % PSN_MOD, (val_t){0, p->frame, 0, 0}) < 0)
                     return -1;
             while (ch->missing.n > MISSING_MAX)
                 forget_missing(ch);
@@ -404,9 +446,13 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
                 if (ch->nak_seen) {       /* resent after a NAK: lost on the wire */
                     c[FC_DROPS]++;
                     c[FC_RETRANSMISSIONS]++;
+                    EMIT(ch, EV_LOST, p->frame, psn);
+                    EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
                     resent(ch, psn, p->t, prev_t, p->frame);
                 } else {                  /* late, not lost, unless a NAK or go-back-N resends say so */
                     c[FC_OUT_OF_ORDER]++;
+                    EMIT(ch, EV_OUT_OF_ORDER, p->frame, psn);
+                    ch->fill_frame = p->frame;
                     ch->has_fill = 1;
                     ch->fill = psn;
                     ch->fill_t = p->t;
@@ -414,6 +460,7 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
                 }
             } else {
                 c[FC_RETRANSMISSIONS]++;
+                EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
                 resent(ch, psn, p->t, prev_t, p->frame);
             }
             ch->msg_active = 0;
@@ -574,6 +621,11 @@ int flows_feed(flow_state *s, const flow_tables *tab, const flow_pkt *pk, int64_
             continue;
         conv *v = &s->c[ci];
         int side = side_of[p->half] & 1, op = p->op;
+        for (int k = 0; k < 2; k++) {
+            v->ch[k].log = &s->log;
+            v->ch[k].conv = ci;
+            v->ch[k].side = (uint8_t)k;
+        }
         if (!v->started) {
             v->started = 1;
             v->first = p->t;
@@ -690,4 +742,24 @@ void flows_spill(const uint8_t *rec, int64_t itemsize, const int64_t *rows, int6
         p->bad = RD(uint8_t, SF_ICRC) == C_BAD;
     }
 #undef RD
+}
+
+const flow_event *flows_events(flow_state *s, int64_t *n, int64_t *lost)
+{
+    for (int64_t i = 0; i < s->n && !s->finished; i++)
+        for (int k = 0; k < 2; k++) {
+            channel *ch = &s->c[i].ch[k];
+            if (!ch->log)
+                continue;
+            end_episode(ch);
+            for (int64_t q = ch->missing.head; q < ch->missing.tail; q++)
+                if (at(&ch->missing, q)->alive)
+                    EMIT(ch, EV_NOT_CAPTURED, at(&ch->missing, q)->v.got, at(&ch->missing, q)->key);
+            if (ch->retries && !ch->acked_since && ch->pending.n + ch->reads.n > 0)
+                EMIT(ch, EV_GAVE_UP, ch->last_resend_frame, ch->episode_psn);
+        }
+    s->finished = 1;
+    *n = s->log.failed ? -1 : s->log.n;
+    *lost = s->log.lost;
+    return s->log.ev;
 }

@@ -480,6 +480,25 @@ static PyObject *flows_result_py(PyObject *self, PyObject *args)
                          (const char *)k, (Py_ssize_t)(nk * 2));
 }
 
+PyDoc_STRVAR(flows_events_doc,
+"flows_events(state) -> (bytes of flow_event records, events not kept)\n\n"
+"What the sequencer concluded about single frames; closes what is still open first (call after feeding).");
+
+static PyObject *flows_events_py(PyObject *self, PyObject *args)
+{
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "O", &cap))
+        return NULL;
+    flow_state *s = flows_of(cap);
+    if (!s)
+        return NULL;
+    int64_t n, lost;
+    const flow_event *ev = flows_events(s, &n, &lost);
+    if (n < 0)
+        return PyErr_NoMemory();
+    return Py_BuildValue("y#L", ev ? (const char *)ev : "", (Py_ssize_t)(n * (int64_t)sizeof *ev), (long long)lost);
+}
+
 PyDoc_STRVAR(render_doc,
 "render(rec, itemsize, rows, prog_of, progs, base) -> bytes\n\n"
 "Text of the records rows[k] (int64 indices into `rec`, records of itemsize bytes), each printed by program\n"
@@ -632,6 +651,7 @@ static PyMethodDef methods[] = {
     {"flows_set_qpn", flows_set_qpn_py, METH_VARARGS, flows_set_qpn_doc},
     {"flows_feed", flows_feed_py, METH_VARARGS, flows_feed_doc},
     {"flows_result", flows_result_py, METH_VARARGS, flows_result_doc},
+    {"flows_events", flows_events_py, METH_VARARGS, flows_events_doc},
     {"flows_spill", flows_spill_py, METH_VARARGS, flows_spill_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -690,6 +710,13 @@ PyMODINIT_FUNC PyInit__native(void)
     PyObject *fc = PyTuple_New(N_FC);
     for (int i = 0; fc && i < N_FC; i++)
         PyTuple_SET_ITEM(fc, i, PyUnicode_FromString(counters[i]));
+    static const char *const events[] = {FLOW_EVENTS(AS_STR)};
+    PyObject *fe = PyTuple_New(N_EV);
+    for (int i = 0; fe && i < N_EV; i++)
+        PyTuple_SET_ITEM(fe, i, PyUnicode_FromString(events[i]));
+    err = err || !fe || PyModule_AddObjectRef(m, "FLOW_EVENTS", fe) < 0 ||
+          PyModule_AddIntConstant(m, "FLOW_EVENT_SIZE", sizeof(flow_event)) < 0;
+    Py_XDECREF(fe);
     err = err || !fc || PyModule_AddObjectRef(m, "FLOW_COUNTERS", fc) < 0 ||
           PyModule_AddIntConstant(m, "FLOW_PKT_SIZE", sizeof(flow_pkt)) < 0 ||
           PyModule_AddIntConstant(m, "FLOW_SUMMARY_SIZE", sizeof(flow_summary)) < 0;
