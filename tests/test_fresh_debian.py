@@ -7,8 +7,10 @@ a minute and 200 MB) from the Debian mirror this machine's apt uses.  Each chroo
 it inside a mount namespace of its own (unshare), so the cached tree stays as debootstrap left it and
 nothing stays mounted once the run ends.  The repository goes in as `git archive` of what git tracks (a
 commit of the work tree's tracked files, so uncommitted edits are tested too), and nothing else.  The
-chroot gets this machine's network settings: resolv.conf, and the certificate authorities it adds
-(/usr/local/share/ca-certificates, and PIP_CERT's bundle where the environment names one)."""
+chroot gets this machine's network settings: resolv.conf, and the certificate authorities it trusts (the
+ones it adds in /usr/local/share/ca-certificates, and its bundle, which pip in the chroot is told to use:
+Debian's first pip in a venv trusts only its own list, and this machine's network may present a
+certificate of its own)."""
 import fcntl
 import os
 import re
@@ -21,6 +23,7 @@ from litter import CACHE
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = "bookworm"
+BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 BASE = Path(CACHE) / f"{SUITE}-minbase-{time.strftime('%Y-%m')}"      # rebuilt when the month changes
 
 
@@ -61,8 +64,7 @@ exec chroot "$T/root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/sbin:/us
 
 
 def chroot(t: Path, cmd: str) -> subprocess.CompletedProcess:
-    net = f"PIP_CERT={os.environ['PIP_CERT']}" if os.environ.get("PIP_CERT") else ""
-    env = dict(os.environ, BASE=str(BASE), T=str(t), CMD=cmd, NET=net)
+    env = dict(os.environ, BASE=str(BASE), T=str(t), CMD=cmd, NET=f"PIP_CERT={BUNDLE}" if os.path.isfile(BUNDLE) else "")
     return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", IN_NAMESPACE],
                           check=False, env=env, capture_output=True, text=True, timeout=1800)
 
@@ -83,10 +85,9 @@ def fresh_machine(t: Path) -> Path:
     cas = Path("/usr/local/share/ca-certificates")
     if cas.is_dir():
         shutil.copytree(cas, upper / cas.relative_to("/"))
-    if os.environ.get("PIP_CERT"):
-        bundle = upper / os.environ["PIP_CERT"].lstrip("/")
-        bundle.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(os.environ["PIP_CERT"], bundle)
+    if os.path.isfile(BUNDLE):
+        (upper / BUNDLE[1:]).parent.mkdir(parents=True)
+        shutil.copy(BUNDLE, upper / BUNDLE[1:])
     return repo
 
 
