@@ -6,7 +6,8 @@ The minbase tree is built once a month into litter.CACHE (outside the repository
 a minute and 200 MB) from the Debian mirror this machine's apt uses.  Each chroot run mounts an overlay on
 it inside a mount namespace of its own (unshare), so the cached tree stays as debootstrap left it and
 nothing stays mounted once the run ends.  The repository goes in as `git archive` of what git tracks (a
-commit of the work tree's tracked files, so uncommitted edits are tested too), and nothing else.  The
+commit of the work tree's tracked files, so uncommitted edits are tested too), and nothing else.  What apt
+and pip download is kept in litter.CACHE too (the packages are still installed from nothing each run).  The
 chroot gets this machine's network settings: resolv.conf, and the certificate authorities it trusts (the
 ones it adds in /usr/local/share/ca-certificates, and its bundle, which pip in the chroot is told to use:
 Debian's first pip in a venv trusts only its own list, and this machine's network may present a
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SUITE = "bookworm"
 BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 BASE = Path(CACHE) / f"{SUITE}-minbase-{time.strftime('%Y-%m')}"      # rebuilt when the month changes
+DOWNLOADS = Path(CACHE) / "downloads"       # apt's .deb files and pip's cache, kept to spare the next run the network
 
 
 def mirror() -> str:
@@ -58,13 +60,16 @@ mount -t overlay overlay -o "lowerdir=$BASE,upperdir=$T/upper,workdir=$T/work" "
 mount --rbind /dev "$T/root/dev"
 mount --rbind /sys "$T/root/sys"
 mount -t proc proc "$T/root/proc"
+mkdir -p "$DOWNLOADS/apt" "$DOWNLOADS/pip" "$T/root/root/.cache/pip"
+mount --bind "$DOWNLOADS/apt" "$T/root/var/cache/apt/archives"
+mount --bind "$DOWNLOADS/pip" "$T/root/root/.cache/pip"
 exec chroot "$T/root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin $NET \
     /bin/bash -ec "cd /root/ibwire && $CMD"
 """
 
 
 def chroot(t: Path, cmd: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, BASE=str(BASE), T=str(t), CMD=cmd, NET=f"PIP_CERT={BUNDLE}" if os.path.isfile(BUNDLE) else "")
+    env = dict(os.environ, BASE=str(BASE), T=str(t), DOWNLOADS=str(DOWNLOADS), CMD=cmd, NET=f"PIP_CERT={BUNDLE}" if os.path.isfile(BUNDLE) else "")
     return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", IN_NAMESPACE],
                           check=False, env=env, capture_output=True, text=True, timeout=1800)
 
