@@ -12,7 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 PUBLIC = ROOT.parent / "shared" / "captures" / "public"
 
-import litter  # noqa: E402  (tests/litter.py)
+import litter  # tests/litter.py
+
+REAL_HOME = os.path.expanduser("~")
+WRITES = litter.Writes([REAL_HOME, *litter.OUTSIDE])     # first, before this process starts a thread or a process
 
 # Everything a test run writes outside tmp_path goes below one scratch folder, removed at the end: Python's
 # bytecode (here and in every subprocess), hypothesis' example database, and the run's own home: HOME, the
@@ -20,8 +23,7 @@ import litter  # noqa: E402  (tests/litter.py)
 # profile and crash reports, dconf, scapy's caches, `ibwire capture extcap --install`) lands there too.
 # The user's pip settings (an index mirror, say) are read from where they are; they are only read.
 SCRATCH = tempfile.mkdtemp(prefix="ibwire-tests-")
-REAL_HOME = os.path.expanduser("~")
-START = time.time()          # a file outside the scratch folder changed since was changed by the run
+START = time.time()          # a file outside the scratch folder changed since: by the run, or by another program
 for conf in (os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(REAL_HOME, ".config"), "pip", "pip.conf"),
              os.path.join(REAL_HOME, ".pip", "pip.conf")):
     if os.path.isfile(conf):
@@ -40,7 +42,7 @@ OUTSIDE = pytest.StashKey[dict]()    # the names in the home folder and litter.O
 
 def outside(since=None):
     return litter.outside([REAL_HOME, *litter.OUTSIDE], since,
-                          leave=[ROOT, SCRATCH, tempfile.gettempdir(), *litter.SYSTEM])
+                          leave=[ROOT, SCRATCH, tempfile.gettempdir(), *litter.SYSTEM, litter.CACHE])
 
 
 def pytest_sessionstart(session):
@@ -50,24 +52,32 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     """Tests write only into temporary folders: anything the run created, changed or removed in the
-    repository (ignored files included), in the home folder or in the places of litter.OUTSIDE fails the
-    run and is listed."""
+    repository (ignored files included), and what a process of the run wrote in the home folder or in the
+    places of litter.OUTSIDE, fails the run and is listed.  Changes there that the run did not make (see
+    litter.Writes) are listed as a note."""
     shutil.rmtree(SCRATCH, ignore_errors=True)
     before = session.config.stash.get(BEFORE, None)
     if before is None:
         return
-    found = [f"{c} (in the repository)" for c in litter.changes(before, litter.snapshot(ROOT))]
-    found += litter.changes(session.config.stash[OUTSIDE], outside(START))
+    found, others = WRITES.blame(litter.changes(session.config.stash[OUTSIDE], outside(START)))
+    found[:0] = [f"{c} (in the repository)" for c in litter.changes(before, litter.snapshot(ROOT))]
+    if others:
+        say(session, "changed outside temporary folders during the run, not by a process of the run "
+                     "(not counted):", others, red=False)
     if found:
-        tr = session.config.pluginmanager.get_plugin("terminalreporter")
-        text = "the test run wrote outside temporary folders (tests must write only into tmp_path):\n  " + \
-            "\n  ".join(found[:40]) + (f"\n  ... and {len(found) - 40} more" if len(found) > 40 else "")
-        if tr:
-            tr.write("\n")
-            tr.write_line(text, red=True, bold=True)
-        else:
-            print(text, file=sys.stderr)
+        say(session, "the test run wrote outside temporary folders (tests must write only into tmp_path"
+                     + (f"; {WRITES.off}, so every change counts" if WRITES.off else "") + "):", found, red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def say(session, title, lines, red):
+    text = title + "\n  " + "\n  ".join(lines[:40]) + (f"\n  ... and {len(lines) - 40} more" if len(lines) > 40 else "")
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if tr:
+        tr.write("\n")
+        tr.write_line(text, red=red, bold=red)
+    else:
+        print(text, file=sys.stderr)
 
 
 @pytest.fixture(scope="session")

@@ -128,7 +128,7 @@ print(f"clean: {len(rec)} packets walled off, {len(files)} mutant pcaps, a mutan
 
 
 def _native_sources():
-    ext = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["ext-modules"]
+    ext = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ibwire"]["ext-modules"]
     (native,) = [e for e in ext if e["name"] == "ibwire.fast._native"]
     return native
 

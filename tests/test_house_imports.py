@@ -36,7 +36,7 @@ def modules() -> dict:
                 parts.pop()
             found[".".join(parts)] = p
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    for ext in conf["tool"]["setuptools"]["ext-modules"]:
+    for ext in conf["tool"]["ibwire"]["ext-modules"]:
         found[ext["name"]] = None
     return found
 

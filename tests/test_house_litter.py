@@ -2,7 +2,8 @@
 simulated sysfs (./sys-PID) into its cwd, so ibwire runs those tools in a scratch folder; a simulated fabric
 removes the folder it made.  And the repository check that tests/conftest.py runs after every test session
 really notices what a run writes (also where .gitignore hides it), as does its check of the home folder
-and the other places outside temporary folders."""
+and the other places outside temporary folders; there it blames the run only for what the run's own
+processes wrote, not for what another program on the machine changed meanwhile."""
 import os
 import subprocess
 import sys
@@ -10,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from litter import changes, outside, snapshot
 
 from ibwire.audit import state
 from ibwire.capture.ibsim_lab import SimFabric
 from ibwire.errors import UserError
-from litter import changes, outside, snapshot
 
 TOPO = Path(__file__).resolve().parent / "fabric" / "small.topo"
 
@@ -101,3 +102,64 @@ def test_outside_check_sees_what_a_run_created_changed_and_deleted(tmp_path):
     (place / "scratch" / "x").write_text("")                               # below a folder left out
     assert changes(before, outside(places, start, leave)) == [
         f"created {place}/.config/wireshark", f"deleted {place}/.bashrc", f"modified {place}/.config/tool/settings"]
+
+
+INNER = '''import os, time
+from pathlib import Path
+
+
+def test_meanwhile():
+    """Lets the other program write, and waits until it has, so its writes fall inside this run."""
+    Path(os.environ["LITTER_STARTED"]).write_text("")
+    done = Path(os.environ["LITTER_HOME"], ".other-program-done")
+    deadline = time.monotonic() + 60
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert done.exists()
+    if os.environ.get("LITTER_TEST_WRITES"):
+        Path(os.environ["LITTER_HOME"], ".config", "tool", "written-by-a-test").write_text("litter\\n")
+'''
+
+
+# waits (a minute at most) until INNER has begun, then changes a file, makes a folder and a file in it
+OTHER_PROGRAM = ('for i in $(seq 1200); do [ -e "$1" ] && break; sleep 0.05; done; echo new > "$0/.config/tool/settings";'
+                 ' mkdir "$0/.cache"; echo x > "$0/.cache/made-by-another-program"; touch "$0/.other-program-done"')
+
+
+def run_beside_another_program(tmp_path, test_writes):
+    """A pytest run of INNER with this conftest, whose home folder (a place the check watches) a program
+    outside the run's process tree, started before it in a session of its own, changes while it runs
+    (after INNER's test has begun)."""
+    home = tmp_path / "home"
+    (home / ".config" / "tool").mkdir(parents=True)
+    (home / ".config" / "tool" / "settings").write_text("old\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "run" / "test_inner.py").write_text(INNER)
+    other = subprocess.Popen(
+        ["setsid", "sh", "-c", OTHER_PROGRAM, str(home), str(tmp_path / "started")])
+    env = dict(os.environ, HOME=str(home), TMPDIR=str(tmp_path / "tmp"), LITTER_HOME=str(home), LITTER_STARTED=str(tmp_path / "started"),
+               PYTHONPATH=str(Path(__file__).resolve().parent), LITTER_TEST_WRITES="1" if test_writes else "")
+    for k in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "PIP_CONFIG_FILE"):
+        env.pop(k, None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
+                          "test_inner.py"], check=False, cwd=tmp_path / "run", env=env, capture_output=True, text=True, timeout=300)
+    assert other.wait(timeout=60) == 0
+    return run, home
+
+
+def test_what_another_program_writes_during_the_run_does_not_fail_it(tmp_path):
+    run, home = run_beside_another_program(tmp_path, test_writes=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
+    note = run.stdout.split("not by a process of the run (not counted):")[1]
+    assert f"modified {home}/.config/tool/settings" in note and f"created {home}/.cache" in note
+    assert "the test run wrote outside temporary folders" not in run.stdout
+
+
+def test_what_a_test_writes_there_during_the_same_run_fails_it_and_is_named(tmp_path):
+    run, home = run_beside_another_program(tmp_path, test_writes=True)
+    assert run.returncode == 1, run.stdout + run.stderr
+    blamed = run.stdout.split("the test run wrote outside temporary folders")[1]
+    assert f"created {home}/.config/tool/written-by-a-test" in blamed
+    assert "settings" not in blamed and ".cache" not in blamed
