@@ -113,27 +113,40 @@ class Journal:
 
 
 def undo_entries(doc: dict) -> List[str]:
-    """Undo every entry, newest first; returns what could not be undone (gone already is fine)."""
+    """Undo every entry, newest first; returns what could not be undone (gone already is fine).  A rule on a
+    device whose clsact is ibwire's goes with that qdisc in one step when every rule there is this capture's, so
+    a kill in the middle never leaves an empty qdisc that no mark names."""
     problems = []
     prefix = []
     if doc.get("netns") and doc["netns"] != _netns_name():
         prefix = ["ip", "netns", "exec", doc["netns"]]
+    ns = doc["netns"] if prefix else None
+    ours = {e["if_no_filters"] for e in doc.get("entries", []) if e.get("if_no_filters")}
     for e in reversed(doc.get("entries", [])):
         if e.get("pid") and marks.engine_owner(e["pid"]) == (doc["pid"], str(doc.get("start"))):
             stop_process(e["pid"], e.get("start"))      # only the capture's own engines, whatever the journal says
-        if e.get("if_no_filters") and marks.filters(doc["netns"] if prefix else None, e["if_no_filters"]):
+        if e.get("if_no_filters") and marks.filters(ns, e["if_no_filters"]):
             continue      # another capture still mirrors through this qdisc; the last one out removes it
-        if e.get("undo"):
+        undo = e.get("undo")
+        if undo and undo[:3] == ["tc", "filter", "del"] and undo[4] in ours and _all_rules_its_own(doc, ns, undo[4]):
+            undo = ["tc", "qdisc", "del", "dev", undo[4], "clsact"]
+        if undo:
             try:
-                r = subprocess.run(prefix + e["undo"], capture_output=True, text=True, timeout=15)
+                r = subprocess.run(prefix + undo, capture_output=True, text=True, timeout=15)
             except (OSError, subprocess.TimeoutExpired) as ex:
-                problems.append(f"{' '.join(e['undo'])}: {ex}")
+                problems.append(f"{' '.join(undo)}: {ex}")
                 continue
             err = r.stderr.strip()
             if r.returncode and not any(s in err for s in ("Cannot find", "No such", "Invalid handle", "not found",
                                                              "does not exist", "Cannot delete qdisc")):
-                problems.append(f"{' '.join(e['undo'])}: {err}")
+                problems.append(f"{' '.join(undo)}: {err}")
     return problems
+
+
+def _all_rules_its_own(doc: dict, netns: Optional[str], dev: str) -> bool:
+    """Every rule on dev carries this capture's mark (its cookie)."""
+    mine = {a.undo[-1] for a in marks.marked_filters(netns, dev) if a.owner == (doc["pid"], str(doc.get("start")))}
+    return bool(mine) and mine == {str(f.get("pref")) for f in marks.filters(netns, dev)}
 
 
 def stop_process(pid: int, start: Optional[str], grace: float = 10.0):

@@ -4,9 +4,9 @@
      "entries": [{"what": "...", "undo": [argv] | null, "pid": N, "start": "...", "cmd": [argv],
                   "if_no_filters": "dev"}, ...]}
 
-Only the undo commands ibwire itself writes are replayed (`tc filter del dev D ingress pref N`,
-`tc qdisc del dev D clsact`, `ip link del dev D`, with interface names as the kernel allows them:
-dev_valid_name() in net/core/dev.c); anything else, a wrong type or an unknown key is reported as
+Only the undo commands ibwire itself writes are replayed (`tc filter del dev D ingress pref N` with N in
+ibwire's range of prefs, `tc qdisc del dev D clsact`, `ip link del dev ibwmonNa`, with interface names as the
+kernel allows them: dev_valid_name() in net/core/dev.c); anything else, a wrong type or an unknown key is reported as
 `FILE: message` and its entry is not replayed.  Processes are stopped by the caller only when they carry the
 capture's mark (ibwire.capture.marks), whatever the journal says.
 """
@@ -15,15 +15,31 @@ import re
 from typing import List, Optional, Tuple
 
 from . import runfiles
+from .marks import MONITOR, PREF_BASE
 
 NAME = re.compile(r"capture-(\d{1,7})-(\d{1,20})\.json")
 TMP = re.compile(r"\.?capture-(\d{1,7})-(\d{1,20})(\.[0-9a-f]+)?\.tmp")
 PID_MAX = 1 << 22                                # the kernel's PID_MAX_LIMIT
 IFNAME = re.compile(r"[^\s/:\x00]{1,15}")
 NETNS = re.compile(r"[^\s/\x00-\x1f\x7f-][^\s/\x00-\x1f\x7f]{0,254}")
-UNDO_FORMS = (("tc", "filter", "del", "dev", IFNAME, "ingress", "pref", re.compile(r"[1-9]\d{0,4}")),
-              ("tc", "qdisc", "del", "dev", IFNAME, "clsact"),
-              ("ip", "link", "del", "dev", IFNAME))
+MONITOR_A = re.compile(MONITOR + r"\d{1,8}a")
+
+
+def _is_name(v, pattern) -> bool:
+    return isinstance(v, str) and bool(pattern.fullmatch(v)) and v not in (".", "..")
+
+
+def _ifname(v) -> bool:
+    return _is_name(v, IFNAME)
+
+
+def _pref(v) -> bool:
+    return isinstance(v, str) and v.isdigit() and PREF_BASE <= int(v) <= 0xFFFF
+
+
+UNDO_FORMS = (("tc", "filter", "del", "dev", _ifname, "ingress", "pref", _pref),
+              ("tc", "qdisc", "del", "dev", _ifname, "clsact"),
+              ("ip", "link", "del", "dev", MONITOR_A.fullmatch))
 TOP_KEYS = {"pid", "start", "netns", "target", "entries"}
 ENTRY_KEYS = {"what", "undo", "pid", "start", "cmd", "if_no_filters"}
 SHOWN = 3                                       # problems named in a report sentence; the rest are counted
@@ -41,10 +57,6 @@ def owner_of(name: str) -> Tuple[Optional[int], Optional[str]]:
     return (int(m.group(1)), m.group(2)) if m else (None, None)
 
 
-def _is_name(v, pattern) -> bool:
-    return isinstance(v, str) and bool(pattern.fullmatch(v)) and v not in (".", "..")
-
-
 def _argv(v) -> bool:
     return isinstance(v, list) and all(isinstance(a, str) for a in v)
 
@@ -52,8 +64,7 @@ def _argv(v) -> bool:
 def undo_known(argv) -> bool:
     """The undo is one of the commands ibwire writes."""
     def fits(form):
-        return len(argv) == len(form) and all(a == f if isinstance(f, str) else _is_name(a, f)
-                                              for a, f in zip(argv, form))
+        return len(argv) == len(form) and all(a == f if isinstance(f, str) else f(a) for a, f in zip(argv, form))
     return _argv(argv) and any(fits(form) for form in UNDO_FORMS)
 
 
@@ -84,7 +95,7 @@ def _entry(i: int, e, problems: List[str]) -> Optional[dict]:
         bad.append("'start' is not a start time")
     if "cmd" in e and not _argv(e["cmd"]):
         bad.append("'cmd' is not a command")
-    if "if_no_filters" in e and not _is_name(e["if_no_filters"], IFNAME):
+    if "if_no_filters" in e and not _ifname(e["if_no_filters"]):
         bad.append("'if_no_filters' is not an interface name")
     if bad:
         problems.append(f"{at} not replayed: {', '.join(bad)}")
@@ -97,8 +108,10 @@ def check(doc) -> Tuple[Optional[dict], List[str]]:
     if not isinstance(doc, dict):
         return None, [f"a JSON {type(doc).__name__}, not a journal object"]
     problems = [f"unknown key {printable(k, 40)!r}" for k in sorted(set(doc) - TOP_KEYS)]
-    if not _pid(doc.get("pid")) or not _start(doc.get("start")):
-        return None, problems + ["'pid' and 'start' do not name a process"]
+    if not _pid(doc.get("pid")):
+        return None, problems + ["'pid' is not a process id"]
+    if not _start(doc.get("start")):
+        return None, problems + ["'start' is not a start time"]
     out = {"pid": doc["pid"], "start": doc.get("start"), "netns": None, "target": "?", "entries": []}
     if doc.get("netns") is not None and not _is_name(doc["netns"], NETNS):
         return None, problems + ["'netns' is not a network namespace name"]

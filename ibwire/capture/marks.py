@@ -17,6 +17,8 @@ MAGIC = b"ibw\x01"
 OWNER_ENV = "IBWIRE_CAPTURE_OWNER"
 ALIAS = "ibwire capture"
 QDISC_IS_OURS = 1
+PREF_BASE = 0xC1B0            # mirror rules take the first free pref from here up (tc filter ... pref N)
+MONITOR = "ibwmon"            # monitor veth pairs: ibwmon<N>a (mirrored to, carries the alias) and ibwmon<N>b
 
 
 def proc_start(pid: int) -> Optional[str]:

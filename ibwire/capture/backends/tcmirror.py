@@ -8,8 +8,9 @@ Each rule ends in `continue` (tc-actions(8) control) so the next filter still se
 other VFs of the same PF mirror the same packets through their own rules.  Rules, monitors and the qdisc
 carry ibwire's marks (ibwire.capture.marks).  The packets are read from the monitor by dumpcap.
 Each change is journaled before it is made, and made so that it carries its mark from its first moment: the
-monitor is created and given its alias in one `ip -batch`, a clsact qdisc ibwire adds comes in one `tc -batch`
-with the first marked rule that flags it as ibwire's, so a capture killed at any point leaves nothing that
+monitor is created and given its alias in one `ip -batch`; a clsact qdisc ibwire adds comes in one `tc -force
+-batch` with the marked rule that flags it as ibwire's, each classifier tried in turn at one pref until one takes
+(a later kind at a taken pref is refused by the kernel), so a capture killed at any point leaves nothing that
 neither its journal nor a mark names.
 """
 import os
@@ -21,14 +22,15 @@ from .. import marks
 from ..journal import StateLock
 from ..hostcmds import run_json
 
-PREF_BASE = 0xC1B0
 
 
-def _batch(tool: str, lines: List[List[str]]) -> Tuple[int, str]:
-    """Run commands in one `tc -batch -` or `ip -batch -`: once started, they finish even if ibwire is killed."""
+def _batch(tool: str, lines: List[List[str]], force: bool = False) -> Tuple[int, str]:
+    """Run commands in one `tc -batch -` or `ip -batch -` (with force: every line, whatever fails): once
+    started, they finish even if ibwire is killed."""
     text = "".join(" ".join(f'"{a}"' if " " in a else a for a in line) + "\n" for line in lines)
     try:
-        r = subprocess.run([tool, "-batch", "-"], input=text, capture_output=True, text=True, timeout=15)
+        r = subprocess.run([tool] + ["-force"] * force + ["-batch", "-"], input=text, capture_output=True, text=True,
+                           timeout=15)
     except FileNotFoundError:
         raise UserError(f"{tool} (iproute2) is not installed; install iproute2")
     return r.returncode, (r.stderr or r.stdout).strip()
@@ -49,7 +51,7 @@ def _qdisc_is_ours(dev: str) -> bool:
 
 def _free_pref(dev: str) -> int:
     used = {f.get("pref") for f in run_json(["tc", "-j", "filter", "show", "dev", dev, "ingress"]) or []}
-    p = PREF_BASE
+    p = marks.PREF_BASE
     while p in used:
         p += 1
     return p
@@ -85,9 +87,9 @@ class TcMirror:
 
     def _make_monitor(self, journal):
         n = 0
-        while os.path.exists(f"/sys/class/net/ibwmon{n}a"):
+        while os.path.exists(f"/sys/class/net/{marks.MONITOR}{n}a"):
             n += 1
-        a, b = f"ibwmon{n}a", f"ibwmon{n}b"
+        a, b = f"{marks.MONITOR}{n}a", f"{marks.MONITOR}{n}b"
         journal.record(f"monitor veth pair {a}/{b}", ["ip", "link", "del", "dev", a])
         rc, err = _batch("ip", [["link", "add", "name", a, "type", "veth", "peer", "name", b],
                                 ["link", "set", "dev", a, "alias", marks.alias()]])
@@ -119,28 +121,25 @@ class TcMirror:
         pref = _free_pref(dev)
         key = "mac" if dst_mac else "all"
         order = [self.classifiers[key]] if key in self.classifiers else ["flower", "matchall", "u32"]
-        errors = []
-        for kind in order:
-            cls = classifier_args(kind, dst_mac, hw)
-            if cls is None:
-                continue
-            undo = ["tc", "filter", "del", "dev", dev, "ingress", "pref", str(pref)]
-            journal.record(f"{kind} mirror rule on {dev} ingress pref {pref}", undo)
-            qdisc = [["qdisc", "add", "dev", dev, "clsact"]] if add_qdisc and not _has_clsact(dev) else []
-            rc, err = _batch("tc", qdisc + [["filter", "add", "dev", dev, "ingress", "pref", str(pref), "protocol",
-                                             "all"] + cls + ["action", "mirred", "egress", "mirror", "dev",
-                                                             self.monitor, "continue", "cookie",
-                                                             marks.cookie(self.qdisc_flags.get(dev, 0))]])
-            if qdisc and not _has_clsact(dev):
-                raise UserError(f"cannot add a clsact qdisc to {dev}: {err.splitlines()[0] if err else rc}")
-            if rc == 0:
-                self.classifiers[key] = kind
-                if hw and not self._in_hw(dev, pref):
-                    raise UserError(f"the mirror rule on {dev} is not offloaded (not in_hw); check "
-                                    f"`ethtool -k {dev} | grep hw-tc-offload` and the eswitch mode")
-                return
-            errors.append(f"{kind}: {err.splitlines()[0] if err else rc}")
-        raise UserError(f"no tc classifier could mirror {dev} ({'; '.join(errors)})")
+        tries = [(kind, cls) for kind in order if (cls := classifier_args(kind, dst_mac, hw)) is not None]
+        journal.record(f"mirror rule on {dev} ingress pref {pref}",
+                       ["tc", "filter", "del", "dev", dev, "ingress", "pref", str(pref)])
+        rc, err = _batch("tc", [["qdisc", "add", "dev", dev, "clsact"]] * add_qdisc +
+                         [["filter", "add", "dev", dev, "ingress", "pref", str(pref), "protocol", "all"] + cls +
+                          ["action", "mirred", "egress", "mirror", "dev", self.monitor, "continue", "cookie",
+                           marks.cookie(self.qdisc_flags.get(dev, 0))] for _, cls in tries], force=True)
+        errors = [ln for ln in err.splitlines() if not ln.startswith(("Command failed", "We have an error"))]
+        if add_qdisc and not _has_clsact(dev):
+            raise UserError(f"cannot add a clsact qdisc to {dev}: {errors[0] if errors else rc}")
+        kind = next((f.get("kind") for f in run_json(["tc", "-j", "filter", "show", "dev", dev, "ingress", "pref",
+                                                      str(pref)]) or []), None)
+        if kind is None:
+            raise UserError(f"no tc classifier could mirror {dev} (tried {', '.join(k for k, _ in tries)}: "
+                            f"{'; '.join(dict.fromkeys(errors)) or rc})")
+        self.classifiers[key] = kind
+        if hw and not self._in_hw(dev, pref):
+            raise UserError(f"the mirror rule on {dev} is not offloaded (not in_hw); check "
+                            f"`ethtool -k {dev} | grep hw-tc-offload` and the eswitch mode")
 
     @staticmethod
     def _in_hw(dev: str, pref: int) -> bool:
