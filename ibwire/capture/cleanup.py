@@ -14,7 +14,7 @@ from typing import Callable, List, Tuple
 
 from ..errors import UserError
 from . import marks, runfiles
-from .journal import StateLock, journals, run_dir, stop_process, undo_entries
+from .journal import StateLock, gone, journals, run_dir, stop_process, undo_entries
 from .journal_format import TMP, owner_of, printable, sentence
 
 
@@ -114,7 +114,7 @@ def _run(cmd: List[str]) -> str:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=15)
     except (OSError, subprocess.TimeoutExpired) as e:
         return str(e)
-    if r.returncode and not any(s in r.stderr for s in ("Cannot find", "No such", "not found")):
+    if r.returncode and not gone(r.stderr):
         return r.stderr.strip() or f"status {r.returncode}"
     return ""
 

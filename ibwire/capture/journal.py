@@ -137,10 +137,15 @@ def undo_entries(doc: dict) -> List[str]:
                 problems.append(f"{' '.join(undo)}: {ex}")
                 continue
             err = r.stderr.strip()
-            if r.returncode and not any(s in err for s in ("Cannot find", "No such", "Invalid handle", "not found",
-                                                             "does not exist", "Cannot delete qdisc")):
+            if r.returncode and not gone(err):
                 problems.append(f"{' '.join(undo)}: {err}")
     return problems
+
+
+def gone(err: str) -> bool:
+    """An undo failed only because what it undoes is gone already (with its device, namespace or qdisc)."""
+    return any(s in err for s in ("Cannot find", "No such", "Invalid handle", "not found", "does not exist",
+                                  "Cannot delete qdisc", "Parent Qdisc doesn't exist"))
 
 
 def _all_rules_its_own(doc: dict, netns: Optional[str], dev: str) -> bool:
