@@ -140,8 +140,9 @@ def test_a_capture_killed_at_any_step_leaves_nothing_after_cleanup(lab, tmp_path
             for j in run.glob("capture-*.json"):
                 j.write_bytes(b"\x00\xff garbage")
         r = _cli(lab, "capture", "--cleanup")
-        assert r.returncode == 0 and "Traceback" not in r.stderr, (killed, r.stdout, r.stderr)
-        assert _left(lab, pid) == [], (killed, r.stdout)
+        said = f"killed {killed}; cleanup said:\n{r.stdout}{r.stderr}"
+        assert r.returncode == 0 and "Traceback" not in r.stderr, said
+        assert _left(lab, pid) == [], said
     assert rc == 130 and "everything armed was undone" in err, err
     assert step > 25            # monitor, 5 qdiscs and rules, dumpcap, journal updates and the undoing of each
 

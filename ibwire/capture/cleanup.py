@@ -60,7 +60,8 @@ def _cleanup(d: Path) -> Tuple[List[str], int]:
     report += _tmp_files(d)
     stale = [a for a in marks.scan() if not marks.alive(*a.owner)]
     problems = undo_marked(stale)
-    left = [a for a in marks.scan() if not marks.alive(*a.owner)]
+    tried = {(a.kind, a.netns, a.what) for a in stale}       # a capture that died meanwhile is the next run's
+    left = [a for a in marks.scan() if (a.kind, a.netns, a.what) in tried and not marks.alive(*a.owner)]
     failed += len(left)
     for pid in sorted({a.owner[0] for a in stale}):
         mine = [a for a in stale if a.owner[0] == pid]
