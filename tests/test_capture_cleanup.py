@@ -313,3 +313,15 @@ def test_a_lab_test_that_fails_mid_capture_is_one_failure_not_a_cascade(tmp_path
                        cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert "1 failed, 1 passed" in r.stdout, r.stdout[-3000:]
     assert "failed on purpose mid-capture" in r.stdout and "already being captured" not in r.stdout
+
+
+def test_capture_reads_lab_descriptions_without_following_links_or_waiting_on_fifos(lab, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / "lab-a.json")
+    (run / "lab-b.json").symlink_to("/dev/zero")
+    (run / "lab-c.json").write_text(json.dumps({"pf_netns": PF, "name": "c", "vfs": "x"}))
+    r = subprocess.run(["ip", "netns", "exec", PF] + CLI + ["capture", "--vf", "2", "-w", str(tmp_path / "x.pcap")],
+                       env=dict(lab, IBWIRE_RUN_DIR=str(run)), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.endswith(f"ibwire: {run / 'lab-c.json'}: not a lab description as "
+                                                   f"`ibwire lab up` writes it; take the lab down and up again\n")
