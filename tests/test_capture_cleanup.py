@@ -193,7 +193,14 @@ def _wrong_types(j):
     j.write_text(json.dumps({"pid": "x", "start": 5, "netns": 7, "target": [], "entries": "abc"}))
 
 
+def _impostor(j):
+    doc = json.loads(j.read_text())
+    doc["pid"], doc["start"] = 1, Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()[19]   # init's
+    j.write_text(json.dumps(doc))
+
+
 HOSTILE = {"wrong types": (_wrong_types, "'pid' is not a process id"),
+           "another capture's": (_impostor, "holds capture 1 "),
            "truncated JSON": (_truncated, "is not JSON"),
            "deeply nested": (_nested, "nested too deeply"),
            "huge": (_huge, "more than a journal can be"),

@@ -140,7 +140,10 @@ def load(dfd: int, name: str) -> Tuple[Optional[dict], List[str]]:
         return None, ["is nested too deeply to be a journal"]
     except ValueError as e:        # truncated or not JSON, not UTF-8, numbers too long
         return None, [f"is not JSON ({printable(e, 80)})"]
-    return check(doc)
+    doc, problems = check(doc)
+    if doc and owner_of(name) != (doc["pid"], doc["start"]):
+        return None, problems + [f"holds capture {doc['pid']} ({doc['start']}) but its name is another's"]
+    return doc, problems
 
 
 def sentence(path, problems: List[str]) -> str:
