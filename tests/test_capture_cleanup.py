@@ -327,7 +327,7 @@ def test_a_lab_test_that_fails_mid_capture_is_one_failure_not_a_cascade(tmp_path
     assert "failed on purpose mid-capture" in r.stdout and "already being captured" not in r.stdout
 
 
-def test_capture_reads_lab_descriptions_without_following_links_or_waiting_on_fifos(lab, tmp_path):
+def test_capture_and_extcap_read_lab_descriptions_without_following_links_or_waiting_on_fifos(lab, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     os.mkfifo(run / "lab-a.json")
@@ -337,6 +337,8 @@ def test_capture_reads_lab_descriptions_without_following_links_or_waiting_on_fi
                        env=dict(lab, IBWIRE_RUN_DIR=str(run)), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.endswith(f"ibwire: {run / 'lab-c.json'}: not a lab description as "
                                                    f"`ibwire lab up` writes it; take the lab down and up again\n")
+    r = _cli(dict(lab, IBWIRE_RUN_DIR=str(run)), "extcap", "--extcap-interfaces", timeout=60)   # Wireshark's listing
+    assert r.returncode == 0 and r.stderr == "" and "of lab" not in r.stdout, r.stdout + r.stderr
 
 
 def test_ibdump_standin_left_running_by_a_killed_capture_is_stopped_by_cleanup(tmp_path):
