@@ -35,18 +35,33 @@ def lab(tmp_path_factory):
         assert r.returncode == 0, r.stderr
         yield env
     finally:
-        for p in STARTED:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        subprocess.run(CLI + ["capture", "--cleanup"], env=env, capture_output=True)
+        _stop_and_clean_up(env, STARTED)
         subprocess.run(CLI + ["lab", "down", "--prefix", PREFIX, "--force"], env=env, capture_output=True)
         for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n"):
             if ns.startswith(PREFIX + "-"):
                 subprocess.run(["ip", "netns", "del", ns.split()[0]])
+
+
+def _stop_and_clean_up(env, procs):
+    """Stop captures still running as Ctrl-C does (SIGKILL if that fails), then undo what any of them left."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    subprocess.run(CLI + ["capture", "--cleanup"], env=env, capture_output=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_capture_outlives_its_test(lab):
+    """Issue 33: a test that fails mid-capture must not leave its capture running (the next tests would find
+    the VF 'already being captured'): what it started is stopped and cleaned up when it ends, failed or not."""
+    first = len(STARTED)
+    yield
+    if len(STARTED) > first:
+        _stop_and_clean_up(lab, STARTED[first:])
 
 
 @pytest.fixture(scope="module")

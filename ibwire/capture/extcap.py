@@ -6,7 +6,6 @@ the options; `--capture --extcap-interface I --fifo F [--extcap-capture-filter B
 Wireshark stops it (SIGTERM on Unix).  A capture here is `ibwire capture` writing to the FIFO, inside the lab's
 PF namespace for lab VFs, so arming, journal and disarm are those of every capture.
 """
-import json
 import os
 import re
 import shlex
@@ -21,7 +20,7 @@ from typing import List, Optional
 from ..errors import UserError
 from ..outfile import output_file
 from . import sysfs
-from .journal import run_dir
+from .target import lab_shape, labs
 
 VERSION = "1.0"
 
@@ -51,18 +50,14 @@ def targets() -> List[ExtcapTarget]:
                                     ["--pf", d.name, "--vf", str(v.index)], None, 197 if ib else 1,
                                     "ERF" if ib else "EN10MB"))
     try:
-        labs = sorted(run_dir().glob("lab-*.json"))
-    except UserError:
-        labs = []
-    for path in labs:
-        try:
-            lab = json.loads(path.read_text())
-            vfs = [v["index"] for v in lab["vfs"]]
+        found = labs()
+    except (UserError, OSError):
+        found = []
+    for _, lab in found:
+        if lab_shape(lab) and isinstance(lab.get("pf_netns"), str):
             name, ns = lab["name"], lab["pf_netns"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        for i in vfs:
-            out.append(ExtcapTarget(f"ibwire-{name}-vf{i}", f"ibwire: VF {i} of lab {name}", ["--vf", str(i)], ns))
+            out += [ExtcapTarget(f"ibwire-{name}-vf{v['index']}", f"ibwire: VF {v['index']} of lab {name}",
+                                 ["--vf", str(v["index"])], ns) for v in lab["vfs"]]
     return out
 
 

@@ -17,6 +17,8 @@ MAGIC = b"ibw\x01"
 OWNER_ENV = "IBWIRE_CAPTURE_OWNER"
 ALIAS = "ibwire capture"
 QDISC_IS_OURS = 1
+PREF_BASE = 0xC1B0            # mirror rules take the first free pref from here up (tc filter ... pref N)
+MONITOR = "ibwmon"            # monitor veth pairs: ibwmon<N>a (mirrored to, carries the alias) and ibwmon<N>b
 
 
 def proc_start(pid: int) -> Optional[str]:
@@ -75,6 +77,21 @@ def parse_alias(text: Optional[str]) -> Optional[Tuple[int, str]]:
 def owner_env() -> dict:
     pid, start = me()
     return dict(os.environ, **{OWNER_ENV: f"{pid}:{start}"})
+
+
+def engine_owner(pid: int) -> Optional[Tuple[int, str]]:
+    """(pid, start) of the capture whose mark a process carries in its environment, None for other processes."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return None
+    for kv in env:
+        if kv.startswith(OWNER_ENV.encode() + b"="):
+            opid, _, ostart = kv.split(b"=", 1)[1].decode(errors="replace").partition(":")
+            if opid.isdigit():
+                return int(opid), ostart
+    return None
 
 
 @dataclass
@@ -137,17 +154,9 @@ def scan() -> List[Armed]:
     """Every marked piece of capture state on this host, in every network namespace."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        for kv in env:
-            if kv.startswith(OWNER_ENV.encode() + b"="):
-                opid, _, ostart = kv.split(b"=", 1)[1].decode(errors="replace").partition(":")
-                if opid.isdigit() and int(pid) != int(opid):
-                    found.append(Armed("process", (int(opid), ostart), None, f"capture engine pid {pid}",
-                                       [pid]))
+        o = engine_owner(int(pid))
+        if o and int(pid) != o[0]:
+            found.append(Armed("process", o, None, f"capture engine pid {pid}", [pid]))
     for ns in namespaces():
         for q in _json(_tc(ns) + ["-j", "qdisc", "show"]):
             if q.get("kind") == "clsact":

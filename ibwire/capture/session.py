@@ -156,13 +156,16 @@ def _run_target(o: Options, stop: _Stop) -> dict:
                         f"capture filter")
     # a firmware sniffer is per port; tc-mirror captures of different VFs of one PF coexist
     lock = jr.PortLock(t.lock_key + (f":{t.representor}" if name == "tc-mirror" and t.device else ""))
-    journal = jr.Journal(t.description)
+    journal = None
     try:
+        journal = jr.Journal(t.description)
         backend = _build(name, t, o)
         if engine:
             return _run_engine(o, t, name, backend, journal, stop, selecting)
         return _run_frames(o, t, name, backend, journal, stop, t.identity.matcher() if selecting else None)
     finally:
+        if journal:
+            _disarm(journal)          # no journal outlives a capture that failed before arming (done once)
         lock.release()
 
 

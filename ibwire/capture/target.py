@@ -7,12 +7,14 @@ port when bound, else `ibaddr -G <port guid>` (infiniband-diags).  The ibwire la
 VFs in a file under the run directory, used when this namespace is the lab's PF host.
 """
 import json
+import os
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional
+from pathlib import Path
+from typing import List, Optional, Tuple
 
 from ..errors import UserError
-from . import hostcmds, sysfs
+from . import hostcmds, runfiles, sysfs
 from .identity import Identity
 from .journal import _netns_name, run_dir
 
@@ -48,15 +50,44 @@ class Target:
         return f"{ns}:{self.representor or self.iface}"
 
 
+def lab_shape(lab) -> bool:
+    """A lab description as `ibwire lab up` writes it (ibwire.lab.topology.describe), as far as capture reads it."""
+    def host(h):
+        return isinstance(h, dict) and type(h.get("index", 0)) is int and isinstance(h.get("representor"), str) \
+            and isinstance(h.get("mac"), str) and isinstance(h.get("ips"), list) \
+            and all(isinstance(ip, str) for ip in h["ips"]) and isinstance(h.get("vlan") or 0, int)
+    return isinstance(lab, dict) and isinstance(lab.get("name"), str) and isinstance(lab.get("uplink"), str) \
+        and isinstance(lab.get("vfs"), list) and all(host(v) and "index" in v for v in lab["vfs"])
+
+
+def labs(directory=None) -> List[Tuple[Path, dict]]:
+    """(path, description) of each lab-*.json in the run directory that is a JSON object, read as run-directory
+    files are (no link followed, no FIFO waited on)."""
+    d = run_dir(directory)
+    dfd = runfiles.open_dir(d)
+    out = []
+    try:
+        for name in sorted(n for n in os.listdir(dfd) if n.startswith("lab-") and n.endswith(".json")):
+            try:
+                lab = json.loads(runfiles.read(dfd, name))
+            except (runfiles.Unreadable, ValueError, RecursionError):
+                continue
+            if isinstance(lab, dict):
+                out.append((d / name, lab))
+    finally:
+        os.close(dfd)
+    return out
+
+
 def find_lab(directory=None) -> Optional[dict]:
-    """The lab description whose PF host namespace is the one this process runs in."""
+    """The lab description whose PF host namespace is the one this process runs in (one of another shape is an
+    error)."""
     here = _netns_name()
-    for p in sorted(run_dir(directory).glob("lab-*.json")):
-        try:
-            lab = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
+    for path, lab in labs(directory):
         if lab.get("pf_netns") == here:
+            if not lab_shape(lab):
+                raise UserError(f"{path}: not a lab description as `ibwire lab up` writes it; take the lab down "
+                                f"and up again")
             return lab
     return None
 

@@ -39,11 +39,9 @@ def capture(
 ):
     """Capture RDMA traffic of a port or SR-IOV VF from the PF host, and leave the NIC as it was."""
     from ..errors import UserError
-    from ..capture import journal, session
+    from ..capture import cleanup as undo, session
     if cleanup:
-        lines = journal.cleanup()
-        for line in lines or ["nothing to clean up"]:
-            print(line)
+        undo.cleanup(print)          # a line per capture; exit status 1 when something stays armed
         return
     if backend not in ("auto", "ibdump", "verbs", "rdma-pcap", "tc-mirror", "netdev", "ibsim"):
         raise UserError(f"unknown backend {backend!r}; choose auto, ibdump, verbs, rdma-pcap, tc-mirror, netdev "

@@ -7,6 +7,11 @@ NIC (a netdev with a PCI device) rules carry skip_sw and must report in_hw (mlx5
 Each rule ends in `continue` (tc-actions(8) control) so the next filter still sees the packet: captures of
 other VFs of the same PF mirror the same packets through their own rules.  Rules, monitors and the qdisc
 carry ibwire's marks (ibwire.capture.marks).  The packets are read from the monitor by dumpcap.
+Each change is journaled before it is made, and made so that it carries its mark from its first moment: the
+monitor is created and given its alias in one `ip -batch`; a clsact qdisc ibwire adds comes in one `tc -force
+-batch` with the marked rule that flags it as ibwire's, each classifier tried in turn at one pref until one takes
+(a later kind at a taken pref is refused by the kernel), so a capture killed at any point leaves nothing that
+neither its journal nor a mark names.
 """
 import os
 import subprocess
@@ -17,14 +22,17 @@ from .. import marks
 from ..journal import StateLock
 from ..hostcmds import run_json
 
-PREF_BASE = 0xC1B0
 
 
-def _tc(args: List[str]) -> Tuple[int, str]:
+def _batch(tool: str, lines: List[List[str]], force: bool = False) -> Tuple[int, str]:
+    """Run commands in one `tc -batch -` or `ip -batch -` (with force: every line, whatever fails): once
+    started, they finish even if ibwire is killed."""
+    text = "".join(" ".join(f'"{a}"' if " " in a else a for a in line) + "\n" for line in lines)
     try:
-        r = subprocess.run(["tc"] + args, capture_output=True, text=True, timeout=15)
+        r = subprocess.run([tool] + ["-force"] * force + ["-batch", "-"], input=text, capture_output=True, text=True,
+                           timeout=15)
     except FileNotFoundError:
-        raise UserError("tc (iproute2) is not installed; install iproute2")
+        raise UserError(f"{tool} (iproute2) is not installed; install iproute2")
     return r.returncode, (r.stderr or r.stdout).strip()
 
 
@@ -43,7 +51,7 @@ def _qdisc_is_ours(dev: str) -> bool:
 
 def _free_pref(dev: str) -> int:
     used = {f.get("pref") for f in run_json(["tc", "-j", "filter", "show", "dev", dev, "ingress"]) or []}
-    p = PREF_BASE
+    p = marks.PREF_BASE
     while p in used:
         p += 1
     return p
@@ -79,15 +87,14 @@ class TcMirror:
 
     def _make_monitor(self, journal):
         n = 0
-        while os.path.exists(f"/sys/class/net/ibwmon{n}a"):
+        while os.path.exists(f"/sys/class/net/{marks.MONITOR}{n}a"):
             n += 1
-        a, b = f"ibwmon{n}a", f"ibwmon{n}b"
+        a, b = f"{marks.MONITOR}{n}a", f"{marks.MONITOR}{n}b"
         journal.record(f"monitor veth pair {a}/{b}", ["ip", "link", "del", "dev", a])
-        r = subprocess.run(["ip", "link", "add", "name", a, "type", "veth", "peer", "name", b],
-                           capture_output=True, text=True)
-        if r.returncode:
-            raise UserError(f"cannot create the monitor interface {a}: {r.stderr.strip()}")
-        subprocess.run(["ip", "link", "set", "dev", a, "alias", marks.alias()], capture_output=True)
+        rc, err = _batch("ip", [["link", "add", "name", a, "type", "veth", "peer", "name", b],
+                                ["link", "set", "dev", a, "alias", marks.alias()]])
+        if rc:
+            raise UserError(f"cannot create the monitor interface {a}: {err.splitlines()[0] if err else rc}")
         for dev in (a, b):
             try:
                 with open(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6", "w") as f:
@@ -97,44 +104,42 @@ class TcMirror:
             subprocess.run(["ip", "link", "set", "dev", dev, "up"], capture_output=True)
         self.monitor, self.capture_dev = a, b
 
-    def _ensure_clsact(self, dev: str, journal):
-        """Add clsact unless present; an ibwire clsact is removed by the last capture using it."""
-        if _has_clsact(dev):
-            if not _qdisc_is_ours(dev):
-                self.qdisc_flags[dev] = 0
-                return
-        else:
-            journal.record(f"clsact qdisc on {dev}", None)
-            rc, err = _tc(["qdisc", "add", "dev", dev, "clsact"])
-            if rc:
-                raise UserError(f"cannot add a clsact qdisc to {dev}: {err}")
+    def _ensure_clsact(self, dev: str, journal) -> bool:
+        """Journal the clsact qdisc of dev (an ibwire clsact is removed by the last capture using it, a foreign
+        one never); True when there is none yet and the first rule must add it."""
+        present = _has_clsact(dev)
+        if present and not _qdisc_is_ours(dev):
+            self.qdisc_flags[dev] = 0
+            return False
         self.qdisc_flags[dev] = marks.QDISC_IS_OURS
         journal.record(f"clsact qdisc on {dev} once no capture uses it", ["tc", "qdisc", "del", "dev", dev, "clsact"],
                        if_no_filters=dev)
+        return not present
 
-    def _add_rule(self, dev: str, dst_mac: Optional[str], journal):
+    def _add_rule(self, dev: str, dst_mac: Optional[str], journal, add_qdisc: bool = False):
         hw = is_hardware(dev)
         pref = _free_pref(dev)
         key = "mac" if dst_mac else "all"
         order = [self.classifiers[key]] if key in self.classifiers else ["flower", "matchall", "u32"]
-        errors = []
-        for kind in order:
-            cls = classifier_args(kind, dst_mac, hw)
-            if cls is None:
-                continue
-            undo = ["tc", "filter", "del", "dev", dev, "ingress", "pref", str(pref)]
-            journal.record(f"{kind} mirror rule on {dev} ingress pref {pref}", undo)
-            rc, err = _tc(["filter", "add", "dev", dev, "ingress", "pref", str(pref), "protocol", "all"] + cls +
+        tries = [(kind, cls) for kind in order if (cls := classifier_args(kind, dst_mac, hw)) is not None]
+        journal.record(f"mirror rule on {dev} ingress pref {pref}",
+                       ["tc", "filter", "del", "dev", dev, "ingress", "pref", str(pref)])
+        rc, err = _batch("tc", [["qdisc", "add", "dev", dev, "clsact"]] * add_qdisc +
+                         [["filter", "add", "dev", dev, "ingress", "pref", str(pref), "protocol", "all"] + cls +
                           ["action", "mirred", "egress", "mirror", "dev", self.monitor, "continue", "cookie",
-                           marks.cookie(self.qdisc_flags.get(dev, 0))])
-            if rc == 0:
-                self.classifiers[key] = kind
-                if hw and not self._in_hw(dev, pref):
-                    raise UserError(f"the mirror rule on {dev} is not offloaded (not in_hw); check "
-                                    f"`ethtool -k {dev} | grep hw-tc-offload` and the eswitch mode")
-                return
-            errors.append(f"{kind}: {err.splitlines()[0] if err else rc}")
-        raise UserError(f"no tc classifier could mirror {dev} ({'; '.join(errors)})")
+                           marks.cookie(self.qdisc_flags.get(dev, 0))] for _, cls in tries], force=True)
+        errors = [ln for ln in err.splitlines() if not ln.startswith(("Command failed", "We have an error"))]
+        if add_qdisc and not _has_clsact(dev):
+            raise UserError(f"cannot add a clsact qdisc to {dev}: {errors[0] if errors else rc}")
+        kind = next((f.get("kind") for f in run_json(["tc", "-j", "filter", "show", "dev", dev, "ingress", "pref",
+                                                      str(pref)]) or []), None)
+        if kind is None:
+            raise UserError(f"no tc classifier could mirror {dev} (tried {', '.join(k for k, _ in tries)}: "
+                            f"{'; '.join(dict.fromkeys(errors)) or rc})")
+        self.classifiers[key] = kind
+        if hw and not self._in_hw(dev, pref):
+            raise UserError(f"the mirror rule on {dev} is not offloaded (not in_hw); check "
+                            f"`ethtool -k {dev} | grep hw-tc-offload` and the eswitch mode")
 
     @staticmethod
     def _in_hw(dev: str, pref: int) -> bool:
@@ -149,12 +154,10 @@ class TcMirror:
         with StateLock():
             if not self.monitor:
                 self._make_monitor(journal)
-            self._ensure_clsact(self.rep, journal)
-            self._add_rule(self.rep, None, journal)
+            self._add_rule(self.rep, None, journal, self._ensure_clsact(self.rep, journal))
             if self.mac:
                 for peer in self.peers:
-                    self._ensure_clsact(peer, journal)
-                    self._add_rule(peer, self.mac, journal)
+                    self._add_rule(peer, self.mac, journal, self._ensure_clsact(peer, journal))
         self.notes.append(f"mirroring {self.rep} ingress" + (f" and traffic to {self.mac} on {', '.join(self.peers)}"
                           if self.mac and self.peers else "") + f" to {self.monitor} with "
                           + "/".join(sorted(set(self.classifiers.values()))) + f"; capturing on {self.capture_dev}")
