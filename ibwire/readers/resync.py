@@ -10,7 +10,7 @@ import os
 import struct
 from typing import Optional
 
-from .formats import MAX_RECORD, PCAP_MAGICS, PCAPNG_SHB
+from .formats import MAX_BLOCK, MAX_PACKET, PCAP_MAGICS, PCAPNG_SHB
 
 CHAIN = 64
 SEARCH = 1 << 20
@@ -24,14 +24,15 @@ def _plausible_chain(data: bytes, p: int, endian: str, snap: int, frac_max: int,
         if p + 16 > len(data):
             return True        # ran past the read window after several good records
         sec, frac, incl, orig = hdr.unpack_from(data, p)
-        if incl > snap or incl > orig or orig > max(snap, 262144) or frac >= frac_max or abs(sec - sec0) > 366 * 86400:
+        if incl > snap or incl > orig or orig > max(snap, MAX_PACKET) or frac >= frac_max or abs(sec - sec0) > 366 * 86400:
             return False
         p += 16 + incl
     return True
 
 
-def boundary(path: str, offset: int) -> Optional[int]:
-    """The first record start at or after `offset` in a pcap file, or None when none can be trusted."""
+def boundary(path: str, offset: int, exact: bool = False) -> Optional[int]:
+    """The first record start at or after `offset` in a pcap file, or None when none can be trusted; with
+    `exact`, `offset` itself or None."""
     with open(path, "rb") as f:
         head = f.read(40)
         size = os.fstat(f.fileno()).st_size
@@ -40,12 +41,12 @@ def boundary(path: str, offset: int) -> Optional[int]:
         endian, scale, rec_len = PCAP_MAGICS[head[:4]]
         if rec_len != 16:
             return None
-        snap = min(struct.unpack_from(endian + "I", head, 16)[0] or 262144, MAX_RECORD)
+        snap = min(struct.unpack_from(endian + "I", head, 16)[0] or MAX_PACKET, MAX_PACKET)
         sec0 = struct.unpack_from(endian + "I", head, 24)[0]
         frac_max = 1_000_000 if scale == 1e-6 else 1_000_000_000
         f.seek(offset)
-        data = f.read(max(0, min(SEARCH + CHAIN * (min(snap, 262144) + 16), size - offset)))   # never more than the file
-    for p in range(0, min(SEARCH, len(data))):
+        data = f.read(max(0, min(SEARCH + CHAIN * (snap + 16), size - offset)))   # never more than the file
+    for p in range(0, 1 if exact else min(SEARCH, len(data))):
         if _plausible_chain(data, p, endian, snap, frac_max, sec0, size - offset):
             return offset + p
     return None
@@ -60,7 +61,7 @@ def _pcapng_chain(data: bytes, p: int, endian: str, end: int) -> bool:
         if p == end or p + 8 > len(data):
             return True
         btype, blen = u32(data, p)[0], u32(data, p + 4)[0]
-        if btype not in PCAPNG_BLOCKS or blen < 12 or blen % 4 or blen > MAX_RECORD:
+        if btype not in PCAPNG_BLOCKS or blen < 12 or blen % 4 or blen > MAX_BLOCK:
             return False
         if p + blen > len(data):
             return True
@@ -87,3 +88,13 @@ def pcapng_boundary(path: str, offset: int) -> Optional[int]:
         if u32(data, p)[0] in (3, 6) and _pcapng_chain(data, p, endian, size - offset):
             return offset + p
     return None
+
+
+def past_refused(path: str, bad: int, incl: int, size: int) -> Optional[int]:
+    """Where a pcap file is read on after the record at `bad` whose captured length `incl` is refused:
+    just past it when that length still frames the file (the file ends there or a plausible record starts
+    there: an over-long record, skipped whole), else the next plausible record start, or None."""
+    end = bad + 16 + incl
+    if end <= size and boundary(path, end, exact=True) == end:
+        return end
+    return boundary(path, bad + 1)
