@@ -24,7 +24,8 @@ def _plausible_chain(data: bytes, p: int, endian: str, snap: int, frac_max: int,
         if p + 16 > len(data):
             return True        # ran past the read window after several good records
         sec, frac, incl, orig = hdr.unpack_from(data, p)
-        if incl > snap or incl > orig or orig > max(snap, MAX_PACKET) or frac >= frac_max or abs(sec - sec0) > 366 * 86400:
+        if incl > snap or incl > orig or orig > max(snap, MAX_PACKET) or frac >= frac_max or \
+                abs(sec - sec0) > 366 * 86400:
             return False
         p += 16 + incl
     return True

@@ -1,0 +1,119 @@
+"""Benchmark: how `ibwire audit` grows with the number of tenants.
+
+    .venv/bin/python bench/tenants.py [--tenants 100 500 2500] [--format text]
+
+For each N, `build` writes an N-tenant incident into bench/out/tenants-N/: partitions.conf (one partition
+per tenant, two full-member hosts each, and the default partition), tenants.toml (the hosts by port GUID),
+fabric.json (the programmed P_Key tables, `--state`) and a native-IB capture (LINKTYPE_INFINIBAND 247,
+correct ICRC and VCRC) with RC SENDs inside every partition, plus the breaches a real fabric shows: every
+100th tenant sends into the next one's partition, and every 250th port has a foreign P_Key programmed.
+Then the audit runs once per N; its wall time and peak RSS (os.wait4 of that process) are printed.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dissectors.crc import icrc_ib, vcrc
+
+HERE = Path(__file__).resolve().parent
+GUID0 = 0x0002C90300000000
+SM_GUID = GUID0 + 1
+
+
+def guid(t: int, host: int) -> int:
+    return GUID0 + 0x10000 + 2 * t + host
+
+
+def lid(t: int, host: int) -> int:
+    return 2 + 2 * t + host
+
+
+def pkey(t: int) -> int:
+    return 0x8001 + t
+
+
+def packet(slid: int, dlid: int, pk: int, qp: int, psn: int) -> bytes:
+    """An RC SEND Only (IBA 9.2) from `slid` to `dlid`, LRH without GRH, 32 bytes of payload."""
+    payload = bytes(range(32))
+    words = (8 + 12 + len(payload) + 4) // 4
+    lrh = struct.pack(">BBHHH", 0x00, 0x02, dlid, words, slid)           # VL 0, LNH 2 (BTH follows)
+    bth = struct.pack(">BBHI I", 0x04, 0x00, pk, qp, psn)
+    pkt = lrh + bth + payload
+    pkt += struct.pack("<I", icrc_ib(pkt))
+    return pkt + struct.pack("<H", vcrc(pkt))
+
+
+def build(out: Path, n: int) -> dict:
+    """Write the N-tenant incident into `out`; the paths of its four files."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {k: out / name for k, name in (("policy", "partitions.conf"), ("tenants", "tenants.toml"),
+                                           ("state", "fabric.json"), ("capture", "traffic.pcap"))}
+    conf = ["Default=0x7fff : ALL=limited, SELF=full ;"]
+    toml = []
+    nodes = [{"guid": SM_GUID, "type": "CA", "description": "sm"}]
+    ports = [{"guid": SM_GUID, "node_guid": SM_GUID, "port_num": 1, "lid": 1, "pkeys": [0xFFFF],
+              "pkeys_last": "written"}]
+    for t in range(n):
+        a, b = guid(t, 0), guid(t, 1)
+        conf.append(f"t{t}=0x{pkey(t):04x} : 0x{a:016x}=full, 0x{b:016x}=full ;")
+        toml.append(f'[tenants.t{t}]\nendpoints = [ {{ port_guid = "0x{a:016x}" }}, {{ port_guid = "0x{b:016x}" }} ]\n')
+        for h, g in enumerate((a, b)):
+            keys = [0x7FFF, pkey(t)]
+            if (2 * t + h) % 250 == 249:
+                keys.append(pkey((t + 1) % n))                  # drift: a foreign partition programmed
+            nodes.append({"guid": g, "type": "CA", "description": f"t{t}-host{h}"})
+            ports.append({"guid": g, "node_guid": g, "port_num": 1, "lid": lid(t, h), "pkeys": keys,
+                          "pkeys_last": "written"})
+    paths["policy"].write_text("\n".join(conf) + "\n")
+    paths["tenants"].write_text("\n".join(toml))
+    paths["state"].write_text(json.dumps({"nodes": nodes, "ports": ports,
+                                          "sm": {"master_lid": 1, "seen": [{"guid": SM_GUID, "state": "MASTER",
+                                                                            "lid": 1, "frame": 1}]}}))
+    with open(paths["capture"], "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 247))
+        sec = 1_700_000_000
+        for t in range(n):
+            pk = pkey(t)
+            flows = [(lid(t, 0), lid(t, 1), pk), (lid(t, 1), lid(t, 0), pk)] * 2
+            if t % 100 == 99:
+                nxt = (t + 1) % n
+                flows.append((lid(t, 0), lid(nxt, 0), pkey(nxt)))     # into the next tenant's partition
+            for k, (s, d, p) in enumerate(flows):
+                pkt = packet(s, d, p, 0x100 + t, k)
+                f.write(struct.pack("<IIII", sec, t % 1_000_000, len(pkt), len(pkt)) + pkt)
+    return paths
+
+
+def run_audit(paths: dict, fmt: str) -> tuple:
+    """(wall seconds, peak RSS in MiB, exit status, output lines) of one `ibwire audit` process."""
+    exe = Path(sys.executable).parent / "ibwire"
+    cmd = [str(exe), "audit", str(paths["capture"]), "--policy", str(paths["policy"]), "--tenants",
+           str(paths["tenants"]), "--state", str(paths["state"]), "--format", fmt]
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t, usage.ru_maxrss / 1024, p.returncode, out.count(b"\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tenants", type=int, nargs="+", default=[100, 500, 2500])
+    ap.add_argument("--format", default="text", choices=("text", "json", "md"))
+    args = ap.parse_args()
+    print(f"{'tenants':>8} {'packets':>8} {'wall s':>7} {'peak RSS MiB':>13} {'exit':>5} {'lines':>7}")
+    for n in args.tenants:
+        paths = build(HERE / "out" / f"tenants-{n}", n)
+        wall, rss, status, lines = run_audit(paths, args.format)
+        packets = 4 * n + n // 100
+        print(f"{n:>8} {packets:>8} {wall:>7.2f} {rss:>13.0f} {status:>5} {lines:>7}")
+
+
+if __name__ == "__main__":
+    main()
