@@ -100,9 +100,15 @@ class Identities:
         self._ib: dict = {}               # ("guid" | "gid" | "lid", value) -> IB endpoints
         self._rank = {id(ep): i for i, ep in enumerate(tenants.endpoints)}
         self._first: dict = {}            # port GUID -> its first endpoint (Tenants.endpoint_of)
+        self._macs: dict = {}             # RoCE endpoints by MAC; those without one are tried for every end
+        self._no_mac, self._gid_ips = [], {}
         for ep in tenants.endpoints:
             if ep.port_guid is not None:
                 self._first.setdefault(ep.port_guid, ep)
+            if ep.is_roce:
+                (self._macs.setdefault(ep.mac, []) if ep.mac is not None else self._no_mac).append(ep)
+            elif ep.gid is not None:
+                self._gid_ips.setdefault(ip_text(ep.gid), []).append(ep)
             if not ep.is_roce:
                 for k in (("guid", ep.port_guid), ("gid", ep.gid), ("lid", ep.lid)):
                     if k[1] is not None:
@@ -125,6 +131,12 @@ class Identities:
             found = found + self._ib.get(("guid", owners[0].guid), [])
         return sorted({id(ep): ep for ep in found}.values(), key=lambda ep: self._rank[id(ep)])
 
+    def _roce_candidates(self, side: Side) -> list:
+        """The endpoints, in declaration order, `_roce_match` can accept for this RoCE end: those with its MAC
+        or none, and IB endpoints whose GID is its IP."""
+        found = self._macs.get((side.mac or "").lower(), []) + self._no_mac + self._gid_ips.get(side.ip, [])
+        return sorted(found, key=lambda ep: self._rank[id(ep)])
+
     def resolve(self, side: Side) -> Resolved:
         r = self._resolved.get(side.key())
         if r is None:
@@ -146,8 +158,8 @@ class Identities:
             (f" ({ep.label} of tenant {ep.tenant})" if ep else "")
 
     def _resolve(self, side: Side) -> Resolved:
-        eps = self.tenants.endpoints
         if side.kind != "ib":
+            eps = self._roce_candidates(side)
             for ep in eps:
                 if _roce_match(ep, side, with_vlan=True):
                     return Resolved(None, ep.tenant, "RoCE MAC/IP/VLAN")
