@@ -9,7 +9,6 @@ so the 4 GiB they claim costs the disk nothing."""
 import json
 import resource
 import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 from gen_roce import generate  # noqa: E402
+from hostile import block_4gib, erf_rlen, measure, pcapng_of, records, records_64mib  # noqa: E402
 from tenants import build  # noqa: E402
 
 CAPS = ROOT / "captures"
@@ -28,67 +28,25 @@ AUDIT = ("--policy", f"{CLEAN}.partitions.conf", "--tenants", f"{CLEAN}.tenants.
 LIMIT_AS = 1 << 30
 PEAK_MB = 500
 
-MEASURE = """
-import sys
-from ibwire.cli import main
-sys.argv = ["ibwire", *sys.argv[1:]]
-code = 0
-try:
-    main()
-except SystemExit as e:
-    code = e.code if isinstance(e.code, int) else int(e.code is not None)
-hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
-print("PEAK", int(hwm.split()[1]) // 1024, file=sys.stderr)
-sys.exit(code)
-"""
+
+def limit():
+    resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS, LIMIT_AS))
 
 
 def run(*args, timeout=120):
-    """`ibwire ARGS` under the address-space limit: (exit status, stdout, stderr without the peak line, peak
-    MB); never a traceback, an internal error or a MemoryError."""
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS, LIMIT_AS))
-    r = subprocess.run([sys.executable, "-c", MEASURE, *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, preexec_fn=limit)
-    lines = r.stderr.splitlines()
-    assert lines and lines[-1].startswith("PEAK "), r.stderr
-    err = "\n".join(lines[:-1])
+    """`ibwire ARGS` under the address-space limit (bench/hostile.measure): (exit status, stdout, stderr,
+    peak MB); never a traceback, an internal error or a MemoryError, never PEAK_MB."""
+    status, out, err, peak, _ = measure(*args, preexec_fn=limit, timeout=timeout)
+    assert peak >= 0, err
     for bad in ("Traceback", "internal error", "MemoryError"):
         assert bad not in err, err
-    peak = int(lines[-1].split()[1])
     assert peak < PEAK_MB, f"ibwire {args[0]} peaked at {peak} MB"
-    return r.returncode, r.stdout, err, peak
-
-
-def _records(raw: bytes) -> list:
-    """(offset, length) of each record of a little-endian pcap."""
-    off, out = 24, []
-    while off + 16 <= len(raw):
-        incl = struct.unpack_from("<I", raw, off + 8)[0]
-        out.append((off, 16 + incl))
-        off += 16 + incl
-    return out
+    return status, out, err, peak
 
 
 def _clean():
     raw = (CAPS / "multitenant-clean.pcap").read_bytes()
-    return raw, _records(raw)
-
-
-def _pcapng_of(raw: bytes, recs: list) -> bytes:
-    """The pcap's records as a little-endian pcapng (one interface, ns timestamps: if_tsresol 9)."""
-    lt = struct.unpack_from("<I", raw, 20)[0]
-    out = struct.pack("<IIIHHq", 0x0A0D0D0A, 28, 0x1A2B3C4D, 1, 0, -1) + struct.pack("<I", 28)
-    opts = struct.pack("<HHB3x", 9, 1, 9) + struct.pack("<HH", 0, 0)
-    out += struct.pack("<IIHHI", 1, 20 + len(opts), lt, 0, 0) + opts + struct.pack("<I", 20 + len(opts))
-    for off, n in recs:
-        sec, frac, incl, orig = struct.unpack_from("<IIII", raw, off)
-        ts = sec * 10 ** 9 + frac
-        data = raw[off + 16:off + n]
-        blen = 32 + len(data) + (-len(data) % 4)
-        out += struct.pack("<IIIIIII", 6, blen, 0, ts >> 32, ts & 0xFFFFFFFF, incl, orig) + data + \
-            bytes(-len(data) % 4) + struct.pack("<I", blen)
-    return out
+    return raw, records(raw)
 
 
 def _all_commands(cap: Path, tmp_path: Path) -> dict:
@@ -110,13 +68,8 @@ def test_pcapng_block_claiming_4_gib_is_damage_not_an_allocation(tmp_path):
     reader stops there with one sentence; the audit passes only on incomplete evidence (exit 4)."""
     raw, recs = _clean()
     cap = tmp_path / "block4g.pcapng"
-    body = _pcapng_of(raw, recs)
-    blen = 0xFFFFFFF0
-    with open(cap, "wb") as f:
-        f.write(body + struct.pack("<IIIIIII", 6, blen, 0, 0, 0, blen - 32, blen - 32))
-        f.truncate(len(body) + blen - 4)
-        f.seek(0, 2)
-        f.write(struct.pack("<I", blen))
+    blen = block_4gib(cap, raw, recs)
+    body = pcapng_of(raw, recs)
     assert cap.stat().st_size == len(body) + blen and cap.stat().st_blocks * 512 < 1 << 20
     res = _all_commands(cap, tmp_path)
     status, out, err = res["decode"]
@@ -125,7 +78,7 @@ def test_pcapng_block_claiming_4_gib_is_damage_not_an_allocation(tmp_path):
     assert res["stats"][0] == 0 and json.loads(res["stats"][1])["summary"]["packets"] == len(recs)
     status, _, err = res["convert"]
     assert status == 0 and f"damaged block length {blen}" in err
-    assert len(_records((tmp_path / "out.pcap").read_bytes())) == len(recs)
+    assert len(records((tmp_path / "out.pcap").read_bytes())) == len(recs)
     status, out, err = res["audit"]
     report = json.loads(out)
     assert status == 4 and report["verdict"].startswith("PASS (evidence incomplete")
@@ -138,12 +91,7 @@ def test_pcap_records_claiming_64_mib_each_are_refused(tmp_path):
     no plausible records either) with one sentence naming tshark's limit."""
     raw, recs = _clean()
     cap = tmp_path / "records64m.pcap"
-    with open(cap, "wb") as f:
-        f.write(raw)
-        for i in range(40):
-            f.write(struct.pack("<IIII", 1_700_000_100 + i, 0, 64 << 20, 64 << 20))
-            f.seek(64 << 20, 1)
-        f.truncate()
+    records_64mib(cap, raw)
     assert cap.stat().st_size > 40 * (64 << 20)
     res = _all_commands(cap, tmp_path)
     refused = f"frame {len(recs) + 1}: record length {64 << 20} is impossible (over 262144); the rest of the " \
@@ -172,7 +120,7 @@ def test_over_long_record_that_frames_the_file_is_skipped_and_counted(tmp_path):
     assert status == 0 and _frames(out) == [*range(1, 101), *range(102, len(recs) + 2)]
     assert "frame 101: record of 300000 bytes is over the 262144-byte limit; skipped" in err
     assert json.loads(res["stats"][1])["summary"]["packets"] == len(recs)
-    assert len(_records((tmp_path / "out.pcap").read_bytes())) == len(recs)
+    assert len(records((tmp_path / "out.pcap").read_bytes())) == len(recs)
     status, out, _ = res["audit"]
     report = json.loads(out)
     assert status == 4 and report["evidence"]["skipped"] == 1 and report["packets"] == len(recs)
@@ -184,11 +132,11 @@ def test_pcapng_packet_over_the_limit_in_a_whole_block_is_skipped(tmp_path):
     """An Enhanced Packet Block of 1 MiB (under the block limit) whose packet is over 262144 bytes: that
     packet is skipped and counted, the blocks after it are read."""
     raw, recs = _clean()
-    body = _pcapng_of(raw, recs[:50])
+    body = pcapng_of(raw, recs[:50])
     n = 1 << 20
     epb = struct.pack("<IIIIIII", 6, 32 + n, 0, 0, 0, n, n) + bytes(n) + struct.pack("<I", 32 + n)
     cap = tmp_path / "bigpacket.pcapng"
-    cap.write_bytes(body + epb + _pcapng_of(raw, recs[50:])[28 + 32:])      # the rest: no new SHB/IDB
+    cap.write_bytes(body + epb + pcapng_of(raw, recs[50:], head=False))
     status, out, err, _ = run("decode", cap)
     assert status == 0 and _frames(out) == [*range(1, 51), *range(52, len(recs) + 2)]
     assert "1 packets over the 262144-byte limit; skipped" in err
@@ -202,18 +150,15 @@ def test_erf_records_claiming_huge_lengths_stay_within_the_record(tmp_path):
     every command reads the bytes that are there, in bounded memory, and converts them to the same IB
     packets as the intact file."""
     raw, recs = _clean()
-    bad = bytearray(raw)
-    for off, _ in recs:
-        struct.pack_into(">HHH", bad, off + 16 + 10, 0xFFFF, 0, 0xFFFF)
     cap = tmp_path / "erf-rlen.pcap"
-    cap.write_bytes(bytes(bad))
+    erf_rlen(cap, raw, recs)
     res = _all_commands(cap, tmp_path)
     assert res["decode"][0] == 0 and _frames(res["decode"][1]) == list(range(1, len(recs) + 1))
     assert res["stats"][0] == 0 and res["convert"][0] == 0
     assert res["audit"][0] in (0, 1, 4) and json.loads(res["audit"][1])["packets"] == len(recs)
     intact = tmp_path / "intact.pcap"
     run("convert", CAPS / "multitenant-clean.pcap", "-o", intact, "--link", "ib")
-    strip = [(o + 8, n - 8) for o, n in _records(intact.read_bytes())]         # packet bytes, times aside
+    strip = [(o + 8, n - 8) for o, n in records(intact.read_bytes())]         # packet bytes, times aside
     got = (tmp_path / "out.pcap").read_bytes()
     want = intact.read_bytes()
     assert [got[o + 8:o + n] for o, n in strip] == [want[o + 8:o + n] for o, n in strip]
@@ -251,7 +196,7 @@ def test_large_captures_stay_under_500_mb(tmp_path):
                                   "--format", "json"))):
         status, out, _, peaks[name] = run(*args, timeout=300)
         assert status in (0, 1), name
-    assert len(_records((tmp_path / "out.pcap").read_bytes())) == 200_000
+    assert len(records((tmp_path / "out.pcap").read_bytes())) == 200_000
     assert max(peaks.values()) < 300, peaks
 
 
