@@ -131,18 +131,19 @@ def main() -> None:
     if not big.exists():
         big.parent.mkdir(parents=True, exist_ok=True)
         generate(str(big), args.packets)
-    out = HERE / "out" / "converted.pcap"
+    conv = HERE / "out" / "converted.pcap"
     runs = [(big.name, "decode", ("decode", big, "-T", "fields", "-e", "bth.psn")),
-            (big.name, "convert", ("convert", big, "-o", out, "--link", "eth")),
+            (big.name, "convert", ("convert", big, "-o", conv, "--link", "eth")),
             (big.name, "audit", ("audit", big, "--policy", CAPS / "roce-multitenant-clean.partitions.conf"))]
     for name, path in hostile(HERE / "out" / "hostile").items():
-        runs += [(name, "decode", ("decode", path)), (name, "convert", ("convert", path, "-o", out, "--link", "ib")),
+        runs += [(name, "decode", ("decode", path)), (name, "convert", ("convert", path, "-o", conv, "--link", "ib")),
                  (name, "audit", ("audit", path, "--policy", f"{CLEAN}.partitions.conf", "--tenants",
                                   f"{CLEAN}.tenants.toml"))]
     print(f"{'input':<20} {'command':<8} {'exit':>4} {'wall s':>7} {'peak MB':>8}  last message")
     for name, command, argv in runs:
-        status, _, err, peak, wall = measure(*argv)
-        said = err.strip().splitlines()[-1][:80] if err.strip() else ""
+        status, out, err, peak, wall = measure(*argv)
+        said = out.splitlines()[0] if command == "audit" and out else (err.strip().splitlines() or [""])[-1]
+        said = said.replace(f"{argv[1]}: ", "")[:100]        # the verdict, or the last warning
         print(f"{name:<20} {command:<8} {status:>4} {wall:>7.2f} {peak:>8}  {said}")
 
 
