@@ -85,9 +85,9 @@ def compact(res: Result) -> tuple:
 
 def compact_note(res: Result, quiet: tuple) -> str:
     n = len(res.tenant_names())
-    return (f"{n} tenants are too many for a {n} × {n} grid: listed are the pairs between two tenants or with a "
-            f"finding; {quiet[0]} tenants had traffic only within themselves and no finding ({quiet[1]} packets, "
-            f"{quiet[2]} bytes); --format json lists every pair with traffic")
+    return (f"{n} tenants are too many for a {n} × {n} grid: listed are the pairs of two different tenants and "
+            f"any pair with a finding; traffic within a tenant with no finding about it is summed ({quiet[0]} "
+            f"tenants, {quiet[1]} packets, {quiet[2]} bytes); --format json lists every pair with traffic")
 
 
 def scope(res: Result) -> str:
