@@ -56,9 +56,9 @@ GRID_MAX = 16    # tenants (with "(no tenant)") a matrix is drawn as a grid for;
 
 
 def cells(res: Result) -> list:
-    """[(from, to, packets, bytes, worst finding or None)] of the tenant pairs with traffic or a finding, in
-    tenant order: Result.cell for every pair that is not empty, in one pass over the traffic and the
-    findings (N tenants have N² pairs, nearly all empty)."""
+    """[(from, to, packets, bytes, worst severity of the findings about the pair or None)] of the tenant
+    pairs with traffic or a finding, in tenant order, in one pass over the traffic and the findings (N
+    tenants have N² pairs, nearly all empty)."""
     names = res.tenant_names()
     rank = {n: i for i, n in enumerate(names)}
     out = {pair: [pb[0], pb[1], None] for pair, pb in res.matrix.items()}
