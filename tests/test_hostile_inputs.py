@@ -13,6 +13,9 @@ from ibwire.readers import open_capture
 from test_mad_oracle import write_erf_pcap
 from test_mad_rmpp import paths, table_response
 
+sys.path.insert(0, str(ROOT / "bench"))
+from hostile import records  # noqa: E402
+
 CAPS = ROOT / "captures"
 EXE = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
 MEMORY = 600 << 20
@@ -26,16 +29,6 @@ def limited(*args, timeout=120):
     r = subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, preexec_fn=limits, timeout=timeout)
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
     return r
-
-
-def _records(raw: bytes):
-    """(offset, length) of each record of a little-endian pcap."""
-    off, out = 24, []
-    while off + 16 <= len(raw):
-        incl = struct.unpack_from("<I", raw, off + 8)[0]
-        out.append((off, 16 + incl))
-        off += 16 + incl
-    return out
 
 
 def test_rmpp_segment_number_from_the_wire_is_bounded(tmp_path):
@@ -85,7 +78,7 @@ def test_resync_never_allocates_from_the_snap_length(tmp_path):
     """A 546-byte pcap claiming a 4 GiB snap length, with a damaged record length: stats and decode read
     on past the damage to the same packets."""
     raw = (CAPS / "multitenant-breach.pcap").read_bytes()
-    recs = _records(raw)
+    recs = records(raw)
     head = bytearray(raw[:24])
     struct.pack_into("<I", head, 16, 0xFFFFFFFF)
     second = bytearray(raw[recs[1][0]:recs[1][0] + 16])

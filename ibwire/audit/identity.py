@@ -94,6 +94,48 @@ class Identities:
         self.tenants = tenants
         self.ports = ports
         self._resolved: dict = {}
+        self._lids: dict = {}             # LID -> ports holding it
+        for ps in ports.ports.values():
+            self._lids.setdefault(ps.lid, []).append(ps)
+        self._ib: dict = {}               # ("guid" | "gid" | "lid", value) -> IB endpoints
+        self._rank = {id(ep): i for i, ep in enumerate(tenants.endpoints)}
+        self._first: dict = {}            # port GUID -> its first endpoint (Tenants.endpoint_of)
+        self._macs: dict = {}             # RoCE endpoints by MAC; those without one are tried for every end
+        self._no_mac, self._gid_ips = [], {}
+        for ep in tenants.endpoints:
+            if ep.port_guid is not None:
+                self._first.setdefault(ep.port_guid, ep)
+            if ep.is_roce:
+                (self._macs.setdefault(ep.mac, []) if ep.mac is not None else self._no_mac).append(ep)
+            elif ep.gid is not None:
+                self._gid_ips.setdefault(ip_text(ep.gid), []).append(ep)
+            if not ep.is_roce:
+                for k in (("guid", ep.port_guid), ("gid", ep.gid), ("lid", ep.lid)):
+                    if k[1] is not None:
+                        self._ib.setdefault(k, []).append(ep)
+
+    def owners(self, lid) -> list:
+        """The ports holding this LID (FabricState.by_lid, from an index: the audit asks once per packet end)."""
+        return self._lids.get(lid, [])
+
+    def _ib_candidates(self, side: Side, guid: Optional[int]) -> list:
+        """The IB endpoints, in declaration order, that the tests of `_resolve` can accept for this end:
+        the same port GUID, GID or declared LID, or those of the port that alone holds the end's LID."""
+        found = self._ib.get(("guid", guid), []) if guid is not None else []
+        if side.gid:
+            found = found + self._ib.get(("gid", side.gid), [])
+        elif side.lid is not None:
+            found = found + self._ib.get(("lid", side.lid), [])
+        owners = self.owners(side.lid)
+        if guid is None and side.lid is not None and len(owners) == 1:
+            found = found + self._ib.get(("guid", owners[0].guid), [])
+        return sorted({id(ep): ep for ep in found}.values(), key=lambda ep: self._rank[id(ep)])
+
+    def _roce_candidates(self, side: Side) -> list:
+        """The endpoints, in declaration order, `_roce_match` can accept for this RoCE end: those with its MAC
+        or none, and IB endpoints whose GID is its IP."""
+        found = self._macs.get((side.mac or "").lower(), []) + self._no_mac + self._gid_ips.get(side.ip, [])
+        return sorted(found, key=lambda ep: self._rank[id(ep)])
 
     def resolve(self, side: Side) -> Resolved:
         r = self._resolved.get(side.key())
@@ -103,7 +145,7 @@ class Identities:
 
     def port_at(self, lid) -> Optional[int]:
         """GUID of the one port holding this LID; None when no port or several do."""
-        owners = self.ports.by_lid(lid)
+        owners = self.owners(lid)
         return owners[0].guid if len(owners) == 1 else None
 
     def node(self, guid: int) -> Port:
@@ -111,13 +153,13 @@ class Identities:
 
     def who(self, guid: int) -> str:
         ps = self.ports.ports.get(guid)
-        ep = self.tenants.endpoint_of(guid)
+        ep = self._first.get(guid)
         return f"port 0x{guid:016x}" + (f" LID {ps.lid}" if ps and ps.lid else "") + \
             (f" ({ep.label} of tenant {ep.tenant})" if ep else "")
 
     def _resolve(self, side: Side) -> Resolved:
-        eps = self.tenants.endpoints
         if side.kind != "ib":
+            eps = self._roce_candidates(side)
             for ep in eps:
                 if _roce_match(ep, side, with_vlan=True):
                     return Resolved(None, ep.tenant, "RoCE MAC/IP/VLAN")
@@ -131,22 +173,20 @@ class Identities:
         if side.gid:
             guid, how = gid_port_guid(side.gid), "GID interface ID"
         elif side.lid is not None:
-            owners = self.ports.by_lid(side.lid)
+            owners = self.owners(side.lid)
             if len(owners) == 1:
                 guid, how = owners[0].guid, f"LID {side.lid} via {owners[0].source}"
             elif len(owners) > 1:
                 how = f"LID {side.lid} is shared by {len(owners)} ports and the packet has no GRH"
             else:
                 how = f"LID {side.lid} is not mapped to any port"
-        for ep in eps:
-            if ep.is_roce:
-                continue
+        for ep in self._ib_candidates(side, guid):
             if (guid is not None and ep.port_guid == guid) or (side.gid and ep.gid == side.gid) or \
                     (ep.lid is not None and ep.lid == side.lid and not side.gid):
                 return Resolved(guid if guid is not None else ep.port_guid, ep.tenant, how or "declared LID")
             if guid is None and ep.port_guid is not None and side.lid is not None:
                 ps = self.ports.ports.get(ep.port_guid)
-                if ps and ps.lid == side.lid and len(self.ports.by_lid(side.lid)) == 1:
+                if ps and ps.lid == side.lid and len(self.owners(side.lid)) == 1:
                     return Resolved(ep.port_guid, ep.tenant, f"LID via {ps.source}")
         return Resolved(guid, NO_TENANT, how)
 

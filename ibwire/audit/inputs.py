@@ -45,7 +45,8 @@ def audit_captures(paths: Iterable[str], policy: Policy, tenants: Optional[Tenan
             raise
         except Exception as e:
             raise UserError(f"cannot read capture {path} ({e}); give a pcap or pcapng file") from None
-        before = copy.deepcopy((audit, ev))
+        shared = {id(x): x for x in (audit.policy, audit.tenants, audit.state)}   # only read while fed: not copied
+        before = copy.deepcopy((audit, ev), shared)
         last = _bulk(path, offset, audit, ev, flt)
         if last is None:                  # the walk found damage: the careful reader reads the file instead
             audit, ev = before

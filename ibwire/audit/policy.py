@@ -80,6 +80,7 @@ class Policy(Sink):
         self.fallback = not file_found      # True: opensm runs with its default configuration
         self.rejected: Optional[tuple] = None   # (line, why) when opensm rejected the file
         self._counter = 0
+        self._index = None                  # see _candidates
         default = self.make_partition("Default", DEFAULT_PKEY, 0)
         default.members = [Member("ALL", "limited" if file_found else "full"), Member("SELF", "full")]
         if not file_found:
@@ -88,9 +89,12 @@ class Policy(Sink):
 
     # -- queries ---------------------------------------------------------------------------------
     def membership(self, port: Port) -> dict[int, str]:
-        """Base P_Key -> 'full' | 'limited' | 'both' that opensm programs for this port."""
+        """Base P_Key -> 'full' | 'limited' | 'both' that opensm programs for this port.  Only the partitions
+        naming the port or a keyword are looked at (`_candidates`), so an audit of many tenants' ports costs
+        each port its own partitions, not all of them."""
         out = {}
-        for pk, part in self.partitions.items():
+        for pk in self._candidates(port.guid):
+            part = self.partitions[pk]
             full = limited = False
             for mem in part.members:
                 if not _applies(mem.who, port):
@@ -104,6 +108,22 @@ class Policy(Sink):
             if full or limited:
                 out[pk] = "both" if full and limited else "full" if full else "limited"
         return out
+
+    def _candidates(self, guid: int) -> list:
+        """The base P_Keys, in file order, of the partitions with a member naming `guid` or a keyword; the
+        index is rebuilt after the policy changes (make_partition, add_member)."""
+        if self._index is None:
+            by_guid: dict = {}
+            keyword = []
+            for order, (pk, part) in enumerate(self.partitions.items()):
+                for mem in part.members:
+                    if isinstance(mem.who, str):
+                        keyword.append((order, pk))
+                    else:
+                        by_guid.setdefault(mem.who, []).append((order, pk))
+            self._index = (by_guid, keyword)
+        by_guid, keyword = self._index
+        return [pk for _, pk in sorted(set(keyword + by_guid.get(guid, [])))]
 
     def expected_table(self, port: Port) -> set[int]:
         """The 16-bit P_Key entries (membership bit included) opensm writes into this port's table."""
@@ -165,6 +185,7 @@ class Policy(Sink):
                                        f"ports share P_Key 0x{pkey:04x}", "breach", pkey))
             return existing
         part = self.partitions[pkey] = Partition(stored, pkey, line, automatic)
+        self._index = None
         return part
 
     def _by_name(self, name: str) -> Optional[Partition]:
@@ -177,6 +198,7 @@ class Policy(Sink):
 
     def add_member(self, part, who, membership: str, line: int) -> None:
         part.members.append(Member(who, membership, line))
+        self._index = None
 
     def add_mgroup(self, part, mgid: bytes, flags: dict, line: int) -> None:
         """__create_mgrp: one group per scope bit (link-local without one), the scope written into the MGID."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import html
 import json
 
-from .findings import SEVERITIES
+from .findings import SEVERITIES, severity_rank
 from .identity import NO_TENANT, policy_port
 from .result import Result
 
@@ -15,21 +15,79 @@ RICH = {None: "green", "info": "blue", "warning": "yellow", "attempt": "dark_ora
 def _per_port(res: Result) -> list:
     """Rows of policy vs hardware state vs wire for every port the audit knows."""
     audit = res.audit
+    by_lid, by_tail = _wire_pkeys(audit.traffic.flows.values())
+    first: dict = {}
+    for ep in audit.tenants.endpoints:                   # Tenants.endpoint_of, for every port at once
+        if ep.port_guid is not None:
+            first.setdefault(ep.port_guid, ep)
     rows = []
     for guid, ps in sorted(res.ports.ports.items()):
         port = policy_port(res.ports, guid)
         pol = ", ".join(f"0x{pk:04x} {m}" for pk, m in sorted(audit.policy.membership(port).items()))
         hw = "unknown" if ps.pkeys is None else ", ".join(f"0x{p:04x}" for p in sorted(ps.table()))
-        wire = sorted({fl.pkey for fl in audit.traffic.flows.values() if fl.src.kind == "ib" and
-                       (fl.src.lid == ps.lid or (fl.src.gid and fl.src.gid.endswith(f"{guid & 0xffff:x}")))
-                       and ps.lid is not None})
-        ep = audit.tenants.endpoint_of(guid)
+        wire = [] if ps.lid is None else sorted(by_lid.get(ps.lid, set()) | by_tail.get(f"{guid & 0xffff:x}", set()))
+        ep = first.get(guid)
         tenant = ep.tenant if ep else NO_TENANT
         rows.append({"port_guid": f"0x{guid:016x}", "lid": ps.lid, "type": ps.node_type, "tenant": tenant,
                      "description": ps.description, "policy": pol, "hardware": hw,
                      "hardware_source": ps.pkey_source or "", "wire": ", ".join(f"0x{p:04x}" for p in wire),
                      "mapping_source": ps.source})
     return rows
+
+
+def _wire_pkeys(flows) -> tuple:
+    """The P_Keys IB flows send, by source LID and by every ending (1-4 characters) of the source GID's last
+    group: a port's own are then those of its LID and of its GUID's low 16 bits in hex (an ending of the
+    GID's text), found by lookup instead of a pass over all flows per port."""
+    by_lid: dict = {}
+    by_tail: dict = {}
+    for fl in flows:
+        if fl.src.kind != "ib":
+            continue
+        by_lid.setdefault(fl.src.lid, set()).add(fl.pkey)
+        if fl.src.gid:
+            last = fl.src.gid.rsplit(":", 1)[-1]
+            for k in range(1, min(4, len(last)) + 1):
+                by_tail.setdefault(last[-k:], set()).add(fl.pkey)
+    return by_lid, by_tail
+
+
+GRID_MAX = 16    # tenants (with "(no tenant)") a matrix is drawn as a grid for; more are listed by pair
+
+
+def cells(res: Result) -> list:
+    """[(from, to, packets, bytes, worst severity of the findings about the pair or None)] of the tenant
+    pairs with traffic or a finding, in tenant order, in one pass over the traffic and the findings (N
+    tenants have N² pairs, nearly all empty)."""
+    names = res.tenant_names()
+    rank = {n: i for i, n in enumerate(names)}
+    out = {pair: [pb[0], pb[1], None] for pair, pb in res.matrix.items()}
+    for f in res.findings:
+        if f.tenants:
+            c = out.setdefault(tuple(f.tenants), [0, 0, None])
+            if c[2] is None or severity_rank(f.severity) > severity_rank(c[2]):
+                c[2] = f.severity
+    keep = [(a, b, *c) for (a, b), c in out.items() if a in rank and b in rank and (c[0] or c[2])]
+    return sorted(keep, key=lambda c: (rank[c[0]], rank[c[1]]))
+
+
+def compact(res: Result) -> tuple:
+    """A matrix too large for a grid, as what matters: (the cells between two tenants or with a finding,
+    (tenants, packets, bytes) of the quiet diagonal: traffic within a tenant and no finding)."""
+    shown, quiet = [], [0, 0, 0]
+    for c in cells(res):
+        if c[0] == c[1] and c[4] is None:
+            quiet = [quiet[0] + 1, quiet[1] + c[2], quiet[2] + c[3]]
+        else:
+            shown.append(c)
+    return shown, tuple(quiet)
+
+
+def compact_note(res: Result, quiet: tuple) -> str:
+    n = len(res.tenant_names())
+    return (f"{n} tenants are too many for a {n} × {n} grid: listed are the pairs of two different tenants and "
+            f"any pair with a finding; traffic within a tenant with no finding about it is summed ({quiet[0]} "
+            f"tenants, {quiet[1]} packets, {quiet[2]} bytes); --format json lists every pair with traffic")
 
 
 def scope(res: Result) -> str:
@@ -47,8 +105,7 @@ def as_dict(res: Result, fail_on: str) -> dict:
         "display_filter": res.display_filter, "scope": scope(res) or None,
         "packets": res.audit.packets, "frames": res.audit.frames_seen, "evidence": res.evidence.as_dict(),
         "tenants": names,
-        "matrix": [{"from": a, "to": b, "packets": c[0], "bytes": c[1], "worst": c[2]}
-                   for a in names for b in names for c in [res.cell(a, b)] if c[0] or c[2]],
+        "matrix": [{"from": a, "to": b, "packets": p, "bytes": by, "worst": w} for a, b, p, by, w in cells(res)],
         "findings": [f.as_dict() for f in res.findings],
         "endpoint_mappings": [{"tenant": ep.tenant, "endpoint": ep.describe(), "mapping": text}
                               for ep, text in res.audit.mappings],
@@ -66,15 +123,8 @@ def to_markdown(res: Result, fail_on: str) -> str:
     names = d["tenants"]
     out = [f"# Isolation audit: {d['verdict']}", "",
            f"{d['packets']} IB/RoCE packets in {d['frames']} frames; worst finding: {d['worst'] or 'none'} "
-           f"(fail on {fail_on}).", ""] + ([f"**{d['scope']}**", ""] if d["scope"] else []) + [
-           "| from \\ to | " + " | ".join(names) + " |",
-           "|---" * (len(names) + 1) + "|"]
-    for a in names:
-        cells = []
-        for b in names:
-            p, by, w = res.cell(a, b)
-            cells.append(f"{p} pkts / {by} B" + (f" **{w}**" if w else "") if p or w else "·")
-        out.append(f"| **{a}** | " + " | ".join(cells) + " |")
+           f"(fail on {fail_on}).", ""] + ([f"**{d['scope']}**", ""] if d["scope"] else [])
+    out += _markdown_grid(res, names) if len(names) <= GRID_MAX else _markdown_pairs(res)
     out += ["", "## Findings", ""]
     if not d["findings"]:
         out.append("None.")
@@ -83,6 +133,25 @@ def to_markdown(res: Result, fail_on: str) -> str:
                    (f" (frames {', '.join(map(str, f['frames']))})" if f["frames"] else ""))
         out += [f"   - Wireshark {label}: `{text}`" for label, text in _filters(f["wireshark"])]
     return "\n".join(out) + "\n"
+
+
+def _markdown_grid(res: Result, names: list) -> list:
+    at = {(a, b): (p, by, w) for a, b, p, by, w in cells(res)}
+    out = ["| from \\ to | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for a in names:
+        row = []
+        for b in names:
+            p, by, w = at.get((a, b), (0, 0, None))
+            row.append(f"{p} pkts / {by} B" + (f" **{w}**" if w else "") if p or w else "·")
+        out.append(f"| **{a}** | " + " | ".join(row) + " |")
+    return out
+
+
+def _markdown_pairs(res: Result) -> list:
+    shown, quiet = compact(res)
+    return [compact_note(res, quiet) + ".", "", "| from | to | packets | bytes | worst finding |",
+            "|---|---|---|---|---|"] + [f"| {a} | {b} | {p} | {by} | {f'**{w}**' if w else '·'} |"
+                                       for a, b, p, by, w in shown]
 
 
 _FILTER_LABELS = (("frames", "frames"), ("evidence", "in the --evidence file"), ("semantic", "filter"))
@@ -109,7 +178,8 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
         console.print(f"{res.evidence.other} frames out of scope (not InfiniBand or RoCE: {rest})", highlight=False,
                       markup=False)
     names = res.tenant_names()
-    if names:
+    if names and len(names) <= GRID_MAX:
+        at = {(a, b): (p, by, w) for a, b, p, by, w in cells(res)}
         t = Table(title="tenant × tenant (packets / bytes / worst finding)")
         t.add_column("from \\ to", style="bold")
         for b in names:
@@ -117,15 +187,26 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
         for a in names:
             row = []
             for b in names:
-                p, by, w = res.cell(a, b)
+                p, by, w = at.get((a, b), (0, 0, None))
                 row.append(f"[{RICH[w]}]{p} / {by}" + (f" {w}" if w else "") + "[/]" if p or w else "·")
             t.add_row(a, *row)
         console.print(t)
+    elif names:
+        _print_pairs(res, console)
     for f in res.findings:
         console.print(f"{f.number:3} [{RICH[f.severity]}]{f.severity:8}[/] {f.rule:24} {f.description}" +
                       (f"  [dim]frames {', '.join(map(str, f.frames))}[/]" if f.frames else ""), highlight=False)
         for label, text in _filters(f.wireshark):
             console.print(f"    [dim]wireshark {label}:[/] {text}", highlight=False, soft_wrap=True)
+
+
+def _print_pairs(res: Result, console) -> None:
+    """A matrix too large for a grid: its cells that matter, one line each (see `compact`)."""
+    shown, quiet = compact(res)
+    console.print(f"tenant × tenant: {compact_note(res, quiet)}", highlight=False, soft_wrap=True)
+    for a, b, p, by, w in shown:
+        console.print(f"  {a} -> {b}: [{RICH[w]}]{p} packets / {by} bytes" + (f" {w}" if w else "") + "[/]",
+                      highlight=False, soft_wrap=True)
 
 
 _CSS = """
@@ -157,16 +238,8 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
              f"<p id='scope'><strong>{e(d['scope'])}</strong></p>" if d["scope"] else "",
              "<p class='legend'>" + "".join(f"<span style='background:{COLOURS[s]}'>{s or 'clean'}</span>"
                                             for s in (None,) + SEVERITIES) + "</p>",
-             "<h2>Tenant × tenant</h2><table class='grid' id='matrix'><tr><th>from \\ to</th>" +
-             "".join(f"<th>{e(b)}</th>" for b in names) + "</tr>"]
-    for a in names:
-        parts.append(f"<tr><th>{e(a)}</th>")
-        for b in names:
-            p, by, w = res.cell(a, b)
-            body = f"{p} pkts<br>{by} B" + (f"<br><span class='sev'>{w}</span>" if w else "") if p or w else "·"
-            parts.append(f"<td style='background:{COLOURS[w] if (p or w) else '#fff'}' "
-                         f"data-from='{e(a)}' data-to='{e(b)}' data-worst='{w or ''}'>{body}</td>")
-        parts.append("</tr>")
+             "<h2>Tenant × tenant</h2>"]
+    parts += _html_grid(res, names) if len(names) <= GRID_MAX else _html_pairs(res)
     parts.append("</table>" + audit_pictures(res, paths) + "<h2>Findings</h2><div id='findings'>")
     if not d["findings"]:
         parts.append("<p>No findings.</p>")
@@ -199,6 +272,32 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
     parts.append(_frame_details(res, summaries))
     parts.append("</body></html>")
     return "".join(parts)
+
+
+def _html_cell(a: str, b: str, p: int, by: int, w) -> str:
+    e = html.escape
+    body = f"{p} pkts<br>{by} B" + (f"<br><span class='sev'>{w}</span>" if w else "") if p or w else "·"
+    return (f"<td style='background:{COLOURS[w] if (p or w) else '#fff'}' data-from='{e(a)}' data-to='{e(b)}' "
+            f"data-worst='{w or ''}'>{body}</td>")
+
+
+def _html_grid(res: Result, names: list) -> list:
+    e = html.escape
+    at = {(a, b): (p, by, w) for a, b, p, by, w in cells(res)}
+    parts = ["<table class='grid' id='matrix'><tr><th>from \\ to</th>" +
+             "".join(f"<th>{e(b)}</th>" for b in names) + "</tr>"]
+    for a in names:
+        parts.append(f"<tr><th>{e(a)}</th>" + "".join(_html_cell(a, b, *at.get((a, b), (0, 0, None)))
+                                                     for b in names) + "</tr>")
+    return parts
+
+
+def _html_pairs(res: Result) -> list:
+    e = html.escape
+    shown, quiet = compact(res)
+    return [f"<p id='matrix-note'>{e(compact_note(res, quiet))}.</p><table class='grid' id='matrix'><tr><th>from"
+            "</th><th>to</th><th>packets / bytes / worst finding</th></tr>"] + [
+        f"<tr><th>{e(a)}</th><th>{e(b)}</th>{_html_cell(a, b, p, by, w)}</tr>" for a, b, p, by, w in shown]
 
 
 def _summary(decoded) -> str:

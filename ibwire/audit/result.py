@@ -148,16 +148,6 @@ class Result:
             names.append(NO_TENANT)
         return names
 
-    def cell(self, a: str, b: str):
-        """(packets, bytes, worst severity of the findings about this pair or None)."""
-        packets, nbytes = self.matrix.get((a, b), [0, 0])
-        worst = None
-        for f in self.findings:
-            if f.tenants and (f.tenants == (a, b)):
-                if worst is None or severity_rank(f.severity) > severity_rank(worst):
-                    worst = f.severity
-        return packets, nbytes, worst
-
     def worst(self) -> Optional[str]:
         return max((f.severity for f in self.findings), key=severity_rank, default=None)
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
-from ..readers.formats import if_tsresol
+from ..readers.formats import MAX_BLOCK, MAX_PACKET, if_tsresol
 from .stream import Batch
 
 BATCH = 4096
@@ -101,8 +101,9 @@ class PipeStream:
                     self.problems.append("record header cut short at end of input")
                 break
             sec, frac, incl, orig = hdr.unpack_from(rh)
-            if incl > 0x4000000:
-                self.problems.append(f"record length {incl} is impossible; the rest of the input is unreadable")
+            if incl > MAX_PACKET:
+                self.problems.append(f"record length {incl} is impossible (over {MAX_PACKET}); the rest of the input "
+                                     "is unreadable")
                 break
             data = yield from self._need(incl)
             if len(data) < incl:
@@ -123,7 +124,7 @@ class PipeStream:
                 endian = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
                 ifaces = []
             btype, blen = struct.unpack_from(endian + "II", head)
-            if blen < 12 or blen % 4 or blen > 0x4000000:
+            if blen < 12 or blen % 4 or blen > MAX_BLOCK:
                 self.problems.append(f"damaged block length {blen}; the rest of the input is unreadable")
                 break
             body = head[8:] + (yield from self._need(blen - 12))
@@ -142,10 +143,17 @@ class PipeStream:
                 if iface >= len(ifaces):
                     self.problems.append(f"a packet names interface {iface}, which was never described")
                     continue
+                if incl > MAX_PACKET:
+                    self.problems.append(f"a packet of {incl} bytes is over the {MAX_PACKET}-byte limit; skipped")
+                    continue
                 lt, ticks, _ = ifaces[iface]
                 yield body[20:20 + incl], orig, ((hi << 32) | lo) * ticks[0] // ticks[1], lt
             elif btype == 3 and len(body) >= 4 and ifaces:
                 orig = struct.unpack_from(endian + "I", body)[0]
                 snap = ifaces[0][2] or orig                         # the block's padding is no packet data
-                yield body[4:4 + min(orig, snap)], orig, 0, ifaces[0][0]
+                got = min(orig, snap, len(body) - 4)
+                if got > MAX_PACKET:
+                    self.problems.append(f"a packet of {got} bytes is over the {MAX_PACKET}-byte limit; skipped")
+                    continue
+                yield body[4:4 + got], orig, 0, ifaces[0][0]
         yield None

@@ -14,9 +14,9 @@ import numpy as np
 
 from ..errors import UserError
 from ..readers.capfile import file_format
-from ..readers.formats import PCAP_MAGICS, PCAPNG_SHB, if_tsresol
+from ..readers.formats import MAX_PACKET, PCAP_MAGICS, PCAPNG_SHB, if_tsresol
 from . import _native
-from ..readers.resync import boundary
+from ..readers.resync import past_refused
 
 CHUNK = 1 << 22    # bytes read at a time (4 MB measured faster than 8 MB; the walk and the decoder prefetch)
 KEEP_RETIRED = 4   # chunk buffers kept for reuse (a read-ahead queue and its consumer hold a few)
@@ -154,13 +154,19 @@ class CaptureWalk:
                 frame0 += n if frame0 else 0
             if status == IMPOSSIBLE:
                 bad = self.base + local
-                nxt = boundary(self.path, bad + 1)
+                incl = struct.unpack_from(endian + "I", self.buf, local + 8)[0]
+                nxt = past_refused(self.path, bad, incl, self.size)
                 if nxt is None or nxt >= stop:
-                    self.problems.append(f"{where(frame0)}: record length is impossible; the rest of the file "
-                                         "is unreadable")
+                    self.problems.append(f"{where(frame0)}: record length {incl} is impossible (over {MAX_PACKET}); "
+                                         "the rest of the file is unreadable")
                     return
-                self.problems.append(f"{where(frame0)}: record length is impossible; skipped {nxt - bad} damaged "
-                                     "bytes to the next plausible record (frame numbers after it are estimates)")
+                if nxt == bad + 16 + incl:
+                    self.problems.append(f"{where(frame0)}: record of {incl} bytes is over the {MAX_PACKET}-byte "
+                                         "limit; skipped")
+                    frame0 += 1 if frame0 else 0
+                else:
+                    self.problems.append(f"{where(frame0)}: record length is impossible; skipped {nxt - bad} damaged "
+                                         "bytes to the next plausible record (frame numbers after it are estimates)")
                 self._goto(nxt)
                 local = 0
                 continue
@@ -258,6 +264,7 @@ class CaptureWalk:
             incl[s] = np.minimum(np.minimum(orig[s], blen[s] - 16), snap)
             data[s] = o[s] + 12
             iface[s], hi[s], lo[s] = 0, 0, 0
+        over = incl > MAX_PACKET
         incl = np.clip(incl, 0, np.maximum(o + blen - 4 - data, 0))
         lts = np.array([i[0] for i in ifaces] + [-1], dtype=np.int64)
         scales = np.array([i[1] for i in ifaces] + [0.0])
@@ -275,9 +282,13 @@ class CaptureWalk:
         whole = blen >= 32                                   # 12 bytes of block + 20 of EPB fields
         if len(spb):
             whole[np.asarray(spb)] = blen[np.asarray(spb)] >= 16
+        if not whole.all():
+            self.problems.append(f"{int((~whole).sum())} packet blocks too short to hold a packet; skipped")
+        if over.any():
+            self.problems.append(f"{int(over.sum())} packets over the {MAX_PACKET}-byte limit; skipped")
+            whole &= ~over
         if whole.all():
             return pos
-        self.problems.append(f"{int((~whole).sum())} packet blocks too short to hold a packet; skipped")
         return Positions(*(np.asarray(col)[whole] for col in pos))
 
 

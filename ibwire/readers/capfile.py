@@ -9,8 +9,8 @@ import struct
 from typing import Iterator, NamedTuple, Optional
 
 from ..errors import UserError
-from .formats import MAX_RECORD, PCAP_MAGICS, PCAPNG_SHB
-from .resync import boundary
+from .formats import MAX_BLOCK, MAX_PACKET, PCAP_MAGICS, PCAPNG_SHB
+from .resync import past_refused
 
 
 class Frame(NamedTuple):
@@ -90,21 +90,25 @@ class Capture:
                     return
                 sec, frac, incl, orig = hdr.unpack_from(rh, 0)
                 n += 1
-                if incl > MAX_RECORD:               # damage: on from the next record the bulk reader trusts too
+                if incl > MAX_PACKET:               # damage: on from the next record the bulk reader trusts too
                     bad = f.tell() - rec_len
-                    resume = boundary(self.path, bad + 1) if rec_len == 16 else None
+                    resume = past_refused(self.path, bad, incl, size) if rec_len == 16 else None
                     self.skipped += 1
                     if resume is None:
                         self.lost_bytes += size - bad
-                        self.problems.append(f"frame {n}: record length {incl} is impossible; the rest of the file "
-                                             "is unreadable")
+                        self.problems.append(f"frame {n}: record length {incl} is impossible (over {MAX_PACKET}); the "
+                                             "rest of the file is unreadable")
                         return
                     self.lost_bytes += resume - bad
-                    self.problems.append(f"frame {n}: record length {incl} is impossible; skipped {resume - bad} "
-                                         "damaged bytes to the next plausible record (frame numbers after it are "
-                                         "estimates)")
+                    if resume == bad + 16 + incl:
+                        self.problems.append(f"frame {n}: record of {incl} bytes is over the {MAX_PACKET}-byte limit; "
+                                             "skipped")
+                    else:
+                        self.problems.append(f"frame {n}: record length {incl} is impossible; skipped {resume - bad} "
+                                             "damaged bytes to the next plausible record (frame numbers after it are "
+                                             "estimates)")
+                        n -= 1
                     f.seek(resume)
-                    n -= 1
                     continue
                 if wanted is not None and n > 1:
                     while nxt is not None and nxt < n:
@@ -133,8 +137,9 @@ class Capture:
                     self.interfaces = []
                     btype = 0x0A0D0D0A
                 blen = struct.unpack_from(endian + "I", head, 4)[0]
-                if blen < 12 or off + blen > size:
-                    self.problems.append("block cut short at end of file" if blen >= 12 else "damaged block length")
+                if blen < 12 or blen > MAX_BLOCK or off + blen > size:
+                    self.problems.append("block cut short at end of file" if 12 <= blen <= MAX_BLOCK else
+                                         f"damaged block length {blen}; the rest of the file is unreadable")
                     self.skipped += 1
                     self.lost_bytes += size - off
                     return
@@ -150,6 +155,9 @@ class Capture:
                             self.problems.append(f"frame {n}: packet names interface {iface}, which was never "
                                                  "described")
                         continue
+                if btype not in (1, 6, 3):                       # nothing read from other blocks
+                    f.seek(blen - 12, 1)
+                    continue
                 body = (head + f.read(blen - 12))[8:blen - 4]
                 short = _PCAPNG_MIN_BODY.get(btype, 0) > len(body)
                 if short and btype in (6, 3):
@@ -173,14 +181,20 @@ class Capture:
                     n += 1
                     if btype == 6:
                         iface, hi, lo, incl, orig = struct.unpack_from(endian + "IIIII", body, 0)
-                        data = body[20:20 + incl]
+                        claimed, at = incl, 20
                         ts_raw = (hi << 32) | lo
                     else:
                         iface, ts_raw = 0, 0
                         orig = struct.unpack_from(endian + "I", body, 0)[0]
                         first = self.interfaces[0] if self.interfaces else None
                         snap = first[3] if first is not None and first[3] else orig    # padding is no data
-                        data = body[4:4 + min(orig, snap)]
+                        claimed, at = min(orig, snap, len(body) - 4), 4
+                    if claimed > MAX_PACKET:
+                        self.skipped += 1
+                        self.problems.append(f"frame {n}: packet of {claimed} bytes is over the {MAX_PACKET}-byte "
+                                             "limit; skipped")
+                        continue
+                    data = body[at:at + claimed]
                     if iface >= len(self.interfaces) or self.interfaces[iface] is None:
                         self.skipped += 1
                         self.problems.append(f"frame {n}: packet names interface {iface}, which was never described")

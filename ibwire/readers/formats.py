@@ -1,4 +1,4 @@
-"""What marks a pcap or pcapng file (pcap(5); draft-ietf-opsawg-pcapng), and the longest record believed."""
+"""What marks a pcap or pcapng file (pcap(5); draft-ietf-opsawg-pcapng), and the longest record and block believed."""
 import struct
 
 PCAP_MAGICS = {   # magic -> (byte order, timestamp unit, record header length)
@@ -7,7 +7,11 @@ PCAP_MAGICS = {   # magic -> (byte order, timestamp unit, record header length)
     b"\x34\xcd\xb2\xa1": ("<", 1e-6, 24), b"\xa1\xb2\xcd\x34": (">", 1e-6, 24),   # Kuznetsov's modified pcap
 }
 PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
-MAX_RECORD = 0x4000000      # a longer record or block is damage (native/walk.h's MAX_RECORD says the same)
+# A length past these is damage, never an allocation (native/walk.h says the same).  tshark's limits:
+# wiretap/wtap.h WTAP_MAX_PACKET_SIZE_STANDARD (captured bytes of a packet, every link type ibwire reads)
+# and wiretap/pcapng.c MAX_BLOCK_SIZE (any pcapng block, 16 MiB in Wireshark 4.0).
+MAX_PACKET = 262144
+MAX_BLOCK = 16 << 20
 
 
 def if_tsresol(opts: bytes, endian: str) -> tuple:

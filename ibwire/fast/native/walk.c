@@ -32,7 +32,7 @@ int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *offp, int big, in
         if (off > size - 16) { status = WALK_NEED; break; }     /* so that no offset can overflow */
         fetch_ahead(p, size, off, &ahead);
         uint32_t incl = rd32(p + off + 8, big);
-        if (incl > MAX_RECORD) { status = WALK_DAMAGED; break; }
+        if (incl > MAX_PACKET) { status = WALK_DAMAGED; break; }
         if ((int64_t)incl > size - off - 16) { status = WALK_NEED; break; }
         int64_t *h = hdr + 4 * n;        /* the header's line is in cache now: its other words cost nothing */
         h[0] = rd32(p + off, big);
@@ -63,7 +63,7 @@ int walk_pcapng_blocks(const uint8_t *p, int64_t size, int64_t *offp, int big, i
         if (type == SHB)                         /* a new section may change the byte order */
             order = rd32(p + off + 8, 0) == BYTE_ORDER_MAGIC ? 0 : 1;
         uint32_t len = rd32(p + off + 4, order);
-        if (len < 12 || len % 4 || len > MAX_RECORD) { status = WALK_DAMAGED; break; }
+        if (len < 12 || len % 4 || len > MAX_BLOCK) { status = WALK_DAMAGED; break; }
         if ((int64_t)len > size - off) { status = WALK_NEED; break; }
         if (type == SHB || type == 1) { status = WALK_META; break; }
         if (type == 6 || type == 3) {

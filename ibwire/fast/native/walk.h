@@ -4,7 +4,10 @@
 #define IBWIRE_WALK_H
 #include <stdint.h>
 
-#define MAX_RECORD 0x4000000u
+/* readers/formats.py's MAX_PACKET and MAX_BLOCK (tshark's: wiretap/wtap.h WTAP_MAX_PACKET_SIZE_STANDARD,
+ * wiretap/pcapng.c MAX_BLOCK_SIZE in Wireshark 4.0): a longer record or block is damage */
+#define MAX_PACKET 262144u
+#define MAX_BLOCK (16u << 20)
 enum { WALK_FULL = 0, WALK_NEED = 1, WALK_DAMAGED = 2, WALK_META = 3 };
 
 /* pcap: offsets of whole records from *off, and the four words of each record header (seconds,
