@@ -50,6 +50,8 @@ def parse_toml(text: str, path) -> dict:
                                      "syntax there") from None
     except RecursionError:
         raise _too_deep(path) from None
+    except ValueError as e:                         # an integer of more digits than Python converts
+        raise InputError(path, 0, f"{e}; no real file holds such a number") from None
     check_depth(doc, path)
     return doc
 
@@ -62,6 +64,8 @@ def parse_json(text: str, path, hint: str):
         raise InputError(path, e.lineno, f"not valid JSON ({e.msg}); {hint}") from None
     except RecursionError:
         raise _too_deep(path) from None
+    except ValueError as e:
+        raise InputError(path, 0, f"{e}; no real file holds such a number") from None
     check_depth(doc, path)
     return doc
 
