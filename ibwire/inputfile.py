@@ -88,10 +88,16 @@ def check_depth(doc, path) -> None:
             todo += [(v, depth + 1) for v in node]
 
 
+def closest(word, choices):
+    """The choice `word` is most likely a misspelling of (difflib), or None."""
+    close = difflib.get_close_matches(str(word), sorted(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def not_a_key(key, allowed, where: str = "") -> str:
     """`'endpoint' is not a key of a tenant; did you mean 'endpoints'?` (the keys listed when none is close)."""
-    close = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
-    hint = f"did you mean '{close[0]}'?" if close else f"the keys are {', '.join(sorted(allowed))}"
+    close = closest(key, allowed)
+    hint = f"did you mean '{close}'?" if close else f"the keys are {', '.join(sorted(allowed))}"
     return f"'{key}' is not a key{' of ' + where if where else ''}; {hint}"
 
 
