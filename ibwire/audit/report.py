@@ -46,6 +46,7 @@ def as_dict(res: Result, fail_on: str) -> dict:
         "verdict": res.verdict(fail_on), "fail_on": fail_on, "worst": res.worst(),
         "display_filter": res.display_filter, "scope": scope(res) or None,
         "packets": res.audit.packets, "frames": res.audit.frames_seen, "evidence": res.evidence.as_dict(),
+        "checks": res.checks(),
         "tenants": names,
         "matrix": [{"from": a, "to": b, "packets": c[0], "bytes": c[1], "worst": c[2]}
                    for a in names for b in names for c in [res.cell(a, b)] if c[0] or c[2]],
@@ -57,6 +58,14 @@ def as_dict(res: Result, fail_on: str) -> dict:
     }
 
 
+def checks_text(checks: dict) -> str:
+    """One sentence: the checks that ran, and each that could not with why."""
+    out = "Checks run: " + ", ".join(checks["ran"]) + "."
+    if checks["not_run"]:
+        out += " Not run: " + "; ".join(f"{c} ({why})" for c, why in checks["not_run"].items()) + "."
+    return out
+
+
 def to_json(res: Result, fail_on: str) -> str:
     return json.dumps(as_dict(res, fail_on), indent=2)
 
@@ -66,7 +75,8 @@ def to_markdown(res: Result, fail_on: str) -> str:
     names = d["tenants"]
     out = [f"# Isolation audit: {d['verdict']}", "",
            f"{d['packets']} IB/RoCE packets in {d['frames']} frames; worst finding: {d['worst'] or 'none'} "
-           f"(fail on {fail_on}).", ""] + ([f"**{d['scope']}**", ""] if d["scope"] else []) + [
+           f"(fail on {fail_on}).", "", checks_text(d["checks"]), ""] + \
+        ([f"**{d['scope']}**", ""] if d["scope"] else []) + [
            "| from \\ to | " + " | ".join(names) + " |",
            "|---" * (len(names) + 1) + "|"]
     for a in names:
@@ -96,6 +106,7 @@ def _filters(w: dict) -> list:
 def print_terminal(res: Result, fail_on: str, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
     console = console or Console()
     verdict = res.verdict(fail_on)
     colour = "bold green" if verdict == "PASS" else "bold yellow" if verdict.startswith("PASS") else "bold red"
@@ -104,6 +115,9 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
                   f"(fail on {fail_on})")
     if res.display_filter:
         console.print(f"[bold yellow]{scope(res)}[/]", highlight=False, soft_wrap=True)
+    checks = res.checks()
+    if checks["not_run"]:
+        console.print(Text(checks_text(checks), style="yellow"), highlight=False, soft_wrap=True)
     names = res.tenant_names()
     if names:
         t = Table(title="tenant × tenant (packets / bytes / worst finding)")
@@ -151,6 +165,7 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
              f"<p>{d['packets']} IB/RoCE packets in {d['frames']} frames; {len(d['findings'])} findings; worst: "
              f"{e(str(d['worst'] or 'none'))}; fails on {e(fail_on)} or worse.</p>",
              f"<p id='scope'><strong>{e(d['scope'])}</strong></p>" if d["scope"] else "",
+             f"<p id='checks'>{e(checks_text(d['checks']))}</p>",
              "<p class='legend'>" + "".join(f"<span style='background:{COLOURS[s]}'>{s or 'clean'}</span>"
                                             for s in (None,) + SEVERITIES) + "</p>",
              "<h2>Tenant × tenant</h2><table class='grid' id='matrix'><tr><th>from \\ to</th>" +
