@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 import json
 
+from ..output.escape import printable
 from .findings import SEVERITIES
 from .identity import NO_TENANT, policy_port
 from .result import Result
@@ -92,7 +93,7 @@ def to_markdown(res: Result, fail_on: str) -> str:
         out.append(f"{f['number']}. **{f['severity']}** `{f['rule']}`: {f['description']}" +
                    (f" (frames {', '.join(map(str, f['frames']))})" if f["frames"] else ""))
         out += [f"   - Wireshark {label}: `{text}`" for label, text in _filters(f["wireshark"])]
-    return "\n".join(out) + "\n"
+    return "\n".join(map(printable, out)) + "\n"
 
 
 _FILTER_LABELS = (("frames", "frames"), ("evidence", "in the --evidence file"), ("semantic", "filter"))
@@ -104,38 +105,41 @@ def _filters(w: dict) -> list:
 
 
 def print_terminal(res: Result, fail_on: str, console=None) -> None:
+    """The verdict, the tenant matrix and the findings for a terminal: every text from the inputs (tenant
+    names, descriptions, filters) goes out as rich Text with its control characters escaped, never as
+    markup, so a tenant named '[/bold]' or holding an escape sequence prints as written."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
     console = console or Console()
     verdict = res.verdict(fail_on)
     colour = "bold green" if verdict == "PASS" else "bold yellow" if verdict.startswith("PASS") else "bold red"
-    console.print(f"[{colour}]{verdict}[/]  "
-                  f"{res.audit.packets} packets, {len(res.findings)} findings, worst: {res.worst() or 'none'} "
-                  f"(fail on {fail_on})")
+    console.print(Text.assemble((printable(verdict), colour), f"  {res.audit.packets} packets, {len(res.findings)} "
+                                f"findings, worst: {res.worst() or 'none'} (fail on {fail_on})"))
     if res.display_filter:
-        console.print(f"[bold yellow]{scope(res)}[/]", highlight=False, soft_wrap=True)
+        console.print(Text(printable(scope(res)), style="bold yellow"), soft_wrap=True)
     checks = res.checks()
     if checks["not_run"]:
-        console.print(Text(checks_text(checks), style="yellow"), highlight=False, soft_wrap=True)
+        console.print(Text(checks_text(checks), style="yellow"), soft_wrap=True)
     names = res.tenant_names()
     if names:
         t = Table(title="tenant × tenant (packets / bytes / worst finding)")
         t.add_column("from \\ to", style="bold")
         for b in names:
-            t.add_column(b)
+            t.add_column(Text(printable(b)))
         for a in names:
             row = []
             for b in names:
                 p, by, w = res.cell(a, b)
-                row.append(f"[{RICH[w]}]{p} / {by}" + (f" {w}" if w else "") + "[/]" if p or w else "·")
-            t.add_row(a, *row)
+                row.append(Text(f"{p} / {by}" + (f" {w}" if w else ""), style=RICH[w]) if p or w else "·")
+            t.add_row(Text(printable(a)), *row)
         console.print(t)
     for f in res.findings:
-        console.print(f"{f.number:3} [{RICH[f.severity]}]{f.severity:8}[/] {f.rule:24} {f.description}" +
-                      (f"  [dim]frames {', '.join(map(str, f.frames))}[/]" if f.frames else ""), highlight=False)
+        console.print(Text.assemble(f"{f.number:3} ", (f"{f.severity:8}", RICH[f.severity]),
+                                    f" {f.rule:24} {printable(f.description)}",
+                                    (f"  frames {', '.join(map(str, f.frames))}" if f.frames else "", "dim")))
         for label, text in _filters(f.wireshark):
-            console.print(f"    [dim]wireshark {label}:[/] {text}", highlight=False, soft_wrap=True)
+            console.print(Text.assemble((f"    wireshark {label}:", "dim"), f" {printable(text)}"), soft_wrap=True)
 
 
 _CSS = """

@@ -15,6 +15,7 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from ..errors import UserError
+from ..output.escape import printable
 from .app import app
 
 # The modules whose import registers their commands; a command named after its module needs only that one.
@@ -98,7 +99,7 @@ def main() -> None:
         gc.freeze()
         rv = app(standalone_mode=False)
     except UserError as e:
-        _say(f"ibwire: {e}")
+        _say(f"ibwire: {printable(e)}")                # names and values from files, escaped
         _exit(e.exit_code)
     except KeyboardInterrupt:
         _interrupted(130)
