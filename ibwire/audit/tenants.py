@@ -16,6 +16,7 @@ names belongs to no tenant and is reported as such.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Optional
@@ -128,7 +129,8 @@ def _endpoint(tenant: str, i: int, raw) -> Endpoint:
 def _lines(text: str, name: str) -> tuple:
     """(line of tenant `name`'s table, lines of its inline endpoint tables), 1-based; 0 when not found."""
     lines = text.splitlines()
-    head = re.compile(rf"""\s*\[\s*tenants\s*\.\s*(["']?){re.escape(name)}\1\s*\]|\s*name\s*=\s*["']{re.escape(name)}["']""")
+    spelt = "|".join(map(re.escape, {name, json.dumps(name)[1:-1]}))      # as written, or with TOML's \u escapes
+    head = re.compile(rf"""\s*\[\s*tenants\s*\.\s*(["']?)(?:{spelt})\1\s*\]|\s*name\s*=\s*["'](?:{spelt})["']""")
     at = next((i for i, ln in enumerate(lines) if head.match(ln)), None)
     if at is None:
         return 0, []
