@@ -187,6 +187,15 @@ def test_an_audit_that_judged_no_tenant_pair_is_not_a_pass(tmp_path, capsys):
         " ".join(out.out.split())
 
 
+def test_a_state_only_audit_that_found_no_table_is_not_a_pass(tmp_path, capsys):
+    """No capture and a sysfs without RDMA ports: only the policy was read, so a pass would mean nothing."""
+    (tmp_path / "class" / "infiniband").mkdir(parents=True)
+    status, out = _audit(capsys, "--policy", f"{CLEAN}.partitions.conf", "--tenants", f"{CLEAN}.tenants.toml",
+                         "--state", f"sysfs:{tmp_path}", "--format", "json")
+    assert status == 4 and json.loads(out.out)["verdict"] == "PASS (evidence incomplete: nothing judged but the " \
+                                                             "policy: no capture given and no programmed P_Key table known)"
+
+
 def test_a_capture_cut_inside_its_last_record_is_incomplete_evidence(tmp_path, capsys):
     """Before: the cut record counted as a snap-length truncation and the audit said a bare PASS, exit 0."""
     cut = tmp_path / "cut.pcap"

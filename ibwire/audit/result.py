@@ -139,28 +139,41 @@ class Result:
                     worst = f.severity
         return packets, nbytes, worst
 
-    def unjudged(self) -> Optional[str]:
-        """Why no pair of tenants could be judged (no tenant, or none with an endpoint), or None."""
+    def _no_tenants(self) -> Optional[str]:
+        """Why no pair of tenants can be judged (no tenant, or none with an endpoint), or None."""
         if not self.audit.tenants.names:
             return "no tenant is declared with --tenants"
         if not self.audit.tenants.endpoints:
             return "no declared tenant has an endpoint"
         return None
 
+    def _tables_known(self) -> bool:
+        return self.ports is not None and any(p.pkeys is not None for p in self.ports.ports.values())
+
+    def unjudged(self) -> Optional[str]:
+        """What keeps a pass from meaning anything: no tenant pair to judge, or (a state-only audit) no
+        programmed table either; None when something was judged."""
+        why = self._no_tenants()
+        if why:
+            return f"no tenant pair judged: {why}"
+        if not self.evidence.captures and not self._tables_known():
+            return "nothing judged but the policy: no capture given and no programmed P_Key table known"
+        return None
+
     def checks(self) -> dict:
         """Which checks ran and which could not, with why: {"ran": [...], "not_run": {check: why}}."""
         ran, not_run = ["the policy as opensm reads it"], {}
         tables = "programmed P_Key tables against the policy"
-        if self.ports is not None and any(p.pkeys is not None for p in self.ports.ports.values()):
+        if self._tables_known():
             ran.append(tables)
         else:
-            not_run[tables] = "no programmed table known (give --state, or capture the SM's sweep)"
+            not_run[tables] = "no programmed table known: give --state, or capture the SM's sweep"
         watched = ["P_Key membership of the traffic", "subnet management (SMs, SubnSet senders, traps, IPoIB joins)"]
         if self.evidence.captures:
             ran += watched
         else:
             not_run.update(dict.fromkeys(watched, "no capture given"))
-        why = self.unjudged() or (None if self.evidence.captures else "no capture given")
+        why = self._no_tenants() or (None if self.evidence.captures else "no capture given")
         if why:
             not_run["tenant × tenant isolation"] = why
         else:
@@ -181,9 +194,7 @@ class Result:
         if self.evidence.unusable():
             return "INCOMPLETE"
         chosen = f"only the frames matching '{self.display_filter}' audited" if self.display_filter else None
-        unjudged = self.unjudged()
-        nothing = f"no tenant pair judged: {unjudged}" if unjudged else None
-        short = "; ".join(x for x in (self.evidence.shortfall(), chosen, nothing) if x)
+        short = "; ".join(x for x in (self.evidence.shortfall(), chosen, self.unjudged()) if x)
         return f"PASS (evidence incomplete: {short})" if short else "PASS"
 
     def exit_status(self, fail_on: str) -> int:
