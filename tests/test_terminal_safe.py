@@ -53,6 +53,15 @@ def test_decode_V_escapes_a_node_description_and_shows_tsharks_string(capsys, de
     assert codecs.decode(shown[1:-1], "unicode_escape") == want
 
 
+def test_decode_T_fields_keeps_one_line_per_packet(capsys, described):
+    """tshark -T fields escapes a line break and a tab in a string (they would split the row); ibwire also
+    escapes ESC, BEL and DEL, which tshark prints raw."""
+    status, out = _run(capsys, "decode", described, "-T", "fields", "-e", "nodedescription.nodestring",
+                       "-e", "frame.number")
+    assert status == 0 and not RAW.search(out.out.replace("\t", " "))       # the separator is a tab
+    assert out.out.splitlines()[1] == "evil\\x1b[31mRED\\x1b]0;pwned\\a node\\n\\t\\x7f\t2"
+
+
 @pytest.mark.parametrize("fmt", ["text", "ibnetdiscover", "dot"])
 def test_fabric_output_escapes_a_node_description(capsys, described, fmt):
     status, out = _run(capsys, "fabric", described, "--format", fmt)
