@@ -73,7 +73,7 @@ def _exit(status: int) -> None:
     try:
         sys.stdout.flush()
     except OSError as e:
-        if status in (0, 1):
+        if status in (0, 1, 4):
             if not isinstance(e, BrokenPipeError):
                 _say(f"ibwire: cannot write standard output ({e.strerror}); the output is incomplete")
             status = 2
