@@ -192,8 +192,9 @@ def test_a_state_only_audit_that_found_no_table_is_not_a_pass(tmp_path, capsys):
     (tmp_path / "class" / "infiniband").mkdir(parents=True)
     status, out = _audit(capsys, "--policy", f"{CLEAN}.partitions.conf", "--tenants", f"{CLEAN}.tenants.toml",
                          "--state", f"sysfs:{tmp_path}", "--format", "json")
-    assert status == 4 and json.loads(out.out)["verdict"] == "PASS (evidence incomplete: nothing judged but the " \
-                                                             "policy: no capture given and no programmed P_Key table known)"
+    assert status == 4
+    assert json.loads(out.out)["verdict"] == "PASS (evidence incomplete: nothing judged but the policy: no capture " \
+                                             "given and no programmed P_Key table known)"
 
 
 def test_a_capture_cut_inside_its_last_record_is_incomplete_evidence(tmp_path, capsys):
@@ -319,6 +320,53 @@ def test_fuzz_partitions_parser(data):
         raw = raw[:at] + data.draw(st.binary(max_size=16)) + raw[at:]
     policy = parse_policy(raw, "p.conf", data.draw(st.booleans()))
     policy_findings(policy)
+
+
+WHOLE = settings(FUZZ, max_examples=30)
+
+
+def _mutated_state(doc, data) -> dict:
+    """The state document with a few leaf values replaced by numbers, text, null or booleans."""
+    doc = json.loads(json.dumps(doc))
+    leaves = st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.floats() | st.text(max_size=6) | \
+        st.sampled_from(["0x10", "0x8001", "MASTER", "read", "Switch", "2"])
+    for _ in range(data.draw(st.integers(1, 4))):
+        node, path = doc, []
+        while isinstance(node, (dict, list)) and node and data.draw(st.booleans()):
+            k = data.draw(st.sampled_from(sorted(node) if isinstance(node, dict) else range(len(node))))
+            path.append((node, k))
+            node = node[k]
+        if path and not isinstance(node, (dict, list)):
+            path[-1][0][path[-1][1]] = data.draw(leaves)
+    return doc
+
+
+@WHOLE
+@given(data=st.data())
+def test_fuzzed_tenants_and_state_go_through_the_audit_without_a_traceback(tmp_path, capsys, state_doc, data):
+    """What the parsers accept, the audit judges without an internal error (exit 0, 1, 4) or refuses (2)."""
+    name = data.draw(st.sampled_from(["multitenant-breach", "roce-multitenant-breach"]))
+    tenants, state = tmp_path / "t.toml", tmp_path / "s.json"
+    tenants.write_text(_mutate((CAPS / f"{name}.tenants.toml").read_text(), data))
+    extra = []
+    if name == "multitenant-breach" and data.draw(st.booleans()):
+        state.write_text(json.dumps(_mutated_state(state_doc, data)))
+        extra = ["--state", state]
+    status, out = _audit(capsys, CAPS / f"{name}.pcap", "--policy", CAPS / f"{name}.partitions.conf",
+                         "--tenants", tenants, *extra, "--format", "json")
+    assert status in (0, 1, 2, 4)
+
+
+@WHOLE
+@given(data=st.data())
+def test_fuzzed_scenarios_synthesise_or_are_refused(tmp_path, capsys, data):
+    name = data.draw(st.sampled_from(["atomics", "loss-retransmit", "multitenant-breach", "ud-ipoib", "congestion",
+                                      "roce-v6-vlan"]))
+    scen = tmp_path / "s.toml"
+    scen.write_text(_mutate((CAPS / f"{name}.toml").read_text(), data))
+    status = cli("synth", scen, "-w", tmp_path / "out.pcap")
+    err = capsys.readouterr().err
+    assert status in (0, 2) and "internal error" not in err, err
 
 
 def test_shipped_files_still_parse():
