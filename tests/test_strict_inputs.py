@@ -84,6 +84,17 @@ def test_state_json_keys_and_types_are_checked_at_their_line(tmp_path, capsys, s
         assert key in text.splitlines()[int(where) - 1]
 
 
+@pytest.mark.parametrize("name", ["multitenant-breach", "sm-sweep", "congestion-ib", "ud-ipoib"])
+def test_what_ibwire_fabric_writes_is_a_valid_state_file(tmp_path, capsys, name):
+    """The schema is the one `ibwire fabric --format json` writes: its output of every capture with SMPs
+    reads back (a key added to the fabric JSON must be added to audit/state.py's schema too)."""
+    from ibwire.audit.state import from_fabric_json
+    assert cli("fabric", CAPS / f"{name}.pcap", "--format", "json") == 0
+    state = tmp_path / "state.json"
+    state.write_text(capsys.readouterr().out)
+    assert from_fabric_json(str(state)).sources
+
+
 # -- scenarios --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("old,new,message", [
     ("at_us = 200", "at_ms = 200", "'at_ms' is not a key of [op]; did you mean 'at_us'?"),

@@ -155,8 +155,9 @@ _TEXT = ("name", "host", "description", "pf", "gid", "mac", "ip")     # endpoint
 
 
 def _entries(doc: dict, text: str, path: str) -> list:
-    """(name, table, line) of every tenant, `[tenants.NAME]` and `[[tenant]] name = ...` alike; every key
-    and type checked."""
+    """(name, endpoint tables, line of its table, lines of its endpoints) of every tenant, `[tenants.NAME]`
+    and `[[tenant]] name = ...` alike, every key and type checked; `port_guids = [...]` and the other
+    list keys become one endpoint per item."""
     for k in doc:
         if k not in _TOP:
             raise InputError(path, key_line(text, k), not_a_key(k, _TOP, "tenants.toml") +
