@@ -304,12 +304,11 @@ def _shape(doc: dict, src: "_Src") -> None:
             kind = table.get("kind") if name == "fault" and isinstance(table.get("kind"), str) else None
             allowed = keys if name != "fault" else {"kind"} | _FAULT_KEYS.get(kind, set(keys))
             for k, v in table.items():
-                where = src.line_of(name, idx, k)
                 if k not in allowed:
                     what = f"a {table['kind']} fault" if name == "fault" and k in keys else f"[{name}]"
-                    src.fail(where, not_a_key(k, allowed, what))
+                    src.fail(src.line_of(name, idx, k), not_a_key(k, allowed, what))
                 if not _IS[keys[k]](v):
-                    src.fail(where, f"{k} must be {keys[k]}, not {type_name(v)} ({v!r:.60})")
+                    src.fail(src.line_of(name, idx, k), f"{k} must be {keys[k]}, not {type_name(v)} ({v!r:.60})")
     _shape_expect(doc.get("expect", {}), src)
 
 
@@ -399,12 +398,15 @@ def _build(doc, src: _Src, link_override) -> Scenario:
     if sm is not None:
         need_port(sm, "sm", -1, "port")
 
-    num = lambda k, default, hi=math.inf: _float(sc.get(k, default), k, src, src.line_of("scenario", -1, k), hi)  # noqa: E731
+    def num(k, default, hi=math.inf):
+        return _float(sc.get(k, default), k, src, src.line_of("scenario", -1, k), hi)
+
     if num("rate_gbps", 100.0) == 0:
         src.fail(src.line_of("scenario", -1, "rate_gbps"), "rate_gbps 0 is outside 0..inf (a link carries something)")
     scen = Scenario(src.path, sc.get("name", src.path.stem), sc.get("description", ""), link,
                     _int(sc.get("seed", 1), "seed", src, src.line_of("scenario", -1, "seed")),
-                    num("start", 1700000000.0, LAST_SECOND), num("latency_us", 1.0) * 1e-6, num("rate_gbps", 100.0) * 1e9,
+                    num("start", 1700000000.0, LAST_SECOND), num("latency_us", 1.0) * 1e-6,
+                    num("rate_gbps", 100.0) * 1e9,
                     num("cnp_interval_us", 50.0) * 1e-6, num("ack_delay_us", 4.0) * 1e-6,
                     ports, parts, {}, [], [], [], sm, bool(smd.get("sweep", False)), doc.get("expect", {}))
 
