@@ -1,7 +1,11 @@
-"""pcap and pcapng writing, flushed per packet so an interrupted capture stays valid to its last frame."""
+"""pcap and pcapng writing, flushed per packet so an interrupted capture stays valid to its last frame.
+
+A path is opened by `outfile.open_direct` (no link followed, no FIFO or device, no other user's file in /tmp)."""
 import struct
 import time as _time
 from typing import Optional
+
+from .outfile import open_direct
 
 LINKTYPE_ETHERNET = 1
 LINKTYPE_ERF = 197
@@ -40,7 +44,7 @@ class PcapWriter(_Writer):
     """Classic pcap; `nanos` selects nanosecond timestamps."""
 
     def __init__(self, path_or_file, linktype: int, snaplen: int = 262144, nanos: bool = False):
-        self.f = open(path_or_file, "wb") if isinstance(path_or_file, str) else path_or_file
+        self.f = open_direct(path_or_file) if isinstance(path_or_file, str) else path_or_file
         self.nanos = nanos
         magic = 0xA1B23C4D if nanos else 0xA1B2C3D4
         self.f.write(struct.pack("<IHHiIII", magic, 2, 4, 0, 0, snaplen, linktype))
@@ -65,7 +69,7 @@ class PcapngWriter(_Writer):
     """pcapng with one Interface Description Block per interface (each with its own link type and name)."""
 
     def __init__(self, path_or_file):
-        self.f = open(path_or_file, "wb") if isinstance(path_or_file, str) else path_or_file
+        self.f = open_direct(path_or_file) if isinstance(path_or_file, str) else path_or_file
         self._block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
         self.n_if = 0
         self.count = 0

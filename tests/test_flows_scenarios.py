@@ -37,9 +37,14 @@ def test_flow_numbers_equal_scenario(toml, jobs):
     for name, want in scen["expect"]["flow"].items():
         row = _find(rows, qps[name])
         got = {"messages": sum(row["messages"].values()), "bytes": sum(row["message_bytes"].values()),
-               "drops": row.get("drops", 0), "retransmits": row.get("retransmissions", 0),
+               "drops": row.get("drops", 0), "not_captured": row.get("not_captured", 0),
+               "retransmits": row.get("retransmissions", 0),
                "naks_psn": (row.get("naks") or {}).get("PSN Sequence Error", 0), "rnr": row.get("rnr_naks", 0),
                "bad_icrc": row.get("bad_icrc", 0)}
+        tries = [t for t in (row.get("retries_a"), row.get("retries_b")) if t]
+        for cause in ("timeout", "nak", "rnr"):
+            got[f"{cause}_retries"] = sum(t[f"{cause}_episodes"] for t in tries)
+        got["gave_up_after"] = sum((t.get("gave_up") or {}).get("retries", 0) for t in tries)
         for k, v in want.items():
             assert got[k] == v, f"{toml.stem} flow {name}: {k} is {got[k]}, the scenario declares {v}"
 

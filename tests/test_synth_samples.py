@@ -40,8 +40,10 @@ def _psn_ge(a, b):
 
 
 def count_flow(rows, src_qpn, dst_qpn):
-    """Messages, bytes, retransmissions, NAKs of one queue pair, from tshark's fields alone."""
+    """Messages, bytes, retransmissions, NAKs of one queue pair, from tshark's fields alone; request PSNs
+    the capture never shows between the first and the highest (SEND/WRITE flows: READs reserve PSNs)."""
     seen, msgs, nbytes = set(), 0, 0
+    first = None
     top = None
     retrans = naks = rnr = 0
     for r in rows:
@@ -51,6 +53,7 @@ def count_flow(rows, src_qpn, dst_qpn):
         info = lookup(op)
         if r["bth.destqp"] == dst_qpn and not info.is_response:
             psn = r["bth.psn"]
+            first = psn if first is None else first
             if top is not None and _psn_ge(top, psn):
                 retrans += 1
             else:
@@ -74,8 +77,9 @@ def count_flow(rows, src_qpn, dst_qpn):
             syn = r["aeth.syndrome"]
             naks += syn == 0x60
             rnr += (syn & 0xE0) == 0x20
+    span = {(p - first) & 0xFFFFFF for p in seen} if seen else set()
     return {"messages": msgs, "bytes": nbytes, "retransmits": retrans, "naks_psn": naks, "rnr": rnr,
-            "drops": naks}
+            "drops": naks, "not_captured": (max(span) + 1 - len(span)) if span else 0}
 
 
 def scenario(name):

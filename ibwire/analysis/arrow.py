@@ -117,6 +117,14 @@ def column_table(cols: Columns, prepared=None) -> pa.Table:
 
 _COUNTS = pa.struct([pa.field(k, pa.int64()) for k in MESSAGE_KINDS])
 _LATENCY = pa.struct([pa.field("n", pa.int64())] + [pa.field(k, pa.float64()) for k in ("p50", "p90", "p99", "max")])
+_RETRIES = pa.struct([
+    ("timeout_episodes", pa.int64()), ("nak_episodes", pa.int64()), ("rnr_episodes", pa.int64()),
+    ("max_retries", pa.int64()),
+    ("ack_timeout", pa.struct([("wait_us_min", pa.float64()), ("wait_us_max", pa.float64()),
+                               ("exponent_min", pa.int8()), ("exponent_max", pa.int8())])),
+    ("gave_up", pa.struct([("psn", pa.uint32()), ("retries", pa.int64()), ("last_frame", pa.int64()),
+                           ("answers_after", pa.int64())])),
+])
 FLOW_SCHEMA = pa.schema([
     ("conversation", pa.int32()), ("transport", pa.string()), ("a", pa.string()), ("b", pa.string()),
     ("qpn_a", pa.uint32()), ("qpn_b", pa.uint32()), ("p_key", pa.list_(pa.uint16())), ("paired_by", pa.string()),
@@ -124,12 +132,14 @@ FLOW_SCHEMA = pa.schema([
     ("bytes_b_to_a", pa.int64()), ("payload_bytes", pa.int64()), ("first_time", _TIME), ("duration_s", pa.float64()),
     ("goodput_bps", pa.float64()), ("messages", _COUNTS), ("message_bytes", _COUNTS),
     ("one_sided", pa.int64()), ("two_sided", pa.int64()),
-    ("psn_gaps", pa.int64()), ("drops", pa.int64()), ("retransmissions", pa.int64()), ("out_of_order", pa.int64()),
-    ("length_mismatch", pa.int64()), ("bad_icrc", pa.int64()),
+    ("psn_gaps", pa.int64()), ("drops", pa.int64()), ("not_captured", pa.int64()),
+    ("retransmissions", pa.int64()), ("out_of_order", pa.int64()),
+    ("length_mismatch", pa.int64()), ("bad_icrc", pa.int64()), ("not_analysed", pa.string()),
     ("acks", pa.int64()), ("naks", pa.map_(pa.string(), pa.int64())), ("rnr_naks", pa.int64()),
     ("rnr_timer_ms", pa.map_(pa.float64(), pa.int64())), ("ack_coalescing", pa.float64()),
     ("max_outstanding", pa.int64()), ("reads_completed", pa.int64()), ("unmatched_read_responses", pa.int64()),
     ("unacknowledged_at_end", pa.int64()), ("read_latency_us", _LATENCY), ("ack_latency_us", _LATENCY),
+    ("retries_a", _RETRIES), ("retries_b", _RETRIES),
     ("cnp_received_a", pa.int64()), ("cnp_received_b", pa.int64()), ("ecn_ce", pa.int64()),
 ])
 
@@ -147,6 +157,9 @@ def _typed_flow(r: dict) -> dict:
         out["naks"] = list(r["naks"].items())
     if r.get("rnr_timer_ms") is not None:
         out["rnr_timer_ms"] = [(float(k), v) for k, v in r["rnr_timer_ms"].items()]
+    for k in ("retries_a", "retries_b"):
+        if (r.get(k) or {}).get("gave_up"):
+            out[k] = {**r[k], "gave_up": {**r[k]["gave_up"], "psn": int(r[k]["gave_up"]["psn"], 16)}}
     return out
 
 

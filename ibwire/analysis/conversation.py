@@ -44,10 +44,12 @@ class Conversation:
     ecn_ce: int
     psn_gaps: Optional[int] = None
     drops: Optional[int] = None
+    not_captured: Optional[int] = None
     retransmissions: Optional[int] = None
     out_of_order: Optional[int] = None
     length_mismatch: Optional[int] = None
     bad_icrc: Optional[int] = None
+    not_analysed: Optional[str] = None      # why the sequencer followed none of its packets
     acks: Optional[int] = None
     naks: Dict[str, int] = field(default_factory=dict)
     rnr_naks: Optional[int] = None
@@ -59,6 +61,8 @@ class Conversation:
     unacknowledged_at_end: Optional[int] = None
     read_latency_us: Optional[Latency] = None
     ack_latency_us: Optional[Latency] = None
+    retries_a: Optional[dict] = None         # retransmission forensics of a's requests (analysis.retries)
+    retries_b: Optional[dict] = None
 
     @property
     def lossy(self) -> bool:

@@ -7,9 +7,11 @@ capture).  Pairing then decides which half-flows belong together — from CM REQ
 (§12.6.5/§12.6.8) where present, else from request PSNs answered by ACK/response PSNs the other way,
 else from the addresses alone — and the compiled sequencer (ibwire/fast/native/flows.c) replays the
 spill conversation by conversation in capture order, as the responder would see it (§9.7.4):
-  * a request PSN beyond the expected one is a gap (its PSNs missing: drops); a missing PSN arriving
-    later is out of order, unless a NAK/RNR NAK was sent or go-back-N resends follow it, which make it
-    a retransmission; an already accepted PSN is a retransmission; a bad ICRC is dropped silently;
+  * a request PSN beyond the expected one is a gap; each missing PSN is then one of three things: resent
+    after a NAK/RNR NAK or followed by go-back-N resends (lost on the wire: a drop, and a retransmission),
+    arriving late with neither (out of order), or never resent at all (not captured: the responder went
+    on, so the wire delivered it and the mirror or the capture missed it); an already accepted PSN is a
+    retransmission; a bad ICRC is dropped silently by the responder;
   * a READ request reserves one PSN per response packet (dmalen/4096 to dmalen/256); its responses are
     matched to it, completed READs acknowledge what precedes them; ACKs retire pending requests
     (request-to-ACK latency, coalescing), NAKs and RNR NAKs are counted by code and timer;
@@ -30,6 +32,7 @@ from ..fast import scan
 from ..fast.split import MIN_SPAN, processes, spans
 from ..fast.walk import SpanContextLost
 from .hashing import group_rows
+from . import retries
 
 SAMPLE = 128            # distinct PSNs per half-flow kept for pairing (requests, and responses)
 SPILL_IN_MEMORY = 1 << 16   # packets kept in memory before the spill moves to a temporary file
@@ -37,6 +40,8 @@ OP = [lookup(c).op for c in range(256)]
 TRANSPORT = [lookup(c).transport for c in range(256)]
 REQUEST_OPS = {"send", "write", "read_req", "atomic", "flush", "atomic_write", "resync"}
 ONE_SIDED = {"write", "read_req", "atomic", "flush", "atomic_write"}
+SEQUENCED = ("RC", "XRC", "DC", "UC")     # transports whose PSNs the sequencer follows (§9.7)
+ACKNOWLEDGED = ("RC", "XRC", "DC")        # and whose responders acknowledge them
 MESSAGE_KINDS = ("send", "write", "read", "atomic", "flush", "atomic_write", "resync", "unknown")
 
 # What the compiled sequencer reads per packet (native/flows.h flow_pkt, the same layout).
@@ -50,7 +55,10 @@ SUMMARY = np.dtype([("packets", "i8", 2), ("bytes", "i8", 2), ("payload", "i8", 
                     ("first", "f8"), ("last", "f8"), ("first_op", "i8"), ("counters", "i8", (2, _NC)),
                     ("ops", "i8", (2, _NK)), ("op_bytes", "i8", (2, _NK)), ("ops_order", "i8", (2, _NK)),
                     ("bytes_order", "i8", (2, _NK)), ("nak", "i8", (2, 32)), ("nak_order", "i8", (2, 32)),
-                    ("rnr", "i8", (2, 32)), ("rnr_order", "i8", (2, 32)), ("n_pkeys", "i8")])
+                    ("rnr", "i8", (2, 32)), ("rnr_order", "i8", (2, 32)), ("n_pkeys", "i8"),
+                    ("episodes", "i8", (2, 3)), ("timeout_wait_min", "f8", 2),
+                    ("timeout_wait_max", "f8", 2), ("max_retries", "i8", 2), ("stall_retries", "i8", 2),
+                    ("stall_psn", "i8", 2), ("stall_frame", "i8", 2), ("stall_answers", "i8", 2)])
 _SPILL_OFF = np.array([R.RECORD.fields[name][1] for name, typ in _native.SPILL_FIELDS
                        if R.RECORD[name].str.lstrip("<>|=") == typ], np.int64)
 if len(_SPILL_OFF) != len(_native.SPILL_FIELDS) or SPILL.itemsize != _native.FLOW_PKT_SIZE or SUMMARY.itemsize != _native.FLOW_SUMMARY_SIZE:
@@ -315,17 +323,24 @@ def _row(cid: int, paired_by: str, ends, raw) -> dict:
     out["message_bytes"] = _ordered(s["op_bytes"], s["bytes_order"], MESSAGE_KINDS)
     out["one_sided"] = sum(v for k, v in ops.items() if k in ONE_SIDED or k == "read")
     out["two_sided"] = ops.get("send", 0)
-    if transport in ("RC", "XRC", "UC"):
-        out.update({k: c[k] for k in ("psn_gaps", "drops", "retransmissions", "out_of_order", "length_mismatch",
-                                      "bad_icrc")})
-    if transport in ("RC", "XRC"):
+    out["bad_icrc"] = c["bad_icrc"]
+    sequenced = int(s["packets"].sum() - s["cnps"].sum()) - c["bad_icrc"]
+    if not sequenced and c["bad_icrc"]:
+        out["not_analysed"] = (f"every frame ({c['bad_icrc']}) fails its ICRC, so none was sequenced: receivers "
+                               "discard them (a mirror or switch that rewrites headers without recomputing the "
+                               "ICRC does this; --no-icrc analyses them as if good)")
+    if transport in SEQUENCED:
+        out.update({k: c[k] for k in ("psn_gaps", "drops", "not_captured", "retransmissions", "out_of_order",
+                                      "length_mismatch")})
+    if transport in ACKNOWLEDGED:
         out.update({"acks": c["acks"], "naks": _ordered(s["nak"], s["nak_order"], _NAK_NAMES),
                     "rnr_naks": c["rnr_naks"], "rnr_timer_ms": _ordered(s["rnr"], s["rnr_order"], _RNR_NAMES),
                     "ack_coalescing": (c["acked_requests"] / c["acks"]) if c["acks"] else None,
                     "max_outstanding": int(s["counters"][:, COUNTERS.index("max_outstanding")].max()),
                     "reads_completed": c["reads_completed"], "unmatched_read_responses": c["unmatched_read_responses"],
                     "unacknowledged_at_end": c["unacknowledged"] + c["untracked"],
-                    "read_latency_us": _pct(read_lat), "ack_latency_us": _pct(ack_lat)})
+                    "read_latency_us": _pct(read_lat), "ack_latency_us": _pct(ack_lat),
+                    "retries_a": retries.channel(s, 0), "retries_b": retries.channel(s, 1)})
     out["cnp_received_a"], out["cnp_received_b"] = int(s["cnps"][0]), int(s["cnps"][1])
     out["ecn_ce"] = int(s["ecn_ce"].sum())
     return out

@@ -118,6 +118,10 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
                                 f"findings, worst: {res.worst() or 'none'} (fail on {fail_on})"))
     if res.display_filter:
         console.print(Text(printable(scope(res)), style="bold yellow"), soft_wrap=True)
+    if res.evidence.other:
+        rest = ", ".join(f"{printable(p)} {n}" for p, n in sorted(res.evidence.out_of_scope.items(),
+                                                                   key=lambda kv: -kv[1]))
+        console.print(Text(f"{res.evidence.other} frames out of scope (not InfiniBand or RoCE: {rest})"))
     checks = res.checks()
     if checks["not_run"]:
         console.print(Text(checks_text(checks), style="yellow"), soft_wrap=True)

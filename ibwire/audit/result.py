@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from dissectors.opcodes import ROCE_V1_ETHERTYPE, ROCE_V2_PORT
 from .findings import EVIDENCE_FRAMES, Finding, severity_rank
 from .identity import NO_TENANT
 from .state import FabricState
@@ -17,7 +18,8 @@ class Evidence:
     captures: int = 0
     frames: int = 0                # frames read from the files
     packets: int = 0               # of them IB/RoCE packets (with a BTH), what the audit judges
-    other: int = 0                 # readable frames that carry no IB/RoCE packet (ARP, TCP, ...)
+    other: int = 0                 # frames that carry no IB/RoCE packet (ARP, TCP, ...): out of scope
+    out_of_scope: dict = field(default_factory=dict)   # those by protocol ("tcp": 770)
     damaged: int = 0               # malformed: headers that could not be read whole
     truncated: int = 0             # captured shorter than on the wire
     undecodable: int = 0           # link types ibwire does not decode
@@ -35,15 +37,16 @@ class Evidence:
         if "bth.opcode" in flat:
             self.packets += 1
             bad = bool(flat.get("_ws.malformed"))
-        elif flat.get("_ws.malformed"):
-            bad = True
-        elif "_ws.malformed" not in flat:          # decode_frame stops before any layer: unknown link type
+        elif "frame.protocols" not in flat:        # decode_frame read no layer: a link type ibwire cannot read
             self.undecodable += 1
-            bad = True
             self._example(number)
             return
+        elif flat.get("_ws.malformed") and rdma_looking(frame.linktype, flat):
+            bad = True
         else:
             self.other += 1
+            proto = scope_name(flat)
+            self.out_of_scope[proto] = self.out_of_scope.get(proto, 0) + 1
         if bad:
             self.damaged += 1
             self._example(number)
@@ -102,11 +105,31 @@ class Evidence:
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("frames", "packets", "other", "damaged", "truncated", "undecodable",
                                             "skipped", "lost_bytes")}
+        d["out_of_scope"] = dict(sorted(self.out_of_scope.items(), key=lambda kv: -kv[1]))
         d["complete"] = not (self.damaged or self.undecodable or self.skipped or self.lost_bytes or self.cut or
                              self.unusable())
         d["cut"] = self.cut
         d["problems"] = self.problems
         return d
+
+
+_IB_LINKTYPES = (197, 242, 247)      # ERF (IB records), IPoIB, InfiniBand: every frame is IB
+
+
+def rdma_looking(linktype: int, flat: dict) -> bool:
+    """Whether a frame the decoder could not read whole was (or claimed to be) InfiniBand or RoCE."""
+    return bool(flat.get("infiniband") or linktype in _IB_LINKTYPES or flat.get("eth.type") == ROCE_V1_ETHERTYPE
+                or ROCE_V2_PORT in (flat.get("udp.srcport"), flat.get("udp.dstport")))
+
+
+def scope_name(flat: dict) -> str:
+    """The protocol an out-of-scope frame carries, as tshark names it (tcp, udp, arp, icmpv6, lldp …)."""
+    names = [n for n in str(flat.get("frame.protocols", "")).split(":") if n not in ("data", "ethertype", "")]
+    if names and names[-1] not in ("eth", "vlan", "sll"):
+        return names[-1]
+    t = flat.get("eth.type")
+    return {0x88CC: "lldp", 0x8808: "macc", 0x8809: "slow"}.get(t, f"ethertype 0x{t:04x}" if t is not None else
+                                                                "other")
 
 
 class Result:

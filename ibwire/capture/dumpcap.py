@@ -2,7 +2,8 @@
 
 dumpcap reads the interface through libpcap's TPACKET_V3 ring with kernel timestamps in nanoseconds, applies
 the VF selection as an in-kernel BPF filter (`-f`) and stops by itself on `-c` and `-a duration:`.  A .pcapng
-output dumpcap writes itself, with `-b filesize:/files:` rotation and interface statistics; a pcap output
+output dumpcap writes itself, with interface statistics: one file as its standard output, which ibwire opens
+(`outfile.open_direct`: never through a planted link or FIFO), a `-b filesize:/files:` ring by name; a pcap output
 (.pcap, `-w -`) it writes as pcapng into a pipe that `nspcap` rewrites as nanosecond pcap (dumpcap's own pcap
 has microseconds).  ibwire journals it, starts it, follows its packet count, stops it with SIGINT and reads its
 closing statistics.  Options and
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from ..errors import UserError
+from ..outfile import open_direct
 from .marks import owner_env, proc_start
 from .nspcap import NsPcapRewriter
 
@@ -47,8 +49,10 @@ class Plan:
         return self.out.endswith(".pcapng")
 
     def command(self) -> List[str]:
-        """dumpcap's command line: pcapng into the file, or (pcap outputs) into the pipe to the rewriter."""
-        cmd = ["dumpcap", "-i", self.iface, "-B", str(self.buffer_mib), "-w", self.out if self.pcapng else "-", "-n"]
+        """dumpcap's command line: a pcapng ring into its files, else into standard output (the file ibwire
+        opened, or the pipe to the rewriter)."""
+        ring = self.pcapng and self.rotate_mb
+        cmd = ["dumpcap", "-i", self.iface, "-B", str(self.buffer_mib), "-w", self.out if ring else "-", "-n"]
         if self.bpf:
             cmd += ["-f", self.bpf]
         if self.snaplen:
@@ -79,14 +83,18 @@ class Dumpcap:
 
     def start(self, journal):
         cmd = self.plan.command()
+        pcapng = open_direct(self.plan.out) if self.plan.pcapng and not self.plan.rotate_mb else None
         entry = journal.record("dumpcap process", None, cmd=cmd)
         try:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                         stdout=None if self.plan.pcapng else subprocess.PIPE,
+                                         stdout=pcapng or (None if self.plan.pcapng else subprocess.PIPE),
                                          start_new_session=True, env=owner_env())   # Ctrl-C reaches ibwire only
         except FileNotFoundError:
             raise UserError("dumpcap, the capture engine, is not installed; install wireshark-common (it comes "
                             "with tshark)")
+        finally:
+            if pcapng:
+                pcapng.close()          # dumpcap holds it now
         entry["pid"], entry["start"] = self.proc.pid, proc_start(self.proc.pid)
         journal.save()
         if not self.plan.pcapng:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..errors import UserError
+from ..outfile import output_file
 from . import sysfs
 from .journal import run_dir
 
@@ -136,17 +137,15 @@ def personal_folder() -> Path:
 
 
 def install() -> Path:
-    """Write the launcher `ibwire-extcap` into the personal extcap folder; returns its path."""
+    """Write the launcher `ibwire-extcap` into the personal extcap folder (through ibwire.outfile: a part
+    file nobody can plant, renamed into place); returns its path."""
     folder = personal_folder()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / "ibwire-extcap"
-        tmp = folder / ".ibwire-extcap.tmp"
-        tmp.write_text(f"#!/bin/sh\n# Wireshark extcap launcher for ibwire (`ibwire extcap --install` wrote it)\n"
-                       f"exec {shlex.quote(sys.executable)} -c "
-                       f"'from ibwire.cli import main; main()' extcap \"$@\"\n")
-        tmp.chmod(0o755)
-        os.replace(tmp, path)
     except OSError as e:
-        raise UserError(f"cannot write the extcap launcher into {folder} ({e.strerror})")
+        raise UserError(f"cannot create the extcap folder {folder} ({e.strerror})")
+    path = folder / "ibwire-extcap"
+    with output_file(path, "w", perms=0o755) as f:
+        f.write(f"#!/bin/sh\n# Wireshark extcap launcher for ibwire (`ibwire extcap --install` wrote it)\n"
+                f"exec {shlex.quote(sys.executable)} -c 'from ibwire.cli import main; main()' extcap \"$@\"\n")
     return path

@@ -8,6 +8,7 @@ link type and snaplen come from the Interface Description Block (§4.2).  Statis
 are written, flushed after each read, so the output is a valid capture at every moment.  -C/-W rotation is done
 here, with dumpcap's names (`ring_name`).
 """
+import errno
 import os
 import struct
 from array import array
@@ -17,7 +18,9 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from ..errors import UserError
 from ..fast import _native
+from ..outfile import open_direct
 from ..readers.formats import if_tsresol
 
 NS_PCAP_MAGIC = 0xA1B23C4D
@@ -166,7 +169,10 @@ class NsPcapRewriter:
             if self.rotate_bytes:
                 self._number += 1
                 name = next_in_ring(self.out, self._number, self.files, self.rotate_files)
-            self._f = open(name, "wb")
+            try:
+                self._f = open_direct(name)
+            except UserError as e:          # a refused name: this thread reports OSErrors
+                raise OSError(errno.EPERM, str(e)) from None
             self.files.append(name)
         self._f.write(self._header)
         self._f.flush()

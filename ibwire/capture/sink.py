@@ -1,10 +1,12 @@
 """Capture output of the frame backends: pcap or pcapng (by file suffix; pcap on standard output for `-w -`),
 flushed per packet, with -C/-W rotation into files named as dumpcap names its ring, and the live status line of
 every capture."""
+import errno
 import sys
 import time
 from typing import Optional
 
+from ..errors import UserError
 from ..writers import PcapngWriter, PcapWriter
 from .nspcap import next_in_ring
 
@@ -36,7 +38,6 @@ class Sink:
             else:
                 self.w = PcapWriter(name, self.linktype)
         except OSError as e:
-            from ..errors import UserError
             raise UserError(f"cannot write {name}: {e.strerror}")
         self.file_bytes = 0
         self.files.append(name)
@@ -44,7 +45,10 @@ class Sink:
     def write(self, data: bytes, ts: float, wirelen: Optional[int] = None):
         if self.rotate_bytes and self.path != "-" and self.file_bytes and self.file_bytes + len(data) + 16 > self.rotate_bytes:
             self.w.close()
-            self._open()
+            try:
+                self._open()
+            except UserError as e:          # a refused ring file (a planted link): the writer thread reports OSErrors
+                raise OSError(errno.EPERM, str(e)) from None
         self.w.write(data, ts, wirelen=wirelen)
         self.packets += 1
         self.bytes += len(data)

@@ -15,7 +15,7 @@ def convert(
     link: str = typer.Option("erf", "--link", help="erf (ERF type 21, what ibdump writes), ib (link type 247) or eth (RoCEv1)"),
 ):
     """Rewrite a capture in another encapsulation, e.g. libpcap's link type 247 into ERF that tshark opens.
-    What it says goes to standard error, so `-o -` (or /dev/stdout) leaves standard output a clean pcap."""
+    What it says goes to standard error, so `-o -` leaves standard output a clean pcap."""
     stats = do_convert(src, output, link)
     print(f"wrote {stats['written']} packets to {'standard output' if output == '-' else output}", file=sys.stderr)
     for why, n in stats["reasons"].items():

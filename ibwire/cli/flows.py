@@ -9,9 +9,15 @@ from .app import app, capture_source, read_file_option
 
 def _table_row(r: dict) -> dict:
     """A terminal-width summary of one conversation; json/csv carry every field."""
-    issues = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "retransmissions", "out_of_order", "bad_icrc", "rnr_naks",
-                                                         "length_mismatch") if r.get(k)]
+    issues = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "not_captured", "retransmissions", "out_of_order",
+                                                         "bad_icrc", "rnr_naks", "length_mismatch") if r.get(k)]
     issues += [f"NAK {k} {v}" for k, v in (r.get("naks") or {}).items()]
+    for side in ("a", "b"):
+        g = (r.get("retries_" + side) or {}).get("gave_up")
+        if g:
+            issues.append(f"{r[side]} gave up after {g['retries']} unanswered retries")
+    if r.get("not_analysed"):
+        issues.insert(0, "not analysed: " + r["not_analysed"].split(",")[0])
     cnp = r.get("cnp_received_a", 0) + r.get("cnp_received_b", 0)
     if cnp:
         issues.append(f"CNPs {cnp}")
@@ -24,6 +30,21 @@ def _table_row(r: dict) -> dict:
             "messages": ", ".join(f"{k} {v}" for k, v in r["messages"].items()),
             "ACK p50/p99 µs": f"{lat['p50']:g}/{lat['p99']:g}" if lat else "",
             "issues": "; ".join(issues)}
+
+
+def _failures(rows) -> None:
+    """After the table: one paragraph per requester that resent anything (analysis.retries)."""
+    import shutil
+    import sys
+    import textwrap
+    from ..analysis.retries import paragraph
+    texts = [t for r in rows for t in paragraph(r)]
+    if not texts:
+        return
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 0
+    print("\nretransmissions and retry failures")
+    for t in texts:
+        print(textwrap.fill(t, width) if width else t)
 
 
 def _qp(text: str, option: str = "--qp") -> int:
@@ -53,7 +74,8 @@ def flows(
                                          "diagram draws (default: the busiest RC one set up by CM)"),
 ):
     """Conversations: both endpoints and QPNs, P_Key, messages by operation, bytes, goodput, one- vs
-    two-sided; for RC: PSN gaps and drops, retransmissions, out-of-order, NAKs by kind, RNR timers, ACK coalescing,
+    two-sided; for RC: PSN gaps told apart as drops (lost on the wire) or not captured (missed by the capture),
+    retransmissions, out-of-order, NAKs by kind, RNR timers, ACK coalescing,
     outstanding depth, READ latency, request-to-ACK latency, messages checked against DMA length, CNPs."""
     from ..analysis.flows import analyse
     from ..analysis.report import check_format, progress, render
@@ -78,5 +100,6 @@ def flows(
     if fmt == "table":
         rows_t = [_table_row(r) for r in rows]
         render({"conversations": rows_t, "problems": [{"problem": p} for p in res["problems"]]}, fmt)
+        _failures(rows)
     else:
         render({"conversations": rows}, fmt, whole={"conversations": rows, "problems": res["problems"]})

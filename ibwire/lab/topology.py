@@ -15,6 +15,7 @@ from typing import List, Optional
 from ..capture import journal
 from ..capture.journal import run_dir
 from ..errors import UserError
+from ..outfile import output_file
 
 NUM_VFS = 4
 SUBNET = "10.77.0"
@@ -68,7 +69,8 @@ def up(prefix: str = "ibwlab", vlan: Optional[int] = None) -> dict:
     except BaseException:
         down(prefix)
         raise
-    lab_file(prefix).write_text(json.dumps(lab, indent=1))
+    with output_file(lab_file(prefix), "w") as f:
+        f.write(json.dumps(lab, indent=1))
     return lab
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import series as S
 from .ladder import choose, ladder
+from ..analysis import retries
 from ..errors import UserError
 from .page import page, write_html
 from .svg import PALETTE, Plot, esc, si
@@ -86,8 +87,10 @@ def _psn_chart(conv: dict, side: int, ch: dict, t0: float) -> str:
     if len(rr):
         p.marks("read-response", ((t[i], y[i], f"READ response PSN {y[i] + u0:#x}") for i in rr[::max(1, len(rr) // MAX_TICKS)].tolist()),
                 "dot", "#17becf")
-    p.marks("drop", ((a - t0, b - u0, f"PSN {b % S.PSN_MOD:#x} never arrived") for a, b in ch["drop_points"]), "x",
-            "#d62728")
+    p.marks("drop", ((a - t0, b - u0, f"PSN {b % S.PSN_MOD:#x} lost: resent later") for a, b in ch["drop_points"]),
+            "x", "#d62728")
+    p.marks("not-captured", ((a - t0, b - u0, f"PSN {b % S.PSN_MOD:#x} not captured: never resent, the peer went on")
+                             for a, b in ch["gap_points"]), "x", "#999999")
     p.marks("retransmission", ((t[i], y[i], f"retransmission of PSN {(y[i] + u0) % S.PSN_MOD:#x}")
                                for i in np.nonzero(ch["retrans"])[0].tolist()), "ring", "#ff7f0e")
     p.marks("out-of-order", ((t[i], y[i], "late (out of order)") for i in np.nonzero(ch["late"])[0].tolist()),
@@ -95,7 +98,8 @@ def _psn_chart(conv: dict, side: int, ch: dict, t0: float) -> str:
     p.marks("bad-icrc", ((t[i], y[i], "bad ICRC: discarded") for i in np.nonzero(ch["bad"])[0].tolist()), "x", "#8c564b")
     p.marks("nak", ((t[i], y[i], "NAK") for i in np.nonzero(ch["syn"] == 3)[0].tolist()), "tri", "#e377c2")
     p.marks("rnr-nak", ((t[i], y[i], "RNR NAK") for i in np.nonzero(ch["syn"] == 1)[0].tolist()), "tri", "#9467bd")
-    p.legend([("request", "#1f77b4"), ("ACKed", "#2ca02c"), ("drop", "#d62728"), ("retransmit", "#ff7f0e"),
+    p.legend([("request", "#1f77b4"), ("ACKed", "#2ca02c"), ("lost", "#d62728"), ("not captured", "#999999"),
+              ("retransmit", "#ff7f0e"),
               ("NAK", "#e377c2"), ("RNR NAK/wait", "#9467bd")])
     return p.svg()
 
@@ -166,10 +170,13 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
                     f"data-transport='{r['transport']}'>"
                     f"<h2>#{r['conversation']} {esc(r['transport'])}: {esc(r['a'])} QPN {esc(r['qpn_a'])} ↔ "
                     f"{esc(r['b'])} QPN {esc(r['qpn_b'])}</h2>")
-        facts = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "retransmissions", "out_of_order", "rnr_naks",
-                                                          "bad_icrc") if r.get(k)]
+        facts = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "not_captured", "retransmissions", "out_of_order",
+                                                          "rnr_naks", "bad_icrc") if r.get(k)]
         facts += [f"NAK {k} {v}" for k, v in (r.get("naks") or {}).items()]
+        if r.get("not_analysed"):
+            facts.insert(0, "not analysed: " + r["not_analysed"])
         body.append(f"<p class='note'>{esc('; '.join(facts) or 'no loss or error seen')}</p>")
+        body += [f"<p class='note retries'>{esc(t)}</p>" for t in retries.paragraph(r)]
         if pk is None:
             body.append("<p>No packet of this conversation passed the filter.</p></section>")
             continue

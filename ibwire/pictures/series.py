@@ -5,16 +5,16 @@ Sequencing of one requester→responder channel, vectorised over its packets in 
 * PSNs are unwrapped (24-bit serial arithmetic, §9.7.1) so a wrap 0xffffff → 0 keeps going up;
 * the next expected PSN is the highest PSN + 1 seen so far (a READ request moves it by at least
   dmalen/4096, its responses by one each);
-* a request above the expected PSN leaves a gap: each skipped PSN is a drop; one below it repeats a PSN:
-  a retransmission — unless it fills a gap first seen and no NAK came yet (late, not lost: out of order,
-  and the gap is no drop), undone when the next packet repeats the PSN after it (go-back-N);
+* a request above the expected PSN leaves a gap; one below it repeats a PSN: a retransmission — unless it
+  fills a gap first seen and no NAK came yet (late, not lost: out of order), undone when the next packet
+  repeats the PSN after it (go-back-N); a skipped PSN resent later was lost on the wire (a drop), one
+  never resent was delivered but not captured (the mirror or the capture missed it);
 * PSNs a pending READ's responses may use (up to dmalen/256 of them) are no gap;
 * a request whose ICRC is bad is discarded by the responder: marked, and its PSN becomes a gap;
 * NAKs and RNR NAKs come from the AETH syndrome (§9.7.5.2); an RNR wait lasts from the RNR NAK to the
   requester's next packet; ACK latency is from a request's first transmission to the first ACK (or READ
   completion) covering its PSN; READ latency from the READ request to its first response.
 """
-from itertools import islice
 from typing import Dict, Iterable, List, Optional
 
 import numpy as np
@@ -370,13 +370,32 @@ def channel(pk: dict, side: int) -> Optional[dict]:
             if u[j] == u[i] + 1 and not firsts[j]:
                 late[i] = False
     retrans = back & ~late
+    resent = back & firsts & ~late           # a missing PSN's first sight after a NAK or go-back-N: it was lost
     filled = set(u[late].tolist())
-    drop_psns = []             # one mark per missing PSN, at most MAX_MARKS (a mark per PSN of a huge gap says no more)
+    lost = set(u[resent].tolist())
+    # a thinned conversation left out requests that followed the sequence: the PSNs between a kept request
+    # flagged `cont` and the live request before it were sent then (after a gap: resent, so lost)
+    cover_lo, cover_hi = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if "cont" in pk:
+        li = np.nonzero(live)[0]
+        after = li[1:][pk["cont"][sel][li[1:]]]
+        before = li[np.searchsorted(li, after) - 1]
+        order = np.argsort(u[before])
+        cover_lo, cover_hi = u[before][order] + 1, np.maximum.accumulate(u[after][order])
+
+    def resent_later(p):
+        k = np.searchsorted(cover_lo, p, "right") - 1
+        return p in lost or (k >= 0 and p < cover_hi[k])
+
+    drop_psns, gap_psns = [], []   # one mark per missing PSN, at most MAX_MARKS each (more says no more)
     for i in np.nonzero(gap)[0].tolist():
-        room = MAX_MARKS - len(drop_psns)
-        if room <= 0:
+        if len(drop_psns) >= MAX_MARKS and len(gap_psns) >= MAX_MARKS:
             break
-        drop_psns += islice(((float(t[i]), p) for p in range(int(expected[i]), int(u[i])) if p not in filled), room)
+        for p in range(int(expected[i]), min(int(u[i]), int(expected[i]) + 4 * MAX_MARKS)):
+            if p not in filled:
+                marks = drop_psns if resent_later(p) else gap_psns
+                if len(marks) < MAX_MARKS:
+                    marks.append((float(t[i]), p))
     # latencies: ACK (or READ completion) covering each first transmission
     acks = ((syn == AETH_ACK) & ~is_req) | (IS_READ_LAST[o] & ~is_req)
     ai = np.nonzero(acks)[0]
@@ -402,8 +421,9 @@ def channel(pk: dict, side: int) -> Optional[dict]:
         nxt_req = req_idx[np.searchsorted(req_idx, i)] if np.searchsorted(req_idx, i) < len(req_idx) else None
         waits.append((t[i], t[nxt_req] if nxt_req is not None else t[i]))
     return {"time": t, "psn": u, "frame": pk["frame"][sel], "is_req": is_req, "bad": bad, "syn": syn, "opcode": o,
-            "retrans": retrans, "late": late, "drop_points": drop_psns, "rnr_waits": waits,
+            "retrans": retrans, "late": late, "drop_points": drop_psns, "gap_points": gap_psns, "rnr_waits": waits,
             "ack_latency": ack_lat, "read_latency": read_lat,
-            "counts": {"drops": int(gap.sum()) - int(late.sum()), "retransmissions": int(retrans.sum()),
+            "counts": {"drops": int(resent.sum()), "not_captured": int(gap.sum()) - int(late.sum()) - int(resent.sum()),
+                       "retransmissions": int(retrans.sum()),
                        "out_of_order": int(late.sum()), "naks": int((syn == AETH_NAK).sum()), "rnr_naks": int(len(rnr)),
                        "bad_icrc": int(bad.sum()), "requests": int(is_req.sum())}}

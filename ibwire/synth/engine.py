@@ -171,7 +171,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
 
     faults = [f for f in s.faults if f.args.get("qp") == qp.name]
     bad_qkey = any(f.kind == "bad_qkey" for f in faults)    # the receiving QP holds another Q_Key
-    drops = {int(f.args["packet"]): f for f in faults if f.kind in ("drop", "bad_icrc", "bad_vcrc")}
+    drops = {int(f.args["packet"]): f for f in faults if f.kind in ("drop", "bad_icrc", "bad_vcrc", "capture_gap")}
     rnr = {int(f.args.get("message", 1)) - 1: int(f.args.get("timer", 1)) for f in faults if f.kind == "rnr"}
     ecn = [(int(f.args.get("first", 1)), int(f.args.get("last", f.args.get("first", 1)))) for f in faults
            if f.kind == "ecn"]
@@ -411,7 +411,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
             continue
         f = drops.get(d.no) if is_new else None
         marked = is_new and any(a <= d.no <= b for a, b in ecn)
-        corrupt = f.kind if f is not None and f.kind != "drop" else ""
+        corrupt = f.kind if f is not None and f.kind in ("bad_icrc", "bad_vcrc") else ""
         frame = req_frame(d, marked, corrupt)
         if pending and ready + lat > last_arrival + s.ack_delay:
             ack_now(last_arrival + s.ack_delay, pend_psn)   # delayed ACK: no further request came in time
@@ -419,7 +419,8 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
             push(ts, fr)
         side.clear()
         yield from flush(ready)
-        seen = f is None or f.kind != "drop" or bool(f.args.get("seen", False))
+        # a capture gap: delivered to the responder, missing from the capture (the mirror missed it)
+        seen = f is None or f.kind not in ("drop", "capture_gap") or bool(f.args.get("seen", False))
         if seen:
             yield (ready, next(seq), frame)
         t = ready + len(frame) * 8 / rate
@@ -433,7 +434,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         else:
             sent_at[ptr] = ready
             ptr += 1
-        respond(d, ready + lat, f is not None, marked)
+        respond(d, ready + lat, f is not None and f.kind != "capture_gap", marked)
     for ts, fr in side:
         push(ts, fr)
     # --- teardown: DREQ/DREP after the traffic (IBA §12.6.10-11) ---

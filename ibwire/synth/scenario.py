@@ -15,7 +15,7 @@ from ibwire.inputfile import key_line, not_a_key, parse_toml, read_text, type_na
 
 QP_TYPES = ("RC", "UC", "UD", "XRC")
 OP_KINDS = ("send", "send_imm", "send_inv", "write", "write_imm", "read", "cmp_swap", "fetch_add")
-FAULT_KINDS = ("drop", "rnr", "ecn", "bad_icrc", "bad_vcrc", "smp_set", "rogue_sm", "pkey_drift", "bad_qkey",
+FAULT_KINDS = ("drop", "capture_gap", "rnr", "ecn", "bad_icrc", "bad_vcrc", "smp_set", "rogue_sm", "pkey_drift", "bad_qkey",
                "ipoib_join")
 PMTUS = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
 DEFAULT_PKEY = 0xFFFF
@@ -273,11 +273,13 @@ _TABLES = {   # table -> (an array of tables, its keys)
     "ipoib": (True, {"src": TEXT, "dst": TEXT, "partition": TEXT, "at_us": NUM, "count": INT}),
     "expect": (False, {"flow": TABLE, "count": TABLE, "findings": TABLE}),
 }
-_FAULT_KEYS = {"drop": {"qp", "packet", "seen"}, "bad_icrc": {"qp", "packet"}, "bad_vcrc": {"qp", "packet"},
+_FAULT_KEYS = {"drop": {"qp", "packet", "seen"}, "capture_gap": {"qp", "packet"}, "bad_icrc": {"qp", "packet"},
+               "bad_vcrc": {"qp", "packet"},
                "rnr": {"qp", "message", "timer"}, "ecn": {"qp", "first", "last"},
                "smp_set": {"port", "target", "attribute", "pkeys", "mkey", "at_us"}, "rogue_sm": {"port", "at_us"},
                "pkey_drift": {"port", "at_us"}, "bad_qkey": {"qp"}, "ipoib_join": {"port", "partition", "at_us"}}
-_EXPECT = {"flow": {"messages", "bytes", "drops", "retransmits", "naks_psn", "rnr", "bad_icrc"},
+_EXPECT = {"flow": {"messages", "bytes", "drops", "not_captured", "retransmits", "timeout_retries", "nak_retries",
+                    "rnr_retries", "gave_up_after", "naks_psn", "rnr", "bad_icrc"},
            "count": {"ecn_marked", "cnps", "becn", "traps_256", "traps_257", "traps_258", "violations", "arp",
                      "icmp", "nodeinfo_get", "portinfo_set", "pkeytable_set"},
            "findings": {"rule", "severity", "src", "dst", "port", "pkey", "trap", "evidence", "frames"}}
@@ -474,7 +476,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         for k in ("port", "target"):
             if k in f:
                 need_port(f[k], "fault", i, k)
-        if kind in ("drop", "rnr", "ecn", "bad_icrc", "bad_vcrc", "bad_qkey") and "qp" not in f:
+        if kind in ("drop", "capture_gap", "rnr", "ecn", "bad_icrc", "bad_vcrc", "bad_qkey") and "qp" not in f:
             src.fail(src.line_of("fault", i), f"a {kind} fault needs the qp it applies to")
         if kind == "bad_qkey" and scen.qps[f["qp"]].type != "UD":
             src.fail(src.line_of("fault", i, "qp"), "a bad_qkey fault needs a UD qp (only datagrams carry a Q_Key)")
@@ -483,7 +485,8 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         if kind == "ipoib_join" and f.get("partition") not in parts:
             src.fail(src.line_of("fault", i, "partition"),
                      f"ipoib_join names partition {f.get('partition')!r}, which no [[partition]] declares")
-        for k in ("packet",) if kind in ("drop", "bad_icrc", "bad_vcrc") else ("target",) if kind == "smp_set" else ():
+        for k in ("packet",) if kind in ("drop", "capture_gap", "bad_icrc", "bad_vcrc") else \
+                ("target",) if kind == "smp_set" else ():
             if k not in f:
                 src.fail(src.line_of("fault", i), f"a {kind} fault needs {k} = ...")
         if f.get("attribute", "P_KeyTable") not in ("P_KeyTable", "PortInfo"):

@@ -187,7 +187,37 @@ typedef struct {
     int64_t stamp;                        /* first-seen order of the keys above (Python dict order) */
     double *lat[2];                       /* ACK and READ latency samples, seconds */
     int64_t nlat[2];
+    /* retransmission forensics */
+    int has_last_req, nak_since, rnr_since, in_episode, acked_since;
+    double last_req_t, fill_t, fill_prev_t;
+    int64_t episode_psn, last_resent, retries, max_retries, answers_since, last_resend_frame;
+    int64_t episodes[3];
+    double wait_min, wait_max;
+    int ep_open, ep_cause;                /* the episode under way, counted when it ends */
+    double ep_wait;
 } channel;
+
+#define TTR_MIN (2 * 4.096e-6)            /* the shortest local ACK timeout (timeout = 1, §9.7.6.1.3) */
+
+/* Count the episode under way: into `episodes` and, for a timeout, its wait into the wait range. */
+static void close_episode(const channel *ch, int64_t episodes[3], double *wmin, double *wmax)
+{
+    if (!ch->ep_open)
+        return;
+    episodes[ch->ep_cause]++;
+    if (ch->ep_cause == EP_TIMEOUT) {
+        if (episodes[EP_TIMEOUT] == 1 || ch->ep_wait < *wmin)
+            *wmin = ch->ep_wait;
+        if (ch->ep_wait > *wmax)
+            *wmax = ch->ep_wait;
+    }
+}
+
+static void end_episode(channel *ch)
+{
+    close_episode(ch, ch->episodes, &ch->wait_min, &ch->wait_max);
+    ch->ep_open = ch->in_episode = 0;
+}
 
 typedef struct {
     int started, first_op;
@@ -281,6 +311,13 @@ static void refile(channel *ch)
     ch->has_fill = 0;
 }
 
+/* Forget the oldest missing PSN: never resent, so the wire delivered it and the capture missed it. */
+static void forget_missing(channel *ch)
+{
+    od_popfirst(&ch->missing);
+    ch->c[FC_NOT_CAPTURED]++;
+}
+
 static int ack(channel *ch, double t, int64_t psn)
 {
     int64_t n = 0;
@@ -296,22 +333,54 @@ static int ack(channel *ch, double t, int64_t psn)
     return 0;
 }
 
+/* A resent request at time t whose PSN was last sent at t0.  Resends going up one PSN after another are
+ * one episode (go-back-N); any other opens an episode, caused by a NAK or RNR NAK answered since, else by
+ * the local ACK timer; one resending the PSN the previous episode began with, with no ACK since, is one
+ * more retry of it. */
+static void resent(channel *ch, int64_t psn, double t, double t0, int64_t frame)
+{
+    int goes_on = ch->in_episode && psn_diff(psn, ch->last_resent) > 0;
+    ch->last_resend_frame = frame;
+    ch->last_resent = psn;
+    if (goes_on)
+        return;
+    end_episode(ch);
+    ch->in_episode = ch->ep_open = 1;
+    ch->ep_cause = ch->nak_since ? EP_NAK : ch->rnr_since ? EP_RNR : EP_TIMEOUT;
+    ch->ep_wait = t - t0;
+    ch->nak_since = ch->rnr_since = 0;
+    ch->retries = psn == ch->episode_psn && !ch->acked_since ? ch->retries + 1 : 1;
+    ch->episode_psn = psn;
+    ch->acked_since = 0;
+    ch->answers_since = 0;
+    if (ch->retries > ch->max_retries)
+        ch->max_retries = ch->retries;
+}
+
 static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
 {
     int64_t *c = ch->c, psn = p->psn;
     int op = p->op, oc = tab->opclass[op], kind = tab->opkind[op], seg = tab->seg[op], tr = tab->transport[op];
     c[FC_REQUEST_PACKETS]++;
+    double prev_t = ch->has_last_req ? ch->last_req_t : p->t;
+    ch->has_last_req = 1;
+    ch->last_req_t = p->t;
     if (p->bad) {                         /* the responder drops it silently: it shows up as a gap */
         c[FC_BAD_ICRC]++;
         return 0;
     }
     if (ch->has_fill) {
-        if (psn_diff(psn, ch->fill) == 1 && od_get(&ch->seen, psn))
+        if (psn_diff(psn, ch->fill) == 1 && od_get(&ch->seen, psn)) {
             refile(ch);                   /* go-back-N resends what follows: the late PSN was resent */
+            resent(ch, ch->fill, ch->fill_t, ch->fill_prev_t, p->frame);
+        }
         ch->has_fill = 0;
     }
-    if (od_get(&ch->seen, psn)) {
+    val_t *was = od_get(&ch->seen, psn);
+    if (was) {
         c[FC_RETRANSMISSIONS]++;
+        resent(ch, psn, p->t, was->t, p->frame);
+        was->t = p->t;
         return 0;
     }
     if (ch->has_expected) {
@@ -319,31 +388,40 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
         ent_t *last = d > 0 ? od_last(&ch->reads) : NULL;
         if (last && psn_diff(psn, last->key) > 0 && psn_diff(psn - 1, last->v.plast) <= 0)
             d = 0;                        /* PSNs a pending READ's responses may use are not a gap */
-        if (d > 0) {
+        if (d > 0) {                      /* missing until resent (lost), late (out of order) or never */
             c[FC_PSN_GAPS]++;
-            c[FC_DROPS] += d;
-            for (int64_t k = 0; k < (d < MISSING_MAX ? d : MISSING_MAX); k++)
+            if (d > MISSING_MAX)
+                c[FC_NOT_CAPTURED] += d - MISSING_MAX;
+            for (int64_t k = d > MISSING_MAX ? d - MISSING_MAX : 0; k < d; k++)
                 if (od_set(&ch->missing, (ch->expected + k) % PSN_MOD, (val_t){0}) < 0)
                     return -1;
             while (ch->missing.n > MISSING_MAX)
-                od_popfirst(&ch->missing);
+                forget_missing(ch);
             ch->msg_active = 0;
+            end_episode(ch);
         } else if (d < 0) {
             if (od_pop(&ch->missing, psn, NULL)) {
-                if (ch->nak_seen)
+                if (ch->nak_seen) {       /* resent after a NAK: lost on the wire */
+                    c[FC_DROPS]++;
                     c[FC_RETRANSMISSIONS]++;
-                else {                    /* late, not lost, unless a NAK or go-back-N resends say so */
+                    resent(ch, psn, p->t, prev_t, p->frame);
+                } else {                  /* late, not lost, unless a NAK or go-back-N resends say so */
                     c[FC_OUT_OF_ORDER]++;
-                    c[FC_DROPS]--;
                     ch->has_fill = 1;
                     ch->fill = psn;
+                    ch->fill_t = p->t;
+                    ch->fill_prev_t = prev_t;
                 }
-            } else
+            } else {
                 c[FC_RETRANSMISSIONS]++;
+                resent(ch, psn, p->t, prev_t, p->frame);
+            }
             ch->msg_active = 0;
-        }
-    }
-    if (od_set(&ch->seen, psn, (val_t){0}) < 0)
+        } else
+            end_episode(ch);              /* a new PSN: the requester moved on */
+    } else
+        end_episode(ch);
+    if (od_set(&ch->seen, psn, (val_t){p->t, 0, 0, 0}) < 0)
         return -1;
     while (ch->seen.n > SEEN_WINDOW)
         od_popfirst(&ch->seen);
@@ -361,7 +439,7 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
         ch->has_expected = 1;
         ch->expected = nxt % PSN_MOD;
     }
-    int rc = tr == TR_RC || tr == TR_XRC;
+    int rc = tr == TR_RC || tr == TR_XRC || tr == TR_DC;   /* acknowledged transports */
     if (oc != OC_READ_REQ) {
         count_op(ch, kind, 0, kind == MK_ATOMIC ? 8 : p->paylen);
         if (seg == SEG_FIRST || seg == SEG_ONLY) {
@@ -392,10 +470,21 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
     return 0;
 }
 
+/* A NAK or RNR NAK during an episode that no timer can explain (it began sooner than the shortest local ACK
+ * timeout): the capture shows the resends before the NAK that caused them (mirrored at another point). */
+static void explain_episode(channel *ch, int cause)
+{
+    if (ch->ep_open && ch->ep_cause == EP_TIMEOUT && ch->ep_wait < TTR_MIN) {
+        ch->ep_cause = cause;
+        ch->nak_since = ch->rnr_since = 0;
+    }
+}
+
 static int response(channel *ch, const flow_tables *tab, const flow_pkt *p)
 {
     int64_t *c = ch->c, psn = p->psn;
     int oc = tab->opclass[p->op], seg = tab->seg[p->op];
+    ch->answers_since++;
     if (oc == OC_READ_RESP) {
         c[FC_READ_RESPONSE_PACKETS]++;
         for (int64_t q = ch->reads.head; q < ch->reads.tail; q++) {
@@ -413,6 +502,7 @@ static int response(channel *ch, const flow_tables *tab, const flow_pkt *p)
                     c[FC_LENGTH_MISMATCH]++;
                 od_pop(&ch->reads, e->key, NULL);
                 c[FC_READS_COMPLETED]++;
+                ch->acked_since = 1;
                 if (ack(ch, p->t, psn) < 0)
                     return -1;
                 if (ch->has_expected && psn_diff(psn + 1, ch->expected) > 0)
@@ -426,11 +516,15 @@ static int response(channel *ch, const flow_tables *tab, const flow_pkt *p)
     int kind = (p->syn >> 5) & 3, code = p->syn & 0x1F;
     if (kind == 0) {
         c[FC_ACKS]++;
+        ch->acked_since = 1;
+        ch->nak_since = ch->rnr_since = 0;
         if (ack(ch, p->t, psn) < 0)
             return -1;
     } else if (kind == 1) {
         c[FC_RNR_NAKS]++;
         ch->nak_seen = 1;
+        ch->rnr_since = 1;
+        explain_episode(ch, EP_RNR);
         if (ch->has_fill)
             refile(ch);
         if (!ch->rnr_order[code])
@@ -442,6 +536,8 @@ static int response(channel *ch, const flow_tables *tab, const flow_pkt *p)
         ch->nak[code]++;
         c[FC_NAKS]++;
         ch->nak_seen = 1;
+        ch->nak_since = 1;
+        explain_episode(ch, EP_NAK);
         if (ch->has_fill)
             refile(ch);
     }
@@ -499,13 +595,16 @@ int flows_feed(flow_state *s, const flow_tables *tab, const flow_pkt *pk, int64_
             return -1;
         if (v->first_op < 0)
             v->first_op = op;
-        int oc = tab->opclass[op];
+        int oc = tab->opclass[op], req = oc == OC_REQUEST || oc == OC_READ_REQ;
+        if (p->bad && !(req && tab->transport[op] != TR_UD)) {
+            v->ch[req ? side : 1 - side].c[FC_BAD_ICRC]++;   /* discarded by its receiver, unanswered */
+            continue;
+        }
         if (tab->transport[op] == TR_UD) {
             count_op(&v->ch[side], MK_SEND, 1, p->paylen);
             continue;
         }
-        int err = oc == OC_REQUEST || oc == OC_READ_REQ ? request(&v->ch[side], tab, p)
-                                                         : response(&v->ch[1 - side], tab, p);
+        int err = req ? request(&v->ch[side], tab, p) : response(&v->ch[1 - side], tab, p);
         if (err < 0)
             return -1;
     }
@@ -524,6 +623,7 @@ int flows_summary(const flow_state *s, int64_t ci, flow_summary *o)
         const channel *ch = &v->ch[k];
         memcpy(o->counters[k], ch->c, sizeof ch->c);
         o->counters[k][FC_UNACKNOWLEDGED] = ch->pending.n + ch->reads.n;
+        o->counters[k][FC_NOT_CAPTURED] += ch->missing.n;   /* never resent by the capture's end */
         memcpy(o->ops[k], ch->ops, sizeof ch->ops);
         memcpy(o->op_bytes[k], ch->op_bytes, sizeof ch->op_bytes);
         memcpy(o->ops_order[k], ch->ops_order, sizeof ch->ops_order);
@@ -532,6 +632,15 @@ int flows_summary(const flow_state *s, int64_t ci, flow_summary *o)
         memcpy(o->nak_order[k], ch->nak_order, sizeof ch->nak_order);
         memcpy(o->rnr[k], ch->rnr, sizeof ch->rnr);
         memcpy(o->rnr_order[k], ch->rnr_order, sizeof ch->rnr_order);
+        memcpy(o->episodes[k], ch->episodes, sizeof ch->episodes);
+        o->timeout_wait_min[k] = ch->wait_min, o->timeout_wait_max[k] = ch->wait_max;
+        close_episode(ch, o->episodes[k], &o->timeout_wait_min[k], &o->timeout_wait_max[k]);
+        o->max_retries[k] = ch->max_retries;
+        int stalled = ch->retries && !ch->acked_since && ch->pending.n + ch->reads.n > 0;
+        o->stall_retries[k] = stalled ? ch->retries : 0;
+        o->stall_psn[k] = stalled ? ch->episode_psn : -1;
+        o->stall_frame[k] = stalled ? ch->last_resend_frame : -1;
+        o->stall_answers[k] = stalled ? ch->answers_since : 0;
     }
     o->first_frame = v->started ? v->first_frame : -1;
     o->first_tns = v->first_tns;

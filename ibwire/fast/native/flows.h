@@ -30,7 +30,7 @@ enum { TR_OTHER, TR_RC, TR_UC, TR_DC, TR_UD, TR_CNP, TR_XRC };
 enum { MK_SEND, MK_WRITE, MK_READ, MK_ATOMIC, MK_FLUSH, MK_ATOMIC_WRITE, MK_RESYNC, MK_UNKNOWN, N_MK };
 /* Channel counters, in this order in the results. */
 #define FLOW_COUNTERS(X) X(REQUEST_PACKETS) X(BAD_ICRC) X(RETRANSMISSIONS) X(PSN_GAPS) X(DROPS) \
-    X(OUT_OF_ORDER) X(LENGTH_MISMATCH) X(UNTRACKED) X(READ_RESPONSE_PACKETS) X(READS_COMPLETED) \
+    X(NOT_CAPTURED) X(OUT_OF_ORDER) X(LENGTH_MISMATCH) X(UNTRACKED) X(READ_RESPONSE_PACKETS) X(READS_COMPLETED) \
     X(UNMATCHED_READ_RESPONSES) X(ACKS) X(RNR_NAKS) X(NAKS) X(ATOMIC_ACKS) X(ACKED_REQUESTS) \
     X(MAX_OUTSTANDING) X(UNACKNOWLEDGED)
 #define AS_ENUM(n) FC_##n,
@@ -72,7 +72,16 @@ typedef struct {
     int64_t ops[2][N_MK], op_bytes[2][N_MK], ops_order[2][N_MK], bytes_order[2][N_MK];
     int64_t nak[2][32], nak_order[2][32], rnr[2][32], rnr_order[2][32];
     int64_t n_pkeys;
+    /* Retransmission episodes per requester channel (a run of resent requests), by what preceded them:
+     * EP_TIMEOUT no ACK or NAK (the local ACK timer ran out), EP_NAK a NAK, EP_RNR an RNR NAK. */
+    int64_t episodes[2][3];
+    double timeout_wait_min[2], timeout_wait_max[2];   /* timeout episodes' waits since the resent PSN
+                                                        * was last sent, seconds */
+    int64_t max_retries[2];        /* most episodes in a row resending one PSN with no ACK between them */
+    int64_t stall_retries[2];      /* the channel ended in such a run, unanswered: its episodes; 0 none */
+    int64_t stall_psn[2], stall_frame[2], stall_answers[2];  /* its PSN, last resend, answers after it */
 } flow_summary;
+enum { EP_TIMEOUT, EP_NAK, EP_RNR };
 int flows_summary(const flow_state *s, int64_t c, flow_summary *out);
 /* Latency samples (seconds) of conversation c, channel ch: which 0 ACK, 1 READ; returns the count. */
 int64_t flows_latency(const flow_state *s, int64_t c, int ch, int which, const double **samples);

@@ -21,6 +21,7 @@ from typing import Dict, List, Optional
 
 from ...capture.journal import _proc_start, run_dir
 from ...errors import UserError
+from ...outfile import output_file
 from ..topology import _sh     # the lab's one runner of ip commands
 from . import agent, boot
 
@@ -79,9 +80,8 @@ class _State:
         self.doc = {"prefix": prefix, "netns": None, "qemu": []}
 
     def save(self):
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.doc))
-        os.replace(tmp, self.path)
+        with output_file(self.path, "w") as f:
+            f.write(json.dumps(self.doc))
 
 
 def up(prefix: str, tenants: List[tuple], memory: int = 512, accel: str = "auto", timeout: float = 300,
@@ -122,9 +122,8 @@ def up(prefix: str, tenants: List[tuple], memory: int = 512, accel: str = "auto"
     except BaseException:
         down(prefix)
         raise
-    tmp = run_dir() / f".lab-{prefix}.json.tmp"       # capture reads lab-*.json: it appears whole
-    tmp.write_text(json.dumps(lab, indent=1))
-    os.replace(tmp, lab_file(prefix))
+    with output_file(lab_file(prefix), "w") as f:      # capture reads lab-*.json: it appears whole
+        f.write(json.dumps(lab, indent=1))
     return lab
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ...errors import UserError
+from ...outfile import output_file
 from . import control, lab as rlab
 
 PERF = ["-d", "rxe0", "-F", "-n", "20", "-u", "20"]    # -u 20: a 4 s retransmission timeout, none spurious
@@ -89,7 +90,8 @@ def record(prefix: str, outdir: str, only: Optional[List[str]] = None, say=print
                "capture": f"ibwire capture --vf 1 (representor of g1): {summary[0] if summary else ''}",
                "rxe_counters_delta": {g: {k: v - before[g].get(k, 0) for k, v in after[g].items()
                                           if v != before[g].get(k, 0)} for g in after}}
-        (out / f"rxe-{name}.counters.json").write_text(json.dumps(doc, indent=1) + "\n")
+        with output_file(out / f"rxe-{name}.counters.json", "w") as f:
+            f.write(json.dumps(doc, indent=1) + "\n")
         say(f"{pcap}: {doc['capture']}")
 
 
