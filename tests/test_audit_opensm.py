@@ -65,7 +65,7 @@ def test_policy_reading_agrees_with_opensm_tables_port_by_port(fabric):
 
 
 def test_clean_fabric_state_passes_then_table_changed_behind_opensm_is_drift(fabric, tmp_path):
-    clean = _audit(fabric)
+    clean = _audit(fabric, "--tenants", str(HERE / "tenants.toml"))
     assert clean.returncode == 0, clean.stderr
     assert [f for f in json.loads(clean.stdout)["findings"] if f["rule"] == "pkey-drift"] == []
     lid = next(lid for guid, lid, _, _ in _ports(fabric) if guid == 0x10000A)

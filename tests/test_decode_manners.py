@@ -186,25 +186,28 @@ def test_a_reader_that_stops_early_ends_it_unsaid_with_status_2(args, tmp_path):
 
 
 @pytest.mark.parametrize("args", [("decode", "{sweep}"), ("stats", "{loss}"), ("flows", "{loss}"), ("fabric", "{sweep}"),
-                                  ("audit", "{clean}", "--policy", "{policy}")], ids=lambda a: a[0])
+                                  ("audit", "{clean}", "--policy", "{policy}", "--tenants", "{tenants}")],
+                         ids=lambda a: a[0])
 def test_every_command_takes_tsharks_T_for_its_output_format(args):
     """One spelling of the output-format option everywhere: `-T json` (tshark's) as well as `--format json`."""
     caps = ROOT / "captures"
     argv = [a.format(sweep=SWEEP, loss=LOSS, clean=caps / "roce-multitenant-clean.pcap",
-                     policy=caps / "roce-multitenant-clean.partitions.conf") for a in args]
+                     policy=caps / "roce-multitenant-clean.partitions.conf",
+                     tenants=caps / "roce-multitenant-clean.tenants.toml") for a in args]
     short, long = run_ibwire(*argv, "-T", "json"), run_ibwire(*argv, "--format", "json")
     assert short.returncode == long.returncode == 0, short.stderr + long.stderr
     assert json.loads(short.stdout) == json.loads(long.stdout)
 
 
 @pytest.mark.parametrize("args", [("stats",), ("flows",), ("fabric",), ("decode", "-T", "json"),
-                                  ("audit", "--policy", "{policy}")], ids=lambda a: a[0])
+                                  ("audit", "--policy", "{policy}", "--tenants", "{tenants}")], ids=lambda a: a[0])
 def test_every_command_reads_its_capture_with_tsharks_r(args):
     """`ibwire stats -r FILE` as `tshark -r FILE`: the same output as the positional capture; both at once,
     or neither, is one sentence and status 2."""
     caps = ROOT / "captures"
     cap = SWEEP if args[0] in ("fabric", "decode") else caps / "roce-multitenant-clean.pcap"
-    rest = [a.format(policy=caps / "roce-multitenant-clean.partitions.conf") for a in args[1:]]
+    rest = [a.format(policy=caps / "roce-multitenant-clean.partitions.conf",
+                     tenants=caps / "roce-multitenant-clean.tenants.toml") for a in args[1:]]
     fmt = [] if "-T" in rest else ["-T", "json"]
     by_r, positional = run_ibwire(args[0], "-r", cap, *rest, *fmt), run_ibwire(args[0], cap, *rest, *fmt)
     assert by_r.returncode == positional.returncode == 0, by_r.stderr + positional.stderr

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Stages in data-flow order; a module may import its own stage or an earlier one, never a later one.
 # Producers of bytes (capture, synthesis, the lab, conversion) stand with the readers: they feed the path.
 STAGES = [
-    ("protocol tables and layers", ("dissectors", "ibwire.errors")),
+    ("protocol tables and layers", ("dissectors", "ibwire.errors", "ibwire.inputfile")),
     ("readers, writers and producers of bytes",
      ("ibwire.readers", "ibwire.writers", "ibwire.outfile", "ibwire.fast.walk", "ibwire.fast.split",
       "ibwire.fast._native", "ibwire.capture", "ibwire.synth", "ibwire.lab", "ibwire.convert")),

@@ -77,7 +77,7 @@ def test_audit_reports_the_port_claiming_issm(sweep, tmp_path):
     out = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "audit", sim["path"],
                           "--policy", str(scenario.PARTITIONS), "--format", "json"],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert out.returncode in (0, 1), out.stderr
+    assert out.returncode in (1, 4), out.stderr      # no --tenants: no tenant pair judged, never a bare pass
     claims = [f for f in json.loads(out.stdout)["findings"] if f["rule"] == "sm-capable-port"]
     assert [c["port_guid"] for c in claims] == [f"0x{HCA2:016x}"]
     frames = {d.frame.number: d.flat for d in decoded}

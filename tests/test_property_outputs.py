@@ -18,6 +18,7 @@ from test_outputs_safe import cli
 CAPS = ROOT / "captures"
 SMALL = CAPS / "atomics.pcap"                     # 46 frames, 17 KB
 POLICY = CAPS / "multitenant-breach.partitions.conf"
+TENANTS = ROOT / "tests" / "audit" / "atomics.tenants.toml"     # a judged tenant pair: a clean audit exits 0
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
@@ -68,9 +69,10 @@ WRITERS = {     # name -> (output file name, arguments after the output is known
     "convert-pcapng": ("out.pcapng", lambda src, out: ["convert", src, "-o", out]),
     "synth": ("out.pcap", lambda src, out: ["synth", CAPS / "atomics.toml", "-w", out]),
     "export": ("out.parquet", lambda src, out: ["export", src, "-o", out]),
-    "audit-report": ("out.html", lambda src, out: ["audit", src, "--policy", POLICY, "--report", out,
-                                                   "--fail-on", "breach"]),
-    "audit-evidence": ("out.pcapng", lambda src, out: ["audit", src, "--policy", POLICY, "--evidence", out]),
+    "audit-report": ("out.html", lambda src, out: ["audit", src, "--policy", POLICY, "--tenants", TENANTS,
+                                                   "--report", out, "--fail-on", "breach"]),
+    "audit-evidence": ("out.pcapng", lambda src, out: ["audit", src, "--policy", POLICY, "--tenants", TENANTS,
+                                                       "--evidence", out]),
     "decode-w": ("out.pcap", lambda src, out: ["decode", src, "-w", out, "-Y", "bth"]),
 }
 

@@ -94,6 +94,7 @@ def _careful(path: str, offset: int, audit: Audit, ev: Evidence, flt) -> int:
         audit.feed(offset + frame.number, flat, frame.wirelen or frame.caplen)
     ev.skipped += cap.skipped
     ev.lost_bytes += cap.lost_bytes
+    ev.cut += [f"{path} ends inside frame {offset + n} ({missing} bytes of it missing)" for n, missing in cap.cut_short]
     ev.problems += [f"{path}: {p}" for p in cap.problems]
     return last
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
-from ..errors import UserError
+from ..inputfile import read_bytes
 from .findings import Finding
 from .prtn_reader import KEYWORDS, Note, Reader, Rejected, Sink
 
@@ -265,9 +264,5 @@ def parse_policy(text, path: str = "<policy>", allow_both_pkeys: bool = False) -
 
 
 def load_policy(path: str, allow_both_pkeys: bool = False) -> Policy:
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise UserError(f"cannot read the policy file {path} ({e.strerror}); give opensm's partitions.conf "
-                        f"with --policy") from None
+    data = read_bytes(path, "policy file", "give opensm's partitions.conf with --policy")
     return parse_policy(data, str(path), allow_both_pkeys)

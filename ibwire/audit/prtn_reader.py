@@ -13,6 +13,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Optional
 
+from ..inputfile import closest
+
 LINE_SIZE = 4096            # char line[4096]; fgets(line, sizeof(line) - 1, file)
 _BLANK = b" \t\n"           # STRIP_*_SPACES and parse_name_token skip these
 _CSPACE = b" \t\n\v\f\r"    # isspace() in the C locale, what strtoul skips
@@ -316,7 +318,8 @@ class Reader:
         elif flag == "indx0":
             conf.indx0 = True
         else:
-            self.note(f"partition flag '{flag}'", "opensm does not know it and ignores it")
+            self.note(f"partition flag '{flag}'", "opensm does not know it and ignores it" +
+                      _guess(flag, GROUP_FLAGS + ("ipoib", "defmember", "indx0")))
 
     def _group_flag(self, flags: dict, flag: str, val: Optional[str]) -> bool:
         """parse_group_flag: True when `flag` is a (prefix of a) multicast group flag."""
@@ -366,7 +369,8 @@ class Reader:
             elif "both".startswith(flag):
                 membership = "both"
             elif not "limited".startswith(flag):
-                self.note(f"'{name}={flag}'", "opensm does not know the membership and makes it limited")
+                self.note(f"'{name}={flag}'", "opensm does not know the membership and makes it limited" +
+                          _guess(flag, ("full", "both", "limited")))
         if flag is None and membership == "limited" and conf.full_bit:
             self.note(f"P_Key '{conf.full_bit}' with the full-membership bit, and '{name}' without =full",
                       "opensm ignores the bit: it makes the port a limited member")
@@ -442,6 +446,12 @@ class Reader:
             flags["Q_Key"] = flags["Q_Key"] or 0x0B1B
         self.sink.add_mgroup(conf.part, raw, flags, self.lineno)
         return length
+
+
+def _guess(word: str, choices) -> str:
+    """' (a misspelt 'ipoib'?)' when `word` looks like one of `choices`."""
+    close = closest(word, choices)
+    return f" (a misspelt '{close}'?)" if close else ""
 
 
 def _inet_pton6(text: Optional[str]) -> Optional[bytes]:

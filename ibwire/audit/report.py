@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 import json
 
+from ..output.escape import printable
 from .findings import SEVERITIES, severity_rank
 from .identity import NO_TENANT, policy_port
 from .result import Result
@@ -104,6 +105,7 @@ def as_dict(res: Result, fail_on: str) -> dict:
         "verdict": res.verdict(fail_on), "fail_on": fail_on, "worst": res.worst(),
         "display_filter": res.display_filter, "scope": scope(res) or None,
         "packets": res.audit.packets, "frames": res.audit.frames_seen, "evidence": res.evidence.as_dict(),
+        "checks": res.checks(),
         "tenants": names,
         "matrix": [{"from": a, "to": b, "packets": p, "bytes": by, "worst": w} for a, b, p, by, w in cells(res)],
         "findings": [f.as_dict() for f in res.findings],
@@ -112,6 +114,14 @@ def as_dict(res: Result, fail_on: str) -> dict:
         "unnamed_endpoints": res.audit.unnamed,
         "ports": _per_port(res),
     }
+
+
+def checks_text(checks: dict) -> str:
+    """One sentence: the checks that ran, and each that could not with why."""
+    out = "Checks run: " + ", ".join(checks["ran"]) + "."
+    if checks["not_run"]:
+        out += " Not run: " + "; ".join(f"{c} ({why})" for c, why in checks["not_run"].items()) + "."
+    return out
 
 
 def to_json(res: Result, fail_on: str) -> str:
@@ -123,7 +133,7 @@ def to_markdown(res: Result, fail_on: str) -> str:
     names = d["tenants"]
     out = [f"# Isolation audit: {d['verdict']}", "",
            f"{d['packets']} IB/RoCE packets in {d['frames']} frames; worst finding: {d['worst'] or 'none'} "
-           f"(fail on {fail_on}).", ""] + ([f"**{d['scope']}**", ""] if d["scope"] else [])
+           f"(fail on {fail_on}).", "", checks_text(d["checks"]), ""] + ([f"**{d['scope']}**", ""] if d["scope"] else [])
     out += _markdown_grid(res, names) if len(names) <= GRID_MAX else _markdown_pairs(res)
     out += ["", "## Findings", ""]
     if not d["findings"]:
@@ -132,7 +142,7 @@ def to_markdown(res: Result, fail_on: str) -> str:
         out.append(f"{f['number']}. **{f['severity']}** `{f['rule']}`: {f['description']}" +
                    (f" (frames {', '.join(map(str, f['frames']))})" if f["frames"] else ""))
         out += [f"   - Wireshark {label}: `{text}`" for label, text in _filters(f["wireshark"])]
-    return "\n".join(out) + "\n"
+    return "\n".join(map(printable, out)) + "\n"
 
 
 def _markdown_grid(res: Result, names: list) -> list:
@@ -163,50 +173,58 @@ def _filters(w: dict) -> list:
 
 
 def print_terminal(res: Result, fail_on: str, console=None) -> None:
+    """The verdict, the tenant matrix and the findings for a terminal: every text from the inputs (tenant
+    names, descriptions, filters) goes out as rich Text with its control characters escaped, never as
+    markup, so a tenant named '[/bold]' or holding an escape sequence prints as written."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
     console = console or Console()
     verdict = res.verdict(fail_on)
     colour = "bold green" if verdict == "PASS" else "bold yellow" if verdict.startswith("PASS") else "bold red"
-    console.print(f"[{colour}]{verdict}[/]  "
-                  f"{res.audit.packets} packets, {len(res.findings)} findings, worst: {res.worst() or 'none'} "
-                  f"(fail on {fail_on})")
+    console.print(Text.assemble((printable(verdict), colour), f"  {res.audit.packets} packets, {len(res.findings)} "
+                                f"findings, worst: {res.worst() or 'none'} (fail on {fail_on})"))
     if res.display_filter:
-        console.print(f"[bold yellow]{scope(res)}[/]", highlight=False, soft_wrap=True)
+        console.print(Text(printable(scope(res)), style="bold yellow"), soft_wrap=True)
     if res.evidence.other:
-        rest = ", ".join(f"{p} {n}" for p, n in sorted(res.evidence.out_of_scope.items(), key=lambda kv: -kv[1]))
-        console.print(f"{res.evidence.other} frames out of scope (not InfiniBand or RoCE: {rest})", highlight=False,
-                      markup=False)
+        rest = ", ".join(f"{printable(p)} {n}" for p, n in sorted(res.evidence.out_of_scope.items(),
+                                                                   key=lambda kv: -kv[1]))
+        console.print(Text(f"{res.evidence.other} frames out of scope (not InfiniBand or RoCE: {rest})"))
+    checks = res.checks()
+    if checks["not_run"]:
+        console.print(Text(checks_text(checks), style="yellow"), soft_wrap=True)
     names = res.tenant_names()
     if names and len(names) <= GRID_MAX:
         at = {(a, b): (p, by, w) for a, b, p, by, w in cells(res)}
         t = Table(title="tenant × tenant (packets / bytes / worst finding)")
         t.add_column("from \\ to", style="bold")
         for b in names:
-            t.add_column(b)
+            t.add_column(Text(printable(b)))
         for a in names:
             row = []
             for b in names:
                 p, by, w = at.get((a, b), (0, 0, None))
-                row.append(f"[{RICH[w]}]{p} / {by}" + (f" {w}" if w else "") + "[/]" if p or w else "·")
-            t.add_row(a, *row)
+                row.append(Text(f"{p} / {by}" + (f" {w}" if w else ""), style=RICH[w]) if p or w else "·")
+            t.add_row(Text(printable(a)), *row)
         console.print(t)
     elif names:
         _print_pairs(res, console)
     for f in res.findings:
-        console.print(f"{f.number:3} [{RICH[f.severity]}]{f.severity:8}[/] {f.rule:24} {f.description}" +
-                      (f"  [dim]frames {', '.join(map(str, f.frames))}[/]" if f.frames else ""), highlight=False)
+        console.print(Text.assemble(f"{f.number:3} ", (f"{f.severity:8}", RICH[f.severity]),
+                                    f" {f.rule:24} {printable(f.description)}",
+                                    (f"  frames {', '.join(map(str, f.frames))}" if f.frames else "", "dim")))
         for label, text in _filters(f.wireshark):
-            console.print(f"    [dim]wireshark {label}:[/] {text}", highlight=False, soft_wrap=True)
+            console.print(Text.assemble((f"    wireshark {label}:", "dim"), f" {printable(text)}"), soft_wrap=True)
 
 
 def _print_pairs(res: Result, console) -> None:
     """A matrix too large for a grid: its cells that matter, one line each (see `compact`)."""
+    from rich.text import Text
     shown, quiet = compact(res)
-    console.print(f"tenant × tenant: {compact_note(res, quiet)}", highlight=False, soft_wrap=True)
+    console.print(Text(printable(f"tenant × tenant: {compact_note(res, quiet)}")), soft_wrap=True)
     for a, b, p, by, w in shown:
-        console.print(f"  {a} -> {b}: [{RICH[w]}]{p} packets / {by} bytes" + (f" {w}" if w else "") + "[/]",
-                      highlight=False, soft_wrap=True)
+        console.print(Text.assemble(f"  {printable(a)} -> {printable(b)}: ",
+                                    (f"{p} packets / {by} bytes" + (f" {w}" if w else ""), RICH[w])), soft_wrap=True)
 
 
 _CSS = """
@@ -236,6 +254,7 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
              f"<p>{d['packets']} IB/RoCE packets in {d['frames']} frames; {len(d['findings'])} findings; worst: "
              f"{e(str(d['worst'] or 'none'))}; fails on {e(fail_on)} or worse.</p>",
              f"<p id='scope'><strong>{e(d['scope'])}</strong></p>" if d["scope"] else "",
+             f"<p id='checks'>{e(checks_text(d['checks']))}</p>",
              "<p class='legend'>" + "".join(f"<span style='background:{COLOURS[s]}'>{s or 'clean'}</span>"
                                             for s in (None,) + SEVERITIES) + "</p>",
              "<h2>Tenant × tenant</h2>"]

@@ -25,6 +25,7 @@ class Evidence:
     undecodable: int = 0           # link types ibwire does not decode
     skipped: int = 0               # records or blocks the reader found damaged and could not deliver
     lost_bytes: int = 0            # bytes of the files no frame came from
+    cut: list = field(default_factory=list)          # where a file ends inside a record (the capture was cut)
     examples: list = field(default_factory=list)     # frame numbers of damaged/undecodable frames
     problems: list = field(default_factory=list)     # the readers' own words, per file
 
@@ -84,19 +85,20 @@ class Evidence:
             parts.append(f"{n} of {self.frames + self.skipped} frames {kinds}")
         if self.lost_bytes:
             parts.append(f"{self.lost_bytes} bytes of the captures unread")
-        return "; ".join(parts) or None
+        return "; ".join(parts + self.cut) or None
 
     def finding(self) -> Optional[Finding]:
         why = self.unusable()
         counts = [f"{n} {what}" for n, what in ((self.damaged, "damaged"), (self.skipped, "unreadable (skipped)"),
                                                (self.undecodable, "of a link type ibwire cannot decode")) if n]
-        if not counts and not self.lost_bytes and not why:
+        if not counts and not self.lost_bytes and not why and not self.cut:
             return None
         if self.truncated:            # cut by the snap length: headers still read, payloads not needed
             counts.append(f"{self.truncated} truncated")
         text = f"evidence incomplete: of {self.frames + self.skipped} frames " + (", ".join(counts) or "none lost")
         if self.lost_bytes:
             text += f"; {self.lost_bytes} bytes of the captures unread"
+        text += "".join(f"; {c}" for c in self.cut)
         text += f"; {why}, so there is no verdict" if why else "; packets in them were not audited"
         return Finding("evidence-incomplete", "warning", text, frames=list(self.examples))
 
@@ -104,7 +106,9 @@ class Evidence:
         d = {k: getattr(self, k) for k in ("frames", "packets", "other", "damaged", "truncated", "undecodable",
                                             "skipped", "lost_bytes")}
         d["out_of_scope"] = dict(sorted(self.out_of_scope.items(), key=lambda kv: -kv[1]))
-        d["complete"] = not (self.damaged or self.undecodable or self.skipped or self.lost_bytes or self.unusable())
+        d["complete"] = not (self.damaged or self.undecodable or self.skipped or self.lost_bytes or self.cut or
+                             self.unusable())
+        d["cut"] = self.cut
         d["problems"] = self.problems
         return d
 
@@ -148,21 +152,62 @@ class Result:
             names.append(NO_TENANT)
         return names
 
+    def _no_tenants(self) -> Optional[str]:
+        """Why no pair of tenants can be judged (no tenant, or none with an endpoint), or None."""
+        if not self.audit.tenants.names:
+            return "no tenant is declared with --tenants"
+        if not self.audit.tenants.endpoints:
+            return "no declared tenant has an endpoint"
+        return None
+
+    def _tables_known(self) -> bool:
+        return self.ports is not None and any(p.pkeys is not None for p in self.ports.ports.values())
+
+    def unjudged(self) -> Optional[str]:
+        """What keeps a pass from meaning anything: no tenant pair to judge, or (a state-only audit) no
+        programmed table either; None when something was judged."""
+        why = self._no_tenants()
+        if why:
+            return f"no tenant pair judged: {why}"
+        if not self.evidence.captures and not self._tables_known():
+            return "nothing judged but the policy: no capture given and no programmed P_Key table known"
+        return None
+
+    def checks(self) -> dict:
+        """Which checks ran and which could not, with why: {"ran": [...], "not_run": {check: why}}."""
+        ran, not_run = ["the policy as opensm reads it"], {}
+        tables = "programmed P_Key tables against the policy"
+        if self._tables_known():
+            ran.append(tables)
+        else:
+            not_run[tables] = "no programmed table known: give --state, or capture the SM's sweep"
+        watched = ["P_Key membership of the traffic", "subnet management (SMs, SubnSet senders, traps, IPoIB joins)"]
+        if self.evidence.captures:
+            ran += watched
+        else:
+            not_run.update(dict.fromkeys(watched, "no capture given"))
+        why = self._no_tenants() or (None if self.evidence.captures else "no capture given")
+        if why:
+            not_run["tenant × tenant isolation"] = why
+        else:
+            ran.append("tenant × tenant isolation")
+        return {"ran": ran, "not_run": not_run}
+
     def worst(self) -> Optional[str]:
         return max((f.severity for f in self.findings), key=severity_rank, default=None)
 
     def verdict(self, fail_on: str) -> str:
         """FAIL at a finding at or above `fail_on` (evidence-incomplete included); otherwise INCOMPLETE
         when the captures could not support a verdict; otherwise PASS, which says so when frames went
-        unread or a display filter chose the frames: "PASS (evidence incomplete: 3 of 234 frames damaged)",
-        never a bare PASS."""
+        unread, a display filter chose the frames or no pair of tenants could be judged (no verdict on
+        nothing): "PASS (evidence incomplete: 3 of 234 frames damaged)", never a bare PASS."""
         w = self.worst()
         if w is not None and severity_rank(w) >= severity_rank(fail_on):
             return "FAIL"
         if self.evidence.unusable():
             return "INCOMPLETE"
         chosen = f"only the frames matching '{self.display_filter}' audited" if self.display_filter else None
-        short = "; ".join(x for x in (self.evidence.shortfall(), chosen) if x)
+        short = "; ".join(x for x in (self.evidence.shortfall(), chosen, self.unjudged()) if x)
         return f"PASS (evidence incomplete: {short})" if short else "PASS"
 
     def exit_status(self, fail_on: str) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import InputError, UserError
+from ..inputfile import not_a_key, parse_json, read_text, type_name
 
 
 @dataclass
@@ -108,17 +109,12 @@ def from_fabric_json(path: str) -> FabricState:
     description) and `ports` (guid, node_guid, port_num, lid, pkeys, pkeys_last); the master SM is the first
     MASTER in `sm.seen`, as the audit decides it from a capture.  A port whose table was never read or written
     (`pkeys_last` null) has an unknown table, not an empty one; a switch's table is its port 0's."""
-    try:
-        text = Path(path).read_text()
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(path, e.lineno, f"not valid JSON ({e.msg}); give the output of "
-                                         f"'ibwire fabric CAPTURE --format json'") from None
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read the fabric state {path} ({e}); give the output of "
-                        f"'ibwire fabric CAPTURE --format json'") from None
+    hint = "give the output of 'ibwire fabric CAPTURE --format json'"
+    text = read_text(path, "fabric state", hint)
+    doc = parse_json(text, path, hint)
     if not isinstance(doc, dict) or not isinstance(doc.get("ports"), list):
         raise UserError(f"{path} is not 'ibwire fabric --format json' output (no \"ports\" list)")
+    _check_schema(doc, _SCHEMA, (), _Lines(path, text))
     _check_fabric_json(doc, path, text)
     st = FabricState(sources=[f"fabric json {path}"])
     src = f"fabric json {Path(path).name}"
@@ -152,6 +148,69 @@ def from_fabric_json(path: str) -> FabricState:
     return st
 
 
+# `ibwire fabric --format json`, key by key (ibwire/fabric/__init__.py): a value is a number (N; also hex
+# text such as "0x8001"), text (S), true/false (B), any of those (ANY), an object ((what it is, its keys);
+# "*": any key) or a list of one kind ([kind]).  Any value may be null; a list item may not.
+N, S, B, ANY = "a number", "a string", "true or false", "a number, string or true/false"
+_SMINFO = ("an SM", {"guid": N, "lid": N, "priority": N, "state": S, "actcount": N, "sm_key": N, "frame": N})
+_END = ("a link end", {"node_guid": N, "port_num": N})
+_SCHEMA = ("the fabric state", {
+    "capture": S, "mads": N, "smps": N,
+    "nodes": [("a node", {"guid": N, "type": S, "description": S, "system_image_guid": N, "num_ports": N,
+                          "device_id": N, "vendor_id": N, "enhanced_port0": B})],
+    "ports": [("a port", {"guid": N, "node_guid": N, "port_num": N, "lid": N, "lmc": N, "state": S,
+                          "master_sm_lid": N, "partition_enforcement": ("partition_enforcement",
+                                                                        {"inbound": N, "outbound": N}),
+                          "violations": ("violations", {"m_key": N, "p_key": N, "q_key": N}),
+                          "pkeys": [N], "pkey_table": [N], "pkeys_last": S, "pkeys_frame": N,
+                          "link_width_active": N, "link_speed_active": N, "link_speed_ext_active": N,
+                          "capability_mask": N})],
+    "sm": ("sm", {"master": _SMINFO, "master_lid": N, "seen": [_SMINFO]}),
+    "links": [("a link", {"a": _END, "b": _END, "active": S, "active_gbps": N, "best_supported": S,
+                          "best_supported_gbps": N, "best_enabled": S, "best_enabled_gbps": N,
+                          "below_supported": B, "below_enabled": B})],
+    "traps": [("a trap", {"frame": N, "time": N, "slid": N, "dlid": N, "generic": B, "type": N, "number": N,
+                          "issuer_lid": N, "details": ("details", {"*": ANY})})]})
+_KINDS = {N: (int, float, str), S: (str,), B: (bool,), ANY: (int, float, str, bool)}
+
+
+class _Lines:
+    """Lines of a parsed JSON document's values, worked out at the first error."""
+
+    def __init__(self, path: str, text: str):
+        self.path, self.text, self.lines = path, text, None
+
+    def fail(self, where: tuple, message: str):
+        if self.lines is None:
+            self.lines = _json_lines(self.text)
+        raise InputError(self.path, self.lines.get(where, 0), message)
+
+
+def _check_schema(v, kind, where: tuple, lines: _Lines) -> None:
+    """Every key is one the schema names (else the closest one is suggested) and every value of its type."""
+    name = where[-1] if where and isinstance(where[-1], str) else None
+    if isinstance(kind, tuple):
+        what, keys = kind
+        if not isinstance(v, dict):
+            lines.fail(where, f"{what} must be an object, not {type_name(v, 'an object')}")
+        for k, x in v.items():
+            sub = keys.get("*", keys.get(k))
+            if sub is None:
+                lines.fail(where + (k,), not_a_key(k, keys, what))
+            if x is not None:
+                _check_schema(x, sub, where + (k,), lines)
+    elif isinstance(kind, list):
+        if not isinstance(v, list):
+            lines.fail(where, f"{name} must be a list, not {type_name(v, 'an object')}")
+        for i, x in enumerate(v):
+            if x is None:
+                item = kind[0][0] if isinstance(kind[0], tuple) else kind[0]
+                lines.fail(where + (i,), f"{name} holds null; give {item}")
+            _check_schema(x, kind[0], where + (i,), lines)
+    elif not isinstance(v, _KINDS[kind]) or (kind == N and isinstance(v, bool)):
+        lines.fail(where, f"{name or where[-2]} {json.dumps(v)[:60]} is not {kind}")
+
+
 _RANGES = {"guid": (1, (1 << 64) - 1, "a 64-bit GUID"), "node_guid": (1, (1 << 64) - 1, "a 64-bit GUID"),
            "lid": (1, 0xBFFF, "a unicast LID (1-0xBFFF)"), "port_num": (0, 254, "a port number (0-254)"),
            "pkeys": (0, 0xFFFF, "a 16-bit P_Key"), "master_lid": (1, 0xBFFF, "a unicast LID (1-0xBFFF)")}
@@ -183,10 +242,7 @@ def _check_fabric_json(doc: dict, path: str, text: str) -> None:
             check(("ports", i, key), key, p.get(key))
         if p.get("lid") not in (None, 0):           # 0: no LID assigned yet
             check(("ports", i, "lid"), "lid", p.get("lid"))
-        pkeys = p.get("pkeys")
-        if pkeys is not None and not isinstance(pkeys, list):
-            bad(("ports", i, "pkeys"), "pkeys", pkeys)
-        for j, k in enumerate(pkeys or []):
+        for j, k in enumerate(p.get("pkeys") or []):
             check(("ports", i, "pkeys", j), "pkeys", k, optional=False)
     sm = doc.get("sm") if isinstance(doc.get("sm"), dict) else {}
     check(("sm", "master_lid"), "master_lid", sm.get("master_lid"))

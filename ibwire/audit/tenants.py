@@ -16,13 +16,13 @@ names belongs to no tenant and is reported as such.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
-import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 from ..errors import InputError, UserError
+from ..inputfile import key_line, not_a_key, parse_toml, read_text, type_name
 
 _KEYS = {"port_guid", "lid", "gid", "mac", "ip", "vlan", "pf", "vf", "host", "name", "description"}
 
@@ -99,26 +99,28 @@ def _endpoint(tenant: str, i: int, raw) -> Endpoint:
         raw = {"port_guid": raw}
     if not isinstance(raw, dict):
         raise ValueError("an endpoint is a table such as { port_guid = \"0x...\" }")
-    unknown = set(raw) - _KEYS
-    if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))} (use {', '.join(sorted(_KEYS))})")
-    ep = Endpoint(tenant, str(raw.get("name", f"{tenant}#{i + 1}")))
+    for k in raw:
+        if k not in _KEYS:
+            raise ValueError(not_a_key(k, _KEYS))
+        if k in _TEXT and not isinstance(raw[k], str):
+            raise ValueError(f"{k} must be a string, not {type_name(raw[k])} ({raw[k]!r})")
+    ep = Endpoint(tenant, raw.get("name", f"{tenant}#{i + 1}"))
     if "port_guid" in raw:
         ep.port_guid = _num(raw["port_guid"], "port GUID", 1)
     if "lid" in raw:
         ep.lid = _num(raw["lid"], "LID", 1, 0xBFFF)
     if "gid" in raw:
-        ep.gid = str(ipaddress.IPv6Address(str(raw["gid"])))
+        ep.gid = str(ipaddress.IPv6Address(raw["gid"]))
     if "mac" in raw:
         ep.mac = _norm_mac(raw["mac"])
     if "ip" in raw:
-        ep.net = ipaddress.ip_network(str(raw["ip"]), strict=False)
+        ep.net = ipaddress.ip_network(raw["ip"], strict=False)
     if "vlan" in raw:
         ep.vlan = _num(raw["vlan"], "VLAN", 0, 4095)
     if ("pf" in raw) != ("vf" in raw):
         raise ValueError("a VF endpoint needs both pf = \"mlx5_0\" and vf = N")
     if "pf" in raw:
-        ep.pf, ep.vf = str(raw["pf"]), _num(raw["vf"], "VF number", 0, 0xFFFF)
+        ep.pf, ep.vf = raw["pf"], _num(raw["vf"], "VF number", 0, 0xFFFF)
     if not any(getattr(ep, k) is not None for k in ("port_guid", "lid", "gid", "mac", "net", "vlan", "pf")):
         raise ValueError("the endpoint names nothing (give port_guid, lid, gid, mac, ip, vlan or pf/vf)")
     return ep
@@ -142,8 +144,8 @@ def _lines(lines: list, name: str, heads: dict) -> tuple:
     """(line of tenant `name`'s table, lines of its inline endpoint tables), 1-based; 0 when not found."""
     at = heads.get(name)
     if at is None:                                     # a name the one-pass pattern reads otherwise
-        n = re.escape(name)
-        head = re.compile(rf"""\s*\[\s*tenants\s*\.\s*(["']?){n}\1\s*\]|\s*name\s*=\s*["']{n}["']""")
+        spelt = "|".join(map(re.escape, {name, json.dumps(name)[1:-1]}))  # as written, or with TOML's \u escapes
+        head = re.compile(rf"""\s*\[\s*tenants\s*\.\s*(["']?)(?:{spelt})\1\s*\]|\s*name\s*=\s*["'](?:{spelt})["']""")
         at = next((i for i, ln in enumerate(lines) if head.match(ln)), None)
     if at is None:
         return 0, []
@@ -162,39 +164,65 @@ _SAME = (("port_guid", lambda ep: ep.port_guid, "port GUID {:#018x}"), ("lid", l
          ("roce", lambda ep: ep.is_roce and (ep.mac, str(ep.net), ep.vlan), "RoCE endpoint {}"))
 
 
-def parse_tenants(text: str, path: str = "<tenants>") -> Tenants:
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        m = re.search(r"\(at line (\d+)", str(e))
-        line = int(m.group(1)) if m else (len(text.splitlines()) if "end of document" in str(e) else 0)
-        raise InputError(path, line, f"{re.sub(r' *[(]at (line|end).*', '', str(e))}; fix the TOML syntax") from None
-    entries = []
-    if isinstance(doc.get("tenants"), dict):
-        entries += list(doc["tenants"].items())
-    for t in doc.get("tenant", []) if isinstance(doc.get("tenant"), list) else []:
-        if not isinstance(t, dict) or "name" not in t:
-            raise UserError(f"{path}: every [[tenant]] needs name = \"...\"")
-        entries.append((str(t["name"]), t))
-    if not entries:
-        raise UserError(f"{path} declares no tenants; add [tenants.NAME] tables with endpoints = [...]")
-    out = Tenants(path=path)
-    owner: dict = {}                                   # (kind, identity) -> (tenant, line)
+_TOP = {"tenants", "tenant"}
+_TENANT_KEYS = {"endpoints", "port_guids", "lids", "gids", "macs", "ips", "vlans"}
+_TEXT = ("name", "host", "description", "pf", "gid", "mac", "ip")     # endpoint keys whose values are strings
+
+
+def _entries(doc: dict, text: str, path: str) -> list:
+    """(name, endpoint tables, line of its table, lines of its endpoints) of every tenant, `[tenants.NAME]`
+    and `[[tenant]] name = ...` alike, every key and type checked; `port_guids = [...]` and the other
+    list keys become one endpoint per item."""
+    for k in doc:
+        if k not in _TOP:
+            raise InputError(path, key_line(text, k), not_a_key(k, _TOP, "tenants.toml") +
+                             " (tenants are [tenants.NAME] tables)")
+    tables, listed = doc.get("tenants", {}), doc.get("tenant", [])
+    if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+        raise InputError(path, key_line(text, "tenants"), "tenants must hold tables: [tenants.NAME] with "
+                                                          "endpoints = [...]")
+    if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
+        raise InputError(path, key_line(text, "tenant"), "tenant must be an array of tables: [[tenant]] with "
+                                                         "name = \"...\" and endpoints = [...]")
+    entries = list(tables.items())
+    for t in listed:
+        if not isinstance(t.get("name"), str) or not t["name"]:
+            raise InputError(path, 0, "every [[tenant]] needs name = \"...\"" if "name" not in t else
+                             f"a [[tenant]] name is {type_name(t['name'])} ({t['name']!r}); give a string")
+        entries.append((t["name"], {k: v for k, v in t.items() if k != "name"}))
+    out = []
     lines = text.splitlines()
     heads = _heads(lines)
     for name, body in entries:
         head, ep_lines = _lines(lines, name, heads)
+        for k in body:
+            if k not in _TENANT_KEYS:
+                raise InputError(path, key_line(text, k, head), f"tenant '{name}': " + not_a_key(k, _TENANT_KEYS))
+        eps = body.get("endpoints", [])
+        if not isinstance(eps, list):
+            raise InputError(path, key_line(text, "endpoints", head),
+                             f"tenant '{name}': endpoints must be a list of tables, not {type_name(eps)}")
+        for key in sorted(_TENANT_KEYS - {"endpoints"}):
+            more = body.get(key, [])
+            if not isinstance(more, list):
+                raise InputError(path, key_line(text, key, head), f"tenant '{name}': {key} must be a list, "
+                                                                   f"not {type_name(more)}")
+            eps = eps + [{key[:-1]: v} for v in more]
+        out.append((name, eps, head, ep_lines))
+    return out
+
+
+def parse_tenants(text: str, path: str = "<tenants>") -> Tenants:
+    doc = parse_toml(text, path)
+    entries = _entries(doc, text, path)
+    if not entries:
+        raise UserError(f"{path} declares no tenants; add [tenants.NAME] tables with endpoints = [...]")
+    out = Tenants(path=path)
+    owner: dict = {}                                   # (kind, identity) -> (tenant, line)
+    for name, eps, head, ep_lines in entries:
         if name in out.names:
             raise InputError(path, head, f"tenant '{name}' is declared twice")
         out.names.append(name)
-        eps = body.get("endpoints", []) if isinstance(body, dict) else []
-        if not isinstance(eps, list):
-            raise InputError(path, head, f"tenant '{name}': endpoints must be a list of tables")
-        for key in ("port_guids", "lids", "gids", "macs", "ips", "vlans"):
-            more = body.get(key, []) if isinstance(body, dict) else []
-            if not isinstance(more, list):
-                raise InputError(path, head, f"tenant '{name}': {key} must be a list")
-            eps = list(eps) + [{key[:-1]: v} for v in more]
         for i, raw in enumerate(eps):
             line = ep_lines[i] if i < len(ep_lines) else head
             try:
@@ -215,8 +243,4 @@ def parse_tenants(text: str, path: str = "<tenants>") -> Tenants:
 
 
 def load_tenants(path: str) -> Tenants:
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise UserError(f"cannot read the tenants file {path} ({e.strerror}); give --tenants tenants.toml") from None
-    return parse_tenants(text, str(path))
+    return parse_tenants(read_text(path, "tenants file", "give --tenants tenants.toml"), str(path))

@@ -15,6 +15,7 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from ..errors import UserError
+from ..output.escape import printable
 from .app import app
 
 # The modules whose import registers their commands; a command named after its module needs only that one.
@@ -72,7 +73,7 @@ def _exit(status: int) -> None:
     try:
         sys.stdout.flush()
     except OSError as e:
-        if status in (0, 1):
+        if status in (0, 1, 4):
             if not isinstance(e, BrokenPipeError):
                 _say(f"ibwire: cannot write standard output ({e.strerror}); the output is incomplete")
             status = 2
@@ -98,7 +99,7 @@ def main() -> None:
         gc.freeze()
         rv = app(standalone_mode=False)
     except UserError as e:
-        _say(f"ibwire: {e}")
+        _say(f"ibwire: {printable(e)}")                # names and values from files, escaped
         _exit(e.exit_code)
     except KeyboardInterrupt:
         _interrupted(130)

@@ -36,6 +36,7 @@ def audit(
     from ..audit.policy import load_policy
     from ..audit.inputs import audit_captures, load_state
     from ..audit.tenants import load_tenants
+    from ..output.escape import printable
 
     if fail_on not in SEVERITIES:
         raise UserError(f"--fail-on {fail_on}: choose one of {', '.join(SEVERITIES)}")
@@ -79,6 +80,6 @@ def audit(
     if status == 2:
         raise UserError(f"no verdict: {res.evidence.unusable()}")
     if status == 4 and fmt != "text":            # the terminal verdict line says it already
-        typer.echo(f"ibwire: {res.verdict(fail_on)}", err=True)
+        typer.echo(f"ibwire: {printable(res.verdict(fail_on))}", err=True)
     if status:
         raise SystemExit(status)

@@ -10,6 +10,8 @@ from typing import Dict, List, Optional, Tuple
 
 from dissectors.mad.table import LINK_SPEEDS, LINK_SPEEDS_EXT, LINK_WIDTHS
 
+from ..output.escape import printable
+
 HAS_EXT_SPEEDS = 1 << 14          # PortInfo.CapabilityMask.IsExtendedSpeedsSupported
 
 
@@ -71,7 +73,7 @@ def ibnetdiscover(view: dict, now: Optional[float] = None) -> str:
         out += ["", f"vendid=0x{n['vendor_id']:x}", f"devid=0x{n['device_id']:x}"]
         if n["system_image_guid"]:
             out.append(f"sysimgguid=0x{n['system_image_guid']:x}")
-        desc = n["description"]
+        desc = printable(n["description"])
         if n["type"] == "Switch":
             p0 = ix.port(g, 0)
             out.append(f"switchguid=0x{g:x}({_port_guid(n, ix):x})")
@@ -92,12 +94,12 @@ def ibnetdiscover(view: dict, now: Optional[float] = None) -> str:
             rguid = ix.port(rg, rnum).get("guid") or 0
             if n["type"] == "Switch":
                 far = f"({rguid:x}) " if rnode["type"] != "Switch" else ""
-                out.append(f'[{num}]\t{ix.name(rg)}[{rnum}]{far}\t\t# "{rnode["description"]}" '
+                out.append(f'[{num}]\t{ix.name(rg)}[{rnum}]{far}\t\t# "{printable(rnode["description"])}" '
                            f'lid {ix.lid(rg, rnum)} {rate}')
             else:
                 far = f" ({rguid:x}) " if rnode["type"] != "Switch" else ""
                 out.append(f'[{num}]({p.get("guid") or 0:x}) \t{ix.name(rg)}[{rnum}]{far}\t\t# lid {p.get("lid") or 0} '
-                           f'lmc {p.get("lmc") or 0} "{rnode["description"]}" lid {ix.lid(rg, rnum)} {rate}')
+                           f'lmc {p.get("lmc") or 0} "{printable(rnode["description"])}" lid {ix.lid(rg, rnum)} {rate}')
     return "\n".join(out) + "\n"
 
 
@@ -122,7 +124,7 @@ def dot(view: dict) -> str:
     out = ["graph fabric {", "  graph [rankdir=TB];", "  node [fontname=\"sans-serif\"];"]
     for n in ix.ordered():
         g = n["guid"]
-        lines = [n["description"] or f"0x{g:016x}", f"0x{g:016x}"]
+        lines = [printable(n["description"]) or f"0x{g:016x}", f"0x{g:016x}"]
         lid = ix.lid(g, 1 if n["type"] != "Switch" else 0)
         if lid:
             lines.append(f"LID {lid}")

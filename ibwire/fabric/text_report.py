@@ -1,4 +1,6 @@
-"""Plain-text rendering of `fabric_view()` for people: one section per kind of fact."""
+"""Plain-text rendering of `fabric_view()` for people: one section per kind of fact.  Text read from the
+capture (node descriptions, trap details, the file name) is shown with its control characters escaped."""
+from ..output.escape import printable
 
 
 def _g(v) -> str:
@@ -10,11 +12,12 @@ def _pk(k: int) -> str:
 
 
 def render(view: dict) -> str:
-    lines = [f"{view['capture']}: {view['mads']} MADs, {view['smps']} SMPs"]
-    names = {n["guid"]: n["description"] or _g(n["guid"]) for n in view["nodes"]}
+    lines = [f"{printable(view['capture'])}: {view['mads']} MADs, {view['smps']} SMPs"]
+    names = {n["guid"]: printable(n["description"]) or _g(n["guid"]) for n in view["nodes"]}
     lines.append(f"\nNodes ({len(view['nodes'])})")
     for n in view["nodes"]:
-        lines.append(f"  {n['type'] or '?':6} {_g(n['guid'])}  ports {n['num_ports']:<3} \"{n['description']}\"")
+        lines.append(f"  {n['type'] or '?':6} {_g(n['guid'])}  ports {n['num_ports']:<3} "
+                     f"\"{printable(n['description'])}\"")
     lines.append("\nPorts")
     for p in view["ports"]:
         if p["state"] is None and not p["pkeys"]:
@@ -54,6 +57,6 @@ def render(view: dict) -> str:
     lines.append(f"\nTraps ({len(view['traps'])})")
     for t in view["traps"]:
         num = t["number"] if t["generic"] else f"vendor 0x{t['number'] or 0:x}"
-        det = " ".join(f"{k[5:]}={v}" for k, v in t["details"].items())
+        det = " ".join(f"{k[5:]}={printable(v)}" for k, v in t["details"].items())
         lines.append(f"  frame {t['frame']}: trap {num} from lid {t['issuer_lid']} {det}".rstrip())
     return "\n".join(lines) + "\n"

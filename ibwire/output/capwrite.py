@@ -29,6 +29,10 @@ class SelectedFrames:
         ns = int(batch.rec["time_ns"][i])
         wirelen = int(batch.pos.wirelen[i])
         if self.pcapng:
+            if lt > 0xFFFF:            # a pcap header's reserved link-type bits set: pcapng has 16 bits for it
+                raise UserError(f"frame {int(batch.rec['frame'][i])} has link type {lt:#x}, wider than the 16 bits "
+                                "of a pcapng interface block (reserved bits of the file's link type are set); "
+                                "write it to a .pcap file")
             if lt not in self.ifaces:
                 self.ifaces[lt] = len(self.ifaces)
                 self._block(1, struct.pack("<HHI", lt, 0, 0) + struct.pack("<HHB3x", 9, 1, 9) + struct.pack("<HH", 0, 0))

@@ -12,6 +12,7 @@ from ..decode.stream import Batch
 from ..fast import records as R
 from ..fast.filter import DATA, NotBatchable
 from . import formats, summary
+from .escape import printable
 from .program import compile_parts, render
 
 FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
@@ -223,5 +224,5 @@ def _field_text(key: str, flat: dict) -> str:
         elif isinstance(x, float):
             out.append(f"{x:.9f}")
         else:
-            out.append(str(x))
+            out.append(printable(x))          # tshark escapes \n and \t here; ESC too, never sent raw
     return ",".join(out)

@@ -12,6 +12,7 @@ from typing import List, Optional, Tuple
 from dissectors.opcodes import AETH_KINDS, NAK_CODES, RNR_TIMER_MS, aeth_kind, lookup
 
 from ..fast import records as R
+from .escape import printable
 
 # The columns' minimum widths; the time column's depends on the format (-t).
 NUMBER_WIDTH, ADDR_WIDTH = 6, 15
@@ -143,7 +144,7 @@ def _addresses(f) -> Tuple[str, str]:
 
 
 def detail_parts(d, time_part) -> list:
-    src, dst, proto, info = detail_info(d)
+    src, dst, proto, info = map(printable, detail_info(d))
     return [("udec", "frame", 0, NUMBER_WIDTH), " ", time_part, head(src, dst, proto), ("udec", "len"),
             f"  {info}\n"]
 

@@ -11,6 +11,8 @@ from functools import lru_cache
 
 from dissectors.opcodes import lookup
 
+from .escape import printable
+
 
 def _names():
     from dissectors.mad import table as T
@@ -122,7 +124,7 @@ def tree(decoded) -> str:
         _layer_lines(layers.get(key), key, fields, flat, lines)
     for err in decoded.errors:
         lines.append(f"[error] {err}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(printable, lines)) + "\n"
 
 
 def hex_dump(data: bytes) -> str:

@@ -51,6 +51,7 @@ class Capture:
         self.problems = []
         self.skipped = 0       # records or blocks found damaged and not delivered as frames
         self.lost_bytes = 0    # bytes of the file no frame came from (damage skipped, unreadable rest)
+        self.cut_short = []    # (frame number, bytes missing) of a record the file ends inside
         self.interfaces = []   # pcapng: list of [linktype, ts_scale, name, snap length or 0]
         self.linktype: Optional[int] = None
 
@@ -122,6 +123,7 @@ class Capture:
                 data = f.read(min(incl, size - f.tell()))          # a length is never trusted past the file
                 if len(data) < incl:
                     self.problems.append(f"frame {n}: record cut short at end of file")
+                    self.cut_short.append((n, incl - len(data)))
                 yield Frame(n, sec + frac * scale, len(data), max(orig, len(data)), self.linktype, data)
 
     def _pcapng(self, wanted=None) -> Iterator[Frame]:

@@ -10,7 +10,7 @@ from ibwire.writers import PcapWriter
 from .engine import Context, qp_flow
 from .links import LINKS, Link
 from .management import ipoib_joins, ipoib_pings, sm_sweep, smp_faults
-from .scenario import Scenario, load
+from .scenario import LAST_SECOND, Scenario, load
 
 __all__ = ["generate", "frames", "load", "LINKS", "Scenario"]
 
@@ -59,6 +59,10 @@ def generate(scenario_path, out_path, link: Optional[str] = None, seed: Optional
     with output_file(out_path, inputs=[scenario_path]) as out:
         w = PcapWriter(out, lk.linktype, nanos=True)
         for ts, f in frames(scen, scen.link, seed):
+            if int(ts) > LAST_SECOND:
+                raise UserError(f"{scenario_path}: frame {w.count + 1} falls {int(ts) - int(scen.start):.3g} s after the "
+                                f"start, past the year 2106 that a capture's 32-bit seconds can hold; give earlier "
+                                f"start, at_us or interval_us")
             w.write(lk.record(ts, f), ts, flush=False)
     return w.count
 

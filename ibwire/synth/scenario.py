@@ -6,12 +6,12 @@ format is documented in captures/README.md.
 import ipaddress
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ibwire.errors import InputError, UserError
+from ibwire.errors import InputError
+from ibwire.inputfile import key_line, not_a_key, parse_toml, read_text, type_name
 
 QP_TYPES = ("RC", "UC", "UD", "XRC")
 OP_KINDS = ("send", "send_imm", "send_inv", "write", "write_imm", "read", "cmp_swap", "fetch_add")
@@ -152,7 +152,7 @@ class _Src:
     """The scenario text, to point errors at a line."""
 
     def __init__(self, path: Path, text: str):
-        self.path, self.lines = path, text.splitlines()
+        self.path, self.text, self.lines = path, text, text.splitlines()
 
     def line_of(self, table: str, index: int, key: str = "") -> int:
         """Line of `key` inside the index-th `[[table]]` (or of the table header itself)."""
@@ -191,6 +191,10 @@ def _int(v, what, src, line):
     src.fail(line, f"{what} must be an integer (decimal or 0x hex), not {v!r}")
 
 
+MAX_PACKETS = 1 << 40
+_FAULT_NUMBERS = (("packet", 1, MAX_PACKETS), ("message", 1, MAX_PACKETS), ("first", 1, MAX_PACKETS),
+                  ("last", 1, MAX_PACKETS), ("timer", 0, 31), ("mkey", 0, (1 << 64) - 1))  # RNR timer: 5 bits
+LAST_SECOND = 0xFFFFFFFF    # pcap and ERF record times carry 32-bit seconds (the year 2106)
 MAX_COUNT = 1_000_000      # messages per [[op]] or pings per [[ipoib]]: a scenario file cannot ask for more
 
 
@@ -203,12 +207,12 @@ def _ranged(v, what, lo, hi, src, line):
     return n
 
 
-def _float(v, what, src, line):
-    """A time, interval or rate of the scenario: a finite number, never negative."""
+def _float(v, what, src, line, hi=math.inf):
+    """A time, interval or rate of the scenario: a finite number, never negative (nor above `hi`)."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         src.fail(line, f"{what} must be a number, not {v!r}")
-    if not math.isfinite(v) or v < 0:
-        src.fail(line, f"{what} {v} is outside 0..inf (a time, interval or rate is a finite number, not negative)")
+    if not math.isfinite(v) or v < 0 or v > hi:
+        src.fail(line, f"{what} {v} is outside 0..{hi} (a time, interval or rate is a finite number, not negative)")
     return float(v)
 
 
@@ -240,46 +244,103 @@ def _ip(v, version, src, line):
 
 def load(path, link: Optional[str] = None) -> Scenario:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UserError(f"cannot read scenario {path}: {e.strerror}; check the path") from None
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
-        msg = re.sub(r"\s*\(at line.*\)", "", str(e))
-        raise InputError(f"{path}:{m.group(1)}" if m else path, int(m.group(2)) if m else 0,
-                         f"not valid TOML ({msg}); fix the syntax there") from None
+    text = read_text(path, "scenario", "check the path")
+    doc = parse_toml(text, path)
     src = _Src(path, text)
+    _shape(doc, src)
     return _build(doc, src, link)
 
 
-def _known(d: dict, allowed, src, table, index):
-    for k in d:
-        if k not in allowed:
-            src.fail(src.line_of(table, index, k), f"unknown key {k!r} in [{table}]; allowed keys: {', '.join(sorted(allowed))}")
+# Every key a scenario table may hold and what its value is (captures/README.md); a [[fault]] holds `kind`
+# and the keys of its kind.
+INT, NUM, TEXT, FLAG, TEXTS, INTS, TABLE = ("an integer (decimal or 0x hex text)", "a number", "a string",
+                                            "true or false", "a list of strings", "a list of integers", "a table")
+_PORT = {"name": TEXT, "guid": INT, "lid": INT, "kind": TEXT, "host": TEXT, "pf": TEXT, "vf": INT, "mac": TEXT,
+         "ip": TEXT, "ip6": TEXT, "vlan": INT, "pcp": INT, "gid": TEXT, "pkeys": INTS, "enforce": FLAG, "mkey": INT}
+_TABLES = {   # table -> (an array of tables, its keys)
+    "scenario": (False, {"name": TEXT, "description": TEXT, "link": TEXT, "seed": INT, "start": NUM,
+                         "latency_us": NUM, "rate_gbps": NUM, "cnp_interval_us": NUM, "ack_delay_us": NUM}),
+    "sm": (False, {"port": TEXT, "sweep": FLAG}),
+    "port": (True, _PORT), "switch": (True, _PORT),
+    "partition": (True, {"name": TEXT, "pkey": INT, "full": TEXTS, "limited": TEXTS, "ipoib": FLAG}),
+    "qp": (True, {"name": TEXT, "type": TEXT, "src": TEXT, "dst": TEXT, "src_qpn": INT, "dst_qpn": INT,
+                  "pkey": INT, "psn": INT, "pmtu": INT, "cm": FLAG, "path_query": FLAG, "ack_every": INT,
+                  "credits": INT, "qkey": INT, "xrc_srq": INT, "retry_cnt": INT, "timeout_us": NUM}),
+    "op": (True, {"qp": TEXT, "kind": TEXT, "size": INT, "count": INT, "at_us": NUM, "interval_us": NUM}),
+    "fault": (True, {"kind": TEXT, "qp": TEXT, "packet": INT, "seen": FLAG, "message": INT, "timer": INT,
+                     "first": INT, "last": INT, "port": TEXT, "target": TEXT, "attribute": TEXT, "pkeys": INTS,
+                     "mkey": INT, "at_us": NUM, "partition": TEXT}),
+    "ipoib": (True, {"src": TEXT, "dst": TEXT, "partition": TEXT, "at_us": NUM, "count": INT}),
+    "expect": (False, {"flow": TABLE, "count": TABLE, "findings": TABLE}),
+}
+_FAULT_KEYS = {"drop": {"qp", "packet", "seen"}, "capture_gap": {"qp", "packet"}, "bad_icrc": {"qp", "packet"},
+               "bad_vcrc": {"qp", "packet"},
+               "rnr": {"qp", "message", "timer"}, "ecn": {"qp", "first", "last"},
+               "smp_set": {"port", "target", "attribute", "pkeys", "mkey", "at_us"}, "rogue_sm": {"port", "at_us"},
+               "pkey_drift": {"port", "at_us"}, "bad_qkey": {"qp"}, "ipoib_join": {"port", "partition", "at_us"}}
+_EXPECT = {"flow": {"messages", "bytes", "drops", "not_captured", "retransmits", "timeout_retries", "nak_retries",
+                    "rnr_retries", "gave_up_after", "naks_psn", "rnr", "bad_icrc"},
+           "count": {"ecn_marked", "cnps", "becn", "traps_256", "traps_257", "traps_258", "violations", "arp",
+                     "icmp", "nodeinfo_get", "portinfo_set", "pkeytable_set"},
+           "findings": {"rule", "severity", "src", "dst", "port", "pkey", "trap", "evidence", "frames"}}
+_IS = {INT: lambda v: isinstance(v, (int, str)) and not isinstance(v, bool),
+       NUM: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), TEXT: lambda v: isinstance(v, str),
+       FLAG: lambda v: isinstance(v, bool), TABLE: lambda v: isinstance(v, (dict, list)),
+       TEXTS: lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+       INTS: lambda v: isinstance(v, list) and all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in v)}
+
+
+def _shape(doc: dict, src: "_Src") -> None:
+    """Every table, key and value type of the scenario is one the format has, or an error at its line naming
+    the closest key: a misspelt key would otherwise be a default silently used."""
+    for name, value in doc.items():
+        if name not in _TABLES:
+            src.fail(src.line_of(name, -1) or key_line(src.text, name), not_a_key(name, _TABLES, "a scenario") +
+                     " (a table name)")
+        many, keys = _TABLES[name]
+        if many != isinstance(value, list) or not all(isinstance(t, dict) for t in (value if many else [value])):
+            src.fail(src.line_of(name, -1) or key_line(src.text, name),
+                     f"{name} must be {'an array of tables [[' + name + ']]' if many else 'a table [' + name + ']'}")
+        for i, table in enumerate(value if many else [value]):
+            idx = i if many else -1
+            kind = table.get("kind") if name == "fault" and isinstance(table.get("kind"), str) else None
+            allowed = keys if name != "fault" else {"kind"} | _FAULT_KEYS.get(kind, set(keys))
+            for k, v in table.items():
+                if k not in allowed:
+                    what = f"a {table['kind']} fault" if name == "fault" and k in keys else f"[{name}]"
+                    src.fail(src.line_of(name, idx, k), not_a_key(k, allowed, what))
+                if not _IS[keys[k]](v):
+                    src.fail(src.line_of(name, idx, k), f"{k} must be {keys[k]}, not {type_name(v)} ({v!r:.60})")
+    _shape_expect(doc.get("expect", {}), src)
+
+
+def _shape_expect(expect: dict, src: "_Src") -> None:
+    """[expect]: ground truth the tests compare with; its keys are checked as the others."""
+    flows, findings = expect.get("flow", {}), expect.get("findings", [])
+    if not isinstance(flows, dict) or not all(isinstance(t, dict) for t in flows.values()) or \
+            not isinstance(expect.get("count", {}), dict) or not isinstance(findings, list) or \
+            not all(isinstance(t, dict) for t in findings):
+        src.fail(src.line_of("expect", -1), "[expect] holds [expect.flow.QP] and [expect.count] tables and "
+                                            "[[expect.findings]]")
+    tables = [(f"expect.flow.{q}", -1, t, "flow") for q, t in flows.items()]
+    tables += [("expect.count", -1, expect.get("count", {}), "count")]
+    tables += [("expect.findings", i, t, "findings") for i, t in enumerate(findings)]
+    for table, idx, body, kind in tables:
+        for k in body:
+            if k not in _EXPECT[kind]:
+                src.fail(src.line_of(table, idx, k), not_a_key(k, _EXPECT[kind], f"[{table}]"))
 
 
 def _build(doc, src: _Src, link_override) -> Scenario:
     from .links import LINKS
-    top_allowed = {"scenario", "sm", "port", "switch", "partition", "qp", "op", "fault", "ipoib", "expect"}
-    for k in doc:
-        if k not in top_allowed:
-            src.fail(src.line_of(k, -1), f"unknown table [{k}]; the tables are {', '.join(sorted(top_allowed))}")
     sc = doc.get("scenario", {})
-    _known(sc, {"name", "description", "link", "seed", "start", "latency_us", "rate_gbps", "cnp_interval_us",
-                "ack_delay_us"}, src, "scenario", -1)
     link = link_override or sc.get("link", "roce2")
     if link not in LINKS:
         src.fail(src.line_of("scenario", -1, "link"), f"link {link!r} is not one of {', '.join(LINKS)}")
     ports: Dict[str, Port] = {}
-    port_keys = {"name", "guid", "lid", "kind", "host", "pf", "vf", "mac", "ip", "ip6", "vlan", "pcp", "gid",
-                 "pkeys", "enforce", "mkey"}
     for i, p in enumerate(doc.get("port", []) + [dict(s, kind="switch") for s in doc.get("switch", [])]):
         table = "port" if i < len(doc.get("port", [])) else "switch"
         idx = i if table == "port" else i - len(doc.get("port", []))
-        _known(p, port_keys, src, table, idx)
         ln = lambda k="": src.line_of(table, idx, k)  # noqa: E731
         for req in ("name", "guid", "lid"):
             if req not in p:
@@ -322,7 +383,6 @@ def _build(doc, src: _Src, link_override) -> Scenario:
 
     parts: Dict[str, Partition] = {}
     for i, p in enumerate(doc.get("partition", [])):
-        _known(p, {"name", "pkey", "full", "limited", "ipoib"}, src, "partition", i)
         for req in ("name", "pkey"):
             if req not in p:
                 src.fail(src.line_of("partition", i), f"[[partition]] number {i + 1} needs a {req!r}")
@@ -336,24 +396,23 @@ def _build(doc, src: _Src, link_override) -> Scenario:
                                      bool(p.get("ipoib", True)), 0xC000 + i + 1)
 
     smd = doc.get("sm", {})
-    _known(smd, {"port", "sweep"}, src, "sm", -1)
     sm = smd.get("port")
     if sm is not None:
         need_port(sm, "sm", -1, "port")
 
-    num = lambda k, default: _float(sc.get(k, default), k, src, src.line_of("scenario", -1, k))  # noqa: E731
+    def num(k, default, hi=math.inf):
+        return _float(sc.get(k, default), k, src, src.line_of("scenario", -1, k), hi)
+
     if num("rate_gbps", 100.0) == 0:
         src.fail(src.line_of("scenario", -1, "rate_gbps"), "rate_gbps 0 is outside 0..inf (a link carries something)")
     scen = Scenario(src.path, sc.get("name", src.path.stem), sc.get("description", ""), link,
                     _int(sc.get("seed", 1), "seed", src, src.line_of("scenario", -1, "seed")),
-                    num("start", 1700000000.0), num("latency_us", 1.0) * 1e-6, num("rate_gbps", 100.0) * 1e9,
+                    num("start", 1700000000.0, LAST_SECOND), num("latency_us", 1.0) * 1e-6,
+                    num("rate_gbps", 100.0) * 1e9,
                     num("cnp_interval_us", 50.0) * 1e-6, num("ack_delay_us", 4.0) * 1e-6,
                     ports, parts, {}, [], [], [], sm, bool(smd.get("sweep", False)), doc.get("expect", {}))
 
-    qp_keys = {"name", "type", "src", "dst", "src_qpn", "dst_qpn", "pkey", "psn", "pmtu", "cm", "path_query",
-               "ack_every", "credits", "qkey", "xrc_srq", "retry_cnt", "timeout_us"}
     for i, q in enumerate(doc.get("qp", [])):
-        _known(q, qp_keys, src, "qp", i)
         ln = lambda k="": src.line_of("qp", i, k)  # noqa: E731
         for req in ("name", "type", "src", "dst"):
             if req not in q:
@@ -390,7 +449,6 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         scen.qps[qp.name] = qp
 
     for i, o in enumerate(doc.get("op", [])):
-        _known(o, {"qp", "kind", "size", "count", "at_us", "interval_us"}, src, "op", i)
         ln = lambda k="": src.line_of("op", i, k)  # noqa: E731
         if o.get("qp") not in scen.qps:
             src.fail(ln("qp"), f"op names qp {o.get('qp')!r}, which no [[qp]] declares")
@@ -427,12 +485,20 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         if kind == "ipoib_join" and f.get("partition") not in parts:
             src.fail(src.line_of("fault", i, "partition"),
                      f"ipoib_join names partition {f.get('partition')!r}, which no [[partition]] declares")
-        if "mkey" in f:
-            f = dict(f, mkey=_int(f["mkey"], "mkey", src, src.line_of("fault", i, "mkey")))
+        for k in ("packet",) if kind in ("drop", "capture_gap", "bad_icrc", "bad_vcrc") else \
+                ("target",) if kind == "smp_set" else ():
+            if k not in f:
+                src.fail(src.line_of("fault", i), f"a {kind} fault needs {k} = ...")
+        if f.get("attribute", "P_KeyTable") not in ("P_KeyTable", "PortInfo"):
+            src.fail(src.line_of("fault", i, "attribute"), f"attribute {f['attribute']!r} must be \"P_KeyTable\" "
+                                                           "or \"PortInfo\"")
+        f = dict(f, **{k: _ranged(f[k], k, lo, hi, src, src.line_of("fault", i, k))
+                       for k, lo, hi in _FAULT_NUMBERS if k in f})
+        if "pkeys" in f:
+            f["pkeys"] = [_ranged(k, "pkey", 0, 0xFFFF, src, src.line_of("fault", i, "pkeys")) for k in f["pkeys"]]
         scen.faults.append(Fault(kind, dict(f), src.line_of("fault", i)))
 
     for i, p in enumerate(doc.get("ipoib", [])):
-        _known(p, {"src", "dst", "partition", "at_us", "count"}, src, "ipoib", i)
         need_port(p.get("src"), "ipoib", i, "src")
         need_port(p.get("dst"), "ipoib", i, "dst")
         part = p.get("partition", "")
