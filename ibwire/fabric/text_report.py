@@ -5,6 +5,10 @@ def _g(v) -> str:
     return "-" if v is None else f"0x{v:016x}"
 
 
+def _lid(v) -> str:
+    return "-" if v is None else str(v)
+
+
 def _pk(k: int) -> str:
     return f"0x{k:04x}({'full' if k & 0x8000 else 'limited'})"
 
@@ -28,15 +32,20 @@ def render(view: dict) -> str:
     lines.append("\nSubnet manager")
     if sm["master"]:
         m = sm["master"]
-        lines.append(f"  master {_g(m['guid'])} lid {m['lid']} priority {m['priority']} "
+        lines.append(f"  master {_g(m['guid'])} lid {_lid(m['lid'])} priority {m['priority']} "
                      f"activity {m['actcount']} (SMInfo, frame {m['frame']})")
     elif sm["master_lid"]:
         lines.append(f"  master at lid {sm['master_lid']} (PortInfo.MasterSMLID; no SMInfo seen)")
     else:
         lines.append("  none seen")
+    rogues = {s["guid"] for s in sm.get("rogues", ())}
     for s in sm["seen"]:
-        if s is not sm["master"]:
-            lines.append(f"  {s['state'].lower()} {_g(s['guid'])} lid {s['lid']} priority {s['priority']}")
+        if s is sm["master"]:
+            continue
+        what = "ROGUE" if s["guid"] in rogues else s["state"].lower()
+        why = "; claims MASTER, outranked by the master" if s["guid"] in rogues else ""
+        lines.append(f"  {what} {_g(s['guid'])} lid {_lid(s['lid'])} priority {s['priority']} (SMInfo, frame "
+                     f"{s['frame']}{why})")
     lines.append(f"\nLinks ({len(view['links'])})")
     for lk in view["links"]:
         a, b = lk["a"], lk["b"]

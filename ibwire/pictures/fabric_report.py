@@ -22,10 +22,13 @@ def render(view: dict) -> str:
         sm_text = f"master SM at LID {sm['master_lid']} (PortInfo.MasterSMLID; no SMInfo seen)"
     else:
         sm_text = "no master SM seen"
+    for r in sm.get("rogues", ()):
+        sm_text += (f"; rogue SM: port {r['guid']:#018x}, LID {r['lid']}, priority {r['priority']} claims MASTER "
+                    f"(SMInfo in frame {r['frame']}) but is outranked")
     body = [f"<p>{esc(view['capture'])}: {view['mads']} MADs, {view['smps']} SMPs; {len(view['nodes'])} nodes, "
             f"{len(view['links'])} links; <span id='sm'>{esc(sm_text)}</span>.</p>",
             "<h2>Topology</h2><p class='note'>Red: trained below what both ends enable (degraded). Orange, dashed: "
-            "below what both ends support. Ringed: the master SM's node.</p>", topology_svg(view),
+            "below what both ends support. Ringed: the master SM's node; a rogue SM (claims MASTER, outranked) is badged red.</p>", topology_svg(view),
             "<h2>Links</h2><table id='links'><tr><th>end A</th><th>end B</th><th>active</th><th>both support</th>"
             "<th>both enable</th><th>state</th></tr>"]
     for lk in view["links"]:
