@@ -124,6 +124,8 @@ class Printer:
         data = np.isin(rec["link"][rows], DATA) if self.records_answer else np.zeros(len(rows), bool)
         sa = ((rec["flags"][rows] & R.F_MAD) > 0) & (rec["mad_class"][rows] == RMPP_CLASS)
         data &= ~sa                      # SA transfers span frames (RMPP): reassembled from the full decode
+        if self.fmt == "text":           # IPoIB: summarised by what it carries, from the full decode
+            data &= (rec["flags"][rows] & R.F_IPOIB) == 0
         prog_of = np.zeros(len(rows), np.int32)
         programs = []
         idx = np.flatnonzero(data)
