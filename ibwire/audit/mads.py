@@ -2,8 +2,8 @@
 
 SMPs (IBA 13.5.3 methods): GetResp NodeInfo / PortInfo over the same directed route tie port GUIDs to
 LIDs (IBA 14.2.2: the InitialPath of a directed route), P_KeyTable GetResp sent to the master SM give the
-programmed tables (14.2.5.7), SMInfo gives SM claims (14.2.5.13; the master is the claim winning the election, fabric/sm.py), and so does PortInfo's
-CapabilityMask.IsSM (14.2.5.6) in a GetResp or in trap 144 (a port's capability mask changed); SubnSet
+programmed tables (14.2.5.7), SMInfo gives SM claims (14.2.5.13; the master is the claim winning the
+election, fabric/sm.py), and so does PortInfo's CapabilityMask.IsSM (14.2.5.6) in a GetResp or in trap 144 (a port's capability mask changed); SubnSet
 senders are kept for the SM rules; traps 256-259 (14.2.5.1, Table 118) and SA MCMemberRecord joins with
 their answers (15.2.5.17).
 """

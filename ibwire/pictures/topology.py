@@ -1,9 +1,10 @@
 """The subnet of a `fabric_view()` drawn as layered SVG: CAs at the bottom, the switches they hang off above
 them, further switch tiers on top; each link labelled with its active width and speed; degraded links
 (below what both ends enable) red, links below what both ends support orange and dashed; the master SM's
-node ringed and badged, a rogue SM's (a MASTER claim losing the election, fabric/sm.py) badged red.  Optional colours per port GUID (tenants in the audit report).  A subnet of more than
-MAX_CAS CAs draws the CAs cabled to one switch only as one box per switch ("24 CAs"), its link red or
-orange when any of theirs is; the tables beside the picture keep every link."""
+node ringed and badged, a rogue SM's (a MASTER claim losing the election, fabric/sm.py) badged red.
+Optional colours per port GUID (tenants in the audit report).  A subnet of more than MAX_CAS CAs draws the
+CAs cabled to one switch only as one box per switch ("24 CAs"), its link red or orange when any of theirs
+is; the tables beside the picture keep every link."""
 from collections import Counter, defaultdict
 from typing import Dict, Optional, Tuple
 
