@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 import json
 
+from ..analysis.report import plural
 from .findings import SEVERITIES
 from .identity import NO_TENANT, policy_port
 from .result import Result
@@ -65,7 +66,8 @@ def to_markdown(res: Result, fail_on: str) -> str:
     d = as_dict(res, fail_on)
     names = d["tenants"]
     out = [f"# Isolation audit: {d['verdict']}", "",
-           f"{d['packets']} IB/RoCE packets in {d['frames']} frames; worst finding: {d['worst'] or 'none'} "
+           f"{plural(d['packets'], 'IB/RoCE packet')} in {plural(d['frames'], 'frame')}; worst finding: "
+           f"{d['worst'] or 'none'} "
            f"(fail on {fail_on}).", ""] + ([f"**{d['scope']}**", ""] if d["scope"] else []) + [
            "| from \\ to | " + " | ".join(names) + " |",
            "|---" * (len(names) + 1) + "|"]
@@ -94,13 +96,15 @@ def _filters(w: dict) -> list:
 
 
 def print_terminal(res: Result, fail_on: str, console=None) -> None:
-    from rich.console import Console
     from rich.table import Table
-    console = console or Console()
+
+    from ..analysis.report import console as text_console
+    console = console or text_console()
     verdict = res.verdict(fail_on)
     colour = "bold green" if verdict == "PASS" else "bold yellow" if verdict.startswith("PASS") else "bold red"
     console.print(f"[{colour}]{verdict}[/]  "
-                  f"{res.audit.packets} packets, {len(res.findings)} findings, worst: {res.worst() or 'none'} "
+                  f"{plural(res.audit.packets, 'packet')}, {plural(len(res.findings), 'finding')}, "
+                  f"worst: {res.worst() or 'none'} "
                   f"(fail on {fail_on})")
     if res.display_filter:
         console.print(f"[bold yellow]{scope(res)}[/]", highlight=False, soft_wrap=True)
@@ -148,7 +152,8 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
              f"<style>{_CSS}</style></head><body>",
              f"<h1>Isolation audit: <span class='{_verdict_class(d['verdict'])}' id='verdict'>{e(d['verdict'])}"
              "</span></h1>",
-             f"<p>{d['packets']} IB/RoCE packets in {d['frames']} frames; {len(d['findings'])} findings; worst: "
+             f"<p>{plural(d['packets'], 'IB/RoCE packet')} in {plural(d['frames'], 'frame')}; "
+             f"{plural(len(d['findings']), 'finding')}; worst: "
              f"{e(str(d['worst'] or 'none'))}; fails on {e(fail_on)} or worse.</p>",
              f"<p id='scope'><strong>{e(d['scope'])}</strong></p>" if d["scope"] else "",
              "<p class='legend'>" + "".join(f"<span style='background:{COLOURS[s]}'>{s or 'clean'}</span>"
@@ -191,7 +196,7 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
     parts.append("</table>")
     if d["unnamed_endpoints"]:
         parts.append("<h2>Endpoints that belong to no tenant</h2><ul>" + "".join(
-            f"<li>{e(k)}: {v} packets</li>" for k, v in sorted(d["unnamed_endpoints"].items())) + "</ul>")
+            f"<li>{e(k)}: {plural(v, 'packet')}</li>" for k, v in sorted(d["unnamed_endpoints"].items())) + "</ul>")
     parts.append(_frame_details(res, summaries))
     parts.append("</body></html>")
     return "".join(parts)

@@ -1,4 +1,5 @@
 """Plain-text rendering of `fabric_view()` for people: one section per kind of fact."""
+from ..analysis.report import plural
 
 
 def _g(v) -> str:
@@ -14,7 +15,7 @@ def _pk(k: int) -> str:
 
 
 def render(view: dict) -> str:
-    lines = [f"{view['capture']}: {view['mads']} MADs, {view['smps']} SMPs"]
+    lines = [f"{view['capture']}: {plural(view['mads'], 'MAD')}, {plural(view['smps'], 'SMP')}"]
     names = {n["guid"]: n["description"] or _g(n["guid"]) for n in view["nodes"]}
     lines.append(f"\nNodes ({len(view['nodes'])})")
     for n in view["nodes"]:
