@@ -128,7 +128,7 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
             console.print(f"    [dim]wireshark {label}:[/] {text}", highlight=False, soft_wrap=True)
 
 
-_CSS = """
+_CSS = """table,pre{display:block;max-width:100%;overflow-x:auto}
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}h1 .PASS{color:#1b5e20}h1 .FAIL{color:#b71c1c}h1 .PARTIAL{color:#9a6700}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:.35em .6em;font-size:.9em;
 vertical-align:top}th{background:#f1f1f1}.grid td{text-align:center;min-width:7em}.sev{font-weight:bold}
