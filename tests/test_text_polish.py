@@ -37,7 +37,7 @@ def test_stats_rate_has_three_significant_figures_as_tshark_counts(public_dir, t
     times = subprocess.run([tshark, "-r", path, "-T", "fields", "-e", "frame.time_relative"], capture_output=True,
                            text=True, check=True).stdout.split()
     rate = len(times) / float(times[-1])                  # 43 packets over 250.57 s
-    line = next(l for l in _ibwire("stats", path).splitlines() if "packets/s" in l)
+    line = next(s for s in _ibwire("stats", path).splitlines() if "packets/s" in s)
     assert line.split("│")[2].strip() == f"{rate:.3g}" == "0.172"
 
 

@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from ..analysis.report import label, plural
+from ..analysis.report import label as worded, plural
 from . import series as S
 from .ladder import choose, ladder
 from ..errors import UserError
@@ -120,7 +120,7 @@ def _histogram(title: str, kind: str, samples_s: np.ndarray, conv_no, analysis: 
 def _table(rows: List[dict]) -> str:
     keys = ("conversation", "transport", "a", "qpn_a", "b", "qpn_b", "p_key", "packets", "payload_bytes", "drops",
             "retransmissions", "out_of_order", "naks", "rnr_naks", "bad_icrc", "ack p50/p99 µs")
-    out = ["<table id='conversations'><tr>" + "".join(f"<th>{esc(label(k))}</th>" for k in keys) + "</tr>"]
+    out = ["<table id='conversations'><tr>" + "".join(f"<th>{esc(worded(k))}</th>" for k in keys) + "</tr>"]
     for r in rows:
         lat = r.get("ack_latency_us")
         vals = {**r, "packets": r["packets_a_to_b"] + r["packets_b_to_a"],
