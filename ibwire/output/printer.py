@@ -80,6 +80,7 @@ class Printer:
                 self.records_answer = False
         self.header = header
         self.rmpp = None
+        self.echo = None          # summary.EchoPairs of text output
 
     def start(self) -> bytes:
         if self.fmt == "json":
@@ -183,7 +184,8 @@ class Printer:
             self.rmpp = self.rmpp or RmppTracker()
             self.rmpp.feed(d)
         if self.fmt == "text":
-            return compile_parts(summary.detail_parts(d, self._time_part()))
+            self.echo = self.echo or summary.EchoPairs()
+            return compile_parts(summary.detail_parts(d, self._time_part(), self.echo.note(d.flat, d.frame.number)))
         if self.fmt in ("json", "jsonl"):
             obj = json_safe(d.to_json(), "")
             obj["time"] = 0

@@ -180,10 +180,35 @@ def _addresses(f) -> Tuple[str, str]:
     return "", ""
 
 
-def detail_parts(d, time_part) -> list:
+def detail_parts(d, time_part, note: str = "") -> list:
     src, dst, proto, info = detail_info(d)
     return [("udec", "frame", 0, NUMBER_WIDTH), " ", time_part, head(src, dst, proto), ("udec", "len"),
-            f"  {info}\n"]
+            f"  {info}{note}\n"]
+
+
+ECHO = (("icmp", 8, 0, "icmp.ident", "icmp.seq"),
+        ("icmpv6", 128, 129, "icmpv6.echo.identifier", "icmpv6.echo.sequence_number"))
+
+
+class EchoPairs:
+    """tshark's ` (request in N)` after an echo reply (packet-icmp.c, packet-icmpv6.c: requests and replies
+    matched by addresses, identifier and sequence number), for requests this run has decoded."""
+
+    def __init__(self):
+        self.requests = {}
+
+    def note(self, f: dict, number: int) -> str:
+        for proto, request, reply, ident, seq in ECHO:
+            kind = f.get(f"{proto}.type")
+            if kind not in (request, reply) or ident not in f:
+                continue
+            src, dst = _addresses(f)
+            if kind == request:
+                self.requests[(proto, src, dst, f[ident], f[seq])] = number
+                return ""
+            asked = self.requests.get((proto, dst, src, f[ident], f[seq]))
+            return f" (request in {asked})" if asked else ""
+        return ""
 
 
 def time_part(mode: str, decimals: int) -> Optional[tuple]:
