@@ -31,7 +31,9 @@ ENCAP: Dict[str, str] = {
     **_group("arp", UINT, "hw.type", "proto.type", "hw.size", "proto.size", "opcode"),
     **_group("arp", BYTES, "src.hw", "dst.hw"), **_group("arp", MAC, "src.hw_mac", "dst.hw_mac"),
     **_group("arp", IPV4, "src.proto_ipv4", "dst.proto_ipv4"),
-    **_group("icmp", UINT, "type", "code"),
+    **_group("icmp", UINT, "type", "code", "ident", "seq"),
+    **_group("icmpv6", UINT, "type", "code", "echo.identifier", "echo.sequence_number", "nd.na.flag.r",
+             "nd.na.flag.s", "nd.na.flag.o"), **_group("icmpv6", IPV6, "nd.ns.target_address", "nd.na.target_address"),
     **_group("tcp", UINT, "srcport", "dstport", "port", "seq", "ack", "flags", "window_size_value"),
     **_group("sll", UINT, "pkttype", "hatype", "halen", "etype"),
     # ibwire's own, in the same style: CRC verdicts, the encapsulation kind, RoCE payload length

@@ -77,3 +77,35 @@ def self_contained(text: str) -> bool:
     """No script, stylesheet link, import or reference that would fetch anything."""
     return not re.search(r"<script|<link|@import|<iframe|<img|(src|href)\s*=\s*['\"]?(https?:|//|file:)|url\((?!#)", text,
                          re.I)
+
+
+WIDTH_PROBE = r"""<script>
+addEventListener('load', () => {
+  const d = document.documentElement, wide = [];
+  for (const e of document.body.querySelectorAll('*')) {
+    const r = e.getBoundingClientRect();
+    const clipped = e.parentElement && e.parentElement.closest('table, svg') !== null;   // scrolls or scales inside
+    if (r.right > d.clientWidth + 1 && !clipped) wide.push(e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + ' ' + Math.round(r.right));
+  }
+  const pre = document.createElement('pre');
+  pre.id = 'probe';
+  pre.textContent = JSON.stringify({scrollWidth: d.scrollWidth, clientWidth: d.clientWidth, wide: wide.slice(0, 20)});
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def page_width(page: Path, tmp: Path, width: int = 1280) -> dict:
+    """How wide `page` lays out in a `width`-pixel window: the document's scrollWidth and the elements
+    reaching past the window's right edge."""
+    text = page.read_text(encoding="utf-8")
+    probe = tmp / (page.stem + ".width.html")
+    probe.write_text(text.replace("</body>", WIDTH_PROBE + "</body>"), encoding="utf-8")
+    r = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                        "--disable-dev-shm-usage", f"--window-size={width},900",
+                        f"--user-data-dir={tmp / 'chromium-profile'}", "--virtual-time-budget=5000",
+                        "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
+    m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
+    assert m, f"the page did not render in chromium: {r.stderr[-500:]}"
+    return json.loads(html.unescape(m.group(1)))

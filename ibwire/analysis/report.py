@@ -2,6 +2,7 @@
 import csv
 import io
 import json
+import os
 import sys
 from contextlib import contextmanager
 from typing import Dict, List
@@ -52,13 +53,51 @@ def _seconds(v: float) -> str:
     return f"{v * 1e3:.3f} ms" if v >= 1e-3 else f"{v * 1e6:.1f} µs"
 
 
+def rate(v: float) -> str:
+    """A rate to three significant figures, thousands grouped (65 packets in 187.7 s: 0.346)."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def plural(n: int, noun: str) -> str:
+    """`1 packet`, `2 packets`, `1,000 packets`."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+_WORDS = {"icrc": "ICRC", "vcrc": "VCRC", "qp": "QP", "qpn": "QPN", "mad": "MAD",
+          "ecn": "ECN", "ce": "CE", "cnp": "CNP", "cnps": "CNPs", "fecn": "FECN", "becn": "BECN", "nak": "NAK",
+          "naks": "NAKs", "rnr": "RNR", "psn": "PSN", "roce": "RoCE", "udp": "UDP", "ud": "UD", "rc": "RC",
+          "uc": "UC", "mads": "MADs", "smps": "SMPs", "gid": "GID", "lid": "LID", "ib": "IB"}
+
+
+def label(key: str) -> str:
+    """A record key as a worded label: `p_key` P_Key, `icrc_good` ICRC good, `packets_per_s` packets/s."""
+    key = key.replace("_per_s", "/s").removesuffix("_s").replace("p_key", "P_Key")
+    return " ".join(_WORDS.get(w, w) for w in key.replace("P_Key", "P\0Key").split("_")).replace("\0", "_")
+
+
+def console():
+    """A rich Console for people: the terminal's width (COLUMNS honoured; rich wraps at word boundaries); piped
+    with no COLUMNS, lines are never wrapped, as tshark's."""
+    from rich.console import Console
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return Console(width=int(cols))
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=UNWRAPPED, soft_wrap=True)
+
+
+UNWRAPPED = 100_000        # a piped line's width: no table or line is ever that wide, so none wraps
+LONGEST_WORD = 24          # a longer word (a GID, a path) may still be folded to fit a terminal
+
+
 def _cell(v, key=""):
     """A value as a person reads it: rates and durations with units, big numbers grouped."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         if key.endswith("bits_per_s"):
             return _si(float(v), "b/s")
         if key.endswith("packets_per_s") or key == "pps":
-            return f"{v:,.0f}"
+            return rate(float(v))
         if key.endswith("duration_s") or key.endswith("_s") and isinstance(v, float):
             return _seconds(float(v))
     if isinstance(v, float):
@@ -92,33 +131,38 @@ def write_csv(sections: Dict[str, List[dict]], out=None):
 
 
 def write_tables(sections: Dict[str, List[dict]], title_of=None, limit: int = 0):
-    from rich.console import Console
+    """One rich table per section; a `summary` section (one record by nature) as label / value lines."""
     from rich.table import Table
-    # On a terminal rich fits the window; piped into a file or pager, wide rows stay on one line.
-    console = Console() if sys.stdout.isatty() else Console(width=220)
+    out = console()
     for name, rows in sections.items():
         if not rows:
             continue
         shown = rows[:limit] if limit else rows
-        if len(shown) == 1 and len(shown[0]) > 4:      # one record reads better as key / value lines
-            t = Table(title=(title_of or {}).get(name, name.replace("_", " ")), title_justify="left",
-                      show_header=False)
+        title = (title_of or {}).get(name, label(name))
+        if name == "summary" and len(shown) == 1:
+            t = Table(title=title, title_justify="left", show_header=False)
             t.add_column("")
             t.add_column("", justify="right", overflow="fold")
             for k, v in shown[0].items():
-                t.add_row(k.replace("_", " "), _cell(v, k))
-            console.print(t)
+                t.add_row(label(k), _cell(v, k))
+            out.print(t)
             continue
-        t = Table(title=(title_of or {}).get(name, name.replace("_", " ")), title_justify="left")
+        t = Table(title=title, title_justify="left")
         cols = list(dict.fromkeys(k for r in shown for k in r))
-        for c in cols:
-            t.add_column(c.replace("_", " "), overflow="fold",
+        cells = [[_cell(r.get(c), c) for c in cols] for r in shown]
+        # a column no narrower than its longest word, so lines wrap between words, where the terminal has room
+        words = [min(LONGEST_WORD, max(len(w) for text in [label(c)] + [row[i] for row in cells]
+                                       for w in text.split() or [""])) for i, c in enumerate(cols)]
+        if sum(words) + 3 * len(cols) + 1 > out.width:
+            words = [None] * len(cols)              # no room: words are folded rather than columns cut off
+        for c, w in zip(cols, words):
+            t.add_column(label(c), overflow="fold", min_width=w,
                          justify="right" if isinstance(shown[0].get(c), (int, float)) else "left")
-        for r in shown:
-            t.add_row(*[_cell(r.get(c), c) for c in cols])
-        console.print(t)
+        for row in cells:
+            t.add_row(*row)
+        out.print(t)
         if limit and len(rows) > limit:
-            console.print(f"[dim]… {len(rows) - limit} more rows (use --format json or csv for all)[/dim]")
+            out.print(f"[dim]… {plural(len(rows) - limit, 'more row')} (use --format json or csv for all)[/dim]")
 
 
 def render(sections: Dict[str, List[dict]], fmt: str, whole=None, limit: int = 0):

@@ -16,6 +16,7 @@ from ..fast import scan
 from ..fast.split import MIN_SPAN, processes, spans
 from ..fast.walk import SpanContextLost
 from .hashing import group_rows
+from .report import plural
 
 MAD_CLASSES = {0x01: "SubnMgt (LID routed)", 0x81: "SubnMgt (directed route)", 0x03: "SubnAdm", 0x04: "PerfMgt",
                0x05: "BM", 0x06: "DevMgt", 0x07: "CM", 0x08: "SNMP", 0x21: "CongestionMgt"}
@@ -197,7 +198,7 @@ class Stats:
         if cnt.get("rnr_nak"):
             hints.append(f"{cnt['rnr_nak']} RNR NAKs: receivers ran out of posted receives")
         if cnt.get("truncated"):
-            hints.append(f"{cnt['truncated']} packets cut short by the capture snap length")
+            hints.append(f"{plural(cnt['truncated'], 'packet')} cut short by the capture snap length")
         if cnt.get("time_went_backwards"):
             hints.append(f"timestamps go backwards {cnt['time_went_backwards']} times: capture reordered or merged")
         if cnt.get("icrc_bad") or cnt.get("vcrc_bad"):

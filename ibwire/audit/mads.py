@@ -2,8 +2,8 @@
 
 SMPs (IBA 13.5.3 methods): GetResp NodeInfo / PortInfo over the same directed route tie port GUIDs to
 LIDs (IBA 14.2.2: the InitialPath of a directed route), P_KeyTable GetResp sent to the master SM give the
-programmed tables (14.2.5.7), SMInfo gives SM claims (14.2.5.13), and so does PortInfo's
-CapabilityMask.IsSM (14.2.5.6) in a GetResp or in trap 144 (a port's capability mask changed); SubnSet
+programmed tables (14.2.5.7), SMInfo gives SM claims (14.2.5.13; the master is the claim winning the
+election, fabric/sm.py), and so does PortInfo's CapabilityMask.IsSM (14.2.5.6) in a GetResp or in trap 144 (a port's capability mask changed); SubnSet
 senders are kept for the SM rules; traps 256-259 (14.2.5.1, Table 118) and SA MCMemberRecord joins with
 their answers (15.2.5.17).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..fabric.sm import elect
 from .fields import as_int, first_of, gid_text
 from .state import FabricState
 
@@ -31,6 +32,7 @@ class MadObserver:
         self.is_sm: list = []             # (frame, port GUID or None, LID or None): CapabilityMask.IsSM set
         self.dr_root: Optional[int] = None    # port GUID answering NodeInfo over the empty path
         self._dr_ports: dict = {}         # DR path -> port GUID (NodeInfo seen over that path)
+        self._sminfo: dict = {}           # port GUID -> its last SMInfo (state, priority) for the election
 
     def feed(self, number: int, flat: dict, mclass: int) -> None:
         method = as_int(flat.get("mad.method")) or 0
@@ -115,8 +117,10 @@ class MadObserver:
             st = as_int(first_of(flat, "sminfo.smstate"))
             if guid and st is not None:
                 self.wire.sm_claims.setdefault(guid, set()).add((SM_STATES.get(st, str(st)), number))
-                if st == 3:
-                    self.wire.master_sm = self.wire.master_sm or guid
+                self._sminfo[guid] = {"guid": guid, "state": SM_STATES.get(st, str(st)),
+                                      "priority": as_int(first_of(flat, "sminfo.priority")) or 0}
+                master, _ = elect(list(self._sminfo.values()))
+                self.wire.master_sm = master["guid"] if master else self.wire.master_sm
 
     def _responder(self, path: str, lid: Optional[int]) -> Optional[int]:
         """Port GUID of a GetResp's sender: NodeInfo seen over the same route, else the port holding its LID."""

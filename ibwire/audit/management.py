@@ -3,7 +3,8 @@
                        LID: from the route's root port, the one answering NodeInfo over the empty path) [breach];
                        [attempt] when every such Set was refused: its target sent trap 256 (bad M_Key) naming
                        the sender's LID, method and attribute (IBA 13.5.3, 14.2.5.1)
-  multiple-master-sm   more than one port claims SMState MASTER; the first claim is the master (14.2.5.13) [breach]
+  multiple-master-sm   more than one port claims SMState MASTER; the master is the claim winning the election
+                       (highest priority, then lowest GUID: 14.4.1.2, fabric/sm.py), the others are rogues [breach]
   sm-capable-port      a port other than the master SM's sets PortInfo:CapabilityMask.IsSM (14.2.5.6; in a
                        GetResp or trap 144): it claims to host an SM [attempt on a tenant's port, else warning]
   trap                 P_Key / Q_Key / M_Key violation trap 256-259 sent to the SM, offender decoded

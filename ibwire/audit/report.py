@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 import json
 
+from ..analysis.report import plural
 from ..output.escape import printable
 from .findings import SEVERITIES, severity_rank
 from .identity import NO_TENANT, policy_port
@@ -132,8 +133,9 @@ def to_markdown(res: Result, fail_on: str) -> str:
     d = as_dict(res, fail_on)
     names = d["tenants"]
     out = [f"# Isolation audit: {d['verdict']}", "",
-           f"{d['packets']} IB/RoCE packets in {d['frames']} frames; worst finding: {d['worst'] or 'none'} "
-           f"(fail on {fail_on}).", "", checks_text(d["checks"]), ""] + ([f"**{d['scope']}**", ""] if d["scope"] else [])
+           f"{plural(d['packets'], 'IB/RoCE packet')} in {plural(d['frames'], 'frame')}; worst finding: "
+           f"{d['worst'] or 'none'} (fail on {fail_on}).", "", checks_text(d["checks"]), ""] + \
+        ([f"**{d['scope']}**", ""] if d["scope"] else [])
     out += _markdown_grid(res, names) if len(names) <= GRID_MAX else _markdown_pairs(res)
     out += ["", "## Findings", ""]
     if not d["findings"]:
@@ -176,20 +178,22 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
     """The verdict, the tenant matrix and the findings for a terminal: every text from the inputs (tenant
     names, descriptions, filters) goes out as rich Text with its control characters escaped, never as
     markup, so a tenant named '[/bold]' or holding an escape sequence prints as written."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
-    console = console or Console()
+
+    from ..analysis.report import console as text_console
+    console = console or text_console()
     verdict = res.verdict(fail_on)
     colour = "bold green" if verdict == "PASS" else "bold yellow" if verdict.startswith("PASS") else "bold red"
-    console.print(Text.assemble((printable(verdict), colour), f"  {res.audit.packets} packets, {len(res.findings)} "
-                                f"findings, worst: {res.worst() or 'none'} (fail on {fail_on})"))
+    console.print(Text.assemble((printable(verdict), colour),
+                                f"  {plural(res.audit.packets, 'packet')}, {plural(len(res.findings), 'finding')}, "
+                                f"worst: {res.worst() or 'none'} (fail on {fail_on})"))
     if res.display_filter:
         console.print(Text(printable(scope(res)), style="bold yellow"), soft_wrap=True)
     if res.evidence.other:
         rest = ", ".join(f"{printable(p)} {n}" for p, n in sorted(res.evidence.out_of_scope.items(),
                                                                    key=lambda kv: -kv[1]))
-        console.print(Text(f"{res.evidence.other} frames out of scope (not InfiniBand or RoCE: {rest})"))
+        console.print(Text(f"{plural(res.evidence.other, 'frame')} out of scope (not InfiniBand or RoCE: {rest})"))
     checks = res.checks()
     if checks["not_run"]:
         console.print(Text(checks_text(checks), style="yellow"), soft_wrap=True)
@@ -227,7 +231,7 @@ def _print_pairs(res: Result, console) -> None:
                                     (f"{p} packets / {by} bytes" + (f" {w}" if w else ""), RICH[w])), soft_wrap=True)
 
 
-_CSS = """
+_CSS = """table,pre{display:block;max-width:100%;overflow-x:auto}
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}h1 .PASS{color:#1b5e20}h1 .FAIL{color:#b71c1c}h1 .PARTIAL{color:#9a6700}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:.35em .6em;font-size:.9em;
 vertical-align:top}th{background:#f1f1f1}.grid td{text-align:center;min-width:7em}.sev{font-weight:bold}
@@ -251,7 +255,8 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
              f"<style>{_CSS}</style></head><body>",
              f"<h1>Isolation audit: <span class='{_verdict_class(d['verdict'])}' id='verdict'>{e(d['verdict'])}"
              "</span></h1>",
-             f"<p>{d['packets']} IB/RoCE packets in {d['frames']} frames; {len(d['findings'])} findings; worst: "
+             f"<p>{plural(d['packets'], 'IB/RoCE packet')} in {plural(d['frames'], 'frame')}; "
+             f"{plural(len(d['findings']), 'finding')}; worst: "
              f"{e(str(d['worst'] or 'none'))}; fails on {e(fail_on)} or worse.</p>",
              f"<p id='scope'><strong>{e(d['scope'])}</strong></p>" if d["scope"] else "",
              f"<p id='checks'>{e(checks_text(d['checks']))}</p>",
@@ -287,7 +292,7 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
     parts.append("</table>")
     if d["unnamed_endpoints"]:
         parts.append("<h2>Endpoints that belong to no tenant</h2><ul>" + "".join(
-            f"<li>{e(k)}: {v} packets</li>" for k, v in sorted(d["unnamed_endpoints"].items())) + "</ul>")
+            f"<li>{e(k)}: {plural(v, 'packet')}</li>" for k, v in sorted(d["unnamed_endpoints"].items())) + "</ul>")
     parts.append(_frame_details(res, summaries))
     parts.append("</body></html>")
     return "".join(parts)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import InputError, UserError
+from ..fabric.sm import elect
 from ..inputfile import not_a_key, parse_json, read_text, type_name
 
 
@@ -138,10 +139,10 @@ def from_fabric_json(path: str) -> FabricState:
             ps.pkeys = [v for v in (_int(x) for x in p.get("pkeys") or []) if v and v & 0x7FFF]
             ps.pkey_source = src + f" ({p['pkeys_last']} in frame {p.get('pkeys_frame')})"
     sm = doc.get("sm") or {}
-    masters = sorted((s for s in sm.get("seen") or [] if isinstance(s, dict) and s.get("state") == "MASTER"),
-                     key=lambda s: s.get("frame") or 0)
-    if masters:
-        st.master_sm = _int(masters[0].get("guid"))
+    master, _ = elect([{"guid": _int(s.get("guid")), "state": s.get("state"), "priority": _int(s.get("priority")) or 0}
+                       for s in sm.get("seen") or [] if isinstance(s, dict) and _int(s.get("guid")) is not None])
+    if master:
+        st.master_sm = master["guid"]
     elif sm.get("master_lid") is not None:
         who = st.by_lid(_int(sm["master_lid"]))
         st.master_sm = who[0].guid if len(who) == 1 else None

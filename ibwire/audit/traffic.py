@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..analysis.report import plural
 from .fields import as_int
 from .findings import EVIDENCE_FRAMES, Finding
 from .identity import NO_TENANT, Identities, Side, sides
@@ -171,7 +172,7 @@ def _pairwise(rule, fl, back, ends, text) -> Finding:
     a, b = ends
     frames = fl.frames + (back.frames if back else [])
     sev = "breach" if back is not None else "attempt"
-    text += f" ({fl.packets} packets" + (f", {back.packets} answered back)" if back else ", none answered)")
+    text += f" ({plural(fl.packets, 'packet')}" + (f", {back.packets} answered back)" if back else ", none answered)")
     return Finding(rule, sev, text, sorted(frames)[:EVIDENCE_FRAMES], (a.tenant, b.tenant),
                    src=a.guid, dst=b.guid, pkey=fl.pkey, ends=(fl.src, fl.dst))
 

@@ -1,11 +1,26 @@
 """The typer application every command module registers itself on; `--version`, `-h` and shell
 completion (`--install-completion` / `--show-completion`, typer's, for bash, zsh and fish); the capture
 arguments the reading commands share (positional or tshark's `-r`)."""
+import inspect
 from typing import List, Optional
 
 import typer
 
-app = typer.Typer(
+class Typer(typer.Typer):
+    """typer.Typer whose commands' help flows as sentences: rich help keeps a docstring's line breaks, which
+    split a sentence wherever the source wrapped it, so they are joined (blank-line paragraphs stay)."""
+
+    def command(self, *args, **kwargs):
+        register = super().command(*args, **kwargs)
+
+        def flowing(f):
+            if f.__doc__:
+                f.__doc__ = "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(f.__doc__).split("\n\n"))
+            return register(f)
+        return flowing
+
+
+app = Typer(
     name="ibwire",
     help="See what RDMA hides: capture, decode, analyse and audit InfiniBand and RoCE traffic.",
     no_args_is_help=True,
@@ -33,6 +48,7 @@ def read_file_option(several: bool = False):
     return typer.Option(None, "-r", "--read-file", help="the capture, as tshark -r" + (" (repeatable)" if several else ""))
 
 
+TOP = 20                # rows of a table on a terminal (`stats --top`, `flows --top`)
 NO_CAPTURE = "name a capture file, as an argument or with -r"
 
 

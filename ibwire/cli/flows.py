@@ -4,7 +4,7 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from .app import app, capture_source, read_file_option
+from .app import TOP, app, capture_source, read_file_option
 
 
 def _table_row(r: dict) -> dict:
@@ -62,7 +62,9 @@ def flows(
     display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter",
                                                  help="only packets matching, e.g. 'bth.p_key == 0x8001'"),
     qp: Optional[str] = typer.Option(None, "--qp", help="only conversations using this QP number"),
-    top: int = typer.Option(0, "--top", help="only the N conversations with the most bytes"),
+    top: Optional[int] = typer.Option(None, "--top", show_default=False,
+                                      help="only the N conversations with the most bytes, in every format and the "
+                                           f"report (without it: {TOP} rows of the table on a terminal; 0 = all)"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRCs (a bad one counts as a drop)"),
     jobs: int = typer.Option(0, "--jobs", "-j", help="threads decoding parts of the file (0 = one per CPU "
                                                      "for captures of 64 MiB and more); the result is the same"),
@@ -99,7 +101,8 @@ def flows(
                      _qp(ladder, "--ladder") if ladder is not None else None, icrc, mask)
     if fmt == "table":
         rows_t = [_table_row(r) for r in rows]
-        render({"conversations": rows_t, "problems": [{"problem": p} for p in res["problems"]]}, fmt)
+        render({"conversations": rows_t, "problems": [{"problem": p} for p in res["problems"]]}, fmt,
+               limit=TOP if top is None else top)
         _failures(rows)
     else:
         render({"conversations": rows}, fmt, whole={"conversations": rows, "problems": res["problems"]})

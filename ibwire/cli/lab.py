@@ -5,9 +5,9 @@ from typing import List, Optional
 
 import typer
 
-from .app import app
+from .app import Typer, app
 
-lab_app = typer.Typer(help="Network-namespace lab: PF host, VF representors, four VFs and a remote host; with "
+lab_app = Typer(help="Network-namespace lab: PF host, VF representors, four VFs and a remote host; with "
                       "`up --rdma`, tenant guests running the kernel's Soft-RoCE.",
                       no_args_is_help=True)
 app.add_typer(lab_app, name="lab")

@@ -3,7 +3,7 @@ from typing import Optional
 
 import typer
 
-from .app import app, capture_source, read_file_option
+from .app import TOP, app, capture_source, read_file_option
 
 
 @app.command()
@@ -12,7 +12,7 @@ def stats(
     read: Optional[str] = read_file_option(),
     fmt: str = typer.Option("table", "--format", "-T", "-f", help="table, json or csv"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC/VCRC of every packet (costs speed)"),
-    top: int = typer.Option(20, "--top", help="rows per table on a terminal (0 = all)"),
+    top: int = typer.Option(TOP, "--top", help="rows per table on a terminal (0 = all; json and csv hold every row)"),
     jobs: int = typer.Option(0, "--jobs", "-j", help="processes for large pcap files (0 = one per CPU)"),
     interval: Optional[float] = typer.Option(None, "--interval", help="instead: packets, bytes, bits/s, NAKs, "
                                              "RNR NAKs, CNPs and ECN-CE per interval of this many seconds from "
@@ -23,7 +23,7 @@ def stats(
     """Counts, bytes and rates by transport+opcode, P_Key, endpoint, QP and MAD; ECN/CNP/FECN/BECN, CRC
     failures, damaged packets and loss hints."""
     from ..analysis import stats as st
-    from ..analysis.report import check_format, progress, render
+    from ..analysis.report import check_format, label, progress, render
     from ..fast import scan
     file = capture_source(file, read)
     check_format(fmt)
@@ -47,7 +47,7 @@ def stats(
             if summary[k] is not None:
                 summary[k] = datetime.fromtimestamp(summary[k], timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
     sections = {"summary": [summary], "counters": [res["counters"]] if fmt != "table" else
-                [{"counter": k, "value": v} for k, v in res["counters"].items() if v],
+                [{"counter": label(k), "value": v} for k, v in res["counters"].items() if v],
                 "by_opcode": res["by_opcode"], "by_p_key": res["by_p_key"], "by_endpoint": res["by_endpoint"],
                 "by_qp": res["by_qp"], "by_mad": res["by_mad"],
                 "loss_hints": [{"hint": h} for h in res["loss_hints"]],

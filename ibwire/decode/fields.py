@@ -7,11 +7,15 @@ import ipaddress
 
 from scapy.fields import IP6Field
 from scapy.layers.inet import ICMP, IP, TCP, UDP
-from scapy.layers.inet6 import IPv6
+from scapy.layers.inet6 import (ICMPv6DestUnreach, ICMPv6EchoReply, ICMPv6EchoRequest, ICMPv6ND_NA, ICMPv6ND_NS,
+                                 ICMPv6ND_RA, ICMPv6ND_RS, ICMPv6PacketTooBig, ICMPv6TimeExceeded, ICMPv6Unknown, IPv6)
 from scapy.layers.l2 import ARP, CookedLinux, Dot1Q, Ether
 from scapy.packet import NoPayload, Padding, Raw
 
 from dissectors.base import IBLayer
+
+ICMPV6 = (ICMPv6DestUnreach, ICMPv6PacketTooBig, ICMPv6TimeExceeded, ICMPv6EchoRequest, ICMPv6EchoReply, ICMPv6ND_RS,
+          ICMPv6ND_RA, ICMPv6ND_NS, ICMPv6ND_NA, ICMPv6Unknown)
 
 
 def _plain(value):
@@ -59,7 +63,22 @@ def _tcp(p):
 
 
 def _icmp(p):
-    return "icmp", {"type": p.type, "code": p.code}
+    out = {"type": p.type, "code": p.code}
+    if p.type in (0, 8):                                # echo (RFC 792): Wireshark's icmp.ident, icmp.seq
+        out.update({"ident": p.id, "seq": p.seq})
+    return "icmp", out
+
+
+def _icmpv6(p):
+    """ICMPv6 (RFC 4443) and neighbour discovery (RFC 4861) with Wireshark's icmpv6.* names."""
+    out = {"type": p.type, "code": p.code}
+    if p.type in (128, 129):
+        out.update({"echo.identifier": p.id, "echo.sequence_number": p.seq})
+    elif p.type == 135:
+        out["nd.ns.target_address"] = p.tgt
+    elif p.type == 136:
+        out.update({"nd.na.flag.r": p.R, "nd.na.flag.s": p.S, "nd.na.flag.o": p.O, "nd.na.target_address": p.tgt})
+    return "icmpv6", out
 
 
 def _sll(p):
@@ -67,6 +86,7 @@ def _sll(p):
 
 
 FOREIGN = {Ether: _eth, Dot1Q: _vlan, IP: _ip, IPv6: _ipv6, UDP: _udp, TCP: _tcp, ARP: _arp, ICMP: _icmp, CookedLinux: _sll}
+FOREIGN.update({cls: _icmpv6 for cls in ICMPV6})
 
 
 def ib_layer_fields(layer: IBLayer) -> dict:

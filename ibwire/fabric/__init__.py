@@ -21,9 +21,10 @@ integers; a value not seen in the capture is null.
                  "link_width_active": int|null, "link_speed_active": int|null,   # PortInfo codes
                  "link_speed_ext_active": int|null, "capability_mask": int|null}],
       "sm": {"master": {"guid": int, "lid": int|null, "priority": int, "state": str, "actcount": int,
-                        "sm_key": int, "frame": int}|null,
+                        "sm_key": int, "frame": int}|null,   # the MASTER claim winning the election (sm.py)
+             "rogues": [same objects as master],   # the other MASTER claims: they lose the election
              "master_lid": int|null,           # from PortInfo.MasterSMLID when no SMInfo was seen
-             "seen": [same objects as master]},
+             "seen": [same objects as master]},    # every SM's last SMInfo answer, by frame
       "links": [{"a": {"node_guid": int, "port_num": int}, "b": {...},
                  "active": str, "active_gbps": float, "best_supported": str, "best_supported_gbps": float,
                  "best_enabled": str, "best_enabled_gbps": float,
@@ -35,6 +36,7 @@ integers; a value not seen in the capture is null.
 from collections import Counter
 
 from .model import NODE_TYPES, PORT_STATES, build
+from .sm import elect
 
 
 def fabric_view(path: str) -> dict:
@@ -66,9 +68,9 @@ def fabric_view(path: str) -> dict:
             "link_width_active": pi.get("linkwidthactive"), "link_speed_active": pi.get("linkspeedactive"),
             "link_speed_ext_active": pi.get("linkspeedextactive"), "capability_mask": pi.get("capabilitymask")})
     seen = sorted(b.sminfo.values(), key=lambda s: s["frame"])
-    masters = [s for s in seen if s["state"] == "MASTER"]
+    master, rogues = elect(seen)
     sm_lids = Counter(p["master_sm_lid"] for p in ports if p["master_sm_lid"])
     return {"capture": path, "mads": b.mads, "smps": b.smps, "nodes": nodes, "ports": ports,
-            "sm": {"master": masters[-1] if masters else None,
+            "sm": {"master": master, "rogues": rogues,
                    "master_lid": sm_lids.most_common(1)[0][0] if sm_lids else None, "seen": seen},
             "links": b.links(), "traps": b.traps}

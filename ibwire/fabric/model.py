@@ -160,13 +160,22 @@ class FabricBuilder:
             p.pkeys_how = "written" if written else "read"
             p.pkeys_frame = mf.number
         elif attr == 0x0020 and f["mad.method"] == SUBN_GET_RESP:
-            guid = f["sminfo.guid"]
             port = self.ports.get((node_guid, inport)) or self.ports.get((node_guid, 0))
-            self.sminfo[guid] = {
-                "guid": guid, "priority": f["sminfo.priority"], "state": SM_STATES.get(f["sminfo.smstate"],
-                                                                                      str(f["sminfo.smstate"])),
-                "actcount": f["sminfo.actcount"], "sm_key": f["sminfo.sm_key"],
-                "lid": port.lid if port else None, "frame": mf.number}
+            self._sminfo(mf, f, port.lid if port else None)
+
+    def _sminfo(self, mf, f, lid: Optional[int]):
+        """An SMInfo answer stands on its own: it names its SM's port GUID, so it is kept even when no
+        NodeInfo places the port; the LID is then the responder's SLID of a LID-routed SMP, or the LID of
+        the port with that GUID, else None."""
+        guid = f["sminfo.guid"]
+        if self.sminfo.get(guid, {}).get("frame", 0) > mf.number:
+            return
+        if lid is None and f["mad.mgmtclass"] == 0x01:
+            lid = mf.slid
+        self.sminfo[guid] = {
+            "guid": guid, "priority": f["sminfo.priority"], "state": SM_STATES.get(f["sminfo.smstate"],
+                                                                                  str(f["sminfo.smstate"])),
+            "actcount": f["sminfo.actcount"], "sm_key": f["sminfo.sm_key"], "lid": lid, "frame": mf.number}
 
     def _trap(self, mf, f):
         details = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in f.items() if k.startswith("trap.")}
@@ -182,6 +191,8 @@ class FabricBuilder:
             where = self._locate(mf, f)
             if where is not None:
                 self._apply(mf, f, where)
+            elif f["mad.attributeid"] == 0x0020 and f["mad.method"] == SUBN_GET_RESP:
+                self._sminfo(mf, f, None)
         self.pending = []
         for (node_guid, num), p in self.ports.items():
             node = self.nodes.get(node_guid)
@@ -190,6 +201,9 @@ class FabricBuilder:
             if node and node.type == 2 and num:
                 sw0 = self.ports.get((node_guid, 0))
                 p.lid = sw0.lid if sw0 else None
+        lids = {p.guid: p.lid for p in self.ports.values() if p.guid is not None and p.lid}
+        for s in self.sminfo.values():
+            s["lid"] = s["lid"] or lids.get(s["guid"])
 
     # -- links from directed routes -----------------------------------------------------------------
     def links(self) -> List[dict]:

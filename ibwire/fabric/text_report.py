@@ -1,5 +1,6 @@
 """Plain-text rendering of `fabric_view()` for people: one section per kind of fact.  Text read from the
 capture (node descriptions, trap details, the file name) is shown with its control characters escaped."""
+from ..analysis.report import plural
 from ..output.escape import printable
 
 
@@ -7,12 +8,16 @@ def _g(v) -> str:
     return "-" if v is None else f"0x{v:016x}"
 
 
+def _lid(v) -> str:
+    return "-" if v is None else str(v)
+
+
 def _pk(k: int) -> str:
     return f"0x{k:04x}({'full' if k & 0x8000 else 'limited'})"
 
 
 def render(view: dict) -> str:
-    lines = [f"{printable(view['capture'])}: {view['mads']} MADs, {view['smps']} SMPs"]
+    lines = [f"{printable(view['capture'])}: {plural(view['mads'], 'MAD')}, {plural(view['smps'], 'SMP')}"]
     names = {n["guid"]: printable(n["description"]) or _g(n["guid"]) for n in view["nodes"]}
     lines.append(f"\nNodes ({len(view['nodes'])})")
     for n in view["nodes"]:
@@ -31,15 +36,20 @@ def render(view: dict) -> str:
     lines.append("\nSubnet manager")
     if sm["master"]:
         m = sm["master"]
-        lines.append(f"  master {_g(m['guid'])} lid {m['lid']} priority {m['priority']} "
+        lines.append(f"  master {_g(m['guid'])} lid {_lid(m['lid'])} priority {m['priority']} "
                      f"activity {m['actcount']} (SMInfo, frame {m['frame']})")
     elif sm["master_lid"]:
         lines.append(f"  master at lid {sm['master_lid']} (PortInfo.MasterSMLID; no SMInfo seen)")
     else:
         lines.append("  none seen")
+    rogues = {s["guid"] for s in sm.get("rogues", ())}
     for s in sm["seen"]:
-        if s is not sm["master"]:
-            lines.append(f"  {s['state'].lower()} {_g(s['guid'])} lid {s['lid']} priority {s['priority']}")
+        if s is sm["master"]:
+            continue
+        what = "ROGUE" if s["guid"] in rogues else s["state"].lower()
+        why = "; claims MASTER, outranked by the master" if s["guid"] in rogues else ""
+        lines.append(f"  {what} {_g(s['guid'])} lid {_lid(s['lid'])} priority {s['priority']} (SMInfo, frame "
+                     f"{s['frame']}{why})")
     lines.append(f"\nLinks ({len(view['links'])})")
     for lk in view["links"]:
         a, b = lk["a"], lk["b"]

@@ -19,7 +19,8 @@ from .walk import Positions
 def _opcode_tables():
     """Per-opcode offset (after the 12-byte BTH) of each extended header the records hold, -1 when
     absent; total extended-header length; bit 0: the opcode is defined, bit 1: a payload (and so pad
-    bytes) may follow its headers (undefined opcodes: their bytes count as payload)."""
+    bytes) may follow its headers (undefined opcodes: their bytes count as payload); bit 2: a SEND First or
+    Only, whose payload may be IPoIB."""
     off = np.full((len(_native.EXT_HEADERS), 256), -1, np.int16)
     total = np.zeros(256, np.int16)
     known = np.full(256, 2, np.uint8)
@@ -30,7 +31,7 @@ def _opcode_tables():
                 off[_native.EXT_HEADERS.index(h), code] = o
             o += HEADER_LEN[h]
         total[code] = o
-        known[code] = 1 | (2 if op.payload else 0)
+        known[code] = 1 | (2 if op.payload else 0) | (4 if op.op == "send" and op.seg in ("first", "only") else 0)
     return off, total, known
 
 

@@ -22,6 +22,7 @@ F_TRUNCATED = 4     # captured bytes stop before the packet's end
 F_GRH = 8           # a GRH (or IPv6 for RoCEv2) precedes the BTH
 F_MAD = 16          # QP0/QP1 traffic with a MAD header decoded
 F_HEURISTIC = 32    # RoCEv2 found on a UDP port other than 4791 (BTH plausible and ICRC matched)
+F_IPOIB = 64        # a SEND whose payload is IPoIB (RFC 4391): the summary shows what it carries
 
 RECORD = np.dtype([
     ("frame", "u4"), ("time", "f8"), ("caplen", "u4"), ("len", "u4"), ("linktype", "u2"), ("link", "u1"), ("flags", "u1"),

@@ -81,6 +81,7 @@ class Printer:
                 self.records_answer = False
         self.header = header
         self.rmpp = None
+        self.echo = None          # summary.EchoPairs of text output
 
     def start(self) -> bytes:
         if self.fmt == "json":
@@ -125,6 +126,8 @@ class Printer:
         data = np.isin(rec["link"][rows], DATA) if self.records_answer else np.zeros(len(rows), bool)
         sa = ((rec["flags"][rows] & R.F_MAD) > 0) & (rec["mad_class"][rows] == RMPP_CLASS)
         data &= ~sa                      # SA transfers span frames (RMPP): reassembled from the full decode
+        if self.fmt == "text":           # IPoIB: summarised by what it carries, from the full decode
+            data &= (rec["flags"][rows] & R.F_IPOIB) == 0
         prog_of = np.zeros(len(rows), np.int32)
         programs = []
         idx = np.flatnonzero(data)
@@ -182,7 +185,8 @@ class Printer:
             self.rmpp = self.rmpp or RmppTracker()
             self.rmpp.feed(d)
         if self.fmt == "text":
-            return compile_parts(summary.detail_parts(d, self._time_part()))
+            self.echo = self.echo or summary.EchoPairs()
+            return compile_parts(summary.detail_parts(d, self._time_part(), self.echo.note(d.flat, d.frame.number)))
         if self.fmt in ("json", "jsonl"):
             obj = json_safe(d.to_json(), "")
             obj["time"] = 0

@@ -92,7 +92,8 @@ def detail_info(d) -> Tuple[str, str, str, str]:
     Ethernet, ARP, IPv4/IPv6, UDP, ICMP, IPoIB — never scapy's own text."""
     f = d.flat
     errors = [e.split(":")[0] if e.startswith("malformed") else e for e in d.errors]
-    if "bth" in f:                       # an IB packet the records do not hold (IPoIB link, heuristic ...)
+    if "bth" in f and not ("ipoib" in f and ("arp" in f or "ip" in f or "ipv6" in f)):
+        # an IB packet the records do not hold (heuristic ...); IPoIB is shown by what it carries, as tshark
         src, dst = _addresses(f)
         info = d.line.split("  ", 1)[1] if " → " in d.line else d.line
         return src, dst, "InfiniBand", info
@@ -108,8 +109,9 @@ def detail_info(d) -> Tuple[str, str, str, str]:
             info = f"ARP opcode {op}"
         proto = "ARP"
     elif "icmp" in f:
-        kind = {0: "Echo (ping) reply", 8: "Echo (ping) request", 3: "Destination unreachable"}.get(f.get("icmp.type"))
-        info, proto = kind or f"ICMP type {f.get('icmp.type')} code {f.get('icmp.code')}", "ICMP"
+        info, proto = _icmp_text(f), "ICMP"
+    elif "icmpv6" in f:
+        info, proto = _icmpv6_text(f), "ICMPv6"
     elif "tcp" in f:
         names = [n for bit, n in ((2, "SYN"), (16, "ACK"), (1, "FIN"), (4, "RST"), (8, "PSH")) if f.get("tcp.flags", 0) & bit]
         info = f"{f.get('tcp.srcport')} → {f.get('tcp.dstport')} [{', '.join(names)}] Seq={f.get('tcp.seq')} " \
@@ -133,20 +135,81 @@ def detail_info(d) -> Tuple[str, str, str, str]:
     return src, dst, proto, info
 
 
+def _icmp_text(f) -> str:
+    """tshark's Info of ICMP (packet-icmp.c): an echo adds `  id=0x…, seq=BE/LE, ttl=…`, padded alike."""
+    t = f.get("icmp.type")
+    kind = {0: "Echo (ping) reply  ", 8: "Echo (ping) request", 3: "Destination unreachable",
+            11: "Time-to-live exceeded"}.get(t)
+    if kind is None:
+        return f"ICMP type {t} code {f.get('icmp.code')}"
+    if t in (0, 8) and "icmp.seq" in f:
+        seq = f["icmp.seq"]
+        return (f"{kind}  id=0x{f['icmp.ident']:04x}, seq={seq}/{int.from_bytes(seq.to_bytes(2, 'big'), 'little')}"
+                f", ttl={f.get('ip.ttl')}")
+    return kind.rstrip()
+
+
+def _icmpv6_text(f) -> str:
+    """tshark's Info of ICMPv6 (packet-icmpv6.c) for echo and neighbour discovery, else the type's name."""
+    t = f.get("icmpv6.type")
+    names = {1: "Destination Unreachable", 2: "Packet Too Big", 3: "Time Exceeded", 128: "Echo (ping) request",
+             129: "Echo (ping) reply", 133: "Router Solicitation", 134: "Router Advertisement",
+             135: "Neighbor Solicitation", 136: "Neighbor Advertisement"}
+    info = names.get(t, f"ICMPv6 type {t} code {f.get('icmpv6.code')}")
+    if t in (128, 129):
+        info += (f" id=0x{f['icmpv6.echo.identifier']:04x}, seq={f['icmpv6.echo.sequence_number']}, "
+                 f"hop limit={f.get('ipv6.hlim')}")
+    elif t == 135:
+        info += f" for {f['icmpv6.nd.ns.target_address']}"
+    elif t == 136:
+        flags = [n for n, k in (("rtr", "r"), ("sol", "s"), ("ovr", "o")) if f.get(f"icmpv6.nd.na.flag.{k}")]
+        info += f" {f['icmpv6.nd.na.target_address']}" + (f" ({', '.join(flags)})" if flags else "")
+    return info
+
+
 def _addresses(f) -> Tuple[str, str]:
-    for a, b in (("ip.src", "ip.dst"), ("ipv6.src", "ipv6.dst"), ("grh.sgid", "grh.dgid"),
-                 ("arp.src.proto_ipv4", "arp.dst.proto_ipv4"), ("eth.src", "eth.dst")):
+    """tshark's Source and Destination: IP addresses, else the GIDs of a GRH, else LIDs (ARP over IB
+    included), else ARP's or Ethernet's."""
+    for a, b in (("ip.src", "ip.dst"), ("ipv6.src", "ipv6.dst"), ("grh.sgid", "grh.dgid")):
         if a in f:
             return str(f[a]), str(f.get(b, ""))
     if "lrh.slid" in f:
         return f"LID {f['lrh.slid']}", f"LID {f['lrh.dlid']}"
+    for a, b in (("arp.src.proto_ipv4", "arp.dst.proto_ipv4"), ("eth.src", "eth.dst")):
+        if a in f:
+            return str(f[a]), str(f.get(b, ""))
     return "", ""
 
 
-def detail_parts(d, time_part) -> list:
+def detail_parts(d, time_part, note: str = "") -> list:
     src, dst, proto, info = map(printable, detail_info(d))
     return [("udec", "frame", 0, NUMBER_WIDTH), " ", time_part, head(src, dst, proto), ("udec", "len"),
-            f"  {info}\n"]
+            f"  {info}{note}\n"]
+
+
+ECHO = (("icmp", 8, 0, "icmp.ident", "icmp.seq"),
+        ("icmpv6", 128, 129, "icmpv6.echo.identifier", "icmpv6.echo.sequence_number"))
+
+
+class EchoPairs:
+    """tshark's ` (request in N)` after an echo reply (packet-icmp.c, packet-icmpv6.c: requests and replies
+    matched by addresses, identifier and sequence number), for requests this run has decoded."""
+
+    def __init__(self):
+        self.requests = {}
+
+    def note(self, f: dict, number: int) -> str:
+        for proto, request, reply, ident, seq in ECHO:
+            kind = f.get(f"{proto}.type")
+            if kind not in (request, reply) or ident not in f:
+                continue
+            src, dst = _addresses(f)
+            if kind == request:
+                self.requests[(proto, src, dst, f[ident], f[seq])] = number
+                return ""
+            asked = self.requests.get((proto, dst, src, f[ident], f[seq]))
+            return f" (request in {asked})" if asked else ""
+        return ""
 
 
 def time_part(mode: str, decimals: int) -> Optional[tuple]:

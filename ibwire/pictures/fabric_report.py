@@ -1,6 +1,7 @@
 """`ibwire fabric --report`: the subnet a capture's SMPs show, drawn (topology.py) and tabulated."""
 import os
 
+from ..analysis.report import plural
 from .page import page, write_html
 from .svg import esc
 from .topology import topology_svg
@@ -22,10 +23,15 @@ def render(view: dict) -> str:
         sm_text = f"master SM at LID {sm['master_lid']} (PortInfo.MasterSMLID; no SMInfo seen)"
     else:
         sm_text = "no master SM seen"
-    body = [f"<p>{esc(view['capture'])}: {view['mads']} MADs, {view['smps']} SMPs; {len(view['nodes'])} nodes, "
-            f"{len(view['links'])} links; <span id='sm'>{esc(sm_text)}</span>.</p>",
+    for r in sm.get("rogues", ()):
+        sm_text += (f"; rogue SM: port {r['guid']:#018x}, LID {r['lid']}, priority {r['priority']} claims MASTER "
+                    f"(SMInfo in frame {r['frame']}) but is outranked")
+    body = [f"<p>{esc(view['capture'])}: {plural(view['mads'], 'MAD')}, {plural(view['smps'], 'SMP')}; "
+            f"{plural(len(view['nodes']), 'node')}, {plural(len(view['links']), 'link')}; "
+            f"<span id='sm'>{esc(sm_text)}</span>.</p>",
             "<h2>Topology</h2><p class='note'>Red: trained below what both ends enable (degraded). Orange, dashed: "
-            "below what both ends support. Ringed: the master SM's node.</p>", topology_svg(view),
+            "below what both ends support. Ringed: the master SM's node; a rogue SM (claims MASTER, outranked) is "
+            "badged red.</p>", topology_svg(view),
             "<h2>Links</h2><table id='links'><tr><th>end A</th><th>end B</th><th>active</th><th>both support</th>"
             "<th>both enable</th><th>state</th></tr>"]
     for lk in view["links"]:

@@ -11,6 +11,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from ..analysis.report import label as worded, plural
 from . import series as S
 from .ladder import choose, ladder
 from ..analysis import retries
@@ -123,7 +124,7 @@ def _histogram(title: str, kind: str, samples_s: np.ndarray, conv_no, analysis: 
 def _table(rows: List[dict]) -> str:
     keys = ("conversation", "transport", "a", "qpn_a", "b", "qpn_b", "p_key", "packets", "payload_bytes", "drops",
             "retransmissions", "out_of_order", "naks", "rnr_naks", "bad_icrc", "ack p50/p99 µs")
-    out = ["<table id='conversations'><tr>" + "".join(f"<th>{esc(k.replace('_', ' '))}</th>" for k in keys) + "</tr>"]
+    out = ["<table id='conversations'><tr>" + "".join(f"<th>{esc(worded(k))}</th>" for k in keys) + "</tr>"]
     for r in rows:
         lat = r.get("ack_latency_us")
         vals = {**r, "packets": r["packets_a_to_b"] + r["packets_b_to_a"],
@@ -152,12 +153,13 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
     t0 = c.total.t0 or 0.0
     t_end = max(duration + (min(starts) - t0 if starts else 0), len(c.total.rows()) * width)
     name = os.path.basename(path)
-    body = [f"<p>{esc(path)}: {sum(r['packets'] for r in c.total.rows())} packets, {len(rows)} conversations, "
+    body = [f"<p>{esc(path)}: {plural(sum(r['packets'] for r in c.total.rows()), 'packet')}, "
+            f"{plural(len(rows), 'conversation')}, "
             f"{si(t_end, 's')}; intervals of {si(width, 's')}. Pictures of the {len(shown)} busiest RC/UC/XRC "
             "conversations; the tables hold the analysis's numbers.</p>",
             "<h2>Conversations</h2>", _table(rows), "<h2 id='total'>All traffic over time</h2>"]
     if c.total.beyond:
-        body.append(f"<p class='note'>{c.total.beyond} packets lie more than {c.total.MAX:,} intervals after the first "
+        body.append(f"<p class='note'>{plural(c.total.beyond, 'packet')} lie more than {c.total.MAX:,} intervals after the first "
                     "one and are not in the time charts (choose a longer --interval, or the capture has a wrong "
                     "timestamp).</p>")
     per = [(r, c.per_conv[idx[r["conversation"]]]) for r in shown if idx[r["conversation"]] in c.per_conv]

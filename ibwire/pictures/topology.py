@@ -1,9 +1,10 @@
 """The subnet of a `fabric_view()` drawn as layered SVG: CAs at the bottom, the switches they hang off above
 them, further switch tiers on top; each link labelled with its active width and speed; degraded links
 (below what both ends enable) red, links below what both ends support orange and dashed; the master SM's
-node ringed.  Optional colours per port GUID (tenants in the audit report).  A subnet of more than
-MAX_CAS CAs draws the CAs cabled to one switch only as one box per switch ("24 CAs"), its link red or
-orange when any of theirs is; the tables beside the picture keep every link."""
+node ringed and badged, a rogue SM's (a MASTER claim losing the election, fabric/sm.py) badged red.
+Optional colours per port GUID (tenants in the audit report).  A subnet of more than MAX_CAS CAs draws the
+CAs cabled to one switch only as one box per switch ("24 CAs"), its link red or orange when any of theirs
+is; the tables beside the picture keep every link."""
 from collections import Counter, defaultdict
 from typing import Dict, Optional, Tuple
 
@@ -115,6 +116,9 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] 
         sm_node = next((p["node_guid"] for p in view["ports"] if p["lid"] == view["sm"]["master_lid"]), None)
     if sm_node is not None and sm_node not in nodes:          # inside a group box
         sm_node = next((g for g, n in nodes.items() if sm_node in n.get("members", ())), None)
+    rogue_guids = {s["guid"] for s in view["sm"].get("rogues", ())}
+    rogue_nodes = {p["node_guid"] for p in view["ports"] if p["guid"] in rogue_guids}
+    rogue_nodes |= {g for g, n in nodes.items() if rogue_nodes & set(n.get("members", ()))}
     out = [f"<svg class='chart topology' width='{width}' height='{height}' "
            f"viewBox='0 0 {width} {height}' data-nodes='{len(nodes)}' data-links='{len(links)}' "
            f"data-degraded='{sum(1 for lk in links if lk.get('below_enabled'))}' "
@@ -156,7 +160,8 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] 
         else:
             label, fill, other = owner[g]
             name = n["description"] or other
-        cls = "node " + n["type"].lower() + (" master-sm" if g == sm_node else "")
+        cls = "node " + n["type"].lower() + (" master-sm" if g == sm_node else "") + \
+            (" rogue-sm" if g in rogue_nodes else "")
         lid = port.get("lid")
         if n["type"] == "group":
             title = f"{n['description']} on switch {-g:#018x}: " + ", ".join(
@@ -175,9 +180,10 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] 
                    f"<text class='tick' x='{x + BOX_W / 2}' y='{y + 34}' text-anchor='middle'>"
                    f"{esc(' · '.join(x for x in (n['type'] if not label else '', f'LID {lid}' if lid else '', label) if x and x != 'group'))}"
                    "</text>")
-        if g == sm_node:
-            out.append(f"<text class='sm-badge' x='{x + BOX_W - 4}' y='{y - 4}' text-anchor='end' fill='#b8860b' "
-                       f"font-weight='bold'>master SM</text>")
+        badge = "master SM" if g == sm_node else "rogue SM" if g in rogue_nodes else ""
+        if badge:
+            out.append(f"<text class='sm-badge' x='{x + BOX_W - 4}' y='{y - 4}' text-anchor='end' "
+                       f"fill='{'#b8860b' if g == sm_node else '#d62728'}' font-weight='bold'>{badge}</text>")
         out.append("</g>")
     out.append("</svg>")
     return "".join(out)

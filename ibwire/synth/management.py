@@ -92,12 +92,12 @@ def smp_faults(ctx: Context, t0: float) -> Timed:
                 ctx.send_trap(out, t + 1e-6, dst, mads.notice_bad_mkey(dst.lid, src.lid, mads.SET, attr, 0, mkey))
             else:
                 out.append((t + 1.5e-6, ctx.mad(dst, src, mads.smp(mads.GET_RESP, attr, i, data, mkey=mkey), 0)))
-        elif f.kind == "rogue_sm" and ctx.sm is not None:
-            rogue = s.ports[a["port"]]
+        elif f.kind == "rogue_sm" and ctx.sm is not None:    # an opensm left at priority 0 claiming MASTER:
+            rogue = s.ports[a["port"]]                         # it loses to the SM's 14 (IBA 14.4.1.2)
             i = next(ctx.tid)
             out.append((t, ctx.mad(ctx.sm, rogue, mads.smp(mads.GET, mads.ATTR_SM_INFO, i), 0)))
             out.append((t + 1.5e-6, ctx.mad(rogue, ctx.sm, mads.smp(mads.GET_RESP, mads.ATTR_SM_INFO, i,
-                                                                     mads.sm_info(rogue.guid, 3, 15)), 0)))
+                                                                     mads.sm_info(rogue.guid, 3, 0)), 0)))
         elif f.kind == "pkey_drift" and ctx.sm is not None:
             p = s.ports[a["port"]]
             i = next(ctx.tid)

@@ -69,6 +69,21 @@ static inline uint64_t ext_field(const decode_ctx *c, const pkt *k, int h, unsig
     return o < 0 ? 0 : BE(k, bth + 12 + o + at, n);
 }
 
+/* Does a SEND's payload start with an IPoIB header (RFC 4391 §6: ethertype, 16 reserved zero bits) and a
+ * plausible IPv4, IPv6 or IB ARP packet?  As dissectors/payloads.py decides (Wireshark's ethertype
+ * heuristic on InfiniBand payloads). */
+static int ipoib_payload(const pkt *k, int64_t p, int64_t len)
+{
+    uint64_t etype = BE(k, p, 2), first = B(k, p + 4);
+    if (len < 4 || BE(k, p + 2, 2) != 0)
+        return 0;
+    if (etype == 0x0800)
+        return len >= 24 && first >> 4 == 4 && (first & 15) >= 5;
+    if (etype == 0x86DD)
+        return len >= 44 && first >> 4 == 6;
+    return etype == 0x0806 && len >= 12 && BE(k, p + 4, 4) == 0x00200800;    /* ARP, hardware type 32 */
+}
+
 /* The transport part: BTH, extended headers, MAD header, CRC status. */
 static void transport(const decode_ctx *c, const pkt *k, uint8_t *restrict out, int64_t row, int kind, int64_t lrh, int64_t l3,
                       int64_t udp, int64_t b, int64_t e, unsigned *flags)
@@ -135,6 +150,10 @@ static void transport(const decode_ctx *c, const pkt *k, uint8_t *restrict out, 
                 put32(AT(R_CM_QPN), BE(k, m + 36, 3));       /* REP: local QPN */
         }
     }
+
+    else if ((c->known[op] & 4) && !(op >> 5 == 3 && (destqp <= 1 || ext_field(c, k, H_DETH, op, b, 5, 3) <= 1)) &&
+             ipoib_payload(k, hdr_end, paylen))
+        *flags |= FL_IPOIB;
 
     int st = c->icrc ? C_GOOD : C_UNCHECKED;
     if (truncated)

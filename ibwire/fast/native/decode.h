@@ -40,14 +40,15 @@ enum { EXT_HEADERS(AS_ENUM) N_EXT };
 /* Link kinds, CRC status codes and flag bits: the values of ibwire.fast.records (checked at import). */
 enum { K_OTHER, K_ROCE1, K_ROCE2V4, K_ROCE2V6, K_IB, K_IBGRH, K_IPOIB, K_IBLINK };
 enum { C_ABSENT, C_GOOD, C_BAD, C_TRUNC, C_UNCHECKED };
-enum { FL_BTH = 1, FL_MALFORMED = 2, FL_TRUNCATED = 4, FL_GRH = 8, FL_MAD = 16, FL_HEURISTIC = 32 };
+enum { FL_BTH = 1, FL_MALFORMED = 2, FL_TRUNCATED = 4, FL_GRH = 8, FL_MAD = 16, FL_HEURISTIC = 32, FL_IPOIB = 64 };
 
 typedef struct {
     const uint8_t *buf;
     int64_t size;
     const int16_t *ext_off;      /* [N_EXT][256] */
     const int16_t *ext_len;      /* [256]: bytes of extended headers after the BTH */
-    const uint8_t *known;        /* [256]: bit 0 opcode is defined, bit 1 a payload (and pad) may follow */
+    const uint8_t *known;        /* [256]: bit 0 opcode is defined, bit 1 a payload (and pad) may follow,
+                                    bit 2 a SEND First/Only (its payload may be IPoIB) */
     const uint16_t (*vtable)[256];   /* VCRC tables (vcrc_slices) */
     const int64_t *field_off;    /* [N_FIELDS]: byte offset of each field in row 0 */
     const int64_t *field_step;   /* [N_FIELDS]: bytes from a field to the same field of the next row */

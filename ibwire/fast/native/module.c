@@ -155,7 +155,7 @@ PyDoc_STRVAR(decode_doc,
 "`out` (zero-filled): field f of FIELDS at byte field_off[f] + i * field_step[f] (int64 arrays; records\n"
 "one after another or each field in a column of its own).\n"
 "ext_off: int16 [len(EXT_HEADERS)][256] offsets after the BTH (-1 absent); ext_len: int16 [256];\n"
-"known: uint8 [256], bit 0 opcode defined, bit 1 payload allowed; vtable: the VCRC's uint16 byte table; icrc: verify ICRC and VCRC.");
+"known: uint8 [256], bit 0 opcode defined, bit 1 payload allowed, bit 2 SEND First/Only; vtable: the VCRC's uint16 byte table; icrc: verify ICRC and VCRC.");
 
 static PyObject *decode(PyObject *self, PyObject *args)
 {
@@ -698,11 +698,11 @@ PyMODINIT_FUNC PyInit__native(void)
     static const long link_v[] = {K_OTHER, K_ROCE1, K_ROCE2V4, K_ROCE2V6, K_IB, K_IBGRH, K_IPOIB, K_IBLINK};
     static const char *const crc[] = {"absent", "good", "bad", "truncated", "unchecked"};
     static const long crc_v[] = {C_ABSENT, C_GOOD, C_BAD, C_TRUNC, C_UNCHECKED};
-    static const char *const flag[] = {"F_BTH", "F_MALFORMED", "F_TRUNCATED", "F_GRH", "F_MAD", "F_HEURISTIC"};
-    static const long flag_v[] = {FL_BTH, FL_MALFORMED, FL_TRUNCATED, FL_GRH, FL_MAD, FL_HEURISTIC};
+    static const char *const flag[] = {"F_BTH", "F_MALFORMED", "F_TRUNCATED", "F_GRH", "F_MAD", "F_HEURISTIC", "F_IPOIB"};
+    static const long flag_v[] = {FL_BTH, FL_MALFORMED, FL_TRUNCATED, FL_GRH, FL_MAD, FL_HEURISTIC, FL_IPOIB};
     int err = !fields || !ext || PyModule_AddObjectRef(m, "FIELDS", fields) < 0 ||
               PyModule_AddObjectRef(m, "EXT_HEADERS", ext) < 0 || add_codes(m, "LINK_KINDS", link, link_v, 8) < 0 ||
-              add_codes(m, "CRC_STATUS", crc, crc_v, 5) < 0 || add_codes(m, "FLAGS", flag, flag_v, 6) < 0;
+              add_codes(m, "CRC_STATUS", crc, crc_v, 5) < 0 || add_codes(m, "FLAGS", flag, flag_v, 7) < 0;
     Py_XDECREF(fields);
     Py_XDECREF(ext);
 #define AS_STR(n) #n,
