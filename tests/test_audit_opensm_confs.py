@@ -22,7 +22,7 @@ CONFS = sorted((Path(__file__).resolve().parent / "audit" / "confs").glob("*.con
 def _audit(env, cwd: Path, policy: Path, *extra):
     """libumad2sim leaves a sys-PID directory in the working directory: run in the test's own."""
     out = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "audit", "--policy",
-                          str(policy), "--state", "live", "--format", "json", *extra],
+                          str(policy), "--state", "live", "--format", "json", "--as-opensm", *extra],
                          env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
     assert out.returncode in (1, 4), out.stderr      # no --tenants: no tenant pair judged, so never a bare pass
     return json.loads(out.stdout)

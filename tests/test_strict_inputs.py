@@ -137,13 +137,24 @@ def test_a_time_past_what_a_capture_holds_is_one_sentence(tmp_path, capsys, old,
 
 
 # -- partitions.conf --------------------------------------------------------------------------------------
-def test_a_misspelt_partition_flag_is_read_as_opensm_does_and_named(tmp_path, capsys):
-    """opensm ignores a flag it does not know, so the audit keeps judging what opensm programs, and its
-    policy-reading finding names the flag the word looks misspelt from."""
+def test_a_misspelt_partition_word_is_refused_at_its_line_with_the_word_it_looks_like(tmp_path, capsys):
+    """opensm silently ignores a flag or membership it does not know, so a typo would quietly narrow or widen a
+    partition: without --as-opensm the audit refuses the file at the word's line and names the word meant."""
+    conf = tmp_path / "p.conf"
+    conf.write_text("Default=0x7fff : ALL=full ;\nr=0x10, ipiob : ALL=fulll ;\n")
+    status, out = _audit(capsys, f"{CLEAN}.pcap", "--policy", conf, "--tenants", f"{CLEAN}.tenants.toml")
+    assert status == 2 and out.out == ""
+    assert f"{conf}:2: partition flag 'ipiob'" in out.err and "(a misspelt 'ipoib'?)" in out.err
+    assert "--as-opensm" in out.err and out.err.count("\n") == 1
+
+
+def test_as_opensm_audits_what_opensm_programs_and_names_each_word(tmp_path, capsys):
+    """With --as-opensm the audit judges what opensm programs from the file as written, and its
+    policy-reading findings name the words the text looks misspelt from."""
     conf = tmp_path / "p.conf"
     conf.write_text("r=0x10, ipiob : ALL=fulll ;\n")
     status, out = _audit(capsys, f"{CLEAN}.pcap", "--policy", conf, "--tenants", f"{CLEAN}.tenants.toml",
-                         "--format", "json")
+                         "--format", "json", "--as-opensm")
     said = [f["description"] for f in json.loads(out.out)["findings"] if f["rule"] == "policy-reading"]
     assert any("partition flag 'ipiob'" in s and "(a misspelt 'ipoib'?)" in s for s in said), said
     assert any("'ALL=fulll'" in s and "(a misspelt 'full'?)" in s for s in said), said

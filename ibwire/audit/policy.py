@@ -15,6 +15,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..errors import InputError
 from ..inputfile import read_bytes
 from .findings import Finding
 from .prtn_reader import KEYWORDS, Note, Reader, Rejected, Sink
@@ -263,6 +264,15 @@ def parse_policy(text, path: str = "<policy>", allow_both_pkeys: bool = False) -
     return fallback
 
 
-def load_policy(path: str, allow_both_pkeys: bool = False) -> Policy:
+def load_policy(path: str, allow_both_pkeys: bool = False, as_opensm: bool = False) -> Policy:
+    """Read partitions.conf.  A word opensm does not know (a partition flag, a membership) is most likely a
+    typo, and opensm silently ignores it: an error at its line unless `as_opensm`, which audits what opensm
+    programs from the file as written (the word then stays a policy-reading finding)."""
     data = read_bytes(path, "policy file", "give opensm's partitions.conf with --policy")
-    return parse_policy(data, str(path), allow_both_pkeys)
+    policy = parse_policy(data, str(path), allow_both_pkeys)
+    unknown = [n for n in policy.notes if n.unknown]
+    if unknown and not as_opensm:
+        n = unknown[0]
+        raise InputError(str(path), n.line, f"{n.says}: {n.does}; correct the word, or give --as-opensm to audit "
+                                            "what opensm programs from the file as it is")
+    return policy

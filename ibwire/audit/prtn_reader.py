@@ -33,6 +33,7 @@ class Note:
     severity: str = "warning"       # info | warning | breach (widens someone's membership)
     pkey: Optional[int] = None      # the partition the note is about, when there is one
     guid: Optional[int] = None      # the port GUID opensm read from a number written otherwise
+    unknown: bool = False           # a word opensm does not know (a flag or a membership): a likely typo
 
 
 class Rejected(Exception):
@@ -144,11 +145,12 @@ class Reader:
         if 0 <= i < len(self.buf):
             self.buf[i] = 0
 
-    def note(self, says: str, does: str, severity: str = "warning", pkey: Optional[int] = None) -> None:
+    def note(self, says: str, does: str, severity: str = "warning", pkey: Optional[int] = None,
+             unknown: bool = False) -> None:
         """A note inside a statement is about its partition unless it names another P_Key."""
         if pkey is None and self.part is not None:
             pkey = self.part.pkey
-        self.notes.append(Note(self.lineno, says, does, severity, pkey))
+        self.notes.append(Note(self.lineno, says, does, severity, pkey, unknown=unknown))
 
     def reject(self, why: str):
         raise Rejected(self.lineno, why)
@@ -319,7 +321,7 @@ class Reader:
             conf.indx0 = True
         else:
             self.note(f"partition flag '{flag}'", "opensm does not know it and ignores it" +
-                      _guess(flag, GROUP_FLAGS + ("ipoib", "defmember", "indx0")))
+                      _guess(flag, GROUP_FLAGS + ("ipoib", "defmember", "indx0")), unknown=True)
 
     def _group_flag(self, flags: dict, flag: str, val: Optional[str]) -> bool:
         """parse_group_flag: True when `flag` is a (prefix of a) multicast group flag."""
@@ -370,7 +372,7 @@ class Reader:
                 membership = "both"
             elif not "limited".startswith(flag):
                 self.note(f"'{name}={flag}'", "opensm does not know the membership and makes it limited" +
-                          _guess(flag, ("full", "both", "limited")))
+                          _guess(flag, ("full", "both", "limited")), unknown=True)
         if flag is None and membership == "limited" and conf.full_bit:
             self.note(f"P_Key '{conf.full_bit}' with the full-membership bit, and '{name}' without =full",
                       "opensm ignores the bit: it makes the port a limited member")

@@ -19,6 +19,9 @@ def audit(
                                                               "'sysfs[:ROOT]' or 'capture'"),
     allow_both_pkeys: bool = typer.Option(False, "--allow-both-pkeys",
                                           help="opensm runs with --allow_both_pkeys"),
+    as_opensm: bool = typer.Option(False, "--as-opensm", help="accept partitions.conf words opensm does not know "
+                                   "(it ignores them) and audit what it programs from the file as written; "
+                                   "without it such a word, most likely a typo, is an error"),
     fail_on: str = typer.Option("breach", "--fail-on", help="exit 1 at this severity or worse: "
                                                             "info, warning, attempt, breach"),
     fmt: str = typer.Option("text", "--format", "-T", help="text, json or md"),
@@ -57,7 +60,7 @@ def audit(
     if display_filter:
         from ..filter import compile_filter
         compile_filter(display_filter)        # an unknown field: exit 2 before any file is read
-    pol = load_policy(str(policy), allow_both_pkeys)
+    pol = load_policy(str(policy), allow_both_pkeys, as_opensm)
     ten = load_tenants(str(tenants)) if tenants else None
     st = load_state(state)
     res = audit_captures(paths, pol, ten, st, display_filter)
