@@ -48,3 +48,14 @@ def test_devices_without_rdma_is_one_sentence(tmp_path):
     assert r.returncode == 0
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("No RDMA devices: this kernel has no RDMA support")
+
+
+def test_names_read_from_sysfs_reach_the_terminal_escaped(tmp_path):
+    """A firmware string (any sysfs text) holding a terminal escape is shown, never sent."""
+    root = fake_sysfs.build(tmp_path / "sys", "InfiniBand")
+    for fw in root.rglob("fw_ver"):
+        fw.write_text("20.39\x1b]0;owned\x07\x1b[2J\n")
+    r = _devices(root)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+    assert "20.39\\x1b]0;owned\\a\\x1b[2J" in r.stdout

@@ -10,5 +10,8 @@ from .app import app
 def devices(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     """List RDMA devices and ports, their VFs, and what can capture them here."""
     from ..capture.inventory import inventory, render
+    from ..output.escape import printable
     inv = inventory()
-    print(_json.dumps(inv, indent=1, default=str) if as_json else render(inv))
+    # names come from sysfs (node descriptions, interface names): shown, never sent to the terminal raw
+    print(_json.dumps(inv, indent=1, default=str) if as_json else
+          "\n".join(printable(line) for line in render(inv).split("\n")))
