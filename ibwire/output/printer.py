@@ -13,6 +13,7 @@ from ..fast import records as R
 from ..fast.filter import DATA, NotBatchable
 from . import formats, summary
 from .program import compile_parts, render
+from .values import value_text
 
 FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
 TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
@@ -212,16 +213,4 @@ def _field_text(key: str, flat: dict) -> str:
     v = flat.get(key)
     if v is None:
         return ""
-    vals = v if isinstance(v, list) else [v]
-    digits = formats.HEX_DIGITS.get(key)
-    out = []
-    for x in vals:
-        if isinstance(x, bool):
-            out.append("1" if x else "0")
-        elif isinstance(x, int):
-            out.append(f"0x{x:0{digits}x}" if digits else str(x))
-        elif isinstance(x, float):
-            out.append(f"{x:.9f}")
-        else:
-            out.append(str(x))
-    return ",".join(out)
+    return ",".join(value_text(key, x, sep="") for x in (v if isinstance(v, list) else [v]))
