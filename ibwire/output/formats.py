@@ -40,9 +40,10 @@ def leaf_parts(key: str, row1: np.ndarray, time_base: Optional[str]) -> list:
     if key in EITHER:
         a, b = (leaf_parts(k, row1, time_base) for k in EITHER[key])
         return a + [","] + b if a and b else a or b
+    row = row1[0]
+    shown, key = key, _atomic_alias(key, row)
     if not _present(key, row1):
         return []
-    row = row1[0]
     if key == "frame.time_epoch":
         if time_base is not None:              # one time base per line: the relative field takes it
             raise NotBatchable(key)
@@ -71,9 +72,21 @@ def leaf_parts(key: str, row1: np.ndarray, time_base: Optional[str]) -> list:
     col = R.KEY_FIELDS.get(key) or {"ipv6.tclass.ecn": "ecn"}.get(key)
     if col is None:
         raise NotBatchable(key)
-    if key in HEX_DIGITS:
-        return ["0x", ("hex", col, HEX_DIGITS[key])]
+    if shown in HEX_DIGITS:
+        return ["0x", ("hex", col, HEX_DIGITS[shown])]
     return [("udec", col)]
+
+
+# tshark names AtomicETH's VA and R_Key as RETH's (packet-infiniband.c), as the AtomicETH layer's ws_alias says.
+_ATOMIC_ALIAS = {"reth.va": "atomiceth.va", "reth.r_key": "atomiceth.r_key"}
+
+
+def _atomic_alias(key: str, row) -> str:
+    if key in _ATOMIC_ALIAS and int(row["flags"]) & R.F_BTH:
+        op = OPCODES.get(int(row["opcode"]))
+        if op is not None and "atomiceth" in op.headers:
+            return _ATOMIC_ALIAS[key]
+    return key
 
 
 def fields_parts(keys: List[str], row1, sep: str, quote: str, time_base) -> list:
@@ -170,14 +183,3 @@ def json_parts(row) -> list:
     return _obj([("frame", [("udec", "frame")]), ("time", [("time", "time_ns", JSON_TIME_DECIMALS)]),
                  ("caplen", [("udec", "caplen")]), ("len", [("udec", "len")]), ("linktype", [("udec", "linktype")]),
                  ("layers", layers_parts(row)), ("errors", [json.dumps(errors_of(row))])]) + ["\n"]
-
-
-# tshark -T ek's index line: one index per day, named by the frame's local date (packets-2023-11-14).
-EK_INDEX = ['{"index":{"_index":"packets-', ("date", "time_ns", 0, 4), '","_type":"doc"}}\n']
-
-
-def ek_parts(row) -> list:
-    """Elasticsearch bulk format, as tshark -T ek: an index line, then the packet."""
-    return EK_INDEX + _obj(
-        [("timestamp", ['"', ("time", "time_ns", 3), '"']), ("frame", [("udec", "frame")]),
-         ("len", [("udec", "len")]), ("layers", layers_parts(row))]) + ["\n"]

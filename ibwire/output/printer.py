@@ -3,6 +3,7 @@ is printed by a line program shared by its group (ibwire.output.program); the ot
 and printed from their fields, in the same layout.
 """
 import json
+import time
 from typing import List, Optional
 
 import numpy as np
@@ -56,8 +57,11 @@ class Printer:
     """Text of the selected rows of each batch in one output format."""
 
     def __init__(self, fmt: str, time_mode: str = "r", fields: Optional[List[str]] = None, header: bool = False,
-                 separator: str = "\t", quote: str = "", keys: Optional[List[str]] = None):
+                 separator: str = "\t", quote: str = "", keys: Optional[List[str]] = None,
+                 protocols: Optional[List[str]] = None, protocol_children: bool = False):
         self.fmt, self.time_mode = fmt, time_mode
+        self.protocols, self.protocol_children = protocols, protocol_children     # -j / -J
+        self.udp = None
         self.keys = keys or []
         self.fields = fields or []
         self.sep, self.quote = separator, quote
@@ -84,7 +88,7 @@ class Printer:
 
     def start(self) -> bytes:
         if self.fmt == "json":
-            return b"[\n"
+            return b"["
         if self.header and self.fmt in ("fields", "csv"):
             return (self.sep.join(self.fields) + "\n").encode()        # tshark quotes values, not names
         return b""
@@ -101,7 +105,7 @@ class Printer:
         if self.fmt in ("fields", "csv"):
             mode = {"frame.time_relative": "r", "frame.time_delta": "d"}.get(self.time_base)
         else:
-            mode = None if self.fmt in ("json", "jsonl", "ek") else self.time_mode
+            mode = None if self.fmt == "jsonl" else self.time_mode
         if mode == "r":
             return np.full(len(rows), self.t0, np.int64)
         if mode == "d":
@@ -121,6 +125,8 @@ class Printer:
         if self.t0 is None:
             self.t0 = int(rec["time_ns"][0])
             self.decimals = getattr(batch, "decimals", None) or self.decimals or 6
+        if self.fmt in ("json", "ek"):
+            return self._documents(rec, rows, details)
         base = self._bases(rec, rows)
         data = np.isin(rec["link"][rows], DATA) if self.records_answer else np.zeros(len(rows), bool)
         sa = ((rec["flags"][rows] & R.F_MAD) > 0) & (rec["mad_class"][rows] == RMPP_CLASS)
@@ -148,58 +154,83 @@ class Printer:
             prog_of[idx] = inv.ravel()
             if unsure:
                 data[idx[np.isin(inv.ravel(), unsure)]] = False
+        t = rec["time_ns"]
         for k in np.flatnonzero(~data):
+            i = int(rows[k])
+            prev_ns = int(t[i - 1]) if i else (self.prev if self.prev is not None else int(t[i]))
             prog_of[k] = len(programs)
-            programs.append(self._detail_program(details(int(rows[k])), rec[rows[k]]))
+            programs.append(self._detail_program(details(i), rec[i], prev_ns))
         text = render(rec, rows, prog_of, programs, base)
         if len(rows):
             self.prev_shown = int(rec["time_ns"][rows[-1]])
         self.prev = int(rec["time_ns"][-1])
-        if self.fmt == "json" and text:
-            text = text.replace(b"}\n{", b"},\n{")[:-1]
-            text = (b",\n" if self.started else b"") + text
-        self.started = self.started or bool(text)
         return text
+
+    def _documents(self, rec, rows, details) -> bytes:
+        """tshark's -T json / -T ek documents of the rows, from each frame's full decode."""
+        from . import tshark_doc as td
+        self.udp = self.udp or td.UdpStreams()
+        t = rec["time_ns"]
+        out = []
+        for i in rows.tolist():
+            d = details(i)
+            self._feed_rmpp(d)
+            ns = int(t[i])
+            prev = int(t[i - 1]) if i else (self.prev if self.prev is not None else ns)
+            shown = self.prev_shown if self.prev_shown is not None else ns
+            layers = td.document(d, td.Times(ns, ns - prev, ns - shown, ns - self.t0), self.udp)
+            self.prev_shown = ns
+            fields_only = bool(self.keys)
+            if fields_only:
+                layers = td.only_fields(layers, self.fields)
+            elif self.protocols:
+                layers = td.only_layers(layers, self.protocols, self.protocol_children)
+            day = time.strftime("%Y-%m-%d", time.localtime(ns // 10**9))
+            if self.fmt == "json":
+                out.append((",\n" if self.started else "\n") + td.json_text(f"packets-{day}", layers, fields_only))
+                self.started = True
+            else:
+                out.append(f'{{"index":{{"_index":"packets-{day}","_type":"doc"}}}}\n'
+                           + td.ek_text(ns // 10**6, layers, fields_only) + "\n")
+        self.prev = int(t[-1])
+        return "".join(out).encode()
+
+    def _feed_rmpp(self, d) -> None:
+        if d.flat.get("mad.mgmtclass") == RMPP_CLASS:
+            from ..decode.rmpp import RmppTracker
+            self.rmpp = self.rmpp or RmppTracker()
+            self.rmpp.feed(d)
 
     def _program(self, row1) -> Optional[bytes]:
         row = row1[0]
         try:
             if self.fmt == "text":
                 parts = summary.record_parts(row, self._time_part())
-            elif self.fmt in ("json", "jsonl"):
+            elif self.fmt == "jsonl":
                 parts = formats.json_parts(row)
-            elif self.fmt == "ek":
-                parts = formats.ek_parts(row)
             else:
                 parts = formats.fields_parts(self.keys, row1, self.sep, self.quote, self.time_base)
         except formats.Unsure:
             return None
         return compile_parts(parts)
 
-    def _detail_program(self, d, row) -> bytes:
-        if d.flat.get("mad.mgmtclass") == RMPP_CLASS:
-            from ..decode.rmpp import RmppTracker
-            self.rmpp = self.rmpp or RmppTracker()
-            self.rmpp.feed(d)
+    def _detail_program(self, d, row, prev_ns: int) -> bytes:
+        self._feed_rmpp(d)
         if self.fmt == "text":
             return compile_parts(summary.detail_parts(d, self._time_part()))
-        if self.fmt in ("json", "jsonl"):
+        if self.fmt == "jsonl":
             obj = json_safe(d.to_json(), "")
             obj["time"] = 0
             head, _, tail = json.dumps(obj).partition('"time": 0')
             return compile_parts([head, '"time": ', ("time", "time_ns", formats.JSON_TIME_DECIMALS), tail + "\n"])
-        if self.fmt == "ek":
-            return compile_parts(formats.EK_INDEX + [json.dumps(
-                {"timestamp": f"{d.frame.time:.3f}", "frame": d.frame.number, "len": d.frame.wirelen,
-                 "layers": json_safe(d.layers, "layers")}) + "\n"])
         parts = []
         for i, key in enumerate(self.keys):
             if i:
                 parts.append(self.sep)
             if key == self.time_base or (key == "frame.time_epoch" and self.time_base is None):
                 v = [("time", "time_ns", 9)]            # exact nanoseconds, as the records print them
-            elif key in ("frame.time_epoch", "frame.time_relative"):
-                ns = int(row["time_ns"]) - (self.t0 if key == "frame.time_relative" else 0)
+            elif key in ("frame.time_epoch", "frame.time_relative", "frame.time_delta"):
+                ns = int(row["time_ns"]) - {"frame.time_relative": self.t0, "frame.time_delta": prev_ns}.get(key, 0)
                 text = f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
             else:
                 text = _field_text(key, d.flat)

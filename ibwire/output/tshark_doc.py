@@ -1,0 +1,363 @@
+"""One decoded frame as tshark 4.0's `-T json` and `-T ek` documents (epan/print.c).
+
+A document is a list of (key, node) pairs, a node being a value or another such list, in tshark's order
+and nesting: `frame`, `erf`, `eth`, `vlan`, `ip`/`ipv6`, `udp` layers with tshark's keys (except name
+resolution: no `*_resolved` keys), then one `infiniband` layer holding each IB header as its bytes
+(`infiniband.bth`) and a `*_tree` of its fields, reserved bits tshark does not name as
+`infiniband.reserved` bytes, the ICRC/VCRC last, then `data`.  Keys repeat where tshark repeats them
+(`ip.addr`, `udp.port`).  Every value is tshark's text (ibwire.output.values); ek writes booleans as
+true/false.  MAD attribute fields follow the MAD header's tree in the infiniband layer, in header order
+but without tshark's per-attribute nesting.
+"""
+import json
+import time
+from typing import List, NamedTuple, Optional
+
+from scapy.fields import BitField
+from scapy.layers.inet import IP, UDP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Dot1Q, Ether
+from scapy.packet import NoPayload, Padding, Raw
+
+from dissectors.base import IBLayer
+
+from ..decode.fields import FOREIGN, mad_layer_entries
+from ..fieldtypes import TSHARK_DISPLAY
+from .values import bytes_text, ipv6_text, value_text
+
+# Wiretap's encapsulation numbers (frame.encap_type) of the link types ibwire reads.
+ENCAP_TYPES = {1: 1, 113: 25, 197: 98, 242: 180, 247: 181, 276: 210}
+IB_PREFIX = "infiniband."
+
+
+class Times(NamedTuple):
+    """Nanoseconds of a frame: since the epoch, since the previous frame, since the previous frame shown,
+    since the first frame."""
+    epoch: int
+    delta: int
+    delta_displayed: int
+    relative: int
+
+
+def seconds(ns: int) -> str:
+    return f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
+
+
+def _hex(value: int, digits: int) -> str:
+    return f"0x{value:0{digits}x}"
+
+
+def _flag(value) -> bool:
+    return bool(value)
+
+
+def frame_time(ns: int) -> str:
+    """frame.time as tshark 4.0 writes it: local time, nanoseconds, the zone's name."""
+    tm = time.localtime(ns // 10**9)
+    return (f"{time.strftime('%b', tm)} {tm.tm_mday:2d}, {tm.tm_year} {time.strftime('%H:%M:%S', tm)}."
+            f"{ns % 10**9:09d} {tm.tm_zone}")
+
+
+def _frame(d, t: Times) -> list:
+    f, flat = d.frame, d.flat
+    items = []
+    if f.linktype == 197 and len(f.data) >= 16:
+        port = f.data[9] & 3
+        name = f"Port {'ABCD'[port]} (ERF Interface {port})"
+        items += [("frame.interface_id", str(port)),
+                  ("frame.interface_id_tree", [("frame.interface_name", name), ("frame.interface_description", name)])]
+    items += [("frame.encap_type", str(ENCAP_TYPES.get(f.linktype, f.linktype))), ("frame.time", frame_time(t.epoch)),
+              ("frame.offset_shift", "0.000000000"), ("frame.time_epoch", seconds(t.epoch)),
+              ("frame.time_delta", seconds(t.delta)), ("frame.time_delta_displayed", seconds(t.delta_displayed)),
+              ("frame.time_relative", seconds(t.relative)), ("frame.number", str(f.number)),
+              ("frame.len", str(flat.get("frame.len", f.wirelen))), ("frame.cap_len", str(flat.get("frame.cap_len", f.caplen))),
+              ("frame.marked", False), ("frame.ignored", False), ("frame.protocols", flat.get("frame.protocols", ""))]
+    return items
+
+
+def _erf(data: bytes) -> list:
+    ts = int.from_bytes(data[:8], "little")
+    rtype, flags = data[8], data[9]
+    return [("erf.ts", _hex(ts, 16)), ("erf.types", _hex(rtype, 2)),
+            ("erf.types_tree", [("erf.types.type", str(rtype & 0x7F)), ("erf.types.ext_header", str(rtype >> 7))]),
+            ("erf.flags", _hex(flags, 2)),
+            ("erf.flags_tree", [("erf.flags.cap", str(flags & 3)), ("erf.flags.vlen", str(flags >> 2 & 1)),
+                                ("erf.flags.trunc", str(flags >> 3 & 1)), ("erf.flags.rxe", str(flags >> 4 & 1)),
+                                ("erf.flags.dse", str(flags >> 5 & 1)), ("erf.flags.res", _hex(flags >> 6, 2))]),
+            ("erf.rlen", str(int.from_bytes(data[10:12], "big"))), ("erf.lctr", str(int.from_bytes(data[12:14], "big"))),
+            ("erf.wlen", str(int.from_bytes(data[14:16], "big")))]
+
+
+def _mac_tree(side: str, mac: str) -> list:
+    first = int(mac[:2], 16)
+    oui = str(int(mac.replace(":", "")[:6], 16))
+    return [(f"eth.{side}.oui", oui), ("eth.addr", mac), ("eth.addr.oui", oui),
+            (f"eth.{side}.lg", _flag(first & 2)), ("eth.lg", _flag(first & 2)),
+            (f"eth.{side}.ig", _flag(first & 1)), ("eth.ig", _flag(first & 1))]
+
+
+def _eth(p) -> list:
+    return [("eth.dst", p.dst), ("eth.dst_tree", _mac_tree("dst", p.dst)),
+            ("eth.src", p.src), ("eth.src_tree", _mac_tree("src", p.src)), ("eth.type", _hex(p.type, 4))]
+
+
+def _vlan(p) -> list:
+    return [("vlan.priority", str(p.prio)), ("vlan.dei", _flag(p.dei)), ("vlan.id", str(p.vlan)),
+            ("vlan.etype", _hex(p.type, 4))]
+
+
+def _ip(p) -> list:
+    return [("ip.version", str(p.version)), ("ip.hdr_len", str(p.ihl * 4)), ("ip.dsfield", _hex(p.tos, 2)),
+            ("ip.dsfield_tree", [("ip.dsfield.dscp", str(p.tos >> 2)), ("ip.dsfield.ecn", str(p.tos & 3))]),
+            ("ip.len", str(p.len)), ("ip.id", _hex(p.id, 4)), ("ip.flags", _hex(int(p.flags), 2)),
+            ("ip.flags_tree", [("ip.flags.rb", _flag(int(p.flags) & 4)), ("ip.flags.df", _flag(int(p.flags) & 2)),
+                               ("ip.flags.mf", _flag(int(p.flags) & 1))]),
+            ("ip.frag_offset", str(p.frag * 8)), ("ip.ttl", str(p.ttl)), ("ip.proto", str(p.proto)),
+            ("ip.checksum", _hex(p.chksum, 4)), ("ip.checksum.status", "2"),
+            ("ip.src", p.src), ("ip.addr", p.src), ("ip.src_host", p.src), ("ip.host", p.src),
+            ("ip.dst", p.dst), ("ip.addr", p.dst), ("ip.dst_host", p.dst), ("ip.host", p.dst)]
+
+
+def _ipv6(p) -> list:
+    src, dst = ipv6_text(p.src), ipv6_text(p.dst)
+    return [("ipv6.version", "6"), ("ip.version", "6"), ("ipv6.tclass", _hex(p.tc, 8)),
+            ("ipv6.tclass_tree", [("ipv6.tclass.dscp", str(p.tc >> 2)), ("ipv6.tclass.ecn", str(p.tc & 3))]),
+            ("ipv6.flow", _hex(p.fl, 6)), ("ipv6.plen", str(p.plen)), ("ipv6.nxt", str(p.nh)), ("ipv6.hlim", str(p.hlim)),
+            ("ipv6.src", src), ("ipv6.addr", src), ("ipv6.src_host", src), ("ipv6.host", src),
+            ("ipv6.dst", dst), ("ipv6.addr", dst), ("ipv6.dst_host", dst), ("ipv6.host", dst)]
+
+
+class UdpStreams:
+    """udp.stream and its Timestamps: conversations numbered in order of appearance, either direction."""
+
+    def __init__(self):
+        self.streams = {}
+
+    def items(self, p, ns: int) -> list:
+        ip = p.underlayer
+        ends = frozenset(((getattr(ip, "src", None), p.sport), (getattr(ip, "dst", None), p.dport)))
+        index, first, prev = self.streams.get(ends, (len(self.streams), ns, ns))
+        self.streams[ends] = (index, first, ns)
+        check = [("udp.checksum", _hex(p.chksum, 4))]
+        check += ([("udp.checksum_tree", [("udp.checksum.status", "3")])] if p.chksum == 0
+                  else [("udp.checksum.status", "2")])
+        payload = bytes(p.original[8:p.len] if p.original else b"")
+        return ([("udp.srcport", str(p.sport)), ("udp.dstport", str(p.dport)), ("udp.port", str(p.sport)),
+                 ("udp.port", str(p.dport)), ("udp.length", str(p.len))] + check +
+                [("udp.stream", str(index)),
+                 ("Timestamps", [("udp.time_relative", seconds(ns - first)), ("udp.time_delta", seconds(ns - prev))])]
+                + ([("udp.payload", bytes_text(payload))] if payload else []))
+
+
+def _bits(f) -> int:
+    return f.size if isinstance(f, BitField) else 8 * getattr(f, "sz", 0)
+
+
+def _header_bytes(layer) -> bytes:
+    """The bytes of a fixed-size header (the sum of its fields)."""
+    return bytes(layer.original or b"")[:sum(_bits(f) for f in layer.fields_desc) // 8]
+
+
+def _ib_tree(layer) -> list:
+    """The fields tshark shows of an IB header, in wire order; bits tshark does not name become
+    `infiniband.reserved` items of their bytes."""
+    raw = _header_bytes(layer)
+    ws, alias = layer.ws_name, getattr(layer, "ws_alias", {}) or {}
+    items, bit, pending = [], 0, None
+    for f in layer.fields_desc:
+        size = _bits(f)
+        key = alias.get(f.name) or f"{ws}.{f.name}"
+        if key in TSHARK_DISPLAY and not f.name.startswith("_"):
+            if pending is not None:
+                items.append((IB_PREFIX + "reserved", bytes_text(raw[pending // 8:(bit + 7) // 8])))
+                pending = None
+            value = layer.getfieldval(f.name)
+            value = bool(value) if TSHARK_DISPLAY[key] == 1 else value
+            if key == "aeth.syndrome":
+                items += _syndrome(value)
+                bit += size
+                continue
+            items.append((IB_PREFIX + key, value_text(key, value, width=size // 8)))
+        elif pending is None:
+            pending = bit
+        bit += size
+    if pending is not None:
+        items.append((IB_PREFIX + "reserved", bytes_text(raw[pending // 8:(bit + 7) // 8])))
+    return items
+
+
+def _syndrome(s: int) -> list:
+    kind = (s >> 5) & 3
+    low = ("credit_count", "timer", "reserved_value", "error_code")[kind]
+    return [(IB_PREFIX + "aeth.syndrome", str(s)),
+            (IB_PREFIX + "aeth.syndrome_tree", [(IB_PREFIX + "aeth.syndrome.reserved", str(s >> 7)),
+                                                (IB_PREFIX + "aeth.syndrome.opcode", str(kind)),
+                                                (IB_PREFIX + f"aeth.syndrome.{low}", str(s & 0x1F))])]
+
+
+def _header(layer) -> list:
+    ws = layer.ws_name
+    if ws in ("icrc", "vcrc"):
+        key = "invariant.crc" if ws == "icrc" else "variant.crc"
+        return [(IB_PREFIX + key, value_text(key, layer.value))]
+    if ws in ("immdt", "ieth"):                   # tshark shows these as the header's bytes, tree and all
+        text = bytes_text(_header_bytes(layer))
+        return [(IB_PREFIX + ws, text), (IB_PREFIX + ws + "_tree", [(IB_PREFIX + ws, text)])]
+    if ws == "mad":                               # the whole MAD: common header and data
+        return [(IB_PREFIX + "mad", bytes_text(bytes(layer.original or b"")[:256])), (IB_PREFIX + "mad_tree", _ib_tree(layer))]
+    return [(IB_PREFIX + ws, bytes_text(_header_bytes(layer))), (IB_PREFIX + ws + "_tree", _ib_tree(layer))]
+
+
+def _mad_items(layer) -> list:
+    items = []
+    for prefix, fields, _ in mad_layer_entries(layer):
+        for name, value in fields.items():
+            key = f"{prefix}.{name}"
+            for v in value if isinstance(value, list) else [value]:
+                if key in TSHARK_DISPLAY and not isinstance(v, (dict, list)):
+                    items.append((IB_PREFIX + key, bool(v) if TSHARK_DISPLAY[key] == 1 else value_text(key, v)))
+    return items
+
+
+def _foreign(layer) -> Optional[tuple]:
+    name, fields = FOREIGN[type(layer)](layer)
+    return name, [(f"{name}.{k}", value_text(f"{name}.{k}", v)) for k, v in fields.items() if v is not None]
+
+
+def document(d, t: Times, udp: UdpStreams) -> list:
+    """The layers of one decoded frame (ibwire.decode.Decoded) as tshark's -T json writes them."""
+    layers = [("frame", _frame(d, t))]
+    if d.frame.linktype == 197 and len(d.frame.data) >= 16:
+        layers.append(("erf", _erf(d.frame.data)))
+    ib = None
+    layer = d.packet
+    while layer is not None and not isinstance(layer, NoPayload):
+        cls = type(layer)
+        if cls is Ether:
+            layers.append(("eth", _eth(layer)))
+        elif cls is Dot1Q:
+            layers.append(("vlan", _vlan(layer)))
+        elif cls is IP:
+            layers.append(("ip", _ip(layer)))
+        elif cls is IPv6:
+            layers.append(("ipv6", _ipv6(layer)))
+        elif cls is UDP:
+            layers.append(("udp", udp.items(layer, t.epoch)))
+        elif cls.__module__.startswith("dissectors.mad"):
+            ib += _header(layer) if cls.__name__ == "MAD" else _mad_items(layer)
+        elif isinstance(layer, IBLayer) and layer.ws_name not in ("erf", "erf.ehdr", "pad", "cnp"):
+            if ib is None:
+                ib = []
+                layers.append(("infiniband", ib))
+            ib += _header(layer) if layer.ws_name not in ("ipoib", "rwh") else []
+        elif cls is Raw and layer.load:
+            layers.append(("data", [("data.data", bytes_text(layer.load)), ("data.len", str(len(layer.load)))]))
+        elif cls in FOREIGN:
+            layers.append(_foreign(layer))
+        elif cls is Padding:
+            pass
+        layer = layer.payload
+    if ib is not None:                         # tshark writes the CRCs last in the infiniband layer
+        crcs = [i for i in ib if i[0] in (IB_PREFIX + "invariant.crc", IB_PREFIX + "variant.crc")]
+        ib[:] = [i for i in ib if i not in crcs] + crcs
+    return layers
+
+
+# ---- selection (-e, -j, -J) ----
+
+def leaves(items: list, out: list) -> list:
+    """Every (key, value) of a document, depth first."""
+    for k, v in items:
+        if isinstance(v, list):
+            leaves(v, out)
+        else:
+            out.append((k, v))
+    return out
+
+
+def only_fields(layers: list, keys: List[str]) -> list:
+    """-e: each named field's values as a list (Wireshark's names: `infiniband.bth.psn`), in -e order."""
+    found = {}
+    for _, items in layers:
+        for k, v in leaves(items, []):
+            found.setdefault(k, []).append(v)
+    return [(k, found[k]) for k in keys if k in found]
+
+
+def only_layers(layers: list, names: List[str], with_children: bool) -> list:
+    """-j (the named protocols' own items) / -J (also everything they contain)."""
+    keep = []
+    for name, items in layers:
+        if name in names:
+            keep.append((name, items if with_children else [(k, v) for k, v in items if not isinstance(v, list)]))
+    return keep
+
+
+# ---- writers ----
+
+def _text(v, ek: bool):
+    if isinstance(v, bool):
+        return v if ek else ("1" if v else "0")
+    return v
+
+
+def json_text(index: str, layers: list, fields_only: bool = False) -> str:
+    """One packet as tshark -T json writes it (two-space indent, keys repeated where tshark repeats them)."""
+    lines = ["  {", f'    "_index": "{index}",', '    "_type": "doc",', '    "_score": null,', '    "_source": {',
+             '      "layers": {']
+    _write(layers, 8, lines, fields_only)
+    lines += ["      }", "    }", "  }"]
+    return "\n".join(lines)
+
+
+def _write(items: list, indent: int, lines: list, fields_only: bool) -> None:
+    pad = " " * indent
+    for i, (k, v) in enumerate(items):
+        comma = "," if i < len(items) - 1 else ""
+        if isinstance(v, list) and fields_only:
+            lines.append(f"{pad}{json.dumps(k)}: [")
+            lines += [f"{pad}  {json.dumps(_text(x, False))}{',' if j < len(v) - 1 else ''}" for j, x in enumerate(v)]
+            lines.append(f"{pad}]{comma}")
+        elif isinstance(v, list):
+            lines.append(f"{pad}{json.dumps(k)}: {{")
+            _write(v, indent + 2, lines, False)
+            lines.append(f"{pad}}}{comma}")
+        else:
+            lines.append(f"{pad}{json.dumps(k)}: {json.dumps(_text(v, False))}{comma}")
+
+
+def ek_text(timestamp_ms: int, layers: list, fields_only: bool = False) -> str:
+    """The document line of tshark -T ek: keys `<layer>_<field>` with dots as underscores, trees
+    flattened, siblings with one key merged into a list."""
+    if fields_only:
+        body = {k.replace(".", "_"): [_text(x, True) for x in v] for k, v in layers}
+        return json.dumps({"timestamp": str(timestamp_ms), "layers": body}, separators=(",", ":"))
+    parts = []
+    for name, items in layers:
+        parts.append(f"{json.dumps(name)}:{{{_ek_items(name, items)}}}")
+    return f'{{"timestamp":"{timestamp_ms}","layers":{{{",".join(parts)}}}}}'
+
+
+def _ek_items(layer: str, items: list) -> str:
+    out, groups = [], {}
+    for k, v in items:
+        if isinstance(v, list):                 # a subtree: its items follow, a text label ahead of them
+            if not k.endswith("_tree"):
+                out.append(("text", [k]))
+            inner = _ek_items(layer, v)
+            if inner:
+                out.append(("", inner))
+            continue
+        key = f"{layer}_{k}".replace(".", "_")
+        if key in groups:
+            groups[key].append(_text(v, True))
+        else:
+            groups[key] = [_text(v, True)]
+            out.append((key, groups[key]))
+    text = []
+    for key, v in out:
+        if key == "":
+            text.append(v)
+        else:
+            text.append(f"{json.dumps(key)}:{json.dumps(v[0] if len(v) == 1 else v, separators=(',', ':'))}")
+    return ",".join(text)
