@@ -61,7 +61,7 @@ class Printer:
                  protocols: Optional[List[str]] = None, protocol_children: bool = False):
         self.fmt, self.time_mode = fmt, time_mode
         self.protocols, self.protocol_children = protocols, protocol_children     # -j / -J
-        self.udp = None
+        self.session = None       # tshark's numbering across frames (-T json/ek)
         self.keys = keys or []
         self.fields = fields or []
         self.sep, self.quote = separator, quote
@@ -169,7 +169,7 @@ class Printer:
     def _documents(self, rec, rows, details) -> bytes:
         """tshark's -T json / -T ek documents of the rows, from each frame's full decode."""
         from . import tshark_doc as td
-        self.udp = self.udp or td.UdpStreams()
+        self.session = self.session or td.Session()
         t = rec["time_ns"]
         out = []
         for i in rows.tolist():
@@ -178,7 +178,7 @@ class Printer:
             ns = int(t[i])
             prev = int(t[i - 1]) if i else (self.prev if self.prev is not None else ns)
             shown = self.prev_shown if self.prev_shown is not None else ns
-            layers = td.document(d, td.Times(ns, ns - prev, ns - shown, ns - self.t0), self.udp)
+            layers = td.document(d, td.Times(ns, ns - prev, ns - shown, ns - self.t0), self.session)
             self.prev_shown = ns
             fields_only = bool(self.keys)
             if fields_only:
@@ -191,7 +191,8 @@ class Printer:
                 self.started = True
             else:
                 out.append(f'{{"index":{{"_index":"packets-{day}","_type":"doc"}}}}\n'
-                           + td.ek_text(ns // 10**6, layers, fields_only) + "\n")
+                           + td.ek_text(ns // 10**6, layers, fields_only,
+                                        bool(self.protocols) and not self.protocol_children) + "\n")
         self.prev = int(t[-1])
         return "".join(out).encode()
 

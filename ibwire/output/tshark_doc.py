@@ -28,6 +28,7 @@ from .values import bytes_text, ipv6_text, value_text
 # Wiretap's encapsulation numbers (frame.encap_type) of the link types ibwire reads.
 ENCAP_TYPES = {1: 1, 113: 25, 197: 98, 242: 180, 247: 181, 276: 210}
 IB_PREFIX = "infiniband."
+FILTERED = "filtered"        # what -j/-J leave of a protocol or subtree not selected
 
 
 class Times(NamedTuple):
@@ -58,13 +59,13 @@ def frame_time(ns: int) -> str:
             f"{ns % 10**9:09d} {tm.tm_zone}")
 
 
-def _frame(d, t: Times) -> list:
+def _frame(d, t: Times, session: "Session") -> list:
     f, flat = d.frame, d.flat
     items = []
     if f.linktype == 197 and len(f.data) >= 16:
         port = f.data[9] & 3
         name = f"Port {'ABCD'[port]} (ERF Interface {port})"
-        items += [("frame.interface_id", str(port)),
+        items += [("frame.interface_id", str(session.interface(port))),
                   ("frame.interface_id_tree", [("frame.interface_name", name), ("frame.interface_description", name)])]
     items += [("frame.encap_type", str(ENCAP_TYPES.get(f.linktype, f.linktype))), ("frame.time", frame_time(t.epoch)),
               ("frame.offset_shift", "0.000000000"), ("frame.time_epoch", seconds(t.epoch)),
@@ -127,13 +128,17 @@ def _ipv6(p) -> list:
             ("ipv6.dst", dst), ("ipv6.addr", dst), ("ipv6.dst_host", dst), ("ipv6.host", dst)]
 
 
-class UdpStreams:
-    """udp.stream and its Timestamps: conversations numbered in order of appearance, either direction."""
+class Session:
+    """What tshark numbers across frames: UDP conversations (udp.stream, either direction) and ERF ports
+    (frame.interface_id), each in order of appearance."""
 
     def __init__(self):
-        self.streams = {}
+        self.streams, self.interfaces = {}, {}
 
-    def items(self, p, ns: int) -> list:
+    def interface(self, port: int) -> int:
+        return self.interfaces.setdefault(port, len(self.interfaces))
+
+    def udp(self, p, ns: int) -> list:
         ip = p.underlayer
         ends = frozenset(((getattr(ip, "src", None), p.sport), (getattr(ip, "dst", None), p.dport)))
         index, first, prev = self.streams.get(ends, (len(self.streams), ns, ns))
@@ -177,7 +182,7 @@ def _ib_tree(layer) -> list:
                 items += _syndrome(value)
                 bit += size
                 continue
-            items.append((IB_PREFIX + key, value_text(key, value, width=size // 8)))
+            items.append((IB_PREFIX + key, value if isinstance(value, bool) else value_text(key, value, width=size // 8)))
         elif pending is None:
             pending = bit
         bit += size
@@ -208,6 +213,16 @@ def _header(layer) -> list:
     return [(IB_PREFIX + ws, bytes_text(_header_bytes(layer))), (IB_PREFIX + ws + "_tree", _ib_tree(layer))]
 
 
+def _ipoib(layer) -> list:
+    """tshark shows what follows the transport headers as `infiniband.payload` and reads IPoIB's
+    encapsulation header in its tree (as the raw header, `rwh`); the CRCs are not payload."""
+    raw = bytes(layer.original or b"")
+    crcs = 4 + (2 if layer.firstlayer().haslayer("VCRC") else 0)
+    return [(IB_PREFIX + "payload", bytes_text(raw[:len(raw) - crcs] if len(raw) > crcs else raw)),
+            (IB_PREFIX + "payload_tree", [(IB_PREFIX + "rwh.etype", _hex(layer.type, 4)),
+                                          (IB_PREFIX + "reserved", bytes_text(raw[2:4]))])]
+
+
 def _mad_items(layer) -> list:
     items = []
     for prefix, fields, _ in mad_layer_entries(layer):
@@ -224,9 +239,9 @@ def _foreign(layer) -> Optional[tuple]:
     return name, [(f"{name}.{k}", value_text(f"{name}.{k}", v)) for k, v in fields.items() if v is not None]
 
 
-def document(d, t: Times, udp: UdpStreams) -> list:
+def document(d, t: Times, session: Session) -> list:
     """The layers of one decoded frame (ibwire.decode.Decoded) as tshark's -T json writes them."""
-    layers = [("frame", _frame(d, t))]
+    layers = [("frame", _frame(d, t, session))]
     if d.frame.linktype == 197 and len(d.frame.data) >= 16:
         layers.append(("erf", _erf(d.frame.data)))
     ib = None
@@ -242,14 +257,14 @@ def document(d, t: Times, udp: UdpStreams) -> list:
         elif cls is IPv6:
             layers.append(("ipv6", _ipv6(layer)))
         elif cls is UDP:
-            layers.append(("udp", udp.items(layer, t.epoch)))
+            layers.append(("udp", session.udp(layer, t.epoch)))
         elif cls.__module__.startswith("dissectors.mad"):
             ib += _header(layer) if cls.__name__ == "MAD" else _mad_items(layer)
         elif isinstance(layer, IBLayer) and layer.ws_name not in ("erf", "erf.ehdr", "pad", "cnp"):
             if ib is None:
                 ib = []
                 layers.append(("infiniband", ib))
-            ib += _header(layer) if layer.ws_name not in ("ipoib", "rwh") else []
+            ib += _ipoib(layer) if layer.ws_name == "ipoib" else _header(layer) if layer.ws_name != "rwh" else []
         elif cls is Raw and layer.load:
             layers.append(("data", [("data.data", bytes_text(layer.load)), ("data.len", str(len(layer.load)))]))
         elif cls in FOREIGN:
@@ -285,12 +300,18 @@ def only_fields(layers: list, keys: List[str]) -> list:
 
 
 def only_layers(layers: list, names: List[str], with_children: bool) -> list:
-    """-j (the named protocols' own items) / -J (also everything they contain)."""
-    keep = []
+    """-j (the named protocols, their subtrees folded) / -J (the named protocols whole); every other layer
+    is folded to {"filtered": name}, as tshark writes them."""
+    out = []
     for name, items in layers:
-        if name in names:
-            keep.append((name, items if with_children else [(k, v) for k, v in items if not isinstance(v, list)]))
-    return keep
+        if name not in names:
+            out.append((name, [(FILTERED, name)]))
+        elif with_children:
+            out.append((name, items))
+        else:
+            out.append((name, [(k, [(FILTERED, k.removesuffix("_tree"))]) if isinstance(v, list) else (k, v)
+                               for k, v in items]))
+    return out
 
 
 # ---- writers ----
@@ -326,38 +347,57 @@ def _write(items: list, indent: int, lines: list, fields_only: bool) -> None:
             lines.append(f"{pad}{json.dumps(k)}: {json.dumps(_text(v, False))}{comma}")
 
 
-def ek_text(timestamp_ms: int, layers: list, fields_only: bool = False) -> str:
+def ek_text(timestamp_ms: int, layers: list, fields_only: bool = False, folded: bool = False) -> str:
     """The document line of tshark -T ek: keys `<layer>_<field>` with dots as underscores, trees
-    flattened, siblings with one key merged into a list."""
+    flattened, siblings with one key merged into a list; with -e, the fields alone; with -j (`folded`),
+    each item of a selected layer as {"filtered": its name}."""
     if fields_only:
         body = {k.replace(".", "_"): [_text(x, True) for x in v] for k, v in layers}
         return json.dumps({"timestamp": str(timestamp_ms), "layers": body}, separators=(",", ":"))
     parts = []
     for name, items in layers:
-        parts.append(f"{json.dumps(name)}:{{{_ek_items(name, items)}}}")
+        if items and items[0][0] == FILTERED and len(items) == 1:
+            inner = f'"filtered":{json.dumps(items[0][1])}'
+        elif folded:
+            inner = _ek_pairs([(f"{name}_{k}".replace(".", "_") if not isinstance(v, list) or k.endswith("_tree")
+                                else "text", {FILTERED: k if not isinstance(v, list) else "text"})
+                               for k, v in items if not (isinstance(v, list) and k.endswith("_tree"))])
+        else:
+            inner = _ek_pairs(_ek_items(name, items))
+        parts.append(f"{json.dumps(name)}:{{{inner}}}")
     return f'{{"timestamp":"{timestamp_ms}","layers":{{{",".join(parts)}}}}}'
 
 
-def _ek_items(layer: str, items: list) -> str:
-    out, groups = [], {}
+def _ek_items(layer: str, items: list) -> list:
+    """(key, value) of a layer's items depth first, a subtree's label (`text`) ahead of its items."""
+    out = []
     for k, v in items:
-        if isinstance(v, list):                 # a subtree: its items follow, a text label ahead of them
+        if isinstance(v, list):
             if not k.endswith("_tree"):
-                out.append(("text", [k]))
-            inner = _ek_items(layer, v)
-            if inner:
-                out.append(("", inner))
-            continue
-        key = f"{layer}_{k}".replace(".", "_")
-        if key in groups:
-            groups[key].append(_text(v, True))
+                out.append(("text", k))
+            out.append((None, _ek_items(layer, v)))
         else:
-            groups[key] = [_text(v, True)]
-            out.append((key, groups[key]))
+            out.append((f"{layer}_{k}".replace(".", "_"), _text(v, True)))
+    return out
+
+
+def _ek_pairs(items: list) -> str:
+    """Items of one tree level, each key once (several values become a list); subtrees keep their own
+    keys, so a key may repeat across levels, as in tshark's output."""
+    order, values = [], {}
+    for k, v in items:
+        if k is None:
+            order.append((None, v))
+        elif k in values:
+            values[k].append(v)
+        else:
+            values[k] = [v]
+            order.append((k, values[k]))
     text = []
-    for key, v in out:
-        if key == "":
-            text.append(v)
+    for k, v in order:
+        if k is None:
+            inner = _ek_pairs(v)
+            text += [inner] if inner else []
         else:
-            text.append(f"{json.dumps(key)}:{json.dumps(v[0] if len(v) == 1 else v, separators=(',', ':'))}")
+            text.append(f"{json.dumps(k)}:{json.dumps(v[0] if len(v) == 1 else v, separators=(',', ':'))}")
     return ",".join(text)
