@@ -172,13 +172,22 @@ class Printer:
         self.session = self.session or td.Session()
         t = rec["time_ns"]
         out = []
-        for i in rows.tolist():
+        shown = np.zeros(len(rec), bool)
+        shown[rows] = True
+        roce2 = np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)) & ~shown
+        for i in range(len(rec)):
+            if not shown[i]:                 # udp.stream counts the frames not shown too (RoCEv2 ones here)
+                if roce2[i]:
+                    r = rec[i]
+                    self.session.note(r["src"].tobytes(), int(r["udp_src"]), r["dst"].tobytes(), int(r["udp_dst"]),
+                                      int(t[i]))
+                continue
             d = details(i)
             self._feed_rmpp(d)
             ns = int(t[i])
             prev = int(t[i - 1]) if i else (self.prev if self.prev is not None else ns)
-            shown = self.prev_shown if self.prev_shown is not None else ns
-            layers = td.document(d, td.Times(ns, ns - prev, ns - shown, ns - self.t0), self.session)
+            last = self.prev_shown if self.prev_shown is not None else ns
+            layers = td.document(d, td.Times(ns, ns - prev, ns - last, ns - self.t0), self.session)
             self.prev_shown = ns
             fields_only = bool(self.keys)
             if fields_only:

@@ -1,14 +1,15 @@
 """One decoded frame as tshark 4.0's `-T json` and `-T ek` documents (epan/print.c).
 
 A document is a list of (key, node) pairs, a node being a value or another such list, in tshark's order
-and nesting: `frame`, `erf`, `eth`, `vlan`, `ip`/`ipv6`, `udp` layers with tshark's keys (except name
-resolution: no `*_resolved` keys), then one `infiniband` layer holding each IB header as its bytes
+and nesting: `frame`, `erf`, `eth`, `vlan`, `ip`/`ipv6`, `udp` layers with tshark's keys (names resolved
+as `tshark -n` resolves them: a MAC stands for itself, and no `*.oui_resolved` vendor names), then one `infiniband` layer holding each IB header as its bytes
 (`infiniband.bth`) and a `*_tree` of its fields, reserved bits tshark does not name as
 `infiniband.reserved` bytes, the ICRC/VCRC last, then `data`.  Keys repeat where tshark repeats them
 (`ip.addr`, `udp.port`).  Every value is tshark's text (ibwire.output.values); ek writes booleans as
 true/false.  MAD attribute fields follow the MAD header's tree in the infiniband layer, in header order
 but without tshark's per-attribute nesting.
 """
+import ipaddress
 import json
 import time
 from typing import List, NamedTuple, Optional
@@ -92,7 +93,8 @@ def _erf(data: bytes) -> list:
 def _mac_tree(side: str, mac: str) -> list:
     first = int(mac[:2], 16)
     oui = str(int(mac.replace(":", "")[:6], 16))
-    return [(f"eth.{side}.oui", oui), ("eth.addr", mac), ("eth.addr.oui", oui),
+    return [(f"eth.{side}_resolved", mac), (f"eth.{side}.oui", oui), ("eth.addr", mac), ("eth.addr_resolved", mac),
+            ("eth.addr.oui", oui),
             (f"eth.{side}.lg", _flag(first & 2)), ("eth.lg", _flag(first & 2)),
             (f"eth.{side}.ig", _flag(first & 1)), ("eth.ig", _flag(first & 1))]
 
@@ -138,11 +140,18 @@ class Session:
     def interface(self, port: int) -> int:
         return self.interfaces.setdefault(port, len(self.interfaces))
 
-    def udp(self, p, ns: int) -> list:
-        ip = p.underlayer
-        ends = frozenset(((getattr(ip, "src", None), p.sport), (getattr(ip, "dst", None), p.dport)))
+    def note(self, src: bytes, sport: int, dst: bytes, dport: int, ns: int) -> tuple:
+        """Count a UDP frame between two 16-byte addresses (IPv4 mapped): (stream, its first ns, previous ns)."""
+        ends = frozenset(((src, sport), (dst, dport)))
         index, first, prev = self.streams.get(ends, (len(self.streams), ns, ns))
         self.streams[ends] = (index, first, ns)
+        return index, first, prev
+
+    def udp(self, p, ns: int) -> list:
+        ip = p.underlayer
+        v6 = isinstance(ip, IPv6)
+        index, first, prev = self.note(_addr16(getattr(ip, "src", None), v6), p.sport, _addr16(getattr(ip, "dst", None), v6),
+                                       p.dport, ns)
         check = [("udp.checksum", _hex(p.chksum, 4))]
         check += ([("udp.checksum_tree", [("udp.checksum.status", "3")])] if p.chksum == 0
                   else [("udp.checksum.status", "2")])
@@ -156,6 +165,13 @@ class Session:
 
 def _bits(f) -> int:
     return f.size if isinstance(f, BitField) else 8 * getattr(f, "sz", 0)
+
+
+def _addr16(text, v6: bool) -> bytes:
+    try:
+        return ipaddress.ip_address(text).packed if v6 else b"\0" * 10 + b"\xff\xff" + ipaddress.ip_address(text).packed
+    except ValueError:
+        return b""
 
 
 def _header_bytes(layer) -> bytes:
