@@ -217,3 +217,14 @@ def test_jsonl_keeps_ibwires_own_shape_with_ipv6_gids():
                                 check=True).stdout)
     assert set(obj) == {"frame", "time", "caplen", "len", "linktype", "layers", "errors"}
     assert obj["layers"]["grh"]["sgid"] == "::ffff:172.17.242.47"
+
+
+def test_jsonl_doc_lists_every_record_field():
+    """docs/jsonl.md's table names every key the compiled records write into --format jsonl."""
+    from ibwire.output.formats import _BY_HEADER
+    doc = (ROOT / "docs" / "jsonl.md").read_text()
+    rows = {tuple(cell.strip(" `") for cell in line.split("|")[1:3]) for line in doc.splitlines() if line.startswith("| `")}
+    headers = ("lrh", "bth", "rdeth", "deth", "xrceth", "reth", "atomiceth", "aeth", "atomicacketh", "immdt", "ieth",
+               "mad")                                     # written from the records as they are (formats._header)
+    want = {(h, n) for h in headers for n, _ in _BY_HEADER.get(h, [])}
+    assert want <= rows, want - rows
