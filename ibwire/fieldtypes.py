@@ -184,6 +184,7 @@ def max_value(key: str) -> Optional[int]:
 
 
 WIDE = set()      # 64-bit fields (filled with layer_fields()): JSON writes them as "0x…" strings
+WIDTH: Dict[str, int] = {}     # bytes of each whole-byte layer field (filled with layer_fields()): their hex width
 
 
 @lru_cache(maxsize=1)
@@ -273,9 +274,12 @@ def layer_field_types() -> dict:
                 continue
             ftype = _scapy_type(f)
             wide = getattr(f, "sz", 0) == 8 or getattr(f, "size", 0) == 64
+            bits = f.size if hasattr(f, "size") and isinstance(getattr(f, "size"), int) else 8 * getattr(f, "sz", 0)
             for key in (f"{ws}.{f.name}", alias.get(f.name)):
                 if key:
                     out.setdefault(key, ftype)
+                    if bits and bits % 8 == 0:
+                        WIDTH.setdefault(key, bits // 8)
                     if wide and ftype == UINT:
                         WIDE.add(key)
         try:

@@ -14,7 +14,7 @@ from ..fast import records as R
 from ..fast.filter import DATA, NotBatchable
 from . import formats, summary
 from .program import compile_parts, render
-from .values import value_text
+from .values import SELF_NAMED, value_text
 
 FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
 TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
@@ -220,7 +220,7 @@ class Printer:
                 parts = formats.json_parts(row)
             else:
                 parts = formats.fields_parts(self.keys, row1, self.sep, self.quote, self.time_base)
-        except formats.Unsure:
+        except (formats.Unsure, NotBatchable):       # a field only the full decode knows (the probe cannot tell)
             return None
         return compile_parts(parts)
 
@@ -254,4 +254,5 @@ def _field_text(key: str, flat: dict) -> str:
     v = flat.get(key)
     if v is None:
         return ""
-    return ",".join(value_text(key, x, sep="") for x in (v if isinstance(v, list) else [v]))
+    vals = v if isinstance(v, list) else [v]
+    return ",".join(value_text(key, x, sep="") for x in (vals * 2 if key in SELF_NAMED else vals))

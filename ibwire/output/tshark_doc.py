@@ -24,7 +24,7 @@ from dissectors.base import IBLayer
 
 from ..decode.fields import FOREIGN, mad_layer_entries
 from ..fieldtypes import TSHARK_DISPLAY
-from .values import bytes_text, ipv6_text, value_text
+from .values import SELF_NAMED, bytes_text, ipv6_text, value_text
 
 # Wiretap's encapsulation numbers (frame.encap_type) of the link types ibwire reads.
 ENCAP_TYPES = {1: 1, 113: 25, 197: 98, 242: 180, 247: 181, 276: 210}
@@ -221,7 +221,7 @@ def _header(layer) -> list:
     if ws in ("icrc", "vcrc"):
         key = "invariant.crc" if ws == "icrc" else "variant.crc"
         return [(IB_PREFIX + key, value_text(key, layer.value))]
-    if ws in ("immdt", "ieth"):                   # tshark shows these as the header's bytes, tree and all
+    if ws in SELF_NAMED:                          # tshark shows these as the header's bytes, tree and all
         text = bytes_text(_header_bytes(layer))
         return [(IB_PREFIX + ws, text), (IB_PREFIX + ws + "_tree", [(IB_PREFIX + ws, text)])]
     if ws == "mad":                               # the whole MAD: common header and data
@@ -385,9 +385,14 @@ def ek_text(timestamp_ms: int, layers: list, fields_only: bool = False, folded: 
 
 
 def _ek_items(layer: str, items: list) -> list:
-    """(key, value) of a layer's items depth first, a subtree's label (`text`) ahead of its items."""
+    """(key, value) of a layer's items depth first, a subtree's label (`text`) ahead of its items;
+    frame.time in UTC, ISO 8601, as ek writes it."""
     out = []
+    epoch = dict((k, v) for k, v in items if not isinstance(v, list)).get("frame.time_epoch")
     for k, v in items:
+        if k == "frame.time" and epoch:
+            sec, _, frac = epoch.partition(".")
+            v = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(sec))) + f".{frac}Z"
         if isinstance(v, list):
             if not k.endswith("_tree"):
                 out.append(("text", k))

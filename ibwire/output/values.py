@@ -6,7 +6,7 @@ them (an IPv4-mapped GID as ::ffff:172.17.242.47, as Wireshark shows it), times 
 import ipaddress
 import socket
 
-from ..fieldtypes import IPV6, TSHARK_DISPLAY, field_type
+from ..fieldtypes import IPV6, TSHARK_DISPLAY, WIDTH, field_type, layer_fields
 
 
 def ipv6_text(value) -> str:
@@ -32,11 +32,17 @@ def bytes_text(value, sep: str = ":", width: int = 0) -> str:
     return sep.join(f"{b:02x}" for b in raw) if sep else raw.hex()
 
 
+# Fields tshark names like the header holding them: each shows twice (the header, then its one field).
+SELF_NAMED = ("immdt", "ieth")
+
+
 def value_text(key: str, value, sep: str = ":", width: int = 0) -> str:
     """Field `key` (Wireshark's name without `infiniband.`) holding `value`, as tshark writes it."""
     digits = TSHARK_DISPLAY.get(key, 0)
     if digits == -1:
-        return bytes_text(value, sep, width)
+        if isinstance(value, str) and field_type(key) == IPV6:
+            value = ipaddress.IPv6Address(value).packed
+        return bytes_text(value, sep, width or (layer_fields() and WIDTH.get(key, 0)))
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
