@@ -58,8 +58,8 @@ def _tshark_unsure(theirs: dict) -> tuple:
     ip_len = int(theirs.get("ip.len") or 0)
     if theirs.get("frame.cap_len") != theirs.get("frame.len") or ip_len + 14 > int(theirs["frame.cap_len"]):
         return CRCS, "cut short (or IP longer than the frame): tshark shows the last 4 bytes there as the ICRC"
-    if theirs.get("infiniband.mad.attributeid") == "0x0038" and theirs.get("infiniband.mad.method") == "0x02":
-        return CRCS, "tshark's SubnAdmSet(MCMemberRecord) stops before the CRCs"
+    if theirs.get("infiniband.mad.attributeid") == "0x0038":
+        return CRCS, "tshark's MCMemberRecord (SubnAdmSet, SubnAdmGetResp) stops before the CRCs"
     return (), ""
 
 

@@ -18,7 +18,7 @@ from scapy.fields import BitField
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
-from scapy.packet import NoPayload, Padding, Raw
+from scapy.packet import NoPayload, Raw
 
 from dissectors.base import IBLayer
 
@@ -261,7 +261,24 @@ def document(d, t: Times, session: Session) -> list:
     if d.frame.linktype == 197 and len(d.frame.data) >= 16:
         layers.append(("erf", _erf(d.frame.data)))
     ib = None
-    layer = d.packet
+    try:
+        ib = _layers(d.packet, layers, t, session)
+    except Exception:                          # damaged beyond what a layer can show: said as tshark says it
+        layers.append(MALFORMED)
+    if ib is not None:                         # tshark writes the CRCs last in the infiniband layer
+        crcs = [i for i in ib if i[0] in (IB_PREFIX + "invariant.crc", IB_PREFIX + "variant.crc")]
+        ib[:] = [i for i in ib if i not in crcs] + crcs
+    return layers
+
+
+MALFORMED = ("_ws.malformed", [("_ws.expert", [
+    ("_ws.malformed", ""), ("_ws.expert.message", "Malformed Packet (Exception occurred)"),
+    ("_ws.expert.severity", "8388608"), ("_ws.expert.group", "117440512")])])
+
+
+def _layers(layer, layers: list, t: Times, session: "Session") -> list:
+    """Append the layers of the scapy packet `layer` to `layers`; the infiniband layer's items (or None)."""
+    ib = None
     while layer is not None and not isinstance(layer, NoPayload):
         cls = type(layer)
         if cls is Ether:
@@ -285,13 +302,8 @@ def document(d, t: Times, session: Session) -> list:
             layers.append(("data", [("data.data", bytes_text(layer.load)), ("data.len", str(len(layer.load)))]))
         elif cls in FOREIGN:
             layers.append(_foreign(layer))
-        elif cls is Padding:
-            pass
         layer = layer.payload
-    if ib is not None:                         # tshark writes the CRCs last in the infiniband layer
-        crcs = [i for i in ib if i[0] in (IB_PREFIX + "invariant.crc", IB_PREFIX + "variant.crc")]
-        ib[:] = [i for i in ib if i not in crcs] + crcs
-    return layers
+    return ib
 
 
 # ---- selection (-e, -j, -J) ----
