@@ -10,9 +10,9 @@ import numpy as np
 from dissectors.crc import vcrc
 from dissectors.opcodes import HEADER_LEN, OPCODES, ROCE_V1_ETHERTYPE, ROCE_V2_PORT
 
+from ..readers.formats import ERF_LINKTYPE, erf_view
 from . import _native
 from . import records as R
-from ..readers.formats import ERF_LINKTYPE, erf_view
 from .columns import STARTS, Columns
 from .walk import Positions
 
