@@ -400,7 +400,7 @@ def _ek_items(layer: str, items: list) -> list:
     """(key, value) of a layer's items depth first, a subtree's label (`text`) ahead of its items;
     frame.time in UTC, ISO 8601, as ek writes it."""
     out = []
-    epoch = dict((k, v) for k, v in items if not isinstance(v, list)).get("frame.time_epoch")
+    epoch = {k: v for k, v in items if not isinstance(v, list)}.get("frame.time_epoch")
     for k, v in items:
         if k == "frame.time" and epoch:
             sec, _, frac = epoch.partition(".")
