@@ -1,13 +1,13 @@
 """One decoded frame as tshark 4.0's `-T json` and `-T ek` documents (epan/print.c).
 
 A document is a list of (key, node) pairs, a node being a value or another such list, in tshark's order
-and nesting: `frame`, `erf`, `eth`, `vlan`, `ip`/`ipv6`, `udp` layers with tshark's keys (names resolved
-as `tshark -n` resolves them: a MAC stands for itself, and no `*.oui_resolved` vendor names), then one `infiniband` layer holding each IB header as its bytes
-(`infiniband.bth`) and a `*_tree` of its fields, reserved bits tshark does not name as
-`infiniband.reserved` bytes, the ICRC/VCRC last, then `data`.  Keys repeat where tshark repeats them
-(`ip.addr`, `udp.port`).  Every value is tshark's text (ibwire.output.values); ek writes booleans as
-true/false.  MAD attribute fields follow the MAD header's tree in the infiniband layer, in header order
-but without tshark's per-attribute nesting.
+and nesting: `frame`, `erf`, `eth`, `vlan`, `ip`/`ipv6`, `udp` layers with tshark's keys (names resolved as
+`tshark -n` resolves them: a MAC stands for itself, no `*.oui_resolved` vendor names), then one
+`infiniband` layer holding each IB header as its bytes (`infiniband.bth`) and a `*_tree` of its fields,
+reserved bits tshark does not name as `infiniband.reserved` bytes, the ICRC/VCRC last, then `data`.  Keys
+repeat where tshark repeats them (`ip.addr`, `udp.port`).  Every value is tshark's text
+(ibwire.output.values); ek writes booleans as true/false.  MAD attribute fields follow the MAD header's
+tree in the infiniband layer, in header order, without tshark's per-attribute nesting.
 """
 import ipaddress
 import json
@@ -26,8 +26,9 @@ from ..decode.fields import FOREIGN, mad_layer_entries
 from ..fieldtypes import TSHARK_DISPLAY
 from .values import SELF_NAMED, bytes_text, ipv6_text, value_text
 
-# Wiretap's encapsulation numbers (frame.encap_type) of the link types ibwire reads.
-ENCAP_TYPES = {1: 1, 113: 25, 197: 98, 242: 180, 247: 181, 276: 210}
+# Wiretap's encapsulation numbers (frame.encap_type) of the link types tshark 4.0 reads (not 247: tshark
+# cannot open it, so the link type itself stands there).
+ENCAP_TYPES = {1: 1, 113: 25, 197: 98, 242: 180, 276: 210}
 IB_PREFIX = "infiniband."
 FILTERED = "filtered"        # what -j/-J leave of a protocol or subtree not selected
 
