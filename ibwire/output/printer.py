@@ -14,7 +14,7 @@ from ..fast import records as R
 from ..fast.filter import DATA, NotBatchable
 from . import formats, summary
 from .program import compile_parts, render
-from .values import SELF_NAMED, value_text
+from .values import SELF_NAMED, ipv6_text, value_text
 
 FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
 TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
@@ -35,13 +35,18 @@ def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def json_safe(obj, key: str = ""):
-    """A decoded frame's JSON: 64-bit fields (and any value beyond 32 bits) as "0x…" strings, bytes as hex."""
+    """A decoded frame's JSON: 64-bit fields (and any value beyond 32 bits) as "0x…" strings, bytes as hex,
+    GIDs and IPv6 addresses as inet_ntop writes them (an IPv4-mapped GID as ::ffff:a.b.c.d)."""
     if isinstance(obj, dict):
         return {k: json_safe(v, f"{key}.{k}" if key else k) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [json_safe(v, key) for v in obj]
     if isinstance(obj, (bytes, bytearray)):
         return bytes(obj).hex()
+    if isinstance(obj, str) and key.count(".") >= 2:      # a GID or IPv6 address as the records print it
+        from ..fieldtypes import IPV6, field_type
+        if field_type(key.partition(".")[2]) == IPV6:
+            return ipv6_text(obj)
     if isinstance(obj, bool) or obj is None or isinstance(obj, (str, float)):
         return obj
     if isinstance(obj, int):
