@@ -292,8 +292,9 @@ def _layers(layer, layers: list, t: Times, session: "Session") -> list:
             layers.append(("ipv6", _ipv6(layer)))
         elif cls is UDP:
             layers.append(("udp", session.udp(layer, t.epoch)))
-        elif cls.__module__.startswith("dissectors.mad"):
-            ib += _header(layer) if cls.__name__ == "MAD" else _mad_items(layer)
+        elif cls.__name__ == "MAD" and cls.__module__.startswith("dissectors.mad"):
+            ib += _header(layer) + _mad_class(layer)
+            break                              # the MAD holds the rest of the packet but the CRCs
         elif isinstance(layer, IBLayer) and layer.ws_name not in ("erf", "erf.ehdr", "pad", "cnp"):
             if ib is None:
                 ib = []
@@ -304,7 +305,66 @@ def _layers(layer, layers: list, t: Times, session: "Session") -> list:
         elif cls in FOREIGN:
             layers.append(_foreign(layer))
         layer = layer.payload
+    if ib is not None and layer is not None and not isinstance(layer, NoPayload):
+        for crc in ("ICRC", "VCRC"):           # after a MAD: its CRCs, which the walk stopped before
+            if layer.haslayer(crc):
+                ib += _header(layer.getlayer(crc))
     return ib
+
+
+# tshark's containers of each MAD class's own header and attribute (packet-infiniband.c), by the whole MAD's
+# byte ranges: (key of the container, its bytes, [items: header field names or (reserved from, to)], the
+# attribute's container and its bytes).  SMInfo and Notice get their attribute container twice.
+_SMP_DATA = ("smplid.smpdata", (64, 128))
+MAD_CLASSES = {
+    0x01: ("smplid", (0, 256), ["smplid.mkey", (32, 64)], _SMP_DATA, [(128, 256)]),
+    0x81: ("smpdirected", (0, 256), ["smpdirected.d", "smpdirected.smpstatus", "smpdirected.hoppointer",
+                                     "smpdirected.hopcount", "smplid.mkey", "smpdirected.drslid",
+                                     "smpdirected.drdlid", (36, 64)], _SMP_DATA,
+           ["smpdirected.initialpath", "smpdirected.returnpath"]),
+    0x03: ("sa.drdlid", (0, 256), ["sa.smkey", "sa.attributeoffset", (50, 52), "sa.componentmask"],
+           ("sa.drdlid", (56, 256)), []),
+    0x07: (None, None, [], ("smplid.smpdata", (24, 256)), []),
+}
+TWICE = {"smplid.smpdata": (0x0020, 0x0002), "sa.drdlid": None}      # attribute IDs (None: all)
+
+
+def _mad_class(mad) -> list:
+    """What follows the MAD's common header: the class's header fields and the attribute's, in tshark's
+    containers where MAD_CLASSES knows them, else one after another."""
+    raw = bytes(mad.original or b"")[:256]
+    header, attr = {}, []
+    for layer in _chain(mad.payload):
+        for key, text in _mad_items(layer):
+            if key.split(".")[1] in ("smplid", "smpdirected", "rmpp", "sa") and key.count(".") == 2:
+                header.setdefault(key, text)
+            else:
+                attr.append((key, text))
+    rmpp = [(k, v) for k, v in header.items() if k.startswith(IB_PREFIX + "rmpp.")]
+    out = ([(IB_PREFIX + "rmpp", bytes_text(raw[24:36])), (IB_PREFIX + "rmpp_tree", rmpp)] if rmpp else [])
+    spec = MAD_CLASSES.get(mad.mgmtclass)
+    if spec is None or len(raw) < 256:
+        return out + [(k, v) for k, v in header.items() if (k, v) not in rmpp] + attr
+    name, span, head, (data_key, data_span), tail = spec
+
+    def items(names):
+        return [(IB_PREFIX + "reserved", bytes_text(raw[n[0]:n[1]])) if isinstance(n, tuple)
+                else (IB_PREFIX + n, header.get(IB_PREFIX + n, "")) for n in names]
+    data = bytes_text(raw[data_span[0]:data_span[1]])
+    twice = TWICE.get(data_key, ())
+    inner = [(IB_PREFIX + data_key, data), (IB_PREFIX + data_key + "_tree", attr)]
+    if twice is None or mad.attributeid in (twice or ()):
+        inner = [(IB_PREFIX + data_key, data), (IB_PREFIX + data_key + "_tree", inner)]
+    body = items(head) + inner + items(tail)
+    if name is None:
+        return out + body
+    return out + [(IB_PREFIX + name, bytes_text(raw[span[0]:span[1]])), (IB_PREFIX + name + "_tree", body)]
+
+
+def _chain(layer):
+    while layer is not None and not isinstance(layer, NoPayload) and type(layer).__module__.startswith("dissectors.mad"):
+        yield layer
+        layer = layer.payload
 
 
 # ---- selection (-e, -j, -J) ----
