@@ -193,12 +193,14 @@ def test_ek_is_tsharks(path, tshark):
 
 @pytest.mark.parametrize("fmt", ["json", "ek"])
 @pytest.mark.parametrize("select", [("-e", "frame.number", "-e", "infiniband.bth.psn", "-e", "ip.addr", "-e",
-                                     "infiniband.grh.sgid"), ("-j", "udp"), ("-J", "udp")], ids=["e", "j", "J"])
+                                     "infiniband.grh.sgid"), ("-j", "udp"), ("-J", "udp"), ("-j", "infiniband")],
+                         ids=["e", "j", "J", "j-infiniband"])
 def test_field_and_protocol_selection_is_tsharks(fmt, select, tshark):
-    """-e keeps the named fields (lists of values; absent ones left out), -j a protocol's own items, -J a
-    protocol whole; every other protocol is {"filtered": name}: byte for byte tshark's."""
-    assert run_ibwire("decode", CM, "-T", fmt, "-c", "3", *select, check=True).stdout == \
-        run_tshark(CM, "-n", "-T", fmt, "-c", "3", *select)
+    """-e keeps the named fields (lists of values; absent ones left out), -j a protocol's own items (the
+    MADs' containers included), -J a protocol whole; every other protocol is {"filtered": name}: byte for
+    byte tshark's."""
+    assert run_ibwire("decode", CM, "-T", fmt, "-c", "4", *select, check=True).stdout == \
+        run_tshark(CM, "-n", "-T", fmt, "-c", "4", *select)
 
 
 def test_transport_only_json_is_tsharks_byte_for_byte(tshark):

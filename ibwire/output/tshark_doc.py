@@ -6,8 +6,9 @@ and nesting: `frame`, `erf`, `eth`, `vlan`, `ip`/`ipv6`, `udp` layers with tshar
 `infiniband` layer holding each IB header as its bytes (`infiniband.bth`) and a `*_tree` of its fields,
 reserved bits tshark does not name as `infiniband.reserved` bytes, the ICRC/VCRC last, then `data`.  Keys
 repeat where tshark repeats them (`ip.addr`, `udp.port`).  Every value is tshark's text
-(ibwire.output.values); ek writes booleans as true/false.  MAD attribute fields follow the MAD header's
-tree in the infiniband layer, in header order, without tshark's per-attribute nesting.
+(ibwire.output.values); ek writes booleans as true/false.  MADs sit in tshark's containers of their
+class (MAD_CLASSES); an attribute's fields are listed in its container without tshark's subtrees of
+single attributes (capability masks, P_Key blocks, CM service IDs) and reserved fields.
 """
 import ipaddress
 import json
