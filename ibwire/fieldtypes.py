@@ -48,6 +48,127 @@ EITHER = {"eth.addr": ("eth.dst", "eth.src"), "ip.addr": ("ip.src", "ip.dst"), "
           "udp.port": ("udp.srcport", "udp.dstport"), "tcp.port": ("tcp.srcport", "tcp.dstport")}
 
 
+# How tshark 4.0 prints each field it shares with ibwire (`tshark -G fields`, read once): 0 by the field's
+# type (decimal, address, text), -1 bytes (aa:bb:…), 1 a boolean (0/1), n >= 2 hexadecimal "0x…" zero-padded to n digits
+# (BASE_HEX: the width of the field's type, FT_UINT8 2 … FT_UINT64 16, whatever its bitmask).  Fields
+# missing here are ibwire's own.  `-T fields`, `-T json` and `-T ek` print values by this table.
+TSHARK_DISPLAY: Dict[str, int] = {name: digits for digits, names in {
+    -1: ('aeth arp.dst.hw arp.src.hw atomicacketh atomiceth bth cm.dreq.private cm.drsp.private cm.rej.ari '
+        'cm.rej.private cm.rep.private cm.req.alt_localgid cm.req.alt_remotegid cm.req.ip_cm cm.req.ip_cm.private '
+        'cm.req.private cm.req.serviceid.prefix cm.rtu.private deth grh ieth immdt linkrecord.servicekey '
+        'linkrecord.servicename lrh mad mad.data notice.datadetails p_keytable.p_keytableblock payload rdeth reth '
+        'rmpp rwh smpdirected smpdirected.initialpath smpdirected.returnpath smplid smplid.smpdata '
+        'trap.drnoticereturnpath vendor'),
+    0: ('aeth.msn aeth.syndrome aeth.syndrome.credit_count aeth.syndrome.opcode aeth.syndrome.reserved '
+        'arp.dst.hw_mac arp.dst.proto_ipv4 arp.hw.size arp.hw.type arp.opcode arp.proto.size arp.src.hw_mac '
+        'arp.src.proto_ipv4 atomicacketh.origremdt atomiceth.cmpdt atomiceth.swapdt bth.opcode bth.p_key '
+        'bth.padcnt bth.psn bth.reserved7 bth.tver classportinfo classportinfo.redirectgid classportinfo.trapgid '
+        'cm.req.alt_locallid cm.req.alt_remotelid cm.req.ip_cm.dip4 cm.req.ip_cm.dip6 cm.req.ip_cm.sip4 '
+        'cm.req.ip_cm.sip6 cm.req.prim_localgid cm.req.prim_locallid cm.req.prim_remotegid cm.req.prim_remotelid '
+        'erf.lctr erf.rlen erf.wlen eth.addr eth.dst eth.src frame.cap_len frame.len frame.number frame.protocols '
+        'frame.time_delta frame.time_epoch frame.time_relative grh.dgid grh.flowlabel grh.hoplmt grh.ipver '
+        'grh.nxthdr grh.paylen grh.sgid grh.tclass icmp.code icmp.type infiniband_link.fccl infiniband_link.fctbs '
+        'infiniband_link.op infiniband_link.vl informinfo.gid informinforecord.subscribergid ip.addr '
+        'ip.dsfield.dscp ip.dsfield.ecn ip.dst ip.hdr_len ip.len ip.proto ip.src ip.ttl ip.version ipv6.addr '
+        'ipv6.dst ipv6.hlim ipv6.nxt ipv6.plen ipv6.src ipv6.tclass.dscp ipv6.tclass.ecn linkrecord.servicegid '
+        'lrh.dlid lrh.lver lrh.pktlen lrh.reserved2 lrh.reserved5 lrh.sl lrh.slid mcmemberrecord.mgid '
+        'mcmemberrecord.portgid multipathrecord.sdgid nodedescription.nodestring pathrecord.dgid pathrecord.sgid '
+        'portcounters portcounters.excessivebufferoverrunerrors portcounters.linkdownedcounter '
+        'portcounters.linkerrorrecoverycounter portcounters.locallinkintegrityerrors '
+        'portcounters.portrcvconstrainterrors portcounters.portrcvdata portcounters.portrcverrors '
+        'portcounters.portrcvpkts portcounters.portrcvremotephysicalerrors portcounters.portrcvswitchrelayerrors '
+        'portcounters.portxmitconstrainterrors portcounters.portxmitdata portcounters.portxmitdiscards '
+        'portcounters.portxmitpkts portcounters.symbolerrorcounter portcounters.vl15dropped portcounters_ext '
+        'portcounters_ext.portmulticastrcvpkts portcounters_ext.portmulticastxmitpkts '
+        'portcounters_ext.portrcvdata portcounters_ext.portrcvpkts portcounters_ext.portunicastrcvpkts '
+        'portcounters_ext.portunicastxmitpkts portcounters_ext.portxmitdata portcounters_ext.portxmitpkts '
+        'rdeth.eecnxt reth.dmalen sll.halen sll.hatype sll.pkttype tcp.ack tcp.dstport tcp.port tcp.seq '
+        'tcp.srcport tcp.window_size_value trap.datavalid trap.gidaddr trap.gidaddr1 trap.gidaddr2 trap.swlidaddr '
+        'udp.dstport udp.length udp.port udp.srcport vlan.id vlan.priority'),
+    1: ('bth.a bth.m bth.se vlan.dei'),
+    2: ('classportinfo.baseversion classportinfo.classversion classportinfo.redirectsl classportinfo.redirecttc '
+        'classportinfo.reserved classportinfo.resptimevalue classportinfo.trapsl classportinfo.traptc '
+        'cm.rej.msgrej cm.rej.rejinfolen cm.rej.reserved0 cm.rej.reserved1 cm.rep.e2eflowctrl cm.rep.failoveracc '
+        'cm.rep.initdepth cm.rep.reserved cm.rep.respres cm.rep.rnrretrcount cm.rep.srq cm.rep.tgtackdelay '
+        'cm.req.alt_hoplim cm.req.alt_localacktout cm.req.alt_reserved1 cm.req.alt_sl cm.req.alt_subnetlocal '
+        'cm.req.alt_tfcclass cm.req.e2eflowctrl cm.req.ext_transport cm.req.initdepth cm.req.ip_cm.ipv '
+        'cm.req.ip_cm.majv cm.req.ip_cm.minv cm.req.ip_cm.reserved cm.req.localresptout cm.req.maxcmretr '
+        'cm.req.pppmtu cm.req.prim_hoplim cm.req.prim_localacktout cm.req.prim_reserved1 cm.req.prim_reserved2 '
+        'cm.req.prim_sl cm.req.prim_subnetlocal cm.req.prim_tfcclass cm.req.rdcexist cm.req.remoteresptout '
+        'cm.req.responderres cm.req.retrcount cm.req.rnrretrcount cm.req.serviceid.protocol cm.req.srq '
+        'cm.req.transpsvctype erf.flags informinfo.isgeneric informinfo.resptimevalue informinfo.subscribe '
+        'ip.dsfield linearforwardingtable.port linkrecord.fromport linkrecord.toport lrh.lnh lrh.vl '
+        'mad.baseversion mad.classversion mad.method mad.mgmtclass mcmemberrecord.hoplimit '
+        'mcmemberrecord.joinstate mcmemberrecord.mtu mcmemberrecord.mtuselector mcmemberrecord.packetlifetime '
+        'mcmemberrecord.packetlifetimeselector mcmemberrecord.proxyjoin mcmemberrecord.rate '
+        'mcmemberrecord.rateselector mcmemberrecord.scope mcmemberrecord.sl mcmemberrecord.tclass '
+        'multipathrecord.dgidcount multipathrecord.gidscope multipathrecord.hoplimit '
+        'multipathrecord.independenceselector multipathrecord.mtu multipathrecord.mtuselector '
+        'multipathrecord.numbpath multipathrecord.packetlifetime multipathrecord.packetlifetimeselector '
+        'multipathrecord.rate multipathrecord.rateselector multipathrecord.rawtraffic multipathrecord.reversible '
+        'multipathrecord.sgidcount multipathrecord.sl multipathrecord.tclass nodeinfo.baseversion '
+        'nodeinfo.classversion nodeinfo.localportnum nodeinfo.nodetype nodeinfo.numports notice.isgeneric '
+        'notice.noticetoggle notice.type p_keytable.membershiptype pathrecord.hoplimit pathrecord.mtu '
+        'pathrecord.mtuselector pathrecord.numbpath pathrecord.packetlifetime pathrecord.packetlifetimeselector '
+        'pathrecord.preference pathrecord.rate pathrecord.rateselector pathrecord.rawtraffic '
+        'pathrecord.reversible pathrecord.tclass portcounters.portselect portcounters_ext.portselect '
+        'portinfo.clientreregister portinfo.filterrawinbound portinfo.filterrawoutbound portinfo.guidcap '
+        'portinfo.hoqlife portinfo.inittype portinfo.inittypereply portinfo.linkdowndefaultstate '
+        'portinfo.linkspeedactive portinfo.linkspeedenabled portinfo.linkspeedsupported portinfo.linkwidthactive '
+        'portinfo.linkwidthenabled portinfo.linkwidthsupported portinfo.lmc portinfo.localphyerrors '
+        'portinfo.localportnum portinfo.m_keyprotectbits portinfo.mastersmsl portinfo.mtucap portinfo.neighbormtu '
+        'portinfo.operationalvls portinfo.overrunerrors portinfo.partitionenforcementinbound '
+        'portinfo.partitionenforcementoutbound portinfo.portphysicalstate portinfo.portstate '
+        'portinfo.resptimevalue portinfo.subnettimeout portinfo.vlarbitrationhighcap portinfo.vlarbitrationlowcap '
+        'portinfo.vlcap portinfo.vlhighlimit portinfo.vlstallcount rmpp.rmppflags rmpp.rmppstatus rmpp.rmpptype '
+        'rmpp.rmppversion rmpp.rresptime sa.blocknum_eightbit sa.inputportnum sa.outputportnum sa.portnum '
+        'sa.position sltovlmappingtable.sltovlhighbits sltovlmappingtable.sltovllowbits sminfo.priority '
+        'sminfo.smstate smpdirected.hopcount smpdirected.hoppointer switchinfo.defaultmulticastnotprimaryport '
+        'switchinfo.defaultmulticastprimaryport switchinfo.defaultport switchinfo.enhancedportzero '
+        'switchinfo.filterrawinboundcap switchinfo.filterrawoutboundcap switchinfo.inboundenforcementcap '
+        'switchinfo.lifetimevalue switchinfo.optimizedsltovlmappingprogramming switchinfo.outboundenforcementcap '
+        'switchinfo.portstatechange trap.drhopcount trap.drnotice trap.drpathtruncated '
+        'trap.linkspeecenabledchange trap.linkwidthenabledchange trap.method trap.nodedescriptionchange '
+        'trap.otherlocalchanges trap.portno trap.sl trap.wait_for_repath vlarbitrationtable.vl '
+        'vlarbitrationtable.weight'),
+    4: ('arp.proto.type classportinfo.capabilitymask classportinfo.redirectlid classportinfo.redirectpkey '
+        'classportinfo.traplid classportinfo.trappkey cm.rej.reason cm.req.ip_cm.sport cm.req.pkey '
+        'cm.req.serviceid.dport eth.type infiniband_link.lpcrc informinfo.lidrangebegin informinfo.lidrangeend '
+        'informinfo.trapnumberdeviceid informinfo.type informinforecord.enum ip.checksum ip.id ipoib.reserved '
+        'ipoib.type linkrecord.fromlid linkrecord.servicep_key linkrecord.tolid mad.attributeid mad.classspecific '
+        'mad.status mcmemberrecord.mlid mcmemberrecord.p_key multicastforwardingtable.portmask '
+        'multipathrecord.p_key nodeinfo.deviceid nodeinfo.partitioncap notice.issuerlid notice.noticecount '
+        'notice.trapnumberdeviceid p_keytable.p_keybase pathrecord.dlid pathrecord.p_key pathrecord.sl '
+        'pathrecord.slid portcounters.counterselect portcounters_ext.counterselect portinfo.diagcode portinfo.lid '
+        'portinfo.m_keyleaseperiod portinfo.m_keyviolations portinfo.mastersmlid portinfo.maxcredithint '
+        'portinfo.p_keyviolations portinfo.q_keyviolations rwh.etype sa.attributeoffset sa.blocknum_ninebit '
+        'sa.blocknum_sixteenbit sa.endportlid sa.lid sll.etype smpdirected.drdlid smpdirected.drslid '
+        'smpdirected.smpstatus switchinfo.lidsperport switchinfo.linearfdbcap switchinfo.linearfdbtop '
+        'switchinfo.multicastfdbcap switchinfo.partitionenforcementcap switchinfo.randomfdbcap tcp.flags '
+        'trap.attributeid trap.drslid trap.lidaddr trap.lidaddr1 trap.lidaddr2 trap.pkey udp.checksum variant.crc '
+        'vlan.etype'),
+    6: ('bth.destqp classportinfo.redirectfl classportinfo.redirectqp classportinfo.trapfl classportinfo.trapqp '
+        'cm.rep.localeecn cm.rep.localqpn cm.rep.startpsn cm.req.localeecn cm.req.localqpn cm.req.remoteeecn '
+        'cm.req.remoteqpneecn cm.req.startpsn informinfo.producertypevendorid informinfo.qpn ipv6.flow '
+        'mcmemberrecord.flowlabel multipathrecord.flowlabel nodeinfo.vendorid notice.producertypevendorid '
+        'pathrecord.flowlabel portinfo.linkroundtriplatency trap.qp1 trap.qp2'),
+    8: ('classportinfo.capabilitymask2 classportinfo.redirectqkey classportinfo.trapqkey cm.dreq.localcommid '
+        'cm.dreq.remotecommid cm.drsp.localcommid cm.drsp.remotecommid cm.rej.localcommid cm.rej.remotecommid '
+        'cm.rep cm.rep.localqkey cm.rep.remotecommid cm.req cm.req.alt_flowlabel cm.req.alt_pktrate '
+        'cm.req.alt_reserved0 cm.req.localqkey cm.req.prim_flowlabel cm.req.prim_pktrate cm.req.prim_reserved0 '
+        'cm.rtu.localcommid cm.rtu.remotecommid deth.srcqp invariant.crc ipv6.tclass linkrecord.servicelease '
+        'mad.attributemodifier mcmemberrecord.q_key nodeinfo.revision portinfo.capabilitymask reth.r_key '
+        'rmpp.data1 rmpp.data2 rmpp.newwindowlast rmpp.payloadlength rmpp.segmentnumber sminfo.actcount '
+        'trap.attributemodifier trap.capabilitymask trap.key'),
+    16: ('cm.rep.localcaguid cm.req.localcaguid cm.req.serviceid deth.q_key linkrecord.serviceid mad.transactionid '
+        'nodeinfo.nodeguid nodeinfo.portguid nodeinfo.systemimageguid portinfo.guid portinfo.m_key reth.va '
+        'sa.componentmask sa.smkey sminfo.guid sminfo.sm_key smpdirected.d smplid.mkey trap.comp_mask trap.mkey '
+        'trap.systemimageguid'),
+}.items() for name in names.split()}
+
+HEX_DIGITS = {name: digits for name, digits in TSHARK_DISPLAY.items() if digits > 1}
+
+
 # Widths in bits of the record fields narrower than their storage (IBA §9.2-9.3, IEEE 802.1Q, RFC 3168).
 NARROW = {"bth.psn": 24, "bth.destqp": 24, "aeth.msn": 24, "deth.srcqp": 24, "xrceth.xrcsrq": 24, "bth.padcnt": 2,
           "bth.tver": 4, "lrh.sl": 4, "lrh.vl": 4, "vlan.id": 12, "ip.dsfield.ecn": 2, "ipv6.tclass.ecn": 2}
@@ -65,6 +186,7 @@ def max_value(key: str) -> Optional[int]:
 
 
 WIDE = set()      # 64-bit fields (filled with layer_fields()): JSON writes them as "0x…" strings
+WIDTH: Dict[str, int] = {}     # bytes of each whole-byte layer field (filled with layer_fields()): their hex width
 
 
 @lru_cache(maxsize=1)
@@ -154,9 +276,12 @@ def layer_field_types() -> dict:
                 continue
             ftype = _scapy_type(f)
             wide = getattr(f, "sz", 0) == 8 or getattr(f, "size", 0) == 64
+            bits = f.size if hasattr(f, "size") and isinstance(getattr(f, "size"), int) else 8 * getattr(f, "sz", 0)
             for key in (f"{ws}.{f.name}", alias.get(f.name)):
                 if key:
                     out.setdefault(key, ftype)
+                    if bits and bits % 8 == 0:
+                        WIDTH.setdefault(key, bits // 8)
                     if wide and ftype == UINT:
                         WIDE.add(key)
         try:

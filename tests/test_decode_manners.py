@@ -96,7 +96,7 @@ def test_json_carries_64_bit_values_as_hex_strings():
             seen += 1
     assert seen >= 5
     whole = json.loads(run_ibwire("decode", CM, "-T", "json").stdout)
-    assert [o["frame"] for o in whole] == [o["frame"] for o in objs]
+    assert [int(o["_source"]["layers"]["frame"]["frame.number"]) for o in whole] == [o["frame"] for o in objs]
     ek = run_ibwire("decode", CM, "-T", "ek").stdout.splitlines()
     assert len(ek) == 2 * len(objs) and all("index" in json.loads(l) for l in ek[::2])
 

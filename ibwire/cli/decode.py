@@ -39,7 +39,12 @@ def decode(
                                                  help="Wireshark display filter, e.g. 'bth.p_key == 0x8001'"),
     count: Optional[int] = typer.Option(None, "-c", "--count", help="stop after N selected packets"),
     fmt: str = typer.Option("text", "-T", "--format", help="text, fields, json, jsonl, ek or csv"),
-    fields: List[str] = typer.Option([], "-e", "--field", help="a column of -T fields/csv (repeatable)"),
+    fields: List[str] = typer.Option([], "-e", "--field", help="a column of -T fields/csv, or the only fields of "
+                                                               "-T json/ek (repeatable)"),
+    only_layers: Optional[str] = typer.Option(None, "-j", help="-T json/ek: only these protocols' own fields "
+                                                              "(space-separated, e.g. 'infiniband udp')"),
+    all_layers: Optional[str] = typer.Option(None, "-J", help="-T json/ek: only these protocols, with everything "
+                                                             "they contain"),
     field_opts: List[str] = typer.Option([], "-E", help="header=y|n, separator=/t|/s|C, quote=d|s|n"),
     time_mode: str = typer.Option("r", "-t", help="time column: r relative, d delta, dd delta displayed, "
                                                    "a/ad local time/date, u/ud UTC, e epoch"),
@@ -78,7 +83,11 @@ def decode(
         header, sep, quote = header if header is not None else True, sep or ",", quote if quote is not None else ""
     flt = compile_filter(display_filter) if display_filter else None
     stream = _open(src, icrc)
-    printer = Printer(fmt, time_mode, fields, bool(header), sep or "\t", quote or "", keys)
+    if (only_layers or all_layers) and fmt not in ("json", "ek"):
+        raise UserError("-j and -J select the protocols of -T json or -T ek")
+    layers = (all_layers or only_layers or "").split()
+    printer = Printer(fmt, time_mode, fields, bool(header), sep or "\t", quote or "", keys, layers,
+                      bool(all_layers))
     printer.decimals = stream.decimals
     out = sys.stdout.buffer
     show = write is None or print_too

@@ -14,6 +14,7 @@ from scapy.layers.inet6 import IPv6
 
 from ..fieldtypes import EITHER
 from ..readers import Frame
+from ..readers.formats import ERF_LINKTYPE, erf_view
 from .fields import layer_fields, nest_and_flatten
 from .linktypes import LINKTYPES, apply_roce2_heuristic, first_layer
 
@@ -211,8 +212,16 @@ def _mad_summary(pkt):
 
 
 def _frame_fields(frame: Frame) -> dict:
-    return {"frame.number": frame.number, "frame.time_epoch": frame.time, "frame.cap_len": frame.caplen,
-            "frame.len": frame.wirelen, "frame.linktype": frame.linktype}
+    """Number, time and lengths as tshark shows them: an ERF record's without its ERF header and with its
+    ERF timestamp (ibwire.readers.formats.erf_view)."""
+    caplen, wirelen, t = frame.caplen, frame.wirelen, frame.time
+    if frame.linktype == ERF_LINKTYPE:
+        import numpy as np
+        hdr, ns = (int(a[0]) for a in erf_view(np.frombuffer(frame.data, np.uint8), [0], [len(frame.data)]))
+        caplen, wirelen = caplen - min(hdr, caplen), wirelen - min(hdr, wirelen)
+        t = ns / 1e9 if ns >= 0 else t
+    return {"frame.number": frame.number, "frame.time_epoch": t, "frame.cap_len": caplen, "frame.len": wirelen,
+            "frame.linktype": frame.linktype}
 
 
 __all__ = ["Decoded", "decode_frame", "dissect", "LINKTYPES"]

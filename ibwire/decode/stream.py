@@ -19,7 +19,7 @@ class Batch(NamedTuple):
     def frame(self, i: int) -> Frame:
         p = self.pos
         start, n = int(p.data[i]), int(p.caplen[i])
-        return Frame(int(self.rec["frame"][i]), float(p.time[i]), n, int(p.wirelen[i]), int(p.linktype[i]),
+        return Frame(int(self.rec["frame"][i]), float(self.rec["time"][i]), n, int(p.wirelen[i]), int(p.linktype[i]),
                      self.buf[start:start + n].tobytes())
 
     def data(self, i: int) -> bytes:

@@ -10,6 +10,7 @@ import numpy as np
 from dissectors.crc import vcrc
 from dissectors.opcodes import HEADER_LEN, OPCODES, ROCE_V1_ETHERTYPE, ROCE_V2_PORT
 
+from ..readers.formats import ERF_LINKTYPE, erf_view
 from . import _native
 from . import records as R
 from .columns import STARTS, Columns
@@ -75,7 +76,22 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
     rec["linktype"] = pos.linktype
     if n:
         _decode(buf, pos, icrc, FIELD_OFF, RECORD_STEP, rec)
+        as_tshark_counts(buf, pos, rec)
     return rec
+
+
+def as_tshark_counts(buf: np.ndarray, pos: Positions, out) -> None:
+    """ERF records' lengths without the ERF header and their times from it, as tshark counts them
+    (ibwire.readers.formats.erf_view); `out` holds one row per position."""
+    erf = np.flatnonzero(np.asarray(pos.linktype) == ERF_LINKTYPE)
+    if not len(erf):
+        return
+    hdr, ns = erf_view(buf, pos.data[erf], pos.caplen[erf])
+    for col in ("caplen", "len"):
+        out[col][erf] = out[col][erf] - np.minimum(hdr, out[col][erf])
+    has = ns >= 0
+    out["time_ns"][erf[has]] = ns[has]
+    out["time"][erf[has]] = ns[has] / 1e9
 
 
 def decode_columns(buf: np.ndarray, pos: Positions, cols: Columns, icrc: bool = True) -> None:
@@ -90,6 +106,7 @@ def decode_columns(buf: np.ndarray, pos: Positions, cols: Columns, icrc: bool = 
                      ("time_ns", pos.ns), ("linktype", pos.linktype)):
         if v is not None:
             cols[field][at:] = v
+    as_tshark_counts(buf, pos, {k: cols[k][at:] for k in ("caplen", "len", "time_ns", "time")})
 
 
 def _decode(buf, pos: Positions, icrc: bool, field_off: np.ndarray, field_step: np.ndarray, out) -> None:

@@ -14,15 +14,12 @@ from dissectors.opcodes import OPCODES
 
 from ..fast import records as R
 from ..fast.filter import Ctx, NotBatchable, _columns
-from ..fieldtypes import EITHER
+from ..fieldtypes import EITHER, HEX_DIGITS
 
-# tshark's hexadecimal display (digits) of the fields the records hold; the others print in decimal.
-HEX_DIGITS = {"lrh.vl": 2, "bth.destqp": 6, "deth.q_key": 16, "deth.srcqp": 8, "reth.va": 16, "reth.r_key": 8,
-              "mad.mgmtclass": 2, "mad.classversion": 2, "mad.method": 2, "mad.status": 4, "mad.attributeid": 4,
-              "mad.attributemodifier": 8, "mad.transactionid": 16, "atomiceth.va": 16, "atomiceth.r_key": 8,
-              "atomiceth.swapdt": 16, "atomiceth.cmpdt": 16, "atomicacketh.origremdt": 16}
-ADDRESS = {"ip.src": "src", "ip.dst": "dst", "ipv6.src": "src", "ipv6.dst": "dst", "grh.sgid": "src",
-           "grh.dgid": "dst"}
+# Address fields: the record column and whether it is always IPv6 (a GID or IPv6 address whose IPv4-mapped
+# form prints as ::ffff:a.b.c.d, as tshark prints it) rather than IPv4 where it is mapped.
+ADDRESS = {"ip.src": ("src", 0), "ip.dst": ("dst", 0), "ipv6.src": ("src", 1), "ipv6.dst": ("dst", 1),
+           "grh.sgid": ("src", 1), "grh.dgid": ("dst", 1)}
 JSON_TIME_DECIMALS = 9
 
 
@@ -43,9 +40,10 @@ def leaf_parts(key: str, row1: np.ndarray, time_base: Optional[str]) -> list:
     if key in EITHER:
         a, b = (leaf_parts(k, row1, time_base) for k in EITHER[key])
         return a + [","] + b if a and b else a or b
+    row = row1[0]
+    shown, key = key, _atomic_alias(key, row)
     if not _present(key, row1):
         return []
-    row = row1[0]
     if key == "frame.time_epoch":
         if time_base is not None:              # one time base per line: the relative field takes it
             raise NotBatchable(key)
@@ -55,7 +53,8 @@ def leaf_parts(key: str, row1: np.ndarray, time_base: Optional[str]) -> list:
             raise NotBatchable(key)
         return [("time", "time_ns", 9)]
     if key in ADDRESS:
-        return [("addr", ADDRESS[key])]
+        col, v6 = ADDRESS[key]
+        return [("addr", col, 0, v6)]
     if key in ("eth.src", "eth.dst"):
         return [("mac", "eth_" + key[4:])]
     if key == "vlan.id":
@@ -69,13 +68,25 @@ def leaf_parts(key: str, row1: np.ndarray, time_base: Optional[str]) -> list:
     if key == "ip.version":
         return ["4"]
     if key == "eth.type":
-        return [str({R.ROCE1: 0x8915, R.ROCE2V4: 0x0800, R.ROCE2V6: 0x86DD}[int(row["link"])])]
+        return [f'0x{ {R.ROCE1: 0x8915, R.ROCE2V4: 0x0800, R.ROCE2V6: 0x86DD}[int(row["link"])]:04x}']
     col = R.KEY_FIELDS.get(key) or {"ipv6.tclass.ecn": "ecn"}.get(key)
     if col is None:
         raise NotBatchable(key)
-    if key in HEX_DIGITS:
-        return ["0x", ("hex", col, HEX_DIGITS[key])]
+    if shown in HEX_DIGITS:
+        return ["0x", ("hex", col, HEX_DIGITS[shown])]
     return [("udec", col)]
+
+
+# tshark names AtomicETH's VA and R_Key as RETH's (packet-infiniband.c), as the AtomicETH layer's ws_alias says.
+_ATOMIC_ALIAS = {"reth.va": "atomiceth.va", "reth.r_key": "atomiceth.r_key"}
+
+
+def _atomic_alias(key: str, row) -> str:
+    if key in _ATOMIC_ALIAS and int(row["flags"]) & R.F_BTH:
+        op = OPCODES.get(int(row["opcode"]))
+        if op is not None and "atomiceth" in op.headers:
+            return _ATOMIC_ALIAS[key]
+    return key
 
 
 def fields_parts(keys: List[str], row1, sep: str, quote: str, time_base) -> list:
@@ -142,16 +153,17 @@ def layers_parts(row) -> list:
     if int(row["vlan"]) >= 0:
         layers.append(("vlan", _obj([("id", [("idec", "vlan")])])))
     addrs = [("src", ['"', ("addr", "src"), '"']), ("dst", ['"', ("addr", "dst"), '"'])]
+    gids = [("src", ['"', ("addr", "src", 0, 1), '"']), ("dst", ['"', ("addr", "dst", 0, 1), '"'])]
     if link == R.ROCE2V4:
         layers.append(("ip", _obj(addrs + [("dsfield.ecn", [("udec", "ecn")])])))
     if link == R.ROCE2V6:
-        layers.append(("ipv6", _obj(addrs + [("tclass.ecn", [("udec", "ecn")])])))
+        layers.append(("ipv6", _obj(gids + [("tclass.ecn", [("udec", "ecn")])])))
     if link in (R.ROCE2V4, R.ROCE2V6):
         layers.append(("udp", _obj([("srcport", [("udec", "udp_src")]), ("dstport", [("udec", "udp_dst")])])))
     if link in (R.IB, R.IBGRH):
         layers.append(("lrh", _obj(_header("lrh"))))
     if link in (R.ROCE1, R.IBGRH):
-        layers.append(("grh", _obj([("sgid", addrs[0][1]), ("dgid", addrs[1][1])])))
+        layers.append(("grh", _obj([("sgid", gids[0][1]), ("dgid", gids[1][1])])))
     if flags & R.F_BTH:
         layers.append(("bth", _obj(_header("bth"))))
         op = OPCODES.get(int(row["opcode"]))
@@ -171,14 +183,3 @@ def json_parts(row) -> list:
     return _obj([("frame", [("udec", "frame")]), ("time", [("time", "time_ns", JSON_TIME_DECIMALS)]),
                  ("caplen", [("udec", "caplen")]), ("len", [("udec", "len")]), ("linktype", [("udec", "linktype")]),
                  ("layers", layers_parts(row)), ("errors", [json.dumps(errors_of(row))])]) + ["\n"]
-
-
-# tshark -T ek's index line: one index per day, named by the frame's local date (packets-2023-11-14).
-EK_INDEX = ['{"index":{"_index":"packets-', ("date", "time_ns", 0, 4), '","_type":"doc"}}\n']
-
-
-def ek_parts(row) -> list:
-    """Elasticsearch bulk format, as tshark -T ek: an index line, then the packet."""
-    return EK_INDEX + _obj(
-        [("timestamp", ['"', ("time", "time_ns", 3), '"']), ("frame", [("udec", "frame")]),
-         ("len", [("udec", "len")]), ("layers", layers_parts(row))]) + ["\n"]

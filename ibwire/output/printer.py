@@ -3,6 +3,7 @@ is printed by a line program shared by its group (ibwire.output.program); the ot
 and printed from their fields, in the same layout.
 """
 import json
+import time
 from typing import List, Optional
 
 import numpy as np
@@ -14,6 +15,7 @@ from ..fast.filter import DATA, NotBatchable
 from . import formats, summary
 from .escape import printable
 from .program import compile_parts, render
+from .values import SELF_NAMED, ipv6_text, value_text
 
 FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
 TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
@@ -34,13 +36,18 @@ def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def json_safe(obj, key: str = ""):
-    """A decoded frame's JSON: 64-bit fields (and any value beyond 32 bits) as "0x…" strings, bytes as hex."""
+    """A decoded frame's JSON: 64-bit fields (and any value beyond 32 bits) as "0x…" strings, bytes as hex,
+    GIDs and IPv6 addresses as inet_ntop writes them (an IPv4-mapped GID as ::ffff:a.b.c.d)."""
     if isinstance(obj, dict):
         return {k: json_safe(v, f"{key}.{k}" if key else k) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [json_safe(v, key) for v in obj]
     if isinstance(obj, (bytes, bytearray)):
         return bytes(obj).hex()
+    if isinstance(obj, str) and key.count(".") >= 2:      # a GID or IPv6 address as the records print it
+        from ..fieldtypes import IPV6, field_type
+        if field_type(key.partition(".")[2]) == IPV6:
+            return ipv6_text(obj)
     if isinstance(obj, bool) or obj is None or isinstance(obj, (str, float)):
         return obj
     if isinstance(obj, int):
@@ -56,8 +63,11 @@ class Printer:
     """Text of the selected rows of each batch in one output format."""
 
     def __init__(self, fmt: str, time_mode: str = "r", fields: Optional[List[str]] = None, header: bool = False,
-                 separator: str = "\t", quote: str = "", keys: Optional[List[str]] = None):
+                 separator: str = "\t", quote: str = "", keys: Optional[List[str]] = None,
+                 protocols: Optional[List[str]] = None, protocol_children: bool = False):
         self.fmt, self.time_mode = fmt, time_mode
+        self.protocols, self.protocol_children = protocols, protocol_children     # -j / -J
+        self.session = None       # tshark's numbering across frames (-T json/ek)
         self.keys = keys or []
         self.fields = fields or []
         self.sep, self.quote = separator, quote
@@ -85,7 +95,7 @@ class Printer:
 
     def start(self) -> bytes:
         if self.fmt == "json":
-            return b"[\n"
+            return b"["
         if self.header and self.fmt in ("fields", "csv"):
             return (self.sep.join(self.fields) + "\n").encode()        # tshark quotes values, not names
         return b""
@@ -102,7 +112,7 @@ class Printer:
         if self.fmt in ("fields", "csv"):
             mode = {"frame.time_relative": "r", "frame.time_delta": "d"}.get(self.time_base)
         else:
-            mode = None if self.fmt in ("json", "jsonl", "ek") else self.time_mode
+            mode = None if self.fmt == "jsonl" else self.time_mode
         if mode == "r":
             return np.full(len(rows), self.t0, np.int64)
         if mode == "d":
@@ -122,6 +132,8 @@ class Printer:
         if self.t0 is None:
             self.t0 = int(rec["time_ns"][0])
             self.decimals = getattr(batch, "decimals", None) or self.decimals or 6
+        if self.fmt in ("json", "ek"):
+            return self._documents(rec, rows, details)
         base = self._bases(rec, rows)
         data = np.isin(rec["link"][rows], DATA) if self.records_answer else np.zeros(len(rows), bool)
         sa = ((rec["flags"][rows] & R.F_MAD) > 0) & (rec["mad_class"][rows] == RMPP_CLASS)
@@ -151,59 +163,94 @@ class Printer:
             prog_of[idx] = inv.ravel()
             if unsure:
                 data[idx[np.isin(inv.ravel(), unsure)]] = False
+        t = rec["time_ns"]
         for k in np.flatnonzero(~data):
+            i = int(rows[k])
+            prev_ns = int(t[i - 1]) if i else (self.prev if self.prev is not None else int(t[i]))
             prog_of[k] = len(programs)
-            programs.append(self._detail_program(details(int(rows[k])), rec[rows[k]]))
+            programs.append(self._detail_program(details(i), rec[i], prev_ns))
         text = render(rec, rows, prog_of, programs, base)
         if len(rows):
             self.prev_shown = int(rec["time_ns"][rows[-1]])
         self.prev = int(rec["time_ns"][-1])
-        if self.fmt == "json" and text:
-            text = text.replace(b"}\n{", b"},\n{")[:-1]
-            text = (b",\n" if self.started else b"") + text
-        self.started = self.started or bool(text)
         return text
+
+    def _documents(self, rec, rows, details) -> bytes:
+        """tshark's -T json / -T ek documents of the rows, from each frame's full decode."""
+        from . import tshark_doc as td
+        self.session = self.session or td.Session()
+        t = rec["time_ns"]
+        out = []
+        shown = np.zeros(len(rec), bool)
+        shown[rows] = True
+        roce2 = np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)) & ~shown
+        for i in range(len(rec)):
+            if not shown[i]:                 # udp.stream counts the frames not shown too (RoCEv2 ones here)
+                if roce2[i]:
+                    r = rec[i]
+                    self.session.note(r["src"].tobytes(), int(r["udp_src"]), r["dst"].tobytes(), int(r["udp_dst"]),
+                                      int(t[i]))
+                continue
+            d = details(i)
+            self._feed_rmpp(d)
+            ns = int(t[i])
+            prev = int(t[i - 1]) if i else (self.prev if self.prev is not None else ns)
+            last = self.prev_shown if self.prev_shown is not None else ns
+            layers = td.document(d, td.Times(ns, ns - prev, ns - last, ns - self.t0), self.session)
+            self.prev_shown = ns
+            fields_only = bool(self.keys)
+            if fields_only:
+                layers = td.only_fields(layers, self.fields)
+            elif self.protocols:
+                layers = td.only_layers(layers, self.protocols, self.protocol_children)
+            day = time.strftime("%Y-%m-%d", time.localtime(ns // 10**9))
+            if self.fmt == "json":
+                out.append((",\n" if self.started else "\n") + td.json_text(f"packets-{day}", layers, fields_only))
+                self.started = True
+            else:
+                out.append(f'{{"index":{{"_index":"packets-{day}","_type":"doc"}}}}\n'
+                           + td.ek_text(ns // 10**6, layers, fields_only,
+                                        bool(self.protocols) and not self.protocol_children) + "\n")
+        self.prev = int(t[-1])
+        return "".join(out).encode()
+
+    def _feed_rmpp(self, d) -> None:
+        if d.flat.get("mad.mgmtclass") == RMPP_CLASS:
+            from ..decode.rmpp import RmppTracker
+            self.rmpp = self.rmpp or RmppTracker()
+            self.rmpp.feed(d)
 
     def _program(self, row1) -> Optional[bytes]:
         row = row1[0]
         try:
             if self.fmt == "text":
                 parts = summary.record_parts(row, self._time_part())
-            elif self.fmt in ("json", "jsonl"):
+            elif self.fmt == "jsonl":
                 parts = formats.json_parts(row)
-            elif self.fmt == "ek":
-                parts = formats.ek_parts(row)
             else:
                 parts = formats.fields_parts(self.keys, row1, self.sep, self.quote, self.time_base)
-        except formats.Unsure:
+        except (formats.Unsure, NotBatchable):       # a field only the full decode knows (the probe cannot tell)
             return None
         return compile_parts(parts)
 
-    def _detail_program(self, d, row) -> bytes:
-        if d.flat.get("mad.mgmtclass") == RMPP_CLASS:
-            from ..decode.rmpp import RmppTracker
-            self.rmpp = self.rmpp or RmppTracker()
-            self.rmpp.feed(d)
+    def _detail_program(self, d, row, prev_ns: int) -> bytes:
+        self._feed_rmpp(d)
         if self.fmt == "text":
             self.echo = self.echo or summary.EchoPairs()
             return compile_parts(summary.detail_parts(d, self._time_part(), self.echo.note(d.flat, d.frame.number)))
-        if self.fmt in ("json", "jsonl"):
+        if self.fmt == "jsonl":
             obj = json_safe(d.to_json(), "")
             obj["time"] = 0
             head, _, tail = json.dumps(obj).partition('"time": 0')
             return compile_parts([head, '"time": ', ("time", "time_ns", formats.JSON_TIME_DECIMALS), tail + "\n"])
-        if self.fmt == "ek":
-            return compile_parts(formats.EK_INDEX + [json.dumps(
-                {"timestamp": f"{d.frame.time:.3f}", "frame": d.frame.number, "len": d.frame.wirelen,
-                 "layers": json_safe(d.layers, "layers")}) + "\n"])
         parts = []
         for i, key in enumerate(self.keys):
             if i:
                 parts.append(self.sep)
             if key == self.time_base or (key == "frame.time_epoch" and self.time_base is None):
                 v = [("time", "time_ns", 9)]            # exact nanoseconds, as the records print them
-            elif key in ("frame.time_epoch", "frame.time_relative"):
-                ns = int(row["time_ns"]) - (self.t0 if key == "frame.time_relative" else 0)
+            elif key in ("frame.time_epoch", "frame.time_relative", "frame.time_delta"):
+                ns = int(row["time_ns"]) - {"frame.time_relative": self.t0, "frame.time_delta": prev_ns}.get(key, 0)
                 text = f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
             else:
                 text = _field_text(key, d.flat)
@@ -218,15 +265,5 @@ def _field_text(key: str, flat: dict) -> str:
     if v is None:
         return ""
     vals = v if isinstance(v, list) else [v]
-    digits = formats.HEX_DIGITS.get(key)
-    out = []
-    for x in vals:
-        if isinstance(x, bool):
-            out.append("1" if x else "0")
-        elif isinstance(x, int):
-            out.append(f"0x{x:0{digits}x}" if digits else str(x))
-        elif isinstance(x, float):
-            out.append(f"{x:.9f}")
-        else:
-            out.append(printable(x))          # tshark escapes \n and \t here; ESC too, never sent raw
-    return ",".join(out)
+    # tshark escapes \n and \t in a string field; ESC and the other controls too here, never sent raw
+    return ",".join(printable(value_text(key, x, sep="")) for x in (vals * 2 if key in SELF_NAMED else vals))

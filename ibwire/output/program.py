@@ -2,7 +2,7 @@
 
 A program is a list of parts: a str is literal text; a tuple `(op, field, arg, width)` prints a RECORD
 field (`udec`, `idec`, `hex` with `arg` minimum digits, `time`/`date` on `time_ns` with `arg` decimals,
-`addr`, `mac`).  `render` prints many rows, each with its own program, in one compiled call
+`addr` (width 1: always IPv6), `mac`).  `render` prints many rows, each with its own program, in one compiled call
 (native/render.c, whose opcodes these are).
 """
 import struct

@@ -29,3 +29,42 @@ def if_tsresol(opts: bytes, endian: str) -> tuple:
             return (10 ** 9, 10 ** r) if r <= 9 else (1, 10 ** (r - 9))
         o += 4 + ((ln + 3) & ~3)
     return (1000, 1)
+
+
+ERF_LINKTYPE = 197
+# Bytes a type-specific ERF header adds after the 16-byte record header and its 8-byte extension headers
+# (wiretap's pcap_get_phdr_size): Ethernet types pad 2, multi-channel and AAL2 types 4.
+_ERF_TYPE_HEADER = [2 if t in (2, 11, 16, 20) else 4 if t in (5, 6, 7, 8, 9, 12, 17, 18) else 0 for t in range(128)]
+
+
+def erf_view(buf, data, caplen):
+    """How tshark sees ERF records (link type 197) at offsets `data` (caplen bytes each) of the byte array
+    `buf`: (header lengths, nanosecond times).  Wireshark counts the ERF header as a pseudo-header, not as
+    packet bytes (frame.len and frame.cap_len are the pcap lengths minus it), and takes the time from the
+    ERF timestamp (seconds and a binary fraction, rounded to nanoseconds: wiretap/pcap-common.c).  A record
+    too short for its header gets header length 0 and time -1 (keep the pcap record's)."""
+    import numpy as np
+    data = np.asarray(data, np.int64)
+    caplen = np.asarray(caplen, np.int64)
+    ok = caplen >= 16
+    at = np.where(ok, data, 0)
+
+    def byte(off):
+        return buf[np.minimum(at + off, len(buf) - 1)].astype(np.uint64) if len(buf) else np.zeros(len(at), np.uint64)
+    ts = np.zeros(len(at), np.uint64)
+    for i in range(8):
+        ts |= byte(i) << np.uint64(8 * i)
+    rtype = byte(8).astype(np.int64)
+    hdr = np.full(len(at), 16, np.int64)
+    more = (rtype & 0x80) > 0
+    for _ in range(8):                             # extension headers: 8 bytes each, bit 7 of the first byte
+        ext = more & (hdr + 8 <= caplen)           # says another follows
+        nxt = (byte(np.where(ext, hdr, 0)).astype(np.int64) & 0x80) > 0
+        hdr += np.where(ext, 8, 0)
+        more = ext & nxt
+    hdr += np.array(_ERF_TYPE_HEADER, np.int64)[rtype & 0x7F]
+    hdr = np.where(ok, np.minimum(hdr, caplen), 0)
+    frac = (ts & np.uint64(0xFFFFFFFF)) * np.uint64(10 ** 9)
+    frac = (frac + ((frac & np.uint64(0x80000000)) << np.uint64(1))) >> np.uint64(32)
+    ns = (ts >> np.uint64(32)).astype(np.int64) * 10 ** 9 + frac.astype(np.int64)
+    return hdr, np.where(ok, ns, -1)

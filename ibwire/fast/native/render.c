@@ -171,13 +171,14 @@ int render_rows(const uint8_t *rec, int64_t itemsize, const int64_t *rows, int64
                 w = 0;
                 break;
             }
-            case OP_ADDR: {
+            case OP_ADDR: {        /* w: 1 always IPv6 (a GID; IPv4-mapped as ::ffff:a.b.c.d), else IPv4 if mapped */
                 static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-                if (!memcmp(f, mapped, 12))
+                if (!(w & 1) && !memcmp(f, mapped, 12))
                     inet_ntop(AF_INET, f + 12, t, sizeof t);
                 else
                     inet_ntop(AF_INET6, f, t, sizeof t);
                 n = (int)strlen(t);
+                w = 0;
                 break;
             }
             case OP_MAC:
