@@ -14,6 +14,7 @@ from scapy.layers.inet6 import IPv6
 
 from ..fieldtypes import EITHER
 from ..readers import Frame
+from .extents import Extents
 from .fields import layer_fields, nest_and_flatten
 from .linktypes import LINKTYPES, apply_roce2_heuristic, first_layer
 
@@ -123,7 +124,7 @@ def decode_frame(frame: Frame) -> Decoded:
     if err:
         errors.append(err)
     if pkt is None:
-        return Decoded(frame, None, {}, _frame_fields(frame), errors, errors[-1], [])
+        return Decoded(frame, None, {}, _frame_fields(frame, None), errors, errors[-1], [])
     try:
         entries = layer_fields(pkt)
         layers, flat = nest_and_flatten(entries)
@@ -144,7 +145,7 @@ def decode_frame(frame: Frame) -> Decoded:
     mad = _mad_summary(pkt)
     if mad:
         flat["mad.summary"] = mad
-    flat.update(_frame_fields(frame))
+    flat.update(_frame_fields(frame, pkt))
     flat["frame.protocols"] = _protocols(pkt)
     _either_and_protocols(flat, errors)
     try:
@@ -210,9 +211,10 @@ def _mad_summary(pkt):
     return None
 
 
-def _frame_fields(frame: Frame) -> dict:
+def _frame_fields(frame: Frame, pkt) -> dict:
+    """The frame's own fields, and its protocols' bytes for display-filter slices and len() (`_ws.bytes`)."""
     return {"frame.number": frame.number, "frame.time_epoch": frame.time, "frame.cap_len": frame.caplen,
-            "frame.len": frame.wirelen, "frame.linktype": frame.linktype}
+            "frame.len": frame.wirelen, "frame.linktype": frame.linktype, "_ws.bytes": Extents(frame.data, pkt)}
 
 
 __all__ = ["Decoded", "decode_frame", "dissect", "LINKTYPES"]

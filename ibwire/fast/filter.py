@@ -15,8 +15,8 @@ from dissectors.opcodes import HEADER_LEN, OPCODES
 
 from ..errors import UserError
 from ..fieldtypes import EITHER, FLOAT, IPV4, IPV6, MAC, PROTO, STRING, UINT
-from ..filter import (ALL_EQ, ALL_NE, ANY_EQ, ANY_NE, CONTAINS, IN, MATCHES, ORDERED, Field, Filter, Logic, Range,
-                      compile_filter)
+from ..filter import (ALL_EQ, ALL_NE, ANY_EQ, ANY_NE, CONTAINS, IN, MATCHES, ORDERED, BitAnd, Field, Filter, Length,
+                      Logic, Range, compile_filter)
 from . import records as R
 
 
@@ -227,6 +227,20 @@ def _compare(col: Column, op: str, want, ftype: str) -> np.ndarray:
     return ORDERED[op](v, want)
 
 
+def _transformed(key: str, xform: tuple, c: Ctx) -> list:
+    """The columns of `key` masked by `&` literals (`bth.opcode & 0xe0`); `len(frame)` is the captured
+    length.  Slices and other len() need the frame's bytes: the full decode answers them."""
+    if key == "frame" and isinstance(xform[0], Length):
+        cols, xform = [Column(c.all, _u(c.rec, "caplen"), c.all)], xform[1:]
+    else:
+        cols = _columns(key, c)
+    for x in xform:
+        if not isinstance(x, BitAnd) or not isinstance(x.mask, int) or any(col.kind != UINT for col in cols):
+            raise NotBatchable(f"{key} with a slice, len() or '&' on a field, address or bytes")
+        cols = [Column(col.present, col.values & x.mask, col.sure, col.kind) for col in cols]
+    return cols
+
+
 def _eq(v, want, kind):
     return np.abs(v - want) < 1e-9 if kind == FLOAT else v == want
 
@@ -254,10 +268,12 @@ class BatchFilter:
                 return ~parts[0][0], sure
             red = np.logical_and if node.kind == "and" else np.logical_or
             return red.reduce([m for m, _ in parts]), sure
-        cols = _columns(node.field, c)
+        cols = _transformed(node.field, node.xform, c) if node.xform else _columns(node.field, c)
         sure = np.logical_and.reduce([col.sure for col in cols])
         present = np.logical_or.reduce([col.present for col in cols])
         if node.op is None:
+            if node.xform:                       # `field & mask` alone: a bit left set
+                return np.logical_or.reduce([col.present & (col.values != 0) for col in cols]), sure
             return present, sure
         if isinstance(node.value, Field):
             raise NotBatchable("field comparison")
