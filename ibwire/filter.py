@@ -561,6 +561,8 @@ class Filter:
             return node.field in flat and flat[node.field] is not None
         values = operand_values(flat, node.field, node.base, node.type, node.xform)
         if node.op is None:                      # a slice holding bytes, a mask leaving a bit set
+            if isinstance(node.xform[-1], Slice):
+                return any(len(v) for v in values)
             return any(_truthy(v) for v in values)
         if not values:
             return False

@@ -26,8 +26,9 @@ class Extents:
         self._spans = None
 
     def of(self, name: str) -> List[bytes]:
-        if name == "frame":
-            return [self.data]
+        if name == "frame":                  # wiretap reads an ERF record's header as pseudo-header, not frame
+            erf = self.pkt if type(self.pkt).__name__ == "ERF" else None
+            return [self.data[len(erf.raw_packet_cache or b""):] if erf is not None else self.data]
         if self._spans is None:
             self._spans = spans(self.data, self.pkt)
         return [self.data[a:a + n] for a, n in self._spans.get(name, ())]

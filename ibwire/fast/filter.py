@@ -24,6 +24,7 @@ class NotBatchable(Exception):
     """The filter names a field (or uses an operator on it) that the records cannot answer."""
 
 
+ERF = 197
 DATA = (R.ROCE1, R.ROCE2V4, R.ROCE2V6, R.IB, R.IBGRH)
 _CARRIED = {h: np.array([c in OPCODES and h in OPCODES[c].headers for c in range(256)]) for h in HEADER_LEN}
 _ETHERTYPE = np.zeros(len(R.LINK_KINDS), np.int64)
@@ -230,8 +231,8 @@ def _compare(col: Column, op: str, want, ftype: str) -> np.ndarray:
 def _transformed(key: str, xform: tuple, c: Ctx) -> list:
     """The columns of `key` masked by `&` literals (`bth.opcode & 0xe0`); `len(frame)` is the captured
     length.  Slices and other len() need the frame's bytes: the full decode answers them."""
-    if key == "frame" and isinstance(xform[0], Length):
-        cols, xform = [Column(c.all, _u(c.rec, "caplen"), c.all)], xform[1:]
+    if key == "frame" and isinstance(xform[0], Length):         # an ERF record's header is not frame (wiretap)
+        cols, xform = [Column(c.all, _u(c.rec, "caplen"), c.rec["linktype"] != ERF)], xform[1:]
     else:
         cols = _columns(key, c)
     for x in xform:
