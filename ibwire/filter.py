@@ -316,8 +316,8 @@ class _Parser:
         if key is None:
             if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*", tok):
                 if field_name(tok).startswith("_ws.col."):
-                    raise UserError(f"display filter: '{tok}' is a column, not a field; tshark 4.0 cannot filter "
-                                    f"on columns either (filter on the fields they show: bth.opcode, frame.protocols …)")
+                    raise UserError(f"display filter: '{tok}' is a column, not a field; tshark 4.0 cannot "
+                                    f"filter on columns either (filter on the fields they show: bth.opcode …)")
                 hint = closest(field_name(tok))
                 raise UserError(f"display filter: '{tok}' is not a field" + (f"; did you mean '{hint}'?" if hint else ""))
             raise UserError(f"display filter: the left side of a comparison must be a field, not '{tok}'")

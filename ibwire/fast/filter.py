@@ -14,7 +14,7 @@ import numpy as np
 from dissectors.opcodes import HEADER_LEN, OPCODES
 
 from ..errors import UserError
-from ..fieldtypes import EITHER, FLOAT, IPV4, IPV6, MAC, PROTO, STRING, UINT
+from ..fieldtypes import EITHER, FLOAT, IPV4, IPV6, MAC, STRING, UINT
 from ..filter import (ALL_EQ, ALL_NE, ANY_EQ, ANY_NE, CONTAINS, IN, MATCHES, ORDERED, BitAnd, Field, Filter, Length,
                       Logic, Range, compile_filter)
 from . import records as R
