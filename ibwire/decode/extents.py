@@ -30,7 +30,10 @@ class Extents:
             erf = self.pkt if type(self.pkt).__name__ == "ERF" else None
             return [self.data[len(erf.raw_packet_cache or b""):] if erf is not None else self.data]
         if self._spans is None:
-            self._spans = spans(self.data, self.pkt)
+            try:
+                self._spans = spans(self.data, self.pkt)
+            except (AttributeError, TypeError, ValueError):   # layers too damaged to place: no header found
+                self._spans = {}
         return [self.data[a:a + n] for a, n in self._spans.get(name, ())]
 
 

@@ -236,8 +236,10 @@ def _transformed(key: str, xform: tuple, c: Ctx) -> list:
     else:
         cols = _columns(key, c)
     for x in xform:
-        if not isinstance(x, BitAnd) or not isinstance(x.mask, int) or any(col.kind != UINT for col in cols):
-            raise NotBatchable(f"{key} with a slice, len() or '&' on a field, address or bytes")
+        if not isinstance(x, BitAnd):
+            raise NotBatchable(f"a slice or len() of {key}")
+        if not isinstance(x.mask, int) or any(col.kind != UINT for col in cols):
+            raise NotBatchable(f"'&' on {key} with this mask")
         cols = [Column(col.present, col.values & x.mask, col.sure, col.kind) for col in cols]
     return cols
 
