@@ -134,3 +134,17 @@ def test_wrong_uses_are_refused_like_tshark(text, message):
     t = subprocess.run([TSHARK, "-r", str(path), "-Y", re.sub(r"\b(bth)\.", r"infiniband.\1.", text)],
                        capture_output=True, text=True)
     assert t.returncode != 0, t.stdout[:200]                 # tshark refuses them too
+
+
+def test_stats_takes_masks_and_refuses_slices():
+    """`&` on record fields and len(frame) mean on `stats` what they mean to tshark; a slice, which needs the
+    frame's bytes, is refused there with one sentence that sends the user to `decode -Y`."""
+    import json
+    path = next(c for c in CAPTURES if c.name == "loss-retransmit.pcap")
+    text = "bth.opcode & 0x1f == 0x11 || len(frame) > 1000 && bth.psn & 1"
+    r = run_ibwire("stats", path, "-Y", text, "-f", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["summary"]["packets"] == len(tshark_frames(path, text.replace("bth.", "infiniband.bth.")))
+    r = run_ibwire("stats", path, "-Y", "bth[0] == 0x11")
+    assert r.returncode == 2 and "a slice or len() of bth needs the full decoder" in r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
