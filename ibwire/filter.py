@@ -319,7 +319,8 @@ class _Parser:
                     raise UserError(f"display filter: '{tok}' is a column, not a field; tshark 4.0 cannot "
                                     f"filter on columns either (filter on the fields they show: bth.opcode …)")
                 hint = closest(field_name(tok))
-                raise UserError(f"display filter: '{tok}' is not a field" + (f"; did you mean '{hint}'?" if hint else ""))
+                raise UserError(f"display filter: '{tok}' is not a field"
+                                + (f"; did you mean '{hint}'?" if hint else ""))
             raise UserError(f"display filter: the left side of a comparison must be a field, not '{tok}'")
         self.fields.add(key)
         base = ftype = field_type(key)

@@ -14,9 +14,9 @@ import numpy as np
 from dissectors.opcodes import HEADER_LEN, OPCODES
 
 from ..errors import UserError
-from ..fieldtypes import EITHER, FLOAT, IPV4, IPV6, MAC, STRING, UINT
+from ..fieldtypes import BYTES, EITHER, FLOAT, IPV4, IPV6, MAC, STRING, UINT
 from ..filter import (ALL_EQ, ALL_NE, ANY_EQ, ANY_NE, CONTAINS, IN, MATCHES, ORDERED, BitAnd, Field, Filter, Length,
-                      Logic, Range, compile_filter)
+                      Logic, Range, Slice, compare, compile_filter, take_slice)
 from . import records as R
 
 
@@ -34,8 +34,8 @@ _ETHERTYPE[[R.ROCE1, R.ROCE2V4, R.ROCE2V6]] = (0x8915, 0x0800, 0x86DD)
 class Ctx:
     """Per-batch masks every column shares (computed once per batch)."""
 
-    def __init__(self, rec: np.ndarray, t0: float, prev: float):
-        self.rec, self.n = rec, len(rec)
+    def __init__(self, rec: np.ndarray, t0: float, prev: float, frames=None):
+        self.rec, self.n, self.frames = rec, len(rec), frames
         link, flags = rec["link"], rec["flags"]
         self.data = np.isin(link, DATA)
         self.sound = self.data & ((flags & (R.F_MALFORMED | R.F_TRUNCATED | R.F_HEURISTIC)) == 0)
@@ -182,6 +182,8 @@ def _columns(key: str, c: Ctx):
 def _compare(col: Column, op: str, want, ftype: str) -> np.ndarray:
     """Per row: does this occurrence satisfy `op want` (presence not included)?"""
     v = col.values
+    if col.kind == BYTES:                        # frame slices, one per row
+        return np.array([compare(op, BYTES, [x], want) for x in v], bool)
     if col.kind == STRING:
         names = col.names
         if op in (ANY_EQ, ALL_EQ, IN):
@@ -231,8 +233,12 @@ def _compare(col: Column, op: str, want, ftype: str) -> np.ndarray:
 def _transformed(key: str, xform: tuple, c: Ctx) -> list:
     """The columns of `key` masked by `&` literals (`bth.opcode & 0xe0`); `len(frame)` is the captured
     length.  Slices and other len() need the frame's bytes: the full decode answers them."""
-    if key == "frame" and isinstance(xform[0], Length):         # an ERF record's header is not frame (wiretap)
-        cols, xform = [Column(c.all, _u(c.rec, "caplen"), c.rec["linktype"] != ERF)], xform[1:]
+    not_erf = c.rec["linktype"] != ERF                         # an ERF record's header is not frame (wiretap)
+    if key == "frame" and isinstance(xform[0], Length):
+        cols, xform = [Column(c.all, _u(c.rec, "caplen"), not_erf)], xform[1:]
+    elif key == "frame" and isinstance(xform[0], Slice) and c.frames is not None:
+        cut = [take_slice(c.frames(i), xform[0].ranges) if not_erf[i] else b"" for i in range(c.n)]
+        cols, xform = [Column(c.all, np.array(cut + [None], object)[:-1], not_erf, BYTES)], xform[1:]
     else:
         cols = _columns(key, c)
     for x in xform:
@@ -252,14 +258,15 @@ class BatchFilter:
     """A display filter over record batches: `(mask, sure) = bf(rec, t0, prev)`; rows not sure need the
     full decode.  Raises NotBatchable at construction when the records cannot answer it at all."""
 
-    def __init__(self, flt: Filter):
+    def __init__(self, flt: Filter, with_bytes: bool = False):
         self.filter = flt
         self.text = flt.text
         probe = np.zeros(1, R.RECORD)
-        self(probe)                                    # every field and operator must be answerable
+        self(probe, frames=(lambda i: b"") if with_bytes else None)   # every field and operator must be answerable
 
-    def __call__(self, rec: np.ndarray, t0: float = 0.0, prev: Optional[float] = None):
-        c = Ctx(rec, t0, prev)
+    def __call__(self, rec: np.ndarray, t0: float = 0.0, prev: Optional[float] = None, frames=None):
+        """`frames(i)`, where the caller has the batch's bytes, gives row i's frame for `frame[...]` slices."""
+        c = Ctx(rec, t0, prev, frames)
         mask, sure = self._eval(self.filter.tree, c)
         return mask, sure
 
@@ -275,8 +282,10 @@ class BatchFilter:
         sure = np.logical_and.reduce([col.sure for col in cols])
         present = np.logical_or.reduce([col.present for col in cols])
         if node.op is None:
-            if node.xform:                       # `field & mask` alone: a bit left set
-                return np.logical_or.reduce([col.present & (col.values != 0) for col in cols]), sure
+            if node.xform:                       # `field & mask` alone: a bit left set; a slice: a byte taken
+                return np.logical_or.reduce([col.present & (np.array([len(v) > 0 for v in col.values], bool)
+                                                            if col.kind == BYTES else col.values != 0)
+                                             for col in cols]), sure
             return present, sure
         if isinstance(node.value, Field):
             raise NotBatchable("field comparison")
@@ -290,10 +299,10 @@ class BatchFilter:
         return np.logical_or.reduce(hits), sure
 
 
-def batch_filter(flt: Filter) -> Optional[BatchFilter]:
+def batch_filter(flt: Filter, with_bytes: bool = False) -> Optional[BatchFilter]:
     """The batch form of a compiled filter, or None when only the full decode can evaluate it."""
     try:
-        return BatchFilter(flt)
+        return BatchFilter(flt, with_bytes)
     except NotBatchable:
         return None
 
