@@ -20,12 +20,13 @@ import ipaddress
 import re
 from typing import Callable, List, NamedTuple, Optional, Set
 
+from .decode.extents import SLICEABLE
 from .errors import UserError
 from .fieldtypes import BYTES, FLOAT, INT, IPV4, IPV6, MAC, PROTO, STRING, UINT, field_type, known_names, max_value
 
 _TOKEN = re.compile(r"""\s*(?:
     (?P<str>"(?:[^"\\]|\\.)*")|
-    (?P<op>===|!==|==|!=|~=|<=|>=|<|>|&&|\|\||!|~|\(|\)|\{|\}|\[|\]|,)|
+    (?P<op>===|!==|==|!=|~=|<=|>=|<|>|&&|&|\|\||!|~|\(|\)|\{|\}|\[|\]|,)|
     (?P<word>[A-Za-z0-9_.:\-/]+)
 )""", re.X)
 
@@ -48,15 +49,36 @@ def field_name(name: str) -> str:
 class Test(NamedTuple):
     """`field op value`: value is a typed literal (int, float, str, bytes, ip address or network), a
     tuple of them for `in` (a range as a (lo, hi) pair inside a list), a compiled regex for matches,
-    or a Field for field-to-field comparisons; op None tests presence."""
+    or a Field for field-to-field comparisons; op None tests presence (with `xform`: a non-empty slice,
+    a non-zero `&`).  `xform` (Slice, Length, BitAnd) turns the field's values, of type `base`, into
+    values of `type`."""
     field: str
     type: str
     op: Optional[str]
     value: object = None
+    xform: tuple = ()
+    base: Optional[str] = None
 
 
 class Field(NamedTuple):
     name: str
+    type: Optional[str] = None
+    xform: tuple = ()
+
+
+class Slice(NamedTuple):
+    """`[0:2]`, `[1-3]`, `[-2:]`, `[:4]`, `[2]`, `[0:2,4]`: (start, kind, n) per range, kind "len", "end"
+    (an inclusive end offset) or "rest"."""
+    ranges: tuple
+
+
+class Length(NamedTuple):
+    """`len(field)`: the length in bytes of each occurrence."""
+
+
+class BitAnd(NamedTuple):
+    """`field & mask`: mask a literal of the field's type or a Field."""
+    mask: object
 
 
 class Logic(NamedTuple):
@@ -97,6 +119,10 @@ def _int(tok: str, signed: bool):
 def _bytes(tok: str) -> Optional[bytes]:
     if tok.startswith('"'):
         return _unquote(tok).encode()
+    if len(tok) == 4 and tok[:2].lower() == "0x":          # a one-byte hex number (epan bytes_from_literal)
+        tok = tok[2:]
+    if len(tok) == 1 and tok in "0123456789abcdefABCDEF":
+        return bytes([int(tok, 16)])
     if _HEXBYTES.fullmatch(tok):
         return bytes.fromhex(re.sub(r"[:\-.]", "", tok))
     return None
@@ -232,27 +258,31 @@ class _Parser:
 
     def test(self):
         tok = self.take()
-        if tok in _OPS or tok in ("(", ")", "{", "}", ",", "and", "or", "&&", "||") or tok.startswith('"'):
+        if tok in _OPS or tok in ("(", ")", "{", "}", ",", "and", "or", "&&", "||", "&") or tok.startswith('"'):
             raise UserError(f"display filter: '{tok}' was unexpected in {self.text!r}")
-        key = self.field(tok)
-        if key is None:
-            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*", tok):
-                hint = closest(field_name(tok))
-                raise UserError(f"display filter: '{tok}' is not a field" + (f"; did you mean '{hint}'?" if hint else ""))
-            raise UserError(f"display filter: the left side of a comparison must be a field, not '{tok}'")
-        self.fields.add(key)
-        ftype = field_type(key)
-        nxt = self.peek()
-        if nxt == "[":
-            raise UserError("display filter: slices (field[a:b]) are not supported")
-        if nxt == "not" and self.peek(1) == "in":
+        if tok == "len" and self.peek() == "(":
+            key, ftype, base, xform = self.length()
+        else:
+            key, ftype, base, xform = self.operand(tok)
+        while self.peek() in ("&", "bitwise_and"):
             self.take()
-            return Logic("not", (self.member(key, ftype),))
-        if nxt == "in":
+            xform += (self.bitand(key, ftype, self.take()),)
+        shown = self.text if xform else key
+        nxt = self.peek()
+        if nxt == "in" or (nxt == "not" and self.peek(1) == "in"):
+            if xform:
+                raise UserError(f"display filter: only a field may be tested for membership in a set, not {shown!r}")
+            if nxt == "not":
+                self.take()
+                return Logic("not", (self.member(key, ftype),))
             return self.member(key, ftype)
         if nxt not in _OPS:
-            return Test(key, ftype, None)
+            if xform and isinstance(xform[-1], Length):
+                raise UserError(f"display filter: len() gives a number; compare it, as in 'len({key}) > 100'")
+            return Test(key, ftype, None, None, xform, base)
         op = _OPS[self.take()]
+        if xform and isinstance(xform[-1], BitAnd) and op in (CONTAINS, MATCHES):
+            raise UserError(f"display filter: '{op}' cannot follow '&' in {self.text!r}")
         rhs = self.take()
         if op == MATCHES:
             if ftype not in (STRING, BYTES, PROTO, MAC):
@@ -260,23 +290,101 @@ class _Parser:
             if not rhs.startswith('"'):
                 raise UserError(f"display filter: 'matches' needs a quoted regular expression, not {rhs!r}")
             try:
-                return Test(key, ftype, op, re.compile(_unquote(rhs), re.I | re.S))
+                return Test(key, ftype, op, re.compile(_unquote(rhs), re.I | re.S), xform, base)
             except re.error as e:
                 raise UserError(f"display filter: bad regular expression {rhs}: {e}") from None
         if op == CONTAINS:
             if ftype not in (STRING, BYTES, PROTO, MAC):
                 raise UserError(f"display filter: {key} cannot take part in a 'contains' comparison")
-            return Test(key, ftype, op, literal(ftype, rhs, key, op))
+            return Test(key, ftype, op, literal(ftype, rhs, key, op), xform, base)
         if ftype == PROTO:
             raise UserError(f"display filter: {key} is a protocol; compare one of its fields instead")
         other = self.field(rhs)
         if other is not None and not _looks_literal(ftype, rhs):
-            self.fields.add(other)
-            return Test(key, ftype, op, Field(other))
-        value = literal(ftype, rhs, key, op)
+            okey, otype, obase, oxform = self.operand(rhs)
+            if (xform or oxform) and (ftype == BYTES) != (otype == BYTES) and not _bytes_like(ftype, otype):
+                raise UserError(f"display filter: {rhs} cannot be compared with {key}")
+            return Test(key, ftype, op, Field(okey, obase, oxform), xform, base)
+        value = literal(ftype, rhs, key if not xform else "", op)
         if op in ORDERED and isinstance(value, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
             raise UserError(f"display filter: a network ({rhs}) can only be compared with == or !=")
-        return Test(key, ftype, op, value)
+        return Test(key, ftype, op, value, xform, base)
+
+    def operand(self, tok: str):
+        """A field and the slices after it: (key, type of the values, the field's own type, xform)."""
+        key = self.field(tok)
+        if key is None:
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*", tok):
+                if field_name(tok).startswith("_ws.col."):
+                    raise UserError(f"display filter: '{tok}' is a column, not a field; tshark 4.0 cannot "
+                                    f"filter on columns either (filter on the fields they show: bth.opcode …)")
+                hint = closest(field_name(tok))
+                raise UserError(f"display filter: '{tok}' is not a field"
+                                + (f"; did you mean '{hint}'?" if hint else ""))
+            raise UserError(f"display filter: the left side of a comparison must be a field, not '{tok}'")
+        self.fields.add(key)
+        base = ftype = field_type(key)
+        xform = ()
+        while self.peek() == "[":
+            _sliceable(key, ftype)
+            xform += (self.slice(),)
+            ftype = BYTES
+        return key, ftype, base, xform
+
+    def length(self):
+        """`len(field)`, as tshark 4.0 takes it: the argument is a field, unsliced."""
+        self.take("(")
+        tok = self.take()
+        key = self.field(tok)
+        if key is None or self.peek() != ")":
+            if key is None and not tok.startswith('"') and re.fullmatch(r"[A-Za-z_][\w\-.]*", tok):
+                self.operand(tok)                      # a misspelt field: say which
+            raise UserError(f"display filter: only fields can be used as parameter for len(), in {self.text!r}")
+        self.take(")")
+        self.fields.add(key)
+        ftype = field_type(key)
+        if ftype not in (BYTES, MAC, IPV4, IPV6, STRING) and not (ftype == PROTO and key in SLICEABLE):
+            raise UserError(f"display filter: ibwire takes len() of byte, address and text fields and of the "
+                            f"frame, its protocols and IB headers, not of {key}")
+        return key, UINT, ftype, (Length(),)
+
+    def slice(self) -> Slice:
+        """`[...]` after a field: ranges separated by commas, as wireshark-filter(4) writes them."""
+        self.take("[")
+        parts, cur = [], ""
+        while self.peek() != "]":
+            tok = self.take("]") if self.peek() is None else self.take()
+            if tok == ",":
+                parts.append(cur)
+                cur = ""
+            else:
+                cur += tok
+        self.take("]")
+        parts.append(cur)
+        return Slice(tuple(_range(p) for p in parts))
+
+    def bitand(self, key: str, ftype: str, tok: str) -> BitAnd:
+        """The mask after `&`: a literal of the field's type (tshark's range checks) or a field."""
+        if ftype not in (UINT, INT, BYTES, MAC, IPV4, IPV6):
+            raise UserError(f"display filter: {key} is {_KIND.get(ftype, 'a ' + ftype)} and cannot take '&'")
+        other = self.field(tok)
+        if other is not None and not _looks_literal(ftype, tok):
+            okey, otype, obase, oxform = self.operand(tok)
+            if otype != ftype:
+                raise UserError(f"display filter: {okey} cannot mask {key}")
+            return BitAnd(Field(okey, obase, oxform))
+        if ftype in (UINT, INT):
+            v = None if tok.startswith('"') else _int(tok, True)
+            if v is None:
+                raise UserError(f"display filter: {tok!r} is not a valid arithmetic operand")
+            top = max_value(key)
+            if top is not None and v > top:
+                raise UserError(f"display filter: {tok} is too big for {key}, maximum {top}")
+            return BitAnd(v)
+        v = literal(ftype, tok, key, ANY_EQ)
+        if isinstance(v, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
+            raise UserError(f"display filter: the mask after '&' must be an address, not the network {tok}")
+        return BitAnd(v)
 
     def member(self, key, ftype):
         self.take("in")
@@ -309,6 +417,46 @@ def _looks_literal(ftype: str, tok: str) -> bool:
         return True
     except UserError:
         return False
+
+
+_KIND = {UINT: "an unsigned integer", INT: "a signed integer", FLOAT: "a number or time", STRING: "a string",
+         PROTO: "a protocol"}
+
+
+def _sliceable(key: str, ftype: str) -> None:
+    """tshark 4.0 slices bytes, addresses, strings and protocols; numbers and times it refuses."""
+    if ftype in (UINT, INT, FLOAT):
+        raise UserError(f"display filter: {key} is {_KIND[ftype]} and cannot be sliced into a sequence of bytes")
+    if ftype == PROTO and key not in SLICEABLE:
+        raise UserError(f"display filter: ibwire slices the frame, eth, vlan, ip, ipv6, udp, infiniband and the IB "
+                        f"headers (lrh, grh, bth, the extended headers, mad, payload), not {key}")
+
+
+def _range(text: str) -> tuple:
+    """One range of a slice as (start, kind, n), refused as tshark 4.0 refuses it (dfilter drange)."""
+    num = r"-?(?:0[xX][0-9a-fA-F]+|[1-9]\d*|0[0-7]*)"
+    m = re.fullmatch(rf"({num})?(?::({num})?)?", text)
+    if text and m and (m.group(1) is not None or ":" in text):
+        start = _int(m.group(1), True) if m.group(1) is not None else 0
+        if ":" not in text:
+            return start, "len", 1
+        if m.group(2) is None:
+            return start, "rest", 0
+        n = _int(m.group(2), True)
+        if n <= 0:
+            raise UserError(f"display filter: range {text} isn't valid because length {n} isn't positive")
+        return start, "len", n
+    m = re.fullmatch(rf"({num})-({num})", text)
+    if m:
+        a, b = _int(m.group(1), True), _int(m.group(2), True)
+        if (a < 0) == (b < 0) and a >= b:
+            raise UserError(f"display filter: range {text} isn't valid because {a} is greater or equal than {b}")
+        return a, "end", b
+    raise UserError(f"display filter: {text!r} is not a valid range" if text else "display filter: an empty slice []")
+
+
+def _bytes_like(a: str, b: str) -> bool:
+    return {a, b} <= {BYTES, MAC, IPV4, IPV6, STRING}
 
 
 # ---- evaluation on one frame -------------------------------------------------------------------------
@@ -366,6 +514,8 @@ def compare(op, ftype, values: list, want) -> bool:
         return all(equal(ftype, v, want) for v in values)
     if op in ORDERED:
         f = ORDERED[op]
+        if ftype in (BYTES, MAC):                # shorter first, then byte by byte (ftype-bytes.c cmp_order)
+            values, want = [(len(v), v) for v in values], (len(want), want)
         try:
             return any(f(v, want) for v in values)
         except TypeError:
@@ -408,16 +558,89 @@ class Filter:
             if node.kind == "or":
                 return any(self._eval(a, flat) for a in node.args)
             return not self._eval(node.args[0], flat)
-        if node.op is None:
+        if node.op is None and not node.xform:
             return node.field in flat and flat[node.field] is not None
-        values = occurrences(flat, node.field, node.type)
+        values = operand_values(flat, node.field, node.base, node.type, node.xform)
+        if node.op is None:                      # a slice holding bytes, a mask leaving a bit set
+            if isinstance(node.xform[-1], Slice):
+                return any(len(v) for v in values)
+            return any(_truthy(v) for v in values)
         if not values:
             return False
         want = node.value
         if isinstance(want, Field):
-            theirs = occurrences(flat, want.name, node.type)
+            theirs = operand_values(flat, want.name, want.type, node.type, want.xform)
             return bool(theirs) and any(compare(node.op, node.type, values, w) for w in theirs)
         return compare(node.op, node.type, values, want)
+
+
+def as_bytes(ftype: str, v) -> bytes:
+    """A typed value's bytes, as tshark slices it: addresses packed, strings in UTF-8."""
+    if isinstance(v, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
+        return v.packed
+    return v.encode() if isinstance(v, str) else bytes(v)
+
+
+def take_slice(data: bytes, ranges) -> bytes:
+    """The bytes a slice takes, as epan/ftypes/ftypes.c slice_func does: a range that falls outside the
+    value ends the slice, keeping the bytes already taken."""
+    out, n = b"", len(data)
+    for start, kind, k in ranges:
+        s = start + n if start < 0 else start
+        if s < 0:
+            break
+        if kind == "rest":
+            length = n - s
+            if length <= 0:
+                break
+        elif kind == "len":
+            length = k
+            if s + length > n:
+                break
+        else:
+            end = k + n if k < 0 else k
+            if (k < 0 and end < s) or (k >= 0 and end >= n):
+                break
+            length = end - s + 1
+        out += data[s:s + length]
+    return out
+
+
+def _and(a, b):
+    if isinstance(a, bytes):
+        return bytes(x & y for x, y in zip(a, b))
+    if isinstance(a, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
+        return type(a)(int(a) & int(b))
+    return a & b
+
+
+def _truthy(v) -> bool:
+    if isinstance(v, bytes):
+        return any(v)
+    return int(v) != 0
+
+
+def operand_values(flat: dict, key: str, base: str, ftype: str, xform: tuple) -> list:
+    """Every value of `key` in a decoded frame, turned by its slices, len() and masks, typed `ftype`."""
+    if not xform:
+        if ftype == BYTES and base not in (None, BYTES, PROTO):
+            return [as_bytes(base, v) for v in occurrences(flat, key, base)]
+        return occurrences(flat, key, ftype)
+    if base == PROTO:
+        raw = flat.get("_ws.bytes")
+        values = raw.of(key) if raw is not None else []
+    else:
+        values = occurrences(flat, key, base)
+    for x in xform:
+        if isinstance(x, Slice):
+            values = [take_slice(as_bytes(base, v), x.ranges) for v in values]
+        elif isinstance(x, Length):
+            values = [len(as_bytes(base, v)) for v in values]
+        else:
+            masks = operand_values(flat, x.mask.name, x.mask.type, ftype, x.mask.xform) \
+                if isinstance(x.mask, Field) else [x.mask]
+            values = [_and(v, m) for v in values for m in masks]
+    return values
 
 
 def compile_filter(text: str) -> Filter:

@@ -15,6 +15,7 @@ from scapy.layers.inet6 import IPv6
 from ..fieldtypes import EITHER
 from ..readers import Frame
 from ..readers.formats import ERF_LINKTYPE, erf_view
+from .extents import Extents
 from .fields import layer_fields, nest_and_flatten
 from .linktypes import LINKTYPES, apply_roce2_heuristic, first_layer
 
@@ -124,7 +125,7 @@ def decode_frame(frame: Frame) -> Decoded:
     if err:
         errors.append(err)
     if pkt is None:
-        return Decoded(frame, None, {}, _frame_fields(frame), errors, errors[-1], [])
+        return Decoded(frame, None, {}, _frame_fields(frame, None), errors, errors[-1], [])
     try:
         entries = layer_fields(pkt)
         layers, flat = nest_and_flatten(entries)
@@ -145,7 +146,7 @@ def decode_frame(frame: Frame) -> Decoded:
     mad = _mad_summary(pkt)
     if mad:
         flat["mad.summary"] = mad
-    flat.update(_frame_fields(frame))
+    flat.update(_frame_fields(frame, pkt))
     flat["frame.protocols"] = _protocols(pkt)
     _either_and_protocols(flat, errors)
     try:
@@ -211,9 +212,10 @@ def _mad_summary(pkt):
     return None
 
 
-def _frame_fields(frame: Frame) -> dict:
-    """Number, time and lengths as tshark shows them: an ERF record's without its ERF header and with its
-    ERF timestamp (ibwire.readers.formats.erf_view)."""
+def _frame_fields(frame: Frame, pkt) -> dict:
+    """Number, time and lengths as tshark shows them (an ERF record's without its ERF header and with its ERF
+    timestamp: ibwire.readers.formats.erf_view), and the protocols' bytes for display-filter slices and len()
+    (`_ws.bytes`)."""
     caplen, wirelen, t = frame.caplen, frame.wirelen, frame.time
     if frame.linktype == ERF_LINKTYPE:
         import numpy as np
@@ -221,7 +223,7 @@ def _frame_fields(frame: Frame) -> dict:
         caplen, wirelen = caplen - min(hdr, caplen), wirelen - min(hdr, wirelen)
         t = ns / 1e9 if ns >= 0 else t
     return {"frame.number": frame.number, "frame.time_epoch": t, "frame.cap_len": caplen, "frame.len": wirelen,
-            "frame.linktype": frame.linktype}
+            "frame.linktype": frame.linktype, "_ws.bytes": Extents(frame.data, pkt)}
 
 
 __all__ = ["Decoded", "decode_frame", "dissect", "LINKTYPES"]

@@ -92,7 +92,7 @@ def select(stream, flt, detail: Callable = None) -> Iterator[tuple]:
     records answer where they can (ibwire.fast.filter); the full decode answers the rest, frame by frame.
     `detail(batch, i, t0, prev)` gives a frame's field map (default: detail_flat of its bytes)."""
     from ..fast.filter import batch_filter
-    bf = batch_filter(flt)
+    bf = batch_filter(flt, with_bytes=True)
     if detail is None:
         from .rmpp import RmppTracker
         rmpp = RmppTracker()
@@ -108,7 +108,7 @@ def select(stream, flt, detail: Callable = None) -> Iterator[tuple]:
             t0 = float(rec["time"][0])
         times = rec["time"]
         if bf is not None:
-            mask, sure = bf(rec, t0, prev)
+            mask, sure = bf(rec, t0, prev, batch.data)
             todo = np.flatnonzero(~sure)
         else:
             mask, todo = np.zeros(len(rec), bool), range(len(rec))

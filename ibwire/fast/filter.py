@@ -14,9 +14,9 @@ import numpy as np
 from dissectors.opcodes import HEADER_LEN, OPCODES
 
 from ..errors import UserError
-from ..fieldtypes import EITHER, FLOAT, IPV4, IPV6, MAC, PROTO, STRING, UINT
-from ..filter import (ALL_EQ, ALL_NE, ANY_EQ, ANY_NE, CONTAINS, IN, MATCHES, ORDERED, Field, Filter, Logic, Range,
-                      compile_filter)
+from ..fieldtypes import BYTES, EITHER, FLOAT, IPV4, IPV6, MAC, STRING, UINT
+from ..filter import (ALL_EQ, ALL_NE, ANY_EQ, ANY_NE, CONTAINS, IN, MATCHES, ORDERED, BitAnd, Field, Filter, Length,
+                      Logic, Range, Slice, compare, compile_filter, take_slice)
 from . import records as R
 
 
@@ -24,6 +24,7 @@ class NotBatchable(Exception):
     """The filter names a field (or uses an operator on it) that the records cannot answer."""
 
 
+ERF = 197
 DATA = (R.ROCE1, R.ROCE2V4, R.ROCE2V6, R.IB, R.IBGRH)
 _CARRIED = {h: np.array([c in OPCODES and h in OPCODES[c].headers for c in range(256)]) for h in HEADER_LEN}
 _ETHERTYPE = np.zeros(len(R.LINK_KINDS), np.int64)
@@ -33,8 +34,8 @@ _ETHERTYPE[[R.ROCE1, R.ROCE2V4, R.ROCE2V6]] = (0x8915, 0x0800, 0x86DD)
 class Ctx:
     """Per-batch masks every column shares (computed once per batch)."""
 
-    def __init__(self, rec: np.ndarray, t0: float, prev: float):
-        self.rec, self.n = rec, len(rec)
+    def __init__(self, rec: np.ndarray, t0: float, prev: float, frames=None):
+        self.rec, self.n, self.frames = rec, len(rec), frames
         link, flags = rec["link"], rec["flags"]
         self.data = np.isin(link, DATA)
         self.sound = self.data & ((flags & (R.F_MALFORMED | R.F_TRUNCATED | R.F_HEURISTIC)) == 0)
@@ -181,6 +182,8 @@ def _columns(key: str, c: Ctx):
 def _compare(col: Column, op: str, want, ftype: str) -> np.ndarray:
     """Per row: does this occurrence satisfy `op want` (presence not included)?"""
     v = col.values
+    if col.kind == BYTES:                        # frame slices, one per row
+        return np.array([compare(op, BYTES, [x], want) for x in v], bool)
     if col.kind == STRING:
         names = col.names
         if op in (ANY_EQ, ALL_EQ, IN):
@@ -227,6 +230,26 @@ def _compare(col: Column, op: str, want, ftype: str) -> np.ndarray:
     return ORDERED[op](v, want)
 
 
+def _transformed(key: str, xform: tuple, c: Ctx) -> list:
+    """The columns of `key` masked by `&` literals (`bth.opcode & 0xe0`); `len(frame)` is the captured
+    length.  Slices and other len() need the frame's bytes: the full decode answers them."""
+    not_erf = c.rec["linktype"] != ERF                         # an ERF record's header is not frame (wiretap)
+    if key == "frame" and isinstance(xform[0], Length):
+        cols, xform = [Column(c.all, _u(c.rec, "caplen"), not_erf)], xform[1:]
+    elif key == "frame" and isinstance(xform[0], Slice) and c.frames is not None:
+        cut = [take_slice(c.frames(i), xform[0].ranges) if not_erf[i] else b"" for i in range(c.n)]
+        cols, xform = [Column(c.all, np.array(cut + [None], object)[:-1], not_erf, BYTES)], xform[1:]
+    else:
+        cols = _columns(key, c)
+    for x in xform:
+        if not isinstance(x, BitAnd):
+            raise NotBatchable(f"a slice or len() of {key}")
+        if not isinstance(x.mask, int) or any(col.kind != UINT for col in cols):
+            raise NotBatchable(f"'&' on {key} with this mask")
+        cols = [Column(col.present, col.values & x.mask, col.sure, col.kind) for col in cols]
+    return cols
+
+
 def _eq(v, want, kind):
     return np.abs(v - want) < 1e-9 if kind == FLOAT else v == want
 
@@ -235,14 +258,15 @@ class BatchFilter:
     """A display filter over record batches: `(mask, sure) = bf(rec, t0, prev)`; rows not sure need the
     full decode.  Raises NotBatchable at construction when the records cannot answer it at all."""
 
-    def __init__(self, flt: Filter):
+    def __init__(self, flt: Filter, with_bytes: bool = False):
         self.filter = flt
         self.text = flt.text
         probe = np.zeros(1, R.RECORD)
-        self(probe)                                    # every field and operator must be answerable
+        self(probe, frames=(lambda i: b"") if with_bytes else None)   # every field and operator must be answerable
 
-    def __call__(self, rec: np.ndarray, t0: float = 0.0, prev: Optional[float] = None):
-        c = Ctx(rec, t0, prev)
+    def __call__(self, rec: np.ndarray, t0: float = 0.0, prev: Optional[float] = None, frames=None):
+        """`frames(i)`, where the caller has the batch's bytes, gives row i's frame for `frame[...]` slices."""
+        c = Ctx(rec, t0, prev, frames)
         mask, sure = self._eval(self.filter.tree, c)
         return mask, sure
 
@@ -254,10 +278,14 @@ class BatchFilter:
                 return ~parts[0][0], sure
             red = np.logical_and if node.kind == "and" else np.logical_or
             return red.reduce([m for m, _ in parts]), sure
-        cols = _columns(node.field, c)
+        cols = _transformed(node.field, node.xform, c) if node.xform else _columns(node.field, c)
         sure = np.logical_and.reduce([col.sure for col in cols])
         present = np.logical_or.reduce([col.present for col in cols])
         if node.op is None:
+            if node.xform:                       # `field & mask` alone: a bit left set; a slice: a byte taken
+                return np.logical_or.reduce([col.present & (np.array([len(v) > 0 for v in col.values], bool)
+                                                            if col.kind == BYTES else col.values != 0)
+                                             for col in cols]), sure
             return present, sure
         if isinstance(node.value, Field):
             raise NotBatchable("field comparison")
@@ -271,10 +299,10 @@ class BatchFilter:
         return np.logical_or.reduce(hits), sure
 
 
-def batch_filter(flt: Filter) -> Optional[BatchFilter]:
+def batch_filter(flt: Filter, with_bytes: bool = False) -> Optional[BatchFilter]:
     """The batch form of a compiled filter, or None when only the full decode can evaluate it."""
     try:
-        return BatchFilter(flt)
+        return BatchFilter(flt, with_bytes)
     except NotBatchable:
         return None
 
