@@ -166,7 +166,7 @@ _SCHEMA = ("the fabric state", {
                           "pkeys": [N], "pkey_table": [N], "pkeys_last": S, "pkeys_frame": N,
                           "link_width_active": N, "link_speed_active": N, "link_speed_ext_active": N,
                           "capability_mask": N})],
-    "sm": ("sm", {"master": _SMINFO, "master_lid": N, "seen": [_SMINFO]}),
+    "sm": ("sm", {"master": _SMINFO, "master_lid": N, "seen": [_SMINFO], "rogues": [_SMINFO]}),
     "links": [("a link", {"a": _END, "b": _END, "active": S, "active_gbps": N, "best_supported": S,
                           "best_supported_gbps": N, "best_enabled": S, "best_enabled_gbps": N,
                           "below_supported": B, "below_enabled": B})],

@@ -34,17 +34,17 @@ def _table_row(r: dict) -> dict:
 
 def _failures(rows) -> None:
     """After the table: one paragraph per requester that resent anything (analysis.retries)."""
-    import shutil
-    import sys
-    import textwrap
+    from rich.text import Text
+
+    from ..analysis.report import console
     from ..analysis.retries import paragraph
     texts = [t for r in rows for t in paragraph(r)]
     if not texts:
         return
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 0
-    print("\nretransmissions and retry failures")
+    out = console()
+    out.print("\nretransmissions and retry failures", highlight=False, markup=False)
     for t in texts:
-        print(textwrap.fill(t, width) if width else t)
+        out.print(Text(t))
 
 
 def _qp(text: str, option: str = "--qp") -> int:
