@@ -193,7 +193,7 @@ def test_large_captures_stay_under_500_mb(tmp_path):
     for name, args in (("decode", ("decode", cap, "-T", "fields", "-e", "bth.psn")),
                        ("convert", ("convert", cap, "-o", tmp_path / "out.pcap", "--link", "eth")),
                        ("audit", ("audit", cap, "--policy", CAPS / "roce-multitenant-clean.partitions.conf",
-                                  "--format", "json"))):
+                                  "--tenants", CAPS / "roce-multitenant-clean.tenants.toml", "--format", "json"))):
         status, out, _, peaks[name] = run(*args, timeout=300)
         assert status in (0, 1), name
     assert len(records((tmp_path / "out.pcap").read_bytes())) == 200_000
@@ -210,7 +210,7 @@ def test_audit_of_2500_tenants_is_fast_and_complete(tmp_path):
     t = time.perf_counter()
     status, out, _, peak = run(*args)
     wall = time.perf_counter() - t
-    assert status == 1 and out.startswith("FAIL  10025 packets, 70 findings")
+    assert status == 1 and out.startswith("FAIL  10,025 packets, 70 findings")
     assert wall < 10 and peak < 300, (wall, peak)
     assert "2500 tenants are too many for a 2500 × 2500 grid" in out
     assert "traffic within a tenant with no finding about it is summed (2500 tenants, 10000 packets" in out
@@ -230,6 +230,6 @@ def test_roce_audit_of_2500_tenants_is_fast(tmp_path):
     t = time.perf_counter()
     status, out, _, peak = run("audit", paths["capture"], "--policy", paths["policy"], "--tenants", paths["tenants"])
     wall = time.perf_counter() - t
-    assert status == 0 and out.startswith("PASS  5025 packets, 25 findings, worst: attempt")
+    assert status == 0 and out.startswith("PASS  5,025 packets, 25 findings, worst: attempt")
     assert wall < 10 and peak < 300, (wall, peak)
     assert all(f"  t{t} -> t{(t + 1) % 2500}: 1 packets / 90 bytes attempt" in out for t in range(99, 2500, 100))

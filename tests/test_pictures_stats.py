@@ -49,7 +49,7 @@ def test_stats_interval_equals_tshark_io_stat(tshark, path, interval, events):
 
 def test_stats_interval_table_and_errors(tmp_path):
     r = run_ibwire("stats", CAPS / "loss-retransmit.pcap", "--interval", "0.0001")
-    assert r.returncode == 0 and "intervals" in r.stdout and "bits per s" in r.stdout
+    assert r.returncode == 0 and "intervals" in r.stdout and "bits/s" in r.stdout
     r = run_ibwire("stats", CAPS / "loss-retransmit.pcap", "--interval", "-1")
     assert r.returncode == 2 and "positive" in r.stderr and r.stderr.count("\n") == 1
 
