@@ -93,8 +93,10 @@ def tshark():
     return path
 
 
-def run_ibwire(*args, check=False, input=None, timeout=300):
-    """Run the installed CLI as a user would; returns the CompletedProcess."""
+def run_ibwire(*args, check=False, input=None, timeout=300, unwrapped=False):
+    """Run the installed CLI as a user would; returns the CompletedProcess. `unwrapped`: run it without
+    COLUMNS/LINES (as when piped), so table cells and paragraphs are not folded."""
     exe = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} if unwrapped else None
     return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, check=check,
-                          input=input, timeout=timeout)
+                          input=input, timeout=timeout, env=env)

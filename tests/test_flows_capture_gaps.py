@@ -4,24 +4,18 @@ went on, so the mirror or the capture missed it.  Checked on a real mirrored Con
 independent count from tshark's fields, and on the generator's sample whose scenario declares both kinds;
 the report draws capture gaps grey and losses red."""
 import json
-import os
-import shutil
 import subprocess
-import sys
 import tomllib
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
+import conftest
 import pytest
 from conftest import PUBLIC
 from pictures_browser import render
 
-
-def run_ibwire(*args):
-    """The CLI piped with no COLUMNS: text is not wrapped, so table cells and paragraphs stay whole."""
-    exe = shutil.which("ibwire", path=str(Path(sys.executable).parent))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+run_ibwire = partial(conftest.run_ibwire, unwrapped=True)   # piped: cells and paragraphs stay whole
 
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"

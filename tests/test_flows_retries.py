@@ -3,21 +3,14 @@ RNR-driven ones, estimates the local ACK timeout from the waits, and recognises 
 (what NCCL reports as "transport retry counter exceeded"), against what the generator's scenarios declare
 (the QP's retry_cnt and timeout_us, a receiver that drops everything)."""
 import json
-import os
-import shutil
-import subprocess
-import sys
 import tomllib
+from functools import partial
 from pathlib import Path
 
+import conftest
 import pyarrow.parquet as pq
 
-
-def run_ibwire(*args):
-    """The CLI piped with no COLUMNS: text is not wrapped, so table cells and paragraphs stay whole."""
-    exe = shutil.which("ibwire", path=str(Path(sys.executable).parent))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+run_ibwire = partial(conftest.run_ibwire, unwrapped=True)   # piped: cells and paragraphs stay whole
 
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
