@@ -331,6 +331,21 @@ def refuse_unsafe(path: str) -> None:
     os.close(_opened(path)[0])
 
 
+def refuse_shared_dir(path: str) -> None:
+    """OutputError when another user could write in the directory of `path`: files that another program
+    names as it goes (dumpcap's `-b` ring, PREFIX_NNNNN_TIME.pcapng) are opened by name, so a name planted
+    there before it is reached would be followed."""
+    dfd = _open_dir(os.path.dirname(path) or ".")
+    try:
+        st = os.fstat(dfd)
+    finally:
+        os.close(dfd)
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or st.st_uid != os.geteuid():
+        raise OutputError(f"-C writes a ring of files that are named as they are written; put them in a "
+                          f"directory only you can write ({os.path.dirname(path) or '.'} is writable by others "
+                          f"or belongs to uid {st.st_uid})")
+
+
 def open_direct(path: str) -> IO:
     """`path` opened for writing in place (a live capture: flushed per packet, kept as it is when stopped),
     after the checks of `output_file`; the null device is written through."""

@@ -154,3 +154,22 @@ def test_capture_w_on_the_ibdump_standin_is_refused_before_anything_starts(tmp_p
     assert not (tmp_path / "argv.log").exists()
     assert victim.read_bytes() == SECRET and stat.S_IMODE(victim.stat().st_mode) == 0o600
     assert sorted(os.listdir(shared)) == before
+
+
+@pytest.mark.parametrize("mode", [0o1777, 0o775])
+def test_a_capture_ring_is_refused_in_a_directory_others_can_write(tmp_path, mode):
+    """`-C` makes dumpcap name each ring file as it reaches it, by name: a name planted ahead in a directory
+    another user (or group) can write would be followed, so the ring is refused there before anything runs."""
+    sys.path.insert(0, str(ROOT / "tests" / "standin"))
+    import fake_sysfs
+    fake_sysfs.build(tmp_path / "sys", "InfiniBand")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    env = dict(os.environ, PATH=f"{ROOT / 'tests' / 'standin'}:{os.environ['PATH']}",
+               IBWIRE_SYSFS_ROOT=str(tmp_path / "sys"), IBWIRE_RUN_DIR=str(tmp_path / "run"),
+               STANDIN_LOG=str(tmp_path / "argv.log"), STANDIN_LIDS="0x3>0x12")
+    r = subprocess.run([str(EXE), "capture", "--pf", "mlx5_0", "-w", str(shared / "ring.pcapng"), "-C", "1",
+                        "-c", "1"], check=False, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "directory only you can write" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "argv.log").exists() and os.listdir(shared) == []

@@ -100,3 +100,9 @@ def test_an_error_naming_a_tenant_escapes_it(capsys, tmp_path):
                        tenants)
     assert status == 2 and out.out == ""
     assert out.err == f"ibwire: {tenants}:2: tenant 'e\\x1b[31mvil' endpoint 1: LID 99999 is outside 0x1..0xbfff\n"
+
+
+@pytest.mark.parametrize("command", ["stats", "flows", "decode"])
+def test_summaries_of_the_described_capture_send_no_control_character(capsys, described, command):
+    status, out = _run(capsys, command, described)
+    assert status == 0 and out.out and not RAW.search(out.out)

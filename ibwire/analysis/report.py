@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Dict, List
 
 from ..errors import UserError
+from ..output.escape import printable
 
 FORMATS = ("table", "json", "csv")
 
@@ -133,6 +134,7 @@ def write_csv(sections: Dict[str, List[dict]], out=None):
 def write_tables(sections: Dict[str, List[dict]], title_of=None, limit: int = 0):
     """One rich table per section; a `summary` section (one record by nature) as label / value lines."""
     from rich.table import Table
+    from rich.text import Text
     out = console()
     for name, rows in sections.items():
         if not rows:
@@ -144,12 +146,12 @@ def write_tables(sections: Dict[str, List[dict]], title_of=None, limit: int = 0)
             t.add_column("")
             t.add_column("", justify="right", overflow="fold")
             for k, v in shown[0].items():
-                t.add_row(label(k), _cell(v, k))
+                t.add_row(label(k), Text(printable(_cell(v, k))))
             out.print(t)
             continue
         t = Table(title=title, title_justify="left")
         cols = list(dict.fromkeys(k for r in shown for k in r))
-        cells = [[_cell(r.get(c), c) for c in cols] for r in shown]
+        cells = [[printable(_cell(r.get(c), c)) for c in cols] for r in shown]   # packet text shown, never sent
         # a column no narrower than its longest word, so lines wrap between words, where the terminal has room
         words = [min(LONGEST_WORD, max(len(w) for text in [label(c)] + [row[i] for row in cells]
                                        for w in text.split() or [""])) for i, c in enumerate(cols)]
@@ -159,7 +161,7 @@ def write_tables(sections: Dict[str, List[dict]], title_of=None, limit: int = 0)
             t.add_column(label(c), overflow="fold", min_width=w,
                          justify="right" if isinstance(shown[0].get(c), (int, float)) else "left")
         for row in cells:
-            t.add_row(*row)
+            t.add_row(*map(Text, row))                  # literal: no rich markup read from packet text
         out.print(t)
         if limit and len(rows) > limit:
             out.print(f"[dim]… {plural(len(rows) - limit, 'more row')} (use --format json or csv for all)[/dim]")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import UserError
-from ..outfile import refuse_unsafe
+from ..outfile import refuse_shared_dir, refuse_unsafe
 from ..writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND, erf_record
 from . import counters, journal as jr
 from .dumpcap import DEFAULT_BUFFER_MIB, IN_FLIGHT, Dumpcap, Plan
@@ -107,6 +107,8 @@ def run(o: Options) -> dict:
     ignores SIGINT, still stops on `kill -INT`); an ignored SIGHUP (nohup) stays ignored."""
     if o.write != "-":
         refuse_unsafe(o.write)        # a planted link or FIFO, before anything is armed (dumpcap opens it itself)
+        if o.rotate_mb:
+            refuse_shared_dir(o.write)
     stop = _Stop()
     old = {s: signal.signal(s, stop) for s in STOP_SIGNALS
            if not (s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN)}
