@@ -107,8 +107,10 @@ def decode(
 
 def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summary_too):
     from ..decode.stream import select
+    from ..output.printer import Printer
     shown = 0
     t0, prev = None, None
+    tree_printer = Printer("tree")
     if show:
         out.write(printer.start())
     batches = select(stream, flt) if flt else ((b, None) for b in stream)
@@ -134,15 +136,15 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
                 d.flat.update(detail_flat_times(d.frame.time, t0, float(times[i - 1]) if i else prev))
                 return d
             if verbose or hexdump:
-                from ..output.tree import hex_dump, tree
-                for i in rows.tolist():
+                from ..output.tree import hex_dump
+                trees = tree_printer.trees(batch, rows, details) if verbose else None
+                for n, i in enumerate(rows.tolist()):
                     if summary_too:
                         out.write(printer.batch(batch, np.array([i]), details))
-                    d = details(i)
                     if verbose:
-                        out.write(tree(d).encode() + b"\n")
+                        out.write(trees[n])
                     if hexdump:
-                        out.write(hex_dump(d.frame.data).encode() + b"\n")
+                        out.write(hex_dump(batch.frame(i).data).encode() + b"\n")
             else:
                 out.write(printer.batch(batch, rows, details))
             out.flush()

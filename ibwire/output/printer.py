@@ -132,7 +132,7 @@ class Printer:
         if self.t0 is None:
             self.t0 = int(rec["time_ns"][0])
             self.decimals = getattr(batch, "decimals", None) or self.decimals or 6
-        if self.fmt in ("json", "ek"):
+        if self.fmt in ("json", "ek", "tree"):
             return self._documents(rec, rows, details)
         base = self._bases(rec, rows)
         data = np.isin(rec["link"][rows], DATA) if self.records_answer else np.zeros(len(rows), bool)
@@ -175,8 +175,17 @@ class Printer:
         self.prev = int(rec["time_ns"][-1])
         return text
 
+    def trees(self, batch: Batch, rows: np.ndarray, details) -> List[bytes]:
+        """-V: the tree of each row (a Printer of format "tree")."""
+        if self.t0 is None and len(batch.rec):
+            self.t0 = int(batch.rec["time_ns"][0])
+        return [t.encode() for t in self._document_texts(batch.rec, rows, details)]
+
     def _documents(self, rec, rows, details) -> bytes:
-        """tshark's -T json / -T ek documents of the rows, from each frame's full decode."""
+        return "".join(self._document_texts(rec, rows, details)).encode()
+
+    def _document_texts(self, rec, rows, details) -> List[str]:
+        """tshark's -T json / -T ek documents (or -V trees) of the rows, from each frame's full decode."""
         from . import tshark_doc as td
         self.session = self.session or td.Session()
         t = rec["time_ns"]
@@ -198,6 +207,10 @@ class Printer:
             last = self.prev_shown if self.prev_shown is not None else ns
             layers = td.document(d, td.Times(ns, ns - prev, ns - last, ns - self.t0), self.session)
             self.prev_shown = ns
+            if self.fmt == "tree":
+                from .tree import own_fields, tree_text
+                out.append(tree_text(layers, d.flat, own_fields(d.flat, layers)) + "\n")
+                continue
             fields_only = bool(self.keys)
             if fields_only:
                 layers = td.only_fields(layers, self.fields)
@@ -212,7 +225,7 @@ class Printer:
                            + td.ek_text(ns // 10**6, layers, fields_only,
                                         bool(self.protocols) and not self.protocol_children) + "\n")
         self.prev = int(t[-1])
-        return "".join(out).encode()
+        return out
 
     def _feed_rmpp(self, d) -> None:
         if d.flat.get("mad.mgmtclass") == RMPP_CLASS:

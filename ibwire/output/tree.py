@@ -1,130 +1,221 @@
-"""`-V` header trees and `-x` hex dumps of fully decoded frames.
+"""`-V` trees and `-x` hex dumps of fully decoded frames.
 
-The tree: a Frame section, then every layer with its fields under their Wireshark names; values with a
-name in the protocol tables show it (`mad.mgmtclass: SubnMgt directed-route (0x81)`, `portinfo.portstate:
-Active (4)`, `bth.opcode: RC SEND Only (4)`), and fields narrower than a byte show their bits the way
-Wireshark does (`..00 .... = bth.padcnt: 0`).
+The tree is tshark's: the same document `-T json` writes (ibwire.output.tshark_doc), each item shown as
+Wireshark labels it (ibwire.output.ws_labels, generated from Wireshark's field registrations): bit pictures
+for fields under a bitmask, value strings, hexadecimal where the field is registered hexadecimal, generated
+items in brackets, hidden items left out, four spaces per level.  Where a dissector words a line itself
+(`Header Length: 20 bytes (5)`) its wording is in WORDED.  ibwire's own fields (not in Wireshark) follow
+each frame's layers in the same style, as `ibwire.<field>`.
 """
-import json
-import time
-from functools import lru_cache
-
-from dissectors.opcodes import lookup
-
 from .escape import printable
+from .ws_labels import FIELDS, TFS, VALUES
+
+IB = "infiniband."
+WIDTHS = {"FT_UINT8": 8, "FT_UINT16": 16, "FT_UINT24": 24, "FT_UINT32": 32, "FT_UINT40": 40, "FT_UINT48": 48,
+          "FT_UINT56": 56, "FT_UINT64": 64, "FT_INT8": 8, "FT_INT16": 16, "FT_INT24": 24, "FT_INT32": 32,
+          "FT_INT64": 64}
+HIDDEN = {"eth.addr_resolved", "eth.addr.oui", "eth.lg", "eth.ig", "eth.dst_resolved", "eth.src_resolved",
+          "eth.dst.oui", "eth.src.oui", "ip.addr", "ip.src_host", "ip.dst_host", "ip.host", "ipv6.addr",
+          "ipv6.src_host", "ipv6.dst_host", "ipv6.host", "ip.version@ipv6", "udp.port", "udp.payload@hidden",
+          "_ws.expert.message", "_ws.malformed"}
+GENERATED = {"frame.offset_shift", "frame.time_delta", "frame.time_delta_displayed", "frame.time_relative",
+             "frame.marked", "frame.ignored", "frame.protocols", "ip.checksum.status", "udp.checksum.status",
+             "udp.stream", "udp.time_relative", "udp.time_delta", "data.len", "_ws.expert"}
+# Bit pictures dissectors draw for fields registered without a bitmask: (mask, width in bits).
+DRAWN = {"ip.version": (0xF0, 8), "ip.hdr_len": (0x0F, 8), "ipv6.version": (0xF0, 8)}
+ECN = {0: "Not-ECT", 1: "ECT(1)", 2: "ECT(0)", 3: "CE"}
+DSCP = {0: "CS0", 8: "CS1", 10: "AF11", 12: "AF12", 14: "AF13", 16: "CS2", 18: "AF21", 20: "AF22", 22: "AF23",
+        24: "CS3", 26: "AF31", 28: "AF32", 30: "AF33", 32: "CS4", 34: "AF41", 36: "AF42", 38: "AF43", 40: "CS5",
+        46: "EF", 48: "CS6", 56: "CS7"}
+SECONDS = {"frame.offset_shift", "frame.time_epoch", "frame.time_delta", "frame.time_delta_displayed",
+           "frame.time_relative", "udp.time_relative", "udp.time_delta"}
 
 
-def _names():
-    from dissectors.mad import table as T
-    widths = {k: v.upper() for k, v in T.LINK_WIDTHS.items()}
-    speeds = {**T.LINK_SPEEDS}
-    return {
-        "mad.mgmtclass": {k: v[1] for k, v in T.CLASSES.items()},
-        "mad.method": T.METHODS,
-        "portinfo.portstate": T.PORT_STATES,
-        "portinfo.linkwidthactive": widths, "portinfo.linkwidthenabled": widths, "portinfo.linkwidthsupported": widths,
-        "portinfo.linkspeedactive": speeds, "portinfo.linkspeedenabled": speeds, "portinfo.linkspeedsupported": speeds,
-        "nodeinfo.nodetype": T.NODE_TYPES, "sminfo.smstate": T.SM_STATES, "rmpp.rmpptype": T.RMPP_TYPES,
-    }
+def _ds(v: str) -> str:
+    n = int(v, 0)
+    return f"0x{n:02x} (DSCP: {DSCP.get(n >> 2, 'Unknown')}, ECN: {ECN[n & 3]})"
 
 
-_NAMES = None
+def _ip_flags(v: str) -> str:
+    n = int(v, 0)
+    names = [s for bit, s in ((4, "Reserved"), (2, "Don't fragment"), (1, "More fragments")) if n & bit]
+    return f"0x{n:x}" + (", " + ", ".join(names) if names else "")
 
 
-def _shown(key: str, value, flat: dict) -> str:
-    global _NAMES
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str):
-            return f'"{value}"' if len(value) <= 98 else f'"{value[:96]}..."'
-        return str(value)
-    if _NAMES is None:
-        _NAMES = _names()
-    name = None
-    if key == "bth.opcode":
-        name = lookup(value).full_name
-    elif key == "mad.attributeid":
-        from dissectors.mad.table import attribute
-        name = attribute(flat.get("mad.mgmtclass", -1), value)[0]
-    elif key == "aeth.syndrome":
-        from .summary import aeth_text
-        name = aeth_text(value) or "ACK"
-    elif key in _NAMES:
-        name = _NAMES[key].get(value)
-    number = f"0x{value:x}" if value > 9 else str(value)
-    if name:
-        return f"{name} ({number})"
-    return f"{value} (0x{value:x})" if value > 9 else str(value)
+def _syndrome(n: int) -> str:
+    """AETH syndrome's kind as tshark names it (IBA §9.7.5.2.8)."""
+    kind = n >> 5 & 3
+    return ("Ack", "RNR Nak", "Reserved", "Nak")[kind]
 
 
-@lru_cache(maxsize=4096)
-def _bits(value: int, at: int, size: int) -> str:
-    """Wireshark's bit picture of a field `size` bits wide starting `at` bits into its byte(s)."""
-    width = ((at + size + 7) // 8) * 8
-    chars = ["."] * width
-    for i in range(size):
-        chars[at + i] = "1" if value >> (size - 1 - i) & 1 else "0"
+def _bytes_len(v: str) -> int:
+    return len(v.replace(":", "")) // 2
+
+
+# Lines dissectors word themselves (not "Label: value"): key -> the text after the label's colon.
+WORDED = {
+    "ip.hdr_len": lambda v: f"{v} bytes ({int(v) // 4})", "ip.dsfield": _ds,
+    "ipv6.tclass": _ds, "ip.flags": _ip_flags,
+    "ip.checksum": lambda v: f"{v} [validation disabled]",
+    "udp.checksum": lambda v: f"{v} [zero-value ignored]" if int(v, 0) == 0 else f"{v} [unverified]",
+    "erf.types": lambda v: f"{v} (Type {int(v, 0) & 0x7F}: {VALUES['erf.types.type'].get(int(v, 0) & 0x7F, 'Unknown')})",
+    "erf.flags": lambda v: f"{v} (Capture Interface: {int(v, 0) & 3})",
+    IB + "aeth.syndrome": lambda v: f"{v}, {_syndrome(int(v))}",
+    "ip.checksum.status": lambda v: "Unverified" if v == "2" else v,
+    "udp.checksum.status": lambda v: {"2": "Unverified", "3": "Not present"}.get(v, v),
+}
+WHOLE = {   # items shown with a text of their own
+    "frame.len": lambda v: f"Frame Length: {v} bytes ({int(v) * 8} bits)",
+    "frame.cap_len": lambda v: f"Capture Length: {v} bytes ({int(v) * 8} bits)",
+    "udp.payload": lambda v: f"UDP payload ({_bytes_len(v)} bytes)",
+    "Timestamps": lambda v: "[Timestamps]",
+    "udp.time_relative": lambda v: f"[Time since first frame: {v} seconds]",
+    "udp.time_delta": lambda v: f"[Time since previous frame: {v} seconds]",
+    "data.len": lambda v: f"[Length: {v}]",
+}
+
+
+# Headers and MAD parts as packet-infiniband.c titles them (`{summary}`: the MAD's method(attribute),
+# `{attribute}`: its attribute's name).
+CONTAINERS = {IB + k: v for k, v in {
+    "lrh": "Local Route Header", "grh": "Global Route Header", "bth": "Base Transport Header",
+    "rdeth": "RDETH - Reliable Datagram Extended Transport Header",
+    "deth": "DETH - Datagram Extended Transport Header", "reth": "RETH - RDMA Extended Transport Header",
+    "atomiceth": "AtomicETH - Atomic Extended Transport Header", "aeth": "AETH - ACK Extended Transport Header",
+    "atomicacketh": "ATOMICACKETH - Atomic ACK Extended Transport Header",
+    "immdt": "IMMDT - Immediate Data Extended Transport Header", "ieth": "IETH - Invalidate Extended Transport Header",
+    "mad": "MAD Header - Common Management Datagram", "smpdirected": "SMP (Directed Route) {summary}",
+    "smplid": "SMP (LID Routed) {summary}", "sa.drdlid": "SA {summary}", "smplid.smpdata": "Attribute ({attribute})",
+    "payload": "IBA Payload - appears to be EtherType encapsulated",
+    "vendor": "Vendor Specific or Unknown Header Sequence"}.items()}
+INNER = {IB + "smplid.smpdata": "{attribute}", IB + "sa.drdlid": "{attribute}"}
+
+
+def _bits(value: int, mask: int, width: int) -> str:
+    """Wireshark's picture of `value` under `mask` in a field `width` bits wide."""
+    shift = (mask & -mask).bit_length() - 1
+    placed = value << shift
+    chars = ["." if not mask >> (width - 1 - i) & 1 else "1" if placed >> (width - 1 - i) & 1 else "0"
+             for i in range(width)]
     return " ".join("".join(chars[i:i + 4]) for i in range(0, width, 4))
 
 
-@lru_cache(maxsize=None)
-def _bit_offsets(cls) -> dict:
-    """Field name -> (bit offset in its byte, width) for a layer class's fields narrower than a byte."""
-    bit, out = 0, {}
-    for f in getattr(cls, "fields_desc", ()):
-        size = getattr(f, "size", None)
-        if "BitField" in type(f).__name__ and isinstance(size, int):
-            if size < 8:
-                out[f.name] = (bit % 8, size)
-            bit += size
+def _number(n: int, base: str, digits: int) -> str:
+    hexa = f"0x{n & ((1 << (4 * digits)) - 1) if n < 0 else n:0{digits}x}"
+    if base == "BASE_HEX":
+        return hexa
+    if base == "BASE_DEC_HEX":
+        return f"{n} ({hexa})"
+    if base == "BASE_HEX_DEC":
+        return f"{hexa} ({n})"
+    return str(n)
+
+
+def _bytes_shown(v: str) -> str:
+    raw = v.replace(":", "")
+    return raw[:72] + "…" if len(raw) > 72 else raw or "<MISSING>"
+
+
+def field_line(key: str, value) -> str:
+    """One item as Wireshark labels it (`.1.. .... = MigReq: True`, `Opcode: … (4)`)."""
+    if key in WHOLE:
+        return WHOLE[key](value)
+    spec = FIELDS.get(key)
+    if spec is None:
+        return f"{key}: {value}" if value != "" else key
+    label, ftype, base, mask = spec
+    if ftype in ("FT_NONE", "FT_PROTOCOL"):
+        return label
+    width = WIDTHS.get(ftype) or (int(base) if ftype == "FT_BOOLEAN" and base.isdigit() else 0)
+    if key in DRAWN:
+        mask, width = DRAWN[key]
+    if key in WORDED:
+        text = WORDED[key](value)
+    elif ftype == "FT_BOOLEAN":
+        on = value is True or value in ("1", "True", "true")
+        text = TFS[key][0 if on else 1] if key in TFS else ("True" if on else "False")
+    elif ftype in WIDTHS and isinstance(value, str):
+        n = int(value, 0)
+        bitwidth = (mask >> ((mask & -mask).bit_length() - 1)).bit_length() if mask else WIDTHS[ftype]
+        digits = (bitwidth + 3) // 4
+        if key in VALUES:
+            name = VALUES[key].get(n, "Unknown")
+            text = f"{name} ({_number(n, 'BASE_HEX' if base in ('BASE_HEX', 'BASE_HEX_DEC') else 'BASE_DEC', digits)})"
         else:
-            bit = 0
-    return out
+            text = _number(n, base, digits)
+        value = n
+    elif ftype == "FT_BYTES":
+        text = _bytes_shown(value)
+    elif ftype == "FT_RELATIVE_TIME" or key in SECONDS:
+        text = f"{value} seconds"
+    else:
+        text = str(value)
+    line = f"{label}: {text}"
+    if mask and width:
+        raw = int(value) if isinstance(value, (int, bool)) else int(value, 0) if value[:1].isdigit() else None
+        if raw is not None:
+            line = f"{_bits(raw // 4 if key == 'ip.hdr_len' else raw, mask, width)} = {line}"
+    return f"[{line}]" if key in GENERATED else line
 
 
-def _layer_lines(cls, key: str, fields: dict, flat: dict, out: list) -> None:
-    """Fields of one layer in order, with bit pictures for fields narrower than a byte."""
-    offsets = _bit_offsets(cls) if cls is not None else {}
-    for name, value in fields.items():
-        full = f"{key}.{name}"
-        if isinstance(value, list) and value and isinstance(value[0], dict):
-            for i, record in enumerate(value):
-                out.append(f"    {full}[{i}]")
-                for sub, subfields in record.items():
-                    shown = ", ".join(f"{k}={v}" for k, v in subfields.items()) if isinstance(subfields, dict) else subfields
-                    out.append(f"        {sub}: {shown}")
+def _heading(name: str, items: list, frame: dict) -> str:
+    get = {k: v for k, v in items if not isinstance(v, list)}
+    if name == "frame":
+        n, wire, cap = get.get("frame.number"), int(get.get("frame.len", 0)), int(get.get("frame.cap_len", 0))
+        text = f"Frame {n}: {wire} bytes on wire ({wire * 8} bits), {cap} bytes captured ({cap * 8} bits)"
+        sub = dict(next((v for k, v in items if k == "frame.interface_id_tree"), []))
+        if sub:
+            text += f" on interface {sub['frame.interface_name']}, id {get['frame.interface_id']}"
+        return text
+    if name == "eth":
+        return f"Ethernet II, Src: {get.get('eth.src')}, Dst: {get.get('eth.dst')}"
+    if name == "vlan":
+        return f"802.1Q Virtual LAN, PRI: {get.get('vlan.priority')}, DEI: {int(get.get('vlan.dei', 0))}, ID: {get.get('vlan.id')}"
+    if name in ("ip", "ipv6"):
+        return f"Internet Protocol Version {4 if name == 'ip' else 6}, Src: {get.get(name + '.src')}, Dst: {get.get(name + '.dst')}"
+    if name == "udp":
+        return f"User Datagram Protocol, Src Port: {get.get('udp.srcport')}, Dst Port: {get.get('udp.dstport')}"
+    if name == "data":
+        return f"Data ({get.get('data.len')} bytes)"
+    return {"infiniband": "InfiniBand", "erf": "Extensible Record Format",
+            "_ws.malformed": "[Malformed Packet: InfiniBand]"}.get(name, name)
+
+
+def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: bool = False) -> None:
+    pad = "    " * depth
+    for i, (key, value) in enumerate(items):
+        if key.endswith("_tree") and isinstance(value, list):
+            _items(value, depth + 1, out, layer, names, key[:-5] in INNER)
             continue
-        shown = _shown(full, value, flat)
-        at = offsets.get(name)
-        if at and isinstance(value, int):
-            out.append(f"    {_bits(value, *at)} = {full}: {shown}")
-        else:
-            out.append(f"    {full}: {shown}")
+        if key in CONTAINERS and i + 1 < len(items) and items[i + 1][0] == key + "_tree":
+            out.append(pad + (INNER if inner else CONTAINERS)[key].format(**names))
+            continue
+        if key in HIDDEN or f"{key}@{layer}" in HIDDEN:
+            continue
+        if key == "frame.interface_id":
+            sub = dict(items[i + 1][1]) if i + 1 < len(items) else {}
+            out.append(f"{pad}Interface id: {value} ({sub.get('frame.interface_name', '')})")
+            continue
+        if isinstance(value, list):          # a text item (Timestamps) and what it holds
+            out.append(pad + field_line(key, ""))
+            _items(value, depth + 1, out, layer, names)
+            continue
+        out.append(pad + field_line(key, value))
 
 
-def tree(decoded) -> str:
-    """The Frame section, then every decoded layer with its fields."""
-    f = decoded.frame
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(f.time)) + f".{round((f.time % 1) * 1e6):06d} UTC"
-    lines = [f"Frame {f.number}: {f.wirelen} bytes on wire ({f.wirelen * 8} bits), {f.caplen} bytes captured "
-             f"({f.caplen * 8} bits), link type {f.linktype}",
-             f"    Arrival time: {when}", f"    Epoch time: {f.time:.6f} seconds",
-             f"    Frame number: {f.number}", f"    Frame length: {f.wirelen} bytes", f"    Capture length: {f.caplen} bytes"]
-    if decoded.flat.get("frame.protocols"):
-        lines.append(f"    [Protocols in frame: {decoded.flat['frame.protocols']}]")
-    layers = {}
-    pkt = decoded.packet
-    while pkt is not None and type(pkt).__name__ != "NoPayload":
-        name = getattr(type(pkt), "ws_name", "") or ""
-        if name and name not in layers:
-            layers[name] = type(pkt)
-        pkt = pkt.payload
-    flat = decoded.flat
-    for key, fields in decoded.layers.items():
-        lines.append(key if key not in layers else f"{key} ({layers[key].__name__})")
-        _layer_lines(layers.get(key), key, fields, flat, lines)
-    for err in decoded.errors:
-        lines.append(f"[error] {err}")
-    return "\n".join(map(printable, lines)) + "\n"
+def tree_text(layers: list, flat: dict, extra: dict = None) -> str:
+    """One frame's -V text from its tshark-shaped document (ibwire.output.tshark_doc.document) and its
+    decoded fields (`flat`, for the MAD's title); `extra`: ibwire's own fields, shown after the layers."""
+    summary = str(flat.get("mad.summary", ""))
+    names = {"summary": summary, "attribute": summary.partition("(")[2].rstrip(")")}
+    out = []
+    for name, items in layers:
+        out.append(_heading(name, items, {}))
+        _items(items, 1, out, name, names)
+    if extra:
+        out.append("ibwire")
+        out += [f"    {key}: {value}" for key, value in extra.items()]
+    return "\n".join(map(printable, out)) + "\n"
 
 
 def hex_dump(data: bytes) -> str:
@@ -135,3 +226,14 @@ def hex_dump(data: bytes) -> str:
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
         lines.append(f"{off:04x}  {' '.join(f'{b:02x}' for b in chunk):<47}   {text}")
     return "\n".join(lines) + "\n"
+
+
+def own_fields(flat: dict, layers: list) -> dict:
+    """ibwire's fields of a frame that its tshark-shaped layers do not hold (CRC verdicts, names, …)."""
+    from .tshark_doc import leaves
+    held = set()
+    for _, items in layers:
+        for k, _v in leaves(items, []):
+            held.add(k[len(IB):] if k.startswith(IB) else k)
+    return {k: v for k, v in flat.items() if k not in held and "." in k and not k.startswith(("frame.", "_"))
+            and isinstance(v, (int, str, float))}
