@@ -48,6 +48,11 @@ def _syndrome(n: int) -> str:
     return ("Ack", "RNR Nak", "Reserved", "Nak")[kind]
 
 
+def _mapped(v: str) -> str:
+    """A CM GID: an IPv4-mapped one as its IPv4 address (tshark's `*_ipv4` item)."""
+    return v[7:] if v.startswith("::ffff:") and "." in v else v
+
+
 def _bytes_len(v: str) -> int:
     return len(v.replace(":", "")) // 2
 
@@ -61,6 +66,7 @@ WORDED = {
     "erf.types": lambda v: f"{v} (Type {int(v, 0) & 0x7F}: {VALUES['erf.types.type'].get(int(v, 0) & 0x7F, 'Unknown')})",
     "erf.flags": lambda v: f"{v} (Capture Interface: {int(v, 0) & 3})",
     IB + "aeth.syndrome": lambda v: f"{v}, {_syndrome(int(v))}",
+    **{IB + f"cm.req.{side}gid": _mapped for side in ("prim_local", "prim_remote", "alt_local", "alt_remote")},
     "ip.checksum.status": lambda v: "Unverified" if v == "2" else v,
     "udp.checksum.status": lambda v: {"2": "Unverified", "3": "Not present"}.get(v, v),
 }
@@ -86,9 +92,45 @@ CONTAINERS = {IB + k: v for k, v in {
     "immdt": "IMMDT - Immediate Data Extended Transport Header", "ieth": "IETH - Invalidate Extended Transport Header",
     "mad": "MAD Header - Common Management Datagram", "smpdirected": "SMP (Directed Route) {summary}",
     "smplid": "SMP (LID Routed) {summary}", "sa.drdlid": "SA {summary}", "smplid.smpdata": "Attribute ({attribute})",
-    "payload": "IBA Payload - appears to be EtherType encapsulated",
+    "p_keytable.p_keytableblock": "P_KeyTable", "payload": "IBA Payload - appears to be EtherType encapsulated",
     "vendor": "Vendor Specific or Unknown Header Sequence"}.items()}
 INNER = {IB + "smplid.smpdata": "{attribute}", IB + "sa.drdlid": "{attribute}"}
+
+
+_NO_CHANGE = "No State Change"
+_WIDTHS = ("1x", "4x", "8x", "12x")
+_SPEEDS = {1: "2.5 Gbps", 3: "2.5 or 5.0 Gbps", 5: "2.5 or 10.0 Gbps", 7: "2.5 or 5.0 or 10.0 Gbps"}
+_MTUS = {1: "256", 2: "512", 3: "1024", 4: "2048", 5: "4096"}
+_VLS = {1: "VL0", 2: "VL0, VL1", 3: "VL0 - VL3", 4: "VL0 - VL7", 5: "VL0 - VL14"}
+
+
+def _widths(n: int) -> str:
+    return " or ".join(w for i, w in enumerate(_WIDTHS) if n >> i & 1)
+
+
+# PortInfo fields packet-infiniband.c follows with a name of their value (", Active"; IBA §14.2.5.6), and the
+# text it writes for values it does not name (LinkSpeedSupported borrows LinkWidthSupported's).
+NAMED = {IB + "portinfo." + k: v for k, v in {
+    "diagcode": ({0: "Function Ready", 1: "Performing Self Test", 2: "Initializing",
+                  3: "Soft Error - Function has non-fatal error", 4: "Hard Error - Function has fatal error"}, "DiagCode!"),
+    "linkwidthenabled": ({0: _NO_CHANGE, **{n: _widths(n) for n in range(1, 15)},
+                          255: "Set to LinkWidthSupported Value - Response contains actual LinkWidthSupported"},
+                         "LinkWidthEnabled Value!"),
+    "linkwidthsupported": ({n: _widths(n) for n in (1, 3, 7, 11, 15)}, "LinkWidthSupported Value!"),
+    "linkwidthactive": ({n: _widths(n) for n in (1, 2, 4, 8)}, "LinkWidthActive Value!"),
+    "linkspeedsupported": (_SPEEDS, "LinkWidthSupported Value!"),
+    "portstate": ({0: _NO_CHANGE, 1: "Down (includes failed links)", 2: "Initialized", 3: "Armed", 4: "Active"},
+                  "PortState Value!"),
+    "portphysicalstate": ({0: _NO_CHANGE, 1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining",
+                           5: "LinkUp", 6: "LinkErrorRecovery", 7: "Phy Test"}, "PortPhysicalState Value!"),
+    "linkdowndefaultstate": ({0: _NO_CHANGE, 1: "Sleep", 2: "Polling"}, "LinkDownDefaultState Value!"),
+    "linkspeedactive": ({1: "2.5 Gbps", 2: "5.0 Gbps", 4: "10.0 Gbps"}, "LinkSpeedActive Value!"),
+    "linkspeedenabled": ({0: _NO_CHANGE, **_SPEEDS,
+                          15: "Set to LinkSpeedSupported value - response contains actual LinkSpeedSupported"},
+                         "LinkSpeedEnabled Value!"),
+    "neighbormtu": (_MTUS, "NeighborMTU Value!"), "vlcap": (_VLS, "VLCap Value!"), "mtucap": (_MTUS, "MTUCap Value!"),
+    "operationalvls": ({0: _NO_CHANGE, **_VLS}, "OperationalVLs Value!"),
+}.items()}
 
 
 def _bits(value: int, mask: int, width: int) -> str:
@@ -188,7 +230,7 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: b
             _items(value, depth + 1, out, layer, names, key[:-5] in INNER)
             continue
         if key in CONTAINERS and i + 1 < len(items) and items[i + 1][0] == key + "_tree":
-            out.append(pad + (INNER if inner else CONTAINERS)[key].format(**names))
+            out.append(pad + (INNER[key] if inner and key in INNER else CONTAINERS[key]).format(**names))
             continue
         if key in HIDDEN or f"{key}@{layer}" in HIDDEN:
             continue
@@ -200,7 +242,18 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: b
             out.append(pad + field_line(key, ""))
             _items(value, depth + 1, out, layer, names)
             continue
-        out.append(pad + field_line(key, value))
+        line = field_line(key, value)
+        if key in NAMED:
+            names_of, other = NAMED[key]
+            line += ", " + names_of.get(int(value, 0), f"Reserved {other} Possible Error")
+        if key in INDEXED:                   # P_KeyTable entries: tshark appends the entry's number
+            line += f"({names.setdefault(key, 0) + INDEXED[key]})"
+            names[key] += 1
+        out.append(pad + line)
+
+
+# Items tshark numbers, as packet-infiniband.c does (P_KeyBase one ahead of its MembershipType).
+INDEXED = {IB + "p_keytable.membershiptype": 0, IB + "p_keytable.p_keybase": 1}
 
 
 def tree_text(layers: list, flat: dict, extra: dict = None) -> str:

@@ -8,7 +8,7 @@ reserved bits tshark does not name as `infiniband.reserved` bytes, the ICRC/VCRC
 repeat where tshark repeats them (`ip.addr`, `udp.port`).  Every value is tshark's text
 (ibwire.output.values); ek writes booleans as true/false.  MADs sit in tshark's containers of their
 class (MAD_CLASSES); an attribute's fields are listed in its container without tshark's subtrees of
-single attributes (capability masks, P_Key blocks, CM service IDs) and reserved fields.
+single attributes (capability masks, CM service IDs) and reserved fields.
 """
 import ipaddress
 import json
@@ -352,6 +352,8 @@ def _mad_class(mad) -> list:
         return [(IB_PREFIX + "reserved", bytes_text(raw[n[0]:n[1]])) if isinstance(n, tuple)
                 else (IB_PREFIX + n, header.get(IB_PREFIX + n, "")) for n in names]
     data = bytes_text(raw[data_span[0]:data_span[1]])
+    if any(k == IB_PREFIX + "p_keytable.p_keybase" for k, _ in attr):     # tshark's P_KeyTable block subtree
+        attr = [(IB_PREFIX + "p_keytable.p_keytableblock", data), (IB_PREFIX + "p_keytable.p_keytableblock_tree", attr)]
     twice = TWICE.get(data_key, ())
     inner = [(IB_PREFIX + data_key, data), (IB_PREFIX + data_key + "_tree", attr)]
     if twice is None or mad.attributeid in (twice or ()):
