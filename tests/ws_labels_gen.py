@@ -29,7 +29,11 @@ udp.time_delta udp.payload data.data data.len
 # Of long value tables, the values ibwire's captures can hold (EtherTypes, IP protocols, encapsulations).
 SOME = {"eth.type": {0x0800, 0x86DD, 0x8100, 0x8915, 0x88CC, 0x8808, 0x0806},
         "vlan.etype": {0x0800, 0x86DD, 0x8100, 0x8915, 0x88CC, 0x8808, 0x0806},
-        "ip.proto": {1, 6, 17, 58}, "ipv6.nxt": {1, 6, 17, 58}, "frame.encap_type": {1, 25, 98, 180, 210}}
+        "ip.proto": {0, 1, 6, 17, 58}, "ipv6.nxt": {0, 1, 6, 17, 58}, "frame.encap_type": {1, 25, 98, 180, 210}}
+
+# Fields with several tables of names, one chosen by a preference: the one tshark uses by default
+# (VLAN priorities: IEEE 802.1Q-2014's eight classes).
+TABLE = {"vlan.priority": 1}
 
 
 def wanted(name: str) -> bool:
@@ -41,7 +45,7 @@ def tshark(*args) -> str:
 
 
 def main() -> None:
-    fields, values, tfs = {}, {}, {}
+    fields, values, tfs, tables = {}, {}, {}, {}
     for line in tshark("-G", "fields").splitlines():
         p = line.split("\t")
         if p[0] == "F" and wanted(p[2]):
@@ -50,8 +54,12 @@ def main() -> None:
         p = line.split("\t")
         if len(p) >= 4 and p[0] in ("V", "V64") and p[1] in fields:
             value = int(p[2], 0)
-            if p[1] not in SOME or value in SOME[p[1]]:
-                values.setdefault(p[1], {}).setdefault(value, p[3])
+            seen = tables.setdefault(p[1], [set()])
+            if value in seen[-1]:                              # the field's next table of names begins
+                seen.append(set())
+            seen[-1].add(value)
+            if len(seen) - 1 == TABLE.get(p[1], 0) and (p[1] not in SOME or value in SOME[p[1]]):
+                values.setdefault(p[1], {})[value] = p[3]
         elif len(p) >= 4 and p[0] == "T" and p[1] in fields:
             tfs[p[1]] = (p[2], p[3])
     out = sys.stdout

@@ -7,6 +7,8 @@ items in brackets, hidden items left out, four spaces per level.  Where a dissec
 (`Header Length: 20 bytes (5)`) its wording is in WORDED.  ibwire's own fields (not in Wireshark) follow
 each frame's layers in the same style, as `ibwire.<field>`.
 """
+import ipaddress
+
 from .escape import printable
 from .ws_labels import FIELDS, TFS, VALUES
 
@@ -48,9 +50,10 @@ def _syndrome(n: int) -> str:
     return ("Ack", "RNR Nak", "Reserved", "Nak")[kind]
 
 
-def _mapped(v: str) -> str:
-    """A CM GID: an IPv4-mapped one as its IPv4 address (tshark's `*_ipv4` item)."""
-    return v[7:] if v.startswith("::ffff:") and "." in v else v
+def _ipv4_tail(v: str) -> str:
+    """A GID's last four bytes as an IPv4 address: how tshark shows a CM REQ's primary GIDs in a frame
+    carried over IPv4 (its `*_ipv4` items)."""
+    return str(ipaddress.IPv4Address(ipaddress.IPv6Address(v).packed[12:]))
 
 
 def _bytes_len(v: str) -> int:
@@ -66,7 +69,6 @@ WORDED = {
     "erf.types": lambda v: f"{v} (Type {int(v, 0) & 0x7F}: {VALUES['erf.types.type'].get(int(v, 0) & 0x7F, 'Unknown')})",
     "erf.flags": lambda v: f"{v} (Capture Interface: {int(v, 0) & 3})",
     IB + "aeth.syndrome": lambda v: f"{v}, {_syndrome(int(v))}",
-    **{IB + f"cm.req.{side}gid": _mapped for side in ("prim_local", "prim_remote", "alt_local", "alt_remote")},
     "ip.checksum.status": lambda v: "Unverified" if v == "2" else v,
     "udp.checksum.status": lambda v: {"2": "Unverified", "3": "Not present"}.get(v, v),
 }
@@ -92,7 +94,8 @@ CONTAINERS = {IB + k: v for k, v in {
     "immdt": "IMMDT - Immediate Data Extended Transport Header", "ieth": "IETH - Invalidate Extended Transport Header",
     "mad": "MAD Header - Common Management Datagram", "smpdirected": "SMP (Directed Route) {summary}",
     "smplid": "SMP (LID Routed) {summary}", "sa.drdlid": "SA {summary}", "smplid.smpdata": "Attribute ({attribute})",
-    "p_keytable.p_keytableblock": "P_KeyTable", "payload": "IBA Payload - appears to be EtherType encapsulated",
+    "p_keytable.p_keytableblock": "P_KeyTable", "cm.req.serviceid": "IP CM ServiceID",
+    "cm.req.ip_cm": "IP CM Private Data", "payload": "IBA Payload - appears to be EtherType encapsulated",
     "vendor": "Vendor Specific or Unknown Header Sequence"}.items()}
 INNER = {IB + "smplid.smpdata": "{attribute}", IB + "sa.drdlid": "{attribute}"}
 
@@ -242,6 +245,8 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: b
             out.append(pad + field_line(key, ""))
             _items(value, depth + 1, out, layer, names)
             continue
+        if key in (IB + "cm.req.prim_localgid", IB + "cm.req.prim_remotegid") and names["over_ipv4"]:
+            value = _ipv4_tail(value)
         line = field_line(key, value)
         if key in NAMED:
             names_of, other = NAMED[key]
@@ -260,7 +265,8 @@ def tree_text(layers: list, flat: dict, extra: dict = None) -> str:
     """One frame's -V text from its tshark-shaped document (ibwire.output.tshark_doc.document) and its
     decoded fields (`flat`, for the MAD's title); `extra`: ibwire's own fields, shown after the layers."""
     summary = str(flat.get("mad.summary", ""))
-    names = {"summary": summary, "attribute": summary.partition("(")[2].rstrip(")")}
+    names = {"summary": summary, "attribute": summary.partition("(")[2].rstrip(")"),
+             "over_ipv4": any(name == "ip" for name, _ in layers)}
     out = []
     for name, items in layers:
         out.append(_heading(name, items, {}))

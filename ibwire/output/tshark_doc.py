@@ -341,6 +341,7 @@ def _mad_class(mad) -> list:
                 header.setdefault(key, text)
             else:
                 attr.append((key, text))
+    attr = _cm_nested(attr)
     rmpp = [(k, v) for k, v in header.items() if k.startswith(IB_PREFIX + "rmpp.")]
     out = ([(IB_PREFIX + "rmpp", bytes_text(raw[24:36])), (IB_PREFIX + "rmpp_tree", rmpp)] if rmpp else [])
     spec = MAD_CLASSES.get(mad.mgmtclass)
@@ -362,6 +363,30 @@ def _mad_class(mad) -> list:
     if name is None:
         return out + body
     return out + [(IB_PREFIX + name, bytes_text(raw[span[0]:span[1]])), (IB_PREFIX + name + "_tree", body)]
+
+
+def _cm_nested(attr: list) -> list:
+    """A CM REQ's ServiceID parts under the ServiceID, and an IP CM private data's fields under
+    `cm.req.ip_cm` in place of the private data (its IPv4 or its IPv6 addresses, by its IP version), as
+    packet-infiniband.c nests them."""
+    sid = [(k, v) for k, v in attr if k.startswith(IB_PREFIX + "cm.req.serviceid.")]
+    ip = [(k, v) for k, v in attr if k.startswith(IB_PREFIX + "cm.req.ip_cm.")]
+    if not sid and not ip:
+        return attr
+    v4 = dict(ip).get(IB_PREFIX + "cm.req.ip_cm.ipv") == "0x04"
+    nested = {k for k, _ in sid + ip}
+    ip = [(k, v) for k, v in ip if not k.endswith(("ip6", "ip4")) or k.endswith("ip4") == v4]
+    out = []
+    for k, v in attr:
+        if k in nested:
+            continue
+        if k == IB_PREFIX + "cm.req.private" and ip:
+            out += [(IB_PREFIX + "cm.req.ip_cm", v), (IB_PREFIX + "cm.req.ip_cm_tree", ip)]
+            continue
+        out.append((k, v))
+        if k == IB_PREFIX + "cm.req.serviceid" and sid:
+            out.append((IB_PREFIX + "cm.req.serviceid_tree", sid))
+    return out
 
 
 def _chain(layer):

@@ -1036,12 +1036,14 @@ VALUES = {
         3: 'Congestion Experienced',
     },
     'ip.proto': {
+        0: 'IPv6 Hop-by-Hop Option',
         1: 'ICMP',
         6: 'TCP',
         17: 'UDP',
         58: 'ICMPv6',
     },
     'ipv6.nxt': {
+        0: 'IPv6 Hop-by-Hop Option',
         1: 'ICMP',
         6: 'TCP',
         17: 'UDP',
@@ -1097,11 +1099,11 @@ VALUES = {
     'vlan.priority': {
         0: 'Best Effort (default)',
         1: 'Background',
-        2: 'Spare',
-        3: 'Excellent Effort',
-        4: 'Controlled Load',
-        5: 'Video, < 100ms latency and jitter',
-        6: 'Voice, < 10ms latency and jitter',
+        2: 'Excellent Effort',
+        3: 'Critical Applications',
+        4: 'Video, < 100ms latency and jitter',
+        5: 'Voice, < 10ms latency and jitter',
+        6: 'Internetwork Control',
         7: 'Network Control',
     },
 }
