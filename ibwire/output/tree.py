@@ -296,3 +296,11 @@ def own_fields(flat: dict, layers: list) -> dict:
             held.add(k[len(IB):] if k.startswith(IB) else k)
     return {k: v for k, v in flat.items() if k not in held and "." in k and not k.startswith(("frame.", "_"))
             and isinstance(v, (int, str, float))}
+
+
+def tree(decoded) -> str:
+    """One decoded frame's -V tree on its own (no capture around it: times and UDP streams start at it)."""
+    from .tshark_doc import Session, Times, document
+    ns = round(decoded.frame.time * 1e9)
+    layers = document(decoded, Times(ns, 0, 0, 0), Session())
+    return tree_text(layers, decoded.flat, own_fields(decoded.flat, layers))
