@@ -47,6 +47,6 @@ def test_reader_agrees_with_dpkt(path):
         assert len(list(dpkt.pcap.Reader(f))) == len(theirs)
     ours = ibwire_frames(path)
     if linktype == ERF:                               # the header's time: the ERF time cut or rounded to it
-        assert all(abs(o[0] - t[0]) < scale for o, t in zip(ours, theirs)), path.name
+        assert all(abs(o[0] - t[0]) <= scale for o, t in zip(ours, theirs)), path.name
         ours, theirs = [o[1:] for o in ours], [t[1:] for t in theirs]
     assert ours == theirs
