@@ -71,12 +71,21 @@ def main() -> None:
     for name in sorted(fields):
         out.write(f"    {name!r}: {fields[name]!r},\n")
     out.write("}\n\nVALUES = {\n")
+    first, same = {}, []                  # a table equal to an earlier one is written once, then shared
     for name in sorted(values):
+        table = tuple(sorted(values[name].items()))
+        if table in first:
+            same.append((name, first[table]))
+            continue
+        first[table] = name
         out.write(f"    {name!r}: {{\n")
-        for v in sorted(values[name]):
-            out.write(f"        {v}: {values[name][v]!r},\n")
+        for v, text in table:
+            out.write(f"        {v}: {text!r},\n")
         out.write("    },\n")
-    out.write("}\n\nTFS = {\n")
+    out.write("}\n")
+    for name, earlier in same:
+        out.write(f"VALUES[{name!r}] = VALUES[{earlier!r}]\n")
+    out.write("\nTFS = {\n")
     for name in sorted(tfs):
         out.write(f"    {name!r}: {tfs[name]!r},\n")
     out.write("}\n")

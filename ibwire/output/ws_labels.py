@@ -1042,60 +1042,6 @@ VALUES = {
         17: 'UDP',
         58: 'ICMPv6',
     },
-    'ipv6.nxt': {
-        0: 'IPv6 Hop-by-Hop Option',
-        1: 'ICMP',
-        6: 'TCP',
-        17: 'UDP',
-        58: 'ICMPv6',
-    },
-    'ipv6.tclass.dscp': {
-        0: 'Default',
-        1: 'Lower Effort',
-        8: 'Class Selector 1',
-        10: 'Assured Forwarding 11',
-        12: 'Assured Forwarding 12',
-        14: 'Assured Forwarding 13',
-        16: 'Class Selector 2',
-        18: 'Assured Forwarding 21',
-        20: 'Assured Forwarding 22',
-        22: 'Assured Forwarding 23',
-        24: 'Class Selector 3',
-        26: 'Assured Forwarding 31',
-        28: 'Assured Forwarding 32',
-        30: 'Assured Forwarding 33',
-        32: 'Class Selector 4',
-        34: 'Assured Forwarding 41',
-        36: 'Assured Forwarding 42',
-        38: 'Assured Forwarding 43',
-        40: 'Class Selector 5',
-        44: 'Voice Admit',
-        46: 'Expedited Forwarding',
-        48: 'Class Selector 6',
-        56: 'Class Selector 7',
-    },
-    'ipv6.tclass.ecn': {
-        0: 'Not ECN-Capable Transport',
-        1: "ECN-Capable Transport codepoint '01'",
-        2: "ECN-Capable Transport codepoint '10'",
-        3: 'Congestion Experienced',
-    },
-    'udp.checksum.status': {
-        0: 'Bad',
-        1: 'Good',
-        2: 'Unverified',
-        3: 'Not present',
-        4: 'Illegal',
-    },
-    'vlan.etype': {
-        2048: 'IPv4',
-        2054: 'ARP',
-        33024: '802.1Q Virtual LAN',
-        34525: 'IPv6',
-        34824: 'MAC Control',
-        35020: '802.1 Link Layer Discovery Protocol (LLDP)',
-        35093: 'RDMA over Converged Ethernet',
-    },
     'vlan.priority': {
         0: 'Best Effort (default)',
         1: 'Background',
@@ -1107,6 +1053,11 @@ VALUES = {
         7: 'Network Control',
     },
 }
+VALUES['ipv6.nxt'] = VALUES['ip.proto']
+VALUES['ipv6.tclass.dscp'] = VALUES['ip.dsfield.dscp']
+VALUES['ipv6.tclass.ecn'] = VALUES['ip.dsfield.ecn']
+VALUES['udp.checksum.status'] = VALUES['ip.checksum.status']
+VALUES['vlan.etype'] = VALUES['eth.type']
 
 TFS = {
     'eth.dst.ig': ('Group address (multicast/broadcast)', 'Individual address (unicast)'),
