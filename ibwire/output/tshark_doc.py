@@ -341,7 +341,7 @@ def _mad_class(mad) -> list:
                 header.setdefault(key, text)
             else:
                 attr.append((key, text))
-    attr = _cm_nested(attr)
+    attr = _cm_nested(attr, raw)
     rmpp = [(k, v) for k, v in header.items() if k.startswith(IB_PREFIX + "rmpp.")]
     out = ([(IB_PREFIX + "rmpp", bytes_text(raw[24:36])), (IB_PREFIX + "rmpp_tree", rmpp)] if rmpp else [])
     spec = MAD_CLASSES.get(mad.mgmtclass)
@@ -365,7 +365,10 @@ def _mad_class(mad) -> list:
     return out + [(IB_PREFIX + name, bytes_text(raw[span[0]:span[1]])), (IB_PREFIX + name + "_tree", body)]
 
 
-def _cm_nested(attr: list) -> list:
+REQ_PRIVATE = slice(164, 256)     # a CM REQ's private data: the last 92 bytes of its MAD (IBA §12.6.5)
+
+
+def _cm_nested(attr: list, raw: bytes) -> list:
     """A CM REQ's ServiceID parts under the ServiceID, and an IP CM private data's fields under
     `cm.req.ip_cm` in place of the private data (its IPv4 or its IPv6 addresses, by its IP version), as
     packet-infiniband.c nests them."""
@@ -381,7 +384,8 @@ def _cm_nested(attr: list) -> list:
         if k in nested:
             continue
         if k == IB_PREFIX + "cm.req.private" and ip:
-            out += [(IB_PREFIX + "cm.req.ip_cm", v), (IB_PREFIX + "cm.req.ip_cm_tree", ip)]
+            out += [(IB_PREFIX + "cm.req.ip_cm", bytes_text(raw[REQ_PRIVATE]) if len(raw) >= 256 else v),
+                    (IB_PREFIX + "cm.req.ip_cm_tree", ip)]
             continue
         out.append((k, v))
         if k == IB_PREFIX + "cm.req.serviceid" and sid:
