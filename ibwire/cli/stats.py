@@ -40,6 +40,7 @@ def stats(
             res = st.compute(FilteredScan(scan(file, icrc), display_filter), cb)
         else:
             res = st.compute_file(file, icrc, cb, jobs)
+    res["rc_sequence"] = _rc_sequence(file, icrc, display_filter, jobs) if _has_sequenced(res) else []
     summary = dict(res["summary"])
     if fmt == "table":
         from datetime import datetime, timezone
@@ -50,6 +51,30 @@ def stats(
                 [{"counter": label(k), "value": v} for k, v in res["counters"].items() if v],
                 "by_opcode": res["by_opcode"], "by_p_key": res["by_p_key"], "by_endpoint": res["by_endpoint"],
                 "by_qp": res["by_qp"], "by_mad": res["by_mad"],
+                "rc_sequence": res["rc_sequence"],
                 "loss_hints": [{"hint": h} for h in res["loss_hints"]],
                 "problems": [{"problem": p} for p in res["problems"]]}
     render(sections, fmt, whole=res, limit=top)
+
+
+SEQUENCE = ("drops", "not_captured", "retransmissions", "out_of_order", "psn_gaps")
+
+
+def _has_sequenced(res) -> bool:
+    return any(r.get("transport") in ("RC", "UC", "XRC", "DC") for r in res["by_opcode"])
+
+
+def _rc_sequence(file: str, icrc: bool, display_filter: Optional[str], jobs: int) -> list:
+    """The sequenced transports' PSN accounting, summed over conversations as `flows` counts it: lost on
+    the wire (resent or NAKed) apart from not captured (the peer went on without a resend), retransmitted,
+    out of order."""
+    from ..analysis.flows import analyse
+    from ..fast.filter import compile_batch_filter
+    mask = compile_batch_filter(display_filter) if display_filter else None
+    rows = [r for r in analyse(file, icrc, mask, None, jobs)["conversations"] if "psn_gaps" in r]
+    if not rows:
+        return []
+    out = {"conversations": len(rows)}
+    out.update({k: sum(int(r[k]) for r in rows) for k in SEQUENCE})
+    out["naks"] = sum(sum(r.get("naks", {}).values()) for r in rows)
+    return [out]
