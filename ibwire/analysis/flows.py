@@ -397,11 +397,12 @@ def _merge(parts) -> Tuple[_Learner, List[np.ndarray], List[str]]:
     return main, maps, problems
 
 
-def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int = 0) -> dict:
+def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int = 0, events: list = None) -> dict:
     """Conversations of a capture (largest first).  `icrc` verifies ICRCs (a bad one is a drop);
     `mask(batch)` optionally selects the packets to analyse.  Large pcap/pcapng files are decoded by
     `workers` threads (0: one per CPU), each reading one part of the file; the result does not depend on
-    how many."""
+    how many.  `events`: a list the sequencer's per-frame event log is appended to (frames.EVENT), and
+    then the number of events past its limit, not kept."""
     workers = processes(workers, os.path.getsize(path) // MIN_SPAN)
     cut = spans(path, workers) if workers > 1 else None
     parts = None
@@ -430,13 +431,13 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int
         parts = [_read_span(path, icrc, mask, None, progress)]
     learner, maps, problems = _merge(parts)
     try:
-        return {"conversations": _sequence(learner, maps, [p[0] for p in parts]), "problems": problems}
+        return {"conversations": _sequence(learner, maps, [p[0] for p in parts], events), "problems": problems}
     finally:
         for p in parts:
             p[0].spill.close()
 
 
-def _sequence(learner: _Learner, maps, learners) -> List[dict]:
+def _sequence(learner: _Learner, maps, learners, keep: list = None) -> List[dict]:
     """Pair the half-flows, replay every span's spill through the compiled sequencer, rank the rows."""
     conv_of, convs = _pair(learner.halves, learner.reqs, learner.reps)
     conv = np.full(learner.ids, -1, np.int32)
@@ -470,10 +471,11 @@ def _sequence(learner: _Learner, maps, learners) -> List[dict]:
             if offset:
                 rows["frame"] += offset
             _native.flows_feed(state, *_TABLES, rows, lut_conv, lut_side)
-    raw_events, _ = _native.flows_events(state)    # past 4M events the rest are only counted: lists keep the first
+    raw_events, lost = _native.flows_events(state)   # past 16M events the rest are only counted
     events = F.decode(raw_events)
-    by_frame = F.per_frame(events)
-    listed = F.per_conversation(events, by_frame)
+    if keep is not None:
+        keep += [events, lost]
+    listed = F.per_conversation(events, F.table(events))
     ranked = []
     for c, (kind, how, _) in enumerate(kinds):
         raw = _native.flows_result(state, c)

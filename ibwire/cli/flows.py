@@ -82,10 +82,14 @@ def flows(
     from ..analysis.flows import analyse
     from ..analysis.report import check_format, progress, render
     from ..fast import scan
-    from ..fast.filter import compile_batch_filter
+    from ..fast.filter import compile_batch_filter, names_analysis
     file = capture_source(file, read)
     check_format(fmt)
-    mask = compile_batch_filter(display_filter) if display_filter else None
+    fill = None
+    if display_filter and names_analysis(display_filter):
+        from ..analysis.packets import CaptureAnalysis
+        fill, jobs = CaptureAnalysis(file, icrc).fill, 1       # filled by frame number: one reader numbers them
+    mask = compile_batch_filter(display_filter, fill) if display_filter else None
     size = scan(file).size
     with progress(size, "flows") as cb:
         res = analyse(file, icrc, mask, cb, jobs)

@@ -30,6 +30,8 @@ typedef struct {
     int64_t got;
     uint32_t dmalen;
     int32_t plast;        /* < 2^26: a PSN plus at most 2^24 response packets */
+    int64_t tns;          /* pending requests and READs: when sent, and in which frame */
+    uint32_t frame;
 } val_t;
 
 typedef struct {
@@ -357,12 +359,24 @@ static void forget_missing(channel *ch)
     ch->c[FC_NOT_CAPTURED]++;
 }
 
-static int ack(channel *ch, double t, int64_t psn)
+/* The request frame a response answers (EV_ACKS) and the time since it was sent (EV_ACK_RTT). */
+static void answers(channel *ch, const flow_pkt *p, const val_t *req)
+{
+    float rtt = (float)((p->tns - req->tns) * 1e-9);
+    uint32_t bits;
+    memcpy(&bits, &rtt, sizeof bits);
+    EMIT(ch, EV_ACKS, p->frame, req->frame);
+    EMIT(ch, EV_ACK_RTT, p->frame, bits);
+}
+
+static int ack(channel *ch, const flow_pkt *p, double t, int64_t psn)
 {
     int64_t n = 0;
     ent_t *e;
     while ((e = od_first(&ch->pending)) && psn_diff(psn, e->key) >= 0) {
         double t0 = e->v.t;
+        if (p && e->key == psn)
+            answers(ch, p, &e->v);
         od_pop(&ch->pending, e->key, NULL);
         n++;
         if (add_lat(ch, 0, t - t0) < 0)
@@ -420,6 +434,7 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
     if (was) {
         c[FC_RETRANSMISSIONS]++;
         EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
+        EMIT(ch, EV_DUPLICATE, p->frame, psn);
         resent(ch, psn, p->t, was->t, p->frame);
         was->t = p->t;
         return 0;
@@ -461,6 +476,7 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
             } else {
                 c[FC_RETRANSMISSIONS]++;
                 EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
+                EMIT(ch, EV_DUPLICATE, p->frame, psn);
                 resent(ch, psn, p->t, prev_t, p->frame);
             }
             ch->msg_active = 0;
@@ -476,7 +492,8 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
     if (oc == OC_READ_REQ) {              /* one PSN per response packet: dmalen/4096 to dmalen/256 */
         int64_t lo = (dmalen + 4095) / 4096, hi = (dmalen + 255) / 256;
         nxt = psn + (lo > 1 ? lo : 1);
-        if (od_set(&ch->reads, psn, (val_t){p->t, 0, (uint32_t)dmalen, (int32_t)(psn + (hi > 1 ? hi : 1) - 1)}) < 0)
+        if (od_set(&ch->reads, psn, (val_t){p->t, 0, (uint32_t)dmalen, (int32_t)(psn + (hi > 1 ? hi : 1) - 1),
+                                            p->tns, p->frame}) < 0)
             return -1;
         while (ch->reads.n > PENDING_MAX)
             od_popfirst(&ch->reads);
@@ -504,7 +521,7 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
             ch->msg_active = 0;
         }
         if (rc) {
-            if (od_set(&ch->pending, psn, (val_t){p->t, 0, 0, 0}) < 0)
+            if (od_set(&ch->pending, psn, (val_t){p->t, 0, 0, 0, p->tns, p->frame}) < 0)
                 return -1;
             while (ch->pending.n > PENDING_MAX) {
                 od_popfirst(&ch->pending);
@@ -541,6 +558,7 @@ static int response(channel *ch, const flow_tables *tab, const flow_pkt *p)
             int64_t d0 = psn_diff(psn, e->key), d1 = psn_diff(e->v.plast, psn);
             if (d0 < 0 || d1 < 0)
                 continue;
+            EMIT(ch, EV_READ_REQUEST, p->frame, e->v.frame);
             if (d0 == 0 && (seg == SEG_FIRST || seg == SEG_ONLY) && add_lat(ch, 1, p->t - e->v.t) < 0)
                 return -1;
             e->v.got += p->paylen;
@@ -550,7 +568,7 @@ static int response(channel *ch, const flow_tables *tab, const flow_pkt *p)
                 od_pop(&ch->reads, e->key, NULL);
                 c[FC_READS_COMPLETED]++;
                 ch->acked_since = 1;
-                if (ack(ch, p->t, psn) < 0)
+                if (ack(ch, NULL, p->t, psn) < 0)
                     return -1;
                 if (ch->has_expected && psn_diff(psn + 1, ch->expected) > 0)
                     ch->expected = (psn + 1) % PSN_MOD;
@@ -565,9 +583,14 @@ static int response(channel *ch, const flow_tables *tab, const flow_pkt *p)
         c[FC_ACKS]++;
         ch->acked_since = 1;
         ch->nak_since = ch->rnr_since = 0;
-        if (ack(ch, p->t, psn) < 0)
+        if (ack(ch, p, p->t, psn) < 0)
             return -1;
-    } else if (kind == 1) {
+    } else if (kind == 1 || kind == 3) {          /* a NAK answers the request of its PSN, still pending */
+        val_t *req = od_get(&ch->pending, psn);
+        if (req)
+            answers(ch, p, req);
+    }
+    if (kind == 1) {
         c[FC_RNR_NAKS]++;
         ch->nak_seen = 1;
         ch->rnr_since = 1;

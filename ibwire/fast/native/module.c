@@ -543,7 +543,7 @@ static PyObject *render(PyObject *self, PyObject *args)
                     bad = "a program is cut short";
                 else if (op == OP_LIT)
                     at += 3 + (pp[i][at + 1] | pp[i][at + 2] << 8);
-                else if (at + 5 > pl[i] || op > OP_MAC)
+                else if (at + 5 > pl[i] || op > OP_SPAN)
                     bad = "a program is cut short or has an unknown op";
                 else {
                     unsigned off = pp[i][at + 1] | pp[i][at + 2] << 8, a = pp[i][at + 3];
