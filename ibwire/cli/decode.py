@@ -83,15 +83,17 @@ def decode(
     if fmt == "csv":
         header, sep, quote = header if header is not None else True, sep or ",", quote if quote is not None else ""
     flt = compile_filter(display_filter) if display_filter else None
-    stream = _open(src, icrc)
     named = any(k == "bth.analysis" or k.startswith("bth.analysis.") for k in keys) or (
         display_filter is not None and names_analysis(display_filter))
     if named and src == "-":
-        raise UserError("bth.analysis fields need the whole capture first (the RC analysis answers ACKs from "
-                        "later frames); save standard input to a file and decode that")
+        raise UserError("bth.analysis fields need the whole capture first (a frame is a retransmission by what "
+                        "came before it); save standard input to a file and decode that")
+    stream = _open(src, icrc)
+    warnings = []
     if src != "-" and (named or verbose or fmt in ("json", "jsonl", "ek")):
         from ..analysis.packets import CaptureAnalysis
-        stream.fill = CaptureAnalysis(src, icrc).fill
+        rc = CaptureAnalysis(src, icrc)
+        stream.fill, warnings = rc.fill, rc.problems
     if (only_layers or all_layers) and fmt not in ("json", "ek"):
         raise UserError("-j and -J select the protocols of -T json or -T ek")
     layers = (all_layers or only_layers or "").split()
@@ -110,7 +112,7 @@ def decode(
         _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, print_too)
         if writer:
             writer.finish()
-    for problem in stream.problems:
+    for problem in list(stream.problems) + warnings:
         print(f"ibwire: warning: {src}: {problem}", file=sys.stderr)
 
 

@@ -386,6 +386,16 @@ static int ack(channel *ch, const flow_pkt *p, double t, int64_t psn)
     return 0;
 }
 
+/* A request sent again: ACKs and NAKs now answer this sending (EV_ACKS, EV_ACK_RTT). */
+static void sent_again(channel *ch, const flow_pkt *p)
+{
+    val_t *v = od_get(&ch->pending, p->psn);
+    if (v) {
+        v->tns = p->tns;
+        v->frame = p->frame;
+    }
+}
+
 /* A resent request at time t whose PSN was last sent at t0.  Resends going up one PSN after another are
  * one episode (go-back-N); any other opens an episode, caused by a NAK or RNR NAK answered since, else by
  * the local ACK timer; one resending the PSN the previous episode began with, with no ACK since, is one
@@ -435,6 +445,7 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
         c[FC_RETRANSMISSIONS]++;
         EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
         EMIT(ch, EV_DUPLICATE, p->frame, psn);
+        sent_again(ch, p);
         resent(ch, psn, p->t, was->t, p->frame);
         was->t = p->t;
         return 0;
@@ -477,6 +488,7 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
                 c[FC_RETRANSMISSIONS]++;
                 EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
                 EMIT(ch, EV_DUPLICATE, p->frame, psn);
+                sent_again(ch, p);
                 resent(ch, psn, p->t, prev_t, p->frame);
             }
             ch->msg_active = 0;
