@@ -401,8 +401,8 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int
     """Conversations of a capture (largest first).  `icrc` verifies ICRCs (a bad one is a drop);
     `mask(batch)` optionally selects the packets to analyse.  Large pcap/pcapng files are decoded by
     `workers` threads (0: one per CPU), each reading one part of the file; the result does not depend on
-    how many.  `events`: a list the sequencer's per-frame event log is appended to (frames.EVENT), and
-    then the number of events past its limit, not kept."""
+    how many.  `events`: a list the sequencer's conclusions are appended to, one row per frame
+    (frames.TABLE), and then the number of its events past its limit, not kept."""
     workers = processes(workers, os.path.getsize(path) // MIN_SPAN)
     cut = spans(path, workers) if workers > 1 else None
     parts = None
@@ -473,9 +473,10 @@ def _sequence(learner: _Learner, maps, learners, keep: list = None) -> List[dict
             _native.flows_feed(state, *_TABLES, rows, lut_conv, lut_side)
     raw_events, lost = _native.flows_events(state)   # past 16M events the rest are only counted
     events = F.decode(raw_events)
+    by_frame = F.table(events)
     if keep is not None:
-        keep += [events, lost]
-    listed = F.per_conversation(events, F.table(events))
+        keep += [by_frame, lost]
+    listed = F.per_conversation(events, by_frame)
     ranked = []
     for c, (kind, how, _) in enumerate(kinds):
         raw = _native.flows_result(state, c)

@@ -6,9 +6,10 @@ with numpy, for decode, export and every display filter.  docs/rc-analysis.md li
 import numpy as np
 
 from dissectors.opcodes import RNR_TIMER_MS, lookup
+from ..fast import _native
 from ..fast import records as R
 from .flows import analyse
-from .frames import SEQUENCED, TABLE, table
+from .frames import SEQUENCED, TABLE
 
 _ACKS = np.array([lookup(c).op in ("ack", "atomic_ack") for c in range(256)])
 _RNR_NS = np.array([round(ms * 1e6) for ms in RNR_TIMER_MS], np.int64)
@@ -21,9 +22,9 @@ class CaptureAnalysis:
     def __init__(self, path: str, icrc: bool = True):
         events: list = []
         self.conversations = analyse(path, icrc, events=events)["conversations"]    # flows' rows, to reuse
-        self.table = table(events[0]) if events else np.zeros(0, TABLE)
-        self.problems = [f"the RC analysis kept its first {len(events[0])} events; frames after them carry "
-                         f"no bth.analysis fields"] if events and events[1] else []
+        self.table = events[0] if events else np.zeros(0, TABLE)
+        self.problems = [f"the RC analysis kept only its first {_native.FLOW_EVENTS_MAX} events; later frames carry no "
+                         f"bth.analysis fields"] if events and events[1] else []
 
     def fill(self, rec) -> None:
         frames = rec["frame"]

@@ -715,7 +715,8 @@ PyMODINIT_FUNC PyInit__native(void)
     for (int i = 0; fe && i < N_EV; i++)
         PyTuple_SET_ITEM(fe, i, PyUnicode_FromString(events[i]));
     err = err || !fe || PyModule_AddObjectRef(m, "FLOW_EVENTS", fe) < 0 ||
-          PyModule_AddIntConstant(m, "FLOW_EVENT_SIZE", sizeof(flow_event)) < 0;
+          PyModule_AddIntConstant(m, "FLOW_EVENT_SIZE", sizeof(flow_event)) < 0 ||
+          PyModule_AddIntConstant(m, "FLOW_EVENTS_MAX", EVENTS_MAX) < 0;
     Py_XDECREF(fe);
     err = err || !fc || PyModule_AddObjectRef(m, "FLOW_COUNTERS", fc) < 0 ||
           PyModule_AddIntConstant(m, "FLOW_PKT_SIZE", sizeof(flow_pkt)) < 0 ||
