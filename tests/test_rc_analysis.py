@@ -123,3 +123,45 @@ def test_every_output_carries_the_fields(tmp_path):
 def test_a_pipe_cannot_be_analysed_ahead():
     r = run_ibwire("decode", "-", "-Y", "bth.analysis.retransmission", input="")
     assert r.returncode != 0 and "save standard input to a file" in r.stderr
+
+
+FLOW_KINDS = {"retransmission": "bth.analysis.retransmission", "lost": "bth.analysis.lost",
+              "out_of_order": "bth.analysis.out_of_order", "not_captured": "bth.analysis.not_captured",
+              "retry_timeout": 'bth.analysis.retry_cause == "timeout"', "retry_nak": 'bth.analysis.retry_cause == "nak"',
+              "retry_rnr": 'bth.analysis.retry_cause == "rnr"', "gave_up": "bth.analysis.gave_up"}
+
+
+@pytest.mark.parametrize("name", ["capture-gap", "roce-multitenant-breach"])
+def test_each_flows_finding_filter_selects_its_frames(name):
+    """A conversation's listed frames of each kind are what its display filter selects in `decode -Y`, and
+    each carries the per-packet field of that kind."""
+    pcap = CAPS / f"{name}.pcap"
+    r = run_ibwire("flows", pcap, "--format", "json")
+    listed = [c for c in json.loads(r.stdout)["conversations"] if c.get("frames")]
+    assert listed
+    for conv in listed:
+        for kind, frames_ in conv["frames"].items():
+            flt = conv["wireshark"][kind]
+            assert [int(f) for f, in _column(pcap, flt, "frame.number")] == frames_, kind
+            assert [int(f) for f, in _column(pcap, f"({flt}) && {FLOW_KINDS[kind]}", "frame.number")] == frames_
+
+
+def test_audit_one_finding_per_tenant_pair_however_many_macs(tmp_path):
+    """The public NCCL capture shows one MAC per frame for one host (its mirror rewrote them): RoCE between two
+    tenants is one fact, one finding, counted as tshark counts the frames each way."""
+    pcap = conftest.PUBLIC / "m3_rping_uccl_uccl-mini_p2p-test2_rdma-nccl2.pcap"
+    policy, tenants = tmp_path / "p.conf", tmp_path / "t.toml"
+    policy.write_text("Default=0x7fff : ALL=full ;\n")
+    tenants.write_text('[tenants.a]\nendpoints = [{ name = "x", ip = "10.22.116.221/32" }]\n'
+                       '[tenants.b]\nendpoints = [{ name = "y", ip = "10.22.116.220/32" }]\n')
+    r = run_ibwire("audit", pcap, "--policy", policy, "--tenants", tenants, "--format", "json")
+    (f,) = json.loads(r.stdout)["findings"]
+
+    def count(src, dst):
+        out = subprocess.run(["tshark", "-r", str(pcap), "-Y", f"infiniband && ip.src == {src} && ip.dst == {dst}"],
+                             capture_output=True, text=True, check=True).stdout
+        return len(out.splitlines())
+    there, back = count("10.22.116.220", "10.22.116.221"), count("10.22.116.221", "10.22.116.220")
+    assert there and back
+    assert f["rule"] == "roce-vlan-crossing" and f["severity"] == "breach"
+    assert f"({there} packets, {back} answered back)" in f["description"]
