@@ -165,3 +165,28 @@ def test_audit_one_finding_per_tenant_pair_however_many_macs(tmp_path):
     assert there and back
     assert f["rule"] == "roce-vlan-crossing" and f["severity"] == "breach"
     assert f"({there} packets, {back} answered back)" in f["description"]
+
+
+def test_the_captures_own_drops_are_tied_to_the_gaps(tmp_path):
+    """A pcapng whose interface statistics say the capture dropped packets: flows says how many of the PSNs
+    not captured (capture-gap.toml declares 3) those drops explain, and that the rest were missed before it."""
+    from scapy.utils import rdpcap
+
+    from ibwire.writers import PcapngWriter
+    packets = rdpcap(str(CAPS / "capture-gap.pcap"))
+    want = sum(_truth("capture-gap")["not_captured"].values())
+    for dropped in (2, 0, 10):
+        out = tmp_path / f"d{dropped}.pcapng"
+        w = PcapngWriter(str(out))
+        w.add_interface(1, "eth0")
+        for p in packets:
+            w.write(bytes(p), float(p.time))
+        w.statistics(0, len(packets), dropped, ts=float(packets[-1].time))
+        w.close()
+        stats = subprocess.run(["capinfos", str(out)], capture_output=True, text=True, check=True).stdout
+        assert "Number of stat entries = 1" in stats
+        doc = json.loads(run_ibwire("flows", out, "--format", "json").stdout)
+        assert doc["capture"] == {"dropped": dropped, "not_captured": want, "explained": min(dropped, want)}
+    text = run_ibwire("flows", tmp_path / "d2.pcapng").stdout
+    assert f"2 of the {want} PSNs not captured are explained by them, the other {want - 2} was missed" in text
+    assert "capture" not in json.loads(run_ibwire("flows", CAPS / "capture-gap.pcap", "--format", "json").stdout)

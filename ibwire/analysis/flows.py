@@ -140,6 +140,7 @@ class _Learner:
     every transport packet goes to the spill with the number of its half-flow (or UD direction)."""
 
     def __init__(self):
+        self.drops: dict = {}           # the pcapng's interface statistics: packets the capture dropped
         self.halves: Dict[HalfKey, _Half] = {}
         self.ud: Dict[tuple, int] = {}            # (src, dst, slid, dlid, destqp, srcqp) -> number
         self.reqs, self.reps = {}, {}
@@ -360,6 +361,7 @@ def _read_span(path, icrc, mask, span, progress=None) -> Tuple[_Learner, int, Li
         learner.add(rec, frames)
         if progress:
             progress(len(rec), s.bytes_done)
+    learner.drops = dict(s.walk.drops)
     return learner, n, list(s.problems)
 
 
@@ -430,11 +432,35 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int
     if parts is None:
         parts = [_read_span(path, icrc, mask, None, progress)]
     learner, maps, problems = _merge(parts)
+    drops: dict = {}
+    for p in parts:
+        drops.update(p[0].drops)
     try:
-        return {"conversations": _sequence(learner, maps, [p[0] for p in parts], events), "problems": problems}
+        rows = _sequence(learner, maps, [p[0] for p in parts], events)
+        return {"conversations": rows, "problems": problems, "capture": capture_drops(drops, rows)}
     finally:
         for p in parts:
             p[0].spill.close()
+
+
+def capture_drops(drops: dict, rows: List[dict]) -> Optional[dict]:
+    """The capture's own drop counters (pcapng interface statistics, `drops`: per interface) tied to the PSNs
+    the sequencer found missing but never resent: at most that many of those gaps are the capture's own
+    doing (the rest, and all of them when it dropped nothing, were missed before it: by the mirror)."""
+    if not drops:
+        return None
+    dropped, missed = sum(drops.values()), sum(r.get("not_captured") or 0 for r in rows)
+    explained = min(dropped, missed)
+    if not dropped:
+        text = (f"the capture dropped no packets (pcapng interface statistics), so the {missed:,} PSNs not "
+                f"captured were missed before it (by the mirror or port), not by the capture" if missed else
+                "the capture dropped no packets (pcapng interface statistics)")
+    else:
+        text = (f"the capture dropped {dropped:,} packets (pcapng interface statistics); "
+                f"{explained:,} of the {missed:,} PSNs not captured are explained by them" +
+                (f", the other {missed - explained:,} {'was' if missed - explained == 1 else 'were'} missed before the "
+                 f"capture (the mirror or port)" if missed > explained else ""))
+    return {"dropped": dropped, "not_captured": missed, "explained": explained, "text": text}
 
 
 def _sequence(learner: _Learner, maps, learners, keep: list = None) -> List[dict]:

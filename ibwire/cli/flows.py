@@ -108,5 +108,11 @@ def flows(
         render({"conversations": rows_t, "problems": [{"problem": p} for p in res["problems"]]}, fmt,
                limit=TOP if top is None else top)
         _failures(rows)
+        if res.get("capture"):
+            from ..analysis.report import console
+            console().print("\n" + res["capture"]["text"], highlight=False, markup=False)
     else:
-        render({"conversations": rows}, fmt, whole={"conversations": rows, "problems": res["problems"]})
+        whole = {"conversations": rows, "problems": res["problems"]}
+        if res.get("capture"):
+            whole["capture"] = {k: v for k, v in res["capture"].items() if k != "text"}
+        render({"conversations": rows}, fmt, whole=whole)
