@@ -191,3 +191,11 @@ def test_the_captures_own_drops_are_tied_to_the_gaps(tmp_path):
     text = run_ibwire("flows", tmp_path / "d2.pcapng").stdout
     assert f"2 of the {want} PSNs not captured are explained by them, the other {want - 2} was missed" in text
     assert "capture" not in json.loads(run_ibwire("flows", CAPS / "capture-gap.pcap", "--format", "json").stdout)
+
+
+def test_audit_filters_on_the_analysis_too():
+    name = "roce-multitenant-breach"
+    r = run_ibwire("audit", CAPS / f"{name}.pcap", "--policy", CAPS / f"{name}.partitions.conf", "--tenants",
+                   CAPS / f"{name}.tenants.toml", "-Y", "bth.analysis.timeout_retransmission", "--format", "json")
+    doc = json.loads(r.stdout)
+    assert doc["packets"] == len(_truth(name)["timeout"]) and doc["display_filter"]
