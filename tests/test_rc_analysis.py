@@ -188,8 +188,10 @@ def test_the_captures_own_drops_are_tied_to_the_gaps(tmp_path):
         assert "Number of stat entries = 1" in stats
         doc = json.loads(run_ibwire("flows", out, "--format", "json").stdout)
         assert doc["capture"] == {"dropped": dropped, "not_captured": want, "explained": min(dropped, want)}
-    text = run_ibwire("flows", tmp_path / "d2.pcapng").stdout
-    assert f"2 of the {want} PSNs not captured are explained by them, the other {want - 2} was missed" in text
+    said = f"2 of the {want} PSNs not captured are explained by them, the other {want - 2} was missed"
+    html = tmp_path / "flows.html"
+    text = run_ibwire("flows", tmp_path / "d2.pcapng", "--report", html).stdout
+    assert said in text and said in html.read_text()
     assert "capture" not in json.loads(run_ibwire("flows", CAPS / "capture-gap.pcap", "--format", "json").stdout)
 
 
