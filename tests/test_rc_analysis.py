@@ -16,9 +16,9 @@ from ibwire.synth import frames, load
 
 run_ibwire = partial(conftest.run_ibwire, unwrapped=True)
 CAPS = Path(__file__).resolve().parents[1] / "captures"
-SCENARIOS = ("loss-retransmit", "capture-gap", "roce-multitenant-breach", "multitenant-breach")
+SCENARIOS = ("loss-retransmit", "capture-gap", "roce-multitenant-breach", "multitenant-breach", "ack-timeout")
 KINDS = {"resent": "bth.analysis.retransmission", "lost": "bth.analysis.lost",
-         "timeout": "bth.analysis.timeout_retransmission"}
+         "timeout": "bth.analysis.timeout_retransmission", "duplicate": "bth.analysis.duplicate"}
 
 
 def _truth(name):
@@ -201,3 +201,15 @@ def test_audit_filters_on_the_analysis_too():
                    CAPS / f"{name}.tenants.toml", "-Y", "bth.analysis.timeout_retransmission", "--format", "json")
     doc = json.loads(r.stdout)
     assert doc["packets"] == len(_truth(name)["timeout"]) and doc["display_filter"]
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CAPS.glob("rxe-*.pcap")))
+def test_duplicates_are_what_the_kernel_counted(name):
+    """The rxe lab's captures with the responder's hw_counters: its duplicate_request (absent: none) is the
+    number of requests `-Y bth.analysis.duplicate` selects; go-back-N resends of what it discarded as out
+    of sequence (rxe-rc-write-loss2: out_of_seq_request) are retransmissions, not duplicates."""
+    counters = json.loads((CAPS / f"{name}.counters.json").read_text())["rxe_counters_delta"]
+    want = sum(c.get("duplicate_request", 0) for c in counters.values())
+    assert len(_column(CAPS / f"{name}.pcap", "bth.analysis.duplicate", "frame.number")) == want
+    if any(c.get("out_of_seq_request") for c in counters.values()):
+        assert _column(CAPS / f"{name}.pcap", "bth.analysis.retransmission", "frame.number")

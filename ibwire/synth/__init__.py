@@ -40,7 +40,8 @@ def frames(scen: Scenario, link: Optional[str] = None, seed: Optional[int] = Non
     """Yield (timestamp, frame bytes) for the whole scenario, in time order.  `truth`: a dict that receives,
     by kind, the numbers (from 1) of the captured request frames the requesters resent ("resent"), resent
     after the capture missed or saw damaged their first sending ("lost"), resent when the local ACK timer
-    ran out ("timeout"), and that follow PSNs the mirror missed ("not_captured": frame -> how many)."""
+    ran out ("timeout"), resent after the responder had accepted them ("duplicate"), and that follow PSNs the
+    mirror missed ("not_captured": frame -> how many)."""
     lk = Link(link or scen.link)
     ctx = Context(scen, lk, scen.seed if seed is None else seed)
     mgmt = sm_sweep(ctx, 0.0) + smp_faults(ctx, 0.0) + ipoib_pings(ctx, 0.0) + ipoib_joins(ctx, 0.0)

@@ -59,8 +59,9 @@ class Context:
         self.violations = {n: 0 for n in scen.ports}
         # What the requesters did, by event sequence number of the captured request: resent it (any resend),
         # resent a PSN the capture never saw intact (lost), resent it when the local ACK timer ran out
-        # (timeout), or sent it just after PSNs the mirror missed (not_captured: how many).
-        self.truth = {"resent": set(), "lost": set(), "timeout": set(), "not_captured": {}}
+        # (timeout), resent one the responder had accepted (duplicate), or sent it just after PSNs the
+        # mirror missed (not_captured: how many).
+        self.truth = {"resent": set(), "lost": set(), "timeout": set(), "duplicate": set(), "not_captured": {}}
 
     def rx_accepts(self, port, pkey: int) -> bool:
         return (not port.enforce) or accepts(self.tables[port.name], pkey)
@@ -435,6 +436,8 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         if seen:
             n = next(seq)
             truth = ctx.truth
+            if reliable and (f is None or f.kind == "capture_gap") and not psn_ge(d.psn, epsn):
+                truth["duplicate"].add(n)         # the responder accepted this PSN already
             if not is_new:
                 truth["resent"].add(n)
                 if d.no in lost:
