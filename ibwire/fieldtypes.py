@@ -217,6 +217,9 @@ def record_types() -> Dict[str, str]:
             continue
         out[key] = UINT if kind in "ui" else FLOAT if kind == "f" else BYTES
     out.update({"grh.sgid": IPV6, "grh.dgid": IPV6})
+    from .fast.records import ANALYSIS
+    out["bth.analysis"] = PROTO
+    out.update({key: {"span": FLOAT, "cause": STRING}.get(kind, UINT) for key, kind in ANALYSIS.values()})
     for key in list(out):
         out.setdefault(key.split(".")[0], PROTO)
     return out

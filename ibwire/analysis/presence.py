@@ -61,6 +61,7 @@ def present(rec) -> dict:
     bits = np.where(bth, _EXT_BITS[op], 0)
     ext = {h: (bits & (1 << k)) > 0 for k, h in enumerate(_EXT)}
     out.update({f: ext[h] for f, h in _EXT_OF.items()})
+    out.update({f: R.analysis_present(rec, f) for f, (_, kind) in R.ANALYSIS.items() if kind != "flag"})
     return out
 
 

@@ -57,6 +57,7 @@ def decode(
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC and VCRC"),
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
+    from ..fast.filter import names_analysis
     from ..filter import compile_filter, field_name
     from ..output.printer import FORMATS, TIME_MODES, Printer
     src = capture_source(file, read, "name a capture file, as an argument or with -r (- reads one from standard "
@@ -82,7 +83,17 @@ def decode(
     if fmt == "csv":
         header, sep, quote = header if header is not None else True, sep or ",", quote if quote is not None else ""
     flt = compile_filter(display_filter) if display_filter else None
+    named = any(k == "bth.analysis" or k.startswith("bth.analysis.") for k in keys) or (
+        display_filter is not None and names_analysis(display_filter))
+    if named and src == "-":
+        raise UserError("bth.analysis fields need the whole capture first (a frame is a retransmission by what "
+                        "came before it); save standard input to a file and decode that")
     stream = _open(src, icrc)
+    warnings = []
+    if src != "-" and (named or verbose or fmt in ("json", "jsonl", "ek")):
+        from ..analysis.packets import CaptureAnalysis
+        rc = CaptureAnalysis(src, icrc)
+        stream.fill, warnings = rc.fill, rc.problems
     if (only_layers or all_layers) and fmt not in ("json", "ek"):
         raise UserError("-j and -J select the protocols of -T json or -T ek")
     layers = (all_layers or only_layers or "").split()
@@ -101,7 +112,7 @@ def decode(
         _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, print_too)
         if writer:
             writer.finish()
-    for problem in stream.problems:
+    for problem in list(stream.problems) + warnings:
         print(f"ibwire: warning: {src}: {problem}", file=sys.stderr)
 
 
@@ -130,7 +141,8 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
 
             def details(i, batch=batch, times=times, prev=prev):
                 from ..decode import decode_frame
-                d = decode_frame(batch.frame(i))
+                from ..decode.stream import with_analysis
+                d = with_analysis(decode_frame(batch.frame(i)), batch.rec[i])
                 d.flat.update(detail_flat_times(d.frame.time, t0, float(times[i - 1]) if i else prev))
                 return d
             if verbose or hexdump:

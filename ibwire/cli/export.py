@@ -83,7 +83,10 @@ def export(
     for name in (out, flows):
         if name is not None:
             Path(name).parent.mkdir(parents=True, exist_ok=True)
+    from ..analysis.packets import CaptureAnalysis
     s = scan(file, icrc=icrc)
+    rc = CaptureAnalysis(file, icrc)              # the bth_analysis_* columns
+    s.fill = rc.fill
     if display_filter:
         from ..fast.filter import FilteredScan
         s = FilteredScan(s, display_filter)
@@ -91,11 +94,9 @@ def export(
         n = write_records(s, f, cb)
     msg = f"wrote {n} packets to {out}"
     if flows:
-        from ..analysis.flows import analyse
-        res = analyse(file, icrc=icrc)
         with output_file(flows, inputs=[file]) as f:
-            write_flows(res["conversations"], f)
-        msg += f" and {len(res['conversations'])} conversations to {flows}"
+            write_flows(rc.conversations, f)
+        msg += f" and {len(rc.conversations)} conversations to {flows}"
     for p in s.problems:
         typer.echo(f"warning: {p}", err=True)
     typer.echo(msg, err=True)

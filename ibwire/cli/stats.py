@@ -36,8 +36,12 @@ def stats(
     size = scan(file).size
     with progress(size, "stats") as cb:
         if display_filter:
-            from ..fast.filter import FilteredScan
-            res = st.compute(FilteredScan(scan(file, icrc), display_filter), cb)
+            from ..fast.filter import FilteredScan, names_analysis
+            s = scan(file, icrc)
+            if names_analysis(display_filter):
+                from ..analysis.packets import CaptureAnalysis
+                s.fill = CaptureAnalysis(file, icrc).fill
+            res = st.compute(FilteredScan(s, display_filter), cb)
         else:
             res = st.compute_file(file, icrc, cb, jobs)
     res["rc_sequence"] = _rc_sequence(file, icrc, display_filter, jobs) if _has_sequenced(res) else []

@@ -56,6 +56,7 @@ class Stream:
         from ..fast.walk import CaptureWalk
         self.walk = CaptureWalk(path, batch, keep=True)
         self.icrc = icrc
+        self.fill = None          # completes each batch's records (the RC analysis columns), when set
         with open(path, "rb") as f:
             self.decimals = decimals_of(f.read(1 << 16))
 
@@ -70,8 +71,24 @@ class Stream:
         bytes stay valid however far the read-ahead gets."""
         from ..fast.ahead import read_ahead
         from ..fast.decode import decode_batch
-        return read_ahead(Batch(decode_batch(self.walk.buf, pos, self.icrc), pos, self.walk.buf)
+
+        def filled(rec):
+            if self.fill:
+                self.fill(rec)
+            return rec
+        return read_ahead(Batch(filled(decode_batch(self.walk.buf, pos, self.icrc)), pos, self.walk.buf)
                           for pos in self.walk.batches())
+
+
+def with_analysis(d, row):
+    """The full decode `d` of a record's frame, given the record's RC analysis fields (fast.records.ANALYSIS):
+    in its field map, and as a `bth.analysis` layer of its own."""
+    from ..fast.records import analysis_values
+    values = analysis_values(row)
+    if values:
+        d.flat.update(values)
+        d.layers["bth.analysis"] = {k[len("bth.analysis."):]: v for k, v in values.items()}
+    return d
 
 
 def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None) -> dict:
@@ -98,7 +115,8 @@ def select(stream, flt, detail: Callable = None) -> Iterator[tuple]:
         rmpp = RmppTracker()
 
         def detail(batch, i, t0, prev):
-            return detail_flat(batch.frame(i), t0, prev, rmpp)
+            from ..fast.records import analysis_values
+            return {**detail_flat(batch.frame(i), t0, prev, rmpp), **analysis_values(batch.rec[i])}
     t0, prev = None, None
     for batch in stream:
         rec = batch.rec

@@ -22,11 +22,13 @@ from .walk import CaptureWalk  # noqa: E402
 
 
 class Scan:
-    """Iterate for record batches; `problems` lists file damage, `bytes_done`/`size` drive progress bars."""
+    """Iterate for record batches; `problems` lists file damage, `bytes_done`/`size` drive progress bars.
+    `fill(rec)`, when set, completes each batch or block before it is handed on (the RC analysis columns)."""
 
     def __init__(self, path: str, icrc: bool = True, batch: int = 16384, span=None):
         self.walk = CaptureWalk(path, batch, span=span)
         self.icrc = icrc
+        self.fill = None
 
     @property
     def problems(self):
@@ -42,7 +44,10 @@ class Scan:
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for pos in self.walk.batches():
-            yield decode_batch(self.walk.buf, pos, self.icrc)
+            rec = decode_batch(self.walk.buf, pos, self.icrc)
+            if self.fill:
+                self.fill(rec)
+            yield rec
 
     def columns(self, rows: int, spare: list = None) -> Iterator["Columns"]:
         """Blocks of at most `rows` packets (and at least `rows` less one batch, but the last), each
@@ -61,11 +66,16 @@ class Scan:
         cols = block()
         for pos in self.walk.batches():
             if cols.n + len(pos.data) > rows:
-                yield cols
+                yield self._filled(cols)
                 cols = block()
             decode_columns(self.walk.buf, pos, cols, self.icrc)
         if cols.n:
-            yield cols
+            yield self._filled(cols)
+
+    def _filled(self, cols):
+        if self.fill:
+            self.fill(cols)
+        return cols
 
 
 def scan(path: str, icrc: bool = True, batch: int = 16384, span=None) -> Scan:

@@ -63,6 +63,8 @@ def leaf_parts(key: str, row1: np.ndarray, time_base: Optional[str]) -> list:
         return [R.CRC_STATUS[int(row[key[:4]])]]
     if key == "link.kind":
         return [R.LINK_KINDS[int(row["link"])]]
+    if key in R.ANALYSIS_FIELDS:
+        return _analysis_parts(key, row)
     if key in ("ip.proto", "ipv6.nxt"):
         return ["17"]
     if key == "ip.version":
@@ -75,6 +77,18 @@ def leaf_parts(key: str, row1: np.ndarray, time_base: Optional[str]) -> list:
     if shown in HEX_DIGITS:
         return ["0x", ("hex", col, HEX_DIGITS[shown])]
     return [("udec", col)]
+
+
+def _analysis_parts(key: str, row, flag: str = "1") -> list:
+    """An RC analysis field (records.ANALYSIS) of records like `row`, where present; `flag`: how a flag
+    prints."""
+    col = R.ANALYSIS_FIELDS[key]
+    kind = R.ANALYSIS[col][1]
+    if kind == "flag":
+        return [flag]
+    if kind == "cause":
+        return [R.RETRY_CAUSES[int(row[col])]]
+    return [("span", col, 9)] if kind == "span" else [("udec", col)]
 
 
 # tshark names AtomicETH's VA and R_Key as RETH's (packet-infiniband.c), as the AtomicETH layer's ws_alias says.
@@ -172,6 +186,12 @@ def layers_parts(row) -> list:
                 layers.append((h, _obj(_header(h))))
         if flags & R.F_MAD:
             layers.append(("mad", _obj(_header("mad"))))
+    analysis = [(key.split(".", 2)[2], _analysis_parts(key, row, "true")) for key in R.analysis_values(row)]
+    for i, (name, parts) in enumerate(analysis):
+        if R.ANALYSIS[R.ANALYSIS_FIELDS["bth.analysis." + name]][1] == "cause":
+            analysis[i] = (name, [json.dumps(parts[0])])
+    if analysis:
+        layers.append(("bth.analysis", _obj(analysis)))
     for crc in ("icrc", "vcrc"):
         if int(row[crc]) != R.ABSENT:
             layers.append((crc, _obj([("status", [json.dumps(R.CRC_STATUS[int(row[crc])])])])))

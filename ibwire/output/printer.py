@@ -32,7 +32,11 @@ def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
     k = (k << np.uint64(1)) | (r["vlan"] >= 0).astype(np.uint64)
     k = (k << np.uint64(1)) | (r["caplen"] >= 14).astype(np.uint64)
     k = (k << np.uint64(1)) | (r["paylen"] > 0).astype(np.uint64)
-    return k
+    out = np.zeros(len(r), [("k", "u8"), ("analysis", "u2")])   # and which RC analysis fields it carries
+    out["k"] = k
+    for bit, col in enumerate(R.ANALYSIS):
+        out["analysis"] |= R.analysis_present(r, col).astype(np.uint16) << np.uint16(bit)
+    return out
 
 
 def json_safe(obj, key: str = ""):

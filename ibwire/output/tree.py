@@ -120,6 +120,10 @@ def tree(decoded) -> str:
         pkt = pkt.payload
     flat = decoded.flat
     for key, fields in decoded.layers.items():
+        if key == "bth.analysis":                  # like Wireshark's [SEQ/ACK analysis]
+            lines.append("[RC analysis]")
+            lines += [f"    {key}.{k}: {f'{v:.9f} seconds' if isinstance(v, float) else v}" for k, v in fields.items()]
+            continue
         lines.append(key if key not in layers else f"{key} ({layers[key].__name__})")
         _layer_lines(layers.get(key), key, fields, flat, lines)
     for err in decoded.errors:

@@ -267,6 +267,10 @@ def document(d, t: Times, session: Session) -> list:
         ib = _layers(d.packet, layers, t, session)
     except Exception:                          # damaged beyond what a layer can show: said as tshark says it
         layers.append(MALFORMED)
+    if ib is not None and "bth.analysis" in d.layers:      # as tshark writes tcp.analysis in the tcp layer
+        ib.append((IB_PREFIX + "bth.analysis", [(IB_PREFIX + f"bth.analysis.{k}", v if isinstance(v, bool) else
+                                                 f"{v:.9f}" if isinstance(v, float) else str(v))
+                                                for k, v in d.layers["bth.analysis"].items()]))
     if ib is not None:                         # tshark writes the CRCs last in the infiniband layer
         crcs = [i for i in ib if i[0] in (IB_PREFIX + "invariant.crc", IB_PREFIX + "variant.crc")]
         ib[:] = [i for i in ib if i not in crcs] + crcs

@@ -12,7 +12,6 @@ are merged by time with heapq.merge, so memory does not grow with the number of 
 import heapq
 import itertools
 import random
-import struct
 from typing import Iterator, List, Tuple
 
 from dissectors.opcodes import CREDITS, RNR_TIMER_MS
@@ -58,6 +57,11 @@ class Context:
         self.sm = scen.ports[scen.sm] if scen.sm else None
         self.tables = {n: scen.port_pkeys(n) for n in scen.ports}
         self.violations = {n: 0 for n in scen.ports}
+        # What the requesters did, by event sequence number of the captured request: resent it (any resend),
+        # resent a PSN the capture never saw intact (lost), resent it when the local ACK timer ran out
+        # (timeout), resent one the responder had accepted (duplicate), or sent it just after PSNs the
+        # mirror missed (not_captured: how many).
+        self.truth = {"resent": set(), "lost": set(), "timeout": set(), "duplicate": set(), "not_captured": {}}
 
     def rx_accepts(self, port, pkey: int) -> bool:
         return (not port.enforce) or accepts(self.tables[port.name], pkey)
@@ -347,6 +351,9 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
     hold = 0.0                # RNR: no sending before this time
     timeout = qp.timeout_us * 1e-6
     gave_up = False
+    lost: set = set()         # segments (numbers) whose first sending the capture never saw intact
+    timed_out = False         # the next resend is the local ACK timer's
+    missed = 0                # capture gaps since the last captured request
 
     def handle_events(upto):
         nonlocal ptr, hold, retries
@@ -397,6 +404,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
             retries += 1
             t = max(t, sent_at[0] + timeout if sent_at else t)
             ptr = 0
+            timed_out = True
             continue
         if reliable and sender_ev and sender_ev[0][0] <= ready:
             handle_events(ready)
@@ -408,6 +416,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
             retries += 1
             ptr = 0
             t = max(t, sent_at[0] + timeout)
+            timed_out = True
             continue
         f = drops.get(d.no) if is_new else None
         marked = is_new and any(a <= d.no <= b for a, b in ecn)
@@ -421,8 +430,26 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         yield from flush(ready)
         # a capture gap: delivered to the responder, missing from the capture (the mirror missed it)
         seen = f is None or f.kind not in ("drop", "capture_gap") or bool(f.args.get("seen", False))
+        if f is not None and f.kind != "capture_gap" and (not seen or corrupt):
+            lost.add(d.no)
+        missed += f is not None and f.kind == "capture_gap"
         if seen:
-            yield (ready, next(seq), frame)
+            n = next(seq)
+            truth = ctx.truth
+            if reliable and (f is None or f.kind == "capture_gap") and not psn_ge(d.psn, epsn):
+                truth["duplicate"].add(n)         # the responder accepted this PSN already
+            if not is_new:
+                truth["resent"].add(n)
+                if d.no in lost:
+                    truth["lost"].add(n)
+                    lost.discard(d.no)
+                if timed_out:
+                    truth["timeout"].add(n)
+            if missed:
+                truth["not_captured"][n] = missed
+            missed = 0
+            yield (ready, n, frame)
+        timed_out = timed_out and is_new
         t = ready + len(frame) * 8 / rate
         last_send = ready
         if is_new:
