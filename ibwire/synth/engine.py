@@ -12,7 +12,6 @@ are merged by time with heapq.merge, so memory does not grow with the number of 
 import heapq
 import itertools
 import random
-import struct
 from typing import Iterator, List, Tuple
 
 from dissectors.opcodes import CREDITS, RNR_TIMER_MS
