@@ -40,3 +40,12 @@ def test_no_table_row_follows_a_paragraph_line():
             fence ^= line.startswith("```")
             if not fence and line.startswith("|") and i and lines[i - 1].strip() and not lines[i - 1].startswith("|"):
                 raise AssertionError(f"{page.relative_to(ROOT)}:{i + 1}: a table row right after a paragraph line")
+
+
+def test_relative_links_between_pages_resolve():
+    broken = []
+    for page in PAGES:
+        for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            if not (page.parent / link).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {link}")
+    assert broken == []
