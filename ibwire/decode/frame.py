@@ -9,7 +9,7 @@ from scapy.packet import NoPayload, Raw
 
 import dissectors.layers  # noqa: F401  (registers the layer bindings)
 from dissectors import BTH, GRH, ICRC, LRH, VCRC, lookup
-from scapy.layers.inet import IP, UDP
+from scapy.layers.inet import IP
 from scapy.layers.inet6 import IPv6
 
 from ..fieldtypes import EITHER

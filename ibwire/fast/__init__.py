@@ -4,7 +4,7 @@
 `native/` (built as `_native`); analyzers consume them batch by batch so memory stays flat however large
 the capture is.  scapy stays the path for `decode -V` and crafting.
 """
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -17,8 +17,10 @@ except ImportError as e:
                     "on a machine with gcc, zlib1g-dev and python3-dev (`./dev demo` installs them)") from None
 
 from .decode import decode_batch  # noqa: E402
-from .records import RECORD  # noqa: E402
 from .walk import CaptureWalk  # noqa: E402
+
+if TYPE_CHECKING:
+    from .columns import Columns
 
 
 class Scan:

@@ -5,7 +5,6 @@ name in the protocol tables show it (`mad.mgmtclass: SubnMgt directed-route (0x8
 Active (4)`, `bth.opcode: RC SEND Only (4)`), and fields narrower than a byte show their bits the way
 Wireshark does (`..00 .... = bth.padcnt: 0`).
 """
-import json
 import time
 from functools import lru_cache
 

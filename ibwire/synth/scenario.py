@@ -41,10 +41,6 @@ class Port:
     ipoib_qpn: int = 0
     mkey: int = 0                       # M_Key the SM programs (protect bits 1); 0: no M_Key protection
 
-    @property
-    def ip4_str(self):
-        return str(ipaddress.IPv4Address(self.ip4))
-
 
 @dataclass
 class Partition:
