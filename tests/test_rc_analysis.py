@@ -60,7 +60,6 @@ def _tshark(pcap):
 
 
 REQUESTS = set(range(0, 12)) | {0x0C, 0x13, 0x14}     # RC SEND, WRITE, READ request, atomics
-READ_RESPONSES = {0x0D, 0x0E, 0x0F, 0x10}
 
 
 @pytest.mark.parametrize("pcap", ["loss-retransmit.pcap", "capture-gap.pcap", "rxe-rc-read.pcap",
