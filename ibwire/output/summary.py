@@ -124,6 +124,9 @@ def detail_info(d) -> Tuple[str, str, str, str]:
         info, proto = f"IPv4 protocol {f.get('ip.proto')}", "IPv4"
     elif "ipv6" in f:
         info, proto = f"IPv6 next header {f.get('ipv6.nxt')}", "IPv6"
+    elif "macc" in f or "lldp" in f:           # PAUSE, PFC, LLDP: the decode's own summary after the addresses
+        info = d.summary.split("  ", 1)[1] if "  " in d.summary else d.summary
+        proto = "LLDP" if "lldp" in f else "PFC" if "macc.cbfc.enbv" in f else "MAC CTRL"
     elif "eth" in f:
         info, proto = f"Ethernet type 0x{f.get('eth.type', 0):04x}", "Ethernet"
     elif "ipoib" in f:
