@@ -33,6 +33,11 @@ def pause_seconds(quanta: int, speed: float = DEFAULT_PORT_SPEED) -> float:
     return quanta * QUANTUM_BITS / speed
 
 
+def set_port_speed(speed: float) -> None:
+    """The port speed (bit/s) the layers' `*pause_s` fields assume from now on."""
+    _MACControlOp.port_speed = speed
+
+
 class MACControl(Packet):
     """MAC control frame header: the opcode (IEEE 802.3 §31.4.1.3)."""
 

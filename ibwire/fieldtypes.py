@@ -52,7 +52,7 @@ ENCAP: Dict[str, str] = {
              "dcbx.ieee.app.prio", "dcbx.iee.app.sf", "dcbx.feature.app.proto",
              *(f"dcbx.{f}{i}" for f in ("feature.pg.pgid_prio", "feature.pg.per", "ieee.ets.tsa", "feature.pfc.prio")
                for i in range(8))),
-    **_group("lldp", MAC, "chassis.id.mac", "port.id.mac"),
+    **_group("lldp", MAC, "chassis.id.mac", "port.id.mac"), "lldp.unknown_subtype.content": BYTES,
     **_group("lldp", STRING, "chassis.id", "port.id", "port.desc", "tlv.system.name", "tlv.system.desc"),
 }
 
@@ -179,7 +179,7 @@ TSHARK_DISPLAY: Dict[str, int] = {name: digits for digits, names in {
         'trap.systemimageguid'),
 }.items() for name in names.split()}
 
-TSHARK_DISPLAY.update({"macc.opcode": 4, "macc.cbfc.enbv": 4, "lldp.ieee.802_1.subtype": 2, "lldp.unknown_subtype": 2,
+TSHARK_DISPLAY.update({"macc.opcode": 4, "macc.cbfc.enbv": 4, "lldp.unknown_subtype.content": -1, "lldp.ieee.802_1.subtype": 2, "lldp.unknown_subtype": 2,
                        "lldp.dcbx.feature.pg.reserved": 2, "lldp.dcbx.ieee.app.reserved": 2,
                        "lldp.dcbx.feature.app.proto": 4, "lldp.dcbx.ieee.willing": 1, "lldp.dcbx.ieee.ets.cbs": 1,
                        "lldp.dcbx.ieee.pfc.mbc": 1, **{f"macc.cbfc.enbv.c{p}": 1 for p in range(8)},

@@ -96,8 +96,10 @@ def _lldp_id(p, what, mac_subtype):
 
 
 def _lldp_org(p):
-    return _lldp_tlv(p, {"orgtlv.oui": p.org_code, "ieee.802_1.subtype" if p.org_code == 0x0080C2 else "unknown_subtype":
-                         p.subtype})
+    if p.org_code == 0x0080C2:
+        return _lldp_tlv(p, {"orgtlv.oui": p.org_code, "ieee.802_1.subtype": p.subtype})
+    return _lldp_tlv(p, {"orgtlv.oui": p.org_code, "unknown_subtype": p.subtype,
+                         "unknown_subtype.content": _plain(p.data)})
 
 
 LLDP = {LLDPDUChassisID: lambda p: _lldp_id(p, "chassis", 4), LLDPDUPortID: lambda p: _lldp_id(p, "port", 3),
