@@ -7,7 +7,7 @@
   (organisation-specific TLV 127, OUI 00-80-C2, Annex D): ETS configuration (subtype 9) and recommendation
   (10), PFC configuration (11), application priority table (12).
 
-Each layer's `ws_fields()` gives its fields under Wireshark 4.0's names (packet-macctrl.c, packet-lldp.c:
+The constants and a scapy-free parse live in dissectors.dcbfacts.  Each layer's `ws_fields()` gives its fields under Wireshark 4.0's names (packet-macctrl.c, packet-lldp.c:
 `macc.cbfc.pause_time.c3`, `lldp.dcbx.ieee.pfc.numtcs` …) without the protocol prefix `ws_proto`.
 """
 from scapy.contrib.lldp import LLDPDU, LLDPDU_CLASS_TYPES
@@ -16,21 +16,8 @@ from scapy.fields import (BitEnumField, BitField, BitFieldLenField, ByteField, F
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Packet, bind_layers
 
-MAC_CONTROL_ETHERTYPE = 0x8808
-LLDP_ETHERTYPE = 0x88CC
-OP_PAUSE, OP_PFC = 0x0001, 0x0101
-OPCODES = {OP_PAUSE: "PAUSE", OP_PFC: "PFC"}
-QUANTUM_BITS = 512                  # IEEE 802.3 §31B.2: one pause_quantum is 512 bit times
-DEFAULT_PORT_SPEED = 100e9          # bit/s, for pause times in seconds when the capture does not say
-OUI_IEEE_802_1 = 0x0080C2
-SUB_ETS_CONFIG, SUB_ETS_RECOMMEND, SUB_PFC_CONFIG, SUB_APP_PRIORITY = 9, 10, 11, 12
-TSA = {0: "strict priority", 1: "credit-based shaper", 2: "ETS", 255: "vendor"}
-APP_SELECTORS = {1: "ethertype", 2: "TCP/SCTP port", 3: "UDP/DCCP port", 4: "TCP/SCTP/UDP/DCCP port", 5: "DSCP"}
-
-
-def pause_seconds(quanta: int, speed: float = DEFAULT_PORT_SPEED) -> float:
-    """How long `quanta` pause quanta stop a port running at `speed` bit/s."""
-    return quanta * QUANTUM_BITS / speed
+from .dcbfacts import (DEFAULT_PORT_SPEED, MAC_CONTROL_ETHERTYPE, OP_PAUSE, OP_PFC, OPCODES, OUI_IEEE_802_1,
+                       SUB_APP_PRIORITY, SUB_ETS_CONFIG, SUB_ETS_RECOMMEND, SUB_PFC_CONFIG, pause_seconds)
 
 
 def set_port_speed(speed: float) -> None:
