@@ -37,6 +37,7 @@ _ACK_OPS = np.array([c in OPCODES and OPCODES[c].op in ("ack", "atomic_ack") for
 _KEEP = ("frame", "time", "len", "link", "flags", "vlan", "pcp", "dscp", "ecn", "src", "dst", "udp_src", "opcode",
          "destqp", "psn", "mad_class")
 QOS_KEYS = ("dscp", "cnp_dscp", "pfc_priority", "cnp_priority")
+MIN_JUDGED = 4           # packets the sender sent in the window before a CNP for its reaction to be judged
 
 
 class Settings:
@@ -99,6 +100,11 @@ def analyse(path: str, settings: Settings) -> dict:
     out["findings"] = _findings(out, rows, kind, prio, flows, settings)
     for c in out["congestion"]:
         del c["_n"]
+    for e in out["pause"]:
+        for ep in e["episodes"]:
+            del ep["_frames"]
+    for e in out["ecmp"]["flows"]:
+        del e["_rows"]
     return out
 
 
@@ -145,7 +151,7 @@ def _pauses(control, s: Settings, t0: float):
                       "xoff": sum(1 for e in ev if e[1]), "xon": sum(1 for e in ev if not e[1]),
                       "episodes": [{"start_s": e["start"], "duration_s": e["until"] - e["start"],
                                     "first_frame": e["frames"][0], "last_frame": e["frames"][-1],
-                                    "frames": len(e["frames"])} for e in episodes],
+                                    "frames": len(e["frames"]), "_frames": e["frames"]} for e in episodes],
                       "paused_s": float(sum(lengths)), "longest_s": float(max(lengths, default=0.0))})
     return ports, dcbx
 
@@ -166,25 +172,53 @@ def _flows(rows, kind) -> List[dict]:
     rev = defaultdict(list)                     # (src, dst) -> rows going that way (data and ACKs)
     for i in back:
         rev[(bytes(rows["src"][i]), bytes(rows["dst"][i]))].append(i)
-    flows = []
+    flows, by_ends = [], defaultdict(list)
     for g, f in enumerate(first):
         i = data[f]
-        src, dst, qp = bytes(rows["src"][i]), bytes(rows["dst"][i]), int(rows["destqp"][i])
-        members = data[inv == g]
+        src, dst = bytes(rows["src"][i]), bytes(rows["dst"][i])
+        flows.append({"src": src, "dst": dst, "qp": int(rows["destqp"][i]), "partner": None, "paired_by": "none",
+                      "rows": data[inv == g], "link": int(rows["link"][i])})
+        by_ends[(src, dst)].append(flows[-1])
+    for (src, dst), fs in by_ends.items():
         back_rows = np.array(rev.get((dst, src), []), np.int64)
-        cands = Counter(rows["destqp"][back_rows].tolist()) if len(back_rows) else Counter()
-        partner, how = None, "none"
-        if len(cands) == 1:
-            partner, how = next(iter(cands)), "addresses"
-        elif cands:
-            psns = set(rows["psn"][members].tolist())
-            score = {q: len(psns & set(rows["psn"][back_rows[rows["destqp"][back_rows] == q]].tolist())) for q in cands}
-            best = max(score, key=score.get)
-            if score[best]:
-                partner, how = best, "psn"
-        flows.append({"src": src, "dst": dst, "qp": qp, "partner": partner, "paired_by": how, "rows": members,
-                      "link": int(rows["link"][i])})
+        cands = sorted(set(rows["destqp"][back_rows].tolist()))
+        if len(fs) == 1 and len(cands) == 1:
+            fs[0]["partner"], fs[0]["paired_by"] = cands[0], "addresses"
+        elif fs and cands:
+            _pair_by_psn(rows, fs, back_rows, cands)
     return flows
+
+
+ANSWER_WITHIN = 0.01     # s: an ACK or response answers a request with its PSN sent at most this long before
+
+
+def _pair_by_psn(rows, fs, back, cands, sample: int = 2000) -> None:
+    """Partner QPs of the flows `fs` (one pair of ends): each packet coming back to QP q (sampled) votes
+    for the flow that sent its PSN most recently before it (within ANSWER_WITHIN); pairs are taken by
+    votes, most first.  QPs may share PSN ranges, not times."""
+    sent = []
+    for f in fs:
+        m = f["rows"]
+        order = np.lexsort((rows["time"][m], rows["psn"][m]))
+        sent.append((rows["psn"][m][order], rows["time"][m][order]))
+    votes = Counter()
+    for q in cands:
+        for i in back[rows["destqp"][back] == q][:sample]:
+            p, t = rows["psn"][i], rows["time"][i]
+            best, gap = None, ANSWER_WITHIN
+            for n, (psn, times) in enumerate(sent):
+                lo, hi = np.searchsorted(psn, [p, p + 1])
+                k = lo + np.searchsorted(times[lo:hi], t, side="right") - 1
+                if k >= lo and 0 <= t - times[k] <= gap:
+                    best, gap = n, t - times[k]
+            if best is not None:
+                votes[(q, best)] += 1
+    used_q, used_f = set(), set()
+    for (q, n), _ in votes.most_common():
+        if q not in used_q and n not in used_f:
+            used_q.add(q)
+            used_f.add(n)
+            fs[n]["partner"], fs[n]["paired_by"] = q, "psn"
 
 
 def flow_name(f) -> str:
@@ -229,6 +263,7 @@ def _congestion(rows, kind, rel, flows, s: Settings) -> List[dict]:
         for c in cnps:
             tc = float(rel[c])
             before, after = _rate(t, cum, tc - s.window, tc), _rate(t, cum, tc, tc + s.window)
+            sent_before = int(np.searchsorted(t, tc, side="right") - np.searchsorted(t, tc - s.window, side="right"))
             recovered = None
             if before > 0 and after < before * (1 - s.cut):
                 for k in range(1, 200):
@@ -239,7 +274,8 @@ def _congestion(rows, kind, rel, flows, s: Settings) -> List[dict]:
                         recovered = k * s.window * 1e6
                         break
             reactions.append({"cnp_frame": int(rows["frame"][c]), "time_s": tc, "rate_before_bps": before,
-                              "rate_after_bps": after, "cut": None if before == 0 else after < before * (1 - s.cut),
+                              "rate_after_bps": after, "packets_before": sent_before,
+                              "cut": None if sent_before < MIN_JUDGED else after < before * (1 - s.cut),
                               "recovered_after_us": recovered})
         tcnp = rel[cnps] if len(cnps) else np.zeros(0)
         first_ce = float(rel[ce[0]]) if len(ce) else None
@@ -274,7 +310,7 @@ def _ecmp(rows, kind, flows, s: Settings) -> dict:
             continue
         ports = sorted(set(rows["udp_src"][f["rows"]].tolist()))
         per.append({"flow": flow_name(f), "src": _addr(f["src"]), "dst": _addr(f["dst"]), "qp": f["qp"],
-                    "udp_srcports": ports, "modulo_path": [p % s.paths for p in ports],
+                    "udp_srcports": ports, "_rows": rows["frame"][f["rows"]], "modulo_path": [p % s.paths for p in ports],
                     "crc_path": [crc_path(bytes(f["src"]), bytes(f["dst"]), p, s.paths) for p in ports]})
     spread = {h: np.bincount([x for e in per for x in e[f"{h}_path"]], minlength=s.paths).tolist()
               for h in ("modulo", "crc")}
@@ -333,7 +369,7 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
                     "pause_storm", "error",
                     f"pause storm: port {e['port']} kept priority {e['priority']} paused for "
                     f"{ep['duration_s'] * 1e3:.0f} ms without a break (threshold {s.storm_s * 1e3:g} ms)",
-                    [ep["first_frame"], ep["last_frame"]],
+                    ep["_frames"],
                     f"eth.src == {e['port']} && macc{cev} && frame.number >= {ep['first_frame']} && "
                     f"frame.number <= {ep['last_frame']}", port=e["port"], priority=e["priority"],
                     duration_s=ep["duration_s"]))
@@ -341,7 +377,7 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
             found.append(_finding("pause_without_roce", "warning",
                                   f"port {e['port']} pauses priority {e['priority']}, which carries no RoCE traffic "
                                   f"(RoCE travels in priority {', '.join(map(str, sorted(roce_prios)))})",
-                                  [ep["first_frame"] for ep in e["episodes"]], f"eth.src == {e['port']} && macc{cev}",
+                                  [x for ep in e["episodes"] for x in ep["_frames"]], f"eth.src == {e['port']} && macc{cev}",
                                   port=e["port"], priority=e["priority"]))
     protected = set()
     for d in out["dcbx"].values():
@@ -355,12 +391,13 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
             found.append(_finding("roce_unprotected", "error",
                                   f"{len(sel)} RoCE packets travel in priority {p}, which PFC does not protect "
                                   f"(PFC on {', '.join(map(str, sorted(protected))) or 'no priority'})",
-                                  rows["frame"][sel], f"bth.opcode != 0x81 && {_prio_filter(p)}", priority=p))
+                                  rows["frame"][sel], f"bth.opcode != 0x81 && !mad && {_prio_filter(p)}", priority=p))
     by_n = {c["_n"]: c for c in out["congestion"]}
     for n, c in by_n.items():
         f = flows[n]
         ends = _ends_filter(f["link"], c["src"], c["dst"])
         back = _ends_filter(f["link"], c["dst"], c["src"])
+        cnp_qp = f" && bth.destqp == 0x{f['partner']:06x}" if f["partner"] is not None else ""
         if c["ce_marked"] and not c["cnps"]:
             ce = f["rows"][rows["ecn"][f["rows"]] == 3]
             found.append(_finding("ce_unanswered", "error",
@@ -373,7 +410,7 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
             found.append(_finding("cnp_no_rate_cut", "error",
                                   f"{c['flow']}: the sender kept its rate after {len(flat)} of {c['cnps']} CNPs "
                                   f"(less than a {s.cut:.0%} cut within {s.window * 1e6:g} µs)", flat,
-                                  f"{back} && bth.opcode == 0x81", flow=c["flow"]))
+                                  f"{back} && bth.opcode == 0x81{cnp_qp}", flow=c["flow"]))
         want = s.qos.get("cnp_dscp")
         bad_cnp = [d for d in c["cnp_dscp"] if d != want] if want is not None else \
             ([d for d in c["cnp_dscp"] if d not in c["data_dscp"]] if c["cnps"] else [])
@@ -381,7 +418,7 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
             what = f"the expected {want}" if want is not None else f"the data's {', '.join(map(str, c['data_dscp']))}"
             found.append(_finding("cnp_class", "warning",
                                   f"{c['flow']}: CNPs carry DSCP {', '.join(map(str, bad_cnp))}, not {what}",
-                                  [r["cnp_frame"] for r in c["reactions"]], f"{back} && bth.opcode == 0x81",
+                                  [r["cnp_frame"] for r in c["reactions"]], f"{back} && bth.opcode == 0x81{cnp_qp}",
                                   flow=c["flow"]))
     found += _ecmp_findings(out["ecmp"], s)
     found += _qos_findings(rows, kind, prio, s)
@@ -404,7 +441,7 @@ def _ecmp_findings(ecmp: dict, s: Settings) -> List[dict]:
             port = next(iter(ports))
             found.append(_finding("ecmp_one_srcport", "warning",
                                   f"{len(es)} QPs from {src} to {dst} all use UDP source port {port}: every one takes "
-                                  f"the same ECMP path", [], f"ip.src == {src} && ip.dst == {dst} && udp.srcport == {port}",
+                                  f"the same ECMP path", np.concatenate([e["_rows"] for e in es]), f"ip.src == {src} && ip.dst == {dst} && udp.srcport == {port}",
                                   src=src, dst=dst))
     n = len(ecmp["flows"])
     used = sum(1 for c in ecmp["flows_per_path"]["crc"] if c)
@@ -433,7 +470,7 @@ def _qos_findings(rows, kind, prio, s: Settings) -> List[dict]:
         bad = np.flatnonzero(sel & (have != want))
         if len(bad):
             seen = Counter(have[bad].tolist())
-            op = "bth.opcode == 0x81" if what == "CNP" else "bth.opcode != 0x81"
+            op = "bth.opcode == 0x81" if what == "CNP" else "bth.opcode != 0x81 && !mad"
             cond = f"ip.dsfield.dscp != {want}" if field == "dscp" else f"!{_prio_filter(want)}"
             found.append(_finding("qos_mismatch", "error",
                                   f"{len(bad)} {what} packets travel with {field.upper() if field == 'dscp' else field} "
