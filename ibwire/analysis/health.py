@@ -34,10 +34,10 @@ KINDS = ("data", "ACK", "CNP", "MAD", "CM")
 DATA, ACK, CNP, MAD, CM = range(len(KINDS))
 CNP_OPCODE = 0x81
 _ACK_OPS = np.array([c in OPCODES and OPCODES[c].op in ("ack", "atomic_ack") for c in range(256)])
-_KEEP = ("frame", "time", "len", "link", "flags", "vlan", "pcp", "dscp", "ecn", "src", "dst", "udp_src", "opcode",
+_KEEP = ("frame", "time", "time_ns", "len", "link", "flags", "vlan", "pcp", "dscp", "ecn", "src", "dst", "udp_src", "opcode",
          "destqp", "psn", "mad_class")
 QOS_KEYS = ("dscp", "cnp_dscp", "pfc_priority", "cnp_priority")
-MIN_JUDGED = 4           # packets the sender sent in the window before a CNP for its reaction to be judged
+MIN_JUDGED = 8           # packets the sender sent in the window before a CNP for its reaction to be judged
 
 
 class Settings:
@@ -50,22 +50,23 @@ class Settings:
 
 
 def read(path: str, icrc: bool = False):
-    """(RoCE packet rows with the _KEEP fields, [(frame, time, bytes)] of MAC control and LLDP frames, t0)."""
+    """(RoCE packet rows with the _KEEP fields, [(frame, seconds since the first packet, bytes)] of MAC control
+    and LLDP frames, the first packet's time in ns, problems)."""
     walk = CaptureWalk(path, 16384)
     parts, control, t0 = [], [], None
     for pos in walk.batches():
         rec = decode_batch(walk.buf, pos, icrc)
         if not len(rec):
             continue
-        t0 = float(rec["time"][0]) if t0 is None else t0
+        t0 = int(rec["time_ns"][0]) if t0 is None else t0
         ctl = np.flatnonzero(np.isin(rec["etype"], (MAC_CONTROL_ETHERTYPE, LLDP_ETHERTYPE)) & (rec["linktype"] == 1))
         for i in ctl:
             at = int(pos.data[i])
-            control.append((int(rec["frame"][i]), float(rec["time"][i]), bytes(walk.buf[at:at + int(pos.caplen[i])])))
+            control.append((int(rec["frame"][i]), (int(rec["time_ns"][i]) - t0) / 1e9, bytes(walk.buf[at:at + int(pos.caplen[i])])))
         roce = (rec["flags"] & R.F_BTH) > 0
         parts.append(np.ascontiguousarray(rec[list(_KEEP)][roce]))
     rows = np.concatenate(parts) if parts else np.zeros(0, R.RECORD)[list(_KEEP)]
-    return rows, control, t0 or 0.0, walk.problems
+    return rows, control, t0 or 0, walk.problems
 
 
 def kinds(rows) -> np.ndarray:
@@ -88,8 +89,8 @@ def analyse(path: str, settings: Settings) -> dict:
     rows, control, t0, problems = read(path)
     kind = kinds(rows)
     prio = priority(rows)
-    rel = rows["time"] - t0
-    pause, dcbx = _pauses(control, settings, t0)
+    rel = (rows["time_ns"] - t0) / 1e9
+    pause, dcbx = _pauses(control, settings)
     flows = _flows(rows, kind)
     out = {"capture": str(path), "port_speed_bps": settings.port_speed, "storm_ms": settings.storm_s * 1e3,
            "rate_window_us": settings.window * 1e6, "paths": settings.paths, "qos_expected": settings.qos,
@@ -114,7 +115,7 @@ def _mac(b: bytes) -> str:
     return ":".join(f"{x:02x}" for x in b)
 
 
-def _pauses(control, s: Settings, t0: float):
+def _pauses(control, s: Settings):
     """Per (port, priority) pause statistics with their episodes, and what LLDP DCBX announced."""
     events = defaultdict(list)
     dcbx = {}
@@ -122,7 +123,7 @@ def _pauses(control, s: Settings, t0: float):
         q = parse_mac_control(data)
         if q is not None:
             for p, quanta in q.items():
-                events[(_mac(data[6:12]), p)].append((t - t0, quanta, frame))
+                events[(_mac(data[6:12]), p)].append((t, quanta, frame))
             continue
         d = parse_dcbx(data)
         if d:
@@ -262,20 +263,24 @@ def _congestion(rows, kind, rel, flows, s: Settings) -> List[dict]:
         reactions = []
         for c in cnps:
             tc = float(rel[c])
-            before, after = _rate(t, cum, tc - s.window, tc), _rate(t, cum, tc, tc + s.window)
-            sent_before = int(np.searchsorted(t, tc, side="right") - np.searchsorted(t, tc - s.window, side="right"))
+            # windows inside the flow's life: its start or end is no rate change
+            a, b = max(tc - s.window, float(t[0]) - 1e-9), min(tc + s.window, float(t[-1]))
+            before = _rate(t, cum, a, tc) if tc > a else 0.0
+            after = _rate(t, cum, tc, b) if b > tc else 0.0
+            sent_before = int(np.searchsorted(t, tc, side="right") - np.searchsorted(t, a, side="right"))
+            judged = sent_before >= MIN_JUDGED and tc - a >= s.window / 2 and b - tc >= s.window / 2
+            cut = after < before * (1 - s.cut) if judged else None
             recovered = None
-            if before > 0 and after < before * (1 - s.cut):
+            if cut:
                 for k in range(1, 200):
-                    a = tc + k * s.window
-                    if a > t[-1]:
+                    w = tc + k * s.window
+                    if w + s.window > t[-1]:
                         break
-                    if _rate(t, cum, a, a + s.window) >= before * (1 - s.cut):
+                    if _rate(t, cum, w, w + s.window) >= before * (1 - s.cut):
                         recovered = k * s.window * 1e6
                         break
             reactions.append({"cnp_frame": int(rows["frame"][c]), "time_s": tc, "rate_before_bps": before,
-                              "rate_after_bps": after, "packets_before": sent_before,
-                              "cut": None if sent_before < MIN_JUDGED else after < before * (1 - s.cut),
+                              "rate_after_bps": after, "packets_before": sent_before, "cut": cut,
                               "recovered_after_us": recovered})
         tcnp = rel[cnps] if len(cnps) else np.zeros(0)
         first_ce = float(rel[ce[0]]) if len(ce) else None
@@ -408,9 +413,11 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
         flat = [r["cnp_frame"] for r in c["reactions"] if r["cut"] is False]
         if flat:
             found.append(_finding("cnp_no_rate_cut", "error",
-                                  f"{c['flow']}: the sender kept its rate after {len(flat)} of {c['cnps']} CNPs "
+                                  f"{c['flow']}: the sender kept its rate after {len(flat)} of the "
+                                  f"{sum(r['cut'] is not None for r in c['reactions'])} CNPs judged "
                                   f"(less than a {s.cut:.0%} cut within {s.window * 1e6:g} µs)", flat,
-                                  f"{back} && bth.opcode == 0x81{cnp_qp}", flow=c["flow"]))
+                                  f"{back} && bth.opcode == 0x81{cnp_qp} && frame.number in {{{' '.join(map(str, flat[:50]))}}}",
+                                  flow=c["flow"]))
         want = s.qos.get("cnp_dscp")
         bad_cnp = [d for d in c["cnp_dscp"] if d != want] if want is not None else \
             ([d for d in c["cnp_dscp"] if d not in c["data_dscp"]] if c["cnps"] else [])
