@@ -416,7 +416,7 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
                                   f"{c['flow']}: the sender kept its rate after {len(flat)} of the "
                                   f"{sum(r['cut'] is not None for r in c['reactions'])} CNPs judged "
                                   f"(less than a {s.cut:.0%} cut within {s.window * 1e6:g} µs)", flat,
-                                  f"{back} && bth.opcode == 0x81{cnp_qp} && frame.number in {{{' '.join(map(str, flat[:50]))}}}",
+                                  f"{back} && bth.opcode == 0x81{cnp_qp} && frame.number in {{{', '.join(map(str, flat[:50]))}}}",
                                   flow=c["flow"]))
         want = s.qos.get("cnp_dscp")
         bad_cnp = [d for d in c["cnp_dscp"] if d != want] if want is not None else \
