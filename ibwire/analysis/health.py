@@ -91,7 +91,7 @@ def analyse(path: str, settings: Settings) -> dict:
     prio = priority(rows)
     rel = (rows["time_ns"] - t0) / 1e9
     pause, dcbx = _pauses(control, settings)
-    flows = _flows(rows, kind)
+    flows = _flows(rows, kind, (rows["time_ns"] - t0) // 1000)
     out = {"capture": str(path), "port_speed_bps": settings.port_speed, "storm_ms": settings.storm_s * 1e3,
            "rate_window_us": settings.window * 1e6, "paths": settings.paths, "qos_expected": settings.qos,
            "roce_packets": int(len(rows)), "pause": pause, "dcbx": dcbx,
@@ -163,16 +163,15 @@ def _addr(b) -> str:
     return R.addr_text(b)
 
 
-def _flows(rows, kind) -> List[dict]:
+def _flows(rows, kind, rel_us) -> List[dict]:
     """One entry per flow (a QP's direction carrying data): its rows, partner QP and how it was paired."""
     data = np.flatnonzero(kind == DATA)
     if not len(data):
         return []
     _, first, inv = group_rows(rows, ("src", "dst", "destqp"), data)
     back = np.flatnonzero((kind == DATA) | (kind == ACK))
-    rev = defaultdict(list)                     # (src, dst) -> rows going that way (data and ACKs)
-    for i in back:
-        rev[(bytes(rows["src"][i]), bytes(rows["dst"][i]))].append(i)
+    _, bfirst, binv = group_rows(rows, ("src", "dst"), back)
+    rev = {(bytes(rows["src"][back[f]]), bytes(rows["dst"][back[f]])): back[binv == g] for g, f in enumerate(bfirst)}
     flows, by_ends = [], defaultdict(list)
     for g, f in enumerate(first):
         i = data[f]
@@ -181,39 +180,39 @@ def _flows(rows, kind) -> List[dict]:
                       "rows": data[inv == g], "link": int(rows["link"][i])})
         by_ends[(src, dst)].append(flows[-1])
     for (src, dst), fs in by_ends.items():
-        back_rows = np.array(rev.get((dst, src), []), np.int64)
-        cands = sorted(set(rows["destqp"][back_rows].tolist()))
+        back_rows = rev.get((dst, src), np.zeros(0, np.int64))
+        cands = np.unique(rows["destqp"][back_rows])
         if len(fs) == 1 and len(cands) == 1:
-            fs[0]["partner"], fs[0]["paired_by"] = cands[0], "addresses"
-        elif fs and cands:
-            _pair_by_psn(rows, fs, back_rows, cands)
+            fs[0]["partner"], fs[0]["paired_by"] = int(cands[0]), "addresses"
+        elif fs and len(cands):
+            _pair_by_psn(rows, rel_us, fs, back_rows, cands)
     return flows
 
 
-ANSWER_WITHIN = 0.01     # s: an ACK or response answers a request with its PSN sent at most this long before
+ANSWER_WITHIN_US = 10_000   # an ACK or response answers a request with its PSN sent at most this long before
 
 
-def _pair_by_psn(rows, fs, back, cands, sample: int = 2000) -> None:
+def _pair_by_psn(rows, rel_us, fs, back, cands, sample: int = 20000) -> None:
     """Partner QPs of the flows `fs` (one pair of ends): each packet coming back to QP q (sampled) votes
-    for the flow that sent its PSN most recently before it (within ANSWER_WITHIN); pairs are taken by
-    votes, most first.  QPs may share PSN ranges, not times."""
-    sent = []
-    for f in fs:
-        m = f["rows"]
-        order = np.lexsort((rows["time"][m], rows["psn"][m]))
-        sent.append((rows["psn"][m][order], rows["time"][m][order]))
+    for the flow that sent its PSN most recently before it (within ANSWER_WITHIN_US); pairs are taken by
+    votes, most first.  QPs may share PSN ranges, not times.  Keys are PSN << 39 | µs since the first packet."""
+    key = rows["psn"].astype(np.int64) << 39 | np.clip(rel_us, 0, (1 << 39) - 1)
     votes = Counter()
-    for q in cands:
-        for i in back[rows["destqp"][back] == q][:sample]:
-            p, t = rows["psn"][i], rows["time"][i]
-            best, gap = None, ANSWER_WITHIN
-            for n, (psn, times) in enumerate(sent):
-                lo, hi = np.searchsorted(psn, [p, p + 1])
-                k = lo + np.searchsorted(times[lo:hi], t, side="right") - 1
-                if k >= lo and 0 <= t - times[k] <= gap:
-                    best, gap = n, t - times[k]
-            if best is not None:
-                votes[(q, best)] += 1
+    for q in cands.tolist():
+        b = back[rows["destqp"][back] == q][:sample]
+        gaps = np.full((len(fs), len(b)), np.inf)
+        for n, f in enumerate(fs):
+            ks = np.sort(key[f["rows"]])
+            k = np.searchsorted(ks, key[b], side="right") - 1
+            ok = k >= 0
+            hit = np.zeros(len(b), bool)
+            hit[ok] = (ks[k[ok]] >> 39) == rows["psn"][b][ok]
+            gap = (key[b] & ((1 << 39) - 1)) - (ks[np.maximum(k, 0)] & ((1 << 39) - 1))
+            hit &= gap <= ANSWER_WITHIN_US
+            gaps[n, hit] = gap[hit]
+        answered = np.isfinite(gaps).any(axis=0)
+        for n, c in zip(*np.unique(np.argmin(gaps, axis=0)[answered], return_counts=True)):
+            votes[(q, int(n))] += int(c)
     used_q, used_f = set(), set()
     for (q, n), _ in votes.most_common():
         if q not in used_q and n not in used_f:
