@@ -36,6 +36,7 @@ CNP_OPCODE = 0x81
 _ACK_OPS = np.array([c in OPCODES and OPCODES[c].op in ("ack", "atomic_ack") for c in range(256)])
 _KEEP = ("frame", "time", "time_ns", "len", "link", "flags", "vlan", "pcp", "dscp", "ecn", "src", "dst", "udp_src", "opcode",
          "destqp", "psn", "mad_class")
+KEEP = np.dtype([(f, R.RECORD.fields[f][0]) for f in _KEEP])
 QOS_KEYS = ("dscp", "cnp_dscp", "pfc_priority", "cnp_priority")
 MIN_JUDGED = 8           # packets the sender sent in the window before a CNP for its reaction to be judged
 
@@ -59,13 +60,18 @@ def read(path: str, icrc: bool = False):
         if not len(rec):
             continue
         t0 = int(rec["time_ns"][0]) if t0 is None else t0
-        ctl = np.flatnonzero(np.isin(rec["etype"], (MAC_CONTROL_ETHERTYPE, LLDP_ETHERTYPE)) & (rec["linktype"] == 1))
+        et = rec["etype"]
+        ctl = np.flatnonzero(((et == MAC_CONTROL_ETHERTYPE) | (et == LLDP_ETHERTYPE)) & (rec["linktype"] == 1))
         for i in ctl:
             at = int(pos.data[i])
             control.append((int(rec["frame"][i]), (int(rec["time_ns"][i]) - t0) / 1e9, bytes(walk.buf[at:at + int(pos.caplen[i])])))
-        roce = (rec["flags"] & R.F_BTH) > 0
-        parts.append(np.ascontiguousarray(rec[list(_KEEP)][roce]))
-    rows = np.concatenate(parts) if parts else np.zeros(0, R.RECORD)[list(_KEEP)]
+        roce = np.flatnonzero(rec["flags"] & R.F_BTH)
+        part = np.empty(len(roce), KEEP)
+        every = len(roce) == len(rec)
+        for f in _KEEP:                          # column by column: numpy copies a multi-field selection slowly
+            part[f] = rec[f] if every else rec[f][roce]
+        parts.append(part)
+    rows = np.concatenate(parts) if parts else np.zeros(0, KEEP)
     return rows, control, t0 or 0, walk.problems
 
 
@@ -179,30 +185,32 @@ def _flows(rows, kind, rel_us) -> List[dict]:
         flows.append({"src": src, "dst": dst, "qp": int(rows["destqp"][i]), "partner": None, "paired_by": "none",
                       "rows": data[inv == g], "link": int(rows["link"][i])})
         by_ends[(src, dst)].append(flows[-1])
+    key = None
     for (src, dst), fs in by_ends.items():
         back_rows = rev.get((dst, src), np.zeros(0, np.int64))
         cands = np.unique(rows["destqp"][back_rows])
         if len(fs) == 1 and len(cands) == 1:
             fs[0]["partner"], fs[0]["paired_by"] = int(cands[0]), "addresses"
         elif fs and len(cands):
-            _pair_by_psn(rows, rel_us, fs, back_rows, cands)
+            if key is None:                      # PSN << 39 | µs since the first packet
+                key = rows["psn"].astype(np.int64) << 39 | np.clip(rel_us, 0, (1 << 39) - 1)
+            _pair_by_psn(rows, key, fs, back_rows, cands)
     return flows
 
 
 ANSWER_WITHIN_US = 10_000   # an ACK or response answers a request with its PSN sent at most this long before
 
 
-def _pair_by_psn(rows, rel_us, fs, back, cands, sample: int = 20000) -> None:
+def _pair_by_psn(rows, key, fs, back, cands, sample: int = 5000) -> None:
     """Partner QPs of the flows `fs` (one pair of ends): each packet coming back to QP q (sampled) votes
     for the flow that sent its PSN most recently before it (within ANSWER_WITHIN_US); pairs are taken by
     votes, most first.  QPs may share PSN ranges, not times.  Keys are PSN << 39 | µs since the first packet."""
-    key = rows["psn"].astype(np.int64) << 39 | np.clip(rel_us, 0, (1 << 39) - 1)
     votes = Counter()
+    sent = [np.sort(key[f["rows"]]) for f in fs]
     for q in cands.tolist():
         b = back[rows["destqp"][back] == q][:sample]
         gaps = np.full((len(fs), len(b)), np.inf)
-        for n, f in enumerate(fs):
-            ks = np.sort(key[f["rows"]])
+        for n, ks in enumerate(sent):
             k = np.searchsorted(ks, key[b], side="right") - 1
             ok = k >= 0
             hit = np.zeros(len(b), bool)
