@@ -16,6 +16,7 @@ only the rare MAC control (0x8808) and LLDP (0x88cc) frames are read as bytes (d
 * ECMP: each RoCEv2 flow's UDP source ports, and the path each would take among N paths by a modulo of the
   source port and by a CRC-32 of the 5-tuple.
 """
+import math
 import zlib
 from collections import Counter, defaultdict
 from typing import Dict, List, Optional
@@ -91,7 +92,9 @@ def priority(rows) -> np.ndarray:
     return np.where(rows["vlan"] >= 0, rows["pcp"], rows["dscp"] >> 3).astype(np.int64)
 
 
-def analyse(path: str, settings: Settings) -> dict:
+def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
+    """The health of a capture; with `bins`, also `series` for pictures: per congestion flow its CE and CNP
+    times and its rate in `bins` intervals of the flow's span."""
     rows, control, t0, problems = read(path)
     kind = kinds(rows)
     prio = priority(rows)
@@ -105,6 +108,8 @@ def analyse(path: str, settings: Settings) -> dict:
            "ecmp": _ecmp(rows, kind, flows, settings), "qos": _qos_table(rows, kind, prio, flows),
            "problems": list(problems)}
     out["findings"] = _findings(out, rows, kind, prio, flows, settings)
+    if bins:
+        out["series"] = _series(out, rows, kind, rel, flows, control, bins, settings.window)
     for c in out["congestion"]:
         del c["_n"]
     for e in out["pause"]:
@@ -305,6 +310,23 @@ def _congestion(rows, kind, rel, flows, s: Settings) -> List[dict]:
                     "data_priority": sorted(set(priority(rows[m]).tolist())),
                     "reactions": reactions, "_n": n})
     return out
+
+
+def _series(out, rows, kind, rel, flows, control, bins: int, window: float, most: int = 5000) -> dict:
+    t_end = max([float(rel.max()) if len(rel) else 0.0] + [t for _, t, _ in control])
+    cnp_of = _cnp_rows(rows, kind, flows)
+    per = []
+    for c in out["congestion"]:
+        m = flows[c["_n"]]["rows"]
+        ce, cnp = m[rows["ecn"][m] == 3], cnp_of[c["_n"]]
+        t0 = float(min(rel[m].min(), rel[cnp].min() if len(cnp) else np.inf))
+        t1 = float(max(rel[m].max(), rel[cnp].max() if len(cnp) else -np.inf))
+        n = max(1, min(bins, math.ceil((t1 - t0) / window)))  # no finer than the rate window
+        edges = np.linspace(t0, t0 + n * window if n < bins else max(t1, t0 + 1e-6), n + 1)
+        rate = np.histogram(rel[m], edges, weights=rows["len"][m].astype(np.float64) * 8)[0] / (edges[1] - edges[0])
+        per.append({"flow": c["flow"], "ce_s": rel[ce][:most].tolist(), "cnp_s": rel[cnp][:most].tolist(),
+                    "start_s": t0, "end_s": float(edges[-1]), "rate_bps": rate.tolist()})
+    return {"t_end": t_end, "bins": bins, "flows": per}
 
 
 # ---- ECMP -----------------------------------------------------------------------------------------------------

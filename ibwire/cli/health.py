@@ -55,6 +55,8 @@ def health(
     qos: Optional[str] = typer.Option(None, "--qos", help="expected classes, e.g. dscp=26,cnp_dscp=48,pfc_priority=3 "
                                                           "(or a TOML file with those keys)"),
     top: int = typer.Option(TOP, "--top", help="rows per table on a terminal (0 = all; json holds every row)"),
+    report: Optional[str] = typer.Option(None, "--report", help="also write an HTML page: pause time per priority "
+                                                               "over time, CE/CNP/rate per flow, ECMP spread"),
 ):
     """PFC pauses per port and priority (episodes, storms), ECN-CE marks and the CNPs answering them with the
     sender's rate around each CNP, ECMP entropy of RoCEv2 source ports, DSCP/PCP per flow and message kind,
@@ -67,7 +69,13 @@ def health(
         raise UserError(f"--format must be table or json, not {fmt!r}")
     if storm_ms <= 0 or paths < 1 or window_us <= 0:
         raise UserError("--storm-ms and --rate-window-us must be positive and --paths at least 1")
-    res = analyse(file, Settings(port_speed(speed), storm_ms, paths, window_us, qos=parse_qos(qos)))
+    from ..pictures.health_report import BINS
+    res = analyse(file, Settings(port_speed(speed), storm_ms, paths, window_us, qos=parse_qos(qos)),
+                  bins=BINS if report else 0)
+    if report:
+        from ..pictures.health_report import report as write_report
+        write_report(res, report, file)
+        del res["series"]
     if fmt == "json":
         render({}, "json", whole=res)
     else:
