@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_ibwire
+from conftest import PUBLIC, run_ibwire
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
 PCAP = CAPS / "pfc-storm.pcap"
@@ -127,3 +127,20 @@ def test_table_output_names_the_storm():
     res = run_ibwire("health", PCAP, "--qos", QOS, unwrapped=True)
     assert res.returncode == 1
     assert "pause storm: port 02:00:00:00:99:01 kept priority 3 paused for 330 ms" in res.stdout
+
+
+def test_real_capture_whose_qps_share_one_source_port(tshark):
+    """A public capture of UCCL/NCCL traffic: every RoCEv2 QP uses UDP source port 4791, which tshark shows
+    too; the finding counts the frames tshark selects with the same addresses and port."""
+    path = PUBLIC / "m3_rping_uccl_uccl-mini_p2p-test2_rdma-nccl2.pcap"
+    r = json.loads(run_ibwire("health", path, "-T", "json", unwrapped=True).stdout)
+    one = [f for f in r["findings"] if f["kind"] == "ecmp_one_srcport"]
+    assert one and r["ecmp"]["distinct_srcports"] == 1
+    for f in one:
+        src, dst = f["src"], f["dst"]
+        out = subprocess.run([tshark, "-r", str(path), "-Y", f"ip.src == {src} && ip.dst == {dst} && udp.dstport == 4791",
+                              "-T", "fields", "-e", "udp.srcport", "-e", "infiniband.bth.destqp"],
+                             capture_output=True, text=True, check=True).stdout.split("\n")
+        rows = [x.split("\t") for x in out if x]
+        assert {p for p, _ in rows} == {"4791"} and len(rows) == f["frame_count"]
+        assert len({q for _, q in rows}) >= int(f["text"].split()[0])    # "21 QPs from …"

@@ -116,7 +116,7 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
         for ep in e["episodes"]:
             del ep["_frames"]
     for e in out["ecmp"]["flows"]:
-        del e["_rows"]
+        del e["_ends"]
     return out
 
 
@@ -344,7 +344,7 @@ def _ecmp(rows, kind, flows, s: Settings) -> dict:
             continue
         ports = sorted(set(rows["udp_src"][f["rows"]].tolist()))
         per.append({"flow": flow_name(f), "src": _addr(f["src"]), "dst": _addr(f["dst"]), "qp": f["qp"],
-                    "udp_srcports": ports, "_rows": rows["frame"][f["rows"]], "modulo_path": [p % s.paths for p in ports],
+                    "udp_srcports": ports, "_ends": (f["src"], f["dst"]), "modulo_path": [p % s.paths for p in ports],
                     "crc_path": [crc_path(bytes(f["src"]), bytes(f["dst"]), p, s.paths) for p in ports]})
     spread = {h: np.bincount([x for e in per for x in e[f"{h}_path"]], minlength=s.paths).tolist()
               for h in ("modulo", "crc")}
@@ -441,7 +441,7 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
                                   flow=c["flow"]))
         flat = [r["cnp_frame"] for r in c["reactions"] if r["cut"] is False]
         if flat:
-            found.append(_finding("cnp_no_rate_cut", "error",
+            found.append(_finding("cnp_no_rate_cut", "warning",          # an application-limited sender need not slow
                                   f"{c['flow']}: the sender kept its rate after {len(flat)} of the "
                                   f"{sum(r['cut'] is not None for r in c['reactions'])} CNPs judged "
                                   f"(less than a {s.cut:.0%} cut within {s.window * 1e6:g} µs)", flat,
@@ -456,7 +456,8 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
                                   f"{c['flow']}: CNPs carry DSCP {', '.join(map(str, bad_cnp))}, not {what}",
                                   [r["cnp_frame"] for r in c["reactions"]], f"{back} && bth.opcode == 0x81{cnp_qp}",
                                   flow=c["flow"]))
-    found += _ecmp_findings(out["ecmp"], s)
+    v2 = np.isin(rows["link"], (R.ROCE2V4, R.ROCE2V6)) & ((kind == DATA) | (kind == ACK))
+    found += _ecmp_findings(out["ecmp"], s, rows, v2)
     found += _qos_findings(rows, kind, prio, s)
     return found
 
@@ -466,7 +467,13 @@ def _prio_filter(p: int) -> str:
     return f"((vlan && vlan.priority == {p}) || (!vlan && ip.dsfield.dscp >= {lo} && ip.dsfield.dscp <= {hi}))"
 
 
-def _ecmp_findings(ecmp: dict, s: Settings) -> List[dict]:
+def _frames_between(rows, ends, sport: int):
+    """Frames of the RoCE packets from one address to another with UDP source port `sport`."""
+    src, dst = (np.frombuffer(e, "V16")[0] for e in ends)
+    return rows["frame"][(rows["src"] == src) & (rows["dst"] == dst) & (rows["udp_src"] == sport)]
+
+
+def _ecmp_findings(ecmp: dict, s: Settings, rows, v2) -> List[dict]:
     found = []
     by_ends = defaultdict(list)
     for e in ecmp["flows"]:
@@ -477,14 +484,15 @@ def _ecmp_findings(ecmp: dict, s: Settings) -> List[dict]:
             port = next(iter(ports))
             found.append(_finding("ecmp_one_srcport", "warning",
                                   f"{len(es)} QPs from {src} to {dst} all use UDP source port {port}: every one takes "
-                                  f"the same ECMP path", np.concatenate([e["_rows"] for e in es]), f"ip.src == {src} && ip.dst == {dst} && udp.srcport == {port}",
+                                  f"the same ECMP path", _frames_between(rows, es[0]["_ends"], port), f"ip.src == {src} && ip.dst == {dst} && udp.srcport == {port}",
                                   src=src, dst=dst))
     n = len(ecmp["flows"])
     used = sum(1 for c in ecmp["flows_per_path"]["crc"] if c)
     if n >= 2 and used < min(n, s.paths) / 2:
         found.append(_finding("ecmp_low_entropy", "warning",
                               f"{n} RoCEv2 flows with {ecmp['distinct_srcports']} distinct UDP source ports fall on "
-                              f"{used} of {s.paths} paths (CRC-32 hash of the 5-tuple)", [], "udp.dstport == 4791",
+                              f"{used} of {s.paths} paths (CRC-32 hash of the 5-tuple)", rows["frame"][v2],
+                              "udp.dstport == 4791 && !mad && bth.opcode != 0x81",
                               paths_used=used))
     return found
 
