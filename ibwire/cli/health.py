@@ -103,7 +103,8 @@ def _sections(res: dict) -> dict:
     ecmp = [{"flow": e["flow"], "udp_srcports": ",".join(map(str, e["udp_srcports"])),
              "crc_path": ",".join(map(str, e["crc_path"])), "modulo_path": ",".join(map(str, e["modulo_path"]))}
             for e in res["ecmp"]["flows"]]
-    spread = [{"hash": h, **{f"path {i}": n for i, n in enumerate(c)}} for h, c in res["ecmp"]["flows_per_path"].items()]
+    spread = [{"hash": h, **{f"path {i}": n for i, n in enumerate(c)}} for h, c in res["ecmp"]["flows_per_path"].items()
+              if res["ecmp"]["flows"]]
     qos = [{"flow": f"{q['src']} → {q['dst']} QP 0x{q['qp']:06x}", "kind": q["kind"], "dscp": q["dscp"],
             "pcp": "-" if q["pcp"] is None else q["pcp"], "priority": q["priority"], "packets": q["packets"]}
            for q in res["qos"]]
