@@ -456,6 +456,13 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
                                   f"{c['flow']}: CNPs carry DSCP {', '.join(map(str, bad_cnp))}, not {what}",
                                   [r["cnp_frame"] for r in c["reactions"]], f"{back} && bth.opcode == 0x81{cnp_qp}",
                                   flow=c["flow"]))
+        off = [p for p in c["cnp_priority"] if p not in c["data_priority"]]
+        if off and not bad_cnp and "cnp_priority" not in s.qos:   # (untagged: the DSCP finding says it)
+            found.append(_finding("cnp_class", "warning",
+                                  f"{c['flow']}: CNPs travel in priority {', '.join(map(str, off))}, the data in "
+                                  f"{', '.join(map(str, c['data_priority']))}",
+                                  [r["cnp_frame"] for r in c["reactions"]], f"{back} && bth.opcode == 0x81{cnp_qp}",
+                                  flow=c["flow"]))
     v2 = np.isin(rows["link"], (R.ROCE2V4, R.ROCE2V6)) & ((kind == DATA) | (kind == ACK))
     found += _ecmp_findings(out["ecmp"], s, rows, v2)
     found += _qos_findings(rows, kind, prio, s)
