@@ -144,3 +144,18 @@ def test_real_capture_whose_qps_share_one_source_port(tshark):
         rows = [x.split("\t") for x in out if x]
         assert {p for p, _ in rows} == {"4791"} and len(rows) == f["frame_count"]
         assert len({q for _, q in rows}) >= int(f["text"].split()[0])    # "21 QPs from …"
+
+
+@pytest.mark.parametrize("capture", ["congestion.pcap", "congestion-ib.pcap"])
+def test_marks_and_cnps_equal_the_congestion_scenarios_declaration(capture):
+    """ECN-CE on RoCEv2, FECN on native InfiniBand (flows between LIDs): the marks and CNPs the congestion
+    scenario declares, and the findings' filters select their frames on either link."""
+    want = tomllib.loads((CAPS / "congestion.toml").read_text())["expect"]["count"]
+    r = json.loads(run_ibwire("health", CAPS / capture, "-T", "json", unwrapped=True).stdout)
+    (c,) = r["congestion"]
+    assert (c["ce_marked"], c["cnps"]) == (want["ecn_marked"], want["cnps"])
+    assert c["flow"].startswith("LID 257 → LID 258" if capture.endswith("-ib.pcap") else "10.2.0.1 → 10.2.0.2")
+    for f in r["findings"]:
+        out = run_ibwire("decode", CAPS / capture, "-Y", f["filter"], "-T", "fields", "-e", "frame.number",
+                         check=True).stdout
+        assert [int(x) for x in out.split()] == f["frames"], f["kind"]

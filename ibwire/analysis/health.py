@@ -35,7 +35,7 @@ KINDS = ("data", "ACK", "CNP", "MAD", "CM")
 DATA, ACK, CNP, MAD, CM = range(len(KINDS))
 CNP_OPCODE = 0x81
 _ACK_OPS = np.array([c in OPCODES and OPCODES[c].op in ("ack", "atomic_ack") for c in range(256)])
-_KEEP = ("frame", "time", "time_ns", "len", "link", "flags", "vlan", "pcp", "dscp", "ecn", "src", "dst", "udp_src", "opcode",
+_KEEP = ("frame", "time", "time_ns", "len", "link", "flags", "vlan", "pcp", "dscp", "ecn", "fecn", "slid", "dlid", "src", "dst", "udp_src", "opcode",
          "destqp", "psn", "mad_class")
 KEEP = np.dtype([(f, R.RECORD.fields[f][0]) for f in _KEEP])
 QOS_KEYS = ("dscp", "cnp_dscp", "pfc_priority", "cnp_priority")
@@ -85,6 +85,12 @@ def kinds(rows) -> np.ndarray:
     k[mad & (rows["mad_class"] == 7)] = CM
     k[rows["opcode"] == CNP_OPCODE] = CNP
     return k
+
+
+def marked(rows) -> np.ndarray:
+    """Congestion marks: IP ECN-CE (RFC 3168) on RoCE, the BTH FECN bit on native InfiniBand (IBA §A10)."""
+    native = (rows["link"] == R.IB) | (rows["link"] == R.IBGRH)
+    return np.where(native, rows["fecn"] == 1, rows["ecn"] == 3)
 
 
 def priority(rows) -> np.ndarray:
@@ -171,7 +177,16 @@ def _pauses(control, s: Settings):
 # ---- flows, congestion ----------------------------------------------------------------------------------------
 
 def _addr(b) -> str:
-    return R.addr_text(b)
+    """An end as text: an IP address or GID, or `LID n` on native InfiniBand without a GRH."""
+    b = bytes(b)
+    return f"LID {int.from_bytes(b[3:5], 'big')}" if b[:3] == b"LID" else R.addr_text(b)
+
+
+def _end(rows, i: int, side: str) -> bytes:
+    """The source or destination of packet i: its address, or its LID (b"LID" + 2 bytes) on native IB."""
+    if rows["link"][i] == R.IB:
+        return b"LID" + int(rows["slid" if side == "src" else "dlid"][i]).to_bytes(2, "big")
+    return bytes(rows[side][i])
 
 
 def _flows(rows, kind, rel_us) -> List[dict]:
@@ -179,14 +194,14 @@ def _flows(rows, kind, rel_us) -> List[dict]:
     data = np.flatnonzero(kind == DATA)
     if not len(data):
         return []
-    _, first, inv = group_rows(rows, ("src", "dst", "destqp"), data)
+    _, first, inv = group_rows(rows, ("src", "dst", "slid", "dlid", "destqp"), data)
     back = np.flatnonzero((kind == DATA) | (kind == ACK))
-    _, bfirst, binv = group_rows(rows, ("src", "dst"), back)
-    rev = {(bytes(rows["src"][back[f]]), bytes(rows["dst"][back[f]])): back[binv == g] for g, f in enumerate(bfirst)}
+    _, bfirst, binv = group_rows(rows, ("src", "dst", "slid", "dlid"), back)
+    rev = {(_end(rows, back[f], "src"), _end(rows, back[f], "dst")): back[binv == g] for g, f in enumerate(bfirst)}
     flows, by_ends = [], defaultdict(list)
     for g, f in enumerate(first):
         i = data[f]
-        src, dst = bytes(rows["src"][i]), bytes(rows["dst"][i])
+        src, dst = _end(rows, i, "src"), _end(rows, i, "dst")
         flows.append({"src": src, "dst": dst, "qp": int(rows["destqp"][i]), "partner": None, "paired_by": "none",
                       "rows": data[inv == g], "link": int(rows["link"][i])})
         by_ends[(src, dst)].append(flows[-1])
@@ -243,8 +258,9 @@ def _cnp_rows(rows, kind, flows):
     cnps = np.flatnonzero(kind == CNP)
     by_target = defaultdict(list)
     for i in cnps:
-        by_target[(bytes(rows["src"][i]), bytes(rows["dst"][i]), int(rows["destqp"][i]))].append(i)
-        by_target[(bytes(rows["src"][i]), bytes(rows["dst"][i]), None)].append(i)
+        ends = (_end(rows, i, "src"), _end(rows, i, "dst"))
+        by_target[(*ends, int(rows["destqp"][i]))].append(i)
+        by_target[(*ends, None)].append(i)
     per_pair = Counter((f["src"], f["dst"]) for f in flows)
     out = {}
     for n, f in enumerate(flows):
@@ -266,7 +282,7 @@ def _congestion(rows, kind, rel, flows, s: Settings) -> List[dict]:
     out = []
     for n, f in enumerate(flows):
         m = f["rows"]
-        ce = m[rows["ecn"][m] == 3] if f["link"] != R.IB else m[:0]
+        ce = m[marked(rows[m])]
         cnps = cnp_of[n]
         if not len(ce) and not len(cnps):
             continue
@@ -318,7 +334,7 @@ def _series(out, rows, kind, rel, flows, control, bins: int, window: float, most
     per = []
     for c in out["congestion"]:
         m = flows[c["_n"]]["rows"]
-        ce, cnp = m[rows["ecn"][m] == 3], cnp_of[c["_n"]]
+        ce, cnp = m[marked(rows[m])], cnp_of[c["_n"]]
         t0 = float(min(rel[m].min(), rel[cnp].min() if len(cnp) else np.inf))
         t1 = float(max(rel[m].max(), rel[cnp].max() if len(cnp) else -np.inf))
         n = max(1, min(bins, math.ceil((t1 - t0) / window)))  # no finer than the rate window
@@ -361,15 +377,17 @@ def _qos_table(rows, kind, prio, flows) -> List[dict]:
     keyed = np.zeros(len(rows), [("k", "i1"), ("d", "u1"), ("p", "i2"), ("q", "u4")])
     keyed["k"], keyed["d"], keyed["q"] = kind, rows["dscp"], rows["destqp"]
     keyed["p"] = np.where(rows["vlan"] >= 0, rows["pcp"], -1)
-    both = np.zeros(len(rows), [("src", "V16"), ("dst", "V16"), ("k", "i1"), ("d", "u1"), ("p", "i2"), ("q", "u4")])
-    both["src"], both["dst"] = rows["src"], rows["dst"]
+    both = np.zeros(len(rows), [("src", "V16"), ("dst", "V16"), ("slid", "u2"), ("dlid", "u2"), ("k", "i1"),
+                                ("d", "u1"), ("p", "i2"), ("q", "u4")])
+    for f in ("src", "dst", "slid", "dlid"):
+        both[f] = rows[f]
     for f in ("k", "d", "p", "q"):
         both[f] = keyed[f]
-    _, first, inv = group_rows(both, ("src", "dst", "q", "k", "d", "p"))
+    _, first, inv = group_rows(both, ("src", "dst", "slid", "dlid", "q", "k", "d", "p"))
     counts = np.bincount(inv, minlength=len(first))
     out = []
     for g, i in enumerate(first):
-        out.append({"src": _addr(rows["src"][i]), "dst": _addr(rows["dst"][i]), "qp": int(rows["destqp"][i]),
+        out.append({"src": _addr(_end(rows, i, "src")), "dst": _addr(_end(rows, i, "dst")), "qp": int(rows["destqp"][i]),
                     "kind": KINDS[kind[i]], "dscp": int(rows["dscp"][i]),
                     "pcp": int(rows["pcp"][i]) if rows["vlan"][i] >= 0 else None, "priority": int(prio[i]),
                     "packets": int(counts[g])})
@@ -378,7 +396,13 @@ def _qos_table(rows, kind, prio, flows) -> List[dict]:
 
 # ---- findings -------------------------------------------------------------------------------------------------
 
+_MARK_FILTER = {R.ROCE2V6: "ipv6.tclass.ecn == 3", R.ROCE1: "grh.tclass & 3 == 3", R.IB: "bth.fecn == 1",
+                R.IBGRH: "bth.fecn == 1"}
+
+
 def _ends_filter(link: int, src: str, dst: str) -> str:
+    if src.startswith("LID "):
+        return f"lrh.slid == {src[4:]} && lrh.dlid == {dst[4:]}"
     if link == R.ROCE2V4:
         return f"ip.src == {src} && ip.dst == {dst}"
     if link == R.ROCE2V6:
@@ -433,11 +457,11 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
         back = _ends_filter(f["link"], c["dst"], c["src"])
         cnp_qp = f" && bth.destqp == 0x{f['partner']:06x}" if f["partner"] is not None else ""
         if c["ce_marked"] and not c["cnps"]:
-            ce = f["rows"][rows["ecn"][f["rows"]] == 3]
+            ce = f["rows"][marked(rows[f["rows"]])]
             found.append(_finding("ce_unanswered", "error",
                                   f"{c['flow']}: {c['ce_marked']} packets marked ECN-CE, no CNP answered them",
                                   rows["frame"][ce], f"{ends} && bth.destqp == 0x{f['qp']:06x} && "
-                                  f"{'ipv6.tclass.ecn' if f['link'] == R.ROCE2V6 else 'ip.dsfield.ecn'} == 3",
+                                  f"{_MARK_FILTER.get(f['link'], 'ip.dsfield.ecn == 3')}",
                                   flow=c["flow"]))
         flat = [r["cnp_frame"] for r in c["reactions"] if r["cut"] is False]
         if flat:
