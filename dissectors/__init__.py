@@ -10,7 +10,7 @@ __all__ = [
     "OPCODES", "lookup", "LRH", "GRH", "BTH", "RDETH", "DETH", "XRCETH", "RETH", "AtomicETH", "AETH",
     "AtomicAckETH", "ImmDt", "IETH", "FETH", "CNPPadding", "DCExt", "IBPad", "ICRC", "VCRC", "EXT_HEADERS",
     "ERF", "IBLink", "IPoIB", "IPoIBLink", "RWH", "looks_like_roce2", "MACControl", "MACControlPause", "MACControlPFC",
-    "LLDPDUETSConfiguration", "LLDPDUETSRecommendation", "LLDPDUPFCConfiguration", "LLDPDUAppPriority", "DCBXApp",
+    "LLDPDUETSConfiguration", "LLDPDUETSRecommendation", "LLDPDUPFCConfiguration", "LLDPDUAppPriority", "DCBXApp", "LLDPDUCEEDCBX",
 ]
 
 

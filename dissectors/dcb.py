@@ -12,11 +12,11 @@ The constants and a scapy-free parse live in dissectors.dcbfacts.  Each layer's 
 """
 from scapy.contrib.lldp import LLDPDU, LLDPDU_CLASS_TYPES
 from scapy.fields import (BitEnumField, BitField, BitFieldLenField, ByteField, FieldListField, PacketListField,
-                          ShortField, ThreeBytesField, XByteField, XShortEnumField, XShortField)
+                          ShortField, StrLenField, ThreeBytesField, XByteField, XShortEnumField, XShortField)
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Packet, bind_layers
 
-from .dcbfacts import (DEFAULT_PORT_SPEED, MAC_CONTROL_ETHERTYPE, OP_PAUSE, OP_PFC, OPCODES, OUI_IEEE_802_1,
+from .dcbfacts import (CEE_APP, CEE_CONTROL, CEE_PFC, CEE_PG, CEE_SUBTYPE, OUI_CEE, cee_subtlvs, DEFAULT_PORT_SPEED, MAC_CONTROL_ETHERTYPE, OP_PAUSE, OP_PFC, OPCODES, OUI_IEEE_802_1,
                        SUB_APP_PRIORITY, SUB_ETS_CONFIG, SUB_ETS_RECOMMEND, SUB_PFC_CONFIG, pause_seconds)
 
 
@@ -193,6 +193,67 @@ class LLDPDUAppPriority(_DCBX):
         return out
 
 
-DCBX_TLVS = (LLDPDUETSConfiguration, LLDPDUETSRecommendation, LLDPDUPFCConfiguration, LLDPDUAppPriority)
+class LLDPDUCEEDCBX(LLDPDU):
+    """The pre-standard CEE DCBX TLV (DCBX 1.01, OUI 00-1B-21, subtype 2): sub-TLVs for control (sequence and
+    acknowledgement numbers), priority groups, PFC and applications, each feature with version, enable,
+    willing and error flags.  The sub-TLVs stay bytes; `ws_fields` reads them as Wireshark does."""
+
+    name = "LLDP CEE DCBX"
+    ws_proto = "lldp"
+    fields_desc = [BitEnumField("_type", 127, 7, LLDPDU.TYPES),
+                   BitFieldLenField("_length", None, 9, length_of="subtlvs", adjust=lambda pkt, x: x + 4),
+                   ThreeBytesField("org_code", OUI_CEE), ByteField("subtype", CEE_SUBTYPE),
+                   StrLenField("subtlvs", b"", length_from=lambda pkt: (pkt._length or 4) - 4)]
+
+    @classmethod
+    def _match_organization_specific(cls, payload):
+        return len(payload) >= 6 and payload[2:5] == OUI_CEE.to_bytes(3, "big") and payload[5] == CEE_SUBTYPE
+
+    def ws_fields(self) -> dict:
+        out: dict = {}
+
+        def add(key, value):
+            out.setdefault(key, []).append(value)
+        for key, value in (("tlv.type", 127), ("tlv.len", self._length), ("orgtlv.oui", self.org_code),
+                           ("dcbx.proto", self.subtype)):
+            out[key] = value
+        body = OUI_CEE.to_bytes(3, "big") + bytes([self.subtype]) + bytes(self.subtlvs)
+        for kind, v in cee_subtlvs(body):
+            add("dcbx.type", kind)
+            add("dcbx.len", len(v))
+            if len(v) < 2:
+                continue
+            add("dcbx.version", v[0])
+            add("dcbx.max_version", v[1])
+            if kind == CEE_CONTROL and len(v) >= 10:
+                add("dcbx.control.seq", int.from_bytes(v[2:6], "big"))
+                add("dcbx.control.ack", int.from_bytes(v[6:10], "big"))
+            if kind not in (CEE_PG, CEE_PFC, CEE_APP) or len(v) < 4:
+                continue
+            for name, bit in (("enabled", 7), ("willing", 6), ("error", 5)):
+                add(f"dcbx.feature.{name}", v[2] >> bit & 1)
+            add("dcbx.feature.subtype", v[3])
+            if kind == CEE_PG and len(v) >= 17:
+                for p in range(8):
+                    add(f"dcbx.feature.pg.pgid_prio{p}", v[4 + p // 2] >> (4 * (1 - p % 2)) & 0xF)
+                for g in range(8):
+                    add(f"dcbx.feature.pg.per{g}", v[8 + g])
+                add("dcbx.feature.pg.numtcs", v[16])
+            elif kind == CEE_PFC and len(v) >= 6:
+                for p in range(8):
+                    add(f"dcbx.feature.pfc.prio{p}", v[4] >> p & 1)
+                add("dcbx.feature.pfc.numtcs", v[5])
+            elif kind == CEE_APP:
+                for at in range(4, len(v) - 5, 6):
+                    e = v[at:at + 6]
+                    add("dcbx.feature.app.proto", int.from_bytes(e[:2], "big"))
+                    add("dcbx.feature.app.oui", (e[2] & 0xFC) << 16 | e[3] << 8 | e[4])
+                    add("dcbx.feature.app.sf", e[2] & 3)
+                    if e[5]:                             # the lowest priority of the map, as Wireshark shows
+                        add("dcbx.feature.app.prio", (e[5] & -e[5]).bit_length() - 1)
+        return {k: v[0] if isinstance(v, list) and len(v) == 1 else v for k, v in out.items()}
+
+
+DCBX_TLVS = (LLDPDUETSConfiguration, LLDPDUETSRecommendation, LLDPDUPFCConfiguration, LLDPDUAppPriority, LLDPDUCEEDCBX)
 # scapy's LLDP picks an organisation-specific class by trying its list in order; ours go first.
 LLDPDU_CLASS_TYPES[127][:0] = [c for c in DCBX_TLVS if c not in LLDPDU_CLASS_TYPES[127]]

@@ -19,6 +19,8 @@ OPCODES = {OP_PAUSE: "PAUSE", OP_PFC: "PFC"}
 QUANTUM_BITS = 512                  # IEEE 802.3 §31B.2: one pause_quantum is 512 bit times
 DEFAULT_PORT_SPEED = 100e9          # bit/s, for pause times in seconds when nothing says otherwise
 OUI_IEEE_802_1 = 0x0080C2
+OUI_CEE, CEE_SUBTYPE = 0x001B21, 2    # the pre-standard CEE DCBX (DCBX 1.01): one TLV of sub-TLVs
+CEE_CONTROL, CEE_PG, CEE_PFC, CEE_APP = 1, 2, 3, 4
 SUB_ETS_CONFIG, SUB_ETS_RECOMMEND, SUB_PFC_CONFIG, SUB_APP_PRIORITY = 9, 10, 11, 12
 TSA = {0: "strict priority", 1: "credit-based shaper", 2: "ETS", 255: "vendor"}
 APP_SELECTORS = {1: "ethertype", 2: "TCP/SCTP port", 3: "UDP/DCCP port", 4: "TCP/SCTP/UDP/DCCP port", 5: "DSCP"}
@@ -70,11 +72,29 @@ def lldp_tlvs(frame: bytes):
         at += 2 + n
 
 
+def cee_subtlvs(value: bytes):
+    """(type, value) of each sub-TLV of a CEE DCBX TLV's value (after its OUI and subtype)."""
+    at = 4
+    while at + 2 <= len(value):
+        head = int.from_bytes(value[at:at + 2], "big")
+        kind, n = head >> 9, head & 0x1FF
+        if at + 2 + n > len(value):
+            return
+        yield kind, value[at + 2:at + 2 + n]
+        at += 2 + n
+
+
 def parse_dcbx(frame: bytes) -> dict:
-    """What an LLDP frame's DCBX TLVs configure: `pfc_enabled` (priorities), `willing`, `apps`
+    """What an LLDP frame's DCBX TLVs (IEEE, or CEE for PFC) configure: `pfc_enabled` (priorities), `willing`, `apps`
     ([(priority, selector, protocol)]), `ets_priority_tc` (traffic class of each priority)."""
     out: dict = {}
     for kind, v in lldp_tlvs(frame):
+        if kind == 127 and len(v) >= 4 and int.from_bytes(v[:3], "big") == OUI_CEE and v[3] == CEE_SUBTYPE:
+            for sub, w in cee_subtlvs(v):
+                if sub == CEE_PFC and len(w) >= 5:
+                    out["pfc_enabled"] = [p for p in range(8) if w[4] >> p & 1]
+                    out["willing"] = bool(w[2] & 0x40)
+            continue
         if kind != 127 or len(v) < 4 or int.from_bytes(v[:3], "big") != OUI_IEEE_802_1:
             continue
         sub = v[3]

@@ -49,7 +49,10 @@ ENCAP: Dict[str, str] = {
     **_group("lldp", UINT, "tlv.type", "tlv.len", "chassis.subtype", "port.subtype", "time_to_live", "orgtlv.oui",
              "ieee.802_1.subtype", "unknown_subtype", "dcbx.ieee.willing", "dcbx.ieee.ets.cbs", "dcbx.ieee.ets.maxtcs",
              "dcbx.feature.pg.reserved", "dcbx.ieee.pfc.mbc", "dcbx.ieee.pfc.numtcs", "dcbx.ieee.app.reserved",
-             "dcbx.ieee.app.prio", "dcbx.iee.app.sf", "dcbx.feature.app.proto",
+             "dcbx.ieee.app.prio", "dcbx.iee.app.sf", "dcbx.feature.app.proto", "dcbx.proto", "dcbx.type", "dcbx.len",
+             "dcbx.version", "dcbx.max_version", "dcbx.control.seq", "dcbx.control.ack", "dcbx.feature.enabled",
+             "dcbx.feature.willing", "dcbx.feature.error", "dcbx.feature.subtype", "dcbx.feature.pg.numtcs",
+             "dcbx.feature.pfc.numtcs", "dcbx.feature.app.oui", "dcbx.feature.app.sf", "dcbx.feature.app.prio",
              *(f"dcbx.{f}{i}" for f in ("feature.pg.pgid_prio", "feature.pg.per", "ieee.ets.tsa", "feature.pfc.prio")
                for i in range(8))),
     **_group("lldp", MAC, "chassis.id.mac", "port.id.mac"), "lldp.unknown_subtype.content": BYTES,
@@ -182,7 +185,10 @@ TSHARK_DISPLAY: Dict[str, int] = {name: digits for digits, names in {
 TSHARK_DISPLAY.update({"macc.opcode": 4, "macc.cbfc.enbv": 4, "lldp.unknown_subtype.content": -1, "lldp.ieee.802_1.subtype": 2, "lldp.unknown_subtype": 2,
                        "lldp.dcbx.feature.pg.reserved": 2, "lldp.dcbx.ieee.app.reserved": 2,
                        "lldp.dcbx.feature.app.proto": 4, "lldp.dcbx.ieee.willing": 1, "lldp.dcbx.ieee.ets.cbs": 1,
-                       "lldp.dcbx.ieee.pfc.mbc": 1, **{f"macc.cbfc.enbv.c{p}": 1 for p in range(8)},
+                       "lldp.dcbx.ieee.pfc.mbc": 1, "lldp.dcbx.proto": 2, "lldp.dcbx.version": 2,
+                       "lldp.dcbx.max_version": 2, "lldp.dcbx.feature.subtype": 2, "lldp.dcbx.feature.pg.numtcs": 2,
+                       "lldp.dcbx.feature.pfc.numtcs": 2, "lldp.dcbx.feature.app.oui": 6, "lldp.dcbx.feature.enabled": 1,
+                       "lldp.dcbx.feature.willing": 1, "lldp.dcbx.feature.error": 1, **{f"macc.cbfc.enbv.c{p}": 1 for p in range(8)},
                        **{f"lldp.dcbx.feature.pfc.prio{p}": 1 for p in range(8)}})
 HEX_DIGITS = {name: digits for name, digits in TSHARK_DISPLAY.items() if digits > 1}
 

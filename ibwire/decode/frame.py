@@ -131,12 +131,16 @@ def _control_summary(pkt, flat) -> str:
     return "  ".join(parts)
 
 
+def _values(v) -> list:
+    return v if isinstance(v, list) else [] if v is None else [v]
+
+
 def _lldp_items(flat):
     if flat.get("lldp.port.id") is not None or flat.get("lldp.port.id.mac") is not None:
         yield f"port {flat.get('lldp.port.id', flat.get('lldp.port.id.mac'))}"
-    pfc = [p for p in range(8) if flat.get(f"lldp.dcbx.feature.pfc.prio{p}") == 1]
-    if "lldp.dcbx.ieee.pfc.numtcs" in flat:
-        yield "PFC on " + (",".join(map(str, pfc)) if pfc else "no priority")
+    pfc = [p for p in range(8) if 1 in _values(flat.get(f"lldp.dcbx.feature.pfc.prio{p}"))]
+    if "lldp.dcbx.ieee.pfc.numtcs" in flat or "lldp.dcbx.feature.pfc.numtcs" in flat:
+        yield ("CEE " if "lldp.dcbx.proto" in flat else "") + "PFC on " + (",".join(map(str, pfc)) or "no priority")
     if "lldp.dcbx.ieee.ets.maxtcs" in flat:
         yield "ETS"
     apps = flat.get("lldp.dcbx.ieee.app.prio")
