@@ -41,6 +41,22 @@ ENCAP: Dict[str, str] = {
     "payload.len": UINT, "mad.summary": STRING, "payload": PROTO, "padding": PROTO,
     "payload.data": BYTES, "payload.length": UINT, "padding.data": BYTES,
     "rmpp.reassembled": PROTO, **_group("rmpp.reassembled", UINT, "segments", "records", "complete"),
+    # MAC control PAUSE/PFC and LLDP DCBX (dissectors.dcb), Wireshark 4.0's names; `*pause_s` are ibwire's own
+    **{p: PROTO for p in ("macc", "lldp")},
+    **_group("macc", UINT, "opcode", "pause_time", "cbfc.enbv", *(f"cbfc.{f}.c{p}" for f in ("enbv", "pause_time")
+                                                                  for p in range(8))),
+    **_group("macc", FLOAT, "pause_s", *(f"cbfc.pause_s.c{p}" for p in range(8))),
+    **_group("lldp", UINT, "tlv.type", "tlv.len", "chassis.subtype", "port.subtype", "time_to_live", "orgtlv.oui",
+             "ieee.802_1.subtype", "unknown_subtype", "dcbx.ieee.willing", "dcbx.ieee.ets.cbs", "dcbx.ieee.ets.maxtcs",
+             "dcbx.feature.pg.reserved", "dcbx.ieee.pfc.mbc", "dcbx.ieee.pfc.numtcs", "dcbx.ieee.app.reserved",
+             "dcbx.ieee.app.prio", "dcbx.iee.app.sf", "dcbx.feature.app.proto", "dcbx.proto", "dcbx.type", "dcbx.len",
+             "dcbx.version", "dcbx.max_version", "dcbx.control.seq", "dcbx.control.ack", "dcbx.feature.enabled",
+             "dcbx.feature.willing", "dcbx.feature.error", "dcbx.feature.subtype", "dcbx.feature.pg.numtcs",
+             "dcbx.feature.pfc.numtcs", "dcbx.feature.app.oui", "dcbx.feature.app.sf", "dcbx.feature.app.prio",
+             *(f"dcbx.{f}{i}" for f in ("feature.pg.pgid_prio", "feature.pg.per", "ieee.ets.tsa", "feature.pfc.prio")
+               for i in range(8))),
+    **_group("lldp", MAC, "chassis.id.mac", "port.id.mac"), "lldp.unknown_subtype.content": BYTES,
+    **_group("lldp", STRING, "chassis.id", "port.id", "port.desc", "tlv.system.name", "tlv.system.desc"),
 }
 
 # Fields present several times per frame by definition: Wireshark's "either end" fields, in header order.
@@ -166,6 +182,14 @@ TSHARK_DISPLAY: Dict[str, int] = {name: digits for digits, names in {
         'trap.systemimageguid'),
 }.items() for name in names.split()}
 
+TSHARK_DISPLAY.update({"macc.opcode": 4, "macc.cbfc.enbv": 4, "lldp.unknown_subtype.content": -1, "lldp.ieee.802_1.subtype": 2, "lldp.unknown_subtype": 2,
+                       "lldp.dcbx.feature.pg.reserved": 2, "lldp.dcbx.ieee.app.reserved": 2,
+                       "lldp.dcbx.feature.app.proto": 4, "lldp.dcbx.ieee.willing": 1, "lldp.dcbx.ieee.ets.cbs": 1,
+                       "lldp.dcbx.ieee.pfc.mbc": 1, "lldp.dcbx.proto": 2, "lldp.dcbx.version": 2,
+                       "lldp.dcbx.max_version": 2, "lldp.dcbx.feature.subtype": 2, "lldp.dcbx.feature.pg.numtcs": 2,
+                       "lldp.dcbx.feature.pfc.numtcs": 2, "lldp.dcbx.feature.app.oui": 6, "lldp.dcbx.feature.enabled": 1,
+                       "lldp.dcbx.feature.willing": 1, "lldp.dcbx.feature.error": 1, **{f"macc.cbfc.enbv.c{p}": 1 for p in range(8)},
+                       **{f"lldp.dcbx.feature.pfc.prio{p}": 1 for p in range(8)}})
 HEX_DIGITS = {name: digits for name, digits in TSHARK_DISPLAY.items() if digits > 1}
 
 

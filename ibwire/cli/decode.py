@@ -9,7 +9,7 @@ import numpy as np
 import typer
 
 from ..errors import UserError
-from .app import app, capture_source, read_file_option
+from .app import app, capture_source, port_speed, port_speed_option, read_file_option
 
 _SEPARATORS = {"/t": "\t", "/s": " "}
 _QUOTES = {"d": '"', "s": "'", "n": ""}
@@ -55,11 +55,14 @@ def decode(
     print_too: bool = typer.Option(False, "-P", "--print", help="summary lines too: while writing with -w, "
                                                                  "and before -V trees and -x dumps"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC and VCRC"),
+    speed: str = port_speed_option(),
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
     from ..fast.filter import names_analysis
     from ..filter import compile_filter, field_name
     from ..output.printer import FORMATS, TIME_MODES, Printer
+    from dissectors.dcb import set_port_speed
+    set_port_speed(port_speed(speed))
     src = capture_source(file, read, "name a capture file, as an argument or with -r (- reads one from standard "
                                      "input)")
     if write == "-" and print_too:

@@ -119,6 +119,8 @@ def _columns(key: str, c: Ctx):
             return [Column(has, None, sound)]
         if key == "vlan.id":
             return [Column(has, rec["vlan"].astype(np.int64), sound)]
+        if key == "vlan.priority":
+            return [Column(has, _u(rec, "pcp"), sound)]
         raise NotBatchable(key)
     if proto in ("ip", "ipv6", "udp", "arp", "icmp"):
         sure = c.encap_sure
@@ -134,6 +136,8 @@ def _columns(key: str, c: Ctx):
             return [Column(has, np.full(c.n, simple[key], np.int64), sure)]
         if key in ("ip.dsfield.ecn", "ipv6.tclass.ecn"):
             return [Column(has, _u(rec, "ecn"), sure)]
+        if key in ("ip.dsfield.dscp", "ipv6.tclass.dscp"):
+            return [Column(has, _u(rec, "dscp"), sure)]
         if key in ("udp.srcport", "udp.dstport"):
             return [Column(has, _u(rec, "udp_src" if key == "udp.srcport" else "udp_dst"), sure)]
         raise NotBatchable(key)

@@ -27,6 +27,7 @@ F_IPOIB = 64        # a SEND whose payload is IPoIB (RFC 4391): the summary show
 RECORD = np.dtype([
     ("frame", "u4"), ("time", "f8"), ("caplen", "u4"), ("len", "u4"), ("linktype", "u2"), ("link", "u1"), ("flags", "u1"),
     ("vlan", "i4"), ("ecn", "u1"),
+    ("pcp", "u1"), ("dscp", "u1"), ("etype", "u2"),       # VLAN priority (when vlan >= 0), DSCP, inner ethertype
     ("eth_src", "V6"), ("eth_dst", "V6"), ("src", "V16"), ("dst", "V16"),   # GIDs / IPs (v4-mapped)
     ("slid", "u2"), ("dlid", "u2"), ("sl", "u1"), ("vl", "u1"),
     ("udp_src", "u2"), ("udp_dst", "u2"),
@@ -66,6 +67,7 @@ FIELD_KEYS = {
     "mad_status": "mad.status", "mad_attrid": "mad.attributeid", "mad_attrmod": "mad.attributemodifier",
     "mad_tid": "mad.transactionid",
     "udp_src": "udp.srcport", "udp_dst": "udp.dstport", "vlan": "vlan.id", "ecn": "ip.dsfield.ecn",
+    "pcp": "vlan.priority", "dscp": "ip.dsfield.dscp",
     "frame": "frame.number", "linktype": "frame.linktype", "caplen": "frame.cap_len", "len": "frame.len", "time": "frame.time_epoch",
     "icrc": "icrc.status", "vcrc": "vcrc.status", "link": "link.kind", "paylen": "payload.len",
     "src": "addr.src", "dst": "addr.dst", "eth_src": "eth.src", "eth_dst": "eth.dst",

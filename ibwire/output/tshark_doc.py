@@ -23,7 +23,7 @@ from scapy.packet import NoPayload, Raw
 
 from dissectors.base import IBLayer
 
-from ..decode.fields import FOREIGN, mad_layer_entries
+from ..decode.fields import FOREIGN, MERGED, mad_layer_entries
 from ..fieldtypes import TSHARK_DISPLAY
 from .values import SELF_NAMED, bytes_text, ipv6_text, value_text
 
@@ -253,8 +253,17 @@ def _mad_items(layer) -> list:
 
 
 def _foreign(layer) -> Optional[tuple]:
-    name, fields = FOREIGN[type(layer)](layer)
-    return name, [(f"{name}.{k}", value_text(f"{name}.{k}", v)) for k, v in fields.items() if v is not None]
+    if hasattr(layer, "ws_fields"):
+        name, fields = layer.ws_proto, layer.ws_fields()
+    else:
+        name, fields = FOREIGN[type(layer)](layer)
+    items = []
+    for k, v in fields.items():
+        key = f"{name}.{k}"
+        for one in (v if isinstance(v, list) else [v]):
+            if one is not None:
+                items.append((key, bool(one) if TSHARK_DISPLAY.get(key) == 1 else value_text(key, one)))
+    return name, items
 
 
 def document(d, t: Times, session: Session) -> list:
@@ -307,8 +316,12 @@ def _layers(layer, layers: list, t: Times, session: "Session") -> list:
             ib += _ipoib(layer) if layer.ws_name == "ipoib" else _header(layer) if layer.ws_name != "rwh" else []
         elif cls is Raw and layer.load:
             layers.append(("data", [("data.data", bytes_text(layer.load)), ("data.len", str(len(layer.load)))]))
-        elif cls in FOREIGN:
-            layers.append(_foreign(layer))
+        elif cls in FOREIGN or hasattr(layer, "ws_fields"):
+            name, items = _foreign(layer)
+            if name in MERGED and layers and layers[-1][0] == name:
+                layers[-1][1].extend(items)          # one lldp/macc layer for all its TLVs/parts, as tshark
+            else:
+                layers.append((name, items))
         layer = layer.payload
     if ib is not None and layer is not None and not isinstance(layer, NoPayload):
         for crc in ("ICRC", "VCRC"):           # after a MAD: its CRCs, which the walk stopped before

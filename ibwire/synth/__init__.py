@@ -9,6 +9,7 @@ from ibwire.writers import PcapWriter
 
 from .engine import Context, qp_flow
 from .links import LINKS, Link
+from .lossless import control_frames
 from .management import ipoib_joins, ipoib_pings, sm_sweep, smp_faults
 from .scenario import LAST_SECOND, Scenario, load
 
@@ -44,7 +45,8 @@ def frames(scen: Scenario, link: Optional[str] = None, seed: Optional[int] = Non
     mirror missed ("not_captured": frame -> how many)."""
     lk = Link(link or scen.link)
     ctx = Context(scen, lk, scen.seed if seed is None else seed)
-    mgmt = sm_sweep(ctx, 0.0) + smp_faults(ctx, 0.0) + ipoib_pings(ctx, 0.0) + ipoib_joins(ctx, 0.0)
+    mgmt = sm_sweep(ctx, 0.0) + smp_faults(ctx, 0.0) + ipoib_pings(ctx, 0.0) + ipoib_joins(ctx, 0.0) + \
+        control_frames(ctx, 0.0)
     mgmt_events = sorted(((t, next(ctx.seq), f) for t, f in mgmt), key=lambda e: (e[0], e[1]))
     flows = [qp_flow(ctx, qp) for qp in scen.qps.values()]
     sec = int(scen.start)
