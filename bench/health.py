@@ -56,7 +56,7 @@ def tshark_counts(text: str) -> dict:
     ce = cnps = pauses = 0
     ports = set()
     for line in text.splitlines():
-        ecn, op, qp, sport, dscp, pcp, enbv, q3 = (line.split("\t") + [""] * 8)[:8]
+        ecn, op, qp, sport, dscp, pcp, enbv = (line.split("\t") + [""] * 8)[:7]
         if enbv:
             pauses += 1
             continue

@@ -22,8 +22,6 @@ OUI_IEEE_802_1 = 0x0080C2
 OUI_CEE, CEE_SUBTYPE = 0x001B21, 2    # the pre-standard CEE DCBX (DCBX 1.01): one TLV of sub-TLVs
 CEE_CONTROL, CEE_PG, CEE_PFC, CEE_APP = 1, 2, 3, 4
 SUB_ETS_CONFIG, SUB_ETS_RECOMMEND, SUB_PFC_CONFIG, SUB_APP_PRIORITY = 9, 10, 11, 12
-TSA = {0: "strict priority", 1: "credit-based shaper", 2: "ETS", 255: "vendor"}
-APP_SELECTORS = {1: "ethertype", 2: "TCP/SCTP port", 3: "UDP/DCCP port", 4: "TCP/SCTP/UDP/DCCP port", 5: "DSCP"}
 ALL_PRIORITIES = -1                 # an 802.3x PAUSE stops every priority
 _PFC = struct.Struct(">HH8H")
 

@@ -113,8 +113,3 @@ UNCHECKED  # unused variable (ibwire/fast/records.py:16)
 LINKTYPE_IPOIB  # unused variable (ibwire/writers.py:12)
 LINKTYPE_LINUX_SLL  # unused variable (ibwire/writers.py:14)
 LINKTYPE_LINUX_SLL2  # unused variable (ibwire/writers.py:15)
-
-# Dead code found by vulture in modules other branches are changing now: remove after they land.
-rep_ends  # unused variable (ibwire/analysis/flows.py:233)
-vf_bound  # unused variable (ibwire/capture/target.py:38)
-_.vf_bound  # unused attribute (ibwire/capture/target.py:169)

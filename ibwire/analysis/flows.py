@@ -231,7 +231,7 @@ def _pair(halves: Dict[HalfKey, _Half], reqs, reps):
     for comm, (req_ends, qa) in reqs.items():
         if comm not in reps:
             continue
-        (rep_ends, qb) = reps[comm]
+        (_, qb) = reps[comm]
         a_src, a_lid, b_src, b_lid = req_ends
         ab = (a_src, b_src, a_lid, b_lid, qb)
         ba = (b_src, a_src, b_lid, a_lid, qa)

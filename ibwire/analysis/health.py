@@ -38,7 +38,6 @@ _ACK_OPS = np.array([c in OPCODES and OPCODES[c].op in ("ack", "atomic_ack") for
 _KEEP = ("frame", "time", "time_ns", "len", "link", "flags", "vlan", "pcp", "dscp", "ecn", "fecn", "slid", "dlid", "src", "dst", "udp_src", "opcode",
          "destqp", "psn", "mad_class")
 KEEP = np.dtype([(f, R.RECORD.fields[f][0]) for f in _KEEP])
-QOS_KEYS = ("dscp", "cnp_dscp", "pfc_priority", "cnp_priority")
 MIN_JUDGED = 8           # packets the sender sent in the window before a CNP for its reaction to be judged
 
 

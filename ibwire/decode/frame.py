@@ -9,10 +9,7 @@ from scapy.packet import NoPayload, Raw
 
 import dissectors.layers  # noqa: F401  (registers the layer bindings)
 from dissectors import BTH, GRH, ICRC, LRH, VCRC, lookup
-<<<<<<< HEAD
-=======
 from dissectors.dcb import MACControl, MACControlPause, MACControlPFC, pause_seconds
->>>>>>> h-health
 from scapy.layers.inet import IP
 from scapy.layers.inet6 import IPv6
 

@@ -440,7 +440,6 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
             lost.add(d.no)
         missed += f is not None and f.kind == "capture_gap"
         if seen:
-<<<<<<< HEAD
             n = next(seq)
             truth = ctx.truth
             if reliable and (f is None or f.kind == "capture_gap") and not psn_ge(d.psn, epsn):
@@ -457,15 +456,11 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
             missed = 0
             yield (ready, n, frame)
         timed_out = timed_out and is_new
-        t = ready + len(frame) * 8 / rate
-=======
-            yield (ready, next(seq), frame)
         while cnp_heard and cnp_heard[0] <= ready:   # each CNP heard cuts the rate by qp.rate_cut
             cur_rate, cut_at = cur_rate * (1 - qp.rate_cut), cnp_heard.pop(0)
         if ready - cut_at > qp.recover_us * 1e-6:
             cur_rate = rate                             # recovered: back at line rate
         t = ready + len(frame) * 8 / cur_rate
->>>>>>> h-health
         last_send = ready
         if is_new:
             new = next(segs, None)
