@@ -55,6 +55,8 @@ def decode(
     print_too: bool = typer.Option(False, "-P", "--print", help="summary lines too: while writing with -w, "
                                                                  "and before -V trees and -x dumps"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC and VCRC"),
+    decode_as: List[str] = typer.Option([], "-d", "--decode-as", help="nvme-rdma: every RC queue pair carries "
+                                                                       "NVMe-oF (captures without the RDMA-CM setup)"),
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
     from ..filter import compile_filter, field_name
@@ -81,6 +83,11 @@ def decode(
     header, sep, quote = _field_options(field_opts)
     if fmt == "csv":
         header, sep, quote = header if header is not None else True, sep or ",", quote if quote is not None else ""
+    for d in decode_as:
+        if d.rpartition(",")[2] != "nvme-rdma":
+            raise UserError(f"-d takes nvme-rdma (NVMe-oF on every RC queue pair), not {d!r}")
+    from ..decode.nvme import NvmeTracker
+    nvme = NvmeTracker(decode_as=bool(decode_as))
     flt = compile_filter(display_filter) if display_filter else None
     stream = _open(src, icrc)
     if (only_layers or all_layers) and fmt not in ("json", "ek"):
@@ -89,6 +96,7 @@ def decode(
     printer = Printer(fmt, time_mode, fields, bool(header), sep or "\t", quote or "", keys, layers,
                       bool(all_layers))
     printer.decimals = stream.decimals
+    printer.nvme = nvme
     out = sys.stdout.buffer
     show = write is None or print_too
     with contextlib.ExitStack() as files:
@@ -111,7 +119,7 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
     t0, prev = None, None
     if show:
         out.write(printer.start())
-    batches = select(stream, flt) if flt else ((b, None) for b in stream)
+    batches = select(stream, flt, nvme=printer.nvme) if flt else ((b, None) for b in stream)
     for batch, mask in batches:
         rec = batch.rec
         if not len(rec):
@@ -131,6 +139,8 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
             def details(i, batch=batch, times=times, prev=prev):
                 from ..decode import decode_frame
                 d = decode_frame(batch.frame(i))
+                if printer.nvme is not None:
+                    printer.nvme.feed(d)
                 d.flat.update(detail_flat_times(d.frame.time, t0, float(times[i - 1]) if i else prev))
                 return d
             if verbose or hexdump:

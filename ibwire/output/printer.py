@@ -9,6 +9,7 @@ from typing import List, Optional
 import numpy as np
 
 from ..analysis.hashing import group_rows
+from ..decode.nvme import storage_rows
 from ..decode.stream import Batch
 from ..fast import records as R
 from ..fast.filter import DATA, NotBatchable
@@ -91,6 +92,7 @@ class Printer:
                 self.records_answer = False
         self.header = header
         self.rmpp = None
+        self.nvme = None          # ibwire.decode.nvme.NvmeTracker: NVMe-oF queues across frames
         self.echo = None          # summary.EchoPairs of text output
 
     def start(self) -> bytes:
@@ -140,6 +142,8 @@ class Printer:
         data &= ~sa                      # SA transfers span frames (RMPP): reassembled from the full decode
         if self.fmt == "text":           # IPoIB: summarised by what it carries, from the full decode
             data &= (rec["flags"][rows] & R.F_IPOIB) == 0
+        if self.nvme is not None:        # NVMe-oF: capsules span frames and queues are learned from RDMA-CM
+            data &= ~storage_rows(rec, rows, self.nvme.active)
         prog_of = np.zeros(len(rows), np.int32)
         programs = []
         idx = np.flatnonzero(data)
@@ -215,6 +219,8 @@ class Printer:
         return "".join(out).encode()
 
     def _feed_rmpp(self, d) -> None:
+        if self.nvme is not None:
+            self.nvme.feed(d)
         if d.flat.get("mad.mgmtclass") == RMPP_CLASS:
             from ..decode.rmpp import RmppTracker
             self.rmpp = self.rmpp or RmppTracker()

@@ -1,0 +1,211 @@
+"""NVMe-oF over RDMA across frames: which queue pairs carry NVMe-oF (learned from the RDMA-CM REQ/REP
+for service port 4420, as Wireshark's packet-nvme-rdma.c does, or declared with `decode -d nvme-rdma`),
+SEND First/Middle/Last reassembled per QP, and each completion matched to its command by command id.
+
+Feed every Decoded in capture order; frames of a known queue get the NVMe layers and fields added."""
+from typing import Dict, NamedTuple, Optional
+
+from dissectors.nvme import (CQE_LEN, FABRICS_OPC, SQE_LEN, NVMeUnknown, cm_layer, command_layer,
+                             completion_layer, is_nvme_service)
+
+import numpy as np
+
+from ..fast.records import F_BTH, F_MAD
+from .fields import layer_fields, nest_and_flatten
+
+ADMIN_ONLY = (0x06, 0x09, 0x0A, 0x0C, 0x18)    # Identify, Set/Get Features, AER, Keep Alive: no I/O opcode
+MAX_SEND = 1 << 20
+JOURNAL = 1 << 16            # frames whose additions are kept for a second feed          # a reassembled SEND larger than this is dropped (a capsule is at most a few KiB)
+
+
+class Command(NamedTuple):
+    frame: int
+    time: float
+    sqe: bytes
+    cqe: list               # [frame] once completed
+
+
+class Queue:
+    def __init__(self, qid: int):
+        self.qid = qid
+        self.pending: Dict[int, Command] = {}
+
+
+def _addr(flat, side):
+    return flat.get(f"ip.{side}") or flat.get(f"ipv6.{side}") or flat.get(f"grh.{'sgid' if side == 'src' else 'dgid'}")
+
+
+class NvmeTracker:
+    """decode_as: every RC queue pair is NVMe-oF (commands are SENDs of 64 bytes or more from the host,
+    completions SENDs of 16 bytes to it), for captures without the connection setup."""
+
+    def __init__(self, decode_as: bool = False):
+        self.decode_as = decode_as
+        self.ends: Dict[tuple, tuple] = {}       # (address, QPN) -> (Queue, frames to it go to the host)
+        self.reqs: Dict[int, tuple] = {}         # CM local communication id -> (host address, host QPN, qid)
+        self.sends: Dict[tuple, bytearray] = {}
+        self.pairs: Dict[tuple, Queue] = {}      # (host, target) -> Queue of declared queues
+        self.active = decode_as
+        self.journal: Dict[int, list] = {}        # frame number -> what feed added (replayed on a second feed)
+        self.entry: list = []
+        self.last = None                          # the Decoded fed last (the printer may hand it over twice)
+
+    def feed(self, d) -> None:
+        """Add the NVMe-oF layers to `d`; a frame fed again (a filter, then the printer, decoding it) gets what
+        its first feed found, so queue state advances once per frame."""
+        if d is self.last:
+            return
+        self.last = d
+        n = d.frame.number
+        if n in self.journal:
+            for layer, replace, flat, notes in self.journal[n]:
+                if layer is not None:
+                    _add(d, layer, replace)
+                d.flat.update(flat)
+                d.notes.extend(notes)
+            return
+        self.journal[n] = self.entry = []
+        while len(self.journal) > JOURNAL:
+            del self.journal[next(iter(self.journal))]
+        before, notes = dict(d.flat), len(d.notes)
+        self._feed(d)
+        if self.entry or len(d.notes) > notes:
+            extra = {k: v for k, v in d.flat.items() if k.startswith("nvme") and before.get(k) != v}
+            self.entry.append((None, False, extra, d.notes[notes:]))
+
+    def _feed(self, d) -> None:
+        flat = d.flat
+        try:
+            if "cm.req" in flat or "cm.rep" in flat or "cm.rej" in flat:
+                self._cm(d)
+            elif "bth.opcode" in flat and self.active:
+                self._transport(d)
+        except Exception as e:              # never let a damaged capsule stop the decode
+            d.errors.append(f"malformed: NVMe-oF ({type(e).__name__})")
+
+    def _cm(self, d):
+        flat = d.flat
+        if "cm.req.serviceid" in flat and is_nvme_service(flat["cm.req.serviceid"]):
+            private = bytes.fromhex(flat.get("cm.req.ip_cm.private", ""))
+            qid = int.from_bytes(private[2:4], "little") if len(private) >= 4 else 0
+            host = flat.get("cm.req.ip_cm.sip4") or flat.get("cm.req.ip_cm.sip6") or _addr(flat, "src")
+            self.reqs[flat["cm.req"]] = (host, flat["cm.req.localqpn"], qid)
+            self.active = True
+            self._add(d, cm_layer("req", private[:32]))
+        elif flat.get("cm.rep.remotecommid") in self.reqs:
+            host, host_qpn, qid = self.reqs[flat["cm.rep.remotecommid"]]
+            queue = Queue(qid)
+            self.ends[(host, host_qpn)] = (queue, True)
+            self.ends[(_addr(flat, "src"), flat["cm.rep.localqpn"])] = (queue, False)
+            self._add(d, cm_layer("rep", bytes.fromhex(flat.get("cm.rep.private", ""))[:32]))
+        elif flat.get("cm.rej.remotecommid") in self.reqs:
+            self._add(d, cm_layer("rej", bytes.fromhex(flat.get("cm.rej.private", ""))[:4]))
+
+    def _end(self, flat, to_host_guess: Optional[bool]):
+        """(queue, to host) of the frame's destination QP.  Declared queues without a connection setup share
+        one Queue per host and target pair (completions go to another QP than commands came from); their
+        qid is unknown (None)."""
+        key = (_addr(flat, "dst"), flat["bth.destqp"])
+        if key not in self.ends and self.decode_as and to_host_guess is not None:
+            pair = (_addr(flat, "dst"), _addr(flat, "src")) if to_host_guess else (_addr(flat, "src"), _addr(flat, "dst"))
+            self.ends[key] = (self.pairs.setdefault(pair, Queue(None)), to_host_guess)
+        return self.ends.get(key)
+
+    def _transport(self, d):
+        flat = d.flat
+        op = flat.get("bth.opname", "")
+        if not flat["bth.opname"].startswith(("SEND", "RDMA")) or not op or not flat.get("bth.transport") == "RC":
+            return
+        payload = bytes.fromhex(flat.get("payload.data", ""))
+        guess = None
+        if op.startswith("SEND"):
+            guess = len(payload) == CQE_LEN if "Only" in op else False
+        end = self._end(flat, guess)
+        if end is None:
+            return
+        queue, to_host = end
+        if queue.qid is not None:
+            d.flat["nvme-rdma.cmd.qid"] = queue.qid
+            d.layers.setdefault("nvme-rdma", {})["cmd.qid"] = queue.qid
+        if not op.startswith("SEND"):
+            return
+        key = (_addr(flat, "dst"), flat["bth.destqp"])
+        if "First" in op or "Middle" in op:
+            buf = self.sends.setdefault(key, bytearray())
+            if len(buf) + len(payload) <= MAX_SEND:
+                buf += payload
+            d.notes.append("[NVMe-oF: SEND segment, reassembled at the Last]")
+            return
+        if "Last" in op:
+            payload = bytes(self.sends.pop(key, b"")) + payload
+            d.notes.append(f"[NVMe-oF: reassembled SEND of {len(payload)} bytes]")
+            d.flat["nvme-rdma.reassembled.length"] = len(payload)
+        if to_host:
+            self._completion(d, queue, payload)
+        elif len(payload) >= SQE_LEN:
+            qid = queue.qid if queue.qid is not None else 0 if payload[0] in ADMIN_ONLY else 1
+            name, pkt = command_layer(payload, qid)
+            cid = int.from_bytes(payload[2:4], "little")
+            queue.pending[cid] = Command(d.frame.number, d.frame.time, payload[:SQE_LEN], [])
+            self._add(d, pkt, replace=True)
+            d.notes.append(f"NVMe{'oF' if payload[0] == FABRICS_OPC else ''} {name} cid={cid}")
+        else:
+            self._add(d, NVMeUnknown(payload), replace=True)
+
+    def _add(self, d, layer, replace: bool = False) -> None:
+        self.entry.append((layer, replace, {}, []))
+        _add(d, layer, replace)
+
+    def _completion(self, d, queue, payload):
+        cmd = queue.pending.get(int.from_bytes(payload[12:14], "little")) if len(payload) == CQE_LEN else None
+        if cmd is None or cmd.cqe:
+            self._add(d, NVMeUnknown(payload), replace=True)
+            return
+        cmd.cqe.append(d.frame.number)
+        self._add(d, completion_layer(payload, cmd.sqe), replace=True)
+        which = "nvme.fabrics" if cmd.sqe[0] == FABRICS_OPC else "nvme"
+        latency = round((d.frame.time - cmd.time) * 1000, 3)
+        d.flat[f"{which}.cmd_pkt"], d.flat[f"{which}.cmd_latency"] = cmd.frame, latency
+        status = int.from_bytes(payload[14:16], "little") >> 1
+        d.notes.append(f"NVMe CQE cid={int.from_bytes(payload[12:14], 'little')} for frame {cmd.frame} "
+                       f"status=0x{status:x} {latency} ms")
+
+
+def _add(d, layer, replace: bool = False) -> None:
+    """Put `layer` in the packet (instead of the payload bytes when `replace`) and its fields in d's maps."""
+    if d.packet is not None:
+        if replace:
+            from scapy.packet import Raw
+            raw = d.packet.getlayer(Raw)
+            if raw is not None and raw.underlayer is not None:
+                under, tail = raw.underlayer, raw.payload
+                under.remove_payload()
+                layer = layer.copy()
+                if tail:
+                    layer.add_payload(tail)
+                under.add_payload(layer)
+    nested, flat = nest_and_flatten(layer_fields(layer))
+    for key, fields in nested.items():
+        d.layers.setdefault(key, {}).update(fields)
+    for key, value in flat.items():
+        if key.split(".")[0] in ("nvme", "nvme-rdma"):
+            d.flat[key] = value
+    if replace:
+        for key in ("payload", "payload.data", "payload.length"):
+            d.flat.pop(key, None)
+        d.layers.pop("payload", None)
+
+
+CM_CLASS = 0x07
+RC_DATA = np.zeros(256, bool)
+RC_DATA[list(range(0x11)) + [0x16, 0x17]] = True      # RC SEND, RDMA WRITE, RDMA READ request/response
+
+
+def storage_rows(rec, rows, active: bool) -> np.ndarray:
+    """Which rows the NVMe-oF tracker must see in full: RDMA-CM MADs, and once a queue may be known (a CM MAD
+    in this batch or before, or queues declared) every RC SEND and RDMA READ/WRITE."""
+    r = rec[rows]
+    cm = ((r["flags"] & F_MAD) > 0) & (r["mad_class"] == CM_CLASS)
+    if not (active or cm.any()):
+        return cm
+    return cm | (((r["flags"] & F_BTH) > 0) & RC_DATA[r["opcode"]])
