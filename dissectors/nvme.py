@@ -1,160 +1,14 @@
-"""NVMe over Fabrics on RDMA (NVMe-oF 1.1 §7.3 capsules and the RDMA transport binding; NVMe Base 2.0
-§4.2 submission and §4.6 completion queue entries), named as Wireshark 4.4 names them (`nvme.*`,
-`nvme-rdma.*`, from packet-nvme.c and packet-nvme-rdma.c).
-
-Every layout is one table of rows (key, offset, size, mask): the scapy layers below are built from it, and
-the bulk path (ibwire.analysis.storage) reads the same rows with numpy.  A row with a mask shows bits of
-the whole-byte row at the same offset, as Wireshark shows them.  All integers are little-endian.
+"""NVMe over Fabrics on RDMA as scapy layers, built from the rows of dissectors.nvmetable (Wireshark 4.4's
+`nvme.*` and `nvme-rdma.*` names): command capsules (the 64-byte SQE, then in-capsule data), completions
+(16-byte CQE) and the RDMA-CM private data of NVMe-oF queues.  Which layer a payload is depends on the
+queue and, for a completion, on its command: ibwire.decode.nvme follows that across frames.
 """
-from typing import NamedTuple
-
 from scapy.fields import LEIntField, LELongField, LEShortField, LEThreeBytesField, StrFixedLenField, XByteField
-from scapy.packet import Raw
 
 from .base import IBLayer
-
-SQE_LEN, CQE_LEN = 64, 16
-FABRICS_OPC = 0x7F
-NVME_PORT = 4420                   # IANA "nvme" port, the RDMA-CM service port of NVMe-oF subsystems
-SID_ULP_TCP_MASK, SID_ULP_TCP = 0xFFFF0000, 0x01060000      # RDMA-CM IP service IDs over TCP port space
-
-
-class Row(NamedTuple):
-    key: str           # Wireshark's name
-    off: int
-    size: int
-    mask: int = 0      # bits of the row at the same offset (0: the whole bytes)
-    text: bool = False
-
-
-def _rows(*specs):
-    return tuple(Row(*s) for s in specs)
-
-
-SGL = _rows(("nvme.cmd.sgl1.addr", 24, 8), ("nvme.cmd.sgl1.len", 32, 3), ("nvme.cmd.sgl1.key", 35, 4),
-            ("nvme.cmd.sgl.type", 39, 1, 0xF0), ("nvme.cmd.sgl.subtype", 39, 1, 0x0F))
-SQE_HEAD = _rows(("nvme.cmd.opc", 0, 1), ("nvme.cmd.fuse_op", 1, 1, 0x03), ("nvme.cmd.rsvd", 1, 1, 0x3C),
-                 ("nvme.cmd.psdt", 1, 1, 0xC0), ("nvme.cmd.cid", 2, 2), ("nvme.cmd.nsid", 4, 4),
-                 ("nvme.cmd.rsvd1", 8, 8), ("nvme.cmd.mptr", 16, 8)) + SGL
-DWORDS = {n: Row(f"nvme.cmd.dword{n}", 40 + 4 * (n - 10), 4) for n in range(10, 16)}
-
-# Admin (queue 0) and I/O commands by opcode, bytes 40-63 (dwords 10-15).
-IDENTIFY = _rows(("nvme.cmd.identify.dword10", 40, 4), ("nvme.cmd.identify.dword10.cns", 40, 4, 0xFF),
-                 ("nvme.cmd.identify.dword10.rsvd", 40, 4, 0xFF00), ("nvme.cmd.identify.dword10.cntid", 40, 4, 0xFFFF0000),
-                 ("nvme.cmd.identify.dword11", 44, 4), ("nvme.cmd.identify.dwrod11.nvmesetid", 44, 4, 0xFFFF),
-                 ("nvme.cmd.identify.dword11.rsvd", 44, 4, 0xFFFF0000), DWORDS[12], DWORDS[13],
-                 ("nvme.cmd.identify.dword14", 56, 4), ("nvme.cmd.identify.dword14.uuid_index", 56, 4, 0x7F),
-                 ("nvme.cmd.identify.dword14.rsvd", 56, 4, 0xFFFFFF80), DWORDS[15])
-GET_LOG_PAGE = _rows(("nvme.cmd.get_logpage.dword10", 40, 4), ("nvme.cmd.get_logpage.dword10.id", 40, 4, 0xFF),
-                     ("nvme.cmd.get_logpage.dword10.lsp", 40, 4, 0x1F00), ("nvme.cmd.get_logpage.dword10.rsvd", 40, 4, 0x6000),
-                     ("nvme.cmd.get_logpage.dword10.rae", 40, 4, 0x8000),
-                     ("nvme.cmd.get_logpage.dword10.numdl", 40, 4, 0xFFFF0000),
-                     ("nvme.cmd.get_logpage.dword11", 44, 4), ("nvme.cmd.get_logpage.dword11.numdu", 44, 4, 0xFFFF),
-                     ("nvme.cmd.get_logpage.dword11.lsi", 44, 4, 0xFFFF0000), DWORDS[12], DWORDS[13],
-                     ("nvme.cmd.get_logpage.lpo", 48, 8),
-                     ("nvme.cmd.get_logpage.dword14", 56, 4),
-                     ("nvme.cmd.identify.get_logpage.dword14.uuid_index", 56, 4, 0x7F),
-                     ("nvme.cmd.identify.get_logpage.dword14.rsvd", 56, 4, 0xFFFFFF80), DWORDS[15])
-READ_WRITE = _rows(("nvme.cmd.slba", 40, 8), ("nvme.cmd.nlb", 48, 2), ("nvme.cmd.rsvd2", 50, 2, 0x03FF),
-                   ("nvme.cmd.prinfo", 50, 2, 0x3C00), ("nvme.cmd.fua", 50, 2, 0x4000), ("nvme.cmd.lr", 50, 2, 0x8000),
-                   ("nvme.cmd.dsm.access_freq", 52, 1, 0x0F), ("nvme.cmd.dsm.access_lat", 52, 1, 0x30),
-                   ("nvme.cmd.dsm.seq_req", 52, 1, 0x40), ("nvme.cmd.dsm.incompressible", 52, 1, 0x80),
-                   ("nvme.cmd.rsvd3", 53, 3), ("nvme.cmd.eilbrt", 56, 4), ("nvme.cmd.elbat", 60, 2),
-                   ("nvme.cmd.elbatm", 62, 2))
-GENERIC = tuple(DWORDS.values())
-ADMIN = {0x06: ("Identify", IDENTIFY), 0x02: ("Get Log Page", GET_LOG_PAGE)}
-ADMIN_NAMES = {0x00: "Delete I/O SQ", 0x01: "Create I/O SQ", 0x04: "Delete I/O CQ", 0x05: "Create I/O CQ",
-               0x08: "Abort", 0x09: "Set Features", 0x0A: "Get Features", 0x0C: "Async Event Request",
-               0x18: "Keep Alive"}
-IO = {0x01: ("Write", READ_WRITE), 0x02: ("Read", READ_WRITE)}
-IO_NAMES = {0x00: "Flush", 0x04: "Write Uncorrectable", 0x05: "Compare", 0x08: "Write Zeroes",
-            0x09: "Dataset Management"}
-
-# Fabrics commands (NVMe-oF 1.1 §3.3-3.5), by fctype.
-FABRICS_HEAD = _rows(("nvme.fabrics.cmd.opc", 0, 1, 0, True), ("nvme.fabrics.cmd.rsvd", 1, 1),
-                     ("nvme.fabrics.cmd.cid", 2, 2), ("nvme.fabrics.cmd.fctype", 4, 1))
-CONNECT = _rows(("nvme.fabrics.cmd.connect.rsvd1", 5, 19)) + SGL + _rows(
-    ("nvme.fabrics.cmd.connect.recfmt", 40, 2), ("nvme.fabrics.cmd.connect.qid", 42, 2),
-    ("nvme.fabrics.cmd.connect.sqsize", 44, 2), ("nvme.fabrics.cmd.connect.cattr", 46, 1),
-    ("nvme.fabrics.cmd.connect.cattr.pc", 46, 1, 0x03), ("nvme.fabrics.cmd.connect.cattr.dfc", 46, 1, 0x04),
-    ("nvme.fabrics.cmd.connect.cattr.dioq", 46, 1, 0x08), ("nvme.fabrics.cmd.connect.cattr.rsvd", 46, 1, 0xF0),
-    ("nvme.fabrics.cmd.connect.rsvd2", 47, 1), ("nvme.fabrics.cmd.connect.kato", 48, 4),
-    ("nvme.fabrics.cmd.connect.rsvd3", 52, 12))
-_PROP = _rows(("nvme.fabrics.cmd.prop_get_set.rsvd0", 5, 35), ("nvme.fabrics.cmd.prop_get_set.attrib", 40, 1),
-              ("nvme.fabrics.cmd.prop_get_set.attrib.size", 40, 1, 0x07),
-              ("nvme.fabrics.cmd.prop_get_set.attrib.rsvd", 40, 1, 0xF8),
-              ("nvme.fabrics.cmd.prop_get_set.rsvd1", 41, 3), ("nvme.fabrics.cmd.prop_get_set.offset", 44, 4))
-PROP_GET = _PROP + _rows(("nvme.fabrics.cmd.prop_get.rsvd2", 48, 16))
-PROP_SET = _PROP + _rows(("nvme.fabrics.prop_get_set.data", 48, 8), ("nvme.fabrics.cmd.prop_set.rsvd", 56, 8))
-AUTH = _rows(("nvme.fabrics.cmd.auth.rsvd1", 5, 19)) + SGL + _rows(
-    ("nvme.fabrics.cmd.auth.rsvd2", 40, 1), ("nvme.fabrics.cmd.auth.spsp0", 41, 1),
-    ("nvme.fabrics.cmd.auth.spsp1", 42, 1), ("nvme.fabrics.cmd.auth.secp", 43, 1),
-    ("nvme.fabrics.cmd.auth.al", 44, 4), ("nvme.fabrics.cmd.auth.rsvd3", 48, 16))
-FABRICS = {0x00: ("Property Set", PROP_SET), 0x01: ("Connect", CONNECT), 0x04: ("Property Get", PROP_GET),
-           0x05: ("Authentication Send", AUTH), 0x06: ("Authentication Receive", AUTH)}
-
-# Completions (16 bytes): command-specific dwords 0-1, then what every completion has.
-CQE_TAIL = _rows(("nvme.cqe.sqhd", 8, 2), ("nvme.cqe.sqid", 10, 2), ("nvme.cqe.cid", 12, 2),
-                 ("nvme.cqe.status", 14, 2), ("nvme.cqe.status.p", 14, 2, 0x0001),
-                 ("nvme.cqe.status.sc", 14, 2, 0x01FE), ("nvme.cqe.status.sct", 14, 2, 0x0E00),
-                 ("nvme.cqe.status.crd", 14, 2, 0x3000), ("nvme.cqe.status.m", 14, 2, 0x4000),
-                 ("nvme.cqe.status.dnr", 14, 2, 0x8000))
-CQE = _rows(("nvme.cqe.dword0", 0, 4), ("nvme.cqe.dword1", 4, 4)) + CQE_TAIL
-CQE_CONNECT = _rows(("nvme.fabrics.cqe.connect.cntrlid", 0, 2), ("nvme.fabrics.cqe.connect.authreq", 2, 2),
-                    ("nvme.fabrics.cqe.connect.rsvd", 4, 4)) + CQE_TAIL
-CQE_PROP_GET = _rows(("nvme.fabrics.prop_get_set.data", 0, 8)) + CQE_TAIL
-CQE_PROP_SET = _rows(("nvme.fabrics.cqe.prop_set.rsvd", 0, 8)) + CQE_TAIL
-
-# RDMA-CM private data of NVMe-oF queues (NVMe-oF 1.1 §7.3.3), in the consumer bytes of REQ/REP/REJ.
-CM_REQ = _rows(("nvme-rdma.cm.req.recfmt", 0, 2), ("nvme-rdma.cm.req.qid", 2, 2),
-               ("nvme-rdma.cm.req.hrqsize", 4, 2), ("nvme-rdma.cm.req.hsqsize", 6, 2),
-               ("nvme-rdma.cm.req.cntlid", 8, 2), ("nvme-rdma.cm.req.reserved", 10, 22))
-CM_REP = _rows(("nvme-rdma.cm.rsp.recfmt", 0, 2), ("nvme-rdma.cm.rsp.crqsize", 2, 2),
-               ("nvme-rdma.cm.rsp.reserved", 4, 28))
-CM_REJ = _rows(("nvme-rdma.cm.rej.recfmt", 0, 2), ("nvme-rdma.cm.rej.status", 2, 2))
-
-STATUS_GENERIC = {0x00: "Successful Completion", 0x01: "Invalid Command Opcode", 0x02: "Invalid Field in Command",
-                  0x03: "Command ID Conflict", 0x04: "Data Transfer Error", 0x06: "Internal Error",
-                  0x07: "Command Abort Requested", 0x0B: "Invalid Namespace or Format", 0x80: "LBA Out of Range",
-                  0x81: "Capacity Exceeded", 0x82: "Namespace Not Ready"}
-
-
-def value(row: Row, data: bytes):
-    """A row's value in `data` (an int; bytes for byte strings and `text` rows as Wireshark shows them)."""
-    raw = data[row.off:row.off + row.size]
-    if row.text:
-        return raw.hex()
-    if not row.mask and (row.size > 8 or row.key.endswith(("rsvd1", "rsvd", "rsvd0", "rsvd2", "rsvd3", "reserved"))
-                         and row.size > 4 or row.key.endswith(".data")):
-        return raw
-    v = int.from_bytes(raw, "little")
-    if row.mask:
-        v = (v & row.mask) >> ((row.mask & -row.mask).bit_length() - 1)
-    return v
-
-
-def command_kind(sqe: bytes, qid: int = 0):
-    """(name, rows) of a command capsule's SQE: fabrics by fctype, admin (queue 0) or I/O by opcode."""
-    opc = sqe[0]
-    if opc == FABRICS_OPC:
-        name, rows = FABRICS.get(sqe[4], (f"Fabrics 0x{sqe[4]:02x}", ()))
-        return name, FABRICS_HEAD + rows
-    table, names = (ADMIN, ADMIN_NAMES) if qid == 0 else (IO, IO_NAMES)
-    name, rows = table.get(opc, (names.get(opc, f"opcode 0x{opc:02x}"), GENERIC))
-    return name, SQE_HEAD + rows
-
-
-def completion_rows(cmd_sqe: bytes):
-    """The rows of the completion of the command whose SQE is `cmd_sqe` (None: generic NVMe)."""
-    if cmd_sqe is not None and cmd_sqe[0] == FABRICS_OPC:
-        return {0x01: CQE_CONNECT, 0x04: CQE_PROP_GET, 0x00: CQE_PROP_SET}.get(cmd_sqe[4], CQE)
-    return CQE
-
-
-def is_nvme_service(service_id: int) -> bool:
-    """An RDMA-CM service ID for TCP port 4420 (Wireshark's test in packet-nvme-rdma.c)."""
-    return service_id & SID_ULP_TCP_MASK == SID_ULP_TCP and service_id & 0xFFFF == NVME_PORT
-
+from .nvmetable import (ADMIN, CM_REJ, CM_REP, CM_REQ, CQE, CQE_CONNECT, CQE_LEN, CQE_PROP_GET, CQE_PROP_SET,
+                        DISPLAY, FABRICS, FABRICS_HEAD, GENERIC, IO, SQE_HEAD, SQE_LEN, command_kind,
+                        completion_rows, value)
 
 _INT = {1: XByteField, 2: LEShortField, 3: LEThreeBytesField, 4: LEIntField, 8: LELongField}
 
@@ -183,7 +37,7 @@ def table_layer(cls_name: str, ws_name: str, rows, length: int, summary: str = "
         if r.off > at:
             fields.append(StrFixedLenField(f"_gap{at}", b"\0" * (r.off - at), r.off - at))
         name = "_" + r.key[len(ws_name) + 1:].replace(".", "_")
-        if r.size in _INT and not r.text and not (r.size > 4 and r.key.endswith(("rsvd1", "rsvd"))):
+        if r.size in _INT and DISPLAY.get(r.key) != -1:
             fields.append(_INT[r.size](name, 0))
         else:
             fields.append(StrFixedLenField(name, b"\0" * r.size, r.size))
@@ -253,5 +107,4 @@ def cm_layer(attr: str, private: bytes):
     return LAYERS[rows](private)
 
 
-__all__ = ["Row", "command_kind", "completion_rows", "command_layer", "completion_layer", "cm_layer", "value",
-           "is_nvme_service", "NVMeData", "NVMeUnknown", "Raw"]
+__all__ = ["TableLayer", "NVMeData", "NVMeUnknown", "command_layer", "completion_layer", "cm_layer"]

@@ -15,6 +15,11 @@ def _group(proto: str, ftype: str, *names: str) -> Dict[str, str]:
     return {f"{proto}.{n}": ftype for n in names}
 
 
+def _nvme_tracked():
+    from dissectors.nvmetable import TRACKED
+    return TRACKED
+
+
 ENCAP: Dict[str, str] = {
     **{p: PROTO for p in ("frame", "eth", "vlan", "ip", "ipv6", "udp", "tcp", "arp", "icmp", "icmpv6", "sll", "erf",
                           "ipoib", "infiniband", "infiniband_link", "_ws.malformed")},
@@ -40,7 +45,7 @@ ENCAP: Dict[str, str] = {
     **_group("icrc", STRING, "status"), **_group("vcrc", STRING, "status"), "link.kind": STRING,
     "payload.len": UINT, "mad.summary": STRING, "payload": PROTO, "padding": PROTO,
     "payload.data": BYTES, "payload.length": UINT, "padding.data": BYTES,
-    "rmpp.reassembled": PROTO, **_group("rmpp.reassembled", UINT, "segments", "records", "complete"),
+    **_nvme_tracked(), "rmpp.reassembled": PROTO, **_group("rmpp.reassembled", UINT, "segments", "records", "complete"),
 }
 
 # Fields present several times per frame by definition: Wireshark's "either end" fields, in header order.
@@ -166,6 +171,12 @@ TSHARK_DISPLAY: Dict[str, int] = {name: digits for digits, names in {
         'trap.systemimageguid'),
 }.items() for name in names.split()}
 
+def _nvme_display():
+    from dissectors.nvmetable import DISPLAY
+    return DISPLAY
+
+
+TSHARK_DISPLAY.update(_nvme_display())      # tshark 4.4's NVMe-oF fields (dissectors.nvmetable)
 HEX_DIGITS = {name: digits for name, digits in TSHARK_DISPLAY.items() if digits > 1}
 
 
@@ -289,7 +300,8 @@ def layer_field_types() -> dict:
         except Exception:
             extra = {}
         for name, value in extra.items():
-            out.setdefault(f"{ws}.{name}", STRING if isinstance(value, str) else UINT)
+            out.setdefault(f"{ws}.{name}", STRING if isinstance(value, str) else BYTES if isinstance(value, bytes)
+                           else UINT)
     for key in list(out):                              # "cm.req.ip_cm" -> "cm", "cm.req" are protocols too
         parts = key.split(".")
         for i in range(1, len(parts)):

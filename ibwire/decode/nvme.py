@@ -5,8 +5,8 @@ SEND First/Middle/Last reassembled per QP, and each completion matched to its co
 Feed every Decoded in capture order; frames of a known queue get the NVMe layers and fields added."""
 from typing import Dict, NamedTuple, Optional
 
-from dissectors.nvme import (CQE_LEN, FABRICS_OPC, SQE_LEN, NVMeUnknown, cm_layer, command_layer,
-                             completion_layer, is_nvme_service)
+from dissectors.nvme import NVMeUnknown, cm_layer, command_layer, completion_layer
+from dissectors.nvmetable import CQE_LEN, FABRICS_OPC, SQE_LEN, is_nvme_service
 
 import numpy as np
 
@@ -185,8 +185,10 @@ def _add(d, layer, replace: bool = False) -> None:
                     layer.add_payload(tail)
                 under.add_payload(layer)
     nested, flat = nest_and_flatten(layer_fields(layer))
+    trailer = {k: d.layers.pop(k) for k in list(d.layers) if k in ("pad", "icrc", "vcrc")}
     for key, fields in nested.items():
         d.layers.setdefault(key, {}).update(fields)
+    d.layers.update(trailer)                 # the CRCs stay last, as on the wire
     for key, value in flat.items():
         if key.split(".")[0] in ("nvme", "nvme-rdma"):
             d.flat[key] = value
