@@ -45,8 +45,8 @@ GET_LOG_PAGE = _rows(("nvme.cmd.get_logpage.dword10", 40, 4), ("nvme.cmd.get_log
                      ("nvme.cmd.get_logpage.dword10.rae", 40, 4, 0x8000),
                      ("nvme.cmd.get_logpage.dword10.numdl", 40, 4, 0xFFFF0000),
                      ("nvme.cmd.get_logpage.dword11", 44, 4), ("nvme.cmd.get_logpage.dword11.numdu", 44, 4, 0xFFFF),
-                     ("nvme.cmd.get_logpage.dword11.lsi", 44, 4, 0xFFFF0000), DWORDS[12], DWORDS[13],
-                     ("nvme.cmd.get_logpage.lpo", 48, 8),
+                     ("nvme.cmd.get_logpage.dword11.lsi", 44, 4, 0xFFFF0000), DWORDS[13],
+                     ("nvme.cmd.get_logpage.lpo", 48, 8),      # dwords 12-13; Wireshark shows dword13 too
                      ("nvme.cmd.get_logpage.dword14", 56, 4),
                      ("nvme.cmd.identify.get_logpage.dword14.uuid_index", 56, 4, 0x7F),
                      ("nvme.cmd.identify.get_logpage.dword14.rsvd", 56, 4, 0xFFFFFF80), DWORDS[15])
