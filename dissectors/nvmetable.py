@@ -190,8 +190,12 @@ DISPLAY = {key: digits for digits, keys in {
     16: ('nvme.cmd.mptr nvme.cmd.sgl1.addr nvme.cmd.slba'),
 }.items() for key in keys.split()}
 DISPLAY.update({"nvme-rdma.cmd.qid": 4, "nvme-rdma.unknown_data": -1, "nvme.data": -1, "nvme.cmd_pkt": 0,
-                "nvme.fabrics.cmd_pkt": 0, "nvme.cqe_pkt": 0, "nvme.fabrics.cqe_pkt": 0})
+                "nvme.fabrics.cmd_pkt": 0, "nvme.cqe_pkt": 0, "nvme.fabrics.cqe_pkt": 0,
+                "nvme-rdma.read_from_host_resp": -1})
 # Fields that follow a command across frames (ibwire.decode.nvme), not from one payload's bytes.
 TRACKED = {"nvme-rdma.cmd.qid": "uint", "nvme.cmd_pkt": "uint", "nvme.fabrics.cmd_pkt": "uint",
            "nvme.cqe_pkt": "uint", "nvme.fabrics.cqe_pkt": "uint", "nvme.cmd_latency": "float",
-           "nvme.fabrics.cmd_latency": "float", "nvme-rdma.reassembled.length": "uint"}
+           "nvme.fabrics.cmd_latency": "float", "nvme-rdma.reassembled.length": "uint",
+           "nvme.fabrics.data_req": "uint", "nvme-rdma.read_from_host_prev": "uint",
+           "nvme-rdma.write_to_host_prev": "uint", "nvme-rdma.read_from_host_resp": "bytes",
+           "nvme-rdma.read_to_host_req": "protocol", "nvme-rdma.write_to_host_req": "protocol"}

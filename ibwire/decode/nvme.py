@@ -3,7 +3,7 @@ for service port 4420, as Wireshark's packet-nvme-rdma.c does, or declared with 
 SEND First/Middle/Last reassembled per QP, and each completion matched to its command by command id.
 
 Feed every Decoded in capture order; frames of a known queue get the NVMe layers and fields added."""
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, List, Optional
 
 from dissectors.nvme import NVMeUnknown, cm_layer, command_layer, completion_layer
 from dissectors.nvmetable import CQE_LEN, FABRICS_OPC, SQE_LEN, is_nvme_service
@@ -18,17 +18,33 @@ MAX_SEND = 1 << 20
 JOURNAL = 1 << 16            # frames whose additions are kept for a second feed          # a reassembled SEND larger than this is dropped (a capsule is at most a few KiB)
 
 
-class Command(NamedTuple):
-    frame: int
-    time: float
-    sqe: bytes
-    cqe: list               # [frame] once completed
+class Command:
+    """A command seen on a queue: its capsule, the frames that moved its data, its completion."""
+
+    __slots__ = ("frame", "time", "sqe", "qid", "cqe", "data", "bytes", "status", "cqe_time")
+
+    def __init__(self, frame: int, time: float, sqe: bytes, qid):
+        self.frame, self.time, self.sqe, self.qid = frame, time, sqe, qid
+        self.cqe, self.cqe_time, self.status = None, None, None
+        self.data: List[int] = []
+        self.bytes = 0
+
+    @property
+    def keyed(self):
+        """(R_Key, address, length) of its keyed SGL data block descriptor (type 4), else None."""
+        if self.sqe[39] >> 4 != 4:
+            return None
+        return (int.from_bytes(self.sqe[35:39], "little"), int.from_bytes(self.sqe[24:32], "little"),
+                int.from_bytes(self.sqe[32:35], "little"))
 
 
 class Queue:
-    def __init__(self, qid: int):
+    def __init__(self, qid):
         self.qid = qid
         self.pending: Dict[int, Command] = {}
+        self.keys: Dict[int, Command] = {}        # R_Key of a pending command's SGL -> the command
+        self.reads: Dict[int, tuple] = {}         # PSN of an RDMA READ request -> (command, request frame)
+        self.moving = None                        # (command, last PSN, frames so far) of the transfer under way
 
 
 def _addr(flat, side):
@@ -45,6 +61,7 @@ class NvmeTracker:
         self.reqs: Dict[int, tuple] = {}         # CM local communication id -> (host address, host QPN, qid)
         self.sends: Dict[tuple, bytearray] = {}
         self.pairs: Dict[tuple, Queue] = {}      # (host, target) -> Queue of declared queues
+        self.commands: List[Command] = []        # every command, in capture order (the storage view reads it)
         self.active = decode_as
         self.journal: Dict[int, list] = {}        # frame number -> what feed added (replayed on a second feed)
         self.entry: list = []
@@ -106,6 +123,10 @@ class NvmeTracker:
         one Queue per host and target pair (completions go to another QP than commands came from); their
         qid is unknown (None)."""
         key = (_addr(flat, "dst"), flat["bth.destqp"])
+        if key not in self.ends and self.decode_as and to_host_guess is None:     # RDMA READ/WRITE: target -> host
+            to_host = not flat.get("bth.opname", "").startswith("RDMA READ Response")
+            pair = (_addr(flat, "dst"), _addr(flat, "src")) if to_host else (_addr(flat, "src"), _addr(flat, "dst"))
+            return (self.pairs[pair], to_host) if pair in self.pairs else None
         if key not in self.ends and self.decode_as and to_host_guess is not None:
             pair = (_addr(flat, "dst"), _addr(flat, "src")) if to_host_guess else (_addr(flat, "src"), _addr(flat, "dst"))
             self.ends[key] = (self.pairs.setdefault(pair, Queue(None)), to_host_guess)
@@ -128,6 +149,7 @@ class NvmeTracker:
             d.flat["nvme-rdma.cmd.qid"] = queue.qid
             d.layers.setdefault("nvme-rdma", {})["cmd.qid"] = queue.qid
         if not op.startswith("SEND"):
+            self._data(d, queue, op)
             return
         key = (_addr(flat, "dst"), flat["bth.destqp"])
         if "First" in op or "Middle" in op:
@@ -146,11 +168,50 @@ class NvmeTracker:
             qid = queue.qid if queue.qid is not None else 0 if payload[0] in ADMIN_ONLY else 1
             name, pkt = command_layer(payload, qid)
             cid = int.from_bytes(payload[2:4], "little")
-            queue.pending[cid] = Command(d.frame.number, d.frame.time, payload[:SQE_LEN], [])
+            cmd = queue.pending[cid] = Command(d.frame.number, d.frame.time, payload[:SQE_LEN], qid)
+            if cmd.keyed:
+                queue.keys[cmd.keyed[0]] = cmd
+            self.commands.append(cmd)
             self._add(d, pkt, replace=True)
             d.notes.append(f"NVMe{'oF' if payload[0] == FABRICS_OPC else ''} {name} cid={cid}")
         else:
             self._add(d, NVMeUnknown(payload), replace=True)
+
+    def _data(self, d, queue, op: str) -> None:
+        """An RDMA READ or WRITE moving a command's data: the first packet names the command's SGL by
+        R_Key (RETH), the packets after it follow by PSN (packet-nvme-rdma.c matches them the same way)."""
+        flat, psn = d.flat, d.flat["bth.psn"]
+        cmd, extra = None, {}
+        if op == "RDMA READ Request" or (op.startswith("RDMA WRITE") and ("First" in op or "Only" in op)):
+            cmd = queue.keys.get(flat.get("reth.r_key"))
+            if cmd is not None and op == "RDMA READ Request":
+                queue.reads[psn] = (cmd, d.frame.number)
+                extra["nvme-rdma.read_to_host_req"] = True
+                cmd.data.append(d.frame.number)
+                _link(d, cmd, extra)
+                return
+            queue.moving = (cmd, psn, [d.frame.number]) if cmd is not None else None
+        elif op.startswith("RDMA READ Response") and ("First" in op or "Only" in op):
+            cmd, req = queue.reads.pop(psn, (None, None))
+            if cmd is not None:
+                extra["nvme.fabrics.data_req"] = req
+            queue.moving = (cmd, psn, [d.frame.number]) if cmd is not None else None
+        elif queue.moving is not None and (psn - queue.moving[1]) & 0xFFFFFF == 1:
+            cmd, _, frames = queue.moving
+            key = "nvme-rdma.read_from_host_prev" if op.startswith("RDMA READ") else "nvme-rdma.write_to_host_prev"
+            extra[key] = frames[-1]
+            frames.append(d.frame.number)
+            queue.moving = (cmd, psn, frames)
+        if cmd is None:
+            return
+        length = flat.get("payload.length", 0)
+        cmd.data.append(d.frame.number)
+        cmd.bytes += length
+        if op.startswith("RDMA READ"):
+            extra["nvme-rdma.read_from_host_resp"] = flat.get("payload.data", "")
+        else:
+            extra["nvme-rdma.write_to_host_req"] = True
+        _link(d, cmd, extra)
 
     def _add(self, d, layer, replace: bool = False) -> None:
         self.entry.append((layer, replace, {}, []))
@@ -161,7 +222,8 @@ class NvmeTracker:
         if cmd is None or cmd.cqe:
             self._add(d, NVMeUnknown(payload), replace=True)
             return
-        cmd.cqe.append(d.frame.number)
+        cmd.cqe, cmd.cqe_time = d.frame.number, d.frame.time
+        cmd.status = int.from_bytes(payload[14:16], "little") >> 1
         self._add(d, completion_layer(payload, cmd.sqe), replace=True)
         which = "nvme.fabrics" if cmd.sqe[0] == FABRICS_OPC else "nvme"
         latency = round((d.frame.time - cmd.time) * 1000, 3)
@@ -169,6 +231,13 @@ class NvmeTracker:
         status = int.from_bytes(payload[14:16], "little") >> 1
         d.notes.append(f"NVMe CQE cid={int.from_bytes(payload[12:14], 'little')} for frame {cmd.frame} "
                        f"status=0x{status:x} {latency} ms")
+
+
+def _link(d, cmd, extra) -> None:
+    """Say which command a data frame belongs to (Wireshark names the link nvme.fabrics.cmd_pkt for all)."""
+    d.flat["nvme.fabrics.cmd_pkt"] = cmd.frame
+    d.flat.update(extra)
+    d.notes.append(f"[NVMe-oF data for the command in frame {cmd.frame}]")
 
 
 def _add(d, layer, replace: bool = False) -> None:

@@ -63,3 +63,30 @@ def nvme_layers(layer, flat) -> list:
     if fabrics:
         return [("nvme-rdma", qid + [("nvme.fabrics.cqe" if cqe else "nvme.fabrics.cmd", tracked + _items(layer, flat))])]
     return [("nvme-rdma", qid), ("nvme", tracked + _items(layer, flat))]
+
+
+LINKS = ("nvme.fabrics.cmd_pkt", "nvme.fabrics.data_req", "nvme-rdma.read_from_host_prev",
+         "nvme-rdma.write_to_host_prev")
+
+
+def frame_layers(flat, shown: bool) -> list:
+    """The nvme-rdma layer of a frame without an NVMe payload layer (`shown` False): RDMA-CM private data,
+    or the queue id and links of an RDMA READ/WRITE moving a command's data."""
+    if shown:
+        return []
+    cm = [(k, _text(k, flat)) for k in flat if k.startswith("nvme-rdma.cm.")]
+    if cm:
+        return [("nvme-rdma", cm)]
+    if "nvme-rdma.cmd.qid" not in flat:
+        return []
+    items = [("nvme-rdma.cmd.qid", _text("nvme-rdma.cmd.qid", flat))]
+    links = [(k, _text(k, flat)) for k in LINKS if k in flat]
+    if "nvme-rdma.read_to_host_req" in flat:
+        items.append(("nvme-rdma.read_to_host_req", links))
+    elif "nvme-rdma.read_from_host_resp" in flat:
+        items += [("nvme-rdma.read_from_host_resp", value_text("nvme-rdma.read_from_host_resp",
+                                                               bytes.fromhex(flat["nvme-rdma.read_from_host_resp"]))),
+                  ("nvme-rdma.read_from_host_resp_tree", links)]
+    elif "nvme-rdma.write_to_host_req" in flat:
+        items.append(("nvme-rdma.write_to_host_req", links))
+    return [("nvme-rdma", items)]

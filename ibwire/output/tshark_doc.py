@@ -267,6 +267,9 @@ def document(d, t: Times, session: Session) -> list:
         ib = _layers(d.packet, layers, t, session, d.flat)
     except Exception:                          # damaged beyond what a layer can show: said as tshark says it
         layers.append(MALFORMED)
+    if d.flat.get("nvme-rdma.cmd.qid") is not None or "nvme-rdma" in d.layers:
+        from .nvme_doc import frame_layers
+        layers += frame_layers(d.flat, any(name.startswith("nvme") for name, _ in layers))
     if ib is not None:                         # tshark writes the CRCs last in the infiniband layer
         crcs = [i for i in ib if i[0] in (IB_PREFIX + "invariant.crc", IB_PREFIX + "variant.crc")]
         ib[:] = [i for i in ib if i not in crcs] + crcs
