@@ -65,14 +65,13 @@ class NvmeTracker:
         self.active = decode_as
         self.journal: Dict[int, list] = {}        # frame number -> what feed added (replayed on a second feed)
         self.entry: list = []
-        self.last = None                          # the Decoded fed last (the printer may hand it over twice)
 
     def feed(self, d) -> None:
         """Add the NVMe-oF layers to `d`; a frame fed again (a filter, then the printer, decoding it) gets what
         its first feed found, so queue state advances once per frame."""
-        if d is self.last:
+        if d.flat.get("_nvme.fed"):           # the printer may hand the same decode over twice
             return
-        self.last = d
+        d.flat["_nvme.fed"] = True
         n = d.frame.number
         if n in self.journal:
             for layer, replace, flat, notes in self.journal[n]:

@@ -142,8 +142,14 @@ class Printer:
         data &= ~sa                      # SA transfers span frames (RMPP): reassembled from the full decode
         if self.fmt == "text":           # IPoIB: summarised by what it carries, from the full decode
             data &= (rec["flags"][rows] & R.F_IPOIB) == 0
-        if self.nvme is not None:        # NVMe-oF: capsules span frames and queues are learned from RDMA-CM
-            data &= ~storage_rows(rec, rows, self.nvme.active)
+        decoded = {}
+        if self.nvme is not None:        # NVMe-oF: capsules span frames and queues are learned from RDMA-CM:
+            for k in np.flatnonzero(data & storage_rows(rec, rows, self.nvme.active)):   # the tracker sees
+                i = int(rows[k])                                                          # them all, in order
+                d = decoded[i] = details(i)
+                self._feed_rmpp(d)
+                if d.notes or any(key.startswith("nvme") for key in d.flat):
+                    data[k] = False      # shown from the full decode; the others as the records show them
         prog_of = np.zeros(len(rows), np.int32)
         programs = []
         idx = np.flatnonzero(data)
@@ -172,7 +178,7 @@ class Printer:
             i = int(rows[k])
             prev_ns = int(t[i - 1]) if i else (self.prev if self.prev is not None else int(t[i]))
             prog_of[k] = len(programs)
-            programs.append(self._detail_program(details(i), rec[i], prev_ns))
+            programs.append(self._detail_program(decoded.get(i) or details(i), rec[i], prev_ns))
         text = render(rec, rows, prog_of, programs, base)
         if len(rows):
             self.prev_shown = int(rec["time_ns"][rows[-1]])
