@@ -31,6 +31,14 @@ def _field_options(opts: List[str]):
     return header, sep, quote
 
 
+def check_decode_as(values: List[str]) -> bool:
+    """-d: whether NVMe-oF is declared on every RC queue pair (the one protocol -d takes so far)."""
+    for d in values:
+        if d.rpartition(",")[2] != "nvme-rdma":
+            raise UserError(f"-d takes nvme-rdma (NVMe-oF on every RC queue pair), not {d!r}")
+    return bool(values)
+
+
 @app.command()
 def decode(
     file: Optional[str] = typer.Argument(None, help="pcap or pcapng capture; - reads it from standard input"),
@@ -83,11 +91,8 @@ def decode(
     header, sep, quote = _field_options(field_opts)
     if fmt == "csv":
         header, sep, quote = header if header is not None else True, sep or ",", quote if quote is not None else ""
-    for d in decode_as:
-        if d.rpartition(",")[2] != "nvme-rdma":
-            raise UserError(f"-d takes nvme-rdma (NVMe-oF on every RC queue pair), not {d!r}")
     from ..decode.nvme import NvmeTracker
-    nvme = NvmeTracker(decode_as=bool(decode_as))
+    nvme = NvmeTracker(decode_as=check_decode_as(decode_as))
     flt = compile_filter(display_filter) if display_filter else None
     stream = _open(src, icrc)
     if (only_layers or all_layers) and fmt not in ("json", "ek"):

@@ -21,13 +21,14 @@ JOURNAL = 1 << 16            # frames whose additions are kept for a second feed
 class Command:
     """A command seen on a queue: its capsule, the frames that moved its data, its completion."""
 
-    __slots__ = ("frame", "time", "sqe", "qid", "cqe", "data", "bytes", "status", "cqe_time")
+    __slots__ = ("frame", "time", "sqe", "qid", "cqe", "data", "bytes", "status", "cqe_time", "queue")
 
     def __init__(self, frame: int, time: float, sqe: bytes, qid):
         self.frame, self.time, self.sqe, self.qid = frame, time, sqe, qid
         self.cqe, self.cqe_time, self.status = None, None, None
         self.data: List[int] = []
         self.bytes = 0
+        self.queue = None
 
     @property
     def keyed(self):
@@ -39,8 +40,8 @@ class Command:
 
 
 class Queue:
-    def __init__(self, qid):
-        self.qid = qid
+    def __init__(self, qid, name: str = ""):
+        self.qid, self.name = qid, name
         self.pending: Dict[int, Command] = {}
         self.keys: Dict[int, Command] = {}        # R_Key of a pending command's SGL -> the command
         self.reads: Dict[int, tuple] = {}         # PSN of an RDMA READ request -> (command, request frame)
@@ -55,8 +56,9 @@ class NvmeTracker:
     """decode_as: every RC queue pair is NVMe-oF (commands are SENDs of 64 bytes or more from the host,
     completions SENDs of 16 bytes to it), for captures without the connection setup."""
 
-    def __init__(self, decode_as: bool = False):
+    def __init__(self, decode_as: bool = False, bulk: bool = False):
         self.decode_as = decode_as
+        self.bulk = bulk                          # only follow commands (ibwire.analysis.storage): no layers
         self.ends: Dict[tuple, tuple] = {}       # (address, QPN) -> (Queue, frames to it go to the host)
         self.reqs: Dict[int, tuple] = {}         # CM local communication id -> (host address, host QPN, qid)
         self.sends: Dict[tuple, bytearray] = {}
@@ -69,6 +71,9 @@ class NvmeTracker:
     def feed(self, d) -> None:
         """Add the NVMe-oF layers to `d`; a frame fed again (a filter, then the printer, decoding it) gets what
         its first feed found, so queue state advances once per frame."""
+        if self.bulk:
+            self._feed(d)
+            return
         if d.flat.get("_nvme.fed"):           # the printer may hand the same decode over twice
             return
         d.flat["_nvme.fed"] = True
@@ -107,14 +112,16 @@ class NvmeTracker:
             host = flat.get("cm.req.ip_cm.sip4") or flat.get("cm.req.ip_cm.sip6") or _addr(flat, "src")
             self.reqs[flat["cm.req"]] = (host, flat["cm.req.localqpn"], qid)
             self.active = True
-            self._add(d, cm_layer("req", private[:32]))
+            if not self.bulk:
+                self._add(d, cm_layer("req", private[:32]))
         elif flat.get("cm.rep.remotecommid") in self.reqs:
             host, host_qpn, qid = self.reqs[flat["cm.rep.remotecommid"]]
-            queue = Queue(qid)
+            queue = Queue(qid, f"{host} QP 0x{host_qpn:06x} qid {qid}")
             self.ends[(host, host_qpn)] = (queue, True)
             self.ends[(_addr(flat, "src"), flat["cm.rep.localqpn"])] = (queue, False)
-            self._add(d, cm_layer("rep", bytes.fromhex(flat.get("cm.rep.private", ""))[:32]))
-        elif flat.get("cm.rej.remotecommid") in self.reqs:
+            if not self.bulk:
+                self._add(d, cm_layer("rep", bytes.fromhex(flat.get("cm.rep.private", ""))[:32]))
+        elif flat.get("cm.rej.remotecommid") in self.reqs and not self.bulk:
             self._add(d, cm_layer("rej", bytes.fromhex(flat.get("cm.rej.private", ""))[:4]))
 
     def _end(self, flat, to_host_guess: Optional[bool]):
@@ -128,7 +135,7 @@ class NvmeTracker:
             return (self.pairs[pair], to_host) if pair in self.pairs else None
         if key not in self.ends and self.decode_as and to_host_guess is not None:
             pair = (_addr(flat, "dst"), _addr(flat, "src")) if to_host_guess else (_addr(flat, "src"), _addr(flat, "dst"))
-            self.ends[key] = (self.pairs.setdefault(pair, Queue(None)), to_host_guess)
+            self.ends[key] = (self.pairs.setdefault(pair, Queue(None, f"{pair[0]} → {pair[1]}")), to_host_guess)
         return self.ends.get(key)
 
     def _transport(self, d):
@@ -136,7 +143,7 @@ class NvmeTracker:
         op = flat.get("bth.opname", "")
         if not flat["bth.opname"].startswith(("SEND", "RDMA")) or not op or not flat.get("bth.transport") == "RC":
             return
-        payload = bytes.fromhex(flat.get("payload.data", ""))
+        payload = flat["_payload"] if "_payload" in flat else bytes.fromhex(flat.get("payload.data", ""))
         guess = None
         if op.startswith("SEND"):
             guess = len(payload) == CQE_LEN if "Only" in op else False
@@ -165,15 +172,19 @@ class NvmeTracker:
             self._completion(d, queue, payload)
         elif len(payload) >= SQE_LEN:
             qid = queue.qid if queue.qid is not None else 0 if payload[0] in ADMIN_ONLY else 1
-            name, pkt = command_layer(payload, qid)
             cid = int.from_bytes(payload[2:4], "little")
             cmd = queue.pending[cid] = Command(d.frame.number, d.frame.time, payload[:SQE_LEN], qid)
+            cmd.bytes = len(payload) - SQE_LEN                # in-capsule data
+            cmd.queue = queue
             if cmd.keyed:
                 queue.keys[cmd.keyed[0]] = cmd
             self.commands.append(cmd)
+            if self.bulk:
+                return
+            name, pkt = command_layer(payload, qid)
             self._add(d, pkt, replace=True)
             d.notes.append(f"NVMe{'oF' if payload[0] == FABRICS_OPC else ''} {name} cid={cid}")
-        else:
+        elif not self.bulk:
             self._add(d, NVMeUnknown(payload), replace=True)
 
     def _data(self, d, queue, op: str) -> None:
@@ -187,7 +198,8 @@ class NvmeTracker:
                 queue.reads[psn] = (cmd, d.frame.number)
                 extra["nvme-rdma.read_to_host_req"] = True
                 cmd.data.append(d.frame.number)
-                _link(d, cmd, extra)
+                if not self.bulk:
+                    _link(d, cmd, extra)
                 return
             queue.moving = (cmd, psn, [d.frame.number]) if cmd is not None else None
         elif op.startswith("RDMA READ Response") and ("First" in op or "Only" in op):
@@ -206,6 +218,8 @@ class NvmeTracker:
         length = flat.get("payload.length", 0)
         cmd.data.append(d.frame.number)
         cmd.bytes += length
+        if self.bulk:
+            return
         if op.startswith("RDMA READ"):
             extra["nvme-rdma.read_from_host_resp"] = flat.get("payload.data", "")
         else:
@@ -219,10 +233,13 @@ class NvmeTracker:
     def _completion(self, d, queue, payload):
         cmd = queue.pending.get(int.from_bytes(payload[12:14], "little")) if len(payload) == CQE_LEN else None
         if cmd is None or cmd.cqe:
-            self._add(d, NVMeUnknown(payload), replace=True)
+            if not self.bulk:
+                self._add(d, NVMeUnknown(payload), replace=True)
             return
         cmd.cqe, cmd.cqe_time = d.frame.number, d.frame.time
         cmd.status = int.from_bytes(payload[14:16], "little") >> 1
+        if self.bulk:
+            return
         self._add(d, completion_layer(payload, cmd.sqe), replace=True)
         which = "nvme.fabrics" if cmd.sqe[0] == FABRICS_OPC else "nvme"
         latency = round((d.frame.time - cmd.time) * 1000, 3)

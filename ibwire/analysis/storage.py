@@ -1,0 +1,174 @@
+"""The storage view: every NVMe-oF command of a capture with its submission, data transfer and completion
+frames, latency and bytes, and per opcode and per queue: IOPS, throughput, latency percentiles and errors
+by status.
+
+Bulk path: the compiled records pick the frames that matter (RDMA-CM MADs; RC SEND, RDMA READ and WRITE)
+and give each one's payload offset; the capsules are read from those bytes (struct, dissectors.nvmetable)
+and followed by the same tracker `ibwire decode` uses (ibwire.decode.nvme, in bulk mode: no scapy)."""
+from collections import defaultdict
+from typing import Dict, List
+
+import numpy as np
+
+from dissectors.nvmetable import ADMIN, ADMIN_NAMES, FABRICS, FABRICS_OPC, IO, IO_NAMES, STATUS_GENERIC
+from ..decode.nvme import NvmeTracker, storage_rows
+from ..fast import records as R
+from ..fast.records import addr_text
+
+CM_REQ, CM_REP = 0x0010, 0x0013
+MAD_HEADER = 24
+CM_SERVICE_ID = 8             # REQ: ServiceID at message byte 8 (IBA §12.6.5)
+CM_IP_PRIVATE = 140 + 36      # REQ: private data at message byte 140; its IP CM header is 36 bytes (A11.4)
+CM_REP_PRIVATE = 28           # REP: private data at message byte 28 (§12.6.8)
+
+
+class _Frame:
+    __slots__ = ("number", "time")
+
+    def __init__(self, number, time):
+        self.number, self.time = number, time
+
+
+class _Lite:
+    """What NvmeTracker reads of a decoded frame, built from a record and its payload bytes."""
+
+    __slots__ = ("frame", "flat", "notes", "errors", "layers", "packet")
+
+    def __init__(self, number, time, flat):
+        self.frame, self.flat = _Frame(number, time), flat
+        self.notes, self.errors, self.layers, self.packet = [], [], {}, None
+
+
+def _payload_bounds(rec, pos, i):
+    """(start, end) of row i's payload in its batch buffer: it ends before the pad, the ICRC and (native IB)
+    the VCRC; None when the frame is cut short."""
+    if rec["flags"][i] & R.F_TRUNCATED or rec["paylen"][i] <= 0:
+        return None
+    end = int(pos.data[i]) + int(rec["caplen"][i]) - 4 - int(rec["padcnt"][i])
+    if rec["link"][i] in (R.IB, R.IBGRH):
+        end -= 2
+    return end - int(rec["paylen"][i]), end
+
+
+def _lite(batch, i) -> _Lite:
+    from dissectors.opcodes import lookup
+    rec, pos, buf = batch.rec, batch.pos, batch.buf
+    r = rec[i]
+    op = lookup(int(r["opcode"]))
+    flat = {"bth.opcode": int(r["opcode"]), "bth.opname": op.name, "bth.transport": op.transport,
+            "bth.destqp": int(r["destqp"]), "bth.psn": int(r["psn"]), "ip.src": addr_text(r["src"]),
+            "ip.dst": addr_text(r["dst"]), "payload.length": max(int(r["paylen"]), 0)}
+    if op.headers and "reth" in op.headers:
+        flat["reth.r_key"] = int(r["reth_r_key"])
+    bounds = _payload_bounds(rec, pos, i)
+    payload = buf[bounds[0]:bounds[1]].tobytes() if bounds else b""
+    if r["flags"] & R.F_MAD and r["mad_class"] == 0x07:
+        msg = payload[MAD_HEADER:]
+        if r["mad_attrid"] == CM_REQ and len(msg) >= CM_IP_PRIVATE + 4:
+            flat.update({"cm.req": int(r["cm_comm_id"]), "cm.req.localqpn": int(r["cm_qpn"]),
+                         "cm.req.serviceid": int.from_bytes(msg[CM_SERVICE_ID:CM_SERVICE_ID + 8], "big"),
+                         "cm.req.ip_cm.private": msg[CM_IP_PRIVATE:CM_IP_PRIVATE + 56].hex()})
+        elif r["mad_attrid"] == CM_REP:
+            flat.update({"cm.rep": int(r["cm_comm_id"]), "cm.rep.remotecommid": int(r["cm_remote_comm_id"]),
+                         "cm.rep.localqpn": int(r["cm_qpn"])})
+    else:
+        flat["_payload"] = payload
+    return _Lite(int(r["frame"]), float(r["time"]), flat)
+
+
+def track(stream, decode_as: bool = False) -> NvmeTracker:
+    """Follow every NVMe-oF command of `stream` (ibwire.decode.stream.Stream batches)."""
+    tracker = NvmeTracker(decode_as=decode_as, bulk=True)
+    for batch in stream:
+        rec = batch.rec
+        if not len(rec):
+            continue
+        for i in np.flatnonzero(storage_rows(rec, np.arange(len(rec)), tracker.active)).tolist():
+            tracker.feed(_lite(batch, i))
+    return tracker
+
+
+def opcode_name(sqe: bytes, qid) -> str:
+    opc = sqe[0]
+    if opc == FABRICS_OPC:
+        return FABRICS.get(sqe[4], (f"Fabrics 0x{sqe[4]:02x}",))[0]
+    table, names = (ADMIN, ADMIN_NAMES) if qid == 0 else (IO, IO_NAMES)
+    return table[opc][0] if opc in table else names.get(opc, f"opcode 0x{opc:02x}")
+
+
+def status_text(status) -> str:
+    """Status code type and code (NVMe Base §4.6.1.2) as text."""
+    if status is None:
+        return "no completion"
+    sc, sct = status & 0xFF, (status >> 8) & 0x7
+    if sct == 0 and sc in STATUS_GENERIC:
+        return STATUS_GENERIC[sc]
+    return f"SCT {sct} SC 0x{sc:02x}"
+
+
+def command_rows(tracker: NvmeTracker) -> List[dict]:
+    """One row per command, in submission order."""
+    rows = []
+    for c in tracker.commands:
+        sqe, io = c.sqe, c.qid not in (0, None) and c.sqe[0] != FABRICS_OPC
+        rw = io and sqe[0] in IO
+        q = c.queue
+        rows.append({
+            "queue": q.name if q is not None else "?", "qid": c.qid,
+            "opcode": opcode_name(sqe, c.qid), "cid": int.from_bytes(sqe[2:4], "little"),
+            "nsid": int.from_bytes(sqe[4:8], "little") if sqe[0] != FABRICS_OPC else None,
+            "slba": int.from_bytes(sqe[40:48], "little") if rw else None,
+            "blocks": int.from_bytes(sqe[48:50], "little") + 1 if rw else None,
+            "submission": c.frame, "data_frames": len(c.data),
+            "first_data": c.data[0] if c.data else None, "last_data": c.data[-1] if c.data else None,
+            "completion": c.cqe, "latency_us": round((c.cqe_time - c.time) * 1e6, 3) if c.cqe else None,
+            "bytes": c.bytes, "status": status_text(c.status), "time": c.time,
+        })
+    return rows
+
+
+def _percentiles(values) -> dict:
+    if not values:
+        return {"latency_p50_us": None, "latency_p90_us": None, "latency_p99_us": None, "latency_max_us": None}
+    a = np.asarray(values, float)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"latency_p50_us": round(float(p50), 3), "latency_p90_us": round(float(p90), 3),
+            "latency_p99_us": round(float(p99), 3), "latency_max_us": round(float(a.max()), 3)}
+
+
+def summary_rows(rows: List[dict], column: str) -> List[dict]:
+    """Per value of `column`: commands, completed, errors, IOPS and bytes/s over the group's span (first
+    submission to last completion), latency percentiles."""
+    groups: Dict[tuple, List[dict]] = defaultdict(list)
+    for r in rows:
+        groups[r[column]].append(r)
+    out = []
+    for k, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        done = [r for r in rs if r["completion"] is not None]
+        start = min(r["time"] for r in rs)
+        end = max([r["time"] + r["latency_us"] / 1e6 for r in done] + [start])
+        span = end - start
+        nbytes = sum(r["bytes"] for r in rs)
+        out.append({column: k, "commands": len(rs),
+                    "completed": len(done),
+                    "errors": sum(1 for r in done if r["status"] != STATUS_GENERIC[0]),
+                    "iops": round(len(done) / span, 1) if span > 0 else None, "bytes": nbytes,
+                    "bytes_per_s": round(nbytes / span, 1) if span > 0 else None,
+                    **_percentiles([r["latency_us"] for r in done])})
+    return out
+
+
+def analyse(path: str, decode_as: bool = False) -> dict:
+    """The storage view of a capture: commands, per opcode, per queue, errors by status."""
+    from ..decode.stream import Stream
+    stream = Stream(path, icrc=False)
+    tracker = track(stream, decode_as)
+    rows = command_rows(tracker)
+    errors = defaultdict(int)
+    for r in rows:
+        if r["status"] != STATUS_GENERIC[0]:
+            errors[(r["opcode"], r["status"])] += 1
+    return {"commands": rows,
+            "by_opcode": summary_rows(rows, "opcode"), "by_queue": summary_rows(rows, "queue"),
+            "errors": [{"opcode": o, "status": s, "commands": n} for (o, s), n in sorted(errors.items())],
+            "problems": list(stream.problems)}
