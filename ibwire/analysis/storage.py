@@ -153,7 +153,7 @@ def summary_rows(rows: List[dict], column: str) -> List[dict]:
                     "completed": len(done),
                     "errors": sum(1 for r in done if r["status"] != STATUS_GENERIC[0]),
                     "iops": round(len(done) / span, 1) if span > 0 else None, "bytes": nbytes,
-                    "bytes_per_s": round(nbytes / span, 1) if span > 0 else None,
+                    "bytes_per_s": round(nbytes / span) if span > 0 else None,
                     **_percentiles([r["latency_us"] for r in done])})
     return out
 
@@ -172,3 +172,17 @@ def analyse(path: str, decode_as: bool = False) -> dict:
             "by_opcode": summary_rows(rows, "opcode"), "by_queue": summary_rows(rows, "queue"),
             "errors": [{"opcode": o, "status": s, "commands": n} for (o, s), n in sorted(errors.items())],
             "problems": list(stream.problems)}
+
+
+COLUMNS = [("queue", "string"), ("qid", "uint16"), ("opcode", "string"), ("cid", "uint16"), ("nsid", "uint32"),
+           ("slba", "uint64"), ("blocks", "uint32"), ("submission", "uint64"), ("data_frames", "uint32"),
+           ("first_data", "uint64"), ("last_data", "uint64"), ("completion", "uint64"), ("latency_us", "float64"),
+           ("bytes", "uint64"), ("status", "string"), ("time", "float64")]
+
+
+def write_commands(rows: List[dict], where) -> None:
+    """The command table as Parquet (`where`: a path or a binary file object); absent values are nulls."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in COLUMNS])
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), where)

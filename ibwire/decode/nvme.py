@@ -2,16 +2,15 @@
 for service port 4420, as Wireshark's packet-nvme-rdma.c does, or declared with `decode -d nvme-rdma`),
 SEND First/Middle/Last reassembled per QP, and each completion matched to its command by command id.
 
-Feed every Decoded in capture order; frames of a known queue get the NVMe layers and fields added."""
+Feed every Decoded in capture order; frames of a known queue get the NVMe layers and fields added.  In bulk
+mode (ibwire.analysis.storage) only commands are followed: no layer is built and scapy is never loaded."""
 from typing import Dict, List, Optional
 
-from dissectors.nvme import NVMeUnknown, cm_layer, command_layer, completion_layer
 from dissectors.nvmetable import CQE_LEN, FABRICS_OPC, SQE_LEN, is_nvme_service
 
 import numpy as np
 
 from ..fast.records import F_BTH, F_MAD
-from .fields import layer_fields, nest_and_flatten
 
 ADMIN_ONLY = (0x06, 0x09, 0x0A, 0x0C, 0x18)    # Identify, Set/Get Features, AER, Keep Alive: no I/O opcode
 MAX_SEND = 1 << 20
@@ -113,6 +112,7 @@ class NvmeTracker:
             self.reqs[flat["cm.req"]] = (host, flat["cm.req.localqpn"], qid)
             self.active = True
             if not self.bulk:
+                from dissectors.nvme import cm_layer
                 self._add(d, cm_layer("req", private[:32]))
         elif flat.get("cm.rep.remotecommid") in self.reqs:
             host, host_qpn, qid = self.reqs[flat["cm.rep.remotecommid"]]
@@ -120,8 +120,10 @@ class NvmeTracker:
             self.ends[(host, host_qpn)] = (queue, True)
             self.ends[(_addr(flat, "src"), flat["cm.rep.localqpn"])] = (queue, False)
             if not self.bulk:
+                from dissectors.nvme import cm_layer
                 self._add(d, cm_layer("rep", bytes.fromhex(flat.get("cm.rep.private", ""))[:32]))
         elif flat.get("cm.rej.remotecommid") in self.reqs and not self.bulk:
+            from dissectors.nvme import cm_layer
             self._add(d, cm_layer("rej", bytes.fromhex(flat.get("cm.rej.private", ""))[:4]))
 
     def _end(self, flat, to_host_guess: Optional[bool]):
@@ -181,10 +183,12 @@ class NvmeTracker:
             self.commands.append(cmd)
             if self.bulk:
                 return
+            from dissectors.nvme import command_layer
             name, pkt = command_layer(payload, qid)
             self._add(d, pkt, replace=True)
             d.notes.append(f"NVMe{'oF' if payload[0] == FABRICS_OPC else ''} {name} cid={cid}")
         elif not self.bulk:
+            from dissectors.nvme import NVMeUnknown
             self._add(d, NVMeUnknown(payload), replace=True)
 
     def _data(self, d, queue, op: str) -> None:
@@ -234,12 +238,14 @@ class NvmeTracker:
         cmd = queue.pending.get(int.from_bytes(payload[12:14], "little")) if len(payload) == CQE_LEN else None
         if cmd is None or cmd.cqe:
             if not self.bulk:
+                from dissectors.nvme import NVMeUnknown
                 self._add(d, NVMeUnknown(payload), replace=True)
             return
         cmd.cqe, cmd.cqe_time = d.frame.number, d.frame.time
         cmd.status = int.from_bytes(payload[14:16], "little") >> 1
         if self.bulk:
             return
+        from dissectors.nvme import completion_layer
         self._add(d, completion_layer(payload, cmd.sqe), replace=True)
         which = "nvme.fabrics" if cmd.sqe[0] == FABRICS_OPC else "nvme"
         latency = round((d.frame.time - cmd.time) * 1000, 3)
@@ -258,6 +264,7 @@ def _link(d, cmd, extra) -> None:
 
 def _add(d, layer, replace: bool = False) -> None:
     """Put `layer` in the packet (instead of the payload bytes when `replace`) and its fields in d's maps."""
+    from .fields import layer_fields, nest_and_flatten
     if d.packet is not None:
         if replace:
             from scapy.packet import Raw
