@@ -39,52 +39,76 @@ class _Lite:
         self.notes, self.errors, self.layers, self.packet = [], [], {}, None
 
 
-def _payload_bounds(rec, pos, i):
-    """(start, end) of row i's payload in its batch buffer: it ends before the pad, the ICRC and (native IB)
-    the VCRC; None when the frame is cut short."""
-    if rec["flags"][i] & R.F_TRUNCATED or rec["paylen"][i] <= 0:
-        return None
-    end = int(pos.data[i]) + int(rec["caplen"][i]) - 4 - int(rec["padcnt"][i])
-    if rec["link"][i] in (R.IB, R.IBGRH):
-        end -= 2
-    return end - int(rec["paylen"][i]), end
-
-
-def _lite(batch, i) -> _Lite:
+def _opcodes():
+    """(name, transport, has RETH) of every BTH opcode, for the tracker's flat fields."""
     from dissectors.opcodes import lookup
-    rec, pos, buf = batch.rec, batch.pos, batch.buf
-    r = rec[i]
-    op = lookup(int(r["opcode"]))
-    flat = {"bth.opcode": int(r["opcode"]), "bth.opname": op.name, "bth.transport": op.transport,
-            "bth.destqp": int(r["destqp"]), "bth.psn": int(r["psn"]), "ip.src": addr_text(r["src"]),
-            "ip.dst": addr_text(r["dst"]), "payload.length": max(int(r["paylen"]), 0)}
-    if op.headers and "reth" in op.headers:
-        flat["reth.r_key"] = int(r["reth_r_key"])
-    bounds = _payload_bounds(rec, pos, i)
-    payload = buf[bounds[0]:bounds[1]].tobytes() if bounds else b""
-    if r["flags"] & R.F_MAD and r["mad_class"] == 0x07:
+    return [(op.name, op.transport, "reth" in op.headers) for op in map(lookup, range(256))]
+
+
+class _Rows:
+    """One batch's columns as Python lists, read once (indexing a structured array row by row is slow)."""
+
+    COLS = ("opcode", "destqp", "psn", "paylen", "flags", "frame", "time", "reth_r_key", "caplen", "padcnt",
+            "link", "mad_class", "mad_attrid", "cm_comm_id", "cm_remote_comm_id", "cm_qpn")
+
+    def __init__(self, batch, rows):
+        rec = batch.rec[rows]
+        for col in self.COLS:
+            setattr(self, col, rec[col].tolist())
+        self.src = [bytes(v) for v in rec["src"]]
+        self.dst = [bytes(v) for v in rec["dst"]]
+        self.data = np.asarray(batch.pos.data)[rows].tolist()
+        self.buf = batch.buf
+
+
+def _payload(r: _Rows, k: int) -> bytes:
+    """Row k's payload: it ends before the pad, the ICRC and (native IB) the VCRC; empty when cut short."""
+    if r.flags[k] & R.F_TRUNCATED or r.paylen[k] <= 0:
+        return b""
+    end = r.data[k] + r.caplen[k] - 4 - r.padcnt[k] - (2 if r.link[k] in (R.IB, R.IBGRH) else 0)
+    return r.buf[end - r.paylen[k]:end].tobytes()
+
+
+def _lite(r: _Rows, k: int, ops, addr) -> _Lite:
+    name, transport, reth = ops[r.opcode[k]]
+    flat = {"bth.opcode": r.opcode[k], "bth.opname": name, "bth.transport": transport, "bth.destqp": r.destqp[k],
+            "bth.psn": r.psn[k],
+            "ip.src": addr(r.src[k]), "ip.dst": addr(r.dst[k]), "payload.length": max(r.paylen[k], 0)}
+    if reth:
+        flat["reth.r_key"] = r.reth_r_key[k]
+    payload = _payload(r, k) if name.startswith("SEND") or r.flags[k] & R.F_MAD else b""
+    if r.flags[k] & R.F_MAD and r.mad_class[k] == 0x07:
         msg = payload[MAD_HEADER:]
-        if r["mad_attrid"] == CM_REQ and len(msg) >= CM_IP_PRIVATE + 4:
-            flat.update({"cm.req": int(r["cm_comm_id"]), "cm.req.localqpn": int(r["cm_qpn"]),
+        if r.mad_attrid[k] == CM_REQ and len(msg) >= CM_IP_PRIVATE + 4:
+            flat.update({"cm.req": r.cm_comm_id[k], "cm.req.localqpn": r.cm_qpn[k],
                          "cm.req.serviceid": int.from_bytes(msg[CM_SERVICE_ID:CM_SERVICE_ID + 8], "big"),
                          "cm.req.ip_cm.private": msg[CM_IP_PRIVATE:CM_IP_PRIVATE + 56].hex()})
-        elif r["mad_attrid"] == CM_REP:
-            flat.update({"cm.rep": int(r["cm_comm_id"]), "cm.rep.remotecommid": int(r["cm_remote_comm_id"]),
-                         "cm.rep.localqpn": int(r["cm_qpn"])})
+        elif r.mad_attrid[k] == CM_REP:
+            flat.update({"cm.rep": r.cm_comm_id[k], "cm.rep.remotecommid": r.cm_remote_comm_id[k],
+                         "cm.rep.localqpn": r.cm_qpn[k]})
     else:
         flat["_payload"] = payload
-    return _Lite(int(r["frame"]), float(r["time"]), flat)
+    return _Lite(r.frame[k], r.time[k], flat)
 
 
 def track(stream, decode_as: bool = False) -> NvmeTracker:
     """Follow every NVMe-oF command of `stream` (ibwire.decode.stream.Stream batches)."""
     tracker = NvmeTracker(decode_as=decode_as, bulk=True)
+    ops, names = _opcodes(), {}
+
+    def addr(v: bytes) -> str:
+        text = names.get(v)
+        if text is None:
+            text = names[v] = addr_text(v)
+        return text
     for batch in stream:
         rec = batch.rec
         if not len(rec):
             continue
-        for i in np.flatnonzero(storage_rows(rec, np.arange(len(rec)), tracker.active)).tolist():
-            tracker.feed(_lite(batch, i))
+        rows = np.flatnonzero(storage_rows(rec, np.arange(len(rec)), tracker.active))
+        r = _Rows(batch, rows)
+        for k in range(len(rows)):
+            tracker.feed(_lite(r, k, ops, addr))
     return tracker
 
 
