@@ -7,8 +7,8 @@ from scapy.fields import LEIntField, LELongField, LEShortField, LEThreeBytesFiel
 
 from .base import IBLayer
 from .nvmetable import (ADMIN, CM_REJ, CM_REP, CM_REQ, CQE, CQE_CONNECT, CQE_LEN, CQE_PROP_GET, CQE_PROP_SET,
-                        DISPLAY, FABRICS, FABRICS_HEAD, GENERIC, IO, SQE_HEAD, SQE_LEN, command_kind,
-                        completion_rows, value)
+                        DISPLAY, FABRICS, FABRICS_HEAD, GENERIC, IO, PROP_SET, PROPERTIES, SQE_HEAD, SQE_LEN,
+                        command_kind, completion_rows, value)
 
 _INT = {1: XByteField, 2: LEShortField, 3: LEThreeBytesField, 4: LEIntField, 8: LELongField}
 
@@ -80,6 +80,11 @@ def _layers():
     for name, rows in (("CQE", CQE), ("ConnectCQE", CQE_CONNECT), ("PropGetCQE", CQE_PROP_GET),
                        ("PropSetCQE", CQE_PROP_SET)):
         out[rows] = table_layer(f"NVMe{name}", "nvme", rows, CQE_LEN, f"NVMe {name}")
+    for offset, prop in PROPERTIES.items():      # a Property Set and a Property Get's completion, per property
+        at48 = tuple(r._replace(off=r.off + 48) for r in prop)
+        out[FABRICS_HEAD + PROP_SET + at48] = table_layer(f"NVMeFabricsPropertySet{offset:02x}", "nvme",
+                                                          FABRICS_HEAD + PROP_SET + at48, SQE_LEN)
+        out[CQE_PROP_GET + prop] = table_layer(f"NVMePropGetCQE{offset:02x}", "nvme", CQE_PROP_GET + prop, CQE_LEN)
     for name, rows, n in (("CMReq", CM_REQ, 32), ("CMRep", CM_REP, 32), ("CMRej", CM_REJ, 4)):
         out[rows] = table_layer(f"NVMeRDMA{name}", "nvme-rdma", rows, n, f"NVMe-oF RDMA {name}")
     return out
@@ -89,17 +94,24 @@ LAYERS = _layers()
 globals().update({cls.__name__: cls for cls in LAYERS.values()})
 
 
+def layer_class(rows, length: int):
+    """The layer of `rows`; made on first use for rows that depend on the command (a property's value)."""
+    if rows not in LAYERS:
+        LAYERS[rows] = table_layer(f"NVMe{len(LAYERS)}", "nvme", rows, length, "NVMe")
+    return LAYERS[rows]
+
+
 def command_layer(payload: bytes, qid: int = 0):
     """The scapy packet of a command capsule: the SQE layer, then in-capsule data (NVMeData)."""
     name, rows = command_kind(payload, qid)
-    pkt = LAYERS[rows](payload[:SQE_LEN])
+    pkt = layer_class(rows, SQE_LEN)(payload[:SQE_LEN])
     if len(payload) > SQE_LEN:
         pkt.add_payload(NVMeData(payload[SQE_LEN:]))
     return name, pkt
 
 
 def completion_layer(payload: bytes, cmd_sqe=None):
-    return LAYERS[completion_rows(cmd_sqe)](payload[:CQE_LEN])
+    return layer_class(completion_rows(cmd_sqe), CQE_LEN)(payload[:CQE_LEN])
 
 
 def cm_layer(attr: str, private: bytes):

@@ -85,6 +85,26 @@ AUTH = _rows(("nvme.fabrics.cmd.auth.rsvd1", 5, 19)) + SGL + _rows(
     ("nvme.fabrics.cmd.auth.rsvd2", 40, 1), ("nvme.fabrics.cmd.auth.spsp0", 41, 1),
     ("nvme.fabrics.cmd.auth.spsp1", 42, 1), ("nvme.fabrics.cmd.auth.secp", 43, 1),
     ("nvme.fabrics.cmd.auth.al", 44, 4), ("nvme.fabrics.cmd.auth.rsvd3", 48, 16))
+# Controller properties a Property Get/Set carries (NVMe Base 2.0 §3.1.4), by property offset; the value's
+# offsets are relative to where it sits (byte 48 of a Property Set, byte 0 of a Property Get completion).
+_P = "nvme.fabrics.prop_get_set."
+PROPERTIES = {
+    0x14: _rows((_P + "cc", 0, 4), (_P + "cc.en", 0, 4, 0x1), (_P + "cc.rsvd0", 0, 4, 0xE),
+                (_P + "cc.css", 0, 4, 0x70), (_P + "cc.mps", 0, 4, 0x780), (_P + "cc.ams", 0, 4, 0x3800),
+                (_P + "cc.shn", 0, 4, 0xC000), (_P + "cc.iosqes", 0, 4, 0xF0000), (_P + "cc.iocqes", 0, 4, 0xF00000),
+                (_P + "cc.rsvd1", 0, 4, 0xFF000000), (_P + "data.rsvd", 4, 4)),
+    0x1C: _rows((_P + "csts", 0, 4), (_P + "csts.rdy", 0, 4, 0x1), (_P + "csts.cfs", 0, 4, 0x2),
+                (_P + "csts.shst", 0, 4, 0xC), (_P + "csts.nssro", 0, 4, 0x10), (_P + "csts.pp", 0, 4, 0x20),
+                (_P + "csts.rsvd", 0, 4, 0xFFFFFFC0), (_P + "data.rsvd", 4, 4)),
+}
+
+
+def property_rows(sqe: bytes, at: int):
+    """The rows of the property value a Property Get/Set command `sqe` names, placed at byte `at`."""
+    rows = PROPERTIES.get(int.from_bytes(sqe[44:48], "little"), ())
+    return tuple(r._replace(off=r.off + at) for r in rows)
+
+
 FABRICS = {0x00: ("Property Set", PROP_SET), 0x01: ("Connect", CONNECT), 0x04: ("Property Get", PROP_GET),
            0x05: ("Authentication Send", AUTH), 0x06: ("Authentication Receive", AUTH)}
 
@@ -134,7 +154,7 @@ def command_kind(sqe: bytes, qid: int = 0):
     opc = sqe[0]
     if opc == FABRICS_OPC:
         name, rows = FABRICS.get(sqe[4], (f"Fabrics 0x{sqe[4]:02x}", ()))
-        return name, FABRICS_HEAD + rows
+        return name, FABRICS_HEAD + rows + (property_rows(sqe, 48) if sqe[4] == 0x00 else ())
     table, names = (ADMIN, ADMIN_NAMES) if qid == 0 else (IO, IO_NAMES)
     name, rows = table.get(opc, (names.get(opc, f"opcode 0x{opc:02x}"), GENERIC))
     return name, SQE_HEAD + rows
@@ -143,7 +163,9 @@ def command_kind(sqe: bytes, qid: int = 0):
 def completion_rows(cmd_sqe: bytes):
     """The rows of the completion of the command whose SQE is `cmd_sqe` (None: generic NVMe)."""
     if cmd_sqe is not None and cmd_sqe[0] == FABRICS_OPC:
-        return {0x01: CQE_CONNECT, 0x04: CQE_PROP_GET, 0x00: CQE_PROP_SET}.get(cmd_sqe[4], CQE)
+        if cmd_sqe[4] == 0x04:
+            return CQE_PROP_GET + property_rows(cmd_sqe, 0)
+        return {0x01: CQE_CONNECT, 0x00: CQE_PROP_SET}.get(cmd_sqe[4], CQE)
     return CQE
 
 
@@ -189,6 +211,8 @@ DISPLAY = {key: digits for digits, keys in {
          'nvme.cqe.dword1 nvme.fabrics.cmd.prop_get_set.offset'),
     16: ('nvme.cmd.mptr nvme.cmd.sgl1.addr nvme.cmd.slba'),
 }.items() for key in keys.split()}
+DISPLAY.update({key: 0 if key.endswith(("mps", "iosqes", "iocqes")) else 8
+                for rows in PROPERTIES.values() for key, *_ in rows})
 DISPLAY.update({"nvme-rdma.cmd.qid": 4, "nvme-rdma.unknown_data": -1, "nvme.data": -1, "nvme.cmd_pkt": 0,
                 "nvme.fabrics.cmd_pkt": 0, "nvme.cqe_pkt": 0, "nvme.fabrics.cqe_pkt": 0,
                 "nvme-rdma.read_from_host_resp": -1})
