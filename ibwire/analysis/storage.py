@@ -105,10 +105,11 @@ def track(stream, decode_as: bool = False) -> NvmeTracker:
         rec = batch.rec
         if not len(rec):
             continue
-        rows = np.flatnonzero(storage_rows(rec, np.arange(len(rec)), tracker.active))
-        r = _Rows(batch, rows)
-        for k in range(len(rows)):
-            tracker.feed(_lite(r, k, ops, addr))
+        for phase in storage_rows(rec, np.arange(len(rec)), tracker):     # RDMA-CM first, then the data
+            rows = phase if isinstance(phase, np.ndarray) else phase()
+            r = _Rows(batch, rows)
+            for k in range(len(rows)):
+                tracker.feed(_lite(r, k, ops, addr))
     return tracker
 
 

@@ -295,11 +295,11 @@ RC_DATA = np.zeros(256, bool)
 RC_DATA[list(range(0x11)) + [0x16, 0x17]] = True      # RC SEND, RDMA WRITE, RDMA READ request/response
 
 
-def storage_rows(rec, rows, active: bool) -> np.ndarray:
-    """Which rows the NVMe-oF tracker must see in full: RDMA-CM MADs, and once a queue may be known (a CM MAD
-    in this batch or before, or queues declared) every RC SEND and RDMA READ/WRITE."""
+def storage_rows(rec, rows, tracker) -> list:
+    """Which of `rows` the NVMe-oF tracker must see in full, as two arrays to feed it one after the other:
+    the RDMA-CM MADs, then (when they or earlier frames made an NVMe-oF queue known, or queues are declared)
+    every RC SEND and RDMA READ/WRITE.  Other RDMA-CM traffic costs no full decode of its data packets."""
     r = rec[rows]
     cm = ((r["flags"] & F_MAD) > 0) & (r["mad_class"] == CM_CLASS)
-    if not (active or cm.any()):
-        return cm
-    return cm | (((r["flags"] & F_BTH) > 0) & RC_DATA[r["opcode"]])
+    data = ((r["flags"] & F_BTH) > 0) & RC_DATA[r["opcode"]]
+    return [np.flatnonzero(cm), lambda: np.flatnonzero(data) if tracker.active else np.zeros(0, np.int64)]

@@ -115,9 +115,12 @@ def select(stream, flt, detail: Callable = None, nvme=None) -> Iterator[tuple]:
             todo = np.flatnonzero(~sure)
         else:
             mask, todo = np.zeros(len(rec), bool), range(len(rec))
-        if nvme is not None:             # the tracker sees every frame it needs, in order
+        if nvme is not None:             # the tracker sees every frame it needs (RDMA-CM first)
             from .nvme import storage_rows
-            todo = np.union1d(todo, np.flatnonzero(storage_rows(rec, np.arange(len(rec)), nvme.active)))
+            cm, data = storage_rows(rec, np.arange(len(rec)), nvme)
+            for i in cm.tolist():
+                mask[i] = flt(detail(batch, i, t0, float(times[i - 1]) if i else prev))
+            todo = np.setdiff1d(np.union1d(todo, data()), cm)
         for i in todo:
             i = int(i)
             mask[i] = flt(detail(batch, int(i), t0, float(times[i - 1]) if i else prev))

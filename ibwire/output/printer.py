@@ -144,12 +144,13 @@ class Printer:
             data &= (rec["flags"][rows] & R.F_IPOIB) == 0
         decoded = {}
         if self.nvme is not None:        # NVMe-oF: capsules span frames and queues are learned from RDMA-CM:
-            for k in np.flatnonzero(data & storage_rows(rec, rows, self.nvme.active)):   # the tracker sees
-                i = int(rows[k])                                                          # them all, in order
-                d = decoded[i] = details(i)
-                self._feed_rmpp(d)
-                if d.notes or any(key.startswith("nvme") for key in d.flat):
-                    data[k] = False      # shown from the full decode; the others as the records show them
+            for phase in storage_rows(rec, rows, self.nvme):                   # the tracker sees them all
+                for k in (phase if isinstance(phase, np.ndarray) else phase()).tolist():
+                    i = int(rows[k])
+                    d = decoded[i] = decoded.get(i) or details(i)
+                    self._feed_rmpp(d)
+                    if data[k] and (d.notes or any(key.startswith("nvme") for key in d.flat)):
+                        data[k] = False  # shown from the full decode; the others as the records show them
         prog_of = np.zeros(len(rows), np.int32)
         programs = []
         idx = np.flatnonzero(data)
