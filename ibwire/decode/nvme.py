@@ -81,7 +81,7 @@ class NvmeTracker:
             for layer, replace, flat, notes in self.journal[n]:
                 if layer is not None:
                     _add(d, layer, replace)
-                d.flat.update(flat)
+                _fields(d, flat)
                 d.notes.extend(notes)
             return
         self.journal[n] = self.entry = []
@@ -154,8 +154,7 @@ class NvmeTracker:
             return
         queue, to_host = end
         if queue.qid is not None:
-            d.flat["nvme-rdma.cmd.qid"] = queue.qid
-            d.layers.setdefault("nvme-rdma", {})["cmd.qid"] = queue.qid
+            _fields(d, {"nvme-rdma.cmd.qid": queue.qid})
         if not op.startswith("SEND"):
             self._data(d, queue, op)
             return
@@ -169,7 +168,7 @@ class NvmeTracker:
         if "Last" in op:
             payload = bytes(self.sends.pop(key, b"")) + payload
             d.notes.append(f"[NVMe-oF: reassembled SEND of {len(payload)} bytes]")
-            d.flat["nvme-rdma.reassembled.length"] = len(payload)
+            _fields(d, {"nvme-rdma.reassembled.length": len(payload)})
         if to_host:
             self._completion(d, queue, payload)
         elif len(payload) >= SQE_LEN:
@@ -249,16 +248,23 @@ class NvmeTracker:
         self._add(d, completion_layer(payload, cmd.sqe), replace=True)
         which = "nvme.fabrics" if cmd.sqe[0] == FABRICS_OPC else "nvme"
         latency = round((d.frame.time - cmd.time) * 1000, 3)
-        d.flat[f"{which}.cmd_pkt"], d.flat[f"{which}.cmd_latency"] = cmd.frame, latency
+        _fields(d, {f"{which}.cmd_pkt": cmd.frame, f"{which}.cmd_latency": latency})
         status = int.from_bytes(payload[14:16], "little") >> 1
         d.notes.append(f"NVMe CQE cid={int.from_bytes(payload[12:14], 'little')} for frame {cmd.frame} "
                        f"status=0x{status:x} {latency} ms")
 
 
+def _fields(d, values: dict) -> None:
+    """Fields learned across frames, in the flat map and under their protocol in the nested one (-V, JSON)."""
+    d.flat.update(values)
+    for key, value in values.items():
+        proto = "nvme-rdma" if key.startswith("nvme-rdma.") else "nvme"
+        d.layers.setdefault(proto, {})[key[len(proto) + 1:]] = value
+
+
 def _link(d, cmd, extra) -> None:
     """Say which command a data frame belongs to (Wireshark names the link nvme.fabrics.cmd_pkt for all)."""
-    d.flat["nvme.fabrics.cmd_pkt"] = cmd.frame
-    d.flat.update(extra)
+    _fields(d, {"nvme.fabrics.cmd_pkt": cmd.frame, **extra})
     d.notes.append(f"[NVMe-oF data for the command in frame {cmd.frame}]")
 
 
