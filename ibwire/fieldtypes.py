@@ -15,6 +15,11 @@ def _group(proto: str, ftype: str, *names: str) -> Dict[str, str]:
     return {f"{proto}.{n}": ftype for n in names}
 
 
+def _nvme_tracked():
+    from dissectors.nvmetable import TRACKED
+    return TRACKED
+
+
 ENCAP: Dict[str, str] = {
     **{p: PROTO for p in ("frame", "eth", "vlan", "ip", "ipv6", "udp", "tcp", "arp", "icmp", "icmpv6", "sll", "erf",
                           "ipoib", "infiniband", "infiniband_link", "_ws.malformed")},
@@ -40,7 +45,7 @@ ENCAP: Dict[str, str] = {
     **_group("icrc", STRING, "status"), **_group("vcrc", STRING, "status"), "link.kind": STRING,
     "payload.len": UINT, "mad.summary": STRING, "payload": PROTO, "padding": PROTO,
     "payload.data": BYTES, "payload.length": UINT, "padding.data": BYTES,
-    "rmpp.reassembled": PROTO, **_group("rmpp.reassembled", UINT, "segments", "records", "complete"),
+    **_nvme_tracked(), "rmpp.reassembled": PROTO, **_group("rmpp.reassembled", UINT, "segments", "records", "complete"),
     # MAC control PAUSE/PFC and LLDP DCBX (dissectors.dcb), Wireshark 4.0's names; `*pause_s` are ibwire's own
     **{p: PROTO for p in ("macc", "lldp")},
     **_group("macc", UINT, "opcode", "pause_time", "cbfc.enbv", *(f"cbfc.{f}.c{p}" for f in ("enbv", "pause_time")
@@ -190,6 +195,14 @@ TSHARK_DISPLAY.update({"macc.opcode": 4, "macc.cbfc.enbv": 4, "lldp.unknown_subt
                        "lldp.dcbx.feature.pfc.numtcs": 2, "lldp.dcbx.feature.app.oui": 6, "lldp.dcbx.feature.enabled": 1,
                        "lldp.dcbx.feature.willing": 1, "lldp.dcbx.feature.error": 1, **{f"macc.cbfc.enbv.c{p}": 1 for p in range(8)},
                        **{f"lldp.dcbx.feature.pfc.prio{p}": 1 for p in range(8)}})
+
+
+def _nvme_display():
+    from dissectors.nvmetable import DISPLAY
+    return DISPLAY
+
+
+TSHARK_DISPLAY.update(_nvme_display())      # tshark 4.4's NVMe-oF fields (dissectors.nvmetable)
 HEX_DIGITS = {name: digits for name, digits in TSHARK_DISPLAY.items() if digits > 1}
 
 
@@ -316,7 +329,8 @@ def layer_field_types() -> dict:
         except Exception:
             extra = {}
         for name, value in extra.items():
-            out.setdefault(f"{ws}.{name}", STRING if isinstance(value, str) else UINT)
+            out.setdefault(f"{ws}.{name}", STRING if isinstance(value, str) else BYTES if isinstance(value, bytes)
+                           else UINT)
     for key in list(out):                              # "cm.req.ip_cm" -> "cm", "cm.req" are protocols too
         parts = key.split(".")
         for i in range(1, len(parts)):

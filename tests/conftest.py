@@ -110,6 +110,26 @@ def tshark():
     return path
 
 
+@pytest.fixture(scope="session")
+def tshark44(tmp_path_factory):
+    """tshark 4.4 (Debian 13's), run in a debootstrapped trixie tree cached in litter.CACHE (built once, about
+    a minute and 400 MB; tests/debroot.py): tshark44(capture, *args) -> stdout.  The capture's folder is
+    bound read-only-by-use at /caps inside the tree."""
+    import debroot
+    assert os.geteuid() == 0, "chroot and mounts need root (./dev test runs as root)"
+    assert shutil.which("debootstrap"), "debootstrap is required (./dev test installs it)"
+    base = debroot.cached_tree("trixie-tshark", "trixie", "tshark")
+
+    def run(capture, *args):
+        capture = Path(capture).resolve()
+        t = tmp_path_factory.mktemp("tshark44")
+        cmd = " ".join(["tshark", "-r", f"/caps/{capture.name}", *(f"'{a}'" for a in args)])
+        done = debroot.overlay_run(base, t, cmd, binds=[(str(capture.parent), "/caps")], timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    return run
+
+
 def run_ibwire(*args, check=False, input=None, timeout=300, unwrapped=False):
     """Run the installed CLI as a user would; returns the CompletedProcess. `unwrapped`: run it without
     COLUMNS/LINES (as when piped), so table cells and paragraphs are not folded."""

@@ -31,6 +31,14 @@ def _field_options(opts: List[str]):
     return header, sep, quote
 
 
+def check_decode_as(values: List[str]) -> bool:
+    """-d: whether NVMe-oF is declared on every RC queue pair (the one protocol -d takes so far)."""
+    for d in values:
+        if d.rpartition(",")[2] != "nvme-rdma":
+            raise UserError(f"-d takes nvme-rdma (NVMe-oF on every RC queue pair), not {d!r}")
+    return bool(values)
+
+
 @app.command()
 def decode(
     file: Optional[str] = typer.Argument(None, help="pcap or pcapng capture; - reads it from standard input"),
@@ -56,6 +64,8 @@ def decode(
                                                                  "and before -V trees and -x dumps"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC and VCRC"),
     speed: str = port_speed_option(),
+    decode_as: List[str] = typer.Option([], "-d", "--decode-as", help="nvme-rdma: every RC queue pair carries "
+                                                                       "NVMe-oF (captures without the RDMA-CM setup)"),
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
     from ..fast.filter import names_analysis
@@ -85,6 +95,8 @@ def decode(
     header, sep, quote = _field_options(field_opts)
     if fmt == "csv":
         header, sep, quote = header if header is not None else True, sep or ",", quote if quote is not None else ""
+    from ..decode.nvme import NvmeTracker
+    nvme = NvmeTracker(decode_as=check_decode_as(decode_as))
     flt = compile_filter(display_filter) if display_filter else None
     named = any(k == "bth.analysis" or k.startswith("bth.analysis.") for k in keys) or (
         display_filter is not None and names_analysis(display_filter))
@@ -103,6 +115,7 @@ def decode(
     printer = Printer(fmt, time_mode, fields, bool(header), sep or "\t", quote or "", keys, layers,
                       bool(all_layers))
     printer.decimals = stream.decimals
+    printer.nvme = nvme
     out = sys.stdout.buffer
     show = write is None or print_too
     with contextlib.ExitStack() as files:
@@ -125,7 +138,7 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
     t0, prev = None, None
     if show:
         out.write(printer.start())
-    batches = select(stream, flt) if flt else ((b, None) for b in stream)
+    batches = select(stream, flt, nvme=printer.nvme) if flt else ((b, None) for b in stream)
     for batch, mask in batches:
         rec = batch.rec
         if not len(rec):
@@ -146,6 +159,8 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
                 from ..decode import decode_frame
                 from ..decode.stream import with_analysis
                 d = with_analysis(decode_frame(batch.frame(i)), batch.rec[i])
+                if printer.nvme is not None:
+                    printer.nvme.feed(d)
                 d.flat.update(detail_flat_times(d.frame.time, t0, float(times[i - 1]) if i else prev))
                 return d
             if verbose or hexdump:

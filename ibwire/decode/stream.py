@@ -91,23 +91,26 @@ def with_analysis(d, row):
     return d
 
 
-def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None) -> dict:
+def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None, nvme=None) -> dict:
     """The full decode's field map of one frame, with the times relative to the capture's first frame
     and to the previous one (and, fed to `rmpp`, the SA table an RMPP transfer's last segment completes)."""
     from . import decode_frame
     d = decode_frame(frame)
     if rmpp is not None:
         rmpp.feed(d)
+    if nvme is not None:
+        nvme.feed(d)
     flat = d.flat
     flat["frame.time_relative"] = frame.time - t0
     flat["frame.time_delta"] = frame.time - (frame.time if prev is None else prev)
     return flat
 
 
-def select(stream, flt, detail: Callable = None) -> Iterator[tuple]:
+def select(stream, flt, detail: Callable = None, nvme=None) -> Iterator[tuple]:
     """(batch, mask) for every batch of `stream`: which frames the display filter `flt` selects.  The
     records answer where they can (ibwire.fast.filter); the full decode answers the rest, frame by frame.
-    `detail(batch, i, t0, prev)` gives a frame's field map (default: detail_flat of its bytes)."""
+    `detail(batch, i, t0, prev)` gives a frame's field map (default: detail_flat of its bytes, fed to the
+    NVMe-oF tracker `nvme` when given)."""
     from ..fast.filter import batch_filter
     bf = batch_filter(flt, with_bytes=True)
     if detail is None:
@@ -116,7 +119,7 @@ def select(stream, flt, detail: Callable = None) -> Iterator[tuple]:
 
         def detail(batch, i, t0, prev):
             from ..fast.records import analysis_values
-            return {**detail_flat(batch.frame(i), t0, prev, rmpp), **analysis_values(batch.rec[i])}
+            return {**detail_flat(batch.frame(i), t0, prev, rmpp, nvme), **analysis_values(batch.rec[i])}
     t0, prev = None, None
     for batch in stream:
         rec = batch.rec
@@ -130,7 +133,14 @@ def select(stream, flt, detail: Callable = None) -> Iterator[tuple]:
             todo = np.flatnonzero(~sure)
         else:
             mask, todo = np.zeros(len(rec), bool), range(len(rec))
+        if nvme is not None:             # the tracker sees every frame it needs (RDMA-CM first)
+            from .nvme import storage_rows
+            cm, data = storage_rows(rec, np.arange(len(rec)), nvme)
+            for i in cm.tolist():
+                mask[i] = flt(detail(batch, i, t0, float(times[i - 1]) if i else prev))
+            todo = np.setdiff1d(np.union1d(todo, data()), cm)
         for i in todo:
+            i = int(i)
             mask[i] = flt(detail(batch, int(i), t0, float(times[i - 1]) if i else prev))
         prev = float(times[-1])
         yield batch, mask

@@ -9,6 +9,7 @@ from typing import List, Optional
 import numpy as np
 
 from ..analysis.hashing import group_rows
+from ..decode.nvme import storage_rows
 from ..decode.stream import Batch
 from ..fast import records as R
 from ..fast.filter import DATA, NotBatchable
@@ -95,6 +96,7 @@ class Printer:
                 self.records_answer = False
         self.header = header
         self.rmpp = None
+        self.nvme = None          # ibwire.decode.nvme.NvmeTracker: NVMe-oF queues across frames
         self.echo = None          # summary.EchoPairs of text output
 
     def start(self) -> bytes:
@@ -144,6 +146,15 @@ class Printer:
         data &= ~sa                      # SA transfers span frames (RMPP): reassembled from the full decode
         if self.fmt == "text":           # IPoIB: summarised by what it carries, from the full decode
             data &= (rec["flags"][rows] & R.F_IPOIB) == 0
+        decoded = {}
+        if self.nvme is not None:        # NVMe-oF: capsules span frames and queues are learned from RDMA-CM:
+            for phase in storage_rows(rec, rows, self.nvme):                   # the tracker sees them all
+                for k in (phase if isinstance(phase, np.ndarray) else phase()).tolist():
+                    i = int(rows[k])
+                    d = decoded[i] = decoded.get(i) or details(i)
+                    self._feed_rmpp(d)
+                    if data[k] and (d.notes or any(key.startswith("nvme") for key in d.flat)):
+                        data[k] = False  # shown from the full decode; the others as the records show them
         prog_of = np.zeros(len(rows), np.int32)
         programs = []
         idx = np.flatnonzero(data)
@@ -172,7 +183,7 @@ class Printer:
             i = int(rows[k])
             prev_ns = int(t[i - 1]) if i else (self.prev if self.prev is not None else int(t[i]))
             prog_of[k] = len(programs)
-            programs.append(self._detail_program(details(i), rec[i], prev_ns))
+            programs.append(self._detail_program(decoded.get(i) or details(i), rec[i], prev_ns))
         text = render(rec, rows, prog_of, programs, base)
         if len(rows):
             self.prev_shown = int(rec["time_ns"][rows[-1]])
@@ -219,6 +230,8 @@ class Printer:
         return "".join(out).encode()
 
     def _feed_rmpp(self, d) -> None:
+        if self.nvme is not None:
+            self.nvme.feed(d)
         if d.flat.get("mad.mgmtclass") == RMPP_CLASS:
             from ..decode.rmpp import RmppTracker
             self.rmpp = self.rmpp or RmppTracker()

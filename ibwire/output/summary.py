@@ -104,7 +104,7 @@ def detail_info(d) -> Tuple[str, str, str, str]:
         # an IB packet the records do not hold (heuristic ...); IPoIB is shown by what it carries, as tshark
         src, dst = _addresses(f)
         info = d.line.split("  ", 1)[1] if " → " in d.line else d.line
-        return src, dst, "InfiniBand", info
+        return src, dst, "NVMe-oF" if any(k.startswith("nvme") for k in f) else "InfiniBand", info
     src, dst = _addresses(f)
     if "arp" in f:
         op = f.get("arp.opcode")

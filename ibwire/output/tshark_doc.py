@@ -273,13 +273,16 @@ def document(d, t: Times, session: Session) -> list:
         layers.append(("erf", _erf(d.frame.data)))
     ib = None
     try:
-        ib = _layers(d.packet, layers, t, session)
+        ib = _layers(d.packet, layers, t, session, d.flat)
     except Exception:                          # damaged beyond what a layer can show: said as tshark says it
         layers.append(MALFORMED)
     if ib is not None and "bth.analysis" in d.layers:      # as tshark writes tcp.analysis in the tcp layer
         ib.append((IB_PREFIX + "bth.analysis", [(IB_PREFIX + f"bth.analysis.{k}", v if isinstance(v, bool) else
                                                  f"{v:.9f}" if isinstance(v, float) else str(v))
                                                 for k, v in d.layers["bth.analysis"].items()]))
+    if d.flat.get("nvme-rdma.cmd.qid") is not None or "nvme-rdma" in d.layers:
+        from .nvme_doc import frame_layers
+        layers += frame_layers(d.flat, any(name.startswith("nvme") for name, _ in layers))
     if ib is not None:                         # tshark writes the CRCs last in the infiniband layer
         crcs = [i for i in ib if i[0] in (IB_PREFIX + "invariant.crc", IB_PREFIX + "variant.crc")]
         ib[:] = [i for i in ib if i not in crcs] + crcs
@@ -291,7 +294,7 @@ MALFORMED = ("_ws.malformed", [("_ws.expert", [
     ("_ws.expert.severity", "8388608"), ("_ws.expert.group", "117440512")])])
 
 
-def _layers(layer, layers: list, t: Times, session: "Session") -> list:
+def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> list:
     """Append the layers of the scapy packet `layer` to `layers`; the infiniband layer's items (or None)."""
     ib = None
     while layer is not None and not isinstance(layer, NoPayload):
@@ -309,6 +312,9 @@ def _layers(layer, layers: list, t: Times, session: "Session") -> list:
         elif cls.__name__ == "MAD" and cls.__module__.startswith("dissectors.mad"):
             ib += _header(layer) + _mad_class(layer)
             break                              # the MAD holds the rest of the packet but the CRCs
+        elif cls.__module__ == "dissectors.nvme":
+            from .nvme_doc import nvme_layers
+            layers += nvme_layers(layer, flat)
         elif isinstance(layer, IBLayer) and layer.ws_name not in ("erf", "erf.ehdr", "pad", "cnp"):
             if ib is None:
                 ib = []
