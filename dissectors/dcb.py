@@ -10,6 +10,7 @@
 The constants and a scapy-free parse live in dissectors.dcbfacts.  Each layer's `ws_fields()` gives its fields under Wireshark 4.0's names (packet-macctrl.c, packet-lldp.c:
 `macc.cbfc.pause_time.c3`, `lldp.dcbx.ieee.pfc.numtcs` …) without the protocol prefix `ws_proto`.
 """
+from scapy.config import conf
 from scapy.contrib.lldp import LLDPDU, LLDPDU_CLASS_TYPES
 from scapy.fields import (BitEnumField, BitField, BitFieldLenField, ByteField, FieldListField, PacketListField,
                           ShortField, StrLenField, ThreeBytesField, XByteField, XShortEnumField, XShortField)
@@ -24,6 +25,10 @@ def set_port_speed(speed: float) -> None:
     """The port speed (bit/s) the layers' `*pause_s` fields assume from now on."""
     _MACControlOp.port_speed = speed
 
+
+# A frame that breaks 802.1AB's TLV order is decoded as far as it goes and flagged, never dropped whole
+# (scapy's strict mode raises and the frame's Ethernet header would be lost with it).
+conf.contribs["LLDP"].strict_mode_disable()
 
 class MACControl(Packet):
     """MAC control frame header: the opcode (IEEE 802.3 §31.4.1.3)."""
