@@ -9,7 +9,8 @@ from .opcodes import OPCODES, lookup
 __all__ = [
     "OPCODES", "lookup", "LRH", "GRH", "BTH", "RDETH", "DETH", "XRCETH", "RETH", "AtomicETH", "AETH",
     "AtomicAckETH", "ImmDt", "IETH", "FETH", "CNPPadding", "DCExt", "IBPad", "ICRC", "VCRC", "EXT_HEADERS",
-    "ERF", "IBLink", "IPoIB", "IPoIBLink", "RWH", "looks_like_roce2",
+    "ERF", "IBLink", "IPoIB", "IPoIBLink", "RWH", "looks_like_roce2", "MACControl", "MACControlPause", "MACControlPFC",
+    "LLDPDUETSConfiguration", "LLDPDUETSRecommendation", "LLDPDUPFCConfiguration", "LLDPDUAppPriority", "DCBXApp", "LLDPDUCEEDCBX",
 ]
 
 

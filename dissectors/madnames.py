@@ -78,7 +78,7 @@ ATTRIBUTES = {fam: {a: (v, v) if isinstance(v, str) else v for a, v in ids.items
 
 NODE_TYPES = {1: "CA", 2: "Switch", 3: "Router"}
 PORT_STATES = {0: "NoChange", 1: "Down", 2: "Init", 3: "Armed", 4: "Active"}
-SM_STATES = {0: "NotActive", 1: "Discovering", 2: "Standby", 3: "Master"}
+SM_STATES = {0: "NOTACTIVE", 1: "DISCOVERING", 2: "STANDBY", 3: "MASTER"}   # as opensm and smpquery sminfo name them
 RMPP_TYPES = {0: "none", 1: "DATA", 2: "ACK", 3: "STOP", 4: "ABORT"}
 
 # Link width/speed bits (IBA §14.2.5.6 PortInfo; extended speeds and LinkSpeedExt2 in IBA 1.3/1.5).

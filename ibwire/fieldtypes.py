@@ -15,6 +15,11 @@ def _group(proto: str, ftype: str, *names: str) -> Dict[str, str]:
     return {f"{proto}.{n}": ftype for n in names}
 
 
+def _nvme_tracked():
+    from dissectors.nvmetable import TRACKED
+    return TRACKED
+
+
 ENCAP: Dict[str, str] = {
     **{p: PROTO for p in ("frame", "eth", "vlan", "ip", "ipv6", "udp", "tcp", "arp", "icmp", "icmpv6", "sll", "erf",
                           "ipoib", "infiniband", "infiniband_link", "_ws.malformed")},
@@ -40,7 +45,23 @@ ENCAP: Dict[str, str] = {
     **_group("icrc", STRING, "status"), **_group("vcrc", STRING, "status"), "link.kind": STRING,
     "payload.len": UINT, "mad.summary": STRING, "payload": PROTO, "padding": PROTO,
     "payload.data": BYTES, "payload.length": UINT, "padding.data": BYTES,
-    "rmpp.reassembled": PROTO, **_group("rmpp.reassembled", UINT, "segments", "records", "complete"),
+    **_nvme_tracked(), "rmpp.reassembled": PROTO, **_group("rmpp.reassembled", UINT, "segments", "records", "complete"),
+    # MAC control PAUSE/PFC and LLDP DCBX (dissectors.dcb), Wireshark 4.0's names; `*pause_s` are ibwire's own
+    **{p: PROTO for p in ("macc", "lldp")},
+    **_group("macc", UINT, "opcode", "pause_time", "cbfc.enbv", *(f"cbfc.{f}.c{p}" for f in ("enbv", "pause_time")
+                                                                  for p in range(8))),
+    **_group("macc", FLOAT, "pause_s", *(f"cbfc.pause_s.c{p}" for p in range(8))),
+    **_group("lldp", UINT, "tlv.type", "tlv.len", "chassis.subtype", "port.subtype", "time_to_live", "orgtlv.oui",
+             "ieee.802_1.subtype", "unknown_subtype", "dcbx.ieee.willing", "dcbx.ieee.ets.cbs", "dcbx.ieee.ets.maxtcs",
+             "dcbx.feature.pg.reserved", "dcbx.ieee.pfc.mbc", "dcbx.ieee.pfc.numtcs", "dcbx.ieee.app.reserved",
+             "dcbx.ieee.app.prio", "dcbx.iee.app.sf", "dcbx.feature.app.proto", "dcbx.proto", "dcbx.type", "dcbx.len",
+             "dcbx.version", "dcbx.max_version", "dcbx.control.seq", "dcbx.control.ack", "dcbx.feature.enabled",
+             "dcbx.feature.willing", "dcbx.feature.error", "dcbx.feature.subtype", "dcbx.feature.pg.numtcs",
+             "dcbx.feature.pfc.numtcs", "dcbx.feature.app.oui", "dcbx.feature.app.sf", "dcbx.feature.app.prio",
+             *(f"dcbx.{f}{i}" for f in ("feature.pg.pgid_prio", "feature.pg.per", "ieee.ets.tsa", "feature.pfc.prio")
+               for i in range(8))),
+    **_group("lldp", MAC, "chassis.id.mac", "port.id.mac"), "lldp.unknown_subtype.content": BYTES,
+    **_group("lldp", STRING, "chassis.id", "port.id", "port.desc", "tlv.system.name", "tlv.system.desc"),
 }
 
 # Fields present several times per frame by definition: Wireshark's "either end" fields, in header order.
@@ -166,6 +187,22 @@ TSHARK_DISPLAY: Dict[str, int] = {name: digits for digits, names in {
         'trap.systemimageguid'),
 }.items() for name in names.split()}
 
+TSHARK_DISPLAY.update({"macc.opcode": 4, "macc.cbfc.enbv": 4, "lldp.unknown_subtype.content": -1, "lldp.ieee.802_1.subtype": 2, "lldp.unknown_subtype": 2,
+                       "lldp.dcbx.feature.pg.reserved": 2, "lldp.dcbx.ieee.app.reserved": 2,
+                       "lldp.dcbx.feature.app.proto": 4, "lldp.dcbx.ieee.willing": 1, "lldp.dcbx.ieee.ets.cbs": 1,
+                       "lldp.dcbx.ieee.pfc.mbc": 1, "lldp.dcbx.proto": 2, "lldp.dcbx.version": 2,
+                       "lldp.dcbx.max_version": 2, "lldp.dcbx.feature.subtype": 2, "lldp.dcbx.feature.pg.numtcs": 2,
+                       "lldp.dcbx.feature.pfc.numtcs": 2, "lldp.dcbx.feature.app.oui": 6, "lldp.dcbx.feature.enabled": 1,
+                       "lldp.dcbx.feature.willing": 1, "lldp.dcbx.feature.error": 1, **{f"macc.cbfc.enbv.c{p}": 1 for p in range(8)},
+                       **{f"lldp.dcbx.feature.pfc.prio{p}": 1 for p in range(8)}})
+
+
+def _nvme_display():
+    from dissectors.nvmetable import DISPLAY
+    return DISPLAY
+
+
+TSHARK_DISPLAY.update(_nvme_display())      # tshark 4.4's NVMe-oF fields (dissectors.nvmetable)
 HEX_DIGITS = {name: digits for name, digits in TSHARK_DISPLAY.items() if digits > 1}
 
 
@@ -217,6 +254,9 @@ def record_types() -> Dict[str, str]:
             continue
         out[key] = UINT if kind in "ui" else FLOAT if kind == "f" else BYTES
     out.update({"grh.sgid": IPV6, "grh.dgid": IPV6})
+    from .fast.records import ANALYSIS
+    out["bth.analysis"] = PROTO
+    out.update({key: {"span": FLOAT, "cause": STRING}.get(kind, UINT) for key, kind in ANALYSIS.values()})
     for key in list(out):
         out.setdefault(key.split(".")[0], PROTO)
     return out
@@ -291,7 +331,8 @@ def layer_field_types() -> dict:
             except Exception:
                 pass
         for name, value in extra.items():
-            out.setdefault(f"{ws}.{name}", STRING if isinstance(value, str) else UINT)
+            out.setdefault(f"{ws}.{name}", STRING if isinstance(value, str) else BYTES if isinstance(value, bytes)
+                           else UINT)
     for key in list(out):                              # "cm.req.ip_cm" -> "cm", "cm.req" are protocols too
         parts = key.split(".")
         for i in range(1, len(parts)):

@@ -20,11 +20,14 @@ def read(path, filter: Optional[str] = None, icrc: bool = True):
     import pyarrow as pa
 
     from .analysis.arrow import record_schema, record_table
+    from .analysis.packets import CaptureAnalysis
     from .fast import scan
     from .fast.filter import compile_batch_filter
     mask = compile_batch_filter(filter) if filter else None
     parts = []
-    for rec in scan(_need_file(path), icrc=icrc):
+    s = scan(_need_file(path), icrc=icrc)
+    s.fill = CaptureAnalysis(path, icrc).fill          # the bth_analysis_* columns, as export writes them
+    for rec in s:
         if mask is not None:
             rec = rec[mask(rec)]
         if len(rec):

@@ -96,6 +96,14 @@ class PcapngWriter(_Writer):
         self.n_if += 1
         return self.n_if - 1
 
+    def statistics(self, iface: int, delivered: int, dropped: int, ts: Optional[float] = None) -> None:
+        """An Interface Statistics Block: packets the capture delivered (isb_usrdeliv) and dropped for lack of
+        room (isb_osdrop), counted from its start, as dumpcap writes them when it stops."""
+        t = int(round((_time.time() if ts is None else ts) * 1e9))
+        self._block(5, struct.pack("<III", iface, t >> 32, t & 0xFFFFFFFF) + self._opt(7, struct.pack("<Q", dropped))
+                    + self._opt(8, struct.pack("<Q", delivered)) + self._opt(0, b""))
+        self.f.flush()
+
     def write(self, data: bytes, ts: Optional[float] = None, iface: int = 0, wirelen: Optional[int] = None,
               flush: bool = True, comments: tuple = ()):
         """One Enhanced Packet Block; each of `comments` becomes an opt_comment (Wireshark's frame.comment)."""

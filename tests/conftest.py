@@ -11,8 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 PUBLIC = ROOT.parent / "shared" / "captures" / "public"
+NO_PUBLIC = (f"needs the public captures (real RDMA traffic recorded by others; their sources are listed in its "
+             f"MANIFEST.md), read from {PUBLIC}: ../shared beside the repository, as CI lays it out")
 
-import litter  # tests/litter.py
+import litter  # noqa: E402  (tests/litter.py, found through the sys.path entry above)
 
 REAL_HOME = os.path.expanduser("~")
 WRITES = litter.Writes([REAL_HOME, *litter.OUTSIDE])     # first, before this process starts a thread or a process
@@ -80,9 +82,24 @@ def say(session, title, lines, red):
         print(text, file=sys.stderr)
 
 
+def pytest_report_header(config):
+    return None if PUBLIC.is_dir() else f"no {PUBLIC}: the tests that read the public captures skip"
+
+
+def pytest_collection_modifyitems(items):
+    """In a plain clone (no ../shared beside it) a test that reads the public captures skips, saying where
+    they come from; where they are (CI), nothing is skipped on their account."""
+    if PUBLIC.is_dir():
+        return
+    import public_need  # tests/public_need.py
+    for item in items:
+        if public_need.needs(item, PUBLIC):
+            item.add_marker(pytest.mark.skip(reason=NO_PUBLIC), append=False)
+
+
 @pytest.fixture(scope="session")
 def public_dir():
-    assert PUBLIC.is_dir(), f"the public captures are expected at {PUBLIC} (../shared beside the repo)"
+    assert PUBLIC.is_dir(), NO_PUBLIC
     return PUBLIC
 
 
@@ -91,6 +108,26 @@ def tshark():
     path = shutil.which("tshark")
     assert path, "tshark is required (apt-get install tshark; ./dev test installs it)"
     return path
+
+
+@pytest.fixture(scope="session")
+def tshark44(tmp_path_factory):
+    """tshark 4.4 (Debian 13's), run in a debootstrapped trixie tree cached in litter.CACHE (built once, about
+    a minute and 400 MB; tests/debroot.py): tshark44(capture, *args) -> stdout.  The capture's folder is
+    bound read-only-by-use at /caps inside the tree."""
+    import debroot
+    assert os.geteuid() == 0, "chroot and mounts need root (./dev test runs as root)"
+    assert shutil.which("debootstrap"), "debootstrap is required (./dev test installs it)"
+    base = debroot.cached_tree("trixie-tshark", "trixie", "tshark")
+
+    def run(capture, *args):
+        capture = Path(capture).resolve()
+        t = tmp_path_factory.mktemp("tshark44")
+        cmd = " ".join(["tshark", "-r", f"/caps/{capture.name}", *(f"'{a}'" for a in args)])
+        done = debroot.overlay_run(base, t, cmd, binds=[(str(capture.parent), "/caps")], timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    return run
 
 
 def run_ibwire(*args, check=False, input=None, timeout=300, unwrapped=False):

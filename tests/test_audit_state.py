@@ -17,7 +17,7 @@ from ibwire.audit.state import from_sysfs
 ROOT = Path(__file__).resolve().parents[1]
 BREACH = ROOT / "captures" / "multitenant-breach"
 IBWIRE = [str(Path(sys.executable).parent / "ibwire")]
-VM1, VM2, STORAGE = 0x0002C90300A1F000, 0x0002C90300A1F001, 0x0002C90300B2F000
+VM1 = 0x0002C90300A1F000
 
 
 def run(*args, ok=(0, 1)):

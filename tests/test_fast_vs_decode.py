@@ -17,7 +17,7 @@ CAPTURES = sorted(PUBLIC.glob("*.pcap")) + sorted((ROOT / "captures").glob("*.pc
 
 # record fields compared as plain integers when decode reports the key
 INT_FIELDS = [f for f in R.FIELD_KEYS if R.RECORD[f].kind in "ui" and f not in
-              ("link", "flags", "icrc", "vcrc", "paylen", "vlan", "ecn", "caplen", "len", "frame")]
+              ("link", "flags", "icrc", "vcrc", "paylen", "vlan", "ecn", "pcp", "dscp", "caplen", "len", "frame")]
 
 
 def _mismatches(path):
@@ -51,6 +51,12 @@ def _mismatches(path):
             checks = {k: v for k, v in checks.items() if not k.startswith("udp.")}
         if "vlan.id" in flat:
             checks["vlan.id"] = int(r["vlan"])
+            checks["vlan.priority"] = int(r["pcp"])
+        for k in ("ip.dsfield.dscp", "ipv6.tclass.dscp"):
+            if k in flat and got_bth and not inner:
+                checks[k] = int(r["dscp"])
+        if "grh.tclass" in flat and "ip" not in flat and "ipv6" not in flat:
+            checks["grh.tclass"] = flat["grh.tclass"] & 3 | int(r["dscp"]) << 2
         for k in ("ip.dsfield.ecn", "ipv6.tclass.ecn"):
             if k in flat and got_bth:
                 checks[k] = int(r["ecn"])

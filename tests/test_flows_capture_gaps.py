@@ -127,3 +127,15 @@ def test_each_kind_lists_its_frames_with_a_display_filter():
         selected = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.number", "-Y",
                                    row["wireshark"][kind]], capture_output=True, text=True, check=True).stdout
         assert [int(x) for x in selected.split()] == sorted(want[kind])
+
+
+def test_stats_counts_losses_apart_from_capture_gaps():
+    """`stats` sums the sequenced conversations as the scenario declares them: the PSN the wire lost (resent
+    after a NAK) apart from the PSNs only the capture missed."""
+    want = tomllib.loads((CAPS / "capture-gap.toml").read_text())["expect"]["flow"]
+    (seq,) = json.loads(run_ibwire("stats", CAPS / "capture-gap.pcap", "--format", "json").stdout)["rc_sequence"]
+    assert seq["drops"] == sum(f.get("drops", 0) for f in want.values())
+    assert seq["not_captured"] == sum(f.get("not_captured", 0) for f in want.values())
+    assert seq["naks"] == sum(f.get("naks_psn", 0) for f in want.values())
+    text = run_ibwire("stats", CAPS / "capture-gap.pcap").stdout
+    assert "not captured" in text and "drops" in text

@@ -12,7 +12,6 @@ chroot gets this machine's network settings: resolv.conf, and the certificate au
 ones it adds in /usr/local/share/ca-certificates, and its bundle, which pip in the chroot is told to use:
 Debian's first pip in a venv trusts only its own list, and this machine's network may present a
 certificate of its own)."""
-import fcntl
 import os
 import re
 import shutil
@@ -20,58 +19,26 @@ import subprocess
 import time
 from pathlib import Path
 
-from litter import CACHE
+import debroot
+from debroot import DOWNLOADS
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = "bookworm"
 BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
-BASE = Path(CACHE) / f"{SUITE}-minbase-{time.strftime('%Y-%m')}"      # rebuilt when the month changes
-DOWNLOADS = Path(CACHE) / "downloads"       # apt's .deb files and pip's cache, kept to spare the next run the network
-
-
-def mirror() -> str:
-    """The site apt on this machine fetches Debian 12 from (the machine reaches Debian only through it)."""
-    out = subprocess.run(["apt-get", "indextargets", "--format", "$(SITE) $(RELEASE)", "Created-By: Packages"],
-                         capture_output=True, text=True, check=True).stdout.split("\n")
-    sites = [line.split()[0] for line in out if line.endswith(f" {SUITE}")]
-    assert sites, f"no {SUITE} source in this machine's apt sources (run apt-get update?)"
-    return sites[0]
 
 
 def minbase() -> Path:
-    """The cached chroot, built (once, under a lock, renamed into place when complete) if missing."""
-    os.makedirs(CACHE, exist_ok=True)
-    with open(os.path.join(CACHE, ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not BASE.is_dir():
-            part = BASE.with_name(f".{BASE.name}.part")
-            shutil.rmtree(part, ignore_errors=True)
-            subprocess.run(["debootstrap", "--variant=minbase", SUITE, str(part), mirror()],
-                           capture_output=True, check=True, timeout=1200)
-            part.rename(BASE)
-            for old in Path(CACHE).glob(f"{SUITE}-minbase-*"):
-                if old != BASE:
-                    shutil.rmtree(old)
-    return BASE
-
-
-IN_NAMESPACE = """set -e
-mount -t overlay overlay -o "lowerdir=$BASE,upperdir=$T/upper,workdir=$T/work" "$T/root"
-mount --rbind /dev "$T/root/dev"
-mount --rbind /sys "$T/root/sys"
-mount -t proc proc "$T/root/proc"
-mkdir -p "$DOWNLOADS/apt" "$DOWNLOADS/pip" "$T/root/root/.cache/pip"
-mount --bind "$DOWNLOADS/apt" "$T/root/var/cache/apt/archives"
-mount --bind "$DOWNLOADS/pip" "$T/root/root/.cache/pip"
-exec chroot "$T/root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin $NET \
-    /bin/bash -ec "cd /root/ibwire && $CMD"
-"""
+    """The cached chroot (tests/debroot.py builds it once a month)."""
+    return debroot.cached_tree(f"{SUITE}-minbase", SUITE)
 
 
 def chroot(t: Path, cmd: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, BASE=str(BASE), T=str(t), DOWNLOADS=str(DOWNLOADS), CMD=cmd, NET=f"PIP_CERT={BUNDLE}" if os.path.isfile(BUNDLE) else "")
-    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", IN_NAMESPACE],
-                          check=False, env=env, capture_output=True, text=True, timeout=1800)
+    binds = []
+    for host, inside in ((DOWNLOADS / "apt", "/var/cache/apt/archives"), (DOWNLOADS / "pip", "/root/.cache/pip")):
+        host.mkdir(parents=True, exist_ok=True)
+        binds.append((str(host), inside))
+    return debroot.overlay_run(minbase(), t, f"cd /root/ibwire && {cmd}", binds=binds,
+                               env=f"PIP_CERT={BUNDLE}" if os.path.isfile(BUNDLE) else "")
 
 
 def fresh_machine(t: Path) -> Path:

@@ -6,8 +6,11 @@ input frame and no internal error."""
 import csv
 import io
 import json
+import multiprocessing
+import os
 import random
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -23,7 +26,7 @@ from ibwire.readers import iter_frames
 from ibwire.writers import PcapWriter
 from tshark_oracle import PUBLIC
 
-TOTAL = 100_000
+TOTAL = 40_000
 KEYS = ["frame.number", "bth.psn", "ip.addr", "eth.src", "mad.transactionid", "icrc.status", "frame.time_relative"]
 
 
@@ -97,55 +100,80 @@ def test_fast_path_survives_the_mutations(mutants):
     assert flags & R.F_MALFORMED and flags & R.F_TRUNCATED
 
 
-def test_every_output_format_survives_the_mutations(mutants):
-    """Each mutant is decoded in full once (never raising), and printed in every format."""
-    formats = ("text", "jsonl", "json", "ek", "fields", "csv")
-    counts = dict.fromkeys(formats, 0)
-    statuses = set()
-    trees = dumps = 0
-    for path, packets in mutants:
-        printers = {f: Printer(f, "r", KEYS, f == "csv", "," if f == "csv" else "\t", "", KEYS) for f in formats}
-        texts = {f: [p.start()] for f, p in printers.items()}
-        for batch in Stream(str(path)):
-            decoded = {}
+FORMATS = ("text", "jsonl", "json", "ek", "fields", "csv")
 
-            def details(i, batch=batch, decoded=decoded):
-                if i not in decoded:
-                    decoded[i] = decode_frame(batch.frame(i))
-                return decoded[i]
-            rows = np.arange(len(batch.rec))
-            for i in rows.tolist():                         # the full decode, as -V and -x print it
-                d = details(i)
-                assert isinstance(d.summary, str)
-                statuses.add(d.flat.get("icrc.status"))
-                trees += tree(d).startswith("Frame ")
-                dumps += bool(hex_dump(d.frame.data)) or not d.frame.data
-            for f, p in printers.items():
-                texts[f].append(p.batch(batch, rows, details))
+
+def _print_share(path, part: int, parts: int):
+    """Rows `part`, `part + parts`, ... of every batch of `path`, decoded in full (as -V and -x print them)
+    and printed in every format, each format's text checked whole: (rows per format, jsonl frame numbers,
+    ICRC statuses, trees, dumps)."""
+    printers = {f: Printer(f, "r", KEYS, f == "csv", "," if f == "csv" else "\t", "", KEYS) for f in FORMATS}
+    texts = {f: [p.start()] for f, p in printers.items()}
+    statuses, trees, dumps, n = set(), 0, 0, 0
+    for batch in Stream(str(path)):
+        decoded = {}
+
+        def details(i, batch=batch, decoded=decoded):
+            if i not in decoded:
+                decoded[i] = decode_frame(batch.frame(i))
+            return decoded[i]
+        rows = np.arange(part, len(batch.rec), parts)
+        for i in rows.tolist():
+            d = details(i)
+            assert isinstance(d.summary, str)
+            statuses.add(d.flat.get("icrc.status"))
+            trees += tree(d).startswith("Frame ")
+            dumps += bool(hex_dump(d.frame.data)) or not d.frame.data
+        n += len(rows)
         for f, p in printers.items():
-            text = b"".join(texts[f] + [p.end()]).decode()
-            n = len(packets)
-            if f == "json":
-                assert len(json.loads(text)) == n
-            elif f == "jsonl":
-                assert all(json.loads(line)["frame"] == k + 1 for k, line in enumerate(text.splitlines()))
-                assert len(text.splitlines()) == n
-            elif f == "ek":
-                lines = text.splitlines()
-                assert len(lines) == 2 * n and all(json.loads(x) for x in lines)
-            elif f == "csv":
-                assert len(list(csv.reader(io.StringIO(text)))) == n + 1
-            else:
-                assert len(text.splitlines()) == n
-            counts[f] += n
+            texts[f].append(p.batch(batch, rows, details))
+    counts, numbers = {}, []
+    for f, p in printers.items():
+        text = b"".join(texts[f] + [p.end()]).decode()
+        if f == "json":
+            counts[f] = len(json.loads(text))
+        elif f == "jsonl":
+            numbers = [json.loads(line)["frame"] for line in text.splitlines()]
+            counts[f] = len(numbers)
+        elif f == "ek":
+            lines = text.splitlines()
+            assert all(json.loads(x) for x in lines)
+            counts[f] = len(lines) // 2
+        elif f == "csv":
+            counts[f] = len(list(csv.reader(io.StringIO(text)))) - 1
+        else:
+            counts[f] = len(text.splitlines())
+        assert counts[f] == n, (path, f)
+    return counts, numbers, statuses, trees, dumps
+
+
+def test_every_output_format_survives_the_mutations(mutants):
+    """Each mutant is decoded in full once (never raising), and printed in every format; the rows are
+    shared between one process per core."""
+    parts = max(1, min(4, os.cpu_count() or 1))
+    jobs = [(path, len(packets), k) for path, packets in mutants for k in range(parts)]
+    with ProcessPoolExecutor(parts, mp_context=multiprocessing.get_context("fork")) as pool:
+        done = list(pool.map(_print_share, [j[0] for j in jobs], [j[2] for j in jobs], [parts] * len(jobs)))
+    counts, statuses, trees, dumps, numbers = dict.fromkeys(FORMATS, 0), set(), 0, 0, defaultdict(list)
+    for (path, n, _), (c, nums, st, tr, du) in zip(jobs, done):
+        counts = {f: counts[f] + c[f] for f in FORMATS}
+        numbers[path] += nums
+        statuses |= st
+        trees += tr
+        dumps += du
+    for path, packets in mutants:                     # jsonl numbers each input frame once, from 1
+        assert sorted(numbers[path]) == list(range(1, len(packets) + 1))
     assert set(counts.values()) == {TOTAL} and trees == TOTAL and dumps == TOTAL
     assert {"bad", "truncated"} <= statuses          # the damage was noticed, not silently decoded as good
 
 
 def test_cli_on_mutants_exits_cleanly(mutants):
-    """As a user runs it: every format, -V and -x, on the mutants of the busiest link type."""
+    """As a user runs it: every format, -V and -x, on the mutants of the busiest link type (the three runs
+    side by side)."""
     path, packets = max(mutants, key=lambda m: len(m[1]))
-    for args in (("-T", "jsonl"), ("-T", "ek"), ("-V", "-x", "-c", "500")):
-        r = run_ibwire("decode", path, *args)
+    runs = [("-T", "jsonl"), ("-T", "ek"), ("-V", "-x", "-c", "500")]
+    with ThreadPoolExecutor(len(runs)) as pool:
+        done = list(pool.map(lambda args: run_ibwire("decode", path, *args), runs))
+    for r in done:
         assert r.returncode == 0 and "internal error" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-500:]
-    assert len(r.stdout.split("\nFrame ")) >= 500
+    assert len(done[-1].stdout.split("\nFrame ")) >= 500

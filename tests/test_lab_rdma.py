@@ -8,6 +8,7 @@ own counters, the guests' rxe hw_counters, tshark, and an independent ICRC compu
 """
 import json
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -89,12 +90,12 @@ class Lab:
 class Capture:
     """`ibwire capture --vf N` from the PF host namespace, started before and stopped (Ctrl-C) after traffic."""
 
-    def __init__(self, lab: Lab, vf: int, path: Path):
-        self.lab, self.vf, self.path = lab, vf, path
+    def __init__(self, lab: Lab, vf: int, path: Path, *extra):
+        self.lab, self.vf, self.path, self.extra = lab, vf, path, [str(x) for x in extra]
 
     def __enter__(self):
         self.p = subprocess.Popen(["ip", "netns", "exec", self.lab.ns] + CLI + ["capture", "--vf", str(self.vf), "-w",
-                                  str(self.path)], env=self.lab.env, stderr=subprocess.PIPE, text=True)
+                                  str(self.path), *self.extra], env=self.lab.env, stderr=subprocess.PIPE, text=True)
         lines = []
         for line in self.p.stderr:
             lines.append(line)
@@ -385,6 +386,98 @@ def test_loss_retransmissions_agree_with_rxe_counters(rlab, tmp_path):
     assert d0["duplicate_request"] == dups <= rc["retransmissions"]
     assert rc["retransmissions"] >= 1 and d1["completer_retry_err"] >= max(1, d1["rcvd_seq_err"])
     assert "netem" not in netem.stdout
+
+
+def test_a_silent_responder_is_retry_exceeded_as_rxe_and_perftest_report_it(rlab, tmp_path):
+    """RC WRITE from g1 to g0 over RDMA-CM with retry_count 3 (rxe takes a retry_cnt of 7 as "retry
+    forever", rxe_comp.c, so perftest's default would never give up); once data flows, netem drops
+    everything g0 sends and the responder falls silent.  The requester resends on each local ACK timeout, 3
+    times, then fails the WQE: perftest reports completion status 12 (IBV_WC_RETRY_EXC_ERR, NCCL's
+    "transport retry counter exceeded"), rxe counts one retry_exceeded_err and one completer_retry_err per
+    retry.  `flows` must say the same from the capture alone: timeout-driven episodes only, 3 retries of one
+    PSN, the QP gave up with no answer after, and waits that fit the local ACK timeout rdma_cm chose."""
+    path, retries = tmp_path / "rc_silent.pcap", 3
+    before = {g: rlab.counters(g) for g in ("g0", "g1")}
+    argv = ["ib_write_bw", "-d", "rxe0", "-F", "-R", "--retry_count", str(retries), "-s", "4096", "-D", "60"]
+    srv = subprocess.Popen(CLI + ["lab", "run", "g0", "--prefix", PREFIX, "--", "sh", "-c",
+                                  f"{' '.join(argv)} & p=$!; until rdma res show cm_id 2>/dev/null | grep -q LISTEN; "
+                                  f"do sleep 0.1; done; echo IBW-LISTENING; wait $p"],
+                           env=rlab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = []
+    try:
+        assert "IBW-LISTENING" in srv.stdout.readline()
+        with Capture(rlab, 1, path):
+            client = threading.Thread(target=lambda: done.append(rlab.run("g1", *argv, rlab.ip["g0"], timeout=240,
+                                                                          check=False)))
+            client.start()
+            start, t0 = rlab.rep_counters("g1"), time.monotonic()
+            while rlab.rep_counters("g1") - start < 2000 and time.monotonic() - t0 < 120:
+                time.sleep(0.2)
+            rlab.cli("lab", "faults", "g0", "--loss", "100%", "--prefix", PREFIX)
+            client.join(240)
+    finally:
+        rlab.cli("lab", "faults", "g0", "--clear", "--prefix", PREFIX)
+        srv.kill()
+        srv.wait()
+    (r,) = done
+    said = r.stdout + r.stderr
+    assert r.returncode != 0 and re.search(r"status:? 12\b", said, re.I), said[-1500:]
+    after = {g: rlab.counters(g) for g in ("g0", "g1")}
+    d1 = _delta(before["g1"], after["g1"])
+    rows = json.loads(rlab.cli("flows", str(path), "-f", "json").stdout)["conversations"]
+    (rc,) = [x for x in rows if x["transport"] == "RC" and (x.get("retries_a") or x.get("retries_b"))]
+    info = rc["retries_a"] if rc["a"].startswith(rlab.ip["g1"]) else rc["retries_b"]
+    assert d1["retry_exceeded_err"] == 1 and info["gave_up"]["retries"] == retries, (d1, info)
+    assert info["timeout_episodes"] == d1["completer_retry_err"] == retries and info["nak_episodes"] == 0, (d1, info)
+    assert info["gave_up"]["answers_after"] == 0
+    # rdma_cm on RoCE: packet lifetime CMA_IBOE_PACKET_LIFETIME (18 in Debian 12's 6.1, cma.c), local ACK
+    # timeout = lifetime + 1 (cm.c), so rxe waits 4.096 µs x 2^19 = 2.1 s (measured 2.26 s)
+    wait = info["ack_timeout"]
+    assert wait["exponent_min"] <= 19 <= wait["exponent_max"], wait
+    text = rlab.cli("flows", str(path)).stdout
+    assert "transport retry counter exceeded" in " ".join(text.split())
+
+
+def test_frames_the_capture_drops_are_capture_gaps_not_loss(rlab, tmp_path):
+    """RC WRITE, 3,000 x 4 KiB, on an intact link, captured through a 1 MiB kernel ring while the capture
+    engine (dumpcap) is stopped for 0.8 s mid-run: the ring fills and the kernel drops what the mirror brings.  Nothing
+    was lost on the wire: rxe resent nothing (no duplicate_request, out_of_seq_request or
+    completer_retry_err).  The capture must count its own drops, and `flows` must report the missing PSNs
+    as not captured, with no drop, retransmission or NAK."""
+    path = tmp_path / "rc_capture_gap.pcap"
+    before = {g: rlab.counters(g) for g in ("g0", "g1")}
+
+    def pause(engine):
+        start, t0 = rlab.rep_counters("g1"), time.monotonic()
+        while rlab.rep_counters("g1") - start < 200 and time.monotonic() - t0 < 60:
+            time.sleep(0.05)
+        os.kill(engine, signal.SIGSTOP)
+        time.sleep(0.8)
+        os.kill(engine, signal.SIGCONT)
+
+    with Capture(rlab, 1, path, "-B", "1") as cap:
+        (engine,) = [int(x) for x in subprocess.run(["pgrep", "-f", "^dumpcap "], capture_output=True, text=True
+                                                   ).stdout.split() if _descends(int(x), cap.p.pid)]
+        stop = threading.Thread(target=pause, args=(engine,))
+        stop.start()
+        perftest(rlab, "ib_write_bw", "-s", "4096", n=3000)
+        stop.join()
+    after = {g: rlab.counters(g) for g in ("g0", "g1")}
+    d0, d1 = _delta(before["g0"], after["g0"]), _delta(before["g1"], after["g1"])
+    assert d0["duplicate_request"] == d0["out_of_seq_request"] == d1["completer_retry_err"] == 0, (d0, d1)
+    dropped = int(re.search(r"backend drops: (\d+)", cap.err).group(1))
+    assert dropped >= 1, cap.err
+    rows = json.loads(rlab.cli("flows", str(path), "-f", "json").stdout)["conversations"]
+    (rc,) = [r for r in rows if r["transport"] == "RC"]
+    assert rc["not_captured"] >= 1 and rc["drops"] == rc["retransmissions"] == 0 and not rc["naks"], json.dumps(rc)
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return False
 
 
 def _tenants_toml(lab: Lab, path: Path):

@@ -6,7 +6,6 @@ test_mad_oracle.TSHARK_EXCEPTIONS; and the audit must see the port that claims C
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

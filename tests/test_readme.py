@@ -1,6 +1,6 @@
-"""Every README example runs as written: each ```sh, ```python and ```sql block, in order, in a scratch
-folder that holds the repository's captures/ and examples/ (and .venv, `ibwire` on PATH).  A block may be
-preceded by `<!-- readme-test: exit N (why) -->` (the exit status it is meant to end with) or
+"""Every README example (and docs/commands/export.md's) runs as written: each ```sh, ```python and ```sql
+block, in order, in a scratch folder that holds the repository's captures/ and examples/ (and .venv, `ibwire`
+on PATH).  A block may be preceded by `<!-- readme-test: exit N (why) -->` (the exit status it is meant to end with) or
 `<!-- readme-test: not run here (why) -->` (set-up commands, hardware); nothing else is left out."""
 import os
 import re
@@ -15,9 +15,16 @@ FENCE = re.compile(r"(?:<!-- readme-test: (?P<mark>[^>]*?) -->\n)?```(?P<lang>[\
 RUN = ("sh", "python", "sql")
 
 
+PAGES = ["README.md", "docs/commands/export.md"]     # the README's examples and the API's (Python, DuckDB, Spark)
+
+
 def blocks():
-    text = (ROOT / "README.md").read_text()
-    return [(m["lang"], m["body"], m["mark"] or "", text[:m.start()].count("\n") + 1) for m in FENCE.finditer(text)]
+    out = []
+    for page in PAGES:
+        text = (ROOT / page).read_text()
+        out += [(m["lang"], m["body"], m["mark"] or "", f"{page}:{text[:m.start()].count(chr(10)) + 1}")
+                for m in FENCE.finditer(text)]
+    return out
 
 
 def test_every_readme_example_runs_as_written(tmp_path):
@@ -31,10 +38,10 @@ def test_every_readme_example_runs_as_written(tmp_path):
         if lang not in RUN:
             continue
         if mark.startswith("not run here"):
-            assert re.match(r"not run here \(.+\)$", mark), f"README line {line}: say why the block is not run"
+            assert re.match(r"not run here \(.+\)$", mark), f"{line}: say why the block is not run"
             continue
         want = int(re.match(r"exit (\d+) \(.+\)$", mark)[1]) if mark else 0
-        where = f"README line {line} ({lang})"
+        where = f"{line} ({lang})"
         if lang == "sql":
             os.chdir(tmp_path)
             for stmt in body.split(";"):

@@ -46,8 +46,8 @@ def test_stats_counts_match_tshark(path, tshark):
     assert {row["opcode"]: row["packets"] for row in st["by_opcode"] if row["opcode"] is not None} == dict(ops)
     assert {int(row["p_key"], 16): row["packets"] for row in st["by_p_key"]} == dict(pkeys)
     assert st["counters"].get("ecn_ce", 0) == ce
-    classes = {"SubnMgt (LID routed)": 0x01, "SubnMgt (directed route)": 0x81, "SubnAdm": 0x03, "PerfMgt": 0x04,
-               "CM": 0x07}
+    classes = {"SubnMgt LID-routed": 0x01, "SubnMgt directed-route": 0x81, "SubnAdm": 0x03, "PerfMgt": 0x04,
+               "ComMgt": 0x07}
     got = {(classes.get(m["class"]) or int(m["class"], 16), int(m["method"], 16), int(m["attribute"], 16)): m["packets"]
            for m in st["by_mad"]}
     assert got == dict(mads)

@@ -86,7 +86,18 @@ def test_columns_honoured_and_lines_wrap_between_words(columns):
     for f in _findings():
         # every word of every finding is whole on some line: wrapped between words, never inside one
         assert set(f["description"].split()) <= tokens, f["description"]
-    assert max(len(line) for line in _ibwire("flows", f"{DEMO}.pcap", columns=columns).splitlines()) <= columns
+    flows = _ibwire("flows", f"{DEMO}.pcap", columns=columns)
+    assert max(len(line) for line in flows.splitlines()) <= columns
+    # what the table shows is whole: every number and address the wide table holds is in some cell, unsplit
+    wide = _ibwire("flows", f"{DEMO}.pcap", columns=400)
+    shown = _cells(flows)
+    assert shown and all(c in _cells(wide) or re.search(r"[│ ]" + re.escape(c) + r"[│ ]", wide) for c in shown)
+    assert {"1", "RC", "0x8001", "44", "34,816"} <= shown
+
+
+def _cells(text):
+    """The text of every table cell line of rich's box-drawn tables."""
+    return {c.strip() for line in text.splitlines() for c in line.split("│")[1:-1] if c.strip()}
 
 
 def _panel_entries(text):

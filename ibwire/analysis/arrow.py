@@ -24,15 +24,18 @@ _DICT_STR = pa.dictionary(pa.int32(), pa.string())
 
 
 def _name(field: str) -> str:
-    return R.FIELD_KEYS.get(field, field).replace(".", "_")
+    return (R.ANALYSIS[field][0] if field in R.ANALYSIS else R.FIELD_KEYS.get(field, field)).replace(".", "_")
 
 
 def _arrow_type(field: str) -> pa.DataType:
     dt = R.RECORD[field]
     if field in TEXT:
         return _DICT_STR
-    if field in ("icrc", "vcrc", "link"):
+    if field in ("icrc", "vcrc", "link") or field == "an_retry_cause":
         return pa.dictionary(pa.int8(), pa.string())
+    kind = R.ANALYSIS.get(field, ("", ""))[1]
+    if kind in ("flag", "span"):             # RC analysis: a flag is true or false, a wait a duration
+        return pa.bool_() if kind == "flag" else pa.duration("ns")
     if field == "vlan":
         return pa.uint16()
     return pa.from_numpy_dtype(dt)
@@ -63,6 +66,7 @@ def _strings(words) -> pa.Array:
 SCHEMA = record_schema()
 _NAMES = _strings(_OPNAMES)
 _LINK_NAMES, _CRC_NAMES = _strings(R.LINK_KINDS), _strings(R.CRC_STATUS)
+_CAUSE_NAMES = _strings(R.RETRY_CAUSES)
 
 
 def record_table(rec: np.ndarray) -> pa.Table:
@@ -106,6 +110,10 @@ def column_table(cols: Columns, prepared=None) -> pa.Table:
             out.append(pa.DictionaryArray.from_arrays(idx, _LINK_NAMES if f == "link" else _CRC_NAMES))
         elif f == "vlan":
             out.append(column(typ, c.astype(np.uint16), has[f]))
+        elif f == "an_retry_cause":
+            out.append(pa.DictionaryArray.from_arrays(column(pa.int8(), c.view(np.int8), has[f]), _CAUSE_NAMES))
+        elif typ == pa.bool_():
+            out.append(pa.Array.from_buffers(typ, n, [None, pa.py_buffer(np.packbits(c != 0, bitorder="little"))]))
         else:
             out.append(column(typ, c, has.get(f)))
     out.append(pa.DictionaryArray.from_arrays(column(pa.int32(), cols_of["opcode"].astype(np.int32), has["opcode"]),

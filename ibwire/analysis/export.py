@@ -124,9 +124,11 @@ def write_capture_partitions(path: str, host: str, root, keys: List[str], icrc: 
     from ..fast import scan
     from ..outfile import output_file
     from .arrow import FLOW_SCHEMA, SCHEMA, flow_table
-    from .flows import analyse
+    from .packets import CaptureAnalysis
     name = os.path.splitext(os.path.basename(path))[0] + ".parquet"
     s = scan(path, icrc=icrc)
+    rc = CaptureAnalysis(path, icrc)
+    s.fill = rc.fill
     n = 0
     with ExitStack() as stack:
         writers: dict = {}
@@ -148,7 +150,7 @@ def write_capture_partitions(path: str, host: str, root, keys: List[str], icrc: 
             n += t.num_rows
         if not n:                                   # an empty capture still leaves a (zero-row) file
             writer("packets", first_day, SCHEMA)
-        rows = analyse(path, icrc)["conversations"]
+        rows = rc.conversations
         ft = flow_table(rows)
         ns = np.array([r.get("first_time_ns") or 0 for r in rows], np.int64)
         for day, part in (_split_by_day(ft, ns) if "date" in keys and rows else [(first_day, ft)]):

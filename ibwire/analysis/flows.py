@@ -140,6 +140,7 @@ class _Learner:
     every transport packet goes to the spill with the number of its half-flow (or UD direction)."""
 
     def __init__(self):
+        self.drops: dict = {}           # the pcapng's interface statistics: packets the capture dropped
         self.halves: Dict[HalfKey, _Half] = {}
         self.ud: Dict[tuple, int] = {}            # (src, dst, slid, dlid, destqp, srcqp) -> number
         self.reqs, self.reps = {}, {}
@@ -230,7 +231,7 @@ def _pair(halves: Dict[HalfKey, _Half], reqs, reps):
     for comm, (req_ends, qa) in reqs.items():
         if comm not in reps:
             continue
-        (rep_ends, qb) = reps[comm]
+        (_, qb) = reps[comm]
         a_src, a_lid, b_src, b_lid = req_ends
         ab = (a_src, b_src, a_lid, b_lid, qb)
         ba = (b_src, a_src, b_lid, a_lid, qa)
@@ -360,6 +361,7 @@ def _read_span(path, icrc, mask, span, progress=None) -> Tuple[_Learner, int, Li
         learner.add(rec, frames)
         if progress:
             progress(len(rec), s.bytes_done)
+    learner.drops = dict(s.walk.drops)
     return learner, n, list(s.problems)
 
 
@@ -397,11 +399,12 @@ def _merge(parts) -> Tuple[_Learner, List[np.ndarray], List[str]]:
     return main, maps, problems
 
 
-def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int = 0) -> dict:
+def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int = 0, events: list = None) -> dict:
     """Conversations of a capture (largest first).  `icrc` verifies ICRCs (a bad one is a drop);
     `mask(batch)` optionally selects the packets to analyse.  Large pcap/pcapng files are decoded by
     `workers` threads (0: one per CPU), each reading one part of the file; the result does not depend on
-    how many."""
+    how many.  `events`: a list the sequencer's conclusions are appended to, one row per frame
+    (frames.TABLE), and then the number of its events past its limit, not kept."""
     workers = processes(workers, os.path.getsize(path) // MIN_SPAN)
     cut = spans(path, workers) if workers > 1 else None
     parts = None
@@ -429,14 +432,38 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int
     if parts is None:
         parts = [_read_span(path, icrc, mask, None, progress)]
     learner, maps, problems = _merge(parts)
+    drops: dict = {}
+    for p in parts:
+        drops.update(p[0].drops)
     try:
-        return {"conversations": _sequence(learner, maps, [p[0] for p in parts]), "problems": problems}
+        rows = _sequence(learner, maps, [p[0] for p in parts], events)
+        return {"conversations": rows, "problems": problems, "capture": capture_drops(drops, rows)}
     finally:
         for p in parts:
             p[0].spill.close()
 
 
-def _sequence(learner: _Learner, maps, learners) -> List[dict]:
+def capture_drops(drops: dict, rows: List[dict]) -> Optional[dict]:
+    """The capture's own drop counters (pcapng interface statistics, `drops`: per interface) tied to the PSNs
+    the sequencer found missing but never resent: at most that many of those gaps are the capture's own
+    doing (the rest, and all of them when it dropped nothing, were missed before it: by the mirror)."""
+    if not drops:
+        return None
+    dropped, missed = sum(drops.values()), sum(r.get("not_captured") or 0 for r in rows)
+    explained = min(dropped, missed)
+    if not dropped:
+        text = (f"the capture dropped no packets (pcapng interface statistics), so the {missed:,} PSNs not "
+                f"captured were missed before it (by the mirror or port), not by the capture" if missed else
+                "the capture dropped no packets (pcapng interface statistics)")
+    else:
+        text = (f"the capture dropped {dropped:,} packets (pcapng interface statistics); "
+                f"{explained:,} of the {missed:,} PSNs not captured are explained by them" +
+                (f", the other {missed - explained:,} {'was' if missed - explained == 1 else 'were'} missed before the "
+                 f"capture (the mirror or port)" if missed > explained else ""))
+    return {"dropped": dropped, "not_captured": missed, "explained": explained, "text": text}
+
+
+def _sequence(learner: _Learner, maps, learners, keep: list = None) -> List[dict]:
     """Pair the half-flows, replay every span's spill through the compiled sequencer, rank the rows."""
     conv_of, convs = _pair(learner.halves, learner.reqs, learner.reps)
     conv = np.full(learner.ids, -1, np.int32)
@@ -470,9 +497,11 @@ def _sequence(learner: _Learner, maps, learners) -> List[dict]:
             if offset:
                 rows["frame"] += offset
             _native.flows_feed(state, *_TABLES, rows, lut_conv, lut_side)
-    raw_events, _ = _native.flows_events(state)    # past 4M events the rest are only counted: lists keep the first
+    raw_events, lost = _native.flows_events(state)   # past 16M events the rest are only counted
     events = F.decode(raw_events)
-    by_frame = F.per_frame(events)
+    by_frame = F.table(events)
+    if keep is not None:
+        keep += [by_frame, lost]
     listed = F.per_conversation(events, by_frame)
     ranked = []
     for c, (kind, how, _) in enumerate(kinds):

@@ -50,7 +50,8 @@ def present(rec) -> dict:
     attr = rec["mad_attrid"]
     addr = ((fl & R.F_GRH) > 0) | _nonzero(rec["src"]) | _nonzero(rec["dst"])
     eth = _ETH_LINKS[link] | _nonzero(rec["eth_src"]) | _nonzero(rec["eth_dst"])
-    out = {"eth_src": eth, "eth_dst": eth, "src": addr, "dst": addr, "ecn": addr, "vlan": rec["vlan"] >= 0,
+    out = {"eth_src": eth, "eth_dst": eth, "src": addr, "dst": addr, "ecn": addr, "dscp": addr & ~_LRH_LINKS[link],
+           "vlan": rec["vlan"] >= 0, "pcp": rec["vlan"] >= 0, "etype": eth,
            "udp_src": _UDP_LINKS[link] | (rec["udp_src"] > 0) | (rec["udp_dst"] > 0),
            "cm_comm_id": cm, "cm_remote_comm_id": cm & (attr != 0x10), "cm_qpn": cm & ((attr == 0x10) | (attr == 0x13))}
     out["udp_dst"] = out["udp_src"]
@@ -61,6 +62,7 @@ def present(rec) -> dict:
     bits = np.where(bth, _EXT_BITS[op], 0)
     ext = {h: (bits & (1 << k)) > 0 for k, h in enumerate(_EXT)}
     out.update({f: ext[h] for f, h in _EXT_OF.items()})
+    out.update({f: R.analysis_present(rec, f) for f, (_, kind) in R.ANALYSIS.items() if kind != "flag"})
     return out
 
 

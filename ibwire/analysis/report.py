@@ -131,6 +131,16 @@ def write_csv(sections: Dict[str, List[dict]], out=None):
                                           for k, v in r.items()}})
 
 
+def _columns_that_fit(cols: List[str], words: List[int], width: int) -> List[int]:
+    """The indexes of the columns to show at `width`: all when their words fit, else the last ones but
+    `issues` are left out, one at a time, down to the first three, so numbers and names stay whole."""
+    keep = list(range(len(cols)))
+    droppable = [i for i in reversed(keep[3:]) if cols[i] != "issues"]
+    while sum(words[i] for i in keep) + 3 * len(keep) + 1 > width and droppable:
+        keep.remove(droppable.pop(0))
+    return keep
+
+
 def write_tables(sections: Dict[str, List[dict]], title_of=None, limit: int = 0):
     """One rich table per section; a `summary` section (one record by nature) as label / value lines."""
     from rich.table import Table
@@ -155,13 +165,20 @@ def write_tables(sections: Dict[str, List[dict]], title_of=None, limit: int = 0)
         # a column no narrower than its longest word, so lines wrap between words, where the terminal has room
         words = [min(LONGEST_WORD, max(len(w) for text in [label(c)] + [row[i] for row in cells]
                                        for w in text.split() or [""])) for i, c in enumerate(cols)]
-        if sum(words) + 3 * len(cols) + 1 > out.width:
-            words = [None] * len(cols)              # no room: words are folded rather than columns cut off
-        for c, w in zip(cols, words):
-            t.add_column(label(c), overflow="fold", min_width=w,
-                         justify="right" if isinstance(shown[0].get(c), (int, float)) else "left")
+        keep = _columns_that_fit(cols, words, out.width)
+        hidden = [label(c) for i, c in enumerate(cols) if i not in keep]
+        if sum(words[i] for i in keep) + 3 * len(keep) + 1 > out.width:
+            words = [None] * len(cols)              # no room even so: words are folded rather than cut off
+        for i in keep:
+            t.add_column(label(cols[i]), overflow="fold", min_width=words[i],
+                         justify="right" if isinstance(shown[0].get(cols[i]), (int, float)) else "left")
         for row in cells:
-            t.add_row(*map(Text, row))                  # literal: no rich markup read from packet text
+            t.add_row(*(Text(row[i]) for i in keep))    # literal: no rich markup read from packet text
+        if hidden:
+            out.print(t)
+            out.print(Text(f"… not shown at {out.width} columns: {', '.join(hidden)} (widen the terminal, "
+                           f"or use --format json or csv)", style="dim"))
+            continue
         out.print(t)
         if limit and len(rows) > limit:
             out.print(f"[dim]… {plural(len(rows) - limit, 'more row')} (use --format json or csv for all)[/dim]")

@@ -10,6 +10,7 @@ from typing import Dict, List
 
 import numpy as np
 
+from dissectors.madnames import CLASSES
 from dissectors.opcodes import AETH_NAK, AETH_RNR_NAK, aeth_kind, lookup
 from ..fast import records as R
 from ..fast import scan
@@ -18,8 +19,7 @@ from ..fast.walk import SpanContextLost
 from .hashing import group_rows
 from .report import plural
 
-MAD_CLASSES = {0x01: "SubnMgt (LID routed)", 0x81: "SubnMgt (directed route)", 0x03: "SubnAdm", 0x04: "PerfMgt",
-               0x05: "BM", 0x06: "DevMgt", 0x07: "CM", 0x08: "SNMP", 0x21: "CongestionMgt"}
+MAD_CLASSES = {c: name for c, (_, name) in CLASSES.items()}     # the names -V shows (dissectors/madnames.py)
 
 
 class Stats:

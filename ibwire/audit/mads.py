@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Optional
 
+from dissectors.madnames import SM_STATES
+
 from ..fabric.sm import elect
 from .fields import as_int, first_of, gid_text
 from .state import FabricState
 
 TRAPS = {256: "bad M_Key", 257: "bad P_Key", 258: "bad Q_Key", 259: "bad P_Key at switch external port"}
-SM_STATES = {0: "NOTACTIVE", 1: "DISCOVERING", 2: "STANDBY", 3: "MASTER"}
 PERMISSIVE_LID = 0xFFFF
 
 

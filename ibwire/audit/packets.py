@@ -172,6 +172,10 @@ class BulkReader:
         self.stream = Stream(path, icrc=False)
         self.flt = flt
         self.last = 0             # the file's last frame number
+        from ..fast.filter import names_analysis
+        if flt is not None and names_analysis(flt.text):     # -Y on bth.analysis.*: the RC analysis first
+            from ..analysis.packets import CaptureAnalysis
+            self.stream.fill = CaptureAnalysis(path).fill
 
     @property
     def problems(self):

@@ -86,6 +86,7 @@ def flow_findings(traffic: Traffic, policy: Policy, ids: Identities) -> list:
     """pkey-not-shared, limited-limited, cross-tenant-*, roce-vlan-crossing, then undeclared-pkey."""
     findings = []
     undeclared = {}
+    crossing: dict = {}     # RoCE between tenants: (tenant, IP, tenant, IP, VLAN) one way -> its flows
     for fl in traffic.flows.values():
         fl, back, _ = traffic.conversation(fl)
         a, b = ids.resolve(fl.src), ids.resolve(fl.dst)
@@ -98,9 +99,9 @@ def flow_findings(traffic: Traffic, policy: Policy, ids: Identities) -> list:
             seen[1].add(fl.pkey)
         if fl.src.kind == "roce":
             if a.tenant != b.tenant and NO_TENANT not in pair:
-                findings.append(_pairwise("roce-vlan-crossing", fl, back, (a, b),
-                                f"RoCE traffic from tenant {a.tenant} ({fl.src.text()}) to tenant {b.tenant} "
-                                f"({fl.dst.text()})"))
+                for f in (fl, back) if back is not None else (fl,):
+                    ends = (ids.resolve(f.src).tenant, f.src.ip, ids.resolve(f.dst).tenant, f.dst.ip, f.src.vlan)
+                    crossing.setdefault(ends, {})[(f.src.key(), f.dst.key())] = f
             continue
         if a.guid is None or b.guid is None or not policy.declared(base):
             continue
@@ -122,6 +123,7 @@ def flow_findings(traffic: Traffic, policy: Policy, ids: Identities) -> list:
             findings.append(_pairwise(rule, fl, back, (a, b),
                             f"tenant {a.tenant} ({fl.src.text()}) -> tenant {b.tenant} ({fl.dst.text()}) "
                             f"share no tenant partition{via}, P_Key 0x{fl.pkey:04x}"))
+    findings += _crossings(crossing, ids)
     for base, (frames, wire) in sorted(undeclared.items()):
         keys = ", ".join(f"0x{k:04x}" for k in sorted(wire))
         findings.append(Finding("undeclared-pkey", "warning",
@@ -166,6 +168,41 @@ def default_full_findings(traffic: Traffic, policy: Policy, tenants: Tenants, id
                     f"so they can reach each other (partitions.conf: restrict Default to "
                     f"'ALL=limited, SELF=full')" + ("; traffic between them was seen" if frames else ""),
                     sorted(frames)[:EVIDENCE_FRAMES], src=src, dst=dst, pkey=pkey)]
+
+
+def _crossings(crossing: dict, ids: Identities) -> list:
+    """One roce-vlan-crossing finding per pair of tenant addresses (IP and VLAN), however many MACs the wire
+    shows for them (a mirror may rewrite them frame by frame): told from the side that sent first, answered
+    when the other side sent back."""
+    findings, done = [], set()
+    for ends, flows in crossing.items():
+        rev = (ends[2], ends[3], ends[0], ends[1], ends[4])
+        if ends in done:
+            continue
+        done.update((ends, rev))
+        one, other = _merged(flows.values()), _merged(crossing.get(rev, {}).values())
+        if other is not None and other.frames[:1] < one.frames[:1]:
+            one, other = other, one
+        a, b = ids.resolve(one.src), ids.resolve(one.dst)
+        findings.append(_pairwise("roce-vlan-crossing", one, other, (a, b),
+                                  f"RoCE traffic from tenant {a.tenant} ({one.src.text()}) to tenant {b.tenant} "
+                                  f"({one.dst.text()})"))
+    return findings
+
+
+def _merged(flows) -> "Flow | None":
+    """Flows between the same two addresses as one; a MAC that varies among them is left out."""
+    flows = sorted(flows, key=lambda f: f.frames[:1])
+    if not flows:
+        return None
+    f0 = flows[0]
+
+    def side(attr):
+        s = getattr(f0, attr)
+        return s if all(getattr(f, attr).mac == s.mac for f in flows) else Side(s.kind, mac=None, ip=s.ip, vlan=s.vlan)
+    frames = sorted(fr for f in flows for fr in f.frames)[:EVIDENCE_FRAMES]
+    return Flow(side("src"), side("dst"), f0.pkey, sum(f.packets for f in flows), sum(f.bytes for f in flows),
+                frames)
 
 
 def _pairwise(rule, fl, back, ends, text) -> Finding:

@@ -336,7 +336,7 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
         _disarm(journal)
         if sink:
             try:
-                sink.close()
+                sink.close(drops)
             except OSError as e:
                 failure = f"writing {o.write} failed ({e.strerror}); the capture stopped"
         status.finish()

@@ -54,7 +54,10 @@ class Sink:
         self.bytes += len(data)
         self.file_bytes += len(data) + 16
 
-    def close(self):
+    def close(self, drops: Optional[int] = None):
+        """`drops`: packets the backend lost, recorded in a pcapng's interface statistics (isb_osdrop)."""
+        if self.pcapng and drops is not None:
+            self.w.statistics(0, self.packets, drops)
         self.w.close()
 
 

@@ -35,7 +35,6 @@ class Target:
     iface: Optional[str] = None
     lab: Optional[dict] = None
     sysfs_port: Optional[sysfs.Port] = None
-    vf_bound: Optional[bool] = None
     notes: List[str] = field(default_factory=list)
 
     @property
@@ -103,7 +102,7 @@ def _lab_target(lab: dict, vf: Optional[int]) -> Target:
     peers = [lab["uplink"]] + [o["representor"] for o in lab["vfs"] if o["index"] != vf]
     return Target(f"lab VF {vf} (representor {v['representor']})", vf=vf, identity=ident,
                   representor=v["representor"], uplink=lab["uplink"], peers=peers, eswitch="switchdev",
-                  lab=lab, vf_bound=False)
+                  lab=lab)
 
 
 def _pick_pf(devices: List[sysfs.RdmaDevice], pf: Optional[str]) -> sysfs.RdmaDevice:
@@ -166,7 +165,7 @@ def resolve(pf: Optional[str], vf: Optional[int], port: Optional[int] = None, if
     vfo = next((v for v in d.vfs if v.index == vf), None)
     if vfo is None:
         raise UserError(f"{d.name} has {d.numvfs or 0} VFs; VF {vf} does not exist")
-    t.vf, t.vf_bound = vf, vfo.bound_on_host
+    t.vf = vf
     t.description = f"{d.name} port {p.num} VF {vf} ({vfo.bdf})"
     info = _vf_link_info(netdev, vf)
     ident = Identity()

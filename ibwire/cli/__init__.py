@@ -19,7 +19,7 @@ from ..output.escape import printable
 from .app import app
 
 # The modules whose import registers their commands; a command named after its module needs only that one.
-COMMANDS = ("convert", "decode", "capture", "devices", "lab", "audit", "synth", "stats", "flows", "export", "fabric",
+COMMANDS = ("convert", "decode", "capture", "devices", "lab", "audit", "synth", "stats", "flows", "export", "fabric", "health",
             "extcap")
 
 

@@ -65,3 +65,23 @@ def capture_source(file: Optional[str], read: Optional[str], missing: str = NO_C
 def capture_sources(args: Optional[List], read: Optional[List]) -> List[str]:
     """The captures a command that takes several reads: its arguments, then those given with -r."""
     return [str(p) for p in list(args or []) + list(read or [])]
+
+
+def port_speed_option():
+    """The Ethernet port speed that turns pause quanta (512 bit times each) into seconds."""
+    return typer.Option("100G", "--port-speed", help="port speed for pause times in seconds (a quantum is 512 bit "
+                                                     "times), e.g. 25G, 100G, 400G; a capture does not record it")
+
+
+def port_speed(text: str) -> float:
+    """`100G`, `25g`, `400G`, `10000M` or plain bit/s → bit/s."""
+    from ..errors import UserError
+    t = text.strip().upper().removesuffix("B/S").removesuffix("BPS")
+    scale = {"G": 1e9, "M": 1e6, "T": 1e12}.get(t[-1:], 1)
+    try:
+        value = float(t[:-1] if scale != 1 else t) * scale
+    except ValueError:
+        value = 0
+    if not 1e6 <= value <= 1e13:
+        raise UserError(f"--port-speed must be a speed such as 25G, 100G or 400G, not {text!r}")
+    return value

@@ -9,7 +9,7 @@ import numpy as np
 import typer
 
 from ..errors import UserError
-from .app import app, capture_source, read_file_option
+from .app import app, capture_source, port_speed, port_speed_option, read_file_option
 
 _SEPARATORS = {"/t": "\t", "/s": " "}
 _QUOTES = {"d": '"', "s": "'", "n": ""}
@@ -29,6 +29,14 @@ def _field_options(opts: List[str]):
         else:
             raise UserError(f"-E takes header=y|n, separator=/t|/s|<character> or quote=d|s|n, not {o!r}")
     return header, sep, quote
+
+
+def check_decode_as(values: List[str]) -> bool:
+    """-d: whether NVMe-oF is declared on every RC queue pair (the one protocol -d takes so far)."""
+    for d in values:
+        if d.rpartition(",")[2] != "nvme-rdma":
+            raise UserError(f"-d takes nvme-rdma (NVMe-oF on every RC queue pair), not {d!r}")
+    return bool(values)
 
 
 @app.command()
@@ -55,10 +63,16 @@ def decode(
     print_too: bool = typer.Option(False, "-P", "--print", help="summary lines too: while writing with -w, "
                                                                  "and before -V trees and -x dumps"),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC and VCRC"),
+    speed: str = port_speed_option(),
+    decode_as: List[str] = typer.Option([], "-d", "--decode-as", help="nvme-rdma: every RC queue pair carries "
+                                                                       "NVMe-oF (captures without the RDMA-CM setup)"),
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
+    from ..fast.filter import names_analysis
     from ..filter import compile_filter, field_name
     from ..output.printer import FORMATS, TIME_MODES, Printer
+    from dissectors.dcb import set_port_speed
+    set_port_speed(port_speed(speed))
     src = capture_source(file, read, "name a capture file, as an argument or with -r (- reads one from standard "
                                      "input)")
     if write == "-" and print_too:
@@ -81,14 +95,27 @@ def decode(
     header, sep, quote = _field_options(field_opts)
     if fmt == "csv":
         header, sep, quote = header if header is not None else True, sep or ",", quote if quote is not None else ""
+    from ..decode.nvme import NvmeTracker
+    nvme = NvmeTracker(decode_as=check_decode_as(decode_as))
     flt = compile_filter(display_filter) if display_filter else None
+    named = any(k == "bth.analysis" or k.startswith("bth.analysis.") for k in keys) or (
+        display_filter is not None and names_analysis(display_filter))
+    if named and src == "-":
+        raise UserError("bth.analysis fields need the whole capture first (a frame is a retransmission by what "
+                        "came before it); save standard input to a file and decode that")
     stream = _open(src, icrc)
+    warnings = []
+    if src != "-" and (named or verbose or fmt in ("json", "jsonl", "ek")):
+        from ..analysis.packets import CaptureAnalysis
+        rc = CaptureAnalysis(src, icrc)
+        stream.fill, warnings = rc.fill, rc.problems
     if (only_layers or all_layers) and fmt not in ("json", "ek"):
         raise UserError("-j and -J select the protocols of -T json or -T ek")
     layers = (all_layers or only_layers or "").split()
     printer = Printer(fmt, time_mode, fields, bool(header), sep or "\t", quote or "", keys, layers,
                       bool(all_layers))
     printer.decimals = stream.decimals
+    printer.nvme = nvme
     out = sys.stdout.buffer
     show = write is None or print_too
     with contextlib.ExitStack() as files:
@@ -101,7 +128,7 @@ def decode(
         _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, print_too)
         if writer:
             writer.finish()
-    for problem in stream.problems:
+    for problem in list(stream.problems) + warnings:
         print(f"ibwire: warning: {src}: {problem}", file=sys.stderr)
 
 
@@ -113,7 +140,7 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
     tree_printer = Printer("tree")
     if show:
         out.write(printer.start())
-    batches = select(stream, flt) if flt else ((b, None) for b in stream)
+    batches = select(stream, flt, nvme=printer.nvme) if flt else ((b, None) for b in stream)
     for batch, mask in batches:
         rec = batch.rec
         if not len(rec):
@@ -132,7 +159,10 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
 
             def details(i, batch=batch, times=times, prev=prev):
                 from ..decode import decode_frame
-                d = decode_frame(batch.frame(i))
+                from ..decode.stream import with_analysis
+                d = with_analysis(decode_frame(batch.frame(i)), batch.rec[i])
+                if printer.nvme is not None:
+                    printer.nvme.feed(d)
                 d.flat.update(detail_flat_times(d.frame.time, t0, float(times[i - 1]) if i else prev))
                 return d
             if verbose or hexdump:

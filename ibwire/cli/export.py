@@ -38,6 +38,10 @@ def export(
     out: str = typer.Option(..., "-o", "--output", help="Parquet file for the per-packet records (with "
                                                         "--partition-by: the dataset's folder)"),
     flows: Optional[str] = typer.Option(None, "--flows", help="also write the conversation table to this .parquet"),
+    storage: Optional[str] = typer.Option(None, "--storage", help="also write the NVMe-oF command table "
+                                          "(`ibwire stats --storage`) to this .parquet"),
+    decode_as: List[str] = typer.Option([], "-d", "--decode-as", help="with --storage: nvme-rdma treats every "
+                                        "RC queue pair as NVMe-oF"),
     partition_by: Optional[str] = typer.Option(None, "--partition-by", help="host, date or host,date: write a "
                                                "hive-partitioned dataset (DATASET/packets/host=…/date=…/ and "
                                                "DATASET/flows/…) for DuckDB, Spark, pandas"),
@@ -57,8 +61,9 @@ def export(
         raise UserError(NO_CAPTURE)
     if partition_by is not None:
         keys = partition_keys(partition_by)
-        if flows:
-            raise UserError("--flows names one file; with --partition-by the conversations go to DATASET/flows")
+        if flows or storage:
+            raise UserError("--flows and --storage name one file; with --partition-by the conversations go to "
+                            "DATASET/flows")
         if Path(out).suffix == ".parquet" or Path(out).is_file():
             raise UserError(f"with --partition-by, -o names the dataset's folder, not a file ({out})")
         caps = _captures(files)
@@ -76,14 +81,19 @@ def export(
     if len(files) != 1 or Path(files[0]).is_dir():
         raise UserError("give one capture file, or --partition-by host,date to export several into a dataset")
     file = files[0]
-    for name in (out, flows):
+    for name in (out, flows, storage):
         if name is not None and not name.endswith(".parquet"):
             raise UserError(f"output names must end in .parquet ({name})")
-    refuse_aliasing([out, flows], [file])
-    for name in (out, flows):
+    refuse_aliasing([out, flows, storage], [file])
+    from .decode import check_decode_as
+    declared = check_decode_as(decode_as)
+    for name in (out, flows, storage):
         if name is not None:
             Path(name).parent.mkdir(parents=True, exist_ok=True)
+    from ..analysis.packets import CaptureAnalysis
     s = scan(file, icrc=icrc)
+    rc = CaptureAnalysis(file, icrc)              # the bth_analysis_* columns
+    s.fill = rc.fill
     if display_filter:
         from ..fast.filter import FilteredScan
         s = FilteredScan(s, display_filter)
@@ -91,11 +101,15 @@ def export(
         n = write_records(s, f, cb)
     msg = f"wrote {n} packets to {out}"
     if flows:
-        from ..analysis.flows import analyse
-        res = analyse(file, icrc=icrc)
         with output_file(flows, inputs=[file]) as f:
-            write_flows(res["conversations"], f)
-        msg += f" and {len(res['conversations'])} conversations to {flows}"
+            write_flows(rc.conversations, f)
+        msg += f" and {len(rc.conversations)} conversations to {flows}"
+    if storage:
+        from ..analysis.storage import analyse, write_commands
+        commands = analyse(file, declared)["commands"]
+        with output_file(storage, inputs=[file]) as f:
+            write_commands(commands, f)
+        msg += f" and {len(commands)} NVMe-oF commands to {storage}"
     for p in s.problems:
         typer.echo(f"warning: {p}", err=True)
     typer.echo(msg, err=True)

@@ -82,10 +82,14 @@ def flows(
     from ..analysis.flows import analyse
     from ..analysis.report import check_format, progress, render
     from ..fast import scan
-    from ..fast.filter import compile_batch_filter
+    from ..fast.filter import compile_batch_filter, names_analysis
     file = capture_source(file, read)
     check_format(fmt)
-    mask = compile_batch_filter(display_filter) if display_filter else None
+    fill = None
+    if display_filter and names_analysis(display_filter):
+        from ..analysis.packets import CaptureAnalysis
+        fill, jobs = CaptureAnalysis(file, icrc).fill, 1       # filled by frame number: one reader numbers them
+    mask = compile_batch_filter(display_filter, fill) if display_filter else None
     size = scan(file).size
     with progress(size, "flows") as cb:
         res = analyse(file, icrc, mask, cb, jobs)
@@ -104,5 +108,11 @@ def flows(
         render({"conversations": rows_t, "problems": [{"problem": p} for p in res["problems"]]}, fmt,
                limit=TOP if top is None else top)
         _failures(rows)
+        if res.get("capture"):
+            from ..analysis.report import console
+            console().print("\n" + res["capture"]["text"], highlight=False, markup=False)
     else:
-        render({"conversations": rows}, fmt, whole={"conversations": rows, "problems": res["problems"]})
+        whole = {"conversations": rows, "problems": res["problems"]}
+        if res.get("capture"):
+            whole["capture"] = {k: v for k, v in res["capture"].items() if k != "text"}
+        render({"conversations": rows}, fmt, whole=whole)

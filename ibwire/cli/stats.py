@@ -1,8 +1,9 @@
 """`ibwire stats FILE`: what a capture holds, by transport/opcode, P_Key, endpoint, QP and MAD."""
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
+from ..errors import UserError
 from .app import TOP, app, capture_source, read_file_option
 
 
@@ -19,6 +20,11 @@ def stats(
                                              "the first packet (like tshark -z io,stat)"),
     display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter",
                                                  help="only packets matching this display filter"),
+    storage: bool = typer.Option(False, "--storage", help="instead: every NVMe-oF command (submission, data "
+                                 "and completion frames, latency, bytes) and per opcode and queue IOPS, "
+                                 "throughput, latency percentiles and errors by status"),
+    decode_as: List[str] = typer.Option([], "-d", "--decode-as", help="with --storage: nvme-rdma treats every "
+                                        "RC queue pair as NVMe-oF (captures without the RDMA-CM setup)"),
 ):
     """Counts, bytes and rates by transport+opcode, P_Key, endpoint, QP and MAD; ECN/CNP/FECN/BECN, CRC
     failures, damaged packets and loss hints."""
@@ -27,6 +33,11 @@ def stats(
     from ..fast import scan
     file = capture_source(file, read)
     check_format(fmt)
+    if storage:
+        _storage(file, fmt, top, decode_as)
+        return
+    if decode_as:
+        raise UserError("-d applies to --storage (and to ibwire decode)")
     if interval is not None:
         from ..pictures.series import interval_table
         res = interval_table(file, interval, icrc)
@@ -36,10 +47,15 @@ def stats(
     size = scan(file).size
     with progress(size, "stats") as cb:
         if display_filter:
-            from ..fast.filter import FilteredScan
-            res = st.compute(FilteredScan(scan(file, icrc), display_filter), cb)
+            from ..fast.filter import FilteredScan, names_analysis
+            s = scan(file, icrc)
+            if names_analysis(display_filter):
+                from ..analysis.packets import CaptureAnalysis
+                s.fill = CaptureAnalysis(file, icrc).fill
+            res = st.compute(FilteredScan(s, display_filter), cb)
         else:
             res = st.compute_file(file, icrc, cb, jobs)
+    res["rc_sequence"] = _rc_sequence(file, icrc, display_filter, jobs) if _has_sequenced(res) else []
     summary = dict(res["summary"])
     if fmt == "table":
         from datetime import datetime, timezone
@@ -50,6 +66,46 @@ def stats(
                 [{"counter": label(k), "value": v} for k, v in res["counters"].items() if v],
                 "by_opcode": res["by_opcode"], "by_p_key": res["by_p_key"], "by_endpoint": res["by_endpoint"],
                 "by_qp": res["by_qp"], "by_mad": res["by_mad"],
+                "rc_sequence": res["rc_sequence"],
                 "loss_hints": [{"hint": h} for h in res["loss_hints"]],
                 "problems": [{"problem": p} for p in res["problems"]]}
+    render(sections, fmt, whole=res, limit=top)
+
+
+SEQUENCE = ("drops", "not_captured", "retransmissions", "out_of_order", "psn_gaps")
+
+
+def _has_sequenced(res) -> bool:
+    return any(r.get("transport") in ("RC", "UC", "XRC", "DC") for r in res["by_opcode"])
+
+
+def _rc_sequence(file: str, icrc: bool, display_filter: Optional[str], jobs: int) -> list:
+    """The sequenced transports' PSN accounting, summed over conversations as `flows` counts it: lost on
+    the wire (resent or NAKed) apart from not captured (the peer went on without a resend), retransmitted,
+    out of order."""
+    from ..analysis.flows import analyse
+    from ..fast.filter import compile_batch_filter
+    mask = compile_batch_filter(display_filter) if display_filter else None
+    rows = [r for r in analyse(file, icrc, mask, None, jobs)["conversations"] if "psn_gaps" in r]
+    if not rows:
+        return []
+    out = {"conversations": len(rows)}
+    out.update({k: sum(int(r[k]) for r in rows) for k in SEQUENCE})
+    out["naks"] = sum(sum(r.get("naks", {}).values()) for r in rows)
+    return [out]
+
+
+def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
+    from ..analysis.report import render
+    from ..analysis.storage import analyse
+    from .decode import check_decode_as
+    res = analyse(file, check_decode_as(decode_as))
+    commands = res["commands"]
+    if fmt == "table":
+        commands = [{k: v for k, v in r.items() if k not in ("time", "qid", "nsid")} for r in commands]
+    sections = {"by_opcode": res["by_opcode"], "by_queue": res["by_queue"], "errors": res["errors"],
+                "commands": commands, "problems": [{"problem": p} for p in res["problems"]]}
+    if not res["commands"]:
+        sections["problems"].append({"problem": "no NVMe-oF command found (no RDMA-CM setup for port 4420; "
+                                                "-d nvme-rdma declares every RC queue pair NVMe-oF)"})
     render(sections, fmt, whole=res, limit=top)

@@ -9,6 +9,8 @@ from scapy.fields import IP6Field
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import (ICMPv6DestUnreach, ICMPv6EchoReply, ICMPv6EchoRequest, ICMPv6ND_NA, ICMPv6ND_NS,
                                  ICMPv6ND_RA, ICMPv6ND_RS, ICMPv6PacketTooBig, ICMPv6TimeExceeded, ICMPv6Unknown, IPv6)
+from scapy.contrib.lldp import (LLDPDUChassisID, LLDPDUEndOfLLDPDU, LLDPDUGenericOrganisationSpecific, LLDPDUPortDescription,
+                                LLDPDUPortID, LLDPDUSystemDescription, LLDPDUSystemName, LLDPDUTimeToLive)
 from scapy.layers.l2 import ARP, CookedLinux, Dot1Q, Ether
 from scapy.packet import NoPayload, Padding, Raw
 
@@ -81,12 +83,45 @@ def _icmpv6(p):
     return "icmpv6", out
 
 
+def _lldp_tlv(p, named):
+    """One of scapy's standard LLDP TLVs (IEEE 802.1AB §8.5) under Wireshark's lldp.* names."""
+    out = {"tlv.type": p._type, "tlv.len": p._length}
+    out.update(named)
+    return "lldp", out
+
+
+def _lldp_id(p, what, mac_subtype):
+    value = p.id if p.subtype == mac_subtype else _text(p.id)
+    return _lldp_tlv(p, {f"{what}.subtype": p.subtype, f"{what}.id.mac" if p.subtype == mac_subtype else f"{what}.id": value})
+
+
+def _lldp_org(p):
+    if p.org_code == 0x0080C2:
+        return _lldp_tlv(p, {"orgtlv.oui": p.org_code, "ieee.802_1.subtype": p.subtype})
+    return _lldp_tlv(p, {"orgtlv.oui": p.org_code, "unknown_subtype": p.subtype,
+                         "unknown_subtype.content": _plain(p.data)})
+
+
+LLDP = {LLDPDUChassisID: lambda p: _lldp_id(p, "chassis", 4), LLDPDUPortID: lambda p: _lldp_id(p, "port", 3),
+        LLDPDUTimeToLive: lambda p: _lldp_tlv(p, {"time_to_live": p.ttl}), LLDPDUEndOfLLDPDU: lambda p: _lldp_tlv(p, {}),
+        LLDPDUSystemName: lambda p: _lldp_tlv(p, {"tlv.system.name": _text(p.system_name)}),
+        LLDPDUSystemDescription: lambda p: _lldp_tlv(p, {"tlv.system.desc": _text(p.description)}),
+        LLDPDUPortDescription: lambda p: _lldp_tlv(p, {"port.desc": _text(p.description)}),
+        LLDPDUGenericOrganisationSpecific: _lldp_org}
+MERGED = ("lldp", "macc")     # protocols made of several scapy layers: one entry, repeated fields as lists
+
+
+def _text(v):
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
 def _sll(p):
     return "sll", {"pkttype": p.pkttype, "hatype": p.lladdrtype, "halen": p.lladdrlen, "etype": p.proto}
 
 
 FOREIGN = {Ether: _eth, Dot1Q: _vlan, IP: _ip, IPv6: _ipv6, UDP: _udp, TCP: _tcp, ARP: _arp, ICMP: _icmp, CookedLinux: _sll}
 FOREIGN.update({cls: _icmpv6 for cls in ICMPV6})
+FOREIGN.update(LLDP)
 
 
 def ib_layer_fields(layer: IBLayer) -> dict:
@@ -129,6 +164,8 @@ def layer_fields(pkt):
     while not isinstance(layer, NoPayload):
         if type(layer).__module__.startswith("dissectors.mad"):
             result += mad_layer_entries(layer)
+        elif hasattr(layer, "ws_fields"):                 # dissectors.dcb: MAC control, DCBX
+            result.append((layer.ws_proto, {k: _plain(v) for k, v in layer.ws_fields().items()}, layer))
         elif isinstance(layer, IBLayer):
             result.append((layer.ws_name, ib_layer_fields(layer), layer))
         elif type(layer) in FOREIGN:
@@ -142,11 +179,26 @@ def layer_fields(pkt):
     return result
 
 
+def _merge(into: dict, fields: dict) -> None:
+    """Add `fields` to `into`; a field seen again becomes the list of its values, in frame order."""
+    for name, value in fields.items():
+        if name not in into:
+            into[name] = value
+            continue
+        have = into[name] if isinstance(into[name], list) else [into[name]]
+        into[name] = have + (value if isinstance(value, list) else [value])
+
+
 def nest_and_flatten(entries):
     """Nested {layer: {field: v}} (repeated layers merged, a second GRH/IP becoming a list) and the flat
     Wireshark-style key → value map (aliases applied; the outermost occurrence wins)."""
     nested, flat = {}, {}
     for key, fields, layer in entries:
+        if key in MERGED:
+            _merge(nested.setdefault(key, {}), fields)
+            _merge(flat, {f"{key}.{name}": value for name, value in fields.items()})
+            flat[key] = True
+            continue
         if key in nested:
             if key in ("bth",):
                 nested[key].update(fields)

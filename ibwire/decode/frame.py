@@ -9,7 +9,8 @@ from scapy.packet import NoPayload, Raw
 
 import dissectors.layers  # noqa: F401  (registers the layer bindings)
 from dissectors import BTH, GRH, ICRC, LRH, VCRC, lookup
-from scapy.layers.inet import IP, UDP
+from dissectors.dcb import MACControl, MACControlPause, MACControlPFC, pause_seconds
+from scapy.layers.inet import IP
 from scapy.layers.inet6 import IPv6
 
 from ..fieldtypes import EITHER
@@ -25,7 +26,7 @@ from .linktypes import LINKTYPES, apply_roce2_heuristic, first_layer
 WS_PROTOCOLS = {"Ether": "eth:ethertype", "Dot1Q": "vlan:ethertype", "CookedLinux": "sll:ethertype", "ERF": "erf",
                 "IPoIB": "ethertype", "IP": "ip", "IPv6": "ipv6", "IPv6ExtHdrHopByHop": "ipv6.hopopts", "UDP": "udp",
                 "TCP": "tcp", "ICMP": "icmp", "ARP": "arp", "LRH": "infiniband", "GRH": "infiniband",
-                "BTH": "infiniband"}
+                "BTH": "infiniband", "MACControl": "macc", "MACControlPause": "macc", "MACControlPFC": "macc"}
 
 
 class Decoded(NamedTuple):
@@ -96,14 +97,67 @@ def _endpoints(pkt):
     return "?", "?"
 
 
+def _qos(flat) -> List[str]:
+    """The traffic class a RoCE frame travels in: VLAN PCP (802.1Q) and DSCP (IP, IPv6 or RoCEv1 GRH)."""
+    out = [f"PCP {flat['vlan.priority']}"] if flat.get("vlan.priority") is not None else []
+    for key in ("ip.dsfield.dscp", "ipv6.tclass.dscp"):
+        if flat.get(key) is not None:
+            return out + [f"DSCP {flat[key]}"]
+    if flat.get("grh.tclass") is not None and "lrh" not in flat:
+        out.append(f"DSCP {flat['grh.tclass'] >> 2}")
+    return out
+
+
+def _control_summary(pkt, flat) -> str:
+    """MAC control (PAUSE, PFC) and LLDP frames: addresses, then what they say."""
+    parts = [f"{flat.get('eth.src', '?')} → {flat.get('eth.dst', '?')}"]
+    parts += [f"PCP {flat['vlan.priority']}"] if flat.get("vlan.priority") is not None else []
+    if MACControlPFC in pkt:
+        layer = pkt[MACControlPFC]
+        prio = layer.priorities()
+        parts.append(layer.mysummary())
+        if any(prio.values()):
+            longest = max(prio.values())
+            parts.append(f"(up to {pause_seconds(longest, layer.port_speed) * 1e6:.3g} µs at "
+                         f"{layer.port_speed / 1e9:g} Gb/s)")
+    elif MACControlPause in pkt:
+        layer = pkt[MACControlPause]
+        parts += [layer.mysummary(), f"({pause_seconds(layer.pause_time, layer.port_speed) * 1e6:.3g} µs at "
+                                     f"{layer.port_speed / 1e9:g} Gb/s)"]
+    elif MACControl in pkt:
+        parts.append(f"MAC control opcode 0x{pkt[MACControl].opcode:04x}")
+    else:
+        parts.append("LLDP " + " ".join(_lldp_items(flat)))
+    return "  ".join(parts)
+
+
+def _values(v) -> list:
+    return v if isinstance(v, list) else [] if v is None else [v]
+
+
+def _lldp_items(flat):
+    if flat.get("lldp.port.id") is not None or flat.get("lldp.port.id.mac") is not None:
+        yield f"port {flat.get('lldp.port.id', flat.get('lldp.port.id.mac'))}"
+    pfc = [p for p in range(8) if 1 in _values(flat.get(f"lldp.dcbx.feature.pfc.prio{p}"))]
+    if "lldp.dcbx.ieee.pfc.numtcs" in flat or "lldp.dcbx.feature.pfc.numtcs" in flat:
+        yield ("CEE " if "lldp.dcbx.proto" in flat else "") + "PFC on " + (",".join(map(str, pfc)) or "no priority")
+    if "lldp.dcbx.ieee.ets.maxtcs" in flat:
+        yield "ETS"
+    apps = flat.get("lldp.dcbx.ieee.app.prio")
+    if apps is not None:
+        yield f"APP {len(apps) if isinstance(apps, list) else 1} entries"
+
+
 def _summary(pkt, flat, errors) -> str:
     if BTH not in pkt:
+        if MACControl in pkt or "lldp" in flat:
+            return _control_summary(pkt, flat)
         return pkt.summary() if pkt is not None else ""
     bth = pkt[BTH]
     op = lookup(bth.opcode)
     src, dst = _endpoints(pkt)
     parts = [f"{src} → {dst}", f"{op.transport} {op.name}", f"QP=0x{bth.destqp:06x}", f"PSN={bth.psn}",
-             f"P_Key 0x{bth.p_key:04x} {'full' if bth.p_key & 0x8000 else 'limited'}"]
+             f"P_Key 0x{bth.p_key:04x} {'full' if bth.p_key & 0x8000 else 'limited'}"] + _qos(flat)
     mad = flat.get("mad.summary")
     if mad:
         parts.append(mad)
@@ -163,7 +217,8 @@ def _protocols(pkt) -> str:
     layer = pkt
     while layer is not None and not isinstance(layer, NoPayload):
         cls = type(layer).__name__
-        name = WS_PROTOCOLS.get(cls) or ("icmpv6" if cls.startswith("ICMPv6") else None)
+        name = WS_PROTOCOLS.get(cls) or ("icmpv6" if cls.startswith("ICMPv6") else "lldp" if cls.startswith("LLDPDU")
+                                         else None)
         if (cls == "Raw" and layer.load) or (cls.startswith("ICMPv6Echo") and layer.data):
             names += [name] if name else []
             name = "data"

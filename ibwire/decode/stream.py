@@ -56,6 +56,7 @@ class Stream:
         from ..fast.walk import CaptureWalk
         self.walk = CaptureWalk(path, batch, keep=True)
         self.icrc = icrc
+        self.fill = None          # completes each batch's records (the RC analysis columns), when set
         with open(path, "rb") as f:
             self.decimals = decimals_of(f.read(1 << 16))
 
@@ -70,27 +71,46 @@ class Stream:
         bytes stay valid however far the read-ahead gets."""
         from ..fast.ahead import read_ahead
         from ..fast.decode import decode_batch
-        return read_ahead(Batch(decode_batch(self.walk.buf, pos, self.icrc), pos, self.walk.buf)
+
+        def filled(rec):
+            if self.fill:
+                self.fill(rec)
+            return rec
+        return read_ahead(Batch(filled(decode_batch(self.walk.buf, pos, self.icrc)), pos, self.walk.buf)
                           for pos in self.walk.batches())
 
 
-def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None) -> dict:
+def with_analysis(d, row):
+    """The full decode `d` of a record's frame, given the record's RC analysis fields (fast.records.ANALYSIS):
+    in its field map, and as a `bth.analysis` layer of its own."""
+    from ..fast.records import analysis_values
+    values = analysis_values(row)
+    if values:
+        d.flat.update(values)
+        d.layers["bth.analysis"] = {k[len("bth.analysis."):]: v for k, v in values.items()}
+    return d
+
+
+def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None, nvme=None) -> dict:
     """The full decode's field map of one frame, with the times relative to the capture's first frame
     and to the previous one (and, fed to `rmpp`, the SA table an RMPP transfer's last segment completes)."""
     from . import decode_frame
     d = decode_frame(frame)
     if rmpp is not None:
         rmpp.feed(d)
+    if nvme is not None:
+        nvme.feed(d)
     flat = d.flat
     flat["frame.time_relative"] = frame.time - t0
     flat["frame.time_delta"] = frame.time - (frame.time if prev is None else prev)
     return flat
 
 
-def select(stream, flt, detail: Callable = None) -> Iterator[tuple]:
+def select(stream, flt, detail: Callable = None, nvme=None) -> Iterator[tuple]:
     """(batch, mask) for every batch of `stream`: which frames the display filter `flt` selects.  The
     records answer where they can (ibwire.fast.filter); the full decode answers the rest, frame by frame.
-    `detail(batch, i, t0, prev)` gives a frame's field map (default: detail_flat of its bytes)."""
+    `detail(batch, i, t0, prev)` gives a frame's field map (default: detail_flat of its bytes, fed to the
+    NVMe-oF tracker `nvme` when given)."""
     from ..fast.filter import batch_filter
     bf = batch_filter(flt, with_bytes=True)
     if detail is None:
@@ -98,7 +118,8 @@ def select(stream, flt, detail: Callable = None) -> Iterator[tuple]:
         rmpp = RmppTracker()
 
         def detail(batch, i, t0, prev):
-            return detail_flat(batch.frame(i), t0, prev, rmpp)
+            from ..fast.records import analysis_values
+            return {**detail_flat(batch.frame(i), t0, prev, rmpp, nvme), **analysis_values(batch.rec[i])}
     t0, prev = None, None
     for batch in stream:
         rec = batch.rec
@@ -112,7 +133,14 @@ def select(stream, flt, detail: Callable = None) -> Iterator[tuple]:
             todo = np.flatnonzero(~sure)
         else:
             mask, todo = np.zeros(len(rec), bool), range(len(rec))
+        if nvme is not None:             # the tracker sees every frame it needs (RDMA-CM first)
+            from .nvme import storage_rows
+            cm, data = storage_rows(rec, np.arange(len(rec)), nvme)
+            for i in cm.tolist():
+                mask[i] = flt(detail(batch, i, t0, float(times[i - 1]) if i else prev))
+            todo = np.setdiff1d(np.union1d(todo, data()), cm)
         for i in todo:
+            i = int(i)
             mask[i] = flt(detail(batch, int(i), t0, float(times[i - 1]) if i else prev))
         prev = float(times[-1])
         yield batch, mask

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from dissectors.mad import MAD, flat
+from dissectors.madnames import SM_STATES
 from .extract import iter_mads
 from .rates import compare_link, port_modes
 
 NODE_TYPES = {1: "CA", 2: "Switch", 3: "Router"}
-SM_STATES = {0: "NOTACTIVE", 1: "DISCOVERING", 2: "STANDBY", 3: "MASTER"}
 PORT_STATES = {0: "NoChange", 1: "Down", 2: "Init", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
 _ATTRS = {0x0002: "notice", 0x0010: "nodedescription", 0x0011: "nodeinfo", 0x0012: "switchinfo",
           0x0015: "portinfo", 0x0016: "p_keytable", 0x0020: "sminfo"}

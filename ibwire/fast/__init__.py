@@ -4,7 +4,7 @@
 `native/` (built as `_native`); analyzers consume them batch by batch so memory stays flat however large
 the capture is.  scapy stays the path for `decode -V` and crafting.
 """
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -17,16 +17,20 @@ except ImportError as e:
                     "on a machine with gcc, zlib1g-dev and python3-dev (`./dev demo` installs them)") from None
 
 from .decode import decode_batch  # noqa: E402
-from .records import RECORD  # noqa: E402
 from .walk import CaptureWalk  # noqa: E402
+
+if TYPE_CHECKING:
+    from .columns import Columns
 
 
 class Scan:
-    """Iterate for record batches; `problems` lists file damage, `bytes_done`/`size` drive progress bars."""
+    """Iterate for record batches; `problems` lists file damage, `bytes_done`/`size` drive progress bars.
+    `fill(rec)`, when set, completes each batch or block before it is handed on (the RC analysis columns)."""
 
     def __init__(self, path: str, icrc: bool = True, batch: int = 16384, span=None):
         self.walk = CaptureWalk(path, batch, span=span)
         self.icrc = icrc
+        self.fill = None
 
     @property
     def problems(self):
@@ -42,7 +46,10 @@ class Scan:
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for pos in self.walk.batches():
-            yield decode_batch(self.walk.buf, pos, self.icrc)
+            rec = decode_batch(self.walk.buf, pos, self.icrc)
+            if self.fill:
+                self.fill(rec)
+            yield rec
 
     def columns(self, rows: int, spare: list = None) -> Iterator["Columns"]:
         """Blocks of at most `rows` packets (and at least `rows` less one batch, but the last), each
@@ -61,11 +68,16 @@ class Scan:
         cols = block()
         for pos in self.walk.batches():
             if cols.n + len(pos.data) > rows:
-                yield cols
+                yield self._filled(cols)
                 cols = block()
             decode_columns(self.walk.buf, pos, cols, self.icrc)
         if cols.n:
-            yield cols
+            yield self._filled(cols)
+
+    def _filled(self, cols):
+        if self.fill:
+            self.fill(cols)
+        return cols
 
 
 def scan(path: str, icrc: bool = True, batch: int = 16384, span=None) -> Scan:

@@ -119,6 +119,8 @@ def _columns(key: str, c: Ctx):
             return [Column(has, None, sound)]
         if key == "vlan.id":
             return [Column(has, rec["vlan"].astype(np.int64), sound)]
+        if key == "vlan.priority":
+            return [Column(has, _u(rec, "pcp"), sound)]
         raise NotBatchable(key)
     if proto in ("ip", "ipv6", "udp", "arp", "icmp"):
         sure = c.encap_sure
@@ -134,6 +136,8 @@ def _columns(key: str, c: Ctx):
             return [Column(has, np.full(c.n, simple[key], np.int64), sure)]
         if key in ("ip.dsfield.ecn", "ipv6.tclass.ecn"):
             return [Column(has, _u(rec, "ecn"), sure)]
+        if key in ("ip.dsfield.dscp", "ipv6.tclass.dscp"):
+            return [Column(has, _u(rec, "dscp"), sure)]
         if key in ("udp.srcport", "udp.dstport"):
             return [Column(has, _u(rec, "udp_src" if key == "udp.srcport" else "udp_dst"), sure)]
         raise NotBatchable(key)
@@ -166,6 +170,8 @@ def _columns(key: str, c: Ctx):
         if col is None:
             raise NotBatchable(key)
         return [Column(has, _u(rec, col), sound)]
+    if key == "bth.analysis" or key in R.ANALYSIS_FIELDS:
+        return [_analysis(key, c)]
     if proto == "bth" or proto in _CARRIED:
         has = c.bth if proto == "bth" else c.bth & _CARRIED[proto][rec["opcode"]]
         if key == proto:
@@ -177,6 +183,20 @@ def _columns(key: str, c: Ctx):
     if key == "payload.len":
         return [Column(c.bth, _u(rec, "paylen"), sound)]
     raise NotBatchable(key)
+
+
+def _analysis(key: str, c: Ctx) -> Column:
+    """An RC analysis field (records.ANALYSIS): sure on every row, since the whole-capture pass made it."""
+    rec = c.rec
+    if key == "bth.analysis":
+        return Column(np.logical_or.reduce([R.analysis_present(rec, col) for col in R.ANALYSIS]), None, c.all)
+    col = R.ANALYSIS_FIELDS[key]
+    kind = R.ANALYSIS[col][1]
+    if kind == "span":
+        return Column(R.analysis_present(rec, col), rec[col] / 1e9, c.all, FLOAT)
+    if kind == "cause":
+        return Column(R.analysis_present(rec, col), _u(rec, col), c.all, STRING, R.RETRY_CAUSES)
+    return Column(R.analysis_present(rec, col), _u(rec, col), c.all)
 
 
 def _compare(col: Column, op: str, want, ftype: str) -> np.ndarray:
@@ -307,9 +327,15 @@ def batch_filter(flt: Filter, with_bytes: bool = False) -> Optional[BatchFilter]
         return None
 
 
-def compile_batch_filter(text: str) -> Callable[[np.ndarray], np.ndarray]:
+def names_analysis(text: str) -> bool:
+    """Does the display filter name an RC analysis field (bth.analysis.*), which a whole-capture pass fills?"""
+    return "bth.analysis" in text
+
+
+def compile_batch_filter(text: str, fill: Callable = None) -> Callable[[np.ndarray], np.ndarray]:
     """For commands that read records only (stats, flows, export, audit): rec -> mask.  A filter the
-    records cannot answer is a UserError naming the field."""
+    records cannot answer is a UserError naming the field.  `fill(rec)` completes the records first
+    (the RC analysis columns)."""
     flt = compile_filter(text)
     try:
         bf = BatchFilter(flt)
@@ -320,6 +346,8 @@ def compile_batch_filter(text: str) -> Callable[[np.ndarray], np.ndarray]:
     state = {"t0": None, "prev": None}
 
     def mask(rec: np.ndarray) -> np.ndarray:
+        if fill is not None:
+            fill(rec)
         if len(rec) and rec["frame"][0] == 1:         # a (new) pass over the file
             state["t0"], state["prev"] = float(rec["time"][0]), None
         m, _ = bf(rec, state["t0"] or 0.0, state["prev"])

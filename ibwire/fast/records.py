@@ -27,6 +27,7 @@ F_IPOIB = 64        # a SEND whose payload is IPoIB (RFC 4391): the summary show
 RECORD = np.dtype([
     ("frame", "u4"), ("time", "f8"), ("caplen", "u4"), ("len", "u4"), ("linktype", "u2"), ("link", "u1"), ("flags", "u1"),
     ("vlan", "i4"), ("ecn", "u1"),
+    ("pcp", "u1"), ("dscp", "u1"), ("etype", "u2"),       # VLAN priority (when vlan >= 0), DSCP, inner ethertype
     ("eth_src", "V6"), ("eth_dst", "V6"), ("src", "V16"), ("dst", "V16"),   # GIDs / IPs (v4-mapped)
     ("slid", "u2"), ("dlid", "u2"), ("sl", "u1"), ("vl", "u1"),
     ("udp_src", "u2"), ("udp_dst", "u2"),
@@ -43,6 +44,11 @@ RECORD = np.dtype([
     ("cm_comm_id", "u4"), ("cm_remote_comm_id", "u4"), ("cm_qpn", "u4"),
     ("icrc", "u1"), ("vcrc", "u1"),
     ("time_ns", "i8"),      # the same time as `time`, in integer nanoseconds since the epoch
+    # RC analysis of the whole capture (ANALYSIS below; zero unless ibwire.analysis.frames filled them)
+    ("an_retransmission", "u1"), ("an_lost", "u1"), ("an_duplicate", "u1"), ("an_out_of_order", "u1"),
+    ("an_psn_gap", "u4"), ("an_not_captured", "u4"), ("an_retry_cause", "u1"), ("an_timeout_retransmission", "u1"),
+    ("an_gave_up", "u1"), ("an_acks_frame", "u4"), ("an_ack_rtt", "i8"), ("an_read_request_frame", "u4"),
+    ("an_nak", "u1"), ("an_rnr_wait", "i8"),
 ])
 
 # Record field -> display-filter key (Wireshark names without "infiniband."), for fields that have one.
@@ -61,11 +67,46 @@ FIELD_KEYS = {
     "mad_status": "mad.status", "mad_attrid": "mad.attributeid", "mad_attrmod": "mad.attributemodifier",
     "mad_tid": "mad.transactionid",
     "udp_src": "udp.srcport", "udp_dst": "udp.dstport", "vlan": "vlan.id", "ecn": "ip.dsfield.ecn",
+    "pcp": "vlan.priority", "dscp": "ip.dsfield.dscp",
     "frame": "frame.number", "linktype": "frame.linktype", "caplen": "frame.cap_len", "len": "frame.len", "time": "frame.time_epoch",
     "icrc": "icrc.status", "vcrc": "vcrc.status", "link": "link.kind", "paylen": "payload.len",
     "src": "addr.src", "dst": "addr.dst", "eth_src": "eth.src", "eth_dst": "eth.dst",
 }
 KEY_FIELDS = {v: k for k, v in FIELD_KEYS.items()}
+
+# Per-packet RC analysis fields, in the style of Wireshark's tcp.analysis.*: record field -> (display-filter
+# key, kind).  Kinds: "flag" (present or not), "count", "frame" (a frame number), "cause" (RETRY_CAUSES),
+# "span" (nanoseconds, shown in seconds).  A field is present where its column is non-zero; ack_rtt where
+# acks_frame is.  docs/rc-analysis.md says what each means.
+ANALYSIS = {
+    "an_retransmission": ("bth.analysis.retransmission", "flag"), "an_lost": ("bth.analysis.lost", "flag"),
+    "an_duplicate": ("bth.analysis.duplicate", "flag"), "an_out_of_order": ("bth.analysis.out_of_order", "flag"),
+    "an_psn_gap": ("bth.analysis.psn_gap", "count"), "an_not_captured": ("bth.analysis.not_captured", "count"),
+    "an_retry_cause": ("bth.analysis.retry_cause", "cause"),
+    "an_timeout_retransmission": ("bth.analysis.timeout_retransmission", "flag"),
+    "an_gave_up": ("bth.analysis.gave_up", "flag"), "an_acks_frame": ("bth.analysis.acks_frame", "frame"),
+    "an_ack_rtt": ("bth.analysis.ack_rtt", "span"), "an_read_request_frame": ("bth.analysis.read_request_frame", "frame"),
+    "an_nak": ("bth.analysis.nak", "flag"), "an_rnr_wait": ("bth.analysis.rnr_wait", "span"),
+}
+ANALYSIS_FIELDS = {key: col for col, (key, _) in ANALYSIS.items()}
+RETRY_CAUSES = ("", "timeout", "nak", "rnr")
+
+
+def analysis_present(rec, col: str) -> np.ndarray:
+    """Rows of `rec` (records or fast.columns) that carry the analysis field of column `col`."""
+    return rec["an_acks_frame" if col == "an_ack_rtt" else col] != 0
+
+
+def analysis_values(row) -> dict:
+    """The analysis fields one record carries: key -> True, a number, a cause's name or seconds."""
+    out = {}
+    for col, (key, kind) in ANALYSIS.items():
+        v = int(row["an_acks_frame" if col == "an_ack_rtt" else col])
+        if v:
+            v = int(row[col])
+            out[key] = (True if kind == "flag" else RETRY_CAUSES[v] if kind == "cause" else v / 1e9 if kind == "span"
+                        else v)
+    return out
 
 
 def addr_text(v: bytes) -> str:

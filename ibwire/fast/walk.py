@@ -79,6 +79,8 @@ class CaptureWalk:
         self._retired: List[np.ndarray] = []   # earlier chunk buffers (keep): reused once nothing refers to them
         self.base = 0                 # file offset of buf[0]
         self.problems: List[str] = []
+        self.drops: dict = {}          # pcapng interface statistics: (section, interface) -> packets dropped
+        self.sections = 0
         self.linktypes = set()
         self.bytes_done = 0
 
@@ -222,8 +224,8 @@ class CaptureWalk:
             if n:
                 yield self._epbs(offs[:n].copy(), hdrs[:n], np.nonzero(types[:n] == 3)[0], ifaces, frame0, off)
                 frame0 += n if frame0 else 0
-            if status == META:        # a Section Header or Interface Description Block, whole in buf
-                if self.span:
+            if status == META:        # a Section Header, Interface Description or Statistics Block, whole in buf
+                if self.span and struct.unpack_from(endian + "I", self.buf, off)[0] != 5:
                     raise SpanContextLost(f"{self.path}: a section or interface is described after packets")
                 off, endian, ifaces = self._pcapng_meta(off, endian, ifaces)
             elif status == IMPOSSIBLE:
@@ -247,12 +249,32 @@ class CaptureWalk:
         if bytes(buf[off:off + 4]) == PCAPNG_SHB:
             endian = "<" if bytes(buf[off + 8:off + 12]) == b"\x4d\x3c\x2b\x1a" else ">"
             ifaces = []
+            self.sections += 1
             return off + struct.unpack_from(endian + "I", buf, off + 4)[0], endian, ifaces
-        blen = struct.unpack_from(endian + "I", buf, off + 4)[0]
+        btype, blen = struct.unpack_from(endian + "II", buf, off)
+        if btype == 5:
+            self._statistics(bytes(buf[off + 8:off + blen - 4]), endian)
+            return off + blen, endian, ifaces
         lt, _, snap = struct.unpack_from(endian + "HHI", buf, off + 8)
         ifaces.append((lt, _ts_scale(bytes(buf[off + 16:off + blen - 4]), endian), snap))
         self.linktypes.add(lt)
         return off + blen, endian, ifaces
+
+    def _statistics(self, body: bytes, endian: str) -> None:
+        """An Interface Statistics Block (draft-ietf-opsawg-pcapng §4.6): its isb_ifdrop (5) and isb_osdrop
+        (7) summed; counts run from the capture's start, so a later block of the interface replaces it."""
+        if len(body) < 12:
+            return
+        iface, pos, dropped = struct.unpack_from(endian + "I", body)[0], 12, None
+        while pos + 4 <= len(body):
+            code, n = struct.unpack_from(endian + "HH", body, pos)
+            if code == 0:
+                break
+            if code in (5, 7) and n == 8 and pos + 12 <= len(body):
+                dropped = (dropped or 0) + struct.unpack_from(endian + "Q", body, pos + 4)[0]
+            pos += 4 + n + (-n % 4)
+        if dropped is not None:
+            self.drops[(self.sections, iface)] = dropped
 
     def _epbs(self, o, hdrs, spb, ifaces, frame0, off) -> Positions:
         blen, iface, hi, lo, incl, orig = (hdrs[:, k].copy() for k in range(6))

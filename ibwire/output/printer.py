@@ -9,6 +9,7 @@ from typing import List, Optional
 import numpy as np
 
 from ..analysis.hashing import group_rows
+from ..decode.nvme import storage_rows
 from ..decode.stream import Batch
 from ..fast import records as R
 from ..fast.filter import DATA, NotBatchable
@@ -32,7 +33,11 @@ def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
     k = (k << np.uint64(1)) | (r["vlan"] >= 0).astype(np.uint64)
     k = (k << np.uint64(1)) | (r["caplen"] >= 14).astype(np.uint64)
     k = (k << np.uint64(1)) | (r["paylen"] > 0).astype(np.uint64)
-    return k
+    out = np.zeros(len(r), [("k", "u8"), ("analysis", "u2")])   # and which RC analysis fields it carries
+    out["k"] = k
+    for bit, col in enumerate(R.ANALYSIS):
+        out["analysis"] |= R.analysis_present(r, col).astype(np.uint16) << np.uint16(bit)
+    return out
 
 
 def json_safe(obj, key: str = ""):
@@ -71,13 +76,16 @@ class Printer:
         self.keys = keys or []
         self.fields = fields or []
         self.sep, self.quote = separator, quote
+        # CSV without -E quote: a value holding the separator, a quote or a line break is quoted (RFC 4180)
+        self.minimal = fmt == "csv" and not quote
         self.cache = {}
         self.decimals = None
         self.t0 = None            # ns of the capture's first frame
         self.prev = None          # ns of the last frame seen (captured)
         self.prev_shown = None    # ns of the last frame printed
         self.started = False
-        self.records_answer = True
+        # jsonl is the whole decode of each frame (every field -V shows), which records do not hold
+        self.records_answer = fmt != "jsonl"
         self.time_base = formats.time_base_of(self.keys) if fmt in ("fields", "csv") else None
         if fmt in ("fields", "csv") and self.keys:
             probe = np.zeros(1, R.RECORD)
@@ -91,6 +99,7 @@ class Printer:
                 self.records_answer = False
         self.header = header
         self.rmpp = None
+        self.nvme = None          # ibwire.decode.nvme.NvmeTracker: NVMe-oF queues across frames
         self.echo = None          # summary.EchoPairs of text output
 
     def start(self) -> bytes:
@@ -140,6 +149,15 @@ class Printer:
         data &= ~sa                      # SA transfers span frames (RMPP): reassembled from the full decode
         if self.fmt == "text":           # IPoIB: summarised by what it carries, from the full decode
             data &= (rec["flags"][rows] & R.F_IPOIB) == 0
+        decoded = {}
+        if self.nvme is not None:        # NVMe-oF: capsules span frames and queues are learned from RDMA-CM:
+            for phase in storage_rows(rec, rows, self.nvme):                   # the tracker sees them all
+                for k in (phase if isinstance(phase, np.ndarray) else phase()).tolist():
+                    i = int(rows[k])
+                    d = decoded[i] = decoded.get(i) or details(i)
+                    self._feed_rmpp(d)
+                    if data[k] and (d.notes or any(key.startswith("nvme") for key in d.flat)):
+                        data[k] = False  # shown from the full decode; the others as the records show them
         prog_of = np.zeros(len(rows), np.int32)
         programs = []
         idx = np.flatnonzero(data)
@@ -168,7 +186,7 @@ class Printer:
             i = int(rows[k])
             prev_ns = int(t[i - 1]) if i else (self.prev if self.prev is not None else int(t[i]))
             prog_of[k] = len(programs)
-            programs.append(self._detail_program(details(i), rec[i], prev_ns))
+            programs.append(self._detail_program(decoded.get(i) or details(i), rec[i], prev_ns))
         text = render(rec, rows, prog_of, programs, base)
         if len(rows):
             self.prev_shown = int(rec["time_ns"][rows[-1]])
@@ -228,6 +246,8 @@ class Printer:
         return out
 
     def _feed_rmpp(self, d) -> None:
+        if self.nvme is not None:
+            self.nvme.feed(d)
         if d.flat.get("mad.mgmtclass") == RMPP_CLASS:
             from ..decode.rmpp import RmppTracker
             self.rmpp = self.rmpp or RmppTracker()
@@ -238,10 +258,8 @@ class Printer:
         try:
             if self.fmt == "text":
                 parts = summary.record_parts(row, self._time_part())
-            elif self.fmt == "jsonl":
-                parts = formats.json_parts(row)
             else:
-                parts = formats.fields_parts(self.keys, row1, self.sep, self.quote, self.time_base)
+                parts = formats.fields_parts(self.keys, row1, self.sep, self.quote, self.time_base, self.minimal)
         except (formats.Unsure, NotBatchable):       # a field only the full decode knows (the probe cannot tell)
             return None
         return compile_parts(parts)
@@ -269,6 +287,8 @@ class Printer:
                 text = _field_text(key, d.flat)
             if key != self.time_base and not (key == "frame.time_epoch" and self.time_base is None):
                 v = [text] if text != "" else []
+            if v and self.minimal and isinstance(v[0], str) and any(c in v[0] for c in (self.sep, '"', "\n")):
+                v = ['"' + v[0].replace('"', '""') + '"']
             parts += [self.quote] + v + [self.quote] if v and self.quote else v
         return compile_parts(parts + ["\n"])
 

@@ -2,7 +2,7 @@
 
 A program is a list of parts: a str is literal text; a tuple `(op, field, arg, width)` prints a RECORD
 field (`udec`, `idec`, `hex` with `arg` minimum digits, `time`/`date` on `time_ns` with `arg` decimals,
-`addr` (width 1: always IPv6), `mac`).  `render` prints many rows, each with its own program, in one compiled call
+`addr` (width 1: always IPv6), `mac`, `span`: an i8 duration in ns as seconds with `arg` decimals).  `render` prints many rows, each with its own program, in one compiled call
 (native/render.c, whose opcodes these are).
 """
 import struct
@@ -13,7 +13,7 @@ import numpy as np
 from ..fast import _native
 from ..fast import records as R
 
-OPS = {"lit": 0, "udec": 1, "idec": 2, "hex": 3, "time": 4, "date": 5, "addr": 6, "mac": 7}
+OPS = {"lit": 0, "udec": 1, "idec": 2, "hex": 3, "time": 4, "date": 5, "addr": 6, "mac": 7, "span": 8}
 
 
 def compile_parts(parts: Sequence) -> bytes:

@@ -1,7 +1,7 @@
 """The summary line, tshark's columns: No., Time, Source → Destination, Protocol, Length, Info.
 
 Info for an InfiniBand or RoCE packet: `RC RDMA WRITE First  QP=0x000200  PSN=5  P_Key 0xffff full`,
-then the MAD (`SubnGet(NodeInfo)`, `CM: ConnectRequest`), the AETH's kind when it is not a plain ACK
+the traffic class of RoCE (`PCP 3  DSCP 26`), then the MAD (`SubnGet(NodeInfo)`, `CM: ConnectRequest`), the AETH's kind when it is not a plain ACK
 (`NAK PSN Sequence Error`, `RNR NAK 0.64 ms`) and flags `[A, SE, FECN, BECN, ECN-CE, bad ICRC,
 truncated, malformed, unknown opcode]`.  Packets the records hold are printed from them by line programs
 (ibwire.output.program; `record_parts`), all others from the full decode (`detail_info`), in the same
@@ -19,6 +19,7 @@ NUMBER_WIDTH, ADDR_WIDTH = 6, 15
 PROTOCOL = {R.ROCE1: "RoCE", R.ROCE2V4: "RRoCE", R.ROCE2V6: "RRoCE", R.IB: "InfiniBand", R.IBGRH: "InfiniBand"}
 # Record fields whose values the summary prints as text of the group (equal within a group).
 GROUP_FIELDS = ("link", "flags", "src", "dst", "slid", "dlid", "opcode", "se", "a", "fecn", "becn", "ecn", "p_key",
+                "vlan", "pcp", "dscp",
                 "aeth_syndrome", "mad_class", "mad_method", "mad_attrid", "icrc", "vcrc")
 
 
@@ -56,6 +57,12 @@ def flag_list(row) -> List[str]:
     return names
 
 
+def qos_text(row) -> List[str]:
+    """`PCP 3` when the frame has a VLAN tag, `DSCP 26` on RoCE (IP, IPv6, or the RoCEv1 GRH's traffic class)."""
+    out = [f"PCP {int(row['pcp'])}"] if row["vlan"] >= 0 else []
+    return out + ([f"DSCP {int(row['dscp'])}"] if row["link"] in (R.ROCE1, R.ROCE2V4, R.ROCE2V6) else [])
+
+
 def endpoints(row) -> Tuple[str, str]:
     link = int(row["link"])
     if link == R.IB:
@@ -81,7 +88,8 @@ def record_parts(row, time_part) -> list:
     if flags:
         extra.append("[" + ", ".join(flags) + "]")
     pk = int(row["p_key"])
-    tail = f"  P_Key 0x{pk:04x} {'full' if pk & 0x8000 else 'limited'}" + "".join(f"  {e}" for e in extra if e)
+    tail = f"  P_Key 0x{pk:04x} {'full' if pk & 0x8000 else 'limited'}" + "".join(f"  {q}" for q in qos_text(row))
+    tail += "".join(f"  {e}" for e in extra if e)
     return [("udec", "frame", 0, NUMBER_WIDTH), " ", time_part, head(src, dst, PROTOCOL[int(row["link"])]),
             ("udec", "len"), f"  {op.transport} {op.name}  QP=0x", ("hex", "destqp", 6), "  PSN=", ("udec", "psn"),
             tail + "\n"]
@@ -96,7 +104,7 @@ def detail_info(d) -> Tuple[str, str, str, str]:
         # an IB packet the records do not hold (heuristic ...); IPoIB is shown by what it carries, as tshark
         src, dst = _addresses(f)
         info = d.line.split("  ", 1)[1] if " → " in d.line else d.line
-        return src, dst, "InfiniBand", info
+        return src, dst, "NVMe-oF" if any(k.startswith("nvme") for k in f) else "InfiniBand", info
     src, dst = _addresses(f)
     if "arp" in f:
         op = f.get("arp.opcode")
@@ -124,6 +132,9 @@ def detail_info(d) -> Tuple[str, str, str, str]:
         info, proto = f"IPv4 protocol {f.get('ip.proto')}", "IPv4"
     elif "ipv6" in f:
         info, proto = f"IPv6 next header {f.get('ipv6.nxt')}", "IPv6"
+    elif "macc" in f or "lldp" in f:           # PAUSE, PFC, LLDP: the decode's own summary after the addresses
+        info = d.summary.split("  ", 1)[1] if "  " in d.summary else d.summary
+        proto = "LLDP" if "lldp" in f else "PFC" if "macc.cbfc.enbv" in f else "MAC CTRL"
     elif "eth" in f:
         info, proto = f"Ethernet type 0x{f.get('eth.type', 0):04x}", "Ethernet"
     elif "ipoib" in f:

@@ -80,6 +80,7 @@ WHOLE = {   # items shown with a text of their own
     "udp.time_relative": lambda v: f"[Time since first frame: {v} seconds]",
     "udp.time_delta": lambda v: f"[Time since previous frame: {v} seconds]",
     "data.len": lambda v: f"[Length: {v}]",
+    IB + "bth.analysis": lambda v: "[RC analysis]",     # ibwire's, placed as tshark places [SEQ/ACK analysis]
 }
 
 

@@ -23,7 +23,7 @@ from scapy.packet import NoPayload, Raw
 
 from dissectors.base import IBLayer
 
-from ..decode.fields import FOREIGN, mad_layer_entries
+from ..decode.fields import FOREIGN, MERGED, mad_layer_entries
 from ..fieldtypes import TSHARK_DISPLAY
 from .values import SELF_NAMED, bytes_text, ipv6_text, value_text
 
@@ -253,8 +253,17 @@ def _mad_items(layer) -> list:
 
 
 def _foreign(layer) -> Optional[tuple]:
-    name, fields = FOREIGN[type(layer)](layer)
-    return name, [(f"{name}.{k}", value_text(f"{name}.{k}", v)) for k, v in fields.items() if v is not None]
+    if hasattr(layer, "ws_fields"):
+        name, fields = layer.ws_proto, layer.ws_fields()
+    else:
+        name, fields = FOREIGN[type(layer)](layer)
+    items = []
+    for k, v in fields.items():
+        key = f"{name}.{k}"
+        for one in (v if isinstance(v, list) else [v]):
+            if one is not None:
+                items.append((key, bool(one) if TSHARK_DISPLAY.get(key) == 1 else value_text(key, one)))
+    return name, items
 
 
 def document(d, t: Times, session: Session) -> list:
@@ -264,9 +273,16 @@ def document(d, t: Times, session: Session) -> list:
         layers.append(("erf", _erf(d.frame.data)))
     ib = None
     try:
-        ib = _layers(d.packet, layers, t, session)
+        ib = _layers(d.packet, layers, t, session, d.flat)
     except Exception:                          # damaged beyond what a layer can show: said as tshark says it
         layers.append(MALFORMED)
+    if ib is not None and "bth.analysis" in d.layers:      # as tshark writes tcp.analysis in the tcp layer
+        ib.append((IB_PREFIX + "bth.analysis", [(IB_PREFIX + f"bth.analysis.{k}", v if isinstance(v, bool) else
+                                                 f"{v:.9f}" if isinstance(v, float) else str(v))
+                                                for k, v in d.layers["bth.analysis"].items()]))
+    if d.flat.get("nvme-rdma.cmd.qid") is not None or "nvme-rdma" in d.layers:
+        from .nvme_doc import frame_layers
+        layers += frame_layers(d.flat, any(name.startswith("nvme") for name, _ in layers))
     if ib is not None:                         # tshark writes the CRCs last in the infiniband layer
         crcs = [i for i in ib if i[0] in (IB_PREFIX + "invariant.crc", IB_PREFIX + "variant.crc")]
         ib[:] = [i for i in ib if i not in crcs] + crcs
@@ -278,7 +294,7 @@ MALFORMED = ("_ws.malformed", [("_ws.expert", [
     ("_ws.expert.severity", "8388608"), ("_ws.expert.group", "117440512")])])
 
 
-def _layers(layer, layers: list, t: Times, session: "Session") -> list:
+def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> list:
     """Append the layers of the scapy packet `layer` to `layers`; the infiniband layer's items (or None)."""
     ib = None
     while layer is not None and not isinstance(layer, NoPayload):
@@ -296,6 +312,9 @@ def _layers(layer, layers: list, t: Times, session: "Session") -> list:
         elif cls.__name__ == "MAD" and cls.__module__.startswith("dissectors.mad"):
             ib += _header(layer) + _mad_class(layer)
             break                              # the MAD holds the rest of the packet but the CRCs
+        elif cls.__module__ == "dissectors.nvme":
+            from .nvme_doc import nvme_layers
+            layers += nvme_layers(layer, flat)
         elif isinstance(layer, IBLayer) and layer.ws_name not in ("erf", "erf.ehdr", "pad", "cnp"):
             if ib is None:
                 ib = []
@@ -303,8 +322,12 @@ def _layers(layer, layers: list, t: Times, session: "Session") -> list:
             ib += _ipoib(layer) if layer.ws_name == "ipoib" else _header(layer) if layer.ws_name != "rwh" else []
         elif cls is Raw and layer.load:
             layers.append(("data", [("data.data", bytes_text(layer.load)), ("data.len", str(len(layer.load)))]))
-        elif cls in FOREIGN:
-            layers.append(_foreign(layer))
+        elif cls in FOREIGN or hasattr(layer, "ws_fields"):
+            name, items = _foreign(layer)
+            if name in MERGED and layers and layers[-1][0] == name:
+                layers[-1][1].extend(items)          # one lldp/macc layer for all its TLVs/parts, as tshark
+            else:
+                layers.append((name, items))
         layer = layer.payload
     if ib is not None and layer is not None and not isinstance(layer, NoPayload):
         for crc in ("ICRC", "VCRC"):           # after a MAD: its CRCs, which the walk stopped before

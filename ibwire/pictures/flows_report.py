@@ -215,6 +215,8 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
         body.append(f"<p>Conversation #{r['conversation']} ({esc(r['transport'])}): its CM messages and its packets "
                     f"in capture order (choose another with <code>--ladder QPN</code>).</p>")
         body.append(ladder(r, c.packets.get(pick), c.cm, t0))
+    if result.get("capture"):                 # the capture's own drops, tied to the PSNs not captured
+        body.append(f"<h2>The capture's own drops</h2><p>{esc(result['capture']['text'])}</p>")
     if result.get("problems"):
         body.append("<h2>Problems reading the capture</h2><ul>" +
                     "".join(f"<li>{esc(p)}</li>" for p in result["problems"]) + "</ul>")

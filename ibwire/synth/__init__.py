@@ -9,6 +9,7 @@ from ibwire.writers import PcapWriter
 
 from .engine import Context, qp_flow
 from .links import LINKS, Link
+from .lossless import control_frames
 from .management import ipoib_joins, ipoib_pings, sm_sweep, smp_faults
 from .scenario import LAST_SECOND, Scenario, load
 
@@ -36,16 +37,29 @@ class _Stamp:
         return self.sec + self.off
 
 
-def frames(scen: Scenario, link: Optional[str] = None, seed: Optional[int] = None):
-    """Yield (timestamp, frame bytes) for the whole scenario, in time order."""
+def frames(scen: Scenario, link: Optional[str] = None, seed: Optional[int] = None, truth: Optional[dict] = None):
+    """Yield (timestamp, frame bytes) for the whole scenario, in time order.  `truth`: a dict that receives,
+    by kind, the numbers (from 1) of the captured request frames the requesters resent ("resent"), resent
+    after the capture missed or saw damaged their first sending ("lost"), resent when the local ACK timer
+    ran out ("timeout"), resent after the responder had accepted them ("duplicate"), and that follow PSNs the
+    mirror missed ("not_captured": frame -> how many)."""
     lk = Link(link or scen.link)
     ctx = Context(scen, lk, scen.seed if seed is None else seed)
-    mgmt = sm_sweep(ctx, 0.0) + smp_faults(ctx, 0.0) + ipoib_pings(ctx, 0.0) + ipoib_joins(ctx, 0.0)
+    mgmt = sm_sweep(ctx, 0.0) + smp_faults(ctx, 0.0) + ipoib_pings(ctx, 0.0) + ipoib_joins(ctx, 0.0) + \
+        control_frames(ctx, 0.0)
     mgmt_events = sorted(((t, next(ctx.seq), f) for t, f in mgmt), key=lambda e: (e[0], e[1]))
     flows = [qp_flow(ctx, qp) for qp in scen.qps.values()]
     sec = int(scen.start)
     base = scen.start - sec
-    for t, _, f in heapq.merge(iter(mgmt_events), *flows, key=lambda e: (e[0], e[1])):
+    if truth is not None:
+        truth.update({k: {} if isinstance(v, dict) else [] for k, v in ctx.truth.items()})
+    for n, (t, s, f) in enumerate(heapq.merge(iter(mgmt_events), *flows, key=lambda e: (e[0], e[1])), 1):
+        if truth is not None:
+            for kind, got in ctx.truth.items():
+                if s in got and isinstance(got, set):
+                    truth[kind].append(n)
+                elif s in got:
+                    truth[kind][n] = got[s]
         yield _Stamp(sec, base + t), f
 
 

@@ -10,9 +10,9 @@ sweep, SA PathRecord, CM REQ/REP/RTU and DREQ/DREP, IPoIB ARP/ICMP) comes from t
 are merged by time with heapq.merge, so memory does not grow with the number of packets.
 """
 import heapq
+import math
 import itertools
 import random
-import struct
 from typing import Iterator, List, Tuple
 
 from dissectors.opcodes import CREDITS, RNR_TIMER_MS
@@ -58,6 +58,11 @@ class Context:
         self.sm = scen.ports[scen.sm] if scen.sm else None
         self.tables = {n: scen.port_pkeys(n) for n in scen.ports}
         self.violations = {n: 0 for n in scen.ports}
+        # What the requesters did, by event sequence number of the captured request: resent it (any resend),
+        # resent a PSN the capture never saw intact (lost), resent it when the local ACK timer ran out
+        # (timeout), resent one the responder had accepted (duplicate), or sent it just after PSNs the
+        # mirror missed (not_captured: how many).
+        self.truth = {"resent": set(), "lost": set(), "timeout": set(), "duplicate": set(), "not_captured": {}}
 
     def rx_accepts(self, port, pkey: int) -> bool:
         return (not port.enforce) or accepts(self.tables[port.name], pkey)
@@ -176,6 +181,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
     ecn = [(int(f.args.get("first", 1)), int(f.args.get("last", f.args.get("first", 1)))) for f in faults
            if f.kind == "ecn"]
     sport_a, sport_b = 0xC000 | (qp.src_qpn & 0x3FFF), 0xC000 | (qp.dst_qpn & 0x3FFF)
+    sport_a = qp.udp_sport or sport_a
     base = _BASE[qp.type]
     reliable = qp.type in ("RC", "XRC")
     pkey = qp.pkey
@@ -244,7 +250,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         tp = transport(op, pkey, qp.dst_qpn, d.psn, ext_headers(op, **kw), payload,
                        ackreq=reliable and d.last, se=d.last and d.kind.startswith("send"),
                        fecn=marked and native)
-        return link.frame(A, B, tp, ecn=ECN_CE if marked and not native else None, udp_sport=sport_a,
+        return link.frame(A, B, tp, ecn=ECN_CE if marked and not native else None, udp_sport=sport_a, tclass=tclass,
                           bad_icrc=corrupt == "bad_icrc" or (corrupt == "bad_vcrc" and not native),
                           bad_vcrc=corrupt == "bad_vcrc" and native)
 
@@ -252,7 +258,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         payload = kw.pop("payload", b"")
         ext = ext_headers(base | opcode, aeth=aeth or 0, **kw)
         push(t_at, link.frame(B, A, transport(base | opcode, pkey, qp.src_qpn, psn,
-                                              ext, payload), udp_sport=sport_b, vlan=A.vlan))
+                                              ext, payload), udp_sport=sport_b, vlan=A.vlan, tclass=tclass))
 
     # responder state
     epsn, msn = qp.psn, 0
@@ -261,6 +267,9 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
     pend_psn = None
     last_arrival = 0.0
     last_cnp = -1.0
+    cnp_heard: list = []     # times the requester receives a CNP
+    cur_rate, cut_at = rate, -math.inf
+    tclass = s.dscp << 2     # traffic class of data and ACKs (CNPs: s.cnp_dscp)
     sender_ev: list = []     # (time at requester, seq, kind, psn, delay)
     done_msgs = set()
 
@@ -282,10 +291,11 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         if bad_qkey:
             ctx.bad_key_trap(side, ta, 258, A, B, qp.qkey, qp.src_qpn, qp.dst_qpn)
             return
-        if marked and ta - last_cnp >= s.cnp_interval:
+        if marked and qp.cnp and ta - last_cnp >= s.cnp_interval:
             last_cnp = ta
+            cnp_heard.append(ta + 0.5e-6 + lat)        # when the requester receives it and reacts (DCQCN)
             tp = transport(0x81, pkey, qp.src_qpn, 0, CNP_PAD, becn=True)
-            push(ta + 0.5e-6, link.frame(B, A, tp, tclass=0xC0, ecn=0, udp_sport=sport_b, vlan=A.vlan))
+            push(ta + 0.5e-6, link.frame(B, A, tp, tclass=s.cnp_dscp << 2, ecn=0, udp_sport=sport_b, vlan=A.vlan))
         if not reliable:
             return
         if d.psn != epsn:
@@ -347,6 +357,9 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
     hold = 0.0                # RNR: no sending before this time
     timeout = qp.timeout_us * 1e-6
     gave_up = False
+    lost: set = set()         # segments (numbers) whose first sending the capture never saw intact
+    timed_out = False         # the next resend is the local ACK timer's
+    missed = 0                # capture gaps since the last captured request
 
     def handle_events(upto):
         nonlocal ptr, hold, retries
@@ -397,6 +410,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
             retries += 1
             t = max(t, sent_at[0] + timeout if sent_at else t)
             ptr = 0
+            timed_out = True
             continue
         if reliable and sender_ev and sender_ev[0][0] <= ready:
             handle_events(ready)
@@ -408,6 +422,7 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
             retries += 1
             ptr = 0
             t = max(t, sent_at[0] + timeout)
+            timed_out = True
             continue
         f = drops.get(d.no) if is_new else None
         marked = is_new and any(a <= d.no <= b for a, b in ecn)
@@ -421,9 +436,31 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         yield from flush(ready)
         # a capture gap: delivered to the responder, missing from the capture (the mirror missed it)
         seen = f is None or f.kind not in ("drop", "capture_gap") or bool(f.args.get("seen", False))
+        if f is not None and f.kind != "capture_gap" and (not seen or corrupt):
+            lost.add(d.no)
+        missed += f is not None and f.kind == "capture_gap"
         if seen:
-            yield (ready, next(seq), frame)
-        t = ready + len(frame) * 8 / rate
+            n = next(seq)
+            truth = ctx.truth
+            if reliable and (f is None or f.kind == "capture_gap") and not psn_ge(d.psn, epsn):
+                truth["duplicate"].add(n)         # the responder accepted this PSN already
+            if not is_new:
+                truth["resent"].add(n)
+                if d.no in lost:
+                    truth["lost"].add(n)
+                    lost.discard(d.no)
+                if timed_out:
+                    truth["timeout"].add(n)
+            if missed:
+                truth["not_captured"][n] = missed
+            missed = 0
+            yield (ready, n, frame)
+        timed_out = timed_out and is_new
+        while cnp_heard and cnp_heard[0] <= ready:   # each CNP heard cuts the rate by qp.rate_cut
+            cur_rate, cut_at = cur_rate * (1 - qp.rate_cut), cnp_heard.pop(0)
+        if ready - cut_at > qp.recover_us * 1e-6:
+            cur_rate = rate                             # recovered: back at line rate
+        t = ready + len(frame) * 8 / cur_rate
         last_send = ready
         if is_new:
             new = next(segs, None)

@@ -41,10 +41,6 @@ class Port:
     ipoib_qpn: int = 0
     mkey: int = 0                       # M_Key the SM programs (protect bits 1); 0: no M_Key protection
 
-    @property
-    def ip4_str(self):
-        return str(ipaddress.IPv4Address(self.ip4))
-
 
 @dataclass
 class Partition:
@@ -81,6 +77,10 @@ class QP:
     retry_cnt: int = 7
     timeout_us: float = 4000.0
     line: int = 0
+    rate_cut: float = 0.0            # DCQCN reaction: the fraction of its rate the sender gives up per CNP
+    recover_us: float = 100.0        # after this long without a CNP the sender is back at line rate
+    cnp: bool = True                 # the receiver answers ECN-CE marks with CNPs
+    udp_sport: Optional[int] = None  # RoCEv2 UDP source port of the requester (default: from its QPN)
 
 
 @dataclass
@@ -130,6 +130,10 @@ class Scenario:
     sm: Optional[str]
     sweep: bool
     expect: dict = field(default_factory=dict)
+    dscp: int = 0                   # DSCP of RoCE data and ACKs
+    cnp_dscp: int = 48              # DSCP of CNPs
+    pfc: List[dict] = field(default_factory=list)    # [[pfc]]: pause frames a port sends
+    lldp: List[dict] = field(default_factory=list)   # [[lldp]]: LLDP DCBX frames a port sends
 
     def policy_pkeys(self, port: str) -> List[int]:
         """P_Keys the policy gives a port: base | 0x8000 for full members, base for limited ones."""
@@ -259,19 +263,24 @@ _PORT = {"name": TEXT, "guid": INT, "lid": INT, "kind": TEXT, "host": TEXT, "pf"
          "ip": TEXT, "ip6": TEXT, "vlan": INT, "pcp": INT, "gid": TEXT, "pkeys": INTS, "enforce": FLAG, "mkey": INT}
 _TABLES = {   # table -> (an array of tables, its keys)
     "scenario": (False, {"name": TEXT, "description": TEXT, "link": TEXT, "seed": INT, "start": NUM,
-                         "latency_us": NUM, "rate_gbps": NUM, "cnp_interval_us": NUM, "ack_delay_us": NUM}),
+                         "latency_us": NUM, "rate_gbps": NUM, "cnp_interval_us": NUM, "ack_delay_us": NUM,
+                         "dscp": INT, "cnp_dscp": INT}),
     "sm": (False, {"port": TEXT, "sweep": FLAG}),
     "port": (True, _PORT), "switch": (True, _PORT),
     "partition": (True, {"name": TEXT, "pkey": INT, "full": TEXTS, "limited": TEXTS, "ipoib": FLAG}),
     "qp": (True, {"name": TEXT, "type": TEXT, "src": TEXT, "dst": TEXT, "src_qpn": INT, "dst_qpn": INT,
                   "pkey": INT, "psn": INT, "pmtu": INT, "cm": FLAG, "path_query": FLAG, "ack_every": INT,
-                  "credits": INT, "qkey": INT, "xrc_srq": INT, "retry_cnt": INT, "timeout_us": NUM}),
+                  "credits": INT, "qkey": INT, "xrc_srq": INT, "retry_cnt": INT, "timeout_us": NUM,
+                  "rate_cut": NUM, "recover_us": NUM, "cnp": FLAG, "udp_sport": INT}),
     "op": (True, {"qp": TEXT, "kind": TEXT, "size": INT, "count": INT, "at_us": NUM, "interval_us": NUM}),
     "fault": (True, {"kind": TEXT, "qp": TEXT, "packet": INT, "seen": FLAG, "message": INT, "timer": INT,
                      "first": INT, "last": INT, "port": TEXT, "target": TEXT, "attribute": TEXT, "pkeys": INTS,
                      "mkey": INT, "at_us": NUM, "partition": TEXT}),
     "ipoib": (True, {"src": TEXT, "dst": TEXT, "partition": TEXT, "at_us": NUM, "count": INT}),
-    "expect": (False, {"flow": TABLE, "count": TABLE, "findings": TABLE}),
+    "pfc": (True, {"port": TEXT, "priority": INT, "pause": FLAG, "quanta": INT, "at_us": NUM, "count": INT,
+                   "interval_us": NUM, "xon": FLAG}),
+    "lldp": (True, {"port": TEXT, "at_us": NUM, "pfc": INTS, "apps": TEXTS, "willing": FLAG}),
+    "expect": (False, {"flow": TABLE, "count": TABLE, "findings": TABLE, "health": TABLE}),
 }
 _FAULT_KEYS = {"drop": {"qp", "packet", "seen"}, "capture_gap": {"qp", "packet"}, "bad_icrc": {"qp", "packet"},
                "bad_vcrc": {"qp", "packet"},
@@ -282,7 +291,8 @@ _EXPECT = {"flow": {"messages", "bytes", "drops", "not_captured", "retransmits",
                     "rnr_retries", "gave_up_after", "naks_psn", "rnr", "bad_icrc"},
            "count": {"ecn_marked", "cnps", "becn", "traps_256", "traps_257", "traps_258", "violations", "arp",
                      "icmp", "nodeinfo_get", "portinfo_set", "pkeytable_set"},
-           "findings": {"rule", "severity", "src", "dst", "port", "pkey", "trap", "evidence", "frames"}}
+           "findings": {"rule", "severity", "src", "dst", "port", "pkey", "trap", "evidence", "frames"},
+           "health": {"findings", "pause_storms", "ce_unanswered", "cnp_no_rate_cut", "pause_frames", "lldp_frames"}}
 _IS = {INT: lambda v: isinstance(v, (int, str)) and not isinstance(v, bool),
        NUM: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), TEXT: lambda v: isinstance(v, str),
        FLAG: lambda v: isinstance(v, bool), TABLE: lambda v: isinstance(v, (dict, list)),
@@ -319,11 +329,13 @@ def _shape_expect(expect: dict, src: "_Src") -> None:
     flows, findings = expect.get("flow", {}), expect.get("findings", [])
     if not isinstance(flows, dict) or not all(isinstance(t, dict) for t in flows.values()) or \
             not isinstance(expect.get("count", {}), dict) or not isinstance(findings, list) or \
+            not isinstance(expect.get("health", {}), dict) or \
             not all(isinstance(t, dict) for t in findings):
         src.fail(src.line_of("expect", -1), "[expect] holds [expect.flow.QP] and [expect.count] tables and "
                                             "[[expect.findings]]")
     tables = [(f"expect.flow.{q}", -1, t, "flow") for q, t in flows.items()]
     tables += [("expect.count", -1, expect.get("count", {}), "count")]
+    tables += [("expect.health", -1, expect.get("health", {}), "health")]
     tables += [("expect.findings", i, t, "findings") for i, t in enumerate(findings)]
     for table, idx, body, kind in tables:
         for k in body:
@@ -410,7 +422,9 @@ def _build(doc, src: _Src, link_override) -> Scenario:
                     num("start", 1700000000.0, LAST_SECOND), num("latency_us", 1.0) * 1e-6,
                     num("rate_gbps", 100.0) * 1e9,
                     num("cnp_interval_us", 50.0) * 1e-6, num("ack_delay_us", 4.0) * 1e-6,
-                    ports, parts, {}, [], [], [], sm, bool(smd.get("sweep", False)), doc.get("expect", {}))
+                    ports, parts, {}, [], [], [], sm, bool(smd.get("sweep", False)), doc.get("expect", {}),
+                    _ranged(sc.get("dscp", 0), "dscp", 0, 63, src, src.line_of("scenario", -1, "dscp")),
+                    _ranged(sc.get("cnp_dscp", 48), "cnp_dscp", 0, 63, src, src.line_of("scenario", -1, "cnp_dscp")))
 
     for i, q in enumerate(doc.get("qp", [])):
         ln = lambda k="": src.line_of("qp", i, k)  # noqa: E731
@@ -444,6 +458,11 @@ def _build(doc, src: _Src, link_override) -> Scenario:
                 _ranged(q.get("xrc_srq", 0x40), "xrc_srq", 0, 0xFFFFFF, src, ln("xrc_srq")),
                 _ranged(q.get("retry_cnt", 7), "retry_cnt", 0, 7, src, ln("retry_cnt")),
                 _float(q.get("timeout_us", 4000.0), "timeout_us", src, ln("timeout_us")), ln())
+        qp.rate_cut = _float(q.get("rate_cut", 0.0), "rate_cut", src, ln("rate_cut"), 0.99)
+        qp.recover_us = _float(q.get("recover_us", 100.0), "recover_us", src, ln("recover_us"))
+        qp.cnp = bool(q.get("cnp", True))
+        if "udp_sport" in q:
+            qp.udp_sport = _ranged(q["udp_sport"], "udp_sport", 1, 0xFFFF, src, ln("udp_sport"))
         if qp.name in scen.qps:
             src.fail(ln("name"), f"qp name {qp.name!r} is used twice")
         scen.qps[qp.name] = qp
@@ -498,6 +517,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
             f["pkeys"] = [_ranged(k, "pkey", 0, 0xFFFF, src, src.line_of("fault", i, "pkeys")) for k in f["pkeys"]]
         scen.faults.append(Fault(kind, dict(f), src.line_of("fault", i)))
 
+    _lossless(doc, scen, src, need_port)
     for i, p in enumerate(doc.get("ipoib", [])):
         need_port(p.get("src"), "ipoib", i, "src")
         need_port(p.get("dst"), "ipoib", i, "dst")
@@ -508,3 +528,37 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         scen.pings.append(Ping(p["src"], p["dst"], part, _float(p.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
                                _ranged(p.get("count", 1), "count", 0, MAX_COUNT, src, ln("count"))))
     return scen
+
+
+def _lossless(doc, scen: Scenario, src: _Src, need_port) -> None:
+    """[[pfc]] and [[lldp]]: the pause and DCBX frames ports send (Ethernet links only)."""
+    if (doc.get("pfc") or doc.get("lldp")) and scen.link not in ("roce2", "roce2-v6", "roce1"):
+        src.fail(src.line_of("pfc" if doc.get("pfc") else "lldp", 0), "PFC and LLDP frames need an Ethernet link "
+                                                                      "(roce2, roce2-v6 or roce1)")
+    for i, p in enumerate(doc.get("pfc", [])):
+        ln = lambda k="": src.line_of("pfc", i, k)  # noqa: E731
+        need_port(p.get("port"), "pfc", i, "port")
+        if "priority" not in p and not p.get("pause", False):
+            src.fail(ln(), "a [[pfc]] needs the priority it pauses (or pause = true for an 802.3x PAUSE)")
+        scen.pfc.append({"port": p["port"], "pause": bool(p.get("pause", False)),
+                         "priority": _ranged(p.get("priority", 0), "priority", 0, 7, src, ln("priority")),
+                         "quanta": _ranged(p.get("quanta", 0xFFFF), "quanta", 1, 0xFFFF, src, ln("quanta")),
+                         "at": _float(p.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
+                         "count": _ranged(p.get("count", 1), "count", 1, MAX_COUNT, src, ln("count")),
+                         "interval": _float(p.get("interval_us", 100.0), "interval_us", src, ln("interval_us")) * 1e-6,
+                         "xon": bool(p.get("xon", False))})
+    for i, p in enumerate(doc.get("lldp", [])):
+        ln = lambda k="": src.line_of("lldp", i, k)  # noqa: E731
+        need_port(p.get("port"), "lldp", i, "port")
+        apps = []
+        for a in p.get("apps", []):
+            parts = a.split(":")
+            if len(parts) != 3 or not all(x.strip().isdigit() for x in parts):
+                src.fail(ln("apps"), f"an application is PRIORITY:SELECTOR:PROTOCOL such as \"3:3:4791\", not {a!r}")
+            prio, sel, proto = map(int, parts)
+            if prio > 7 or not 1 <= sel <= 7 or proto > 0xFFFF:
+                src.fail(ln("apps"), f"application {a!r}: priority 0-7, selector 1-7, protocol 0-65535")
+            apps.append((prio, sel, proto))
+        scen.lldp.append({"port": p["port"], "at": _float(p.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
+                          "pfc": [_ranged(x, "pfc priority", 0, 7, src, ln("pfc")) for x in p.get("pfc", [])],
+                          "apps": apps, "willing": bool(p.get("willing", False))})

@@ -4,7 +4,6 @@ Command line and messages from ibdump.c usage() and error paths: `-d DEV -i PORT
 `-w -` it writes pcap (DLT_ERF 197, ERF type 21 records starting at the LRH) to stdout; SIGINT detaches
 the sniffer and prints "Captured: N packets, M bytes".  Never SIGKILL it: the sniffer would stay attached.
 """
-import re
 
 from .subproc import SubprocessCapture
 
@@ -36,10 +35,6 @@ class Ibdump(SubprocessCapture):
             if needle in stderr:
                 return f"{text} (ibdump said: {_first_error(stderr)})"
         return f"ibdump on {self.device} port {self.port} failed (exit {rc}): {_first_error(stderr) or 'no message'}"
-
-    def captured_by_tool(self) -> int:
-        m = re.search(r"Captured:\s*(\d+) packets", self.stderr.decode(errors="replace"))
-        return int(m.group(1)) if m else -1
 
 
 def _first_error(stderr: str) -> str:

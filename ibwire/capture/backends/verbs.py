@@ -18,7 +18,7 @@ from .. import sysfs
 SLOT = 10240
 RING = 512
 POLL = 256
-DISTRO_PATH = f"/usr/lib/python3/dist-packages"
+DISTRO_PATH = "/usr/lib/python3/dist-packages"
 
 
 def import_pyverbs():
@@ -104,7 +104,6 @@ class Verbs:
     def _open(self):
         from pyverbs.device import Context
         from pyverbs.pd import PD
-        from pyverbs.cq import CQ
         from pyverbs.qp import QP, QPInitAttr, QPCap, QPAttr
         from pyverbs.mr import MR
         from pyverbs.flow import Flow, FlowAttr

@@ -200,8 +200,10 @@ void decode_one(const decode_ctx *c, int64_t d, int64_t caplen, int64_t wirelen,
         int64_t at = 14;
         et = BE(&k, d + 12, 2);
         for (int t = 0; t < 2 && is_vlan_tpid(et); t++) {
-            if (vlan < 0)
+            if (vlan < 0) {
                 vlan = BE(&k, d + 14 + 4 * t, 2) & 0xFFF;
+                put8(AT(R_PCP), B(&k, d + 14 + 4 * t) >> 5);   /* 802.1Q priority code point */
+            }
             et = BE(&k, d + 16 + 4 * t, 2);
             at += 4;
         }
@@ -256,6 +258,7 @@ void decode_one(const decode_ctx *c, int64_t d, int64_t caplen, int64_t wirelen,
         copy_bytes(&k, l3 + 8, AT(R_SRC), 16);
         copy_bytes(&k, l3 + 24, AT(R_DST), 16);
         put8(AT(R_ECN), (B(&k, l3 + 1) >> 4) & 3);
+        put8(AT(R_DSCP), (B(&k, l3) & 0x0F) << 2 | B(&k, l3 + 1) >> 6);    /* traffic class >> 2 */
         flags |= FL_GRH;
         if (lrh < 0) {
             kind = K_ROCE1;
@@ -272,6 +275,7 @@ void decode_one(const decode_ctx *c, int64_t d, int64_t caplen, int64_t wirelen,
             int64_t ihl = (b0 & 0x0F) * 4;
             isudp = B(&k, l3 + 9) == 17 && b0 >> 4 == 4 && ihl >= 20 && (BE(&k, l3 + 6, 2) & 0x3FFF) == 0;
             put8(AT(R_ECN), B(&k, l3 + 1) & 3);
+            put8(AT(R_DSCP), B(&k, l3 + 1) >> 2);
             uint8_t *s = AT(R_SRC), *t = AT(R_DST);            /* v4-mapped IPv6 addresses */
             memset(s, 0, 10);
             memset(t, 0, 10);
@@ -282,6 +286,7 @@ void decode_one(const decode_ctx *c, int64_t d, int64_t caplen, int64_t wirelen,
         } else {
             isudp = B(&k, l3 + 6) == 17 && B(&k, l3) >> 4 == 6;
             put8(AT(R_ECN), (B(&k, l3 + 1) >> 4) & 3);
+            put8(AT(R_DSCP), (B(&k, l3) & 0x0F) << 2 | B(&k, l3 + 1) >> 6);
             copy_bytes(&k, l3 + 8, AT(R_SRC), 16);
             copy_bytes(&k, l3 + 24, AT(R_DST), 16);
             u = l3 + 40;
@@ -317,6 +322,7 @@ void decode_one(const decode_ctx *c, int64_t d, int64_t caplen, int64_t wirelen,
     int has_bth = bth >= 0 && (kind == K_ROCE1 || kind == K_ROCE2V4 || kind == K_ROCE2V6 || kind == K_IB ||
                                kind == K_IBGRH);
     put8(AT(R_LINK), kind);
+    put16(AT(R_ETYPE), lrh < 0 ? et : 0);                      /* the ethertype after any VLAN tags */
     puti32(AT(R_VLAN), vlan);
     if (has_bth)
         transport(c, &k, out, row, kind, lrh, l3, udp, bth, end, &flags);

@@ -9,6 +9,7 @@
 /* Fields this decoder writes, in the order of field_off[]; frame/time/caplen/len are set by numpy. */
 #define RECORD_FIELDS(X) \
     X(LINK, "link", "u1") X(FLAGS, "flags", "u1") X(VLAN, "vlan", "i4") X(ECN, "ecn", "u1") \
+    X(PCP, "pcp", "u1") X(DSCP, "dscp", "u1") X(ETYPE, "etype", "u2") \
     X(ETH_SRC, "eth_src", "V6") X(ETH_DST, "eth_dst", "V6") X(SRC, "src", "V16") X(DST, "dst", "V16") \
     X(SLID, "slid", "u2") X(DLID, "dlid", "u2") X(SL, "sl", "u1") X(VL, "vl", "u1") \
     X(UDP_SRC, "udp_src", "u2") X(UDP_DST, "udp_dst", "u2") \

@@ -30,6 +30,8 @@ typedef struct {
     int64_t got;
     uint32_t dmalen;
     int32_t plast;        /* < 2^26: a PSN plus at most 2^24 response packets */
+    int64_t tns;          /* pending requests and READs: when sent, and in which frame */
+    uint32_t frame;
 } val_t;
 
 typedef struct {
@@ -205,6 +207,7 @@ typedef struct {
     int has_expected, nak_seen, has_fill, msg_active, msg_has_len;
     int64_t expected, fill, msg_bytes, msg_len;
     odict missing, pending, reads, seen;
+    odict cand;                           /* resends that are duplicates once an ACK covers them: frame -> PSN */
     int64_t c[N_FC];
     int64_t ops[N_MK], op_bytes[N_MK], ops_order[N_MK], bytes_order[N_MK];
     int64_t nak[32], nak_order[32], rnr[32], rnr_order[32];
@@ -213,6 +216,8 @@ typedef struct {
     int64_t nlat[2];
     /* retransmission forensics */
     int has_last_req, nak_since, rnr_since, in_episode, acked_since;
+    int has_accepted;                     /* the responder's expected PSN, as its ACKs and NAKs tell it */
+    int64_t accepted;
     double last_req_t, fill_t, fill_prev_t;
     int64_t episode_psn, last_resent, retries, max_retries, answers_since, last_resend_frame;
     int64_t episodes[3];
@@ -305,6 +310,7 @@ void flows_free(flow_state *s)
             od_free(&ch->pending);
             od_free(&ch->reads);
             od_free(&ch->seen);
+            od_free(&ch->cand);
             free(ch->lat[0]);
             free(ch->lat[1]);
         }
@@ -357,12 +363,24 @@ static void forget_missing(channel *ch)
     ch->c[FC_NOT_CAPTURED]++;
 }
 
-static int ack(channel *ch, double t, int64_t psn)
+/* The request frame a response answers (EV_ACKS) and the time since it was sent (EV_ACK_RTT). */
+static void answers(channel *ch, const flow_pkt *p, const val_t *req)
+{
+    float rtt = (float)((p->tns - req->tns) * 1e-9);
+    uint32_t bits;
+    memcpy(&bits, &rtt, sizeof bits);
+    EMIT(ch, EV_ACKS, p->frame, req->frame);
+    EMIT(ch, EV_ACK_RTT, p->frame, bits);
+}
+
+static int ack(channel *ch, const flow_pkt *p, double t, int64_t psn)
 {
     int64_t n = 0;
     ent_t *e;
     while ((e = od_first(&ch->pending)) && psn_diff(psn, e->key) >= 0) {
         double t0 = e->v.t;
+        if (p && e->key == psn)
+            answers(ch, p, &e->v);
         od_pop(&ch->pending, e->key, NULL);
         n++;
         if (add_lat(ch, 0, t - t0) < 0)
@@ -370,6 +388,69 @@ static int ack(channel *ch, double t, int64_t psn)
     }
     ch->c[FC_ACKED_REQUESTS] += n;
     return 0;
+}
+
+/* The responder expects `psn` next (an ACK of psn - 1, a PSN sequence error or RNR NAK of psn): what precedes
+ * it was accepted. */
+static void expects(channel *ch, int64_t psn)
+{
+    if (!ch->has_accepted || psn_diff(psn, ch->accepted) > 0)
+        ch->accepted = psn % PSN_MOD;
+    ch->has_accepted = 1;
+}
+
+/* A resend of a PSN the responder had accepted: a duplicate it drops and ACKs again (rxe counts it in
+ * duplicate_request).  Accepted: its first sending came in sequence (no PSN missing before it: `was->got`)
+ * and no NAK since asked for it again, or an ACK or NAK has said the responder expects a later PSN.
+ * Resends of what it discarded (go-back-N after a PSN sequence error, a request it RNR-NAKed) are not. */
+static int duplicate(channel *ch, const flow_pkt *p, const val_t *was)
+{
+    if (ch->has_accepted && psn_diff(p->psn, ch->accepted) < 0)
+        EMIT(ch, EV_DUPLICATE, p->frame, p->psn);
+    else if (was && was->got) {          /* in sequence, but did the responder take it? its next ACK says */
+        if (od_set(&ch->cand, p->frame, (val_t){0, p->psn, 0, 0, 0, 0}) < 0)
+            return -1;
+        while (ch->cand.n > PENDING_MAX)
+            od_popfirst(&ch->cand);
+    }
+    return 0;
+}
+
+/* An ACK of `psn`: the candidate duplicates it covers were duplicates; a NAK asking for `psn` again: those from
+ * it on were not (confirm = 0). */
+static void settle(channel *ch, int64_t psn, int confirm)
+{
+    for (int64_t q = ch->cand.head; q < ch->cand.tail; q++) {
+        ent_t *e = at(&ch->cand, q);
+        if (!e->alive)
+            continue;
+        int64_t d = psn_diff(psn, e->v.got);
+        if (confirm ? d >= 0 : d <= 0) {
+            if (confirm)
+                EMIT(ch, EV_DUPLICATE, e->key, e->v.got);
+            od_pop(&ch->cand, e->key, NULL);
+        }
+    }
+}
+
+/* A NAK asking for `psn` again: the responder holds neither it nor what was sent after it. */
+static void unaccept(channel *ch, int64_t psn)
+{
+    for (int64_t q = ch->seen.head; q < ch->seen.tail; q++) {
+        ent_t *e = at(&ch->seen, q);
+        if (e->alive && psn_diff(e->key, psn) >= 0)
+            e->v.got = 0;
+    }
+}
+
+/* A request sent again: ACKs and NAKs now answer this sending (EV_ACKS, EV_ACK_RTT). */
+static void sent_again(channel *ch, const flow_pkt *p)
+{
+    val_t *v = od_get(&ch->pending, p->psn);
+    if (v) {
+        v->tns = p->tns;
+        v->frame = p->frame;
+    }
 }
 
 /* A resent request at time t whose PSN was last sent at t0.  Resends going up one PSN after another are
@@ -420,6 +501,9 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
     if (was) {
         c[FC_RETRANSMISSIONS]++;
         EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
+        if (duplicate(ch, p, was) < 0)
+            return -1;
+        sent_again(ch, p);
         resent(ch, psn, p->t, was->t, p->frame);
         was->t = p->t;
         return 0;
@@ -461,6 +545,9 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
             } else {
                 c[FC_RETRANSMISSIONS]++;
                 EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
+                if (duplicate(ch, p, NULL) < 0)
+                    return -1;
+                sent_again(ch, p);
                 resent(ch, psn, p->t, prev_t, p->frame);
             }
             ch->msg_active = 0;
@@ -468,7 +555,7 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
             end_episode(ch);              /* a new PSN: the requester moved on */
     } else
         end_episode(ch);
-    if (od_set(&ch->seen, psn, (val_t){p->t, 0, 0, 0}) < 0)
+    if (od_set(&ch->seen, psn, (val_t){p->t, ch->missing.n == 0, 0, 0}) < 0)   /* got: came in sequence */
         return -1;
     while (ch->seen.n > SEEN_WINDOW)
         od_popfirst(&ch->seen);
@@ -476,7 +563,8 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
     if (oc == OC_READ_REQ) {              /* one PSN per response packet: dmalen/4096 to dmalen/256 */
         int64_t lo = (dmalen + 4095) / 4096, hi = (dmalen + 255) / 256;
         nxt = psn + (lo > 1 ? lo : 1);
-        if (od_set(&ch->reads, psn, (val_t){p->t, 0, (uint32_t)dmalen, (int32_t)(psn + (hi > 1 ? hi : 1) - 1)}) < 0)
+        if (od_set(&ch->reads, psn, (val_t){p->t, 0, (uint32_t)dmalen, (int32_t)(psn + (hi > 1 ? hi : 1) - 1),
+                                            p->tns, p->frame}) < 0)
             return -1;
         while (ch->reads.n > PENDING_MAX)
             od_popfirst(&ch->reads);
@@ -504,7 +592,7 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
             ch->msg_active = 0;
         }
         if (rc) {
-            if (od_set(&ch->pending, psn, (val_t){p->t, 0, 0, 0}) < 0)
+            if (od_set(&ch->pending, psn, (val_t){p->t, 0, 0, 0, p->tns, p->frame}) < 0)
                 return -1;
             while (ch->pending.n > PENDING_MAX) {
                 od_popfirst(&ch->pending);
@@ -541,6 +629,7 @@ static int response(channel *ch, const flow_tables *tab, const flow_pkt *p)
             int64_t d0 = psn_diff(psn, e->key), d1 = psn_diff(e->v.plast, psn);
             if (d0 < 0 || d1 < 0)
                 continue;
+            EMIT(ch, EV_READ_REQUEST, p->frame, e->v.frame);
             if (d0 == 0 && (seg == SEG_FIRST || seg == SEG_ONLY) && add_lat(ch, 1, p->t - e->v.t) < 0)
                 return -1;
             e->v.got += p->paylen;
@@ -550,7 +639,8 @@ static int response(channel *ch, const flow_tables *tab, const flow_pkt *p)
                 od_pop(&ch->reads, e->key, NULL);
                 c[FC_READS_COMPLETED]++;
                 ch->acked_since = 1;
-                if (ack(ch, p->t, psn) < 0)
+                expects(ch, psn + 1);
+                if (ack(ch, NULL, p->t, psn) < 0)
                     return -1;
                 if (ch->has_expected && psn_diff(psn + 1, ch->expected) > 0)
                     ch->expected = (psn + 1) % PSN_MOD;
@@ -565,9 +655,21 @@ static int response(channel *ch, const flow_tables *tab, const flow_pkt *p)
         c[FC_ACKS]++;
         ch->acked_since = 1;
         ch->nak_since = ch->rnr_since = 0;
-        if (ack(ch, p->t, psn) < 0)
+        expects(ch, psn + 1);
+        settle(ch, psn, 1);
+        if (ack(ch, p, p->t, psn) < 0)
             return -1;
-    } else if (kind == 1) {
+    } else if (kind == 1 || kind == 3) {          /* a NAK answers the request of its PSN, still pending */
+        val_t *req = od_get(&ch->pending, psn);
+        if (req)
+            answers(ch, p, req);
+        if (kind == 1 || code == 0) {             /* RNR, PSN sequence error: the PSN it expects */
+            expects(ch, psn);
+            unaccept(ch, psn);
+            settle(ch, psn, 0);
+        }
+    }
+    if (kind == 1) {
         c[FC_RNR_NAKS]++;
         ch->nak_seen = 1;
         ch->rnr_since = 1;

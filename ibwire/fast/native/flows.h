@@ -88,7 +88,9 @@ int64_t flows_latency(const flow_state *s, int64_t c, int ch, int which, const d
 const uint16_t *flows_pkeys(const flow_state *s, int64_t c, int64_t *n);
 
 /* What the sequencer concluded about single frames (ibwire.analysis.frames reads them), in the order it
- * concluded it: a frame may get several.  `value`: the PSN concerned (EV_GAP: how many were skipped). */
+ * concluded it: a frame may get several.  `value`: the PSN concerned (EV_PSN_GAP: how many were skipped;
+ * EV_ACKS / EV_READ_REQUEST: the request frame this response answers; EV_ACK_RTT: the seconds since that request,
+ * as the bits of a float). */
 typedef struct {
     uint32_t frame;
     int32_t conv;
@@ -97,11 +99,11 @@ typedef struct {
     uint32_t value;
 } flow_event;
 #define FLOW_EVENTS(X) X(RETRANSMISSION) X(LOST) X(OUT_OF_ORDER) X(RESENT_LATE) X(PSN_GAP) X(NOT_CAPTURED) \
-    X(RETRY_TIMEOUT) X(RETRY_NAK) X(RETRY_RNR) X(GAVE_UP)
+    X(RETRY_TIMEOUT) X(RETRY_NAK) X(RETRY_RNR) X(GAVE_UP) X(DUPLICATE) X(ACKS) X(ACK_RTT) X(READ_REQUEST)
 #define AS_EV(n) EV_##n,
 enum { FLOW_EVENTS(AS_EV) N_EV };
 #undef AS_EV
-#define EVENTS_MAX (1 << 22)          /* events kept (64 MiB); later ones are counted, not kept */
+#define EVENTS_MAX (1 << 24)          /* events kept (256 MiB); later ones are counted, not kept */
 /* Close what is still open (episodes, missing PSNs never resent, a requester that gave up) and return the
  * events; *lost counts those past EVENTS_MAX. */
 const flow_event *flows_events(flow_state *s, int64_t *n, int64_t *lost);

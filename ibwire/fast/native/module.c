@@ -543,7 +543,7 @@ static PyObject *render(PyObject *self, PyObject *args)
                     bad = "a program is cut short";
                 else if (op == OP_LIT)
                     at += 3 + (pp[i][at + 1] | pp[i][at + 2] << 8);
-                else if (at + 5 > pl[i] || op > OP_MAC)
+                else if (at + 5 > pl[i] || op > OP_SPAN)
                     bad = "a program is cut short or has an unknown op";
                 else {
                     unsigned off = pp[i][at + 1] | pp[i][at + 2] << 8, a = pp[i][at + 3];
@@ -715,7 +715,8 @@ PyMODINIT_FUNC PyInit__native(void)
     for (int i = 0; fe && i < N_EV; i++)
         PyTuple_SET_ITEM(fe, i, PyUnicode_FromString(events[i]));
     err = err || !fe || PyModule_AddObjectRef(m, "FLOW_EVENTS", fe) < 0 ||
-          PyModule_AddIntConstant(m, "FLOW_EVENT_SIZE", sizeof(flow_event)) < 0;
+          PyModule_AddIntConstant(m, "FLOW_EVENT_SIZE", sizeof(flow_event)) < 0 ||
+          PyModule_AddIntConstant(m, "FLOW_EVENTS_MAX", EVENTS_MAX) < 0;
     Py_XDECREF(fe);
     err = err || !fc || PyModule_AddObjectRef(m, "FLOW_COUNTERS", fc) < 0 ||
           PyModule_AddIntConstant(m, "FLOW_PKT_SIZE", sizeof(flow_pkt)) < 0 ||

@@ -151,6 +151,12 @@ int render_rows(const uint8_t *rec, int64_t itemsize, const int64_t *rows, int64
                 n = fixed_ns(t, v - (base ? base[k] : 0), (int)a);
                 break;
             }
+            case OP_SPAN: {        /* a duration in nanoseconds, as seconds with a decimals */
+                int64_t v;
+                memcpy(&v, f, 8);
+                n = fixed_ns(t, v, (int)a);
+                break;
+            }
             case OP_DATE: {        /* a: decimals; w: bit 0 the date too, bit 1 UTC, bit 2 the date alone */
                 int64_t v;
                 memcpy(&v, f, 8);

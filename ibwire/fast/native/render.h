@@ -6,8 +6,8 @@
 
 /* Each op but OP_LIT is followed by: u16 byte offset in the record, u8 a, u8 width (left space padding).
  * OP_LIT: u16 length, then the bytes.  a = field size for UDEC/IDEC/HEX (HEX: width = minimum digits,
- * zero-padded), decimals for TIME/DATE (on i8 nanoseconds) (DATE: width bit 0 prints the date too, bit 1 in UTC instead of local time). */
-enum { OP_LIT, OP_UDEC, OP_IDEC, OP_HEX, OP_TIME, OP_DATE, OP_ADDR, OP_MAC };
+ * zero-padded), decimals for TIME/DATE/SPAN (on i8 nanoseconds; SPAN: a duration, no base) (DATE: width bit 0 prints the date too, bit 1 in UTC instead of local time). */
+enum { OP_LIT, OP_UDEC, OP_IDEC, OP_HEX, OP_TIME, OP_DATE, OP_ADDR, OP_MAC, OP_SPAN };
 
 /* Render rows[k] of rec with program prog_of[k]; TIME prints the row's i8 nanoseconds minus base[k] (base may be
  * NULL).  *result is malloc'ed.  Returns 0, -1 out of memory, -2 a bad program. */

@@ -65,7 +65,7 @@ int walk_pcapng_blocks(const uint8_t *p, int64_t size, int64_t *offp, int big, i
         uint32_t len = rd32(p + off + 4, order);
         if (len < 12 || len % 4 || len > MAX_BLOCK) { status = WALK_DAMAGED; break; }
         if ((int64_t)len > size - off) { status = WALK_NEED; break; }
-        if (type == SHB || type == 1) { status = WALK_META; break; }
+        if (type == SHB || type == 1 || type == 5) { status = WALK_META; break; }   /* 5: statistics */
         if (type == 6 || type == 3) {
             int64_t *h = hdr + 6 * n;
             h[0] = len;

@@ -1,0 +1,102 @@
+"""Benchmark: `ibwire health` against tshark reading the same facts, on a RoCEv2 capture with PFC frames.
+
+    .venv/bin/python bench/health.py [--packets 1000000] [--pfc-every 1000]
+
+Generates bench/out/health-<N>.pcap once (bench/gen_roce.py's traffic, one PFC XOFF on priority 3 after
+every --pfc-every packets).  ibwire runs `health -T json`; tshark prints the fields the same counts need
+(`-T fields`: ECN, opcode, destination QP, UDP source port, DSCP, PCP, the PFC vector and pause times) and
+Python counts them.  Both must agree on CE marks, CNPs, pause frames and distinct UDP source ports.  The
+fastest of three runs counts (the machine is shared); results go to bench/out/health.json.
+"""
+import argparse
+import json
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from gen_roce import generate  # noqa: E402
+
+from dissectors.dcbfacts import pfc_frame  # noqa: E402
+
+FIELDS = ["ip.dsfield.ecn", "infiniband.bth.opcode", "infiniband.bth.destqp", "udp.srcport", "ip.dsfield.dscp",
+          "vlan.priority", "macc.cbfc.enbv", "macc.cbfc.pause_time.c3"]
+
+
+def with_pfc(src: Path, dst: Path, every: int) -> int:
+    """Copy the pcap `src` to `dst` with a PFC XOFF (priority 3) after every `every` packets."""
+    data = src.read_bytes()
+    out, at, n, added = [data[:24]], 24, 0, 0
+    pfc = pfc_frame(bytes.fromhex("020000009901"), {3: 0xFFFF})
+    while at + 16 <= len(data):
+        sec, usec, cap, wire = struct.unpack_from("<IIII", data, at)
+        out.append(data[at:at + 16 + cap])
+        at += 16 + cap
+        n += 1
+        if n % every == 0:
+            out.append(struct.pack("<IIII", sec, usec, len(pfc), len(pfc)) + pfc)
+            added += 1
+    dst.write_bytes(b"".join(out))
+    return added
+
+
+def best(cmd, runs=3):
+    times, out = [], None
+    for _ in range(runs):
+        t = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+def tshark_counts(text: str) -> dict:
+    ce = cnps = pauses = 0
+    ports = set()
+    for line in text.splitlines():
+        ecn, op, qp, sport, dscp, pcp, enbv = (line.split("\t") + [""] * 8)[:7]
+        if enbv:
+            pauses += 1
+            continue
+        if op:
+            ce += ecn == "3" and op != "129"
+            cnps += op == "129"
+            if op != "129" and sport:
+                ports.add(int(sport))
+    return {"ce": ce, "cnps": cnps, "pauses": pauses, "srcports": len(ports)}
+
+
+def ibwire_counts(doc: dict) -> dict:
+    return {"ce": sum(c["ce_marked"] for c in doc["congestion"]), "cnps": sum(c["cnps"] for c in doc["congestion"]),
+            "pauses": sum(e["frames"] for e in doc["pause"]), "srcports": doc["ecmp"]["distinct_srcports"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--packets", type=int, default=1_000_000)
+    ap.add_argument("--pfc-every", type=int, default=1000)
+    a = ap.parse_args()
+    out = HERE / "out"
+    out.mkdir(exist_ok=True)
+    base, path = out / f"roce-{a.packets}.pcap", out / f"health-{a.packets}.pcap"
+    if not base.exists():
+        generate(str(base), a.packets)
+    if not path.exists():
+        with_pfc(base, path, a.pfc_every)
+    exe = str(Path(sys.executable).parent / "ibwire")
+    t_ib, res = best([exe, "health", str(path), "-T", "json"])
+    ours = ibwire_counts(json.loads(res.stdout))
+    cmd = ["tshark", "-r", str(path), "-T", "fields"] + [x for f in FIELDS for x in ("-e", f)]
+    t_ts, res = best(cmd, runs=1)
+    theirs = tshark_counts(res.stdout)
+    result = {"packets": a.packets, "ibwire_s": t_ib, "tshark_s": t_ts, "speedup": t_ts / t_ib,
+              "ibwire": ours, "tshark": theirs, "agree": ours == theirs}
+    print(json.dumps(result, indent=1))
+    (out / "health.json").write_text(json.dumps(result, indent=1))
+    sys.exit(0 if result["agree"] else 1)
+
+
+if __name__ == "__main__":
+    main()

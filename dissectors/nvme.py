@@ -1,0 +1,122 @@
+"""NVMe over Fabrics on RDMA as scapy layers, built from the rows of dissectors.nvmetable (Wireshark 4.4's
+`nvme.*` and `nvme-rdma.*` names): command capsules (the 64-byte SQE, then in-capsule data), completions
+(16-byte CQE) and the RDMA-CM private data of NVMe-oF queues.  Which layer a payload is depends on the
+queue and, for a completion, on its command: ibwire.decode.nvme follows that across frames.
+"""
+from scapy.fields import LEIntField, LELongField, LEShortField, LEThreeBytesField, StrFixedLenField, XByteField
+
+from .base import IBLayer
+from .nvmetable import (ADMIN, CM_REJ, CM_REP, CM_REQ, CQE, CQE_CONNECT, CQE_LEN, CQE_PROP_GET, CQE_PROP_SET,
+                        DISPLAY, FABRICS, FABRICS_HEAD, GENERIC, IO, PROP_SET, PROPERTIES, SQE_HEAD, SQE_LEN,
+                        command_kind, completion_rows, value)
+
+_INT = {1: XByteField, 2: LEShortField, 3: LEThreeBytesField, 4: LEIntField, 8: LELongField}
+
+
+class TableLayer(IBLayer):
+    """A layer whose bytes are laid out by `rows` (all keys start with `ws_name`): the scapy fields hold
+    the bytes (hidden names: scapy wants identifiers), ws_extra gives every row by its Wireshark name."""
+
+    rows = ()
+    length = 0
+
+    def ws_extra(self):
+        data = self.original or bytes(self)
+        return {r.key[len(self.ws_name) + 1:]: value(r, data) for r in self.rows}
+
+    def extract_padding(self, s):
+        return s[:self.length], s[self.length:]
+
+
+def table_layer(cls_name: str, ws_name: str, rows, length: int, summary: str = ""):
+    """A TableLayer class for `rows`: the bytes no whole-byte row covers are hidden `_gap` fields."""
+    fields, at = [], 0
+    for r in sorted((r for r in rows if not r.mask), key=lambda r: r.off):
+        if r.off < at:
+            continue                   # a second view of bytes already laid out (lpo over dwords 12-13)
+        if r.off > at:
+            fields.append(StrFixedLenField(f"_gap{at}", b"\0" * (r.off - at), r.off - at))
+        name = "_" + r.key[len(ws_name) + 1:].replace(".", "_")
+        if r.size in _INT and DISPLAY.get(r.key) != -1:
+            fields.append(_INT[r.size](name, 0))
+        else:
+            fields.append(StrFixedLenField(name, b"\0" * r.size, r.size))
+        at = r.off + r.size
+    if at < length:
+        fields.append(StrFixedLenField(f"_gap{at}", b"\0" * (length - at), length - at))
+    return type(cls_name, (TableLayer,), {"name": summary or cls_name, "ws_name": ws_name, "rows": tuple(rows),
+                                          "length": length, "fields_desc": fields,
+                                          "__module__": __name__})
+
+
+class NVMeData(IBLayer):
+    """In-capsule data after the SQE, or a transfer's data (shown as Wireshark's nvme.data)."""
+
+    ws_name = "nvme"
+    fields_desc = [StrFixedLenField("data", b"", length_from=lambda p: len(p.original or b""))]
+
+    def extract_padding(self, s):
+        return s, b""
+
+
+class NVMeUnknown(IBLayer):
+    """A payload on an NVMe-oF queue that is neither a capsule nor a matched completion."""
+
+    ws_name = "nvme-rdma"
+    fields_desc = [StrFixedLenField("unknown_data", b"", length_from=lambda p: len(p.original or b""))]
+
+    def extract_padding(self, s):
+        return s, b""
+
+
+def _layers():
+    out = {}
+    kinds = [("Fabrics" + n.replace(" ", ""), r, FABRICS_HEAD) for n, r in FABRICS.values()]
+    kinds += [("Admin" + n.replace(" ", ""), r, SQE_HEAD) for n, r in ADMIN.values()]
+    kinds += [("IO" + n, r, SQE_HEAD) for n, r in IO.values()] + [("Command", GENERIC, SQE_HEAD)]
+    for name, rows, head in kinds:
+        out[head + rows] = table_layer(f"NVMe{name}", "nvme", head + rows, SQE_LEN, f"NVMe {name}")
+    out[FABRICS_HEAD] = table_layer("NVMeFabricsOther", "nvme", FABRICS_HEAD, SQE_LEN, "NVMe Fabrics command")
+    for name, rows in (("CQE", CQE), ("ConnectCQE", CQE_CONNECT), ("PropGetCQE", CQE_PROP_GET),
+                       ("PropSetCQE", CQE_PROP_SET)):
+        out[rows] = table_layer(f"NVMe{name}", "nvme", rows, CQE_LEN, f"NVMe {name}")
+    for offset, prop in PROPERTIES.items():      # a Property Set and a Property Get's completion, per property
+        at48 = tuple(r._replace(off=r.off + 48) for r in prop)
+        out[FABRICS_HEAD + PROP_SET + at48] = table_layer(f"NVMeFabricsPropertySet{offset:02x}", "nvme",
+                                                          FABRICS_HEAD + PROP_SET + at48, SQE_LEN)
+        out[CQE_PROP_GET + prop] = table_layer(f"NVMePropGetCQE{offset:02x}", "nvme", CQE_PROP_GET + prop, CQE_LEN)
+    for name, rows, n in (("CMReq", CM_REQ, 32), ("CMRep", CM_REP, 32), ("CMRej", CM_REJ, 4)):
+        out[rows] = table_layer(f"NVMeRDMA{name}", "nvme-rdma", rows, n, f"NVMe-oF RDMA {name}")
+    return out
+
+
+LAYERS = _layers()
+globals().update({cls.__name__: cls for cls in LAYERS.values()})
+
+
+def layer_class(rows, length: int):
+    """The layer of `rows`; made on first use for rows that depend on the command (a property's value)."""
+    if rows not in LAYERS:
+        LAYERS[rows] = table_layer(f"NVMe{len(LAYERS)}", "nvme", rows, length, "NVMe")
+    return LAYERS[rows]
+
+
+def command_layer(payload: bytes, qid: int = 0):
+    """The scapy packet of a command capsule: the SQE layer, then in-capsule data (NVMeData)."""
+    name, rows = command_kind(payload, qid)
+    pkt = layer_class(rows, SQE_LEN)(payload[:SQE_LEN])
+    if len(payload) > SQE_LEN:
+        pkt.add_payload(NVMeData(payload[SQE_LEN:]))
+    return name, pkt
+
+
+def completion_layer(payload: bytes, cmd_sqe=None):
+    return layer_class(completion_rows(cmd_sqe), CQE_LEN)(payload[:CQE_LEN])
+
+
+def cm_layer(attr: str, private: bytes):
+    rows = {"req": CM_REQ, "rep": CM_REP, "rej": CM_REJ}[attr]
+    return LAYERS[rows](private)
+
+
+__all__ = ["TableLayer", "NVMeData", "NVMeUnknown", "command_layer", "completion_layer", "cm_layer"]

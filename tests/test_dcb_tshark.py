@@ -1,0 +1,147 @@
+"""Differential: PAUSE, PFC and LLDP DCBX (IEEE and CEE) frames crafted here decode to the values tshark 4.0 shows, field by
+field (every `macc.*` and `lldp.*` field tshark names, in frame order), in `-T json` and in `-T fields`."""
+import json
+import random
+import struct
+import subprocess
+
+import pytest
+from scapy.contrib.lldp import (LLDPDUChassisID, LLDPDUEndOfLLDPDU, LLDPDUGenericOrganisationSpecific, LLDPDUPortID,
+                                LLDPDUSystemName, LLDPDUTimeToLive)
+from scapy.layers.l2 import Dot1Q, Ether
+from scapy.utils import wrpcap
+
+from dissectors.dcb import (DCBXApp, LLDPDUAppPriority, LLDPDUCEEDCBX, LLDPDUETSConfiguration, LLDPDUETSRecommendation,
+                            LLDPDUPFCConfiguration, MACControl, MACControlPause, MACControlPFC, pause_seconds)
+from ibwire.decode import decode_frame
+from ibwire.readers import iter_frames
+from conftest import run_ibwire
+from tshark_oracle import _flatten, normalise, tshark_json
+
+PAUSE_DST, LLDP_DST = "01:80:c2:00:00:01", "01:80:c2:00:00:0e"
+
+
+def _frames(seed=7):
+    rnd = random.Random(seed)
+    out = []
+    for i in range(24):
+        src = f"02:00:00:00:{i >> 8:02x}:{i & 255:02x}"
+        quanta = [rnd.choice((0, 0xFFFF, rnd.randrange(1, 0xFFFF))) for _ in range(8)]
+        pfc = MACControl() / MACControlPFC(enbv=rnd.randrange(256), pause_time=quanta)
+        eth = Ether(src=src, dst=PAUSE_DST)
+        out.append(eth / pfc if i % 3 else eth / Dot1Q(vlan=i, prio=i % 8) / pfc)
+        out.append(Ether(src=src, dst=PAUSE_DST) / MACControl(opcode=1) / MACControlPause(pause_time=rnd.randrange(65536)))
+        tables = {**{f"prio{p}": rnd.randrange(8) for p in range(8)}, **{f"bw{t}": rnd.randrange(101) for t in range(8)},
+                  **{f"tsa{t}": rnd.choice((0, 1, 2, 255)) for t in range(8)}}
+        apps = [DCBXApp(prio=rnd.randrange(8), sel=rnd.randrange(1, 6), proto=rnd.choice((4791, 0x8915, 26, 860)))
+                for _ in range(rnd.randrange(1, 5))]
+        out.append(Ether(src=src, dst=LLDP_DST) / LLDPDUChassisID(subtype=4, id=src) / LLDPDUPortID(subtype=5, id=f"swp{i}")
+                   / LLDPDUTimeToLive(ttl=rnd.randrange(1, 65536)) / LLDPDUSystemName(system_name=b"leaf1")
+                   / LLDPDUETSConfiguration(willing=rnd.randrange(2), cbs=rnd.randrange(2), maxtcs=rnd.randrange(8), **tables)
+                   / LLDPDUETSRecommendation(**tables)
+                   / LLDPDUPFCConfiguration(willing=rnd.randrange(2), mbc=rnd.randrange(2), numtcs=rnd.randrange(9),
+                                            enable=rnd.randrange(256))
+                   / LLDPDUAppPriority(apps=apps)
+                   / LLDPDUGenericOrganisationSpecific(org_code=0x00AABB, subtype=1, data=b"\x03\x6c")
+                   / LLDPDUEndOfLLDPDU())
+        out.append(Ether(src=src, dst=LLDP_DST) / LLDPDUChassisID(subtype=4, id=src) / LLDPDUPortID(subtype=5, id=f"p{i}")
+                   / LLDPDUTimeToLive(ttl=120) / LLDPDUCEEDCBX(subtlvs=_cee(rnd)) / LLDPDUEndOfLLDPDU())
+    return out
+
+
+def _cee(rnd) -> bytes:
+    """CEE DCBX sub-TLVs (DCBX 1.01) with random contents: control, priority groups, PFC, applications."""
+    def sub(kind, value):
+        return struct.pack(">H", kind << 9 | len(value)) + value
+
+    def head():
+        return bytes([rnd.randrange(3), rnd.randrange(3), rnd.randrange(8) << 5, rnd.randrange(3)])
+    apps = b"".join(struct.pack(">H", rnd.choice((0x8906, 4791, 3260))) + bytes([rnd.randrange(256)])
+                    + rnd.randbytes(2) + bytes([rnd.choice((0, 8, 12, 128, rnd.randrange(256)))])
+                    for _ in range(rnd.randrange(1, 4)))
+    return (sub(1, bytes([0, rnd.randrange(3)]) + struct.pack(">II", rnd.getrandbits(32), rnd.getrandbits(32)))
+            + sub(2, head() + rnd.randbytes(4) + bytes(rnd.randrange(101) for _ in range(8)) + bytes([rnd.randrange(9)]))
+            + sub(3, head() + bytes([rnd.randrange(256), rnd.randrange(9)])) + sub(4, head() + apps))
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dcb") / "dcb.pcap"
+    wrpcap(str(path), _frames())
+    return path
+
+
+def _theirs(packet):
+    raw = {}
+    _flatten(packet["_source"]["layers"], raw)
+    return {k: [normalise(v) for v in vs] for k, vs in raw.items()
+            if k.split(".")[0] in ("macc", "lldp") and not k.endswith("_tree")}
+
+
+def _as_list(value):
+    return [normalise(v) if isinstance(v, str) else int(v) if isinstance(v, bool) else v
+            for v in (value if isinstance(value, list) else [value])]
+
+
+def test_every_field_tshark_shows_agrees(capture, tshark):
+    decoded = [decode_frame(f) for f in iter_frames(capture)]
+    packets = tshark_json(capture)
+    assert len(packets) == len(decoded) == 96
+    compared = set()
+    for pkt, d in zip(packets, decoded):
+        assert not d.errors, d.errors
+        for key, values in _theirs(pkt).items():
+            assert key in d.flat, f"frame {d.frame.number}: ibwire lacks {key} (tshark: {values})"
+            ours = _as_list(d.flat[key])
+            assert ours == values, f"frame {d.frame.number} {key}: tshark {values}, ibwire {ours}"
+            compared.add(key)
+    # every DCB field ibwire names is among those compared (nothing of ours goes unchecked but pause_s)
+    for d in decoded:
+        ours = {k for k in d.flat if k.split(".")[0] in ("macc", "lldp") and "." in k and "pause_s" not in k}
+        assert ours <= compared, ours - compared
+    assert {"macc.cbfc.enbv", "macc.cbfc.pause_time.c7", "macc.pause_time", "lldp.dcbx.ieee.ets.tsa7",
+            "lldp.dcbx.feature.pfc.prio3", "lldp.dcbx.ieee.app.prio", "lldp.dcbx.feature.pg.pgid_prio7",
+            "lldp.dcbx.control.seq", "lldp.dcbx.feature.app.oui", "lldp.dcbx.feature.app.prio",
+            "lldp.dcbx.feature.willing", "lldp.dcbx.feature.pg.numtcs"} <= compared
+
+
+def test_fields_output_equals_tsharks(capture, tshark):
+    keys = ["frame.protocols", "macc.opcode", "macc.pause_time", "macc.cbfc.enbv", "macc.cbfc.enbv.c5",
+            "macc.cbfc.pause_time.c0", "macc.cbfc.pause_time.c6", "lldp.tlv.type", "lldp.tlv.len", "lldp.chassis.id.mac",
+            "lldp.port.id", "lldp.time_to_live", "lldp.orgtlv.oui", "lldp.ieee.802_1.subtype", "lldp.dcbx.ieee.willing",
+            "lldp.dcbx.ieee.ets.maxtcs", "lldp.dcbx.feature.pg.per2", "lldp.dcbx.ieee.pfc.numtcs",
+            "lldp.dcbx.feature.pfc.prio0", "lldp.dcbx.ieee.app.prio", "lldp.dcbx.iee.app.sf",
+            "lldp.dcbx.feature.app.proto", "vlan.priority", "lldp.dcbx.proto", "lldp.dcbx.type", "lldp.dcbx.version",
+            "lldp.dcbx.control.ack", "lldp.dcbx.feature.enabled", "lldp.dcbx.feature.subtype",
+            "lldp.dcbx.feature.app.oui", "lldp.dcbx.feature.app.sf", "lldp.dcbx.feature.app.prio",
+            "lldp.dcbx.feature.pfc.numtcs"]
+    args = [a for k in keys for a in ("-e", k)]
+    theirs = subprocess.run([tshark, "-r", str(capture), "-T", "fields", *args], capture_output=True, text=True,
+                            check=True).stdout
+    ours = run_ibwire("decode", capture, "-T", "fields", *args, check=True, unwrapped=True).stdout
+    assert ours.splitlines() == theirs.splitlines()
+
+
+def test_pause_time_in_seconds_at_the_port_speed(capture):
+    """A quantum is 512 bit times: 65535 quanta stop a 100 Gb/s port for 335.5 µs, a 25 Gb/s one 4× longer;
+    the summary line says which speed it assumed."""
+    assert pause_seconds(0xFFFF) == pytest.approx(335.5392e-6)
+    assert pause_seconds(0xFFFF, 25e9) == pytest.approx(4 * 335.5392e-6)
+    d = next(d for d in map(decode_frame, iter_frames(capture)) if d.flat.get("macc.pause_time"))
+    assert d.flat["macc.pause_s"] == pytest.approx(d.flat["macc.pause_time"] * 512 / 100e9)
+    text = run_ibwire("decode", capture, "--port-speed", "25G", "-c", "2", check=True, unwrapped=True).stdout
+    assert "at 25 Gb/s" in text and "PFC" in text and "PAUSE" in text
+
+
+def test_health_reads_the_pfc_priorities_tshark_shows(capture, tshark):
+    """`ibwire health` takes each port's PFC-enabled priorities from its last DCBX PFC TLV (here the CEE one,
+    sent after the IEEE one): the priorities tshark shows enabled in that frame."""
+    keys = [f"lldp.dcbx.feature.pfc.prio{p}" for p in range(8)]
+    out = subprocess.run([tshark, "-r", str(capture), "-Y", "lldp.dcbx.proto", "-T", "fields", "-e", "eth.src"]
+                         + [a for k in keys for a in ("-e", k)], capture_output=True, text=True, check=True).stdout
+    want = {}
+    for line in out.splitlines():
+        src, *bits = line.split("\t")
+        want[src] = [p for p, b in enumerate(bits) if b in ("1", "True")]
+    doc = json.loads(run_ibwire("health", capture, "-T", "json", unwrapped=True).stdout)
+    assert {port: d["pfc_enabled"] for port, d in doc["dcbx"].items()} == want and len(want) == 24
