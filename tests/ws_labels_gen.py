@@ -36,7 +36,14 @@ SOME = {"eth.type": {0x0800, 0x86DD, 0x8100, 0x8915, 0x88CC, 0x8808, 0x0806},
 TABLE = {"vlan.priority": 1}
 
 
+# Protocols beside InfiniBand that ibwire decodes (DCB, NVMe-oF): the fields ibwire knows of them.
+BESIDE = ("lldp.", "macc.", "nvme.", "nvme-rdma.")
+
+
 def wanted(name: str) -> bool:
+    if name.startswith(BESIDE):
+        from ibwire.fieldtypes import field_type
+        return field_type(name) is not None
     return name.startswith("infiniband.") or name in OTHER
 
 

@@ -223,7 +223,8 @@ def _heading(name: str, items: list, frame: dict) -> str:
         return f"User Datagram Protocol, Src Port: {get.get('udp.srcport')}, Dst Port: {get.get('udp.dstport')}"
     if name == "data":
         return f"Data ({get.get('data.len')} bytes)"
-    return {"infiniband": "InfiniBand", "erf": "Extensible Record Format",
+    return {"infiniband": "InfiniBand", "erf": "Extensible Record Format", "lldp": "Link Layer Discovery Protocol",
+            "macc": "MAC Control", "nvme-rdma": "NVM Express Fabrics RDMA", "nvme": "NVM Express",
             "_ws.malformed": "[Malformed Packet: InfiniBand]"}.get(name, name)
 
 
