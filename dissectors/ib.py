@@ -343,6 +343,7 @@ class AETH(_ExtHeader):
 
     ws_name = ws_key = "aeth"
     fields_desc = [ByteField("syndrome", 0), BitField("msn", 0, 24)]
+    ws_probes = ({"syndrome": 0}, {"syndrome": 0x20}, {"syndrome": 0x40}, {"syndrome": 0x60})   # ACK, RNR, -, NAK
 
     def ws_extra(self):
         syn = self.syndrome

@@ -324,10 +324,12 @@ def layer_field_types() -> dict:
                         WIDTH.setdefault(key, bits // 8)
                     if wide and ftype == UINT:
                         WIDE.add(key)
-        try:
-            extra = cls().ws_extra() if hasattr(cls, "ws_extra") else {}
-        except Exception:
-            extra = {}
+        extra = {}
+        for probe in getattr(cls, "ws_probes", ({},)) if hasattr(cls, "ws_extra") else ():
+            try:                               # each probe (field values) shows the extra fields of one case
+                extra.update(cls(**probe).ws_extra())
+            except Exception:
+                pass
         for name, value in extra.items():
             out.setdefault(f"{ws}.{name}", STRING if isinstance(value, str) else BYTES if isinstance(value, bytes)
                            else UINT)

@@ -26,7 +26,7 @@ from ibwire.readers import iter_frames
 from ibwire.writers import PcapWriter
 from tshark_oracle import PUBLIC
 
-TOTAL = 100_000
+TOTAL = 40_000
 KEYS = ["frame.number", "bth.psn", "ip.addr", "eth.src", "mad.transactionid", "icrc.status", "frame.time_relative"]
 
 

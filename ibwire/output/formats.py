@@ -1,11 +1,9 @@
-"""JSON objects and `-e` field columns of a record as line programs (ibwire.output.program).
+"""`-e` field columns of a record as line programs (ibwire.output.program).
 
-A record shows the headers the compiled decoder reads (encapsulation, LRH, GRH, BTH, extended headers,
-MAD common header, CRC verdicts); 64-bit values are "0x…" strings so that JSON readers keep every bit.
-Field columns print values as tshark's `-T fields` does: its display base per field (hex fields
+A record holds the headers the compiled decoder reads (encapsulation, LRH, GRH, BTH, extended headers,
+MAD common header, CRC verdicts); a field it lacks hands the frame to the full decode.  Field columns print values as tshark's `-T fields` does: its display base per field (hex fields
 zero-padded to the field's width), `a,b` for the either-end fields.
 """
-import json
 from typing import List, Optional
 
 import numpy as np
@@ -103,12 +101,15 @@ def _atomic_alias(key: str, row) -> str:
     return key
 
 
-def fields_parts(keys: List[str], row1, sep: str, quote: str, time_base) -> list:
+def fields_parts(keys: List[str], row1, sep: str, quote: str, time_base, minimal: bool = False) -> list:
+    """`minimal`: CSV quoting, only where a value may hold the separator (an either-end field's `a,b`)."""
     out = []
     for i, key in enumerate(keys):
         if i:
             out.append(sep)
         v = leaf_parts(key, row1, time_base)
+        if minimal and sep == "," and key in EITHER and "," in v:
+            v = ['"'] + v + ['"']
         out += [quote] + v + [quote] if v and quote else v
     return out + ["\n"]
 
@@ -116,90 +117,3 @@ def fields_parts(keys: List[str], row1, sep: str, quote: str, time_base) -> list
 def time_base_of(keys: List[str]) -> Optional[str]:
     """The one relative time field a field-column program may print from records."""
     return next((k for k in keys if k in ("frame.time_relative", "frame.time_delta")), None)
-
-
-# ---- JSON ----
-
-_BY_HEADER = {}
-for _col, _key in R.FIELD_KEYS.items():
-    _proto, _, _name = _key.partition(".")
-    _BY_HEADER.setdefault(_proto, []).append((_name, _col))
-
-
-def _value(col: str) -> list:
-    kind, size = R.RECORD[col].kind, R.RECORD[col].itemsize
-    if kind == "u" and size == 8:
-        return ['"0x', ("hex", col, 16), '"']
-    return [("idec" if kind == "i" else "udec", col)]
-
-
-def _obj(items) -> list:
-    out = ["{"]
-    for i, (name, parts) in enumerate(items):
-        out += ([", "] if i else []) + [json.dumps(name) + ": "] + parts
-    return out + ["}"]
-
-
-def _header(proto: str) -> list:
-    return [(name, _value(col)) for name, col in _BY_HEADER.get(proto, [])]
-
-
-def errors_of(row) -> List[str]:
-    f, out = int(row["flags"]), []
-    if f & R.F_TRUNCATED:
-        out.append("truncated")
-    if f & R.F_MALFORMED:
-        out.append("malformed")
-    if row["icrc"] == R.BAD:
-        out.append("bad ICRC")
-    if row["vcrc"] == R.BAD:
-        out.append("bad VCRC")
-    if int(row["flags"]) & R.F_BTH and int(row["opcode"]) not in OPCODES:
-        out.append(f"unknown opcode 0x{int(row['opcode']):02x}")
-    return out
-
-
-def layers_parts(row) -> list:
-    link, flags = int(row["link"]), int(row["flags"])
-    layers = []
-    if int(row["linktype"]) == 1:
-        layers.append(("eth", _obj([("src", ['"', ("mac", "eth_src"), '"']), ("dst", ['"', ("mac", "eth_dst"), '"'])])))
-    if int(row["vlan"]) >= 0:
-        layers.append(("vlan", _obj([("id", [("idec", "vlan")])])))
-    addrs = [("src", ['"', ("addr", "src"), '"']), ("dst", ['"', ("addr", "dst"), '"'])]
-    gids = [("src", ['"', ("addr", "src", 0, 1), '"']), ("dst", ['"', ("addr", "dst", 0, 1), '"'])]
-    if link == R.ROCE2V4:
-        layers.append(("ip", _obj(addrs + [("dsfield.ecn", [("udec", "ecn")])])))
-    if link == R.ROCE2V6:
-        layers.append(("ipv6", _obj(gids + [("tclass.ecn", [("udec", "ecn")])])))
-    if link in (R.ROCE2V4, R.ROCE2V6):
-        layers.append(("udp", _obj([("srcport", [("udec", "udp_src")]), ("dstport", [("udec", "udp_dst")])])))
-    if link in (R.IB, R.IBGRH):
-        layers.append(("lrh", _obj(_header("lrh"))))
-    if link in (R.ROCE1, R.IBGRH):
-        layers.append(("grh", _obj([("sgid", gids[0][1]), ("dgid", gids[1][1])])))
-    if flags & R.F_BTH:
-        layers.append(("bth", _obj(_header("bth"))))
-        op = OPCODES.get(int(row["opcode"]))
-        for h in op.headers if op else ():
-            if h in _BY_HEADER:
-                layers.append((h, _obj(_header(h))))
-        if flags & R.F_MAD:
-            layers.append(("mad", _obj(_header("mad"))))
-    analysis = [(key.split(".", 2)[2], _analysis_parts(key, row, "true")) for key in R.analysis_values(row)]
-    for i, (name, parts) in enumerate(analysis):
-        if R.ANALYSIS[R.ANALYSIS_FIELDS["bth.analysis." + name]][1] == "cause":
-            analysis[i] = (name, [json.dumps(parts[0])])
-    if analysis:
-        layers.append(("bth.analysis", _obj(analysis)))
-    for crc in ("icrc", "vcrc"):
-        if int(row[crc]) != R.ABSENT:
-            layers.append((crc, _obj([("status", [json.dumps(R.CRC_STATUS[int(row[crc])])])])))
-    return _obj(layers)
-
-
-def json_parts(row) -> list:
-    """One packet as a JSON object: frame, time, lengths, link type, layers, errors."""
-    return _obj([("frame", [("udec", "frame")]), ("time", [("time", "time_ns", JSON_TIME_DECIMALS)]),
-                 ("caplen", [("udec", "caplen")]), ("len", [("udec", "len")]), ("linktype", [("udec", "linktype")]),
-                 ("layers", layers_parts(row)), ("errors", [json.dumps(errors_of(row))])]) + ["\n"]

@@ -76,13 +76,16 @@ class Printer:
         self.keys = keys or []
         self.fields = fields or []
         self.sep, self.quote = separator, quote
+        # CSV without -E quote: a value holding the separator, a quote or a line break is quoted (RFC 4180)
+        self.minimal = fmt == "csv" and not quote
         self.cache = {}
         self.decimals = None
         self.t0 = None            # ns of the capture's first frame
         self.prev = None          # ns of the last frame seen (captured)
         self.prev_shown = None    # ns of the last frame printed
         self.started = False
-        self.records_answer = True
+        # jsonl is the whole decode of each frame (every field -V shows), which records do not hold
+        self.records_answer = fmt != "jsonl"
         self.time_base = formats.time_base_of(self.keys) if fmt in ("fields", "csv") else None
         if fmt in ("fields", "csv") and self.keys:
             probe = np.zeros(1, R.RECORD)
@@ -242,10 +245,8 @@ class Printer:
         try:
             if self.fmt == "text":
                 parts = summary.record_parts(row, self._time_part())
-            elif self.fmt == "jsonl":
-                parts = formats.json_parts(row)
             else:
-                parts = formats.fields_parts(self.keys, row1, self.sep, self.quote, self.time_base)
+                parts = formats.fields_parts(self.keys, row1, self.sep, self.quote, self.time_base, self.minimal)
         except (formats.Unsure, NotBatchable):       # a field only the full decode knows (the probe cannot tell)
             return None
         return compile_parts(parts)
@@ -273,6 +274,8 @@ class Printer:
                 text = _field_text(key, d.flat)
             if key != self.time_base and not (key == "frame.time_epoch" and self.time_base is None):
                 v = [text] if text != "" else []
+            if v and self.minimal and isinstance(v[0], str) and any(c in v[0] for c in (self.sep, '"', "\n")):
+                v = ['"' + v[0].replace('"', '""') + '"']
             parts += [self.quote] + v + [self.quote] if v and self.quote else v
         return compile_parts(parts + ["\n"])
 
