@@ -69,22 +69,32 @@ class Lab:
     def pair(self, server: str, client: str, server_argv, client_argv, timeout=240, port=None):
         """Server in one guest, client in another once the server listens (its TCP port, else an RDMA-CM
         listener)."""
-        ready = f"ss -ltn | grep -q ':{port} '" if port else "rdma res show cm_id 2>/dev/null | grep -q LISTEN"
+        ready = f"ss -ltn | grep -q ':{port} '" if port else "rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q \" pid $p \""
         wait = f"until {ready}; do sleep 0.1; done; echo IBW-LISTENING"
         cmd = f"{' '.join(server_argv)} & p=$!; {wait}; wait $p"
         srv = subprocess.Popen(CLI + ["lab", "run", server, "--prefix", PREFIX, "--", "sh", "-c", cmd], env=self.env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            line = srv.stdout.readline()
-            assert "IBW-LISTENING" in line, f"server did not start: {line}{srv.stderr.read()}"
+            banner = _await_listening(srv)
             cli = self.run(client, *client_argv, timeout=timeout)
             out, err = srv.communicate(timeout=timeout)
             assert srv.returncode == 0, f"server rc {srv.returncode}: {out[-1500:]} {err[-1500:]}"
-            return cli.stdout, out
+            return cli.stdout, banner + out
         finally:
             if srv.poll() is None:
                 srv.kill()
                 srv.wait()
+
+
+def _await_listening(srv: subprocess.Popen) -> str:
+    """Read the server's output up to the line saying it listens (the tool may print its banner first);
+    what it printed before."""
+    seen = []
+    for line in srv.stdout:
+        if "IBW-LISTENING" in line:
+            return "".join(seen)
+        seen.append(line)
+    raise AssertionError(f"server did not start: {''.join(seen)[-1500:]}{srv.stderr.read()[-1500:]}")
 
 
 class Capture:
@@ -388,6 +398,36 @@ def test_loss_retransmissions_agree_with_rxe_counters(rlab, tmp_path):
     assert "netem" not in netem.stdout
 
 
+def _silent_responder_run(rlab, argv, path):
+    """One run of the silent-responder scenario: (the client's CompletedProcess, whether the fault was injected
+    while the client was moving data)."""
+    srv = subprocess.Popen(CLI + ["lab", "run", "g0", "--prefix", PREFIX, "--", "sh", "-c",
+                                  f"{' '.join(argv)} & p=$!; until rdma res show cm_id 2>/dev/null | grep LISTEN | "
+                                  f"grep -q \" pid $p \"; do sleep 0.1; done; echo IBW-LISTENING; wait $p"],
+                           env=rlab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done, injected = [], False
+    try:
+        _await_listening(srv)
+        with Capture(rlab, 1, path):
+            client = threading.Thread(target=lambda: done.append(rlab.run("g1", *argv, rlab.ip["g0"], timeout=240,
+                                                                          check=False)))
+            client.start()
+            start, t0 = rlab.rep_counters("g1"), time.monotonic()
+            while rlab.rep_counters("g1") - start < 2000 and time.monotonic() - t0 < 120 and client.is_alive():
+                time.sleep(0.2)
+            if client.is_alive():
+                rlab.cli("lab", "faults", "g0", "--loss", "100%", "--prefix", PREFIX)
+                injected = True
+            client.join(240)
+    finally:
+        rlab.cli("lab", "faults", "g0", "--clear", "--prefix", PREFIX)
+        srv.kill()
+        srv.wait()
+        for g in ("g0", "g1"):     # a -D 60 run outlives the host's `lab run`
+            rlab.run(g, "pkill", "-x", "ib_write_bw", check=False)
+    return done[0], injected
+
+
 def test_a_silent_responder_is_retry_exceeded_as_rxe_and_perftest_report_it(rlab, tmp_path):
     """RC WRITE from g1 to g0 over RDMA-CM with retry_count 3 (rxe takes a retry_cnt of 7 as "retry
     forever", rxe_comp.c, so perftest's default would never give up); once data flows, netem drops
@@ -396,30 +436,17 @@ def test_a_silent_responder_is_retry_exceeded_as_rxe_and_perftest_report_it(rlab
     "transport retry counter exceeded"), rxe counts one retry_exceeded_err and one completer_retry_err per
     retry.  `flows` must say the same from the capture alone: timeout-driven episodes only, 3 retries of one
     PSN, the QP gave up with no answer after, and waits that fit the local ACK timeout rdma_cm chose."""
-    path, retries = tmp_path / "rc_silent.pcap", 3
-    before = {g: rlab.counters(g) for g in ("g0", "g1")}
+    retries = 3
     argv = ["ib_write_bw", "-d", "rxe0", "-F", "-R", "--retry_count", str(retries), "-s", "4096", "-D", "60"]
-    srv = subprocess.Popen(CLI + ["lab", "run", "g0", "--prefix", PREFIX, "--", "sh", "-c",
-                                  f"{' '.join(argv)} & p=$!; until rdma res show cm_id 2>/dev/null | grep -q LISTEN; "
-                                  f"do sleep 0.1; done; echo IBW-LISTENING; wait $p"],
-                           env=rlab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    done = []
-    try:
-        assert "IBW-LISTENING" in srv.stdout.readline()
-        with Capture(rlab, 1, path):
-            client = threading.Thread(target=lambda: done.append(rlab.run("g1", *argv, rlab.ip["g0"], timeout=240,
-                                                                          check=False)))
-            client.start()
-            start, t0 = rlab.rep_counters("g1"), time.monotonic()
-            while rlab.rep_counters("g1") - start < 2000 and time.monotonic() - t0 < 120:
-                time.sleep(0.2)
-            rlab.cli("lab", "faults", "g0", "--loss", "100%", "--prefix", PREFIX)
-            client.join(240)
-    finally:
-        rlab.cli("lab", "faults", "g0", "--clear", "--prefix", PREFIX)
-        srv.kill()
-        srv.wait()
-    (r,) = done
+    for attempt in range(3):
+        path = tmp_path / f"rc_silent{attempt}.pcap"
+        before = {g: rlab.counters(g) for g in ("g0", "g1")}
+        r, injected = _silent_responder_run(rlab, argv, path)
+        # Under TCG the client's first SEND of the RDMA-CM handshake can meet a receive the server has not
+        # posted yet (RNR retries exceeded, status 13) or its REQ a listener not ready: nothing this test is
+        # about, so the run is made again (each with its own capture and counters).
+        if injected:
+            break
     said = r.stdout + r.stderr
     assert r.returncode != 0 and re.search(r"status:? 12\b", said, re.I), said[-1500:]
     after = {g: rlab.counters(g) for g in ("g0", "g1")}

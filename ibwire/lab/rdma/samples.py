@@ -97,7 +97,7 @@ def record(prefix: str, outdir: str, only: Optional[List[str]] = None, say=print
 
 def _pair(prefix: str, server: List[str], client: List[str]) -> int:
     """Server in g0 (once it listens), client in g1; the first non-zero exit status, else 0."""
-    ready = "ss -ltn | grep -q ':18515 ' || rdma res show cm_id 2>/dev/null | grep -q LISTEN"
+    ready = "ss -ltn | grep -q ':18515 ' || rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q \" pid $p \""
     cmd = f"{' '.join(server)} & p=$!; until {ready}; do sleep 0.1; done; echo IBW-LISTENING >&2; wait $p"
     listening = threading.Event()
     rcs = {}
