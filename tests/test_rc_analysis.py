@@ -107,8 +107,8 @@ def test_every_output_carries_the_fields(tmp_path):
     assert r.stdout.splitlines()[1:] == ["17,nak", "46,nak", "122,rnr"]      # two NAKs and an RNR NAK declared
     r = run_ibwire("decode", pcap, "-V", "-Y", f"frame.number == {truth['lost'][0]}")
     tree = r.stdout.split("[RC analysis]\n")[1].splitlines()
-    assert tree[:3] == ["    bth.analysis.retransmission: True", "    bth.analysis.lost: True",
-                        "    bth.analysis.retry_cause: nak"]
+    assert tree[:3] == ["        bth.analysis.retransmission: True", "        bth.analysis.lost: True",
+                        "        bth.analysis.retry_cause: nak"]
     out = tmp_path / "p.parquet"
     assert run_ibwire("export", pcap, "-o", out).returncode == 0
     t = pq.read_table(out).to_pydict()

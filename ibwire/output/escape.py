@@ -17,7 +17,13 @@ def _escape(m: re.Match) -> str:
     return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
 
 
-def printable(text) -> str:
-    """`text` (any value: str() of it) with every control character escaped."""
+def _octal(m: re.Match) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\{ord(c):03o}" if ord(c) < 0x80 else f"\\u{ord(c):04x}")
+
+
+def printable(text, octal: bool = False) -> str:
+    """`text` (any value: str() of it) with every control character escaped; `octal`: an unnamed ASCII
+    control as `\\ooo`, the way tshark -V writes it (ESC: `\\033`)."""
     text = str(text)
-    return _UNSAFE.sub(_escape, text) if _UNSAFE.search(text) else text
+    return _UNSAFE.sub(_octal if octal else _escape, text) if _UNSAFE.search(text) else text

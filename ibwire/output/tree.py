@@ -167,7 +167,8 @@ def field_line(key: str, value) -> str:
     if key in WHOLE:
         return WHOLE[key](value)
     spec = FIELDS.get(key)
-    if spec is None:
+    if spec is None:                     # ibwire's own field: its display-filter name
+        key = key[len(IB):] if key.startswith(IB) else key
         return f"{key}: {value}" if value != "" else key
     label, ftype, base, mask = spec
     if ftype in ("FT_NONE", "FT_PROTOCOL"):
@@ -276,7 +277,7 @@ def tree_text(layers: list, flat: dict, extra: dict = None) -> str:
     if extra:
         out.append("ibwire")
         out += [f"    {key}: {value}" for key, value in extra.items()]
-    return "\n".join(map(printable, out)) + "\n"
+    return "\n".join(printable(line, octal=True) for line in out) + "\n"
 
 
 def hex_dump(data: bytes) -> str:
@@ -289,15 +290,53 @@ def hex_dump(data: bytes) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _value_names() -> dict:
+    """Field -> {number: name} for the numbers ibwire names and tshark 4.0's tree leaves bare."""
+    from dissectors.mad import table as T
+    widths = {k: v.upper() for k, v in T.LINK_WIDTHS.items()}
+    return {"mad.mgmtclass": {k: v[1] for k, v in T.CLASSES.items()}, "mad.method": T.METHODS,
+            "portinfo.portstate": T.PORT_STATES, "nodeinfo.nodetype": T.NODE_TYPES, "sminfo.smstate": T.SM_STATES,
+            "rmpp.rmpptype": T.RMPP_TYPES, **{f"portinfo.linkwidth{w}": widths for w in ("active", "enabled", "supported")},
+            **{f"portinfo.linkspeed{w}": T.LINK_SPEEDS for w in ("active", "enabled", "supported")}}
+
+
+_NAMES = {}
+
+
+def _named(key: str, value, flat: dict):
+    """`Name (number)` of a numbered field ibwire names, else None."""
+    if not _NAMES:
+        _NAMES.update(_value_names())
+    if isinstance(value, list):
+        shown = [_named(key, v, flat) for v in value]
+        return ", ".join(shown) if all(shown) else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    if key == "mad.attributeid":
+        from dissectors.mad.table import attribute
+        name = attribute(flat.get("mad.mgmtclass", -1), value)[0]
+    else:
+        name = _NAMES.get(key, {}).get(value)
+    return f"{name} ({f'0x{value:x}' if value > 9 else value})" if name else None
+
+
 def own_fields(flat: dict, layers: list) -> dict:
-    """ibwire's fields of a frame that its tshark-shaped layers do not hold (CRC verdicts, names, …)."""
+    """ibwire's fields of a frame that its tshark-shaped layers do not hold (CRC verdicts, names of the
+    numbers tshark shows bare, …); payload and padding bytes are in tshark's Data and trailer lines."""
     from .tshark_doc import leaves
     held = set()
     for _, items in layers:
         for k, _v in leaves(items, []):
             held.add(k[len(IB):] if k.startswith(IB) else k)
-    return {k: v for k, v in flat.items() if k not in held and "." in k and not k.startswith(("frame.", "_"))
-            and isinstance(v, (int, str, float))}
+    out = {}
+    for k, v in flat.items():
+        named = _named(k, v, flat) if k in _NAMES or k == "mad.attributeid" or not _NAMES else None
+        if named:
+            out[k] = named
+        elif k not in held and "." in k and not k.startswith(("frame.", "_", "payload.", "padding.")) \
+                and isinstance(v, (int, str, float)):
+            out[k] = v
+    return out
 
 
 def tree(decoded) -> str:
