@@ -13,6 +13,9 @@ import sys
 
 # ibwire does no linear algebra: numpy's BLAS thread pool would only cost start-up time (set before numpy loads)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# pyarrow on the C library's allocator (set before pyarrow loads): export's peak memory is lower and the
+# same from run to run (180k packets: 140 MB each run, against 150-166 MB with pyarrow's default mimalloc)
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 from ..errors import UserError
 from ..output.escape import printable
