@@ -29,7 +29,7 @@ def bytes_text(value, sep: str = ":", width: int = 0) -> str:
             return value
     else:
         raw = bytes(value)
-    return sep.join(f"{b:02x}" for b in raw) if sep else raw.hex()
+    return raw.hex(sep) if sep and raw else raw.hex()
 
 
 # Fields tshark names like the header holding them: each shows twice (the header, then its one field).
