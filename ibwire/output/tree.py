@@ -8,6 +8,7 @@ items in brackets, hidden items left out, four spaces per level.  Where a dissec
 each frame's layers in the same style, as `ibwire.<field>`.
 """
 import ipaddress
+from functools import lru_cache
 
 from .escape import printable
 from .ws_labels import FIELDS, TFS, VALUES
@@ -290,6 +291,7 @@ def hex_dump(data: bytes) -> str:
     return "\n".join(lines) + "\n"
 
 
+@lru_cache(maxsize=None)
 def _value_names() -> dict:
     """Field -> {number: name} for the numbers ibwire names and tshark 4.0's tree leaves bare."""
     from dissectors.mad import table as T
@@ -300,13 +302,8 @@ def _value_names() -> dict:
             **{f"portinfo.linkspeed{w}": T.LINK_SPEEDS for w in ("active", "enabled", "supported")}}
 
 
-_NAMES = {}
-
-
 def _named(key: str, value, flat: dict):
     """`Name (number)` of a numbered field ibwire names, else None."""
-    if not _NAMES:
-        _NAMES.update(_value_names())
     if isinstance(value, list):
         shown = [_named(key, v, flat) for v in value]
         return ", ".join(shown) if all(shown) else None
@@ -316,7 +313,7 @@ def _named(key: str, value, flat: dict):
         from dissectors.mad.table import attribute
         name = attribute(flat.get("mad.mgmtclass", -1), value)[0]
     else:
-        name = _NAMES.get(key, {}).get(value)
+        name = _value_names().get(key, {}).get(value)
     return f"{name} ({f'0x{value:x}' if value > 9 else value})" if name else None
 
 
@@ -328,9 +325,9 @@ def own_fields(flat: dict, layers: list) -> dict:
     for _, items in layers:
         for k, _v in leaves(items, []):
             held.add(k[len(IB):] if k.startswith(IB) else k)
-    out = {}
+    out, names = {}, _value_names()
     for k, v in flat.items():
-        named = _named(k, v, flat) if k in _NAMES or k == "mad.attributeid" or not _NAMES else None
+        named = _named(k, v, flat) if k in names or k == "mad.attributeid" else None
         if named:
             out[k] = named
         elif k not in held and "." in k and not k.startswith(("frame.", "_", "payload.", "padding.")) \
