@@ -16,28 +16,40 @@ NO_PUBLIC = (f"needs the public captures (real RDMA traffic recorded by others; 
 
 import litter  # noqa: E402  (tests/litter.py, found through the sys.path entry above)
 
+# `./dev test` runs the suite in two rounds: the modules below one at a time (-m serial), the rest on both
+# cores (pytest-xdist, -m "not serial", a module per worker).  Serial: QEMU labs that need the machine's whole
+# CPU to keep RDMA timers, network namespaces, veth pairs and tc filters, extcap installs into the run's one
+# home folder, and tests that measure wall time or watch the run's own writes.
+SERIAL = {"test_lab_rdma", "test_lab_audit", "test_capture_lab", "test_capture_cleanup", "test_capture_nspcap",
+          "test_capture_standin", "test_capture_verbs", "test_health_veth", "test_journal_fuzz", "test_root_writers",
+          "test_house_litter", "test_bounded_resources", "test_sm_master", "test_outputs_safe",
+          "test_devices_sysfs"}
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")   # a pytest-xdist worker: its controller set up the run below
+
 REAL_HOME = os.path.expanduser("~")
-WRITES = litter.Writes([REAL_HOME, *litter.OUTSIDE])     # first, before this process starts a thread or a process
+if not WORKER:
+    WRITES = litter.Writes([REAL_HOME, *litter.OUTSIDE])  # first, before this process starts a thread or a process
 
 # Everything a test run writes outside tmp_path goes below one scratch folder, removed at the end: Python's
 # bytecode (here and in every subprocess), hypothesis' example database, and the run's own home: HOME, the
 # XDG folders and TMPDIR point there, so what a tool keeps in the home folder (pip's cache, Chromium's
 # profile and crash reports, dconf, scapy's caches, `ibwire capture extcap --install`) lands there too.
 # The user's pip settings (an index mirror, say) are read from where they are; they are only read.
-SCRATCH = tempfile.mkdtemp(prefix="ibwire-tests-")
-START = time.time()          # a file outside the scratch folder changed since: by the run, or by another program
-for conf in (os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(REAL_HOME, ".config"), "pip", "pip.conf"),
-             os.path.join(REAL_HOME, ".pip", "pip.conf")):
-    if os.path.isfile(conf):
-        os.environ.setdefault("PIP_CONFIG_FILE", conf)
-HOME = os.path.join(SCRATCH, "home")
-os.environ.update(HOME=HOME, XDG_CONFIG_HOME=os.path.join(HOME, ".config"),
-                  XDG_CACHE_HOME=os.path.join(HOME, ".cache"), XDG_DATA_HOME=os.path.join(HOME, ".local", "share"),
-                  XDG_STATE_HOME=os.path.join(HOME, ".local", "state"), TMPDIR=os.path.join(SCRATCH, "tmp"))
-for d in (HOME, os.environ["TMPDIR"]):
-    os.makedirs(d)
-os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = os.path.join(SCRATCH, "pycache")
-os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = os.path.join(SCRATCH, "hypothesis")
+if not WORKER:   # workers inherit the controller's scratch folder, HOME, TMPDIR and mount namespace
+    SCRATCH = tempfile.mkdtemp(prefix="ibwire-tests-")
+    START = time.time()          # a file outside the scratch folder changed since: by the run, or by another program
+    for conf in (os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(REAL_HOME, ".config"), "pip", "pip.conf"),
+                 os.path.join(REAL_HOME, ".pip", "pip.conf")):
+        if os.path.isfile(conf):
+            os.environ.setdefault("PIP_CONFIG_FILE", conf)
+    HOME = os.path.join(SCRATCH, "home")
+    os.environ.update(HOME=HOME, XDG_CONFIG_HOME=os.path.join(HOME, ".config"),
+                      XDG_CACHE_HOME=os.path.join(HOME, ".cache"), XDG_DATA_HOME=os.path.join(HOME, ".local", "share"),
+                      XDG_STATE_HOME=os.path.join(HOME, ".local", "state"), TMPDIR=os.path.join(SCRATCH, "tmp"))
+    for d in (HOME, os.environ["TMPDIR"]):
+        os.makedirs(d)
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = os.path.join(SCRATCH, "pycache")
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = os.path.join(SCRATCH, "hypothesis")
 BEFORE = pytest.StashKey[dict]()     # the repository as the run found it
 OUTSIDE = pytest.StashKey[dict]()    # the names in the home folder and litter.OUTSIDE as the run found them
 
@@ -48,6 +60,8 @@ def outside(since=None):
 
 
 def pytest_sessionstart(session):
+    if WORKER:
+        return
     session.config.stash[BEFORE] = litter.snapshot(ROOT)
     session.config.stash[OUTSIDE] = outside()
 
@@ -57,6 +71,8 @@ def pytest_sessionfinish(session, exitstatus):
     repository (ignored files included), and what a process of the run wrote in the home folder or in the
     places of litter.OUTSIDE, fails the run and is listed.  Changes there that the run did not make (see
     litter.Writes) are listed as a note."""
+    if WORKER:
+        return
     shutil.rmtree(SCRATCH, ignore_errors=True)
     before = session.config.stash.get(BEFORE, None)
     if before is None:
@@ -86,9 +102,16 @@ def pytest_report_header(config):
     return None if PUBLIC.is_dir() else f"no {PUBLIC}: the tests that read the public captures skip"
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "serial: runs alone, in ./dev test's second round (conftest.SERIAL)")
+
+
 def pytest_collection_modifyitems(items):
-    """In a plain clone (no ../shared beside it) a test that reads the public captures skips, saying where
-    they come from; where they are (CI), nothing is skipped on their account."""
+    """Marks the SERIAL modules' tests.  In a plain clone (no ../shared beside it) a test that reads the public
+    captures skips, saying where they come from; where they are (CI), nothing is skipped on their account."""
+    for item in items:
+        if item.path.stem in SERIAL:
+            item.add_marker(pytest.mark.serial)
     if PUBLIC.is_dir():
         return
     import public_need  # tests/public_need.py
