@@ -316,7 +316,7 @@ def layer_field_types() -> dict:
                 continue
             ftype = _scapy_type(f)
             wide = getattr(f, "sz", 0) == 8 or getattr(f, "size", 0) == 64
-            bits = f.size if hasattr(f, "size") and isinstance(getattr(f, "size"), int) else 8 * getattr(f, "sz", 0)
+            bits = f.size if hasattr(f, "size") and isinstance(f.size, int) else 8 * getattr(f, "sz", 0)
             for key in (f"{ws}.{f.name}", alias.get(f.name)):
                 if key:
                     out.setdefault(key, ftype)

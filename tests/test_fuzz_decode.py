@@ -155,7 +155,7 @@ def test_every_output_format_survives_the_mutations(mutants):
     with ProcessPoolExecutor(parts, mp_context=multiprocessing.get_context("fork")) as pool:
         done = list(pool.map(_print_share, [j[0] for j in jobs], [j[2] for j in jobs], [parts] * len(jobs)))
     counts, statuses, trees, dumps, numbers = dict.fromkeys(FORMATS, 0), set(), 0, 0, defaultdict(list)
-    for (path, n, _), (c, nums, st, tr, du) in zip(jobs, done):
+    for (path, _n, _), (c, nums, st, tr, du) in zip(jobs, done):
         counts = {f: counts[f] + c[f] for f in FORMATS}
         numbers[path] += nums
         statuses |= st

@@ -67,8 +67,8 @@ def test_link_type_242_summarised_like_the_same_ipoib_on_native_ib(tshark, publi
                 continue
             d = decode_frame(fr)
             layer = d.packet.getlayer(IPoIB)
-            inner = {0x0800: lambda: d.flat["ip.len"], 0x86DD: lambda: 40 + d.flat["ipv6.plen"],
-                     0x0806: lambda: 8 + 2 * (20 + 4)}[d.flat["ipoib.type"]]()
+            kind = d.flat["ipoib.type"]
+            inner = d.flat["ip.len"] if kind == 0x0800 else 40 + d.flat["ipv6.plen"] if kind == 0x86DD else 8 + 2 * (20 + 4)
             w.write(raw(IPoIBLink(type=d.flat["ipoib.type"]) / raw(layer)[4:4 + inner]), fr.time)
             kept.append(fr.number)
     ours = list(_ours(path).values())

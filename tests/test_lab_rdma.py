@@ -329,7 +329,7 @@ def _counted_naks(req, resp) -> int:
     first = req[0][0]
     ends = sorted({psn for psn, op, _ in req if op in _MESSAGE_ENDS}, key=lambda p: (p - first) % (1 << 24))
     wqe, comp, counted = 0, first, 0
-    for psn, op, syn in resp:
+    for psn, _op, syn in resp:
         if wqe == len(ends) or syn is None:
             continue
         last = ends[wqe]
@@ -388,7 +388,7 @@ def test_loss_retransmissions_agree_with_rxe_counters(rlab, tmp_path):
     counted = _counted_naks(req, resp)
     assert 1 <= d1["rcvd_seq_err"] <= counted <= naks, (d1["rcvd_seq_err"], counted, naks)
     expected, dups = None, 0
-    for psn, op, _ in req:                         # the responder accepts only the expected PSN
+    for psn, _op, _ in req:                        # the responder accepts only the expected PSN
         if expected is None or psn == expected:
             expected = (psn + 1) % (1 << 24)
         elif _after(expected, psn):

@@ -24,13 +24,13 @@ def leaves(documents) -> dict:
         layers = doc["_source"]["layers"]
         frame = int(layers["frame"]["frame.number"])
 
-        def walk(obj):
+        def walk(obj, frame):
             for key, value in obj.items():
                 if isinstance(value, dict):
-                    walk(value)
+                    walk(value, frame)
                 elif key.startswith("nvme"):
                     out[(frame, key)] = value
-        walk({k: v for k, v in layers.items() if k.startswith("nvme")})
+        walk({k: v for k, v in layers.items() if k.startswith("nvme")}, frame)
     return out
 
 

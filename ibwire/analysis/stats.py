@@ -117,7 +117,7 @@ class Stats:
         for side, a, lid, mac in (("tx", "src", "slid", "eth_src"), ("rx", "dst", "dlid", "eth_dst")):
             ac, lc, mc = rec[a], rec[lid], rec[mac]
             self._acc("endpoint_" + side, group_rows(rec, (a, lid, mac)), ln,
-                      lambda i: (bytes(ac[i]), int(lc[i]), bytes(mc[i])))
+                      lambda i, ac=ac, lc=lc, mc=mc: (bytes(ac[i]), int(lc[i]), bytes(mc[i])))
 
     def state(self) -> dict:
         """Everything accumulated, as plain picklable data (to send from a worker process)."""

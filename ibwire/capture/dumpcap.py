@@ -91,7 +91,7 @@ class Dumpcap:
                                          start_new_session=True, env=owner_env())   # Ctrl-C reaches ibwire only
         except FileNotFoundError:
             raise UserError("dumpcap, the capture engine, is not installed; install wireshark-common (it comes "
-                            "with tshark)")
+                            "with tshark)") from None
         finally:
             if pcapng:
                 pcapng.close()          # dumpcap holds it now

@@ -138,7 +138,7 @@ def install() -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot create the extcap folder {folder} ({e.strerror})")
+        raise UserError(f"cannot create the extcap folder {folder} ({e.strerror})") from None
     path = folder / "ibwire-extcap"
     with output_file(path, "w", perms=0o755) as f:
         f.write(f"#!/bin/sh\n# Wireshark extcap launcher for ibwire (`ibwire extcap --install` wrote it)\n"

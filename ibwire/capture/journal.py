@@ -29,7 +29,7 @@ def run_dir(path=None) -> Path:
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot create {d} ({e.strerror}); run as root or set {RUN_ENV} to a writable directory")
+        raise UserError(f"cannot create {d} ({e.strerror}); run as root or set {RUN_ENV} to a writable directory") from None
     return d
 
 
@@ -49,10 +49,10 @@ def _lock_file(directory: Path, name: str):
     try:
         return runfiles.open_lock(directory, name)
     except runfiles.Unreadable as e:
-        raise UserError(f"the lock file {directory / name} {e}; remove it")
+        raise UserError(f"the lock file {directory / name} {e}; remove it") from None
     except OSError as e:
         raise UserError(f"cannot open {directory} ({e.strerror}); run as root or set {RUN_ENV} to a writable "
-                        f"directory")
+                        f"directory") from None
 
 
 class StateLock:
@@ -88,7 +88,7 @@ class Journal:
             runfiles.replace(self.dir, self.name, json.dumps(self.doc, indent=1).encode(), "." + self.path.stem)
         except OSError as e:
             raise UserError(f"cannot write the capture journal {self.path} ({e.strerror or e}); nothing more is "
-                            f"armed")
+                            f"armed") from None
 
     def record(self, what: str, undo: Optional[List[str]] = None, **extra) -> dict:
         """Journal a change before making it; returns the entry (update it, then call `save`)."""
@@ -213,7 +213,7 @@ class PortLock:
             self.f.seek(0)
             other = self.f.read().strip() or "another process"
             self.f.close()
-            raise UserError(f"{key} is already being captured by pid {other}; stop that capture first")
+            raise UserError(f"{key} is already being captured by pid {other}; stop that capture first") from None
         self.f.seek(0)
         self.f.truncate()
         self.f.write(str(os.getpid()))

@@ -38,7 +38,7 @@ class Sink:
             else:
                 self.w = PcapWriter(name, self.linktype)
         except OSError as e:
-            raise UserError(f"cannot write {name}: {e.strerror}")
+            raise UserError(f"cannot write {name}: {e.strerror}") from None
         self.file_bytes = 0
         self.files.append(name)
 

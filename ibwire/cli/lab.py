@@ -119,7 +119,7 @@ def lab_traffic(scenario: str = typer.Argument(..., help="A RoCEv2 capture file 
         try:
             mapping = dict(kv.split("=", 1) for kv in map_.split(","))
         except ValueError:
-            raise UserError("--map takes CAPTURE_IP=HOST pairs separated by commas")
+            raise UserError("--map takes CAPTURE_IP=HOST pairs separated by commas") from None
     sent = traffic.replay(topology.load(prefix), scenario, pairs, mapping)
     print(", ".join(f"{h}: {n} frames" for h, n in sent.items()))
 

@@ -25,7 +25,7 @@ def _sh(args: List[str], check=True) -> subprocess.CompletedProcess:
     try:
         r = subprocess.run(args, capture_output=True, text=True, timeout=30)
     except FileNotFoundError:
-        raise UserError(f"{args[0]} is not installed; the lab needs iproute2")
+        raise UserError(f"{args[0]} is not installed; the lab needs iproute2") from None
     if check and r.returncode:
         raise UserError(f"lab setup failed at `{' '.join(args)}`: {r.stderr.strip()}")
     return r
@@ -52,7 +52,7 @@ def load(prefix: str = "ibwlab") -> dict:
     try:
         return json.loads(lab_file(prefix).read_text())
     except (OSError, ValueError):
-        raise UserError(f"the lab {prefix} is not up; run `ibwire lab up`")
+        raise UserError(f"the lab {prefix} is not up; run `ibwire lab up`") from None
 
 
 def namespaces() -> List[str]:

@@ -176,7 +176,7 @@ class Printer:
                     prog = self.cache[key] = self._program(rec[sub[first[g]]:sub[first[g]] + 1])
                 local.append(prog)
             unsure = [g for g, p in enumerate(local) if p is None]
-            for g, p in enumerate(local):
+            for p in local:
                 programs.append(p if p is not None else b"")
             prog_of[idx] = inv.ravel()
             if unsure:

@@ -70,7 +70,7 @@ class SubprocessCapture:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                          start_new_session=True, env=owner_env())  # Ctrl-C reaches ibwire, which stops the child
         except FileNotFoundError:
-            raise UserError(f"{cmd[0]} is not installed; see `ibwire devices` for the backends that can run here")
+            raise UserError(f"{cmd[0]} is not installed; see `ibwire devices` for the backends that can run here") from None
         entry["pid"], entry["start"] = self.proc.pid, proc_start(self.proc.pid)
         journal.save()
         self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True)

@@ -32,7 +32,7 @@ def _batch(tool: str, lines: List[List[str]], force: bool = False) -> Tuple[int,
         r = subprocess.run([tool] + ["-force"] * force + ["-batch", "-"], input=text, capture_output=True, text=True,
                            timeout=15)
     except FileNotFoundError:
-        raise UserError(f"{tool} (iproute2) is not installed; install iproute2")
+        raise UserError(f"{tool} (iproute2) is not installed; install iproute2") from None
     return r.returncode, (r.stderr or r.stdout).strip()
 
 

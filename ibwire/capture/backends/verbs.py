@@ -88,7 +88,7 @@ class Verbs:
             names = [x.name.decode() if isinstance(x.name, bytes) else x.name for x in d.get_device_list()]
         except PyverbsRDMAError:
             raise UserError("this kernel has no RDMA support (libibverbs found no RDMA subsystem), so the verbs "
-                            "sniffer cannot run; use --backend netdev on a kernel interface or `ibwire lab`")
+                            "sniffer cannot run; use --backend netdev on a kernel interface or `ibwire lab`") from None
         if self.device not in names:
             raise UserError(f"no RDMA device named {self.device} (found: {', '.join(names) or 'none'})")
         journal.record(f"verbs sniffer flow on {self.device} port {self.port} (released when the process exits)")
@@ -96,10 +96,10 @@ class Verbs:
             self._open()
         except PyverbsRDMAError as e:
             self._close_objs()
-            raise _rdma_error(e, self.device, "creating the sniffer")
+            raise _rdma_error(e, self.device, "creating the sniffer") from None
         except PyverbsError as e:
             self._close_objs()
-            raise UserError(f"the verbs sniffer on {self.device} could not start: {e}")
+            raise UserError(f"the verbs sniffer on {self.device} could not start: {e}") from None
 
     def _open(self):
         from pyverbs.device import Context

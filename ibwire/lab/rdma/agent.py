@@ -163,7 +163,7 @@ class Jobs:
             os.unlink(f"{self.box}/req/{jid}.kill")
         except OSError:
             pass
-        for pid, job in self.running.items():
+        for job in self.running.values():
             if job[0] == jid:
                 job[1] = time.monotonic()
 

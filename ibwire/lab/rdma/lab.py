@@ -65,7 +65,7 @@ def load(prefix: str) -> dict:
     try:
         return json.loads(lab_file(prefix).read_text())
     except (OSError, ValueError):
-        raise UserError(f"the RDMA lab {prefix} is not up; run `ibwire lab up --rdma`")
+        raise UserError(f"the RDMA lab {prefix} is not up; run `ibwire lab up --rdma`") from None
 
 
 def is_rdma(prefix: str) -> bool:
