@@ -182,6 +182,7 @@ def _node_svg(g: int, n: dict, at: Tuple[float, float], lid, look: tuple, title:
     tenant; the master SM's ringed, it and a rogue SM's badged."""
     (x, y), (label, fill, name) = at, look
     cls = "node " + n["type"].lower() + (" master-sm" if master else "") + (" rogue-sm" if rogue else "")
+    facts = (n["type"] if not label else "", f"LID {lid}" if lid else "", label)
     out = (f"<g class='{cls}' data-guid='{_gid(g)}' data-tenant='{esc(label or '')}'>"
            f"<title>{esc(title)}</title>"
            f"<rect x='{x}' y='{y}' width='{BOX_W}' height='{BOX_H}' rx='{3 if n['type'] == 'Switch' else 12}' "
@@ -191,8 +192,7 @@ def _node_svg(g: int, n: dict, at: Tuple[float, float], lid, look: tuple, title:
            f"<text x='{x + BOX_W / 2}' y='{y + 18}' text-anchor='middle' font-weight='bold'>"
            f"{esc((name or f'{g:#x}')[:20])}</text>"
            f"<text class='tick' x='{x + BOX_W / 2}' y='{y + 34}' text-anchor='middle'>"
-           f"{esc(' · '.join(x for x in (n['type'] if not label else '', f'LID {lid}' if lid else '', label) if x and x != 'group'))}"
-           "</text>")
+           f"{esc(' · '.join(f for f in facts if f and f != 'group'))}</text>")
     badge = "master SM" if master else "rogue SM" if rogue else ""
     if badge:
         out += (f"<text class='sm-badge' x='{x + BOX_W - 4}' y='{y - 4}' text-anchor='end' "
