@@ -137,6 +137,90 @@ def _table(rows: List[dict]) -> str:
     return "".join(out)
 
 
+def _overview(path: str, rows: List[dict], shown: List[tuple], c: S.Collected, width: float, t_end: float) -> List[str]:
+    """The page's head: what the capture holds, the table of every conversation and all traffic over time
+    (in total and per conversation `shown`, pairs of row and position)."""
+    body = [f"<p>{esc(path)}: {plural(sum(r['packets'] for r in c.total.rows()), 'packet')}, "
+            f"{plural(len(rows), 'conversation')}, "
+            f"{si(t_end, 's')}; intervals of {si(width, 's')}. Pictures of the {len(shown)} busiest RC/UC/XRC "
+            "conversations; the tables hold the analysis's numbers.</p>",
+            "<h2>Conversations</h2>", _table(rows), "<h2 id='total'>All traffic over time</h2>"]
+    if c.total.beyond:
+        body.append(f"<p class='note'>{plural(c.total.beyond, 'packet')} lie more than {c.total.MAX:,} intervals "
+                    "after the first one and are not in the time charts (choose a longer --interval, or the capture "
+                    "has a wrong timestamp).</p>")
+    per = [(r, c.per_conv[i]) for r, i in shown if i in c.per_conv]
+    body.append(_time_charts("all packets", [c.total] + [tb for _, tb in per],
+                             ["all"] + [f"#{r['conversation']}" for r, _ in per], t_end, "time", {"scope": "total"}))
+    return body
+
+
+def _section_head(r: dict) -> List[str]:
+    """A conversation section's heading and its notes: the analysis's loss and error counts, its retries."""
+    body = [f"<section class='qp' id='conv-{r['conversation']}' data-conversation='{r['conversation']}' "
+            f"data-transport='{r['transport']}'>"
+            f"<h2>#{r['conversation']} {esc(r['transport'])}: {esc(r['a'])} QPN {esc(r['qpn_a'])} ↔ "
+            f"{esc(r['b'])} QPN {esc(r['qpn_b'])}</h2>"]
+    facts = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "not_captured", "retransmissions", "out_of_order",
+                                                      "rnr_naks", "bad_icrc") if r.get(k)]
+    facts += [f"NAK {k} {v}" for k, v in (r.get("naks") or {}).items()]
+    if r.get("not_analysed"):
+        facts.insert(0, "not analysed: " + r["not_analysed"])
+    body.append(f"<p class='note'>{esc('; '.join(facts) or 'no loss or error seen')}</p>")
+    body += [f"<p class='note retries'>{esc(t)}</p>" for t in retries.paragraph(r)]
+    return body
+
+
+def _conversation(r: dict, i: int, c: S.Collected, t0: float, t_end: float) -> List[str]:
+    """The section of conversation `r` (position `i`): a PSN graph per requester, its traffic over time and
+    its ACK and READ latency histograms."""
+    body = _section_head(r)
+    pk = c.packets.get(i)
+    if pk is None:
+        body.append("<p>No packet of this conversation passed the filter.</p></section>")
+        return body
+    if i in c.thinned:
+        whole, seen, since = c.thinned[i]
+        body.append(f"<p class='note thinned' data-kept='{whole}' data-seen='{seen}'>The graphs draw the first "
+                    f"{whole:,} of this conversation's {seen:,} packets whole (until {_rel(since - t0)}); after "
+                    "that they keep only what is marked (drops, retransmissions, NAKs, RNR NAKs and their "
+                    "waits, bad ICRCs) and the requests around it, so later ACKs and latencies are not drawn. "
+                    "The table above counts every packet.</p>")
+    ack, rd = [], []
+    for side in (0, 1):
+        ch = S.channel(pk, side)
+        if ch is None:
+            continue
+        body.append(_psn_chart(r, side, ch, t0))
+        ack.append(ch["ack_latency"])
+        rd.append(ch["read_latency"])
+    if i in c.per_conv:
+        body.append(_time_charts(f"#{r['conversation']}", [c.per_conv[i]], [f"#{r['conversation']}"], t_end, "time",
+                                 {"scope": "conversation", "conversation": r["conversation"]}))
+    for title, kind, parts, key in (("ACK latency", "ack-latency", ack, "ack_latency_us"),
+                                    ("READ latency", "read-latency", rd, "read_latency_us")):
+        v = np.concatenate(parts) if parts else np.zeros(0)
+        if len(v):
+            body.append(_histogram(f"#{r['conversation']} {title}", kind, v, r["conversation"], r.get(key)))
+    body.append("</section>")
+    return body
+
+
+def _ladder_section(rows: List[dict], pick: Optional[int], ladder_qp: Optional[int], c: S.Collected,
+                    t0: float) -> List[str]:
+    """The ladder diagram of conversation `pick` (chosen by `ladder.choose`), or why there is none."""
+    body = ["<h2 id='ladder'>Ladder diagram</h2>"]
+    if pick is None:
+        body.append(f"<p>No conversation uses QPN 0x{ladder_qp:06x}: no ladder drawn.</p>" if ladder_qp is not None
+                    else "<p>No conversation to draw.</p>")
+        return body
+    r = rows[pick]
+    body.append(f"<p>Conversation #{r['conversation']} ({esc(r['transport'])}): its CM messages and its packets "
+                f"in capture order (choose another with <code>--ladder QPN</code>).</p>")
+    body.append(ladder(r, c.packets.get(pick), c.cm, t0))
+    return body
+
+
 def render(path: str, result: dict, interval: Optional[float] = None, top: int = 8, ladder_qp: Optional[int] = None,
            icrc: bool = True, mask=None) -> str:
     """The report page for the capture at `path`, whose `flows.analyse` result is `result`."""
@@ -145,82 +229,24 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
     ends = [r["first_time"] + r["duration_s"] for r in rows if r["first_time"] is not None]
     duration = (max(ends) - min(starts)) if starts else 0.0
     width = interval or S.interval_for(duration)
-    shown = [r for r in rows if r["transport"] in SEQUENCED][:top] if top else [r for r in rows if r["transport"] in SEQUENCED]
+    sequenced = [r for r in rows if r["transport"] in SEQUENCED]
+    shown = sequenced[:top] if top else sequenced
     idx = {r["conversation"]: i for i, r in enumerate(rows)}
+    shown_at = [(r, idx[r["conversation"]]) for r in shown]
     pick = choose(rows, ladder_qp)
-    c = S.collect(path, rows, {idx[r["conversation"]] for r in shown} | ({pick} if pick is not None else set()),
-                  width, icrc, mask)
+    c = S.collect(path, rows, {i for _, i in shown_at} | ({pick} if pick is not None else set()), width, icrc, mask)
     t0 = c.total.t0 or 0.0
     t_end = max(duration + (min(starts) - t0 if starts else 0), len(c.total.rows()) * width)
-    name = os.path.basename(path)
-    body = [f"<p>{esc(path)}: {plural(sum(r['packets'] for r in c.total.rows()), 'packet')}, "
-            f"{plural(len(rows), 'conversation')}, "
-            f"{si(t_end, 's')}; intervals of {si(width, 's')}. Pictures of the {len(shown)} busiest RC/UC/XRC "
-            "conversations; the tables hold the analysis's numbers.</p>",
-            "<h2>Conversations</h2>", _table(rows), "<h2 id='total'>All traffic over time</h2>"]
-    if c.total.beyond:
-        body.append(f"<p class='note'>{plural(c.total.beyond, 'packet')} lie more than {c.total.MAX:,} intervals after the first "
-                    "one and are not in the time charts (choose a longer --interval, or the capture has a wrong "
-                    "timestamp).</p>")
-    per = [(r, c.per_conv[idx[r["conversation"]]]) for r in shown if idx[r["conversation"]] in c.per_conv]
-    body.append(_time_charts("all packets", [c.total] + [tb for _, tb in per],
-                             ["all"] + [f"#{r['conversation']}" for r, _ in per], t_end, "time", {"scope": "total"}))
-    for r in shown:
-        i = idx[r["conversation"]]
-        pk = c.packets.get(i)
-        body.append(f"<section class='qp' id='conv-{r['conversation']}' data-conversation='{r['conversation']}' "
-                    f"data-transport='{r['transport']}'>"
-                    f"<h2>#{r['conversation']} {esc(r['transport'])}: {esc(r['a'])} QPN {esc(r['qpn_a'])} ↔ "
-                    f"{esc(r['b'])} QPN {esc(r['qpn_b'])}</h2>")
-        facts = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "not_captured", "retransmissions", "out_of_order",
-                                                          "rnr_naks", "bad_icrc") if r.get(k)]
-        facts += [f"NAK {k} {v}" for k, v in (r.get("naks") or {}).items()]
-        if r.get("not_analysed"):
-            facts.insert(0, "not analysed: " + r["not_analysed"])
-        body.append(f"<p class='note'>{esc('; '.join(facts) or 'no loss or error seen')}</p>")
-        body += [f"<p class='note retries'>{esc(t)}</p>" for t in retries.paragraph(r)]
-        if pk is None:
-            body.append("<p>No packet of this conversation passed the filter.</p></section>")
-            continue
-        if i in c.thinned:
-            whole, seen, since = c.thinned[i]
-            body.append(f"<p class='note thinned' data-kept='{whole}' data-seen='{seen}'>The graphs draw the first "
-                        f"{whole:,} of this conversation's {seen:,} packets whole (until {_rel(since - t0)}); after "
-                        "that they keep only what is marked (drops, retransmissions, NAKs, RNR NAKs and their "
-                        "waits, bad ICRCs) and the requests around it, so later ACKs and latencies are not drawn. "
-                        "The table above counts every packet.</p>")
-        ack, rd = [], []
-        for side in (0, 1):
-            ch = S.channel(pk, side)
-            if ch is None:
-                continue
-            body.append(_psn_chart(r, side, ch, t0))
-            ack.append(ch["ack_latency"])
-            rd.append(ch["read_latency"])
-        if i in c.per_conv:
-            body.append(_time_charts(f"#{r['conversation']}", [c.per_conv[i]], [f"#{r['conversation']}"], t_end, "time",
-                                     {"scope": "conversation", "conversation": r["conversation"]}))
-        for title, kind, parts, key in (("ACK latency", "ack-latency", ack, "ack_latency_us"),
-                                        ("READ latency", "read-latency", rd, "read_latency_us")):
-            v = np.concatenate(parts) if parts else np.zeros(0)
-            if len(v):
-                body.append(_histogram(f"#{r['conversation']} {title}", kind, v, r["conversation"], r.get(key)))
-        body.append("</section>")
-    body.append("<h2 id='ladder'>Ladder diagram</h2>")
-    if pick is None:
-        body.append(f"<p>No conversation uses QPN 0x{ladder_qp:06x}: no ladder drawn.</p>" if ladder_qp is not None
-                    else "<p>No conversation to draw.</p>")
-    else:
-        r = rows[pick]
-        body.append(f"<p>Conversation #{r['conversation']} ({esc(r['transport'])}): its CM messages and its packets "
-                    f"in capture order (choose another with <code>--ladder QPN</code>).</p>")
-        body.append(ladder(r, c.packets.get(pick), c.cm, t0))
+    body = _overview(path, rows, shown_at, c, width, t_end)
+    for r, i in shown_at:
+        body += _conversation(r, i, c, t0, t_end)
+    body += _ladder_section(rows, pick, ladder_qp, c, t0)
     if result.get("capture"):                 # the capture's own drops, tied to the PSNs not captured
         body.append(f"<h2>The capture's own drops</h2><p>{esc(result['capture']['text'])}</p>")
     if result.get("problems"):
         body.append("<h2>Problems reading the capture</h2><ul>" +
                     "".join(f"<li>{esc(p)}</li>" for p in result["problems"]) + "</ul>")
-    return page(f"ibwire flows: {name}", "".join(body), "flows")
+    return page(f"ibwire flows: {os.path.basename(path)}", "".join(body), "flows")
 
 
 def write_report(path: str, out: str, result: dict, interval: Optional[float], top: int, ladder_qp: Optional[int],

@@ -319,6 +319,124 @@ def _exclusive_cummax(v: np.ndarray, start: int) -> np.ndarray:
     return out
 
 
+def _gaps(ch: dict, dmalen: np.ndarray, live: np.ndarray, cont: Optional[np.ndarray]) -> tuple:
+    """The next expected PSN before each packet (bad-ICRC requests and ACKs/NAKs do not move it), the PSNs
+    skipped before each live request after the first (none where a pending READ's responses may go, nor
+    before a kept request of a thinned conversation that followed the sequence) and the requests going back."""
+    u, o, is_req, bad = ch["psn"], ch["opcode"], ch["is_req"], ch["bad"]
+    nxt = u + _psn_span(o, dmalen)
+    moves = (is_req & ~bad) | (IS_READ_RESP[o] & ~is_req)
+    lo = int(u.min()) - 1
+    expected = _exclusive_cummax(np.where(moves, nxt, lo), lo)
+    rread = IS_READ_REQ[o] & is_req
+    allow = _exclusive_cummax(np.where(rread & ~bad, u + np.maximum(1, -(-dmalen // 256)), lo), lo)
+    first_live = np.argmax(live) if live.any() else len(u)
+    counted = live & (np.arange(len(u)) > first_live)
+    gap = np.where(counted, u - expected, 0)
+    gap = np.where((gap > 0) & (u <= allow), 0, gap)
+    gap = np.maximum(gap, 0)
+    if cont is not None:            # requests left out of a thinned conversation followed the sequence
+        gap = np.where(cont, 0, gap)
+    return expected, gap, counted & (u < expected)
+
+
+def _late(ch: dict, live: np.ndarray, back: np.ndarray) -> tuple:
+    """The first sight of each live PSN, and the requests going back that are late (out of order): the first
+    sight of a PSN (inside a gap) before any NAK of this channel, unless the next request repeats the PSN
+    after it (go-back-N: a retransmission after all)."""
+    u = ch["psn"]
+    firsts = np.zeros(len(u), bool)
+    req_idx = np.nonzero(live)[0]
+    if len(req_idx):
+        _, fi = np.unique(u[req_idx], return_index=True)
+        firsts[req_idx[fi]] = True
+    nak_before = np.maximum.accumulate(_naks(ch["syn"]))
+    nak_before = np.r_[False, nak_before[:-1]] if len(nak_before) else nak_before
+    late = back & firsts & ~nak_before
+    pos = np.searchsorted(req_idx, np.nonzero(late)[0])
+    for k, i in zip(pos.tolist(), np.nonzero(late)[0].tolist()):
+        if k + 1 < len(req_idx):
+            j = req_idx[k + 1]
+            if u[j] == u[i] + 1 and not firsts[j]:
+                late[i] = False
+    return firsts, late
+
+
+def _left_out(u: np.ndarray, live: np.ndarray, cont: Optional[np.ndarray]) -> tuple:
+    """PSN ranges [lo, hi) sent by the requests a thinned conversation left out: those between a kept request
+    flagged `cont` and the live request before it (after a gap: resent, so lost); sorted by lo."""
+    if cont is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    li = np.nonzero(live)[0]
+    after = li[1:][cont[li[1:]]]
+    before = li[np.searchsorted(li, after) - 1]
+    order = np.argsort(u[before])
+    return u[before][order] + 1, np.maximum.accumulate(u[after][order])
+
+
+def _missing_marks(ch: dict, expected: np.ndarray, gap: np.ndarray, late: np.ndarray, resent: np.ndarray,
+                   left_out: tuple) -> tuple:
+    """(time, PSN) of each PSN skipped before a request and not filled late: dropped when resent later (or
+    by a request left out), else not captured; one mark per PSN, at most MAX_MARKS each (more says no more)."""
+    t, u = ch["time"], ch["psn"]
+    filled = set(u[late].tolist())
+    lost = set(u[resent].tolist())
+    cover_lo, cover_hi = left_out
+
+    def resent_later(p):
+        k = np.searchsorted(cover_lo, p, "right") - 1
+        return p in lost or (k >= 0 and p < cover_hi[k])
+
+    drop_psns, gap_psns = [], []
+    for i in np.nonzero(gap)[0].tolist():
+        if len(drop_psns) >= MAX_MARKS and len(gap_psns) >= MAX_MARKS:
+            break
+        for p in range(int(expected[i]), min(int(u[i]), int(expected[i]) + 4 * MAX_MARKS)):
+            if p not in filled:
+                marks = drop_psns if resent_later(p) else gap_psns
+                if len(marks) < MAX_MARKS:
+                    marks.append((float(t[i]), p))
+    return drop_psns, gap_psns
+
+
+def _ack_latency(ch: dict, firsts: np.ndarray) -> np.ndarray:
+    """From each first transmission of an RC request (READs aside) to the first ACK or READ completion
+    covering its PSN."""
+    t, u, o, is_req = ch["time"], ch["psn"], ch["opcode"], ch["is_req"]
+    acks = ((ch["syn"] == AETH_ACK) & ~is_req) | (IS_READ_LAST[o] & ~is_req)
+    ai = np.nonzero(acks)[0]
+    pend = np.nonzero(firsts & IS_RC[o] & ~(IS_READ_REQ[o] & is_req))[0]
+    if not (len(ai) and len(pend)):
+        return np.zeros(0)
+    cm = np.maximum.accumulate(u[ai])
+    k = np.maximum(np.searchsorted(ai, pend), np.searchsorted(cm, u[pend], "left"))
+    ok = k < len(ai)
+    return t[ai[k[ok]]] - t[pend[ok]]
+
+
+def _read_latency(ch: dict, firsts: np.ndarray) -> np.ndarray:
+    """From each READ request's first transmission to the first response with its PSN."""
+    t, u, o, is_req = ch["time"], ch["psn"], ch["opcode"], ch["is_req"]
+    rq = np.nonzero(IS_READ_REQ[o] & is_req & firsts)[0]
+    rf = np.nonzero(IS_READ_FIRST[o] & ~is_req)[0]
+    if not (len(rq) and len(rf)):
+        return np.zeros(0)
+    first_resp = {}
+    for i in rf.tolist():
+        first_resp.setdefault(int(u[i]), i)
+    return np.array([t[first_resp[int(u[i])]] - t[i] for i in rq.tolist()
+                     if int(u[i]) in first_resp and first_resp[int(u[i])] > i])
+
+
+def _rnr_waits(t: np.ndarray, rnr: np.ndarray, req_idx: np.ndarray) -> list:
+    """(start, end) of each RNR wait: from the RNR NAK to the requester's next packet (none: the NAK's time)."""
+    waits = []
+    for i in rnr.tolist():
+        nxt_req = req_idx[np.searchsorted(req_idx, i)] if np.searchsorted(req_idx, i) < len(req_idx) else None
+        waits.append((t[i], t[nxt_req] if nxt_req is not None else t[i]))
+    return waits
+
+
 def channel(pk: dict, side: int) -> Optional[dict]:
     """The sequencing of requests sent by `side` and the responses to them (see the module docstring).
     Returns the arrays to draw and the event counts, or None when that side sent no request."""
@@ -329,101 +447,21 @@ def channel(pk: dict, side: int) -> Optional[dict]:
         return None
     resp = (s != side) & (IS_READ_RESP[op] | HAS_AETH[op]) & ~IS_REQ[op]
     sel = np.nonzero(req | resp)[0]
-    t, o = pk["time"][sel], op[sel]
-    u = unwrap(pk["psn"][sel])
-    is_req = req[sel]
-    bad = pk["bad_icrc"][sel] & is_req
-    syn = aeth_kinds(o, pk["aeth_syndrome"][sel], ~is_req)
-    dmalen = pk["reth_dmalen"][sel].astype(np.int64)
-    rread = IS_READ_REQ[o] & is_req
-    # next expected PSN after each packet (bad-ICRC requests and ACKs/NAKs do not move it)
-    nxt = u + _psn_span(o, dmalen)
-    moves = (is_req & ~bad) | (IS_READ_RESP[o] & ~is_req)
-    lo = int(u.min()) - 1
-    expected = _exclusive_cummax(np.where(moves, nxt, lo), lo)
-    allow = _exclusive_cummax(np.where(rread & ~bad, u + np.maximum(1, -(-dmalen // 256)), lo), lo)
-    live = is_req & ~bad
-    first_live = np.argmax(live) if live.any() else len(u)
-    counted = live & (np.arange(len(u)) > first_live)
-    gap = np.where(counted, u - expected, 0)
-    gap = np.where((gap > 0) & (u <= allow), 0, gap)
-    gap = np.maximum(gap, 0)
-    if "cont" in pk:                # requests left out of a thinned conversation followed the sequence
-        gap = np.where(pk["cont"][sel], 0, gap)
-    back = counted & (u < expected)
-    # late packets: first sight of a PSN (inside a gap) before any NAK of this channel -> out of order
-    firsts = np.zeros(len(u), bool)
-    live_idx = np.nonzero(live)[0]
-    if len(live_idx):
-        uu = u[live_idx]
-        _, fi = np.unique(uu, return_index=True)
-        firsts[live_idx[fi]] = True
-    nak_before = np.maximum.accumulate(_naks(syn))
-    nak_before = np.r_[False, nak_before[:-1]] if len(nak_before) else nak_before
-    late = back & firsts & ~nak_before
-    # go-back-N after it (the next request repeats the following PSN): it was a retransmission after all
-    req_idx = np.nonzero(live)[0]
-    pos = np.searchsorted(req_idx, np.nonzero(late)[0])
-    for k, i in zip(pos.tolist(), np.nonzero(late)[0].tolist()):
-        if k + 1 < len(req_idx):
-            j = req_idx[k + 1]
-            if u[j] == u[i] + 1 and not firsts[j]:
-                late[i] = False
+    o, is_req = op[sel], req[sel]
+    ch = {"time": pk["time"][sel], "psn": unwrap(pk["psn"][sel]), "frame": pk["frame"][sel], "is_req": is_req,
+          "bad": pk["bad_icrc"][sel] & is_req, "syn": aeth_kinds(o, pk["aeth_syndrome"][sel], ~is_req), "opcode": o}
+    cont = pk["cont"][sel] if "cont" in pk else None
+    live = is_req & ~ch["bad"]
+    expected, gap, back = _gaps(ch, pk["reth_dmalen"][sel].astype(np.int64), live, cont)
+    firsts, late = _late(ch, live, back)
     retrans = back & ~late
     resent = back & firsts & ~late           # a missing PSN's first sight after a NAK or go-back-N: it was lost
-    filled = set(u[late].tolist())
-    lost = set(u[resent].tolist())
-    # a thinned conversation left out requests that followed the sequence: the PSNs between a kept request
-    # flagged `cont` and the live request before it were sent then (after a gap: resent, so lost)
-    cover_lo, cover_hi = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    if "cont" in pk:
-        li = np.nonzero(live)[0]
-        after = li[1:][pk["cont"][sel][li[1:]]]
-        before = li[np.searchsorted(li, after) - 1]
-        order = np.argsort(u[before])
-        cover_lo, cover_hi = u[before][order] + 1, np.maximum.accumulate(u[after][order])
-
-    def resent_later(p):
-        k = np.searchsorted(cover_lo, p, "right") - 1
-        return p in lost or (k >= 0 and p < cover_hi[k])
-
-    drop_psns, gap_psns = [], []   # one mark per missing PSN, at most MAX_MARKS each (more says no more)
-    for i in np.nonzero(gap)[0].tolist():
-        if len(drop_psns) >= MAX_MARKS and len(gap_psns) >= MAX_MARKS:
-            break
-        for p in range(int(expected[i]), min(int(u[i]), int(expected[i]) + 4 * MAX_MARKS)):
-            if p not in filled:
-                marks = drop_psns if resent_later(p) else gap_psns
-                if len(marks) < MAX_MARKS:
-                    marks.append((float(t[i]), p))
-    # latencies: ACK (or READ completion) covering each first transmission
-    acks = ((syn == AETH_ACK) & ~is_req) | (IS_READ_LAST[o] & ~is_req)
-    ai = np.nonzero(acks)[0]
-    pend = np.nonzero(firsts & IS_RC[o] & ~rread)[0]
-    ack_lat = np.zeros(0)
-    if len(ai) and len(pend):
-        cm = np.maximum.accumulate(u[ai])
-        k = np.maximum(np.searchsorted(ai, pend), np.searchsorted(cm, u[pend], "left"))
-        ok = k < len(ai)
-        ack_lat = t[ai[k[ok]]] - t[pend[ok]]
-    read_lat = np.zeros(0)
-    rq = np.nonzero(rread & firsts)[0]
-    rf = np.nonzero(IS_READ_FIRST[o] & ~is_req)[0]
-    if len(rq) and len(rf):
-        first_resp = {}
-        for i in rf.tolist():
-            first_resp.setdefault(int(u[i]), i)
-        read_lat = np.array([t[first_resp[int(u[i])]] - t[i] for i in rq.tolist()
-                             if int(u[i]) in first_resp and first_resp[int(u[i])] > i])
-    rnr = np.nonzero(syn == AETH_RNR_NAK)[0]
-    waits = []
-    for i in rnr.tolist():
-        nxt_req = req_idx[np.searchsorted(req_idx, i)] if np.searchsorted(req_idx, i) < len(req_idx) else None
-        waits.append((t[i], t[nxt_req] if nxt_req is not None else t[i]))
-    return {"time": t, "psn": u, "frame": pk["frame"][sel], "is_req": is_req, "bad": bad, "syn": syn, "opcode": o,
-            "retrans": retrans, "late": late, "drop_points": drop_psns, "gap_points": gap_psns, "rnr_waits": waits,
-            "ack_latency": ack_lat, "read_latency": read_lat,
+    drop_psns, gap_psns = _missing_marks(ch, expected, gap, late, resent, _left_out(ch["psn"], live, cont))
+    rnr = np.nonzero(ch["syn"] == AETH_RNR_NAK)[0]
+    return {**ch, "retrans": retrans, "late": late, "drop_points": drop_psns, "gap_points": gap_psns,
+            "rnr_waits": _rnr_waits(ch["time"], rnr, np.nonzero(live)[0]),
+            "ack_latency": _ack_latency(ch, firsts), "read_latency": _read_latency(ch, firsts),
             "counts": {"drops": int(resent.sum()), "not_captured": int(gap.sum()) - int(late.sum()) - int(resent.sum()),
                        "retransmissions": int(retrans.sum()),
-                       "out_of_order": int(late.sum()), "naks": int((syn == AETH_NAK).sum()), "rnr_naks": int(len(rnr)),
-                       "bad_icrc": int(bad.sum()), "requests": int(is_req.sum())}}
+                       "out_of_order": int(late.sum()), "naks": int((ch["syn"] == AETH_NAK).sum()),
+                       "rnr_naks": int(len(rnr)), "bad_icrc": int(ch["bad"].sum()), "requests": int(is_req.sum())}}

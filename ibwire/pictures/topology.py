@@ -68,21 +68,18 @@ def _gid(g: int) -> str:
     return f"{g:#x}" if g >= 0 else f"group-{-g:#x}"
 
 
-def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] = None) -> str:
-    """SVG of the subnet; `colours` maps a port GUID to (group label, fill, name) for the CA owning that port
-    (the name stands in for an empty node description)."""
-    nodes = nodes_all = {n["guid"]: n for n in view["nodes"] if n["type"]}
-    if not nodes:
-        return "<p class='note'>No NodeInfo in the capture: no topology to draw.</p>"
-    ports = {(p["node_guid"], p["port_num"]): p for p in view["ports"]}
-    owner = defaultdict(lambda: (None, "#eeeeee", ""))      # CA node GUID -> (tag, fill, name) from its ports
+def _owners(ports: dict, colours: Optional[Dict[int, Tuple[str, str, str]]]) -> defaultdict:
+    """CA node GUID -> (tag, fill, name) of the first of its ports `colours` names; grey and untagged otherwise."""
+    owner = defaultdict(lambda: (None, "#eeeeee", ""))
     for (ng, _), p in ports.items():
         if colours and p.get("guid") in colours and ng not in owner:
             owner[ng] = colours[p["guid"]]
+    return owner
+
+
+def _place(nodes: dict, links: list) -> Tuple[dict, float, float]:
+    """Top-left corner of each node's box (tiers from `_layers`, each row centred) and the picture's size."""
     adj = defaultdict(set)
-    links = [lk for lk in view["links"] if lk["a"]["node_guid"] in nodes and lk["b"]["node_guid"] in nodes]
-    if sum(1 for n in nodes.values() if n["type"] != "Switch") > MAX_CAS:
-        nodes, links = _collapse(nodes, links, lambda g: owner[g])
     for lk in links:
         a, b = lk["a"]["node_guid"], lk["b"]["node_guid"]
         adj[a].add(b)
@@ -110,6 +107,12 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] 
         x0 = (width - span) / 2
         for i, g in enumerate(row):
             xy[g] = (x0 + i * (BOX_W + GAP), 40 + (top - lv) * ROW)
+    return xy, width, height
+
+
+def _sm_nodes(view: dict, nodes: dict) -> Tuple[Optional[int], set]:
+    """The node drawn as the master SM's (found by port GUID, else by master LID; a group box when the node is
+    inside one) and the nodes of rogue SMs (with the group boxes holding one)."""
     master = (view["sm"]["master"] or {}).get("guid")
     sm_node = next((p["node_guid"] for p in view["ports"] if master and p["guid"] == master), None)
     if sm_node is None and view["sm"]["master_lid"]:
@@ -119,71 +122,106 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] 
     rogue_guids = {s["guid"] for s in view["sm"].get("rogues", ())}
     rogue_nodes = {p["node_guid"] for p in view["ports"] if p["guid"] in rogue_guids}
     rogue_nodes |= {g for g, n in nodes.items() if rogue_nodes & set(n.get("members", ()))}
+    return sm_node, rogue_nodes
+
+
+def _link_svg(lk: dict, nodes: dict, xy: dict) -> str:
+    """One link: a line from the lower box's top to the upper box's bottom (side to side within a tier),
+    coloured by its state, with its rate and the port numbers at both ends."""
+    a, b = lk["a"], lk["b"]
+    (xa, ya), (xb, yb) = xy[a["node_guid"]], xy[b["node_guid"]]
+    if ya > yb:
+        (xa, ya), (xb, yb), a, b = (xb, yb), (xa, ya), b, a
+    x1, y1, x2, y2 = xa + BOX_W / 2, ya + BOX_H, xb + BOX_W / 2, yb
+    if ya == yb:
+        y1, y2 = ya + BOX_H / 2, yb + BOX_H / 2
+    cls, colour, dash = "link", "#555", ""
+    if lk.get("below_enabled"):
+        cls, colour = "link degraded", "#d62728"
+    elif lk.get("below_supported"):
+        cls, colour, dash = "link below-supported", "#ff7f0e", " stroke-dasharray='6 3'"
+    rate = lk.get("active", "").split(" (")[0] if "count" not in lk else f"{lk['count']} links"
+    tip = (f"{nodes[a['node_guid']]['description']} port {a['port_num']} ↔ {nodes[b['node_guid']]['description']} "
+           f"port {b['port_num']}: active {lk.get('active', 'unknown')}")
+    if "best_supported" in lk:
+        tip += f"; both ends support {lk['best_supported']}, enable {lk['best_enabled']}"
+    return (f"<g class='{cls}' data-a='{_gid(a['node_guid'])}/{a['port_num']}' data-b='{_gid(b['node_guid'])}/"
+            f"{b['port_num']}' data-active='{esc(lk.get('active', ''))}'><title>{esc(tip)}</title>"
+            f"<line x1='{x1}' y1='{y1}' x2='{x2}' y2='{y2}' stroke='{colour}' stroke-width='2'{dash}/>"
+            f"<text class='rate' x='{(x1 + x2) / 2 + 4}' y='{(y1 + y2) / 2}' fill='{colour}'>{esc(rate)}</text>"
+            f"<text class='tick port' x='{x1 + (x2 - x1) * .12 + 4}' y='{y1 + (y2 - y1) * .12 + 4}'>"
+            f"{a['port_num']}</text><text class='tick port' x='{x2 - (x2 - x1) * .12 + 4}' "
+            f"y='{y2 - (y2 - y1) * .12}'>{b['port_num']}</text></g>")
+
+
+def _look(g: int, n: dict, owner: defaultdict) -> Tuple[Optional[str], str, str]:
+    """A node's tenant label, fill and name: switches blue, a group its tenant's fill when all share one
+    ("mixed" when its CAs have several tags or some none), a CA its owner's (whose name stands in for an
+    empty description)."""
+    if n["type"] == "Switch":
+        return None, "#dbe9f6", n["description"]
+    if n["type"] == "group":
+        label = n["tag"] or ("mixed" if len(n["tags"]) > 1 or None not in n["tags"] else None)
+        return label, owner[n["members"][0]][1] if n["tag"] else "#eeeeee", n["description"]
+    label, fill, other = owner[g]
+    return label, fill, n["description"] or other
+
+
+def _node_title(g: int, n: dict, lid, label: Optional[str], owner: defaultdict, nodes_all: dict) -> str:
+    """A node's tooltip: type, GUID, LID and tenant; for a group box its switch and (the first 64 of) its CAs."""
+    if n["type"] == "group":
+        return f"{n['description']} on switch {-g:#018x}: " + ", ".join(
+            (nodes_all[m]["description"] or f"{m:#x}") + (f" ({owner[m][0]})" if owner[m][0] else "")
+            for m in n["members"][:64]) + (" …" if len(n["members"]) > 64 else "")
+    return f"{n['type']} {g:#018x}{f' LID {lid}' if lid else ''}{f' tenant {label}' if label else ''}"
+
+
+def _node_svg(g: int, n: dict, at: Tuple[float, float], lid, look: tuple, title: str, master: bool,
+              rogue: bool) -> str:
+    """One node's box at `at` (rounded for CAs, dashed for a group), its name and a line of type, LID and
+    tenant; the master SM's ringed, it and a rogue SM's badged."""
+    (x, y), (label, fill, name) = at, look
+    cls = "node " + n["type"].lower() + (" master-sm" if master else "") + (" rogue-sm" if rogue else "")
+    facts = (n["type"] if not label else "", f"LID {lid}" if lid else "", label)
+    out = (f"<g class='{cls}' data-guid='{_gid(g)}' data-tenant='{esc(label or '')}'>"
+           f"<title>{esc(title)}</title>"
+           f"<rect x='{x}' y='{y}' width='{BOX_W}' height='{BOX_H}' rx='{3 if n['type'] == 'Switch' else 12}' "
+           f"{DASHED if n['type'] == 'group' else ''}"
+           f"fill='{fill}' stroke='{'#b8860b' if master else '#666'}' "
+           f"stroke-width='{3 if master else 1}'/>"
+           f"<text x='{x + BOX_W / 2}' y='{y + 18}' text-anchor='middle' font-weight='bold'>"
+           f"{esc((name or f'{g:#x}')[:20])}</text>"
+           f"<text class='tick' x='{x + BOX_W / 2}' y='{y + 34}' text-anchor='middle'>"
+           f"{esc(' · '.join(f for f in facts if f and f != 'group'))}</text>")
+    badge = "master SM" if master else "rogue SM" if rogue else ""
+    if badge:
+        out += (f"<text class='sm-badge' x='{x + BOX_W - 4}' y='{y - 4}' text-anchor='end' "
+                f"fill='{'#b8860b' if master else '#d62728'}' font-weight='bold'>{badge}</text>")
+    return out + "</g>"
+
+
+def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] = None) -> str:
+    """SVG of the subnet; `colours` maps a port GUID to (group label, fill, name) for the CA owning that port
+    (the name stands in for an empty node description)."""
+    nodes = nodes_all = {n["guid"]: n for n in view["nodes"] if n["type"]}
+    if not nodes:
+        return "<p class='note'>No NodeInfo in the capture: no topology to draw.</p>"
+    ports = {(p["node_guid"], p["port_num"]): p for p in view["ports"]}
+    owner = _owners(ports, colours)
+    links = [lk for lk in view["links"] if lk["a"]["node_guid"] in nodes and lk["b"]["node_guid"] in nodes]
+    if sum(1 for n in nodes.values() if n["type"] != "Switch") > MAX_CAS:
+        nodes, links = _collapse(nodes, links, lambda g: owner[g])
+    xy, width, height = _place(nodes, links)
+    sm_node, rogue_nodes = _sm_nodes(view, nodes)
     out = [f"<svg class='chart topology' width='{width}' height='{height}' "
            f"viewBox='0 0 {width} {height}' data-nodes='{len(nodes)}' data-links='{len(links)}' "
            f"data-degraded='{sum(1 for lk in links if lk.get('below_enabled'))}' "
            f"data-below-supported='{sum(1 for lk in links if lk.get('below_supported'))}'>"]
-    for lk in links:
-        a, b = lk["a"], lk["b"]
-        (xa, ya), (xb, yb) = xy[a["node_guid"]], xy[b["node_guid"]]
-        if ya > yb:
-            (xa, ya), (xb, yb), a, b = (xb, yb), (xa, ya), b, a
-        x1, y1, x2, y2 = xa + BOX_W / 2, ya + BOX_H, xb + BOX_W / 2, yb
-        if ya == yb:
-            y1, y2 = ya + BOX_H / 2, yb + BOX_H / 2
-        cls, colour, dash = "link", "#555", ""
-        if lk.get("below_enabled"):
-            cls, colour = "link degraded", "#d62728"
-        elif lk.get("below_supported"):
-            cls, colour, dash = "link below-supported", "#ff7f0e", " stroke-dasharray='6 3'"
-        rate = lk.get("active", "").split(" (")[0] if "count" not in lk else f"{lk['count']} links"
-        tip = (f"{nodes[a['node_guid']]['description']} port {a['port_num']} ↔ {nodes[b['node_guid']]['description']} "
-               f"port {b['port_num']}: active {lk.get('active', 'unknown')}")
-        if "best_supported" in lk:
-            tip += f"; both ends support {lk['best_supported']}, enable {lk['best_enabled']}"
-        out.append(f"<g class='{cls}' data-a='{_gid(a['node_guid'])}/{a['port_num']}' data-b='{_gid(b['node_guid'])}/"
-                   f"{b['port_num']}' data-active='{esc(lk.get('active', ''))}'><title>{esc(tip)}</title>"
-                   f"<line x1='{x1}' y1='{y1}' x2='{x2}' y2='{y2}' stroke='{colour}' stroke-width='2'{dash}/>"
-                   f"<text class='rate' x='{(x1 + x2) / 2 + 4}' y='{(y1 + y2) / 2}' fill='{colour}'>{esc(rate)}</text>"
-                   f"<text class='tick port' x='{x1 + (x2 - x1) * .12 + 4}' y='{y1 + (y2 - y1) * .12 + 4}'>"
-                   f"{a['port_num']}</text><text class='tick port' x='{x2 - (x2 - x1) * .12 + 4}' "
-                   f"y='{y2 - (y2 - y1) * .12}'>{b['port_num']}</text></g>")
+    out += [_link_svg(lk, nodes, xy) for lk in links]
     for g, n in nodes.items():
-        x, y = xy[g]
-        port = ports.get((g, 0 if n["type"] == "Switch" else 1), {})
-        if n["type"] == "Switch":
-            label, fill, name = None, "#dbe9f6", n["description"]
-        elif n["type"] == "group":
-            label = n["tag"] or ("mixed" if len(n["tags"]) > 1 or None not in n["tags"] else None)
-            fill = owner[n["members"][0]][1] if n["tag"] else "#eeeeee"
-            name = n["description"]
-        else:
-            label, fill, other = owner[g]
-            name = n["description"] or other
-        cls = "node " + n["type"].lower() + (" master-sm" if g == sm_node else "") + \
-            (" rogue-sm" if g in rogue_nodes else "")
-        lid = port.get("lid")
-        if n["type"] == "group":
-            title = f"{n['description']} on switch {-g:#018x}: " + ", ".join(
-                (nodes_all[m]["description"] or f"{m:#x}") + (f" ({owner[m][0]})" if owner[m][0] else "")
-                for m in n["members"][:64]) + (" …" if len(n["members"]) > 64 else "")
-        else:
-            title = f"{n['type']} {g:#018x}{f' LID {lid}' if lid else ''}{f' tenant {label}' if label else ''}"
-        out.append(f"<g class='{cls}' data-guid='{_gid(g)}' data-tenant='{esc(label or '')}'>"
-                   f"<title>{esc(title)}</title>"
-                   f"<rect x='{x}' y='{y}' width='{BOX_W}' height='{BOX_H}' rx='{3 if n['type'] == 'Switch' else 12}' "
-                   f"{DASHED if n['type'] == 'group' else ''}"
-                   f"fill='{fill}' stroke='{'#b8860b' if g == sm_node else '#666'}' "
-                   f"stroke-width='{3 if g == sm_node else 1}'/>"
-                   f"<text x='{x + BOX_W / 2}' y='{y + 18}' text-anchor='middle' font-weight='bold'>"
-                   f"{esc((name or f'{g:#x}')[:20])}</text>"
-                   f"<text class='tick' x='{x + BOX_W / 2}' y='{y + 34}' text-anchor='middle'>"
-                   f"{esc(' · '.join(x for x in (n['type'] if not label else '', f'LID {lid}' if lid else '', label) if x and x != 'group'))}"
-                   "</text>")
-        badge = "master SM" if g == sm_node else "rogue SM" if g in rogue_nodes else ""
-        if badge:
-            out.append(f"<text class='sm-badge' x='{x + BOX_W - 4}' y='{y - 4}' text-anchor='end' "
-                       f"fill='{'#b8860b' if g == sm_node else '#d62728'}' font-weight='bold'>{badge}</text>")
-        out.append("</g>")
+        lid = ports.get((g, 0 if n["type"] == "Switch" else 1), {}).get("lid")
+        look = _look(g, n, owner)
+        out.append(_node_svg(g, n, xy[g], lid, look, _node_title(g, n, lid, look[0], owner, nodes_all),
+                             g == sm_node, g in rogue_nodes))
     out.append("</svg>")
     return "".join(out)
