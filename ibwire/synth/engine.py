@@ -235,6 +235,7 @@ class _QPFlow:
         yield from self._flush(float("inf"))
 
     def _push(self, t: float, frame: bytes):
+        """Queue `frame` for time `t`."""
         heapq.heappush(self.heap, (t, next(self.seq), frame))
 
     def _flush(self, upto: float) -> Iterator[Event]:
