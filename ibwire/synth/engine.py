@@ -13,7 +13,7 @@ import heapq
 import math
 import itertools
 import random
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from dissectors.opcodes import CREDITS, RNR_TIMER_MS
 
@@ -160,75 +160,272 @@ def _messages(scen: Scenario, qp: QP):
 
 def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
     """All packets of one queue pair (both directions), in time order."""
-    s, link = ctx.s, ctx.link
-    A, B = s.ports[qp.src], s.ports[qp.dst]
-    lat, rate = s.latency, s.rate_bps
-    native = link.native
-    heap: list = []
-    seq = ctx.seq
+    yield from _QPFlow(ctx, qp).events()
 
-    def push(t, frame):
-        heapq.heappush(heap, (t, next(seq), frame))
 
-    def flush(upto):
-        while heap and heap[0][0] <= upto:
-            yield heapq.heappop(heap)
+class _QPFlow:
+    """One queue pair simulated end to end: the requester's sending loop, the responder's answers, the faults
+    aimed at its requests and the CM exchanges around them.
 
-    faults = [f for f in s.faults if f.args.get("qp") == qp.name]
-    bad_qkey = any(f.kind == "bad_qkey" for f in faults)    # the receiving QP holds another Q_Key
-    drops = {int(f.args["packet"]): f for f in faults if f.kind in ("drop", "bad_icrc", "bad_vcrc", "capture_gap")}
-    rnr = {int(f.args.get("message", 1)) - 1: int(f.args.get("timer", 1)) for f in faults if f.kind == "rnr"}
-    ecn = [(int(f.args.get("first", 1)), int(f.args.get("last", f.args.get("first", 1)))) for f in faults
-           if f.kind == "ecn"]
-    sport_a, sport_b = 0xC000 | (qp.src_qpn & 0x3FFF), 0xC000 | (qp.dst_qpn & 0x3FFF)
-    sport_a = qp.udp_sport or sport_a
-    base = _BASE[qp.type]
-    reliable = qp.type in ("RC", "XRC")
-    pkey = qp.pkey
-    ccode = credit_code(qp.credits)
-    side: list = []           # management frames (CM, traps) produced along the way
+    Frames wait in `heap` until the requester's clock passes them, so they come out in time order; the
+    answers reach the requester through `sender_ev` (time, seq, kind, psn, delay) at their arrival time."""
 
-    msgs = _messages(s, qp)
-    first = next(msgs, None)
-    if first is None:
-        return
-    msgs = itertools.chain([first], msgs)
-    t = first[0]
+    def __init__(self, ctx: Context, qp: QP):
+        s = ctx.s
+        self.ctx, self.qp, self.s, self.link, self.seq = ctx, qp, s, ctx.link, ctx.seq
+        self.A, self.B = s.ports[qp.src], s.ports[qp.dst]
+        self.lat, self.rate, self.native = s.latency, s.rate_bps, ctx.link.native
+        self.sport_a = qp.udp_sport or 0xC000 | (qp.src_qpn & 0x3FFF)
+        self.sport_b = 0xC000 | (qp.dst_qpn & 0x3FFF)
+        self.base, self.reliable, self.pkey = _BASE[qp.type], qp.type in ("RC", "XRC"), qp.pkey
+        self.ccode = credit_code(qp.credits)
+        self.tclass = s.dscp << 2     # traffic class of data and ACKs (CNPs: s.cnp_dscp)
+        self.heap: list = []          # frames of both directions, until the requester's clock passes them
+        self.side: list = []          # management frames (CM, traps) produced along the way
+        self._take_faults()
+        # responder state
+        self.epsn, self.msn = qp.psn, 0
+        self.nak_sent = False
+        self.pending = 0              # messages completed but not yet acknowledged
+        self.pend_psn = None
+        self.last_arrival = 0.0
+        self.last_cnp = -1.0
+        self.cnp_heard: list = []     # times the requester receives a CNP
+        self.done_msgs: set = set()
+        # requester state
+        self.sender_ev: list = []     # (time at requester, seq, kind, psn, delay)
+        self.cur_rate, self.cut_at = self.rate, -math.inf
+        self.unacked: List[Seg] = []
+        self.sent_at: List[float] = []
+        self.ptr = 0                  # next of `unacked` to resend
+        self.retries = 0
+        self.last_send = 0.0
+        self.hold = 0.0               # RNR: no sending before this time
+        self.timeout = qp.timeout_us * 1e-6
+        self.gave_up = False
+        self.lost: set = set()        # segments (numbers) whose first sending the capture never saw intact
+        self.timed_out = False        # the next resend is the local ACK timer's
+        self.missed = 0               # capture gaps since the last captured request
 
-    # --- connection setup: SA PathRecord, CM REQ/REP/RTU (IBA §12.6; CM MADs carry the path's P_Key) ---
-    connected = True
-    if qp.cm and qp.type != "UD":
+    def _take_faults(self):
+        """The faults aimed at this QP, by what they strike: request packets (by number from 1), messages
+        (RNR), ranges of packets (ECN marks) or every datagram (a wrong Q_Key)."""
+        faults = [f for f in self.s.faults if f.args.get("qp") == self.qp.name]
+        self.bad_qkey = any(f.kind == "bad_qkey" for f in faults)   # the receiving QP holds another Q_Key
+        self.drops = {int(f.args["packet"]): f for f in faults
+                      if f.kind in ("drop", "bad_icrc", "bad_vcrc", "capture_gap")}
+        self.rnr = {int(f.args.get("message", 1)) - 1: int(f.args.get("timer", 1)) for f in faults if f.kind == "rnr"}
+        self.ecn = [(int(f.args.get("first", 1)), int(f.args.get("last", f.args.get("first", 1)))) for f in faults
+                    if f.kind == "ecn"]
+
+    def events(self) -> Iterator[Event]:
+        """The flow's frames in time order: connection set-up, the traffic, teardown."""
+        msgs = _messages(self.s, self.qp)
+        first = next(msgs, None)
+        if first is None:
+            return
+        self.last_send = first[0]
+        connected = self._connect(first[0])
+        self._push_side()
+        if connected:
+            yield from self._requester(_segments(self.qp, itertools.chain([first], msgs)), first[0])
+            self._push_side()
+            if self.qp.cm and self.qp.type != "UD" and not self.gave_up:
+                self._disconnect()
+        yield from self._flush(float("inf"))
+
+    def _push(self, t: float, frame: bytes):
+        """Queue `frame` for time `t`."""
+        heapq.heappush(self.heap, (t, next(self.seq), frame))
+
+    def _flush(self, upto: float) -> Iterator[Event]:
+        """Yield the queued frames due by `upto`."""
+        while self.heap and self.heap[0][0] <= upto:
+            yield heapq.heappop(self.heap)
+
+    def _push_side(self):
+        """Queue the management frames (traps) produced since the last call."""
+        for ts, fr in self.side:
+            self._push(ts, fr)
+        self.side.clear()
+
+    # --- connection set-up and teardown ---
+
+    def _connect(self, t: float) -> bool:
+        """SA PathRecord and CM REQ/REP/RTU before the first message at `t` (IBA §12.6; CM MADs carry the
+        path's P_Key).  False when the responder's port drops or refuses the REQ."""
+        ctx, qp, A, B, pkey = self.ctx, self.qp, self.A, self.B, self.pkey
+        if not qp.cm or qp.type == "UD":
+            return True
         tc = t - 40e-6
-        if native and qp.path_query and ctx.sm is not None:
+        if self.native and qp.path_query and ctx.sm is not None:
             tid = next(ctx.tid)
             q = mads.sa(mads.GET, mads.ATTR_PATH_RECORD, tid, mads.path_record(A.gid, B.gid, 0, 0, pkey),
                         mads.PR_MASK_QUERY)
-            push(tc - 10e-6, ctx.mad(A, ctx.sm, q, 1))
+            self._push(tc - 10e-6, ctx.mad(A, ctx.sm, q, 1))
             r = mads.sa(mads.GET_RESP, mads.ATTR_PATH_RECORD, tid,
                         mads.path_record(A.gid, B.gid, A.lid, B.lid, pkey, mtu=PMTUS[qp.pmtu]))
-            push(tc - 8e-6, ctx.mad(ctx.sm, A, r, 1))
+            self._push(tc - 8e-6, ctx.mad(ctx.sm, A, r, 1))
         comm_a, comm_b = next(ctx.comm), next(ctx.comm)
         tid = next(ctx.tid)
         req = mads.cm_req(comm_a, 0x0000000001000000 | qp.dst_qpn, A.guid, qp.src_qpn, qp.psn, pkey, A.lid, B.lid,
                           A.gid, B.gid, mtu=PMTUS[qp.pmtu], transport={"RC": 0, "UC": 1, "XRC": 3}[qp.type])
-        push(tc, ctx.mad(A, B, mads.with_tid(req, tid), 1, pkey=pkey))
+        self._push(tc, ctx.mad(A, B, mads.with_tid(req, tid), 1, pkey=pkey))
         if ctx.vlan_drops(B, A):
-            connected = False
-        elif not ctx.rx_accepts(B, pkey):
-            ctx.trap_257(side, tc + lat, A, B, pkey, 1, 1)
-            connected = False
-        else:
-            push(tc + 2 * lat + 5e-6, ctx.mad(B, A, mads.with_tid(mads.cm_rep(comm_b, comm_a, B.guid, qp.dst_qpn, qp.psn), tid), 1, pkey=pkey))
-            push(tc + 4 * lat + 6e-6, ctx.mad(A, B, mads.with_tid(mads.cm_rtu(comm_a, comm_b), tid), 1, pkey=pkey))
-    for ts, fr in side:
-        push(ts, fr)
-    side.clear()
-    if not connected:
-        yield from flush(float("inf"))
-        return
+            return False
+        if not ctx.rx_accepts(B, pkey):
+            ctx.trap_257(self.side, tc + self.lat, A, B, pkey, 1, 1)
+            return False
+        rep = mads.cm_rep(comm_b, comm_a, B.guid, qp.dst_qpn, qp.psn)
+        self._push(tc + 2 * self.lat + 5e-6, ctx.mad(B, A, mads.with_tid(rep, tid), 1, pkey=pkey))
+        rtu = mads.cm_rtu(comm_a, comm_b)
+        self._push(tc + 4 * self.lat + 6e-6, ctx.mad(A, B, mads.with_tid(rtu, tid), 1, pkey=pkey))
+        return True
 
-    def req_frame(d: Seg, marked: bool, corrupt: str) -> bytes:
-        op = d.opcode
+    def _disconnect(self):
+        """DREQ/DREP after the traffic (IBA §12.6.10-11)."""
+        ctx, A, B, pkey = self.ctx, self.A, self.B, self.pkey
+        td = max([self.last_send] + [h[0] for h in self.heap]) + 20e-6
+        comm_a, comm_b = next(ctx.comm), next(ctx.comm)
+        tid = next(ctx.tid)
+        dreq, drep = mads.cm_dreq(comm_a, comm_b, self.qp.dst_qpn), mads.cm_drep(comm_b, comm_a)
+        self._push(td, ctx.mad(A, B, mads.with_tid(dreq, tid), 1, pkey=pkey))
+        self._push(td + 2 * self.lat + 3e-6, ctx.mad(B, A, mads.with_tid(drep, tid), 1, pkey=pkey))
+
+    # --- the requester ---
+
+    def _requester(self, segs: Iterator[Seg], t: float) -> Iterator[Event]:
+        """New segments and go-back-N resends in order, from `t` on: paced by the link rate, held by RNR NAKs,
+        rewound by the answers heard, retried when the local ACK timer runs out."""
+        new = next(segs, None)
+        while True:
+            if self.ptr < len(self.unacked):
+                d, is_new, ready = self.unacked[self.ptr], False, max(t, self.hold)
+            elif new is not None:
+                d, is_new, ready = new, True, max(t, self.hold, new.ready)
+            elif not self.reliable or not self.unacked:
+                return
+            else:                     # all sent, some unacknowledged: the delayed ACK, an answer or the timer
+                if self.pending:
+                    self._ack(self.last_arrival + self.s.ack_delay, self.pend_psn)
+                if self.sender_ev:
+                    t = max(t, self.sender_ev[0][0])
+                    self._hear(t)
+                    continue
+                t = self._timeout_retry(t)
+                if t is None:
+                    return
+                continue
+            if self.reliable and self.sender_ev and self.sender_ev[0][0] <= ready:
+                self._hear(ready)
+                continue
+            if self.reliable and self.unacked and self.ptr > 0 and ready > self.sent_at[0] + self.timeout:
+                t = self._timeout_retry(t)
+                if t is None:
+                    return
+                continue
+            t = yield from self._transmit(d, is_new, ready)
+            if is_new:
+                new = next(segs, None)
+
+    def _timeout_retry(self, t: float) -> Optional[float]:
+        """The local ACK timer ran out: a retry episode resends from the oldest unacknowledged segment, at the
+        time returned; after retry_cnt of them the requester gives up (None)."""
+        if self.retries >= self.qp.retry_cnt:
+            self.gave_up = True
+            return None
+        self.retries += 1
+        self.ptr = 0
+        self.timed_out = True
+        return max(t, self.sent_at[0] + self.timeout)
+
+    def _hear(self, upto: float):
+        """The answers that reach the requester by `upto`: an ACK retires the segments it covers, a NAK or RNR
+        NAK goes back to its PSN (go-back-N), an RNR NAK also holds sending for the RNR timer."""
+        unacked, sent_at = self.unacked, self.sent_at
+        while self.sender_ev and self.sender_ev[0][0] <= upto:
+            te, _, kind, psn, delay = heapq.heappop(self.sender_ev)
+            if kind == "ack":
+                k = 0
+                while k < len(unacked) and psn_ge(psn, unacked[k].psn + unacked[k].span - 1 & M24):
+                    k += 1
+                if k:
+                    del unacked[:k], sent_at[:k]
+                    self.ptr = max(0, self.ptr - k)
+                    self.retries = 0
+            else:
+                for k, d in enumerate(unacked):
+                    if d.psn == psn:
+                        del unacked[:k], sent_at[:k]
+                        self.ptr = 0
+                        break
+                if kind == "rnr":
+                    self.hold = max(self.hold, te + delay)
+
+    def _transmit(self, d: Seg, is_new: bool, ready: float) -> Iterator[Event]:
+        """Send `d` at `ready`, struck by its fault if this is its first sending: first the frames due before
+        it, then the request itself unless the capture misses it; the responder gets it unless it was lost.
+        Returns the time the requester may send again."""
+        f = self.drops.get(d.no) if is_new else None
+        marked = is_new and any(a <= d.no <= b for a, b in self.ecn)
+        corrupt = f.kind if f is not None and f.kind in ("bad_icrc", "bad_vcrc") else ""
+        frame = self._request(d, marked, corrupt)
+        if self.pending and ready + self.lat > self.last_arrival + self.s.ack_delay:
+            self._ack(self.last_arrival + self.s.ack_delay, self.pend_psn)   # delayed ACK: no request came in time
+        self._push_side()             # traps from the last arrival, before anything later is yielded
+        yield from self._flush(ready)
+        # a capture gap: delivered to the responder, missing from the capture (the mirror missed it)
+        seen = f is None or f.kind not in ("drop", "capture_gap") or bool(f.args.get("seen", False))
+        if f is not None and f.kind != "capture_gap" and (not seen or corrupt):
+            self.lost.add(d.no)
+        self.missed += f is not None and f.kind == "capture_gap"
+        if seen:
+            yield (ready, self._captured(d, is_new, f), frame)
+        self.timed_out = self.timed_out and is_new
+        t = self._paced(ready, frame)
+        self.last_send = ready
+        if is_new:
+            if self.reliable:
+                self.unacked.append(d)
+                self.sent_at.append(ready)
+                self.ptr += 1
+        else:
+            self.sent_at[self.ptr] = ready
+            self.ptr += 1
+        self._respond(d, ready + self.lat, f is not None and f.kind != "capture_gap", marked)
+        return t
+
+    def _captured(self, d: Seg, is_new: bool, f) -> int:
+        """Number a request the capture holds and note in ctx.truth what the requester knows of it."""
+        n = next(self.seq)
+        truth = self.ctx.truth
+        if self.reliable and (f is None or f.kind == "capture_gap") and not psn_ge(d.psn, self.epsn):
+            truth["duplicate"].add(n)         # the responder accepted this PSN already
+        if not is_new:
+            truth["resent"].add(n)
+            if d.no in self.lost:
+                truth["lost"].add(n)
+                self.lost.discard(d.no)
+            if self.timed_out:
+                truth["timeout"].add(n)
+        if self.missed:
+            truth["not_captured"][n] = self.missed
+        self.missed = 0
+        return n
+
+    def _paced(self, ready: float, frame: bytes) -> float:
+        """When the requester may send after `frame` left at `ready`: each CNP heard by then cuts its rate by
+        qp.rate_cut (DCQCN); qp.recover_us without one brings it back to line rate."""
+        while self.cnp_heard and self.cnp_heard[0] <= ready:
+            self.cur_rate, self.cut_at = self.cur_rate * (1 - self.qp.rate_cut), self.cnp_heard.pop(0)
+        if ready - self.cut_at > self.qp.recover_us * 1e-6:
+            self.cur_rate = self.rate
+        return ready + len(frame) * 8 / self.cur_rate
+
+    def _request(self, d: Seg, marked: bool, corrupt: str) -> bytes:
+        """The request frame of segment `d`: ECN-CE (RoCE) or FECN (IB) if `marked`, a bad ICRC or VCRC if
+        `corrupt` says so."""
+        op, qp, native = d.opcode, self.qp, self.native
         low = op & 0x1F
         va = 0x7F0000000000 + d.msg * 0x10000
         kw = {}
@@ -246,240 +443,123 @@ def qp_flow(ctx: Context, qp: QP) -> Iterator[Event]:
         elif qp.type == "XRC":
             kw["xrcsrq"] = qp.xrc_srq
         if d.length:
-            payload = ctx.payload(d.msg, d.off, d.length)
-        tp = transport(op, pkey, qp.dst_qpn, d.psn, ext_headers(op, **kw), payload,
-                       ackreq=reliable and d.last, se=d.last and d.kind.startswith("send"),
+            payload = self.ctx.payload(d.msg, d.off, d.length)
+        tp = transport(op, self.pkey, qp.dst_qpn, d.psn, ext_headers(op, **kw), payload,
+                       ackreq=self.reliable and d.last, se=d.last and d.kind.startswith("send"),
                        fecn=marked and native)
-        return link.frame(A, B, tp, ecn=ECN_CE if marked and not native else None, udp_sport=sport_a, tclass=tclass,
-                          bad_icrc=corrupt == "bad_icrc" or (corrupt == "bad_vcrc" and not native),
-                          bad_vcrc=corrupt == "bad_vcrc" and native)
+        return self.link.frame(self.A, self.B, tp, ecn=ECN_CE if marked and not native else None,
+                               udp_sport=self.sport_a, tclass=self.tclass,
+                               bad_icrc=corrupt == "bad_icrc" or (corrupt == "bad_vcrc" and not native),
+                               bad_vcrc=corrupt == "bad_vcrc" and native)
 
-    def resp(t_at, opcode, psn, aeth=None, **kw):
-        payload = kw.pop("payload", b"")
-        ext = ext_headers(base | opcode, aeth=aeth or 0, **kw)
-        push(t_at, link.frame(B, A, transport(base | opcode, pkey, qp.src_qpn, psn,
-                                              ext, payload), udp_sport=sport_b, vlan=A.vlan, tclass=tclass))
+    # --- the responder ---
 
-    # responder state
-    epsn, msn = qp.psn, 0
-    nak_sent = False
-    pending = 0              # messages completed but not yet acknowledged
-    pend_psn = None
-    last_arrival = 0.0
-    last_cnp = -1.0
-    cnp_heard: list = []     # times the requester receives a CNP
-    cur_rate, cut_at = rate, -math.inf
-    tclass = s.dscp << 2     # traffic class of data and ACKs (CNPs: s.cnp_dscp)
-    sender_ev: list = []     # (time at requester, seq, kind, psn, delay)
-    done_msgs = set()
-
-    def ack_now(t_at, psn):
-        nonlocal pending
-        resp(t_at, 0x11, psn, aeth=(ccode << 24) | msn)
-        heapq.heappush(sender_ev, (t_at + lat, next(seq), "ack", psn, 0.0))
-        pending = 0
-
-    def respond(d: Seg, ta: float, dropped: bool, marked: bool):
+    def _respond(self, d: Seg, ta: float, dropped: bool, marked: bool):
         """The responder's reaction to a request packet arriving at `ta`."""
-        nonlocal epsn, msn, nak_sent, pending, pend_psn, last_arrival, last_cnp
-        last_arrival = ta
-        if dropped or ctx.vlan_drops(B, A):
+        self.last_arrival = ta
+        if dropped or not self._admits(ta):
             return
-        if not ctx.rx_accepts(B, pkey):
-            ctx.trap_257(side, ta, A, B, pkey, qp.src_qpn, qp.dst_qpn)
+        if marked and self.qp.cnp and ta - self.last_cnp >= self.s.cnp_interval:
+            self._cnp(ta)
+        if not self.reliable:
             return
-        if bad_qkey:
-            ctx.bad_key_trap(side, ta, 258, A, B, qp.qkey, qp.src_qpn, qp.dst_qpn)
-            return
-        if marked and qp.cnp and ta - last_cnp >= s.cnp_interval:
-            last_cnp = ta
-            cnp_heard.append(ta + 0.5e-6 + lat)        # when the requester receives it and reacts (DCQCN)
-            tp = transport(0x81, pkey, qp.src_qpn, 0, CNP_PAD, becn=True)
-            push(ta + 0.5e-6, link.frame(B, A, tp, tclass=s.cnp_dscp << 2, ecn=0, udp_sport=sport_b, vlan=A.vlan))
-        if not reliable:
-            return
-        if d.psn != epsn:
-            if psn_ge(d.psn, epsn):
-                if not nak_sent:
-                    nak_sent = True
-                    resp(ta, 0x11, epsn, aeth=((SYN_NAK_PSN) << 24) | msn)
-                    heapq.heappush(sender_ev, (ta + lat, next(seq), "nak", epsn, 0.0))
-            else:  # duplicate: acknowledge what has been received (reads are answered again)
-                if d.kind == "read":
-                    read_resp(d, ta)
-                else:
-                    ack_now(ta, (epsn - 1) & M24)
-            return
-        if d.msg in rnr and d.off == 0 and d.kind.startswith("send"):
-            timer = rnr.pop(d.msg)
-            resp(ta, 0x11, d.psn, aeth=((SYN_RNR | timer) << 24) | msn)
-            heapq.heappush(sender_ev, (ta + lat, next(seq), "rnr", d.psn, RNR_DELAY[timer]))
-            nak_sent = False
-            return
-        nak_sent = False
-        epsn = (epsn + d.span) & M24
+        if d.psn != self.epsn:
+            self._out_of_sequence(d, ta)
+        elif d.msg in self.rnr and d.off == 0 and d.kind.startswith("send"):
+            self._rnr_nak(d, ta)
+        else:
+            self._accept(d, ta)
+
+    def _admits(self, ta: float) -> bool:
+        """The responder's port takes the request in its VLAN and P_Key (else trap 257), its QP in the Q_Key
+        (else trap 258)."""
+        ctx, qp, A, B = self.ctx, self.qp, self.A, self.B
+        if ctx.vlan_drops(B, A):
+            return False
+        if not ctx.rx_accepts(B, self.pkey):
+            ctx.trap_257(self.side, ta, A, B, self.pkey, qp.src_qpn, qp.dst_qpn)
+            return False
+        if self.bad_qkey:
+            ctx.bad_key_trap(self.side, ta, 258, A, B, qp.qkey, qp.src_qpn, qp.dst_qpn)
+            return False
+        return True
+
+    def _cnp(self, ta: float):
+        """A CNP answering the ECN/FECN mark of the request arriving at `ta` (at most one per cnp_interval)."""
+        self.last_cnp = ta
+        self.cnp_heard.append(ta + 0.5e-6 + self.lat)     # when the requester receives it and reacts (DCQCN)
+        tp = transport(0x81, self.pkey, self.qp.src_qpn, 0, CNP_PAD, becn=True)
+        self._push(ta + 0.5e-6, self.link.frame(self.B, self.A, tp, tclass=self.s.cnp_dscp << 2, ecn=0,
+                                                udp_sport=self.sport_b, vlan=self.A.vlan))
+
+    def _out_of_sequence(self, d: Seg, ta: float):
+        """A request ahead of the expected PSN: one PSN sequence error NAK until the gap closes.  A duplicate:
+        acknowledge what has been received (reads are answered again)."""
+        if psn_ge(d.psn, self.epsn):
+            if not self.nak_sent:
+                self.nak_sent = True
+                self._answer(ta, 0x11, self.epsn, aeth=(SYN_NAK_PSN << 24) | self.msn)
+                self._notify(ta + self.lat, "nak", self.epsn)
+        elif d.kind == "read":
+            self._read_response(d, ta)
+        else:
+            self._ack(ta, (self.epsn - 1) & M24)
+
+    def _rnr_nak(self, d: Seg, ta: float):
+        """No receive WQE for the SEND starting at `d`: an RNR NAK with the fault's timer."""
+        timer = self.rnr.pop(d.msg)
+        self._answer(ta, 0x11, d.psn, aeth=((SYN_RNR | timer) << 24) | self.msn)
+        self._notify(ta + self.lat, "rnr", d.psn, RNR_DELAY[timer])
+        self.nak_sent = False
+
+    def _accept(self, d: Seg, ta: float):
+        """The expected request: advance the PSN; at a message's end count it and answer it (READ response,
+        atomic ACK, or an ACK coalesced over qp.ack_every messages)."""
+        self.nak_sent = False
+        self.epsn = (self.epsn + d.span) & M24
         if not d.last:
             return
-        if d.msg not in done_msgs:
-            done_msgs.add(d.msg)
-            msn = (msn + 1) & M24
+        if d.msg not in self.done_msgs:
+            self.done_msgs.add(d.msg)
+            self.msn = (self.msn + 1) & M24
         if d.kind == "read":
-            read_resp(d, ta)
+            self._read_response(d, ta)
         elif d.kind in ("cmp_swap", "fetch_add"):
-            resp(ta + 1e-6, 0x12, d.psn, aeth=(ccode << 24) | msn, orig=d.msg * 3)
-            heapq.heappush(sender_ev, (ta + 1e-6 + lat, next(seq), "ack", d.psn, 0.0))
+            self._answer(ta + 1e-6, 0x12, d.psn, aeth=(self.ccode << 24) | self.msn, orig=d.msg * 3)
+            self._notify(ta + 1e-6 + self.lat, "ack", d.psn)
         else:
-            pending += 1
-            pend_psn = d.psn
-            if pending >= qp.ack_every:
-                ack_now(ta, d.psn)
+            self.pending += 1
+            self.pend_psn = d.psn
+            if self.pending >= self.qp.ack_every:
+                self._ack(ta, d.psn)
 
-    def read_resp(d: Seg, ta: float):
-        n = d.span
+    def _read_response(self, d: Seg, ta: float):
+        """The READ response packets of the READ request `d`, paced by the link rate."""
+        n, pmtu = d.span, self.qp.pmtu
         tr = ta + 0.5e-6
         for i in range(n):
             pos = "only" if n == 1 else "first" if i == 0 else "last" if i == n - 1 else "middle"
             op = {"only": 0x10, "first": 0x0D, "middle": 0x0E, "last": 0x0F}[pos]
-            ln = min(qp.pmtu, d.size - i * qp.pmtu)
-            pl = ctx.payload(d.msg + 7, i * qp.pmtu, ln) if ln > 0 else b""
-            resp(tr, op, (d.psn + i) & M24, aeth=(ccode << 24) | msn if pos != "middle" else 0, payload=pl)
-            tr += (len(pl) + 70) * 8 / rate
-        heapq.heappush(sender_ev, (tr + lat, next(seq), "ack", (d.psn + n - 1) & M24, 0.0))
+            ln = min(pmtu, d.size - i * pmtu)
+            pl = self.ctx.payload(d.msg + 7, i * pmtu, ln) if ln > 0 else b""
+            self._answer(tr, op, (d.psn + i) & M24, aeth=(self.ccode << 24) | self.msn if pos != "middle" else 0,
+                         payload=pl)
+            tr += (len(pl) + 70) * 8 / self.rate
+        self._notify(tr + self.lat, "ack", (d.psn + n - 1) & M24)
 
-    # --- requester loop ---
-    segs = _segments(qp, msgs)
-    new = next(segs, None)
-    unacked: List[Seg] = []
-    sent_at: List[float] = []
-    ptr = 0
-    retries = 0
-    last_send = t
-    hold = 0.0                # RNR: no sending before this time
-    timeout = qp.timeout_us * 1e-6
-    gave_up = False
-    lost: set = set()         # segments (numbers) whose first sending the capture never saw intact
-    timed_out = False         # the next resend is the local ACK timer's
-    missed = 0                # capture gaps since the last captured request
+    def _ack(self, t_at: float, psn: int):
+        """An ACK of everything up to `psn`."""
+        self._answer(t_at, 0x11, psn, aeth=(self.ccode << 24) | self.msn)
+        self._notify(t_at + self.lat, "ack", psn)
+        self.pending = 0
 
-    def handle_events(upto):
-        nonlocal ptr, hold, retries
-        changed = False
-        while sender_ev and sender_ev[0][0] <= upto:
-            te, _, kind, psn, delay = heapq.heappop(sender_ev)
-            if kind == "ack":
-                k = 0
-                while k < len(unacked) and psn_ge(psn, unacked[k].psn + unacked[k].span - 1 & M24):
-                    k += 1
-                if k:
-                    del unacked[:k], sent_at[:k]
-                    ptr = max(0, ptr - k)
-                    retries = 0
-                    changed = True
-            else:  # nak or rnr: go back to psn
-                for k, d in enumerate(unacked):
-                    if d.psn == psn:
-                        del unacked[:k], sent_at[:k]
-                        ptr = 0
-                        changed = True
-                        break
-                if kind == "rnr":
-                    hold = max(hold, te + delay)
-        return changed
+    def _answer(self, t_at: float, opcode: int, psn: int, aeth=None, payload=b"", **kw):
+        """A responder packet (ACK, NAK, READ response, atomic ACK) sent at `t_at`."""
+        ext = ext_headers(self.base | opcode, aeth=aeth or 0, **kw)
+        tp = transport(self.base | opcode, self.pkey, self.qp.src_qpn, psn, ext, payload)
+        self._push(t_at, self.link.frame(self.B, self.A, tp, udp_sport=self.sport_b, vlan=self.A.vlan,
+                                         tclass=self.tclass))
 
-    while True:
-        if ptr < len(unacked):
-            d, is_new = unacked[ptr], False
-            ready = max(t, hold)
-        elif new is not None:
-            d, is_new = new, True
-            ready = max(t, hold, d.ready)
-        else:
-            d = None
-        if d is None:
-            if not reliable or not unacked:
-                break
-            if pending:
-                ack_now(last_arrival + s.ack_delay, pend_psn)
-            if sender_ev:
-                t = max(t, sender_ev[0][0])
-                handle_events(t)
-                continue
-            if retries >= qp.retry_cnt:
-                gave_up = True
-                break
-            retries += 1
-            t = max(t, sent_at[0] + timeout if sent_at else t)
-            ptr = 0
-            timed_out = True
-            continue
-        if reliable and sender_ev and sender_ev[0][0] <= ready:
-            handle_events(ready)
-            continue
-        if reliable and unacked and ptr > 0 and ready > sent_at[0] + timeout:
-            if retries >= qp.retry_cnt:
-                gave_up = True
-                break
-            retries += 1
-            ptr = 0
-            t = max(t, sent_at[0] + timeout)
-            timed_out = True
-            continue
-        f = drops.get(d.no) if is_new else None
-        marked = is_new and any(a <= d.no <= b for a, b in ecn)
-        corrupt = f.kind if f is not None and f.kind in ("bad_icrc", "bad_vcrc") else ""
-        frame = req_frame(d, marked, corrupt)
-        if pending and ready + lat > last_arrival + s.ack_delay:
-            ack_now(last_arrival + s.ack_delay, pend_psn)   # delayed ACK: no further request came in time
-        for ts, fr in side:           # traps from the last arrival, before anything later is yielded
-            push(ts, fr)
-        side.clear()
-        yield from flush(ready)
-        # a capture gap: delivered to the responder, missing from the capture (the mirror missed it)
-        seen = f is None or f.kind not in ("drop", "capture_gap") or bool(f.args.get("seen", False))
-        if f is not None and f.kind != "capture_gap" and (not seen or corrupt):
-            lost.add(d.no)
-        missed += f is not None and f.kind == "capture_gap"
-        if seen:
-            n = next(seq)
-            truth = ctx.truth
-            if reliable and (f is None or f.kind == "capture_gap") and not psn_ge(d.psn, epsn):
-                truth["duplicate"].add(n)         # the responder accepted this PSN already
-            if not is_new:
-                truth["resent"].add(n)
-                if d.no in lost:
-                    truth["lost"].add(n)
-                    lost.discard(d.no)
-                if timed_out:
-                    truth["timeout"].add(n)
-            if missed:
-                truth["not_captured"][n] = missed
-            missed = 0
-            yield (ready, n, frame)
-        timed_out = timed_out and is_new
-        while cnp_heard and cnp_heard[0] <= ready:   # each CNP heard cuts the rate by qp.rate_cut
-            cur_rate, cut_at = cur_rate * (1 - qp.rate_cut), cnp_heard.pop(0)
-        if ready - cut_at > qp.recover_us * 1e-6:
-            cur_rate = rate                             # recovered: back at line rate
-        t = ready + len(frame) * 8 / cur_rate
-        last_send = ready
-        if is_new:
-            new = next(segs, None)
-            if reliable:
-                unacked.append(d)
-                sent_at.append(ready)
-                ptr += 1
-        else:
-            sent_at[ptr] = ready
-            ptr += 1
-        respond(d, ready + lat, f is not None and f.kind != "capture_gap", marked)
-    for ts, fr in side:
-        push(ts, fr)
-    # --- teardown: DREQ/DREP after the traffic (IBA §12.6.10-11) ---
-    if qp.cm and qp.type != "UD" and not gave_up:
-        td = max([last_send] + [h[0] for h in heap]) + 20e-6
-        comm_a, comm_b = next(ctx.comm), next(ctx.comm)
-        tid = next(ctx.tid)
-        push(td, ctx.mad(A, B, mads.with_tid(mads.cm_dreq(comm_a, comm_b, qp.dst_qpn), tid), 1, pkey=pkey))
-        push(td + 2 * lat + 3e-6, ctx.mad(B, A, mads.with_tid(mads.cm_drep(comm_b, comm_a), tid), 1, pkey=pkey))
-    yield from flush(float("inf"))
-
+    def _notify(self, t: float, kind: str, psn: int, delay: float = 0.0):
+        """An ACK, NAK or RNR NAK (with its RNR delay) reaches the requester at `t`."""
+        heapq.heappush(self.sender_ev, (t, next(self.seq), kind, psn, delay))

@@ -344,55 +344,81 @@ def _shape_expect(expect: dict, src: "_Src") -> None:
 
 
 def _build(doc, src: _Src, link_override) -> Scenario:
+    """The Scenario of a document `_shape` has checked, or an error at the line of its first mistake."""
     from .links import LINKS
     sc = doc.get("scenario", {})
     link = link_override or sc.get("link", "roce2")
     if link not in LINKS:
         src.fail(src.line_of("scenario", -1, "link"), f"link {link!r} is not one of {', '.join(LINKS)}")
-    ports: Dict[str, Port] = {}
-    for i, p in enumerate(doc.get("port", []) + [dict(s, kind="switch") for s in doc.get("switch", [])]):
-        table = "port" if i < len(doc.get("port", [])) else "switch"
-        idx = i if table == "port" else i - len(doc.get("port", []))
-        ln = lambda k="": src.line_of(table, idx, k)  # noqa: E731
-        for req in ("name", "guid", "lid"):
-            if req not in p:
-                src.fail(ln(), f"[[{table}]] number {idx + 1} needs a {req!r}")
-        name = p["name"]
-        if name in ports:
-            src.fail(ln("name"), f"port name {name!r} is used twice; names must be unique")
-        guid = _ranged(p["guid"], "guid", 1, (1 << 64) - 1, src, ln("guid"))
-        lid = _int(p["lid"], "lid", src, ln("lid"))
-        if not 0 < lid < 0xC000:
-            src.fail(ln("lid"), f"lid {lid:#x} is not a unicast LID (1..0xbfff)" if lid > 0 else
-                     f"lid {lid} is not a unicast LID (1..0xbfff)")
-        twin = next((q.name for q in ports.values() if q.guid == guid), None)
-        if twin is not None:
-            src.fail(ln("guid"), f"guid {guid:#x} is already port {twin!r}'s; every port has its own GUID")
-        mac = _mac(p["mac"], src, ln("mac")) if "mac" in p else bytes([2, 0]) + (guid & 0xFFFFFFFF).to_bytes(4, "big")
-        ip4 = _ip(p["ip"], 4, src, ln("ip")) if "ip" in p else bytes([10, 0, lid >> 8, lid & 0xFF])
-        ip6 = _ip(p["ip6"], 6, src, ln("ip6")) if "ip6" in p else ipaddress.IPv6Address(f"fd00::{lid:x}").packed
-        gid = _ip(p["gid"], 6, src, ln("gid")) if "gid" in p else (0xFE80 << 112 | guid).to_bytes(16, "big")
-        vlan = _int(p["vlan"], "vlan", src, ln("vlan")) if "vlan" in p else None
-        if vlan is not None and not 0 < vlan < 4095:
-            src.fail(ln("vlan"), f"vlan {vlan} is outside 1..4094")
-        pkeys = [_ranged(k, "pkey", 0, 0xFFFF, src, ln("pkeys")) for k in _list(p["pkeys"], "pkeys", src, ln("pkeys"))] \
-            if "pkeys" in p else None
-        kind = p.get("kind", "ca")
-        if kind not in ("ca", "switch"):
-            src.fail(ln("kind"), f"kind {kind!r} must be \"ca\" or \"switch\"")
-        vf = _ranged(p["vf"], "vf", 0, 0xFFFF, src, ln("vf")) if "vf" in p else None
-        ports[name] = Port(name, guid, lid, kind, p.get("host", ""), p.get("pf", ""), vf, mac, ip4, ip6, vlan,
-                           _ranged(p.get("pcp", 3), "pcp", 0, 7, src, ln("pcp")), gid, pkeys,
-                           bool(p.get("enforce", True)), 0x48 + len(ports),
-                           _ranged(p.get("mkey", 0), "mkey", 0, (1 << 64) - 1, src, ln("mkey")))
-    if not ports:
-        src.fail(0, "the scenario declares no [[port]]; add at least two ports")
+    ports = _ports(doc, src)
 
     def need_port(name, table, idx, key):
+        """`name`, a declared port, or an error at the line of `key` in the idx-th [[table]]."""
         if name not in ports:
             src.fail(src.line_of(table, idx, key), f"{key} {name!r} names no declared port (ports: {', '.join(ports)})")
         return name
 
+    scen = _settings(doc, src, link, ports, _partitions(doc, src, need_port), need_port)
+    _qps(doc, scen, src, need_port)
+    _ops(doc, scen, src)
+    _faults(doc, scen, src, need_port)
+    _lossless(doc, scen, src, need_port)
+    _pings(doc, scen, src, need_port)
+    return scen
+
+
+def _ports(doc, src: _Src) -> Dict[str, Port]:
+    """[[port]] and [[switch]] tables, by name; at least one."""
+    ports: Dict[str, Port] = {}
+    for i, p in enumerate(doc.get("port", []) + [dict(s, kind="switch") for s in doc.get("switch", [])]):
+        table = "port" if i < len(doc.get("port", [])) else "switch"
+        idx = i if table == "port" else i - len(doc.get("port", []))
+        port = _port(p, table, idx, ports, src)
+        ports[port.name] = port
+    if not ports:
+        src.fail(0, "the scenario declares no [[port]]; add at least two ports")
+    return ports
+
+
+def _port(p: dict, table: str, idx: int, ports: Dict[str, Port], src: _Src) -> Port:
+    """The idx-th [[port]] or [[switch]]: a name and GUID no port before it has, a unicast LID, addresses
+    derived from GUID and LID unless given."""
+    ln = lambda k="": src.line_of(table, idx, k)  # noqa: E731
+    for req in ("name", "guid", "lid"):
+        if req not in p:
+            src.fail(ln(), f"[[{table}]] number {idx + 1} needs a {req!r}")
+    name = p["name"]
+    if name in ports:
+        src.fail(ln("name"), f"port name {name!r} is used twice; names must be unique")
+    guid = _ranged(p["guid"], "guid", 1, (1 << 64) - 1, src, ln("guid"))
+    lid = _int(p["lid"], "lid", src, ln("lid"))
+    if not 0 < lid < 0xC000:
+        src.fail(ln("lid"), f"lid {lid:#x} is not a unicast LID (1..0xbfff)" if lid > 0 else
+                 f"lid {lid} is not a unicast LID (1..0xbfff)")
+    twin = next((q.name for q in ports.values() if q.guid == guid), None)
+    if twin is not None:
+        src.fail(ln("guid"), f"guid {guid:#x} is already port {twin!r}'s; every port has its own GUID")
+    mac = _mac(p["mac"], src, ln("mac")) if "mac" in p else bytes([2, 0]) + (guid & 0xFFFFFFFF).to_bytes(4, "big")
+    ip4 = _ip(p["ip"], 4, src, ln("ip")) if "ip" in p else bytes([10, 0, lid >> 8, lid & 0xFF])
+    ip6 = _ip(p["ip6"], 6, src, ln("ip6")) if "ip6" in p else ipaddress.IPv6Address(f"fd00::{lid:x}").packed
+    gid = _ip(p["gid"], 6, src, ln("gid")) if "gid" in p else (0xFE80 << 112 | guid).to_bytes(16, "big")
+    vlan = _int(p["vlan"], "vlan", src, ln("vlan")) if "vlan" in p else None
+    if vlan is not None and not 0 < vlan < 4095:
+        src.fail(ln("vlan"), f"vlan {vlan} is outside 1..4094")
+    pkeys = [_ranged(k, "pkey", 0, 0xFFFF, src, ln("pkeys")) for k in _list(p["pkeys"], "pkeys", src, ln("pkeys"))] \
+        if "pkeys" in p else None
+    kind = p.get("kind", "ca")
+    if kind not in ("ca", "switch"):
+        src.fail(ln("kind"), f"kind {kind!r} must be \"ca\" or \"switch\"")
+    vf = _ranged(p["vf"], "vf", 0, 0xFFFF, src, ln("vf")) if "vf" in p else None
+    return Port(name, guid, lid, kind, p.get("host", ""), p.get("pf", ""), vf, mac, ip4, ip6, vlan,
+                _ranged(p.get("pcp", 3), "pcp", 0, 7, src, ln("pcp")), gid, pkeys,
+                bool(p.get("enforce", True)), 0x48 + len(ports),
+                _ranged(p.get("mkey", 0), "mkey", 0, (1 << 64) - 1, src, ln("mkey")))
+
+
+def _partitions(doc, src: _Src, need_port) -> Dict[str, Partition]:
+    """[[partition]] tables, by name: a P_Key base and member ports (or "ALL"); MLIDs from 0xC001 on."""
     parts: Dict[str, Partition] = {}
     for i, p in enumerate(doc.get("partition", [])):
         for req in ("name", "pkey"):
@@ -406,7 +432,12 @@ def _build(doc, src: _Src, link_override) -> Scenario:
                 need_port(m, "partition", i, "full" if m in p.get("full", []) else "limited")
         parts[p["name"]] = Partition(p["name"], pk, list(p.get("full", [])), list(p.get("limited", [])),
                                      bool(p.get("ipoib", True)), 0xC000 + i + 1)
+    return parts
 
+
+def _settings(doc, src: _Src, link: str, ports, parts, need_port) -> Scenario:
+    """The Scenario of the [scenario] and [sm] tables, with its ports and partitions and no traffic yet."""
+    sc = doc.get("scenario", {})
     smd = doc.get("sm", {})
     sm = smd.get("port")
     if sm is not None:
@@ -417,7 +448,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
 
     if num("rate_gbps", 100.0) == 0:
         src.fail(src.line_of("scenario", -1, "rate_gbps"), "rate_gbps 0 is outside 0..inf (a link carries something)")
-    scen = Scenario(src.path, sc.get("name", src.path.stem), sc.get("description", ""), link,
+    return Scenario(src.path, sc.get("name", src.path.stem), sc.get("description", ""), link,
                     _int(sc.get("seed", 1), "seed", src, src.line_of("scenario", -1, "seed")),
                     num("start", 1700000000.0, LAST_SECOND), num("latency_us", 1.0) * 1e-6,
                     num("rate_gbps", 100.0) * 1e9,
@@ -426,6 +457,9 @@ def _build(doc, src: _Src, link_override) -> Scenario:
                     _ranged(sc.get("dscp", 0), "dscp", 0, 63, src, src.line_of("scenario", -1, "dscp")),
                     _ranged(sc.get("cnp_dscp", 48), "cnp_dscp", 0, 63, src, src.line_of("scenario", -1, "cnp_dscp")))
 
+
+def _qps(doc, scen: Scenario, src: _Src, need_port) -> None:
+    """[[qp]] tables into scen.qps; QPNs default to 0x100, 0x101 onwards."""
     for i, q in enumerate(doc.get("qp", [])):
         ln = lambda k="": src.line_of("qp", i, k)  # noqa: E731
         for req in ("name", "type", "src", "dst"):
@@ -435,14 +469,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         if t not in QP_TYPES:
             src.fail(ln("type"), f"qp type {q['type']!r} is not one of {', '.join(QP_TYPES)}")
         a, b = need_port(q["src"], "qp", i, "src"), need_port(q["dst"], "qp", i, "dst")
-        if "pkey" in q:
-            pkey = _ranged(q["pkey"], "pkey", 1, 0xFFFF, src, ln("pkey"))
-        else:
-            tb = scen.port_pkeys(b)
-            shared = [k for k in scen.port_pkeys(a)
-                      if any((x & 0x7FFF) == (k & 0x7FFF) and (x | k) & 0x8000 for x in tb)]
-            shared.sort(key=lambda k: (k & 0x7FFF) == 0x7FFF)   # a tenant partition before the default one
-            pkey = shared[0] if shared else DEFAULT_PKEY
+        pkey = _ranged(q["pkey"], "pkey", 1, 0xFFFF, src, ln("pkey")) if "pkey" in q else _shared_pkey(scen, a, b)
         pmtu = _int(q.get("pmtu", 1024), "pmtu", src, ln("pmtu"))
         if pmtu not in PMTUS:
             src.fail(ln("pmtu"), f"pmtu {pmtu} must be one of 256, 512, 1024, 2048, 4096")
@@ -467,6 +494,19 @@ def _build(doc, src: _Src, link_override) -> Scenario:
             src.fail(ln("name"), f"qp name {qp.name!r} is used twice")
         scen.qps[qp.name] = qp
 
+
+def _shared_pkey(scen: Scenario, a: str, b: str) -> int:
+    """The P_Key of a QP that names none: one that ports a and b share (same base, at least one of them a full
+    member), a tenant partition's before the default one; the default P_Key if they share none."""
+    tb = scen.port_pkeys(b)
+    shared = [k for k in scen.port_pkeys(a)
+              if any((x & 0x7FFF) == (k & 0x7FFF) and (x | k) & 0x8000 for x in tb)]
+    shared.sort(key=lambda k: (k & 0x7FFF) == 0x7FFF)   # a tenant partition before the default one
+    return shared[0] if shared else DEFAULT_PKEY
+
+
+def _ops(doc, scen: Scenario, src: _Src) -> None:
+    """[[op]] tables into scen.ops: kinds the QP's transport supports, sizes a UD QP can send."""
     for i, o in enumerate(doc.get("op", [])):
         ln = lambda k="": src.line_of("op", i, k)  # noqa: E731
         if o.get("qp") not in scen.qps:
@@ -486,6 +526,9 @@ def _build(doc, src: _Src, link_override) -> Scenario:
         scen.ops.append(Op(qp.name, kind, size, count, _float(o.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
                            _float(o.get("interval_us", 10.0), "interval_us", src, ln("interval_us")) * 1e-6))
 
+
+def _faults(doc, scen: Scenario, src: _Src, need_port) -> None:
+    """[[fault]] tables into scen.faults: each with the qp or port it needs and its numbers in range."""
     for i, f in enumerate(doc.get("fault", [])):
         kind = f.get("kind")
         if kind not in FAULT_KINDS:
@@ -501,7 +544,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
             src.fail(src.line_of("fault", i, "qp"), "a bad_qkey fault needs a UD qp (only datagrams carry a Q_Key)")
         if kind in ("smp_set", "rogue_sm", "pkey_drift", "ipoib_join") and "port" not in f:
             src.fail(src.line_of("fault", i), f"a {kind} fault needs the port that sends it")
-        if kind == "ipoib_join" and f.get("partition") not in parts:
+        if kind == "ipoib_join" and f.get("partition") not in scen.partitions:
             src.fail(src.line_of("fault", i, "partition"),
                      f"ipoib_join names partition {f.get('partition')!r}, which no [[partition]] declares")
         for k in ("packet",) if kind in ("drop", "capture_gap", "bad_icrc", "bad_vcrc") else \
@@ -517,17 +560,18 @@ def _build(doc, src: _Src, link_override) -> Scenario:
             f["pkeys"] = [_ranged(k, "pkey", 0, 0xFFFF, src, src.line_of("fault", i, "pkeys")) for k in f["pkeys"]]
         scen.faults.append(Fault(kind, dict(f), src.line_of("fault", i)))
 
-    _lossless(doc, scen, src, need_port)
+
+def _pings(doc, scen: Scenario, src: _Src, need_port) -> None:
+    """[[ipoib]] tables into scen.pings: IPoIB ARP and ICMP echo between two ports of a partition."""
     for i, p in enumerate(doc.get("ipoib", [])):
         need_port(p.get("src"), "ipoib", i, "src")
         need_port(p.get("dst"), "ipoib", i, "dst")
         part = p.get("partition", "")
-        if part not in parts:
+        if part not in scen.partitions:
             src.fail(src.line_of("ipoib", i, "partition"), f"ipoib names partition {part!r}, which no [[partition]] declares")
         ln = lambda k="": src.line_of("ipoib", i, k)  # noqa: E731
         scen.pings.append(Ping(p["src"], p["dst"], part, _float(p.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
                                _ranged(p.get("count", 1), "count", 0, MAX_COUNT, src, ln("count"))))
-    return scen
 
 
 def _lossless(doc, scen: Scenario, src: _Src, need_port) -> None:
