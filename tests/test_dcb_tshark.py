@@ -4,6 +4,7 @@ import json
 import random
 import struct
 import subprocess
+from pathlib import Path
 
 import pytest
 from scapy.contrib.lldp import (LLDPDUChassisID, LLDPDUEndOfLLDPDU, LLDPDUGenericOrganisationSpecific, LLDPDUPortID,
@@ -18,6 +19,7 @@ from ibwire.readers import iter_frames
 from conftest import run_ibwire
 from tshark_oracle import _flatten, normalise, tshark_json
 
+ROOT = Path(__file__).resolve().parents[1]
 PAUSE_DST, LLDP_DST = "01:80:c2:00:00:01", "01:80:c2:00:00:0e"
 
 
@@ -183,3 +185,15 @@ def test_tree_sections_are_tsharks(capture, tshark):
                             check=True).stdout
     ours = run_ibwire("decode", capture, "-V", check=True, unwrapped=True).stdout
     assert _sections(ours) == _sections(theirs)
+
+
+@pytest.mark.parametrize("select", [("-e", "lldp.tlv.type", "-e", "macc.cbfc.pause_time.c3"), ("-j", "lldp macc"),
+                                    ("-J", "lldp macc")], ids=["e", "j", "J"])
+def test_selection_json_is_tsharks(select, tshark):
+    """-e, -j and -J on a capture of LLDP, PFC and RoCE frames: byte for byte tshark's (a frame without the
+    selected fields is `"layers": {}`, a TLV's subtree folded to its title under -j)."""
+    path = ROOT / "captures" / "pfc-storm.pcap"
+    args = ["-T", "json", "-c", "40", *select]
+    ours = run_ibwire("decode", path, *args, check=True, unwrapped=True).stdout
+    assert ours == subprocess.run([tshark, "-r", str(path), "-n", *args], capture_output=True, text=True,
+                                  check=True).stdout

@@ -467,9 +467,9 @@ def _text(v, ek: bool):
 def json_text(index: str, layers: list, fields_only: bool = False) -> str:
     """One packet as tshark -T json writes it (two-space indent, keys repeated where tshark repeats them)."""
     lines = ["  {", f'    "_index": "{index}",', '    "_type": "doc",', '    "_score": null,', '    "_source": {',
-             '      "layers": {']
+             '      "layers": {' if layers else '      "layers": {}']     # {}: no -e field in the packet
     _write(layers, 8, lines, fields_only)
-    lines += ["      }", "    }", "  }"]
+    lines += (["      }"] if layers else []) + ["    }", "  }"]
     return "\n".join(lines)
 
 
