@@ -149,7 +149,7 @@ class LLDPDUETSRecommendation(_DCBX):
     fields_desc = _org_header(SUB_ETS_RECOMMEND, 25) + [XByteField("reserved", 0)] + _ets_tables()
 
     def ws_fields(self) -> dict:
-        return {**self._header(), "dcbx.feature.pg.reserved": self.reserved, **self._ets()}
+        return {**self._header(), "dcbx.feature.pg.reserved": self.reserved >> 1, **self._ets()}    # bits 7-1
 
 
 class LLDPDUPFCConfiguration(_DCBX):
@@ -214,49 +214,49 @@ class LLDPDUCEEDCBX(LLDPDU):
     def _match_organization_specific(cls, payload):
         return len(payload) >= 6 and payload[2:5] == OUI_CEE.to_bytes(3, "big") and payload[5] == CEE_SUBTYPE
 
+    def sub_tlvs(self) -> list:
+        """Each sub-TLV as (its fields, [the fields of each application entry]) under Wireshark's names."""
+        body = OUI_CEE.to_bytes(3, "big") + bytes([self.subtype]) + bytes(self.subtlvs)
+        return [_cee_sub(kind, v) for kind, v in cee_subtlvs(body)]
+
     def ws_fields(self) -> dict:
         out: dict = {}
+        for sub, apps in self.sub_tlvs():
+            for fields in (sub, *apps):
+                for key, value in fields.items():
+                    out.setdefault(key, []).append(value)
+        out = {k: v[0] if len(v) == 1 else v for k, v in out.items()}
+        return {"tlv.type": 127, "tlv.len": self._length, "orgtlv.oui": self.org_code, "dcbx.proto": self.subtype, **out}
 
-        def add(key, value):
-            out.setdefault(key, []).append(value)
-        for key, value in (("tlv.type", 127), ("tlv.len", self._length), ("orgtlv.oui", self.org_code),
-                           ("dcbx.proto", self.subtype)):
-            out[key] = value
-        body = OUI_CEE.to_bytes(3, "big") + bytes([self.subtype]) + bytes(self.subtlvs)
-        for kind, v in cee_subtlvs(body):
-            add("dcbx.type", kind)
-            add("dcbx.len", len(v))
-            if len(v) < 2:
-                continue
-            add("dcbx.version", v[0])
-            add("dcbx.max_version", v[1])
-            if kind == CEE_CONTROL and len(v) >= 10:
-                add("dcbx.control.seq", int.from_bytes(v[2:6], "big"))
-                add("dcbx.control.ack", int.from_bytes(v[6:10], "big"))
-            if kind not in (CEE_PG, CEE_PFC, CEE_APP) or len(v) < 4:
-                continue
-            for name, bit in (("enabled", 7), ("willing", 6), ("error", 5)):
-                add(f"dcbx.feature.{name}", v[2] >> bit & 1)
-            add("dcbx.feature.subtype", v[3])
-            if kind == CEE_PG and len(v) >= 17:
-                for p in range(8):
-                    add(f"dcbx.feature.pg.pgid_prio{p}", v[4 + p // 2] >> (4 * (1 - p % 2)) & 0xF)
-                for g in range(8):
-                    add(f"dcbx.feature.pg.per{g}", v[8 + g])
-                add("dcbx.feature.pg.numtcs", v[16])
-            elif kind == CEE_PFC and len(v) >= 6:
-                for p in range(8):
-                    add(f"dcbx.feature.pfc.prio{p}", v[4] >> p & 1)
-                add("dcbx.feature.pfc.numtcs", v[5])
-            elif kind == CEE_APP:
-                for at in range(4, len(v) - 5, 6):
-                    e = v[at:at + 6]
-                    add("dcbx.feature.app.proto", int.from_bytes(e[:2], "big"))
-                    add("dcbx.feature.app.oui", (e[2] & 0xFC) << 16 | e[3] << 8 | e[4])
-                    add("dcbx.feature.app.sf", e[2] & 3)
-                    if e[5]:                             # the lowest priority of the map, as Wireshark shows
-                        add("dcbx.feature.app.prio", (e[5] & -e[5]).bit_length() - 1)
-        return {k: v[0] if isinstance(v, list) and len(v) == 1 else v for k, v in out.items()}
+
+def _cee_sub(kind: int, v: bytes) -> tuple:
+    """One CEE sub-TLV's fields as Wireshark reads them: version, then control numbers or a feature's flags
+    and its table (priority groups, PFC, applications)."""
+    out, apps = {"dcbx.type": kind, "dcbx.len": len(v)}, []
+    if len(v) >= 2:
+        out.update({"dcbx.version": v[0], "dcbx.max_version": v[1]})
+    if kind == CEE_CONTROL and len(v) >= 10:
+        out.update({"dcbx.control.seq": int.from_bytes(v[2:6], "big"), "dcbx.control.ack": int.from_bytes(v[6:10], "big")})
+    if kind not in (CEE_PG, CEE_PFC, CEE_APP) or len(v) < 4:
+        return out, apps
+    out.update({f"dcbx.feature.{name}": v[2] >> bit & 1 for name, bit in (("enabled", 7), ("willing", 6), ("error", 5))})
+    out["dcbx.feature.subtype"] = v[3]
+    if kind == CEE_PG and len(v) >= 17:
+        out.update({f"dcbx.feature.pg.pgid_prio{p}": v[4 + p // 2] >> (4 * (1 - p % 2)) & 0xF for p in range(8)})
+        out.update({f"dcbx.feature.pg.per{g}": v[8 + g] for g in range(8)})
+        out["dcbx.feature.pg.numtcs"] = v[16]
+    elif kind == CEE_PFC and len(v) >= 6:
+        out.update({f"dcbx.feature.pfc.prio{p}": v[4] >> p & 1 for p in range(8)})
+        out["dcbx.feature.pfc.numtcs"] = v[5]
+    elif kind == CEE_APP:
+        for at in range(4, len(v) - 5, 6):
+            e = v[at:at + 6]
+            app = {"dcbx.feature.app.proto": int.from_bytes(e[:2], "big"),
+                   "dcbx.feature.app.oui": (e[2] & 0xFC) << 16 | e[3] << 8 | e[4], "dcbx.feature.app.sf": e[2] & 3}
+            if e[5]:                             # the lowest priority of the map, as Wireshark shows
+                app["dcbx.feature.app.prio"] = (e[5] & -e[5]).bit_length() - 1
+            apps.append(app)
+    return out, apps
 
 
 DCBX_TLVS = (LLDPDUETSConfiguration, LLDPDUETSRecommendation, LLDPDUPFCConfiguration, LLDPDUAppPriority, LLDPDUCEEDCBX)

@@ -22,6 +22,9 @@ OUI_IEEE_802_1 = 0x0080C2
 OUI_CEE, CEE_SUBTYPE = 0x001B21, 2    # the pre-standard CEE DCBX (DCBX 1.01): one TLV of sub-TLVs
 CEE_CONTROL, CEE_PG, CEE_PFC, CEE_APP = 1, 2, 3, 4
 SUB_ETS_CONFIG, SUB_ETS_RECOMMEND, SUB_PFC_CONFIG, SUB_APP_PRIORITY = 9, 10, 11, 12
+# Applications Wireshark names in a DCBX application entry, by protocol ID (packet-lldp.c): FCoE and FIP
+# (ethertypes 0x8906, 0x8914), iSCSI (port 3260).
+APP_NAMES = {0x8906: "FCoE", 0x8914: "FiP", 3260: "iSCSI"}
 ALL_PRIORITIES = -1                 # an 802.3x PAUSE stops every priority
 _PFC = struct.Struct(">HH8H")
 

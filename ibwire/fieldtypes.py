@@ -187,7 +187,7 @@ TSHARK_DISPLAY: Dict[str, int] = {name: digits for digits, names in {
         'trap.systemimageguid'),
 }.items() for name in names.split()}
 
-TSHARK_DISPLAY.update({"macc.opcode": 4, "macc.cbfc.enbv": 4, "lldp.unknown_subtype.content": -1, "lldp.ieee.802_1.subtype": 2, "lldp.unknown_subtype": 2,
+TSHARK_DISPLAY.update({"macc.opcode": 4, "macc.cbfc.enbv": 4, "lldp.unknown_subtype.content": -1, "lldp.ieee.802_1.subtype": 2,
                        "lldp.dcbx.feature.pg.reserved": 2, "lldp.dcbx.ieee.app.reserved": 2,
                        "lldp.dcbx.feature.app.proto": 4, "lldp.dcbx.ieee.willing": 1, "lldp.dcbx.ieee.ets.cbs": 1,
                        "lldp.dcbx.ieee.pfc.mbc": 1, "lldp.dcbx.proto": 2, "lldp.dcbx.version": 2,

@@ -4,6 +4,7 @@ import json
 import random
 import struct
 import subprocess
+from pathlib import Path
 
 import pytest
 from scapy.contrib.lldp import (LLDPDUChassisID, LLDPDUEndOfLLDPDU, LLDPDUGenericOrganisationSpecific, LLDPDUPortID,
@@ -18,6 +19,7 @@ from ibwire.readers import iter_frames
 from conftest import run_ibwire
 from tshark_oracle import _flatten, normalise, tshark_json
 
+ROOT = Path(__file__).resolve().parents[1]
 PAUSE_DST, LLDP_DST = "01:80:c2:00:00:01", "01:80:c2:00:00:0e"
 
 
@@ -145,3 +147,53 @@ def test_health_reads_the_pfc_priorities_tshark_shows(capture, tshark):
         want[src] = [p for p, b in enumerate(bits) if b in ("1", "True")]
     doc = json.loads(run_ibwire("health", capture, "-T", "json", unwrapped=True).stdout)
     assert {port: d["pfc_enabled"] for port, d in doc["dcbx"].items()} == want and len(want) == 24
+
+
+def _layers_of(text: str) -> list:
+    return [dict(dict(dict(p)["_source"])["layers"]) for p in json.loads(text, object_pairs_hook=lambda p: p)]
+
+
+def test_json_layers_are_tsharks(capture, tshark):
+    """-T json: the lldp and macc layers are tshark's, key for key in its order and nesting (a subtree per
+    TLV titled as tshark titles it, application entries and CEE sub-TLVs in theirs, the class-enable
+    vector's `_tree`, `CBFC Class Pause Times`), every value tshark's text."""
+    theirs = _layers_of(subprocess.run([tshark, "-r", str(capture), "-n", "-T", "json"], capture_output=True,
+                                       text=True, check=True).stdout)
+    ours = _layers_of(run_ibwire("decode", capture, "-T", "json", check=True, unwrapped=True).stdout)
+    assert len(ours) == len(theirs) == 96
+    for n, (t, o) in enumerate(zip(theirs, ours), 1):
+        name = "lldp" if "lldp" in t else "macc"
+        assert o[name] == t[name], n
+
+
+def _sections(text: str, names=("Link Layer Discovery Protocol", "MAC Control")) -> list:
+    """The -V lines of the named top-level sections, frame by frame (tshark's expert items left out)."""
+    out, keep = [], False
+    for line in text.splitlines():
+        if line.startswith("Frame "):
+            out.append([])
+        if line and not line.startswith(" "):
+            keep = line in names
+        if keep and out and line.strip() and not line.strip().startswith("["):
+            out[-1].append(line)
+    return out
+
+
+def test_tree_sections_are_tsharks(capture, tshark):
+    """-V: the LLDP and MAC Control sections are tshark's lines, indentation included."""
+    theirs = subprocess.run([tshark, "-r", str(capture), "-n", "-V"], capture_output=True, text=True,
+                            check=True).stdout
+    ours = run_ibwire("decode", capture, "-V", check=True, unwrapped=True).stdout
+    assert _sections(ours) == _sections(theirs)
+
+
+@pytest.mark.parametrize("select", [("-e", "lldp.tlv.type", "-e", "macc.cbfc.pause_time.c3"), ("-j", "lldp macc"),
+                                    ("-J", "lldp macc")], ids=["e", "j", "J"])
+def test_selection_json_is_tsharks(select, tshark):
+    """-e, -j and -J on a capture of LLDP, PFC and RoCE frames: byte for byte tshark's (a frame without the
+    selected fields is `"layers": {}`, a TLV's subtree folded to its title under -j)."""
+    path = ROOT / "captures" / "pfc-storm.pcap"
+    args = ["-T", "json", "-c", "40", *select]
+    ours = run_ibwire("decode", path, *args, check=True, unwrapped=True).stdout
+    assert ours == subprocess.run([tshark, "-r", str(path), "-n", *args], capture_output=True, text=True,
+                                  check=True).stdout

@@ -141,6 +141,7 @@ def _leaves(items, out) -> dict:
 
 
 ENCAP = ("frame", "erf", "eth", "vlan", "ip", "ipv6", "udp")
+DCB = ("lldp", "macc")          # whole, item for item: tshark's keys, subtrees and values
 IB_EXCEPTIONS = {f"infiniband.{k}" for k in TSHARK_EXCEPTIONS}
 
 
@@ -149,7 +150,8 @@ def test_json_is_tsharks(path, tshark):
     """-T json: tshark's document per packet (_index, _type, _score, _source.layers); the frame, ERF,
     Ethernet, VLAN, IP, IPv6 and UDP layers with tshark's keys in tshark's order and nesting (name
     resolution as `tshark -n`) and its values; the infiniband layer's transport headers (bytes, *_tree,
-    reserved bytes, CRCs) the same in structure, and every InfiniBand value both show equal."""
+    reserved bytes, CRCs) the same in structure, and every InfiniBand value both show equal; the lldp and
+    macc layers equal to tshark's."""
     theirs = _pairs(run_tshark(path, "-n", "-T", "json"))
     r = run_ibwire("decode", path, "-T", "json")
     assert r.returncode == 0, r.stderr
@@ -175,6 +177,9 @@ def test_json_is_tsharks(path, tshark):
                 for k, v in _leaves(ol[name], {}).items():
                     if k not in ("frame.protocols", "udp.stream") and not k.startswith("udp.time"):
                         assert v == leaves[k], (dict(tl["frame"])["frame.number"], k)
+        for name in DCB:
+            if name in tl:
+                assert ol.get(name) == tl[name], (dict(tl["frame"])["frame.number"], name)
         if "infiniband" not in tl:
             continue
         ol["infiniband"] = _no_analysis(ol["infiniband"])

@@ -11,7 +11,7 @@ import ipaddress
 from functools import lru_cache
 
 from .escape import printable
-from .ws_labels import FIELDS, TFS, VALUES
+from .ws_labels import FIELDS, OUIS, TFS, VALUES
 
 IB = "infiniband."
 WIDTHS = {"FT_UINT8": 8, "FT_UINT16": 16, "FT_UINT24": 24, "FT_UINT32": 32, "FT_UINT40": 40, "FT_UINT48": 48,
@@ -57,6 +57,20 @@ def _ipv4_tail(v: str) -> str:
     return str(ipaddress.IPv4Address(ipaddress.IPv6Address(v).packed[12:]))
 
 
+def _set_flags(key: str, v: str) -> str:
+    """A bitmask's value and the labels of its flags that are set (`0x002c, C2, C3, C5`), as Wireshark's
+    proto_tree_add_bitmask appends them."""
+    n = int(v, 0)
+    return ", ".join([v] + [spec[0] for k, spec in FIELDS.items()
+                            if k.startswith(key + ".") and spec[1] == "FT_BOOLEAN" and n & spec[3]])
+
+
+def _oui(n: int) -> str:
+    """A BASE_OUI value: the OUI, its organisation in brackets; tshark 4.0 cuts the text at 31 characters."""
+    text = ":".join(f"{b:02x}" for b in n.to_bytes(3, "big"))
+    return f"{text} ({OUIS[n]})"[:31] if n in OUIS else text
+
+
 def _bytes_len(v: str) -> int:
     return len(v.replace(":", "")) // 2
 
@@ -72,6 +86,9 @@ WORDED = {
     IB + "aeth.syndrome": lambda v: f"{v}, {_syndrome(int(v))}",
     "ip.checksum.status": lambda v: "Unverified" if v == "2" else v,
     "udp.checksum.status": lambda v: {"2": "Unverified", "3": "Not present"}.get(v, v),
+    "macc.cbfc.enbv": lambda v: _set_flags("macc.cbfc.enbv", v),
+    # IEEE 802.1Qaz D.2.8: a maximum of 0 traffic classes stands for 8
+    "lldp.dcbx.ieee.ets.maxtcs": lambda v: f"{int(v) or 8} (0x{int(v):x})",
 }
 WHOLE = {   # items shown with a text of their own
     "frame.len": lambda v: f"Frame Length: {v} bytes ({int(v) * 8} bits)",
@@ -186,7 +203,9 @@ def field_line(key: str, value) -> str:
         n = int(value, 0)
         bitwidth = (mask >> ((mask & -mask).bit_length() - 1)).bit_length() if mask else WIDTHS[ftype]
         digits = (bitwidth + 3) // 4
-        if key in VALUES:
+        if base == "BASE_OUI":
+            text = _oui(n)
+        elif key in VALUES:
             name = VALUES[key].get(n, "Unknown")
             text = f"{name} ({_number(n, 'BASE_HEX' if base in ('BASE_HEX', 'BASE_HEX_DEC') else 'BASE_DEC', digits)})"
         else:
@@ -332,7 +351,7 @@ def own_fields(flat: dict, layers: list) -> dict:
             out[k] = named
         elif k not in held and "." in k and not k.startswith(("frame.", "_", "payload.", "padding.")) \
                 and isinstance(v, (int, str, float)):
-            out[k] = v
+            out[k] = f"{v:.9f}" if isinstance(v, float) else v        # a pause in seconds, to the nanosecond
     return out
 
 

@@ -25,6 +25,7 @@ from dissectors.base import IBLayer
 
 from ..decode.fields import FOREIGN, MERGED, mad_layer_entries
 from ..fieldtypes import TSHARK_DISPLAY
+from .dcb_doc import dcb_layer, pairs
 from .values import SELF_NAMED, bytes_text, ipv6_text, value_text
 
 # Wiretap's encapsulation numbers (frame.encap_type) of the link types tshark 4.0 reads (not 247: tshark
@@ -253,17 +254,14 @@ def _mad_items(layer) -> list:
 
 
 def _foreign(layer) -> Optional[tuple]:
+    dcb = dcb_layer(layer)
+    if dcb is not None:
+        return dcb
     if hasattr(layer, "ws_fields"):
         name, fields = layer.ws_proto, layer.ws_fields()
     else:
         name, fields = FOREIGN[type(layer)](layer)
-    items = []
-    for k, v in fields.items():
-        key = f"{name}.{k}"
-        for one in (v if isinstance(v, list) else [v]):
-            if one is not None:
-                items.append((key, bool(one) if TSHARK_DISPLAY.get(key) == 1 else value_text(key, one)))
-    return name, items
+    return name, pairs(name, fields)
 
 
 def document(d, t: Times, session: Session) -> list:
@@ -469,9 +467,9 @@ def _text(v, ek: bool):
 def json_text(index: str, layers: list, fields_only: bool = False) -> str:
     """One packet as tshark -T json writes it (two-space indent, keys repeated where tshark repeats them)."""
     lines = ["  {", f'    "_index": "{index}",', '    "_type": "doc",', '    "_score": null,', '    "_source": {',
-             '      "layers": {']
+             '      "layers": {' if layers else '      "layers": {}']     # {}: no -e field in the packet
     _write(layers, 8, lines, fields_only)
-    lines += ["      }", "    }", "  }"]
+    lines += (["      }"] if layers else []) + ["    }", "  }"]
     return "\n".join(lines)
 
 
