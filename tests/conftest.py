@@ -19,11 +19,11 @@ import litter  # noqa: E402  (tests/litter.py, found through the sys.path entry 
 # `./dev test` runs the suite in two rounds: the modules below one at a time (-m serial), the rest on both
 # cores (pytest-xdist, -m "not serial", a module per worker).  Serial: QEMU labs that need the machine's whole
 # CPU to keep RDMA timers, network namespaces, veth pairs and tc filters, extcap installs into the run's one
-# home folder, and tests that measure wall time or watch the run's own writes.
+# home folder, and tests that measure wall time or peak memory, or watch the run's own writes.
 SERIAL = {"test_lab_rdma", "test_lab_audit", "test_capture_lab", "test_capture_cleanup", "test_capture_nspcap",
           "test_capture_standin", "test_capture_verbs", "test_health_veth", "test_journal_fuzz", "test_root_writers",
           "test_house_litter", "test_bounded_resources", "test_sm_master", "test_outputs_safe",
-          "test_devices_sysfs"}
+          "test_devices_sysfs", "test_fast_memory"}
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")   # a pytest-xdist worker: its controller set up the run below
 
 REAL_HOME = os.path.expanduser("~")
