@@ -69,32 +69,13 @@ def decode(
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
     from ..fast.filter import names_analysis
-    from ..filter import compile_filter, field_name
-    from ..output.printer import FORMATS, TIME_MODES, Printer
+    from ..filter import compile_filter
+    from ..output.printer import Printer
     from dissectors.dcb import set_port_speed
     set_port_speed(port_speed(speed))
     src = capture_source(file, read, "name a capture file, as an argument or with -r (- reads one from standard "
                                      "input)")
-    if write == "-" and print_too:
-        raise UserError("-w - writes the capture to standard output; it cannot carry the -P lines too")
-    fmt = fmt.lower()
-    if fmt not in FORMATS:
-        raise UserError(f"-T must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    if time_mode not in TIME_MODES:
-        raise UserError(f"-t must be one of {', '.join(TIME_MODES)}, not {time_mode!r}")
-    if fmt in ("fields", "csv") and not fields:
-        raise UserError(f"-T {fmt} needs at least one -e FIELD, e.g. -e frame.number -e bth.psn")
-    if count is not None and count < 1:
-        raise UserError("-c needs a positive number of packets")
-    from ..fieldtypes import field_type
-    keys = [field_name(f) for f in fields]
-    for f, k in zip(fields, keys):
-        if field_type(k) is None:
-            from ..filter import closest
-            raise UserError(f"-e {f}: no such field; did you mean '{closest(k)}'?")
-    header, sep, quote = _field_options(field_opts)
-    if fmt == "csv":
-        header, sep, quote = header if header is not None else True, sep or ",", quote if quote is not None else ""
+    fmt, keys, (header, sep, quote) = _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
     from ..decode.nvme import NvmeTracker
     nvme = NvmeTracker(decode_as=check_decode_as(decode_as))
     flt = compile_filter(display_filter) if display_filter else None
@@ -130,6 +111,34 @@ def decode(
             writer.finish()
     for problem in list(stream.problems) + warnings:
         print(f"ibwire: warning: {src}: {problem}", file=sys.stderr)
+
+
+def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too):
+    """The options that shape the output, checked: -T's format (lower case), -e's field names, and -E's
+    (header, separator, quote) with -T csv's defaults."""
+    from ..fieldtypes import field_type
+    from ..filter import field_name
+    from ..output.printer import FORMATS, TIME_MODES
+    if write == "-" and print_too:
+        raise UserError("-w - writes the capture to standard output; it cannot carry the -P lines too")
+    fmt = fmt.lower()
+    if fmt not in FORMATS:
+        raise UserError(f"-T must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if time_mode not in TIME_MODES:
+        raise UserError(f"-t must be one of {', '.join(TIME_MODES)}, not {time_mode!r}")
+    if fmt in ("fields", "csv") and not fields:
+        raise UserError(f"-T {fmt} needs at least one -e FIELD, e.g. -e frame.number -e bth.psn")
+    if count is not None and count < 1:
+        raise UserError("-c needs a positive number of packets")
+    keys = [field_name(f) for f in fields]
+    for f, k in zip(fields, keys):
+        if field_type(k) is None:
+            from ..filter import closest
+            raise UserError(f"-e {f}: no such field; did you mean '{closest(k)}'?")
+    header, sep, quote = _field_options(field_opts)
+    if fmt == "csv":
+        header, sep, quote = header if header is not None else True, sep or ",", quote if quote is not None else ""
+    return fmt, keys, (header, sep, quote)
 
 
 def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summary_too):

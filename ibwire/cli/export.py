@@ -52,7 +52,7 @@ def export(
 ):
     """Write one row per packet (Wireshark-style column names such as bth_p_key) for DuckDB, pandas,
     Polars or Spark; --flows adds the `ibwire flows` table as a second file."""
-    from ..analysis.export import partition_keys, write_capture_partitions, write_flows, write_records
+    from ..analysis.export import write_flows, write_records
     from ..analysis.report import progress
     from ..fast import scan
     from ..outfile import output_file, refuse_aliasing
@@ -60,23 +60,7 @@ def export(
     if not files:
         raise UserError(NO_CAPTURE)
     if partition_by is not None:
-        keys = partition_keys(partition_by)
-        if flows or storage:
-            raise UserError("--flows and --storage name one file; with --partition-by the conversations go to "
-                            "DATASET/flows")
-        if Path(out).suffix == ".parquet" or Path(out).is_file():
-            raise UserError(f"with --partition-by, -o names the dataset's folder, not a file ({out})")
-        caps = _captures(files)
-        total = conv = 0
-        for path, host in caps:
-            s = scan(path)
-            with progress(s.size, f"export {Path(path).name}") as cb:
-                n, c, problems = write_capture_partitions(path, host, out, keys, icrc, cb)
-            total, conv = total + n, conv + c
-            for p in problems:
-                typer.echo(f"warning: {path}: {p}", err=True)
-        typer.echo(f"wrote {total} packets and {conv} conversations of {len(caps)} captures to {out} "
-                   f"(partitioned by {','.join(keys)})", err=True)
+        _export_dataset(files, out, partition_by, bool(flows or storage), icrc)
         return
     if len(files) != 1 or Path(files[0]).is_dir():
         raise UserError("give one capture file, or --partition-by host,date to export several into a dataset")
@@ -113,3 +97,28 @@ def export(
     for p in s.problems:
         typer.echo(f"warning: {p}", err=True)
     typer.echo(msg, err=True)
+
+
+def _export_dataset(files: List[str], out: str, partition_by: str, single_files: bool, icrc: bool) -> None:
+    """--partition-by: each capture of `files` (and of their folders, one per host) into the dataset `out`;
+    `single_files`: --flows or --storage was given too, which name one file each."""
+    from ..analysis.export import partition_keys, write_capture_partitions
+    from ..analysis.report import progress
+    from ..fast import scan
+    keys = partition_keys(partition_by)
+    if single_files:
+        raise UserError("--flows and --storage name one file; with --partition-by the conversations go to "
+                        "DATASET/flows")
+    if Path(out).suffix == ".parquet" or Path(out).is_file():
+        raise UserError(f"with --partition-by, -o names the dataset's folder, not a file ({out})")
+    caps = _captures(files)
+    total = conv = 0
+    for path, host in caps:
+        s = scan(path)
+        with progress(s.size, f"export {Path(path).name}") as cb:
+            n, c, problems = write_capture_partitions(path, host, out, keys, icrc, cb)
+        total, conv = total + n, conv + c
+        for p in problems:
+            typer.echo(f"warning: {path}: {p}", err=True)
+    typer.echo(f"wrote {total} packets and {conv} conversations of {len(caps)} captures to {out} "
+               f"(partitioned by {','.join(keys)})", err=True)

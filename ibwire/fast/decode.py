@@ -110,6 +110,9 @@ def decode_columns(buf: np.ndarray, pos: Positions, cols: Columns, icrc: bool = 
 
 
 def _decode(buf, pos: Positions, icrc: bool, field_off: np.ndarray, field_step: np.ndarray, out) -> None:
-    i64 = [np.ascontiguousarray(a, np.int64) for a in (pos.data, pos.caplen, pos.wirelen, pos.linktype)]
-    _native.decode(buf, *i64, EXT_OFF, EXT_LEN, KNOWN, VCRC_TABLE, field_off, field_step, ROCE_V2_PORT,
-                   ROCE_V1_ETHERTYPE, icrc, out)
+    def i64(a):
+        return np.ascontiguousarray(a, np.int64)
+    _native.decode(buf, data=i64(pos.data), caplen=i64(pos.caplen), wirelen=i64(pos.wirelen),
+                   linktype=i64(pos.linktype), ext_off=EXT_OFF, ext_len=EXT_LEN, known=KNOWN, vtable=VCRC_TABLE,
+                   field_off=field_off, field_step=field_step, roce2_port=ROCE_V2_PORT,
+                   roce1_ethertype=ROCE_V1_ETHERTYPE, icrc=icrc, out=out)

@@ -86,103 +86,119 @@ def _u(rec, name):
 
 def _columns(key: str, c: Ctx):
     """The occurrences of `key` in the batch (a list of Column), or raise NotBatchable."""
-    rec = c.rec
     if key in EITHER:
         return [col for k in EITHER[key] for col in _columns(k, c)]
     proto = key.split(".")[0]
-    link = rec["link"]
-    sound = c.sound
-    if key == "frame":
-        return [Column(c.all, None, c.all)]
-    if proto == "frame":
-        if key == "frame.time_relative":
-            return [Column(c.all, rec["time"] - c.t0, c.all, FLOAT)]
-        if key == "frame.time_delta":
-            t = rec["time"]
-            return [Column(c.all, np.diff(t, prepend=c.prev if c.prev is not None else t[:1]), c.all, FLOAT)]
-        col = {"frame.number": "frame", "frame.len": "len", "frame.cap_len": "caplen", "frame.time_epoch": "time",
-               "frame.linktype": "linktype"}.get(key)
-        if col is None:
-            raise NotBatchable(key)
-        return [Column(c.all, rec[col] if col == "time" else _u(rec, col), c.all, FLOAT if col == "time" else UINT)]
-    if proto == "eth":
-        full = c.eth & (rec["caplen"] >= 14)
-        if key in ("eth", "eth.src", "eth.dst"):
-            v = None if key == "eth" else _words(rec["eth_" + key[4:]])
-            return [Column(c.eth, v, full | (~c.eth & sound), MAC)]
-        if key == "eth.type":
-            return [Column(c.eth, _ETHERTYPE[link], sound & (rec["vlan"] < 0) | ~c.eth & sound)]
-        raise NotBatchable(key)
-    if proto == "vlan":
-        has = rec["vlan"] >= 0
-        if key == "vlan":
-            return [Column(has, None, sound)]
-        if key == "vlan.id":
-            return [Column(has, rec["vlan"].astype(np.int64), sound)]
-        if key == "vlan.priority":
-            return [Column(has, _u(rec, "pcp"), sound)]
-        raise NotBatchable(key)
-    if proto in ("ip", "ipv6", "udp", "arp", "icmp"):
-        sure = c.encap_sure
-        v4, v6 = link == R.ROCE2V4, link == R.ROCE2V6
-        has = {"ip": v4, "ipv6": v6, "udp": v4 | v6}.get(proto, np.zeros(c.n, bool))
-        if key == proto:
-            return [Column(has, None, sure)]
-        ftype = IPV4 if proto == "ip" else IPV6
-        if key in ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst"):
-            return [Column(has, _words(rec[key.split(".")[1]]), sure, ftype)]
-        simple = {"ip.proto": 17, "ipv6.nxt": 17, "ip.version": 4}
-        if key in simple:
-            return [Column(has, np.full(c.n, simple[key], np.int64), sure)]
-        if key in ("ip.dsfield.ecn", "ipv6.tclass.ecn"):
-            return [Column(has, _u(rec, "ecn"), sure)]
-        if key in ("ip.dsfield.dscp", "ipv6.tclass.dscp"):
-            return [Column(has, _u(rec, "dscp"), sure)]
-        if key in ("udp.srcport", "udp.dstport"):
-            return [Column(has, _u(rec, "udp_src" if key == "udp.srcport" else "udp_dst"), sure)]
-        raise NotBatchable(key)
-    if proto == "infiniband":
-        return [Column(c.data, None, sound)]
-    if proto == "grh":
-        has = np.isin(link, (R.ROCE1, R.IBGRH))
-        if key == "grh":
-            return [Column(has, None, sound)]
-        if key in ("grh.sgid", "grh.dgid"):
-            return [Column(has, _words(rec["src" if key == "grh.sgid" else "dst"]), sound, IPV6)]
-        raise NotBatchable(key)
-    if proto == "lrh":
-        has = np.isin(link, (R.IB, R.IBGRH))
-        if key == "lrh":
-            return [Column(has, None, sound)]
-        col = R.KEY_FIELDS.get(key)
-        if col is None:
-            raise NotBatchable(key)
-        return [Column(has, _u(rec, col), sound)]
+    if proto in _BY_PROTO:
+        return [_BY_PROTO[proto](key, c)]
+    rec, sound = c.rec, c.sound
     if proto in ("icrc", "vcrc") and key.endswith(".status"):
         return [Column(c.all, _u(rec, proto), c.all | sound, STRING, R.CRC_STATUS)]
     if key == "link.kind":
         return [Column(c.all, _u(rec, "link"), c.all, STRING, R.LINK_KINDS)]
-    if proto == "mad" or proto == "cm":
-        has = c.mad & (rec["mad_class"] == 7) if proto == "cm" else c.mad
-        if key in ("mad", "cm"):
-            return [Column(has, None, sound)]
-        col = R.KEY_FIELDS.get(key)
-        if col is None:
-            raise NotBatchable(key)
-        return [Column(has, _u(rec, col), sound)]
     if key == "bth.analysis" or key in R.ANALYSIS_FIELDS:
         return [_analysis(key, c)]
     if proto == "bth" or proto in _CARRIED:
-        has = c.bth if proto == "bth" else c.bth & _CARRIED[proto][rec["opcode"]]
-        if key == proto:
-            return [Column(has, None, sound)]
-        col = R.KEY_FIELDS.get(key)
-        if col is None:
-            raise NotBatchable(key)
-        return [Column(has, _u(rec, col), sound)]
+        return [_header(key, proto, c.bth if proto == "bth" else c.bth & _CARRIED[proto][rec["opcode"]], c)]
     if key == "payload.len":
         return [Column(c.bth, _u(rec, "paylen"), sound)]
     raise NotBatchable(key)
+
+
+def _header(key: str, proto: str, has: np.ndarray, c: Ctx) -> Column:
+    """Header `proto` (present or not) or one of its record fields (records.KEY_FIELDS), in the rows `has`."""
+    if key == proto:
+        return Column(has, None, c.sound)
+    col = R.KEY_FIELDS.get(key)
+    if col is None:
+        raise NotBatchable(key)
+    return Column(has, _u(c.rec, col), c.sound)
+
+
+def _frame(key: str, c: Ctx) -> Column:
+    rec = c.rec
+    if key == "frame":
+        return Column(c.all, None, c.all)
+    if key == "frame.time_relative":
+        return Column(c.all, rec["time"] - c.t0, c.all, FLOAT)
+    if key == "frame.time_delta":
+        t = rec["time"]
+        return Column(c.all, np.diff(t, prepend=c.prev if c.prev is not None else t[:1]), c.all, FLOAT)
+    col = {"frame.number": "frame", "frame.len": "len", "frame.cap_len": "caplen", "frame.time_epoch": "time",
+           "frame.linktype": "linktype"}.get(key)
+    if col is None:
+        raise NotBatchable(key)
+    return Column(c.all, rec[col] if col == "time" else _u(rec, col), c.all, FLOAT if col == "time" else UINT)
+
+
+def _eth(key: str, c: Ctx) -> Column:
+    rec, sound = c.rec, c.sound
+    full = c.eth & (rec["caplen"] >= 14)
+    if key in ("eth", "eth.src", "eth.dst"):
+        v = None if key == "eth" else _words(rec["eth_" + key[4:]])
+        return Column(c.eth, v, full | (~c.eth & sound), MAC)
+    if key == "eth.type":
+        return Column(c.eth, _ETHERTYPE[rec["link"]], sound & (rec["vlan"] < 0) | ~c.eth & sound)
+    raise NotBatchable(key)
+
+
+def _vlan(key: str, c: Ctx) -> Column:
+    rec = c.rec
+    has = rec["vlan"] >= 0
+    if key == "vlan":
+        return Column(has, None, c.sound)
+    if key == "vlan.id":
+        return Column(has, rec["vlan"].astype(np.int64), c.sound)
+    if key == "vlan.priority":
+        return Column(has, _u(rec, "pcp"), c.sound)
+    raise NotBatchable(key)
+
+
+def _ip(key: str, c: Ctx) -> Column:
+    """IPv4, IPv6 and UDP (RoCEv2's); ARP and ICMP are never in the records."""
+    rec, sure, proto = c.rec, c.encap_sure, key.split(".")[0]
+    v4, v6 = rec["link"] == R.ROCE2V4, rec["link"] == R.ROCE2V6
+    has = {"ip": v4, "ipv6": v6, "udp": v4 | v6}.get(proto, np.zeros(c.n, bool))
+    if key == proto:
+        return Column(has, None, sure)
+    ftype = IPV4 if proto == "ip" else IPV6
+    if key in ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst"):
+        return Column(has, _words(rec[key.split(".")[1]]), sure, ftype)
+    simple = {"ip.proto": 17, "ipv6.nxt": 17, "ip.version": 4}
+    if key in simple:
+        return Column(has, np.full(c.n, simple[key], np.int64), sure)
+    if key in ("ip.dsfield.ecn", "ipv6.tclass.ecn"):
+        return Column(has, _u(rec, "ecn"), sure)
+    if key in ("ip.dsfield.dscp", "ipv6.tclass.dscp"):
+        return Column(has, _u(rec, "dscp"), sure)
+    if key in ("udp.srcport", "udp.dstport"):
+        return Column(has, _u(rec, "udp_src" if key == "udp.srcport" else "udp_dst"), sure)
+    raise NotBatchable(key)
+
+
+def _grh(key: str, c: Ctx) -> Column:
+    has = np.isin(c.rec["link"], (R.ROCE1, R.IBGRH))
+    if key == "grh":
+        return Column(has, None, c.sound)
+    if key in ("grh.sgid", "grh.dgid"):
+        return Column(has, _words(c.rec["src" if key == "grh.sgid" else "dst"]), c.sound, IPV6)
+    raise NotBatchable(key)
+
+
+def _lrh(key: str, c: Ctx) -> Column:
+    return _header(key, "lrh", np.isin(c.rec["link"], (R.IB, R.IBGRH)), c)
+
+
+def _mad(key: str, c: Ctx) -> Column:
+    """MAD and CM (MAD class 7) headers."""
+    proto = key.split(".")[0]
+    return _header(key, proto, c.mad & (c.rec["mad_class"] == 7) if proto == "cm" else c.mad, c)
+
+
+_BY_PROTO: dict = {
+    "frame": _frame, "eth": _eth, "vlan": _vlan, **dict.fromkeys(("ip", "ipv6", "udp", "arp", "icmp"), _ip),
+    "infiniband": lambda key, c: Column(c.data, None, c.sound), "grh": _grh, "lrh": _lrh, "mad": _mad, "cm": _mad,
+}
 
 
 def _analysis(key: str, c: Ctx) -> Column:

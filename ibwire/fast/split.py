@@ -1,5 +1,6 @@
 """Cut a large pcap or pcapng file into byte spans that start on record boundaries, so several processes
-can decode it at once (statistics only: frame numbers are not known inside a span).
+can decode it at once (stats and flows: a span's frame numbers are known only once the spans before it
+are counted).
 
 Each cut moves to the next record start readers.resync trusts.  A pcapng span reads its section header and
 interfaces from the start of the file (fast.walk.SpanContextLost when a later block would change them).

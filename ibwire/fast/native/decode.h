@@ -1,12 +1,13 @@
 /* One packet -> one record of ibwire.fast.records.RECORD (the numpy structured dtype is the truth for the
- * layout: Python passes each field's byte offset, checked against the types listed in FIELD_TYPES).  Field f
+ * layout: Python passes each field's byte offset, checked against the types RECORD_FIELDS lists).  Field f
  * of row i is written at out + field_off[f] + i * field_step[f]: records one after another (every step the
  * record's size) or each field in a column of its own (each step the field's size). */
 #ifndef IBWIRE_DECODE_H
 #define IBWIRE_DECODE_H
 #include <stdint.h>
 
-/* Fields this decoder writes, in the order of field_off[]; frame/time/caplen/len are set by numpy. */
+/* Fields this decoder writes, in the order of field_off[]; numpy sets the others (frame, times, lengths, link
+ * type; the an_* analysis columns come later). */
 #define RECORD_FIELDS(X) \
     X(LINK, "link", "u1") X(FLAGS, "flags", "u1") X(VLAN, "vlan", "i4") X(ECN, "ecn", "u1") \
     X(PCP, "pcp", "u1") X(DSCP, "dscp", "u1") X(ETYPE, "etype", "u2") \
@@ -43,9 +44,13 @@ enum { K_OTHER, K_ROCE1, K_ROCE2V4, K_ROCE2V6, K_IB, K_IBGRH, K_IPOIB, K_IBLINK 
 enum { C_ABSENT, C_GOOD, C_BAD, C_TRUNC, C_UNCHECKED };
 enum { FL_BTH = 1, FL_MALFORMED = 2, FL_TRUNCATED = 4, FL_GRH = 8, FL_MAD = 16, FL_HEURISTIC = 32, FL_IPOIB = 64 };
 
+/* One decode() call, built once by module.c from its arguments (sizes checked there): packet i is
+ * buf[data[i]:data[i] + caplen[i]] of link type linktype[i], decoded into row i of `out`. */
 typedef struct {
     const uint8_t *buf;
     int64_t size;
+    const int64_t *data, *caplen, *wirelen, *linktype;   /* [n] each */
+    int64_t n;
     const int16_t *ext_off;      /* [N_EXT][256] */
     const int16_t *ext_len;      /* [256]: bytes of extended headers after the BTH */
     const uint8_t *known;        /* [256]: bit 0 opcode is defined, bit 1 a payload (and pad) may follow,
@@ -53,11 +58,11 @@ typedef struct {
     const uint16_t (*vtable)[256];   /* VCRC tables (vcrc_slices) */
     const int64_t *field_off;    /* [N_FIELDS]: byte offset of each field in row 0 */
     const int64_t *field_step;   /* [N_FIELDS]: bytes from a field to the same field of the next row */
+    uint8_t *out;
     unsigned roce2_port, roce1_ethertype;
     int icrc;                    /* verify ICRC/VCRC */
-} decode_ctx;
+} decode_job;
 
-void decode_one(const decode_ctx *c, int64_t data, int64_t caplen, int64_t wirelen, int64_t linktype,
-                uint8_t *restrict out, int64_t row);
+void decode_packets(const decode_job *job);
 
 #endif

@@ -2,8 +2,9 @@
  * retransmitted requests, ACK/NAK/RNR accounting, READ request/response matching, latencies, message
  * lengths checked against the RETH DMA length.  The responder's view of each requester→responder
  * channel, packet by packet in capture order; the rules are those documented in
- * ibwire/analysis/flows.py.  Bounded state per channel: insertion-ordered PSN maps (`odict`) with the
- * same limits as the Python model (recent PSNs, missing PSNs, pending requests and READs). */
+ * ibwire/analysis/flows.py.  Bounded state per channel: insertion-ordered PSN maps (`odict`) of at most
+ * SEEN_WINDOW recent PSNs, MISSING_MAX missing PSNs, PENDING_MAX pending requests, READs and candidate
+ * duplicates. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -51,10 +51,12 @@ static inline void place(int64_t *slot, uint64_t cap, uint64_t h, int64_t g)
     slot[s] = g;
 }
 
-int64_t group_records(const uint8_t *rec, int64_t itemsize, const int64_t *rows, int64_t n,
-                      const int64_t *off, const int64_t *size, int nfields,
-                      int64_t *inverse, int64_t *first, uint64_t *hashes)
+int64_t group_records(const group_job *j)
 {
+    const int64_t *rows = j->rows, *off = j->off, *size = j->size;
+    int64_t n = j->n, *inverse = j->inverse, *first = j->first;
+    uint64_t *hashes = j->hashes;
+    int nfields = j->nfields;
     int klen = 0;
     for (int f = 0; f < nfields; f++)
         klen += (int)size[f];
@@ -71,7 +73,7 @@ int64_t group_records(const uint8_t *rec, int64_t itemsize, const int64_t *rows,
     int64_t groups = 0;
     uint64_t key[KEY_WORDS] = {0};
     for (int64_t i = 0; i < n; i++) {
-        const uint8_t *r = rec + (rows ? rows[i] : i) * itemsize;
+        const uint8_t *r = j->rec + (rows ? rows[i] : i) * j->itemsize;
         int at = 0;
         for (int f = 0; f < nfields; f++) {
             copy_field((uint8_t *)key + at, r + off[f], size[f]);

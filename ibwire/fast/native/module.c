@@ -1,8 +1,9 @@
 /* ibwire.fast._native: the fast path's per-packet loops, compiled.  Following record/block lengths and
  * decoding each packet into a record are inherently sequential, and grouping records by key is a hash
  * table's job; numpy does everything else.
- * Functions take buffers (numpy arrays, bytes, memoryviews) and fill caller-allocated outputs, so no numpy
- * C API is needed. */
+ * Functions take buffers (numpy arrays, bytes, memoryviews) and fill caller-allocated outputs or return
+ * bytes, so no numpy C API is needed.  Each checks its arguments and hands the C function one struct of
+ * them (decode_job, group_job, render_job, walk_job, nspcap_job) or a few parameters. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -17,10 +18,6 @@
 #include "nspcap.h"
 #include "render.h"
 #include "walk.h"
-
-/* Packets ahead whose first two cache lines (every header the decoder reads, for most packets) are
- * requested before their turn: the walk's prefetches have left them in the outer caches at best. */
-#define DECODE_AHEAD 8
 
 typedef struct {
     Py_buffer v;
@@ -91,7 +88,6 @@ static PyObject *walk_pcap(PyObject *self, PyObject *args)
 {
     PyObject *bo, *oo, *ho;
     long long off;
-    int64_t at, n;
     int big;
     buf_t b[3];
     memset(b, 0, sizeof b);
@@ -102,13 +98,13 @@ static PyObject *walk_pcap(PyObject *self, PyObject *args)
         return NULL;
     }
     int64_t max = b[1].v.len / 8 < b[2].v.len / 32 ? b[1].v.len / 8 : b[2].v.len / 32;
-    at = off;
+    walk_job w = {b[0].v.buf, b[0].v.len, off, big, b[1].v.buf, NULL, b[2].v.buf, max, 0};
     int status;
     Py_BEGIN_ALLOW_THREADS          /* (flows, export and decode's read-ahead work on other threads meanwhile) */
-    status = walk_pcap_records(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[2].v.buf, max, &n);
+    status = walk_pcap_records(&w);
     Py_END_ALLOW_THREADS
     release(b, 3);
-    return Py_BuildValue("LLi", (long long)n, (long long)at, status);
+    return Py_BuildValue("LLi", (long long)w.n, (long long)w.off, status);
 }
 
 PyDoc_STRVAR(walk_pcapng_doc,
@@ -118,14 +114,13 @@ PyDoc_STRVAR(walk_pcapng_doc,
 "(6 or 3) into the uint8 array `types` and six words of each into the int64 array `headers` (the block\n"
 "length, then the words at bytes 8 to 24; 0 past the end of buf); other blocks are skipped.  status: 0\n"
 "the arrays are full, 1 the next block does not fit in buf, 2 its length is impossible, 3 it is a\n"
-"Section Header or Interface Description Block, whole in buf, for the caller to read; next_off is where\n"
-"that block starts.");
+"Section Header, Interface Description or Interface Statistics Block, whole in buf, for the caller to\n"
+"read; next_off is where that block starts.");
 
 static PyObject *walk_pcapng(PyObject *self, PyObject *args)
 {
     PyObject *bo, *oo, *to, *ho;
     long long off;
-    int64_t at, n;
     int big;
     buf_t b[4];
     memset(b, 0, sizeof b);
@@ -136,16 +131,16 @@ static PyObject *walk_pcapng(PyObject *self, PyObject *args)
         release(b, 4);
         return NULL;
     }
-    at = off;
     int64_t max = b[1].v.len / 8 < b[2].v.len ? b[1].v.len / 8 : b[2].v.len;
     if (b[3].v.len / 48 < max)
         max = b[3].v.len / 48;
+    walk_job w = {b[0].v.buf, b[0].v.len, off, big, b[1].v.buf, b[2].v.buf, b[3].v.buf, max, 0};
     int status;
     Py_BEGIN_ALLOW_THREADS
-    status = walk_pcapng_blocks(b[0].v.buf, b[0].v.len, &at, big, b[1].v.buf, b[2].v.buf, b[3].v.buf, max, &n);
+    status = walk_pcapng_blocks(&w);
     Py_END_ALLOW_THREADS
     release(b, 4);
-    return Py_BuildValue("LLi", (long long)n, (long long)at, status);
+    return Py_BuildValue("LLi", (long long)w.n, (long long)w.off, status);
 }
 
 PyDoc_STRVAR(decode_doc,
@@ -155,64 +150,76 @@ PyDoc_STRVAR(decode_doc,
 "`out` (zero-filled): field f of FIELDS at byte field_off[f] + i * field_step[f] (int64 arrays; records\n"
 "one after another or each field in a column of its own).\n"
 "ext_off: int16 [len(EXT_HEADERS)][256] offsets after the BTH (-1 absent); ext_len: int16 [256];\n"
-"known: uint8 [256], bit 0 opcode defined, bit 1 payload allowed, bit 2 SEND First/Only; vtable: the VCRC's uint16 byte table; icrc: verify ICRC and VCRC.");
+"known: uint8 [256], bit 0 opcode defined, bit 1 payload allowed, bit 2 SEND First/Only; vtable: the VCRC's\n"
+"uint16 byte table; icrc: verify ICRC and VCRC.  Arguments by position or by name.");
 
-static PyObject *decode(PyObject *self, PyObject *args)
+enum { D_BUF, D_DATA, D_CAPLEN, D_WIRELEN, D_LT, D_EXT_OFF, D_EXT_LEN, D_KNOWN, D_VTABLE, D_FIELD_OFF,
+       D_FIELD_STEP, D_OUT, D_NB };
+
+/* Why decode()'s buffers do not fit together (packets outside buf, fields outside out, tables of the
+ * wrong size), or NULL. */
+static const char *decode_misfit(const buf_t *b)
 {
-    enum { BUF, DATA, CAPLEN, WIRELEN, LT, EXT_OFF, EXT_LEN, KNOWN, VTABLE, FIELD_OFF, FIELD_STEP, OUT, NB };
-    PyObject *o[NB];
-    unsigned roce2_port, roce1_ethertype;
-    int icrc;
-    buf_t b[NB];
-    memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOIIpO", &o[BUF], &o[DATA], &o[CAPLEN], &o[WIRELEN], &o[LT],
-                          &o[EXT_OFF], &o[EXT_LEN], &o[KNOWN], &o[VTABLE], &o[FIELD_OFF], &o[FIELD_STEP],
-                          &roce2_port, &roce1_ethertype, &icrc, &o[OUT]))
-        return NULL;
-    static const Py_ssize_t item[NB] = {0, 8, 8, 8, 8, 2, 2, 1, 2, 8, 8, 0};
-    static const char *names[NB] = {"buf", "data", "caplen", "wirelen", "linktype", "ext_off", "ext_len",
-                                    "known", "vtable", "field_off", "field_step", "out"};
-    if (get_all(o, b, NB, item, names, 1u << OUT, 0) < 0)
-        return NULL;
-    Py_ssize_t n = b[DATA].v.len / 8;
-    const char *bad = NULL;
-    if (b[CAPLEN].v.len / 8 != n || b[WIRELEN].v.len / 8 != n || b[LT].v.len / 8 != n)
-        bad = "data, caplen, wirelen and linktype must have the same length";
-    else if (b[EXT_OFF].v.len != N_EXT * 256 * 2 || b[EXT_LEN].v.len != 512 || b[KNOWN].v.len != 256 ||
-             b[VTABLE].v.len != 512 || b[FIELD_OFF].v.len != N_FIELDS * 8 || b[FIELD_STEP].v.len != N_FIELDS * 8)
-        bad = "a table has the wrong size";
-    const int64_t *field_off = b[FIELD_OFF].v.buf, *field_step = b[FIELD_STEP].v.buf;
+    Py_ssize_t n = b[D_DATA].v.len / 8;
+    if (b[D_CAPLEN].v.len / 8 != n || b[D_WIRELEN].v.len / 8 != n || b[D_LT].v.len / 8 != n)
+        return "data, caplen, wirelen and linktype must have the same length";
+    if (b[D_EXT_OFF].v.len != N_EXT * 256 * 2 || b[D_EXT_LEN].v.len != 512 || b[D_KNOWN].v.len != 256 ||
+        b[D_VTABLE].v.len != 512 || b[D_FIELD_OFF].v.len != N_FIELDS * 8 || b[D_FIELD_STEP].v.len != N_FIELDS * 8)
+        return "a table has the wrong size";
+    const int64_t *field_off = b[D_FIELD_OFF].v.buf, *field_step = b[D_FIELD_STEP].v.buf;
 #define AS_TYPE(id, name, type) type,
     static const char *const types[N_FIELDS] = {RECORD_FIELDS(AS_TYPE)};   /* "u4", "V16": kind, bytes */
 #undef AS_TYPE
-    for (int f = 0; !bad && f < N_FIELDS; f++) {
+    for (int f = 0; f < N_FIELDS; f++) {
         int64_t size = atoi(types[f] + 1);
         if (field_off[f] < 0 || field_step[f] < size ||
-            (n && field_off[f] + (n - 1) * field_step[f] + size > b[OUT].v.len))
-            bad = "a field of some row lies outside out";
+            (n && field_off[f] + (n - 1) * field_step[f] + size > b[D_OUT].v.len))
+            return "a field of some row lies outside out";
     }
-    const int64_t *pd = b[DATA].v.buf, *pc = b[CAPLEN].v.buf;     /* each packet's bytes lie inside buf */
-    for (Py_ssize_t i = 0; !bad && i < n; i++)
-        if (pd[i] < 0 || pc[i] < 0 || pd[i] > b[BUF].v.len || pc[i] > b[BUF].v.len - pd[i])
-            bad = "a packet's data offset or captured length lies outside buf";
+    const int64_t *pd = b[D_DATA].v.buf, *pc = b[D_CAPLEN].v.buf;     /* each packet's bytes lie inside buf */
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (pd[i] < 0 || pc[i] < 0 || pd[i] > b[D_BUF].v.len || pc[i] > b[D_BUF].v.len - pd[i])
+            return "a packet's data offset or captured length lies outside buf";
+    return NULL;
+}
+
+static PyObject *decode(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"buf", "data", "caplen", "wirelen", "linktype", "ext_off", "ext_len", "known",
+                             "vtable", "field_off", "field_step", "roce2_port", "roce1_ethertype", "icrc", "out",
+                             NULL};
+    PyObject *o[D_NB];
+    unsigned roce2_port, roce1_ethertype;
+    int icrc;
+    buf_t b[D_NB];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOIIpO", kwlist, &o[D_BUF], &o[D_DATA], &o[D_CAPLEN],
+                                     &o[D_WIRELEN], &o[D_LT], &o[D_EXT_OFF], &o[D_EXT_LEN], &o[D_KNOWN],
+                                     &o[D_VTABLE], &o[D_FIELD_OFF], &o[D_FIELD_STEP], &roce2_port,
+                                     &roce1_ethertype, &icrc, &o[D_OUT]))
+        return NULL;
+    static const Py_ssize_t item[D_NB] = {0, 8, 8, 8, 8, 2, 2, 1, 2, 8, 8, 0};
+    static const char *names[D_NB] = {"buf", "data", "caplen", "wirelen", "linktype", "ext_off", "ext_len",
+                                      "known", "vtable", "field_off", "field_step", "out"};
+    if (get_all(o, b, D_NB, item, names, 1u << D_OUT, 0) < 0)
+        return NULL;
+    const char *bad = decode_misfit(b);
     if (bad)
-        return refuse(b, NB, bad);
+        return refuse(b, D_NB, bad);
     uint16_t vt[4][256];
-    vcrc_slices(b[VTABLE].v.buf, vt);
-    decode_ctx c = {b[BUF].v.buf, b[BUF].v.len, b[EXT_OFF].v.buf, b[EXT_LEN].v.buf, b[KNOWN].v.buf,
-                    (const uint16_t (*)[256])vt, field_off, field_step, roce2_port, roce1_ethertype, icrc};
-    const int64_t *d = b[DATA].v.buf, *cl = b[CAPLEN].v.buf, *wl = b[WIRELEN].v.buf, *lt = b[LT].v.buf;
-    uint8_t *out = b[OUT].v.buf;
+    vcrc_slices(b[D_VTABLE].v.buf, vt);
+    decode_job job = {
+        .buf = b[D_BUF].v.buf, .size = b[D_BUF].v.len, .data = b[D_DATA].v.buf, .caplen = b[D_CAPLEN].v.buf,
+        .wirelen = b[D_WIRELEN].v.buf, .linktype = b[D_LT].v.buf, .n = b[D_DATA].v.len / 8,
+        .ext_off = b[D_EXT_OFF].v.buf, .ext_len = b[D_EXT_LEN].v.buf, .known = b[D_KNOWN].v.buf,
+        .vtable = (const uint16_t (*)[256])vt, .field_off = b[D_FIELD_OFF].v.buf,
+        .field_step = b[D_FIELD_STEP].v.buf, .out = b[D_OUT].v.buf, .roce2_port = roce2_port,
+        .roce1_ethertype = roce1_ethertype, .icrc = icrc,
+    };
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + DECODE_AHEAD < n) {        /* a later packet's headers, fetched while this one is decoded */
-            __builtin_prefetch(c.buf + d[i + DECODE_AHEAD]);
-            __builtin_prefetch(c.buf + d[i + DECODE_AHEAD] + 64);
-        }
-        decode_one(&c, d[i], cl[i], wl[i], lt[i], out, i);
-    }
+    decode_packets(&job);
     Py_END_ALLOW_THREADS
-    release(b, NB);
+    release(b, D_NB);
     Py_RETURN_NONE;
 }
 
@@ -255,10 +262,10 @@ static PyObject *group(PyObject *self, PyObject *args)
         bad = rows_outside(rows, n, nrec);
     if (bad)
         return refuse(b, NB, bad);
+    group_job job = {b[REC].v.buf, itemsize, rows, n, off, size, (int)nf, b[INV].v.buf, b[FIRST].v.buf, b[HASH].v.buf};
     int64_t g;
     Py_BEGIN_ALLOW_THREADS
-    g = group_records(b[REC].v.buf, itemsize, rows, n, off, size, (int)nf, b[INV].v.buf, b[FIRST].v.buf,
-                      b[HASH].v.buf);
+    g = group_records(&job);
     Py_END_ALLOW_THREADS
     release(b, NB);
     if (g < 0)
@@ -505,6 +512,32 @@ PyDoc_STRVAR(render_doc,
 "progs[prog_of[k]] (int32 indices into a tuple of bytes; opcodes in render.h); base: int64 nanoseconds\n"
 "subtracted from each row's time by time formats (None: 0).");
 
+/* Why program p (len bytes) is cut short, has an unknown op or reads outside a record of itemsize bytes, or
+ * NULL. */
+static const char *program_misfit(const uint8_t *p, int64_t len, Py_ssize_t itemsize)
+{
+    for (int64_t at = 0; at < len;) {
+        int op = p[at];
+        if (at + 3 > len)
+            return "a program is cut short";
+        if (op == OP_LIT)
+            at += 3 + (p[at + 1] | p[at + 2] << 8);
+        else if (at + 5 > len || op > OP_SPAN)
+            return "a program is cut short or has an unknown op";
+        else {
+            unsigned off = p[at + 1] | p[at + 2] << 8, a = p[at + 3];
+            int integer = op == OP_UDEC || op == OP_IDEC || op == OP_HEX;
+            size_t need = integer ? a : op == OP_ADDR ? 16 : op == OP_MAC ? 6 : 8;
+            if ((integer && a != 1 && a != 2 && a != 4 && a != 8) || off + need > (size_t)itemsize)
+                return "a field lies outside the record";
+            at += 5;
+        }
+        if (at > len)
+            return "a literal runs past its program";
+    }
+    return NULL;
+}
+
 static PyObject *render(PyObject *self, PyObject *args)
 {
     enum { REC, ROWS, PROG_OF, BASE, NB };
@@ -528,8 +561,16 @@ static PyObject *render(PyObject *self, PyObject *args)
     for (Py_ssize_t k = 0; !bad && k < n; k++)
         if (rows[k] < 0 || rows[k] >= nrec || prog_of[k] < 0 || prog_of[k] >= np_)
             bad = "a row or program index is out of range";
+    if (bad)
+        return refuse(b, NB, bad);
     const uint8_t **pp = PyMem_Malloc(sizeof(*pp) * (np_ ? np_ : 1));
     int64_t *pl = PyMem_Malloc(sizeof(*pl) * (np_ ? np_ : 1));
+    if (!pp || !pl) {
+        PyMem_Free(pp);
+        PyMem_Free(pl);
+        release(b, NB);
+        return PyErr_NoMemory();
+    }
     for (Py_ssize_t i = 0; !bad && i < np_; i++) {
         PyObject *p = PyTuple_GET_ITEM(progs, i);
         if (!PyBytes_Check(p))
@@ -537,42 +578,22 @@ static PyObject *render(PyObject *self, PyObject *args)
         else {
             pp[i] = (const uint8_t *)PyBytes_AS_STRING(p);
             pl[i] = PyBytes_GET_SIZE(p);
-            for (Py_ssize_t at = 0; !bad && at < pl[i];) {     /* check every field lies inside a record */
-                int op = pp[i][at];
-                if (at + 3 > pl[i])
-                    bad = "a program is cut short";
-                else if (op == OP_LIT)
-                    at += 3 + (pp[i][at + 1] | pp[i][at + 2] << 8);
-                else if (at + 5 > pl[i] || op > OP_SPAN)
-                    bad = "a program is cut short or has an unknown op";
-                else {
-                    unsigned off = pp[i][at + 1] | pp[i][at + 2] << 8, a = pp[i][at + 3];
-                    int integer = op == OP_UDEC || op == OP_IDEC || op == OP_HEX;
-                    size_t need = integer ? a : op == OP_ADDR ? 16 : op == OP_MAC ? 6 : 8;
-                    if ((integer && a != 1 && a != 2 && a != 4 && a != 8) || off + need > (size_t)itemsize)
-                        bad = "a field lies outside the record";
-                    at += 5;
-                }
-                if (!bad && at > pl[i])
-                    bad = "a literal runs past its program";
-            }
+            bad = program_misfit(pp[i], pl[i], itemsize);
         }
-    }
-    if (bad) {
-        PyMem_Free(pp);
-        PyMem_Free(pl);
-        release(b, NB);
-        PyErr_SetString(PyExc_ValueError, bad);
-        return NULL;
     }
     char *text = NULL;
     size_t len = 0;
-    int err;
-    Py_BEGIN_ALLOW_THREADS
-    err = render_rows(b[REC].v.buf, itemsize, rows, n, prog_of, pp, pl, b[BASE].held ? b[BASE].v.buf : NULL, &text, &len);
-    Py_END_ALLOW_THREADS
+    int err = 0;
+    if (!bad) {
+        render_job job = {b[REC].v.buf, itemsize, rows, n, prog_of, pp, pl, b[BASE].held ? b[BASE].v.buf : NULL};
+        Py_BEGIN_ALLOW_THREADS
+        err = render_rows(&job, &text, &len);
+        Py_END_ALLOW_THREADS
+    }
     PyMem_Free(pp);
     PyMem_Free(pl);
+    if (bad)
+        return refuse(b, NB, bad);
     release(b, NB);
     if (err == -1)
         return PyErr_NoMemory();
@@ -603,7 +624,8 @@ PyDoc_STRVAR(nspcap_doc,
 "The run of whole pcapng Enhanced Packet Blocks at buf[off:] as nanosecond pcap records, at most `budget`\n"
 "bytes of them; num and den (int64 arrays, one per interface) give each interface's nanoseconds per tick.\n"
 "Returns the records, the offset after the blocks converted and their number; 0 when the block at off is\n"
-"another type, not whole, past the budget or has a time unit beyond int64 (the caller converts that one).");
+"another type, not whole, past the budget, has a time unit beyond int64 or a time past 32-bit seconds (the\n"
+"caller converts that one).");
 
 static PyObject *nspcap_py(PyObject *self, PyObject *args)
 {
@@ -621,15 +643,15 @@ static PyObject *nspcap_py(PyObject *self, PyObject *args)
     out = PyBytes_FromStringAndSize(NULL, cap);
     if (!out)
         goto done;
-    size_t o = (size_t)off, w = 0;
+    nspcap_job job = {v.buf, (size_t)v.len, (size_t)off, big, nv.buf, dv.buf, (size_t)nv.len / 8,
+                      (uint8_t *)PyBytes_AS_STRING(out), (size_t)cap, 0};
     long n;
     Py_BEGIN_ALLOW_THREADS
-    n = nspcap_epbs(v.buf, (size_t)v.len, &o, big, nv.buf, dv.buf, (size_t)nv.len / 8,
-                    (uint8_t *)PyBytes_AS_STRING(out), (size_t)cap, &w);
+    n = nspcap_epbs(&job);
     Py_END_ALLOW_THREADS
-    if (_PyBytes_Resize(&out, (Py_ssize_t)w) < 0)
+    if (_PyBytes_Resize(&out, (Py_ssize_t)job.out_len) < 0)
         goto done;
-    PyObject *r = Py_BuildValue("(Nnl)", out, (Py_ssize_t)o, n);
+    PyObject *r = Py_BuildValue("(Nnl)", out, (Py_ssize_t)job.off, n);
     out = r;
 done:
     PyBuffer_Release(&v);
@@ -641,7 +663,7 @@ done:
 static PyMethodDef methods[] = {
     {"walk_pcap", walk_pcap, METH_VARARGS, walk_pcap_doc},
     {"walk_pcapng", walk_pcapng, METH_VARARGS, walk_pcapng_doc},
-    {"decode", decode, METH_VARARGS, decode_doc},
+    {"decode", (PyCFunction)(void (*)(void))decode, METH_VARARGS | METH_KEYWORDS, decode_doc},
     {"group", group, METH_VARARGS, group_doc},
     {"columns", columns, METH_VARARGS, columns_doc},
     {"render", render, METH_VARARGS, render_doc},
@@ -658,7 +680,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_native",
-    "Compiled per-packet loops of the fast path (record walk, packet decoding, CRCs).", -1, methods,
+    "Compiled per-packet loops of the fast path (record walk, packet decoding, CRCs, grouping, columns, line\n"
+    "rendering, RC sequencing, pcapng to nanosecond pcap).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 
@@ -680,6 +703,20 @@ static int add_codes(PyObject *m, const char *attr, const char *const *names, co
     int err = PyModule_AddObjectRef(m, attr, d);
     Py_DECREF(d);
     return err;
+}
+
+/* A tuple of the n names, or NULL (an exception set). */
+static PyObject *names_tuple(const char *const *names, int n)
+{
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(names[i]);
+        if (!s)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
 }
 
 PyMODINIT_FUNC PyInit__native(void)
@@ -707,13 +744,9 @@ PyMODINIT_FUNC PyInit__native(void)
     Py_XDECREF(ext);
 #define AS_STR(n) #n,
     static const char *const counters[] = {FLOW_COUNTERS(AS_STR)};
-    PyObject *fc = PyTuple_New(N_FC);
-    for (int i = 0; fc && i < N_FC; i++)
-        PyTuple_SET_ITEM(fc, i, PyUnicode_FromString(counters[i]));
+    PyObject *fc = names_tuple(counters, N_FC);
     static const char *const events[] = {FLOW_EVENTS(AS_STR)};
-    PyObject *fe = PyTuple_New(N_EV);
-    for (int i = 0; fe && i < N_EV; i++)
-        PyTuple_SET_ITEM(fe, i, PyUnicode_FromString(events[i]));
+    PyObject *fe = names_tuple(events, N_EV);
     err = err || !fe || PyModule_AddObjectRef(m, "FLOW_EVENTS", fe) < 0 ||
           PyModule_AddIntConstant(m, "FLOW_EVENT_SIZE", sizeof(flow_event)) < 0 ||
           PyModule_AddIntConstant(m, "FLOW_EVENTS_MAX", EVENTS_MAX) < 0;

@@ -16,19 +16,22 @@ static void put32(uint8_t *p, uint32_t v)
     p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
 }
 
-long nspcap_epbs(const uint8_t *buf, size_t len, size_t *off, int big, const int64_t *num,
-                 const int64_t *den, size_t niface, uint8_t *out, size_t out_cap, size_t *out_len)
+long nspcap_epbs(nspcap_job *j)
 {
-    size_t o = *off, w = 0;
+    const uint8_t *buf = j->buf;
+    const int64_t *num = j->num, *den = j->den;
+    uint8_t *out = j->out;
+    size_t len = j->len, o = j->off, w = 0;
+    int big = j->big_endian;
     long n = 0;
     while (o + EPB_HEAD + 4 <= len) {
         const uint8_t *b = buf + o;
         uint32_t type = u32(b, big), blen = u32(b + 4, big), iface = u32(b + 8, big);
         uint32_t caplen = u32(b + 20, big), origlen = u32(b + 24, big);
-        if (type != EPB_TYPE || blen % 4 || blen < EPB_HEAD + 4 || blen > len - o || iface >= niface ||
+        if (type != EPB_TYPE || blen % 4 || blen < EPB_HEAD + 4 || blen > len - o || iface >= j->niface ||
             caplen > blen - EPB_HEAD - 4 || num[iface] <= 0 || den[iface] <= 0)
             break;
-        if (w + 16 + caplen > out_cap)
+        if (w + 16 + caplen > j->out_cap)
             break;
         unsigned __int128 ticks = (unsigned __int128)u32(b + 12, big) << 32 | u32(b + 16, big);
         unsigned __int128 ns = ticks * (uint64_t)num[iface] / (uint64_t)den[iface];
@@ -44,7 +47,7 @@ long nspcap_epbs(const uint8_t *buf, size_t len, size_t *off, int big, const int
         o += blen;
         n++;
     }
-    *off = o;
-    *out_len = w;
+    j->off = o;
+    j->out_len = w;
     return n;
 }

@@ -1,6 +1,6 @@
 /* Text rendering of records: each row is printed by a small program of literal text and field formats
- * (ibwire/output/template.py compiles them; one program per group of rows that share everything but
- * their per-packet numbers).  Formats: decimal, zero-padded hex, fixed-point time, date-time,
+ * (ibwire/output/program.py compiles them; one program per group of rows that share everything but
+ * their per-packet numbers).  Formats: decimal, zero-padded hex, fixed-point time, date-time, duration,
  * IPv4/IPv6/GID address, MAC address. */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -90,15 +90,107 @@ static int fixed_ns(char *q, int64_t ns, int decimals)
     return n;
 }
 
-int render_rows(const uint8_t *rec, int64_t itemsize, const int64_t *rows, int64_t nrows, const int32_t *prog_of,
-                const uint8_t *const *progs, const int64_t *prog_len, const int64_t *base, char **result,
-                size_t *result_len)
+#define FIELD_TEXT 96       /* room for any one field's text */
+
+/* The field at f printed by `op` into t (a, *w: the op's operands; formats that pad themselves clear *w;
+ * TIME subtracts `base` nanoseconds): its length, or -1 for an unknown op. */
+static int format_field(int op, const uint8_t *f, unsigned a, unsigned *w, int64_t base, char *t)
+{
+    int n = 0;
+    switch (op) {
+    case OP_UDEC:
+        n = udec(t, load(f, (int)a));
+        break;
+    case OP_IDEC: {
+        int64_t v = (int64_t)load(f, (int)a);
+        if (a == 4)
+            v = (int32_t)v;
+        if (v < 0) {
+            t[n++] = '-';
+            v = -v;
+        }
+        n += udec(t + n, (uint64_t)v);
+        break;
+    }
+    case OP_HEX: {
+        uint64_t v = load(f, (int)a);
+        int digits = 1;
+        while (digits < 16 && (v >> (4 * digits)))
+            digits++;
+        if (digits < (int)*w)
+            digits = (int)*w;
+        for (int i = digits - 1; i >= 0; i--) {
+            t[i] = "0123456789abcdef"[v & 15];
+            v >>= 4;
+        }
+        n = digits;
+        *w = 0;
+        break;
+    }
+    case OP_TIME: {
+        int64_t v;
+        memcpy(&v, f, 8);
+        n = fixed_ns(t, v - base, (int)a);
+        break;
+    }
+    case OP_SPAN: {        /* a duration in nanoseconds, as seconds with a decimals */
+        int64_t v;
+        memcpy(&v, f, 8);
+        n = fixed_ns(t, v, (int)a);
+        break;
+    }
+    case OP_DATE: {        /* a: decimals; w: bit 0 the date too, bit 1 UTC, bit 2 the date alone */
+        int64_t v;
+        memcpy(&v, f, 8);
+        int64_t sec = v >= 0 ? v / 1000000000 : -((-v + 999999999) / 1000000000);
+        char fr[32];
+        fixed_ns(fr, v - sec * 1000000000, (int)a);      /* "0.xxxxxx" */
+        time_t s = (time_t)sec;
+        struct tm tm;
+        if (*w & 2)
+            gmtime_r(&s, &tm);
+        else
+            localtime_r(&s, &tm);
+        n = (int)strftime(t, 40, (*w & 4) ? "%Y-%m-%d" : (*w & 1) ? "%Y-%m-%d %H:%M:%S" : "%H:%M:%S", &tm);
+        if (a) {
+            memcpy(t + n, fr + 1, (size_t)a + 1);
+            n += (int)a + 1;
+        }
+        *w = 0;
+        break;
+    }
+    case OP_ADDR: {        /* w: 1 always IPv6 (a GID; IPv4-mapped as ::ffff:a.b.c.d), else IPv4 if mapped */
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (!(*w & 1) && !memcmp(f, mapped, 12))
+            inet_ntop(AF_INET, f + 12, t, FIELD_TEXT);
+        else
+            inet_ntop(AF_INET6, f, t, FIELD_TEXT);
+        n = (int)strlen(t);
+        *w = 0;
+        break;
+    }
+    case OP_MAC:
+        for (int i = 0; i < 6; i++) {
+            t[n++] = "0123456789abcdef"[f[i] >> 4];
+            t[n++] = "0123456789abcdef"[f[i] & 15];
+            if (i < 5)
+                t[n++] = ':';
+        }
+        break;
+    default:
+        return -1;
+    }
+    return n;
+}
+
+int render_rows(const render_job *j, char **result, size_t *result_len)
 {
     out_t o = {NULL, 0, 0};
-    char t[96];
-    for (int64_t k = 0; k < nrows; k++) {
-        const uint8_t *r = rec + rows[k] * itemsize;
-        const uint8_t *pc = progs[prog_of[k]], *end = pc + prog_len[prog_of[k]];
+    char t[FIELD_TEXT];
+    for (int64_t k = 0; k < j->nrows; k++) {
+        const uint8_t *r = j->rec + j->rows[k] * j->itemsize;
+        const uint8_t *pc = j->progs[j->prog_of[k]], *end = pc + j->prog_len[j->prog_of[k]];
+        int64_t base = j->base ? j->base[k] : 0;
         while (pc < end) {
             int op = *pc++;
             if (op == OP_LIT) {
@@ -113,89 +205,8 @@ int render_rows(const uint8_t *rec, int64_t itemsize, const int64_t *rows, int64
             }
             unsigned off = pc[0] | pc[1] << 8, a = pc[2], w = pc[3];
             pc += 4;
-            const uint8_t *f = r + off;
-            int n = 0;
-            switch (op) {
-            case OP_UDEC:
-                n = udec(t, load(f, (int)a));
-                break;
-            case OP_IDEC: {
-                int64_t v = (int64_t)load(f, (int)a);
-                if (a == 4)
-                    v = (int32_t)v;
-                if (v < 0) {
-                    t[n++] = '-';
-                    v = -v;
-                }
-                n += udec(t + n, (uint64_t)v);
-                break;
-            }
-            case OP_HEX: {
-                uint64_t v = load(f, (int)a);
-                int digits = 1;
-                while (digits < 16 && (v >> (4 * digits)))
-                    digits++;
-                if (digits < (int)w)
-                    digits = (int)w;
-                for (int i = digits - 1; i >= 0; i--) {
-                    t[i] = "0123456789abcdef"[v & 15];
-                    v >>= 4;
-                }
-                n = digits;
-                w = 0;
-                break;
-            }
-            case OP_TIME: {
-                int64_t v;
-                memcpy(&v, f, 8);
-                n = fixed_ns(t, v - (base ? base[k] : 0), (int)a);
-                break;
-            }
-            case OP_SPAN: {        /* a duration in nanoseconds, as seconds with a decimals */
-                int64_t v;
-                memcpy(&v, f, 8);
-                n = fixed_ns(t, v, (int)a);
-                break;
-            }
-            case OP_DATE: {        /* a: decimals; w: bit 0 the date too, bit 1 UTC, bit 2 the date alone */
-                int64_t v;
-                memcpy(&v, f, 8);
-                int64_t sec = v >= 0 ? v / 1000000000 : -((-v + 999999999) / 1000000000);
-                char fr[32];
-                fixed_ns(fr, v - sec * 1000000000, (int)a);      /* "0.xxxxxx" */
-                time_t s = (time_t)sec;
-                struct tm tm;
-                if (w & 2)
-                    gmtime_r(&s, &tm);
-                else
-                    localtime_r(&s, &tm);
-                n = (int)strftime(t, 40, (w & 4) ? "%Y-%m-%d" : (w & 1) ? "%Y-%m-%d %H:%M:%S" : "%H:%M:%S", &tm);
-                if (a) {
-                    memcpy(t + n, fr + 1, (size_t)a + 1);
-                    n += (int)a + 1;
-                }
-                w = 0;
-                break;
-            }
-            case OP_ADDR: {        /* w: 1 always IPv6 (a GID; IPv4-mapped as ::ffff:a.b.c.d), else IPv4 if mapped */
-                static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-                if (!(w & 1) && !memcmp(f, mapped, 12))
-                    inet_ntop(AF_INET, f + 12, t, sizeof t);
-                else
-                    inet_ntop(AF_INET6, f, t, sizeof t);
-                n = (int)strlen(t);
-                w = 0;
-                break;
-            }
-            case OP_MAC:
-                for (int i = 0; i < 6; i++) {
-                    t[n++] = "0123456789abcdef"[f[i] >> 4];
-                    t[n++] = "0123456789abcdef"[f[i] & 15];
-                    if (i < 5)
-                        t[n++] = ':';
-                }
-                break;
-            default:
+            int n = format_field(op, r + off, a, &w, base, t);
+            if (n < 0) {
                 free(o.p);
                 return -2;
             }

@@ -23,10 +23,12 @@ static inline uint32_t rd32(const uint8_t *p, int big)
                : ((uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0]);
 }
 
-int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *offp, int big, int64_t *out, int64_t *hdr,
-                      int64_t max, int64_t *np)
+int walk_pcap_records(walk_job *w)
 {
-    int64_t off = *offp < 0 ? 0 : *offp, n = 0, ahead = off;
+    const uint8_t *p = w->p;
+    int64_t size = w->size, max = w->max, *out = w->out, *hdr = w->hdr;
+    int big = w->big;
+    int64_t off = w->off < 0 ? 0 : w->off, n = 0, ahead = off;
     int status = WALK_FULL;
     while (n < max) {
         if (off > size - 16) { status = WALK_NEED; break; }     /* so that no offset can overflow */
@@ -42,18 +44,21 @@ int walk_pcap_records(const uint8_t *p, int64_t size, int64_t *offp, int big, in
         out[n++] = off;
         off += 16 + incl;
     }
-    *offp = off;
-    *np = n;
+    w->off = off;
+    w->n = n;
     return status;
 }
 
 #define SHB 0x0A0D0D0Au
 #define BYTE_ORDER_MAGIC 0x1A2B3C4Du
 
-int walk_pcapng_blocks(const uint8_t *p, int64_t size, int64_t *offp, int big, int64_t *out, uint8_t *types,
-                       int64_t *hdr, int64_t max, int64_t *np)
+int walk_pcapng_blocks(walk_job *w)
 {
-    int64_t off = *offp < 0 ? 0 : *offp, n = 0, ahead = off;
+    const uint8_t *p = w->p;
+    int64_t size = w->size, max = w->max, *out = w->out, *hdr = w->hdr;
+    uint8_t *types = w->types;
+    int big = w->big;
+    int64_t off = w->off < 0 ? 0 : w->off, n = 0, ahead = off;
     int status = WALK_FULL;
     while (n < max) {
         if (off > size - 12) { status = WALK_NEED; break; }
@@ -76,7 +81,7 @@ int walk_pcapng_blocks(const uint8_t *p, int64_t size, int64_t *offp, int big, i
         }
         off += len;
     }
-    *offp = off;
-    *np = n;
+    w->off = off;
+    w->n = n;
     return status;
 }
