@@ -1,5 +1,6 @@
 """The C extension, as pyproject.toml's [[tool.ibwire.ext-modules]] describes it (everything else is in
 pyproject.toml): setuptools' own [tool.setuptools.ext-modules] is experimental and warns on every build."""
+
 import tomllib
 from pathlib import Path
 

@@ -9,6 +9,7 @@ first N packets, `-c`); scapy (`rdpcap` with ibwire's dissectors bound, every fi
 (the build machine is shared).  Wall times, packets/second, the ratios and peak RSS are printed and
 written to bench/out/results.json.
 """
+
 import argparse
 import json
 import os
@@ -25,17 +26,54 @@ from gen_roce import generate  # noqa: E402
 
 # `ibwire stats` uses one process per CPU on large pcap files (-j); `stats -j 1` is the single-process figure.
 TSHARK_FIELDS = [
-    "frame.number", "frame.time_epoch", "frame.cap_len", "frame.len", "eth.src", "eth.dst", "vlan.id",
-    "ip.dsfield.ecn", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "udp.srcport", "udp.dstport",
-    "infiniband.lrh.slid", "infiniband.lrh.dlid", "infiniband.lrh.sl", "infiniband.lrh.vl",
-    "infiniband.grh.sgid", "infiniband.grh.dgid", "infiniband.bth.opcode", "infiniband.bth.se",
-    "infiniband.bth.m", "infiniband.bth.padcnt", "infiniband.bth.tver", "infiniband.bth.p_key",
-    "infiniband.bth.destqp", "infiniband.bth.a", "infiniband.bth.psn", "infiniband.reth.va",
-    "infiniband.reth.r_key", "infiniband.reth.dmalen", "infiniband.aeth.syndrome", "infiniband.aeth.msn",
-    "infiniband.deth.q_key", "infiniband.deth.srcqp", "infiniband.atomiceth.swapdt", "infiniband.atomiceth.cmpdt",
-    "infiniband.atomicacketh.origremdt", "infiniband.immdt", "infiniband.ieth", "infiniband.mad.mgmtclass",
-    "infiniband.mad.method", "infiniband.mad.status", "infiniband.mad.attributeid",
-    "infiniband.mad.attributemodifier", "infiniband.mad.transactionid", "infiniband.invariant.crc",
+    "frame.number",
+    "frame.time_epoch",
+    "frame.cap_len",
+    "frame.len",
+    "eth.src",
+    "eth.dst",
+    "vlan.id",
+    "ip.dsfield.ecn",
+    "ip.src",
+    "ip.dst",
+    "ipv6.src",
+    "ipv6.dst",
+    "udp.srcport",
+    "udp.dstport",
+    "infiniband.lrh.slid",
+    "infiniband.lrh.dlid",
+    "infiniband.lrh.sl",
+    "infiniband.lrh.vl",
+    "infiniband.grh.sgid",
+    "infiniband.grh.dgid",
+    "infiniband.bth.opcode",
+    "infiniband.bth.se",
+    "infiniband.bth.m",
+    "infiniband.bth.padcnt",
+    "infiniband.bth.tver",
+    "infiniband.bth.p_key",
+    "infiniband.bth.destqp",
+    "infiniband.bth.a",
+    "infiniband.bth.psn",
+    "infiniband.reth.va",
+    "infiniband.reth.r_key",
+    "infiniband.reth.dmalen",
+    "infiniband.aeth.syndrome",
+    "infiniband.aeth.msn",
+    "infiniband.deth.q_key",
+    "infiniband.deth.srcqp",
+    "infiniband.atomiceth.swapdt",
+    "infiniband.atomiceth.cmpdt",
+    "infiniband.atomicacketh.origremdt",
+    "infiniband.immdt",
+    "infiniband.ieth",
+    "infiniband.mad.mgmtclass",
+    "infiniband.mad.method",
+    "infiniband.mad.status",
+    "infiniband.mad.attributeid",
+    "infiniband.mad.attributemodifier",
+    "infiniband.mad.transactionid",
+    "infiniband.invariant.crc",
     "infiniband.variant.crc",
 ]
 
@@ -105,59 +143,100 @@ def main():
         generate(str(cap), args.packets)
         print(f"generated {cap} ({cap.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s")
     ibwire = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
-    subprocess.run(["cat", str(cap)], stdout=subprocess.DEVNULL, check=True)      # warm the page cache
+    subprocess.run(["cat", str(cap)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
     res = {"capture": str(cap), "packets": args.packets, "bytes": cap.stat().st_size, "cpus": os.cpu_count()}
     load_before = os.getloadavg()
     wall, cpu, _, _ = run([ibwire, "--help"])
     res["cli_startup_seconds"] = wall
     print(f"ibwire start-up (ibwire --help): {wall:.2f} s")
 
-    for name, cmd in (("stats", [ibwire, "stats", str(cap), "--format", "json"]),
-                      ("stats -j 1", [ibwire, "stats", str(cap), "--format", "json", "-j", "1"]),
-                      ("stats --no-icrc", [ibwire, "stats", str(cap), "--format", "json", "--no-icrc"]),
-                      ("flows", [ibwire, "flows", str(cap), "--format", "json"]),
-                      ("export", [ibwire, "export", str(cap), "-o", str(out / "bench-export.parquet")]),
-                      ("decode -Y", [ibwire, "decode", str(cap), "-Y", FIND_ONE]),
-                      ("audit", [ibwire, "audit", str(cap), "--format", "json",
-                                 "--policy", str(CAPS / "roce-multitenant-clean.partitions.conf"),
-                                 "--tenants", str(CAPS / "roce-multitenant-clean.tenants.toml")])):
-        wall, cpu, rss, _ = best(cmd, ok=(0, 1))    # the audit exits 1 when it has findings
-        res[name] = {"seconds": wall, "cpu_seconds": cpu, "pps": args.packets / wall, "pps_cpu": args.packets / cpu,
-                     "peak_rss_mb": rss}
-        print(f"ibwire {name:16s} {wall:7.2f} s ({cpu:.2f} s CPU)  {args.packets / wall:>10,.0f} pkt/s"
-              f"  peak RSS {rss:.0f} MB")
+    for name, cmd in (
+        ("stats", [ibwire, "stats", str(cap), "--format", "json"]),
+        ("stats -j 1", [ibwire, "stats", str(cap), "--format", "json", "-j", "1"]),
+        ("stats --no-icrc", [ibwire, "stats", str(cap), "--format", "json", "--no-icrc"]),
+        ("flows", [ibwire, "flows", str(cap), "--format", "json"]),
+        ("export", [ibwire, "export", str(cap), "-o", str(out / "bench-export.parquet")]),
+        ("decode -Y", [ibwire, "decode", str(cap), "-Y", FIND_ONE]),
+        (
+            "audit",
+            [
+                ibwire,
+                "audit",
+                str(cap),
+                "--format",
+                "json",
+                "--policy",
+                str(CAPS / "roce-multitenant-clean.partitions.conf"),
+                "--tenants",
+                str(CAPS / "roce-multitenant-clean.tenants.toml"),
+            ],
+        ),
+    ):
+        wall, cpu, rss, _ = best(cmd, ok=(0, 1))  # the audit exits 1 when it has findings
+        res[name] = {
+            "seconds": wall,
+            "cpu_seconds": cpu,
+            "pps": args.packets / wall,
+            "pps_cpu": args.packets / cpu,
+            "peak_rss_mb": rss,
+        }
+        print(
+            f"ibwire {name:16s} {wall:7.2f} s ({cpu:.2f} s CPU)  {args.packets / wall:>10,.0f} pkt/s"
+            f"  peak RSS {rss:.0f} MB"
+        )
 
     for icrc in ("1", "0"):
         name = "engine" + ("" if icrc == "1" else " --no-icrc")
         _, _, rss, text = best([sys.executable, "-c", ENGINE_SNIPPET, str(cap), icrc], stdout=None)
         secs = float(text)
         res[name] = {"seconds": secs, "pps": args.packets / secs, "peak_rss_mb": rss}
-        print(f"stats engine in-process{'' if icrc == '1' else ' --no-icrc'}: {secs:.2f} s  "
-              f"{args.packets / secs:>10,.0f} pkt/s (without CLI start-up)")
+        print(
+            f"stats engine in-process{'' if icrc == '1' else ' --no-icrc'}: {secs:.2f} s  "
+            f"{args.packets / secs:>10,.0f} pkt/s (without CLI start-up)"
+        )
 
     n = min(args.tshark_packets or args.packets, args.packets)
     cmd = ["tshark", "-r", str(cap), "-T", "fields"] + (["-c", str(n)] if n < args.packets else [])
     for f in TSHARK_FIELDS:
         cmd += ["-e", f]
     wall, cpu, rss, _ = best(cmd)
-    res["tshark"] = {"packets_measured": n, "seconds": wall, "cpu_seconds": cpu, "pps": n / wall, "pps_cpu": n / cpu,
-                     "peak_rss_mb": rss, "fields": len(TSHARK_FIELDS)}
-    print(f"tshark -T fields ({len(TSHARK_FIELDS)} fields, {n:,} packets) {wall:.2f} s ({cpu:.2f} s CPU)"
-          f"  {n / wall:>10,.0f} pkt/s  peak RSS {rss:.0f} MB")
+    res["tshark"] = {
+        "packets_measured": n,
+        "seconds": wall,
+        "cpu_seconds": cpu,
+        "pps": n / wall,
+        "pps_cpu": n / cpu,
+        "peak_rss_mb": rss,
+        "fields": len(TSHARK_FIELDS),
+    }
+    print(
+        f"tshark -T fields ({len(TSHARK_FIELDS)} fields, {n:,} packets) {wall:.2f} s ({cpu:.2f} s CPU)"
+        f"  {n / wall:>10,.0f} pkt/s  peak RSS {rss:.0f} MB"
+    )
 
-    wall, cpu, rss, found = run(["tshark", "-r", str(cap), "-Y", " && ".join(
-        "infiniband." + part.strip() for part in FIND_ONE.split("&&"))], stdout=None)
+    wall, cpu, rss, found = run(
+        ["tshark", "-r", str(cap), "-Y", " && ".join("infiniband." + part.strip() for part in FIND_ONE.split("&&"))],
+        stdout=None,
+    )
     res["tshark -Y"] = {"seconds": wall, "cpu_seconds": cpu, "peak_rss_mb": rss, "lines": len(found.splitlines())}
     print(f"tshark -Y (the same filter as decode -Y, whole file) {wall:.2f} s  peak RSS {rss:.0f} MB")
     res["decode -Y"]["vs_tshark_y"] = wall / res["decode -Y"]["seconds"]
     print(f"ibwire decode -Y        = {res['decode -Y']['vs_tshark_y']:5.1f}× faster than tshark -Y")
 
     m = min(args.scapy_packets, args.packets)
-    got, secs = min((run([sys.executable, "-c", SCAPY_SNIPPET, str(cap), str(m)], stdout=None)[3].split()
-                     for _ in range(REPEAT)), key=lambda x: float(x[1]))
-    res["scapy"] = {"packets_measured": int(got), "seconds": float(secs), "pps": int(got) / float(secs),
-                    "pps_cpu": int(got) / float(secs)}
-    print(f"scapy rdpcap + dissection (first {m:,} packets) {float(secs):.2f} s  {int(got) / float(secs):>10,.0f} pkt/s")
+    got, secs = min(
+        (run([sys.executable, "-c", SCAPY_SNIPPET, str(cap), str(m)], stdout=None)[3].split() for _ in range(REPEAT)),
+        key=lambda x: float(x[1]),
+    )
+    res["scapy"] = {
+        "packets_measured": int(got),
+        "seconds": float(secs),
+        "pps": int(got) / float(secs),
+        "pps_cpu": int(got) / float(secs),
+    }
+    print(
+        f"scapy rdpcap + dissection (first {m:,} packets) {float(secs):.2f} s  {int(got) / float(secs):>10,.0f} pkt/s"
+    )
 
     for name in ("engine", "engine --no-icrc"):
         res[name]["vs_tshark"] = res[name]["pps"] / res["tshark"]["pps"]
@@ -168,8 +247,10 @@ def main():
         r["vs_tshark"] = r["pps"] / res["tshark"]["pps"]
         r["vs_scapy"] = r["pps"] / res["scapy"]["pps"]
         r["vs_tshark_cpu"] = r["pps_cpu"] / res["tshark"]["pps_cpu"]
-        print(f"ibwire {name:16s} = {r['vs_tshark']:5.1f}× tshark ({r['vs_tshark_cpu']:.1f}× per CPU second), "
-              f"{r['vs_scapy']:6.0f}× scapy")
+        print(
+            f"ibwire {name:16s} = {r['vs_tshark']:5.1f}× tshark ({r['vs_tshark_cpu']:.1f}× per CPU second), "
+            f"{r['vs_scapy']:6.0f}× scapy"
+        )
     res["load_average"] = [load_before, os.getloadavg()]
     print(f"load average before/after: {load_before[0]:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     (out / "results.json").write_text(json.dumps(res, indent=2))

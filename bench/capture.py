@@ -11,6 +11,7 @@ Prints the load average before and after, and per tool and round the packets sen
 in the file (capinfos), the drops and the captured packets per second of the burst (packets in the file /
 tcpreplay's sending time); the best round and the median of each, and ibwire's rates relative to dumpcap's.
 """
+
 import argparse
 import json
 import os
@@ -88,16 +89,39 @@ def with_dumpcap(bpf: str, pcap: str, out: str) -> dict:
         sh(*PF, "sysctl", "-qw", f"net.ipv6.conf.{d}.disable_ipv6=1")
         sh(*PF, "ip", "link", "set", d, "up")
     sh(*PF, "tc", "qdisc", "add", "dev", "pf0vf2", "clsact")
-    sh(*PF, "tc", "filter", "add", "dev", "pf0vf2", "ingress", "protocol", "all", "u32", "match", "u32", "0", "0",
-       "action", "mirred", "egress", "mirror", "dev", "benchmon0")
+    sh(
+        *PF,
+        "tc",
+        "filter",
+        "add",
+        "dev",
+        "pf0vf2",
+        "ingress",
+        "protocol",
+        "all",
+        "u32",
+        "match",
+        "u32",
+        "0",
+        "0",
+        "action",
+        "mirred",
+        "egress",
+        "mirror",
+        "dev",
+        "benchmon0",
+    )
     try:
-        p = subprocess.Popen(PF + ["dumpcap", "-i", "benchmon1", "-B", str(DEFAULT_BUFFER_MIB), "-f", bpf, "-n",
-                                   "-w", out], stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            PF + ["dumpcap", "-i", "benchmon1", "-B", str(DEFAULT_BUFFER_MIB), "-f", bpf, "-n", "-w", out],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         wait_for(p, "File: ")
         before = rep_packets()
         secs = replay(pcap)
         counted = rep_packets() - before
-        time.sleep(0.5)                 # as ibwire does before its SIGINT: the last ring block reaches the file
+        time.sleep(0.5)  # as ibwire does before its SIGINT: the last ring block reaches the file
         p.send_signal(signal.SIGINT)
         err = p.stderr.read()
         p.wait()
@@ -124,7 +148,7 @@ def main():
             lab = json.loads(Path(tmp, f"lab-{PREFIX}.json").read_text())
             pcap = traffic.write_burst(lab, "vf2", "remote", a.packets, os.path.join(tmp, "burst.pcap"))
             vf2 = lab["vfs"][2]
-            bpf = Identity(macs=[vf2["mac"]], ips=vf2["ips"]).bpf()      # the filter ibwire compiles for VF 2
+            bpf = Identity(macs=[vf2["mac"]], ips=vf2["ips"]).bpf()  # the filter ibwire compiles for VF 2
             results = {t: [] for t in tools}
             for rnd in range(a.rounds):
                 for tool, ext in tools.items():
@@ -133,20 +157,28 @@ def main():
                     res["rate"] = res["captured"] / res["seconds"]
                     results[tool].append(res)
                     os.unlink(out)
-                    print(f"round {rnd + 1} {tool + ' ' + ext:<20} sent {a.packets:,}  VF counters {res['counted']:,}  "
-                          f"in the file {res['captured']:,}  drops {res['drops']:,}  {res['rate']:,.0f} packets/s",
-                          flush=True)
+                    print(
+                        f"round {rnd + 1} {tool + ' ' + ext:<20} sent {a.packets:,}  VF counters {res['counted']:,}  "
+                        f"in the file {res['captured']:,}  drops {res['drops']:,}  {res['rate']:,.0f} packets/s",
+                        flush=True,
+                    )
         finally:
             subprocess.run(CLI + ["lab", "down", "--prefix", PREFIX, "--force"], env=env, capture_output=True)
     best = {t: max(rs, key=lambda x: x["rate"]) for t, rs in results.items()}
-    print(f"\nbest of {a.rounds}: " + "; ".join(f"{t} {b['rate']:,.0f} packets/s, {b['drops']} drops"
-                                                for t, b in best.items()))
-    print(f"ibwire/dumpcap = {best['ibwire']['rate'] / best['dumpcap']['rate']:.3f} (.pcapng), "
-          f"{best['ibwire-pcap']['rate'] / best['dumpcap']['rate']:.3f} (.pcap)")
+    print(
+        f"\nbest of {a.rounds}: "
+        + "; ".join(f"{t} {b['rate']:,.0f} packets/s, {b['drops']} drops" for t, b in best.items())
+    )
+    print(
+        f"ibwire/dumpcap = {best['ibwire']['rate'] / best['dumpcap']['rate']:.3f} (.pcapng), "
+        f"{best['ibwire-pcap']['rate'] / best['dumpcap']['rate']:.3f} (.pcap)"
+    )
     med = {t: statistics.median(x["rate"] for x in rs) for t, rs in results.items()}
     print(f"median of {a.rounds}: " + "; ".join(f"{t} {m:,.0f} packets/s" for t, m in med.items()))
-    print(f"ibwire/dumpcap, medians = {med['ibwire'] / med['dumpcap']:.3f} (.pcapng), "
-          f"{med['ibwire-pcap'] / med['dumpcap']:.3f} (.pcap)")
+    print(
+        f"ibwire/dumpcap, medians = {med['ibwire'] / med['dumpcap']:.3f} (.pcapng), "
+        f"{med['ibwire-pcap'] / med['dumpcap']:.3f} (.pcap)"
+    )
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -9,6 +9,7 @@ Files: bench/out/roce-<N>.pcap (bench/gen_roce.py, RoCEv2 RC traffic) and bench/
 (minutes on the large file); ibwire's modules are byte-compiled first.  Also: the time to the first line on a pipe, and peak RSS.  Results go to
 bench/out/decode.json.
 """
+
 import argparse
 import json
 import os
@@ -21,14 +22,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from gen_roce import generate  # noqa: E402
 from analysis import run  # noqa: E402
+from gen_roce import generate  # noqa: E402
 
 
 def mad_heavy(path: Path, packets: int) -> None:
     """captures/sm-sweep.pcap repeated (times shifted on) to `packets` frames."""
     from ibwire.readers import iter_frames
     from ibwire.writers import PcapWriter
+
     frames = list(iter_frames(str(ROOT / "captures" / "sm-sweep.pcap")))
     span = frames[-1].time - frames[0].time + 1e-3
     with PcapWriter(str(path), frames[0].linktype, nanos=True) as w:
@@ -64,23 +66,37 @@ def main():
     ibwire = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
     # byte-compiled first, as an installed package is (an editable install under PYTHONDONTWRITEBYTECODE
     # would otherwise compile ibwire's modules from source at every start)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ibwire"), str(ROOT / "dissectors")],
-                   stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "ibwire"), str(ROOT / "dissectors")],
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
     res = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
     for name, cap, n in (("roce", roce, args.packets), ("mad", mad, args.mad_packets)):
-        subprocess.run(["cat", str(cap)], stdout=subprocess.DEVNULL, check=True)       # warm the page cache
+        subprocess.run(["cat", str(cap)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
         r = res[name] = {"capture": str(cap), "packets": n}
-        for label, ours, theirs in (("text", [ibwire, "decode", str(cap)], ["tshark", "-r", str(cap)]),
-                                    ("jsonl", [ibwire, "decode", str(cap), "-T", "jsonl"],
-                                     ["tshark", "-r", str(cap), "-T", "json"])):
+        for label, ours, theirs in (
+            ("text", [ibwire, "decode", str(cap)], ["tshark", "-r", str(cap)]),
+            ("jsonl", [ibwire, "decode", str(cap), "-T", "jsonl"], ["tshark", "-r", str(cap), "-T", "json"]),
+        ):
             w_ours, cpu_ours, rss_ours, _ = min((run(ours) for _ in range(args.repeat)), key=lambda x: x[0])
             w_t, cpu_t, rss_t, _ = run(theirs)
-            r[label] = {"ibwire_seconds": w_ours, "ibwire_cpu": cpu_ours, "ibwire_rss_mb": rss_ours,
-                        "tshark_seconds": w_t, "tshark_cpu": cpu_t, "tshark_rss_mb": rss_t,
-                        "vs_tshark": w_t / w_ours, "vs_tshark_cpu": cpu_t / cpu_ours}
-            print(f"{name:5s} {n:>9,} pkts  decode {label:5s} {w_ours:7.2f} s ({rss_ours:.0f} MB)   "
-                  f"tshark {' '.join(theirs[3:]) or 'text':8s} {w_t:7.2f} s ({rss_t:.0f} MB)   "
-                  f"= {w_t / w_ours:5.1f}× tshark ({cpu_t / cpu_ours:.1f}× per CPU second)", flush=True)
+            r[label] = {
+                "ibwire_seconds": w_ours,
+                "ibwire_cpu": cpu_ours,
+                "ibwire_rss_mb": rss_ours,
+                "tshark_seconds": w_t,
+                "tshark_cpu": cpu_t,
+                "tshark_rss_mb": rss_t,
+                "vs_tshark": w_t / w_ours,
+                "vs_tshark_cpu": cpu_t / cpu_ours,
+            }
+            print(
+                f"{name:5s} {n:>9,} pkts  decode {label:5s} {w_ours:7.2f} s ({rss_ours:.0f} MB)   "
+                f"tshark {' '.join(theirs[3:]) or 'text':8s} {w_t:7.2f} s ({rss_t:.0f} MB)   "
+                f"= {w_t / w_ours:5.1f}× tshark ({cpu_t / cpu_ours:.1f}× per CPU second)",
+                flush=True,
+            )
         r["first_line_seconds"] = min(first_line([ibwire, "decode", str(cap)]) for _ in range(args.repeat))
         print(f"{name:5s} first line of `ibwire decode` after {r['first_line_seconds']:.2f} s", flush=True)
     res["load_after"] = os.getloadavg()[0]

@@ -5,6 +5,7 @@ Headers are packed with struct from per-connection templates; every packet carri
 16 connections: a 4 KiB RDMA WRITE (First/Middle×2/Last, MTU 1024) + ACK, a 4 KiB READ (request +
 4 responses), a 256-byte SEND Only + ACK, and every 64th round an ECN-marked packet followed by a CNP.
 """
+
 import struct
 import sys
 
@@ -30,17 +31,28 @@ class Conn:
         self.psn = [i * 1000, i * 7000]
         self.sport = 49152 + i
 
-    def packet(self, side: int, opcode: int, psn: int, ext: bytes, payload: bytes, ack_req=False,
-               ecn=2, becn=False) -> bytes:
+    def packet(
+        self, side: int, opcode: int, psn: int, ext: bytes, payload: bytes, ack_req=False, ecn=2, becn=False
+    ) -> bytes:
         dst = 1 - side
         pad = -len(payload) % 4
-        bth = struct.pack("!BBHBBHBBH", opcode, (pad << 4), 0xFFFF, 0x40 if becn else 0,
-                          self.qpn[dst] >> 16, self.qpn[dst] & 0xFFFF, 0x80 if ack_req else 0,
-                          (psn >> 16) & 0xFF, psn & 0xFFFF)
+        bth = struct.pack(
+            "!BBHBBHBBH",
+            opcode,
+            (pad << 4),
+            0xFFFF,
+            0x40 if becn else 0,
+            self.qpn[dst] >> 16,
+            self.qpn[dst] & 0xFFFF,
+            0x80 if ack_req else 0,
+            (psn >> 16) & 0xFF,
+            psn & 0xFFFF,
+        )
         l4 = bth + ext + payload + b"\0" * pad
         ulen = 8 + len(l4) + 4
-        ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, ecn, 20 + ulen, 0, 0x4000, 64, 17, 0,
-                                   self.ips[side], self.ips[dst]))
+        ip = bytearray(
+            struct.pack("!BBHHHBBH4s4s", 0x45, ecn, 20 + ulen, 0, 0x4000, 64, 17, 0, self.ips[side], self.ips[dst])
+        )
         ip[10:12] = struct.pack("!H", _ip_csum(bytes(ip)))
         pkt = bytes(ip) + struct.pack("!HHHH", self.sport, 4791, ulen, 0) + l4
         return self.macs[dst] + self.macs[side] + b"\x08\x00" + pkt + struct.pack("<I", icrc_roce2(pkt))

@@ -8,6 +8,7 @@ every --pfc-every packets).  ibwire runs `health -T json`; tshark prints the fie
 Python counts them.  Both must agree on CE marks, CNPs, pause frames and distinct UDP source ports.  The
 fastest of three runs counts (the machine is shared); results go to bench/out/health.json.
 """
+
 import argparse
 import json
 import struct
@@ -22,8 +23,16 @@ from gen_roce import generate  # noqa: E402
 
 from dissectors.dcbfacts import pfc_frame  # noqa: E402
 
-FIELDS = ["ip.dsfield.ecn", "infiniband.bth.opcode", "infiniband.bth.destqp", "udp.srcport", "ip.dsfield.dscp",
-          "vlan.priority", "macc.cbfc.enbv", "macc.cbfc.pause_time.c3"]
+FIELDS = [
+    "ip.dsfield.ecn",
+    "infiniband.bth.opcode",
+    "infiniband.bth.destqp",
+    "udp.srcport",
+    "ip.dsfield.dscp",
+    "vlan.priority",
+    "macc.cbfc.enbv",
+    "macc.cbfc.pause_time.c3",
+]
 
 
 def with_pfc(src: Path, dst: Path, every: int) -> int:
@@ -33,7 +42,7 @@ def with_pfc(src: Path, dst: Path, every: int) -> int:
     pfc = pfc_frame(bytes.fromhex("020000009901"), {3: 0xFFFF})
     while at + 16 <= len(data):
         sec, usec, cap, wire = struct.unpack_from("<IIII", data, at)
-        out.append(data[at:at + 16 + cap])
+        out.append(data[at : at + 16 + cap])
         at += 16 + cap
         n += 1
         if n % every == 0:
@@ -69,8 +78,12 @@ def tshark_counts(text: str) -> dict:
 
 
 def ibwire_counts(doc: dict) -> dict:
-    return {"ce": sum(c["ce_marked"] for c in doc["congestion"]), "cnps": sum(c["cnps"] for c in doc["congestion"]),
-            "pauses": sum(e["frames"] for e in doc["pause"]), "srcports": doc["ecmp"]["distinct_srcports"]}
+    return {
+        "ce": sum(c["ce_marked"] for c in doc["congestion"]),
+        "cnps": sum(c["cnps"] for c in doc["congestion"]),
+        "pauses": sum(e["frames"] for e in doc["pause"]),
+        "srcports": doc["ecmp"]["distinct_srcports"],
+    }
 
 
 def main():
@@ -91,8 +104,15 @@ def main():
     cmd = ["tshark", "-r", str(path), "-T", "fields"] + [x for f in FIELDS for x in ("-e", f)]
     t_ts, res = best(cmd, runs=1)
     theirs = tshark_counts(res.stdout)
-    result = {"packets": a.packets, "ibwire_s": t_ib, "tshark_s": t_ts, "speedup": t_ts / t_ib,
-              "ibwire": ours, "tshark": theirs, "agree": ours == theirs}
+    result = {
+        "packets": a.packets,
+        "ibwire_s": t_ib,
+        "tshark_s": t_ts,
+        "speedup": t_ts / t_ib,
+        "ibwire": ours,
+        "tshark": theirs,
+        "agree": ours == theirs,
+    }
     print(json.dumps(result, indent=1))
     (out / "health.json").write_text(json.dumps(result, indent=1))
     sys.exit(0 if result["agree"] else 1)

@@ -9,6 +9,7 @@ files go to bench/out/hostile/, built from captures/multitenant-clean.pcap: a pc
 records whose rlen and wlen say 65535, and the capture cut inside its last packet.  Each command runs in
 its own process; its peak resident memory is the kernel's VmHWM for that process.
 """
+
 import argparse
 import struct
 import subprocess
@@ -40,8 +41,13 @@ sys.exit(code)
 def measure(*args, preexec_fn=None, timeout=600) -> tuple:
     """(exit status, stdout, stderr without the peak line, peak MB or -1, wall seconds) of `ibwire ARGS`."""
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", MEASURE, *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, preexec_fn=preexec_fn)
+    r = subprocess.run(
+        [sys.executable, "-c", MEASURE, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=preexec_fn,
+    )
     wall = time.perf_counter() - t
     lines = r.stderr.splitlines()
     peak = int(lines[-1].split()[1]) if lines and lines[-1].startswith("PEAK ") else -1
@@ -68,12 +74,16 @@ def pcapng_of(raw: bytes, recs: list, head: bool = True) -> bytes:
     out = shb + idb if head else b""
     for off, n in recs:
         sec, frac, incl, orig = struct.unpack_from("<IIII", raw, off)
-        ts = sec * 10 ** 9 + frac
-        data = raw[off + 16:off + n]
+        ts = sec * 10**9 + frac
+        data = raw[off + 16 : off + n]
         pad = -len(data) % 4
         blen = 32 + len(data) + pad
-        out += struct.pack("<IIIIIII", 6, blen, 0, ts >> 32, ts & 0xFFFFFFFF, incl, orig) + data + bytes(pad) + \
-            struct.pack("<I", blen)
+        out += (
+            struct.pack("<IIIIIII", 6, blen, 0, ts >> 32, ts & 0xFFFFFFFF, incl, orig)
+            + data
+            + bytes(pad)
+            + struct.pack("<I", blen)
+        )
     return out
 
 
@@ -112,12 +122,19 @@ def hostile(out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     raw = (CAPS / "multitenant-clean.pcap").read_bytes()
     recs = records(raw)
-    files = {k: out / name for k, name in (("block-4gib", "block4g.pcapng"), ("records-64mib", "records64m.pcap"),
-                                           ("erf-rlen", "erf-rlen.pcap"), ("cut-last", "cut.pcap"))}
+    files = {
+        k: out / name
+        for k, name in (
+            ("block-4gib", "block4g.pcapng"),
+            ("records-64mib", "records64m.pcap"),
+            ("erf-rlen", "erf-rlen.pcap"),
+            ("cut-last", "cut.pcap"),
+        )
+    }
     block_4gib(files["block-4gib"], raw, recs)
     records_64mib(files["records-64mib"], raw)
     erf_rlen(files["erf-rlen"], raw, recs)
-    files["cut-last"].write_bytes(raw[:recs[-1][0] + 36])
+    files["cut-last"].write_bytes(raw[: recs[-1][0] + 36])
     return files
 
 
@@ -127,23 +144,32 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
     from gen_roce import generate
+
     big = HERE / "out" / f"roce-{args.packets}.pcap"
     if not big.exists():
         big.parent.mkdir(parents=True, exist_ok=True)
         generate(str(big), args.packets)
     conv = HERE / "out" / "converted.pcap"
-    runs = [(big.name, "decode", ("decode", big, "-T", "fields", "-e", "bth.psn")),
-            (big.name, "convert", ("convert", big, "-o", conv, "--link", "eth")),
-            (big.name, "audit", ("audit", big, "--policy", CAPS / "roce-multitenant-clean.partitions.conf"))]
+    runs = [
+        (big.name, "decode", ("decode", big, "-T", "fields", "-e", "bth.psn")),
+        (big.name, "convert", ("convert", big, "-o", conv, "--link", "eth")),
+        (big.name, "audit", ("audit", big, "--policy", CAPS / "roce-multitenant-clean.partitions.conf")),
+    ]
     for name, path in hostile(HERE / "out" / "hostile").items():
-        runs += [(name, "decode", ("decode", path)), (name, "convert", ("convert", path, "-o", conv, "--link", "ib")),
-                 (name, "audit", ("audit", path, "--policy", f"{CLEAN}.partitions.conf", "--tenants",
-                                  f"{CLEAN}.tenants.toml"))]
+        runs += [
+            (name, "decode", ("decode", path)),
+            (name, "convert", ("convert", path, "-o", conv, "--link", "ib")),
+            (
+                name,
+                "audit",
+                ("audit", path, "--policy", f"{CLEAN}.partitions.conf", "--tenants", f"{CLEAN}.tenants.toml"),
+            ),
+        ]
     print(f"{'input':<20} {'command':<8} {'exit':>4} {'wall s':>7} {'peak MB':>8}  last message")
     for name, command, argv in runs:
         status, out, err, peak, wall = measure(*argv)
         said = out.splitlines()[0] if command == "audit" and out else (err.strip().splitlines() or [""])[-1]
-        said = said.replace(f"{argv[1]}: ", "")[:100]        # the verdict, or the last warning
+        said = said.replace(f"{argv[1]}: ", "")[:100]  # the verdict, or the last warning
         print(f"{name:<20} {command:<8} {status:>4} {wall:>7.2f} {peak:>8}  {said}")
 
 

@@ -6,6 +6,7 @@ FILE defaults to the largest public capture.  Pairs: summary text (`decode` / `t
 (`tshark -T json`), -T fields of common BTH fields (`tshark -T fields`), -V (`tshark -V`); output to
 /dev/null, the best of --repeat runs each; prints seconds and tshark/ibwire ratios.
 """
+
 import argparse
 import shutil
 import subprocess
@@ -14,10 +15,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = ROOT.parent / "shared" / "captures" / "public"
-FIELDS = [a for f in ("frame.number", "infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn")
-          for a in ("-e", f)]
-PAIRS = [("text", [], []), ("jsonl", ["--format", "jsonl"], ["-T", "json"]), ("-T json", ["-T", "json"], ["-T", "json"]),
-         ("-T fields", ["-T", "fields", *FIELDS], ["-T", "fields", *FIELDS]), ("-V", ["-V"], ["-V"])]
+FIELDS = [
+    a
+    for f in ("frame.number", "infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn")
+    for a in ("-e", f)
+]
+PAIRS = [
+    ("text", [], []),
+    ("jsonl", ["--format", "jsonl"], ["-T", "json"]),
+    ("-T json", ["-T", "json"], ["-T", "json"]),
+    ("-T fields", ["-T", "fields", *FIELDS], ["-T", "fields", *FIELDS]),
+    ("-V", ["-V"], ["-V"]),
+]
 
 
 def best(cmd: list, repeat: int) -> float:

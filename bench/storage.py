@@ -8,6 +8,7 @@ RDMA-CM setup, fabrics and admin commands, RDMA READ/WRITE transfers) repeated -
 20 s after the previous, written once to bench/out/nvme-<N>.pcap.  Each measurement is the fastest of three
 runs (the machine is shared); wall times, packets/second, the ratio and peak RSS go to
 bench/out/storage.json."""
+
 import argparse
 import json
 import resource
@@ -29,7 +30,7 @@ def repeated(src: Path, times: int, out: Path) -> int:
     recs, off = [], 24
     while off + 16 <= len(data):
         ts, us, caplen, wirelen = struct.unpack_from("<IIII", data, off)
-        recs.append((ts, us, data[off + 16:off + 16 + caplen], wirelen))
+        recs.append((ts, us, data[off + 16 : off + 16 + caplen], wirelen))
         off += 16 + caplen
     with open(out, "wb") as f:
         f.write(data[:24])
@@ -62,8 +63,9 @@ def main():
     res["ibwire"] = best([ibwire, "stats", "--storage", "--format", "json", str(cap)])
     tshark = shutil.which("tshark")
     if tshark:
-        res["tshark"] = best([tshark, "-r", str(cap), "-T", "fields", "-e", "nvme.cmd_latency", "-e",
-                              "nvme.fabrics.cmd_latency"])
+        res["tshark"] = best(
+            [tshark, "-r", str(cap), "-T", "fields", "-e", "nvme.cmd_latency", "-e", "nvme.fabrics.cmd_latency"]
+        )
         res["ratio"] = res["tshark"][0] / res["ibwire"][0]
     for who in ("ibwire", "tshark"):
         if who in res:

@@ -10,6 +10,7 @@ correct ICRC and VCRC) with RC SENDs inside every partition, plus the breaches a
 `--link roce`: the same on RoCEv2, tenants by MAC and IP (`build_roce`).  Then the audit runs once per N
 in a process of its own; its wall time and peak RSS (VmHWM) are printed.
 """
+
 import argparse
 import json
 import struct
@@ -22,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from gen_roce import Conn  # noqa: E402
 from hostile import measure  # noqa: E402
+
 GUID0 = 0x0002C90300000000
 SM_GUID = GUID0 + 1
 
@@ -42,7 +44,7 @@ def packet(slid: int, dlid: int, pk: int, qp: int, psn: int) -> bytes:
     """An RC SEND Only (IBA 9.2) from `slid` to `dlid`, LRH without GRH, 32 bytes of payload."""
     payload = bytes(range(32))
     words = (8 + 12 + len(payload) + 4) // 4
-    lrh = struct.pack(">BBHHH", 0x00, 0x02, dlid, words, slid)           # VL 0, LNH 2 (BTH follows)
+    lrh = struct.pack(">BBHHH", 0x00, 0x02, dlid, words, slid)  # VL 0, LNH 2 (BTH follows)
     bth = struct.pack(">BBHI I", 0x04, 0x00, pk, qp, psn)
     pkt = lrh + bth + payload
     pkt += struct.pack("<I", icrc_ib(pkt))
@@ -52,13 +54,21 @@ def packet(slid: int, dlid: int, pk: int, qp: int, psn: int) -> bytes:
 def build(out: Path, n: int) -> dict:
     """Write the N-tenant incident into `out`; the paths of its four files."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = {k: out / name for k, name in (("policy", "partitions.conf"), ("tenants", "tenants.toml"),
-                                           ("state", "fabric.json"), ("capture", "traffic.pcap"))}
+    paths = {
+        k: out / name
+        for k, name in (
+            ("policy", "partitions.conf"),
+            ("tenants", "tenants.toml"),
+            ("state", "fabric.json"),
+            ("capture", "traffic.pcap"),
+        )
+    }
     conf = ["Default=0x7fff : ALL=limited, SELF=full ;"]
     toml = []
     nodes = [{"guid": SM_GUID, "type": "CA", "description": "sm"}]
-    ports = [{"guid": SM_GUID, "node_guid": SM_GUID, "port_num": 1, "lid": 1, "pkeys": [0xFFFF],
-              "pkeys_last": "written"}]
+    ports = [
+        {"guid": SM_GUID, "node_guid": SM_GUID, "port_num": 1, "lid": 1, "pkeys": [0xFFFF], "pkeys_last": "written"}
+    ]
     for t in range(n):
         a, b = guid(t, 0), guid(t, 1)
         conf.append(f"t{t}=0x{pkey(t):04x} : 0x{a:016x}=full, 0x{b:016x}=full ;")
@@ -66,15 +76,22 @@ def build(out: Path, n: int) -> dict:
         for h, g in enumerate((a, b)):
             keys = [0x7FFF, pkey(t)]
             if (2 * t + h) % 250 == 249:
-                keys.append(pkey((t + 1) % n))                  # drift: a foreign partition programmed
+                keys.append(pkey((t + 1) % n))  # drift: a foreign partition programmed
             nodes.append({"guid": g, "type": "CA", "description": f"t{t}-host{h}"})
-            ports.append({"guid": g, "node_guid": g, "port_num": 1, "lid": lid(t, h), "pkeys": keys,
-                          "pkeys_last": "written"})
+            ports.append(
+                {"guid": g, "node_guid": g, "port_num": 1, "lid": lid(t, h), "pkeys": keys, "pkeys_last": "written"}
+            )
     paths["policy"].write_text("\n".join(conf) + "\n")
     paths["tenants"].write_text("\n".join(toml))
-    paths["state"].write_text(json.dumps({"nodes": nodes, "ports": ports,
-                                          "sm": {"master_lid": 1, "seen": [{"guid": SM_GUID, "state": "MASTER",
-                                                                            "lid": 1, "frame": 1}]}}))
+    paths["state"].write_text(
+        json.dumps(
+            {
+                "nodes": nodes,
+                "ports": ports,
+                "sm": {"master_lid": 1, "seen": [{"guid": SM_GUID, "state": "MASTER", "lid": 1, "frame": 1}]},
+            }
+        )
+    )
     with open(paths["capture"], "wb") as f:
         f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 247))
         sec = 1_700_000_000
@@ -83,7 +100,7 @@ def build(out: Path, n: int) -> dict:
             flows = [(lid(t, 0), lid(t, 1), pk), (lid(t, 1), lid(t, 0), pk)] * 2
             if t % 100 == 99:
                 nxt = (t + 1) % n
-                flows.append((lid(t, 0), lid(nxt, 0), pkey(nxt)))     # into the next tenant's partition
+                flows.append((lid(t, 0), lid(nxt, 0), pkey(nxt)))  # into the next tenant's partition
             for k, (s, d, p) in enumerate(flows):
                 pkt = packet(s, d, p, 0x100 + t, k)
                 f.write(struct.pack("<IIII", sec, t % 1_000_000, len(pkt), len(pkt)) + pkt)
@@ -102,12 +119,14 @@ def build_roce(out: Path, n: int) -> dict:
 
     def ip(t, h):
         return bytes([10, t >> 8 & 0xFF, t & 0xFF, 1 + h])
+
     toml = []
     with open(paths["capture"], "wb") as f:
         f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
         for t in range(n):
-            eps = ", ".join(f'{{ mac = "{mac(t, h).hex(":")}", ip = "{".".join(map(str, ip(t, h)))}/32" }}'
-                            for h in (0, 1))
+            eps = ", ".join(
+                f'{{ mac = "{mac(t, h).hex(":")}", ip = "{".".join(map(str, ip(t, h)))}/32" }}' for h in (0, 1)
+            )
             toml.append(f"[tenants.t{t}]\nendpoints = [ {eps} ]\n")
             pair = [((t, 0), (t, 1))] + ([((t, 0), ((t + 1) % n, 0))] if t % 100 == 99 else [])
             for k, (a, b) in enumerate(pair):
@@ -124,8 +143,9 @@ def build_roce(out: Path, n: int) -> dict:
 def run_audit(paths: dict, fmt: str) -> tuple:
     """(wall seconds, peak RSS in MiB, exit status, output lines) of one `ibwire audit` (bench/hostile.measure)."""
     state = ("--state", paths["state"]) if "state" in paths else ()
-    status, out, _, peak, wall = measure("audit", paths["capture"], "--policy", paths["policy"], "--tenants",
-                                         paths["tenants"], *state, "--format", fmt)
+    status, out, _, peak, wall = measure(
+        "audit", paths["capture"], "--policy", paths["policy"], "--tenants", paths["tenants"], *state, "--format", fmt
+    )
     return wall, peak, status, out.count("\n")
 
 

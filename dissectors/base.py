@@ -6,6 +6,7 @@ users already type in Wireshark.  `ws_alias` maps a scapy field to a different f
 Wireshark's naming is irregular; fields starting with `_` are internal.  `ws_extra()` returns derived
 fields Wireshark lacks (membership bit, AETH kind …) in the same style.
 """
+
 from scapy.packet import Packet
 
 

@@ -13,6 +13,7 @@ VCRC is CRC-16 (polynomial 0x100B, reflected, initial and final value 0xFFFF) ov
 packet including its ICRC, stored least-significant byte first.  Functions take the bytes the CRC
 covers (without the CRC itself) and return integers, so readers, layers and the generator share them.
 """
+
 import sys
 import zlib
 
@@ -21,9 +22,9 @@ _ONES4 = b"\xff\xff\xff\xff"
 
 
 def _mask_grh(grh: bytearray, at: int) -> None:
-    grh[at] |= 0x0F                      # low nibble of version/tclass byte: tclass high bits
-    grh[at + 1:at + 4] = b"\xff\xff\xff"  # tclass low bits and the 20-bit flow label
-    grh[at + 7] = 0xFF                   # hop limit
+    grh[at] |= 0x0F  # low nibble of version/tclass byte: tclass high bits
+    grh[at + 1 : at + 4] = b"\xff\xff\xff"  # tclass low bits and the 20-bit flow label
+    grh[at + 7] = 0xFF  # hop limit
 
 
 def icrc_ib(packet) -> int:
@@ -57,16 +58,16 @@ def icrc_roce2(packet) -> int:
         n = 40 + 8 + 12
         head = bytearray(_PSEUDO_LRH) + bytearray(mv[:n])
         _mask_grh(head, 8)
-        head[8 + 46:8 + 48] = b"\xff\xff"     # UDP checksum
+        head[8 + 46 : 8 + 48] = b"\xff\xff"  # UDP checksum
     else:
         ihl = (mv[0] & 0x0F) * 4
         n = ihl + 8 + 12
         head = bytearray(_PSEUDO_LRH) + bytearray(mv[:n])
-        head[9] = 0xFF                       # TOS (DSCP and ECN)
-        head[16] = 0xFF                      # TTL
-        head[18:20] = b"\xff\xff"            # header checksum
-        head[8 + ihl + 6:8 + ihl + 8] = b"\xff\xff"
-    head[-8] = 0xFF                          # BTH byte 4
+        head[9] = 0xFF  # TOS (DSCP and ECN)
+        head[16] = 0xFF  # TTL
+        head[18:20] = b"\xff\xff"  # header checksum
+        head[8 + ihl + 6 : 8 + ihl + 8] = b"\xff\xff"
+    head[-8] = 0xFF  # BTH byte 4
     return zlib.crc32(mv[n:], zlib.crc32(head)) & 0xFFFFFFFF
 
 
@@ -75,7 +76,7 @@ def _crc16_byte_table():
     for byte in range(256):
         crc = byte
         for _ in range(8):
-            crc = (crc >> 1) ^ 0xD008 if crc & 1 else crc >> 1   # 0xD008 is 0x100B reflected
+            crc = (crc >> 1) ^ 0xD008 if crc & 1 else crc >> 1  # 0xD008 is 0x100B reflected
         table.append(crc)
     return table
 

@@ -10,15 +10,46 @@
 The constants and a scapy-free parse live in dissectors.dcbfacts.  Each layer's `ws_fields()` gives its fields under Wireshark 4.0's names (packet-macctrl.c, packet-lldp.c:
 `macc.cbfc.pause_time.c3`, `lldp.dcbx.ieee.pfc.numtcs` …) without the protocol prefix `ws_proto`.
 """
+
 from scapy.config import conf
 from scapy.contrib.lldp import LLDPDU, LLDPDU_CLASS_TYPES
-from scapy.fields import (BitEnumField, BitField, BitFieldLenField, ByteField, FieldListField, PacketListField,
-                          ShortField, StrLenField, ThreeBytesField, XByteField, XShortEnumField, XShortField)
+from scapy.fields import (
+    BitEnumField,
+    BitField,
+    BitFieldLenField,
+    ByteField,
+    FieldListField,
+    PacketListField,
+    ShortField,
+    StrLenField,
+    ThreeBytesField,
+    XByteField,
+    XShortEnumField,
+    XShortField,
+)
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Packet, bind_layers
 
-from .dcbfacts import (CEE_APP, CEE_CONTROL, CEE_PFC, CEE_PG, CEE_SUBTYPE, OUI_CEE, cee_subtlvs, DEFAULT_PORT_SPEED, MAC_CONTROL_ETHERTYPE, OP_PAUSE, OP_PFC, OPCODES, OUI_IEEE_802_1,
-                       SUB_APP_PRIORITY, SUB_ETS_CONFIG, SUB_ETS_RECOMMEND, SUB_PFC_CONFIG, pause_seconds)
+from .dcbfacts import (
+    CEE_APP,
+    CEE_CONTROL,
+    CEE_PFC,
+    CEE_PG,
+    CEE_SUBTYPE,
+    DEFAULT_PORT_SPEED,
+    MAC_CONTROL_ETHERTYPE,
+    OP_PAUSE,
+    OP_PFC,
+    OPCODES,
+    OUI_CEE,
+    OUI_IEEE_802_1,
+    SUB_APP_PRIORITY,
+    SUB_ETS_CONFIG,
+    SUB_ETS_RECOMMEND,
+    SUB_PFC_CONFIG,
+    cee_subtlvs,
+    pause_seconds,
+)
 
 
 def set_port_speed(speed: float) -> None:
@@ -29,6 +60,7 @@ def set_port_speed(speed: float) -> None:
 # A frame that breaks 802.1AB's TLV order is decoded as far as it goes and flagged, never dropped whole
 # (scapy's strict mode raises and the frame's Ethernet header would be lost with it).
 conf.contribs["LLDP"].strict_mode_disable()
+
 
 class MACControl(Packet):
     """MAC control frame header: the opcode (IEEE 802.3 §31.4.1.3)."""
@@ -43,10 +75,10 @@ class MACControl(Packet):
 
 class _MACControlOp(Packet):
     ws_proto = "macc"
-    port_speed = DEFAULT_PORT_SPEED     # bit/s the `*pause_s` fields assume (`ibwire decode --port-speed`)
+    port_speed = DEFAULT_PORT_SPEED  # bit/s the `*pause_s` fields assume (`ibwire decode --port-speed`)
 
     def extract_padding(self, s):
-        return b"", s                   # the rest of the 46-byte minimum payload is padding
+        return b"", s  # the rest of the 46-byte minimum payload is padding
 
 
 class MACControlPause(_MACControlOp):
@@ -66,8 +98,10 @@ class MACControlPFC(_MACControlOp):
     """802.1Qbb PFC (§36.1.3): priority p is paused for pause_time[p] quanta when bit p of `enbv` is set."""
 
     name = "PFC"
-    fields_desc = [XShortField("enbv", 0),
-                   FieldListField("pause_time", [0] * 8, ShortField("", 0), count_from=lambda pkt: 8)]
+    fields_desc = [
+        XShortField("enbv", 0),
+        FieldListField("pause_time", [0] * 8, ShortField("", 0), count_from=lambda pkt: 8),
+    ]
 
     def priorities(self):
         """The enabled priorities, each with its pause time in quanta."""
@@ -95,16 +129,23 @@ bind_layers(MACControl, MACControlPFC, opcode=OP_PFC)
 
 # ---- LLDP DCBX (IEEE 802.1Qaz Annex D) ----------------------------------------------------------------------
 
+
 def _org_header(subtype: int, length, length_of=None):
-    return [BitEnumField("_type", 127, 7, LLDPDU.TYPES),
-            BitFieldLenField("_length", length, 9, length_of=length_of, adjust=lambda pkt, x: x + 5),
-            ThreeBytesField("org_code", OUI_IEEE_802_1), ByteField("subtype", subtype)]
+    return [
+        BitEnumField("_type", 127, 7, LLDPDU.TYPES),
+        BitFieldLenField("_length", length, 9, length_of=length_of, adjust=lambda pkt, x: x + 5),
+        ThreeBytesField("org_code", OUI_IEEE_802_1),
+        ByteField("subtype", subtype),
+    ]
 
 
 def _ets_tables():
     """Priority assignment (4 bits per priority), TC bandwidth (%), TSA per traffic class (D.2.8)."""
-    return ([BitField(f"prio{p}", 0, 4) for p in range(8)] + [ByteField(f"bw{t}", 0) for t in range(8)]
-            + [ByteField(f"tsa{t}", 0) for t in range(8)])
+    return (
+        [BitField(f"prio{p}", 0, 4) for p in range(8)]
+        + [ByteField(f"bw{t}", 0) for t in range(8)]
+        + [ByteField(f"tsa{t}", 0) for t in range(8)]
+    )
 
 
 class _DCBX(LLDPDU):
@@ -114,12 +155,20 @@ class _DCBX(LLDPDU):
 
     @classmethod
     def _match_organization_specific(cls, payload):
-        return (len(payload) >= 6 and payload[2:5] == OUI_IEEE_802_1.to_bytes(3, "big") and payload[5] == cls.SUBTYPE
-                and ((payload[0] & 1) << 8 | payload[1]) == cls.LENGTH)
+        return (
+            len(payload) >= 6
+            and payload[2:5] == OUI_IEEE_802_1.to_bytes(3, "big")
+            and payload[5] == cls.SUBTYPE
+            and ((payload[0] & 1) << 8 | payload[1]) == cls.LENGTH
+        )
 
     def _header(self) -> dict:
-        return {"tlv.type": 127, "tlv.len": self._length, "orgtlv.oui": self.org_code,
-                "ieee.802_1.subtype": self.subtype}
+        return {
+            "tlv.type": 127,
+            "tlv.len": self._length,
+            "orgtlv.oui": self.org_code,
+            "ieee.802_1.subtype": self.subtype,
+        }
 
     def _ets(self) -> dict:
         out = {f"dcbx.feature.pg.pgid_prio{p}": getattr(self, f"prio{p}") for p in range(8)}
@@ -133,12 +182,20 @@ class LLDPDUETSConfiguration(_DCBX):
 
     name = "LLDP ETS Configuration"
     SUBTYPE, LENGTH = SUB_ETS_CONFIG, 25
-    fields_desc = _org_header(SUB_ETS_CONFIG, 25) + [BitField("willing", 0, 1), BitField("cbs", 0, 1),
-                                                     BitField("reserved", 0, 3), BitField("maxtcs", 0, 3)] + _ets_tables()
+    fields_desc = (
+        _org_header(SUB_ETS_CONFIG, 25)
+        + [BitField("willing", 0, 1), BitField("cbs", 0, 1), BitField("reserved", 0, 3), BitField("maxtcs", 0, 3)]
+        + _ets_tables()
+    )
 
     def ws_fields(self) -> dict:
-        return {**self._header(), "dcbx.ieee.willing": self.willing, "dcbx.ieee.ets.cbs": self.cbs,
-                "dcbx.ieee.ets.maxtcs": self.maxtcs, **self._ets()}
+        return {
+            **self._header(),
+            "dcbx.ieee.willing": self.willing,
+            "dcbx.ieee.ets.cbs": self.cbs,
+            "dcbx.ieee.ets.maxtcs": self.maxtcs,
+            **self._ets(),
+        }
 
 
 class LLDPDUETSRecommendation(_DCBX):
@@ -149,7 +206,7 @@ class LLDPDUETSRecommendation(_DCBX):
     fields_desc = _org_header(SUB_ETS_RECOMMEND, 25) + [XByteField("reserved", 0)] + _ets_tables()
 
     def ws_fields(self) -> dict:
-        return {**self._header(), "dcbx.feature.pg.reserved": self.reserved >> 1, **self._ets()}    # bits 7-1
+        return {**self._header(), "dcbx.feature.pg.reserved": self.reserved >> 1, **self._ets()}  # bits 7-1
 
 
 class LLDPDUPFCConfiguration(_DCBX):
@@ -157,13 +214,21 @@ class LLDPDUPFCConfiguration(_DCBX):
 
     name = "LLDP PFC Configuration"
     SUBTYPE, LENGTH = SUB_PFC_CONFIG, 6
-    fields_desc = _org_header(SUB_PFC_CONFIG, 6) + [BitField("willing", 0, 1), BitField("mbc", 0, 1),
-                                                    BitField("reserved", 0, 2), BitField("numtcs", 0, 4),
-                                                    ByteField("enable", 0)]
+    fields_desc = _org_header(SUB_PFC_CONFIG, 6) + [
+        BitField("willing", 0, 1),
+        BitField("mbc", 0, 1),
+        BitField("reserved", 0, 2),
+        BitField("numtcs", 0, 4),
+        ByteField("enable", 0),
+    ]
 
     def ws_fields(self) -> dict:
-        out = {**self._header(), "dcbx.ieee.willing": self.willing, "dcbx.ieee.pfc.mbc": self.mbc,
-               "dcbx.ieee.pfc.numtcs": self.numtcs}
+        out = {
+            **self._header(),
+            "dcbx.ieee.willing": self.willing,
+            "dcbx.ieee.pfc.mbc": self.mbc,
+            "dcbx.ieee.pfc.numtcs": self.numtcs,
+        }
         out.update({f"dcbx.feature.pfc.prio{p}": self.enable >> p & 1 for p in range(8)})
         return out
 
@@ -184,16 +249,26 @@ class LLDPDUAppPriority(_DCBX):
     name = "LLDP Application Priority"
     SUBTYPE = SUB_APP_PRIORITY
     fields_desc = _org_header(SUB_APP_PRIORITY, None, "apps") + [
-        XByteField("reserved", 0), PacketListField("apps", [], DCBXApp, length_from=lambda pkt: pkt._length - 5)]
+        XByteField("reserved", 0),
+        PacketListField("apps", [], DCBXApp, length_from=lambda pkt: pkt._length - 5),
+    ]
 
     @classmethod
     def _match_organization_specific(cls, payload):
-        return (len(payload) >= 6 and payload[2:5] == OUI_IEEE_802_1.to_bytes(3, "big") and payload[5] == cls.SUBTYPE
-                and ((payload[0] & 1) << 8 | payload[1]) >= 5)
+        return (
+            len(payload) >= 6
+            and payload[2:5] == OUI_IEEE_802_1.to_bytes(3, "big")
+            and payload[5] == cls.SUBTYPE
+            and ((payload[0] & 1) << 8 | payload[1]) >= 5
+        )
 
     def ws_fields(self) -> dict:
         out = {**self._header(), "dcbx.ieee.app.reserved": self.reserved}
-        for key, attr in (("dcbx.ieee.app.prio", "prio"), ("dcbx.iee.app.sf", "sel"), ("dcbx.feature.app.proto", "proto")):
+        for key, attr in (
+            ("dcbx.ieee.app.prio", "prio"),
+            ("dcbx.iee.app.sf", "sel"),
+            ("dcbx.feature.app.proto", "proto"),
+        ):
             out[key] = [getattr(a, attr) for a in self.apps]
         return out
 
@@ -205,10 +280,13 @@ class LLDPDUCEEDCBX(LLDPDU):
 
     name = "LLDP CEE DCBX"
     ws_proto = "lldp"
-    fields_desc = [BitEnumField("_type", 127, 7, LLDPDU.TYPES),
-                   BitFieldLenField("_length", None, 9, length_of="subtlvs", adjust=lambda pkt, x: x + 4),
-                   ThreeBytesField("org_code", OUI_CEE), ByteField("subtype", CEE_SUBTYPE),
-                   StrLenField("subtlvs", b"", length_from=lambda pkt: (pkt._length or 4) - 4)]
+    fields_desc = [
+        BitEnumField("_type", 127, 7, LLDPDU.TYPES),
+        BitFieldLenField("_length", None, 9, length_of="subtlvs", adjust=lambda pkt, x: x + 4),
+        ThreeBytesField("org_code", OUI_CEE),
+        ByteField("subtype", CEE_SUBTYPE),
+        StrLenField("subtlvs", b"", length_from=lambda pkt: (pkt._length or 4) - 4),
+    ]
 
     @classmethod
     def _match_organization_specific(cls, payload):
@@ -226,7 +304,13 @@ class LLDPDUCEEDCBX(LLDPDU):
                 for key, value in fields.items():
                     out.setdefault(key, []).append(value)
         out = {k: v[0] if len(v) == 1 else v for k, v in out.items()}
-        return {"tlv.type": 127, "tlv.len": self._length, "orgtlv.oui": self.org_code, "dcbx.proto": self.subtype, **out}
+        return {
+            "tlv.type": 127,
+            "tlv.len": self._length,
+            "orgtlv.oui": self.org_code,
+            "dcbx.proto": self.subtype,
+            **out,
+        }
 
 
 def _cee_sub(kind: int, v: bytes) -> tuple:
@@ -236,10 +320,14 @@ def _cee_sub(kind: int, v: bytes) -> tuple:
     if len(v) >= 2:
         out.update({"dcbx.version": v[0], "dcbx.max_version": v[1]})
     if kind == CEE_CONTROL and len(v) >= 10:
-        out.update({"dcbx.control.seq": int.from_bytes(v[2:6], "big"), "dcbx.control.ack": int.from_bytes(v[6:10], "big")})
+        out.update(
+            {"dcbx.control.seq": int.from_bytes(v[2:6], "big"), "dcbx.control.ack": int.from_bytes(v[6:10], "big")}
+        )
     if kind not in (CEE_PG, CEE_PFC, CEE_APP) or len(v) < 4:
         return out, apps
-    out.update({f"dcbx.feature.{name}": v[2] >> bit & 1 for name, bit in (("enabled", 7), ("willing", 6), ("error", 5))})
+    out.update(
+        {f"dcbx.feature.{name}": v[2] >> bit & 1 for name, bit in (("enabled", 7), ("willing", 6), ("error", 5))}
+    )
     out["dcbx.feature.subtype"] = v[3]
     if kind == CEE_PG and len(v) >= 17:
         out.update({f"dcbx.feature.pg.pgid_prio{p}": v[4 + p // 2] >> (4 * (1 - p % 2)) & 0xF for p in range(8)})
@@ -250,10 +338,13 @@ def _cee_sub(kind: int, v: bytes) -> tuple:
         out["dcbx.feature.pfc.numtcs"] = v[5]
     elif kind == CEE_APP:
         for at in range(4, len(v) - 5, 6):
-            e = v[at:at + 6]
-            app = {"dcbx.feature.app.proto": int.from_bytes(e[:2], "big"),
-                   "dcbx.feature.app.oui": (e[2] & 0xFC) << 16 | e[3] << 8 | e[4], "dcbx.feature.app.sf": e[2] & 3}
-            if e[5]:                             # the lowest priority of the map, as Wireshark shows
+            e = v[at : at + 6]
+            app = {
+                "dcbx.feature.app.proto": int.from_bytes(e[:2], "big"),
+                "dcbx.feature.app.oui": (e[2] & 0xFC) << 16 | e[3] << 8 | e[4],
+                "dcbx.feature.app.sf": e[2] & 3,
+            }
+            if e[5]:  # the lowest priority of the map, as Wireshark shows
                 app["dcbx.feature.app.prio"] = (e[5] & -e[5]).bit_length() - 1
             apps.append(app)
     return out, apps

@@ -6,6 +6,7 @@ MAC control: IEEE 802.3 Annex 31B (PAUSE) and IEEE 802.1Qbb §36.1.3 (PFC): opco
 class-enable vector (bit p: priority p) and eight pause times in quanta of 512 bit times.  LLDP: IEEE
 802.1AB TLVs (7-bit type, 9-bit length); DCBX TLVs are type 127 with OUI 00-80-C2 (IEEE 802.1Qaz Annex D).
 """
+
 import struct
 from typing import Dict, List, Optional
 
@@ -16,16 +17,16 @@ PAUSE_DST = bytes.fromhex("0180c2000001")
 LLDP_DST = bytes.fromhex("0180c200000e")
 OP_PAUSE, OP_PFC = 0x0001, 0x0101
 OPCODES = {OP_PAUSE: "PAUSE", OP_PFC: "PFC"}
-QUANTUM_BITS = 512                  # IEEE 802.3 §31B.2: one pause_quantum is 512 bit times
-DEFAULT_PORT_SPEED = 100e9          # bit/s, for pause times in seconds when nothing says otherwise
+QUANTUM_BITS = 512  # IEEE 802.3 §31B.2: one pause_quantum is 512 bit times
+DEFAULT_PORT_SPEED = 100e9  # bit/s, for pause times in seconds when nothing says otherwise
 OUI_IEEE_802_1 = 0x0080C2
-OUI_CEE, CEE_SUBTYPE = 0x001B21, 2    # the pre-standard CEE DCBX (DCBX 1.01): one TLV of sub-TLVs
+OUI_CEE, CEE_SUBTYPE = 0x001B21, 2  # the pre-standard CEE DCBX (DCBX 1.01): one TLV of sub-TLVs
 CEE_CONTROL, CEE_PG, CEE_PFC, CEE_APP = 1, 2, 3, 4
 SUB_ETS_CONFIG, SUB_ETS_RECOMMEND, SUB_PFC_CONFIG, SUB_APP_PRIORITY = 9, 10, 11, 12
 # Applications Wireshark names in a DCBX application entry, by protocol ID (packet-lldp.c): FCoE and FIP
 # (ethertypes 0x8906, 0x8914), iSCSI (port 3260).
 APP_NAMES = {0x8906: "FCoE", 0x8914: "FiP", 3260: "iSCSI"}
-ALL_PRIORITIES = -1                 # an 802.3x PAUSE stops every priority
+ALL_PRIORITIES = -1  # an 802.3x PAUSE stops every priority
 _PFC = struct.Struct(">HH8H")
 
 
@@ -40,7 +41,7 @@ def _payload(frame: bytes):
     for _ in range(2):
         if etype not in VLAN_TPIDS or len(frame) < at + 4:
             break
-        etype, at = int.from_bytes(frame[at + 2:at + 4], "big"), at + 4
+        etype, at = int.from_bytes(frame[at + 2 : at + 4], "big"), at + 4
     return etype, at
 
 
@@ -50,9 +51,9 @@ def parse_mac_control(frame: bytes) -> Optional[Dict[int, int]]:
     etype, at = _payload(frame)
     if etype != MAC_CONTROL_ETHERTYPE or len(frame) < at + 4:
         return None
-    op = int.from_bytes(frame[at:at + 2], "big")
+    op = int.from_bytes(frame[at : at + 2], "big")
     if op == OP_PAUSE:
-        return {ALL_PRIORITIES: int.from_bytes(frame[at + 2:at + 4], "big")}
+        return {ALL_PRIORITIES: int.from_bytes(frame[at + 2 : at + 4], "big")}
     if op != OP_PFC or len(frame) < at + _PFC.size:
         return None
     _, enbv, *quanta = _PFC.unpack_from(frame, at)
@@ -65,11 +66,11 @@ def lldp_tlvs(frame: bytes):
     if etype != LLDP_ETHERTYPE:
         return
     while at + 2 <= len(frame):
-        head = int.from_bytes(frame[at:at + 2], "big")
+        head = int.from_bytes(frame[at : at + 2], "big")
         kind, n = head >> 9, head & 0x1FF
         if kind == 0 or at + 2 + n > len(frame):
             return
-        yield kind, frame[at + 2:at + 2 + n]
+        yield kind, frame[at + 2 : at + 2 + n]
         at += 2 + n
 
 
@@ -77,11 +78,11 @@ def cee_subtlvs(value: bytes):
     """(type, value) of each sub-TLV of a CEE DCBX TLV's value (after its OUI and subtype)."""
     at = 4
     while at + 2 <= len(value):
-        head = int.from_bytes(value[at:at + 2], "big")
+        head = int.from_bytes(value[at : at + 2], "big")
         kind, n = head >> 9, head & 0x1FF
         if at + 2 + n > len(value):
             return
-        yield kind, value[at + 2:at + 2 + n]
+        yield kind, value[at + 2 : at + 2 + n]
         at += 2 + n
 
 
@@ -103,7 +104,9 @@ def parse_dcbx(frame: bytes) -> dict:
             out["pfc_enabled"] = [p for p in range(8) if v[5] >> p & 1]
             out["willing"] = bool(v[4] & 0x80)
         elif sub == SUB_APP_PRIORITY:
-            out["apps"] = [(v[i] >> 5, v[i] & 7, int.from_bytes(v[i + 1:i + 3], "big")) for i in range(5, len(v) - 2, 3)]
+            out["apps"] = [
+                (v[i] >> 5, v[i] & 7, int.from_bytes(v[i + 1 : i + 3], "big")) for i in range(5, len(v) - 2, 3)
+            ]
         elif sub == SUB_ETS_CONFIG and len(v) >= 9:
             out["ets_priority_tc"] = [v[5 + p // 2] >> (4 * (1 - p % 2)) & 0xF for p in range(8)]
     return out
@@ -111,10 +114,11 @@ def parse_dcbx(frame: bytes) -> dict:
 
 # ---- building (ibwire synth) --------------------------------------------------------------------------------
 
+
 def _eth(src: bytes, dst: bytes, etype: int, body: bytes, vlan: Optional[int] = None, pcp: int = 0) -> bytes:
     tag = struct.pack(">HH", 0x8100, pcp << 13 | vlan) if vlan is not None else b""
     frame = dst + src + tag + struct.pack(">H", etype) + body
-    return frame + bytes(max(0, 60 - len(frame)))          # the 64-byte minimum less the FCS
+    return frame + bytes(max(0, 60 - len(frame)))  # the 64-byte minimum less the FCS
 
 
 def pfc_frame(src: bytes, quanta: Dict[int, int]) -> bytes:
@@ -136,16 +140,34 @@ def _org(sub: int, value: bytes) -> bytes:
     return _tlv(127, OUI_IEEE_802_1.to_bytes(3, "big") + bytes([sub]) + value)
 
 
-def lldp_frame(src: bytes, port: str, pfc_enabled: List[int], apps=(), willing: bool = False, ttl: int = 120,
-               priority_tc: Optional[List[int]] = None, bandwidth: Optional[List[int]] = None) -> bytes:
+def lldp_frame(
+    src: bytes,
+    port: str,
+    pfc_enabled: List[int],
+    apps=(),
+    willing: bool = False,
+    ttl: int = 120,
+    priority_tc: Optional[List[int]] = None,
+    bandwidth: Optional[List[int]] = None,
+) -> bytes:
     """An LLDP frame from MAC `src` announcing DCBX ETS, PFC (enabled priorities) and application priorities."""
     tc = priority_tc or list(range(8))
     bw = bandwidth or [13, 13, 12, 50, 3, 3, 3, 3]
-    ets = bytes([(0x80 if willing else 0) | 0x07]) + bytes(tc[i] << 4 | tc[i + 1] for i in range(0, 8, 2)) + bytes(bw) \
+    ets = (
+        bytes([(0x80 if willing else 0) | 0x07])
+        + bytes(tc[i] << 4 | tc[i + 1] for i in range(0, 8, 2))
+        + bytes(bw)
         + bytes([2] * 8)
+    )
     pfc = bytes([(0x80 if willing else 0) | 8, sum(1 << p for p in pfc_enabled)])
     app = b"\0" + b"".join(bytes([prio << 5 | sel]) + proto.to_bytes(2, "big") for prio, sel, proto in apps)
-    body = (_tlv(1, b"\x04" + src) + _tlv(2, b"\x05" + port.encode()) + _tlv(3, struct.pack(">H", ttl))
-            + _org(SUB_ETS_CONFIG, ets) + _org(SUB_PFC_CONFIG, pfc) + (_org(SUB_APP_PRIORITY, app) if apps else b"")
-            + _tlv(0, b""))
+    body = (
+        _tlv(1, b"\x04" + src)
+        + _tlv(2, b"\x05" + port.encode())
+        + _tlv(3, struct.pack(">H", ttl))
+        + _org(SUB_ETS_CONFIG, ets)
+        + _org(SUB_PFC_CONFIG, pfc)
+        + (_org(SUB_APP_PRIORITY, app) if apps else b"")
+        + _tlv(0, b"")
+    )
     return _eth(src, LLDP_DST, LLDP_ETHERTYPE, body)

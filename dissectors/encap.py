@@ -9,10 +9,10 @@
 * IPoIB (RFC 4391): the 4-byte encapsulation header (ethertype, reserved) inside UD payloads and as
   LINKTYPE_IPOIB (242); ARP over IB uses 20-byte hardware addresses (RFC 4391 §4).
 """
+
 import struct
 
-from scapy.fields import (BitField, ByteField, LEIntField, ShortField, StrFixedLenField, XShortEnumField,
-                          XShortField)
+from scapy.fields import BitField, ByteField, LEIntField, ShortField, StrFixedLenField, XShortEnumField, XShortField
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Dot1Q, Ether
@@ -20,7 +20,7 @@ from scapy.packet import Raw, bind_layers
 
 from . import crc
 from .base import IBLayer
-from .ib import BTH, GRH, LRH, LNH_GLOBAL, LNH_IPV6, LNH_LOCAL, LNH_RAW, GRH_NXTHDR_BTH
+from .ib import BTH, GRH, GRH_NXTHDR_BTH, LNH_GLOBAL, LNH_IPV6, LNH_LOCAL, LNH_RAW, LRH
 from .opcodes import OPCODES, ROCE_V1_ETHERTYPE, ROCE_V2_PORT
 
 ERF_TYPE_INFINIBAND = 21
@@ -58,9 +58,14 @@ class ERF(IBLayer):
     ws_name = "erf"
     ws_alias = {"ts_frac": "", "ts_sec": "", "type": "types.type"}
     fields_desc = [
-        LEIntField("ts_frac", 0), LEIntField("ts_sec", 0),
-        BitField("ext_header", 0, 1), BitField("type", ERF_TYPE_INFINIBAND, 7),
-        ByteField("flags", 4), ShortField("rlen", None), ShortField("lctr", 0), ShortField("wlen", None),
+        LEIntField("ts_frac", 0),
+        LEIntField("ts_sec", 0),
+        BitField("ext_header", 0, 1),
+        BitField("type", ERF_TYPE_INFINIBAND, 7),
+        ByteField("flags", 4),
+        ShortField("rlen", None),
+        ShortField("lctr", 0),
+        ShortField("wlen", None),
     ]
 
     def post_build(self, p, pay):
@@ -76,9 +81,9 @@ class ERF(IBLayer):
     def extract_padding(self, s):
         ext = 0
         while self.ext_header and ext + 8 <= len(s) and (ext == 0 or s[ext - 8] & 0x80):
-            ext += 8                       # extension headers precede the record's wlen bytes
+            ext += 8  # extension headers precede the record's wlen bytes
         if self.wlen is not None and ext + self.wlen < len(s):
-            return s[:ext + self.wlen], s[ext + self.wlen:]
+            return s[: ext + self.wlen], s[ext + self.wlen :]
         return s, b""
 
     def guess_payload_class(self, payload):
@@ -109,7 +114,10 @@ class IBLink(IBLayer):
     name = "IB link"
     ws_name = "infiniband_link"
     fields_desc = [
-        BitField("op", 0, 4), BitField("fctbs", 0, 12), BitField("vl", 0, 4), BitField("fccl", 0, 12),
+        BitField("op", 0, 4),
+        BitField("fctbs", 0, 12),
+        BitField("vl", 0, 4),
+        BitField("fccl", 0, 12),
         XShortField("lpcrc", 0),
     ]
 

@@ -5,10 +5,24 @@ for the next one, so a DETH or RETH needs no binding of its own.  Trailers (pad 
 are split off by the layer whose length field delimits them and appended as their own layers, and
 their CRCs are computed on build and verified on dissect.
 """
+
 import struct
 
-from scapy.fields import (BitField, ByteField, IntField, IP6Field, LongField, ShortField, StrFixedLenField,
-                          XBitField, XByteField, XIntField, XLongField, XShortField, XStrField)
+from scapy.fields import (
+    BitField,
+    ByteField,
+    IntField,
+    IP6Field,
+    LongField,
+    ShortField,
+    StrFixedLenField,
+    XBitField,
+    XByteField,
+    XIntField,
+    XLongField,
+    XShortField,
+    XStrField,
+)
 from scapy.packet import Padding, Raw
 
 from . import crc
@@ -22,8 +36,8 @@ PERMISSIVE_LID = 0xFFFF
 def _split(s: bytes, body_len: int, trailer_len: int):
     """Split `s` into body, trailer and anything beyond; None trailer when the bytes are cut short."""
     if body_len < 0 or len(s) < body_len + trailer_len:
-        return s[:max(body_len, 0)], None, b""
-    return s[:body_len], s[body_len:body_len + trailer_len], s[body_len + trailer_len:]
+        return s[: max(body_len, 0)], None, b""
+    return s[:body_len], s[body_len : body_len + trailer_len], s[body_len + trailer_len :]
 
 
 class _CRC(IBLayer):
@@ -61,7 +75,7 @@ class VCRC(_CRC):
                 probe = lrh.copy()
                 probe[VCRC].value = 0
                 body = bytes(probe)
-                body = body[:len(body) - len(bytes(probe[VCRC]))]
+                body = body[: len(body) - len(bytes(probe[VCRC]))]
                 p = struct.pack("<H", crc.vcrc(body)) + p[2:]
         return p + pay
 
@@ -71,7 +85,7 @@ class VCRC(_CRC):
             lrh = lrh.underlayer
         if lrh is None or lrh.original is None or self.original is None:
             return
-        covered = lrh.original[:len(lrh.original) - len(self.original)]
+        covered = lrh.original[: len(lrh.original) - len(self.original)]
         self.judge(crc.vcrc(covered), "H")
 
 
@@ -90,6 +104,7 @@ class ICRC(_CRC):
         """The layer the ICRC coverage starts at, and which CRC variant applies."""
         from scapy.layers.inet import IP
         from scapy.layers.inet6 import IPv6
+
         layer = self.underlayer
         while layer is not None and not isinstance(layer, BTH):
             layer = layer.underlayer
@@ -114,7 +129,7 @@ class ICRC(_CRC):
                     probe[VCRC].value = 0
                 whole = bytes(probe)
                 tail = len(bytes(probe[ICRC]))
-                value = fn(whole[:len(whole) - tail])
+                value = fn(whole[: len(whole) - tail])
                 p = struct.pack("<I", value) + p[4:]
         return p + pay
 
@@ -128,7 +143,7 @@ class ICRC(_CRC):
             while vcrc_layer and not isinstance(vcrc_layer, VCRC):
                 vcrc_layer = vcrc_layer.payload
             after += len(vcrc_layer.original) if vcrc_layer and vcrc_layer.original else 0
-        covered = start.original[:len(start.original) - after]
+        covered = start.original[: len(start.original) - after]
         try:
             value = fn(covered)
         except (IndexError, ValueError):
@@ -150,10 +165,14 @@ class LRH(IBLayer):
 
     ws_name = "lrh"
     fields_desc = [
-        BitField("vl", 0, 4), BitField("lver", 0, 4),
-        BitField("sl", 0, 4), BitField("reserved2", 0, 2), BitField("lnh", LNH_LOCAL, 2),
+        BitField("vl", 0, 4),
+        BitField("lver", 0, 4),
+        BitField("sl", 0, 4),
+        BitField("reserved2", 0, 2),
+        BitField("lnh", LNH_LOCAL, 2),
         ShortField("dlid", 0),
-        BitField("reserved5", 0, 5), BitField("pktlen", None, 11),
+        BitField("reserved5", 0, 5),
+        BitField("pktlen", None, 11),
         ShortField("slid", 0),
     ]
 
@@ -181,9 +200,14 @@ class GRH(IBLayer):
 
     ws_name = "grh"
     fields_desc = [
-        BitField("ipver", 6, 4), BitField("tclass", 0, 8), BitField("flowlabel", 0, 20),
-        ShortField("paylen", None), ByteField("nxthdr", GRH_NXTHDR_BTH), ByteField("hoplmt", 0),
-        IP6Field("sgid", "::"), IP6Field("dgid", "::"),
+        BitField("ipver", 6, 4),
+        BitField("tclass", 0, 8),
+        BitField("flowlabel", 0, 20),
+        ShortField("paylen", None),
+        ByteField("nxthdr", GRH_NXTHDR_BTH),
+        ByteField("hoplmt", 0),
+        IP6Field("sgid", "::"),
+        IP6Field("dgid", "::"),
     ]
 
     def post_build(self, p, pay):
@@ -193,7 +217,7 @@ class GRH(IBLayer):
         return p + pay
 
     def extract_padding(self, s):
-        return s[:self.paylen], s[self.paylen:]
+        return s[: self.paylen], s[self.paylen :]
 
     def mysummary(self):
         return self.sprintf("GRH %grh.sgid% > %grh.dgid%")
@@ -205,21 +229,33 @@ class BTH(IBLayer):
     ws_name = "bth"
     fields_desc = [
         ByteField("opcode", 0),
-        BitField("se", 0, 1), BitField("m", 0, 1), BitField("padcnt", 0, 2), BitField("tver", 0, 4),
+        BitField("se", 0, 1),
+        BitField("m", 0, 1),
+        BitField("padcnt", 0, 2),
+        BitField("tver", 0, 4),
         XShortField("p_key", 0xFFFF),
-        BitField("fecn", 0, 1), BitField("becn", 0, 1), BitField("reserved6", 0, 6),
+        BitField("fecn", 0, 1),
+        BitField("becn", 0, 1),
+        BitField("reserved6", 0, 6),
         XBitField("destqp", 0, 24),
-        BitField("a", 0, 1), BitField("reserved7", 0, 7), BitField("psn", 0, 24),
+        BitField("a", 0, 1),
+        BitField("reserved7", 0, 7),
+        BitField("psn", 0, 24),
     ]
 
     def ws_extra(self):
         op = lookup(self.opcode)
-        return {"p_key_full": self.p_key >> 15, "p_key_base": self.p_key & 0x7FFF,
-                "transport": op.transport, "opname": op.name}
+        return {
+            "p_key_full": self.p_key >> 15,
+            "p_key_base": self.p_key & 0x7FFF,
+            "transport": op.transport,
+            "opname": op.name,
+        }
 
     def _ib_length(self, s: bytes):
         """Bytes from the end of the BTH up to the ICRC, from whichever header below delimits it."""
         from scapy.layers.inet import UDP
+
         under = self.underlayer
         if isinstance(under, UDP) and under.len is not None:
             return under.len - 8 - 12 - 4
@@ -343,7 +379,7 @@ class AETH(_ExtHeader):
 
     ws_name = ws_key = "aeth"
     fields_desc = [ByteField("syndrome", 0), BitField("msn", 0, 24)]
-    ws_probes = ({"syndrome": 0}, {"syndrome": 0x20}, {"syndrome": 0x40}, {"syndrome": 0x60})   # ACK, RNR, -, NAK
+    ws_probes = ({"syndrome": 0}, {"syndrome": 0x20}, {"syndrome": 0x40}, {"syndrome": 0x60})  # ACK, RNR, -, NAK
 
     def ws_extra(self):
         syn = self.syndrome
@@ -409,7 +445,17 @@ class CNPPadding(_ExtHeader):
 
 
 EXT_HEADERS = {
-    "dcext": DCExt, "rdeth": RDETH, "deth": DETH, "xrceth": XRCETH, "reth": RETH, "atomiceth": AtomicETH,
-    "aeth": AETH, "atomicacketh": AtomicAckETH, "immdt": ImmDt, "ieth": IETH, "feth": FETH, "cnp": CNPPadding,
+    "dcext": DCExt,
+    "rdeth": RDETH,
+    "deth": DETH,
+    "xrceth": XRCETH,
+    "reth": RETH,
+    "atomiceth": AtomicETH,
+    "aeth": AETH,
+    "atomicacketh": AtomicAckETH,
+    "immdt": ImmDt,
+    "ieth": IETH,
+    "feth": FETH,
+    "cnp": CNPPadding,
 }
 assert all(len(cls()) == HEADER_LEN[name] for name, cls in EXT_HEADERS.items())

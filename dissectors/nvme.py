@@ -3,12 +3,33 @@
 (16-byte CQE) and the RDMA-CM private data of NVMe-oF queues.  Which layer a payload is depends on the
 queue and, for a completion, on its command: ibwire.decode.nvme follows that across frames.
 """
+
 from scapy.fields import LEIntField, LELongField, LEShortField, LEThreeBytesField, StrFixedLenField, XByteField
 
 from .base import IBLayer
-from .nvmetable import (ADMIN, CM_REJ, CM_REP, CM_REQ, CQE, CQE_CONNECT, CQE_LEN, CQE_PROP_GET, CQE_PROP_SET,
-                        DISPLAY, FABRICS, FABRICS_HEAD, GENERIC, IO, PROP_SET, PROPERTIES, SQE_HEAD, SQE_LEN,
-                        command_kind, completion_rows, value)
+from .nvmetable import (
+    ADMIN,
+    CM_REJ,
+    CM_REP,
+    CM_REQ,
+    CQE,
+    CQE_CONNECT,
+    CQE_LEN,
+    CQE_PROP_GET,
+    CQE_PROP_SET,
+    DISPLAY,
+    FABRICS,
+    FABRICS_HEAD,
+    GENERIC,
+    IO,
+    PROP_SET,
+    PROPERTIES,
+    SQE_HEAD,
+    SQE_LEN,
+    command_kind,
+    completion_rows,
+    value,
+)
 
 _INT = {1: XByteField, 2: LEShortField, 3: LEThreeBytesField, 4: LEIntField, 8: LELongField}
 
@@ -22,10 +43,10 @@ class TableLayer(IBLayer):
 
     def ws_extra(self):
         data = self.original or bytes(self)
-        return {r.key[len(self.ws_name) + 1:]: value(r, data) for r in self.rows}
+        return {r.key[len(self.ws_name) + 1 :]: value(r, data) for r in self.rows}
 
     def extract_padding(self, s):
-        return s[:self.length], s[self.length:]
+        return s[: self.length], s[self.length :]
 
 
 def table_layer(cls_name: str, ws_name: str, rows, length: int, summary: str = ""):
@@ -33,10 +54,10 @@ def table_layer(cls_name: str, ws_name: str, rows, length: int, summary: str = "
     fields, at = [], 0
     for r in sorted((r for r in rows if not r.mask), key=lambda r: r.off):
         if r.off < at:
-            continue                   # a second view of bytes already laid out (lpo over dwords 12-13)
+            continue  # a second view of bytes already laid out (lpo over dwords 12-13)
         if r.off > at:
             fields.append(StrFixedLenField(f"_gap{at}", b"\0" * (r.off - at), r.off - at))
-        name = "_" + r.key[len(ws_name) + 1:].replace(".", "_")
+        name = "_" + r.key[len(ws_name) + 1 :].replace(".", "_")
         if r.size in _INT and DISPLAY.get(r.key) != -1:
             fields.append(_INT[r.size](name, 0))
         else:
@@ -44,9 +65,18 @@ def table_layer(cls_name: str, ws_name: str, rows, length: int, summary: str = "
         at = r.off + r.size
     if at < length:
         fields.append(StrFixedLenField(f"_gap{at}", b"\0" * (length - at), length - at))
-    return type(cls_name, (TableLayer,), {"name": summary or cls_name, "ws_name": ws_name, "rows": tuple(rows),
-                                          "length": length, "fields_desc": fields,
-                                          "__module__": __name__})
+    return type(
+        cls_name,
+        (TableLayer,),
+        {
+            "name": summary or cls_name,
+            "ws_name": ws_name,
+            "rows": tuple(rows),
+            "length": length,
+            "fields_desc": fields,
+            "__module__": __name__,
+        },
+    )
 
 
 class NVMeData(IBLayer):
@@ -77,13 +107,18 @@ def _layers():
     for name, rows, head in kinds:
         out[head + rows] = table_layer(f"NVMe{name}", "nvme", head + rows, SQE_LEN, f"NVMe {name}")
     out[FABRICS_HEAD] = table_layer("NVMeFabricsOther", "nvme", FABRICS_HEAD, SQE_LEN, "NVMe Fabrics command")
-    for name, rows in (("CQE", CQE), ("ConnectCQE", CQE_CONNECT), ("PropGetCQE", CQE_PROP_GET),
-                       ("PropSetCQE", CQE_PROP_SET)):
+    for name, rows in (
+        ("CQE", CQE),
+        ("ConnectCQE", CQE_CONNECT),
+        ("PropGetCQE", CQE_PROP_GET),
+        ("PropSetCQE", CQE_PROP_SET),
+    ):
         out[rows] = table_layer(f"NVMe{name}", "nvme", rows, CQE_LEN, f"NVMe {name}")
-    for offset, prop in PROPERTIES.items():      # a Property Set and a Property Get's completion, per property
+    for offset, prop in PROPERTIES.items():  # a Property Set and a Property Get's completion, per property
         at48 = tuple(r._replace(off=r.off + 48) for r in prop)
-        out[FABRICS_HEAD + PROP_SET + at48] = table_layer(f"NVMeFabricsPropertySet{offset:02x}", "nvme",
-                                                          FABRICS_HEAD + PROP_SET + at48, SQE_LEN)
+        out[FABRICS_HEAD + PROP_SET + at48] = table_layer(
+            f"NVMeFabricsPropertySet{offset:02x}", "nvme", FABRICS_HEAD + PROP_SET + at48, SQE_LEN
+        )
         out[CQE_PROP_GET + prop] = table_layer(f"NVMePropGetCQE{offset:02x}", "nvme", CQE_PROP_GET + prop, CQE_LEN)
     for name, rows, n in (("CMReq", CM_REQ, 32), ("CMRep", CM_REP, 32), ("CMRej", CM_REJ, 4)):
         out[rows] = table_layer(f"NVMeRDMA{name}", "nvme-rdma", rows, n, f"NVMe-oF RDMA {name}")

@@ -7,95 +7,192 @@ A row is (key, offset, size, mask); a row with a mask shows bits of the whole-by
 as Wireshark shows them.  All integers are little-endian.  DISPLAY says how tshark prints each key (as
 ibwire.fieldtypes.TSHARK_DISPLAY: -1 bytes, 0 decimal, 1 boolean, n hexadecimal with n digits).
 """
+
 from typing import NamedTuple
 
 SQE_LEN, CQE_LEN = 64, 16
 FABRICS_OPC = 0x7F
-NVME_PORT = 4420                   # IANA "nvme" port, the RDMA-CM service port of NVMe-oF subsystems
-SID_ULP_TCP_MASK, SID_ULP_TCP = 0xFFFF0000, 0x01060000      # RDMA-CM IP service IDs over TCP port space
+NVME_PORT = 4420  # IANA "nvme" port, the RDMA-CM service port of NVMe-oF subsystems
+SID_ULP_TCP_MASK, SID_ULP_TCP = 0xFFFF0000, 0x01060000  # RDMA-CM IP service IDs over TCP port space
 
 
 class Row(NamedTuple):
-    key: str           # Wireshark's name
+    key: str  # Wireshark's name
     off: int
     size: int
-    mask: int = 0      # bits of the row at the same offset (0: the whole bytes)
+    mask: int = 0  # bits of the row at the same offset (0: the whole bytes)
 
 
 def _rows(*specs):
     return tuple(Row(*s) for s in specs)
 
 
-SGL = _rows(("nvme.cmd.sgl1.addr", 24, 8), ("nvme.cmd.sgl1.len", 32, 3), ("nvme.cmd.sgl1.key", 35, 4),
-            ("nvme.cmd.sgl.type", 39, 1, 0xF0), ("nvme.cmd.sgl.subtype", 39, 1, 0x0F))
-SQE_HEAD = _rows(("nvme.cmd.opc", 0, 1), ("nvme.cmd.fuse_op", 1, 1, 0x03), ("nvme.cmd.rsvd", 1, 1, 0x3C),
-                 ("nvme.cmd.psdt", 1, 1, 0xC0), ("nvme.cmd.cid", 2, 2), ("nvme.cmd.nsid", 4, 4),
-                 ("nvme.cmd.rsvd1", 8, 8), ("nvme.cmd.mptr", 16, 8)) + SGL
+SGL = _rows(
+    ("nvme.cmd.sgl1.addr", 24, 8),
+    ("nvme.cmd.sgl1.len", 32, 3),
+    ("nvme.cmd.sgl1.key", 35, 4),
+    ("nvme.cmd.sgl.type", 39, 1, 0xF0),
+    ("nvme.cmd.sgl.subtype", 39, 1, 0x0F),
+)
+SQE_HEAD = (
+    _rows(
+        ("nvme.cmd.opc", 0, 1),
+        ("nvme.cmd.fuse_op", 1, 1, 0x03),
+        ("nvme.cmd.rsvd", 1, 1, 0x3C),
+        ("nvme.cmd.psdt", 1, 1, 0xC0),
+        ("nvme.cmd.cid", 2, 2),
+        ("nvme.cmd.nsid", 4, 4),
+        ("nvme.cmd.rsvd1", 8, 8),
+        ("nvme.cmd.mptr", 16, 8),
+    )
+    + SGL
+)
 DWORDS = {n: Row(f"nvme.cmd.dword{n}", 40 + 4 * (n - 10), 4) for n in range(10, 16)}
 
 # Admin (queue 0) and I/O commands by opcode, bytes 40-63 (dwords 10-15).
-IDENTIFY = _rows(("nvme.cmd.identify.dword10", 40, 4), ("nvme.cmd.identify.dword10.cns", 40, 4, 0xFF),
-                 ("nvme.cmd.identify.dword10.rsvd", 40, 4, 0xFF00), ("nvme.cmd.identify.dword10.cntid", 40, 4, 0xFFFF0000),
-                 ("nvme.cmd.identify.dword11", 44, 4), ("nvme.cmd.identify.dwrod11.nvmesetid", 44, 4, 0xFFFF),
-                 ("nvme.cmd.identify.dword11.rsvd", 44, 4, 0xFFFF0000), DWORDS[12], DWORDS[13],
-                 ("nvme.cmd.identify.dword14", 56, 4), ("nvme.cmd.identify.dword14.uuid_index", 56, 4, 0x7F),
-                 ("nvme.cmd.identify.dword14.rsvd", 56, 4, 0xFFFFFF80), DWORDS[15])
-GET_LOG_PAGE = _rows(("nvme.cmd.get_logpage.dword10", 40, 4), ("nvme.cmd.get_logpage.dword10.id", 40, 4, 0xFF),
-                     ("nvme.cmd.get_logpage.dword10.lsp", 40, 4, 0x1F00), ("nvme.cmd.get_logpage.dword10.rsvd", 40, 4, 0x6000),
-                     ("nvme.cmd.get_logpage.dword10.rae", 40, 4, 0x8000),
-                     ("nvme.cmd.get_logpage.dword10.numdl", 40, 4, 0xFFFF0000),
-                     ("nvme.cmd.get_logpage.dword11", 44, 4), ("nvme.cmd.get_logpage.dword11.numdu", 44, 4, 0xFFFF),
-                     ("nvme.cmd.get_logpage.dword11.lsi", 44, 4, 0xFFFF0000), DWORDS[13],
-                     ("nvme.cmd.get_logpage.lpo", 48, 8),      # dwords 12-13; Wireshark shows dword13 too
-                     ("nvme.cmd.get_logpage.dword14", 56, 4),
-                     ("nvme.cmd.identify.get_logpage.dword14.uuid_index", 56, 4, 0x7F),
-                     ("nvme.cmd.identify.get_logpage.dword14.rsvd", 56, 4, 0xFFFFFF80), DWORDS[15])
-READ_WRITE = _rows(("nvme.cmd.slba", 40, 8), ("nvme.cmd.nlb", 48, 2), ("nvme.cmd.rsvd2", 50, 2, 0x03FF),
-                   ("nvme.cmd.prinfo", 50, 2, 0x3C00), ("nvme.cmd.fua", 50, 2, 0x4000), ("nvme.cmd.lr", 50, 2, 0x8000),
-                   ("nvme.cmd.dsm.access_freq", 52, 1, 0x0F), ("nvme.cmd.dsm.access_lat", 52, 1, 0x30),
-                   ("nvme.cmd.dsm.seq_req", 52, 1, 0x40), ("nvme.cmd.dsm.incompressible", 52, 1, 0x80),
-                   ("nvme.cmd.rsvd3", 53, 3), ("nvme.cmd.eilbrt", 56, 4), ("nvme.cmd.elbat", 60, 2),
-                   ("nvme.cmd.elbatm", 62, 2))
+IDENTIFY = _rows(
+    ("nvme.cmd.identify.dword10", 40, 4),
+    ("nvme.cmd.identify.dword10.cns", 40, 4, 0xFF),
+    ("nvme.cmd.identify.dword10.rsvd", 40, 4, 0xFF00),
+    ("nvme.cmd.identify.dword10.cntid", 40, 4, 0xFFFF0000),
+    ("nvme.cmd.identify.dword11", 44, 4),
+    ("nvme.cmd.identify.dwrod11.nvmesetid", 44, 4, 0xFFFF),
+    ("nvme.cmd.identify.dword11.rsvd", 44, 4, 0xFFFF0000),
+    DWORDS[12],
+    DWORDS[13],
+    ("nvme.cmd.identify.dword14", 56, 4),
+    ("nvme.cmd.identify.dword14.uuid_index", 56, 4, 0x7F),
+    ("nvme.cmd.identify.dword14.rsvd", 56, 4, 0xFFFFFF80),
+    DWORDS[15],
+)
+GET_LOG_PAGE = _rows(
+    ("nvme.cmd.get_logpage.dword10", 40, 4),
+    ("nvme.cmd.get_logpage.dword10.id", 40, 4, 0xFF),
+    ("nvme.cmd.get_logpage.dword10.lsp", 40, 4, 0x1F00),
+    ("nvme.cmd.get_logpage.dword10.rsvd", 40, 4, 0x6000),
+    ("nvme.cmd.get_logpage.dword10.rae", 40, 4, 0x8000),
+    ("nvme.cmd.get_logpage.dword10.numdl", 40, 4, 0xFFFF0000),
+    ("nvme.cmd.get_logpage.dword11", 44, 4),
+    ("nvme.cmd.get_logpage.dword11.numdu", 44, 4, 0xFFFF),
+    ("nvme.cmd.get_logpage.dword11.lsi", 44, 4, 0xFFFF0000),
+    DWORDS[13],
+    ("nvme.cmd.get_logpage.lpo", 48, 8),  # dwords 12-13; Wireshark shows dword13 too
+    ("nvme.cmd.get_logpage.dword14", 56, 4),
+    ("nvme.cmd.identify.get_logpage.dword14.uuid_index", 56, 4, 0x7F),
+    ("nvme.cmd.identify.get_logpage.dword14.rsvd", 56, 4, 0xFFFFFF80),
+    DWORDS[15],
+)
+READ_WRITE = _rows(
+    ("nvme.cmd.slba", 40, 8),
+    ("nvme.cmd.nlb", 48, 2),
+    ("nvme.cmd.rsvd2", 50, 2, 0x03FF),
+    ("nvme.cmd.prinfo", 50, 2, 0x3C00),
+    ("nvme.cmd.fua", 50, 2, 0x4000),
+    ("nvme.cmd.lr", 50, 2, 0x8000),
+    ("nvme.cmd.dsm.access_freq", 52, 1, 0x0F),
+    ("nvme.cmd.dsm.access_lat", 52, 1, 0x30),
+    ("nvme.cmd.dsm.seq_req", 52, 1, 0x40),
+    ("nvme.cmd.dsm.incompressible", 52, 1, 0x80),
+    ("nvme.cmd.rsvd3", 53, 3),
+    ("nvme.cmd.eilbrt", 56, 4),
+    ("nvme.cmd.elbat", 60, 2),
+    ("nvme.cmd.elbatm", 62, 2),
+)
 GENERIC = tuple(DWORDS.values())
 ADMIN = {0x06: ("Identify", IDENTIFY), 0x02: ("Get Log Page", GET_LOG_PAGE)}
-ADMIN_NAMES = {0x00: "Delete I/O SQ", 0x01: "Create I/O SQ", 0x04: "Delete I/O CQ", 0x05: "Create I/O CQ",
-               0x08: "Abort", 0x09: "Set Features", 0x0A: "Get Features", 0x0C: "Async Event Request",
-               0x18: "Keep Alive"}
+ADMIN_NAMES = {
+    0x00: "Delete I/O SQ",
+    0x01: "Create I/O SQ",
+    0x04: "Delete I/O CQ",
+    0x05: "Create I/O CQ",
+    0x08: "Abort",
+    0x09: "Set Features",
+    0x0A: "Get Features",
+    0x0C: "Async Event Request",
+    0x18: "Keep Alive",
+}
 IO = {0x01: ("Write", READ_WRITE), 0x02: ("Read", READ_WRITE)}
-IO_NAMES = {0x00: "Flush", 0x04: "Write Uncorrectable", 0x05: "Compare", 0x08: "Write Zeroes",
-            0x09: "Dataset Management"}
+IO_NAMES = {
+    0x00: "Flush",
+    0x04: "Write Uncorrectable",
+    0x05: "Compare",
+    0x08: "Write Zeroes",
+    0x09: "Dataset Management",
+}
 
 # Fabrics commands (NVMe-oF 1.1 §3.3-3.5), by fctype.
-FABRICS_HEAD = _rows(("nvme.fabrics.cmd.opc", 0, 1), ("nvme.fabrics.cmd.rsvd", 1, 1),
-                     ("nvme.fabrics.cmd.cid", 2, 2), ("nvme.fabrics.cmd.fctype", 4, 1))
-CONNECT = _rows(("nvme.fabrics.cmd.connect.rsvd1", 5, 19)) + SGL + _rows(
-    ("nvme.fabrics.cmd.connect.recfmt", 40, 2), ("nvme.fabrics.cmd.connect.qid", 42, 2),
-    ("nvme.fabrics.cmd.connect.sqsize", 44, 2), ("nvme.fabrics.cmd.connect.cattr", 46, 1),
-    ("nvme.fabrics.cmd.connect.cattr.pc", 46, 1, 0x03), ("nvme.fabrics.cmd.connect.cattr.dfc", 46, 1, 0x04),
-    ("nvme.fabrics.cmd.connect.cattr.dioq", 46, 1, 0x08), ("nvme.fabrics.cmd.connect.cattr.rsvd", 46, 1, 0xF0),
-    ("nvme.fabrics.cmd.connect.rsvd2", 47, 1), ("nvme.fabrics.cmd.connect.kato", 48, 4),
-    ("nvme.fabrics.cmd.connect.rsvd3", 52, 12))
-_PROP = _rows(("nvme.fabrics.cmd.prop_get_set.rsvd0", 5, 35), ("nvme.fabrics.cmd.prop_get_set.attrib", 40, 1),
-              ("nvme.fabrics.cmd.prop_get_set.attrib.size", 40, 1, 0x07),
-              ("nvme.fabrics.cmd.prop_get_set.attrib.rsvd", 40, 1, 0xF8),
-              ("nvme.fabrics.cmd.prop_get_set.rsvd1", 41, 3), ("nvme.fabrics.cmd.prop_get_set.offset", 44, 4))
+FABRICS_HEAD = _rows(
+    ("nvme.fabrics.cmd.opc", 0, 1),
+    ("nvme.fabrics.cmd.rsvd", 1, 1),
+    ("nvme.fabrics.cmd.cid", 2, 2),
+    ("nvme.fabrics.cmd.fctype", 4, 1),
+)
+CONNECT = (
+    _rows(("nvme.fabrics.cmd.connect.rsvd1", 5, 19))
+    + SGL
+    + _rows(
+        ("nvme.fabrics.cmd.connect.recfmt", 40, 2),
+        ("nvme.fabrics.cmd.connect.qid", 42, 2),
+        ("nvme.fabrics.cmd.connect.sqsize", 44, 2),
+        ("nvme.fabrics.cmd.connect.cattr", 46, 1),
+        ("nvme.fabrics.cmd.connect.cattr.pc", 46, 1, 0x03),
+        ("nvme.fabrics.cmd.connect.cattr.dfc", 46, 1, 0x04),
+        ("nvme.fabrics.cmd.connect.cattr.dioq", 46, 1, 0x08),
+        ("nvme.fabrics.cmd.connect.cattr.rsvd", 46, 1, 0xF0),
+        ("nvme.fabrics.cmd.connect.rsvd2", 47, 1),
+        ("nvme.fabrics.cmd.connect.kato", 48, 4),
+        ("nvme.fabrics.cmd.connect.rsvd3", 52, 12),
+    )
+)
+_PROP = _rows(
+    ("nvme.fabrics.cmd.prop_get_set.rsvd0", 5, 35),
+    ("nvme.fabrics.cmd.prop_get_set.attrib", 40, 1),
+    ("nvme.fabrics.cmd.prop_get_set.attrib.size", 40, 1, 0x07),
+    ("nvme.fabrics.cmd.prop_get_set.attrib.rsvd", 40, 1, 0xF8),
+    ("nvme.fabrics.cmd.prop_get_set.rsvd1", 41, 3),
+    ("nvme.fabrics.cmd.prop_get_set.offset", 44, 4),
+)
 PROP_GET = _PROP + _rows(("nvme.fabrics.cmd.prop_get.rsvd2", 48, 16))
 PROP_SET = _PROP + _rows(("nvme.fabrics.prop_get_set.data", 48, 8), ("nvme.fabrics.cmd.prop_set.rsvd", 56, 8))
-AUTH = _rows(("nvme.fabrics.cmd.auth.rsvd1", 5, 19)) + SGL + _rows(
-    ("nvme.fabrics.cmd.auth.rsvd2", 40, 1), ("nvme.fabrics.cmd.auth.spsp0", 41, 1),
-    ("nvme.fabrics.cmd.auth.spsp1", 42, 1), ("nvme.fabrics.cmd.auth.secp", 43, 1),
-    ("nvme.fabrics.cmd.auth.al", 44, 4), ("nvme.fabrics.cmd.auth.rsvd3", 48, 16))
+AUTH = (
+    _rows(("nvme.fabrics.cmd.auth.rsvd1", 5, 19))
+    + SGL
+    + _rows(
+        ("nvme.fabrics.cmd.auth.rsvd2", 40, 1),
+        ("nvme.fabrics.cmd.auth.spsp0", 41, 1),
+        ("nvme.fabrics.cmd.auth.spsp1", 42, 1),
+        ("nvme.fabrics.cmd.auth.secp", 43, 1),
+        ("nvme.fabrics.cmd.auth.al", 44, 4),
+        ("nvme.fabrics.cmd.auth.rsvd3", 48, 16),
+    )
+)
 # Controller properties a Property Get/Set carries (NVMe Base 2.0 §3.1.4), by property offset; the value's
 # offsets are relative to where it sits (byte 48 of a Property Set, byte 0 of a Property Get completion).
 _P = "nvme.fabrics.prop_get_set."
 PROPERTIES = {
-    0x14: _rows((_P + "cc", 0, 4), (_P + "cc.en", 0, 4, 0x1), (_P + "cc.rsvd0", 0, 4, 0xE),
-                (_P + "cc.css", 0, 4, 0x70), (_P + "cc.mps", 0, 4, 0x780), (_P + "cc.ams", 0, 4, 0x3800),
-                (_P + "cc.shn", 0, 4, 0xC000), (_P + "cc.iosqes", 0, 4, 0xF0000), (_P + "cc.iocqes", 0, 4, 0xF00000),
-                (_P + "cc.rsvd1", 0, 4, 0xFF000000), (_P + "data.rsvd", 4, 4)),
-    0x1C: _rows((_P + "csts", 0, 4), (_P + "csts.rdy", 0, 4, 0x1), (_P + "csts.cfs", 0, 4, 0x2),
-                (_P + "csts.shst", 0, 4, 0xC), (_P + "csts.nssro", 0, 4, 0x10), (_P + "csts.pp", 0, 4, 0x20),
-                (_P + "csts.rsvd", 0, 4, 0xFFFFFFC0), (_P + "data.rsvd", 4, 4)),
+    0x14: _rows(
+        (_P + "cc", 0, 4),
+        (_P + "cc.en", 0, 4, 0x1),
+        (_P + "cc.rsvd0", 0, 4, 0xE),
+        (_P + "cc.css", 0, 4, 0x70),
+        (_P + "cc.mps", 0, 4, 0x780),
+        (_P + "cc.ams", 0, 4, 0x3800),
+        (_P + "cc.shn", 0, 4, 0xC000),
+        (_P + "cc.iosqes", 0, 4, 0xF0000),
+        (_P + "cc.iocqes", 0, 4, 0xF00000),
+        (_P + "cc.rsvd1", 0, 4, 0xFF000000),
+        (_P + "data.rsvd", 4, 4),
+    ),
+    0x1C: _rows(
+        (_P + "csts", 0, 4),
+        (_P + "csts.rdy", 0, 4, 0x1),
+        (_P + "csts.cfs", 0, 4, 0x2),
+        (_P + "csts.shst", 0, 4, 0xC),
+        (_P + "csts.nssro", 0, 4, 0x10),
+        (_P + "csts.pp", 0, 4, 0x20),
+        (_P + "csts.rsvd", 0, 4, 0xFFFFFFC0),
+        (_P + "data.rsvd", 4, 4),
+    ),
 }
 
 
@@ -105,42 +202,73 @@ def property_rows(sqe: bytes, at: int):
     return tuple(r._replace(off=r.off + at) for r in rows)
 
 
-FABRICS = {0x00: ("Property Set", PROP_SET), 0x01: ("Connect", CONNECT), 0x04: ("Property Get", PROP_GET),
-           0x05: ("Authentication Send", AUTH), 0x06: ("Authentication Receive", AUTH)}
+FABRICS = {
+    0x00: ("Property Set", PROP_SET),
+    0x01: ("Connect", CONNECT),
+    0x04: ("Property Get", PROP_GET),
+    0x05: ("Authentication Send", AUTH),
+    0x06: ("Authentication Receive", AUTH),
+}
+
 
 # Completions (16 bytes): command-specific dwords 0-1, then what every completion has.
 def _cqe_tail(phase: str):
     """Bytes 8-15 of every completion; Wireshark names the phase bit `rsvd` in a fabrics completion."""
-    return _rows(("nvme.cqe.sqhd", 8, 2), ("nvme.cqe.sqid", 10, 2), ("nvme.cqe.cid", 12, 2),
-                 ("nvme.cqe.status", 14, 2), (f"nvme.cqe.status.{phase}", 14, 2, 0x0001),
-                 ("nvme.cqe.status.sc", 14, 2, 0x01FE), ("nvme.cqe.status.sct", 14, 2, 0x0E00),
-                 ("nvme.cqe.status.crd", 14, 2, 0x3000), ("nvme.cqe.status.m", 14, 2, 0x4000),
-                 ("nvme.cqe.status.dnr", 14, 2, 0x8000))
+    return _rows(
+        ("nvme.cqe.sqhd", 8, 2),
+        ("nvme.cqe.sqid", 10, 2),
+        ("nvme.cqe.cid", 12, 2),
+        ("nvme.cqe.status", 14, 2),
+        (f"nvme.cqe.status.{phase}", 14, 2, 0x0001),
+        ("nvme.cqe.status.sc", 14, 2, 0x01FE),
+        ("nvme.cqe.status.sct", 14, 2, 0x0E00),
+        ("nvme.cqe.status.crd", 14, 2, 0x3000),
+        ("nvme.cqe.status.m", 14, 2, 0x4000),
+        ("nvme.cqe.status.dnr", 14, 2, 0x8000),
+    )
 
 
 CQE = _rows(("nvme.cqe.dword0", 0, 4), ("nvme.cqe.dword1", 4, 4)) + _cqe_tail("p")
-CQE_CONNECT = _rows(("nvme.fabrics.cqe.connect.cntrlid", 0, 2), ("nvme.fabrics.cqe.connect.authreq", 2, 2),
-                    ("nvme.fabrics.cqe.connect.rsvd", 4, 4)) + _cqe_tail("rsvd")
+CQE_CONNECT = _rows(
+    ("nvme.fabrics.cqe.connect.cntrlid", 0, 2),
+    ("nvme.fabrics.cqe.connect.authreq", 2, 2),
+    ("nvme.fabrics.cqe.connect.rsvd", 4, 4),
+) + _cqe_tail("rsvd")
 CQE_PROP_GET = _rows(("nvme.fabrics.prop_get_set.data", 0, 8)) + _cqe_tail("rsvd")
 CQE_PROP_SET = _rows(("nvme.fabrics.cqe.prop_set.rsvd", 0, 8)) + _cqe_tail("rsvd")
 
 # RDMA-CM private data of NVMe-oF queues (NVMe-oF 1.1 §7.3.3), in the consumer bytes of REQ/REP/REJ.
-CM_REQ = _rows(("nvme-rdma.cm.req.recfmt", 0, 2), ("nvme-rdma.cm.req.qid", 2, 2),
-               ("nvme-rdma.cm.req.hrqsize", 4, 2), ("nvme-rdma.cm.req.hsqsize", 6, 2),
-               ("nvme-rdma.cm.req.cntlid", 8, 2), ("nvme-rdma.cm.req.reserved", 10, 22))
-CM_REP = _rows(("nvme-rdma.cm.rsp.recfmt", 0, 2), ("nvme-rdma.cm.rsp.crqsize", 2, 2),
-               ("nvme-rdma.cm.rsp.reserved", 4, 28))
+CM_REQ = _rows(
+    ("nvme-rdma.cm.req.recfmt", 0, 2),
+    ("nvme-rdma.cm.req.qid", 2, 2),
+    ("nvme-rdma.cm.req.hrqsize", 4, 2),
+    ("nvme-rdma.cm.req.hsqsize", 6, 2),
+    ("nvme-rdma.cm.req.cntlid", 8, 2),
+    ("nvme-rdma.cm.req.reserved", 10, 22),
+)
+CM_REP = _rows(
+    ("nvme-rdma.cm.rsp.recfmt", 0, 2), ("nvme-rdma.cm.rsp.crqsize", 2, 2), ("nvme-rdma.cm.rsp.reserved", 4, 28)
+)
 CM_REJ = _rows(("nvme-rdma.cm.rej.recfmt", 0, 2), ("nvme-rdma.cm.rej.status", 2, 2))
 
-STATUS_GENERIC = {0x00: "Successful Completion", 0x01: "Invalid Command Opcode", 0x02: "Invalid Field in Command",
-                  0x03: "Command ID Conflict", 0x04: "Data Transfer Error", 0x06: "Internal Error",
-                  0x07: "Command Abort Requested", 0x0B: "Invalid Namespace or Format", 0x80: "LBA Out of Range",
-                  0x81: "Capacity Exceeded", 0x82: "Namespace Not Ready"}
+STATUS_GENERIC = {
+    0x00: "Successful Completion",
+    0x01: "Invalid Command Opcode",
+    0x02: "Invalid Field in Command",
+    0x03: "Command ID Conflict",
+    0x04: "Data Transfer Error",
+    0x06: "Internal Error",
+    0x07: "Command Abort Requested",
+    0x0B: "Invalid Namespace or Format",
+    0x80: "LBA Out of Range",
+    0x81: "Capacity Exceeded",
+    0x82: "Namespace Not Ready",
+}
 
 
 def value(row: Row, data: bytes):
     """A row's value in `data`: an int, or bytes for what Wireshark shows as bytes."""
-    raw = data[row.off:row.off + row.size]
+    raw = data[row.off : row.off + row.size]
     if DISPLAY.get(row.key) == -1:
         return raw
     v = int.from_bytes(raw, "little")
@@ -174,52 +302,86 @@ def is_nvme_service(service_id: int) -> bool:
     return service_id & SID_ULP_TCP_MASK == SID_ULP_TCP and service_id & 0xFFFF == NVME_PORT
 
 
-DISPLAY = {key: digits for digits, keys in {
-    -1: ('nvme-rdma.cm.req.reserved nvme-rdma.cm.rsp.reserved nvme.cmd.rsvd1 nvme.cmd.rsvd3 '
-         'nvme.fabrics.cmd.auth.rsvd1 nvme.fabrics.cmd.auth.rsvd3 nvme.fabrics.cmd.connect.rsvd1 '
-         'nvme.fabrics.cmd.connect.rsvd2 nvme.fabrics.cmd.connect.rsvd3 nvme.fabrics.cmd.opc '
-         'nvme.fabrics.cmd.prop_get.rsvd2 nvme.fabrics.cmd.prop_get_set.rsvd0 '
-         'nvme.fabrics.cmd.prop_get_set.rsvd1 nvme.fabrics.cmd.prop_set.rsvd nvme.fabrics.cqe.connect.rsvd '
-         'nvme.fabrics.cqe.prop_set.rsvd nvme.fabrics.prop_get_set.data'),
-    0: ('nvme-rdma.cm.rej.recfmt nvme-rdma.cm.req.hrqsize nvme-rdma.cm.req.hsqsize nvme-rdma.cm.req.qid nvme- '
-         'rdma.cm.req.recfmt nvme-rdma.cm.rsp.crqsize nvme-rdma.cm.rsp.recfmt nvme.cmd.get_logpage.dword10.id '
-         'nvme.cmd.get_logpage.lpo nvme.cmd.nlb nvme.cmd.sgl1.len nvme.fabrics.cmd.auth.al '
-         'nvme.fabrics.cmd.connect.kato nvme.fabrics.cmd.connect.qid nvme.fabrics.cmd.connect.recfmt '
-         'nvme.fabrics.cmd.connect.sqsize'),
-    1: ('nvme.cmd.get_logpage.dword10.rae nvme.cqe.status.dnr nvme.cqe.status.m'),
-    2: ('nvme.cmd.dsm.access_freq nvme.cmd.dsm.access_lat nvme.cmd.dsm.incompressible nvme.cmd.dsm.seq_req '
-         'nvme.cmd.fuse_op nvme.cmd.opc nvme.cmd.psdt nvme.cmd.rsvd nvme.cmd.sgl.subtype nvme.cmd.sgl.type '
-         'nvme.fabrics.cmd.auth.rsvd2 nvme.fabrics.cmd.auth.secp nvme.fabrics.cmd.auth.spsp0 '
-         'nvme.fabrics.cmd.auth.spsp1 nvme.fabrics.cmd.connect.cattr nvme.fabrics.cmd.connect.cattr.dfc '
-         'nvme.fabrics.cmd.connect.cattr.dioq nvme.fabrics.cmd.connect.cattr.pc '
-         'nvme.fabrics.cmd.connect.cattr.rsvd nvme.fabrics.cmd.fctype nvme.fabrics.cmd.prop_get_set.attrib '
-         'nvme.fabrics.cmd.prop_get_set.attrib.rsvd nvme.fabrics.cmd.prop_get_set.attrib.size '
-         'nvme.fabrics.cmd.rsvd'),
-    4: ('nvme-rdma.cm.rej.status nvme-rdma.cm.req.cntlid nvme.cmd.cid nvme.cmd.elbat nvme.cmd.elbatm '
-         'nvme.cmd.fua nvme.cmd.lr nvme.cmd.prinfo nvme.cmd.rsvd2 nvme.cqe.cid nvme.cqe.sqhd nvme.cqe.sqid '
-         'nvme.cqe.status nvme.cqe.status.crd nvme.cqe.status.p nvme.cqe.status.rsvd nvme.cqe.status.sc nvme.cqe.status.sct '
-         'nvme.fabrics.cmd.cid nvme.fabrics.cqe.connect.authreq nvme.fabrics.cqe.connect.cntrlid'),
-    8: ('nvme.cmd.dword10 nvme.cmd.dword11 nvme.cmd.dword12 nvme.cmd.dword13 nvme.cmd.dword14 '
-         'nvme.cmd.dword15 nvme.cmd.eilbrt nvme.cmd.get_logpage.dword10 nvme.cmd.get_logpage.dword10.lsp '
-         'nvme.cmd.get_logpage.dword10.numdl nvme.cmd.get_logpage.dword10.rsvd nvme.cmd.get_logpage.dword11 '
-         'nvme.cmd.get_logpage.dword11.lsi nvme.cmd.get_logpage.dword11.numdu nvme.cmd.get_logpage.dword14 '
-         'nvme.cmd.identify.dword10 nvme.cmd.identify.dword10.cns nvme.cmd.identify.dword10.cntid '
-         'nvme.cmd.identify.dword10.rsvd nvme.cmd.identify.dword11 nvme.cmd.identify.dword11.rsvd '
-         'nvme.cmd.identify.dword14 nvme.cmd.identify.dword14.rsvd nvme.cmd.identify.dword14.uuid_index '
-         'nvme.cmd.identify.dwrod11.nvmesetid nvme.cmd.identify.get_logpage.dword14.rsvd '
-         'nvme.cmd.identify.get_logpage.dword14.uuid_index nvme.cmd.nsid nvme.cmd.sgl1.key nvme.cqe.dword0 '
-         'nvme.cqe.dword1 nvme.fabrics.cmd.prop_get_set.offset'),
-    16: ('nvme.cmd.mptr nvme.cmd.sgl1.addr nvme.cmd.slba'),
-}.items() for key in keys.split()}
-DISPLAY.update({key: 0 if key.endswith(("mps", "iosqes", "iocqes")) else 8
-                for rows in PROPERTIES.values() for key, *_ in rows})
-DISPLAY.update({"nvme-rdma.cmd.qid": 4, "nvme-rdma.unknown_data": -1, "nvme.data": -1, "nvme.cmd_pkt": 0,
-                "nvme.fabrics.cmd_pkt": 0, "nvme.cqe_pkt": 0, "nvme.fabrics.cqe_pkt": 0,
-                "nvme-rdma.read_from_host_resp": -1})
+DISPLAY = {
+    key: digits
+    for digits, keys in {
+        -1: (
+            "nvme-rdma.cm.req.reserved nvme-rdma.cm.rsp.reserved nvme.cmd.rsvd1 nvme.cmd.rsvd3 "
+            "nvme.fabrics.cmd.auth.rsvd1 nvme.fabrics.cmd.auth.rsvd3 nvme.fabrics.cmd.connect.rsvd1 "
+            "nvme.fabrics.cmd.connect.rsvd2 nvme.fabrics.cmd.connect.rsvd3 nvme.fabrics.cmd.opc "
+            "nvme.fabrics.cmd.prop_get.rsvd2 nvme.fabrics.cmd.prop_get_set.rsvd0 "
+            "nvme.fabrics.cmd.prop_get_set.rsvd1 nvme.fabrics.cmd.prop_set.rsvd nvme.fabrics.cqe.connect.rsvd "
+            "nvme.fabrics.cqe.prop_set.rsvd nvme.fabrics.prop_get_set.data"
+        ),
+        0: (
+            "nvme-rdma.cm.rej.recfmt nvme-rdma.cm.req.hrqsize nvme-rdma.cm.req.hsqsize nvme-rdma.cm.req.qid nvme- "
+            "rdma.cm.req.recfmt nvme-rdma.cm.rsp.crqsize nvme-rdma.cm.rsp.recfmt nvme.cmd.get_logpage.dword10.id "
+            "nvme.cmd.get_logpage.lpo nvme.cmd.nlb nvme.cmd.sgl1.len nvme.fabrics.cmd.auth.al "
+            "nvme.fabrics.cmd.connect.kato nvme.fabrics.cmd.connect.qid nvme.fabrics.cmd.connect.recfmt "
+            "nvme.fabrics.cmd.connect.sqsize"
+        ),
+        1: ("nvme.cmd.get_logpage.dword10.rae nvme.cqe.status.dnr nvme.cqe.status.m"),
+        2: (
+            "nvme.cmd.dsm.access_freq nvme.cmd.dsm.access_lat nvme.cmd.dsm.incompressible nvme.cmd.dsm.seq_req "
+            "nvme.cmd.fuse_op nvme.cmd.opc nvme.cmd.psdt nvme.cmd.rsvd nvme.cmd.sgl.subtype nvme.cmd.sgl.type "
+            "nvme.fabrics.cmd.auth.rsvd2 nvme.fabrics.cmd.auth.secp nvme.fabrics.cmd.auth.spsp0 "
+            "nvme.fabrics.cmd.auth.spsp1 nvme.fabrics.cmd.connect.cattr nvme.fabrics.cmd.connect.cattr.dfc "
+            "nvme.fabrics.cmd.connect.cattr.dioq nvme.fabrics.cmd.connect.cattr.pc "
+            "nvme.fabrics.cmd.connect.cattr.rsvd nvme.fabrics.cmd.fctype nvme.fabrics.cmd.prop_get_set.attrib "
+            "nvme.fabrics.cmd.prop_get_set.attrib.rsvd nvme.fabrics.cmd.prop_get_set.attrib.size "
+            "nvme.fabrics.cmd.rsvd"
+        ),
+        4: (
+            "nvme-rdma.cm.rej.status nvme-rdma.cm.req.cntlid nvme.cmd.cid nvme.cmd.elbat nvme.cmd.elbatm "
+            "nvme.cmd.fua nvme.cmd.lr nvme.cmd.prinfo nvme.cmd.rsvd2 nvme.cqe.cid nvme.cqe.sqhd nvme.cqe.sqid "
+            "nvme.cqe.status nvme.cqe.status.crd nvme.cqe.status.p nvme.cqe.status.rsvd nvme.cqe.status.sc nvme.cqe.status.sct "
+            "nvme.fabrics.cmd.cid nvme.fabrics.cqe.connect.authreq nvme.fabrics.cqe.connect.cntrlid"
+        ),
+        8: (
+            "nvme.cmd.dword10 nvme.cmd.dword11 nvme.cmd.dword12 nvme.cmd.dword13 nvme.cmd.dword14 "
+            "nvme.cmd.dword15 nvme.cmd.eilbrt nvme.cmd.get_logpage.dword10 nvme.cmd.get_logpage.dword10.lsp "
+            "nvme.cmd.get_logpage.dword10.numdl nvme.cmd.get_logpage.dword10.rsvd nvme.cmd.get_logpage.dword11 "
+            "nvme.cmd.get_logpage.dword11.lsi nvme.cmd.get_logpage.dword11.numdu nvme.cmd.get_logpage.dword14 "
+            "nvme.cmd.identify.dword10 nvme.cmd.identify.dword10.cns nvme.cmd.identify.dword10.cntid "
+            "nvme.cmd.identify.dword10.rsvd nvme.cmd.identify.dword11 nvme.cmd.identify.dword11.rsvd "
+            "nvme.cmd.identify.dword14 nvme.cmd.identify.dword14.rsvd nvme.cmd.identify.dword14.uuid_index "
+            "nvme.cmd.identify.dwrod11.nvmesetid nvme.cmd.identify.get_logpage.dword14.rsvd "
+            "nvme.cmd.identify.get_logpage.dword14.uuid_index nvme.cmd.nsid nvme.cmd.sgl1.key nvme.cqe.dword0 "
+            "nvme.cqe.dword1 nvme.fabrics.cmd.prop_get_set.offset"
+        ),
+        16: ("nvme.cmd.mptr nvme.cmd.sgl1.addr nvme.cmd.slba"),
+    }.items()
+    for key in keys.split()
+}
+DISPLAY.update(
+    {key: 0 if key.endswith(("mps", "iosqes", "iocqes")) else 8 for rows in PROPERTIES.values() for key, *_ in rows}
+)
+DISPLAY.update(
+    {
+        "nvme-rdma.cmd.qid": 4,
+        "nvme-rdma.unknown_data": -1,
+        "nvme.data": -1,
+        "nvme.cmd_pkt": 0,
+        "nvme.fabrics.cmd_pkt": 0,
+        "nvme.cqe_pkt": 0,
+        "nvme.fabrics.cqe_pkt": 0,
+        "nvme-rdma.read_from_host_resp": -1,
+    }
+)
 # Fields that follow a command across frames (ibwire.decode.nvme), not from one payload's bytes.
-TRACKED = {"nvme-rdma.cmd.qid": "uint", "nvme.cmd_pkt": "uint", "nvme.fabrics.cmd_pkt": "uint",
-           "nvme.cqe_pkt": "uint", "nvme.fabrics.cqe_pkt": "uint", "nvme.cmd_latency": "float",
-           "nvme.fabrics.cmd_latency": "float", "nvme-rdma.reassembled.length": "uint",
-           "nvme.fabrics.data_req": "uint", "nvme-rdma.read_from_host_prev": "uint",
-           "nvme-rdma.write_to_host_prev": "uint", "nvme-rdma.read_from_host_resp": "bytes",
-           "nvme-rdma.read_to_host_req": "protocol", "nvme-rdma.write_to_host_req": "protocol"}
+TRACKED = {
+    "nvme-rdma.cmd.qid": "uint",
+    "nvme.cmd_pkt": "uint",
+    "nvme.fabrics.cmd_pkt": "uint",
+    "nvme.cqe_pkt": "uint",
+    "nvme.fabrics.cqe_pkt": "uint",
+    "nvme.cmd_latency": "float",
+    "nvme.fabrics.cmd_latency": "float",
+    "nvme-rdma.reassembled.length": "uint",
+    "nvme.fabrics.data_req": "uint",
+    "nvme-rdma.read_from_host_prev": "uint",
+    "nvme-rdma.write_to_host_prev": "uint",
+    "nvme-rdma.read_from_host_resp": "bytes",
+    "nvme-rdma.read_to_host_req": "protocol",
+    "nvme-rdma.write_to_host_req": "protocol",
+}

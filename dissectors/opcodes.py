@@ -5,18 +5,19 @@ FLUSH and ATOMIC WRITE, RoCE Annex A17 for the CNP (0x81), and Mellanox's Dynami
 in the RD opcode range (an 8-byte extension after the BTH, then RDETH and DETH; see _build).  Layers, the summary
 line, the fast path and the traffic generator all read `OPCODES`.
 """
+
 from typing import Dict, NamedTuple, Tuple
 
 
 class Opcode(NamedTuple):
     code: int
-    transport: str            # RC, UC, RD/DC, UD, CNP, XRC
-    name: str                 # operation name, e.g. "RDMA WRITE First"
+    transport: str  # RC, UC, RD/DC, UD, CNP, XRC
+    name: str  # operation name, e.g. "RDMA WRITE First"
     headers: Tuple[str, ...]  # extended headers after the BTH, in wire order (Wireshark layer names)
-    payload: bool             # whether a payload may follow the headers
-    op: str                   # operation family: send, write, read_req, read_resp, ack, atomic,
+    payload: bool  # whether a payload may follow the headers
+    op: str  # operation family: send, write, read_req, read_resp, ack, atomic,
     #                           atomic_ack, resync, flush, atomic_write, cnp
-    seg: str                  # segment position: first, middle, last, only (or "" when not segmented)
+    seg: str  # segment position: first, middle, last, only (or "" when not segmented)
 
     @property
     def full_name(self) -> str:
@@ -67,8 +68,18 @@ TRANSPORTS = {0: "RC", 1: "UC", 2: "DC", 3: "UD", 4: "CNP", 5: "XRC"}
 
 # Length of each extended header, in bytes.
 HEADER_LEN = {
-    "rdeth": 4, "deth": 8, "xrceth": 4, "reth": 16, "aeth": 4, "atomiceth": 28, "atomicacketh": 8,
-    "immdt": 4, "ieth": 4, "feth": 4, "cnp": 16, "dcext": 8,
+    "rdeth": 4,
+    "deth": 8,
+    "xrceth": 4,
+    "reth": 16,
+    "aeth": 4,
+    "atomiceth": 28,
+    "atomicacketh": 8,
+    "immdt": 4,
+    "ieth": 4,
+    "feth": 4,
+    "cnp": 16,
+    "dcext": 8,
 }
 
 
@@ -119,20 +130,86 @@ def aeth_kind(syndrome):
     """The AETH_KINDS key of a syndrome (an int or an integer array): bits 6-5, whatever the reserved bit
     7 holds (as tshark's syndrome.opcode)."""
     return (syndrome >> 5) & 3
+
+
 NAK_CODES = {
-    0: "PSN Sequence Error", 1: "Invalid Request", 2: "Remote Access Error",
-    3: "Remote Operational Error", 4: "Invalid RD Request",
+    0: "PSN Sequence Error",
+    1: "Invalid Request",
+    2: "Remote Access Error",
+    3: "Remote Operational Error",
+    4: "Invalid RD Request",
 }
 # RNR NAK timer field -> minimum delay in milliseconds (IBA table 45).
 RNR_TIMER_MS = (
-    655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96, 1.28, 1.92,
-    2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48, 30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76,
-    327.68, 491.52,
+    655.36,
+    0.01,
+    0.02,
+    0.03,
+    0.04,
+    0.06,
+    0.08,
+    0.12,
+    0.16,
+    0.24,
+    0.32,
+    0.48,
+    0.64,
+    0.96,
+    1.28,
+    1.92,
+    2.56,
+    3.84,
+    5.12,
+    7.68,
+    10.24,
+    15.36,
+    20.48,
+    30.72,
+    40.96,
+    61.44,
+    81.92,
+    122.88,
+    163.84,
+    245.76,
+    327.68,
+    491.52,
 )
 # AETH credit count field -> number of credits (IBA table 44); 31 means credits are not limited.
-CREDITS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
-           2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, None)
+CREDITS = (
+    0,
+    1,
+    2,
+    3,
+    4,
+    6,
+    8,
+    12,
+    16,
+    24,
+    32,
+    48,
+    64,
+    96,
+    128,
+    192,
+    256,
+    384,
+    512,
+    768,
+    1024,
+    1536,
+    2048,
+    3072,
+    4096,
+    6144,
+    8192,
+    12288,
+    16384,
+    24576,
+    32768,
+    None,
+)
 
 ROCE_V2_PORT = 4791
 ROCE_V1_ETHERTYPE = 0x8915
-GRH_NXTHDR_BTH = 0x1B          # a GRH's (or RoCEv1's) next header when a BTH follows (IBA §8.3.1)
+GRH_NXTHDR_BTH = 0x1B  # a GRH's (or RoCEv1's) next header when a BTH follows (IBA §8.3.1)

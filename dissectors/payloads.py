@@ -1,6 +1,7 @@
 """What a payload holds: a MAD in a UD datagram to or from QP0/QP1 (IBA §13.4: management traffic is
 carried only by QP0 and QP1, which is also how Wireshark recognises MADs), or IPoIB (RFC 4391) behind
 its 4-byte header, in UD (datagram mode) or in the first SEND of RC/UC (connected mode)."""
+
 import struct
 
 from .encap import ETHERTYPES, IPoIB
@@ -22,7 +23,7 @@ def _plausible_ip(etype: int, payload: bytes) -> bool:
         return len(inner) >= 20 and inner[0] >> 4 == 4 and (inner[0] & 0x0F) >= 5
     if etype == 0x86DD:
         return len(inner) >= 40 and inner[0] >> 4 == 6
-    return len(inner) >= 8 and inner[:2] == b"\x00\x20" and inner[2:4] == b"\x08\x00"   # ARP, IB hw type 32
+    return len(inner) >= 8 and inner[:2] == b"\x00\x20" and inner[2:4] == b"\x08\x00"  # ARP, IB hw type 32
 
 
 def payload_class(bth, last, payload: bytes):
@@ -32,7 +33,7 @@ def payload_class(bth, last, payload: bytes):
         if bth.destqp in (0, 1) or (deth is not None and deth.srcqp in (0, 1)):
             try:
                 from .mad import MAD
-            except ImportError:       # the MAD layers are optional for transport decoding
+            except ImportError:  # the MAD layers are optional for transport decoding
                 return None
             return MAD
     if op.op != "send" or op.seg not in ("only", "first") or len(payload) < 4:

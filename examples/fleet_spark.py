@@ -10,6 +10,7 @@ Two tables across every host and day:
 
 Run:  spark-submit examples/fleet_spark.py fleet      (or: python examples/fleet_spark.py fleet)
 """
+
 import sys
 
 from pyspark.sql import SparkSession
@@ -25,26 +26,46 @@ def _read(spark, path: str):
 
 def per_operation(spark, dataset: str):
     packets = _read(spark, f"{dataset}/packets")
-    return (packets.where(F.col("operation").isNotNull())
-            .groupBy("host", "operation")
-            .agg(F.count(F.lit(1)).alias("packets"), F.sum("frame_len").alias("bytes"),
-                 F.sum("payload_len").alias("payload_bytes"))
-            .orderBy("host", "operation"))
+    return (
+        packets.where(F.col("operation").isNotNull())
+        .groupBy("host", "operation")
+        .agg(
+            F.count(F.lit(1)).alias("packets"),
+            F.sum("frame_len").alias("bytes"),
+            F.sum("payload_len").alias("payload_bytes"),
+        )
+        .orderBy("host", "operation")
+    )
 
 
 def lossy_qps(spark, dataset: str):
     flows = _read(spark, f"{dataset}/flows")
-    naks = F.aggregate(F.map_values(F.coalesce(F.col("naks"), F.create_map().cast("map<string,bigint>"))),
-                       F.lit(0).cast("bigint"), lambda acc, x: acc + x)
+    naks = F.aggregate(
+        F.map_values(F.coalesce(F.col("naks"), F.create_map().cast("map<string,bigint>"))),
+        F.lit(0).cast("bigint"),
+        lambda acc, x: acc + x,
+    )
     lossy = flows.select(
-        "host", F.col("date").cast("string").alias("date"), "transport", "a", "b", "qpn_a", "qpn_b",
+        "host",
+        F.col("date").cast("string").alias("date"),
+        "transport",
+        "a",
+        "b",
+        "qpn_a",
+        "qpn_b",
         F.coalesce("drops", F.lit(0)).alias("drops"),
         F.coalesce("retransmissions", F.lit(0)).alias("retransmissions"),
-        naks.alias("naks"), F.coalesce("rnr_naks", F.lit(0)).alias("rnr_naks"),
-        F.coalesce("bad_icrc", F.lit(0)).alias("bad_icrc"))
-    return (lossy.where((F.col("drops") > 0) | (F.col("retransmissions") > 0) | (F.col("naks") > 0)
-                        | (F.col("rnr_naks") > 0) | (F.col("bad_icrc") > 0))
-            .orderBy("host", "date", "a", "b", "qpn_a", "qpn_b"))
+        naks.alias("naks"),
+        F.coalesce("rnr_naks", F.lit(0)).alias("rnr_naks"),
+        F.coalesce("bad_icrc", F.lit(0)).alias("bad_icrc"),
+    )
+    return lossy.where(
+        (F.col("drops") > 0)
+        | (F.col("retransmissions") > 0)
+        | (F.col("naks") > 0)
+        | (F.col("rnr_naks") > 0)
+        | (F.col("bad_icrc") > 0)
+    ).orderBy("host", "date", "a", "b", "qpn_a", "qpn_b")
 
 
 def main(dataset: str) -> None:

@@ -10,6 +10,7 @@ In Python (a notebook, a script), the bulk analyses are one call each:
 
 Everything is imported on first use, so `import ibwire` (and so the CLI's start-up) stays cheap.
 """
+
 __version__ = "0.1.0"
 
 
@@ -17,24 +18,28 @@ def read(path, filter=None, icrc: bool = True):
     """Every packet of a capture as a pyarrow Table with the columns of `ibwire export` (one row per
     packet; `filter` is a display filter such as "bth.opcode == 0x11 && bth.p_key == 0x8001")."""
     from .notebook import read as _read
+
     return _read(path, filter, icrc)
 
 
 def flows(path, filter=None, icrc: bool = True):
     """The conversations of a capture with RC transport analysis, as typed objects (see `ibwire flows`)."""
     from .notebook import flows as _flows
+
     return _flows(path, filter, icrc)
 
 
 def fabric(path):
     """The subnet rebuilt from a native-IB capture's management traffic, as typed objects."""
     from .notebook import fabric as _fabric
+
     return _fabric(path)
 
 
 def audit(*captures, policy, tenants=None, state=None, allow_both_pkeys: bool = False, fail_on: str = "breach"):
     """The P_Key isolation audit of one incident's captures: verdict, findings, tenant matrix."""
     from .notebook import audit as _audit
+
     return _audit(captures, policy, tenants, state, allow_both_pkeys, fail_on)
 
 

@@ -7,14 +7,22 @@
 * Ethernet frames stay as they are for `eth`.
 Anything else (RoCEv2 to native IB, IB without GRH to Ethernet, IB link packets) is skipped and counted.
 """
+
 import struct
 from typing import Dict, Optional, Tuple
 
 from .errors import UserError
 from .outfile import output_file, refuse_aliasing
 from .readers import Frame, open_capture
-from .writers import (ERF_TYPE_INFINIBAND, LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND, PcapngWriter,
-                      PcapWriter, erf_record)
+from .writers import (
+    ERF_TYPE_INFINIBAND,
+    LINKTYPE_ERF,
+    LINKTYPE_ETHERNET,
+    LINKTYPE_INFINIBAND,
+    PcapngWriter,
+    PcapWriter,
+    erf_record,
+)
 
 TARGETS = {"erf": LINKTYPE_ERF, "ib": LINKTYPE_INFINIBAND, "eth": LINKTYPE_ETHERNET}
 
@@ -28,12 +36,12 @@ def native_ib(frame: Frame) -> Tuple[Optional[bytes], str]:
         if len(data) < 16:
             return None, "ERF header cut short"
         off, more = 16, data[8] & 0x80
-        while more and off + 8 <= len(data):                  # extension headers, 8 bytes each
+        while more and off + 8 <= len(data):  # extension headers, 8 bytes each
             more, off = data[off] & 0x80, off + 8
         if data[8] & 0x7F != ERF_TYPE_INFINIBAND:
             return None, f"ERF record type {data[8] & 0x7F} is not an InfiniBand packet"
         wlen = struct.unpack_from(">H", data, 14)[0]
-        return data[off:off + wlen] if wlen else data[off:], ""
+        return data[off : off + wlen] if wlen else data[off:], ""
     return None, "not a native InfiniBand frame"
 
 
@@ -64,8 +72,9 @@ def convert(src: str, dst: str, link: str) -> Dict[str, int]:
                 continue
             if pcapng:
                 if frame.iface not in ifaces:
-                    ifaces[frame.iface] = out.add_interface(target, name=f"{link}{len(ifaces)}",
-                                                            description=f"converted from {src} by ibwire")
+                    ifaces[frame.iface] = out.add_interface(
+                        target, name=f"{link}{len(ifaces)}", description=f"converted from {src} by ibwire"
+                    )
                 out.write(data, frame.time, iface=ifaces[frame.iface], flush=False)
             else:
                 out.write(data, frame.time, flush=False)

@@ -15,6 +15,7 @@ Rules (Wireshark's wireshark-filter(4) manual page, checked against tshark 4.0):
 A filter parses once into a tree of `Test` and logic nodes; `Filter.__call__(flat)` evaluates it on one
 decoded frame's field map (ibwire.decode), `ibwire.fast.filter` on whole record batches.
 """
+
 import difflib
 import ipaddress
 import re
@@ -24,27 +25,51 @@ from .decode.extents import SLICEABLE
 from .errors import UserError
 from .fieldtypes import BYTES, FLOAT, INT, IPV4, IPV6, MAC, PROTO, STRING, UINT, field_type, known_names, max_value
 
-_TOKEN = re.compile(r"""\s*(?:
+_TOKEN = re.compile(
+    r"""\s*(?:
     (?P<str>"(?:[^"\\]|\\.)*")|
     (?P<op>===|!==|==|!=|~=|<=|>=|<|>|&&|&|\|\||!|~|\(|\)|\{|\}|\[|\]|,)|
     (?P<word>[A-Za-z0-9_.:\-/]+)
-)""", re.X)
+)""",
+    re.X,
+)
 
 ANY_EQ, ALL_NE, ANY_NE, ALL_EQ, GT, LT, GE, LE = "==", "!=", "~=", "===", ">", "<", ">=", "<="
 CONTAINS, MATCHES, IN = "contains", "matches", "in"
-_OPS = {"==": ANY_EQ, "eq": ANY_EQ, "any_eq": ANY_EQ, "!=": ALL_NE, "ne": ALL_NE, "all_ne": ALL_NE,
-        "~=": ANY_NE, "!==": ANY_NE, "any_ne": ANY_NE, "===": ALL_EQ, "all_eq": ALL_EQ,
-        ">": GT, "gt": GT, "<": LT, "lt": LT, ">=": GE, "ge": GE, "<=": LE, "le": LE,
-        "contains": CONTAINS, "matches": MATCHES, "~": MATCHES}
+_OPS = {
+    "==": ANY_EQ,
+    "eq": ANY_EQ,
+    "any_eq": ANY_EQ,
+    "!=": ALL_NE,
+    "ne": ALL_NE,
+    "all_ne": ALL_NE,
+    "~=": ANY_NE,
+    "!==": ANY_NE,
+    "any_ne": ANY_NE,
+    "===": ALL_EQ,
+    "all_eq": ALL_EQ,
+    ">": GT,
+    "gt": GT,
+    "<": LT,
+    "lt": LT,
+    ">=": GE,
+    "ge": GE,
+    "<=": LE,
+    "le": LE,
+    "contains": CONTAINS,
+    "matches": MATCHES,
+    "~": MATCHES,
+}
 ORDERED = {GT: lambda a, b: a > b, LT: lambda a, b: a < b, GE: lambda a, b: a >= b, LE: lambda a, b: a <= b}
 
 
 def field_name(name: str) -> str:
     """A user's field name without Wireshark's `infiniband.` prefix."""
-    return name[len("infiniband."):] if name.startswith("infiniband.") else name
+    return name[len("infiniband.") :] if name.startswith("infiniband.") else name
 
 
 # ---- the tree ----------------------------------------------------------------------------------------
+
 
 class Test(NamedTuple):
     """`field op value`: value is a typed literal (int, float, str, bytes, ip address or network), a
@@ -52,6 +77,7 @@ class Test(NamedTuple):
     or a Field for field-to-field comparisons; op None tests presence (with `xform`: a non-empty slice,
     a non-zero `&`).  `xform` (Slice, Length, BitAnd) turns the field's values, of type `base`, into
     values of `type`."""
+
     field: str
     type: str
     op: Optional[str]
@@ -69,6 +95,7 @@ class Field(NamedTuple):
 class Slice(NamedTuple):
     """`[0:2]`, `[1-3]`, `[-2:]`, `[:4]`, `[2]`, `[0:2,4]`: (start, kind, n) per range, kind "len", "end"
     (an inclusive end offset) or "rest"."""
+
     ranges: tuple
 
 
@@ -78,11 +105,12 @@ class Length(NamedTuple):
 
 class BitAnd(NamedTuple):
     """`field & mask`: mask a literal of the field's type or a Field."""
+
     mask: object
 
 
 class Logic(NamedTuple):
-    kind: str               # "and", "or", "not"
+    kind: str  # "and", "or", "not"
     args: tuple
 
 
@@ -104,7 +132,7 @@ def _int(tok: str, signed: bool):
         if body.startswith(("0x", "0b")):
             v = int(body, 0)
         elif len(body) > 1 and body.startswith("0") and body.isdigit():
-            v = int(body, 8)                        # C-style octal, as Wireshark reads it
+            v = int(body, 8)  # C-style octal, as Wireshark reads it
         elif body in ("true", "false"):
             v = int(body == "true")
         else:
@@ -119,7 +147,7 @@ def _int(tok: str, signed: bool):
 def _bytes(tok: str) -> Optional[bytes]:
     if tok.startswith('"'):
         return _unquote(tok).encode()
-    if len(tok) == 4 and tok[:2].lower() == "0x":          # a one-byte hex number (epan bytes_from_literal)
+    if len(tok) == 4 and tok[:2].lower() == "0x":  # a one-byte hex number (epan bytes_from_literal)
         tok = tok[2:]
     if len(tok) == 1 and tok in "0123456789abcdefABCDEF":
         return bytes([int(tok, 16)])
@@ -184,6 +212,7 @@ def closest(name: str) -> str:
 
 # ---- parsing -----------------------------------------------------------------------------------------
 
+
 def _tokenize(text: str) -> List[str]:
     out, pos = [], 0
     text = text.strip()
@@ -212,8 +241,9 @@ class _Parser:
     def take(self, expected=None):
         tok = self.peek()
         if tok is None:
-            raise UserError(f"display filter: unexpected end of {self.text!r}" +
-                            (f" (expected '{expected}')" if expected else ""))
+            raise UserError(
+                f"display filter: unexpected end of {self.text!r}" + (f" (expected '{expected}')" if expected else "")
+            )
         if expected and tok != expected:
             raise UserError(f"display filter: expected '{expected}', not '{tok}', in {self.text!r}")
         self.pos += 1
@@ -316,11 +346,14 @@ class _Parser:
         if key is None:
             if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*", tok):
                 if field_name(tok).startswith("_ws.col."):
-                    raise UserError(f"display filter: '{tok}' is a column, not a field; tshark 4.0 cannot "
-                                    f"filter on columns either (filter on the fields they show: bth.opcode …)")
+                    raise UserError(
+                        f"display filter: '{tok}' is a column, not a field; tshark 4.0 cannot "
+                        f"filter on columns either (filter on the fields they show: bth.opcode …)"
+                    )
                 hint = closest(field_name(tok))
-                raise UserError(f"display filter: '{tok}' is not a field"
-                                + (f"; did you mean '{hint}'?" if hint else ""))
+                raise UserError(
+                    f"display filter: '{tok}' is not a field" + (f"; did you mean '{hint}'?" if hint else "")
+                )
             raise UserError(f"display filter: the left side of a comparison must be a field, not '{tok}'")
         self.fields.add(key)
         base = ftype = field_type(key)
@@ -338,14 +371,16 @@ class _Parser:
         key = self.field(tok)
         if key is None or self.peek() != ")":
             if key is None and not tok.startswith('"') and re.fullmatch(r"[A-Za-z_][\w\-.]*", tok):
-                self.operand(tok)                      # a misspelt field: say which
+                self.operand(tok)  # a misspelt field: say which
             raise UserError(f"display filter: only fields can be used as parameter for len(), in {self.text!r}")
         self.take(")")
         self.fields.add(key)
         ftype = field_type(key)
         if ftype not in (BYTES, MAC, IPV4, IPV6, STRING) and not (ftype == PROTO and key in SLICEABLE):
-            raise UserError(f"display filter: ibwire takes len() of byte, address and text fields and of the "
-                            f"frame, its protocols and IB headers, not of {key}")
+            raise UserError(
+                f"display filter: ibwire takes len() of byte, address and text fields and of the "
+                f"frame, its protocols and IB headers, not of {key}"
+            )
         return key, UINT, ftype, (Length(),)
 
     def slice(self) -> Slice:
@@ -403,8 +438,10 @@ class _Parser:
             if self.peek() == ",":
                 self.take()
             elif self.peek() != "}":
-                raise UserError(f"display filter: '{self.peek() or 'end'}' was unexpected in a set; "
-                                f"separate members with commas: {self.text!r}")
+                raise UserError(
+                    f"display filter: '{self.peek() or 'end'}' was unexpected in a set; "
+                    f"separate members with commas: {self.text!r}"
+                )
         self.take("}")
         if not values:
             raise UserError(f"display filter: the set after '{key} in' is empty")
@@ -419,8 +456,13 @@ def _looks_literal(ftype: str, tok: str) -> bool:
         return False
 
 
-_KIND = {UINT: "an unsigned integer", INT: "a signed integer", FLOAT: "a number or time", STRING: "a string",
-         PROTO: "a protocol"}
+_KIND = {
+    UINT: "an unsigned integer",
+    INT: "a signed integer",
+    FLOAT: "a number or time",
+    STRING: "a string",
+    PROTO: "a protocol",
+}
 
 
 def _sliceable(key: str, ftype: str) -> None:
@@ -428,8 +470,10 @@ def _sliceable(key: str, ftype: str) -> None:
     if ftype in (UINT, INT, FLOAT):
         raise UserError(f"display filter: {key} is {_KIND[ftype]} and cannot be sliced into a sequence of bytes")
     if ftype == PROTO and key not in SLICEABLE:
-        raise UserError(f"display filter: ibwire slices the frame, eth, vlan, ip, ipv6, udp, infiniband and the IB "
-                        f"headers (lrh, grh, bth, the extended headers, mad, payload), not {key}")
+        raise UserError(
+            f"display filter: ibwire slices the frame, eth, vlan, ip, ipv6, udp, infiniband and the IB "
+            f"headers (lrh, grh, bth, the extended headers, mad, payload), not {key}"
+        )
 
 
 def _range(text: str) -> tuple:
@@ -460,6 +504,7 @@ def _bytes_like(a: str, b: str) -> bool:
 
 
 # ---- evaluation on one frame -------------------------------------------------------------------------
+
 
 def typed(ftype: str, value):
     """A decoded field value (ibwire.decode's flat map) in the filter's terms; None when it does not fit."""
@@ -514,7 +559,7 @@ def compare(op, ftype, values: list, want) -> bool:
         return all(equal(ftype, v, want) for v in values)
     if op in ORDERED:
         f = ORDERED[op]
-        if ftype in (BYTES, MAC):                # shorter first, then byte by byte (ftype-bytes.c cmp_order)
+        if ftype in (BYTES, MAC):  # shorter first, then byte by byte (ftype-bytes.c cmp_order)
             values, want = [(len(v), v) for v in values], (len(want), want)
         try:
             return any(f(v, want) for v in values)
@@ -561,7 +606,7 @@ class Filter:
         if node.op is None and not node.xform:
             return node.field in flat and flat[node.field] is not None
         values = operand_values(flat, node.field, node.base, node.type, node.xform)
-        if node.op is None:                      # a slice holding bytes, a mask leaving a bit set
+        if node.op is None:  # a slice holding bytes, a mask leaving a bit set
             if isinstance(node.xform[-1], Slice):
                 return any(len(v) for v in values)
             return any(_truthy(v) for v in values)
@@ -602,7 +647,7 @@ def take_slice(data: bytes, ranges) -> bytes:
             if (k < 0 and end < s) or (k >= 0 and end >= n):
                 break
             length = end - s + 1
-        out += data[s:s + length]
+        out += data[s : s + length]
     return out
 
 
@@ -637,8 +682,11 @@ def operand_values(flat: dict, key: str, base: str, ftype: str, xform: tuple) ->
         elif isinstance(x, Length):
             values = [len(as_bytes(base, v)) for v in values]
         else:
-            masks = operand_values(flat, x.mask.name, x.mask.type, ftype, x.mask.xform) \
-                if isinstance(x.mask, Field) else [x.mask]
+            masks = (
+                operand_values(flat, x.mask.name, x.mask.type, ftype, x.mask.xform)
+                if isinstance(x.mask, Field)
+                else [x.mask]
+            )
             values = [_and(v, m) for v in values for m in masks]
     return values
 

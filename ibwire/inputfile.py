@@ -2,6 +2,7 @@
 partitions.conf): read whole within a size limit, refused when nested deeper than any real one, and
 checked key by key, so a misspelt key is an error at its line naming the closest key (difflib), never a
 setting silently ignored."""
+
 from __future__ import annotations
 
 import difflib
@@ -11,8 +12,8 @@ import tomllib
 
 from .errors import InputError, UserError
 
-MAX_BYTES = 16 << 20        # a fabric JSON of 10,000 ports is about 8 MB; no configuration file comes near
-MAX_DEPTH = 32              # the deepest real file (fabric JSON: traps -> details -> value) nests 4 levels
+MAX_BYTES = 16 << 20  # a fabric JSON of 10,000 ports is about 8 MB; no configuration file comes near
+MAX_DEPTH = 32  # the deepest real file (fabric JSON: traps -> details -> value) nests 4 levels
 
 
 def read_bytes(path, what: str, hint: str) -> bytes:
@@ -23,8 +24,7 @@ def read_bytes(path, what: str, hint: str) -> bytes:
     except OSError as e:
         raise UserError(f"cannot read the {what} {path} ({e.strerror or e}); {hint}") from None
     if len(data) > MAX_BYTES:
-        raise InputError(path, 0, f"the {what} is larger than {MAX_BYTES >> 20} MiB; no real one is, "
-                                  f"so it is not read")
+        raise InputError(path, 0, f"the {what} is larger than {MAX_BYTES >> 20} MiB; no real one is, so it is not read")
     return data
 
 
@@ -35,8 +35,7 @@ def read_text(path, what: str, hint: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise InputError(path, line, f"byte 0x{data[e.start]:02x} is not UTF-8 text; save the file as "
-                                     "UTF-8") from None
+        raise InputError(path, line, f"byte 0x{data[e.start]:02x} is not UTF-8 text; save the file as UTF-8") from None
 
 
 def parse_toml(text: str, path) -> dict:
@@ -46,11 +45,12 @@ def parse_toml(text: str, path) -> dict:
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"\(at line (\d+)", str(e))
         line = int(m.group(1)) if m else (len(text.splitlines()) if "end of document" in str(e) else 0)
-        raise InputError(path, line, f"{re.sub(r' *[(]at (line|end).*', '', str(e))}; fix the TOML "
-                                     "syntax there") from None
+        raise InputError(
+            path, line, f"{re.sub(r' *[(]at (line|end).*', '', str(e))}; fix the TOML syntax there"
+        ) from None
     except RecursionError:
         raise _too_deep(path) from None
-    except ValueError as e:                         # an integer of more digits than Python converts
+    except ValueError as e:  # an integer of more digits than Python converts
         raise InputError(path, 0, f"{e}; no real file holds such a number") from None
     check_depth(doc, path)
     return doc
@@ -71,8 +71,9 @@ def parse_json(text: str, path, hint: str):
 
 
 def _too_deep(path) -> InputError:
-    return InputError(path, 0, f"tables or lists are nested more than {MAX_DEPTH} deep; no real file is, "
-                               "so it is not read")
+    return InputError(
+        path, 0, f"tables or lists are nested more than {MAX_DEPTH} deep; no real file is, so it is not read"
+    )
 
 
 def check_depth(doc, path) -> None:
@@ -114,5 +115,6 @@ def key_line(text: str, key, start: int = 1) -> int:
 
 def type_name(v, table: str = "a table") -> str:
     """What a parsed value is, in the words of the file: a string, an integer, a table (JSON: an object) …"""
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
-            dict: table}.get(type(v), "a date or time")
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: table}.get(
+        type(v), "a date or time"
+    )

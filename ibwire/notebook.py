@@ -1,5 +1,6 @@
 """The Python API behind `ibwire.read/flows/fabric/audit`: the CLI's analyses returned as a pyarrow Table
 or as typed objects (dataclasses) instead of printed."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -23,10 +24,11 @@ def read(path, filter: Optional[str] = None, icrc: bool = True):
     from .analysis.packets import CaptureAnalysis
     from .fast import scan
     from .fast.filter import compile_batch_filter
+
     mask = compile_batch_filter(filter) if filter else None
     parts = []
     s = scan(_need_file(path), icrc=icrc)
-    s.fill = CaptureAnalysis(path, icrc).fill          # the bth_analysis_* columns, as export writes them
+    s.fill = CaptureAnalysis(path, icrc).fill  # the bth_analysis_* columns, as export writes them
     for rec in s:
         if mask is not None:
             rec = rec[mask(rec)]
@@ -41,6 +43,7 @@ def flows(path, filter: Optional[str] = None, icrc: bool = True):
     from .analysis.conversation import Conversation, Flows
     from .analysis.flows import analyse
     from .fast.filter import compile_batch_filter
+
     mask = compile_batch_filter(filter) if filter else None
     res = analyse(_need_file(path), icrc, mask)
     rows = res["conversations"]
@@ -125,6 +128,7 @@ class Trap:
 @dataclass(frozen=True)
 class Fabric:
     """The subnet as a capture's SMPs show it (the schema of `ibwire fabric --format json`)."""
+
     capture: str
     mads: int
     smps: int
@@ -139,18 +143,36 @@ class Fabric:
 
 def fabric(path) -> Fabric:
     from .fabric import fabric_view
+
     v = fabric_view(_need_file(path))
-    links = [Link(a_node_guid=lk["a"]["node_guid"], a_port=lk["a"]["port_num"], b_node_guid=lk["b"]["node_guid"],
-                  b_port=lk["b"]["port_num"], **{k: x for k, x in lk.items() if k not in ("a", "b")}) for lk in v["links"]]
-    return Fabric(v["capture"], v["mads"], v["smps"], [_make(Node, n) for n in v["nodes"]],
-                  [_make(Port, p) for p in v["ports"]], _make(SubnetManager, v["sm"]["master"]),
-                  v["sm"]["master_lid"], [_make(SubnetManager, s) for s in v["sm"]["seen"]], links,
-                  [_make(Trap, t) for t in v["traps"]])
+    links = [
+        Link(
+            a_node_guid=lk["a"]["node_guid"],
+            a_port=lk["a"]["port_num"],
+            b_node_guid=lk["b"]["node_guid"],
+            b_port=lk["b"]["port_num"],
+            **{k: x for k, x in lk.items() if k not in ("a", "b")},
+        )
+        for lk in v["links"]
+    ]
+    return Fabric(
+        v["capture"],
+        v["mads"],
+        v["smps"],
+        [_make(Node, n) for n in v["nodes"]],
+        [_make(Port, p) for p in v["ports"]],
+        _make(SubnetManager, v["sm"]["master"]),
+        v["sm"]["master_lid"],
+        [_make(SubnetManager, s) for s in v["sm"]["seen"]],
+        links,
+        [_make(Trap, t) for t in v["traps"]],
+    )
 
 
 @dataclass(frozen=True)
 class MatrixCell:
     """Traffic from one tenant to another and the worst finding about that pair."""
+
     src: str
     dst: str
     packets: int
@@ -161,6 +183,7 @@ class MatrixCell:
 @dataclass(frozen=True)
 class AuditResult:
     """An isolation audit's outcome (the JSON of `ibwire audit --format json`, typed)."""
+
     verdict: str
     fail_on: str
     worst: Optional[str]
@@ -168,7 +191,7 @@ class AuditResult:
     frames: int
     tenants: List[str]
     matrix: List[MatrixCell]
-    findings: list                 # ibwire.audit.findings.Finding
+    findings: list  # ibwire.audit.findings.Finding
     unnamed_endpoints: Dict[str, int]
     policy_warnings: List[str]
 
@@ -178,19 +201,34 @@ class AuditResult:
         return self.verdict == "PASS"
 
 
-def audit(captures, policy, tenants=None, state=None, allow_both_pkeys: bool = False,
-          fail_on: str = "breach") -> AuditResult:
+def audit(
+    captures, policy, tenants=None, state=None, allow_both_pkeys: bool = False, fail_on: str = "breach"
+) -> AuditResult:
     from .audit.findings import SEVERITIES
+    from .audit.inputs import audit_captures, load_state
     from .audit.policy import load_policy
     from .audit.report import as_dict
-    from .audit.inputs import audit_captures, load_state
     from .audit.tenants import load_tenants
+
     if fail_on not in SEVERITIES:
         raise UserError(f"fail_on={fail_on!r}: choose one of {', '.join(SEVERITIES)}")
     paths = [_need_file(p) for p in captures]
-    res = audit_captures(paths, load_policy(str(policy), allow_both_pkeys),
-                         load_tenants(str(tenants)) if tenants else None, load_state(state))
+    res = audit_captures(
+        paths,
+        load_policy(str(policy), allow_both_pkeys),
+        load_tenants(str(tenants)) if tenants else None,
+        load_state(state),
+    )
     d = as_dict(res, fail_on)
-    return AuditResult(d["verdict"], fail_on, d["worst"], d["packets"], d["frames"], d["tenants"],
-                       [MatrixCell(m["from"], m["to"], m["packets"], m["bytes"], m["worst"]) for m in d["matrix"]],
-                       list(res.findings), dict(d["unnamed_endpoints"]), list(d.get("policy_warnings", [])))
+    return AuditResult(
+        d["verdict"],
+        fail_on,
+        d["worst"],
+        d["packets"],
+        d["frames"],
+        d["tenants"],
+        [MatrixCell(m["from"], m["to"], m["packets"], m["bytes"], m["worst"]) for m in d["matrix"]],
+        list(res.findings),
+        dict(d["unnamed_endpoints"]),
+        list(d.get("policy_warnings", [])),
+    )

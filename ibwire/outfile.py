@@ -20,6 +20,7 @@ too.  `open_direct` applies the same checks to a file written in place (a live c
 symlinks, `..`, hard links) or another output.  `-` is standard output.  `left_behind()` says what an
 interrupt left.
 """
+
 from __future__ import annotations
 
 import errno
@@ -38,15 +39,21 @@ from typing import IO
 from .errors import UserError
 
 PART_SUFFIX = ".ibwire-part"
-_PART = re.compile(r"\.(.+)\.([0-9a-f]{16}-[0-9a-f]{8})\.ibwire-part\Z", re.DOTALL)   # target name, stamp
+_PART = re.compile(r"\.(.+)\.([0-9a-f]{16}-[0-9a-f]{8})\.ibwire-part\Z", re.DOTALL)  # target name, stamp
 _DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
 _NEW = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_KINDS = ((stat.S_ISLNK, "symbolic link"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISDIR, "directory"),
-          (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "device"), (stat.S_ISBLK, "device"))
-_NULL = os.makedev(1, 3)          # /dev/null (Documentation/admin-guide/devices.txt)
+_KINDS = (
+    (stat.S_ISLNK, "symbolic link"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "device"),
+    (stat.S_ISBLK, "device"),
+)
+_NULL = os.makedev(1, 3)  # /dev/null (Documentation/admin-guide/devices.txt)
 
-_finished: list[str] = []        # outputs this process completed
-_abandoned: list[tuple] = []     # (output, it existed before) given up on an error or interrupt
+_finished: list[str] = []  # outputs this process completed
+_abandoned: list[tuple] = []  # (output, it existed before) given up on an error or interrupt
 
 
 class OutputError(UserError):
@@ -100,8 +107,10 @@ def _open_dir(directory: str) -> int:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR) or not stat.S_ISLNK(st.st_mode):
                     raise
                 if _foreign(os.fstat(fd), st):
-                    raise OutputError(f"{directory} passes through {c}, a symbolic link of another user (uid "
-                                      f"{st.st_uid}) in a shared directory; ibwire does not follow it") from None
+                    raise OutputError(
+                        f"{directory} passes through {c}, a symbolic link of another user (uid "
+                        f"{st.st_uid}) in a shared directory; ibwire does not follow it"
+                    ) from None
                 links += 1
                 if links > 40:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), directory) from None
@@ -129,8 +138,10 @@ def _target(dfd: int, name: str, path: str) -> os.stat_result | None:
     if kind and not (stat.S_ISCHR(st.st_mode) and st.st_rdev == _NULL):
         raise OutputError(f"{path} is a {kind}; ibwire writes only regular files (- for standard output)")
     if _foreign(os.fstat(dfd), st):
-        raise OutputError(f"{path} belongs to another user (uid {st.st_uid}) in a shared directory; ibwire does "
-                          f"not replace it (remove it or choose another name)")
+        raise OutputError(
+            f"{path} belongs to another user (uid {st.st_uid}) in a shared directory; ibwire does "
+            f"not replace it (remove it or choose another name)"
+        )
     return st
 
 
@@ -176,7 +187,7 @@ def _sweep(dfd: int, mine: str, name: str) -> bool:
             if not _locked(fd, fcntl.LOCK_SH, 5 if rival else 1):
                 if rival:
                     return True
-            elif _same(dfd, n, fd) and not _foreign(dir_st, st):     # as the sticky bit would have it
+            elif _same(dfd, n, fd) and not _foreign(dir_st, st):  # as the sticky bit would have it
                 os.unlink(n, dir_fd=dfd)
         except OSError:
             pass
@@ -236,8 +247,7 @@ def _opened(path: str) -> tuple:
 
 
 @contextmanager
-def output_file(path, mode: str = "wb", inputs: Iterable[str | None] = (),
-                perms: int | None = None) -> Iterator[IO]:
+def output_file(path, mode: str = "wb", inputs: Iterable[str | None] = (), perms: int | None = None) -> Iterator[IO]:
     """A file object for `path` that becomes `path` only if the block finishes without an exception;
     `perms` sets its mode bits (else those of the file it replaces, or 0666 less the umask)."""
     path = str(path)
@@ -248,25 +258,26 @@ def output_file(path, mode: str = "wb", inputs: Iterable[str | None] = (),
     refuse_aliasing([path], inputs)
     dfd, name, old = _opened(path)
     try:
-        if old is not None and not stat.S_ISREG(old.st_mode):          # the null device: nothing to replace
+        if old is not None and not stat.S_ISREG(old.st_mode):  # the null device: nothing to replace
             with _straight(path, mode, _open_in_place(dfd, name, path, old)) as f:
                 yield f
             return
         existed = old is not None
         try:
-            with _signals_held():     # locked and recorded as one step: an interrupt from here on says "not written"
+            with _signals_held():  # locked and recorded as one step: an interrupt from here on says "not written"
                 fd, part = _open_part(dfd, name, path)
                 _abandoned.append((path, existed))
         except OSError as e:
             raise _cannot(path, existed, e) from None
-        bits = perms if perms is not None else old.st_mode & 0o777 if existed else None     # never a set-id bit
+        bits = perms if perms is not None else old.st_mode & 0o777 if existed else None  # never a set-id bit
         yield from _fill(dfd, fd, part, name, path, mode, existed, bits)
     finally:
         os.close(dfd)
 
 
-def _fill(dfd: int, fd: int, part: str, name: str, path: str, mode: str, existed: bool,
-          bits: int | None) -> Iterator[IO]:
+def _fill(
+    dfd: int, fd: int, part: str, name: str, path: str, mode: str, existed: bool, bits: int | None
+) -> Iterator[IO]:
     """Yield the part file as a file object, then sync it and rename it over `name` (renameat)."""
     try:
         if bits is not None:
@@ -285,7 +296,7 @@ def _fill(dfd: int, fd: int, part: str, name: str, path: str, mode: str, existed
             yield f
             f.flush()
             os.fsync(f.fileno())
-            with _signals_held():          # renamed and recorded as one step: an interrupt lands before or after
+            with _signals_held():  # renamed and recorded as one step: an interrupt lands before or after
                 os.rename(part, name, src_dir_fd=dfd, dst_dir_fd=dfd)
                 _abandoned.remove((path, existed))
                 _finished.append(path)
@@ -341,9 +352,11 @@ def refuse_shared_dir(path: str) -> None:
     finally:
         os.close(dfd)
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or st.st_uid != os.geteuid():
-        raise OutputError(f"-C writes a ring of files that are named as they are written; put them in a "
-                          f"directory only you can write ({os.path.dirname(path) or '.'} is writable by others "
-                          f"or belongs to uid {st.st_uid})")
+        raise OutputError(
+            f"-C writes a ring of files that are named as they are written; put them in a "
+            f"directory only you can write ({os.path.dirname(path) or '.'} is writable by others "
+            f"or belongs to uid {st.st_uid})"
+        )
 
 
 def open_direct(path: str) -> IO:
@@ -379,7 +392,7 @@ def _straight(path: str | None, mode: str, fd: int | None = None) -> Iterator[IO
             with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
                 yield f
     except BrokenPipeError:
-        raise                  # the reader went away (`| head`): the usual end of a pipeline, exit 2 unsaid
+        raise  # the reader went away (`| head`): the usual end of a pipeline, exit 2 unsaid
     except OSError as e:
         raise OutputError(f"cannot write {path or 'standard output'} ({e.strerror or e})") from None
     _finished.append(path or "standard output")
@@ -387,7 +400,9 @@ def _straight(path: str | None, mode: str, fd: int | None = None) -> Iterator[IO
 
 def left_behind() -> str:
     """One phrase on what this process's writers left, for the interrupt message."""
-    parts = [f"{p} not written ({'the old file is unchanged' if existed else 'no partial file left'})"
-             for p, existed in _abandoned]
+    parts = [
+        f"{p} not written ({'the old file is unchanged' if existed else 'no partial file left'})"
+        for p, existed in _abandoned
+    ]
     parts += [f"{p} written completely" for p in _finished]
     return "; ".join(parts) if parts else "no file was written"

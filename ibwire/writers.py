@@ -1,6 +1,7 @@
 """pcap and pcapng writing, flushed per packet so an interrupted capture stays valid to its last frame.
 
 A path is opened by `outfile.open_direct` (no link followed, no FIFO or device, no other user's file in /tmp)."""
+
 import struct
 import time as _time
 from typing import Optional
@@ -100,22 +101,34 @@ class PcapngWriter(_Writer):
         """An Interface Statistics Block: packets the capture delivered (isb_usrdeliv) and dropped for lack of
         room (isb_osdrop), counted from its start, as dumpcap writes them when it stops."""
         t = int(round((_time.time() if ts is None else ts) * 1e9))
-        self._block(5, struct.pack("<III", iface, t >> 32, t & 0xFFFFFFFF) + self._opt(7, struct.pack("<Q", dropped))
-                    + self._opt(8, struct.pack("<Q", delivered)) + self._opt(0, b""))
+        self._block(
+            5,
+            struct.pack("<III", iface, t >> 32, t & 0xFFFFFFFF)
+            + self._opt(7, struct.pack("<Q", dropped))
+            + self._opt(8, struct.pack("<Q", delivered))
+            + self._opt(0, b""),
+        )
         self.f.flush()
 
-    def write(self, data: bytes, ts: Optional[float] = None, iface: int = 0, wirelen: Optional[int] = None,
-              flush: bool = True, comments: tuple = ()):
+    def write(
+        self,
+        data: bytes,
+        ts: Optional[float] = None,
+        iface: int = 0,
+        wirelen: Optional[int] = None,
+        flush: bool = True,
+        comments: tuple = (),
+    ):
         """One Enhanced Packet Block; each of `comments` becomes an opt_comment (Wireshark's frame.comment)."""
         ts = _time.time() if ts is None else ts
         t = int(round(ts * 1e9))
         opts = b"".join(self._opt(1, c.encode()) for c in comments)
         if opts:
             opts = b"\0" * (-len(data) % 4) + opts + self._opt(0, b"")
-        self._block(6, struct.pack("<IIIII", iface, t >> 32, t & 0xFFFFFFFF, len(data), wirelen or len(data)) + data
-                    + opts)
+        self._block(
+            6, struct.pack("<IIIII", iface, t >> 32, t & 0xFFFFFFFF, len(data), wirelen or len(data)) + data + opts
+        )
         if flush:
             self.f.flush()
         self.count += 1
         self.bytes += len(data)
-

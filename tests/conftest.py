@@ -11,8 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 PUBLIC = ROOT.parent / "shared" / "captures" / "public"
-NO_PUBLIC = (f"needs the public captures (real RDMA traffic recorded by others; their sources are listed in its "
-             f"MANIFEST.md), read from {PUBLIC}: ../shared beside the repository, as CI lays it out")
+NO_PUBLIC = (
+    f"needs the public captures (real RDMA traffic recorded by others; their sources are listed in its "
+    f"MANIFEST.md), read from {PUBLIC}: ../shared beside the repository, as CI lays it out"
+)
 
 import litter  # noqa: E402  (tests/litter.py, found through the sys.path entry above)
 
@@ -20,11 +22,25 @@ import litter  # noqa: E402  (tests/litter.py, found through the sys.path entry 
 # cores (pytest-xdist, -m "not serial", a module per worker).  Serial: QEMU labs that need the machine's whole
 # CPU to keep RDMA timers, network namespaces, veth pairs and tc filters, extcap installs into the run's one
 # home folder, and tests that measure wall time or peak memory, or watch the run's own writes.
-SERIAL = {"test_lab_rdma", "test_lab_audit", "test_capture_lab", "test_capture_cleanup", "test_capture_nspcap",
-          "test_capture_standin", "test_capture_verbs", "test_health_veth", "test_journal_fuzz", "test_root_writers",
-          "test_house_litter", "test_bounded_resources", "test_sm_master", "test_outputs_safe",
-          "test_devices_sysfs", "test_fast_memory"}
-WORKER = os.environ.get("PYTEST_XDIST_WORKER")   # a pytest-xdist worker: its controller set up the run below
+SERIAL = {
+    "test_lab_rdma",
+    "test_lab_audit",
+    "test_capture_lab",
+    "test_capture_cleanup",
+    "test_capture_nspcap",
+    "test_capture_standin",
+    "test_capture_verbs",
+    "test_health_veth",
+    "test_journal_fuzz",
+    "test_root_writers",
+    "test_house_litter",
+    "test_bounded_resources",
+    "test_sm_master",
+    "test_outputs_safe",
+    "test_devices_sysfs",
+    "test_fast_memory",
+}
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # a pytest-xdist worker: its controller set up the run below
 
 REAL_HOME = os.path.expanduser("~")
 if not WORKER:
@@ -35,28 +51,36 @@ if not WORKER:
 # XDG folders and TMPDIR point there, so what a tool keeps in the home folder (pip's cache, Chromium's
 # profile and crash reports, dconf, scapy's caches, `ibwire capture extcap --install`) lands there too.
 # The user's pip settings (an index mirror, say) are read from where they are; they are only read.
-if not WORKER:   # workers inherit the controller's scratch folder, HOME, TMPDIR and mount namespace
+if not WORKER:  # workers inherit the controller's scratch folder, HOME, TMPDIR and mount namespace
     SCRATCH = tempfile.mkdtemp(prefix="ibwire-tests-")
-    START = time.time()          # a file outside the scratch folder changed since: by the run, or by another program
-    for conf in (os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(REAL_HOME, ".config"), "pip", "pip.conf"),
-                 os.path.join(REAL_HOME, ".pip", "pip.conf")):
+    START = time.time()  # a file outside the scratch folder changed since: by the run, or by another program
+    for conf in (
+        os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(REAL_HOME, ".config"), "pip", "pip.conf"),
+        os.path.join(REAL_HOME, ".pip", "pip.conf"),
+    ):
         if os.path.isfile(conf):
             os.environ.setdefault("PIP_CONFIG_FILE", conf)
     HOME = os.path.join(SCRATCH, "home")
-    os.environ.update(HOME=HOME, XDG_CONFIG_HOME=os.path.join(HOME, ".config"),
-                      XDG_CACHE_HOME=os.path.join(HOME, ".cache"), XDG_DATA_HOME=os.path.join(HOME, ".local", "share"),
-                      XDG_STATE_HOME=os.path.join(HOME, ".local", "state"), TMPDIR=os.path.join(SCRATCH, "tmp"))
+    os.environ.update(
+        HOME=HOME,
+        XDG_CONFIG_HOME=os.path.join(HOME, ".config"),
+        XDG_CACHE_HOME=os.path.join(HOME, ".cache"),
+        XDG_DATA_HOME=os.path.join(HOME, ".local", "share"),
+        XDG_STATE_HOME=os.path.join(HOME, ".local", "state"),
+        TMPDIR=os.path.join(SCRATCH, "tmp"),
+    )
     for d in (HOME, os.environ["TMPDIR"]):
         os.makedirs(d)
     os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = os.path.join(SCRATCH, "pycache")
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = os.path.join(SCRATCH, "hypothesis")
-BEFORE = pytest.StashKey[dict]()     # the repository as the run found it
-OUTSIDE = pytest.StashKey[dict]()    # the names in the home folder and litter.OUTSIDE as the run found them
+BEFORE = pytest.StashKey[dict]()  # the repository as the run found it
+OUTSIDE = pytest.StashKey[dict]()  # the names in the home folder and litter.OUTSIDE as the run found them
 
 
 def outside(since=None):
-    return litter.outside([REAL_HOME, *litter.OUTSIDE], since,
-                          leave=[ROOT, SCRATCH, tempfile.gettempdir(), *litter.SYSTEM, litter.CACHE])
+    return litter.outside(
+        [REAL_HOME, *litter.OUTSIDE], since, leave=[ROOT, SCRATCH, tempfile.gettempdir(), *litter.SYSTEM, litter.CACHE]
+    )
 
 
 def pytest_sessionstart(session):
@@ -80,11 +104,21 @@ def pytest_sessionfinish(session, exitstatus):
     found, others = WRITES.blame(litter.changes(session.config.stash[OUTSIDE], outside(START)))
     found[:0] = [f"{c} (in the repository)" for c in litter.changes(before, litter.snapshot(ROOT))]
     if others:
-        say(session, "changed outside temporary folders during the run, not by a process of the run "
-                     "(not counted):", others, red=False)
+        say(
+            session,
+            "changed outside temporary folders during the run, not by a process of the run (not counted):",
+            others,
+            red=False,
+        )
     if found:
-        say(session, "the test run wrote outside temporary folders (tests must write only into tmp_path"
-                     + (f"; {WRITES.off}, so every change counts" if WRITES.off else "") + "):", found, red=True)
+        say(
+            session,
+            "the test run wrote outside temporary folders (tests must write only into tmp_path"
+            + (f"; {WRITES.off}, so every change counts" if WRITES.off else "")
+            + "):",
+            found,
+            red=True,
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -115,6 +149,7 @@ def pytest_collection_modifyitems(items):
     if PUBLIC.is_dir():
         return
     import public_need  # tests/public_need.py
+
     for item in items:
         if public_need.needs(item, PUBLIC):
             item.add_marker(pytest.mark.skip(reason=NO_PUBLIC), append=False)
@@ -139,6 +174,7 @@ def tshark44(tmp_path_factory):
     a minute and 400 MB; tests/debroot.py): tshark44(capture, *args) -> stdout.  The capture's folder is
     bound read-only-by-use at /caps inside the tree."""
     import debroot
+
     assert os.geteuid() == 0, "chroot and mounts need root (./dev test runs as root)"
     assert shutil.which("debootstrap"), "debootstrap is required (./dev test installs it)"
     base = debroot.cached_tree("trixie-tshark", "trixie", "tshark")
@@ -150,6 +186,7 @@ def tshark44(tmp_path_factory):
         done = debroot.overlay_run(base, t, cmd, binds=[(str(capture.parent), "/caps")], timeout=300)
         assert done.returncode == 0, done.stderr
         return done.stdout
+
     return run
 
 
@@ -158,5 +195,6 @@ def run_ibwire(*args, check=False, input=None, timeout=300, unwrapped=False):
     COLUMNS/LINES (as when piped), so table cells and paragraphs are not folded."""
     exe = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} if unwrapped else None
-    return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, check=check,
-                          input=input, timeout=timeout, env=env)
+    return subprocess.run(
+        [exe, *map(str, args)], capture_output=True, text=True, check=check, input=input, timeout=timeout, env=env
+    )

@@ -4,6 +4,7 @@ A tree is built once (under a lock, in a `.part` folder renamed into place when 
 the month changes, from the Debian mirror this machine's apt uses; `overlay_run` runs a command in it
 inside a mount namespace of its own (unshare) on an overlay, so the cached tree stays as it was built and
 nothing stays mounted once the run ends."""
+
 import fcntl
 import os
 import shutil
@@ -13,14 +14,18 @@ from pathlib import Path
 
 from litter import CACHE
 
-DOWNLOADS = Path(CACHE) / "downloads"       # apt's .deb files and pip's cache, kept to spare the next run the network
+DOWNLOADS = Path(CACHE) / "downloads"  # apt's .deb files and pip's cache, kept to spare the next run the network
 
 
 def mirror(suite: str = "bookworm") -> str:
     """The site apt on this machine fetches Debian 12 from (the machine reaches Debian only through it; later
     suites come from the same site)."""
-    out = subprocess.run(["apt-get", "indextargets", "--format", "$(SITE) $(RELEASE)", "Created-By: Packages"],
-                         capture_output=True, text=True, check=True).stdout.split("\n")
+    out = subprocess.run(
+        ["apt-get", "indextargets", "--format", "$(SITE) $(RELEASE)", "Created-By: Packages"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
     sites = [line.split()[0] for line in out if line.endswith(" bookworm")]
     assert sites, "no bookworm source in this machine's apt sources (run apt-get update?)"
     return sites[0]
@@ -65,5 +70,11 @@ def overlay_run(base: Path, t: Path, cmd: str, binds=(), env=None, timeout=1800,
     for host, inside in binds:
         lines.append(f'mkdir -p "$T/root{inside}" && mount --bind "{host}" "$T/root{inside}"')
     envs = dict(os.environ, BASE=str(base), T=str(t), CMD=cmd, NET=env or "", BINDS="\n".join(lines))
-    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", IN_NAMESPACE],
-                          check=False, env=envs, capture_output=True, text=text, timeout=timeout)
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", IN_NAMESPACE],
+        check=False,
+        env=envs,
+        capture_output=True,
+        text=text,
+        timeout=timeout,
+    )

@@ -11,6 +11,7 @@ there counts against the run only if a process of the run wrote it (Writes): the
 namespace of its own, and the kernel reports every file that a process in it wrote.  What the kernel cannot
 attribute (a removal, a folder made with nothing written into it, a write by a process that entered yet
 another mount namespace, such as `ip netns exec` or `unshare -m` start) is listed as a note, not a failure."""
+
 import ctypes
 import os
 import select
@@ -18,7 +19,7 @@ import struct
 import threading
 from pathlib import Path
 
-SKIP = {".git", ".venv"}       # git's own store and the developer's virtualenv (pip writes there)
+SKIP = {".git", ".venv"}  # git's own store and the developer's virtualenv (pip writes there)
 
 # Places outside any temporary folder that a test, or a tool a test runs, could write into (besides the
 # home folder): system settings, software installed by hand, caches, and the root folder's own entries.
@@ -41,7 +42,7 @@ def snapshot(root: Path) -> dict:
             p = os.path.join(top, f)
             try:
                 st = os.lstat(p)
-            except FileNotFoundError:          # removed while we looked
+            except FileNotFoundError:  # removed while we looked
                 continue
             seen[os.path.normpath(os.path.join(rel, f))] = (st.st_size, st.st_mtime_ns)
     return seen
@@ -75,7 +76,7 @@ def outside(places, since=None, leave=()) -> dict:
         try:
             with os.scandir(folder) as it:
                 entries = list(it)
-        except OSError:                      # gone, unreadable, or not a folder
+        except OSError:  # gone, unreadable, or not a folder
             return
         for e in entries:
             if (e.path + "/").startswith(leave):
@@ -87,7 +88,7 @@ def outside(places, since=None, leave=()) -> dict:
                         look(e.path, True)
                 else:
                     seen[e.path] = int(since_ns is not None and e.stat(follow_symlinks=False).st_mtime_ns >= since_ns)
-            except OSError:                  # removed while we looked
+            except OSError:  # removed while we looked
                 continue
 
     for place in places:
@@ -115,7 +116,7 @@ class Writes:
         if libc.unshare(0x00020000) != 0 or (fd := libc.fanotify_init(0x213, os.O_RDONLY)) < 0:
             self.off = f"no mount namespace and fanotify for the run: {os.strerror(ctypes.get_errno())}"
             return
-        for place in places:      # FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_CLOSE_WRITE
+        for place in places:  # FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_CLOSE_WRITE
             if os.path.isdir(place) and libc.fanotify_mark(fd, 0x11, 0x8, -100, os.fsencode(place)) != 0:
                 self.off = f"fanotify cannot watch {place}: {os.strerror(ctypes.get_errno())}"
                 return
@@ -138,9 +139,9 @@ class Writes:
                 at = 0
                 while at < len(buf):
                     size, _, _, meta = struct.unpack_from("IBBH", buf, at)
-                    info = at + meta                # fanotify_event_info_fid: header, fsid, file_handle
+                    info = at + meta  # fanotify_event_info_fid: header, fsid, file_handle
                     nbytes, kind = struct.unpack_from("Ii", buf, info + 12)
-                    self.seen.add((kind, buf[info + 20:info + 20 + nbytes]))
+                    self.seen.add((kind, buf[info + 20 : info + 20 + nbytes]))
                     at += size
 
     def wrote(self, path) -> bool:
@@ -152,7 +153,7 @@ class Writes:
         if self.libc.name_to_handle_at(-100, os.fsencode(path), handle, ctypes.byref(mount_id), 0) != 0:
             return False
         nbytes, kind = struct.unpack_from("Ii", handle.raw)
-        return (kind, handle.raw[8:8 + nbytes]) in self.seen
+        return (kind, handle.raw[8 : 8 + nbytes]) in self.seen
 
     def blame(self, found: list) -> tuple:
         """changes() lines split into those a process of the run made and the others; all are the run's

@@ -5,6 +5,7 @@ attributes and size, and for each kind of mark how many there are and how many t
 the chart's plot area; bars, lines and ladder messages likewise.  The probe's JSON is read back from the DOM
 Chromium dumps (--dump-dom), so the numbers are those of the page as a browser renders it.
 """
+
 import html
 import json
 import re
@@ -63,11 +64,27 @@ def render(page: Path, tmp: Path) -> dict:
     text = page.read_text(encoding="utf-8")
     probe = tmp / (page.stem + ".probe.html")
     probe.write_text(text.replace("</body>", PROBE + "</body>"), encoding="utf-8")
-    r = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                        "--disable-dev-shm-usage",
-                        "--window-size=1200,900", f"--user-data-dir={tmp / 'chromium-profile'}",
-                        "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--window-size=1200,900",
+            f"--user-data-dir={tmp / 'chromium-profile'}",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
     assert m, f"the page did not render in chromium: {r.stderr[-500:]}"
     return json.loads(html.unescape(m.group(1)))
@@ -75,8 +92,9 @@ def render(page: Path, tmp: Path) -> dict:
 
 def self_contained(text: str) -> bool:
     """No script, stylesheet link, import or reference that would fetch anything."""
-    return not re.search(r"<script|<link|@import|<iframe|<img|(src|href)\s*=\s*['\"]?(https?:|//|file:)|url\((?!#)", text,
-                         re.I)
+    return not re.search(
+        r"<script|<link|@import|<iframe|<img|(src|href)\s*=\s*['\"]?(https?:|//|file:)|url\((?!#)", text, re.I
+    )
 
 
 WIDTH_PROBE = r"""<script>
@@ -101,11 +119,28 @@ def page_width(page: Path, tmp: Path, width: int = 1280) -> dict:
     text = page.read_text(encoding="utf-8")
     probe = tmp / (page.stem + ".width.html")
     probe.write_text(text.replace("</body>", WIDTH_PROBE + "</body>"), encoding="utf-8")
-    r = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                        "--disable-dev-shm-usage", f"--window-size={width},900",
-                        f"--user-data-dir={tmp / 'chromium-profile'}", "--virtual-time-budget=5000",
-                        "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            f"--window-size={width},900",
+            f"--user-data-dir={tmp / 'chromium-profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
     assert m, f"the page did not render in chromium: {r.stderr[-500:]}"
     return json.loads(html.unescape(m.group(1)))

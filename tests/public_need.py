@@ -3,6 +3,7 @@ a plain clone: a test reads them when a parameter is a path there, or when its c
 it uses or of its module's helpers it calls names `PUBLIC`, `public_dir` or a module constant holding such a
 path (`SRINIVAS = PUBLIC / "srinivas_infiniband.pcap"`).  A parameter set left empty by a glob of the missing
 folder counts too."""
+
 import inspect
 from pathlib import Path
 from types import CodeType, FunctionType
@@ -49,8 +50,10 @@ def needs(item, public):
     callspec = getattr(item, "callspec", None)
     if callspec and any(_under(v, public) for v in callspec.params.values()):
         return True
-    if any(str(m.kwargs.get("reason", m.args[0] if m.args else "")).startswith("got empty parameter set")
-           for m in item.iter_markers("skip")):
+    if any(
+        str(m.kwargs.get("reason", m.args[0] if m.args else "")).startswith("got empty parameter set")
+        for m in item.iter_markers("skip")
+    ):
         return True
     if "public_dir" in getattr(item, "fixturenames", ()):
         return True

@@ -1,18 +1,19 @@
 """The notebook API: `import ibwire` is cheap; ibwire.read gives a pyarrow Table (pandas too) of the export's
 columns, its filter keeps what tshark -Y keeps; ibwire.flows/fabric/audit return typed objects whose numbers
 are the scenarios' declared ground truth."""
+
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from conftest import run_ibwire
 
 import ibwire
 from ibwire.analysis.conversation import Conversation, Latency
 from ibwire.audit.findings import Finding
 from ibwire.notebook import AuditResult, Fabric, Node, Port
-from conftest import run_ibwire
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = ROOT.parent / "shared" / "captures" / "public"
@@ -35,8 +36,12 @@ def test_read_is_the_export_table_and_filters_like_tshark(tmp_path, tshark):
     df = t.to_pandas()
     assert len(df) == 65 and str(df["frame_time"].dtype) == "datetime64[ns, UTC]"
     acks = ibwire.read(cap, filter="bth.opcode == 0x11")
-    out = subprocess.run(["tshark", "-r", str(cap), "-Y", "infiniband.bth.opcode == 0x11", "-T", "fields",
-                          "-e", "frame.number"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["tshark", "-r", str(cap), "-Y", "infiniband.bth.opcode == 0x11", "-T", "fields", "-e", "frame.number"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert acks["frame_number"].to_pylist() == [int(x) for x in out.split()]
     assert ibwire.read(cap, filter="bth.opcode == 0x11 && bth.opcode == 0x12").num_rows == 0
 
@@ -49,11 +54,16 @@ def test_flows_are_typed_and_equal_the_scenario():
         want = scen["expect"]["flow"].get(q["name"])
         if not want:
             continue
-        (c,) = [c for c in res if {q["src_qpn"], q["dst_qpn"]} >= {c.qpn_a, c.qpn_b} - {None}
-                and c.transport == q["type"]]
+        (c,) = [
+            c for c in res if {q["src_qpn"], q["dst_qpn"]} >= {c.qpn_a, c.qpn_b} - {None} and c.transport == q["type"]
+        ]
         assert sum(c.messages.values()) == want["messages"] and sum(c.message_bytes.values()) == want["bytes"]
-        assert (c.drops, c.retransmissions, c.rnr_naks, c.bad_icrc) == (want["drops"], want["retransmits"],
-                                                                       want["rnr"], want.get("bad_icrc", 0))
+        assert (c.drops, c.retransmissions, c.rnr_naks, c.bad_icrc) == (
+            want["drops"],
+            want["retransmits"],
+            want["rnr"],
+            want.get("bad_icrc", 0),
+        )
         assert c.naks.get("PSN Sequence Error", 0) == want["naks_psn"]
         assert c.lossy == bool(want["drops"] or want["retransmits"] or want["naks_psn"] or want.get("bad_icrc"))
         assert isinstance(c.ack_latency_us, Latency) and isinstance(c.qpn_b, int)

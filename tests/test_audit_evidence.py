@@ -1,5 +1,6 @@
 """A verdict is never better than its evidence: damage is read past and counted, nothing readable is no
 verdict (exit 2), and --fail-on treats "evidence incomplete" like any finding."""
+
 import json
 import struct
 
@@ -38,8 +39,9 @@ def test_damage_is_read_past_and_reported(tmp_path, capsys):
     status, d, _ = _audit_json(capsys, cap, *_scenario("multitenant-breach"))
     assert whole_status == status == 1 and d["verdict"] == "FAIL"
     assert d["evidence"]["skipped"] == 1 and d["evidence"]["packets"] == 234 and not d["evidence"]["complete"]
-    assert {f["rule"] for f in d["findings"] if f["severity"] == "breach"} == \
-        {f["rule"] for f in whole["findings"] if f["severity"] == "breach"}
+    assert {f["rule"] for f in d["findings"] if f["severity"] == "breach"} == {
+        f["rule"] for f in whole["findings"] if f["severity"] == "breach"
+    }
     assert [f for f in d["findings"] if f["rule"] == "evidence-incomplete"]
     assert cli("stats", cap, "--format", "json") == 0
     assert json.loads(capsys.readouterr().out)["summary"]["packets"] == 234
@@ -60,7 +62,7 @@ def test_fail_on_covers_incomplete_evidence(tmp_path, capsys):
     assert finding["rule"] == "evidence-incomplete" and finding["number"] == 1
     assert "1 unreadable (skipped)" in finding["description"]
     assert cli("audit", cap, *_scenario("multitenant-clean")) == 4
-    assert " ".join(capsys.readouterr().out.split()).startswith(verdict + " ")      # the terminal's first line
+    assert " ".join(capsys.readouterr().out.split()).startswith(verdict + " ")  # the terminal's first line
     assert cli("audit", cap, *_scenario("multitenant-clean"), "--format", "md", "--report", tmp_path / "r.html") == 4
     assert capsys.readouterr().out.startswith(f"# Isolation audit: {verdict}\n")
     assert f"<span class='PARTIAL' id='verdict'>{verdict}</span>" in (tmp_path / "r.html").read_text()
@@ -71,9 +73,13 @@ def test_fail_on_covers_incomplete_evidence(tmp_path, capsys):
 def test_nothing_readable_is_no_verdict(tmp_path, capsys):
     raw = (CAPS / "multitenant-clean.pcap").read_bytes()
     unknown_link = bytearray(raw)
-    struct.pack_into("<I", unknown_link, 20, 147)                # LINKTYPE_USER0
-    files = {"ten-bytes.pcap": raw[:10], "header-only.pcap": raw[:24], "unknown-link.pcap": bytes(unknown_link),
-             "header-cut.pcap": raw[:20]}
+    struct.pack_into("<I", unknown_link, 20, 147)  # LINKTYPE_USER0
+    files = {
+        "ten-bytes.pcap": raw[:10],
+        "header-only.pcap": raw[:24],
+        "unknown-link.pcap": bytes(unknown_link),
+        "header-cut.pcap": raw[:20],
+    }
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
         status, d, err = _audit_json(capsys, tmp_path / name, *_scenario("multitenant-clean"))
@@ -81,6 +87,6 @@ def test_nothing_readable_is_no_verdict(tmp_path, capsys):
         assert "no verdict" in err, (name, err)
         assert d["verdict"] == "INCOMPLETE" and d["findings"][0]["rule"] == "evidence-incomplete", name
     cut = _damage_record(CAPS / "multitenant-clean.pcap", tmp_path / "early.pcap", 1)
-    cut.write_bytes(cut.read_bytes()[:600])                      # damage early, nothing to resync to
+    cut.write_bytes(cut.read_bytes()[:600])  # damage early, nothing to resync to
     status, d, err = _audit_json(capsys, cut, *_scenario("multitenant-clean"))
     assert status == 2 and d["verdict"] == "INCOMPLETE" and d["evidence"]["skipped"] >= 1

@@ -1,5 +1,6 @@
 """Real opensm programs P_Key tables on an ibsim fabric; the audit's reading of the same partitions.conf
 must agree with `smpquery pkeys` port by port, and a table rewritten behind opensm's back is drift."""
+
 import json
 import re
 import subprocess
@@ -23,8 +24,9 @@ def fabric(tmp_path_factory):
 
 
 def _diag(env, *args) -> str:
-    return subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=20, check=True,
-                          cwd=env["OSM_TMP_DIR"]).stdout     # umad2sim writes its ./sys-PID tree in the cwd
+    return subprocess.run(
+        list(args), env=env, capture_output=True, text=True, timeout=20, check=True, cwd=env["OSM_TMP_DIR"]
+    ).stdout  # umad2sim writes its ./sys-PID tree in the cwd
 
 
 def _ports(env):
@@ -44,9 +46,26 @@ def _smpquery_table(env, lid, port):
 
 
 def _audit(env, *extra):
-    return subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "audit", "--policy", str(CONF),
-                           "--state", "live", "--format", "json", *extra],
-                          env=env, capture_output=True, text=True, timeout=60, cwd=env["OSM_TMP_DIR"])
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from ibwire.cli import main; main()",
+            "audit",
+            "--policy",
+            str(CONF),
+            "--state",
+            "live",
+            "--format",
+            "json",
+            *extra,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=env["OSM_TMP_DIR"],
+    )
 
 
 def test_policy_reading_agrees_with_opensm_tables_port_by_port(fabric):
@@ -60,7 +79,7 @@ def test_policy_reading_agrees_with_opensm_tables_port_by_port(fabric):
     # the limited/full split the file declares is really what opensm wrote
     tables = {guid: _smpquery_table(fabric, lid, num) for guid, lid, _, num in ports}
     assert 0x8001 in tables[0x100001] and 0x0001 in tables[0x100004]
-    assert 0x8002 in tables[0x100007] and 0x0002 in tables[0x10000a]
+    assert 0x8002 in tables[0x100007] and 0x0002 in tables[0x10000A]
     assert 0x8003 in tables[0x100001] and 0x0003 in tables[0x100004]
 
 
@@ -70,8 +89,14 @@ def test_clean_fabric_state_passes_then_table_changed_behind_opensm_is_drift(fab
     assert [f for f in json.loads(clean.stdout)["findings"] if f["rule"] == "pkey-drift"] == []
     lid = next(lid for guid, lid, _, _ in _ports(fabric) if guid == 0x10000A)
     # Hca4 is a limited member of blue only; give it tenant red's full key with a SubnSet opensm never sent
-    subprocess.run([sys.executable, str(HERE / "pkey_set.py"), str(lid), "0", "0x7fff", "0x0002", "0x0003",
-                    "0x8001"], env=fabric, check=True, capture_output=True, timeout=20, cwd=fabric["OSM_TMP_DIR"])
+    subprocess.run(
+        [sys.executable, str(HERE / "pkey_set.py"), str(lid), "0", "0x7fff", "0x0002", "0x0003", "0x8001"],
+        env=fabric,
+        check=True,
+        capture_output=True,
+        timeout=20,
+        cwd=fabric["OSM_TMP_DIR"],
+    )
     assert 0x8001 in _smpquery_table(fabric, lid, 1)
     report = tmp_path / "drift.html"
     dirty = _audit(fabric, "--report", str(report), "--tenants", str(HERE / "tenants.toml"))
@@ -82,11 +107,22 @@ def test_clean_fabric_state_passes_then_table_changed_behind_opensm_is_drift(fab
     assert report.read_text().count("pkey-drift") >= 1
 
     # the HTML report, rendered by a real browser, shows the verdict, the tenant matrix and the finding
-    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
-                          f"--user-data-dir={tmp_path / 'chromium-profile'}", report.as_uri()],
-                         capture_output=True, text=True, timeout=60).stdout
+    dom = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--dump-dom",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert 'id="verdict">FAIL<' in dom
-    matrix = dom[dom.index('id="matrix"'):dom.index("</table>", dom.index('id="matrix"'))]
+    matrix = dom[dom.index('id="matrix"') : dom.index("</table>", dom.index('id="matrix"'))]
     assert "<th>red</th>" in matrix and "<th>blue</th>" in matrix
-    findings = dom[dom.index('id="findings"'):]
+    findings = dom[dom.index('id="findings"') :]
     assert 'data-rule="pkey-drift"' in findings and "0x000000000010000a" in findings

@@ -4,6 +4,7 @@ P_Keys, multicast groups, comments, CRLF, over-long lines, files opensm rejects)
 the fabric, and `ibwire audit --state live` of that sweep against the same file finds no P_Key drift on any
 port.  Each file also declares what opensm must program (`# expect GUID: keys`) and which finding the audit
 must raise about its reading of the file (`# finding RULE SEVERITY LINE`); both are checked."""
+
 import json
 import re
 import subprocess
@@ -21,10 +22,28 @@ CONFS = sorted((Path(__file__).resolve().parent / "audit" / "confs").glob("*.con
 
 def _audit(env, cwd: Path, policy: Path, *extra):
     """libumad2sim leaves a sys-PID directory in the working directory: run in the test's own."""
-    out = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "audit", "--policy",
-                          str(policy), "--state", "live", "--format", "json", "--as-opensm", *extra],
-                         env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
-    assert out.returncode in (1, 4), out.stderr      # no --tenants: no tenant pair judged, so never a bare pass
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from ibwire.cli import main; main()",
+            "audit",
+            "--policy",
+            str(policy),
+            "--state",
+            "live",
+            "--format",
+            "json",
+            "--as-opensm",
+            *extra,
+        ],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode in (1, 4), out.stderr  # no --tenants: no tenant pair judged, so never a bare pass
     return json.loads(out.stdout)
 
 
@@ -49,8 +68,8 @@ def sweeps(tmp_path_factory):
 def test_at_least_twenty_files_valid_and_rejected():
     assert len(CONFS) >= 20
     texts = [c.read_bytes() for c in CONFS]
-    assert sum(b"policy-fallback" in t for t in texts) >= 5          # files opensm rejects
-    assert sum(b"policy-fallback" not in t for t in texts) >= 15     # files opensm applies
+    assert sum(b"policy-fallback" in t for t in texts) >= 5  # files opensm rejects
+    assert sum(b"policy-fallback" not in t for t in texts) >= 15  # files opensm applies
 
 
 @pytest.mark.parametrize("conf", CONFS, ids=[c.stem for c in CONFS])
@@ -70,8 +89,11 @@ def test_audit_of_the_sweep_agrees_with_opensm(sweeps, conf):
 
     expected = re.findall(r"^# finding (\S+) (\S+) (\d+)\s*$", text, re.M)
     for rule, severity, line in expected:
-        hits = [f for f in doc["findings"] if f["rule"] == rule and f["severity"] == severity and
-                f.get("policy_line", 0) == int(line)]
+        hits = [
+            f
+            for f in doc["findings"]
+            if f["rule"] == rule and f["severity"] == severity and f.get("policy_line", 0) == int(line)
+        ]
         assert hits, f"no {severity} {rule} finding about line {line}"
     rejected = "Partition configuration in error" in log
     assert rejected == any(f["rule"] == "policy-fallback" for f in doc["findings"])

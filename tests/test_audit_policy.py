@@ -1,5 +1,6 @@
 """partitions.conf read as opensm 3.3 reads it (doc/partition-config.txt examples, osm_prtn_config.c rules).
 tests/test_audit_opensm_confs.py checks the same reading against real opensm file by file."""
+
 import pytest
 
 from ibwire.audit.policy import Port, parse_policy, policy_findings
@@ -23,14 +24,14 @@ DOC_EXAMPLE = """
 
 def test_doc_examples_give_the_memberships_the_doc_states():
     p = parse_policy(DOC_EXAMPLE)
-    assert p.membership(Port(0x123451))[0x80] == "full"          # defmember=full
-    assert p.membership(Port(0x123453))[0x80] == "limited"       # default membership
+    assert p.membership(Port(0x123451))[0x80] == "full"  # defmember=full
+    assert p.membership(Port(0x123453))[0x80] == "limited"  # default membership
     assert p.membership(Port(0x123455))[0x80] == "full"
-    assert p.membership(Port(0x12345c))[0x80] == "limited"
-    assert p.membership(Port(0x3456789034))[1] == "limited"      # '=limi' is a prefix of limited
-    assert p.partitions[1].name == "NewPartition"                # P_Key generated from 1 upward
-    assert p.membership(Port(0x999))[0x7FFF] == "full"           # the last Default statement: ALL=full
-    assert p.membership(Port(0x999, is_sm=True))[0x300] == "limited"   # ALL=limited came after SELF=full
+    assert p.membership(Port(0x12345C))[0x80] == "limited"
+    assert p.membership(Port(0x3456789034))[1] == "limited"  # '=limi' is a prefix of limited
+    assert p.partitions[1].name == "NewPartition"  # P_Key generated from 1 upward
+    assert p.membership(Port(0x999))[0x7FFF] == "full"  # the last Default statement: ALL=full
+    assert p.membership(Port(0x999, is_sm=True))[0x300] == "limited"  # ALL=limited came after SELF=full
     groups = [g.mgid for g in p.partitions[0x7FFF].mgroups]
     # ipoib: the broadcast group; an IP group gets the partition's full P_Key
     assert groups == ["ff12:401b:ffff::ffff:ffff", "ff12:401b:ffff::707", "ff12::1"]
@@ -38,9 +39,9 @@ def test_doc_examples_give_the_memberships_the_doc_states():
 
 def test_implicit_default_partition_and_both_membership():
     p = parse_policy("t=0x10 : 0x1=both, ALL_SWITCHES=full ;")
-    assert p.expected_table(Port(0x1)) == {0x7FFF, 0x8010}               # both -> full without the option
+    assert p.expected_table(Port(0x1)) == {0x7FFF, 0x8010}  # both -> full without the option
     assert p.expected_table(Port(0x2, "switch")) == {0x7FFF, 0x8010}
-    assert p.expected_table(Port(0x3, is_sm=True)) == {0xFFFF}          # SELF=full in Default
+    assert p.expected_table(Port(0x3, is_sm=True)) == {0xFFFF}  # SELF=full in Default
     both = parse_policy("t=0x10 : 0x1=both ;", allow_both_pkeys=True)
     assert both.expected_table(Port(0x1)) == {0x7FFF, 0x8010, 0x0010}
 
@@ -48,19 +49,22 @@ def test_implicit_default_partition_and_both_membership():
 def test_continuation_lines_and_keywords_by_prefix():
     p = parse_policy("a=0x20, defmember=full :\n  0x5,\n  0x6=limited\n  ;\nb=0x21: A=limited;")
     assert p.membership(Port(0x5))[0x20] == "full" and p.membership(Port(0x6))[0x20] == "limited"
-    assert p.membership(Port(0x7))[0x21] == "limited"           # 'A' is opensm's prefix match for ALL
+    assert p.membership(Port(0x7))[0x21] == "limited"  # 'A' is opensm's prefix match for ALL
 
 
-@pytest.mark.parametrize("text,line", [
-    ("a=0x10 : 0x1;\nb=zz : 0x2;", 2),                           # bad P_Key
-    ("a=0x10 :\n   0x1 0x2 ;", 2),                               # two GUIDs without a comma
-    ("a=0x10 : ALL_CAs=full;", 1),                               # keywords are case-sensitive
-    ("# fine\n  justtext 0x1 ;", 2),                             # no ':' header
-    ("a=0x10 : 0x0 ;", 1),                                       # GUID 0
-])
+@pytest.mark.parametrize(
+    "text,line",
+    [
+        ("a=0x10 : 0x1;\nb=zz : 0x2;", 2),  # bad P_Key
+        ("a=0x10 :\n   0x1 0x2 ;", 2),  # two GUIDs without a comma
+        ("a=0x10 : ALL_CAs=full;", 1),  # keywords are case-sensitive
+        ("# fine\n  justtext 0x1 ;", 2),  # no ':' header
+        ("a=0x10 : 0x0 ;", 1),  # GUID 0
+    ],
+)
 def test_a_file_opensm_rejects_is_evaluated_as_its_fallback_and_said_so(text, line):
     p = parse_policy(text, "p.conf")
-    assert p.expected_table(Port(0x1)) == {0xFFFF}               # Default=0x7fff : ALL=full
+    assert p.expected_table(Port(0x1)) == {0xFFFF}  # Default=0x7fff : ALL=full
     assert p.expected_table(Port(0x2, "switch")) == {0xFFFF}
     assert list(p.partitions) == [0x7FFF]
     [f] = policy_findings(p)
@@ -74,10 +78,21 @@ def test_empty_file_is_not_processed_so_opensm_falls_back():
     assert [f.rule for f in policy_findings(p)] == ["policy-fallback"]
 
 
-@pytest.mark.parametrize("text,value,used", [
-    ("0x10", 16, 4), ("010", 8, 3), ("08", 0, 1), ("0x", 0, 1), ("  +7", 7, 4), ("-1", (1 << 64) - 1, 2),
-    ("99999999999999999999999", (1 << 64) - 1, 23), ("12abc", 12, 2), ("", 0, 0), ("x", 0, 0),
-])
+@pytest.mark.parametrize(
+    "text,value,used",
+    [
+        ("0x10", 16, 4),
+        ("010", 8, 3),
+        ("08", 0, 1),
+        ("0x", 0, 1),
+        ("  +7", 7, 4),
+        ("-1", (1 << 64) - 1, 2),
+        ("99999999999999999999999", (1 << 64) - 1, 23),
+        ("12abc", 12, 2),
+        ("", 0, 0),
+        ("x", 0, 0),
+    ],
+)
 def test_numbers_follow_c_strtoul_base_0(text, value, used):
     assert strtoul(text) == (value, used)
 
@@ -105,6 +120,7 @@ def test_mgid_item_consumes_the_rest_of_its_line():
 def test_any_bytes_give_a_policy_never_an_exception():
     """Bad input never crashes: mutated files and random bytes are read as opensm would (or its fallback)."""
     import random
+
     rnd = random.Random(7)
     base = DOC_EXAMPLE.encode()
     alphabet = b"aAS=0x17,:;# \t\n\r-+mgid=ff12::1\0\xff"

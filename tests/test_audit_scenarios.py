@@ -2,6 +2,7 @@
 the ones each scenario declares in `[[expect.findings]]` (rule, severity, endpoints, P_Key, trap), with the
 evidence frames tshark selects with the scenario's display filter; the clean scenarios must give none.
 Native IB ends are named by port GUID; RoCE ends (tenants split by VLAN and IP subnet) by MAC and IP."""
+
 import json
 import subprocess
 import tomllib
@@ -9,7 +10,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from conftest import run_ibwire
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
@@ -22,13 +22,25 @@ def _scenario(name: str) -> dict:
 
 
 def _audit(name: str, *extra):
-    return run_ibwire("audit", CAPS / f"{name}.pcap", "--policy", CAPS / f"{name}.partitions.conf",
-                      "--tenants", CAPS / f"{name}.tenants.toml", *extra)
+    return run_ibwire(
+        "audit",
+        CAPS / f"{name}.pcap",
+        "--policy",
+        CAPS / f"{name}.partitions.conf",
+        "--tenants",
+        CAPS / f"{name}.tenants.toml",
+        *extra,
+    )
 
 
 def _tshark_frames(pcap: Path, display_filter: str) -> list:
-    out = subprocess.run(["tshark", "-r", str(pcap), "-Y", display_filter, "-T", "fields", "-e", "frame.number"],
-                         capture_output=True, text=True, check=True, timeout=120).stdout
+    out = subprocess.run(
+        ["tshark", "-r", str(pcap), "-Y", display_filter, "-T", "fields", "-e", "frame.number"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     return sorted(int(n) for n in out.split())
 
 
@@ -93,9 +105,10 @@ def test_audit_gives_exactly_the_declared_findings(name, tshark):
     missing, unmatched = unmatched_findings(findings, declared)
     assert missing == [] and unmatched == [], (
         f"declared but not reported: {missing}\nreported but not declared: "
-        f"{[(f['rule'], f['severity'], f['frames'], f['description']) for f in unmatched]}")
+        f"{[(f['rule'], f['severity'], f['frames'], f['description']) for f in unmatched]}"
+    )
     if name.endswith("clean"):
-        assert findings == []                # no false positive on the clean fabric
+        assert findings == []  # no false positive on the clean fabric
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -108,7 +121,7 @@ def test_every_endpoint_is_mapped_from_the_captures_own_sm_sweep(name):
     for body in tenants.values():
         for ep in body["endpoints"]:
             g = int(ep["port_guid"], 0)
-            assert ports[g]["lid"] == lid[g], ep          # the LID the scenario's SM assigned
+            assert ports[g]["lid"] == lid[g], ep  # the LID the scenario's SM assigned
             assert "capture" in ports[g]["mapping_source"]
     assert all("-> LID" in m["mapping"] and "capture" in m["mapping"] for m in report["endpoint_mappings"])
     # only the IPoIB broadcast groups belong to no tenant
@@ -124,7 +137,7 @@ def test_exit_status_and_html_report(tmp_path):
     assert "FAIL" in breach.stdout
     page = (tmp_path / "breach.html").read_text()
     assert page.startswith("<!DOCTYPE html>") or page.lower().startswith("<!doctype html>")
-    assert "http://" not in page and "https://" not in page          # self-contained: no fetches
+    assert "http://" not in page and "https://" not in page  # self-contained: no fetches
     rules = Counter(f["rule"] for f in _scenario("multitenant-breach")["expect"]["findings"])
     for rule, n in rules.items():
         assert page.count(f"data-rule='{rule}'") == n, rule
@@ -136,14 +149,25 @@ def test_exit_status_and_html_report(tmp_path):
 def test_breach_report_in_headless_chromium(tmp_path):
     report = tmp_path / "audit-report.html"
     assert _audit("multitenant-breach", "--report", report).returncode == 1
-    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", report.as_uri(),
-                          f"--user-data-dir={tmp_path / 'chromium-profile'}"],   # not in ~/.config
-                         capture_output=True, text=True, timeout=60).stdout
+    dom = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--dump-dom",
+            report.as_uri(),
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        ],  # not in ~/.config
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert 'id="verdict">FAIL<' in dom
-    matrix = dom[dom.index('id="matrix"'):dom.index("</table>", dom.index('id="matrix"'))]
+    matrix = dom[dom.index('id="matrix"') : dom.index("</table>", dom.index('id="matrix"'))]
     for tenant in ("tenantA", "tenantB", "storage", "infra"):
         assert f"<th>{tenant}</th>" in matrix
-    findings = dom[dom.index('id="findings"'):]
+    findings = dom[dom.index('id="findings"') :]
     for f in _scenario("multitenant-breach")["expect"]["findings"]:
         assert f'data-rule="{f["rule"]}"' in findings
 
@@ -158,8 +182,11 @@ def test_roce_tenant_matrix_counts_what_tshark_sees_between_the_subnets(name, ts
     cells = {(c["from"], c["to"]): c["packets"] for c in report["matrix"]}
     for a in nets:
         for b in nets:
-            want = len(_tshark_frames(CAPS / f"{name}.pcap", f"infiniband.bth && ip.src in {{{nets[a]}}} && "
-                                                             f"ip.dst in {{{nets[b]}}}"))
+            want = len(
+                _tshark_frames(
+                    CAPS / f"{name}.pcap", f"infiniband.bth && ip.src in {{{nets[a]}}} && ip.dst in {{{nets[b]}}}"
+                )
+            )
             assert cells.get((a, b), 0) == want, (a, b)
     crossing = [c for c in report["matrix"] if c["from"] != c["to"] and c["packets"]]
     assert bool(crossing) == name.endswith("breach")

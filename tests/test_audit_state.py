@@ -3,6 +3,7 @@ out as Linux Documentation/ABI/stable/sysfs-class-infiniband describes it (DEV/n
 gids/I, pkeys/I}; VFs bound on the host reached through the PCI device's virtfnK links, sysfs-bus-pci), and
 several capture files of one incident audited together.  Expected drift comes from the policy the scenario
 declares (its partitions.conf), never from our own earlier output."""
+
 import json
 import shutil
 import subprocess
@@ -27,8 +28,20 @@ def run(*args, ok=(0, 1)):
 
 
 def audit_json(*captures, state):
-    return json.loads(run("audit", *captures, "--policy", f"{BREACH}.partitions.conf",
-                          "--tenants", f"{BREACH}.tenants.toml", "--state", state, "--format", "json"))
+    return json.loads(
+        run(
+            "audit",
+            *captures,
+            "--policy",
+            f"{BREACH}.partitions.conf",
+            "--tenants",
+            f"{BREACH}.tenants.toml",
+            "--state",
+            state,
+            "--format",
+            "json",
+        )
+    )
 
 
 def drift(res):
@@ -36,8 +49,11 @@ def drift(res):
     out = {}
     for f in res["findings"]:
         if f["rule"] == "pkey-drift":
-            extra = f["description"].split("not in policy: ")[1].split(";")[0] if "not in policy" in f["description"] \
+            extra = (
+                f["description"].split("not in policy: ")[1].split(";")[0]
+                if "not in policy" in f["description"]
                 else ""
+            )
             out[f["description"].split()[1]] = extra
     return out
 
@@ -73,7 +89,7 @@ def test_fabric_json_edited_table_is_drift(fabric_json, capture_audit, tmp_path)
     doc = json.loads(fabric_json.read_text())
     vm1 = next(p for p in doc["ports"] if p["guid"] == VM1)
     assert f"0x{VM1:016x}" not in drift(capture_audit)
-    vm1["pkeys"].append(0x8005)                        # a key no partition in the policy declares
+    vm1["pkeys"].append(0x8005)  # a key no partition in the policy declares
     vm1["pkeys_last"] = vm1["pkeys_last"] or "read"
     edited = tmp_path / "edited.json"
     edited.write_text(json.dumps(doc))
@@ -84,22 +100,26 @@ def test_fabric_json_edited_table_is_drift(fabric_json, capture_audit, tmp_path)
 def test_fabric_json_rejects_other_json(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text('{"nodes": []}')
-    out = subprocess.run([*IBWIRE, "audit", "--policy", f"{BREACH}.partitions.conf", "--state", str(bad)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [*IBWIRE, "audit", "--policy", f"{BREACH}.partitions.conf", "--state", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "ports" in out.stderr + out.stdout
 
 
 def _gid(guid):
     g = f"{guid:016x}"
-    return "fe80:0000:0000:0000:" + ":".join(g[i:i + 4] for i in range(0, 16, 4))
+    return "fe80:0000:0000:0000:" + ":".join(g[i : i + 4] for i in range(0, 16, 4))
 
 
 def _ib_dev(d: Path, node_guid: int, port_guid: int, lid: int, pkeys: list):
     g = f"{node_guid:016x}"
     (d / "ports" / "1" / "pkeys").mkdir(parents=True)
     (d / "ports" / "1" / "gids").mkdir()
-    (d / "node_guid").write_text(":".join(g[i:i + 4] for i in range(0, 16, 4)) + "\n")
+    (d / "node_guid").write_text(":".join(g[i : i + 4] for i in range(0, 16, 4)) + "\n")
     (d / "ports" / "1" / "lid").write_text(f"0x{lid:x}\n")
     (d / "ports" / "1" / "gids" / "0").write_text(_gid(port_guid) + "\n")
     for i, pk in enumerate(pkeys + [0] * (16 - len(pkeys))):
@@ -111,8 +131,9 @@ def test_sysfs_state_drift(tmp_path):
     policy = load_policy(f"{BREACH}.partitions.conf", False)
     want_vm1 = sorted(policy.expected_table(Port(VM1, "ca", False)))
     root = tmp_path / "sys"
-    pf_pci, vf0_pci, vf1_pci = (root / "devices" / "pci0000:00" / n for n in
-                                ("0000:3b:00.0", "0000:3b:00.1", "0000:3b:00.2"))
+    pf_pci, vf0_pci, vf1_pci = (
+        root / "devices" / "pci0000:00" / n for n in ("0000:3b:00.0", "0000:3b:00.1", "0000:3b:00.2")
+    )
     for d in (pf_pci, vf0_pci, vf1_pci):
         d.mkdir(parents=True)
     _ib_dev(pf_pci / "infiniband" / "mlx5_0", 0x0002C90300A10000, 0x0002C90300A10001, 0x10, [0xFFFF])
@@ -129,8 +150,9 @@ def test_sysfs_state_drift(tmp_path):
     assert sorted(st.ports[VM1].pkeys) == sorted(want_vm1 + [0x8005])
     assert any("vf 1" in s and "not in this host's sysfs" in s for s in st.sources)
 
-    res = json.loads(run("audit", "--policy", f"{BREACH}.partitions.conf", "--state", f"sysfs:{root}",
-                         "--format", "json"))
+    res = json.loads(
+        run("audit", "--policy", f"{BREACH}.partitions.conf", "--state", f"sysfs:{root}", "--format", "json")
+    )
     found = drift(res)
     assert "0x8005" in found[f"0x{VM1:016x}"]
 
@@ -139,8 +161,11 @@ def test_split_captures_audit_like_one(tmp_path, capture_audit):
     editcap = shutil.which("editcap")
     if editcap is None:
         pytest.fail("editcap (Debian package wireshark-common / tshark) is required")
-    total = int(subprocess.run(["capinfos", "-Mc", f"{BREACH}.pcap"], capture_output=True, text=True)
-                .stdout.split("Number of packets:")[1].split()[0])
+    total = int(
+        subprocess.run(["capinfos", "-Mc", f"{BREACH}.pcap"], capture_output=True, text=True)
+        .stdout.split("Number of packets:")[1]
+        .split()[0]
+    )
     assert total > 10
     half = total // 2
     a, b = tmp_path / "a.pcap", tmp_path / "b.pcap"

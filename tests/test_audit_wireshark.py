@@ -2,6 +2,7 @@
 comments name finding number, rule and severity (tshark's frame.comment); every finding carries display
 filters (its frames, its frames in the evidence file, and a semantic one) that tshark accepts and that
 select its evidence frames; the HTML report links each evidence frame to its decoded layers."""
+
 import json
 import os
 import re
@@ -28,15 +29,28 @@ def audited(request, tmp_path_factory):
     name = request.param
     tmp = tmp_path_factory.mktemp(name)
     cap = CAPTURES / f"{name}.pcap"
-    args = [sys.executable, "-c", "from ibwire.cli import main; main()", "audit", str(cap),
-            "--policy", str(CAPTURES / f"{name}.partitions.conf"),
-            "--tenants", str(CAPTURES / f"{name}.tenants.toml")]
-    out = subprocess.run(args + ["--format", "json", "--evidence", str(tmp / "evidence.pcapng"),
-                                 "--report", str(tmp / "report.html")],
-                         capture_output=True, text=True, timeout=300, cwd=tmp)
+    args = [
+        sys.executable,
+        "-c",
+        "from ibwire.cli import main; main()",
+        "audit",
+        str(cap),
+        "--policy",
+        str(CAPTURES / f"{name}.partitions.conf"),
+        "--tenants",
+        str(CAPTURES / f"{name}.tenants.toml"),
+    ]
+    out = subprocess.run(
+        args + ["--format", "json", "--evidence", str(tmp / "evidence.pcapng"), "--report", str(tmp / "report.html")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp,
+    )
     assert out.returncode == 1, out.stderr
-    text = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp,
-                          env=dict(os.environ, COLUMNS="400")).stdout
+    text = subprocess.run(
+        args, capture_output=True, text=True, timeout=300, cwd=tmp, env=dict(os.environ, COLUMNS="400")
+    ).stdout
     md = subprocess.run(args + ["--format", "md"], capture_output=True, text=True, timeout=300, cwd=tmp).stdout
     return cap, tmp, json.loads(out.stdout)["findings"], text, md
 
@@ -53,8 +67,12 @@ def test_evidence_pcapng_comments_name_finding_rule_and_severity(audited):
         assert len(mine) == len(set(f["frames"]))
         assert all(c.startswith(f"ibwire finding {f['number']}: {f['rule']} {f['severity']}: ") for c in mine)
     # the same bytes as the audited capture's frames
-    src = {int(n): raw for n, raw in (r.split("\t") for r in _tshark(cap, "-T", "fields", "-e", "frame.number",
-                                                                       "-e", "frame.protocols"))}
+    src = {
+        int(n): raw
+        for n, raw in (
+            r.split("\t") for r in _tshark(cap, "-T", "fields", "-e", "frame.number", "-e", "frame.protocols")
+        )
+    }
     kept = _tshark(ev, "-T", "fields", "-e", "frame.protocols")
     assert sorted(kept) == sorted(src[n] for n in cited)
 
@@ -71,9 +89,8 @@ def test_every_finding_carries_filters_tshark_accepts_and_that_select_its_frames
     union = " || ".join(f"({f['wireshark']['semantic']})" for f in findings)
     picked = {int(n) for n in _tshark(cap, "-Y", union, "-T", "fields", "-e", "frame.number")}
     assert {n for f in with_frames for n in f["frames"]} <= picked
-    for f in with_frames:                  # in the evidence file, by comment
-        got = _tshark(tmp / "evidence.pcapng", "-Y", f["wireshark"]["evidence"], "-T", "fields", "-e",
-                      "frame.number")
+    for f in with_frames:  # in the evidence file, by comment
+        got = _tshark(tmp / "evidence.pcapng", "-Y", f["wireshark"]["evidence"], "-T", "fields", "-e", "frame.number")
         assert len(got) == len(set(f["frames"])), f["rule"]
 
 
@@ -89,8 +106,8 @@ def test_text_markdown_and_html_show_the_filters_and_link_frames_to_their_decode
     assert links == targets == {str(n) for f in findings for n in f["frames"]}
     # each target holds the decoded layers of that frame (JSON of the layer tree, as `ibwire decode` shows)
     first = min(int(n) for n in targets)
-    block = page[page.index(f"id='frame-{first}'"):]
-    block = block[:block.index("</details>")]
+    block = page[page.index(f"id='frame-{first}'") :]
+    block = block[: block.index("</details>")]
     assert "&quot;bth&quot;" in block and "p_key" in block
 
 
@@ -100,13 +117,32 @@ def test_policy_findings_carry_the_partition_filter(tmp_path):
     cap = CAPTURES / "multitenant-clean.pcap"
     found = {}
     for conf in ("03_pkey_truncated_merge.conf", "18_bad_guid_rejected.conf"):
-        out = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "audit", str(cap),
-                              "--policy", str(confs / conf), "--format", "json"],
-                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
-        found.update({f["rule"]: f for f in json.loads(out.stdout)["findings"] if f["rule"].startswith("policy-")
-                      and f["severity"] == "breach"})
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from ibwire.cli import main; main()",
+                "audit",
+                str(cap),
+                "--policy",
+                str(confs / conf),
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )
+        found.update(
+            {
+                f["rule"]: f
+                for f in json.loads(out.stdout)["findings"]
+                if f["rule"].startswith("policy-") and f["severity"] == "breach"
+            }
+        )
     assert found["policy-reading"]["wireshark"]["semantic"] == "infiniband.bth.p_key in {0x0002, 0x8002}"
     assert found["policy-fallback"]["wireshark"]["semantic"] == "infiniband.bth.p_key == 0xffff"
     for f in found.values():
         assert f["frames"] == [] and f["wireshark"]["frames"] == ""
-        _tshark(cap, "-Y", f["wireshark"]["semantic"], "-c", "1")       # tshark accepts it
+        _tshark(cap, "-Y", f["wireshark"]["semantic"], "-c", "1")  # tshark accepts it

@@ -6,6 +6,7 @@ tenants about linearly.
 Each command runs under a 1 GiB address-space limit and reports its own peak resident memory (VmHWM:
 getrusage's ru_maxrss would carry the forking test runner's over the exec); the hostile files are sparse,
 so the 4 GiB they claim costs the disk nothing."""
+
 import json
 import resource
 import struct
@@ -14,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -52,9 +52,12 @@ def _clean():
 def _all_commands(cap: Path, tmp_path: Path) -> dict:
     """decode, stats, convert and audit of one capture: {command: (status, stdout, stderr)}."""
     out = {}
-    for name, args in (("decode", ("decode", cap)), ("stats", ("stats", cap, "--format", "json")),
-                       ("convert", ("convert", cap, "-o", tmp_path / "out.pcap", "--link", "ib")),
-                       ("audit", ("audit", cap, *AUDIT, "--format", "json"))):
+    for name, args in (
+        ("decode", ("decode", cap)),
+        ("stats", ("stats", cap, "--format", "json")),
+        ("convert", ("convert", cap, "-o", tmp_path / "out.pcap", "--link", "ib")),
+        ("audit", ("audit", cap, *AUDIT, "--format", "json")),
+    ):
         out[name] = run(*args)[:3]
     return out
 
@@ -94,16 +97,19 @@ def test_pcap_records_claiming_64_mib_each_are_refused(tmp_path):
     records_64mib(cap, raw)
     assert cap.stat().st_size > 40 * (64 << 20)
     res = _all_commands(cap, tmp_path)
-    refused = f"frame {len(recs) + 1}: record length {64 << 20} is impossible (over 262144); the rest of the " \
-              "file is unreadable"
+    refused = (
+        f"frame {len(recs) + 1}: record length {64 << 20} is impossible (over 262144); the rest of the "
+        "file is unreadable"
+    )
     status, out, err = res["decode"]
     assert status == 0 and _frames(out) == list(range(1, len(recs) + 1)) and refused in err
     assert res["stats"][0] == 0 and refused in res["stats"][1]
     assert res["convert"][0] == 0 and refused in res["convert"][2]
     status, out, _ = res["audit"]
     report = json.loads(out)
-    assert status == 4 and report["verdict"].startswith(f"PASS (evidence incomplete: 1 of {len(recs) + 1} frames "
-                                                        "unreadable")
+    assert status == 4 and report["verdict"].startswith(
+        f"PASS (evidence incomplete: 1 of {len(recs) + 1} frames unreadable"
+    )
     assert report["evidence"]["lost_bytes"] == cap.stat().st_size - recs[-1][0] - recs[-1][1]
 
 
@@ -124,8 +130,10 @@ def test_over_long_record_that_frames_the_file_is_skipped_and_counted(tmp_path):
     status, out, _ = res["audit"]
     report = json.loads(out)
     assert status == 4 and report["evidence"]["skipped"] == 1 and report["packets"] == len(recs)
-    assert report["verdict"] == f"PASS (evidence incomplete: 1 of {len(recs) + 1} frames unreadable; " \
-                                f"{len(big)} bytes of the captures unread)"
+    assert (
+        report["verdict"] == f"PASS (evidence incomplete: 1 of {len(recs) + 1} frames unreadable; "
+        f"{len(big)} bytes of the captures unread)"
+    )
 
 
 def test_pcapng_packet_over_the_limit_in_a_whole_block_is_skipped(tmp_path):
@@ -158,10 +166,10 @@ def test_erf_records_claiming_huge_lengths_stay_within_the_record(tmp_path):
     assert res["audit"][0] in (0, 1, 4) and json.loads(res["audit"][1])["packets"] == len(recs)
     intact = tmp_path / "intact.pcap"
     run("convert", CAPS / "multitenant-clean.pcap", "-o", intact, "--link", "ib")
-    strip = [(o + 8, n - 8) for o, n in records(intact.read_bytes())]         # packet bytes, times aside
+    strip = [(o + 8, n - 8) for o, n in records(intact.read_bytes())]  # packet bytes, times aside
     got = (tmp_path / "out.pcap").read_bytes()
     want = intact.read_bytes()
-    assert [got[o + 8:o + n] for o, n in strip] == [want[o + 8:o + n] for o, n in strip]
+    assert [got[o + 8 : o + n] for o, n in strip] == [want[o + 8 : o + n] for o, n in strip]
 
 
 @pytest.mark.parametrize("cut", ["record header", "packet headers"])
@@ -170,13 +178,16 @@ def test_truncated_last_record_is_reported_and_the_audit_says_so(tmp_path, cut):
     it are read, the warning names the cut, and the audit passes only on incomplete evidence (exit 4)."""
     raw, recs = _clean()
     off, n = recs[-1]
-    keep, says = (10, "trailing bytes after the last record") if cut == "record header" else \
-        (16 + 20, f"frame {len(recs)}: record cut short at end of file")
+    keep, says = (
+        (10, "trailing bytes after the last record")
+        if cut == "record header"
+        else (16 + 20, f"frame {len(recs)}: record cut short at end of file")
+    )
     cap = tmp_path / "cut.pcap"
-    cap.write_bytes(raw[:off + keep])
+    cap.write_bytes(raw[: off + keep])
     status, out, err, _ = run("decode", cap)
     frames = _frames(out)
-    assert status == 0 and frames[:len(recs) - 1] == list(range(1, len(recs)))
+    assert status == 0 and frames[: len(recs) - 1] == list(range(1, len(recs)))
     assert says in err
     status, out, err, _ = run("audit", cap, *AUDIT, "--format", "json")
     report = json.loads(out)
@@ -190,10 +201,23 @@ def test_large_captures_stay_under_500_mb(tmp_path):
     cap = tmp_path / "roce.pcap"
     generate(str(cap), 200_000)
     peaks = {}
-    for name, args in (("decode", ("decode", cap, "-T", "fields", "-e", "bth.psn")),
-                       ("convert", ("convert", cap, "-o", tmp_path / "out.pcap", "--link", "eth")),
-                       ("audit", ("audit", cap, "--policy", CAPS / "roce-multitenant-clean.partitions.conf",
-                                  "--tenants", CAPS / "roce-multitenant-clean.tenants.toml", "--format", "json"))):
+    for name, args in (
+        ("decode", ("decode", cap, "-T", "fields", "-e", "bth.psn")),
+        ("convert", ("convert", cap, "-o", tmp_path / "out.pcap", "--link", "eth")),
+        (
+            "audit",
+            (
+                "audit",
+                cap,
+                "--policy",
+                CAPS / "roce-multitenant-clean.partitions.conf",
+                "--tenants",
+                CAPS / "roce-multitenant-clean.tenants.toml",
+                "--format",
+                "json",
+            ),
+        ),
+    ):
         status, out, _, peaks[name] = run(*args, timeout=300)
         assert status in (0, 1), name
     assert len(records((tmp_path / "out.pcap").read_bytes())) == 200_000
@@ -205,8 +229,16 @@ def test_audit_of_2500_tenants_is_fast_and_complete(tmp_path):
     P_Key tables): the text audit takes well under 10 s (it took 90 s), lists every crossing and says the
     grid is too large; JSON keeps every pair."""
     paths = build(tmp_path, 2500)
-    args = ("audit", paths["capture"], "--policy", paths["policy"], "--tenants", paths["tenants"],
-            "--state", paths["state"])
+    args = (
+        "audit",
+        paths["capture"],
+        "--policy",
+        paths["policy"],
+        "--tenants",
+        paths["tenants"],
+        "--state",
+        paths["state"],
+    )
     t = time.perf_counter()
     status, out, _, peak = run(*args)
     wall = time.perf_counter() - t

@@ -8,6 +8,7 @@ changes the kernel's state, after dumpcap starts, and between writing a journal 
 Hostile journals (wrong types, truncated, deeply nested, huge, a symbolic link, a FIFO, binary garbage, commands
 ibwire never writes) are reported in one line and the search by marks still removes everything.
 """
+
 import json
 import os
 import random
@@ -116,9 +117,12 @@ def _left(env, owner: int) -> list:
 
 def _capture(env, *args, kill_at: int = 0, renames: bool = True):
     """Run the capture in the PF namespace under the counting driver; Ctrl-C once it captures.  (status, stderr)"""
-    p = subprocess.Popen(["ip", "netns", "exec", PF, sys.executable, "-c", KILLER, *map(str, args)],
-                         env=dict(env, KILL_AT=str(kill_at), KILL_RENAMES=str(int(renames))), stderr=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen(
+        ["ip", "netns", "exec", PF, sys.executable, "-c", KILLER, *map(str, args)],
+        env=dict(env, KILL_AT=str(kill_at), KILL_RENAMES=str(int(renames))),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     STARTED.append(p)
     err = []
     for line in p.stderr:
@@ -136,8 +140,9 @@ def test_a_capture_killed_at_any_step_leaves_nothing_after_cleanup(lab, tmp_path
     step = 0
     while True:
         step += 1
-        rc, err, pid = _capture(lab, "--vf", 2, "-w", tmp_path / "k.pcap", kill_at=step,
-                                renames=journal_after_kill == "kept")
+        rc, err, pid = _capture(
+            lab, "--vf", 2, "-w", tmp_path / "k.pcap", kill_at=step, renames=journal_after_kill == "kept"
+        )
         if rc != -signal.SIGKILL:
             break
         killed = [ln for ln in err.splitlines() if ln.startswith(f"step {step}:")]
@@ -149,13 +154,17 @@ def test_a_capture_killed_at_any_step_leaves_nothing_after_cleanup(lab, tmp_path
         assert r.returncode == 0 and "Traceback" not in r.stderr, said
         assert _left(lab, pid) == [], said
     assert rc == 130 and "everything armed was undone" in err, err
-    assert step > 18            # monitor, 5 qdiscs and rules, dumpcap, (journal updates,) the undoing of each
+    assert step > 18  # monitor, 5 qdiscs and rules, dumpcap, (journal updates,) the undoing of each
 
 
 def _armed_then_killed(env, tmp_path):
     """A capture of VF 2 fully armed, then SIGKILLed: (its journal, its pid)."""
-    p = subprocess.Popen(["ip", "netns", "exec", PF] + CLI + ["capture", "--vf", "2", "-w", str(tmp_path / "a.pcap")],
-                         env=env, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        ["ip", "netns", "exec", PF] + CLI + ["capture", "--vf", "2", "-w", str(tmp_path / "a.pcap")],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     STARTED.append(p)
     for line in p.stderr:
         if line.startswith("ibwire: capturing "):
@@ -163,7 +172,7 @@ def _armed_then_killed(env, tmp_path):
     (j,) = Path(env["IBWIRE_RUN_DIR"]).glob("capture-*.json")
     p.kill()
     p.wait()
-    assert _left(env, p.pid)            # a killed capture leaves its state armed
+    assert _left(env, p.pid)  # a killed capture leaves its state armed
     return j, p.pid
 
 
@@ -178,12 +187,12 @@ def _huge(j):
 
 def _symlink(j):
     j.unlink()
-    j.symlink_to("/dev/zero")          # followed, a reader would never finish
+    j.symlink_to("/dev/zero")  # followed, a reader would never finish
 
 
 def _fifo(j):
     j.unlink()
-    os.mkfifo(j)                      # opened for reading without O_NONBLOCK, a reader would wait forever
+    os.mkfifo(j)  # opened for reading without O_NONBLOCK, a reader would wait forever
 
 
 def _garbage(j):
@@ -200,18 +209,20 @@ def _wrong_types(j):
 
 def _impostor(j):
     doc = json.loads(j.read_text())
-    doc["pid"], doc["start"] = 1, Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()[19]   # init's
+    doc["pid"], doc["start"] = 1, Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()[19]  # init's
     j.write_text(json.dumps(doc))
 
 
-HOSTILE = {"wrong types": (_wrong_types, "'pid' is not a process id"),
-           "another capture's": (_impostor, "holds capture 1 "),
-           "truncated JSON": (_truncated, "is not JSON"),
-           "deeply nested": (_nested, "nested too deeply"),
-           "huge": (_huge, "more than a journal can be"),
-           "a symbolic link": (_symlink, "is a symbolic link (not followed)"),
-           "a FIFO": (_fifo, "is a FIFO"),
-           "binary garbage": (_garbage, "is not JSON")}
+HOSTILE = {
+    "wrong types": (_wrong_types, "'pid' is not a process id"),
+    "another capture's": (_impostor, "holds capture 1 "),
+    "truncated JSON": (_truncated, "is not JSON"),
+    "deeply nested": (_nested, "nested too deeply"),
+    "huge": (_huge, "more than a journal can be"),
+    "a symbolic link": (_symlink, "is a symbolic link (not followed)"),
+    "a FIFO": (_fifo, "is a FIFO"),
+    "binary garbage": (_garbage, "is not JSON"),
+}
 
 
 @pytest.mark.parametrize("kind", HOSTILE)
@@ -222,7 +233,7 @@ def test_cleanup_survives_a_hostile_journal_and_still_undoes_everything_by_its_m
     r = _cli(lab, "capture", "--cleanup", timeout=60)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     lines = r.stdout.splitlines()
-    assert f"{j}: " in lines[0] and said in lines[0], r.stdout           # what could not be read, one line
+    assert f"{j}: " in lines[0] and said in lines[0], r.stdout  # what could not be read, one line
     assert "found by their marks" in r.stdout and f"damaged journal {j} removed" in r.stdout, r.stdout
     assert _left(lab, pid) == []
     assert not os.path.lexists(j)
@@ -233,17 +244,21 @@ def test_a_journal_of_the_right_shape_replays_only_what_ibwire_writes_and_names_
     doc = json.loads(j.read_text())
     canary = tmp_path / "canary"
     canary.write_text("still here")
-    bystander = subprocess.Popen(["sleep", "300"])          # a live process the journal names as its engine
+    bystander = subprocess.Popen(["sleep", "300"])  # a live process the journal names as its engine
     STARTED.append(bystander)
     doc["evil"] = 1
-    doc["entries"] += [7, {"what": "x", "undo": ["rm", "-f", str(canary)]}, {"what": "y", "undo": "tc"},
-                       {"what": "engine", "pid": bystander.pid, "start": None}]
+    doc["entries"] += [
+        7,
+        {"what": "x", "undo": ["rm", "-f", str(canary)]},
+        {"what": "y", "undo": "tc"},
+        {"what": "engine", "pid": bystander.pid, "start": None},
+    ]
     j.write_text(json.dumps(doc))
     r = _cli(lab, "capture", "--cleanup")
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
     assert first.startswith(f"{j}: unknown key 'evil'; entry ") and "and 1 more problem" in first, r.stdout
-    assert f"left by capture {pid}" in r.stdout                    # the entries ibwire wrote were replayed
+    assert f"left by capture {pid}" in r.stdout  # the entries ibwire wrote were replayed
     assert canary.read_text() == "still here" and bystander.poll() is None
     assert _left(lab, pid) == []
 
@@ -251,11 +266,11 @@ def test_a_journal_of_the_right_shape_replays_only_what_ibwire_writes_and_names_
 def test_cleanup_exits_1_naming_what_it_could_not_undo(lab, tmp_path):
     j, pid = _armed_then_killed(lab, tmp_path)
     (tmp_path / "bin").mkdir()
-    r = _cli(dict(lab, PATH=str(tmp_path / "bin")), "capture", "--cleanup")     # no tc, no ip: nothing undone
+    r = _cli(dict(lab, PATH=str(tmp_path / "bin")), "capture", "--cleanup")  # no tc, no ip: nothing undone
     assert r.returncode == 1 and f"journal {j} kept" in r.stdout and "No such file" in r.stdout, r.stdout
     assert "could not be undone" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert j.exists() and _left(lab, pid)
-    r = _cli(lab, "capture", "--cleanup")                                        # with iproute2 back
+    r = _cli(lab, "capture", "--cleanup")  # with iproute2 back
     assert r.returncode == 0 and f"left by capture {pid}" in r.stdout, r.stdout
     assert _left(lab, pid) == []
 
@@ -267,7 +282,7 @@ def test_the_journal_never_follows_a_planted_link_or_waits_on_a_fifo_and_leaves_
     victim.write_text("keep")
     pid, start = os.getpid(), Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
     name = f"capture-{pid}-{start}"
-    (run / f"{name}.tmp").symlink_to(victim)                        # the old, predictable temporary name
+    (run / f"{name}.tmp").symlink_to(victim)  # the old, predictable temporary name
     (run / f"{name}.json").symlink_to(victim)
     j = journal.Journal("test", directory=run)
     j.record("a change", ["ip", "link", "del", "dev", "nothere0"])
@@ -275,12 +290,12 @@ def test_the_journal_never_follows_a_planted_link_or_waits_on_a_fifo_and_leaves_
     assert not (run / f"{name}.json").is_symlink() and json.loads((run / f"{name}.json").read_text())["entries"]
     assert j.disarm() == [] and not os.path.lexists(run / f"{name}.json")
     os.mkfifo(run / f"{name}.json")
-    j = journal.Journal("test", directory=run)                     # replaces the FIFO, never opens it
+    j = journal.Journal("test", directory=run)  # replaces the FIFO, never opens it
     j.disarm()
-    (run / f"{name}.json").mkdir()                                  # a name that cannot be replaced
+    (run / f"{name}.json").mkdir()  # a name that cannot be replaced
     with pytest.raises(UserError, match="cannot write the capture journal"):
         journal.Journal("test", directory=run)
-    assert sorted(os.listdir(run)) == [f"{name}.json", f"{name}.tmp", "state.lock"]   # no new temporary file
+    assert sorted(os.listdir(run)) == [f"{name}.json", f"{name}.tmp", "state.lock"]  # no new temporary file
     (run / "state.lock").unlink()
     (run / "state.lock").symlink_to(victim)
     with pytest.raises(UserError, match="state.lock is a symbolic link"):
@@ -292,13 +307,13 @@ def test_the_journal_never_follows_a_planted_link_or_waits_on_a_fifo_and_leaves_
 def test_cleanup_removes_what_a_journal_write_killed_before_its_rename_left(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / ".capture-4194303-1.0123456789abcdef.tmp").write_text('{"pid": 41')   # pid beyond pid_max: dead
+    (run / ".capture-4194303-1.0123456789abcdef.tmp").write_text('{"pid": 41')  # pid beyond pid_max: dead
     r = _cli(dict(os.environ, IBWIRE_RUN_DIR=str(run)), "capture", "--cleanup")
     assert r.returncode == 0 and "removed 1 unfinished journal write of dead captures" in r.stdout, r.stdout
     assert os.listdir(run) == ["state.lock"]
 
 
-PROOF = '''
+PROOF = """
 import sys
 sys.path.insert(0, {tests!r})
 from test_capture_lab import NOTHING, _armed, _finish, _start, lab, _no_capture_outlives_its_test  # noqa: F401
@@ -314,15 +329,20 @@ def test_2_captures_the_same_vf(lab, tmp_path):
     rc, err = _finish(p, lines)
     assert rc == 130, err
     assert _armed() == NOTHING
-'''
+"""
 
 
 def test_a_lab_test_that_fails_mid_capture_is_one_failure_not_a_cascade(tmp_path):
     """Issue 33: test_capture_lab's fixtures stop a failed test's capture and clean up, so the next test can
     capture the same VF (before, it failed with 'already being captured by pid N')."""
     (tmp_path / "test_cascade.py").write_text(PROOF.format(tests=str(HERE)))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_cascade.py"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_cascade.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert "1 failed, 1 passed" in r.stdout, r.stdout[-3000:]
     assert "failed on purpose mid-capture" in r.stdout and "already being captured" not in r.stdout
 
@@ -333,11 +353,18 @@ def test_capture_and_extcap_read_lab_descriptions_without_following_links_or_wai
     os.mkfifo(run / "lab-a.json")
     (run / "lab-b.json").symlink_to("/dev/zero")
     (run / "lab-c.json").write_text(json.dumps({"pf_netns": PF, "name": "c", "vfs": "x"}))
-    r = subprocess.run(["ip", "netns", "exec", PF] + CLI + ["capture", "--vf", "2", "-w", str(tmp_path / "x.pcap")],
-                       env=dict(lab, IBWIRE_RUN_DIR=str(run)), capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and r.stderr.endswith(f"ibwire: {run / 'lab-c.json'}: not a lab description as "
-                                                   f"`ibwire lab up` writes it; take the lab down and up again\n")
-    r = _cli(dict(lab, IBWIRE_RUN_DIR=str(run)), "extcap", "--extcap-interfaces", timeout=60)   # Wireshark's listing
+    r = subprocess.run(
+        ["ip", "netns", "exec", PF] + CLI + ["capture", "--vf", "2", "-w", str(tmp_path / "x.pcap")],
+        env=dict(lab, IBWIRE_RUN_DIR=str(run)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and r.stderr.endswith(
+        f"ibwire: {run / 'lab-c.json'}: not a lab description as "
+        f"`ibwire lab up` writes it; take the lab down and up again\n"
+    )
+    r = _cli(dict(lab, IBWIRE_RUN_DIR=str(run)), "extcap", "--extcap-interfaces", timeout=60)  # Wireshark's listing
     assert r.returncode == 0 and r.stderr == "" and "of lab" not in r.stdout, r.stdout + r.stderr
 
 
@@ -345,18 +372,24 @@ def test_ibdump_standin_left_running_by_a_killed_capture_is_stopped_by_cleanup(t
     """ibdump needs a ConnectX: a stand-in (tests/standin/ibdump) plays it on a fake sysfs tree."""
     sys.path.insert(0, str(HERE / "standin"))
     import fake_sysfs
-    env = dict(os.environ, PATH=f"{HERE / 'standin'}:{os.environ['PATH']}", STANDIN_LOG=str(tmp_path / "argv.log"),
-               IBWIRE_SYSFS_ROOT=str(fake_sysfs.build(tmp_path / "sys", "InfiniBand")),
-               IBWIRE_RUN_DIR=str(tmp_path / "run"))
-    p = subprocess.Popen(CLI + ["capture", "--pf", "mlx5_0", "-w", str(tmp_path / "ib.pcap")], env=env,
-                         stderr=subprocess.PIPE, text=True)
+
+    env = dict(
+        os.environ,
+        PATH=f"{HERE / 'standin'}:{os.environ['PATH']}",
+        STANDIN_LOG=str(tmp_path / "argv.log"),
+        IBWIRE_SYSFS_ROOT=str(fake_sysfs.build(tmp_path / "sys", "InfiniBand")),
+        IBWIRE_RUN_DIR=str(tmp_path / "run"),
+    )
+    p = subprocess.Popen(
+        CLI + ["capture", "--pf", "mlx5_0", "-w", str(tmp_path / "ib.pcap")], env=env, stderr=subprocess.PIPE, text=True
+    )
     STARTED.append(p)
     for line in p.stderr:
         if line.startswith("ibwire: capturing "):
             break
     p.kill()
     p.wait()
-    assert _engines(p.pid)                                  # the sniffer outlives the capture
+    assert _engines(p.pid)  # the sniffer outlives the capture
     r = _cli(env, "capture", "--cleanup")
     assert r.returncode == 0 and f"left by capture {p.pid}" in r.stdout, r.stdout + r.stderr
     assert _engines(p.pid) == [] and sorted(os.listdir(tmp_path / "run")) == ["mlx5_0:1.lock", "state.lock"]

@@ -1,4 +1,5 @@
 """`ibwire capture --backend ibsim` as a user runs it: real ibsim, real opensm, real smpquery."""
+
 import os
 import signal
 import subprocess
@@ -43,8 +44,14 @@ def test_capture_cli_records_opensm_sweep_and_smpquery(tmp_path):
     exe = Path(sys.executable).parent / "ibwire"
     with SimFabric(str(TOPO)) as sim:
         env = dict(os.environ, IBSIM_SERVER_PORT=str(sim.port), IBWIRE_RUN_DIR=str(tmp_path / "run"))
-        cap = subprocess.Popen([str(exe), "capture", "--backend", "ibsim", "-w", str(out)], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_ignored)
+        cap = subprocess.Popen(
+            [str(exe), "capture", "--backend", "ibsim", "-w", str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_sigint_ignored,
+        )
         try:
             _wait_capturing(cap)
             sim.start_opensm()
@@ -53,13 +60,16 @@ def test_capture_cli_records_opensm_sweep_and_smpquery(tmp_path):
         finally:
             cap.send_signal(signal.SIGINT)
             _, err = cap.communicate(timeout=30)
-    assert cap.returncode == 130, err                                # Ctrl-C's exit status
-    assert f"stopped by Ctrl-C; {len(list(iter_frames(out)))} packets kept in {out}, a valid capture; nothing was " \
-        "armed" in err and "Traceback" not in err, err
+    assert cap.returncode == 130, err  # Ctrl-C's exit status
+    assert (
+        f"stopped by Ctrl-C; {len(list(iter_frames(out)))} packets kept in {out}, a valid capture; nothing was armed"
+        in err
+        and "Traceback" not in err
+    ), err
     decoded = [decode_frame(f) for f in iter_frames(out)]
     summaries = [d.summary for d in decoded]
     assert any("SubnGet(NodeInfo)" in s for s in summaries)
-    assert any("SubnSet(PortInfo)" in s for s in summaries)        # opensm assigning LIDs
+    assert any("SubnSet(PortInfo)" in s for s in summaries)  # opensm assigning LIDs
     assert any("SubnGetResp(NodeDescription)" in s for s in summaries)
     assert all(d.flat["icrc.status"] == "good" and d.flat["vcrc.status"] == "good" for d in decoded)
     assert subprocess.run(["tshark", "-r", out], capture_output=True, text=True).returncode == 0
@@ -71,14 +81,19 @@ def test_capture_ends_with_one_sentence_when_the_simulator_goes_away(tmp_path):
     sim = SimFabric(str(TOPO))
     try:
         env = dict(os.environ, IBSIM_SERVER_PORT=str(sim.port), IBWIRE_RUN_DIR=str(tmp_path / "run"))
-        cap = subprocess.Popen([str(exe), "capture", "--backend", "ibsim", "-w", str(out)], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cap = subprocess.Popen(
+            [str(exe), "capture", "--backend", "ibsim", "-w", str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         lines = _wait_capturing(cap)
         sim.run(["smpquery", "-D", "nodeinfo", "0"])
     finally:
-        sim.close()                                   # ibsim is killed
+        sim.close()  # ibsim is killed
     _, err = cap.communicate(timeout=30)
     err = "".join(lines) + err
     assert cap.returncode == 1 and "ibsim" in err and "went away" in err and "Traceback" not in err, err
     frames = list(iter_frames(out))
-    assert [decode_frame(f).flat["mad.method"] for f in frames] == [0x01, 0x81]   # kept what it saw
+    assert [decode_frame(f).flat["mad.method"] for f in frames] == [0x01, 0x81]  # kept what it saw

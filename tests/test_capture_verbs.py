@@ -1,5 +1,6 @@
 """The verbs backend against the real pyverbs (Debian python3-pyverbs) on this kernel, which has no RDMA:
 it must fail with one clear sentence and no traceback."""
+
 import os
 import subprocess
 import sys
@@ -17,8 +18,8 @@ import fake_sysfs  # noqa: E402
 
 
 def test_real_pyverbs_imports():
-    import_pyverbs()          # python3-pyverbs must be installed (apt); failing here means it is missing
-    import pyverbs.flow       # noqa: F401
+    import_pyverbs()  # python3-pyverbs must be installed (apt); failing here means it is missing
+    import pyverbs.flow  # noqa: F401
 
 
 def test_verbs_backend_on_kernel_without_rdma_is_one_sentence(tmp_path):
@@ -35,9 +36,24 @@ def test_verbs_backend_on_kernel_without_rdma_is_one_sentence(tmp_path):
 def test_verbs_cli_with_sysfs_device_but_no_kernel_rdma(tmp_path):
     root = fake_sysfs.build(tmp_path / "sys", "Ethernet")
     env = dict(os.environ, IBWIRE_SYSFS_ROOT=str(root), IBWIRE_RUN_DIR=str(tmp_path / "run"))
-    r = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "capture", "--pf", "mlx5_0",
-                        "--backend", "verbs", "-w", str(tmp_path / "x.pcap")], env=env, capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from ibwire.cli import main; main()",
+            "capture",
+            "--pf",
+            "mlx5_0",
+            "--backend",
+            "verbs",
+            "-w",
+            str(tmp_path / "x.pcap"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]
@@ -49,20 +65,44 @@ def test_verbs_standin_pyverbs_polls_in_batches_writes_every_frame_and_counts_de
     """pyverbs stand-in (tests/standin/verbs/pyverbs: no RDMA device can run here) delivering 3,000 frames."""
     from ibwire.lab import topology, traffic
     from ibwire.readers import iter_frames
+
     root = fake_sysfs.build(tmp_path / "sys", "Ethernet")
     oob = root / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "hw_counters" / "out_of_buffer"
     oob.parent.mkdir(parents=True)
     oob.write_text("100\n")
     sent = traffic.write_burst(topology.describe("x"), "vf2", "remote", 3000, str(tmp_path / "in.pcap"))
     out = tmp_path / "out.pcap"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE / "standin" / "verbs"), os.environ.get("PYTHONPATH", "")]),
-               IBWIRE_SYSFS_ROOT=str(root), IBWIRE_RUN_DIR=str(tmp_path / "run"), STANDIN_VERBS_PCAP=sent,
-               STANDIN_VERBS_OOB="7", STANDIN_VERBS_OOB_FILE=str(oob))
-    r = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "capture", "--pf", "mlx5_0",
-                        "--backend", "verbs", "-w", str(out), "--duration", "2"], env=env, capture_output=True,
-                       text=True, timeout=60)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(HERE / "standin" / "verbs"), os.environ.get("PYTHONPATH", "")]),
+        IBWIRE_SYSFS_ROOT=str(root),
+        IBWIRE_RUN_DIR=str(tmp_path / "run"),
+        STANDIN_VERBS_PCAP=sent,
+        STANDIN_VERBS_OOB="7",
+        STANDIN_VERBS_OOB_FILE=str(oob),
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from ibwire.cli import main; main()",
+            "capture",
+            "--pf",
+            "mlx5_0",
+            "--backend",
+            "verbs",
+            "-w",
+            str(out),
+            "--duration",
+            "2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
-    assert [f.data for f in iter_frames(str(out))] == [f.data for f in iter_frames(sent)]   # every frame, in order
+    assert [f.data for f in iter_frames(str(out))] == [f.data for f in iter_frames(sent)]  # every frame, in order
     assert "drops from its out_of_buffer counter" in r.stderr
-    assert "backend drops: 7" in r.stderr                  # the device's count of packets it had no buffer for
+    assert "backend drops: 7" in r.stderr  # the device's count of packets it had no buffer for
     assert not list((tmp_path / "run").glob("capture-*.json"))

@@ -1,17 +1,25 @@
 """ICRC/VCRC: every packet real hardware accepted verifies, and corrupting a covered bit is caught."""
+
 import random
 
 import pytest
+from tshark_oracle import PUBLIC
 
 from dissectors import crc
 from ibwire.decode import decode_frame
 from ibwire.readers import Frame, iter_frames
-from tshark_oracle import PUBLIC
 
 # MANIFEST.md: CRC ground truth "ok" for these files (the others are "unknown").
-CRC_OK = ["srinivas_infiniband.pcap", "m3_mlx_rocev1_test.pcap", "m3_02-2-write_ibdump_write.pcap",
-          "m3_rdma-write-read_ibdump_read2.pcap", "m3_nvme_nvme-discover.pcap", "m3_nvme_host-echo_dump.pcap",
-          "oferby_proxy_roce.pcap", "scapy_roce_uts_cnp_cx4lx.pcap"]
+CRC_OK = [
+    "srinivas_infiniband.pcap",
+    "m3_mlx_rocev1_test.pcap",
+    "m3_02-2-write_ibdump_write.pcap",
+    "m3_rdma-write-read_ibdump_read2.pcap",
+    "m3_nvme_nvme-discover.pcap",
+    "m3_nvme_host-echo_dump.pcap",
+    "oferby_proxy_roce.pcap",
+    "scapy_roce_uts_cnp_cx4lx.pcap",
+]
 ROCE_PACKETS = {"oferby_proxy_roce.pcap": 105}
 
 
@@ -25,8 +33,11 @@ def test_hardware_accepted_packets_verify(name):
     assert frames
     if name in ROCE_PACKETS:
         assert len(frames) == ROCE_PACKETS[name]
-    bad = [(f.number, d.flat["icrc.status"], d.flat.get("vcrc.status")) for f, d in frames
-           if d.flat["icrc.status"] != "good" or d.flat.get("vcrc.status", "good") != "good"]
+    bad = [
+        (f.number, d.flat["icrc.status"], d.flat.get("vcrc.status"))
+        for f, d in frames
+        if d.flat["icrc.status"] != "good" or d.flat.get("vcrc.status", "good") != "good"
+    ]
     assert not bad
 
 
@@ -37,7 +48,7 @@ def test_native_ib_with_grh_verifies():
 
 def test_scapy_reference_vector():
     """The CNP from scapy's roce.uts stores ICRC 0x82fd002a; computing it over the packet gives it."""
-    (f, d), = ib_frames("scapy_roce_uts_cnp_cx4lx.pcap")
+    ((f, d),) = ib_frames("scapy_roce_uts_cnp_cx4lx.pcap")
     assert d.flat["invariant.crc"] == 0x82FD002A and d.flat["icrc.status"] == "good"
 
 
@@ -46,7 +57,9 @@ def _variant_bits(d, frame):
     pkt = d.packet
     from scapy.layers.inet import IP, UDP
     from scapy.layers.inet6 import IPv6
+
     from dissectors import BTH, GRH, LRH
+
     skip = set()
     data_len = len(frame.data)
 
@@ -60,11 +73,12 @@ def _variant_bits(d, frame):
             for bit in range(8):
                 if bit_mask is None or bit_mask[b - byte_from] & (0x80 >> bit):
                     skip.add(b * 8 + bit)
+
     if LRH in pkt:
         o = off(pkt[LRH])
         mark(0, o)
         mark(o, o + 8 if GRH in pkt else o + 1, None if GRH in pkt else [0xF0])
-        mark(data_len - 2, data_len)                          # the VCRC itself
+        mark(data_len - 2, data_len)  # the VCRC itself
     start = off(pkt[GRH]) if GRH in pkt else off(pkt[IP]) if IP in pkt else off(pkt[IPv6]) if IPv6 in pkt else 0
     if LRH not in pkt:
         mark(0, start)
@@ -84,8 +98,10 @@ def _variant_bits(d, frame):
     return skip
 
 
-@pytest.mark.parametrize("name", ["srinivas_infiniband.pcap", "m3_nvme_host-echo_dump.pcap",
-                                  "m3_mlx_rocev1_test.pcap", "oferby_proxy_roce.pcap"])
+@pytest.mark.parametrize(
+    "name",
+    ["srinivas_infiniband.pcap", "m3_nvme_host-echo_dump.pcap", "m3_mlx_rocev1_test.pcap", "oferby_proxy_roce.pcap"],
+)
 def test_single_bit_flips(name):
     """Property over real packets: flipping any bit the ICRC covers makes it bad (or the framing
     unreadable, never good); flipping a variant bit leaves the ICRC good; on native IB the VCRC
@@ -100,7 +116,7 @@ def test_single_bit_flips(name):
             data[bit // 8] ^= 0x80 >> (bit % 8)
             flipped = decode_frame(Frame(frame.number, frame.time, len(data), len(data), frame.linktype, bytes(data)))
             icrc = flipped.flat.get("icrc.status")
-            if "vcrc.status" in d.flat and bit >= 16 * 8:      # ERF header is outside the IB packet
+            if "vcrc.status" in d.flat and bit >= 16 * 8:  # ERF header is outside the IB packet
                 assert flipped.flat.get("vcrc.status") != "good" or icrc != "good", (frame.number, bit)
             if bit in variant:
                 if icrc is not None and "vcrc.status" not in d.flat:

@@ -1,5 +1,6 @@
 """Differential: PAUSE, PFC and LLDP DCBX (IEEE and CEE) frames crafted here decode to the values tshark 4.0 shows, field by
 field (every `macc.*` and `lldp.*` field tshark names, in frame order), in `-T json` and in `-T fields`."""
+
 import json
 import random
 import struct
@@ -7,17 +8,33 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from scapy.contrib.lldp import (LLDPDUChassisID, LLDPDUEndOfLLDPDU, LLDPDUGenericOrganisationSpecific, LLDPDUPortID,
-                                LLDPDUSystemName, LLDPDUTimeToLive)
+from conftest import run_ibwire
+from scapy.contrib.lldp import (
+    LLDPDUChassisID,
+    LLDPDUEndOfLLDPDU,
+    LLDPDUGenericOrganisationSpecific,
+    LLDPDUPortID,
+    LLDPDUSystemName,
+    LLDPDUTimeToLive,
+)
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.utils import wrpcap
+from tshark_oracle import _flatten, normalise, tshark_json
 
-from dissectors.dcb import (DCBXApp, LLDPDUAppPriority, LLDPDUCEEDCBX, LLDPDUETSConfiguration, LLDPDUETSRecommendation,
-                            LLDPDUPFCConfiguration, MACControl, MACControlPause, MACControlPFC, pause_seconds)
+from dissectors.dcb import (
+    LLDPDUCEEDCBX,
+    DCBXApp,
+    LLDPDUAppPriority,
+    LLDPDUETSConfiguration,
+    LLDPDUETSRecommendation,
+    LLDPDUPFCConfiguration,
+    MACControl,
+    MACControlPause,
+    MACControlPFC,
+    pause_seconds,
+)
 from ibwire.decode import decode_frame
 from ibwire.readers import iter_frames
-from conftest import run_ibwire
-from tshark_oracle import _flatten, normalise, tshark_json
 
 ROOT = Path(__file__).resolve().parents[1]
 PAUSE_DST, LLDP_DST = "01:80:c2:00:00:01", "01:80:c2:00:00:0e"
@@ -32,38 +49,66 @@ def _frames(seed=7):
         pfc = MACControl() / MACControlPFC(enbv=rnd.randrange(256), pause_time=quanta)
         eth = Ether(src=src, dst=PAUSE_DST)
         out.append(eth / pfc if i % 3 else eth / Dot1Q(vlan=i, prio=i % 8) / pfc)
-        out.append(Ether(src=src, dst=PAUSE_DST) / MACControl(opcode=1) / MACControlPause(pause_time=rnd.randrange(65536)))
-        tables = {**{f"prio{p}": rnd.randrange(8) for p in range(8)}, **{f"bw{t}": rnd.randrange(101) for t in range(8)},
-                  **{f"tsa{t}": rnd.choice((0, 1, 2, 255)) for t in range(8)}}
-        apps = [DCBXApp(prio=rnd.randrange(8), sel=rnd.randrange(1, 6), proto=rnd.choice((4791, 0x8915, 26, 860)))
-                for _ in range(rnd.randrange(1, 5))]
-        out.append(Ether(src=src, dst=LLDP_DST) / LLDPDUChassisID(subtype=4, id=src) / LLDPDUPortID(subtype=5, id=f"swp{i}")
-                   / LLDPDUTimeToLive(ttl=rnd.randrange(1, 65536)) / LLDPDUSystemName(system_name=b"leaf1")
-                   / LLDPDUETSConfiguration(willing=rnd.randrange(2), cbs=rnd.randrange(2), maxtcs=rnd.randrange(8), **tables)
-                   / LLDPDUETSRecommendation(**tables)
-                   / LLDPDUPFCConfiguration(willing=rnd.randrange(2), mbc=rnd.randrange(2), numtcs=rnd.randrange(9),
-                                            enable=rnd.randrange(256))
-                   / LLDPDUAppPriority(apps=apps)
-                   / LLDPDUGenericOrganisationSpecific(org_code=0x00AABB, subtype=1, data=b"\x03\x6c")
-                   / LLDPDUEndOfLLDPDU())
-        out.append(Ether(src=src, dst=LLDP_DST) / LLDPDUChassisID(subtype=4, id=src) / LLDPDUPortID(subtype=5, id=f"p{i}")
-                   / LLDPDUTimeToLive(ttl=120) / LLDPDUCEEDCBX(subtlvs=_cee(rnd)) / LLDPDUEndOfLLDPDU())
+        out.append(
+            Ether(src=src, dst=PAUSE_DST) / MACControl(opcode=1) / MACControlPause(pause_time=rnd.randrange(65536))
+        )
+        tables = {
+            **{f"prio{p}": rnd.randrange(8) for p in range(8)},
+            **{f"bw{t}": rnd.randrange(101) for t in range(8)},
+            **{f"tsa{t}": rnd.choice((0, 1, 2, 255)) for t in range(8)},
+        }
+        apps = [
+            DCBXApp(prio=rnd.randrange(8), sel=rnd.randrange(1, 6), proto=rnd.choice((4791, 0x8915, 26, 860)))
+            for _ in range(rnd.randrange(1, 5))
+        ]
+        out.append(
+            Ether(src=src, dst=LLDP_DST)
+            / LLDPDUChassisID(subtype=4, id=src)
+            / LLDPDUPortID(subtype=5, id=f"swp{i}")
+            / LLDPDUTimeToLive(ttl=rnd.randrange(1, 65536))
+            / LLDPDUSystemName(system_name=b"leaf1")
+            / LLDPDUETSConfiguration(willing=rnd.randrange(2), cbs=rnd.randrange(2), maxtcs=rnd.randrange(8), **tables)
+            / LLDPDUETSRecommendation(**tables)
+            / LLDPDUPFCConfiguration(
+                willing=rnd.randrange(2), mbc=rnd.randrange(2), numtcs=rnd.randrange(9), enable=rnd.randrange(256)
+            )
+            / LLDPDUAppPriority(apps=apps)
+            / LLDPDUGenericOrganisationSpecific(org_code=0x00AABB, subtype=1, data=b"\x03\x6c")
+            / LLDPDUEndOfLLDPDU()
+        )
+        out.append(
+            Ether(src=src, dst=LLDP_DST)
+            / LLDPDUChassisID(subtype=4, id=src)
+            / LLDPDUPortID(subtype=5, id=f"p{i}")
+            / LLDPDUTimeToLive(ttl=120)
+            / LLDPDUCEEDCBX(subtlvs=_cee(rnd))
+            / LLDPDUEndOfLLDPDU()
+        )
     return out
 
 
 def _cee(rnd) -> bytes:
     """CEE DCBX sub-TLVs (DCBX 1.01) with random contents: control, priority groups, PFC, applications."""
+
     def sub(kind, value):
         return struct.pack(">H", kind << 9 | len(value)) + value
 
     def head():
         return bytes([rnd.randrange(3), rnd.randrange(3), rnd.randrange(8) << 5, rnd.randrange(3)])
-    apps = b"".join(struct.pack(">H", rnd.choice((0x8906, 4791, 3260))) + bytes([rnd.randrange(256)])
-                    + rnd.randbytes(2) + bytes([rnd.choice((0, 8, 12, 128, rnd.randrange(256)))])
-                    for _ in range(rnd.randrange(1, 4)))
-    return (sub(1, bytes([0, rnd.randrange(3)]) + struct.pack(">II", rnd.getrandbits(32), rnd.getrandbits(32)))
-            + sub(2, head() + rnd.randbytes(4) + bytes(rnd.randrange(101) for _ in range(8)) + bytes([rnd.randrange(9)]))
-            + sub(3, head() + bytes([rnd.randrange(256), rnd.randrange(9)])) + sub(4, head() + apps))
+
+    apps = b"".join(
+        struct.pack(">H", rnd.choice((0x8906, 4791, 3260)))
+        + bytes([rnd.randrange(256)])
+        + rnd.randbytes(2)
+        + bytes([rnd.choice((0, 8, 12, 128, rnd.randrange(256)))])
+        for _ in range(rnd.randrange(1, 4))
+    )
+    return (
+        sub(1, bytes([0, rnd.randrange(3)]) + struct.pack(">II", rnd.getrandbits(32), rnd.getrandbits(32)))
+        + sub(2, head() + rnd.randbytes(4) + bytes(rnd.randrange(101) for _ in range(8)) + bytes([rnd.randrange(9)]))
+        + sub(3, head() + bytes([rnd.randrange(256), rnd.randrange(9)]))
+        + sub(4, head() + apps)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +121,18 @@ def capture(tmp_path_factory):
 def _theirs(packet):
     raw = {}
     _flatten(packet["_source"]["layers"], raw)
-    return {k: [normalise(v) for v in vs] for k, vs in raw.items()
-            if k.split(".")[0] in ("macc", "lldp") and not k.endswith("_tree")}
+    return {
+        k: [normalise(v) for v in vs]
+        for k, vs in raw.items()
+        if k.split(".")[0] in ("macc", "lldp") and not k.endswith("_tree")
+    }
 
 
 def _as_list(value):
-    return [normalise(v) if isinstance(v, str) else int(v) if isinstance(v, bool) else v
-            for v in (value if isinstance(value, list) else [value])]
+    return [
+        normalise(v) if isinstance(v, str) else int(v) if isinstance(v, bool) else v
+        for v in (value if isinstance(value, list) else [value])
+    ]
 
 
 def test_every_field_tshark_shows_agrees(capture, tshark):
@@ -101,25 +151,62 @@ def test_every_field_tshark_shows_agrees(capture, tshark):
     for d in decoded:
         ours = {k for k in d.flat if k.split(".")[0] in ("macc", "lldp") and "." in k and "pause_s" not in k}
         assert ours <= compared, ours - compared
-    assert {"macc.cbfc.enbv", "macc.cbfc.pause_time.c7", "macc.pause_time", "lldp.dcbx.ieee.ets.tsa7",
-            "lldp.dcbx.feature.pfc.prio3", "lldp.dcbx.ieee.app.prio", "lldp.dcbx.feature.pg.pgid_prio7",
-            "lldp.dcbx.control.seq", "lldp.dcbx.feature.app.oui", "lldp.dcbx.feature.app.prio",
-            "lldp.dcbx.feature.willing", "lldp.dcbx.feature.pg.numtcs"} <= compared
+    assert {
+        "macc.cbfc.enbv",
+        "macc.cbfc.pause_time.c7",
+        "macc.pause_time",
+        "lldp.dcbx.ieee.ets.tsa7",
+        "lldp.dcbx.feature.pfc.prio3",
+        "lldp.dcbx.ieee.app.prio",
+        "lldp.dcbx.feature.pg.pgid_prio7",
+        "lldp.dcbx.control.seq",
+        "lldp.dcbx.feature.app.oui",
+        "lldp.dcbx.feature.app.prio",
+        "lldp.dcbx.feature.willing",
+        "lldp.dcbx.feature.pg.numtcs",
+    } <= compared
 
 
 def test_fields_output_equals_tsharks(capture, tshark):
-    keys = ["frame.protocols", "macc.opcode", "macc.pause_time", "macc.cbfc.enbv", "macc.cbfc.enbv.c5",
-            "macc.cbfc.pause_time.c0", "macc.cbfc.pause_time.c6", "lldp.tlv.type", "lldp.tlv.len", "lldp.chassis.id.mac",
-            "lldp.port.id", "lldp.time_to_live", "lldp.orgtlv.oui", "lldp.ieee.802_1.subtype", "lldp.dcbx.ieee.willing",
-            "lldp.dcbx.ieee.ets.maxtcs", "lldp.dcbx.feature.pg.per2", "lldp.dcbx.ieee.pfc.numtcs",
-            "lldp.dcbx.feature.pfc.prio0", "lldp.dcbx.ieee.app.prio", "lldp.dcbx.iee.app.sf",
-            "lldp.dcbx.feature.app.proto", "vlan.priority", "lldp.dcbx.proto", "lldp.dcbx.type", "lldp.dcbx.version",
-            "lldp.dcbx.control.ack", "lldp.dcbx.feature.enabled", "lldp.dcbx.feature.subtype",
-            "lldp.dcbx.feature.app.oui", "lldp.dcbx.feature.app.sf", "lldp.dcbx.feature.app.prio",
-            "lldp.dcbx.feature.pfc.numtcs"]
+    keys = [
+        "frame.protocols",
+        "macc.opcode",
+        "macc.pause_time",
+        "macc.cbfc.enbv",
+        "macc.cbfc.enbv.c5",
+        "macc.cbfc.pause_time.c0",
+        "macc.cbfc.pause_time.c6",
+        "lldp.tlv.type",
+        "lldp.tlv.len",
+        "lldp.chassis.id.mac",
+        "lldp.port.id",
+        "lldp.time_to_live",
+        "lldp.orgtlv.oui",
+        "lldp.ieee.802_1.subtype",
+        "lldp.dcbx.ieee.willing",
+        "lldp.dcbx.ieee.ets.maxtcs",
+        "lldp.dcbx.feature.pg.per2",
+        "lldp.dcbx.ieee.pfc.numtcs",
+        "lldp.dcbx.feature.pfc.prio0",
+        "lldp.dcbx.ieee.app.prio",
+        "lldp.dcbx.iee.app.sf",
+        "lldp.dcbx.feature.app.proto",
+        "vlan.priority",
+        "lldp.dcbx.proto",
+        "lldp.dcbx.type",
+        "lldp.dcbx.version",
+        "lldp.dcbx.control.ack",
+        "lldp.dcbx.feature.enabled",
+        "lldp.dcbx.feature.subtype",
+        "lldp.dcbx.feature.app.oui",
+        "lldp.dcbx.feature.app.sf",
+        "lldp.dcbx.feature.app.prio",
+        "lldp.dcbx.feature.pfc.numtcs",
+    ]
     args = [a for k in keys for a in ("-e", k)]
-    theirs = subprocess.run([tshark, "-r", str(capture), "-T", "fields", *args], capture_output=True, text=True,
-                            check=True).stdout
+    theirs = subprocess.run(
+        [tshark, "-r", str(capture), "-T", "fields", *args], capture_output=True, text=True, check=True
+    ).stdout
     ours = run_ibwire("decode", capture, "-T", "fields", *args, check=True, unwrapped=True).stdout
     assert ours.splitlines() == theirs.splitlines()
 
@@ -139,8 +226,13 @@ def test_health_reads_the_pfc_priorities_tshark_shows(capture, tshark):
     """`ibwire health` takes each port's PFC-enabled priorities from its last DCBX PFC TLV (here the CEE one,
     sent after the IEEE one): the priorities tshark shows enabled in that frame."""
     keys = [f"lldp.dcbx.feature.pfc.prio{p}" for p in range(8)]
-    out = subprocess.run([tshark, "-r", str(capture), "-Y", "lldp.dcbx.proto", "-T", "fields", "-e", "eth.src"]
-                         + [a for k in keys for a in ("-e", k)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [tshark, "-r", str(capture), "-Y", "lldp.dcbx.proto", "-T", "fields", "-e", "eth.src"]
+        + [a for k in keys for a in ("-e", k)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     want = {}
     for line in out.splitlines():
         src, *bits = line.split("\t")
@@ -157,8 +249,11 @@ def test_json_layers_are_tsharks(capture, tshark):
     """-T json: the lldp and macc layers are tshark's, key for key in its order and nesting (a subtree per
     TLV titled as tshark titles it, application entries and CEE sub-TLVs in theirs, the class-enable
     vector's `_tree`, `CBFC Class Pause Times`), every value tshark's text."""
-    theirs = _layers_of(subprocess.run([tshark, "-r", str(capture), "-n", "-T", "json"], capture_output=True,
-                                       text=True, check=True).stdout)
+    theirs = _layers_of(
+        subprocess.run(
+            [tshark, "-r", str(capture), "-n", "-T", "json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     ours = _layers_of(run_ibwire("decode", capture, "-T", "json", check=True, unwrapped=True).stdout)
     assert len(ours) == len(theirs) == 96
     for n, (t, o) in enumerate(zip(theirs, ours), 1):
@@ -181,19 +276,23 @@ def _sections(text: str, names=("Link Layer Discovery Protocol", "MAC Control"))
 
 def test_tree_sections_are_tsharks(capture, tshark):
     """-V: the LLDP and MAC Control sections are tshark's lines, indentation included."""
-    theirs = subprocess.run([tshark, "-r", str(capture), "-n", "-V"], capture_output=True, text=True,
-                            check=True).stdout
+    theirs = subprocess.run([tshark, "-r", str(capture), "-n", "-V"], capture_output=True, text=True, check=True).stdout
     ours = run_ibwire("decode", capture, "-V", check=True, unwrapped=True).stdout
     assert _sections(ours) == _sections(theirs)
 
 
-@pytest.mark.parametrize("select", [("-e", "lldp.tlv.type", "-e", "macc.cbfc.pause_time.c3"), ("-j", "lldp macc"),
-                                    ("-J", "lldp macc")], ids=["e", "j", "J"])
+@pytest.mark.parametrize(
+    "select",
+    [("-e", "lldp.tlv.type", "-e", "macc.cbfc.pause_time.c3"), ("-j", "lldp macc"), ("-J", "lldp macc")],
+    ids=["e", "j", "J"],
+)
 def test_selection_json_is_tsharks(select, tshark):
     """-e, -j and -J on a capture of LLDP, PFC and RoCE frames: byte for byte tshark's (a frame without the
     selected fields is `"layers": {}`, a TLV's subtree folded to its title under -j)."""
     path = ROOT / "captures" / "pfc-storm.pcap"
     args = ["-T", "json", "-c", "40", *select]
     ours = run_ibwire("decode", path, *args, check=True, unwrapped=True).stdout
-    assert ours == subprocess.run([tshark, "-r", str(path), "-n", *args], capture_output=True, text=True,
-                                  check=True).stdout
+    assert (
+        ours
+        == subprocess.run([tshark, "-r", str(path), "-n", *args], capture_output=True, text=True, check=True).stdout
+    )

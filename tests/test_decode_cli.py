@@ -1,4 +1,5 @@
 """`ibwire decode` and `ibwire convert` as a user runs them."""
+
 import json
 import subprocess
 
@@ -14,9 +15,26 @@ def test_text_lines_like_tshark():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 65
-    tshark_rows = subprocess.run(["tshark", "-r", NVME, "-T", "fields", "-e", "frame.number", "-e", "infiniband.bth.opcode",
-                                  "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn"],
-                                 capture_output=True, text=True, check=True).stdout.splitlines()
+    tshark_rows = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            NVME,
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+            "-e",
+            "infiniband.bth.opcode",
+            "-e",
+            "infiniband.bth.destqp",
+            "-e",
+            "infiniband.bth.psn",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     for line, row in zip(lines, tshark_rows):
         number, opcode, qp, psn = (row.split("\t") + ["", "", ""])[:4]
         assert line.split()[0] == number
@@ -28,7 +46,7 @@ def test_text_lines_like_tshark():
 def test_count_filter_and_opcode_names():
     r = run_ibwire("decode", NVME, "-Y", "bth.opcode in {6, 7, 8}")
     assert r.returncode == 0, r.stderr
-    names = {" ".join(l.split()[7:11]) for l in r.stdout.splitlines()}   # after No. Time Src → Dst Protocol Length
+    names = {" ".join(l.split()[7:11]) for l in r.stdout.splitlines()}  # after No. Time Src → Dst Protocol Length
     assert names and all(n.startswith("RC RDMA WRITE") for n in names)
     r = run_ibwire("decode", NVME, "-Y", "infiniband.reth.dmalen > 1000", "-c", "2")
     assert len(r.stdout.splitlines()) == 2
@@ -51,9 +69,26 @@ def test_jsonl_uses_wireshark_names_and_types():
 def test_csv_columns_match_tshark_fields():
     r = run_ibwire("decode", NVME, "--format", "csv", "-e", "frame.number", "-e", "bth.psn", "-e", "aeth.msn")
     rows = [l.split(",") for l in r.stdout.splitlines()[1:]]
-    theirs = subprocess.run(["tshark", "-r", NVME, "-T", "fields", "-E", "separator=,", "-e", "frame.number",
-                             "-e", "infiniband.bth.psn", "-e", "infiniband.aeth.msn"],
-                            capture_output=True, text=True, check=True).stdout.splitlines()
+    theirs = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            NVME,
+            "-T",
+            "fields",
+            "-E",
+            "separator=,",
+            "-e",
+            "frame.number",
+            "-e",
+            "infiniband.bth.psn",
+            "-e",
+            "infiniband.aeth.msn",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     assert rows == [t.split(",") for t in theirs]
 
 
@@ -62,12 +97,14 @@ def test_verbose_tree_and_flags():
     assert "CNP Congestion Notification" in r.stdout and "BECN" in r.stdout
     # the tree is tshark's (4.0 names no CNP opcode); ibwire's own fields follow it: the BECN, the CRC verdict
     assert "Opcode: Unknown (129)" in r.stdout and "Frame 1: " in r.stdout
-    assert "    bth.becn: 1" in r.stdout and "    bth.transport: CNP" in r.stdout and "    icrc.status: good" in r.stdout
+    assert (
+        "    bth.becn: 1" in r.stdout and "    bth.transport: CNP" in r.stdout and "    icrc.status: good" in r.stdout
+    )
 
 
 def test_bad_icrc_is_flagged(tmp_path):
     data = bytearray(SRINIVAS.read_bytes())
-    data[24 + 16 + 16 + 40] ^= 0x01                      # a MAD byte of frame 1
+    data[24 + 16 + 16 + 40] ^= 0x01  # a MAD byte of frame 1
     bad = tmp_path / "bad.pcap"
     bad.write_bytes(bytes(data))
     r = run_ibwire("decode", bad, "-c", "1", "-Y", 'icrc.status == "bad"')
@@ -77,8 +114,13 @@ def test_bad_icrc_is_flagged(tmp_path):
 def test_user_errors_are_one_sentence(tmp_path):
     junk = tmp_path / "junk.pcap"
     junk.write_bytes(b"this is not a capture")
-    for args in (("decode", tmp_path / "missing.pcap"), ("decode", junk), ("decode", NVME, "-Y", "bth.opcode =="),
-                 ("decode", NVME, "--format", "xml"), ("convert", NVME, "-o", tmp_path / "x", "--link", "fddi")):
+    for args in (
+        ("decode", tmp_path / "missing.pcap"),
+        ("decode", junk),
+        ("decode", NVME, "-Y", "bth.opcode =="),
+        ("decode", NVME, "--format", "xml"),
+        ("convert", NVME, "-o", tmp_path / "x", "--link", "fddi"),
+    ):
         r = run_ibwire(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
@@ -89,7 +131,7 @@ def test_truncated_file_decodes_what_is_there(tmp_path):
     cut.write_bytes(NVME.read_bytes()[:5000])
     r = run_ibwire("decode", cut)
     assert r.returncode == 0 and "Traceback" not in r.stderr
-    assert "cut short" in r.stderr or "trailing bytes" in r.stderr          # the damage is reported
+    assert "cut short" in r.stderr or "trailing bytes" in r.stderr  # the damage is reported
     assert len(r.stdout.splitlines()) > 5
 
 
@@ -98,7 +140,7 @@ def test_convert_247_to_erf_that_tshark_opens(tmp_path):
     erf = tmp_path / "back.pcap"
     assert run_ibwire("convert", SRINIVAS, "-o", ib, "--link", "ib").returncode == 0
     bad = subprocess.run(["tshark", "-r", ib], capture_output=True, text=True)
-    assert bad.returncode != 0                           # tshark 4.0 cannot open link type 247
+    assert bad.returncode != 0  # tshark 4.0 cannot open link type 247
     assert run_ibwire("convert", ib, "-o", erf, "--link", "erf").returncode == 0
     assert subprocess.run(["tshark", "-r", erf], capture_output=True, text=True).stdout.count("\n") == 43
     ours = run_ibwire("decode", ib, "--format", "jsonl").stdout.splitlines()

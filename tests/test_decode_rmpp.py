@@ -1,5 +1,6 @@
 """`ibwire decode` reassembles SA GetTable responses split over RMPP segments (IBA §13.6): the records
 the test put into the table come back, decoded, on the frame that completes the transfer."""
+
 import json
 
 from conftest import run_ibwire
@@ -10,7 +11,7 @@ from test_mad_rmpp import paths, table_response
 def test_get_table_response_records_come_back(tmp_path):
     cap = tmp_path / "sa.pcap"
     records = paths(7)
-    write_erf_pcap(cap, table_response(records))          # 3 segments
+    write_erf_pcap(cap, table_response(records))  # 3 segments
     rows = [json.loads(l) for l in run_ibwire("decode", cap, "--format", "jsonl", check=True).stdout.splitlines()]
     assert len(rows) == 3
     assert "rmpp.reassembled" not in rows[0]["layers"] and "rmpp.reassembled" not in rows[1]["layers"]

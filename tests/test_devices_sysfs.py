@@ -1,4 +1,5 @@
 """`ibwire devices` on a sysfs tree built in a temporary directory, and on this machine (no RDMA)."""
+
 import os
 import subprocess
 import sys
@@ -33,6 +34,7 @@ def test_devices_lists_ports_vfs_and_backend_reasons(tmp_path):
 
 def test_devices_json_and_ethernet_port(tmp_path):
     import json
+
     root = fake_sysfs.build(tmp_path / "sys", "Ethernet")
     r = _devices(root, "--json")
     inv = json.loads(r.stdout)

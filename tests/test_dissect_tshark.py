@@ -1,17 +1,34 @@
 """Differential: every field both ibwire and tshark decode agrees, packet by packet, on every public
 capture and every capture the project ships."""
+
 from pathlib import Path
 
 import pytest
-
-from ibwire.decode import decode_frame
-from ibwire.readers import iter_frames
 from test_mad_oracle import TSHARK_EXCEPTIONS
 from tshark_oracle import PUBLIC, compare
 
+from ibwire.decode import decode_frame
+from ibwire.readers import iter_frames
+
 ROOT = Path(__file__).resolve().parents[1]
-TRANSPORT = ("lrh", "grh", "bth", "rdeth", "deth", "reth", "aeth", "atomiceth", "atomicacketh", "immdt", "ieth",
-             "rwh", "invariant", "variant", "ipoib", "infiniband_link")
+TRANSPORT = (
+    "lrh",
+    "grh",
+    "bth",
+    "rdeth",
+    "deth",
+    "reth",
+    "aeth",
+    "atomiceth",
+    "atomicacketh",
+    "immdt",
+    "ieth",
+    "rwh",
+    "invariant",
+    "variant",
+    "ipoib",
+    "infiniband_link",
+)
 # Where tshark 4.0 and ibwire differ on purpose:
 EXCEPTIONS = {
     # tshark hands the bytes after the transport headers to IPoIB/MAD as an opaque `infiniband.payload`
@@ -20,7 +37,7 @@ EXCEPTIONS = {
     # tshark names the 16 reserved bytes of a CNP (opcode 0x81, which it calls Unknown) `vendor`.
     "vendor": "tshark 4.0 does not know CNP opcode 0x81; ibwire decodes its padding as cnp.reserved",
 }
-EXCEPTIONS.update(TSHARK_EXCEPTIONS)    # MAD fields tshark 4.0 reads wrongly, each with its reason
+EXCEPTIONS.update(TSHARK_EXCEPTIONS)  # MAD fields tshark 4.0 reads wrongly, each with its reason
 EXTRA_ARGS = {"oferby_proxy_roce.pcap": ("-d", "udp.port==69,infiniband")}
 
 
@@ -31,10 +48,17 @@ def _as_tshark_reads_dc_acks(decoded):
     for d in decoded:
         if d.flat.get("bth.opcode") == 0x51 and "rdeth.eecnxt" in d.flat:
             syn, flat = d.flat["rdeth.reserved"], dict(d.flat)
-            flat.update({"aeth.syndrome": syn, "aeth.msn": d.flat["rdeth.eecnxt"],
-                         "aeth.syndrome.reserved": syn >> 7, "aeth.syndrome.opcode": (syn >> 5) & 3,
-                         "aeth.syndrome.credit_count": syn & 0x1F, "aeth.syndrome.timer": syn & 0x1F,
-                         "aeth.syndrome.error_code": syn & 0x1F})
+            flat.update(
+                {
+                    "aeth.syndrome": syn,
+                    "aeth.msn": d.flat["rdeth.eecnxt"],
+                    "aeth.syndrome.reserved": syn >> 7,
+                    "aeth.syndrome.opcode": (syn >> 5) & 3,
+                    "aeth.syndrome.credit_count": syn & 0x1F,
+                    "aeth.syndrome.timer": syn & 0x1F,
+                    "aeth.syndrome.error_code": syn & 0x1F,
+                }
+            )
             d = d._replace(flat=flat)
         yield d
 
@@ -74,6 +98,7 @@ def test_converted_captures_agree_with_tshark(tmp_path, tshark, link):
     """What `ibwire convert` writes is decoded identically by tshark and ibwire (ERF records built from
     link type 247; native IB with GRH turned into RoCEv1)."""
     from ibwire.convert import convert
+
     ib = tmp_path / "ib.pcap"
     out = tmp_path / f"out-{link}.pcapng"
     convert(str(PUBLIC / "srinivas_infiniband.pcap"), str(ib), "ib")

@@ -5,11 +5,15 @@ field of every packet, the ICRC/VCRC each computes verifies, and tshark agrees o
 The packets are built byte by byte (ibwire.synth's links and BTH packer) with random header contents,
 payloads of 0-300 bytes, flags and service levels, so each layout is exercised with values no real
 capture shows together."""
+
 import random
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_dissect_tshark import EXCEPTIONS, TRANSPORT
+from test_fast_vs_decode import _mismatches
+from tshark_oracle import compare
 
 from dissectors.opcodes import HEADER_LEN, OPCODES
 from ibwire.convert import convert
@@ -20,17 +24,20 @@ from ibwire.readers import iter_frames
 from ibwire.synth.headers import transport
 from ibwire.synth.links import Link
 from ibwire.writers import PcapWriter
-from test_dissect_tshark import EXCEPTIONS, TRANSPORT
-from test_fast_vs_decode import _mismatches
-from tshark_oracle import compare
 
 LINKS = ("roce2", "roce2-v6", "roce1", "ib")
 
 
 def _port(i):
-    return SimpleNamespace(lid=0x10 + i, gid=bytes([0xFE, 0x80] + [0] * 6 + [2] + [0] * 6 + [i]),
-                           mac=bytes([2, 0, 0, 0, 0, i]), ip4=bytes([10, 0, 0, i]), ip6=bytes([0xFD] + [0] * 14 + [i]),
-                           vlan=None, pcp=0)
+    return SimpleNamespace(
+        lid=0x10 + i,
+        gid=bytes([0xFE, 0x80] + [0] * 6 + [2] + [0] * 6 + [i]),
+        mac=bytes([2, 0, 0, 0, 0, i]),
+        ip4=bytes([10, 0, 0, i]),
+        ip6=bytes([0xFD] + [0] * 14 + [i]),
+        vlan=None,
+        pcp=0,
+    )
 
 
 def _build(link_name: str, path: Path, seed: int = 11) -> None:
@@ -41,11 +48,30 @@ def _build(link_name: str, path: Path, seed: int = 11) -> None:
             for k in range(3):
                 ext = rng.randbytes(sum(HEADER_LEN[h] for h in OPCODES[op].headers))
                 pay = rng.randbytes(rng.choice((0, 1, 5, 64, 300))) if OPCODES[op].payload else b""
-                tp = transport(op, rng.getrandbits(16), rng.getrandbits(24), rng.getrandbits(24), ext, pay,
-                               ackreq=rng.random() < .5, se=rng.random() < .5, fecn=rng.random() < .3,
-                               becn=rng.random() < .3)
-                w.write(link.frame(a, b, tp, sl=rng.randrange(16), vl=rng.randrange(8),
-                                   tclass=rng.randrange(256) & 0xFC, global_route=k == 1), 1.0 + op)
+                tp = transport(
+                    op,
+                    rng.getrandbits(16),
+                    rng.getrandbits(24),
+                    rng.getrandbits(24),
+                    ext,
+                    pay,
+                    ackreq=rng.random() < 0.5,
+                    se=rng.random() < 0.5,
+                    fecn=rng.random() < 0.3,
+                    becn=rng.random() < 0.3,
+                )
+                w.write(
+                    link.frame(
+                        a,
+                        b,
+                        tp,
+                        sl=rng.randrange(16),
+                        vl=rng.randrange(8),
+                        tclass=rng.randrange(256) & 0xFC,
+                        global_route=k == 1,
+                    ),
+                    1.0 + op,
+                )
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +99,15 @@ def test_bulk_and_detail_paths_agree_and_crcs_verify(captures, link):
 @pytest.mark.parametrize("link", LINKS)
 def test_tshark_agrees_outside_the_dc_range(captures, link, tshark, tmp_path):
     path = captures[link]
-    if link == "ib":                       # tshark 4.0 does not open link type 247: give it ERF
+    if link == "ib":  # tshark 4.0 does not open link type 247: give it ERF
         path = tmp_path / "ib.pcapng"
         convert(str(captures[link]), str(path), "erf")
     decoded = [decode_frame(f) for f in iter_frames(path)]
     assert all(d.flat.get("icrc.status") == "good" for d in decoded)
     outside_dc = [d for d in decoded if not 0x40 <= d.flat["bth.opcode"] < 0x60]
-    mismatches, compared, missing = compare(path, outside_dc, ("-Y", "infiniband.bth.opcode < 0x40 || "
-                                                               "infiniband.bth.opcode >= 0x60"), ignore=EXCEPTIONS)
+    mismatches, compared, missing = compare(
+        path, outside_dc, ("-Y", "infiniband.bth.opcode < 0x40 || infiniband.bth.opcode >= 0x60"), ignore=EXCEPTIONS
+    )
     assert not mismatches, mismatches[:5]
     assert compared > 2000
     assert not {k for k in missing if k.split(".")[0] in TRANSPORT}

@@ -1,5 +1,6 @@
 """`ibwire export` writes per-packet records and the conversation table as Parquet that other tools read:
 a folder of exports from several captures queries as one dataset, with the same numbers as stats/flows."""
+
 import io
 import json
 from contextlib import redirect_stderr, redirect_stdout
@@ -9,7 +10,6 @@ from types import SimpleNamespace
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-
 from test_outputs_safe import cli
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
@@ -25,12 +25,21 @@ def run_ibwire(*args):
 
 
 def test_export_folder_queries_like_stats(tmp_path):
-    caps = [PUBLIC / "m3_nvme_nvme-discover.pcap", PUBLIC / "srinivas_infiniband.pcap",
-            PUBLIC / "m3_mlx_rocev1_test.pcap"]
+    caps = [
+        PUBLIC / "m3_nvme_nvme-discover.pcap",
+        PUBLIC / "srinivas_infiniband.pcap",
+        PUBLIC / "m3_mlx_rocev1_test.pcap",
+    ]
     want_ops = {}
     for c in caps:
-        r = run_ibwire("export", c, "-o", tmp_path / "packets" / f"{c.stem}.parquet",
-                       "--flows", tmp_path / "flows" / f"{c.stem}.parquet")
+        r = run_ibwire(
+            "export",
+            c,
+            "-o",
+            tmp_path / "packets" / f"{c.stem}.parquet",
+            "--flows",
+            tmp_path / "flows" / f"{c.stem}.parquet",
+        )
         assert r.returncode == 0, r.stderr
         assert "wrote" in r.stderr and r.stdout == ""
         st = json.loads(run_ibwire("stats", c, "--format", "json").stdout)

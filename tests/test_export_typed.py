@@ -2,6 +2,7 @@
 timestamp[ns] equal to tshark's frame.time_epoch, null where the packet has no such header (tshark prints
 nothing there), nested values as structs/maps/lists, and the full schema even without rows (DuckDB reads
 a zero-conversation flows file)."""
+
 import json
 import subprocess
 from decimal import Decimal
@@ -11,7 +12,6 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from test_export_parquet import run_ibwire
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,10 +19,18 @@ PUBLIC = ROOT.parent / "shared" / "captures" / "public"
 CAPS = ROOT / "captures"
 
 # export column -> tshark field (presence and value compared packet by packet)
-ORACLE = {"eth_src": "eth.src", "lrh_slid": "infiniband.lrh.slid", "lrh_dlid": "infiniband.lrh.dlid",
-          "bth_destqp": "infiniband.bth.destqp", "bth_p_key": "infiniband.bth.p_key",
-          "reth_dmalen": "infiniband.reth.dmalen", "aeth_syndrome": "infiniband.aeth.syndrome",
-          "deth_srcqp": "infiniband.deth.srcqp", "udp_dstport": "udp.dstport", "vlan_id": "vlan.id"}
+ORACLE = {
+    "eth_src": "eth.src",
+    "lrh_slid": "infiniband.lrh.slid",
+    "lrh_dlid": "infiniband.lrh.dlid",
+    "bth_destqp": "infiniband.bth.destqp",
+    "bth_p_key": "infiniband.bth.p_key",
+    "reth_dmalen": "infiniband.reth.dmalen",
+    "aeth_syndrome": "infiniband.aeth.syndrome",
+    "deth_srcqp": "infiniband.deth.srcqp",
+    "udp_dstport": "udp.dstport",
+    "vlan_id": "vlan.id",
+}
 
 
 def _tshark(path, fields):
@@ -33,8 +41,9 @@ def _tshark(path, fields):
     return [line.split("\t") for line in out.splitlines()]
 
 
-@pytest.mark.parametrize("name", ["srinivas_infiniband.pcap", "m3_rdma-write-read_ibdump_read2.pcap",
-                                  "m3_02-2-write_ibdump_write.pcap"])
+@pytest.mark.parametrize(
+    "name", ["srinivas_infiniband.pcap", "m3_rdma-write-read_ibdump_read2.pcap", "m3_02-2-write_ibdump_write.pcap"]
+)
 def test_columns_are_typed_and_null_where_tshark_shows_no_header(name, tmp_path, tshark):
     out = tmp_path / "p.parquet"
     r = run_ibwire("export", PUBLIC / name, "-o", out)
@@ -54,7 +63,7 @@ def test_columns_are_typed_and_null_where_tshark_shows_no_header(name, tmp_path,
         assert abs(got_ns - int(Decimal(w[0]) * 10**9)) <= slack, row["frame_number"]
         for (col, field), text in zip(ORACLE.items(), w[1:]):
             if col in ("udp_dstport", "vlan_id") and row["link_kind"] not in ("roce2v4", "roce2v6"):
-                continue         # tshark also shows UDP/VLAN of non-RoCE frames; only RoCE ones are compared
+                continue  # tshark also shows UDP/VLAN of non-RoCE frames; only RoCE ones are compared
             v = row[col]
             if not text:
                 assert v is None, f"frame {row['frame_number']}: {col} is {v!r}, tshark shows no {field}"

@@ -1,22 +1,23 @@
 """The fast path's compiled CRCs: the CRC-32 is zlib's bit for bit, hardware-accepted packets verify,
 and a flipped bit in a covered byte of any packet is caught."""
+
 import random
 import zlib
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_crc import CRC_OK
+from tshark_oracle import PUBLIC
 
 from ibwire.fast import _native, read_all
 from ibwire.fast import records as R
 from ibwire.readers import iter_frames
 from ibwire.writers import PcapWriter
-from test_crc import CRC_OK
-from tshark_oracle import PUBLIC
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.binary(max_size=5000), st.integers(0, 2 ** 32 - 1), st.integers(0, 15))
+@given(st.binary(max_size=5000), st.integers(0, 2**32 - 1), st.integers(0, 15))
 def test_compiled_crc32_is_zlibs(data, value, skip):
     """Every length (the folded 64/16-byte blocks and the tail), start alignment and running value."""
     assert _native.crc32(memoryview(data)[skip:], value) == zlib.crc32(data[skip:], value)
@@ -29,8 +30,8 @@ def test_compiled_crc32_is_zlibs_at_every_length_and_alignment():
     view = memoryview(data)
     for skip in range(16):
         for n in range(600):
-            want = zlib.crc32(data[skip:skip + n], 0x12345678)
-            assert _native.crc32(view[skip:skip + n], 0x12345678) == want, (skip, n)
+            want = zlib.crc32(data[skip : skip + n], 0x12345678)
+            assert _native.crc32(view[skip : skip + n], 0x12345678) == want, (skip, n)
 
 
 def _crc_rows(rec):

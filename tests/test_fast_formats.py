@@ -1,6 +1,7 @@
 """The fast reader gives the same records for the same packets in every container: pcap little/big
 endian, µs/ns timestamps, pcapng with several interfaces of different link types, SLL/SLL2, raw IB (247),
 and damaged files produce flagged results, never a crash."""
+
 import random
 import struct
 import sys
@@ -54,17 +55,17 @@ def test_pcapng_mixed_link_types_and_sll(tmp_path):
         w.write(d[12:14] + b"\0\0" + struct.pack(">IHBB8s", 3, 1, 0, 6, d[6:12] + b"\0\0") + d[14:], fr.time, sll2)
     for fr in ib:
         w.write(fr.data, fr.time, erf)
-        w.write(fr.data[16:], fr.time, raw)           # ERF header stripped: LRH first (link type 247)
+        w.write(fr.data[16:], fr.time, raw)  # ERF header stripped: LRH first (link type 247)
     w.close()
     rec = read_all(str(out))
     n = len(roce)
-    eth, sl, sl2 = rec[0:3 * n:3], rec[1:3 * n:3], rec[2:3 * n:3]
+    eth, sl, sl2 = rec[0 : 3 * n : 3], rec[1 : 3 * n : 3], rec[2 : 3 * n : 3]
     ref = read_all(str(ROCE))
     for got in (eth, sl, sl2):
         for f in ("opcode", "psn", "destqp", "p_key", "paylen", "reth_dmalen", "icrc", "src", "dst", "link"):
             assert (got[f] == ref[f]).all(), f
     ib_ref = read_all(str(IB))
-    erf_rec, raw_rec = rec[3 * n::2], rec[3 * n + 1::2]
+    erf_rec, raw_rec = rec[3 * n :: 2], rec[3 * n + 1 :: 2]
     for got in (erf_rec, raw_rec):
         for f in ("opcode", "psn", "slid", "dlid", "destqp", "icrc", "vcrc", "mad_attrid", "link"):
             assert (got[f] == ib_ref[f]).all(), f
@@ -73,7 +74,7 @@ def test_pcapng_mixed_link_types_and_sll(tmp_path):
 def test_truncated_file_is_flagged(tmp_path):
     data = ROCE.read_bytes()
     p = tmp_path / "cut.pcap"
-    p.write_bytes(data[:len(data) - 300])
+    p.write_bytes(data[: len(data) - 300])
     s = scan(str(p))
     rec = np.concatenate(list(s))
     assert len(rec) == 65
@@ -95,7 +96,7 @@ def test_impossible_record_length_is_skipped_with_a_problem(tmp_path):
     rec = np.concatenate(list(s))
     assert len(rec) == 64 and any("impossible" in x and "skipped" in x for x in s.problems)
     good = read_all(str(ROCE))
-    assert (rec["psn"][10:] == good["psn"][11:]).all()       # everything after the damaged record is back
+    assert (rec["psn"][10:] == good["psn"][11:]).all()  # everything after the damaged record is back
 
 
 def test_random_corruption_never_crashes(tmp_path):
@@ -110,7 +111,7 @@ def test_random_corruption_never_crashes(tmp_path):
                 for _ in range(3):
                     if d:
                         d[rng.randrange(len(d))] = rng.randrange(256)
-                d = d[:rng.randrange(len(d) + 1)] if rng.random() < 0.2 else d
+                d = d[: rng.randrange(len(d) + 1)] if rng.random() < 0.2 else d
                 w.write(bytes(d), fr.time, flush=False)
         rec = read_all(str(p))
         assert len(rec) == len(frames)
@@ -123,6 +124,7 @@ def test_random_corruption_never_crashes(tmp_path):
 def test_reordered_capture_flags_time_and_keeps_counts(tmp_path):
     from ibwire.analysis.flows import analyse
     from ibwire.analysis.stats import compute
+
     frames = list(iter_frames(str(ROCE)))
     rng = random.Random(1)
     shuffled = frames[:]
@@ -146,6 +148,7 @@ def test_reordered_capture_flags_time_and_keeps_counts(tmp_path):
 @pytest.mark.parametrize("content", [b"", b"hello world, not a capture", b"\xd4\xc3\xb2\xa1" + b"\0" * 10])
 def test_not_a_capture_is_a_user_error(tmp_path, content):
     from conftest import run_ibwire
+
     p = tmp_path / "x.pcap"
     p.write_bytes(content)
     r = run_ibwire("stats", p)
@@ -161,6 +164,7 @@ def test_chunk_boundaries_do_not_change_records(tmp_path, chunk):
     """Records straddling read chunks (and records larger than a chunk) decode as in one piece."""
     from ibwire.fast.decode import decode_batch
     from ibwire.fast.walk import CaptureWalk
+
     ng = tmp_path / "x.pcapng"
     w = PcapngWriter(str(ng))
     w.add_interface(1)
@@ -179,6 +183,7 @@ def test_read_responses_missing_from_capture_are_not_psn_gaps(tmp_path):
     """A multi-packet READ uses one requester PSN per response packet; if the capture lacks the responses,
     the next request's PSN jump is explained by the READ, not reported as loss."""
     from ibwire.analysis.flows import analyse
+
     src = PUBLIC / "m3_nvme_host-echo_dump.pcap"
     rec = read_all(str(src))
     keep = ~np.isin(rec["opcode"], (0x0D, 0x0E, 0x0F, 0x10)) | ((rec["flags"] & R.F_BTH) == 0)
@@ -203,7 +208,8 @@ def test_simple_packet_blocks_read_as_tshark_reads_them(tmp_path):
     to the interface's snap length) among Enhanced Packet Blocks: the compiled walk's header words give
     tshark's frame lengths and the same transport fields."""
     import subprocess
-    snap = 201                      # not a multiple of 4: the blocks' padding is not packet data
+
+    snap = 201  # not a multiple of 4: the blocks' padding is not packet data
     roce = list(iter_frames(str(ROCE)))[:8]
     assert any(fr.wirelen > snap for fr in roce) and any(fr.wirelen <= snap for fr in roce)
     shb = _block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
@@ -220,8 +226,12 @@ def test_simple_packet_blocks_read_as_tshark_reads_them(tmp_path):
     path.write_bytes(b"".join(blocks))
     rec = read_all(str(path))
     fields = ["frame.len", "frame.cap_len", "infiniband.bth.psn", "infiniband.bth.destqp"]
-    out = subprocess.run(["tshark", "-r", str(path), "-T", "fields", *[a for f in fields for a in ("-e", f)]],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
+    out = subprocess.run(
+        ["tshark", "-r", str(path), "-T", "fields", *[a for f in fields for a in ("-e", f)]],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     assert len(rec) == len(out) == len(roce)
     for r, line in zip(rec, out):
         length, caplen, psn, qp = line.split("\t")
@@ -229,8 +239,16 @@ def test_simple_packet_blocks_read_as_tshark_reads_them(tmp_path):
         if psn:
             assert (int(r["psn"]), int(r["destqp"])) == (int(psn), int(qp, 16))
     theirs = [tuple(map(int, line.split("\t")[:2])) for line in out]
-    assert [(f.wirelen, f.caplen) for f in iter_frames(str(path))] == theirs       # the careful reader
-    exe = Path(sys.executable).parent / "ibwire"                                     # and a capture on a pipe
-    piped = subprocess.run([str(exe), "decode", "-", "-T", "fields", "-e", "frame.len", "-e", "frame.cap_len"],
-                           input=path.read_bytes(), capture_output=True, check=True).stdout.decode().splitlines()
+    assert [(f.wirelen, f.caplen) for f in iter_frames(str(path))] == theirs  # the careful reader
+    exe = Path(sys.executable).parent / "ibwire"  # and a capture on a pipe
+    piped = (
+        subprocess.run(
+            [str(exe), "decode", "-", "-T", "fields", "-e", "frame.len", "-e", "frame.cap_len"],
+            input=path.read_bytes(),
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .splitlines()
+    )
     assert [tuple(map(int, line.split("\t"))) for line in piped] == theirs

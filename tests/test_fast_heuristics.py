@@ -1,6 +1,7 @@
 """Packets the fast path must recognise without the usual markers: RoCEv2 on a UDP port other than 4791
 (a plausible BTH whose ICRC matches), look-alikes that fail the ICRC, and ERF type-25 IB link packets —
 with the detail path (ibwire.decode) as the reference where it decides too."""
+
 import struct
 from pathlib import Path
 
@@ -46,11 +47,12 @@ def test_erf_ib_link_packets_are_counted(tmp_path):
     with PcapWriter(str(p), LINKTYPE_ERF) as w:
         for f in ib:
             w.write(f.data, f.time)
-        w.write(erf_record(1.0, bytes.fromhex("f00000000001fffe"), erf_type=25), 1.0)   # a flow-control packet
+        w.write(erf_record(1.0, bytes.fromhex("f00000000001fffe"), erf_type=25), 1.0)  # a flow-control packet
     rec = read_all(str(p))
     ref = read_all(str(PUBLIC / "srinivas_infiniband.pcap"))[:3]
     assert list(rec["link"]) == list(ref["link"]) + [R.IBLINK]
     assert (rec["icrc"][:3] == R.GOOD).all() and (rec["vcrc"][:3] == R.GOOD).all()
     from ibwire.analysis.stats import compute
     from ibwire.fast import scan
+
     assert compute(scan(str(p)))["counters"]["ib_link_packets"] == 1

@@ -2,6 +2,7 @@
 the same traffic (both over fast.split.MIN_SPLIT, so both are read the same way, in parallel where a
 command splits large files) use about the same resident memory (the per-conversation state does not grow, and the
 detail reader the audit uses streams the file instead of loading it)."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -47,10 +48,17 @@ def captures(tmp_path_factory):
 
 CAPS = ROOT / "captures"
 EXTRA = {
-    "stats": ("--format", "json"), "flows": ("--format", "json"),
+    "stats": ("--format", "json"),
+    "flows": ("--format", "json"),
     "export": ("-o", "{out}"),
-    "audit": ("--policy", CAPS / "roce-multitenant-clean.partitions.conf",
-              "--tenants", CAPS / "roce-multitenant-clean.tenants.toml", "--format", "json"),
+    "audit": (
+        "--policy",
+        CAPS / "roce-multitenant-clean.partitions.conf",
+        "--tenants",
+        CAPS / "roce-multitenant-clean.tenants.toml",
+        "--format",
+        "json",
+    ),
 }
 
 

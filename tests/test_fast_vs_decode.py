@@ -1,5 +1,6 @@
 """The fast path (numpy records) and the detail path (scapy layers, ibwire.decode) agree on every field of
 every packet of every test capture: public captures and the generator's samples."""
+
 import ipaddress
 from pathlib import Path
 
@@ -16,8 +17,12 @@ PUBLIC = ROOT.parent / "shared" / "captures" / "public"
 CAPTURES = sorted(PUBLIC.glob("*.pcap")) + sorted((ROOT / "captures").glob("*.pcap"))
 
 # record fields compared as plain integers when decode reports the key
-INT_FIELDS = [f for f in R.FIELD_KEYS if R.RECORD[f].kind in "ui" and f not in
-              ("link", "flags", "icrc", "vcrc", "paylen", "vlan", "ecn", "pcp", "dscp", "caplen", "len", "frame")]
+INT_FIELDS = [
+    f
+    for f in R.FIELD_KEYS
+    if R.RECORD[f].kind in "ui"
+    and f not in ("link", "flags", "icrc", "vcrc", "paylen", "vlan", "ecn", "pcp", "dscp", "caplen", "len", "frame")
+]
 
 
 def _mismatches(path):
@@ -38,14 +43,14 @@ def _mismatches(path):
                 key = R.FIELD_KEYS[f]
                 if key in flat:
                     checks[key] = int(r[f])
-            if "atomiceth" in flat:     # Wireshark names the AtomicETH address and key reth.va / reth.r_key
+            if "atomiceth" in flat:  # Wireshark names the AtomicETH address and key reth.va / reth.r_key
                 checks["reth.va"], checks["reth.r_key"] = int(r["atomic_va"]), int(r["atomic_r_key"])
             checks["icrc.status"] = R.CRC_STATUS[r["icrc"]]
             if r["vcrc"] != R.ABSENT:
                 checks["vcrc.status"] = R.CRC_STATUS[r["vcrc"]]
             if "payload.length" in flat and not r["flags"] & R.F_TRUNCATED:
                 checks["payload.length"] = int(r["paylen"])
-        inner = "ipoib" in flat or "mad" in flat     # a payload decoded further: its own ip.*/payload.* keys
+        inner = "ipoib" in flat or "mad" in flat  # a payload decoded further: its own ip.*/payload.* keys
         if inner:
             checks.pop("payload.length", None)
             checks = {k: v for k, v in checks.items() if not k.startswith("udp.")}
@@ -60,8 +65,14 @@ def _mismatches(path):
         for k in ("ip.dsfield.ecn", "ipv6.tclass.ecn"):
             if k in flat and got_bth:
                 checks[k] = int(r["ecn"])
-        for k, col in (("ip.src", "src"), ("ip.dst", "dst"), ("ipv6.src", "src"), ("ipv6.dst", "dst"),
-                       ("grh.sgid", "src"), ("grh.dgid", "dst")):
+        for k, col in (
+            ("ip.src", "src"),
+            ("ip.dst", "dst"),
+            ("ipv6.src", "src"),
+            ("ipv6.dst", "dst"),
+            ("grh.sgid", "src"),
+            ("grh.dgid", "dst"),
+        ):
             if k in flat and got_bth and not inner:
                 checks[k] = bytes(r[col])
         for k, col in (("eth.src", "eth_src"), ("eth.dst", "eth_dst")):

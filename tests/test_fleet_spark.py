@@ -2,6 +2,7 @@
 the PySpark job in examples/ (Spark local mode, one session) computes the per-operation and lossy-QP
 tables across hosts, and DuckDB computes the same tables from the same files.  Both agree, the packet
 counts equal tshark's, and the lossy QPs are exactly the ones the scenarios declare lossy."""
+
 import subprocess
 import sys
 import tomllib
@@ -10,14 +11,15 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
 from conftest import run_ibwire
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPS = ROOT / "captures"
 PUBLIC = ROOT.parent / "shared" / "captures" / "public"
-HOSTS = {"gpu-a": [CAPS / "loss-retransmit.pcap", CAPS / "congestion.pcap"],
-         "gpu-b": [CAPS / "roce-v6-vlan.pcap", CAPS / "atomics.pcap", PUBLIC / "m3_nvme_nvme-discover.pcap"]}
+HOSTS = {
+    "gpu-a": [CAPS / "loss-retransmit.pcap", CAPS / "congestion.pcap"],
+    "gpu-b": [CAPS / "roce-v6-vlan.pcap", CAPS / "atomics.pcap", PUBLIC / "m3_nvme_nvme-discover.pcap"],
+}
 
 DUCK_OPS = """select host, operation, count(*) as packets, sum(frame_len) as bytes, sum(payload_len) as payload_bytes
               from read_parquet('{ds}/packets/*/*/*.parquet', hive_partitioning = true)
@@ -46,14 +48,20 @@ def dataset(tmp_path_factory):
 
 def test_dataset_is_hive_partitioned_by_host_and_date(dataset, tshark):
     con = duckdb.connect()
-    got = con.execute(f"select host, cast(date as varchar), count(*) from "
-                      f"read_parquet('{dataset}/packets/*/*/*.parquet', hive_partitioning = true) "
-                      f"group by all").fetchall()
+    got = con.execute(
+        f"select host, cast(date as varchar), count(*) from "
+        f"read_parquet('{dataset}/packets/*/*/*.parquet', hive_partitioning = true) "
+        f"group by all"
+    ).fetchall()
     want = Counter()
     for host, caps in HOSTS.items():
         for c in caps:
-            out = subprocess.run(["tshark", "-r", str(c), "-T", "fields", "-e", "frame.time_epoch"],
-                                 capture_output=True, text=True, check=True).stdout.split()
+            out = subprocess.run(
+                ["tshark", "-r", str(c), "-T", "fields", "-e", "frame.time_epoch"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
             for t in out:
                 want[(host, str(__import__("datetime").datetime.utcfromtimestamp(int(float(t))).date()))] += 1
     assert Counter({(h, d): n for h, d, n in got}) == want
@@ -67,8 +75,14 @@ def test_spark_job_agrees_with_duckdb_and_the_scenarios(dataset, tshark):
     sys.path.insert(0, str(ROOT / "examples"))
     import fleet_spark
     from pyspark.sql import SparkSession
-    spark = (SparkSession.builder.master("local[1]").appName("ibwire-test")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1").getOrCreate())
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("ibwire-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
     try:
         ops = [tuple(r) for r in fleet_spark.per_operation(spark, str(dataset)).collect()]
         lossy = [tuple(r) for r in fleet_spark.lossy_qps(spark, str(dataset)).collect()]
@@ -79,9 +93,17 @@ def test_spark_job_agrees_with_duckdb_and_the_scenarios(dataset, tshark):
     assert lossy == con.execute(DUCK_LOSSY.format(ds=dataset)).fetchall()
     # packets with a BTH per host: tshark's count
     for host, caps in HOSTS.items():
-        n = sum(len(subprocess.run(["tshark", "-r", str(c), "-Y", "infiniband.bth", "-T", "fields", "-e",
-                                    "frame.number"], capture_output=True, text=True, check=True).stdout.split())
-                for c in caps)
+        n = sum(
+            len(
+                subprocess.run(
+                    ["tshark", "-r", str(c), "-Y", "infiniband.bth", "-T", "fields", "-e", "frame.number"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout.split()
+            )
+            for c in caps
+        )
         assert sum(r[2] for r in ops if r[0] == host) == n
     # the lossy QPs are the scenario's lossy ones, with its numbers
     scen = tomllib.loads((CAPS / "loss-retransmit.toml").read_text())
@@ -89,7 +111,8 @@ def test_spark_job_agrees_with_duckdb_and_the_scenarios(dataset, tshark):
     for q in scen["qp"]:
         e = scen["expect"]["flow"].get(q["name"])
         if e and (e["drops"] or e["retransmits"] or e["naks_psn"] or e["rnr"] or e.get("bad_icrc")):
-            want.add((frozenset((q["src_qpn"], q["dst_qpn"])), e["drops"], e["retransmits"], e["rnr"],
-                      e.get("bad_icrc", 0)))
+            want.add(
+                (frozenset((q["src_qpn"], q["dst_qpn"])), e["drops"], e["retransmits"], e["rnr"], e.get("bad_icrc", 0))
+            )
     got = {(frozenset((r[5], r[6])), r[7], r[8], r[10], r[11]) for r in lossy}
     assert got == want and all(r[0] == "gpu-a" for r in lossy)

@@ -3,6 +3,7 @@ when the requester resends it (after a NAK or by go-back-N); one never resent re
 went on, so the mirror or the capture missed it.  Checked on a real mirrored ConnectX capture against an
 independent count from tshark's fields, and on the generator's sample whose scenario declares both kinds;
 the report draws capture gaps grey and losses red."""
+
 import json
 import subprocess
 import tomllib
@@ -15,7 +16,7 @@ import pytest
 from conftest import PUBLIC
 from pictures_browser import render
 
-run_ibwire = partial(conftest.run_ibwire, unwrapped=True)   # piped: cells and paragraphs stay whole
+run_ibwire = partial(conftest.run_ibwire, unwrapped=True)  # piped: cells and paragraphs stay whole
 
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
@@ -23,9 +24,28 @@ CAPS = Path(__file__).resolve().parents[1] / "captures"
 
 def _tshark_requests(pcap):
     """Per destination QP: the SEND/WRITE request PSNs in capture order, and the NAKs seen, from tshark."""
-    out = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-E", "occurrence=f", "-e", "infiniband.bth.opcode",
-                          "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn", "-e", "infiniband.aeth.syndrome"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(pcap),
+            "-T",
+            "fields",
+            "-E",
+            "occurrence=f",
+            "-e",
+            "infiniband.bth.opcode",
+            "-e",
+            "infiniband.bth.destqp",
+            "-e",
+            "infiniband.bth.psn",
+            "-e",
+            "infiniband.aeth.syndrome",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     psns, naks = defaultdict(list), 0
     for line in out.splitlines():
         op, qp, psn, syn = (line.split("\t") + ["", "", "", ""])[:4]
@@ -34,7 +54,7 @@ def _tshark_requests(pcap):
         op = int(op)
         if syn and (int(syn, 0) >> 5) & 3 == 3:
             naks += 1
-        if op in (0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11):            # RC SEND and WRITE requests
+        if op in (0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11):  # RC SEND and WRITE requests
             psns[int(qp, 0)].append(int(psn))
     return psns, naks
 
@@ -53,7 +73,7 @@ def test_mirror_gaps_on_a_real_capture_are_not_loss():
     assert r.returncode == 0, r.stderr
     rows = [c for c in json.loads(r.stdout)["conversations"] if c["transport"] == "RC"]
     assert rows
-    for c in rows:                 # both ends send requests: each channel's missing PSNs count
+    for c in rows:  # both ends send requests: each channel's missing PSNs count
         assert c["drops"] == 0 and c["retransmissions"] == 0
         assert c["not_captured"] == missing.get(c["qpn_a"], 0) + missing.get(c["qpn_b"], 0), c
     table = run_ibwire("flows", pcap)
@@ -88,8 +108,12 @@ def test_conversation_whose_every_icrc_fails_is_listed_with_the_reason():
     """Mellanox DC rping mirrored with rewritten headers: no frame's ICRC holds.  The conversation is listed,
     says why it was not sequenced, and --no-icrc sequences it (its WRITEs counted as tshark counts them)."""
     pcap = PUBLIC / "m3_rping_dc_dc-small.pcap"
-    frames = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "infiniband.bth.opcode"],
-                            capture_output=True, text=True, check=True).stdout.split()
+    frames = subprocess.run(
+        ["tshark", "-r", str(pcap), "-T", "fields", "-e", "infiniband.bth.opcode"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     r = run_ibwire("flows", pcap, "--format", "json")
     (c,) = json.loads(r.stdout)["conversations"]
     assert c["bad_icrc"] == len(frames) and "fails its ICRC" in c["not_analysed"]
@@ -104,9 +128,26 @@ def test_each_kind_lists_its_frames_with_a_display_filter():
     the first sight of a PSN skipped earlier is the lost one resent, and every later repeat a retransmission;
     the listed filters select exactly those frames in tshark."""
     pcap = CAPS / "capture-gap.pcap"
-    out = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.number", "-e", "infiniband.bth.destqp",
-                          "-e", "infiniband.bth.psn", "-Y", "infiniband.bth.destqp == 0x000f01"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(pcap),
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+            "-e",
+            "infiniband.bth.destqp",
+            "-e",
+            "infiniband.bth.psn",
+            "-Y",
+            "infiniband.bth.destqp == 0x000f01",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = [tuple(int(x, 0) for x in line.split("\t")) for line in out.splitlines()]
     every = {psn for _, _, psn in rows}
     top, seen, want = None, set(), defaultdict(list)
@@ -124,8 +165,12 @@ def test_each_kind_lists_its_frames_with_a_display_filter():
     (row,) = [c for c in json.loads(r.stdout)["conversations"] if c["transport"] == "RC"]
     for kind in ("not_captured", "lost", "retransmission"):
         assert row["frames"][kind] == sorted(want[kind]), kind
-        selected = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.number", "-Y",
-                                   row["wireshark"][kind]], capture_output=True, text=True, check=True).stdout
+        selected = subprocess.run(
+            ["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.number", "-Y", row["wireshark"][kind]],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert [int(x) for x in selected.split()] == sorted(want[kind])
 
 

@@ -3,6 +3,7 @@ the capture).  Beyond the cap it keeps what is to be marked: every NAK, RNR NAK 
 requests that break the sequence and the ones before them, the request ending each RNR wait; so the PSN
 graph of a thinned conversation marks the same drops, NAKs and RNR waits as the graph of every packet, and
 the first retransmission of each go-back; the page says how much the graphs draw."""
+
 from pathlib import Path
 
 import numpy as np
@@ -36,26 +37,27 @@ def test_beyond_the_cap_what_is_marked_is_kept(monkeypatch, name, cap):
     monkeypatch.setattr(S, "KEEP_PACKETS", cap)
     capped = S.collect(path, rows, keep, 0.01)
     assert whole.thinned == {} and capped.thinned
-    beyond = 0                  # marks after the head: what the thinning must keep
+    beyond = 0  # marks after the head: what the thinning must keep
     for ci, (kept, seen, _) in capped.thinned.items():
         pk, full = capped.packets[ci], whole.packets[ci]
         assert kept == cap and seen == len(full["frame"]) > cap
-        assert pk["frame"][:cap].tolist() == full["frame"][:cap].tolist()        # the head kept whole
-        assert len(pk["frame"]) < len(full["frame"])                              # the rest thinned
-        assert (np.diff(pk["frame"].astype(np.int64)) > 0).all()                  # in capture order, once each
-        assert _nak_marks(pk) == _nak_marks(full)                                 # every mark of its own kept
+        assert pk["frame"][:cap].tolist() == full["frame"][:cap].tolist()  # the head kept whole
+        assert len(pk["frame"]) < len(full["frame"])  # the rest thinned
+        assert (np.diff(pk["frame"].astype(np.int64)) > 0).all()  # in capture order, once each
+        assert _nak_marks(pk) == _nak_marks(full)  # every mark of its own kept
         for side in (0, 1):
             a, b = S.channel(pk, side), S.channel(full, side)
             assert (a is None) == (b is None)
             if a is None:
                 continue
-            assert a["drop_points"] == b["drop_points"]                           # the same drops, same places
+            assert a["drop_points"] == b["drop_points"]  # the same drops, same places
             assert a["rnr_waits"] == b["rnr_waits"]
             got = set(a["frame"][a["retrans"]].tolist())
             assert _bursts(b) <= got <= set(b["frame"][b["retrans"]].tolist())
             head_end = float(full["time"][cap - 1])
             beyond += sum(t > head_end for t, _ in b["drop_points"]) + sum(
-                f > int(full["frame"][cap - 1]) for f in _bursts(b))
-    assert beyond                                                                 # loss after the head was marked
+                f > int(full["frame"][cap - 1]) for f in _bursts(b)
+            )
+    assert beyond  # loss after the head was marked
     html = flows_report.render(path, {"conversations": rows, "problems": []})
     assert "class='note thinned'" in html and "The table above counts every packet" in html

@@ -2,6 +2,7 @@
 RNR-driven ones, estimates the local ACK timeout from the waits, and recognises a requester that gave up
 (what NCCL reports as "transport retry counter exceeded"), against what the generator's scenarios declare
 (the QP's retry_cnt and timeout_us, a receiver that drops everything)."""
+
 import json
 import tomllib
 from functools import partial
@@ -10,7 +11,7 @@ from pathlib import Path
 import conftest
 import pyarrow.parquet as pq
 
-run_ibwire = partial(conftest.run_ibwire, unwrapped=True)   # piped: cells and paragraphs stay whole
+run_ibwire = partial(conftest.run_ibwire, unwrapped=True)  # piped: cells and paragraphs stay whole
 
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
@@ -34,8 +35,8 @@ def test_unanswered_requester_gives_up_after_its_retry_count():
         assert info["gave_up"]["retries"] == q["retry_cnt"] and info["gave_up"]["answers_after"] == 0
         wait = info["ack_timeout"]
         assert abs(wait["wait_us_min"] - q["timeout_us"]) < 1 and abs(wait["wait_us_max"] - q["timeout_us"]) < 1
-        for e in range(wait["exponent_min"], wait["exponent_max"] + 1):     # the spec's Ttr <= wait <= 4 Ttr
-            assert TTR * 2 ** e <= q["timeout_us"] * 1e-6 <= 4 * TTR * 2 ** e
+        for e in range(wait["exponent_min"], wait["exponent_max"] + 1):  # the spec's Ttr <= wait <= 4 Ttr
+            assert TTR * 2**e <= q["timeout_us"] * 1e-6 <= 4 * TTR * 2**e
 
 
 def test_the_text_answers_the_retry_exceeded_question(tmp_path):
@@ -57,5 +58,5 @@ def test_recovered_losses_are_nak_and_rnr_episodes_not_failures(tmp_path):
     r = run_ibwire("export", CAPS / "loss-retransmit.pcap", "-o", tmp_path / "x.parquet", "--flows", flows)
     assert r.returncode == 0, r.stderr
     rows = {t["qpn_b"]: t for t in pq.read_table(flows).to_pylist()}
-    assert rows[0xd01]["retries_a"]["nak_episodes"] == want["w"]["naks_psn"]
-    assert rows[0xd02]["retries_a"]["rnr_episodes"] == want["s"]["rnr"]
+    assert rows[0xD01]["retries_a"]["nak_episodes"] == want["w"]["naks_psn"]
+    assert rows[0xD02]["retries_a"]["rnr_episodes"] == want["s"]["rnr"]

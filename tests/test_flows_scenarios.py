@@ -1,17 +1,20 @@
 """`ibwire flows` / `ibwire stats` report exactly the events the generator's scenarios declare
 (captures/*.toml `[expect]`): messages, bytes, drops, retransmissions, PSN NAKs, RNR, bad ICRCs,
 ECN-marked packets, CNPs and BECNs."""
+
 import json
 import tomllib
 from pathlib import Path
 
 import pytest
-
 from conftest import run_ibwire
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
-SCENARIOS = [p for p in sorted(CAPS.glob("*.toml")) if p.with_suffix(".pcap").exists()
-             and tomllib.loads(p.read_text()).get("expect", {}).get("flow")]
+SCENARIOS = [
+    p
+    for p in sorted(CAPS.glob("*.toml"))
+    if p.with_suffix(".pcap").exists() and tomllib.loads(p.read_text()).get("expect", {}).get("flow")
+]
 
 
 def _flows(pcap, jobs=1):
@@ -22,8 +25,13 @@ def _flows(pcap, jobs=1):
 
 def _find(rows, qp):
     qpns = {f"0x{qp['src_qpn']:06x}", f"0x{qp['dst_qpn']:06x}"}
-    hits = [r for r in rows if {r["qpn_a"], r["qpn_b"]} <= qpns | {None} and (r["qpn_a"] in qpns or r["qpn_b"] in qpns)
-            and r["transport"] == qp["type"]]
+    hits = [
+        r
+        for r in rows
+        if {r["qpn_a"], r["qpn_b"]} <= qpns | {None}
+        and (r["qpn_a"] in qpns or r["qpn_b"] in qpns)
+        and r["transport"] == qp["type"]
+    ]
     assert len(hits) == 1, f"expected one conversation for QP {qp['name']}, found {len(hits)}"
     return hits[0]
 
@@ -36,11 +44,16 @@ def test_flow_numbers_equal_scenario(toml, jobs):
     qps = {q["name"]: q for q in scen["qp"]}
     for name, want in scen["expect"]["flow"].items():
         row = _find(rows, qps[name])
-        got = {"messages": sum(row["messages"].values()), "bytes": sum(row["message_bytes"].values()),
-               "drops": row.get("drops", 0), "not_captured": row.get("not_captured", 0),
-               "retransmits": row.get("retransmissions", 0),
-               "naks_psn": (row.get("naks") or {}).get("PSN Sequence Error", 0), "rnr": row.get("rnr_naks", 0),
-               "bad_icrc": row.get("bad_icrc", 0)}
+        got = {
+            "messages": sum(row["messages"].values()),
+            "bytes": sum(row["message_bytes"].values()),
+            "drops": row.get("drops", 0),
+            "not_captured": row.get("not_captured", 0),
+            "retransmits": row.get("retransmissions", 0),
+            "naks_psn": (row.get("naks") or {}).get("PSN Sequence Error", 0),
+            "rnr": row.get("rnr_naks", 0),
+            "bad_icrc": row.get("bad_icrc", 0),
+        }
         tries = [t for t in (row.get("retries_a"), row.get("retries_b")) if t]
         for cause in ("timeout", "nak", "rnr"):
             got[f"{cause}_retries"] = sum(t[f"{cause}_episodes"] for t in tries)

@@ -1,5 +1,6 @@
 """On the public captures, per-conversation message and payload-byte counts from `ibwire flows` agree
 with counts an independent script derives from tshark's fields (header presence, lengths, padding)."""
+
 import ipaddress
 import json
 import subprocess
@@ -7,20 +8,43 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-
 from conftest import run_ibwire
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
-CAPS = ["m3_02-2-write_ibdump_write.pcap", "m3_mlx_rocev1_test.pcap", "m3_nvme_host-echo_dump.pcap",
-        "m3_nvme_nvme-discover.pcap", "m3_rdma-write-read_ibdump_read2.pcap", "oferby_proxy_roce.pcap"]
+CAPS = [
+    "m3_02-2-write_ibdump_write.pcap",
+    "m3_mlx_rocev1_test.pcap",
+    "m3_nvme_host-echo_dump.pcap",
+    "m3_nvme_nvme-discover.pcap",
+    "m3_rdma-write-read_ibdump_read2.pcap",
+    "oferby_proxy_roce.pcap",
+]
 # Header lengths from IBA Vol 1 §9.3 (independent of ibwire's tables)
-EXT = {"infiniband.reth": 16, "infiniband.aeth": 4, "infiniband.immdt": 4, "infiniband.ieth": 4,
-       "infiniband.deth": 8, "infiniband.atomiceth": 28, "infiniband.atomicacketh": 8, "infiniband.rdeth": 4}
+EXT = {
+    "infiniband.reth": 16,
+    "infiniband.aeth": 4,
+    "infiniband.immdt": 4,
+    "infiniband.ieth": 4,
+    "infiniband.deth": 8,
+    "infiniband.atomiceth": 28,
+    "infiniband.atomicacketh": 8,
+    "infiniband.rdeth": 4,
+}
 # Request opcodes that complete a message: SEND Last/Only (+Imm/Inv), WRITE Last/Only (+Imm), READ Req, atomics
 MESSAGE_END = {0x02, 0x03, 0x04, 0x05, 0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x13, 0x14, 0x16, 0x17}
-FIELDS = ["ip.src", "ip.dst", "infiniband.grh.sgid", "infiniband.grh.dgid", "infiniband.bth.opcode",
-          "infiniband.bth.destqp", "infiniband.bth.padcnt", "udp.length", "infiniband.grh.paylen", "eth.type",
-          *EXT]
+FIELDS = [
+    "ip.src",
+    "ip.dst",
+    "infiniband.grh.sgid",
+    "infiniband.grh.dgid",
+    "infiniband.bth.opcode",
+    "infiniband.bth.destqp",
+    "infiniband.bth.padcnt",
+    "udp.length",
+    "infiniband.grh.paylen",
+    "eth.type",
+    *EXT,
+]
 
 
 def _addr(text):

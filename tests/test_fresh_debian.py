@@ -12,6 +12,7 @@ chroot gets this machine's network settings: resolv.conf, and the certificate au
 ones it adds in /usr/local/share/ca-certificates, and its bundle, which pip in the chroot is told to use:
 Debian's first pip in a venv trusts only its own list, and this machine's network may present a
 certificate of its own)."""
+
 import os
 import re
 import shutil
@@ -37,8 +38,13 @@ def chroot(t: Path, cmd: str) -> subprocess.CompletedProcess:
     for host, inside in ((DOWNLOADS / "apt", "/var/cache/apt/archives"), (DOWNLOADS / "pip", "/root/.cache/pip")):
         host.mkdir(parents=True, exist_ok=True)
         binds.append((str(host), inside))
-    return debroot.overlay_run(minbase(), t, f"cd /root/ibwire && {cmd}", binds=binds,
-                               env=f"PIP_CERT={BUNDLE}" if os.path.isfile(BUNDLE) else "")
+    return debroot.overlay_run(
+        minbase(),
+        t,
+        f"cd /root/ibwire && {cmd}",
+        binds=binds,
+        env=f"PIP_CERT={BUNDLE}" if os.path.isfile(BUNDLE) else "",
+    )
 
 
 def fresh_machine(t: Path) -> Path:
@@ -48,8 +54,10 @@ def fresh_machine(t: Path) -> Path:
     upper = t / "upper"
     repo = upper / "root" / "ibwire"
     repo.mkdir(parents=True)
-    commit = subprocess.run(["git", "stash", "create"], cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout.strip() or "HEAD"
+    commit = (
+        subprocess.run(["git", "stash", "create"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        or "HEAD"
+    )
     archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(repo)], input=archive, check=True)
     (upper / "etc").mkdir()
@@ -75,17 +83,17 @@ def test_dev_demo_on_fresh_debootstrapped_debian_then_recovers_a_half_made_venv(
     first = chroot(tmp_path, "./dev demo")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "report: /root/ibwire/audit-report.html (audit exit status 1:" in first.stdout
-    assert "FAIL" in first.stdout                                        # the sample's injected breaches
+    assert "FAIL" in first.stdout  # the sample's injected breaches
     report = (repo / "audit-report.html").read_text()
     assert report.startswith("<!DOCTYPE html>") and "</html>" in report
     site = next((repo / ".venv" / "lib").glob("python3*/site-packages"))
     installed = {p.name.lower() for p in site.iterdir()}
     assert {"scapy", "pyarrow", "numpy"} <= installed
-    assert not installed & {"pytest", "pyspark", "duckdb", "hypothesis", "pandas"}   # the demo needs no test extras
+    assert not installed & {"pytest", "pyspark", "duckdb", "hypothesis", "pandas"}  # the demo needs no test extras
     venv_mb = sum(f.stat().st_size for f in (repo / ".venv").rglob("*") if f.is_file() and not f.is_symlink()) >> 20
     demo = time.monotonic()
 
-    shutil.rmtree(site / "pip")                      # what an interrupted first run can leave
+    shutil.rmtree(site / "pip")  # what an interrupted first run can leave
     (repo / "audit-report.html").unlink()
     again = chroot(tmp_path, "./dev demo")
     assert again.returncode == 0, again.stdout + again.stderr
@@ -97,5 +105,7 @@ def test_dev_demo_on_fresh_debootstrapped_debian_then_recovers_a_half_made_venv(
     plan = chroot(tmp_path, "apt-get install --simulate $(./dev packages)")
     assert plan.returncode == 0, plan.stdout + plan.stderr
     planned = re.findall(r"^Inst (\S+)", plan.stdout, re.MULTILINE)
-    print(f"minbase {built - start:.0f} s (0 when cached), first demo {demo - built:.0f} s (.venv {venv_mb} MB), "
-          f"second {time.monotonic() - demo:.0f} s; ./dev test would install {len(planned)} packages on top of the demo's")
+    print(
+        f"minbase {built - start:.0f} s (0 when cached), first demo {demo - built:.0f} s (.venv {venv_mb} MB), "
+        f"second {time.monotonic() - demo:.0f} s; ./dev test would install {len(planned)} packages on top of the demo's"
+    )

@@ -3,6 +3,7 @@ random bytes behind valid headers, every link type), written to one capture per 
 compiled bulk path (one record each, damage flagged), the full decode (never raising), and every output
 format of `ibwire decode` — text, -V tree, -x dump, jsonl, json, ek, fields, csv — with one record per
 input frame and no internal error."""
+
 import csv
 import io
 import json
@@ -14,8 +15,9 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
 import pytest
-
 from conftest import run_ibwire
+from tshark_oracle import PUBLIC
+
 from ibwire.decode import decode_frame
 from ibwire.decode.stream import Stream
 from ibwire.fast import read_all
@@ -24,7 +26,6 @@ from ibwire.output.printer import Printer
 from ibwire.output.tree import hex_dump, tree
 from ibwire.readers import iter_frames
 from ibwire.writers import PcapWriter
-from tshark_oracle import PUBLIC
 
 TOTAL = 40_000
 KEYS = ["frame.number", "bth.psn", "ip.addr", "eth.src", "mad.transactionid", "icrc.status", "frame.time_relative"]
@@ -44,21 +45,21 @@ def mutations(rng, seed_frames):
         f = rng.choice(seed_frames)
         data = bytearray(f.data)
         kind = rng.randrange(5)
-        if kind == 0:                                   # truncation at every offset
+        if kind == 0:  # truncation at every offset
             for cut in range(len(data)):
                 yield f.linktype, bytes(data[:cut])
             continue
-        if kind == 1:                                   # random bit flips
+        if kind == 1:  # random bit flips
             for _ in range(rng.randint(1, 8)):
                 i = rng.randrange(len(data) * 8)
                 data[i // 8] ^= 0x80 >> (i % 8)
-        elif kind == 2:                                 # random bytes behind valid headers
+        elif kind == 2:  # random bytes behind valid headers
             keep = rng.randrange(min(len(data), 80))
             data = data[:keep] + bytes(rng.getrandbits(8) for _ in range(rng.randrange(200)))
-        elif kind == 3:                                 # the same bytes under another link type
+        elif kind == 3:  # the same bytes under another link type
             yield rng.choice(linktypes), bytes(data)
             continue
-        else:                                           # header fields set to extremes
+        else:  # header fields set to extremes
             for _ in range(4):
                 i = rng.randrange(len(data))
                 data[i] = rng.choice((0, 0xFF, 0x7F, 0x80))
@@ -117,6 +118,7 @@ def _print_share(path, part: int, parts: int):
             if i not in decoded:
                 decoded[i] = decode_frame(batch.frame(i))
             return decoded[i]
+
         rows = np.arange(part, len(batch.rec), parts)
         for i in rows.tolist():
             d = details(i)
@@ -161,10 +163,10 @@ def test_every_output_format_survives_the_mutations(mutants):
         statuses |= st
         trees += tr
         dumps += du
-    for path, packets in mutants:                     # jsonl numbers each input frame once, from 1
+    for path, packets in mutants:  # jsonl numbers each input frame once, from 1
         assert sorted(numbers[path]) == list(range(1, len(packets) + 1))
     assert set(counts.values()) == {TOTAL} and trees == TOTAL and dumps == TOTAL
-    assert {"bad", "truncated"} <= statuses          # the damage was noticed, not silently decoded as good
+    assert {"bad", "truncated"} <= statuses  # the damage was noticed, not silently decoded as good
 
 
 def test_cli_on_mutants_exits_cleanly(mutants):

@@ -1,5 +1,6 @@
 """The compiled group-by behind stats and flows: rows share a group exactly when their key fields are
 equal, groups are numbered by first appearance, and a row subset groups only those rows."""
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +15,7 @@ def _records(draw_values):
     rec = np.zeros(len(draw_values), RECORD)
     for i, (addr, lid, mac, qp, noise) in enumerate(draw_values):
         rec[i]["dst"] = bytes([addr]) * 16
-        rec[i]["dlid"], rec[i]["destqp"], rec[i]["psn"] = lid, qp, noise   # psn: not a key field
+        rec[i]["dlid"], rec[i]["destqp"], rec[i]["psn"] = lid, qp, noise  # psn: not a key field
         rec[i]["eth_dst"] = bytes([mac]) * 6
     return rec
 
@@ -36,6 +37,6 @@ def test_groups_are_exactly_the_equal_keys(values, data):
     expected = {}
     for pos, k in enumerate(keys):
         expected.setdefault(k, len(expected))
-        assert inverse[pos] == expected[k]                 # equal keys share a group, numbered by appearance
+        assert inverse[pos] == expected[k]  # equal keys share a group, numbered by appearance
     assert len(first) == len(hashes) == len(expected)
-    assert [keys[i] for i in first] == list(expected)      # first row of each group carries its key
+    assert [keys[i] for i in first] == list(expected)  # first row of each group carries its key

@@ -1,12 +1,12 @@
 """`ibwire health` on captures/pfc-storm.pcap finds exactly what its scenario declares, its counts equal what
 tshark counts in the same capture, and each finding's display filter selects exactly the finding's frames."""
+
 import json
 import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
-
 from conftest import PUBLIC, run_ibwire
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
@@ -39,7 +39,7 @@ def _qp(name, key):
 def test_findings_are_exactly_the_declared_ones(report):
     rc, r = report
     want = SCENARIO["expect"]["health"]
-    assert rc == 1                                            # error findings: exit status 1
+    assert rc == 1  # error findings: exit status 1
     assert sorted(f["kind"] for f in r["findings"]) == sorted(want["findings"])
     storms = [f"{f['port']}/{f['priority']}" for f in r["findings"] if f["kind"] == "pause_storm"]
     assert storms == want["pause_storms"]
@@ -72,12 +72,15 @@ def test_congestion_counts_equal_tsharks(report):
     _, r = report
     for c in r["congestion"]:
         assert c["ce_marked"] == _tshark_count(f"ip.dsfield.ecn == 3 && infiniband.bth.destqp == {c['qp']}")
-        assert c["cnps"] == _tshark_count(f"infiniband.bth.opcode == 0x81 && infiniband.bth.destqp == {c['partner_qp']}")
-        assert c["partner_qp"] == _qp(next(q["name"] for q in SCENARIO["qp"] if _qp(q["name"], "dst_qpn") == c["qp"]),
-                                      "src_qpn")
+        assert c["cnps"] == _tshark_count(
+            f"infiniband.bth.opcode == 0x81 && infiniband.bth.destqp == {c['partner_qp']}"
+        )
+        assert c["partner_qp"] == _qp(
+            next(q["name"] for q in SCENARIO["qp"] if _qp(q["name"], "dst_qpn") == c["qp"]), "src_qpn"
+        )
     a = next(c for c in r["congestion"] if c["qp"] == _qp("a", "dst_qpn"))
     judged = [x["cut"] for x in a["reactions"] if x["cut"] is not None]
-    assert judged and all(judged)                      # rate_cut = 0.5: every judged CNP halves the rate
+    assert judged and all(judged)  # rate_cut = 0.5: every judged CNP halves the rate
     # whole packets in a 20 µs window: a halved rate measures 0.5-0.65 of the one before
     assert all(x["rate_after_bps"] <= 0.7 * x["rate_before_bps"] for x in a["reactions"] if x["cut"])
 
@@ -85,9 +88,22 @@ def test_congestion_counts_equal_tsharks(report):
 def test_ecmp_source_ports_equal_tsharks(report):
     _, r = report
     for e in r["ecmp"]["flows"]:
-        out = subprocess.run(["tshark", "-r", str(PCAP), "-Y", f"infiniband.bth.destqp == {e['qp']} && "
-                              f"ip.src == {e['src']}", "-T", "fields", "-e", "udp.srcport"],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [
+                "tshark",
+                "-r",
+                str(PCAP),
+                "-Y",
+                f"infiniband.bth.destqp == {e['qp']} && ip.src == {e['src']}",
+                "-T",
+                "fields",
+                "-e",
+                "udp.srcport",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert e["udp_srcports"] == sorted({int(x) for x in out.split()})
     assert r["ecmp"]["distinct_srcports"] == 4
 
@@ -114,7 +130,7 @@ def test_without_expectations_only_what_the_capture_itself_shows():
     res = run_ibwire("health", PCAP, "-T", "json", unwrapped=True)
     kinds = {f["kind"] for f in json.loads(res.stdout)["findings"]}
     assert "qos_mismatch" not in kinds and "pause_storm" in kinds
-    assert "roce_unprotected" in kinds             # LLDP DCBX says PFC protects priority 3 only
+    assert "roce_unprotected" in kinds  # LLDP DCBX says PFC protects priority 3 only
 
 
 @pytest.mark.parametrize("qos, words", [("dscp=64", "from 0 to 63"), ("color=3", "unknown key"), ("dscp", "key=value")])
@@ -138,12 +154,27 @@ def test_real_capture_whose_qps_share_one_source_port(tshark):
     assert one and r["ecmp"]["distinct_srcports"] == 1
     for f in one:
         src, dst = f["src"], f["dst"]
-        out = subprocess.run([tshark, "-r", str(path), "-Y", f"ip.src == {src} && ip.dst == {dst} && udp.dstport == 4791",
-                              "-T", "fields", "-e", "udp.srcport", "-e", "infiniband.bth.destqp"],
-                             capture_output=True, text=True, check=True).stdout.split("\n")
+        out = subprocess.run(
+            [
+                tshark,
+                "-r",
+                str(path),
+                "-Y",
+                f"ip.src == {src} && ip.dst == {dst} && udp.dstport == 4791",
+                "-T",
+                "fields",
+                "-e",
+                "udp.srcport",
+                "-e",
+                "infiniband.bth.destqp",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")
         rows = [x.split("\t") for x in out if x]
         assert {p for p, _ in rows} == {"4791"} and len(rows) == f["frame_count"]
-        assert len({q for _, q in rows}) >= int(f["text"].split()[0])    # "21 QPs from …"
+        assert len({q for _, q in rows}) >= int(f["text"].split()[0])  # "21 QPs from …"
 
 
 @pytest.mark.parametrize("capture", ["congestion.pcap", "congestion-ib.pcap"])
@@ -156,6 +187,7 @@ def test_marks_and_cnps_equal_the_congestion_scenarios_declaration(capture):
     assert (c["ce_marked"], c["cnps"]) == (want["ecn_marked"], want["cnps"])
     assert c["flow"].startswith("LID 257 → LID 258" if capture.endswith("-ib.pcap") else "10.2.0.1 → 10.2.0.2")
     for f in r["findings"]:
-        out = run_ibwire("decode", CAPS / capture, "-Y", f["filter"], "-T", "fields", "-e", "frame.number",
-                         check=True).stdout
+        out = run_ibwire(
+            "decode", CAPS / capture, "-Y", f["filter"], "-T", "fields", "-e", "frame.number", check=True
+        ).stdout
         assert [int(x) for x in out.split()] == f["frames"], f["kind"]

@@ -2,6 +2,7 @@
 (a Linux bridge would not forward MAC control frames) between two network namespaces, captured with
 `ibwire capture --backend netdev` on the far end: every frame arrives as sent, tshark and `ibwire health`
 count the same pauses, and a 400 ms run of XOFFs is the storm it is."""
+
 import json
 import os
 import signal
@@ -16,10 +17,11 @@ from ibwire.readers import iter_frames
 NS = f"ibhw{os.getpid() % 100000}"
 CLI = [sys.executable, "-c", "from ibwire.cli import main; main()"]
 SWITCH = bytes.fromhex("020000009902")
-XOFFS, EVERY_S = 400, 0.001      # 65535 quanta last 33.6 ms at 1 Gb/s: one XOFF per ms keeps the pause on
+XOFFS, EVERY_S = 400, 0.001  # 65535 quanta last 33.6 ms at 1 Gb/s: one XOFF per ms keeps the pause on
 #                                  even when a busy machine delays a few sends
 
-SENDER = r"""
+SENDER = (
+    r"""
 import socket, sys, time
 frames = [bytes.fromhex(h) for h in sys.argv[2:]]
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
@@ -32,7 +34,9 @@ for k, f in enumerate(frames[2:]):
     while time.monotonic() < t + k * %r:
         pass
     s.send(f)
-""" % EVERY_S
+"""
+    % EVERY_S
+)
 
 
 def _ip(*args, ns=None):
@@ -46,7 +50,10 @@ def veth():
     try:
         for ns in (a, b):
             assert _ip("ip", "netns", "add", ns).returncode == 0
-        assert _ip("ip", "link", "add", "pfc0", "netns", a, "type", "veth", "peer", "name", "pfc1", "netns", b).returncode == 0
+        assert (
+            _ip("ip", "link", "add", "pfc0", "netns", a, "type", "veth", "peer", "name", "pfc1", "netns", b).returncode
+            == 0
+        )
         for ns, dev in ((a, "pfc0"), (b, "pfc1")):
             assert _ip("ip", "link", "set", dev, "up", ns=ns).returncode == 0
         yield a, b
@@ -60,8 +67,11 @@ def test_pfc_storm_and_dcbx_over_veth_are_captured_and_found(veth, tmp_path):
     sent = [lldp_frame(SWITCH, "swp2", [3], [(3, 3, 4791)]), pause_frame(SWITCH, 100)]
     sent += [pfc_frame(SWITCH, {3: 0xFFFF}) for _ in range(XOFFS)] + [pfc_frame(SWITCH, {3: 0})]
     out = tmp_path / "veth.pcap"
-    cap = subprocess.Popen(["ip", "netns", "exec", b] + CLI + ["capture", "--backend", "netdev", "-i", "pfc1", "-w",
-                                                                str(out)], stderr=subprocess.PIPE, text=True)
+    cap = subprocess.Popen(
+        ["ip", "netns", "exec", b] + CLI + ["capture", "--backend", "netdev", "-i", "pfc1", "-w", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         for line in cap.stderr:
@@ -70,8 +80,12 @@ def test_pfc_storm_and_dcbx_over_veth_are_captured_and_found(veth, tmp_path):
                 break
         else:
             raise AssertionError("capture did not start: " + "".join(lines))
-        r = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", SENDER, "pfc0"] + [f.hex() for f in sent],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            ["ip", "netns", "exec", a, sys.executable, "-c", SENDER, "pfc0"] + [f.hex() for f in sent],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
     finally:
         cap.send_signal(signal.SIGINT)
@@ -79,10 +93,11 @@ def test_pfc_storm_and_dcbx_over_veth_are_captured_and_found(veth, tmp_path):
         rc = cap.wait(timeout=60)
     assert rc == 130, err
     got = [bytes(f.data) for f in iter_frames(str(out)) if bytes(f.data)[6:12] == SWITCH]
-    assert got == sent                                          # every frame, byte for byte, in order
+    assert got == sent  # every frame, byte for byte, in order
 
-    tshark = subprocess.run(["tshark", "-r", str(out), "-Y", "macc.cbfc.enbv.c3 == 1"], capture_output=True,
-                            text=True, check=True).stdout
+    tshark = subprocess.run(
+        ["tshark", "-r", str(out), "-Y", "macc.cbfc.enbv.c3 == 1"], capture_output=True, text=True, check=True
+    ).stdout
     res = subprocess.run(CLI + ["health", str(out), "-T", "json", "--port-speed", "1G"], capture_output=True, text=True)
     doc = json.loads(res.stdout)
     p3 = next(e for e in doc["pause"] if e["priority"] == 3)

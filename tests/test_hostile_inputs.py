@@ -1,5 +1,6 @@
 """Small crafted files must not buy large memory or time: each case runs the CLI under a 600 MB address
 space and a CPU-time limit, as an attacker's capture would be opened."""
+
 import json
 import resource
 import shutil
@@ -9,9 +10,10 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT, run_ibwire
-from ibwire.readers import open_capture
 from test_mad_oracle import write_erf_pcap
 from test_mad_rmpp import paths, table_response
+
+from ibwire.readers import open_capture
 
 sys.path.insert(0, str(ROOT / "bench"))
 from hostile import records  # noqa: E402
@@ -23,9 +25,11 @@ MEMORY = 600 << 20
 
 def limited(*args, timeout=120):
     """The CLI under the memory and CPU limits; never a traceback, never a MemoryError."""
+
     def limits():
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
         resource.setrlimit(resource.RLIMIT_CPU, (60, 60))
+
     r = subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, preexec_fn=limits, timeout=timeout)
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
     return r
@@ -35,7 +39,7 @@ def test_rmpp_segment_number_from_the_wire_is_bounded(tmp_path):
     """One 346-byte capture: a last RMPP segment numbered 2^32-1 (reassembly once reached 5.9 GB)."""
     seg = bytearray(table_response(paths(1))[0])
     struct.pack_into(">I", seg, 28, 0xFFFFFFFF)
-    seg[26] = 0x7                                       # active, first and last
+    seg[26] = 0x7  # active, first and last
     cap = tmp_path / "rmpp.pcap"
     write_erf_pcap(cap, [bytes(seg)])
     assert cap.stat().st_size < 400
@@ -49,9 +53,10 @@ def test_rmpp_reassembly_called_directly_is_bounded(tmp_path):
     memory and time."""
     first, last = (bytearray(s) for s in table_response(paths(8))[:2])
     struct.pack_into(">I", last, 28, 0xFFFFFFFF)
-    last[26] = 0x5                                      # active, last
+    last[26] = 0x5  # active, last
     at_bound = bytearray(last)
     from dissectors.mad.rmpp import MAX_SEGMENTS
+
     struct.pack_into(">I", at_bound, 28, MAX_SEGMENTS)
     cap = tmp_path / "rmpp.pcap"
     write_erf_pcap(cap, [bytes(first), bytes(last), bytes(at_bound)])
@@ -67,10 +72,12 @@ def test_rmpp_reassembly_called_directly_is_bounded(tmp_path):
         "print(reassemble(mads[1:2]))\n"
         "for segs in (mads[:2], mads):\n"
         "    t = reassemble(segs)\n"
-        "    print(t.complete, len(t.missing), len(t.payload))\n")
+        "    print(t.complete, len(t.missing), len(t.payload))\n"
+    )
     r = subprocess.run([sys.executable, "-c", program, str(cap)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     from dissectors.mad.sa import SA_DATA
+
     assert r.stdout.split("\n")[:3] == ["None", "False 0 200", f"False {MAX_SEGMENTS - 2} {2 * SA_DATA}"]
 
 
@@ -81,9 +88,9 @@ def test_resync_never_allocates_from_the_snap_length(tmp_path):
     recs = records(raw)
     head = bytearray(raw[:24])
     struct.pack_into("<I", head, 16, 0xFFFFFFFF)
-    second = bytearray(raw[recs[1][0]:recs[1][0] + 16])
+    second = bytearray(raw[recs[1][0] : recs[1][0] + 16])
     struct.pack_into("<I", second, 8, 0x7FFFFFFF)
-    body = raw[24:recs[1][0]] + bytes(second) + raw[recs[1][0] + 16:recs[4][0]]
+    body = raw[24 : recs[1][0]] + bytes(second) + raw[recs[1][0] + 16 : recs[4][0]]
     cap = tmp_path / "snap.pcap"
     cap.write_bytes(bytes(head) + body)
     s = limited("stats", cap, "--format", "json")
@@ -91,7 +98,7 @@ def test_resync_never_allocates_from_the_snap_length(tmp_path):
     stats = json.loads(s.stdout)
     d = limited("decode", cap, "--format", "jsonl")
     assert d.returncode == 0 and "is impossible; skipped" in d.stderr
-    assert stats["summary"]["packets"] == len(d.stdout.splitlines()) == 3        # frames 1, 3 and 4
+    assert stats["summary"]["packets"] == len(d.stdout.splitlines()) == 3  # frames 1, 3 and 4
 
 
 def test_short_pcapng_blocks_are_reported_not_fatal(tmp_path):
@@ -105,7 +112,7 @@ def test_short_pcapng_blocks_are_reported_not_fatal(tmp_path):
     for command in ("decode", "stats"):
         r = limited(command, cap)
         assert r.returncode == 0 and "too short to hold a packet; skipped" in r.stderr + r.stdout, r.stderr
-    frames = list(open_capture(str(cap)))                        # the detail reader (audit, evidence) alike
+    frames = list(open_capture(str(cap)))  # the detail reader (audit, evidence) alike
     assert frames == []
     a = limited("audit", cap, "--policy", CAPS / "multitenant-breach.partitions.conf")
     assert a.returncode == 2 and "no verdict" in a.stderr
@@ -113,10 +120,12 @@ def test_short_pcapng_blocks_are_reported_not_fatal(tmp_path):
 
 def test_jobs_are_capped_by_cpus_and_work(tmp_path):
     import os
+
     from ibwire.fast.split import processes
+
     cpus = len(os.sched_getaffinity(0))
-    assert processes(100_000, 10 ** 9) == cpus and processes(0, 10 ** 9) == cpus
-    assert processes(100_000, 1) == 1 and processes(2, 0) == 1                  # no more than the work
+    assert processes(100_000, 10**9) == cpus and processes(0, 10**9) == cpus
+    assert processes(100_000, 1) == 1 and processes(2, 0) == 1  # no more than the work
     cap = CAPS / "loss-retransmit.pcap"
     one = run_ibwire("flows", cap, "--format", "json", "-j", "1", check=True).stdout
     many = limited("flows", cap, "--format", "json", "-j", "100000", timeout=60)

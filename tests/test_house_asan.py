@@ -4,6 +4,7 @@ packet walled off by poisoned bytes, so any read outside a packet's captured byt
 same packets as whole pcap and pcapng files (record walk, decode, CRCs, grouping,
 conversations, decode's line renderer), and damaged pcap/pcapng files.
 Any AddressSanitizer report fails the test.  A canary run first proves a stray read is reported."""
+
 import os
 import shutil
 import subprocess
@@ -13,7 +14,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from test_fuzz_decode import TOTAL
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,21 +143,40 @@ def asan_tree(tmp_path_factory):
         shutil.copytree(ROOT / pkg, tree / pkg, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     native = _native_sources()
     out = tree / "ibwire" / "fast" / f"_native{sysconfig.get_config_var('EXT_SUFFIX')}"
-    cc = ["gcc", "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer",
-          "-I", sysconfig.get_paths()["include"], *(str(ROOT / s) for s in native["sources"]),
-          *(f"-l{lib}" for lib in native.get("libraries", [])), "-o", str(out)]
+    cc = [
+        "gcc",
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-g",
+        "-fsanitize=address",
+        "-fno-omit-frame-pointer",
+        "-I",
+        sysconfig.get_paths()["include"],
+        *(str(ROOT / s) for s in native["sources"]),
+        *(f"-l{lib}" for lib in native.get("libraries", [])),
+        "-o",
+        str(out),
+    ]
     subprocess.run(cc, check=True, capture_output=True, text=True, timeout=300)
-    libasan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True,
-                             check=True).stdout.strip()
+    libasan = subprocess.run(
+        ["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert os.path.isabs(libasan), "gcc has no libasan (Debian: libasan8, pulled in by gcc)"
     return tree, libasan
 
 
 def _run(tree, libasan, mode, tmp):
-    env = dict(os.environ, LD_PRELOAD=libasan, PYTHONMALLOC="malloc", PYTHONPATH=f"{tree}:{TESTS}",
-               ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=86")
-    return subprocess.run([sys.executable, "-c", HARNESS, mode, str(tmp)], env=env, cwd=tmp,
-                          capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        LD_PRELOAD=libasan,
+        PYTHONMALLOC="malloc",
+        PYTHONPATH=f"{tree}:{TESTS}",
+        ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=86",
+    )
+    return subprocess.run(
+        [sys.executable, "-c", HARNESS, mode, str(tmp)], env=env, cwd=tmp, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_asan_reports_a_read_of_poisoned_bytes(asan_tree, tmp_path):

@@ -1,27 +1,39 @@
 """The docs a user and a successor find: the field reference is what the registry says, the README stays
 short and links to pages that exist, and no Markdown table is glued to a paragraph (it would render as text)."""
+
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "tests" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "CONTRIBUTING.md",
+    ROOT / "tests" / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+]
 
 
 def test_field_reference_is_generated_from_the_registry():
     sys.path.insert(0, str(ROOT / "tools"))
     import gen_fields_doc
-    assert (ROOT / "docs" / "fields.md").read_text() == gen_fields_doc.render(), \
+
+    assert (ROOT / "docs" / "fields.md").read_text() == gen_fields_doc.render(), (
         "docs/fields.md is stale: run .venv/bin/python tools/gen_fields_doc.py"
+    )
 
 
 def test_every_listed_name_is_a_field_filters_accept():
     names = re.findall(r"^\| `([^`]+)` \|", (ROOT / "docs" / "fields.md").read_text(), re.M)
     assert {"bth.p_key", "lrh.dlid", "mad.attributeid", "frame.number", "icrc.status"} <= set(names)
     ibwire = Path(sys.executable).parent / "ibwire"
-    r = subprocess.run([ibwire, "decode", ROOT / "captures" / "sm-sweep.pcap", "-c", "1", "-Y", " || ".join(names)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [ibwire, "decode", ROOT / "captures" / "sm-sweep.pcap", "-c", "1", "-Y", " || ".join(names)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-500:]
 
 

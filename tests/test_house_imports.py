@@ -3,6 +3,7 @@ layers/records -> analyzers -> reports/CLI), so no module imports a later stage,
 each other through any chain (every import counts, also one inside a function).  And nothing is written
 twice: no run of six code lines stands in two places of the project's Python and C.  And a module's name
 says what it holds."""
+
 import ast
 import collections
 import functools
@@ -17,12 +18,24 @@ ROOT = Path(__file__).resolve().parents[1]
 # Producers of bytes (capture, synthesis, the lab, conversion) stand with the readers: they feed the path.
 STAGES = [
     ("protocol tables and layers", ("dissectors", "ibwire.errors", "ibwire.inputfile")),
-    ("readers, writers and producers of bytes",
-     ("ibwire.readers", "ibwire.writers", "ibwire.outfile", "ibwire.fast.walk", "ibwire.fast.split",
-      "ibwire.fast._native", "ibwire.capture", "ibwire.synth", "ibwire.lab", "ibwire.convert")),
+    (
+        "readers, writers and producers of bytes",
+        (
+            "ibwire.readers",
+            "ibwire.writers",
+            "ibwire.outfile",
+            "ibwire.fast.walk",
+            "ibwire.fast.split",
+            "ibwire.fast._native",
+            "ibwire.capture",
+            "ibwire.synth",
+            "ibwire.lab",
+            "ibwire.convert",
+        ),
+    ),
     ("layers and records", ("ibwire.decode", "ibwire.fast", "ibwire.filter", "ibwire.fieldtypes")),
     ("analyzers and reports", ("ibwire.analysis", "ibwire.audit", "ibwire.fabric", "ibwire.pictures", "ibwire.output")),
-    ("CLI and the notebook API", ("ibwire.cli", "ibwire.notebook", "ibwire")),   # "ibwire": itself only
+    ("CLI and the notebook API", ("ibwire.cli", "ibwire.notebook", "ibwire")),  # "ibwire": itself only
 ]
 
 
@@ -49,13 +62,13 @@ def imports_of(name: str, path: Path, known: dict) -> set:
         if isinstance(node, ast.Import):
             wanted = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = package[:len(package) - node.level + 1] if node.level else []
+            base = package[: len(package) - node.level + 1] if node.level else []
             stem = ".".join(base + ([node.module] if node.module else []))
             wanted = [f"{stem}.{a.name}" for a in node.names]
         else:
             continue
         for w in wanted:
-            while w and w not in known:          # `from pkg import function` names the package
+            while w and w not in known:  # `from pkg import function` names the package
                 w = w.rpartition(".")[0]
             if w and w != name:
                 targets.add(w)
@@ -114,8 +127,12 @@ def test_no_module_imports_another_that_imports_it_back():
 
 
 def test_imports_follow_the_data_path_one_way():
-    wrong = [f"{a} ({STAGES[stage_of(a)][0]}) imports {b} ({STAGES[stage_of(b)][0]})"
-             for a, targets in sorted(graph().items()) for b in sorted(targets) if stage_of(b) > stage_of(a)]
+    wrong = [
+        f"{a} ({STAGES[stage_of(a)][0]}) imports {b} ({STAGES[stage_of(b)][0]})"
+        for a, targets in sorted(graph().items())
+        for b in sorted(targets)
+        if stage_of(b) > stage_of(a)
+    ]
     assert wrong == []
 
 
@@ -160,11 +177,11 @@ def repeated_runs(files: dict, run: int = RUN) -> list:
     for name, text in sorted(files.items()):
         lines = code_lines(text)
         for i in range(len(lines) - run + 1):
-            places["\n".join(t for _, t in lines[i:i + run])].append((name, i, lines[i][0], lines[i + run - 1][0]))
+            places["\n".join(t for _, t in lines[i : i + run])].append((name, i, lines[i][0], lines[i + run - 1][0]))
     out = []
     for where in places.values():
         for k, (a, i, a0, a1) in enumerate(where):
-            for b, j, b0, b1 in where[k + 1:]:
+            for b, j, b0, b1 in where[k + 1 :]:
                 if a != b or j - i >= run:
                     out.append(f"{a}:{a0}-{a1} ~ {b}:{b0}-{b1}")
     return out
@@ -172,8 +189,11 @@ def repeated_runs(files: dict, run: int = RUN) -> list:
 
 def test_no_six_lines_of_code_are_written_twice():
     """A block that two places need is written once and shared (a function, a table, a field list)."""
-    names = subprocess.run(["git", "ls-files", "-z", "*.py", "*.c", "*.h"], cwd=ROOT, capture_output=True,
-                           check=True).stdout.decode().split("\0")
+    names = (
+        subprocess.run(["git", "ls-files", "-z", "*.py", "*.c", "*.h"], cwd=ROOT, capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
     files = {n: (ROOT / n).read_text() for n in names if n and (ROOT / n).is_file()}
     assert len(files) > 100
     assert repeated_runs(files) == []
@@ -184,16 +204,39 @@ def test_the_repeat_check_finds_a_copied_block_in_other_clothes():
     other = "import os\n\n\n" + body.replace("    ", "        ").replace("# why", "# a different comment")
     assert repeated_runs({"a.py": body, "b.py": other}) == ["a.py:1-8 ~ b.py:4-11"]
     assert repeated_runs({"a.py": body, "b.py": body.replace("z - 3", "z - 4")}) == []
-    assert repeated_runs({"c.py": "x = [\n" + "    0,\n" * 11 + "]\n"}) == []       # overlaps only itself
+    assert repeated_runs({"c.py": "x = [\n" + "    0,\n" * 11 + "]\n"}) == []  # overlaps only itself
 
 
 # Names that say only that a module holds code, not which code.
-VAGUE = {"util", "utils", "misc", "helper", "helpers", "tools", "tool", "stuff", "lib", "core", "main", "run",
-         "text", "things", "generic", "other", "shared", "extras"}
+VAGUE = {
+    "util",
+    "utils",
+    "misc",
+    "helper",
+    "helpers",
+    "tools",
+    "tool",
+    "stuff",
+    "lib",
+    "core",
+    "main",
+    "run",
+    "text",
+    "things",
+    "generic",
+    "other",
+    "shared",
+    "extras",
+}
 
 
 def test_module_names_say_what_they_hold():
-    names = subprocess.run(["git", "ls-files", "ibwire/*.py", "dissectors/*.py", "bench/*.py"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()
+    names = subprocess.run(
+        ["git", "ls-files", "ibwire/*.py", "dissectors/*.py", "bench/*.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert len(names) > 100
     assert [n for n in names if Path(n).stem in VAGUE] == []

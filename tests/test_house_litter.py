@@ -4,6 +4,7 @@ removes the folder it made.  And the repository check that tests/conftest.py run
 really notices what a run writes (also where .gitignore hides it), as does its check of the home folder
 and the other places outside temporary folders; there it blames the run only for what the run's own
 processes wrote, not for what another program on the machine changed meanwhile."""
+
 import os
 import subprocess
 import sys
@@ -29,13 +30,13 @@ def test_diag_tools_under_simulated_fabric_leave_nothing_in_the_cwd(tmp_path, mo
     with SimFabric(str(TOPO)) as fab:
         for k, v in fab.env().items():
             monkeypatch.setenv(k, v)
-        text = state._run(["smpquery", "-D", "nodeinfo", "0"])          # what `audit --state live` runs
+        text = state._run(["smpquery", "-D", "nodeinfo", "0"])  # what `audit --state live` runs
         assert "NodeType:" in text and "Switch" in text
-        with pytest.raises(UserError, match="did not answer"):        # killed after its timeout
+        with pytest.raises(UserError, match="did not answer"):  # killed after its timeout
             state._run(["opensm", "-s", "0", "-f", str(tmp_path / "osm.log")], timeout=1.5)
         monkeypatch.delenv("LD_PRELOAD")
         osm = fab.start_opensm()
-        assert "Hca1" in fab.run(["smpquery", "-D", "nodedesc", "0,1"])     # the node behind port 1
+        assert "Hca1" in fab.run(["smpquery", "-D", "nodedesc", "0,1"])  # the node behind port 1
         osm.kill()
         osm.wait()
         made = fab.workdir
@@ -54,12 +55,12 @@ def test_litter_check_sees_created_changed_deleted_and_ignored_files(tmp_path):
     (repo / ".venv").mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     before = snapshot(repo)
-    (repo / "sys-123" / "class" / "infiniband").mkdir(parents=True)       # what umad2sim leaves
+    (repo / "sys-123" / "class" / "infiniband").mkdir(parents=True)  # what umad2sim leaves
     (repo / "sys-123" / "class" / "infiniband" / "node_guid").write_text("0x1\n")
     (repo / "pkg" / "a.py").write_text("x = 22\n")
     (repo / "gone.txt").unlink()
-    (repo / ".venv" / "pip-installed").write_text("")                    # the venv is not the repository
-    assert "sys-123" not in " ".join(git_status(repo))                   # git status alone misses it
+    (repo / ".venv" / "pip-installed").write_text("")  # the venv is not the repository
+    assert "sys-123" not in " ".join(git_status(repo))  # git status alone misses it
     assert changes(before, snapshot(repo)) == ["created sys-123", "deleted gone.txt", "modified pkg/a.py"]
 
 
@@ -72,11 +73,14 @@ def test_the_run_has_its_own_home_so_tools_keep_their_caches_in_the_scratch_fold
     """conftest points HOME, the XDG folders and TMPDIR of the run into its scratch folder: pip's cache,
     a tool's settings and temporary files of every process the tests start land there, not in ~."""
     import pwd
+
     scratch = os.path.dirname(os.environ["HOME"])
     assert os.path.basename(scratch).startswith("ibwire-tests-")
     assert pwd.getpwuid(os.getuid()).pw_dir != os.environ["HOME"]
-    code = ("import os, tempfile; from pip._internal.locations import USER_CACHE_DIR; "
-            "print(os.path.expanduser('~')); print(USER_CACHE_DIR); print(tempfile.gettempdir())")
+    code = (
+        "import os, tempfile; from pip._internal.locations import USER_CACHE_DIR; "
+        "print(os.path.expanduser('~')); print(USER_CACHE_DIR); print(tempfile.gettempdir())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert all(line.startswith(scratch + "/") for line in out[:3]), out
 
@@ -91,17 +95,20 @@ def test_outside_check_sees_what_a_run_created_changed_and_deleted(tmp_path):
     places, leave = [place, tmp_path / "missing"], [place / "scratch"]
     before = outside(places, leave=leave)
     start = time.time()
-    time.sleep(0.05)              # file times come from the kernel's coarse clock, a few ms behind
+    time.sleep(0.05)  # file times come from the kernel's coarse clock, a few ms behind
     assert changes(before, outside(places, start, leave)) == []
-    (place / ".config" / "wireshark" / "extcap").mkdir(parents=True)       # what `extcap --install` makes
+    (place / ".config" / "wireshark" / "extcap").mkdir(parents=True)  # what `extcap --install` makes
     (place / ".config" / "wireshark" / "extcap" / "ibwire-extcap").write_text("#!/bin/sh\n")
     (place / ".config" / "tool" / "settings").write_text("changed\n")
     (place / ".bashrc").unlink()
     (place / ".cache" / "made-and-removed").write_text("")
     (place / ".cache" / "made-and-removed").unlink()
-    (place / "scratch" / "x").write_text("")                               # below a folder left out
+    (place / "scratch" / "x").write_text("")  # below a folder left out
     assert changes(before, outside(places, start, leave)) == [
-        f"created {place}/.config/wireshark", f"deleted {place}/.bashrc", f"modified {place}/.config/tool/settings"]
+        f"created {place}/.config/wireshark",
+        f"deleted {place}/.bashrc",
+        f"modified {place}/.config/tool/settings",
+    ]
 
 
 INNER = '''import os, time
@@ -122,8 +129,10 @@ def test_meanwhile():
 
 
 # waits (a minute at most) until INNER has begun, then changes a file, makes a folder and a file in it
-OTHER_PROGRAM = ('for i in $(seq 1200); do [ -e "$1" ] && break; sleep 0.05; done; echo new > "$0/.config/tool/settings";'
-                 ' mkdir "$0/.cache"; echo x > "$0/.cache/made-by-another-program"; touch "$0/.other-program-done"')
+OTHER_PROGRAM = (
+    'for i in $(seq 1200); do [ -e "$1" ] && break; sleep 0.05; done; echo new > "$0/.config/tool/settings";'
+    ' mkdir "$0/.cache"; echo x > "$0/.cache/made-by-another-program"; touch "$0/.other-program-done"'
+)
 
 
 def run_beside_another_program(tmp_path, test_writes):
@@ -136,14 +145,27 @@ def run_beside_another_program(tmp_path, test_writes):
     (tmp_path / "run").mkdir()
     (tmp_path / "tmp").mkdir()
     (tmp_path / "run" / "test_inner.py").write_text(INNER)
-    other = subprocess.Popen(
-        ["setsid", "sh", "-c", OTHER_PROGRAM, str(home), str(tmp_path / "started")])
-    env = dict(os.environ, HOME=str(home), TMPDIR=str(tmp_path / "tmp"), LITTER_HOME=str(home), LITTER_STARTED=str(tmp_path / "started"),
-               PYTHONPATH=str(Path(__file__).resolve().parent), LITTER_TEST_WRITES="1" if test_writes else "")
+    other = subprocess.Popen(["setsid", "sh", "-c", OTHER_PROGRAM, str(home), str(tmp_path / "started")])
+    env = dict(
+        os.environ,
+        HOME=str(home),
+        TMPDIR=str(tmp_path / "tmp"),
+        LITTER_HOME=str(home),
+        LITTER_STARTED=str(tmp_path / "started"),
+        PYTHONPATH=str(Path(__file__).resolve().parent),
+        LITTER_TEST_WRITES="1" if test_writes else "",
+    )
     for k in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "PIP_CONFIG_FILE"):
         env.pop(k, None)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
-                          "test_inner.py"], check=False, cwd=tmp_path / "run", env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest", "test_inner.py"],
+        check=False,
+        cwd=tmp_path / "run",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert other.wait(timeout=60) == 0
     return run, home
 

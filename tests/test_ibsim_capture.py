@@ -1,5 +1,6 @@
 """capture_ibsim against a real ibsim, opensm and infiniband-diags (Debian ibsim-utils, opensm,
 infiniband-diags); tshark 4.0 is the oracle for every field, dissectors.crc for ICRC/VCRC."""
+
 import shutil
 import signal
 import struct
@@ -8,6 +9,9 @@ import sys
 import time
 
 import pytest
+import tshark_oracle
+from fabric import scenario
+from test_mad_oracle import TSHARK_EXCEPTIONS
 
 from dissectors.crc import icrc_ib, vcrc
 from ibwire.capture.ending import complete_prefix
@@ -15,13 +19,11 @@ from ibwire.decode import decode_frame
 from ibwire.fabric.extract import iter_mads, native_ib
 from ibwire.readers import iter_frames
 from ibwire.writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND
-import tshark_oracle
-from test_mad_oracle import TSHARK_EXCEPTIONS
-from fabric import scenario
 
 for _tool in ("ibsim", "opensm", "smpquery", "saquery", "perfquery", "ibnetdiscover"):
-    assert shutil.which(_tool), (f"{_tool} is required for the ibsim tests: apt-get install ibsim-utils opensm "
-                                 "infiniband-diags")
+    assert shutil.which(_tool), (
+        f"{_tool} is required for the ibsim tests: apt-get install ibsim-utils opensm infiniband-diags"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +43,14 @@ def test_ibsim_capture_opens_in_tshark_without_malformed_packets(sim):
     assert len(info) == sim["stats"]["packets"]
     assert _tshark(sim["path"], "-Y", "_ws.malformed || _ws.expert.severity >= error").strip() == ""
     text = "\n".join(info)
-    for want in ("SubnGet(NodeInfo)", "SubnSet(P_KeyTable)", "SubnGetResp(PortInfo)",
-                 "SubnAdmGetTable(NodeRecord)", "SubnGet(SMInfo)", "PortCounters"):
+    for want in (
+        "SubnGet(NodeInfo)",
+        "SubnSet(P_KeyTable)",
+        "SubnGetResp(PortInfo)",
+        "SubnAdmGetTable(NodeRecord)",
+        "SubnGet(SMInfo)",
+        "PortCounters",
+    ):
         assert want in text, want
 
 
@@ -78,7 +86,7 @@ def test_ibsim_capture_addressing_follows_the_spec(sim):
         tid = m.mad[8:16]
         if m.mad[3] & 0x80:
             responses.setdefault(tid, m)
-        elif not trapped:        # after trap 144 opensm polls Hca2's SMInfo: the tool that set IsSM is gone
+        elif not trapped:  # after trap 144 opensm polls Hca2's SMInfo: the tool that set IsSM is gone
             requests.setdefault(tid, m)
     unanswered = [t for t, m in requests.items() if t not in responses and m.mad[3] not in (0x05, 0x07)]
     assert unanswered == [] and len(responses) > 50
@@ -99,10 +107,12 @@ def _wait_packets(path, n: int, timeout: float = 30.0):
 def test_ibsim_capture_link_type_247(tmp_path):
     with scenario.SimFabric(str(scenario.TOPOLOGY), workdir=str(tmp_path)) as fab:
         import threading
+
         stop, ready, stats = threading.Event(), threading.Event(), {}
         out = str(tmp_path / "ib.pcap")
-        t = threading.Thread(target=lambda: stats.update(scenario.capture_ibsim(
-            out, link="ib", stop=stop, port=fab.port, ready=ready)))
+        t = threading.Thread(
+            target=lambda: stats.update(scenario.capture_ibsim(out, link="ib", stop=stop, port=fab.port, ready=ready))
+        )
         t.start()
         assert ready.wait(30), "capture_ibsim did not start"
         try:
@@ -121,15 +131,17 @@ def test_ibsim_capture_link_type_247(tmp_path):
 def test_ibsim_capture_file_stays_valid_when_killed(tmp_path):
     with scenario.SimFabric(str(scenario.TOPOLOGY), workdir=str(tmp_path)) as fab:
         out = str(tmp_path / "killed.pcap")
-        code = ("from ibwire.capture.ibsim import capture_ibsim\n"
-                "class Ready:\n    set = staticmethod(lambda: print('ready', flush=True))\n"
-                f"capture_ibsim({out!r}, port={fab.port}, ready=Ready)")
+        code = (
+            "from ibwire.capture.ibsim import capture_ibsim\n"
+            "class Ready:\n    set = staticmethod(lambda: print('ready', flush=True))\n"
+            f"capture_ibsim({out!r}, port={fab.port}, ready=Ready)"
+        )
         p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
         try:
-            assert p.stdout.readline() == "ready\n"      # listening
+            assert p.stdout.readline() == "ready\n"  # listening
             fab.run(["smpquery", "-D", "nodeinfo", "0"])
             fab.run(["smpquery", "-D", "nodedesc", "0"])
-            _wait_packets(out, 4)                         # both replies written (the file is flushed per packet)
+            _wait_packets(out, 4)  # both replies written (the file is flushed per packet)
         finally:
             p.send_signal(signal.SIGKILL)
             p.wait()

@@ -1,31 +1,59 @@
 """IPoIB (RFC 4391) is summarised by what it carries, as tshark does: ARP "Who has …? Tell …", UDP, ICMP and
 ICMPv6 with their addresses (an echo reply naming its request's frame) and tshark's Protocol column, on native IB (ERF) in datagram (UD) and connected
 (RC) mode and on link type 242; display filters on arp/ip fields select the same frames as tshark's."""
+
 import re
 import subprocess
 
 import pytest
+from conftest import ROOT, run_ibwire
 from scapy.all import raw
 
 from dissectors import IPoIB, IPoIBLink
 from ibwire.decode import decode_frame
 from ibwire.readers import iter_frames
 from ibwire.writers import PcapWriter
-from conftest import ROOT, run_ibwire
 
 IPOIB = "arp || ip || ipv6"
 
 
 def _tshark_columns(tshark, path, flt=IPOIB):
-    out = subprocess.run([tshark, "-r", path, "-Y", flt, "-T", "fields", "-E", "separator=/t", "-e", "frame.number",
-                          "-e", "_ws.col.Source", "-e", "_ws.col.Destination", "-e", "_ws.col.Protocol",
-                          "-e", "_ws.col.Info"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            tshark,
+            "-r",
+            path,
+            "-Y",
+            flt,
+            "-T",
+            "fields",
+            "-E",
+            "separator=/t",
+            "-e",
+            "frame.number",
+            "-e",
+            "_ws.col.Source",
+            "-e",
+            "_ws.col.Destination",
+            "-e",
+            "_ws.col.Protocol",
+            "-e",
+            "_ws.col.Info",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = {}
     for line in out.splitlines():
         n, src, dst, proto, info = line.split("\t")
         # tshark's column prefixes aside ("LID: 4", "GID: fe80::…")
-        rows[int(n)] = (src.replace("LID: ", "LID ").removeprefix("GID: "),
-                        dst.replace("LID: ", "LID ").removeprefix("GID: "), proto, info)
+        rows[int(n)] = (
+            src.replace("LID: ", "LID ").removeprefix("GID: "),
+            dst.replace("LID: ", "LID ").removeprefix("GID: "),
+            proto,
+            info,
+        )
     return rows
 
 
@@ -50,8 +78,15 @@ def test_ipoib_on_native_ib_summarised_as_tshark(tshark, public_dir, capture):
 
 def test_ipoib_display_filters_select_as_tshark(tshark, public_dir):
     path = public_dir / "srinivas_infiniband.pcap"
-    for flt in ("arp", "ip.src == 10.0.1.34", "ip.dst == 10.0.0.255 && udp.dstport == 49504", "icmpv6",
-                "icmpv6.nd.ns.target_address == fe80::202:c903:0:1895", "arp.opcode == 2", "icmp.seq == 3"):
+    for flt in (
+        "arp",
+        "ip.src == 10.0.1.34",
+        "ip.dst == 10.0.0.255 && udp.dstport == 49504",
+        "icmpv6",
+        "icmpv6.nd.ns.target_address == fe80::202:c903:0:1895",
+        "arp.opcode == 2",
+        "icmp.seq == 3",
+    ):
         assert sorted(_ours(path, "-Y", flt)) == sorted(_tshark_columns(tshark, path, flt)), flt
 
 
@@ -68,8 +103,10 @@ def test_link_type_242_summarised_like_the_same_ipoib_on_native_ib(tshark, publi
             d = decode_frame(fr)
             layer = d.packet.getlayer(IPoIB)
             kind = d.flat["ipoib.type"]
-            inner = d.flat["ip.len"] if kind == 0x0800 else 40 + d.flat["ipv6.plen"] if kind == 0x86DD else 8 + 2 * (20 + 4)
-            w.write(raw(IPoIBLink(type=d.flat["ipoib.type"]) / raw(layer)[4:4 + inner]), fr.time)
+            inner = (
+                d.flat["ip.len"] if kind == 0x0800 else 40 + d.flat["ipv6.plen"] if kind == 0x86DD else 8 + 2 * (20 + 4)
+            )
+            w.write(raw(IPoIBLink(type=d.flat["ipoib.type"]) / raw(layer)[4 : 4 + inner]), fr.time)
             kept.append(fr.number)
     ours = list(_ours(path).values())
     assert len(ours) == len(kept) == len(theirs)
@@ -77,5 +114,5 @@ def test_link_type_242_summarised_like_the_same_ipoib_on_native_ib(tshark, publi
         src_col, dst_col, proto, info = theirs[n]
         info = re.sub(r"\(request in (\d+)\)", lambda m: f"(request in {kept.index(int(m.group(1))) + 1})", info)
         assert f" {proto} " in line and line.endswith(f"  {info}"), (line, theirs[n])
-        if proto != "ARP":                      # IP addresses; ARP has only the IB addresses 242 lacks
+        if proto != "ARP":  # IP addresses; ARP has only the IB addresses 242 lacks
             assert f"{src_col} → {dst_col}" in " ".join(line.split()), line

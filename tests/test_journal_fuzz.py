@@ -2,6 +2,7 @@
 hypothesis run over journals (valid ones mutated, arbitrary JSON, arbitrary bytes) through the real reader
 (`journal_format.load`, from a directory descriptor as cleanup opens it).  It never raises, reports each
 problem in words, and keeps for replay only undo commands of the forms ibwire writes."""
+
 import json
 import os
 
@@ -11,13 +12,23 @@ from hypothesis import strategies as st
 from ibwire.capture import journal_format as J
 
 NAME = "capture-4242-912345.json"
-GOOD = {"pid": 4242, "start": "912345", "netns": "lab-pf", "target": "lab VF 2",
-        "entries": [{"what": "qdisc", "undo": ["tc", "qdisc", "del", "dev", "pf0vf2", "clsact"]},
-                    {"what": "filter", "undo": ["tc", "filter", "del", "dev", "pf0vf2", "ingress", "pref", "49584"]},
-                    {"what": "rm", "undo": ["rm", "-rf", "/"]}]}
-scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(max_size=30)
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                            max_size=4), max_leaves=20)
+GOOD = {
+    "pid": 4242,
+    "start": "912345",
+    "netns": "lab-pf",
+    "target": "lab VF 2",
+    "entries": [
+        {"what": "qdisc", "undo": ["tc", "qdisc", "del", "dev", "pf0vf2", "clsact"]},
+        {"what": "filter", "undo": ["tc", "filter", "del", "dev", "pf0vf2", "ingress", "pref", "49584"]},
+        {"what": "rm", "undo": ["rm", "-rf", "/"]},
+    ],
+}
+scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=30)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
 
 
 def _mutated(draw_key, draw_value, which):

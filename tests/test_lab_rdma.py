@@ -6,6 +6,7 @@ namespace with `ibwire capture --vf N` on the guest's representor tap.
 Ground truth is what the tests send (perftest iterations x segments at rxe's IB MTU of 1024), the representor's
 own counters, the guests' rxe hw_counters, tshark, and an independent ICRC computation (RoCEv2 Annex A17.3.3).
 """
+
 import json
 import os
 import re
@@ -20,12 +21,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_mad_oracle import TSHARK_EXCEPTIONS
+from tshark_oracle import compare
 
 from dissectors.opcodes import OPCODES
 from ibwire.decode import decode_frame
 from ibwire.readers import iter_frames
-from test_mad_oracle import TSHARK_EXCEPTIONS
-from tshark_oracle import compare
 
 CLI = [sys.executable, "-c", "from ibwire.cli import main; main()"]
 PREFIX = f"ibwr{os.getpid() % 10000}"
@@ -34,17 +35,34 @@ MTU = 1024
 ITER = 20
 
 
-VERBS_IN_GUEST = ["g2", sys.executable, "-c", "from ibwire.cli import main; main()", "capture", "--backend", "verbs",
-                  "--pf", "rxe0", "-w", "/tmp/v.pcap", "--duration", "1"]
+VERBS_IN_GUEST = [
+    "g2",
+    sys.executable,
+    "-c",
+    "from ibwire.cli import main; main()",
+    "capture",
+    "--backend",
+    "verbs",
+    "--pf",
+    "rxe0",
+    "-w",
+    "/tmp/v.pcap",
+    "--duration",
+    "1",
+]
 
 
 class Lab:
     def __init__(self, env: dict, desc: dict, up_output: str):
         self.env, self.desc, self.up_output = env, desc, up_output
         # ibwire itself starting in a guest is slow under TCG: it runs while the other tests do
-        self.verbs_job = subprocess.Popen(CLI + ["lab", "run", "--prefix", PREFIX, "--timeout", "600", "--"] +
-                                          VERBS_IN_GUEST, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True)
+        self.verbs_job = subprocess.Popen(
+            CLI + ["lab", "run", "--prefix", PREFIX, "--timeout", "600", "--"] + VERBS_IN_GUEST,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.ns = desc["pf_netns"]
         self.ip = {v["name"]: v["ips"][0] for v in desc["vfs"]}
         self.gid = {v["name"]: v["gid_index"] for v in desc["vfs"]}
@@ -52,7 +70,9 @@ class Lab:
     def cli(self, *args, timeout=180, check=True) -> subprocess.CompletedProcess:
         r = subprocess.run(CLI + list(args), env=self.env, capture_output=True, text=True, timeout=timeout)
         if check:
-            assert r.returncode == 0, f"ibwire {' '.join(args)}: rc {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+            assert r.returncode == 0, (
+                f"ibwire {' '.join(args)}: rc {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+            )
         return r
 
     def run(self, guest: str, *argv, timeout=180, check=True) -> subprocess.CompletedProcess:
@@ -62,18 +82,32 @@ class Lab:
         return json.loads(self.cli("lab", "counters", guest, "--prefix", PREFIX).stdout)
 
     def rep_counters(self, guest: str) -> int:
-        link = json.loads(subprocess.run(["ip", "netns", "exec", self.ns, "ip", "-s", "-j", "link", "show", "dev",
-                                          f"pf0vf{guest[1:]}"], capture_output=True, text=True).stdout)[0]
+        link = json.loads(
+            subprocess.run(
+                ["ip", "netns", "exec", self.ns, "ip", "-s", "-j", "link", "show", "dev", f"pf0vf{guest[1:]}"],
+                capture_output=True,
+                text=True,
+            ).stdout
+        )[0]
         return link["stats64"]["rx"]["packets"] + link["stats64"]["tx"]["packets"]
 
     def pair(self, server: str, client: str, server_argv, client_argv, timeout=240, port=None):
         """Server in one guest, client in another once the server listens (its TCP port, else an RDMA-CM
         listener)."""
-        ready = f"ss -ltn | grep -q ':{port} '" if port else "rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q \" pid $p \""
+        ready = (
+            f"ss -ltn | grep -q ':{port} '"
+            if port
+            else 'rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q " pid $p "'
+        )
         wait = f"until {ready}; do sleep 0.1; done; echo IBW-LISTENING"
         cmd = f"{' '.join(server_argv)} & p=$!; {wait}; wait $p"
-        srv = subprocess.Popen(CLI + ["lab", "run", server, "--prefix", PREFIX, "--", "sh", "-c", cmd], env=self.env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        srv = subprocess.Popen(
+            CLI + ["lab", "run", server, "--prefix", PREFIX, "--", "sh", "-c", cmd],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             banner = _await_listening(srv)
             cli = self.run(client, *client_argv, timeout=timeout)
@@ -104,8 +138,14 @@ class Capture:
         self.lab, self.vf, self.path, self.extra = lab, vf, path, [str(x) for x in extra]
 
     def __enter__(self):
-        self.p = subprocess.Popen(["ip", "netns", "exec", self.lab.ns] + CLI + ["capture", "--vf", str(self.vf), "-w",
-                                  str(self.path), *self.extra], env=self.lab.env, stderr=subprocess.PIPE, text=True)
+        self.p = subprocess.Popen(
+            ["ip", "netns", "exec", self.lab.ns]
+            + CLI
+            + ["capture", "--vf", str(self.vf), "-w", str(self.path), *self.extra],
+            env=self.lab.env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         lines = []
         for line in self.p.stderr:
             lines.append(line)
@@ -120,11 +160,11 @@ class Capture:
     def __exit__(self, *exc):
         stopped = self.p.poll() is None
         if stopped:
-            time.sleep(0.3)                       # the last ACKs cross the bridge
+            time.sleep(0.3)  # the last ACKs cross the bridge
             self.rep_after = self.lab.rep_counters(f"g{self.vf}")
             self.p.send_signal(signal.SIGINT)
         self.err = "".join(self.lines) + self.p.stderr.read()
-        assert self.p.wait(timeout=60) == (130 if stopped else 0), self.err     # 130: stopped by Ctrl-C
+        assert self.p.wait(timeout=60) == (130 if stopped else 0), self.err  # 130: stopped by Ctrl-C
         return False
 
 
@@ -132,13 +172,13 @@ def icrc_ok(frame: bytes) -> bool:
     """RoCEv2 ICRC (IBA Annex A17.3.3), computed here from the raw bytes: CRC-32 over 8 bytes of 1s, the IP and UDP
     headers with their variant fields set to 1s, BTH with its reserved 8 bits set to 1s, and the payload."""
     off = 12
-    while frame[off:off + 2] == b"\x81\x00":
+    while frame[off : off + 2] == b"\x81\x00":
         off += 4
-    assert frame[off:off + 2] == b"\x08\x00"
-    ip = bytearray(frame[off + 2:off + 22])
+    assert frame[off : off + 2] == b"\x08\x00"
+    ip = bytearray(frame[off + 2 : off + 22])
     total = struct.unpack(">H", ip[2:4])[0]
-    udp = bytearray(frame[off + 22:off + 30])
-    rest = bytearray(frame[off + 30:off + 2 + total])
+    udp = bytearray(frame[off + 22 : off + 30])
+    rest = bytearray(frame[off + 30 : off + 2 + total])
     ip[1], ip[8], ip[10:12] = 0xFF, 0xFF, b"\xff\xff"
     udp[6:8] = b"\xff\xff"
     body = bytearray(rest[:-4])
@@ -157,11 +197,17 @@ def opcodes(path: Path) -> Counter:
 @pytest.fixture(scope="session")
 def rlab(tmp_path_factory):
     global PREFIX
-    if os.environ.get("IBWIRE_TEST_LAB"):     # developers: reuse a lab already up (same guests and VLANs)
+    if os.environ.get("IBWIRE_TEST_LAB"):  # developers: reuse a lab already up (same guests and VLANs)
         PREFIX = os.environ["IBWIRE_TEST_LAB"]
         run = Path(os.environ["IBWIRE_RUN_DIR"])
-        yield Lab(dict(os.environ), json.loads((run / f"lab-{PREFIX}.json").read_text()), "".join(
-            f"{n} ready in {s} s\n" for n, s in json.loads((run / f"lab-{PREFIX}.json").read_text())["boot_seconds"].items()))
+        yield Lab(
+            dict(os.environ),
+            json.loads((run / f"lab-{PREFIX}.json").read_text()),
+            "".join(
+                f"{n} ready in {s} s\n"
+                for n, s in json.loads((run / f"lab-{PREFIX}.json").read_text())["boot_seconds"].items()
+            ),
+        )
         return
     run = tmp_path_factory.mktemp("rdma-run")
     env = dict(os.environ, IBWIRE_RUN_DIR=str(run))
@@ -181,8 +227,10 @@ def rlab(tmp_path_factory):
 
 def perftest(lab, tool, *extra, n=ITER, port=18515):
     def argv(me, peer=None):
-        return [tool, "-d", "rxe0", "-F", "-x", str(lab.gid[me]), "-n", str(n), "-p", str(port), *extra] + \
-            ([lab.ip[peer]] if peer else [])
+        return [tool, "-d", "rxe0", "-F", "-x", str(lab.gid[me]), "-n", str(n), "-p", str(port), *extra] + (
+            [lab.ip[peer]] if peer else []
+        )
+
     return lab.pair("g0", "g1", argv("g0"), argv("g1", "g0"), port=port)
 
 
@@ -197,7 +245,7 @@ SCENARIOS = {
     "rc_fetch_add": (("ib_atomic_bw",), {0x14: ITER, 0x12: ITER}),
     "rc_cmp_swap": (("ib_atomic_bw", "-A", "CMP_AND_SWAP"), {0x13: ITER, 0x12: ITER}),
 }
-ACKED = {"rc_write", "rc_send"}      # RC requests other than READ/atomics are answered by ACKs (opcode 0x11)
+ACKED = {"rc_write", "rc_send"}  # RC requests other than READ/atomics are answered by ACKs (opcode 0x11)
 
 
 def check_capture(cap: Capture, path: Path, tshark=True):
@@ -232,8 +280,9 @@ def perftests(rlab, tmp_path_factory):
             # -u 20: a 4 s retransmission timeout (4.096 us x 2^20); the default 67 ms fires spuriously when
             # seven runs share two TCG guests, and go-back-N resends would add to the counts
             results[name] = perftest(rlab, *SCENARIOS[name][0], "-u", "20", port=18515 + i)[0]
-        except BaseException as e:      # reported by the test, with the scenario's name
+        except BaseException as e:  # reported by the test, with the scenario's name
             errors.append(f"{name}: {e}")
+
     with Capture(rlab, 1, path) as cap:
         threads = [threading.Thread(target=one, args=(i, n)) for i, n in enumerate(SCENARIOS)]
         for t in threads:
@@ -246,8 +295,11 @@ def perftests(rlab, tmp_path_factory):
     counts = {}
     for name, out in results.items():
         to_server, to_client = _qpn(out, "remote"), _qpn(out, "local")
-        counts[name] = Counter(flat["bth.opcode"] for from_g1, flat in frames
-                               if flat["bth.destqp"] == (to_server if from_g1 else to_client))
+        counts[name] = Counter(
+            flat["bth.opcode"]
+            for from_g1, flat in frames
+            if flat["bth.destqp"] == (to_server if from_g1 else to_client)
+        )
     return counts, cap, path
 
 
@@ -273,14 +325,18 @@ def test_rping_and_rdma_cm_pair_the_qps(rlab, tmp_path):
     path = tmp_path / "rping.pcap"
     c = 5
     with Capture(rlab, 1, path) as cap:
-        rlab.pair("g0", "g1", ["rping", "-s", "-a", rlab.ip["g0"], "-C", str(c), "-S", "100"],
-                  ["rping", "-c", "-a", rlab.ip["g0"], "-I", rlab.ip["g1"], "-C", str(c), "-S", "100"])
+        rlab.pair(
+            "g0",
+            "g1",
+            ["rping", "-s", "-a", rlab.ip["g0"], "-C", str(c), "-S", "100"],
+            ["rping", "-c", "-a", rlab.ip["g0"], "-I", rlab.ip["g1"], "-C", str(c), "-S", "100"],
+        )
     check_capture(cap, path)
     got = opcodes(path)
     assert got[0x04] == 4 * c and got[0x0C] == c and got[0x10] == c and got[0x0A] == c, dict(got)
     mads = [decode_frame(f).flat for f in roce_frames(path) if decode_frame(f).flat.get("bth.destqp") == 1]
     attrs = [m.get("mad.attributeid") for m in mads]
-    assert attrs[:3] == [0x10, 0x13, 0x14], attrs          # REQ, REP, RTU
+    assert attrs[:3] == [0x10, 0x13, 0x14], attrs  # REQ, REP, RTU
     req = next(m for m in mads if m.get("mad.attributeid") == 0x10)
     rep = next(m for m in mads if m.get("mad.attributeid") == 0x13)
     flows = json.loads(rlab.cli("flows", str(path), "-f", "json").stdout)
@@ -297,9 +353,28 @@ def _delta(before: dict, after: dict) -> dict:
 
 def _wire(path: Path, a_ip: str):
     """(requests from a, responses to a) as (psn, opcode, syndrome) in wire order, read by tshark (the oracle)."""
-    out = subprocess.run(["tshark", "-r", str(path), "-Y", "infiniband", "-T", "fields", "-e", "ip.src", "-e",
-                          "infiniband.bth.opcode", "-e", "infiniband.bth.psn", "-e", "infiniband.aeth.syndrome"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(path),
+            "-Y",
+            "infiniband",
+            "-T",
+            "fields",
+            "-e",
+            "ip.src",
+            "-e",
+            "infiniband.bth.opcode",
+            "-e",
+            "infiniband.bth.psn",
+            "-e",
+            "infiniband.aeth.syndrome",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     req, resp = [], []
     for line in out.splitlines():
         src, op, psn, syn = (line.split("\t") + ["", "", "", ""])[:4]
@@ -314,8 +389,9 @@ def _after(a, b):
 
 
 # RC SEND/WRITE Last and Only opcodes (with immediate or invalidate): the PSN a WQE ends at
-_MESSAGE_ENDS = {c for c, o in OPCODES.items()
-                 if o.transport == "RC" and o.op in ("send", "write") and o.seg in ("last", "only")}
+_MESSAGE_ENDS = {
+    c for c, o in OPCODES.items() if o.transport == "RC" and o.op in ("send", "write") and o.seg in ("last", "only")
+}
 
 
 def _counted_naks(req, resp) -> int:
@@ -372,7 +448,7 @@ def test_loss_retransmissions_agree_with_rxe_counters(rlab, tmp_path):
         netem = rlab.cli("lab", "faults", "g1", "--clear", "--prefix", PREFIX)
     after = {g: rlab.counters(g) for g in ("g0", "g1")}
     d0, d1 = _delta(before["g0"], after["g0"]), _delta(before["g1"], after["g1"])
-    check_capture(cap, path, tshark=False)      # the same headers as the perftest capture's, many more frames
+    check_capture(cap, path, tshark=False)  # the same headers as the perftest capture's, many more frames
     rows = json.loads(rlab.cli("flows", str(path), "-f", "json").stdout)
     rows = rows["conversations"] if isinstance(rows, dict) else rows
     (rc,) = [r for r in rows if r["transport"] == "RC"]
@@ -388,7 +464,7 @@ def test_loss_retransmissions_agree_with_rxe_counters(rlab, tmp_path):
     counted = _counted_naks(req, resp)
     assert 1 <= d1["rcvd_seq_err"] <= counted <= naks, (d1["rcvd_seq_err"], counted, naks)
     expected, dups = None, 0
-    for psn, _op, _ in req:                        # the responder accepts only the expected PSN
+    for psn, _op, _ in req:  # the responder accepts only the expected PSN
         if expected is None or psn == expected:
             expected = (psn + 1) % (1 << 24)
         elif _after(expected, psn):
@@ -401,16 +477,32 @@ def test_loss_retransmissions_agree_with_rxe_counters(rlab, tmp_path):
 def _silent_responder_run(rlab, argv, path):
     """One run of the silent-responder scenario: (the client's CompletedProcess, whether the fault was injected
     while the client was moving data)."""
-    srv = subprocess.Popen(CLI + ["lab", "run", "g0", "--prefix", PREFIX, "--", "sh", "-c",
-                                  f"{' '.join(argv)} & p=$!; until rdma res show cm_id 2>/dev/null | grep LISTEN | "
-                                  f"grep -q \" pid $p \"; do sleep 0.1; done; echo IBW-LISTENING; wait $p"],
-                           env=rlab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    srv = subprocess.Popen(
+        CLI
+        + [
+            "lab",
+            "run",
+            "g0",
+            "--prefix",
+            PREFIX,
+            "--",
+            "sh",
+            "-c",
+            f"{' '.join(argv)} & p=$!; until rdma res show cm_id 2>/dev/null | grep LISTEN | "
+            f'grep -q " pid $p "; do sleep 0.1; done; echo IBW-LISTENING; wait $p',
+        ],
+        env=rlab.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     done, injected = [], False
     try:
         _await_listening(srv)
         with Capture(rlab, 1, path):
-            client = threading.Thread(target=lambda: done.append(rlab.run("g1", *argv, rlab.ip["g0"], timeout=240,
-                                                                          check=False)))
+            client = threading.Thread(
+                target=lambda: done.append(rlab.run("g1", *argv, rlab.ip["g0"], timeout=240, check=False))
+            )
             client.start()
             start, t0 = rlab.rep_counters("g1"), time.monotonic()
             while rlab.rep_counters("g1") - start < 2000 and time.monotonic() - t0 < 120 and client.is_alive():
@@ -423,7 +515,7 @@ def _silent_responder_run(rlab, argv, path):
         rlab.cli("lab", "faults", "g0", "--clear", "--prefix", PREFIX)
         srv.kill()
         srv.wait()
-        for g in ("g0", "g1"):     # a -D 60 run outlives the host's `lab run`
+        for g in ("g0", "g1"):  # a -D 60 run outlives the host's `lab run`
             rlab.run(g, "pkill", "-x", "ib_write_bw", check=False)
     return done[0], injected
 
@@ -483,8 +575,11 @@ def test_frames_the_capture_drops_are_capture_gaps_not_loss(rlab, tmp_path):
         os.kill(engine, signal.SIGCONT)
 
     with Capture(rlab, 1, path, "-B", "1") as cap:
-        (engine,) = [int(x) for x in subprocess.run(["pgrep", "-f", "^dumpcap "], capture_output=True, text=True
-                                                   ).stdout.split() if _descends(int(x), cap.p.pid)]
+        (engine,) = [
+            int(x)
+            for x in subprocess.run(["pgrep", "-f", "^dumpcap "], capture_output=True, text=True).stdout.split()
+            if _descends(int(x), cap.p.pid)
+        ]
         stop = threading.Thread(target=pause, args=(engine,))
         stop.start()
         perftest(rlab, "ib_write_bw", "-s", "4096", n=3000)
@@ -512,8 +607,12 @@ def _tenants_toml(lab: Lab, path: Path):
 
     def ep(name, vlan, ip=True):
         v = ends[name]
-        return f'{{ name = "{name}", mac = "{v["mac"]}"' + (f', ip = "{v["ips"][0]}/32"' if ip else "") + \
-            f", vlan = {vlan} }}"
+        return (
+            f'{{ name = "{name}", mac = "{v["mac"]}"'
+            + (f', ip = "{v["ips"][0]}/32"' if ip else "")
+            + f", vlan = {vlan} }}"
+        )
+
     path.write_text(f"""[tenants.A]
 endpoints = [ {ep("g0", 10)}, {ep("g1", 10)} ]
 [tenants.B]
@@ -536,8 +635,10 @@ def test_audit_finds_exactly_the_misconfigured_tenant(rlab, tmp_path):
     rping_srv = ["rping", "-s", "-a", g0, "-C", "3", "-S", "64"]
 
     def audit(cap):
-        return rlab.cli("audit", str(cap), "--policy", str(policy), "--tenants", str(tenants), "--format", "json",
-                        check=False)
+        return rlab.cli(
+            "audit", str(cap), "--policy", str(policy), "--tenants", str(tenants), "--format", "json", check=False
+        )
+
     clean = tmp_path / "clean.pcap"
     with Capture(rlab, 0, clean):
         rlab.pair("g0", "g1", rping_srv, ["rping", "-c", "-a", g0, "-I", rlab.ip["g1"], "-C", "3", "-S", "64"])
@@ -547,9 +648,14 @@ def test_audit_finds_exactly_the_misconfigured_tenant(rlab, tmp_path):
     assert a.returncode == 0, a.stdout[-3000:] + a.stderr
 
     ns = ["ip", "netns", "exec", rlab.ns]
-    subprocess.run(ns + ["ip", "link", "set", "pf0vf3", "master", "esw10"], check=True)      # VLAN 30 -> 10
-    rlab.run("g3", "sh", "-c", f"ip link add link eth0 name eth0.10 type vlan id 10 && ip addr add {g3}/24 dev "
-             f"eth0.10 && ip link set eth0.10 up")
+    subprocess.run(ns + ["ip", "link", "set", "pf0vf3", "master", "esw10"], check=True)  # VLAN 30 -> 10
+    rlab.run(
+        "g3",
+        "sh",
+        "-c",
+        f"ip link add link eth0 name eth0.10 type vlan id 10 && ip addr add {g3}/24 dev "
+        f"eth0.10 && ip link set eth0.10 up",
+    )
     try:
         bad = tmp_path / "misconfigured.pcap"
         with Capture(rlab, 0, bad):
@@ -563,8 +669,9 @@ def test_audit_finds_exactly_the_misconfigured_tenant(rlab, tmp_path):
     g3_mac = bytes.fromhex(next(v["mac"] for v in rlab.desc["vfs"] if v["name"] == "g3").replace(":", ""))
     frames = list(iter_frames(bad))
     c_frames = {i + 1 for i, f in enumerate(frames) if g3_mac in (f.data[:6], f.data[6:12])}
-    c_roce = [f for f in roce_frames(bad) if g3_mac in (f.data[:6], f.data[6:12])
-              and decode_frame(f).flat["bth.destqp"] != 1]       # the matrix counts QP traffic, not CM MADs
+    c_roce = [
+        f for f in roce_frames(bad) if g3_mac in (f.data[:6], f.data[6:12]) and decode_frame(f).flat["bth.destqp"] != 1
+    ]  # the matrix counts QP traffic, not CM MADs
     cross = {(m["from"], m["to"]): m["packets"] for m in report["matrix"] if m["from"] != m["to"]}
     assert set(cross) == {("C", "A"), ("A", "C")}, report["matrix"]
     assert sum(cross.values()) == len(c_roce) > 0
@@ -578,17 +685,19 @@ def test_audit_finds_exactly_the_misconfigured_tenant(rlab, tmp_path):
 def test_verbs_backend_on_rxe_names_the_backend_that_works(rlab):
     """pyverbs opens the guest's rxe0 (context, port, PD, CQ, MR, RC QP to INIT); the verbs capture backend, run
     by ibwire inside the guest, cannot get a sniffer flow from rxe and says so in one sentence naming netdev."""
-    script = ("import pyverbs.device as d, pyverbs.enums as e\n"
-              "from pyverbs.pd import PD\nfrom pyverbs.cq import CQ\nfrom pyverbs.mr import MR\n"
-              "from pyverbs.qp import QPCap, QPInitAttr, QPAttr, QP\n"
-              "ctx = d.Context(name='rxe0'); port = ctx.query_port(1); pd = PD(ctx); cq = CQ(ctx, 8)\n"
-              "mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)\n"
-              "qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=4, max_recv_wr=4)))\n"
-              "qp.to_init(QPAttr(port_num=1))\n"
-              "print('state', port.state, 'mtu', port.active_mtu, 'qpn', qp.qp_num, 'rkey', mr.rkey)\n")
+    script = (
+        "import pyverbs.device as d, pyverbs.enums as e\n"
+        "from pyverbs.pd import PD\nfrom pyverbs.cq import CQ\nfrom pyverbs.mr import MR\n"
+        "from pyverbs.qp import QPCap, QPInitAttr, QPAttr, QP\n"
+        "ctx = d.Context(name='rxe0'); port = ctx.query_port(1); pd = PD(ctx); cq = CQ(ctx, 8)\n"
+        "mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)\n"
+        "qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=4, max_recv_wr=4)))\n"
+        "qp.to_init(QPAttr(port_num=1))\n"
+        "print('state', port.state, 'mtu', port.active_mtu, 'qpn', qp.qp_num, 'rkey', mr.rkey)\n"
+    )
     r = rlab.run("g2", "python3", "-c", script)
     words = r.stdout.split()
-    assert words[0] == "state" and int(words[1]) == 4 and int(words[3]) == 3, r.stdout    # ACTIVE, IBV_MTU_1024
+    assert words[0] == "state" and int(words[1]) == 4 and int(words[3]) == 3, r.stdout  # ACTIVE, IBV_MTU_1024
     out, err = rlab.verbs_job.communicate(timeout=600)
     r = subprocess.CompletedProcess([], rlab.verbs_job.returncode, out, err)
     assert r.returncode == 2, r.stdout + r.stderr
@@ -607,10 +716,14 @@ def test_lab_run_counters_faults_status(rlab):
     assert r.returncode == 127 and "no-such-program" in r.stderr
     r = rlab.cli("lab", "run", "g2", "--prefix", PREFIX, "--timeout", "1", "--", "sleep", "30", check=False)
     assert r.returncode == 128 + signal.SIGTERM
-    p = subprocess.Popen(CLI + ["lab", "run", "g2", "--prefix", PREFIX, "--", "sh", "-c", "echo up; sleep 60"],
-                         env=rlab.env, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        CLI + ["lab", "run", "g2", "--prefix", PREFIX, "--", "sh", "-c", "echo up; sleep 60"],
+        env=rlab.env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert p.stdout.readline() == "up\n"
-    p.send_signal(signal.SIGINT)                 # Ctrl-C: the command is stopped in the guest, exit status 130
+    p.send_signal(signal.SIGINT)  # Ctrl-C: the command is stopped in the guest, exit status 130
     assert p.wait(timeout=60) == 130
     assert rlab.run("g2", "sh", "-c", "ps ax | grep -c '[s]leep 60'", check=False).stdout == "0\n"
     r = rlab.cli("lab", "run", "g9", "--prefix", PREFIX, "--", "true", check=False)
@@ -633,8 +746,12 @@ def test_down_after_sigkill_leaves_nothing(tmp_path):
     namespace with its taps and bridges, and every file of the lab."""
     env = dict(os.environ, IBWIRE_RUN_DIR=str(tmp_path / "run"))
     prefix = f"ibwk{os.getpid() % 10000}"
-    p = subprocess.Popen(CLI + ["lab", "up", "--rdma", "--guests", "1", "--prefix", prefix], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        CLI + ["lab", "up", "--rdma", "--guests", "1", "--prefix", prefix],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     state = tmp_path / "run" / f"lab-{prefix}.d" / "state.json"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (state.exists() and json.loads(state.read_text())["qemu"]):
@@ -657,6 +774,7 @@ def test_missing_qemu_is_one_sentence_naming_the_packages(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "apt-get install qemu-system-x86 linux-image-amd64 busybox-static" in r.stderr
     assert not (tmp_path / "run" / "lab-ibwnoq.d").exists()
-    r = subprocess.run(CLI + ["lab", "up", "--rdma", "--vlan", "A", "--prefix", "ibwnoq"], env=env,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        CLI + ["lab", "up", "--rdma", "--vlan", "A", "--prefix", "ibwnoq"], env=env, capture_output=True, text=True
+    )
     assert r.returncode == 2 and "TENANT=VID" in r.stderr

@@ -1,5 +1,6 @@
 """tshark as the oracle for MAD fields: frame building, tshark JSON flattening and value comparison,
 shared by the test_mad_* modules (and tested here on values whose encoding tshark documents)."""
+
 import ipaddress
 import json
 import re
@@ -18,7 +19,7 @@ TSHARK = shutil.which("tshark") or "/usr/bin/tshark"
 # Where tshark 4.0.17 decodes a MAD field differently from the IBA spec (or opensm); each entry says why.
 TSHARK_EXCEPTIONS = {
     "smpdirected.smpstatus": "tshark shows the whole 16-bit status word, D bit included; IBA 14.2.1.2 "
-                             "gives Status 15 bits after D",
+    "gives Status 15 bits after D",
     "cm.req.prim_flowlabel": "tshark masks a 3-byte read with 0xfffff000 (flow label is the top 20 of 32 bits)",
     "cm.req.prim_reserved0": "tshark reads the reserved bits from the first byte of the flow-label word",
     "cm.req.prim_pktrate": "tshark reads PacketRate from the first byte of the flow-label word (it is the 4th)",
@@ -68,7 +69,7 @@ def _leaves(obj, out):
             if isinstance(v, dict):
                 _leaves(v, out)
             continue
-        key = k[len("infiniband."):]
+        key = k[len("infiniband.") :]
         vals = v if isinstance(v, list) else [v]
         for x in vals:
             if isinstance(x, dict):
@@ -79,13 +80,19 @@ def _leaves(obj, out):
 
 def tshark_packets(path):
     """[(info column, {field: [values]})] for every frame, from `tshark -T json --no-duplicate-keys`."""
-    js = subprocess.run([TSHARK, "-r", str(path), "-T", "json", "--no-duplicate-keys",
-                         "-e", "_ws.col.Info", "-e", "frame.number"], capture_output=True, text=True,
-                        check=True).stdout
-    infos = {int(p["_source"]["layers"]["frame.number"][0]): p["_source"]["layers"]["_ws.col.Info"][0]
-             for p in json.loads(js)}
-    js = subprocess.run([TSHARK, "-r", str(path), "-T", "json", "--no-duplicate-keys"],
-                        capture_output=True, text=True, check=True).stdout
+    js = subprocess.run(
+        [TSHARK, "-r", str(path), "-T", "json", "--no-duplicate-keys", "-e", "_ws.col.Info", "-e", "frame.number"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    infos = {
+        int(p["_source"]["layers"]["frame.number"][0]): p["_source"]["layers"]["_ws.col.Info"][0]
+        for p in json.loads(js)
+    }
+    js = subprocess.run(
+        [TSHARK, "-r", str(path), "-T", "json", "--no-duplicate-keys"], capture_output=True, text=True, check=True
+    ).stdout
     out = []
     for n, p in enumerate(json.loads(js), 1):
         fields = {}
@@ -140,7 +147,7 @@ def compare(ours: dict, theirs: dict):
             bad.append(f"{key}: cannot read tshark value {tvals!r}: {e}")
             continue
         if key in PREFIX_COMPARE:
-            ovals = ovals[:len(tnorm)]
+            ovals = ovals[: len(tnorm)]
         if key in REPEATED:
             ovals, tnorm = [v for v in ovals if v not in tnorm], []
         compared += 1
@@ -159,8 +166,20 @@ def test_norm_reads_tshark_encodings():
 def test_frame_builder_crcs_accepted_by_tshark(tmp_path):
     mad = bytes(MAD(mgmtclass=0x81, attributeid=0x20)) + b"\0" * 232
     write_erf_pcap(tmp_path / "one.pcap", [mad[:256]])
-    out = subprocess.run([TSHARK, "-r", str(tmp_path / "one.pcap"), "-T", "fields",
-                          "-e", "infiniband.invariant.crc", "-e", "_ws.expert"],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [
+            TSHARK,
+            "-r",
+            str(tmp_path / "one.pcap"),
+            "-T",
+            "fields",
+            "-e",
+            "infiniband.invariant.crc",
+            "-e",
+            "_ws.expert",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert out.strip() and "Malformed" not in out
     assert flat(MAD(mad))["mad.attributeid"] == 0x20

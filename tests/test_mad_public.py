@@ -1,12 +1,13 @@
 """Differential test on the public captures: every MAD (native IB ERF and RoCEv2 UD QP1) decoded by
 dissectors.mad agrees with tshark on every field both show, and the summary reads like tshark's Info."""
+
 import struct
 
 import pytest
+from test_mad_oracle import PUBLIC, compare, tshark_packets
 
 from dissectors.mad import MAD, flat
 from ibwire.readers import iter_frames
-from test_mad_oracle import PUBLIC, compare, tshark_packets
 
 FILES = ["srinivas_infiniband.pcap", "m3_02-2-write_ibdump_write.pcap", "m3_rdma-write-read_ibdump_read2.pcap"]
 
@@ -19,7 +20,7 @@ def mad_bytes(frame):
         off = 8 + (40 if ib[1] & 3 == 3 else 0)
     elif frame.linktype == 1:
         eth = 14 + (4 if d[12:14] == b"\x81\x00" else 0)
-        if d[eth - 2:eth] != b"\x08\x00" or d[eth + 9] != 17:
+        if d[eth - 2 : eth] != b"\x08\x00" or d[eth + 9] != 17:
             return None
         udp = eth + (d[eth] & 0x0F) * 4
         if struct.unpack_from(">H", d, udp + 2)[0] != 4791:
@@ -29,7 +30,7 @@ def mad_bytes(frame):
         return None
     if len(ib) < off + 20 + 256 or ib[off] != 0x64 or struct.unpack_from(">I", ib, off + 4)[0] & 0xFFFFFF > 1:
         return None
-    return ib[off + 20:off + 20 + 256]
+    return ib[off + 20 : off + 20 + 256]
 
 
 @pytest.mark.parametrize("name", FILES)

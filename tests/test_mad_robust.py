@@ -1,11 +1,12 @@
 """Bad input never raises: truncated MADs, random bytes, unknown classes and attributes stay raw bytes."""
+
 import random
 
 from scapy.packet import Raw
+from test_mad_crafted import CASES
 
 from dissectors.mad import MAD, flat, reassemble
 from dissectors.mad.smp import SMPDirected
-from test_mad_crafted import CASES
 
 
 def test_truncated_mads_decode_as_far_as_possible():

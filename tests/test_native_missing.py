@@ -1,5 +1,6 @@
 """Without its compiled part (a source checkout never built, a wheel for another Python), every bulk
 command says in one sentence how to rebuild, instead of a traceback."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +17,14 @@ main()
 
 
 def test_missing_compiled_part_simulated_gives_one_sentence():
-    for args in (["stats", CAPS / "atomics.pcap"], ["flows", CAPS / "atomics.pcap"],
-                 ["export", CAPS / "atomics.pcap", "-o", "/dev/null"]):
-        r = subprocess.run([sys.executable, "-c", RUN_WITHOUT_NATIVE, *map(str, args)], capture_output=True,
-                           text=True, timeout=60)
+    for args in (
+        ["stats", CAPS / "atomics.pcap"],
+        ["flows", CAPS / "atomics.pcap"],
+        ["export", CAPS / "atomics.pcap", "-o", "/dev/null"],
+    ):
+        r = subprocess.run(
+            [sys.executable, "-c", RUN_WITHOUT_NATIVE, *map(str, args)], capture_output=True, text=True, timeout=60
+        )
         assert r.returncode == 2, r.stderr
         assert "Traceback" not in r.stderr and "pip install -e ." in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1

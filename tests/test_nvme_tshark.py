@@ -4,17 +4,22 @@ what tshark decodes of the capsules (commands, completions, fabrics commands, RD
 links from data frames to their command).  The data structures a transfer carries (Identify Controller,
 the discovery log page, Connect data) are not decoded yet: their share is
 printed, not asserted."""
+
 import json
 
 import pytest
-
 from conftest import run_ibwire
 
 DISCOVER = "m3_nvme_nvme-discover.pcap"
 ECHO = "m3_nvme_host-echo_dump.pcap"
 # tshark's fields that decode the data a transfer carries: what ibwire does not decode yet
-NOT_YET = ("nvme.cmd.identify.ctrl.", "nvme.cmd.get_logpage.identify.", "nvme.fabrics.cmd.connect.data.",
-           "nvme.cmd.get_logpage.numd", "nvme.data")
+NOT_YET = (
+    "nvme.cmd.identify.ctrl.",
+    "nvme.cmd.get_logpage.identify.",
+    "nvme.fabrics.cmd.connect.data.",
+    "nvme.cmd.get_logpage.numd",
+    "nvme.data",
+)
 
 
 def leaves(documents) -> dict:
@@ -30,12 +35,13 @@ def leaves(documents) -> dict:
                     walk(value, frame)
                 elif key.startswith("nvme"):
                     out[(frame, key)] = value
+
         walk({k: v for k, v in layers.items() if k.startswith("nvme")}, frame)
     return out
 
 
 def same(key, theirs: str, ours: str) -> bool:
-    if key.endswith("cmd_latency"):                     # milliseconds, printed as the double it is
+    if key.endswith("cmd_latency"):  # milliseconds, printed as the double it is
         return abs(float(theirs) - float(ours)) < 1e-6
     return theirs == ours
 
@@ -51,8 +57,10 @@ def test_nvme_fields_agree_with_tshark_44(tshark44, public_dir):
     assert not wrong, wrong[:10]
     capsule = [k for k in theirs if not k[1].startswith(NOT_YET)]
     missing = [k for k in capsule if k not in ours]
-    print(f"tshark 4.4: {len(theirs)} nvme fields; ibwire agrees on {len(both)} ({len(both) / len(theirs):.0%}); "
-          f"of the {len(capsule)} outside transferred data structures it has {len(capsule) - len(missing)}")
+    print(
+        f"tshark 4.4: {len(theirs)} nvme fields; ibwire agrees on {len(both)} ({len(both) / len(theirs):.0%}); "
+        f"of the {len(capsule)} outside transferred data structures it has {len(capsule) - len(missing)}"
+    )
     assert len(both) >= 349
     assert (len(capsule) - len(missing)) / len(capsule) >= 0.95, missing[:20]
 
@@ -68,15 +76,31 @@ def test_decode_as_reassembles_sends_and_matches_transfers(public_dir):
     Last are one Write command (64-byte SQE, 4096 bytes in-capsule), every command meets its completion,
     and the RDMA READ the target issues for the keyed SGL moves exactly the SGL's length."""
     capture = public_dir / ECHO
-    rows = _fields(capture, "-d", "nvme-rdma", "-Y", "nvme.cmd.opc", "-e", "frame.number", "-e", "nvme.cmd.opc",
-                   "-e", "nvme-rdma.reassembled.length", "-e", "nvme.cmd.cid", "-e", "nvme.cmd.sgl1.len")
+    rows = _fields(
+        capture,
+        "-d",
+        "nvme-rdma",
+        "-Y",
+        "nvme.cmd.opc",
+        "-e",
+        "frame.number",
+        "-e",
+        "nvme.cmd.opc",
+        "-e",
+        "nvme-rdma.reassembled.length",
+        "-e",
+        "nvme.cmd.cid",
+        "-e",
+        "nvme.cmd.sgl1.len",
+    )
     by_frame = {int(r[0]): r for r in rows}
     assert by_frame[13][1:3] == ["0x01", "4160"] and by_frame[54][1:3] == ["0x01", "4160"]
     assert by_frame[21][1] == "0x01" and by_frame[21][4] == "20480"
     done = _fields(capture, "-d", "nvme-rdma", "-Y", "nvme.cqe.cid", "-e", "nvme.cmd_pkt")
-    assert sorted(int(r[0]) for r in done) == sorted(by_frame)           # every command completed once
-    moved = _fields(capture, "-d", "nvme-rdma", "-Y", "nvme.fabrics.cmd_pkt == 21 && payload.length",
-                    "-e", "payload.length")
+    assert sorted(int(r[0]) for r in done) == sorted(by_frame)  # every command completed once
+    moved = _fields(
+        capture, "-d", "nvme-rdma", "-Y", "nvme.fabrics.cmd_pkt == 21 && payload.length", "-e", "payload.length"
+    )
     assert sum(int(r[0]) for r in moved) == 20480
 
 

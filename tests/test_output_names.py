@@ -1,5 +1,6 @@
 """One name per thing in every output (issue 30): the MAD class `stats` counts is named as `decode -V` names it,
 and the SM state `fabric` reports is spelled as `decode -V` spells it (opensm's MASTER, STANDBY …)."""
+
 import json
 import re
 from pathlib import Path
@@ -15,7 +16,7 @@ def _tree_names(path, field):
 
 
 def test_stats_names_mad_classes_as_the_header_tree_does():
-    path = CAPS / "loss-retransmit.pcap"                   # CM set-up over QP1
+    path = CAPS / "loss-retransmit.pcap"  # CM set-up over QP1
     st = json.loads(run_ibwire("stats", path, "--format", "json", check=True).stdout)
     classes = {row["class"] for row in st["by_mad"]}
     assert classes and classes == _tree_names(path, "mad.mgmtclass")

@@ -2,6 +2,7 @@
 `-T json`, `-T ek`, `-T fields` and CSV with the same value, for every packet of every public capture, every
 sample and a corpus of mutants (tests/test_fuzz_decode.py's mutations): the compiled path either holds a
 field or hands the packet to the full decoder, never printing less."""
+
 import csv
 import io
 import ipaddress
@@ -12,14 +13,14 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-
 from conftest import run_ibwire
+from test_fuzz_decode import mutations, seeds
+from tshark_oracle import PUBLIC
+
 from ibwire.decode import decode_frame
 from ibwire.output.tshark_doc import Session, Times, document, leaves
 from ibwire.readers import iter_frames
 from ibwire.writers import PcapWriter
-from test_fuzz_decode import mutations, seeds
-from tshark_oracle import PUBLIC
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = sorted(PUBLIC.glob("*.pcap")) + sorted((ROOT / "captures").glob("*.pcap"))
@@ -54,7 +55,7 @@ def _titles(items: list, out: set) -> set:
 def _flat_jsonl(obj: dict) -> dict:
     flat = {}
     for layer, fields in obj["layers"].items():
-        for name, value in (fields.items() if isinstance(fields, dict) else ()):
+        for name, value in fields.items() if isinstance(fields, dict) else ():
             flat[f"{layer}.{name}"] = value
     return flat
 
@@ -65,6 +66,7 @@ def _jsonl_names() -> dict:
     and the CRC values (docs/jsonl.md: `icrc.value`, `vcrc.value`)."""
     import dissectors.layers  # noqa: F401  (every layer class defined)
     from dissectors.base import IBLayer
+
     names = {"invariant.crc": ["icrc.value"], "variant.crc": ["vcrc.value"]}
     todo = [IBLayer]
     while todo:
@@ -97,7 +99,7 @@ def _same(text: str, value) -> bool:
         value = int(value)
     if isinstance(value, str) and value.startswith("0x"):
         value = int(value, 16)
-    if isinstance(value, str) and ":" in value and ":" in text and len(text) == 47:     # a GID shown as bytes
+    if isinstance(value, str) and ":" in value and ":" in text and len(text) == 47:  # a GID shown as bytes
         try:
             return ipaddress.IPv6Address(value).packed.hex() == text.replace(":", "")
         except ValueError:
@@ -120,13 +122,17 @@ def misses(path) -> Counter:
     keys = sorted({k for w in want for k in w})
     args = [a for k in keys for a in ("-e", k)]
     rows = run_ibwire("decode", path, "-T", "fields", *args, check=True).stdout.splitlines() if keys else []
-    table = list(csv.reader(io.StringIO(run_ibwire("decode", path, "-T", "csv", *args, check=True).stdout)))[1:] if keys else []
+    table = (
+        list(csv.reader(io.StringIO(run_ibwire("decode", path, "-T", "csv", *args, check=True).stdout)))[1:]
+        if keys
+        else []
+    )
     missing = Counter()
     for n, w in enumerate(want):
         flat, layer = _flat_jsonl(jsonl[n]), ek[n]["layers"].get("infiniband", {})
         cols, cells = dict(zip(keys, rows[n].split("\t"))), dict(zip(keys, table[n]))
         for k, texts in w.items():
-            name = k[len(IB):]
+            name = k[len(IB) :]
             missing["jsonl", k] += not _in_jsonl(name, texts, flat)
             missing["ek", k] += f"infiniband_{k}".replace(".", "_") not in layer
             missing["fields", k] += cols[k].split(",")[0].replace(":", "") != texts[0].replace(":", "")

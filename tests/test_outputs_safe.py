@@ -1,5 +1,6 @@
 """Writers leave a whole file or the old one, never overwrite an input, and say so in their exit status:
 convert, synth, export, audit --report, as a user runs them (interrupts, full disks, aliasing, races)."""
+
 import os
 import shutil
 import signal
@@ -9,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
+
 from ibwire.readers import open_capture
 
 CAPS = ROOT / "captures"
@@ -22,12 +23,14 @@ EXE = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
 def cli(*args):
     """Run the CLI in this process as `ibwire ARGS`; returns the exit status."""
     import ibwire.outfile
-    ibwire.outfile._finished.clear()                # what a fresh process would know of its outputs
+
+    ibwire.outfile._finished.clear()  # what a fresh process would know of its outputs
     ibwire.outfile._abandoned.clear()
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     argv, sys.argv = sys.argv, ["ibwire", *map(str, args)]
     try:
         from ibwire.cli import main
+
         main()
         return 0
     except SystemExit as e:
@@ -70,10 +73,12 @@ def test_every_writer_refuses_its_inputs(tmp_path, capsys):
     policy = tmp_path / "p.conf"
     shutil.copy(CAPS / "multitenant-breach.partitions.conf", policy)
     before = {p: p.read_bytes() for p in (src, scen, policy)}
-    cases = [("synth", scen, "-w", scen),
-             ("export", src, "-o", tmp_path / "x.parquet", "--flows", tmp_path / "x.parquet"),
-             ("audit", src, "--policy", policy, "--report", src),
-             ("audit", src, "--policy", policy, "--report", policy)]
+    cases = [
+        ("synth", scen, "-w", scen),
+        ("export", src, "-o", tmp_path / "x.parquet", "--flows", tmp_path / "x.parquet"),
+        ("audit", src, "--policy", policy, "--report", src),
+        ("audit", src, "--policy", policy, "--report", policy),
+    ]
     for args in cases:
         assert cli(*args) == 2, args
         err = capsys.readouterr().err
@@ -84,8 +89,11 @@ def test_every_writer_refuses_its_inputs(tmp_path, capsys):
 
 def test_standard_output_carries_one_thing(capsys):
     """`-` as an output is standard output, so nothing else may be printed there: refused before reading."""
-    for args in (["decode", BREACH, "-w", "-", "-P"], ["audit", BREACH, "--policy", POLICY, "--report", "-"],
-                 ["audit", BREACH, "--policy", POLICY, "--evidence", "-"]):
+    for args in (
+        ["decode", BREACH, "-w", "-", "-P"],
+        ["audit", BREACH, "--policy", POLICY, "--report", "-"],
+        ["audit", BREACH, "--policy", POLICY, "--evidence", "-"],
+    ):
         assert cli(*args) == 2, args
         out = capsys.readouterr()
         assert not out.out and "standard output" in out.err and out.err.count("\n") == 1, out
@@ -94,6 +102,7 @@ def test_standard_output_carries_one_thing(capsys):
 def _wait_for_part(target: Path, proc, timeout=60.0):
     """The writer's part file (`.NAME.<stamp>.ibwire-part`), once the writer holds it (its lock taken)."""
     import fcntl
+
     end = time.monotonic() + timeout
     while True:
         assert proc.poll() is None, "the writer finished before it could be interrupted"
@@ -110,15 +119,27 @@ def _wait_for_part(target: Path, proc, timeout=60.0):
 
 
 SIGNALS = {signal.SIGINT: (130, "Ctrl-C"), signal.SIGTERM: (143, "SIGTERM")}
-MID_WRITE = {   # writer: (output, a long write of `big` inputs, a short one, the signal that interrupts it)
-    "convert": ("out.pcap", lambda big: ["convert", big["pcap"], "--link", "ib", "-o"],
-                ["convert", BREACH, "-o"], signal.SIGINT),
+MID_WRITE = {  # writer: (output, a long write of `big` inputs, a short one, the signal that interrupts it)
+    "convert": (
+        "out.pcap",
+        lambda big: ["convert", big["pcap"], "--link", "ib", "-o"],
+        ["convert", BREACH, "-o"],
+        signal.SIGINT,
+    ),
     "export": ("out.parquet", lambda big: ["export", big["pcap"], "-o"], ["export", BREACH, "-o"], signal.SIGTERM),
-    "synth": ("out.pcap", lambda big: ["synth", big["toml"], "-w"], ["synth", CAPS / "atomics.toml", "-w"],
-              signal.SIGINT),
+    "synth": (
+        "out.pcap",
+        lambda big: ["synth", big["toml"], "-w"],
+        ["synth", CAPS / "atomics.toml", "-w"],
+        signal.SIGINT,
+    ),
     "decode": ("out.pcap", lambda big: ["decode", big["pcap"], "-w"], ["decode", BREACH, "-w"], signal.SIGTERM),
-    "audit": ("out.html", lambda big: ["audit", BREACH, "--policy", POLICY, "--report"],    # HTML: ~0.3 s
-              ["audit", CAPS / "atomics.pcap", "--policy", POLICY, "--report"], signal.SIGINT),
+    "audit": (
+        "out.html",
+        lambda big: ["audit", BREACH, "--policy", POLICY, "--report"],  # HTML: ~0.3 s
+        ["audit", CAPS / "atomics.pcap", "--policy", POLICY, "--report"],
+        signal.SIGINT,
+    ),
 }
 
 
@@ -131,16 +152,22 @@ def test_a_writer_interrupted_mid_write_keeps_the_old_file_and_refuses_a_second(
     big["toml"].write_text((CAPS / "atomics.toml").read_text().replace("count = 4\n", "count = 5000\n"))
     out = tmp_path / name
     out.write_bytes(b"the old output")
-    p = subprocess.Popen([EXE, *map(str, long(big)), str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [EXE, *map(str, long(big)), str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     part = _wait_for_part(out, p)
     p.send_signal(signal.SIGSTOP)
     try:
         assert part.exists(), "the writer finished before it could be stopped"
         second = subprocess.run([EXE, *map(str, short), str(out)], capture_output=True, text=True, timeout=120)
         assert second.returncode == 2
-        assert second.stderr == f"ibwire: {out} is being written by another process right now; try again when " \
-                                "it is done\n"
+        assert (
+            second.stderr == f"ibwire: {out} is being written by another process right now; try again when it is done\n"
+        )
     finally:
         p.send_signal(sig)
         p.send_signal(signal.SIGCONT)
@@ -153,8 +180,11 @@ def test_a_writer_interrupted_mid_write_keeps_the_old_file_and_refuses_a_second(
 
 
 def test_output_to_a_full_disk_is_an_error(tmp_path):
-    for args in (["stats", BREACH, "--format", "json"], ["decode", BREACH, "--format", "jsonl", "-c", "40"],
-                 ["audit", BREACH, "--policy", CAPS / "multitenant-breach.partitions.conf", "--format", "json"]):
+    for args in (
+        ["stats", BREACH, "--format", "json"],
+        ["decode", BREACH, "--format", "jsonl", "-c", "40"],
+        ["audit", BREACH, "--policy", CAPS / "multitenant-breach.partitions.conf", "--format", "json"],
+    ):
         with open("/dev/full", "w") as full:
             r = subprocess.run([EXE, *map(str, args)], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
         assert r.returncode == 2, (args, r.stderr)
@@ -164,6 +194,7 @@ def test_output_to_a_full_disk_is_an_error(tmp_path):
 def test_a_second_writer_of_one_file_is_refused(tmp_path, capsys):
     """While another process writes out.pcap (it holds its part file's lock), a second writer is refused."""
     import fcntl
+
     out = tmp_path / "out.pcap"
     out.write_bytes(b"old")
     with open(tmp_path / f".out.pcap.{time.monotonic_ns():016x}-00000000.ibwire-part", "wb") as other:
@@ -171,7 +202,7 @@ def test_a_second_writer_of_one_file_is_refused(tmp_path, capsys):
         assert cli("convert", BREACH, "-o", out) == 2
         assert "being written by another process" in capsys.readouterr().err
     assert out.read_bytes() == b"old"
-    assert cli("convert", BREACH, "-o", out) == 0          # a stale part file (a killed writer) is no obstacle
+    assert cli("convert", BREACH, "-o", out) == 0  # a stale part file (a killed writer) is no obstacle
     assert sorted(os.listdir(tmp_path)) == ["out.pcap"]
 
 
@@ -180,8 +211,15 @@ def test_concurrent_writers_leave_one_whole_file(tmp_path):
     b = tmp_path / "b.pcap"
     shutil.copy(BREACH, b)
     out = tmp_path / "out.pcap"
-    procs = [subprocess.Popen([EXE, "convert", str(src), "-o", str(out), "--link", "ib"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for src in (a, b)]
+    procs = [
+        subprocess.Popen(
+            [EXE, "convert", str(src), "-o", str(out), "--link", "ib"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for src in (a, b)
+    ]
     results = [p.communicate(timeout=120) + (p.returncode,) for p in procs]
     assert all(rc == 0 or (rc == 2 and "being written by another process" in err) for _, err, rc in results)
     whole = {}
@@ -196,13 +234,18 @@ def test_sigterm_ends_a_capture_with_143_on_the_ibdump_standin(tmp_path):
     """No ConnectX here: the capture runs against the ibdump stand-in (tests/standin) on a fake sysfs."""
     sys.path.insert(0, str(ROOT / "tests" / "standin"))
     import fake_sysfs
+
     fake_sysfs.build(tmp_path / "sys", "InfiniBand")
-    env = dict(os.environ, PATH=f"{ROOT / 'tests' / 'standin'}:{os.environ['PATH']}",
-               IBWIRE_SYSFS_ROOT=str(tmp_path / "sys"), IBWIRE_RUN_DIR=str(tmp_path / "run"),
-               STANDIN_LOG=str(tmp_path / "argv.log"), STANDIN_LIDS="0x3>0x12,0x12>0x3")
+    env = dict(
+        os.environ,
+        PATH=f"{ROOT / 'tests' / 'standin'}:{os.environ['PATH']}",
+        IBWIRE_SYSFS_ROOT=str(tmp_path / "sys"),
+        IBWIRE_RUN_DIR=str(tmp_path / "run"),
+        STANDIN_LOG=str(tmp_path / "argv.log"),
+        STANDIN_LIDS="0x3>0x12,0x12>0x3",
+    )
     out = tmp_path / "o.pcap"
-    p = subprocess.Popen([EXE, "capture", "--pf", "mlx5_0", "-w", str(out)], env=env, stderr=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen([EXE, "capture", "--pf", "mlx5_0", "-w", str(out)], env=env, stderr=subprocess.PIPE, text=True)
     for line in p.stderr:
         if "Ctrl-C stops" in line:
             break
@@ -210,10 +253,14 @@ def test_sigterm_ends_a_capture_with_143_on_the_ibdump_standin(tmp_path):
     err = p.stderr.read()
     assert p.wait(timeout=60) == 143
     import re
-    m = re.search(rf"stopped by SIGTERM; (\d+) packets kept in {re.escape(str(out))}, a valid capture; "
-                  "everything armed was undone", err)
+
+    m = re.search(
+        rf"stopped by SIGTERM; (\d+) packets kept in {re.escape(str(out))}, a valid capture; "
+        "everything armed was undone",
+        err,
+    )
     assert m, err
-    assert len(list(open_capture(str(out)))) == int(m.group(1))       # the file holds what the line says
+    assert len(list(open_capture(str(out)))) == int(m.group(1))  # the file holds what the line says
 
 
 def test_the_null_device_is_written_through_and_links_refused(tmp_path, capsys):
@@ -223,8 +270,10 @@ def test_the_null_device_is_written_through_and_links_refused(tmp_path, capsys):
     assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
     capsys.readouterr()
     assert cli("convert", BREACH, "-o", "/dev/full") == 2
-    assert capsys.readouterr().err == "ibwire: /dev/full is a device; ibwire writes only regular files " \
-                                      "(- for standard output)\n"
+    assert (
+        capsys.readouterr().err == "ibwire: /dev/full is a device; ibwire writes only regular files "
+        "(- for standard output)\n"
+    )
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "real.pcap").write_bytes(b"old")
     (tmp_path / "out.pcap").symlink_to(tmp_path / "data" / "real.pcap")
@@ -238,18 +287,24 @@ def test_a_killed_writers_part_file_is_removed_by_the_next_writer(tmp_path):
     """SIGKILL leaves `.out.pcap.<stamp>.ibwire-part`; the next ibwire writer in that directory (to another file)
     removes it, and leaves alone a part file a live writer still holds."""
     import fcntl
+
     src = _many_frames(tmp_path / "in.pcap", 120)
     out = tmp_path / "out.pcap"
-    p = subprocess.Popen([EXE, "convert", str(src), "-o", str(out), "--link", "ib"], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [EXE, "convert", str(src), "-o", str(out), "--link", "ib"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     part = _wait_for_part(out, p)
     p.kill()
     assert p.wait(timeout=60) == -signal.SIGKILL and part.exists() and not out.exists()
     live = tmp_path / ".busy.pcap.ibwire-part"
     with open(live, "wb") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        r = subprocess.run([EXE, "synth", str(CAPS / "atomics.toml"), "-w", str(tmp_path / "other.pcap")],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [EXE, "synth", str(CAPS / "atomics.toml"), "-w", str(tmp_path / "other.pcap")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         assert sorted(os.listdir(tmp_path)) == [".busy.pcap.ibwire-part", "in.pcap", "other.pcap"]
 
@@ -257,12 +312,17 @@ def test_a_killed_writers_part_file_is_removed_by_the_next_writer(tmp_path):
 def test_convert_to_standard_output_is_a_clean_pcap(tmp_path):
     """What convert says goes to stderr; stdout is the pcap alone, as tshark reads it."""
     with open(tmp_path / "stdout.pcap", "wb") as stdout:
-        r = subprocess.run([EXE, "convert", str(BREACH), "-o", "-"], stdout=stdout, stderr=subprocess.PIPE,
-                           text=True, timeout=120)
+        r = subprocess.run(
+            [EXE, "convert", str(BREACH), "-o", "-"], stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120
+        )
     assert r.returncode == 0, r.stderr
     assert r.stderr.startswith("wrote 235 packets to ")
-    t = subprocess.run(["tshark", "-r", str(tmp_path / "stdout.pcap"), "-T", "fields", "-e", "frame.number"],
-                       capture_output=True, text=True, timeout=120)
+    t = subprocess.run(
+        ["tshark", "-r", str(tmp_path / "stdout.pcap"), "-T", "fields", "-e", "frame.number"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert t.returncode == 0 and t.stdout.split() == [str(n) for n in range(1, 236)], t.stderr
 
 
@@ -271,42 +331,51 @@ def test_a_real_full_disk_keeps_the_old_file_or_leaves_none(tmp_path):
     (unshare -m, root; it disappears with the namespace) and filled to ~12 KiB free: exit 2, one sentence,
     the old file unchanged (every writer) or no file at all (two of them: the same code), no part file."""
     import shlex
+
     disk = tmp_path / "disk"
     disk.mkdir()
     b = CAPS / "multitenant-breach"
-    writers = {"c.pcap": ["convert", f"{b}.pcap", "-o"], "e.parquet": ["export", f"{b}.pcap", "-o"],
-               "s.pcap": ["synth", CAPS / "atomics.toml", "-w"], "d.pcap": ["decode", f"{b}.pcap", "-w"],
-               "r.html": ["audit", f"{b}.pcap", "--policy", f"{b}.partitions.conf", "--report"]}
+    writers = {
+        "c.pcap": ["convert", f"{b}.pcap", "-o"],
+        "e.parquet": ["export", f"{b}.pcap", "-o"],
+        "s.pcap": ["synth", CAPS / "atomics.toml", "-w"],
+        "d.pcap": ["decode", f"{b}.pcap", "-w"],
+        "r.html": ["audit", f"{b}.pcap", "--policy", f"{b}.partitions.conf", "--report"],
+    }
     q = shlex.quote
     script = [f"mount -t tmpfs -o size=256k ibwire-test {q(str(disk))} || exit 99"]
     runs = [(name, True) for name in writers] + [("c.pcap", False), ("e.parquet", False)]
     for name, old in runs:
         args = writers[name]
         out, log = disk / name, tmp_path / f"{name}.{old}"
-        script += [f"printf 'the old output' > {q(str(out))}" if old else ":",
-                   f"dd if=/dev/zero of={q(str(disk / 'filler'))} bs=4k count=60 2>/dev/null",
-                   " ".join(q(str(a)) for a in [EXE, *args, out]) + f" >/dev/null 2>{q(str(log))}.err",
-                   f"echo $? > {q(str(log))}.status; ls -A {q(str(disk))} > {q(str(log))}.ls",
-                   f"cat {q(str(out))} > {q(str(log))}.old 2>/dev/null",
-                   f"rm -f {q(str(out))} {q(str(disk / 'filler'))}"]
-    r = subprocess.run(["unshare", "-m", "sh", "-c", "\n".join(script)], capture_output=True, text=True,
-                       timeout=300)
+        script += [
+            f"printf 'the old output' > {q(str(out))}" if old else ":",
+            f"dd if=/dev/zero of={q(str(disk / 'filler'))} bs=4k count=60 2>/dev/null",
+            " ".join(q(str(a)) for a in [EXE, *args, out]) + f" >/dev/null 2>{q(str(log))}.err",
+            f"echo $? > {q(str(log))}.status; ls -A {q(str(disk))} > {q(str(log))}.ls",
+            f"cat {q(str(out))} > {q(str(log))}.old 2>/dev/null",
+            f"rm -f {q(str(out))} {q(str(disk / 'filler'))}",
+        ]
+    r = subprocess.run(["unshare", "-m", "sh", "-c", "\n".join(script)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     for name, old in runs:
         log = tmp_path / f"{name}.{old}"
         said = Path(f"{log}.err").read_text()
         assert Path(f"{log}.status").read_text() == "2\n", (name, said)
-        assert said == f"ibwire: cannot write {disk / name} (No space left on device); " \
-                       f"{'the old file is unchanged' if old else 'no file was left'}\n", said
+        assert (
+            said == f"ibwire: cannot write {disk / name} (No space left on device); "
+            f"{'the old file is unchanged' if old else 'no file was left'}\n"
+        ), said
         assert Path(f"{log}.ls").read_text().split() == sorted(["filler"] + [name] * old)
         assert Path(f"{log}.old").read_text() == ("the old output" if old else "")
-    assert os.listdir(disk) == []                       # the tmpfs went with its namespace
+    assert os.listdir(disk) == []  # the tmpfs went with its namespace
 
 
 def test_ctrl_c_just_after_the_part_file_is_locked_says_not_written(tmp_path, monkeypatch):
     """Ctrl-C landing between the part file's lock and the first byte (here: while the file object is made)
     still reports the output as not written, the old file unchanged, and leaves no part file."""
     import ibwire.outfile as outfile
+
     outfile._finished.clear()
     outfile._abandoned.clear()
     out = tmp_path / "out.txt"
@@ -314,6 +383,7 @@ def test_ctrl_c_just_after_the_part_file_is_locked_says_not_written(tmp_path, mo
 
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(outfile.os, "fdopen", interrupted)
     with pytest.raises(KeyboardInterrupt):
         with outfile.output_file(out, "w"):

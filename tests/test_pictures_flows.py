@@ -1,12 +1,12 @@
 """`ibwire flows --report`: the page Chromium renders shows, per RC conversation, a PSN graph whose marks
 equal the analysis's numbers and the scenario's declared faults; throughput over time adding up to the
 packets analysed; latency histograms holding every latency sample; a ladder diagram with the CM handshake."""
+
 import json
 import tomllib
 from pathlib import Path
 
 import pytest
-
 from conftest import run_ibwire
 from pictures_browser import render, self_contained
 
@@ -36,12 +36,14 @@ def test_psn_graph_marks_equal_analysis_and_scenario(loss):
         r, truth = by_qpn[qpn], want[name]
         conv = r["conversation"]
         assert any(c["cls"] == "chart psn" and c["section"] == str(conv) and c["width"] > 300 for c in page["charts"])
-        for kind, analysed, declared in (("drop", r["drops"], truth["drops"]),
-                                         ("retransmission", r["retransmissions"], truth["retransmits"]),
-                                         ("nak", sum(r["naks"].values()), truth["naks_psn"]),
-                                         ("rnr-nak", r["rnr_naks"], truth["rnr"]),
-                                         ("rnr-wait", r["rnr_naks"], truth["rnr"]),
-                                         ("bad-icrc", r["bad_icrc"], truth.get("bad_icrc", 0))):
+        for kind, analysed, declared in (
+            ("drop", r["drops"], truth["drops"]),
+            ("retransmission", r["retransmissions"], truth["retransmits"]),
+            ("nak", sum(r["naks"].values()), truth["naks_psn"]),
+            ("rnr-nak", r["rnr_naks"], truth["rnr"]),
+            ("rnr-wait", r["rnr_naks"], truth["rnr"]),
+            ("bad-icrc", r["bad_icrc"], truth.get("bad_icrc", 0)),
+        ):
             n, inside = _marks(page, conv, kind)
             assert n == inside == analysed == declared, (name, kind, n, inside, analysed, declared)
         requests, inside = _marks(page, conv, "request")
@@ -56,7 +58,9 @@ def test_throughput_over_time_adds_up_to_the_packets(loss):
     assert [name for name, _, _ in packets["lines"]] == ["all", "#1", "#2"]
     assert all(points > 2 and width > 100 for _, points, width in packets["lines"])
     for r in rows[:2]:
-        (own,) = [c for c in page["charts"] if c["cls"] == "chart time packets" and c["section"] == str(r["conversation"])]
+        (own,) = [
+            c for c in page["charts"] if c["cls"] == "chart time packets" and c["section"] == str(r["conversation"])
+        ]
         assert int(own["data"]["sum"]) == r["packets_a_to_b"] + r["packets_b_to_a"]
     assert any(c["cls"] == "chart time throughput" and c["data"]["scope"] == "total" for c in page["charts"])
 
@@ -64,8 +68,11 @@ def test_throughput_over_time_adds_up_to_the_packets(loss):
 def test_latency_histograms_hold_every_sample(loss):
     page, rows = loss["page"], loss["rows"]
     for r in rows[:2]:
-        (h,) = [c for c in page["charts"] if c["cls"] == "chart histogram ack-latency"
-                and c["section"] == str(r["conversation"])]
+        (h,) = [
+            c
+            for c in page["charts"]
+            if c["cls"] == "chart histogram ack-latency" and c["section"] == str(r["conversation"])
+        ]
         assert sum(n for n, _ in h["bars"]) == int(h["data"]["samples"]) == r["ack_latency_us"]["n"]
         assert all(height > 0 for _, height in h["bars"])
 
@@ -93,8 +100,11 @@ def test_ladder_draws_cm_handshake_and_chosen_pair(tmp_path):
     reads = [x for x in rows if x.get("read_latency_us")]
     assert reads
     for x in reads:
-        (h,) = [c for c in page["charts"] if c["cls"] == "chart histogram read-latency"
-                and c["section"] == str(x["conversation"])]
+        (h,) = [
+            c
+            for c in page["charts"]
+            if c["cls"] == "chart histogram read-latency" and c["section"] == str(x["conversation"])
+        ]
         assert sum(n for n, _ in h["bars"]) == x["read_latency_us"]["n"]
 
 
@@ -104,7 +114,7 @@ def test_report_errors_are_one_sentence(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     r = run_ibwire("flows", cap, "--report", tmp_path / "x.html", "--interval", "0")
     assert r.returncode == 2 and "interval" in r.stderr and not (tmp_path / "x.html").exists()
-    assert list(tmp_path.iterdir()) == []            # no page, no part file left behind
+    assert list(tmp_path.iterdir()) == []  # no page, no part file left behind
     copy = tmp_path / "copy.pcap"
     copy.write_bytes(cap.read_bytes())
     r = run_ibwire("flows", copy, "--report", copy)

@@ -1,6 +1,7 @@
 """`ibwire health --report` as Chromium lays it out: the pause chart holds every pause episode, each
 congestion chart every ECN-CE mark and CNP of its flow inside its plot area, the spread charts the flows per
 path, all as the JSON of the same run counts them; the page fetches nothing."""
+
 import json
 from pathlib import Path
 

@@ -1,22 +1,37 @@
 """`ibwire stats --interval S` against tshark -z io,stat on the same file and interval: frames and bytes per
 interval, and per interval the NAKs, RNR NAKs, CNPs and CE-marked packets tshark's display filters count."""
+
 import json
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import PUBLIC, run_ibwire
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
-COLUMNS = {"naks": "infiniband.aeth.syndrome & 0x60 == 0x60", "rnr_naks": "infiniband.aeth.syndrome & 0x60 == 0x20",
-           "cnps": "infiniband.bth.opcode == 0x81", "ecn_ce": "ip.dsfield.ecn == 3"}
+COLUMNS = {
+    "naks": "infiniband.aeth.syndrome & 0x60 == 0x60",
+    "rnr_naks": "infiniband.aeth.syndrome & 0x60 == 0x20",
+    "cnps": "infiniband.bth.opcode == 0x81",
+    "ecn_ce": "ip.dsfield.ecn == 3",
+}
 
 
 def _tshark_io(tshark, path, interval, filters):
-    r = subprocess.run([tshark, "-q", "-r", str(path), "-z", ",".join(["io,stat", str(interval)] + ([""] + filters if filters else []))],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            tshark,
+            "-q",
+            "-r",
+            str(path),
+            "-z",
+            ",".join(["io,stat", str(interval)] + ([""] + filters if filters else [])),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     rows = []
     for line in r.stdout.splitlines():
@@ -27,12 +42,16 @@ def _tshark_io(tshark, path, interval, filters):
     return rows
 
 
-@pytest.mark.parametrize("path,interval,events", [
-    (CAPS / "loss-retransmit.pcap", 0.00005, True),
-    (CAPS / "congestion.pcap", 0.00002, True),
-    (CAPS / "roce-multitenant-breach.pcap", 0.001, True),
-    (PUBLIC / "m3_rdma-write-read_ibdump_read2.pcap", 0.01, False),
-], ids=lambda v: v.name if isinstance(v, Path) else str(v))
+@pytest.mark.parametrize(
+    "path,interval,events",
+    [
+        (CAPS / "loss-retransmit.pcap", 0.00005, True),
+        (CAPS / "congestion.pcap", 0.00002, True),
+        (CAPS / "roce-multitenant-breach.pcap", 0.001, True),
+        (PUBLIC / "m3_rdma-write-read_ibdump_read2.pcap", 0.01, False),
+    ],
+    ids=lambda v: v.name if isinstance(v, Path) else str(v),
+)
 def test_stats_interval_equals_tshark_io_stat(tshark, path, interval, events):
     r = run_ibwire("stats", path, "--interval", interval, "--format", "json")
     assert r.returncode == 0, r.stderr
@@ -58,6 +77,7 @@ def test_stats_interval_survives_a_wild_timestamp(tmp_path):
     """Scenario: the last packet of a capture carries a timestamp 30 years late (a damaged or spliced file):
     the table keeps the real intervals and says that one packet was left out."""
     import struct
+
     data = bytearray((CAPS / "loss-retransmit.pcap").read_bytes())
     little = data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1")
     fmt = "<IIII" if little else ">IIII"

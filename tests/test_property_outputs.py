@@ -2,25 +2,31 @@
 or while it syncs the file, leaves the old file or none; any prefix of a capture reads as a prefix of its
 frames in every reader, never a crash nor a verdict on nothing; any spelling of an input as an output, or
 of one output as another, is refused with nothing touched."""
+
 import contextlib
 import os
 import shutil
 import struct
 
-from hypothesis import HealthCheck, given, settings, strategies as st
-
-import ibwire.outfile as outfile
 from conftest import ROOT
-from ibwire.cli import Terminated
-from ibwire.readers import open_capture
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_outputs_safe import cli
 
+import ibwire.outfile as outfile
+from ibwire.cli import Terminated
+from ibwire.readers import open_capture
+
 CAPS = ROOT / "captures"
-SMALL = CAPS / "atomics.pcap"                     # 46 frames, 17 KB
+SMALL = CAPS / "atomics.pcap"  # 46 frames, 17 KB
 POLICY = CAPS / "multitenant-breach.partitions.conf"
-TENANTS = ROOT / "tests" / "audit" / "atomics.tenants.toml"     # a judged tenant pair: a clean audit exits 0
-SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+TENANTS = ROOT / "tests" / "audit" / "atomics.tenants.toml"  # a judged tenant pair: a clean audit exits 0
+SETTINGS = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 INTERRUPTS = {"Ctrl-C": (KeyboardInterrupt, 130), "SIGTERM": (Terminated, 143)}
@@ -34,7 +40,7 @@ class _Interrupting:
 
     def write(self, data):
         if len(data) > self._left:
-            self._f.write(data[:self._left])
+            self._f.write(data[: self._left])
             raise self._signal
         self._left -= len(data)
         return self._f.write(data)
@@ -55,6 +61,7 @@ def interrupted_after(budget, signal=KeyboardInterrupt, at="write"):
 
     def fsync(fd):
         raise signal
+
     outfile.os.fdopen = fdopen
     if at == "fsync":
         outfile.os.fsync = fsync
@@ -64,22 +71,42 @@ def interrupted_after(budget, signal=KeyboardInterrupt, at="write"):
         outfile.os.fdopen, outfile.os.fsync = real_fdopen, real_fsync
 
 
-WRITERS = {     # name -> (output file name, arguments after the output is known)
+WRITERS = {  # name -> (output file name, arguments after the output is known)
     "convert-pcap": ("out.pcap", lambda src, out: ["convert", src, "-o", out, "--link", "ib"]),
     "convert-pcapng": ("out.pcapng", lambda src, out: ["convert", src, "-o", out]),
     "synth": ("out.pcap", lambda src, out: ["synth", CAPS / "atomics.toml", "-w", out]),
     "export": ("out.parquet", lambda src, out: ["export", src, "-o", out]),
-    "audit-report": ("out.html", lambda src, out: ["audit", src, "--policy", POLICY, "--tenants", TENANTS,
-                                                   "--report", out, "--fail-on", "breach"]),
-    "audit-evidence": ("out.pcapng", lambda src, out: ["audit", src, "--policy", POLICY, "--tenants", TENANTS,
-                                                       "--evidence", out]),
+    "audit-report": (
+        "out.html",
+        lambda src, out: [
+            "audit",
+            src,
+            "--policy",
+            POLICY,
+            "--tenants",
+            TENANTS,
+            "--report",
+            out,
+            "--fail-on",
+            "breach",
+        ],
+    ),
+    "audit-evidence": (
+        "out.pcapng",
+        lambda src, out: ["audit", src, "--policy", POLICY, "--tenants", TENANTS, "--evidence", out],
+    ),
     "decode-w": ("out.pcap", lambda src, out: ["decode", src, "-w", out, "-Y", "bth"]),
 }
 
 
 @SETTINGS
-@given(writer=st.sampled_from(sorted(WRITERS)), budget=st.integers(0, 40_000), old=st.booleans(),
-       how=st.sampled_from(sorted(INTERRUPTS)), at=st.sampled_from(["write", "write", "fsync"]))
+@given(
+    writer=st.sampled_from(sorted(WRITERS)),
+    budget=st.integers(0, 40_000),
+    old=st.booleans(),
+    how=st.sampled_from(sorted(INTERRUPTS)),
+    at=st.sampled_from(["write", "write", "fsync"]),
+)
 def test_an_interrupt_anywhere_leaves_the_old_file_or_none(tmp_path_factory, capsys, writer, budget, old, how, at):
     d = tmp_path_factory.mktemp("w")
     name, args = WRITERS[writer]
@@ -94,16 +121,17 @@ def test_an_interrupt_anywhere_leaves_the_old_file_or_none(tmp_path_factory, cap
     leftovers = sorted(p.name for p in d.iterdir()) == sorted(["in.pcap"] + ([name] if old or status == 0 else []))
     assert leftovers, sorted(p.name for p in d.iterdir())
     if status == interrupted:
-        assert err.strip().splitlines()[-1] == \
-            f"ibwire: interrupted by {how}; {out} not written " \
+        assert (
+            err.strip().splitlines()[-1] == f"ibwire: interrupted by {how}; {out} not written "
             f"({'the old file is unchanged' if old else 'no partial file left'})"
+        )
         assert (out.read_bytes() == b"the previous output") if old else not out.exists()
-    else:                                      # the budget was more than the whole output
+    else:  # the budget was more than the whole output
         assert status == 0 and at == "write", err
         whole = d / ("whole" + out.suffix)
         assert cli(*args(src, whole)) == 0
         capsys.readouterr()
-        if writer != "audit-report":           # the report names its own output file
+        if writer != "audit-report":  # the report names its own output file
             assert out.read_bytes() == whole.read_bytes()
     assert src.read_bytes() == SMALL.read_bytes()
 
@@ -112,7 +140,7 @@ def _record_starts(raw: bytes) -> list:
     off, out = 24, []
     while off < len(raw):
         out.append(off)
-        off += 16 + int.from_bytes(raw[off + 8:off + 12], "little")
+        off += 16 + int.from_bytes(raw[off + 8 : off + 12], "little")
     return out
 
 
@@ -124,7 +152,9 @@ def _frames(path):
 def _as_pcapng() -> bytes:
     """The small sample as pcapng (one interface), written by ibwire's own writer."""
     import io
+
     from ibwire.writers import PcapngWriter
+
     buf = io.BytesIO()
     w = PcapngWriter(buf)
     w.add_interface(open_capture(str(SMALL)).frames().__next__().linktype)
@@ -147,7 +177,7 @@ def _block_starts(raw: bytes) -> list:
 PCAPNG = _as_pcapng()
 
 
-READERS = {     # the other commands that read a capture: (arguments, output file or None)
+READERS = {  # the other commands that read a capture: (arguments, output file or None)
     "decode": (lambda c, o: ["decode", c, "-T", "jsonl"], None),
     "flows": (lambda c, o: ["flows", c, "--format", "json"], None),
     "convert": (lambda c, o: ["convert", c, "-o", o, "--link", "ib"], "out.pcap"),
@@ -158,8 +188,7 @@ READERS = {     # the other commands that read a capture: (arguments, output fil
 
 @SETTINGS
 @given(fmt=st.sampled_from(["pcap", "pcapng"]), reader=st.sampled_from(sorted(READERS)), data=st.data())
-def test_any_prefix_reads_as_a_prefix_and_never_as_a_verdict_on_nothing(tmp_path_factory, capsys, fmt, reader,
-                                                                        data):
+def test_any_prefix_reads_as_a_prefix_and_never_as_a_verdict_on_nothing(tmp_path_factory, capsys, fmt, reader, data):
     raw = SMALL.read_bytes() if fmt == "pcap" else PCAPNG
     cut = data.draw(st.integers(0, len(raw)), label="cut")
     d = tmp_path_factory.mktemp("t")
@@ -170,25 +199,26 @@ def test_any_prefix_reads_as_a_prefix_and_never_as_a_verdict_on_nothing(tmp_path
     status = cli(*args(part, d / str(name)))
     said = capsys.readouterr().err
     assert status in (0, 2) and "internal error" not in said, said
-    if name:                       # a whole output, or none and no part file
+    if name:  # a whole output, or none and no part file
         assert sorted(os.listdir(d)) == sorted([part.name] + [name] * (status == 0)), said
     if cut < 4:
         assert status == 2 and cli("stats", part) == 2
         capsys.readouterr()
         return
     got, cap = _frames(part)
-    assert [g[:1] for g in got] == [w[:1] for w in whole[:len(got)]]
+    assert [g[:1] for g in got] == [w[:1] for w in whole[: len(got)]]
     for g, w in zip(got, whole):
-        assert w[1].startswith(g[1]) and (g[1] == w[1] or g[2] < g[3])       # a cut record says it is cut
+        assert w[1].startswith(g[1]) and (g[1] == w[1] or g[2] < g[3])  # a cut record says it is cut
     if fmt == "pcap":
         starts = _record_starts(raw)
-        assert len(got) == sum(1 for o in starts if o + 16 <= cut)   # every record whose header survived
+        assert len(got) == sum(1 for o in starts if o + 16 <= cut)  # every record whose header survived
         assert bool(cap.problems) == (cut not in starts + [len(raw)] and cut > 24 or 4 <= cut < 24)
     else:
-        assert len(got) == sum(1 for o, n in _block_starts(raw) if o + n <= cut)   # every whole block
+        assert len(got) == sum(1 for o, n in _block_starts(raw) if o + n <= cut)  # every whole block
     assert cli("stats", part, "--format", "json") == 0
     import json
-    assert json.loads(capsys.readouterr().out)["summary"]["packets"] == len(got)   # bulk and detail agree
+
+    assert json.loads(capsys.readouterr().out)["summary"]["packets"] == len(got)  # bulk and detail agree
     status = cli("audit", part, "--policy", POLICY, "--format", "json")
     out = capsys.readouterr()
     assert "internal error" not in out.err
@@ -204,18 +234,26 @@ def _aliases(d, src):
     (d / f"link{ext}").symlink_to(src)
     os.link(src, d / f"hard{ext}")
     (d / "dirlink").symlink_to(d)
-    return {"same": src, "dotdot": d / "sub" / ".." / src.name, "symlink": d / f"link{ext}",
-            "hardlink": d / f"hard{ext}", "dirlink": d / "dirlink" / src.name, "dot": d / "." / src.name}
+    return {
+        "same": src,
+        "dotdot": d / "sub" / ".." / src.name,
+        "symlink": d / f"link{ext}",
+        "hardlink": d / f"hard{ext}",
+        "dirlink": d / "dirlink" / src.name,
+        "dot": d / "." / src.name,
+    }
 
 
 @SETTINGS
-@given(writer=st.sampled_from(sorted(WRITERS)), alias=st.sampled_from(["same", "dotdot", "symlink", "hardlink",
-                                                                        "dirlink", "dot"]))
+@given(
+    writer=st.sampled_from(sorted(WRITERS)),
+    alias=st.sampled_from(["same", "dotdot", "symlink", "hardlink", "dirlink", "dot"]),
+)
 def test_any_spelling_of_an_input_as_output_is_refused(tmp_path_factory, capsys, writer, alias):
     d = tmp_path_factory.mktemp("a")
     name, args = WRITERS[writer]
     original = CAPS / "atomics.toml" if writer == "synth" else SMALL
-    src = d / ("in" + os.path.splitext(name)[1])     # named as the output must be (export wants .parquet)
+    src = d / ("in" + os.path.splitext(name)[1])  # named as the output must be (export wants .parquet)
     shutil.copy(original, src)
     out = _aliases(d, src)[alias]
     made = sorted(os.listdir(d))
@@ -228,8 +266,10 @@ def test_any_spelling_of_an_input_as_output_is_refused(tmp_path_factory, capsys,
 
 
 @SETTINGS
-@given(writer=st.sampled_from(["export", "audit"]), alias=st.sampled_from(["same", "dotdot", "symlink", "hardlink",
-                                                                          "dirlink", "dot"]))
+@given(
+    writer=st.sampled_from(["export", "audit"]),
+    alias=st.sampled_from(["same", "dotdot", "symlink", "hardlink", "dirlink", "dot"]),
+)
 def test_one_output_spelled_as_another_is_refused(tmp_path_factory, capsys, writer, alias):
     """export -o A --flows A, audit --report A --evidence A, in any spelling: refused, A untouched."""
     d = tmp_path_factory.mktemp("o")
@@ -239,8 +279,11 @@ def test_one_output_spelled_as_another_is_refused(tmp_path_factory, capsys, writ
     first.write_bytes(b"the previous output")
     second = _aliases(d, first)[alias]
     made = sorted(os.listdir(d))
-    argv = ["export", src, "-o", first, "--flows", second] if writer == "export" else \
-        ["audit", src, "--policy", POLICY, "--report", first, "--evidence", second]
+    argv = (
+        ["export", src, "-o", first, "--flows", second]
+        if writer == "export"
+        else ["audit", src, "--policy", POLICY, "--report", first, "--evidence", second]
+    )
     status = cli(*argv)
     err = capsys.readouterr().err
     assert status == 2 and "are the same file" in err, err
@@ -248,12 +291,18 @@ def test_one_output_spelled_as_another_is_refused(tmp_path_factory, capsys, writ
 
 
 @SETTINGS
-@given(edits=st.lists(st.tuples(st.sampled_from(_record_starts(SMALL.read_bytes())), st.integers(0, 15),
-                                st.integers(0, 255)), min_size=1, max_size=4))
+@given(
+    edits=st.lists(
+        st.tuples(st.sampled_from(_record_starts(SMALL.read_bytes())), st.integers(0, 15), st.integers(0, 255)),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_damaged_record_headers_read_alike_in_bulk_and_in_detail(tmp_path_factory, capsys, edits):
     """Any bytes of any record headers overwritten: stats (bulk reader, resync) and the detail reader that
     decode and audit use deliver the same number of frames, and the audit says what it could not read."""
     import json
+
     raw = bytearray(SMALL.read_bytes())
     for start, k, v in edits:
         raw[start + k] = v

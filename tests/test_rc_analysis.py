@@ -3,6 +3,7 @@
 resent on a timeout or sent after a capture gap; which request an ACK, NAK or READ response answers, and
 the time since, agree with tshark's decode of the same capture; the fields reach every output format and
 the Parquet export."""
+
 import json
 import subprocess
 from functools import partial
@@ -17,8 +18,12 @@ from ibwire.synth import frames, load
 run_ibwire = partial(conftest.run_ibwire, unwrapped=True)
 CAPS = Path(__file__).resolve().parents[1] / "captures"
 SCENARIOS = ("loss-retransmit", "capture-gap", "roce-multitenant-breach", "multitenant-breach", "ack-timeout")
-KINDS = {"resent": "bth.analysis.retransmission", "lost": "bth.analysis.lost",
-         "timeout": "bth.analysis.timeout_retransmission", "duplicate": "bth.analysis.duplicate"}
+KINDS = {
+    "resent": "bth.analysis.retransmission",
+    "lost": "bth.analysis.lost",
+    "timeout": "bth.analysis.timeout_retransmission",
+    "duplicate": "bth.analysis.duplicate",
+}
 
 
 def _truth(name):
@@ -38,7 +43,7 @@ def _column(pcap, flt, *fields):
 def test_filters_select_the_frames_the_generator_resent(name):
     truth, pcap = _truth(name), CAPS / f"{name}.pcap"
     assert truth["resent"], "every scenario here resends something"
-    assert [int(f) for f, in _column(pcap, "bth.analysis.retransmission", "frame.number")] == truth["resent"]
+    assert [int(f) for (f,) in _column(pcap, "bth.analysis.retransmission", "frame.number")] == truth["resent"]
     rows = _column(pcap, "bth.analysis", "frame.number", "bth.analysis.not_captured", *KINDS.values())
     for i, (kind, field) in enumerate(KINDS.items()):
         assert [int(r[0]) for r in rows if r[2 + i] == "1"] == truth[kind], field
@@ -47,30 +52,82 @@ def test_filters_select_the_frames_the_generator_resent(name):
 
 def _tshark(pcap):
     """(frame, nanoseconds, source, destination, opcode, PSN, AETH syndrome or None) of each BTH frame, by tshark."""
-    out = subprocess.run(["tshark", "-r", str(pcap), "-Y", "infiniband.bth", "-T", "fields", "-E", "occurrence=f",
-                          "-e", "frame.number", "-e", "frame.time_epoch", "-e", "ip.src", "-e", "ip.dst",
-                          "-e", "infiniband.bth.opcode", "-e", "infiniband.bth.psn", "-e", "infiniband.aeth.syndrome"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(pcap),
+            "-Y",
+            "infiniband.bth",
+            "-T",
+            "fields",
+            "-E",
+            "occurrence=f",
+            "-e",
+            "frame.number",
+            "-e",
+            "frame.time_epoch",
+            "-e",
+            "ip.src",
+            "-e",
+            "ip.dst",
+            "-e",
+            "infiniband.bth.opcode",
+            "-e",
+            "infiniband.bth.psn",
+            "-e",
+            "infiniband.aeth.syndrome",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = []
     for line in out.splitlines():
         f, t, src, dst, op, psn, syn = line.split("\t")
         sec, _, frac = t.partition(".")
-        rows.append((int(f), int(sec) * 10**9 + int(frac.ljust(9, "0")), src, dst, int(op), int(psn), int(syn, 0) if syn else None))
+        rows.append(
+            (
+                int(f),
+                int(sec) * 10**9 + int(frac.ljust(9, "0")),
+                src,
+                dst,
+                int(op),
+                int(psn),
+                int(syn, 0) if syn else None,
+            )
+        )
     return rows
 
 
-REQUESTS = set(range(0, 12)) | {0x0C, 0x13, 0x14}     # RC SEND, WRITE, READ request, atomics
+REQUESTS = set(range(0, 12)) | {0x0C, 0x13, 0x14}  # RC SEND, WRITE, READ request, atomics
 
 
-@pytest.mark.parametrize("pcap", ["loss-retransmit.pcap", "capture-gap.pcap", "rxe-rc-read.pcap",
-                                  "rxe-atomic-fetch-add.pcap", "rxe-rc-write-loss2.pcap"])
+@pytest.mark.parametrize(
+    "pcap",
+    [
+        "loss-retransmit.pcap",
+        "capture-gap.pcap",
+        "rxe-rc-read.pcap",
+        "rxe-atomic-fetch-add.pcap",
+        "rxe-rc-write-loss2.pcap",
+    ],
+)
 def test_answers_name_the_latest_sending_as_tshark_reads_the_capture(pcap):
     """An ACK or NAK answers the last sending of the request with its PSN, a READ response the last READ
     request whose PSNs begin nearest at or below its PSN, the other way; the round-trip time is the gap between the two frames."""
     rows = _tshark(CAPS / pcap)
-    ours = {int(f): (int(a or 0), float(rtt or 0), int(r or 0)) for f, a, rtt, r in _column(
-        CAPS / pcap, "bth.analysis.acks_frame || bth.analysis.read_request_frame", "frame.number",
-        "bth.analysis.acks_frame", "bth.analysis.ack_rtt", "bth.analysis.read_request_frame")}
+    ours = {
+        int(f): (int(a or 0), float(rtt or 0), int(r or 0))
+        for f, a, rtt, r in _column(
+            CAPS / pcap,
+            "bth.analysis.acks_frame || bth.analysis.read_request_frame",
+            "frame.number",
+            "bth.analysis.acks_frame",
+            "bth.analysis.ack_rtt",
+            "bth.analysis.read_request_frame",
+        )
+    }
     time = {r[0]: r[1] for r in rows}
     last, checked = {}, 0
     for f, t, src, dst, op, psn, syn in rows:
@@ -80,7 +137,7 @@ def test_answers_name_the_latest_sending_as_tshark_reads_the_capture(pcap):
                 last.setdefault((src, dst, "read"), {})[psn] = f
         elif f in ours:
             acks, rtt, read = ours[f]
-            if read:                    # the READ whose PSNs begin nearest below the response's
+            if read:  # the READ whose PSNs begin nearest below the response's
                 reads = last[(dst, src, "read")]
                 assert read == reads[max(p for p in reads if p <= psn)], f
             if acks:
@@ -100,15 +157,29 @@ def test_every_output_carries_the_fields(tmp_path):
     assert [d["frame"] for d in docs if d["layers"].get("bth.analysis", {}).get("retransmission")] == resent
     for fmt in ("json", "ek"):
         r = run_ibwire("decode", pcap, "-T", fmt, "-Y", "bth.analysis.retransmission")
-        assert r.returncode == 0 and r.stdout.count('"infiniband.bth.analysis"' if fmt == "json" else
-                                                    '"infiniband_infiniband_bth_analysis_retransmission":true') == len(resent)
-    r = run_ibwire("decode", pcap, "-T", "csv", "-e", "frame.number", "-e", "bth.analysis.retry_cause",
-                   "-Y", "bth.analysis.retry_cause")
-    assert r.stdout.splitlines()[1:] == ["17,nak", "46,nak", "122,rnr"]      # two NAKs and an RNR NAK declared
+        assert r.returncode == 0 and r.stdout.count(
+            '"infiniband.bth.analysis"' if fmt == "json" else '"infiniband_infiniband_bth_analysis_retransmission":true'
+        ) == len(resent)
+    r = run_ibwire(
+        "decode",
+        pcap,
+        "-T",
+        "csv",
+        "-e",
+        "frame.number",
+        "-e",
+        "bth.analysis.retry_cause",
+        "-Y",
+        "bth.analysis.retry_cause",
+    )
+    assert r.stdout.splitlines()[1:] == ["17,nak", "46,nak", "122,rnr"]  # two NAKs and an RNR NAK declared
     r = run_ibwire("decode", pcap, "-V", "-Y", f"frame.number == {truth['lost'][0]}")
     tree = r.stdout.split("[RC analysis]\n")[1].splitlines()
-    assert tree[:3] == ["        bth.analysis.retransmission: True", "        bth.analysis.lost: True",
-                        "        bth.analysis.retry_cause: nak"]
+    assert tree[:3] == [
+        "        bth.analysis.retransmission: True",
+        "        bth.analysis.lost: True",
+        "        bth.analysis.retry_cause: nak",
+    ]
     out = tmp_path / "p.parquet"
     assert run_ibwire("export", pcap, "-o", out).returncode == 0
     t = pq.read_table(out).to_pydict()
@@ -125,10 +196,16 @@ def test_a_pipe_cannot_be_analysed_ahead():
     assert r.returncode != 0 and "save standard input to a file" in r.stderr
 
 
-FLOW_KINDS = {"retransmission": "bth.analysis.retransmission", "lost": "bth.analysis.lost",
-              "out_of_order": "bth.analysis.out_of_order", "not_captured": "bth.analysis.not_captured",
-              "retry_timeout": 'bth.analysis.retry_cause == "timeout"', "retry_nak": 'bth.analysis.retry_cause == "nak"',
-              "retry_rnr": 'bth.analysis.retry_cause == "rnr"', "gave_up": "bth.analysis.gave_up"}
+FLOW_KINDS = {
+    "retransmission": "bth.analysis.retransmission",
+    "lost": "bth.analysis.lost",
+    "out_of_order": "bth.analysis.out_of_order",
+    "not_captured": "bth.analysis.not_captured",
+    "retry_timeout": 'bth.analysis.retry_cause == "timeout"',
+    "retry_nak": 'bth.analysis.retry_cause == "nak"',
+    "retry_rnr": 'bth.analysis.retry_cause == "rnr"',
+    "gave_up": "bth.analysis.gave_up",
+}
 
 
 @pytest.mark.parametrize("name", ["capture-gap", "roce-multitenant-breach"])
@@ -142,8 +219,8 @@ def test_each_flows_finding_filter_selects_its_frames(name):
     for conv in listed:
         for kind, frames_ in conv["frames"].items():
             flt = conv["wireshark"][kind]
-            assert [int(f) for f, in _column(pcap, flt, "frame.number")] == frames_, kind
-            assert [int(f) for f, in _column(pcap, f"({flt}) && {FLOW_KINDS[kind]}", "frame.number")] == frames_
+            assert [int(f) for (f,) in _column(pcap, flt, "frame.number")] == frames_, kind
+            assert [int(f) for (f,) in _column(pcap, f"({flt}) && {FLOW_KINDS[kind]}", "frame.number")] == frames_
 
 
 def test_audit_one_finding_per_tenant_pair_however_many_macs(tmp_path):
@@ -152,15 +229,22 @@ def test_audit_one_finding_per_tenant_pair_however_many_macs(tmp_path):
     pcap = conftest.PUBLIC / "m3_rping_uccl_uccl-mini_p2p-test2_rdma-nccl2.pcap"
     policy, tenants = tmp_path / "p.conf", tmp_path / "t.toml"
     policy.write_text("Default=0x7fff : ALL=full ;\n")
-    tenants.write_text('[tenants.a]\nendpoints = [{ name = "x", ip = "10.22.116.221/32" }]\n'
-                       '[tenants.b]\nendpoints = [{ name = "y", ip = "10.22.116.220/32" }]\n')
+    tenants.write_text(
+        '[tenants.a]\nendpoints = [{ name = "x", ip = "10.22.116.221/32" }]\n'
+        '[tenants.b]\nendpoints = [{ name = "y", ip = "10.22.116.220/32" }]\n'
+    )
     r = run_ibwire("audit", pcap, "--policy", policy, "--tenants", tenants, "--format", "json")
     (f,) = json.loads(r.stdout)["findings"]
 
     def count(src, dst):
-        out = subprocess.run(["tshark", "-r", str(pcap), "-Y", f"infiniband && ip.src == {src} && ip.dst == {dst}"],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["tshark", "-r", str(pcap), "-Y", f"infiniband && ip.src == {src} && ip.dst == {dst}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         return len(out.splitlines())
+
     there, back = count("10.22.116.220", "10.22.116.221"), count("10.22.116.221", "10.22.116.220")
     assert there and back
     assert f["rule"] == "roce-vlan-crossing" and f["severity"] == "breach"
@@ -173,6 +257,7 @@ def test_the_captures_own_drops_are_tied_to_the_gaps(tmp_path):
     from scapy.utils import rdpcap
 
     from ibwire.writers import PcapngWriter
+
     packets = rdpcap(str(CAPS / "capture-gap.pcap"))
     want = sum(_truth("capture-gap")["not_captured"].values())
     for dropped in (2, 0, 10):
@@ -196,8 +281,18 @@ def test_the_captures_own_drops_are_tied_to_the_gaps(tmp_path):
 
 def test_audit_filters_on_the_analysis_too():
     name = "roce-multitenant-breach"
-    r = run_ibwire("audit", CAPS / f"{name}.pcap", "--policy", CAPS / f"{name}.partitions.conf", "--tenants",
-                   CAPS / f"{name}.tenants.toml", "-Y", "bth.analysis.timeout_retransmission", "--format", "json")
+    r = run_ibwire(
+        "audit",
+        CAPS / f"{name}.pcap",
+        "--policy",
+        CAPS / f"{name}.partitions.conf",
+        "--tenants",
+        CAPS / f"{name}.tenants.toml",
+        "-Y",
+        "bth.analysis.timeout_retransmission",
+        "--format",
+        "json",
+    )
     doc = json.loads(r.stdout)
     assert doc["packets"] == len(_truth(name)["timeout"]) and doc["display_filter"]
 

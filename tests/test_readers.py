@@ -1,14 +1,15 @@
 """Every container variant tshark writes reads the same: pcapng, nanosecond pcap, big-endian pcap."""
+
 import random
 import subprocess
 
 import pytest
+from tshark_oracle import PUBLIC
 
 from ibwire.decode import decode_frame
 from ibwire.readers import iter_frames
 from ibwire.readers.capfile import Capture
 from ibwire.writers import PcapngWriter
-from tshark_oracle import PUBLIC
 
 SRC = PUBLIC / "m3_nvme_host-echo_dump.pcap"
 
@@ -27,12 +28,13 @@ def test_editcap_variants_read_identically(tmp_path, fmt):
 
 def test_big_endian_pcap(tmp_path):
     import struct
+
     raw = SRC.read_bytes()
     out = bytearray(b"\xa1\xb2\xc3\xd4" + struct.pack(">HHiIII", *struct.unpack_from("<HHiIII", raw, 4)))
     off = 24
     while off < len(raw):
         hdr = struct.unpack_from("<IIII", raw, off)
-        out += struct.pack(">IIII", *hdr) + raw[off + 16:off + 16 + hdr[2]]
+        out += struct.pack(">IIII", *hdr) + raw[off + 16 : off + 16 + hdr[2]]
         off += 16 + hdr[2]
     path = tmp_path / "be.pcap"
     path.write_bytes(bytes(out))

@@ -3,13 +3,14 @@ timestamps to the nanosecond (microsecond files scaled) and the same original le
 capture and every sample.  In ERF captures ibwire (as tshark) takes each frame's time from the ERF record,
 finer than the pcap header's: the header's time is that time cut or rounded to the header's precision
 (tshark shows the ERF time too)."""
+
 from pathlib import Path
 
 import dpkt
 import pytest
+from tshark_oracle import PUBLIC
 
 from ibwire.decode.stream import Stream
-from tshark_oracle import PUBLIC
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = sorted(PUBLIC.glob("*.pcap")) + sorted((ROOT / "captures").glob("*.pcap"))
@@ -43,10 +44,10 @@ def ibwire_frames(path) -> list:
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_reader_agrees_with_dpkt(path):
     scale, linktype, *theirs = dpkt_frames(path)
-    with open(path, "rb") as f:                       # dpkt's own Reader agrees on the count
+    with open(path, "rb") as f:  # dpkt's own Reader agrees on the count
         assert len(list(dpkt.pcap.Reader(f))) == len(theirs)
     ours = ibwire_frames(path)
-    if linktype == ERF:                               # the header's time: the ERF time cut or rounded to it
+    if linktype == ERF:  # the header's time: the ERF time cut or rounded to it
         assert all(abs(o[0] - t[0]) <= scale for o, t in zip(ours, theirs)), path.name
         ours, theirs = [o[1:] for o in ours], [t[1:] for t in theirs]
     assert ours == theirs

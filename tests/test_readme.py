@@ -2,6 +2,7 @@
 block, in order, in a scratch folder that holds the repository's captures/ and examples/ (and .venv, `ibwire`
 on PATH).  A block may be preceded by `<!-- readme-test: exit N (why) -->` (the exit status it is meant to end with) or
 `<!-- readme-test: not run here (why) -->` (set-up commands, hardware); nothing else is left out."""
+
 import os
 import re
 import subprocess
@@ -15,15 +16,17 @@ FENCE = re.compile(r"(?:<!-- readme-test: (?P<mark>[^>]*?) -->\n)?```(?P<lang>[\
 RUN = ("sh", "python", "sql")
 
 
-PAGES = ["README.md", "docs/commands/export.md"]     # the README's examples and the API's (Python, DuckDB, Spark)
+PAGES = ["README.md", "docs/commands/export.md"]  # the README's examples and the API's (Python, DuckDB, Spark)
 
 
 def blocks():
     out = []
     for page in PAGES:
         text = (ROOT / page).read_text()
-        out += [(m["lang"], m["body"], m["mark"] or "", f"{page}:{text[:m.start()].count(chr(10)) + 1}")
-                for m in FENCE.finditer(text)]
+        out += [
+            (m["lang"], m["body"], m["mark"] or "", f"{page}:{text[: m.start()].count(chr(10)) + 1}")
+            for m in FENCE.finditer(text)
+        ]
     return out
 
 

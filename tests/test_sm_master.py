@@ -2,6 +2,7 @@
 fabric`, its HTML report and the audit: real opensm pairs on ibsim (ground truth: `sminfo` on the fabric),
 the demo capture's rogue SM, a crafted capture of competing MASTER claims and a public capture whose SMInfo
 answer no NodeInfo places."""
+
 import json
 import re
 import subprocess
@@ -9,6 +10,8 @@ import threading
 import time
 
 import pytest
+from conftest import ROOT, run_ibwire
+from fabric import scenario
 
 from dissectors.mad import MAD
 from dissectors.mad.smp import SMPLID, SMInfo
@@ -16,10 +19,8 @@ from ibwire.capture.ibsim import capture_ibsim
 from ibwire.capture.ibsim_lab import SimFabric
 from ibwire.capture.ibsim_wire import ib_packet
 from ibwire.writers import LINKTYPE_ERF, PcapWriter, erf_record
-from conftest import ROOT, run_ibwire
-from fabric import scenario
 
-SM_PORT, ROGUE_PORT = 0x0002C90300000101, 0x0002C90300A1F003      # multitenant-breach: "sm" and vm4
+SM_PORT, ROGUE_PORT = 0x0002C90300000101, 0x0002C90300A1F003  # multitenant-breach: "sm" and vm4
 DEMO = ROOT / "captures" / "multitenant-breach"
 
 
@@ -39,8 +40,10 @@ def _wait_for(path, texts, timeout=30.0):
     return False
 
 
-@pytest.mark.parametrize("first, second, priority", [(("Hca2", 9), ("Hca1", 0), "higher priority"),
-                                                     (("Hca1", 0), ("Hca2", 0), "equal priority, lower GUID")])
+@pytest.mark.parametrize(
+    "first, second, priority",
+    [(("Hca2", 9), ("Hca1", 0), "higher priority"), (("Hca1", 0), ("Hca2", 0), "equal priority, lower GUID")],
+)
 def test_opensm_pair_on_ibsim_master_is_the_one_sminfo_reports(tmp_path, first, second, priority):
     """Two real opensm on one ibsim fabric; the first outranks the second (higher priority, or equal priority
     and the lower GUID), so the second, seeing it, enters STANDBY: the master is the one `sminfo` names.  (A
@@ -49,26 +52,36 @@ def test_opensm_pair_on_ibsim_master_is_the_one_sminfo_reports(tmp_path, first, 
     sms = []
     with SimFabric(str(scenario.TOPOLOGY), workdir=str(tmp_path)) as fab:
         stop, ready = threading.Event(), threading.Event()
-        t = threading.Thread(target=capture_ibsim, args=(str(pcap),),
-                             kwargs=dict(link="erf", stop=stop, port=fab.port, ready=ready), daemon=True)
+        t = threading.Thread(
+            target=capture_ibsim,
+            args=(str(pcap),),
+            kwargs=dict(link="erf", stop=stop, port=fab.port, ready=ready),
+            daemon=True,
+        )
         t.start()
         try:
             assert ready.wait(10), "capture_ibsim did not start"
             for n, (host, prio) in enumerate((first, second)):
-                sms.append(subprocess.Popen(["opensm", "-f", str(tmp_path / f"opensm-{n}.log"), "-s", "1", "-d2",
-                                             "-p", str(prio)], env=fab.env(host), cwd=tmp_path,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                sms.append(
+                    subprocess.Popen(
+                        ["opensm", "-f", str(tmp_path / f"opensm-{n}.log"), "-s", "1", "-d2", "-p", str(prio)],
+                        env=fab.env(host),
+                        cwd=tmp_path,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
                 assert _wait_for(tmp_path / "opensm-0.log", "SUBNET UP"), "the first opensm did not come up"
             assert _wait_for(tmp_path / "opensm-1.log", ("Entering STANDBY", "Entering MASTER")), "no second SM"
             truth, end = "", time.monotonic() + 30
-            while time.monotonic() < end:       # a handover, when opensm makes one: until sminfo names a
-                time.sleep(2)                   # MASTER twice in a row, 2 s apart
+            while time.monotonic() < end:  # a handover, when opensm makes one: until sminfo names a
+                time.sleep(2)  # MASTER twice in a row, 2 s apart
                 now = fab.run(["sminfo"], host="Hca3")
                 master_now = re.search(r"sm guid (0x[0-9a-f]+),.* SMINFO_MASTER", now)
                 if master_now and master_now.group(1) in truth:
                     break
                 truth = now if master_now else ""
-            time.sleep(0.3)                     # let the last datagrams reach the capture
+            time.sleep(0.3)  # let the last datagrams reach the capture
         finally:
             stop.set()
             t.join(10)
@@ -88,16 +101,22 @@ def test_opensm_pair_on_ibsim_master_is_the_one_sminfo_reports(tmp_path, first, 
 
 
 def _sminfo_resp(guid, priority, state, slid, tid):
-    mad = bytes(MAD(mgmtclass=0x01, method=0x81, attributeid=0x0020, transactionid=tid) / SMPLID() /
-                SMInfo(guid=guid, priority=priority, smstate=state))
+    mad = bytes(
+        MAD(mgmtclass=0x01, method=0x81, attributeid=0x0020, transactionid=tid)
+        / SMPLID()
+        / SMInfo(guid=guid, priority=priority, smstate=state)
+    )
     return ib_packet(1, slid, 0, 0, mad[:256].ljust(256, b"\0"), tid)
 
 
-@pytest.mark.parametrize("claims, master, rogues", [
-    ([(0xB, 7, 20), (0xA, 7, 10)], 0xA, [0xB]),                  # equal priority: the lower GUID wins
-    ([(0xA, 3, 10), (0xB, 12, 20)], 0xB, [0xA]),                 # higher priority beats the lower GUID
-    ([(0xA, 3, 10), (0xB, 12, 20), (0xC, 15, 30)], 0xC, [0xB, 0xA]),
-])
+@pytest.mark.parametrize(
+    "claims, master, rogues",
+    [
+        ([(0xB, 7, 20), (0xA, 7, 10)], 0xA, [0xB]),  # equal priority: the lower GUID wins
+        ([(0xA, 3, 10), (0xB, 12, 20)], 0xB, [0xA]),  # higher priority beats the lower GUID
+        ([(0xA, 3, 10), (0xB, 12, 20), (0xC, 15, 30)], 0xC, [0xB, 0xA]),
+    ],
+)
 def test_competing_master_claims_the_election_winner_is_master_the_rest_rogues(tmp_path, claims, master, rogues):
     """LID-routed SMInfo answers with no NodeInfo anywhere: each SM is still listed, at its sender's LID."""
     path = tmp_path / "claims.pcap"
@@ -117,8 +136,18 @@ def test_demo_capture_master_is_lid_1_and_vm4_a_rogue_in_fabric_audit_and_report
     view = _view(f"{DEMO}.pcap")
     assert (view["sm"]["master"]["guid"], view["sm"]["master"]["lid"]) == (SM_PORT, 1)
     assert [r["guid"] for r in view["sm"]["rogues"]] == [ROGUE_PORT]
-    audit = run_ibwire("audit", f"{DEMO}.pcap", "--policy", f"{DEMO}.partitions.conf", "--tenants",
-                       f"{DEMO}.tenants.toml", "--report", tmp_path / "audit.html", "--format", "json")
+    audit = run_ibwire(
+        "audit",
+        f"{DEMO}.pcap",
+        "--policy",
+        f"{DEMO}.partitions.conf",
+        "--tenants",
+        f"{DEMO}.tenants.toml",
+        "--report",
+        tmp_path / "audit.html",
+        "--format",
+        "json",
+    )
     finding = next(f for f in json.loads(audit.stdout)["findings"] if f["rule"] == "multiple-master-sm")
     assert f"the master SM of this subnet is port 0x{SM_PORT:016x}" in finding["description"]
     assert run_ibwire("fabric", f"{DEMO}.pcap", "--report", tmp_path / "fabric.html").returncode == 0
@@ -133,13 +162,38 @@ def test_demo_capture_master_is_lid_1_and_vm4_a_rogue_in_fabric_audit_and_report
 def test_public_sminfo_answer_without_nodeinfo_is_the_master(public_dir, tshark):
     """srinivas_infiniband.pcap has directed-route SMInfo answers and no NodeInfo: the SM is still known."""
     path = public_dir / "srinivas_infiniband.pcap"
-    out = subprocess.run([tshark, "-r", path, "-Y", "infiniband.mad.method == 0x81 && infiniband.sminfo.guid",
-                          "-T", "fields", "-e", "infiniband.sminfo.guid", "-e", "infiniband.sminfo.priority",
-                          "-e", "infiniband.sminfo.smstate", "-e", "infiniband.sminfo.actcount", "-e", "frame.number"],
-                         capture_output=True, text=True, check=True).stdout.split("\n")
-    guid, prio, state, act, frame = (int(v, 0) for v in out[-2].split("\t"))     # the last answer
+    out = subprocess.run(
+        [
+            tshark,
+            "-r",
+            path,
+            "-Y",
+            "infiniband.mad.method == 0x81 && infiniband.sminfo.guid",
+            "-T",
+            "fields",
+            "-e",
+            "infiniband.sminfo.guid",
+            "-e",
+            "infiniband.sminfo.priority",
+            "-e",
+            "infiniband.sminfo.smstate",
+            "-e",
+            "infiniband.sminfo.actcount",
+            "-e",
+            "frame.number",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    guid, prio, state, act, frame = (int(v, 0) for v in out[-2].split("\t"))  # the last answer
     assert state == 3
     master = _view(path)["sm"]["master"]
-    assert (master["guid"], master["priority"], master["actcount"], master["frame"], master["state"]) == \
-        (guid, prio, act, frame, "MASTER")
+    assert (master["guid"], master["priority"], master["actcount"], master["frame"], master["state"]) == (
+        guid,
+        prio,
+        act,
+        frame,
+        "MASTER",
+    )
     assert f"master 0x{guid:016x} lid - priority {prio}" in run_ibwire("fabric", path).stdout

@@ -1,5 +1,6 @@
 """Large pcap files are cut at record boundaries and decoded by several processes: the statistics are
 exactly those of one sequential pass, and damage near a cut neither crashes nor goes unreported."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ def test_parallel_equals_sequential(big):
 def test_damage_near_a_cut_is_reported(big, tmp_path):
     data = bytearray(big.read_bytes())
     mid = len(data) // 2
-    data[mid:mid + 4096] = b"\xff" * 4096           # garbage where the second process starts
+    data[mid : mid + 4096] = b"\xff" * 4096  # garbage where the second process starts
     p = tmp_path / "damaged.pcap"
     p.write_bytes(bytes(data))
     par, seq = compute_file(str(p), workers=2), compute_file(str(p), workers=1)
@@ -76,11 +77,10 @@ def test_pcapng_section_after_packets_is_read_in_one_piece(big, tmp_path):
     nanosecond clock: the span that starts inside the second section cannot know them, so the file is
     read in one piece instead, every packet counted with its own interface's link type and clock."""
     first = tmp_path / "first.pcapng"
-    subprocess.run(["editcap", "-F", "pcapng", "-r", str(big), str(first), "1-10000"], check=True,
-                   capture_output=True)
+    subprocess.run(["editcap", "-F", "pcapng", "-r", str(big), str(first), "1-10000"], check=True, capture_output=True)
     second = tmp_path / "second.pcapng"
     w = PcapngWriter(str(second))
-    w.add_interface(247, "ib0")                     # the packets below use interface 1, not 0
+    w.add_interface(247, "ib0")  # the packets below use interface 1, not 0
     eth = w.add_interface(1, "eth1")
     for f in iter_frames(str(big)):
         w.write(f.data, f.time + 3600, eth, flush=False)
@@ -88,7 +88,7 @@ def test_pcapng_section_after_packets_is_read_in_one_piece(big, tmp_path):
     p = tmp_path / "two-sections.pcapng"
     p.write_bytes(first.read_bytes() + second.read_bytes())
     cuts = split.spans(str(p), 2)
-    assert cuts and cuts[1][0] > first.stat().st_size        # the second process starts in section two
+    assert cuts and cuts[1][0] > first.stat().st_size  # the second process starts in section two
     par = compute_file(str(p), workers=2)
     assert par == compute_file(str(p), workers=1)
     assert par["summary"]["packets"] == 110_000 and not par["problems"]

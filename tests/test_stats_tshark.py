@@ -1,5 +1,6 @@
 """`ibwire stats` counts agree with counts taken from tshark's fields on every public capture, and its
 JSON/CSV output is clean for scripts."""
+
 import csv
 import io
 import json
@@ -8,13 +9,20 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from conftest import run_ibwire
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
 CAPTURES = sorted(PUBLIC.glob("*.pcap"))
-FIELDS = ["infiniband.bth.opcode", "infiniband.bth.p_key", "ip.dsfield.ecn", "infiniband.mad.mgmtclass",
-          "infiniband.mad.method", "infiniband.mad.attributeid", "frame.len", "infiniband.bth.destqp"]
+FIELDS = [
+    "infiniband.bth.opcode",
+    "infiniband.bth.p_key",
+    "ip.dsfield.ecn",
+    "infiniband.mad.mgmtclass",
+    "infiniband.mad.method",
+    "infiniband.mad.attributeid",
+    "frame.len",
+    "infiniband.bth.destqp",
+]
 
 
 def tshark_counts(path):
@@ -32,8 +40,13 @@ def tshark_counts(path):
         pkeys[int(v["infiniband.bth.p_key"])] += 1
         ce += v["ip.dsfield.ecn"] == "3"
         if v["infiniband.mad.mgmtclass"] and int(v["infiniband.bth.destqp"], 16) in (0, 1):
-            mads[(int(v["infiniband.mad.mgmtclass"], 0), int(v["infiniband.mad.method"], 0),
-                  int(v["infiniband.mad.attributeid"], 0))] += 1
+            mads[
+                (
+                    int(v["infiniband.mad.mgmtclass"], 0),
+                    int(v["infiniband.mad.method"], 0),
+                    int(v["infiniband.mad.attributeid"], 0),
+                )
+            ] += 1
     return ops, pkeys, ce, mads
 
 
@@ -46,20 +59,29 @@ def test_stats_counts_match_tshark(path, tshark):
     assert {row["opcode"]: row["packets"] for row in st["by_opcode"] if row["opcode"] is not None} == dict(ops)
     assert {int(row["p_key"], 16): row["packets"] for row in st["by_p_key"]} == dict(pkeys)
     assert st["counters"].get("ecn_ce", 0) == ce
-    classes = {"SubnMgt LID-routed": 0x01, "SubnMgt directed-route": 0x81, "SubnAdm": 0x03, "PerfMgt": 0x04,
-               "ComMgt": 0x07}
-    got = {(classes.get(m["class"]) or int(m["class"], 16), int(m["method"], 16), int(m["attribute"], 16)): m["packets"]
-           for m in st["by_mad"]}
+    classes = {
+        "SubnMgt LID-routed": 0x01,
+        "SubnMgt directed-route": 0x81,
+        "SubnAdm": 0x03,
+        "PerfMgt": 0x04,
+        "ComMgt": 0x07,
+    }
+    got = {
+        (classes.get(m["class"]) or int(m["class"], 16), int(m["method"], 16), int(m["attribute"], 16)): m["packets"]
+        for m in st["by_mad"]
+    }
     assert got == dict(mads)
-    assert st["summary"]["packets"] == int(subprocess.run(["capinfos", "-c", "-M", str(path)], capture_output=True,
-                                                          text=True).stdout.split()[-1])
+    assert st["summary"]["packets"] == int(
+        subprocess.run(["capinfos", "-c", "-M", str(path)], capture_output=True, text=True).stdout.split()[-1]
+    )
 
 
 def test_crc_and_damage_counters_on_public_captures():
     st = json.loads(run_ibwire("stats", PUBLIC / "srinivas_infiniband.pcap", "--format", "json").stdout)
     assert st["counters"]["icrc_good"] == 43 and st["counters"]["vcrc_good"] == 43
-    st = json.loads(run_ibwire("stats", PUBLIC / "m3_rping_uccl_uccl-mini_p2p-test2_rdma-nccl2.pcap",
-                               "--format", "json").stdout)
+    st = json.loads(
+        run_ibwire("stats", PUBLIC / "m3_rping_uccl_uccl-mini_p2p-test2_rdma-nccl2.pcap", "--format", "json").stdout
+    )
     assert st["counters"]["truncated"] == 489 and st["counters"]["icrc_truncated"] == 489
     assert any("snap length" in h for h in st["loss_hints"])
     st = json.loads(run_ibwire("stats", PUBLIC / "scapy_roce_uts_cnp_cx4lx.pcap", "--format", "json").stdout)
@@ -76,7 +98,8 @@ def test_piped_output_is_clean_csv_and_json():
     r = run_ibwire("flows", path, "--format", "csv")
     assert r.returncode == 0 and r.stderr == ""
     assert len(list(csv.DictReader(io.StringIO(r.stdout)))) == len(
-        json.loads(run_ibwire("flows", path, "--format", "json").stdout)["conversations"])
+        json.loads(run_ibwire("flows", path, "--format", "json").stdout)["conversations"]
+    )
     r = run_ibwire("stats", path)
     assert r.returncode == 0 and "by opcode" in r.stdout and "\x1b[" not in r.stdout
 

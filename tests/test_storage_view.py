@@ -2,12 +2,12 @@
 reports for it (nvme.cmd_latency, nvme.fabrics.cmd_latency), the bytes of a transfer are what its RDMA READ
 responses carry by tshark's frame lengths, the Parquet export holds the same table, and the bulk path never
 loads scapy."""
+
 import json
 import subprocess
 import sys
 
 import pyarrow.parquet as pq
-
 from conftest import run_ibwire
 
 DISCOVER = "m3_nvme_nvme-discover.pcap"
@@ -22,15 +22,26 @@ def _storage(capture, *args):
 
 def test_latency_per_command_is_tshark_44s(tshark44, public_dir):
     capture = public_dir / DISCOVER
-    out = tshark44(capture, "-Y", "nvme.cmd_latency || nvme.fabrics.cmd_latency", "-T", "fields", "-e",
-                   "frame.number", "-e", "nvme.cmd_latency", "-e", "nvme.fabrics.cmd_latency")
+    out = tshark44(
+        capture,
+        "-Y",
+        "nvme.cmd_latency || nvme.fabrics.cmd_latency",
+        "-T",
+        "fields",
+        "-e",
+        "frame.number",
+        "-e",
+        "nvme.cmd_latency",
+        "-e",
+        "nvme.fabrics.cmd_latency",
+    )
     theirs = {}
     for line in out.splitlines():
         frame, a, b = line.split("\t")
         theirs[int(frame)] = float(a or b)
     ours = {c["completion"]: c["latency_us"] / 1000 for c in _storage(capture)["commands"] if c["completion"]}
     assert theirs and ours.keys() == theirs.keys()
-    assert all(abs(ours[f] - theirs[f]) < 0.001 for f in theirs)          # tshark rounds to the microsecond
+    assert all(abs(ours[f] - theirs[f]) < 0.001 for f in theirs)  # tshark rounds to the microsecond
 
 
 def test_transfer_bytes_and_summary_on_declared_queues(tshark, public_dir):
@@ -38,9 +49,24 @@ def test_transfer_bytes_and_summary_on_declared_queues(tshark, public_dir):
     res = _storage(capture, "-d", "nvme-rdma")
     write = next(c for c in res["commands"] if c["submission"] == 21)
     assert (write["opcode"], write["first_data"], write["last_data"], write["completion"]) == ("Write", 23, 43, 44)
-    lengths = subprocess.run([tshark, "-r", str(capture), "-Y", "frame.number >= 24 && frame.number <= 43", "-T",
-                              "fields", "-e", "frame.len", "-e", "infiniband.aeth.msn"],
-                             capture_output=True, text=True, check=True).stdout.splitlines()
+    lengths = subprocess.run(
+        [
+            tshark,
+            "-r",
+            str(capture),
+            "-Y",
+            "frame.number >= 24 && frame.number <= 43",
+            "-T",
+            "fields",
+            "-e",
+            "frame.len",
+            "-e",
+            "infiniband.aeth.msn",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4, and the AETH of a first or last READ response
     moved = sum(int(n) - 58 - (4 if msn else 0) for n, msn in (line.split("\t") for line in lengths))
     assert write["bytes"] == moved == write["blocks"] * 512
@@ -53,8 +79,9 @@ def test_transfer_bytes_and_summary_on_declared_queues(tshark, public_dir):
 
 def test_parquet_holds_the_command_table(public_dir, tmp_path):
     capture = public_dir / ECHO
-    done = run_ibwire("export", "-d", "nvme-rdma", capture, "-o", tmp_path / "p.parquet", "--storage",
-                      tmp_path / "c.parquet")
+    done = run_ibwire(
+        "export", "-d", "nvme-rdma", capture, "-o", tmp_path / "p.parquet", "--storage", tmp_path / "c.parquet"
+    )
     assert done.returncode == 0, done.stderr
     assert pq.read_table(tmp_path / "c.parquet").to_pylist() == _storage(capture, "-d", "nvme-rdma")["commands"]
 
@@ -65,7 +92,9 @@ def test_no_setup_no_commands_said_so(public_dir):
 
 
 def test_bulk_path_never_loads_scapy(public_dir):
-    code = ("import sys; from ibwire.analysis.storage import analyse; "
-            f"r = analyse({str(public_dir / DISCOVER)!r}); assert r['commands']; "
-            "assert not [m for m in sys.modules if m.startswith('scapy')]")
+    code = (
+        "import sys; from ibwire.analysis.storage import analyse; "
+        f"r = analyse({str(public_dir / DISCOVER)!r}); assert r['commands']; "
+        "assert not [m for m in sys.modules if m.startswith('scapy')]"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

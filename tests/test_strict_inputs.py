@@ -3,21 +3,25 @@ wrong type is `FILE:LINE:` and the closest key, exit 2, nothing printed on stand
 over-nested files are one sentence; no input of any kind ends in a traceback (each former crash has its
 case, and a fuzz test per parser).  An audit that judged no tenant pair, or read a capture cut inside a
 record, is never a bare PASS (exit 4, saying why)."""
+
 import json
 import re
 
 import pytest
+from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import ROOT
 from test_outputs_safe import cli
 
 CAPS = ROOT / "captures"
 BREACH = CAPS / "multitenant-breach"
 CLEAN = CAPS / "multitenant-clean"
-FUZZ = settings(max_examples=200, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def _audit(capsys, *args):
@@ -32,16 +36,36 @@ def _line_of(text: str, pattern: str) -> int:
 
 
 # -- tenants.toml -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("old,new,where,message", [
-    ("endpoints = [\n  { name = \"vm1\"", "endpoint = [\n  { name = \"vm1\"", r"^endpoint =",
-     "tenant 'tenantA': 'endpoint' is not a key; did you mean 'endpoints'?"),
-    ('{ name = "stor1", host', '{ nmae = "stor1", host', "nmae",
-     "tenant 'storage' endpoint 1: 'nmae' is not a key; did you mean 'name'?"),
-    ("[tenants.tenantA]", "tennants = 1\n[tenants.tenantA]", "tennants",
-     "'tennants' is not a key of tenants.toml; did you mean 'tenants'? (tenants are [tenants.NAME] tables)"),
-    ('{ name = "stor1", host = "storage1"', '{ name = "stor1", host = 7', "stor1",
-     "tenant 'storage' endpoint 1: host must be a string, not an integer (7)"),
-], ids=["endpoint", "nmae", "tennants", "host-type"])
+@pytest.mark.parametrize(
+    "old,new,where,message",
+    [
+        (
+            'endpoints = [\n  { name = "vm1"',
+            'endpoint = [\n  { name = "vm1"',
+            r"^endpoint =",
+            "tenant 'tenantA': 'endpoint' is not a key; did you mean 'endpoints'?",
+        ),
+        (
+            '{ name = "stor1", host',
+            '{ nmae = "stor1", host',
+            "nmae",
+            "tenant 'storage' endpoint 1: 'nmae' is not a key; did you mean 'name'?",
+        ),
+        (
+            "[tenants.tenantA]",
+            "tennants = 1\n[tenants.tenantA]",
+            "tennants",
+            "'tennants' is not a key of tenants.toml; did you mean 'tenants'? (tenants are [tenants.NAME] tables)",
+        ),
+        (
+            '{ name = "stor1", host = "storage1"',
+            '{ name = "stor1", host = 7',
+            "stor1",
+            "tenant 'storage' endpoint 1: host must be a string, not an integer (7)",
+        ),
+    ],
+    ids=["endpoint", "nmae", "tennants", "host-type"],
+)
 def test_a_misspelt_or_mistyped_tenants_key_is_refused_at_its_line(tmp_path, capsys, old, new, where, message):
     """Before: `endpoint =` was ignored, the tenant had no endpoint and its breach went unjudged."""
     text = BREACH.with_suffix(".tenants.toml").read_text()
@@ -58,25 +82,41 @@ def test_a_misspelt_or_mistyped_tenants_key_is_refused_at_its_line(tmp_path, cap
 @pytest.fixture(scope="module")
 def state_doc():
     from ibwire.fabric import fabric_view
+
     return json.loads(json.dumps(fabric_view(f"{BREACH}.pcap")))
 
 
-@pytest.mark.parametrize("spoil,key,message", [
-    (lambda d: d["ports"][2].update(pkey=d["ports"][2].pop("pkeys")), '"pkey"',
-     "'pkey' is not a key of a port; did you mean 'pkeys'?"),
-    (lambda d: d.update(sm=[d["sm"]]), '"sm"', "sm must be an object, not a list"),          # was a traceback
-    (lambda d: d["nodes"][1].update(description=5), '"description": 5', "description 5 is not a string"),
-    (lambda d: d["ports"][1].update(pkeys=[None]), None, "pkeys holds null; give a number"),
-    (lambda d: d["sm"]["seen"][0].update(guid=[1]), None, "guid [1] is not a number"),
-], ids=["pkey", "sm-list", "description-type", "null-pkey", "guid-list"])
+@pytest.mark.parametrize(
+    "spoil,key,message",
+    [
+        (
+            lambda d: d["ports"][2].update(pkey=d["ports"][2].pop("pkeys")),
+            '"pkey"',
+            "'pkey' is not a key of a port; did you mean 'pkeys'?",
+        ),
+        (lambda d: d.update(sm=[d["sm"]]), '"sm"', "sm must be an object, not a list"),  # was a traceback
+        (lambda d: d["nodes"][1].update(description=5), '"description": 5', "description 5 is not a string"),
+        (lambda d: d["ports"][1].update(pkeys=[None]), None, "pkeys holds null; give a number"),
+        (lambda d: d["sm"]["seen"][0].update(guid=[1]), None, "guid [1] is not a number"),
+    ],
+    ids=["pkey", "sm-list", "description-type", "null-pkey", "guid-list"],
+)
 def test_state_json_keys_and_types_are_checked_at_their_line(tmp_path, capsys, state_doc, spoil, key, message):
     doc = json.loads(json.dumps(state_doc))
     spoil(doc)
     text = json.dumps(doc, indent=2)
     state = tmp_path / "state.json"
     state.write_text(text)
-    status, out = _audit(capsys, f"{BREACH}.pcap", "--policy", f"{BREACH}.partitions.conf", "--tenants",
-                         f"{BREACH}.tenants.toml", "--state", state)
+    status, out = _audit(
+        capsys,
+        f"{BREACH}.pcap",
+        "--policy",
+        f"{BREACH}.partitions.conf",
+        "--tenants",
+        f"{BREACH}.tenants.toml",
+        "--state",
+        state,
+    )
     assert status == 2 and out.out == ""
     where, said = re.match(rf"ibwire: {re.escape(str(state))}:(\d+): (.*)\n$", out.err).groups()
     assert said == message
@@ -89,6 +129,7 @@ def test_what_ibwire_fabric_writes_is_a_valid_state_file(tmp_path, capsys, name)
     """The schema is the one `ibwire fabric --format json` writes: its output of every capture with SMPs
     reads back (a key added to the fabric JSON must be added to audit/state.py's schema too)."""
     from ibwire.audit.state import from_fabric_json
+
     assert cli("fabric", CAPS / f"{name}.pcap", "--format", "json") == 0
     state = tmp_path / "state.json"
     state.write_text(capsys.readouterr().out)
@@ -96,11 +137,15 @@ def test_what_ibwire_fabric_writes_is_a_valid_state_file(tmp_path, capsys, name)
 
 
 # -- scenarios --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("old,new,message", [
-    ("at_us = 200", "at_ms = 200", "'at_ms' is not a key of [op]; did you mean 'at_us'?"),
-    ('name = "node1"', 'nmae = "node1"', "'nmae' is not a key of [port]; did you mean 'name'?"),
-    ('qp = "at"', 'qp = ["at"]', "qp must be a string, not a list (['at'])"),
-], ids=["at_ms", "nmae", "qp-list"])
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        ("at_us = 200", "at_ms = 200", "'at_ms' is not a key of [op]; did you mean 'at_us'?"),
+        ('name = "node1"', 'nmae = "node1"', "'nmae' is not a key of [port]; did you mean 'name'?"),
+        ('qp = "at"', 'qp = ["at"]', "qp must be a string, not a list (['at'])"),
+    ],
+    ids=["at_ms", "nmae", "qp-list"],
+)
 def test_scenario_keys_and_types_are_checked_at_their_line(tmp_path, capsys, old, new, message):
     text = (CAPS / "atomics.toml").read_text()
     assert old + "\n" in text
@@ -118,12 +163,14 @@ def test_a_fault_takes_only_the_keys_of_its_kind(tmp_path, capsys):
     scen.write_text(text.replace("packet = 10\n", "pakcet = 10\n", 1))
     assert cli("synth", scen, "-w", tmp_path / "out.pcap") == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"ibwire: {scen}:") and err.endswith("'pakcet' is not a key of [fault]; did you mean "
-                                                               "'packet'?\n")
+    assert err.startswith(f"ibwire: {scen}:") and err.endswith(
+        "'pakcet' is not a key of [fault]; did you mean 'packet'?\n"
+    )
 
 
-@pytest.mark.parametrize("old,new", [("at_us = 200", "at_us = 1e300"), ("[scenario]", "[scenario]\nstart = 1e300")],
-                         ids=["at_us", "start"])
+@pytest.mark.parametrize(
+    "old,new", [("at_us = 200", "at_us = 1e300"), ("[scenario]", "[scenario]\nstart = 1e300")], ids=["at_us", "start"]
+)
 def test_a_time_past_what_a_capture_holds_is_one_sentence(tmp_path, capsys, old, new):
     """Before: struct.error ('argument out of range'), exit 3."""
     text = (CAPS / "atomics.toml").read_text()
@@ -153,8 +200,17 @@ def test_as_opensm_audits_what_opensm_programs_and_names_each_word(tmp_path, cap
     policy-reading findings name the words the text looks misspelt from."""
     conf = tmp_path / "p.conf"
     conf.write_text("r=0x10, ipiob : ALL=fulll ;\n")
-    status, out = _audit(capsys, f"{CLEAN}.pcap", "--policy", conf, "--tenants", f"{CLEAN}.tenants.toml",
-                         "--format", "json", "--as-opensm")
+    status, out = _audit(
+        capsys,
+        f"{CLEAN}.pcap",
+        "--policy",
+        conf,
+        "--tenants",
+        f"{CLEAN}.tenants.toml",
+        "--format",
+        "json",
+        "--as-opensm",
+    )
     said = [f["description"] for f in json.loads(out.out)["findings"] if f["rule"] == "policy-reading"]
     assert any("partition flag 'ipiob'" in s and "(a misspelt 'ipoib'?)" in s for s in said), said
     assert any("'ALL=fulll'" in s and "(a misspelt 'full'?)" in s for s in said), said
@@ -167,20 +223,25 @@ def test_over_deep_or_over_large_files_are_one_sentence(tmp_path, capsys, which,
     """Before: a RecursionError traceback (exit 3) on a TOML or JSON list nested 100,000 deep."""
     f = tmp_path / ("in.json" if which == "state" else "in.conf" if which == "policy" else "in.toml")
     if how == "deep":
-        f.write_text("{\"ports\": " + "[" * 100_000 + "]" * 100_000 + "}" if which == "state" else
-                     "a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+        f.write_text(
+            '{"ports": ' + "[" * 100_000 + "]" * 100_000 + "}"
+            if which == "state"
+            else "a = " + "[" * 100_000 + "]" * 100_000 + "\n"
+        )
     else:
         f.write_bytes(b"# " + b"x" * (16 << 20) + b"\n")
     if which == "scenario":
         status = cli("synth", f, "-w", tmp_path / "out.pcap")
         err = capsys.readouterr().err
     else:
-        opts = {"tenants": ["--policy", f"{BREACH}.partitions.conf", "--tenants", f],
-                "state": ["--policy", f"{BREACH}.partitions.conf", "--state", f],
-                "policy": ["--policy", f]}[which]
+        opts = {
+            "tenants": ["--policy", f"{BREACH}.partitions.conf", "--tenants", f],
+            "state": ["--policy", f"{BREACH}.partitions.conf", "--state", f],
+            "policy": ["--policy", f],
+        }[which]
         status, out = _audit(capsys, f"{BREACH}.pcap", *opts)
         err = out.err
-    if which == "policy" and how == "deep":         # brackets mean nothing to opensm's grammar: a finding
+    if which == "policy" and how == "deep":  # brackets mean nothing to opensm's grammar: a finding
         assert status in (1, 4) and err.count("\n") <= 1
         return
     assert status == 2 and err.count("\n") == 1, err
@@ -191,12 +252,14 @@ def test_over_deep_or_over_large_files_are_one_sentence(tmp_path, capsys, which,
 def test_an_audit_that_judged_no_tenant_pair_is_not_a_pass(tmp_path, capsys):
     """Before: without --tenants a clean capture audited PASS, exit 0, having judged no tenant at all."""
     base = ["audit", f"{CLEAN}.pcap", "--policy", f"{CLEAN}.partitions.conf", "--format", "json"]
-    assert cli(*base, "--tenants", f"{CLEAN}.tenants.toml") == 0                   # tenants judged: a pass
+    assert cli(*base, "--tenants", f"{CLEAN}.tenants.toml") == 0  # tenants judged: a pass
     assert json.loads(capsys.readouterr().out)["verdict"] == "PASS"
     empty = tmp_path / "t.toml"
     empty.write_text("[tenants.a]\nendpoints = []\n")
-    for extra, why in (([], "no tenant is declared with --tenants"), (["--tenants", empty],
-                                                                       "no declared tenant has an endpoint")):
+    for extra, why in (
+        ([], "no tenant is declared with --tenants"),
+        (["--tenants", empty], "no declared tenant has an endpoint"),
+    ):
         assert cli(*base, *extra) == 4
         out = capsys.readouterr()
         doc = json.loads(out.out)
@@ -205,26 +268,39 @@ def test_an_audit_that_judged_no_tenant_pair_is_not_a_pass(tmp_path, capsys):
         assert doc["checks"]["not_run"] == {"tenant × tenant isolation": why}
         assert "P_Key membership of the traffic" in doc["checks"]["ran"]
     status, out = _audit(capsys, f"{CLEAN}.pcap", "--policy", f"{CLEAN}.partitions.conf")
-    assert status == 4 and "Not run: tenant × tenant isolation (no tenant is declared with --tenants)" in \
-        " ".join(out.out.split())
+    assert status == 4 and "Not run: tenant × tenant isolation (no tenant is declared with --tenants)" in " ".join(
+        out.out.split()
+    )
 
 
 def test_a_state_only_audit_that_found_no_table_is_not_a_pass(tmp_path, capsys):
     """No capture and a sysfs without RDMA ports: only the policy was read, so a pass would mean nothing."""
     (tmp_path / "class" / "infiniband").mkdir(parents=True)
-    status, out = _audit(capsys, "--policy", f"{CLEAN}.partitions.conf", "--tenants", f"{CLEAN}.tenants.toml",
-                         "--state", f"sysfs:{tmp_path}", "--format", "json")
+    status, out = _audit(
+        capsys,
+        "--policy",
+        f"{CLEAN}.partitions.conf",
+        "--tenants",
+        f"{CLEAN}.tenants.toml",
+        "--state",
+        f"sysfs:{tmp_path}",
+        "--format",
+        "json",
+    )
     assert status == 4
-    assert json.loads(out.out)["verdict"] == "PASS (evidence incomplete: nothing judged but the policy: no capture " \
-                                             "given and no programmed P_Key table known)"
+    assert (
+        json.loads(out.out)["verdict"] == "PASS (evidence incomplete: nothing judged but the policy: no capture "
+        "given and no programmed P_Key table known)"
+    )
 
 
 def test_a_capture_cut_inside_its_last_record_is_incomplete_evidence(tmp_path, capsys):
     """Before: the cut record counted as a snap-length truncation and the audit said a bare PASS, exit 0."""
     cut = tmp_path / "cut.pcap"
     cut.write_bytes(CLEAN.with_suffix(".pcap").read_bytes()[:-20])
-    status, out = _audit(capsys, cut, "--policy", f"{CLEAN}.partitions.conf", "--tenants",
-                         f"{CLEAN}.tenants.toml", "--format", "json")
+    status, out = _audit(
+        capsys, cut, "--policy", f"{CLEAN}.partitions.conf", "--tenants", f"{CLEAN}.tenants.toml", "--format", "json"
+    )
     doc = json.loads(out.out)
     assert status == 4 and doc["evidence"]["complete"] is False
     assert doc["verdict"] == f"PASS (evidence incomplete: {cut} ends inside frame 199 (20 bytes of it missing))"
@@ -234,7 +310,7 @@ def test_a_capture_cut_inside_its_last_record_is_incomplete_evidence(tmp_path, c
 def test_decode_to_pcapng_of_a_link_type_with_reserved_bits_is_one_sentence(tmp_path, capsys):
     """Before: struct.error (ushort format requires 0 <= number <= 65535), exit 3."""
     raw = bytearray(CLEAN.with_suffix(".pcap").read_bytes())
-    raw[22] |= 0x01                                          # bit 16 of the link-type field: reserved
+    raw[22] |= 0x01  # bit 16 of the link-type field: reserved
     src = tmp_path / "rsv.pcap"
     src.write_bytes(raw)
     assert cli("decode", src, "-w", tmp_path / "out.pcapng") == 2
@@ -244,8 +320,26 @@ def test_decode_to_pcapng_of_a_link_type_with_reserved_bits_is_one_sentence(tmp_
 
 
 # -- fuzz: a parse result or the project's input error, never another exception ----------------------------
-VALUES = ["[]", "{}", "[[1]]", "{ a = 1 }", "1e300", "-1", "0", "nan", "inf", '"x"', '"0x1_0000_0000_0000_0000"',
-          "true", '"\\u001b[31m"', '"[/bold]"', "2023-01-01", "99999999999999999999999", '""', "'ALL'"]
+VALUES = [
+    "[]",
+    "{}",
+    "[[1]]",
+    "{ a = 1 }",
+    "1e300",
+    "-1",
+    "0",
+    "nan",
+    "inf",
+    '"x"',
+    '"0x1_0000_0000_0000_0000"',
+    "true",
+    '"\\u001b[31m"',
+    '"[/bold]"',
+    "2023-01-01",
+    "99999999999999999999999",
+    '""',
+    "'ALL'",
+]
 
 
 def _mutate(text: str, data) -> str:
@@ -262,13 +356,13 @@ def _mutate(text: str, data) -> str:
         elif how == "key" and "=" in ln and ln.split("=", 1)[0].strip():
             key = ln.split("=", 1)[0].strip()
             j = data.draw(st.integers(0, len(key) - 1))
-            lines[i] = ln.replace(key, key[:j] + data.draw(st.sampled_from("xe_")) + key[j + 1:], 1)
+            lines[i] = ln.replace(key, key[:j] + data.draw(st.sampled_from("xe_")) + key[j + 1 :], 1)
         elif how == "drop":
             del lines[i]
         elif how == "double":
             lines.insert(i, ln)
         elif how == "cut":
-            lines[i] = ln[:data.draw(st.integers(0, len(ln)))]
+            lines[i] = ln[: data.draw(st.integers(0, len(ln)))]
         else:
             lines.insert(i, data.draw(st.text(max_size=20)))
     return "\n".join(lines) + "\n"
@@ -279,11 +373,12 @@ def _mutate(text: str, data) -> str:
 def test_fuzz_tenants_parser(data):
     from ibwire.audit.tenants import parse_tenants
     from ibwire.errors import UserError
+
     name = data.draw(st.sampled_from(["multitenant-breach", "roce-multitenant-breach"]))
     text = _mutate((CAPS / f"{name}.tenants.toml").read_text(), data)
     try:
         parse_tenants(text, "t.toml")
-    except UserError as e:                      # InputError included: FILE:LINE: sentence
+    except UserError as e:  # InputError included: FILE:LINE: sentence
         assert str(e)
 
 
@@ -292,11 +387,14 @@ def test_fuzz_tenants_parser(data):
 def test_fuzz_state_parser(tmp_path, state_doc, data):
     from ibwire.audit.state import from_fabric_json
     from ibwire.errors import UserError
+
     doc = json.loads(json.dumps(state_doc))
-    json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                               lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids,
-                                                                                       max_size=3), max_leaves=6)
-    for _ in range(data.draw(st.integers(1, 3))):      # a value anywhere replaced, or a key added
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+        lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids, max_size=3),
+        max_leaves=6,
+    )
+    for _ in range(data.draw(st.integers(1, 3))):  # a value anywhere replaced, or a key added
         node, path = doc, []
         while isinstance(node, (dict, list)) and node and data.draw(st.booleans()):
             k = data.draw(st.sampled_from(sorted(node) if isinstance(node, dict) else range(len(node))))
@@ -311,7 +409,7 @@ def test_fuzz_state_parser(tmp_path, state_doc, data):
     state.write_text(json.dumps(doc, indent=data.draw(st.sampled_from([None, 1]))))
     try:
         from_fabric_json(str(state))
-    except UserError as e:                      # InputError included: FILE:LINE: sentence
+    except UserError as e:  # InputError included: FILE:LINE: sentence
         assert str(e)
 
 
@@ -320,12 +418,13 @@ def test_fuzz_state_parser(tmp_path, state_doc, data):
 def test_fuzz_scenario_parser(tmp_path, data):
     from ibwire.errors import UserError
     from ibwire.synth.scenario import load
+
     name = data.draw(st.sampled_from(["atomics", "loss-retransmit", "multitenant-breach", "ud-ipoib"]))
     scen = tmp_path / "s.toml"
     scen.write_text(_mutate((CAPS / f"{name}.toml").read_text(), data))
     try:
         load(scen)
-    except UserError as e:                      # InputError included: FILE:LINE: sentence
+    except UserError as e:  # InputError included: FILE:LINE: sentence
         assert str(e)
 
 
@@ -334,6 +433,7 @@ def test_fuzz_scenario_parser(tmp_path, data):
 def test_fuzz_partitions_parser(data):
     """opensm's grammar accepts any bytes: every file gives a policy (maybe opensm's fallback) and findings."""
     from ibwire.audit.policy import parse_policy, policy_findings
+
     confs = sorted((ROOT / "tests" / "audit" / "confs").glob("*.conf"))
     text = _mutate(data.draw(st.sampled_from(confs)).read_text(errors="replace"), data)
     raw = text.encode("latin-1", "replace")
@@ -350,8 +450,14 @@ WHOLE = settings(FUZZ, max_examples=30)
 def _mutated_state(doc, data) -> dict:
     """The state document with a few leaf values replaced by numbers, text, null or booleans."""
     doc = json.loads(json.dumps(doc))
-    leaves = st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.floats() | st.text(max_size=6) | \
-        st.sampled_from(["0x10", "0x8001", "MASTER", "read", "Switch", "2"])
+    leaves = (
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**70), 2**70)
+        | st.floats()
+        | st.text(max_size=6)
+        | st.sampled_from(["0x10", "0x8001", "MASTER", "read", "Switch", "2"])
+    )
     for _ in range(data.draw(st.integers(1, 4))):
         node, path = doc, []
         while isinstance(node, (dict, list)) and node and data.draw(st.booleans()):
@@ -374,16 +480,26 @@ def test_fuzzed_tenants_and_state_go_through_the_audit_without_a_traceback(tmp_p
     if name == "multitenant-breach" and data.draw(st.booleans()):
         state.write_text(json.dumps(_mutated_state(state_doc, data)))
         extra = ["--state", state]
-    status, out = _audit(capsys, CAPS / f"{name}.pcap", "--policy", CAPS / f"{name}.partitions.conf",
-                         "--tenants", tenants, *extra, "--format", "json")
+    status, out = _audit(
+        capsys,
+        CAPS / f"{name}.pcap",
+        "--policy",
+        CAPS / f"{name}.partitions.conf",
+        "--tenants",
+        tenants,
+        *extra,
+        "--format",
+        "json",
+    )
     assert status in (0, 1, 2, 4)
 
 
 @WHOLE
 @given(data=st.data())
 def test_fuzzed_scenarios_synthesise_or_are_refused(tmp_path, capsys, data):
-    name = data.draw(st.sampled_from(["atomics", "loss-retransmit", "multitenant-breach", "ud-ipoib", "congestion",
-                                      "roce-v6-vlan"]))
+    name = data.draw(
+        st.sampled_from(["atomics", "loss-retransmit", "multitenant-breach", "ud-ipoib", "congestion", "roce-v6-vlan"])
+    )
     scen = tmp_path / "s.toml"
     scen.write_text(_mutate((CAPS / f"{name}.toml").read_text(), data))
     status = cli("synth", scen, "-w", tmp_path / "out.pcap")
@@ -396,6 +512,7 @@ def test_shipped_files_still_parse():
     from ibwire.audit.policy import load_policy
     from ibwire.audit.tenants import load_tenants
     from ibwire.synth.scenario import load
+
     for t in sorted(CAPS.glob("*.tenants.toml")) + sorted((ROOT / "tests" / "audit").glob("*tenants.toml")):
         assert load_tenants(str(t)).names
     for s in sorted(CAPS.glob("*.toml")):

@@ -1,5 +1,6 @@
 """The shipped samples in captures/: tshark decodes them cleanly, regenerating them is byte-identical,
 and what an independent tshark-based count finds in each equals the ground truth its scenario declares."""
+
 import filecmp
 import struct
 import subprocess
@@ -18,9 +19,23 @@ CAPS = Path(__file__).resolve().parents[1] / "captures"
 SAMPLES = {p.stem: (p, None) for p in sorted(CAPS.glob("*.toml")) if not p.name.endswith(".tenants.toml")}
 SAMPLES["congestion-ib"] = (CAPS / "congestion.toml", "ib-erf")
 
-FIELDS = ["frame.number", "ip.src", "ipv6.src", "lrh.slid", "lrh.lnh", "lrh.pktlen", "udp.length", "bth.opcode",
-          "bth.destqp", "bth.psn", "bth.padcnt", "aeth.syndrome", "reth.dmalen",
-          "ip.dsfield.ecn", "ipv6.tclass.ecn"]
+FIELDS = [
+    "frame.number",
+    "ip.src",
+    "ipv6.src",
+    "lrh.slid",
+    "lrh.lnh",
+    "lrh.pktlen",
+    "udp.length",
+    "bth.opcode",
+    "bth.destqp",
+    "bth.psn",
+    "bth.padcnt",
+    "aeth.syndrome",
+    "reth.dmalen",
+    "ip.dsfield.ecn",
+    "ipv6.tclass.ecn",
+]
 
 
 def tshark_rows(pcap: Path, display_filter: str = ""):
@@ -64,7 +79,15 @@ def count_flow(rows, src_qpn, dst_qpn):
             if r.get("udp.length"):
                 plen = r["udp.length"] - 8 - 12 - headers_len(op) - 4 - r["bth.padcnt"]
             else:
-                plen = r["lrh.pktlen"] * 4 - 8 - (40 if r["lrh.lnh"] == 3 else 0) - 12 - headers_len(op) - 4 - r["bth.padcnt"]
+                plen = (
+                    r["lrh.pktlen"] * 4
+                    - 8
+                    - (40 if r["lrh.lnh"] == 3 else 0)
+                    - 12
+                    - headers_len(op)
+                    - 4
+                    - r["bth.padcnt"]
+                )
             if info.op == "read_req":
                 nbytes += r["reth.dmalen"]
             elif info.op == "atomic":
@@ -78,8 +101,15 @@ def count_flow(rows, src_qpn, dst_qpn):
             naks += syn == 0x60
             rnr += (syn & 0xE0) == 0x20
     span = {(p - first) & 0xFFFFFF for p in seen} if seen else set()
-    return {"messages": msgs, "bytes": nbytes, "retransmits": retrans, "naks_psn": naks, "rnr": rnr,
-            "drops": naks, "not_captured": (max(span) + 1 - len(span)) if span else 0}
+    return {
+        "messages": msgs,
+        "bytes": nbytes,
+        "retransmits": retrans,
+        "naks_psn": naks,
+        "rnr": rnr,
+        "drops": naks,
+        "not_captured": (max(span) + 1 - len(span)) if span else 0,
+    }
 
 
 def scenario(name):
@@ -92,8 +122,11 @@ def test_tshark_decodes_sample_without_malformed_or_expert_error(name):
     assert pcap.stat().st_size < 400_000
     expert = subprocess.run(["tshark", "-r", str(pcap), "-z", "expert,error", "-q"], capture_output=True, text=True)
     assert "Errors" not in expert.stdout and "Warnings" not in expert.stdout, expert.stdout
-    malformed = subprocess.run(["tshark", "-r", str(pcap), "-Y", "_ws.malformed || _ws.expert.severity >= 0x00600000"],
-                               capture_output=True, text=True).stdout
+    malformed = subprocess.run(
+        ["tshark", "-r", str(pcap), "-Y", "_ws.malformed || _ws.expert.severity >= 0x00600000"],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert malformed == ""
 
 
@@ -108,8 +141,14 @@ def test_regenerating_sample_gives_identical_bytes(name, tmp_path):
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_sample_frames_are_in_time_order(name):
     """Traps and answers triggered along a flow come out where they happen, not after the next request."""
-    times = [float(t) for t in subprocess.run(["tshark", "-r", str(CAPS / f"{name}.pcap"), "-T", "fields", "-e",
-                                               "frame.time_epoch"], capture_output=True, text=True).stdout.split()]
+    times = [
+        float(t)
+        for t in subprocess.run(
+            ["tshark", "-r", str(CAPS / f"{name}.pcap"), "-T", "fields", "-e", "frame.time_epoch"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+    ]
     assert times == sorted(times)
 
 
@@ -159,13 +198,34 @@ def _count(pcap, flt):
 def test_sm_sweep_assigns_lids_and_programs_pkeys():
     want = scenario("sm-sweep")["expect"]["count"]
     pcap = CAPS / "sm-sweep.pcap"
-    assert _count(pcap, "infiniband.mad.method == 0x01 && infiniband.mad.attributeid == 0x0011 && infiniband.lrh.dlid == 0xffff") == want["nodeinfo_get"]
+    assert (
+        _count(
+            pcap,
+            "infiniband.mad.method == 0x01 && infiniband.mad.attributeid == 0x0011 && infiniband.lrh.dlid == 0xffff",
+        )
+        == want["nodeinfo_get"]
+    )
     assert _count(pcap, "infiniband.mad.method == 0x02 && infiniband.mad.attributeid == 0x0015") == want["portinfo_set"]
-    assert _count(pcap, "infiniband.mad.method == 0x02 && infiniband.mad.attributeid == 0x0016") == want["pkeytable_set"]
+    assert (
+        _count(pcap, "infiniband.mad.method == 0x02 && infiniband.mad.attributeid == 0x0016") == want["pkeytable_set"]
+    )
     doc = scenario("sm-sweep")
     lids = {int(str(p["lid"]), 0) for p in doc["port"] + doc["switch"]}
-    out = subprocess.run(["tshark", "-r", str(pcap), "-Y", "infiniband.mad.method == 0x02 && infiniband.mad.attributeid == 0x0015",
-                          "-T", "fields", "-e", "infiniband.portinfo.lid"], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            str(pcap),
+            "-Y",
+            "infiniband.mad.method == 0x02 && infiniband.mad.attributeid == 0x0015",
+            "-T",
+            "fields",
+            "-e",
+            "infiniband.portinfo.lid",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
     assert {int(x, 0) for x in out.split()} == lids
 
 
@@ -189,8 +249,13 @@ def test_declared_findings_evidence_is_in_the_capture(name):
         assert _count(CAPS / f"{name}.pcap", f["evidence"]) == f["frames"], f["rule"]
     for trap in (256, 257, 258):
         want = doc["expect"].get("count", {}).get(f"traps_{trap}", 0)
-        assert _count(CAPS / f"{name}.pcap", f"infiniband.notice.trapnumberdeviceid == {trap} && "
-                                             "infiniband.mad.method == 0x05") == want, trap
+        assert (
+            _count(
+                CAPS / f"{name}.pcap",
+                f"infiniband.notice.trapnumberdeviceid == {trap} && infiniband.mad.method == 0x05",
+            )
+            == want
+        ), trap
 
 
 def test_multitenant_policy_files_sit_next_to_the_scenarios():

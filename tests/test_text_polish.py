@@ -2,6 +2,7 @@
 tables, text wrapped between words at the terminal's width (COLUMNS) or not at all when piped, `--help`
 that flows as sentences, the same `--top` default in stats and flows, and HTML reports that fit a 1280 px
 browser window (Chromium)."""
+
 import json
 import os
 import re
@@ -10,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_ibwire
 from pictures_browser import page_width
 
@@ -34,16 +34,18 @@ def _ibwire(*args, columns=None):
 
 def test_stats_rate_has_three_significant_figures_as_tshark_counts(public_dir, tshark):
     path = public_dir / "srinivas_infiniband.pcap"
-    times = subprocess.run([tshark, "-r", path, "-T", "fields", "-e", "frame.time_relative"], capture_output=True,
-                           text=True, check=True).stdout.split()
-    rate = len(times) / float(times[-1])                  # 43 packets over 250.57 s
+    times = subprocess.run(
+        [tshark, "-r", path, "-T", "fields", "-e", "frame.time_relative"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    rate = len(times) / float(times[-1])  # 43 packets over 250.57 s
     line = next(s for s in _ibwire("stats", path).splitlines() if "packets/s" in s)
     assert line.split("│")[2].strip() == f"{rate:.3g}" == "0.172"
 
 
 def test_labels_are_worded_and_one_row_tables_stay_tables(public_dir):
-    text = _ibwire("stats", public_dir / "srinivas_infiniband.pcap") + _ibwire("stats", ROOT / "captures" /
-                                                                               "congestion.pcap")
+    text = _ibwire("stats", public_dir / "srinivas_infiniband.pcap") + _ibwire(
+        "stats", ROOT / "captures" / "congestion.pcap"
+    )
     assert not SNAKE.findall(text), SNAKE.findall(text)[:5]
     assert "ICRC good" in text and "ECN CE" in text
     # srinivas has one P_Key: its table still has a header row, as a two-key table does
@@ -52,14 +54,14 @@ def test_labels_are_worded_and_one_row_tables_stay_tables(public_dir):
 
 
 def test_no_plural_after_one(public_dir, tmp_path):
-    one = public_dir / "scapy_roce_uts_cnp_cx4lx.pcap"               # a capture of one packet
+    one = public_dir / "scapy_roce_uts_cnp_cx4lx.pcap"  # a capture of one packet
     run_ibwire("flows", one, "--report", tmp_path / "one.html", check=True)
     assert "1 packet," in (tmp_path / "one.html").read_text()
     run_ibwire("audit", *AUDIT, "--report", tmp_path / "audit.html")
     run_ibwire("fabric", f"{DEMO}.pcap", "--report", tmp_path / "fabric.html", check=True)
     texts = [(tmp_path / p).read_text() for p in ("one.html", "audit.html", "fabric.html")]
     texts += [_ibwire("audit", *AUDIT), _ibwire("fabric", f"{DEMO}.pcap"), _ibwire("stats", one)]
-    assert "(1 packet, " in texts[3]                                    # a finding's own count
+    assert "(1 packet, " in texts[3]  # a finding's own count
     for t in texts:
         assert not ONE_PLURAL.search(t), ONE_PLURAL.search(t).group(0)
 
@@ -73,7 +75,7 @@ def test_piped_text_is_not_wrapped_like_tshark():
     for f in _findings():
         assert any(f["description"] in line for line in text.splitlines()), f["description"]
     widths = [len(line) for line in _ibwire("flows", f"{DEMO}.pcap").splitlines()]
-    assert max(widths) > 100                                          # the table's natural width
+    assert max(widths) > 100  # the table's natural width
 
 
 @pytest.mark.parametrize("columns", [100, 140])
@@ -119,7 +121,7 @@ def _panel_entries(text):
 def test_help_flows_as_sentences(command):
     """A command's help breaks a line only where its next word does not fit: no line break from the source."""
     text = _ibwire(*command, "--help", columns=100)
-    entries, width = _panel_entries(text[text.index("Commands"):])
+    entries, width = _panel_entries(text[text.index("Commands") :])
     assert len(entries) >= 8
     for name, lines in entries:
         for a, b in zip(lines, lines[1:]):
@@ -132,7 +134,7 @@ def test_top_default_is_the_same_in_stats_and_flows():
     flows = _ibwire("flows", f"{DEMO}.pcap")
     stats = _ibwire("stats", f"{DEMO}.pcap")
     every = json.loads(_ibwire("flows", f"{DEMO}.pcap", "--format", "json"))["conversations"]
-    assert len(every) == 33                                           # json keeps every conversation
+    assert len(every) == 33  # json keeps every conversation
     assert f"… {len(every) - 20} more rows" in flows and re.search(r"… \d+ more rows", stats)
     rows = [line for line in flows.splitlines() if re.match(r"│ +\d+ │", line)]
     assert len(rows) == 20

@@ -3,6 +3,7 @@ indentation), frame by frame, on every public capture and every sample; and the 
 Wireshark's own field registrations.  tshark 4.0 (`tshark -n -V`) is the oracle; the lines where tshark 4.0
 is wrong are named below with the reason.
 """
+
 import re
 import subprocess
 import sys
@@ -10,7 +11,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-
 from conftest import run_ibwire
 from test_tshark_shapes import CAPTURES, MISREAD, run_tshark
 
@@ -18,8 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAD = re.compile(r"Frame \d+: ")
 # Lines tshark 4.0 gets wrong (test_mad_oracle.TSHARK_EXCEPTIONS): the DR SMP's D bit (read from the wrong
 # byte, always 0) and Status (the 16-bit word with D in it).  ibwire prints IBA's values.
-WRONG = {"D (Direction Bit)", "Status@SMP (Directed Route)", "Primary Packet Rate", "Alternate Packet Rate",
-         "Primary Flow Label", "Alternate Flow Label"}
+WRONG = {
+    "D (Direction Bit)",
+    "Status@SMP (Directed Route)",
+    "Primary Packet Rate",
+    "Alternate Packet Rate",
+    "Primary Flow Label",
+    "Alternate Flow Label",
+}
 # tshark runs heuristic dissectors ibwire does not have (RPC-over-RDMA on a SEND), so its protocol list is longer.
 OTHER = {"Protocols in frame"}
 # Not yet as tshark shows them (issue 27, left): the bytes a `Data` layer holds after IPoIB and after a cut
@@ -70,15 +76,20 @@ def sections(lines: list) -> dict:
 def misread(theirs: list) -> bool:
     """A frame whose opcode tshark 4.0 misreads (test_tshark_shapes.MISREAD): its InfiniBand lines are not
     the packet's."""
-    return any(int(x.rsplit("(", 1)[1].rstrip(")")) in MISREAD for x in theirs
-               if re.match(r"        Opcode: .*\(\d+\)$", x))
+    return any(
+        int(x.rsplit("(", 1)[1].rstrip(")")) in MISREAD for x in theirs if re.match(r"        Opcode: .*\(\d+\)$", x)
+    )
 
 
 def inexact(theirs: list, ours: list) -> list:
     """The EXACT sections whose lines are not tshark's lines."""
     t_sec, o_sec = sections(theirs), sections(ours)
-    return [name for name in EXACT if (name in t_sec or name in o_sec) and [x for x, _ in o_sec.get(name, [])]
-            != [x for x, _ in t_sec.get(name, []) if not x.strip().startswith("[")]]
+    return [
+        name
+        for name in EXACT
+        if (name in t_sec or name in o_sec)
+        and [x for x, _ in o_sec.get(name, [])] != [x for x, _ in t_sec.get(name, []) if not x.strip().startswith("[")]
+    ]
 
 
 def differences(theirs: list, ours: list) -> list:
@@ -96,8 +107,12 @@ def differences(theirs: list, ours: list) -> list:
             lab = label(line)
             if details and line.strip() in {x.strip() for x in by_label.get(lab, ())}:
                 continue
-            if lab in by_label and line not in by_label[lab] and lab not in WRONG | OTHER | NOT_YET \
-                    and f"{lab}@{parent}" not in WRONG:
+            if (
+                lab in by_label
+                and line not in by_label[lab]
+                and lab not in WRONG | OTHER | NOT_YET
+                and f"{lab}@{parent}" not in WRONG
+            ):
                 bad.append((line, sorted(by_label[lab])[:2]))
     return bad
 
@@ -113,11 +128,11 @@ def test_tree_lines_are_tsharks(path, tshark):
     assert len(ours) == len(theirs)
     shared = total = 0
     for n, (t, o) in enumerate(zip(theirs, ours), 1):
-        assert o[0] == t[0], n                      # Frame n: … bytes on wire … (on interface …)
+        assert o[0] == t[0], n  # Frame n: … bytes on wire … (on interface …)
         if any("Expert Info (Error/Malformed)" in x for x in t):
             # cut short or lengths beyond the bytes: tshark words its verdicts into the length lines and
             # takes the last 4 bytes for an ICRC; those frames are compared in their Frame section only
-            o = o[:len(sections(o).get("Frame", []))]
+            o = o[: len(sections(o).get("Frame", []))]
             assert not differences(t, o), (n, differences(t, o)[:5])
             continue
         assert not differences(t, o), (n, differences(t, o)[:5])
@@ -134,14 +149,18 @@ def test_tree_lines_are_tsharks(path, tshark):
 def test_tree_words_the_issue_example(tshark):
     """The tree of issue 27: `InfiniBand`, then `Base Transport Header` with the opcode named as tshark names
     it, four spaces a level."""
-    out = run_ibwire("decode", ROOT / "captures" / "loss-retransmit.pcap", "-V", "-Y", "bth.opcode == 4", "-c", "1",
-                     check=True).stdout
-    assert "\nInfiniBand\n    Base Transport Header\n        Opcode: Reliable Connection (RC) - SEND Only (4)\n" \
-           "        1... .... = Solicited Event: True\n" in out
+    out = run_ibwire(
+        "decode", ROOT / "captures" / "loss-retransmit.pcap", "-V", "-Y", "bth.opcode == 4", "-c", "1", check=True
+    ).stdout
+    assert (
+        "\nInfiniBand\n    Base Transport Header\n        Opcode: Reliable Connection (RC) - SEND Only (4)\n"
+        "        1... .... = Solicited Event: True\n" in out
+    )
 
 
 def test_label_table_is_wiresharks(tshark):
     """ibwire/output/ws_labels.py is what tests/ws_labels_gen.py makes of this tshark's registrations."""
-    made = subprocess.run([sys.executable, str(ROOT / "tests" / "ws_labels_gen.py")], capture_output=True, text=True,
-                          check=True).stdout
+    made = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "ws_labels_gen.py")], capture_output=True, text=True, check=True
+    ).stdout
     assert made == (ROOT / "ibwire" / "output" / "ws_labels.py").read_text()

@@ -5,38 +5,127 @@ shipped one; nothing expected here comes from ibwire.
 tshark 4.0 is wrong on a few packets (each case below says why); those packets are compared without the
 fields it gets wrong, never left out entirely.
 """
+
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import run_ibwire
-from dissectors.opcodes import OPCODES
 from test_mad_oracle import TSHARK_EXCEPTIONS
 from tshark_oracle import PUBLIC, TSHARK
 
+from dissectors.opcodes import OPCODES
+
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = sorted(PUBLIC.glob("*.pcap")) + sorted((ROOT / "captures").glob("*.pcap"))
-EXTRA = {"oferby_proxy_roce.pcap": ("-d", "udp.port==69,infiniband")}     # RoCEv2 from UDP port 69
+EXTRA = {"oferby_proxy_roce.pcap": ("-d", "udp.port==69,infiniband")}  # RoCEv2 from UDP port 69
 CM = PUBLIC / "m3_02-2-write_ibdump_write.pcap"
 ERF = PUBLIC / "srinivas_infiniband.pcap"
 
 # Common fields: frame, LRH, GRH, BTH, the extended headers, MAD header, CRCs, encapsulation.
-FIELDS = ["frame.number", "frame.len", "frame.cap_len", "frame.time_relative", "frame.time_delta", "eth.src",
-          "eth.type", "ip.src", "ip.dst", "ip.len", "ipv6.src", "udp.srcport", "vlan.id"] + [f"infiniband.{f}" for f in (
-    "lrh.vl", "lrh.lver", "lrh.sl", "lrh.lnh", "lrh.dlid", "lrh.pktlen", "lrh.slid", "grh.ipver", "grh.tclass",
-    "grh.flowlabel", "grh.paylen", "grh.nxthdr", "grh.hoplmt", "grh.sgid", "grh.dgid", "bth.opcode", "bth.se",
-    "bth.m", "bth.padcnt", "bth.tver", "bth.p_key", "bth.destqp", "bth.a", "bth.psn", "reth.va", "reth.r_key",
-    "reth.dmalen", "aeth.syndrome", "aeth.msn", "deth.q_key", "deth.srcqp", "immdt", "ieth",
-    "mad.mgmtclass", "mad.method", "mad.attributeid", "mad.transactionid", "invariant.crc", "variant.crc")]
+FIELDS = [
+    "frame.number",
+    "frame.len",
+    "frame.cap_len",
+    "frame.time_relative",
+    "frame.time_delta",
+    "eth.src",
+    "eth.type",
+    "ip.src",
+    "ip.dst",
+    "ip.len",
+    "ipv6.src",
+    "udp.srcport",
+    "vlan.id",
+] + [
+    f"infiniband.{f}"
+    for f in (
+        "lrh.vl",
+        "lrh.lver",
+        "lrh.sl",
+        "lrh.lnh",
+        "lrh.dlid",
+        "lrh.pktlen",
+        "lrh.slid",
+        "grh.ipver",
+        "grh.tclass",
+        "grh.flowlabel",
+        "grh.paylen",
+        "grh.nxthdr",
+        "grh.hoplmt",
+        "grh.sgid",
+        "grh.dgid",
+        "bth.opcode",
+        "bth.se",
+        "bth.m",
+        "bth.padcnt",
+        "bth.tver",
+        "bth.p_key",
+        "bth.destqp",
+        "bth.a",
+        "bth.psn",
+        "reth.va",
+        "reth.r_key",
+        "reth.dmalen",
+        "aeth.syndrome",
+        "aeth.msn",
+        "deth.q_key",
+        "deth.srcqp",
+        "immdt",
+        "ieth",
+        "mad.mgmtclass",
+        "mad.method",
+        "mad.attributeid",
+        "mad.transactionid",
+        "invariant.crc",
+        "variant.crc",
+    )
+]
 # The same kinds of fields, all held by the compiled records (so printed without a full decode).
-RECORD_FIELDS = ["frame.number", "frame.len", "frame.cap_len", "frame.time_epoch", "eth.src", "eth.dst", "ip.src",
-                 "ip.dst", "ipv6.dst", "udp.srcport", "udp.dstport", "vlan.id", "ip.dsfield.ecn"] + [
-    f"infiniband.{f}" for f in ("lrh.vl", "lrh.sl", "lrh.dlid", "lrh.slid", "grh.sgid", "grh.dgid", "bth.opcode",
-                                "bth.se", "bth.m", "bth.padcnt", "bth.tver", "bth.p_key", "bth.destqp", "bth.a",
-                                "bth.psn", "reth.va", "reth.r_key", "reth.dmalen", "aeth.syndrome", "aeth.msn",
-                                "deth.q_key", "deth.srcqp", "mad.mgmtclass", "mad.attributeid")]
+RECORD_FIELDS = [
+    "frame.number",
+    "frame.len",
+    "frame.cap_len",
+    "frame.time_epoch",
+    "eth.src",
+    "eth.dst",
+    "ip.src",
+    "ip.dst",
+    "ipv6.dst",
+    "udp.srcport",
+    "udp.dstport",
+    "vlan.id",
+    "ip.dsfield.ecn",
+] + [
+    f"infiniband.{f}"
+    for f in (
+        "lrh.vl",
+        "lrh.sl",
+        "lrh.dlid",
+        "lrh.slid",
+        "grh.sgid",
+        "grh.dgid",
+        "bth.opcode",
+        "bth.se",
+        "bth.m",
+        "bth.padcnt",
+        "bth.tver",
+        "bth.p_key",
+        "bth.destqp",
+        "bth.a",
+        "bth.psn",
+        "reth.va",
+        "reth.r_key",
+        "reth.dmalen",
+        "aeth.syndrome",
+        "aeth.msn",
+        "deth.q_key",
+        "deth.srcqp",
+        "mad.mgmtclass",
+        "mad.attributeid",
+    )
+]
 
 # Opcodes whose headers tshark 4.0 misreads or does not know: from the BTH on, its fields are not the
 # packet's (XRC: no XRCETH; DC: RDETH read as AETH; CNP 0x81: "Unknown", padding read as `vendor`).
@@ -45,8 +134,13 @@ CRCS = ("infiniband.invariant.crc", "infiniband.variant.crc")
 
 
 def run_tshark(path, *args):
-    return subprocess.run([TSHARK, "-r", str(path), *EXTRA.get(Path(path).name, ()), *args], capture_output=True,
-                          text=True, check=True, timeout=300).stdout
+    return subprocess.run(
+        [TSHARK, "-r", str(path), *EXTRA.get(Path(path).name, ()), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
 
 
 def _tshark_unsure(theirs: dict) -> tuple:
@@ -80,18 +174,23 @@ def test_field_rows_are_tsharks(path, fields, tshark):
     assert len(r.stdout.splitlines()) == len(theirs.splitlines())
     for t, o in zip(_rows(theirs, fields), _rows(r.stdout, fields)):
         unsure, _ = _tshark_unsure(t)
-        assert {k: v for k, v in o.items() if k not in unsure} == {k: v for k, v in t.items() if k not in unsure}, \
-            {k: (t[k], o.get(k)) for k in fields if t[k] != o.get(k)}
+        assert {k: v for k, v in o.items() if k not in unsure} == {k: v for k, v in t.items() if k not in unsure}, {
+            k: (t[k], o.get(k)) for k in fields if t[k] != o.get(k)
+        }
 
 
 def test_the_reported_values(tshark):
     """The cases of issue 27: a RoCEv1 GID with an IPv4-mapped tail, a CRC in hex, an ERF frame's length,
     and a filter copied from Wireshark on that length."""
     v1 = PUBLIC / "m3_mlx_rocev1_test.pcap"
-    out = run_ibwire("decode", v1, "-c", "1", "-T", "fields", "-e", "infiniband.grh.sgid", "-e",
-                     "infiniband.invariant.crc").stdout
-    assert out == "::ffff:172.17.242.47\t0xe23d9903\n" == run_tshark(v1, "-c", "1", "-T", "fields", "-e",
-                                                                 "infiniband.grh.sgid", "-e", "infiniband.invariant.crc")
+    out = run_ibwire(
+        "decode", v1, "-c", "1", "-T", "fields", "-e", "infiniband.grh.sgid", "-e", "infiniband.invariant.crc"
+    ).stdout
+    assert (
+        out
+        == "::ffff:172.17.242.47\t0xe23d9903\n"
+        == run_tshark(v1, "-c", "1", "-T", "fields", "-e", "infiniband.grh.sgid", "-e", "infiniband.invariant.crc")
+    )
     sel = ["-Y", "frame.len == 290", "-T", "fields", "-e", "frame.number"]
     assert run_ibwire("decode", ERF, *sel).stdout == run_tshark(ERF, *sel) != ""
 
@@ -100,7 +199,7 @@ def _pairs(text: str):
     return json.loads(text, object_pairs_hook=lambda p: p) if text.strip() else []
 
 
-ANALYSIS = "infiniband.bth.analysis"      # ibwire's own RC analysis subtree (docs/rc-analysis.md): tshark 4.0 has none
+ANALYSIS = "infiniband.bth.analysis"  # ibwire's own RC analysis subtree (docs/rc-analysis.md): tshark 4.0 has none
 
 
 def _no_analysis(items) -> list:
@@ -112,7 +211,7 @@ def _no_analysis_text(text: str) -> str:
     out, skip = [], None
     for line in text.splitlines(keepends=True):
         if skip is None and line.strip().startswith(f'"{ANALYSIS}": {{'):
-            skip = line[:len(line) - len(line.lstrip())] + "}"
+            skip = line[: len(line) - len(line.lstrip())] + "}"
         elif skip is not None:
             skip = None if line.rstrip().rstrip(",") == skip else skip
         else:
@@ -126,7 +225,7 @@ def _skeleton(items, path="") -> list:
         if isinstance(v, list) and v and isinstance(v[0], tuple):
             out.append((path, k))
             out += _skeleton(v, f"{path}/{k}")
-        elif not k.endswith(".oui_resolved"):            # vendor names from Wireshark's manuf file
+        elif not k.endswith(".oui_resolved"):  # vendor names from Wireshark's manuf file
             out.append((path, k))
     return out
 
@@ -141,7 +240,7 @@ def _leaves(items, out) -> dict:
 
 
 ENCAP = ("frame", "erf", "eth", "vlan", "ip", "ipv6", "udp")
-DCB = ("lldp", "macc")          # whole, item for item: tshark's keys, subtrees and values
+DCB = ("lldp", "macc")  # whole, item for item: tshark's keys, subtrees and values
 IB_EXCEPTIONS = {f"infiniband.{k}" for k in TSHARK_EXCEPTIONS}
 
 
@@ -164,8 +263,9 @@ def test_json_is_tsharks(path, tshark):
         tl, ol = dict(dict(dict(t)["_source"])["layers"]), dict(dict(dict(o)["_source"])["layers"])
         # tshark's expert items (a length beyond the captured bytes …) and the protocols ibwire shows as
         # its own layers only (TCP, ICMP, ARP) leave the structure to the values.
-        whole = "_ws.expert" not in json.dumps(tl) and not ({"tcp", "icmp", "icmpv6", "arp"} &
-                                                              set(dict(tl["frame"])["frame.protocols"].split(":")))
+        whole = "_ws.expert" not in json.dumps(tl) and not (
+            {"tcp", "icmp", "icmpv6", "arp"} & set(dict(tl["frame"])["frame.protocols"].split(":"))
+        )
         if "lldp" in dict(tl["frame"])["frame.protocols"].split(":"):
             # tshark 4.0 shows the last 3 bytes of an LLDP frame (the last TLV's last byte and End of LLDPDU),
             # which its LLDP tree decodes, once more as an Ethernet trailer
@@ -191,14 +291,19 @@ def test_json_is_tsharks(path, tshark):
         no_mad = not any(k.startswith("infiniband.mad") for k in theirs_ib)
         if whole and no_mad:
             assert _skeleton(ol["infiniband"]) == _skeleton(tl["infiniband"]), dict(tl["frame"])["frame.number"]
-        elif whole:                           # a MAD: its class's containers; inside an attribute, values only
-            crcs = () if "infiniband.invariant.crc" in theirs_ib else CRCS     # tshark's MCMemberRecord has none
-            assert [k for p, k in _skeleton(ol["infiniband"]) if not p and k not in crcs] == \
-                   [k for p, k in _skeleton(tl["infiniband"]) if not p], dict(tl["frame"])["frame.number"]
+        elif whole:  # a MAD: its class's containers; inside an attribute, values only
+            crcs = () if "infiniband.invariant.crc" in theirs_ib else CRCS  # tshark's MCMemberRecord has none
+            assert [k for p, k in _skeleton(ol["infiniband"]) if not p and k not in crcs] == [
+                k for p, k in _skeleton(tl["infiniband"]) if not p
+            ], dict(tl["frame"])["frame.number"]
         for k, v in ours_ib.items():
             if k in theirs_ib and k not in IB_EXCEPTIONS and k != "infiniband.reserved":
-                assert v == theirs_ib[k][:len(v)] or set(v) <= set(theirs_ib[k]), (dict(tl["frame"])["frame.number"],
-                                                                                   k, theirs_ib[k], v)
+                assert v == theirs_ib[k][: len(v)] or set(v) <= set(theirs_ib[k]), (
+                    dict(tl["frame"])["frame.number"],
+                    k,
+                    theirs_ib[k],
+                    v,
+                )
                 values += 1
     assert values or not eligible
 
@@ -217,24 +322,38 @@ def test_ek_is_tsharks(path, tshark):
         for name in ("frame", "eth", "ip", "ipv6", "udp", "vlan", "erf"):
             if name in t["layers"]:
                 drop = ("_oui_resolved", "_udp_stream", "udp_time")
-                assert {k: v for k, v in o["layers"][name].items() if not any(d in k for d in drop)} == \
-                       {k: v for k, v in t["layers"][name].items() if not any(d in k for d in drop)}
+                assert {k: v for k, v in o["layers"][name].items() if not any(d in k for d in drop)} == {
+                    k: v for k, v in t["layers"][name].items() if not any(d in k for d in drop)
+                }
         ib_t, ib_o = t["layers"].get("infiniband", {}), o["layers"].get("infiniband", {})
-        for k in ("infiniband_infiniband_bth_psn", "infiniband_infiniband_bth_se", "infiniband_infiniband_lrh_dlid",
-                  "infiniband_infiniband_deth_q_key", "infiniband_infiniband_invariant_crc"):
+        for k in (
+            "infiniband_infiniband_bth_psn",
+            "infiniband_infiniband_bth_se",
+            "infiniband_infiniband_lrh_dlid",
+            "infiniband_infiniband_deth_q_key",
+            "infiniband_infiniband_invariant_crc",
+        ):
             assert ib_o.get(k) == ib_t.get(k), k
 
 
 @pytest.mark.parametrize("fmt", ["json", "ek"])
-@pytest.mark.parametrize("select", [("-e", "frame.number", "-e", "infiniband.bth.psn", "-e", "ip.addr", "-e",
-                                     "infiniband.grh.sgid"), ("-j", "udp"), ("-J", "udp"), ("-j", "infiniband")],
-                         ids=["e", "j", "J", "j-infiniband"])
+@pytest.mark.parametrize(
+    "select",
+    [
+        ("-e", "frame.number", "-e", "infiniband.bth.psn", "-e", "ip.addr", "-e", "infiniband.grh.sgid"),
+        ("-j", "udp"),
+        ("-J", "udp"),
+        ("-j", "infiniband"),
+    ],
+    ids=["e", "j", "J", "j-infiniband"],
+)
 def test_field_and_protocol_selection_is_tsharks(fmt, select, tshark):
     """-e keeps the named fields (lists of values; absent ones left out), -j a protocol's own items (the
     MADs' containers included), -J a protocol whole; every other protocol is {"filtered": name}: byte for
     byte tshark's."""
-    assert run_ibwire("decode", CM, "-T", fmt, "-c", "4", *select, check=True).stdout == \
-        run_tshark(CM, "-n", "-T", fmt, "-c", "4", *select)
+    assert run_ibwire("decode", CM, "-T", fmt, "-c", "4", *select, check=True).stdout == run_tshark(
+        CM, "-n", "-T", fmt, "-c", "4", *select
+    )
 
 
 def test_transport_only_json_is_tsharks_byte_for_byte(tshark):
@@ -249,8 +368,9 @@ def test_transport_only_json_is_tsharks_byte_for_byte(tshark):
 
 def test_jsonl_keeps_ibwires_own_shape_with_ipv6_gids():
     """--format jsonl stays ibwire's compact record (docs/jsonl.md), its GIDs IPv6 text."""
-    obj = json.loads(run_ibwire("decode", PUBLIC / "m3_mlx_rocev1_test.pcap", "-c", "1", "--format", "jsonl",
-                                check=True).stdout)
+    obj = json.loads(
+        run_ibwire("decode", PUBLIC / "m3_mlx_rocev1_test.pcap", "-c", "1", "--format", "jsonl", check=True).stdout
+    )
     assert set(obj) == {"frame", "time", "caplen", "len", "linktype", "layers", "errors"}
     assert obj["layers"]["grh"]["sgid"] == "::ffff:172.17.242.47"
 
@@ -259,9 +379,24 @@ def test_jsonl_doc_lists_every_record_field():
     """docs/jsonl.md's table names every header key the compiled records hold (jsonl, the full decode, holds
     them and more)."""
     from ibwire.fast.records import FIELD_KEYS
+
     doc = (ROOT / "docs" / "jsonl.md").read_text()
-    rows = {tuple(cell.strip(" `") for cell in line.split("|")[1:3]) for line in doc.splitlines() if line.startswith("| `")}
-    headers = ("lrh", "bth", "rdeth", "deth", "xrceth", "reth", "atomiceth", "aeth", "atomicacketh", "immdt", "ieth",
-               "mad")
+    rows = {
+        tuple(cell.strip(" `") for cell in line.split("|")[1:3]) for line in doc.splitlines() if line.startswith("| `")
+    }
+    headers = (
+        "lrh",
+        "bth",
+        "rdeth",
+        "deth",
+        "xrceth",
+        "reth",
+        "atomiceth",
+        "aeth",
+        "atomicacketh",
+        "immdt",
+        "ieth",
+        "mad",
+    )
     want = {tuple(key.split(".", 1)) for key in FIELD_KEYS.values() if key.split(".", 1)[0] in headers}
     assert want <= rows, want - rows

@@ -5,6 +5,7 @@ the repository, as CI lays it out) and on the project's own.  tshark's JSON (`-T
 flattened to `key → [values]` with the `infiniband.` prefix removed; values are normalised (hex and
 decimal strings to int, `aa:bb` bytes to hex, IPv6 canonical) and compared with `decode_frame().flat`.
 """
+
 import ipaddress
 import json
 import re
@@ -18,8 +19,13 @@ PREFIXES = ("infiniband.", "infiniband_link.", "ipoib.")
 
 
 def tshark_json(path, extra_args=()):
-    out = subprocess.run([TSHARK, "-r", str(path), "-T", "json", "--no-duplicate-keys", *extra_args],
-                         capture_output=True, text=True, check=True, timeout=300).stdout
+    out = subprocess.run(
+        [TSHARK, "-r", str(path), "-T", "json", "--no-duplicate-keys", *extra_args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
     return json.loads(out) if out.strip() else []
 
 
@@ -48,7 +54,7 @@ def tshark_fields(packet):
             continue
         for p in PREFIXES:
             if key.startswith(p):
-                name = key[len("infiniband."):] if p == "infiniband." else key
+                name = key[len("infiniband.") :] if p == "infiniband." else key
                 result[name] = [normalise(v) for v in values]
     return result
 
@@ -95,7 +101,7 @@ def agree(ours, theirs) -> bool:
     if isinstance(ours, list):
         return any(agree(o, theirs) for o in ours)
     if isinstance(ours, str) and ":" in ours and isinstance(theirs, str) and re.fullmatch(r"[0-9a-f]{32}", theirs):
-        return ipaddress.IPv6Address(ours).packed.hex() == theirs      # a GID tshark shows as bytes
+        return ipaddress.IPv6Address(ours).packed.hex() == theirs  # a GID tshark shows as bytes
     if isinstance(ours, str) and isinstance(theirs, int):
         try:
             return int(ours, 16) == theirs
@@ -121,7 +127,7 @@ def compare(path, decoded, extra_args=(), ignore=()):
                 missing[key] = missing.get(key, 0) + 1
                 continue
             ours = d.flat[key]
-            if ours is True:          # presence marker for a whole header; tshark gives its bytes
+            if ours is True:  # presence marker for a whole header; tshark gives its bytes
                 continue
             compared += 1
             if not any(agree(ours, v) for v in values):

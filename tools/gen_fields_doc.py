@@ -5,6 +5,7 @@ full decode) and every field the scapy layers of dissectors/ name (`layer_fields
     .venv/bin/python tools/gen_fields_doc.py          # rewrites docs/fields.md
 tests/test_house_docs.py fails when the file is not what this script writes.
 """
+
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -29,14 +30,19 @@ A protocol name alone (`bth`, `mad`, `ip`) is true when the frame has that heade
 def render() -> str:
     sys.path.insert(0, str(ROOT))
     from ibwire.fieldtypes import ENCAP, PROTO, layer_fields, record_types
+
     rec, lay = record_types(), layer_fields()
     groups = defaultdict(list)
     for name in sorted(set(ENCAP) | set(rec) | set(lay)):
         ftype = ENCAP.get(name) or rec.get(name) or lay.get(name)
         where = "encapsulation" if name in ENCAP else "records" if name in rec else "layers"
         groups[name.split(".")[0]].append((name, ftype, where))
-    out = [HEAD, f"{sum(map(len, groups.values()))} names in {len(groups)} groups: "
-           + ", ".join(f"[{g}](#{g.lower()})" for g in sorted(groups)) + ".\n"]
+    out = [
+        HEAD,
+        f"{sum(map(len, groups.values()))} names in {len(groups)} groups: "
+        + ", ".join(f"[{g}](#{g.lower()})" for g in sorted(groups))
+        + ".\n",
+    ]
     for g in sorted(groups):
         out.append(f"\n## {g}\n\n| name | type | answered from |\n|---|---|---|\n")
         out += [f"| `{n}` | {'protocol' if t == PROTO else t} | {w} |\n" for n, t, w in groups[g]]

@@ -4,9 +4,12 @@ bound on MAD.mgmtclass and attribute layers chosen by MAD.attributeid through `t
     from dissectors.mad import MAD, flat
     pkt = MAD(mad_bytes); pkt.mysummary()  # 'SubnGet(NodeInfo)'; flat(pkt)['nodeinfo.nodetype']
 """
+# ruff: noqa: I001  (imports stay in the order the class layers are to bind in)
+
 from .base import flat
 from .common import MAD, ClassPortInfo, InformInfo
 from .notice import Notice
+
 from . import smp, virt, sa, perf, cm, cc, vendor  # noqa: F401  (bind the class layers)
 from .rmpp import reassemble, split_records
 from . import table

@@ -6,6 +6,7 @@ Conventions (see the project brief): each layer has `ws_name`; a field's key is
 fields holding packets (PacketField / PacketListField) are flattened with the inner layer's names;
 `ws_bits` names the bits of a flag word (`portinfo.capabilitymask.issm`), shown 0/1 like Wireshark.
 """
+
 from scapy.fields import Field, StrFixedLenField
 from scapy.packet import Packet, Raw
 
@@ -17,7 +18,7 @@ class MadPacket(Packet):
 
     ws_name = ""
     ws_alias = {}
-    truncated = None          # name of the first field that did not fit, if any
+    truncated = None  # name of the first field that did not fit, if any
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -39,7 +40,7 @@ class MadPacket(Packet):
             if (f.islist or f.holds_packets or f.ismutable) and val is not None:
                 self.raw_packet_cache_fields[f.name] = self._raw_packet_cache_field_value(f, val, copy=True)
             self.fields[f.name] = val
-        self.raw_packet_cache = raw[:-len(s)] if s else raw
+        self.raw_packet_cache = raw[: -len(s)] if s else raw
         self.explicit = 1
         return s
 
@@ -135,4 +136,4 @@ class TextField(StrFixedLenField):
 
     def i2m(self, pkt, x):
         raw = (x or "").encode("utf-8") if isinstance(x, str) else (x or b"")
-        return raw[:self.length_from(pkt)].ljust(self.length_from(pkt), b"\0")
+        return raw[: self.length_from(pkt)].ljust(self.length_from(pkt), b"\0")

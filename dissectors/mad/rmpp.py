@@ -10,25 +10,26 @@ The segment number is 32 bits from the wire, so reassembly is bounded: a transfe
 MAX_TRANSFER bytes of data (MAX_SEGMENTS segments); a segment numbered outside 1..MAX_SEGMENTS is left
 out and the transfer is incomplete.
 """
+
 import struct
 from typing import Iterable, List, NamedTuple, Optional
 
-from .sa import SA_DATA, SA_HEADER
 from . import table
+from .sa import SA_DATA, SA_HEADER
 
-SEGMENT = SA_DATA + 20          # data + SA header, the unit of PayloadLength
-MAX_TRANSFER = 16 << 20         # a whole SA table larger than this is not reassembled
+SEGMENT = SA_DATA + 20  # data + SA header, the unit of PayloadLength
+MAX_TRANSFER = 16 << 20  # a whole SA table larger than this is not reassembled
 MAX_SEGMENTS = MAX_TRANSFER // SA_DATA
 
 
 class Transfer(NamedTuple):
     tid: int
-    header: bytes               # MAD + RMPP + SA header of the first segment (56 bytes)
-    payload: bytes              # SA data, segments joined, padding removed
-    records: list               # decoded records (scapy packets, Raw when the attribute is unknown)
-    record_size: int            # AttributeOffset * 8
-    missing: List[int]          # segment numbers absent between 1 and the last one
-    complete: bool              # first and last segments present, none missing, none out of bounds
+    header: bytes  # MAD + RMPP + SA header of the first segment (56 bytes)
+    payload: bytes  # SA data, segments joined, padding removed
+    records: list  # decoded records (scapy packets, Raw when the attribute is unknown)
+    record_size: int  # AttributeOffset * 8
+    missing: List[int]  # segment numbers absent between 1 and the last one
+    complete: bool  # first and last segments present, none missing, none out of bounds
 
 
 def _segment(mad: bytes):
@@ -37,9 +38,9 @@ def _segment(mad: bytes):
     tid = struct.unpack_from(">Q", mad, 8)[0]
     rtype, flags = mad[25], mad[26] & 0x07
     segnum, paylen = struct.unpack_from(">II", mad, 28)
-    if rtype == 0:              # not an RMPP transfer: a single self-contained MAD
+    if rtype == 0:  # not an RMPP transfer: a single self-contained MAD
         return tid, 1, 0x6, SEGMENT, mad
-    if rtype != 1:              # ACK / STOP / ABORT carry no data
+    if rtype != 1:  # ACK / STOP / ABORT carry no data
         return None
     return tid, segnum, flags, paylen, mad
 
@@ -47,12 +48,13 @@ def _segment(mad: bytes):
 def split_records(mgmtclass: int, attrid: int, data: bytes, record_size: int) -> list:
     """Decode each `record_size`-byte record of `data` with the layer the attribute table names."""
     from scapy.packet import Raw
+
     if record_size <= 0:
         return []
     layer = table.attribute(mgmtclass, attrid)[1] or Raw
     out = []
     for at in range(0, len(data) - record_size + 1, record_size):
-        chunk = data[at:at + record_size]
+        chunk = data[at : at + record_size]
         try:
             out.append(layer(chunk))
         except Exception:
@@ -84,13 +86,21 @@ def reassemble(mads: Iterable[bytes], tid: Optional[int] = None) -> Optional[Tra
     last = next((segs[n] for n in nums if segs[n][2] & 0x4), None)
     end = last[1] if last else nums[-1]
     missing = [n for n in range(1, end + 1) if n not in segs]
-    data = b"".join(segs[n][4][SA_HEADER:SA_HEADER + SA_DATA].ljust(SA_DATA, b"\0")
-                    for n in range(1, end + 1) if n in segs)
+    data = b"".join(
+        segs[n][4][SA_HEADER : SA_HEADER + SA_DATA].ljust(SA_DATA, b"\0") for n in range(1, end + 1) if n in segs
+    )
     if last is not None and not missing:
         pad = SEGMENT - min(last[3], SEGMENT) if last[2] != 0x6 or len(nums) > 1 else 0
-        data = data[:len(data) - pad] if pad else data
+        data = data[: len(data) - pad] if pad else data
     head = (first or segs[nums[0]])[4][:SA_HEADER]
     mgmtclass, attrid = head[1], struct.unpack_from(">H", head, 16)[0]
     record_size = struct.unpack_from(">H", head, 44)[0] * 8
-    return Transfer(tid, head, data, split_records(mgmtclass, attrid, data, record_size), record_size,
-                    missing, first is not None and last is not None and not missing and not beyond)
+    return Transfer(
+        tid,
+        head,
+        data,
+        split_records(mgmtclass, attrid, data, record_size),
+        record_size,
+        missing,
+        first is not None and last is not None and not missing and not beyond,
+    )

@@ -1,5 +1,6 @@
 """The MAD table (dissectors.madnames, the one source of MAD names) with each attribute's scapy layer,
 resolved by class name through base.REGISTRY, so this module imports no layer."""
+
 from ..madnames import *  # noqa: F401,F403  (the table's names, as dissectors.mad.table.X)
 from ..madnames import ATTRIBUTES, family
 from .base import REGISTRY

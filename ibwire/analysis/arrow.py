@@ -6,12 +6,14 @@ QPNs, P_Keys and LIDs, `frame_time` as timestamp[ns, UTC], addresses and MACs as
 (as tshark and `decode` show them), opcodes and CRC statuses as names; a header the packet does not carry
 (LRH on RoCE, Ethernet on native InfiniBand, RETH on a SEND) is null, not zero.
 """
+
 from typing import List
 
 import numpy as np
 import pyarrow as pa
 
 from dissectors.opcodes import lookup
+
 from ..fast import records as R
 from ..fast.columns import Columns, from_records
 from .flows import MESSAGE_KINDS
@@ -19,7 +21,7 @@ from .presence import TEXT, prepare, present
 
 _OPNAMES = [lookup(c).full_name for c in range(256)]
 _TIME = pa.timestamp("ns", tz="UTC")
-_SKIP = ("time", "time_ns")   # the record's float and integer times become the one frame_time column
+_SKIP = ("time", "time_ns")  # the record's float and integer times become the one frame_time column
 _DICT_STR = pa.dictionary(pa.int32(), pa.string())
 
 
@@ -34,7 +36,7 @@ def _arrow_type(field: str) -> pa.DataType:
     if field in ("icrc", "vcrc", "link") or field == "an_retry_cause":
         return pa.dictionary(pa.int8(), pa.string())
     kind = R.ANALYSIS.get(field, ("", ""))[1]
-    if kind in ("flag", "span"):             # RC analysis: a flag is true or false, a wait a duration
+    if kind in ("flag", "span"):  # RC analysis: a flag is true or false, a wait a duration
         return pa.bool_() if kind == "flag" else pa.duration("ns")
     if field == "vlan":
         return pa.uint16()
@@ -116,8 +118,9 @@ def column_table(cols: Columns, prepared=None) -> pa.Table:
             out.append(pa.Array.from_buffers(typ, n, [None, pa.py_buffer(np.packbits(c != 0, bitorder="little"))]))
         else:
             out.append(column(typ, c, has.get(f)))
-    out.append(pa.DictionaryArray.from_arrays(column(pa.int32(), cols_of["opcode"].astype(np.int32), has["opcode"]),
-                                              _NAMES))
+    out.append(
+        pa.DictionaryArray.from_arrays(column(pa.int32(), cols_of["opcode"].astype(np.int32), has["opcode"]), _NAMES)
+    )
     return pa.Table.from_arrays(out, schema=SCHEMA)
 
 
@@ -125,31 +128,84 @@ def column_table(cols: Columns, prepared=None) -> pa.Table:
 
 _COUNTS = pa.struct([pa.field(k, pa.int64()) for k in MESSAGE_KINDS])
 _LATENCY = pa.struct([pa.field("n", pa.int64())] + [pa.field(k, pa.float64()) for k in ("p50", "p90", "p99", "max")])
-_RETRIES = pa.struct([
-    ("timeout_episodes", pa.int64()), ("nak_episodes", pa.int64()), ("rnr_episodes", pa.int64()),
-    ("max_retries", pa.int64()),
-    ("ack_timeout", pa.struct([("wait_us_min", pa.float64()), ("wait_us_max", pa.float64()),
-                               ("exponent_min", pa.int8()), ("exponent_max", pa.int8())])),
-    ("gave_up", pa.struct([("psn", pa.uint32()), ("retries", pa.int64()), ("last_frame", pa.int64()),
-                           ("answers_after", pa.int64())])),
-])
-FLOW_SCHEMA = pa.schema([
-    ("conversation", pa.int32()), ("transport", pa.string()), ("a", pa.string()), ("b", pa.string()),
-    ("qpn_a", pa.uint32()), ("qpn_b", pa.uint32()), ("p_key", pa.list_(pa.uint16())), ("paired_by", pa.string()),
-    ("packets_a_to_b", pa.int64()), ("packets_b_to_a", pa.int64()), ("bytes_a_to_b", pa.int64()),
-    ("bytes_b_to_a", pa.int64()), ("payload_bytes", pa.int64()), ("first_time", _TIME), ("duration_s", pa.float64()),
-    ("goodput_bps", pa.float64()), ("messages", _COUNTS), ("message_bytes", _COUNTS),
-    ("one_sided", pa.int64()), ("two_sided", pa.int64()),
-    ("psn_gaps", pa.int64()), ("drops", pa.int64()), ("not_captured", pa.int64()),
-    ("retransmissions", pa.int64()), ("out_of_order", pa.int64()),
-    ("length_mismatch", pa.int64()), ("bad_icrc", pa.int64()), ("not_analysed", pa.string()),
-    ("acks", pa.int64()), ("naks", pa.map_(pa.string(), pa.int64())), ("rnr_naks", pa.int64()),
-    ("rnr_timer_ms", pa.map_(pa.float64(), pa.int64())), ("ack_coalescing", pa.float64()),
-    ("max_outstanding", pa.int64()), ("reads_completed", pa.int64()), ("unmatched_read_responses", pa.int64()),
-    ("unacknowledged_at_end", pa.int64()), ("read_latency_us", _LATENCY), ("ack_latency_us", _LATENCY),
-    ("retries_a", _RETRIES), ("retries_b", _RETRIES),
-    ("cnp_received_a", pa.int64()), ("cnp_received_b", pa.int64()), ("ecn_ce", pa.int64()),
-])
+_RETRIES = pa.struct(
+    [
+        ("timeout_episodes", pa.int64()),
+        ("nak_episodes", pa.int64()),
+        ("rnr_episodes", pa.int64()),
+        ("max_retries", pa.int64()),
+        (
+            "ack_timeout",
+            pa.struct(
+                [
+                    ("wait_us_min", pa.float64()),
+                    ("wait_us_max", pa.float64()),
+                    ("exponent_min", pa.int8()),
+                    ("exponent_max", pa.int8()),
+                ]
+            ),
+        ),
+        (
+            "gave_up",
+            pa.struct(
+                [
+                    ("psn", pa.uint32()),
+                    ("retries", pa.int64()),
+                    ("last_frame", pa.int64()),
+                    ("answers_after", pa.int64()),
+                ]
+            ),
+        ),
+    ]
+)
+FLOW_SCHEMA = pa.schema(
+    [
+        ("conversation", pa.int32()),
+        ("transport", pa.string()),
+        ("a", pa.string()),
+        ("b", pa.string()),
+        ("qpn_a", pa.uint32()),
+        ("qpn_b", pa.uint32()),
+        ("p_key", pa.list_(pa.uint16())),
+        ("paired_by", pa.string()),
+        ("packets_a_to_b", pa.int64()),
+        ("packets_b_to_a", pa.int64()),
+        ("bytes_a_to_b", pa.int64()),
+        ("bytes_b_to_a", pa.int64()),
+        ("payload_bytes", pa.int64()),
+        ("first_time", _TIME),
+        ("duration_s", pa.float64()),
+        ("goodput_bps", pa.float64()),
+        ("messages", _COUNTS),
+        ("message_bytes", _COUNTS),
+        ("one_sided", pa.int64()),
+        ("two_sided", pa.int64()),
+        ("psn_gaps", pa.int64()),
+        ("drops", pa.int64()),
+        ("not_captured", pa.int64()),
+        ("retransmissions", pa.int64()),
+        ("out_of_order", pa.int64()),
+        ("length_mismatch", pa.int64()),
+        ("bad_icrc", pa.int64()),
+        ("not_analysed", pa.string()),
+        ("acks", pa.int64()),
+        ("naks", pa.map_(pa.string(), pa.int64())),
+        ("rnr_naks", pa.int64()),
+        ("rnr_timer_ms", pa.map_(pa.float64(), pa.int64())),
+        ("ack_coalescing", pa.float64()),
+        ("max_outstanding", pa.int64()),
+        ("reads_completed", pa.int64()),
+        ("unmatched_read_responses", pa.int64()),
+        ("unacknowledged_at_end", pa.int64()),
+        ("read_latency_us", _LATENCY),
+        ("ack_latency_us", _LATENCY),
+        ("retries_a", _RETRIES),
+        ("retries_b", _RETRIES),
+        ("cnp_received_a", pa.int64()),
+        ("cnp_received_b", pa.int64()),
+        ("ecn_ce", pa.int64()),
+    ]
+)
 
 
 def _typed_flow(r: dict) -> dict:

@@ -1,5 +1,6 @@
 """Typed results of `ibwire flows` for Python users (`ibwire.flows(path)`): one `Conversation` per QP
 pair with RC transport counters, in the units and types of the exported Parquet table (arrow.FLOW_SCHEMA)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -9,6 +10,7 @@ from typing import Dict, List, Optional
 @dataclass(frozen=True)
 class Latency:
     """Percentiles of the first latency samples of a conversation, in microseconds."""
+
     n: int
     p50: float
     p90: float
@@ -19,6 +21,7 @@ class Latency:
 @dataclass(frozen=True)
 class Conversation:
     """One RC/UC/UD/XRC conversation (both directions).  RC-only counters are None on other transports."""
+
     conversation: int
     transport: str
     a: str
@@ -49,7 +52,7 @@ class Conversation:
     out_of_order: Optional[int] = None
     length_mismatch: Optional[int] = None
     bad_icrc: Optional[int] = None
-    not_analysed: Optional[str] = None      # why the sequencer followed none of its packets
+    not_analysed: Optional[str] = None  # why the sequencer followed none of its packets
     acks: Optional[int] = None
     naks: Dict[str, int] = field(default_factory=dict)
     rnr_naks: Optional[int] = None
@@ -61,7 +64,7 @@ class Conversation:
     unacknowledged_at_end: Optional[int] = None
     read_latency_us: Optional[Latency] = None
     ack_latency_us: Optional[Latency] = None
-    retries_a: Optional[dict] = None         # retransmission forensics of a's requests (analysis.retries)
+    retries_a: Optional[dict] = None  # retransmission forensics of a's requests (analysis.retries)
     retries_b: Optional[dict] = None
 
     @property
@@ -88,6 +91,7 @@ class Conversation:
 @dataclass(frozen=True)
 class Flows:
     """The conversations of a capture (largest first) and the file damage met while reading it."""
+
     conversations: List[Conversation]
     problems: List[str]
     _rows: List[dict] = field(repr=False, compare=False, default_factory=list)
@@ -101,6 +105,7 @@ class Flows:
     def to_arrow(self):
         """The conversation table as a pyarrow Table (the columns of `ibwire export --flows`)."""
         from .arrow import flow_table
+
         return flow_table(self._rows)
 
     def to_pandas(self):

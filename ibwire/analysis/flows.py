@@ -17,6 +17,7 @@ spill conversation by conversation in capture order, as the responder would see 
     (request-to-ACK latency, coalescing), NAKs and RNR NAKs are counted by code and timer;
   * a message's bytes are checked against its RETH DMA length (WRITE) or the READ's.
 """
+
 import os
 import tempfile
 import threading
@@ -26,43 +27,89 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from dissectors.opcodes import NAK_CODES, RNR_TIMER_MS, lookup
-from ..fast import _native
+
+from ..fast import _native, scan
 from ..fast import records as R
-from ..fast import scan
 from ..fast.split import MIN_SPAN, processes, spans
 from ..fast.walk import SpanContextLost
-from .hashing import group_rows
 from . import frames as F
 from . import retries
+from .hashing import group_rows
 
-SAMPLE = 128            # distinct PSNs per half-flow kept for pairing (requests, and responses)
-SPILL_IN_MEMORY = 1 << 16   # packets kept in memory before the spill moves to a temporary file
+SAMPLE = 128  # distinct PSNs per half-flow kept for pairing (requests, and responses)
+SPILL_IN_MEMORY = 1 << 16  # packets kept in memory before the spill moves to a temporary file
 OP = [lookup(c).op for c in range(256)]
 TRANSPORT = [lookup(c).transport for c in range(256)]
 REQUEST_OPS = {"send", "write", "read_req", "atomic", "flush", "atomic_write", "resync"}
 ONE_SIDED = {"write", "read_req", "atomic", "flush", "atomic_write"}
-SEQUENCED = ("RC", "XRC", "DC", "UC")     # transports whose PSNs the sequencer follows (§9.7)
-ACKNOWLEDGED = ("RC", "XRC", "DC")        # and whose responders acknowledge them
+SEQUENCED = ("RC", "XRC", "DC", "UC")  # transports whose PSNs the sequencer follows (§9.7)
+ACKNOWLEDGED = ("RC", "XRC", "DC")  # and whose responders acknowledge them
 MESSAGE_KINDS = ("send", "write", "read", "atomic", "flush", "atomic_write", "resync", "unknown")
 
 # What the compiled sequencer reads per packet (native/flows.h flow_pkt, the same layout).
-SPILL = np.dtype([("t", "f8"), ("tns", "i8"), ("half", "u4"), ("psn", "u4"), ("len", "u4"), ("paylen", "i4"),
-                  ("dmalen", "u4"), ("destqp", "u4"), ("frame", "u4"), ("p_key", "u2"), ("op", "u1"),
-                  ("syn", "u1"), ("ecn", "u1"), ("bad", "u1"), ("pad", "V6")])
+SPILL = np.dtype(
+    [
+        ("t", "f8"),
+        ("tns", "i8"),
+        ("half", "u4"),
+        ("psn", "u4"),
+        ("len", "u4"),
+        ("paylen", "i4"),
+        ("dmalen", "u4"),
+        ("destqp", "u4"),
+        ("frame", "u4"),
+        ("p_key", "u2"),
+        ("op", "u1"),
+        ("syn", "u1"),
+        ("ecn", "u1"),
+        ("bad", "u1"),
+        ("pad", "V6"),
+    ]
+)
 COUNTERS = [c.lower() for c in _native.FLOW_COUNTERS]
 _NC, _NK = len(COUNTERS), len(MESSAGE_KINDS)
-SUMMARY = np.dtype([("packets", "i8", 2), ("bytes", "i8", 2), ("payload", "i8", 2), ("cnps", "i8", 2),
-                    ("ecn_ce", "i8", 2), ("qpn", "i8", 2), ("first_frame", "i8"), ("first_tns", "i8"),
-                    ("first", "f8"), ("last", "f8"), ("first_op", "i8"), ("counters", "i8", (2, _NC)),
-                    ("ops", "i8", (2, _NK)), ("op_bytes", "i8", (2, _NK)), ("ops_order", "i8", (2, _NK)),
-                    ("bytes_order", "i8", (2, _NK)), ("nak", "i8", (2, 32)), ("nak_order", "i8", (2, 32)),
-                    ("rnr", "i8", (2, 32)), ("rnr_order", "i8", (2, 32)), ("n_pkeys", "i8"),
-                    ("episodes", "i8", (2, 3)), ("timeout_wait_min", "f8", 2),
-                    ("timeout_wait_max", "f8", 2), ("max_retries", "i8", 2), ("stall_retries", "i8", 2),
-                    ("stall_psn", "i8", 2), ("stall_frame", "i8", 2), ("stall_answers", "i8", 2)])
-_SPILL_OFF = np.array([R.RECORD.fields[name][1] for name, typ in _native.SPILL_FIELDS
-                       if R.RECORD[name].str.lstrip("<>|=") == typ], np.int64)
-if len(_SPILL_OFF) != len(_native.SPILL_FIELDS) or SPILL.itemsize != _native.FLOW_PKT_SIZE or SUMMARY.itemsize != _native.FLOW_SUMMARY_SIZE:
+SUMMARY = np.dtype(
+    [
+        ("packets", "i8", 2),
+        ("bytes", "i8", 2),
+        ("payload", "i8", 2),
+        ("cnps", "i8", 2),
+        ("ecn_ce", "i8", 2),
+        ("qpn", "i8", 2),
+        ("first_frame", "i8"),
+        ("first_tns", "i8"),
+        ("first", "f8"),
+        ("last", "f8"),
+        ("first_op", "i8"),
+        ("counters", "i8", (2, _NC)),
+        ("ops", "i8", (2, _NK)),
+        ("op_bytes", "i8", (2, _NK)),
+        ("ops_order", "i8", (2, _NK)),
+        ("bytes_order", "i8", (2, _NK)),
+        ("nak", "i8", (2, 32)),
+        ("nak_order", "i8", (2, 32)),
+        ("rnr", "i8", (2, 32)),
+        ("rnr_order", "i8", (2, 32)),
+        ("n_pkeys", "i8"),
+        ("episodes", "i8", (2, 3)),
+        ("timeout_wait_min", "f8", 2),
+        ("timeout_wait_max", "f8", 2),
+        ("max_retries", "i8", 2),
+        ("stall_retries", "i8", 2),
+        ("stall_psn", "i8", 2),
+        ("stall_frame", "i8", 2),
+        ("stall_answers", "i8", 2),
+    ]
+)
+_SPILL_OFF = np.array(
+    [R.RECORD.fields[name][1] for name, typ in _native.SPILL_FIELDS if R.RECORD[name].str.lstrip("<>|=") == typ],
+    np.int64,
+)
+if (
+    len(_SPILL_OFF) != len(_native.SPILL_FIELDS)
+    or SPILL.itemsize != _native.FLOW_PKT_SIZE
+    or SUMMARY.itemsize != _native.FLOW_SUMMARY_SIZE
+):
     raise ImportError("ibwire.fast._native's flow records differ from ibwire.analysis.flows'; rebuild it")
 
 
@@ -75,8 +122,13 @@ def _tables():
     for c in range(256):
         o = lookup(c)
         cls[c] = classes.get(o.op, 0)
-        kind[c] = MESSAGE_KINDS.index(o.op) if o.op in MESSAGE_KINDS else MESSAGE_KINDS.index("read") \
-            if o.op == "read_req" else 0
+        kind[c] = (
+            MESSAGE_KINDS.index(o.op)
+            if o.op in MESSAGE_KINDS
+            else MESSAGE_KINDS.index("read")
+            if o.op == "read_req"
+            else 0
+        )
         seg[c] = segs[o.seg]
         tr[c] = trs.get(o.transport, 0)
     return cls, kind, seg, tr
@@ -87,7 +139,7 @@ _IS_REQ = np.array([OP[c] in REQUEST_OPS for c in range(256)])
 _IS_RESP = np.array([OP[c] in ("ack", "read_resp", "atomic_ack") for c in range(256)])
 _IS_UD = np.array([0x60 <= c < 0x80 for c in range(256)])
 
-HalfKey = Tuple[bytes, bytes, int, int, int]   # src, dst, slid, dlid, destqp
+HalfKey = Tuple[bytes, bytes, int, int, int]  # src, dst, slid, dlid, destqp
 
 
 class _Half:
@@ -95,7 +147,7 @@ class _Half:
 
     def __init__(self, hid, transport):
         self.id, self.transport = hid, transport
-        self.req_psn, self.resp_psn, self.packets = {}, {}, 0     # PSN samples: dicts keep first-seen order
+        self.req_psn, self.resp_psn, self.packets = {}, {}, 0  # PSN samples: dicts keep first-seen order
 
 
 class _Spill:
@@ -140,9 +192,9 @@ class _Learner:
     every transport packet goes to the spill with the number of its half-flow (or UD direction)."""
 
     def __init__(self):
-        self.drops: dict = {}           # the pcapng's interface statistics: packets the capture dropped
+        self.drops: dict = {}  # the pcapng's interface statistics: packets the capture dropped
         self.halves: Dict[HalfKey, _Half] = {}
-        self.ud: Dict[tuple, int] = {}            # (src, dst, slid, dlid, destqp, srcqp) -> number
+        self.ud: Dict[tuple, int] = {}  # (src, dst, slid, dlid, destqp, srcqp) -> number
         self.reqs, self.reps = {}, {}
         self.ids = 0
         self.spill = _Spill()
@@ -154,12 +206,13 @@ class _Learner:
     def add(self, rec: np.ndarray, frames: Optional[np.ndarray] = None) -> None:
         """Learn from a batch (`frames`: its frame numbers when the records cannot say)."""
         bth = (rec["flags"] & R.F_BTH) > 0
-        rows = None if bth.all() else np.flatnonzero(bth)   # field by field: a masked copy of whole records is slow
+        rows = None if bth.all() else np.flatnonzero(bth)  # field by field: a masked copy of whole records is slow
         if rows is not None and not len(rows):
             return
 
         def col(f):
             return rec[f] if rows is None else rec[f][rows]
+
         src, dst, sl, dl, qp = (col(k) for k in ("src", "dst", "slid", "dlid", "destqp"))
         ops, psns = col("opcode"), col("psn")
         _, first, inv = group_rows(rec, ("src", "dst", "slid", "dlid", "destqp"), rows)
@@ -192,8 +245,9 @@ class _Learner:
         if ud.any():
             u = np.nonzero(ud)[0]
             sqp = col("deth_srcqp")
-            _, ufirst, uinv = group_rows(rec, ("src", "dst", "slid", "dlid", "destqp", "deth_srcqp"),
-                                         u if rows is None else rows[u])
+            _, ufirst, uinv = group_rows(
+                rec, ("src", "dst", "slid", "dlid", "destqp", "deth_srcqp"), u if rows is None else rows[u]
+            )
             ids = []
             for i in u[ufirst].tolist():
                 k = (bytes(src[i]), bytes(dst[i]), int(sl[i]), int(dl[i]), int(qp[i]), int(sqp[i]))
@@ -210,8 +264,15 @@ class _Learner:
             elif r["mad_attrid"] == 0x13:
                 self.reps[int(r["cm_remote_comm_id"])] = (ends, int(r["cm_qpn"]))
         out = np.empty(len(ops), SPILL)
-        _native.flows_spill(np.ascontiguousarray(rec), rec.dtype.itemsize, rows, _SPILL_OFF, half,
-                            None if frames is None else np.ascontiguousarray(frames, np.uint32), out)
+        _native.flows_spill(
+            np.ascontiguousarray(rec),
+            rec.dtype.itemsize,
+            rows,
+            _SPILL_OFF,
+            half,
+            None if frames is None else np.ascontiguousarray(frames, np.uint32),
+            out,
+        )
         self.spill.add(out)
 
 
@@ -250,9 +311,19 @@ def _pair(halves: Dict[HalfKey, _Half], reqs, reps):
             continue
         done.update((ends, rev))
         back = [k for k in by_pair.get(rev, []) if k not in conv_of]
-        scores = sorted(((len(halves[x].req_psn.keys() & halves[y].resp_psn.keys())
-                          + len(halves[y].req_psn.keys() & halves[x].resp_psn.keys()), x, y)
-                         for x in ks for y in back), reverse=True)
+        scores = sorted(
+            (
+                (
+                    len(halves[x].req_psn.keys() & halves[y].resp_psn.keys())
+                    + len(halves[y].req_psn.keys() & halves[x].resp_psn.keys()),
+                    x,
+                    y,
+                )
+                for x in ks
+                for y in back
+            ),
+            reverse=True,
+        )
         used = set()
         for sc, x, y in scores:
             if sc > 0 and x not in used and y not in used:
@@ -272,8 +343,13 @@ def _pct(v: np.ndarray) -> Optional[dict]:
         return None
     a = np.asarray(v) * 1e6
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"n": len(a), "p50": round(float(p50), 3), "p90": round(float(p90), 3), "p99": round(float(p99), 3),
-            "max": round(float(a.max()), 3)}
+    return {
+        "n": len(a),
+        "p50": round(float(p50), 3),
+        "p90": round(float(p90), 3),
+        "p99": round(float(p99), 3),
+        "max": round(float(a.max()), 3),
+    }
 
 
 def _hex(q):
@@ -312,13 +388,24 @@ def _row(cid: int, paired_by: str, ends, raw) -> dict:
     transport = TRANSPORT[first_op] if first_op >= 0 else None
     dur = float(s["last"] - s["first"])
     c = {k: int(s["counters"][0][i] + s["counters"][1][i]) for i, k in enumerate(COUNTERS)}
-    out = {"conversation": cid, "transport": transport or "CNP", "a": ends[0], "b": ends[1],
-           "qpn_a": _hex(int(s["qpn"][0])), "qpn_b": _hex(int(s["qpn"][1])),
-           "p_key": ",".join(f"0x{p:04x}" for p in pkeys), "paired_by": paired_by,
-           "packets_a_to_b": int(s["packets"][0]), "packets_b_to_a": int(s["packets"][1]),
-           "bytes_a_to_b": int(s["bytes"][0]), "bytes_b_to_a": int(s["bytes"][1]),
-           "payload_bytes": int(s["payload"].sum()), "first_time": float(s["first"]),
-           "first_time_ns": int(s["first_tns"]), "duration_s": dur}
+    out = {
+        "conversation": cid,
+        "transport": transport or "CNP",
+        "a": ends[0],
+        "b": ends[1],
+        "qpn_a": _hex(int(s["qpn"][0])),
+        "qpn_b": _hex(int(s["qpn"][1])),
+        "p_key": ",".join(f"0x{p:04x}" for p in pkeys),
+        "paired_by": paired_by,
+        "packets_a_to_b": int(s["packets"][0]),
+        "packets_b_to_a": int(s["packets"][1]),
+        "bytes_a_to_b": int(s["bytes"][0]),
+        "bytes_b_to_a": int(s["bytes"][1]),
+        "payload_bytes": int(s["payload"].sum()),
+        "first_time": float(s["first"]),
+        "first_time_ns": int(s["first_tns"]),
+        "duration_s": dur,
+    }
     out["goodput_bps"] = (out["payload_bytes"] * 8 / dur) if dur > 0 else None
     ops = _ordered(s["ops"], s["ops_order"], MESSAGE_KINDS)
     out["messages"] = ops
@@ -328,21 +415,36 @@ def _row(cid: int, paired_by: str, ends, raw) -> dict:
     out["bad_icrc"] = c["bad_icrc"]
     sequenced = int(s["packets"].sum() - s["cnps"].sum()) - c["bad_icrc"]
     if not sequenced and c["bad_icrc"]:
-        out["not_analysed"] = (f"every frame ({c['bad_icrc']}) fails its ICRC, so none was sequenced: receivers "
-                               "discard them (a mirror or switch that rewrites headers without recomputing the "
-                               "ICRC does this; --no-icrc analyses them as if good)")
+        out["not_analysed"] = (
+            f"every frame ({c['bad_icrc']}) fails its ICRC, so none was sequenced: receivers "
+            "discard them (a mirror or switch that rewrites headers without recomputing the "
+            "ICRC does this; --no-icrc analyses them as if good)"
+        )
     if transport in SEQUENCED:
-        out.update({k: c[k] for k in ("psn_gaps", "drops", "not_captured", "retransmissions", "out_of_order",
-                                      "length_mismatch")})
+        out.update(
+            {
+                k: c[k]
+                for k in ("psn_gaps", "drops", "not_captured", "retransmissions", "out_of_order", "length_mismatch")
+            }
+        )
     if transport in ACKNOWLEDGED:
-        out.update({"acks": c["acks"], "naks": _ordered(s["nak"], s["nak_order"], _NAK_NAMES),
-                    "rnr_naks": c["rnr_naks"], "rnr_timer_ms": _ordered(s["rnr"], s["rnr_order"], _RNR_NAMES),
-                    "ack_coalescing": (c["acked_requests"] / c["acks"]) if c["acks"] else None,
-                    "max_outstanding": int(s["counters"][:, COUNTERS.index("max_outstanding")].max()),
-                    "reads_completed": c["reads_completed"], "unmatched_read_responses": c["unmatched_read_responses"],
-                    "unacknowledged_at_end": c["unacknowledged"] + c["untracked"],
-                    "read_latency_us": _pct(read_lat), "ack_latency_us": _pct(ack_lat),
-                    "retries_a": retries.channel(s, 0), "retries_b": retries.channel(s, 1)})
+        out.update(
+            {
+                "acks": c["acks"],
+                "naks": _ordered(s["nak"], s["nak_order"], _NAK_NAMES),
+                "rnr_naks": c["rnr_naks"],
+                "rnr_timer_ms": _ordered(s["rnr"], s["rnr_order"], _RNR_NAMES),
+                "ack_coalescing": (c["acked_requests"] / c["acks"]) if c["acks"] else None,
+                "max_outstanding": int(s["counters"][:, COUNTERS.index("max_outstanding")].max()),
+                "reads_completed": c["reads_completed"],
+                "unmatched_read_responses": c["unmatched_read_responses"],
+                "unacknowledged_at_end": c["unacknowledged"] + c["untracked"],
+                "read_latency_us": _pct(read_lat),
+                "ack_latency_us": _pct(ack_lat),
+                "retries_a": retries.channel(s, 0),
+                "retries_b": retries.channel(s, 1),
+            }
+        )
     out["cnp_received_a"], out["cnp_received_b"] = int(s["cnps"][0]), int(s["cnps"][1])
     out["ecn_ce"] = int(s["ecn_ce"].sum())
     return out
@@ -353,7 +455,7 @@ def _read_span(path, icrc, mask, span, progress=None) -> Tuple[_Learner, int, Li
     s = scan(path, icrc=icrc, span=span)
     learner, n = _Learner(), 0
     for rec in s:
-        frames = np.arange(n + 1, n + 1 + len(rec)) if span else None   # a span's reader cannot number them
+        frames = np.arange(n + 1, n + 1 + len(rec)) if span else None  # a span's reader cannot number them
         n += len(rec)
         if mask is not None:
             keep = mask(rec)
@@ -417,8 +519,9 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int
         def work(i):
             try:
                 results[i] = _read_span(path, icrc, mask, cut[i], scaled if i == 0 else None)
-            except BaseException as e:          # noqa: B036  (re-raised in the caller's thread)
+            except BaseException as e:  # noqa: B036  (re-raised in the caller's thread)
                 errors.append(e)
+
         threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(1, len(cut))]
         for t in threads:
             t.start()
@@ -452,14 +555,23 @@ def capture_drops(drops: dict, rows: List[dict]) -> Optional[dict]:
     dropped, missed = sum(drops.values()), sum(r.get("not_captured") or 0 for r in rows)
     explained = min(dropped, missed)
     if not dropped:
-        text = (f"the capture dropped no packets (pcapng interface statistics), so the {missed:,} PSNs not "
-                f"captured were missed before it (by the mirror or port), not by the capture" if missed else
-                "the capture dropped no packets (pcapng interface statistics)")
+        text = (
+            f"the capture dropped no packets (pcapng interface statistics), so the {missed:,} PSNs not "
+            f"captured were missed before it (by the mirror or port), not by the capture"
+            if missed
+            else "the capture dropped no packets (pcapng interface statistics)"
+        )
     else:
-        text = (f"the capture dropped {dropped:,} packets (pcapng interface statistics); "
-                f"{explained:,} of the {missed:,} PSNs not captured are explained by them" +
-                (f", the other {missed - explained:,} {'was' if missed - explained == 1 else 'were'} missed before the "
-                 f"capture (the mirror or port)" if missed > explained else ""))
+        text = (
+            f"the capture dropped {dropped:,} packets (pcapng interface statistics); "
+            f"{explained:,} of the {missed:,} PSNs not captured are explained by them"
+            + (
+                f", the other {missed - explained:,} {'was' if missed - explained == 1 else 'were'} missed before the "
+                f"capture (the mirror or port)"
+                if missed > explained
+                else ""
+            )
+        )
     return {"dropped": dropped, "not_captured": missed, "explained": explained, "text": text}
 
 
@@ -477,7 +589,7 @@ def _sequence(learner: _Learner, maps, learners, keep: list = None) -> List[dict
         ends.append((end_text(h[0], h[2]), end_text(h[1], h[3])))
         kinds.append((0, info["paired_by"], None))
     ud_convs: Dict[tuple, int] = {}
-    for k, i in learner.ud.items():          # UD: both QPNs are in the packet (DETH source QP)
+    for k, i in learner.ud.items():  # UD: both QPNs are in the packet (DETH source QP)
         a_end, b_end = (k[0], k[2], k[5]), (k[1], k[3], k[4])
         fwd = a_end <= b_end
         uk = a_end + b_end if fwd else b_end + a_end
@@ -497,7 +609,7 @@ def _sequence(learner: _Learner, maps, learners, keep: list = None) -> List[dict
             if offset:
                 rows["frame"] += offset
             _native.flows_feed(state, *_TABLES, rows, lut_conv, lut_side)
-    raw_events, lost = _native.flows_events(state)   # past 16M events the rest are only counted
+    raw_events, lost = _native.flows_events(state)  # past 16M events the rest are only counted
     events = F.decode(raw_events)
     by_frame = F.table(events)
     if keep is not None:
@@ -508,7 +620,7 @@ def _sequence(learner: _Learner, maps, learners, keep: list = None) -> List[dict
         raw = _native.flows_result(state, c)
         s = np.frombuffer(raw[0], SUMMARY)[0]
         if s["first_frame"] < 0:
-            continue                          # a conversation none of whose packets the filter kept
+            continue  # a conversation none of whose packets the filter kept
         row = _row(0, how, ends[c], raw)
         if c in listed:
             row["frames"] = listed[c]

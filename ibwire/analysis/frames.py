@@ -7,6 +7,7 @@ request an ACK, NAK or READ response answers, and the time since.
 `table(events)` turns the log into one row per frame (the records' `an_*` columns, fast.records.ANALYSIS;
 ibwire.analysis.packets fills them into records).
 """
+
 from collections import defaultdict
 from typing import Dict, List
 
@@ -19,7 +20,7 @@ EVENT = np.dtype([("frame", "u4"), ("conv", "i4"), ("kind", "u1"), ("side", "u1"
 KINDS = [k.lower() for k in _native.FLOW_EVENTS]
 if EVENT.itemsize != _native.FLOW_EVENT_SIZE:
     raise ImportError("ibwire.fast._native's flow events differ from ibwire.analysis.frames'; rebuild it")
-LISTED = 8                  # frames listed per kind and conversation (all are counted)
+LISTED = 8  # frames listed per kind and conversation (all are counted)
 # Columns the sequencer's events fill; NAKs and RNR waits are read from each ACK's own AETH.
 SEQUENCED = [c for c in R.ANALYSIS if c not in ("an_nak", "an_rnr_wait")]
 TABLE = np.dtype([("frame", "u4")] + [(c, R.RECORD[c]) for c in SEQUENCED])
@@ -40,9 +41,10 @@ def table(ev: np.ndarray) -> np.ndarray:
     def at(name):
         sel = kind == KINDS.index(name)
         return row[sel], value[sel]
+
     for name in ("retransmission", "lost", "out_of_order", "duplicate", "gave_up"):
         t["an_" + name][at(name)[0]] = 1
-    late = at("resent_late")[0]          # taken for late, then go-back-N showed it was resent
+    late = at("resent_late")[0]  # taken for late, then go-back-N showed it was resent
     t["an_out_of_order"][late] = 0
     t["an_retransmission"][late] = t["an_lost"][late] = 1
     r, v = at("psn_gap")
@@ -52,7 +54,7 @@ def table(ev: np.ndarray) -> np.ndarray:
         t["an_retry_cause"][at("retry_" + cause)[0]] = code
     t["an_timeout_retransmission"] = t["an_retry_cause"] == 1
     for name in ("acks_frame", "read_request_frame"):
-        r, v = at(name[:-len("_frame")])
+        r, v = at(name[: -len("_frame")])
         t["an_" + name][r] = v
     r, v = at("ack_rtt")
     t["an_ack_rtt"][r] = np.round(v.view(np.float32).astype(np.float64) * 1e9).astype(np.int64)
@@ -61,14 +63,20 @@ def table(ev: np.ndarray) -> np.ndarray:
 
 def per_conversation(ev: np.ndarray, tab: np.ndarray) -> Dict[int, Dict[str, List[int]]]:
     """conversation index -> kind -> the first LISTED frames of that kind (by the frames' TABLE rows)."""
-    kinds = {"retransmission": ("an_retransmission", 1), "lost": ("an_lost", 1),
-             "out_of_order": ("an_out_of_order", 1), "not_captured": ("an_not_captured", None),
-             "retry_timeout": ("an_retry_cause", 1), "retry_nak": ("an_retry_cause", 2),
-             "retry_rnr": ("an_retry_cause", 3), "gave_up": ("an_gave_up", 1)}
+    kinds = {
+        "retransmission": ("an_retransmission", 1),
+        "lost": ("an_lost", 1),
+        "out_of_order": ("an_out_of_order", 1),
+        "not_captured": ("an_not_captured", None),
+        "retry_timeout": ("an_retry_cause", 1),
+        "retry_nak": ("an_retry_cause", 2),
+        "retry_rnr": ("an_retry_cause", 3),
+        "gave_up": ("an_gave_up", 1),
+    }
     out: Dict[int, Dict[str, List[int]]] = defaultdict(lambda: defaultdict(list))
     rows = dict(zip(tab["frame"].tolist(), range(len(tab))))
     answers = [KINDS.index(k) for k in ("duplicate", "acks", "ack_rtt", "read_request", "psn_gap")]
-    ev = ev[~np.isin(ev["kind"], answers)]        # those alone list no frame (every ACK answers one)
+    ev = ev[~np.isin(ev["kind"], answers)]  # those alone list no frame (every ACK answers one)
     for frame, conv in sorted(set(zip(ev["frame"].tolist(), ev["conv"].tolist()))):
         r = tab[rows[frame]]
         for kind, (col, want) in kinds.items():

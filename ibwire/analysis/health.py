@@ -16,6 +16,7 @@ only the rare MAC control (0x8808) and LLDP (0x88cc) frames are read as bytes (d
 * ECMP: each RoCEv2 flow's UDP source ports, and the path each would take among N paths by a modulo of the
   source port and by a CRC-32 of the 5-tuple.
 """
+
 import math
 import zlib
 from collections import Counter, defaultdict
@@ -23,9 +24,16 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from dissectors.dcbfacts import (ALL_PRIORITIES, LLDP_ETHERTYPE, MAC_CONTROL_ETHERTYPE, parse_dcbx, parse_mac_control,
-                                 pause_seconds)
+from dissectors.dcbfacts import (
+    ALL_PRIORITIES,
+    LLDP_ETHERTYPE,
+    MAC_CONTROL_ETHERTYPE,
+    parse_dcbx,
+    parse_mac_control,
+    pause_seconds,
+)
 from dissectors.opcodes import OPCODES, ROCE_V2_PORT
+
 from ..fast import records as R
 from ..fast.decode import decode_batch
 from ..fast.walk import CaptureWalk
@@ -35,17 +43,44 @@ KINDS = ("data", "ACK", "CNP", "MAD", "CM")
 DATA, ACK, CNP, MAD, CM = range(len(KINDS))
 CNP_OPCODE = 0x81
 _ACK_OPS = np.array([c in OPCODES and OPCODES[c].op in ("ack", "atomic_ack") for c in range(256)])
-_KEEP = ("frame", "time", "time_ns", "len", "link", "flags", "vlan", "pcp", "dscp", "ecn", "fecn", "slid", "dlid", "src", "dst", "udp_src", "opcode",
-         "destqp", "psn", "mad_class")
+_KEEP = (
+    "frame",
+    "time",
+    "time_ns",
+    "len",
+    "link",
+    "flags",
+    "vlan",
+    "pcp",
+    "dscp",
+    "ecn",
+    "fecn",
+    "slid",
+    "dlid",
+    "src",
+    "dst",
+    "udp_src",
+    "opcode",
+    "destqp",
+    "psn",
+    "mad_class",
+)
 KEEP = np.dtype([(f, R.RECORD.fields[f][0]) for f in _KEEP])
-MIN_JUDGED = 8           # packets the sender sent in the window before a CNP for its reaction to be judged
+MIN_JUDGED = 8  # packets the sender sent in the window before a CNP for its reaction to be judged
 
 
 class Settings:
     """Thresholds and expectations (`ibwire health` options)."""
 
-    def __init__(self, port_speed: float = 100e9, storm_ms: float = 300.0, paths: int = 8, window_us: float = 20.0,
-                 cut: float = 0.1, qos: Optional[Dict[str, int]] = None):
+    def __init__(
+        self,
+        port_speed: float = 100e9,
+        storm_ms: float = 300.0,
+        paths: int = 8,
+        window_us: float = 20.0,
+        cut: float = 0.1,
+        qos: Optional[Dict[str, int]] = None,
+    ):
         self.port_speed, self.storm_s, self.paths = port_speed, storm_ms / 1e3, paths
         self.window, self.cut, self.qos = window_us / 1e6, cut, dict(qos or {})
 
@@ -64,11 +99,17 @@ def read(path: str, icrc: bool = False):
         ctl = np.flatnonzero(((et == MAC_CONTROL_ETHERTYPE) | (et == LLDP_ETHERTYPE)) & (rec["linktype"] == 1))
         for i in ctl:
             at = int(pos.data[i])
-            control.append((int(rec["frame"][i]), (int(rec["time_ns"][i]) - t0) / 1e9, bytes(walk.buf[at:at + int(pos.caplen[i])])))
+            control.append(
+                (
+                    int(rec["frame"][i]),
+                    (int(rec["time_ns"][i]) - t0) / 1e9,
+                    bytes(walk.buf[at : at + int(pos.caplen[i])]),
+                )
+            )
         roce = np.flatnonzero(rec["flags"] & R.F_BTH)
         part = np.empty(len(roce), KEEP)
         every = len(roce) == len(rec)
-        for f in _KEEP:                          # column by column: numpy copies a multi-field selection slowly
+        for f in _KEEP:  # column by column: numpy copies a multi-field selection slowly
             part[f] = rec[f] if every else rec[f][roce]
         parts.append(part)
     rows = np.concatenate(parts) if parts else np.zeros(0, KEEP)
@@ -106,12 +147,21 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
     rel = (rows["time_ns"] - t0) / 1e9
     pause, dcbx = _pauses(control, settings)
     flows = _flows(rows, kind, (rows["time_ns"] - t0) // 1000)
-    out = {"capture": str(path), "port_speed_bps": settings.port_speed, "storm_ms": settings.storm_s * 1e3,
-           "rate_window_us": settings.window * 1e6, "paths": settings.paths, "qos_expected": settings.qos,
-           "roce_packets": int(len(rows)), "pause": pause, "dcbx": dcbx,
-           "congestion": _congestion(rows, kind, rel, flows, settings),
-           "ecmp": _ecmp(rows, kind, flows, settings), "qos": _qos_table(rows, kind, prio, flows),
-           "problems": list(problems)}
+    out = {
+        "capture": str(path),
+        "port_speed_bps": settings.port_speed,
+        "storm_ms": settings.storm_s * 1e3,
+        "rate_window_us": settings.window * 1e6,
+        "paths": settings.paths,
+        "qos_expected": settings.qos,
+        "roce_packets": int(len(rows)),
+        "pause": pause,
+        "dcbx": dcbx,
+        "congestion": _congestion(rows, kind, rel, flows, settings),
+        "ecmp": _ecmp(rows, kind, flows, settings),
+        "qos": _qos_table(rows, kind, prio, flows),
+        "problems": list(problems),
+    }
     out["findings"] = _findings(out, rows, kind, prio, flows, settings)
     if bins:
         out["series"] = _series(out, rows, kind, rel, flows, control, bins, settings.window)
@@ -126,6 +176,7 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
 
 
 # ---- pauses ---------------------------------------------------------------------------------------------------
+
 
 def _mac(b: bytes) -> str:
     return ":".join(f"{x:02x}" for x in b)
@@ -164,16 +215,33 @@ def _pauses(control, s: Settings):
         if cur is not None:
             episodes.append(cur)
         lengths = [e["until"] - e["start"] for e in episodes]
-        ports.append({"port": port, "priority": "all" if p == ALL_PRIORITIES else p, "frames": len(ev),
-                      "xoff": sum(1 for e in ev if e[1]), "xon": sum(1 for e in ev if not e[1]),
-                      "episodes": [{"start_s": e["start"], "duration_s": e["until"] - e["start"],
-                                    "first_frame": e["frames"][0], "last_frame": e["frames"][-1],
-                                    "frames": len(e["frames"]), "_frames": e["frames"]} for e in episodes],
-                      "paused_s": float(sum(lengths)), "longest_s": float(max(lengths, default=0.0))})
+        ports.append(
+            {
+                "port": port,
+                "priority": "all" if p == ALL_PRIORITIES else p,
+                "frames": len(ev),
+                "xoff": sum(1 for e in ev if e[1]),
+                "xon": sum(1 for e in ev if not e[1]),
+                "episodes": [
+                    {
+                        "start_s": e["start"],
+                        "duration_s": e["until"] - e["start"],
+                        "first_frame": e["frames"][0],
+                        "last_frame": e["frames"][-1],
+                        "frames": len(e["frames"]),
+                        "_frames": e["frames"],
+                    }
+                    for e in episodes
+                ],
+                "paused_s": float(sum(lengths)),
+                "longest_s": float(max(lengths, default=0.0)),
+            }
+        )
     return ports, dcbx
 
 
 # ---- flows, congestion ----------------------------------------------------------------------------------------
+
 
 def _addr(b) -> str:
     """An end as text: an IP address or GID, or `LID n` on native InfiniBand without a GRH."""
@@ -201,8 +269,17 @@ def _flows(rows, kind, rel_us) -> List[dict]:
     for g, f in enumerate(first):
         i = data[f]
         src, dst = _end(rows, i, "src"), _end(rows, i, "dst")
-        flows.append({"src": src, "dst": dst, "qp": int(rows["destqp"][i]), "partner": None, "paired_by": "none",
-                      "rows": data[inv == g], "link": int(rows["link"][i])})
+        flows.append(
+            {
+                "src": src,
+                "dst": dst,
+                "qp": int(rows["destqp"][i]),
+                "partner": None,
+                "paired_by": "none",
+                "rows": data[inv == g],
+                "link": int(rows["link"][i]),
+            }
+        )
         by_ends[(src, dst)].append(flows[-1])
     key = None
     for (src, dst), fs in by_ends.items():
@@ -211,13 +288,13 @@ def _flows(rows, kind, rel_us) -> List[dict]:
         if len(fs) == 1 and len(cands) == 1:
             fs[0]["partner"], fs[0]["paired_by"] = int(cands[0]), "addresses"
         elif fs and len(cands):
-            if key is None:                      # PSN << 39 | µs since the first packet
+            if key is None:  # PSN << 39 | µs since the first packet
                 key = rows["psn"].astype(np.int64) << 39 | np.clip(rel_us, 0, (1 << 39) - 1)
             _pair_by_psn(rows, key, fs, back_rows, cands)
     return flows
 
 
-ANSWER_WITHIN_US = 10_000   # an ACK or response answers a request with its PSN sent at most this long before
+ANSWER_WITHIN_US = 10_000  # an ACK or response answers a request with its PSN sent at most this long before
 
 
 def _pair_by_psn(rows, key, fs, back, cands, sample: int = 5000) -> None:
@@ -265,7 +342,7 @@ def _cnp_rows(rows, kind, flows):
     for n, f in enumerate(flows):
         got = by_target.get((f["dst"], f["src"], f["partner"])) if f["partner"] is not None else None
         if got is None and per_pair[(f["src"], f["dst"])] == 1:
-            got = by_target.get((f["dst"], f["src"], None))   # the only flow between the two ends
+            got = by_target.get((f["dst"], f["src"], None))  # the only flow between the two ends
         out[n] = np.array(got or [], np.int64)
     return out
 
@@ -306,24 +383,43 @@ def _congestion(rows, kind, rel, flows, s: Settings) -> List[dict]:
                     if _rate(t, cum, w, w + s.window) >= before * (1 - s.cut):
                         recovered = k * s.window * 1e6
                         break
-            reactions.append({"cnp_frame": int(rows["frame"][c]), "time_s": tc, "rate_before_bps": before,
-                              "rate_after_bps": after, "packets_before": sent_before, "cut": cut,
-                              "recovered_after_us": recovered})
+            reactions.append(
+                {
+                    "cnp_frame": int(rows["frame"][c]),
+                    "time_s": tc,
+                    "rate_before_bps": before,
+                    "rate_after_bps": after,
+                    "packets_before": sent_before,
+                    "cut": cut,
+                    "recovered_after_us": recovered,
+                }
+            )
         tcnp = rel[cnps] if len(cnps) else np.zeros(0)
         first_ce = float(rel[ce[0]]) if len(ce) else None
         answer = tcnp[tcnp >= first_ce] if first_ce is not None else tcnp[:0]
         gaps = np.diff(tcnp) * 1e6
-        out.append({"flow": flow_name(f), "src": _addr(f["src"]), "dst": _addr(f["dst"]), "qp": f["qp"],
-                    "partner_qp": f["partner"], "paired_by": f["paired_by"], "packets": int(len(m)),
-                    "ce_marked": int(len(ce)), "cnps": int(len(cnps)),
-                    "first_ce_frame": int(rows["frame"][ce[0]]) if len(ce) else None,
-                    "first_ce_to_cnp_us": float(answer[0] - first_ce) * 1e6 if len(answer) else None,
-                    "cnp_spacing_us": {"min": float(gaps.min()), "median": float(np.median(gaps))} if len(gaps) else None,
-                    "cnp_dscp": sorted(set(rows["dscp"][cnps].tolist())),
-                    "data_dscp": sorted(set(rows["dscp"][m].tolist())),
-                    "cnp_priority": sorted(set(priority(rows[cnps]).tolist())) if len(cnps) else [],
-                    "data_priority": sorted(set(priority(rows[m]).tolist())),
-                    "reactions": reactions, "_n": n})
+        out.append(
+            {
+                "flow": flow_name(f),
+                "src": _addr(f["src"]),
+                "dst": _addr(f["dst"]),
+                "qp": f["qp"],
+                "partner_qp": f["partner"],
+                "paired_by": f["paired_by"],
+                "packets": int(len(m)),
+                "ce_marked": int(len(ce)),
+                "cnps": int(len(cnps)),
+                "first_ce_frame": int(rows["frame"][ce[0]]) if len(ce) else None,
+                "first_ce_to_cnp_us": float(answer[0] - first_ce) * 1e6 if len(answer) else None,
+                "cnp_spacing_us": {"min": float(gaps.min()), "median": float(np.median(gaps))} if len(gaps) else None,
+                "cnp_dscp": sorted(set(rows["dscp"][cnps].tolist())),
+                "data_dscp": sorted(set(rows["dscp"][m].tolist())),
+                "cnp_priority": sorted(set(priority(rows[cnps]).tolist())) if len(cnps) else [],
+                "data_priority": sorted(set(priority(rows[m]).tolist())),
+                "reactions": reactions,
+                "_n": n,
+            }
+        )
     return out
 
 
@@ -339,12 +435,21 @@ def _series(out, rows, kind, rel, flows, control, bins: int, window: float, most
         n = max(1, min(bins, math.ceil((t1 - t0) / window)))  # no finer than the rate window
         edges = np.linspace(t0, t0 + n * window if n < bins else max(t1, t0 + 1e-6), n + 1)
         rate = np.histogram(rel[m], edges, weights=rows["len"][m].astype(np.float64) * 8)[0] / (edges[1] - edges[0])
-        per.append({"flow": c["flow"], "ce_s": rel[ce][:most].tolist(), "cnp_s": rel[cnp][:most].tolist(),
-                    "start_s": t0, "end_s": float(edges[-1]), "rate_bps": rate.tolist()})
+        per.append(
+            {
+                "flow": c["flow"],
+                "ce_s": rel[ce][:most].tolist(),
+                "cnp_s": rel[cnp][:most].tolist(),
+                "start_s": t0,
+                "end_s": float(edges[-1]),
+                "rate_bps": rate.tolist(),
+            }
+        )
     return {"t_end": t_end, "bins": bins, "flows": per}
 
 
 # ---- ECMP -----------------------------------------------------------------------------------------------------
+
 
 def crc_path(src: bytes, dst: bytes, sport: int, paths: int) -> int:
     """The path a CRC-32 hash of the UDP 5-tuple picks (the kind of hash switches use for ECMP)."""
@@ -358,16 +463,30 @@ def _ecmp(rows, kind, flows, s: Settings) -> dict:
         if f["link"] not in (R.ROCE2V4, R.ROCE2V6):
             continue
         ports = sorted(set(rows["udp_src"][f["rows"]].tolist()))
-        per.append({"flow": flow_name(f), "src": _addr(f["src"]), "dst": _addr(f["dst"]), "qp": f["qp"],
-                    "udp_srcports": ports, "_ends": (f["src"], f["dst"]), "modulo_path": [p % s.paths for p in ports],
-                    "crc_path": [crc_path(bytes(f["src"]), bytes(f["dst"]), p, s.paths) for p in ports]})
-    spread = {h: np.bincount([x for e in per for x in e[f"{h}_path"]], minlength=s.paths).tolist()
-              for h in ("modulo", "crc")}
-    return {"flows": per, "distinct_srcports": len({p for e in per for p in e["udp_srcports"]}),
-            "flows_per_path": spread}
+        per.append(
+            {
+                "flow": flow_name(f),
+                "src": _addr(f["src"]),
+                "dst": _addr(f["dst"]),
+                "qp": f["qp"],
+                "udp_srcports": ports,
+                "_ends": (f["src"], f["dst"]),
+                "modulo_path": [p % s.paths for p in ports],
+                "crc_path": [crc_path(bytes(f["src"]), bytes(f["dst"]), p, s.paths) for p in ports],
+            }
+        )
+    spread = {
+        h: np.bincount([x for e in per for x in e[f"{h}_path"]], minlength=s.paths).tolist() for h in ("modulo", "crc")
+    }
+    return {
+        "flows": per,
+        "distinct_srcports": len({p for e in per for p in e["udp_srcports"]}),
+        "flows_per_path": spread,
+    }
 
 
 # ---- DSCP / PCP -----------------------------------------------------------------------------------------------
+
 
 def _qos_table(rows, kind, prio, flows) -> List[dict]:
     """Packets per (direction's ends and QP, kind, DSCP, PCP)."""
@@ -376,8 +495,19 @@ def _qos_table(rows, kind, prio, flows) -> List[dict]:
     keyed = np.zeros(len(rows), [("k", "i1"), ("d", "u1"), ("p", "i2"), ("q", "u4")])
     keyed["k"], keyed["d"], keyed["q"] = kind, rows["dscp"], rows["destqp"]
     keyed["p"] = np.where(rows["vlan"] >= 0, rows["pcp"], -1)
-    both = np.zeros(len(rows), [("src", "V16"), ("dst", "V16"), ("slid", "u2"), ("dlid", "u2"), ("k", "i1"),
-                                ("d", "u1"), ("p", "i2"), ("q", "u4")])
+    both = np.zeros(
+        len(rows),
+        [
+            ("src", "V16"),
+            ("dst", "V16"),
+            ("slid", "u2"),
+            ("dlid", "u2"),
+            ("k", "i1"),
+            ("d", "u1"),
+            ("p", "i2"),
+            ("q", "u4"),
+        ],
+    )
     for f in ("src", "dst", "slid", "dlid"):
         both[f] = rows[f]
     for f in ("k", "d", "p", "q"):
@@ -386,17 +516,29 @@ def _qos_table(rows, kind, prio, flows) -> List[dict]:
     counts = np.bincount(inv, minlength=len(first))
     out = []
     for g, i in enumerate(first):
-        out.append({"src": _addr(_end(rows, i, "src")), "dst": _addr(_end(rows, i, "dst")), "qp": int(rows["destqp"][i]),
-                    "kind": KINDS[kind[i]], "dscp": int(rows["dscp"][i]),
-                    "pcp": int(rows["pcp"][i]) if rows["vlan"][i] >= 0 else None, "priority": int(prio[i]),
-                    "packets": int(counts[g])})
+        out.append(
+            {
+                "src": _addr(_end(rows, i, "src")),
+                "dst": _addr(_end(rows, i, "dst")),
+                "qp": int(rows["destqp"][i]),
+                "kind": KINDS[kind[i]],
+                "dscp": int(rows["dscp"][i]),
+                "pcp": int(rows["pcp"][i]) if rows["vlan"][i] >= 0 else None,
+                "priority": int(prio[i]),
+                "packets": int(counts[g]),
+            }
+        )
     return out
 
 
 # ---- findings -------------------------------------------------------------------------------------------------
 
-_MARK_FILTER = {R.ROCE2V6: "ipv6.tclass.ecn == 3", R.ROCE1: "grh.tclass & 3 == 3", R.IB: "bth.fecn == 1",
-                R.IBGRH: "bth.fecn == 1"}
+_MARK_FILTER = {
+    R.ROCE2V6: "ipv6.tclass.ecn == 3",
+    R.ROCE1: "grh.tclass & 3 == 3",
+    R.IB: "bth.fecn == 1",
+    R.IBGRH: "bth.fecn == 1",
+}
 
 
 def _ends_filter(link: int, src: str, dst: str) -> str:
@@ -411,8 +553,15 @@ def _ends_filter(link: int, src: str, dst: str) -> str:
 
 def _finding(kind: str, severity: str, text: str, frames, flt: str, **more) -> dict:
     frames = [int(x) for x in frames]
-    return {"kind": kind, "severity": severity, "text": text, "frames": frames[:50], "frame_count": len(frames),
-            "filter": flt, **more}
+    return {
+        "kind": kind,
+        "severity": severity,
+        "text": text,
+        "frames": frames[:50],
+        "frame_count": len(frames),
+        "filter": flt,
+        **more,
+    }
 
 
 def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
@@ -422,20 +571,33 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
         cev = "" if e["priority"] == "all" else f" && macc.cbfc.enbv.c{e['priority']} == 1"
         for ep in e["episodes"]:
             if ep["duration_s"] > s.storm_s:
-                found.append(_finding(
-                    "pause_storm", "error",
-                    f"pause storm: port {e['port']} kept priority {e['priority']} paused for "
-                    f"{ep['duration_s'] * 1e3:.0f} ms without a break (threshold {s.storm_s * 1e3:g} ms)",
-                    ep["_frames"],
-                    f"eth.src == {e['port']} && macc{cev} && frame.number >= {ep['first_frame']} && "
-                    f"frame.number <= {ep['last_frame']}", port=e["port"], priority=e["priority"],
-                    duration_s=ep["duration_s"]))
+                found.append(
+                    _finding(
+                        "pause_storm",
+                        "error",
+                        f"pause storm: port {e['port']} kept priority {e['priority']} paused for "
+                        f"{ep['duration_s'] * 1e3:.0f} ms without a break (threshold {s.storm_s * 1e3:g} ms)",
+                        ep["_frames"],
+                        f"eth.src == {e['port']} && macc{cev} && frame.number >= {ep['first_frame']} && "
+                        f"frame.number <= {ep['last_frame']}",
+                        port=e["port"],
+                        priority=e["priority"],
+                        duration_s=ep["duration_s"],
+                    )
+                )
         if e["priority"] != "all" and e["xoff"] and e["priority"] not in roce_prios and len(rows):
-            found.append(_finding("pause_without_roce", "warning",
-                                  f"port {e['port']} pauses priority {e['priority']}, which carries no RoCE traffic "
-                                  f"(RoCE travels in priority {', '.join(map(str, sorted(roce_prios)))})",
-                                  [x for ep in e["episodes"] for x in ep["_frames"]], f"eth.src == {e['port']} && macc{cev}",
-                                  port=e["port"], priority=e["priority"]))
+            found.append(
+                _finding(
+                    "pause_without_roce",
+                    "warning",
+                    f"port {e['port']} pauses priority {e['priority']}, which carries no RoCE traffic "
+                    f"(RoCE travels in priority {', '.join(map(str, sorted(roce_prios)))})",
+                    [x for ep in e["episodes"] for x in ep["_frames"]],
+                    f"eth.src == {e['port']} && macc{cev}",
+                    port=e["port"],
+                    priority=e["priority"],
+                )
+            )
     protected = set()
     for d in out["dcbx"].values():
         protected |= set(d.get("pfc_enabled", []))
@@ -445,10 +607,17 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
         data = (kind == DATA) | (kind == ACK)
         for p in sorted(roce_prios - protected):
             sel = np.flatnonzero(data & (prio == p))
-            found.append(_finding("roce_unprotected", "error",
-                                  f"{len(sel)} RoCE packets travel in priority {p}, which PFC does not protect "
-                                  f"(PFC on {', '.join(map(str, sorted(protected))) or 'no priority'})",
-                                  rows["frame"][sel], f"bth.opcode != 0x81 && !mad && {_prio_filter(p)}", priority=p))
+            found.append(
+                _finding(
+                    "roce_unprotected",
+                    "error",
+                    f"{len(sel)} RoCE packets travel in priority {p}, which PFC does not protect "
+                    f"(PFC on {', '.join(map(str, sorted(protected))) or 'no priority'})",
+                    rows["frame"][sel],
+                    f"bth.opcode != 0x81 && !mad && {_prio_filter(p)}",
+                    priority=p,
+                )
+            )
     by_n = {c["_n"]: c for c in out["congestion"]}
     for n, c in by_n.items():
         f = flows[n]
@@ -457,35 +626,61 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
         cnp_qp = f" && bth.destqp == 0x{f['partner']:06x}" if f["partner"] is not None else ""
         if c["ce_marked"] and not c["cnps"]:
             ce = f["rows"][marked(rows[f["rows"]])]
-            found.append(_finding("ce_unanswered", "error",
-                                  f"{c['flow']}: {c['ce_marked']} packets marked ECN-CE, no CNP answered them",
-                                  rows["frame"][ce], f"{ends} && bth.destqp == 0x{f['qp']:06x} && "
-                                  f"{_MARK_FILTER.get(f['link'], 'ip.dsfield.ecn == 3')}",
-                                  flow=c["flow"]))
+            found.append(
+                _finding(
+                    "ce_unanswered",
+                    "error",
+                    f"{c['flow']}: {c['ce_marked']} packets marked ECN-CE, no CNP answered them",
+                    rows["frame"][ce],
+                    f"{ends} && bth.destqp == 0x{f['qp']:06x} && {_MARK_FILTER.get(f['link'], 'ip.dsfield.ecn == 3')}",
+                    flow=c["flow"],
+                )
+            )
         flat = [r["cnp_frame"] for r in c["reactions"] if r["cut"] is False]
         if flat:
-            found.append(_finding("cnp_no_rate_cut", "warning",          # an application-limited sender need not slow
-                                  f"{c['flow']}: the sender kept its rate after {len(flat)} of the "
-                                  f"{sum(r['cut'] is not None for r in c['reactions'])} CNPs judged "
-                                  f"(less than a {s.cut:.0%} cut within {s.window * 1e6:g} µs)", flat,
-                                  f"{back} && bth.opcode == 0x81{cnp_qp} && frame.number in {{{', '.join(map(str, flat[:50]))}}}",
-                                  flow=c["flow"]))
+            found.append(
+                _finding(
+                    "cnp_no_rate_cut",
+                    "warning",  # an application-limited sender need not slow
+                    f"{c['flow']}: the sender kept its rate after {len(flat)} of the "
+                    f"{sum(r['cut'] is not None for r in c['reactions'])} CNPs judged "
+                    f"(less than a {s.cut:.0%} cut within {s.window * 1e6:g} µs)",
+                    flat,
+                    f"{back} && bth.opcode == 0x81{cnp_qp} && frame.number in {{{', '.join(map(str, flat[:50]))}}}",
+                    flow=c["flow"],
+                )
+            )
         want = s.qos.get("cnp_dscp")
-        bad_cnp = [d for d in c["cnp_dscp"] if d != want] if want is not None else \
-            ([d for d in c["cnp_dscp"] if d not in c["data_dscp"]] if c["cnps"] else [])
+        bad_cnp = (
+            [d for d in c["cnp_dscp"] if d != want]
+            if want is not None
+            else ([d for d in c["cnp_dscp"] if d not in c["data_dscp"]] if c["cnps"] else [])
+        )
         if bad_cnp:
             what = f"the expected {want}" if want is not None else f"the data's {', '.join(map(str, c['data_dscp']))}"
-            found.append(_finding("cnp_class", "warning",
-                                  f"{c['flow']}: CNPs carry DSCP {', '.join(map(str, bad_cnp))}, not {what}",
-                                  [r["cnp_frame"] for r in c["reactions"]], f"{back} && bth.opcode == 0x81{cnp_qp}",
-                                  flow=c["flow"]))
+            found.append(
+                _finding(
+                    "cnp_class",
+                    "warning",
+                    f"{c['flow']}: CNPs carry DSCP {', '.join(map(str, bad_cnp))}, not {what}",
+                    [r["cnp_frame"] for r in c["reactions"]],
+                    f"{back} && bth.opcode == 0x81{cnp_qp}",
+                    flow=c["flow"],
+                )
+            )
         off = [p for p in c["cnp_priority"] if p not in c["data_priority"]]
-        if off and not bad_cnp and "cnp_priority" not in s.qos:   # (untagged: the DSCP finding says it)
-            found.append(_finding("cnp_class", "warning",
-                                  f"{c['flow']}: CNPs travel in priority {', '.join(map(str, off))}, the data in "
-                                  f"{', '.join(map(str, c['data_priority']))}",
-                                  [r["cnp_frame"] for r in c["reactions"]], f"{back} && bth.opcode == 0x81{cnp_qp}",
-                                  flow=c["flow"]))
+        if off and not bad_cnp and "cnp_priority" not in s.qos:  # (untagged: the DSCP finding says it)
+            found.append(
+                _finding(
+                    "cnp_class",
+                    "warning",
+                    f"{c['flow']}: CNPs travel in priority {', '.join(map(str, off))}, the data in "
+                    f"{', '.join(map(str, c['data_priority']))}",
+                    [r["cnp_frame"] for r in c["reactions"]],
+                    f"{back} && bth.opcode == 0x81{cnp_qp}",
+                    flow=c["flow"],
+                )
+            )
     v2 = np.isin(rows["link"], (R.ROCE2V4, R.ROCE2V6)) & ((kind == DATA) | (kind == ACK))
     found += _ecmp_findings(out["ecmp"], s, rows, v2)
     found += _qos_findings(rows, kind, prio, s)
@@ -512,18 +707,32 @@ def _ecmp_findings(ecmp: dict, s: Settings, rows, v2) -> List[dict]:
         ports = {p for e in es for p in e["udp_srcports"]}
         if len(es) >= 2 and len(ports) == 1:
             port = next(iter(ports))
-            found.append(_finding("ecmp_one_srcport", "warning",
-                                  f"{len(es)} QPs from {src} to {dst} all use UDP source port {port}: every one takes "
-                                  f"the same ECMP path", _frames_between(rows, es[0]["_ends"], port), f"ip.src == {src} && ip.dst == {dst} && udp.srcport == {port}",
-                                  src=src, dst=dst))
+            found.append(
+                _finding(
+                    "ecmp_one_srcport",
+                    "warning",
+                    f"{len(es)} QPs from {src} to {dst} all use UDP source port {port}: every one takes "
+                    f"the same ECMP path",
+                    _frames_between(rows, es[0]["_ends"], port),
+                    f"ip.src == {src} && ip.dst == {dst} && udp.srcport == {port}",
+                    src=src,
+                    dst=dst,
+                )
+            )
     n = len(ecmp["flows"])
     used = sum(1 for c in ecmp["flows_per_path"]["crc"] if c)
     if n >= 2 and used < min(n, s.paths) / 2:
-        found.append(_finding("ecmp_low_entropy", "warning",
-                              f"{n} RoCEv2 flows with {ecmp['distinct_srcports']} distinct UDP source ports fall on "
-                              f"{used} of {s.paths} paths (CRC-32 hash of the 5-tuple)", rows["frame"][v2],
-                              "udp.dstport == 4791 && !mad && bth.opcode != 0x81",
-                              paths_used=used))
+        found.append(
+            _finding(
+                "ecmp_low_entropy",
+                "warning",
+                f"{n} RoCEv2 flows with {ecmp['distinct_srcports']} distinct UDP source ports fall on "
+                f"{used} of {s.paths} paths (CRC-32 hash of the 5-tuple)",
+                rows["frame"][v2],
+                "udp.dstport == 4791 && !mad && bth.opcode != 0x81",
+                paths_used=used,
+            )
+        )
     return found
 
 
@@ -546,9 +755,17 @@ def _qos_findings(rows, kind, prio, s: Settings) -> List[dict]:
             seen = Counter(have[bad].tolist())
             op = "bth.opcode == 0x81" if what == "CNP" else "bth.opcode != 0x81 && !mad"
             cond = f"ip.dsfield.dscp != {want}" if field == "dscp" else f"!{_prio_filter(want)}"
-            found.append(_finding("qos_mismatch", "error",
-                                  f"{len(bad)} {what} packets travel with {field.upper() if field == 'dscp' else field} "
-                                  f"{', '.join(map(str, sorted(seen)))}, not the expected {want}",
-                                  rows["frame"][bad], f"bth && {op} && {cond}", field=field, expected=want,
-                                  message_kind=what))
+            found.append(
+                _finding(
+                    "qos_mismatch",
+                    "error",
+                    f"{len(bad)} {what} packets travel with {field.upper() if field == 'dscp' else field} "
+                    f"{', '.join(map(str, sorted(seen)))}, not the expected {want}",
+                    rows["frame"][bad],
+                    f"bth && {op} && {cond}",
+                    field=field,
+                    expected=want,
+                    message_kind=what,
+                )
+            )
     return found

@@ -3,9 +3,11 @@ one pass of the sequencer over the whole capture (an ACK is answered by what cam
 known by what came after the original), then filled into record batches or column blocks by frame number
 with numpy, for decode, export and every display filter.  docs/rc-analysis.md lists the fields.
 """
+
 import numpy as np
 
 from dissectors.opcodes import RNR_TIMER_MS, lookup
+
 from ..fast import _native
 from ..fast import records as R
 from .flows import analyse
@@ -21,10 +23,16 @@ class CaptureAnalysis:
 
     def __init__(self, path: str, icrc: bool = True):
         events: list = []
-        self.conversations = analyse(path, icrc, events=events)["conversations"]    # flows' rows, to reuse
+        self.conversations = analyse(path, icrc, events=events)["conversations"]  # flows' rows, to reuse
         self.table = events[0] if events else np.zeros(0, TABLE)
-        self.problems = [f"the RC analysis kept only its first {_native.FLOW_EVENTS_MAX} events; later frames carry no "
-                         f"bth.analysis fields"] if events and events[1] else []
+        self.problems = (
+            [
+                f"the RC analysis kept only its first {_native.FLOW_EVENTS_MAX} events; later frames carry no "
+                f"bth.analysis fields"
+            ]
+            if events and events[1]
+            else []
+        )
 
     def fill(self, rec) -> None:
         frames = rec["frame"]

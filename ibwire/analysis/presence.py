@@ -5,9 +5,11 @@ so that the encoding thread only wraps buffers.
 A field is present when its header is: LRH on native InfiniBand, Ethernet and UDP on RoCE, BTH and MAD
 by the decoder's flags, each extended header by the opcode's layout (`dissectors.opcodes`).
 """
+
 import numpy as np
 
 from dissectors.opcodes import OPCODES
+
 from ..fast import records as R
 from .hashing import group_rows
 
@@ -15,18 +17,32 @@ _BTH_FIELDS = ("opcode", "se", "m", "padcnt", "tver", "p_key", "fecn", "becn", "
 _MAD_FIELDS = ("mad_class", "mad_classver", "mad_method", "mad_status", "mad_attrid", "mad_attrmod", "mad_tid")
 _LRH_FIELDS = ("slid", "dlid", "sl", "vl")
 # Record field -> the extended header (opcodes.py names) that carries it.
-_EXT_OF = {"reth_va": "reth", "reth_r_key": "reth", "reth_dmalen": "reth", "aeth_syndrome": "aeth",
-          "aeth_msn": "aeth", "deth_q_key": "deth", "deth_srcqp": "deth", "atomic_va": "atomiceth",
-          "atomic_r_key": "atomiceth", "atomic_swapdt": "atomiceth", "atomic_cmpdt": "atomiceth",
-          "atomicack": "atomicacketh", "immdt": "immdt", "ieth": "ieth", "xrcsrq": "xrceth"}
+_EXT_OF = {
+    "reth_va": "reth",
+    "reth_r_key": "reth",
+    "reth_dmalen": "reth",
+    "aeth_syndrome": "aeth",
+    "aeth_msn": "aeth",
+    "deth_q_key": "deth",
+    "deth_srcqp": "deth",
+    "atomic_va": "atomiceth",
+    "atomic_r_key": "atomiceth",
+    "atomic_swapdt": "atomiceth",
+    "atomic_cmpdt": "atomiceth",
+    "atomicack": "atomicacketh",
+    "immdt": "immdt",
+    "ieth": "ieth",
+    "xrcsrq": "xrceth",
+}
 _EXT = sorted(set(_EXT_OF.values()))
 # Opcode -> one bit per extended header of _EXT that it carries (one lookup per packet finds them all).
-_EXT_BITS = np.array([sum(1 << k for k, h in enumerate(_EXT) if c in OPCODES and h in OPCODES[c].headers)
-                      for c in range(256)], np.uint16)
+_EXT_BITS = np.array(
+    [sum(1 << k for k, h in enumerate(_EXT) if c in OPCODES and h in OPCODES[c].headers) for c in range(256)], np.uint16
+)
 _ETH_LINKS = np.array([k in (R.ROCE1, R.ROCE2V4, R.ROCE2V6) for k in range(256)])
 _LRH_LINKS = np.array([k in (R.IB, R.IBGRH) for k in range(256)])
 _UDP_LINKS = np.array([k in (R.ROCE2V4, R.ROCE2V6) for k in range(256)])
-TEXT = {"src": R.addr_text, "dst": R.addr_text, "eth_src": R.mac_text, "eth_dst": R.mac_text}   # bytes -> text
+TEXT = {"src": R.addr_text, "dst": R.addr_text, "eth_src": R.mac_text, "eth_dst": R.mac_text}  # bytes -> text
 
 
 def _nonzero(col: np.ndarray) -> np.ndarray:
@@ -50,10 +66,21 @@ def present(rec) -> dict:
     attr = rec["mad_attrid"]
     addr = ((fl & R.F_GRH) > 0) | _nonzero(rec["src"]) | _nonzero(rec["dst"])
     eth = _ETH_LINKS[link] | _nonzero(rec["eth_src"]) | _nonzero(rec["eth_dst"])
-    out = {"eth_src": eth, "eth_dst": eth, "src": addr, "dst": addr, "ecn": addr, "dscp": addr & ~_LRH_LINKS[link],
-           "vlan": rec["vlan"] >= 0, "pcp": rec["vlan"] >= 0, "etype": eth,
-           "udp_src": _UDP_LINKS[link] | (rec["udp_src"] > 0) | (rec["udp_dst"] > 0),
-           "cm_comm_id": cm, "cm_remote_comm_id": cm & (attr != 0x10), "cm_qpn": cm & ((attr == 0x10) | (attr == 0x13))}
+    out = {
+        "eth_src": eth,
+        "eth_dst": eth,
+        "src": addr,
+        "dst": addr,
+        "ecn": addr,
+        "dscp": addr & ~_LRH_LINKS[link],
+        "vlan": rec["vlan"] >= 0,
+        "pcp": rec["vlan"] >= 0,
+        "etype": eth,
+        "udp_src": _UDP_LINKS[link] | (rec["udp_src"] > 0) | (rec["udp_dst"] > 0),
+        "cm_comm_id": cm,
+        "cm_remote_comm_id": cm & (attr != 0x10),
+        "cm_qpn": cm & ((attr == 0x10) | (attr == 0x13)),
+    }
     out["udp_dst"] = out["udp_src"]
     lrh = _LRH_LINKS[link]
     out.update({f: lrh for f in _LRH_FIELDS})
@@ -66,7 +93,7 @@ def present(rec) -> dict:
     return out
 
 
-_SEEN: dict = {}      # address or MAC bytes -> text (a capture has few endpoints; ipaddress is slow)
+_SEEN: dict = {}  # address or MAC bytes -> text (a capture has few endpoints; ipaddress is slow)
 
 
 def _text(field: str, w: bytes) -> str:

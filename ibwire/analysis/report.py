@@ -1,4 +1,5 @@
 """Rendering analysis results: rich tables on a terminal, JSON or CSV for scripts, a progress bar on TTYs."""
+
 import csv
 import io
 import json
@@ -26,18 +27,27 @@ def progress(size: int, label: str, enabled: bool = True):
         yield None
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TextColumn("{task.fields[pps]} pkt/s"), TimeRemainingColumn(), transient=True,
-                  console=__import__("rich.console", fromlist=["Console"]).Console(stderr=True)) as bar:
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TextColumn("{task.fields[pps]} pkt/s"),
+        TimeRemainingColumn(),
+        transient=True,
+        console=__import__("rich.console", fromlist=["Console"]).Console(stderr=True),
+    ) as bar:
         task = bar.add_task(label, total=max(size, 1), pps="-")
         state = {"n": 0}
         import time
+
         t0 = time.perf_counter()
 
         def update(n: int, done: int):
             state["n"] += n
             dt = time.perf_counter() - t0
             bar.update(task, completed=done, pps=f"{state['n'] / dt:,.0f}" if dt > 0 else "-")
+
         yield update
 
 
@@ -64,10 +74,33 @@ def plural(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-_WORDS = {"icrc": "ICRC", "vcrc": "VCRC", "qp": "QP", "qpn": "QPN", "mad": "MAD",
-          "ecn": "ECN", "ce": "CE", "cnp": "CNP", "cnps": "CNPs", "fecn": "FECN", "becn": "BECN", "nak": "NAK",
-          "naks": "NAKs", "rnr": "RNR", "psn": "PSN", "roce": "RoCE", "udp": "UDP", "ud": "UD", "rc": "RC",
-          "uc": "UC", "mads": "MADs", "smps": "SMPs", "gid": "GID", "lid": "LID", "ib": "IB"}
+_WORDS = {
+    "icrc": "ICRC",
+    "vcrc": "VCRC",
+    "qp": "QP",
+    "qpn": "QPN",
+    "mad": "MAD",
+    "ecn": "ECN",
+    "ce": "CE",
+    "cnp": "CNP",
+    "cnps": "CNPs",
+    "fecn": "FECN",
+    "becn": "BECN",
+    "nak": "NAK",
+    "naks": "NAKs",
+    "rnr": "RNR",
+    "psn": "PSN",
+    "roce": "RoCE",
+    "udp": "UDP",
+    "ud": "UD",
+    "rc": "RC",
+    "uc": "UC",
+    "mads": "MADs",
+    "smps": "SMPs",
+    "gid": "GID",
+    "lid": "LID",
+    "ib": "IB",
+}
 
 
 def label(key: str) -> str:
@@ -80,6 +113,7 @@ def console():
     """A rich Console for people: the terminal's width (COLUMNS honoured; rich wraps at word boundaries); piped
     with no COLUMNS, lines are never wrapped, as tshark's."""
     from rich.console import Console
+
     cols = os.environ.get("COLUMNS", "")
     if cols.isdigit() and int(cols) > 0:
         return Console(width=int(cols))
@@ -88,8 +122,8 @@ def console():
     return Console(width=UNWRAPPED, soft_wrap=True)
 
 
-UNWRAPPED = 100_000        # a piped line's width: no table or line is ever that wide, so none wraps
-LONGEST_WORD = 24          # a longer word (a GID, a path) may still be folded to fit a terminal
+UNWRAPPED = 100_000  # a piped line's width: no table or line is ever that wide, so none wraps
+LONGEST_WORD = 24  # a longer word (a GID, a path) may still be folded to fit a terminal
 
 
 def _cell(v, key=""):
@@ -127,8 +161,9 @@ def write_csv(sections: Dict[str, List[dict]], out=None):
     w.writeheader()
     for name, rows in sections.items():
         for r in rows:
-            w.writerow({"table": name, **{k: (json.dumps(v) if isinstance(v, (dict, list)) else v)
-                                          for k, v in r.items()}})
+            w.writerow(
+                {"table": name, **{k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in r.items()}}
+            )
 
 
 def _columns_that_fit(cols: List[str], words: List[int], width: int) -> List[int]:
@@ -145,6 +180,7 @@ def write_tables(sections: Dict[str, List[dict]], title_of=None, limit: int = 0)
     """One rich table per section; a `summary` section (one record by nature) as label / value lines."""
     from rich.table import Table
     from rich.text import Text
+
     out = console()
     for name, rows in sections.items():
         if not rows:
@@ -161,23 +197,37 @@ def write_tables(sections: Dict[str, List[dict]], title_of=None, limit: int = 0)
             continue
         t = Table(title=title, title_justify="left")
         cols = list(dict.fromkeys(k for r in shown for k in r))
-        cells = [[printable(_cell(r.get(c), c)) for c in cols] for r in shown]   # packet text shown, never sent
+        cells = [[printable(_cell(r.get(c), c)) for c in cols] for r in shown]  # packet text shown, never sent
         # a column no narrower than its longest word, so lines wrap between words, where the terminal has room
-        words = [min(LONGEST_WORD, max(len(w) for text in [label(c)] + [row[i] for row in cells]
-                                       for w in text.split() or [""])) for i, c in enumerate(cols)]
+        words = [
+            min(
+                LONGEST_WORD,
+                max(len(w) for text in [label(c)] + [row[i] for row in cells] for w in text.split() or [""]),
+            )
+            for i, c in enumerate(cols)
+        ]
         keep = _columns_that_fit(cols, words, out.width)
         hidden = [label(c) for i, c in enumerate(cols) if i not in keep]
         if sum(words[i] for i in keep) + 3 * len(keep) + 1 > out.width:
-            words = [None] * len(cols)              # no room even so: words are folded rather than cut off
+            words = [None] * len(cols)  # no room even so: words are folded rather than cut off
         for i in keep:
-            t.add_column(label(cols[i]), overflow="fold", min_width=words[i],
-                         justify="right" if isinstance(shown[0].get(cols[i]), (int, float)) else "left")
+            t.add_column(
+                label(cols[i]),
+                overflow="fold",
+                min_width=words[i],
+                justify="right" if isinstance(shown[0].get(cols[i]), (int, float)) else "left",
+            )
         for row in cells:
-            t.add_row(*(Text(row[i]) for i in keep))    # literal: no rich markup read from packet text
+            t.add_row(*(Text(row[i]) for i in keep))  # literal: no rich markup read from packet text
         if hidden:
             out.print(t)
-            out.print(Text(f"… not shown at {out.width} columns: {', '.join(hidden)} (widen the terminal, "
-                           f"or use --format json or csv)", style="dim"))
+            out.print(
+                Text(
+                    f"… not shown at {out.width} columns: {', '.join(hidden)} (widen the terminal, "
+                    f"or use --format json or csv)",
+                    style="dim",
+                )
+            )
             continue
         out.print(t)
         if limit and len(rows) > limit:

@@ -8,10 +8,11 @@ request: verbs report IBV_WC_RETRY_EXC_ERR (12, what NCCL prints as "transport r
 or IBV_WC_RNR_RETRY_EXC_ERR (13).  A run of resends of one PSN with no ACK between them that ends the
 conversation unanswered is that failure seen on the wire.
 """
+
 import math
 from typing import List, Optional
 
-TTR_UNIT = 4.096e-6           # seconds: the local ACK timeout is TTR_UNIT * 2^timeout (§9.7.6.1.3)
+TTR_UNIT = 4.096e-6  # seconds: the local ACK timeout is TTR_UNIT * 2^timeout (§9.7.6.1.3)
 CAUSES = ("timeout", "nak", "rnr")
 
 
@@ -34,12 +35,19 @@ def channel(s, k: int) -> Optional[dict]:
     out["max_retries"] = int(s["max_retries"][k])
     if ep[0]:
         lo, hi = timeout_exponents(float(s["timeout_wait_min"][k]), float(s["timeout_wait_max"][k]))
-        out["ack_timeout"] = {"wait_us_min": round(float(s["timeout_wait_min"][k]) * 1e6, 3),
-                              "wait_us_max": round(float(s["timeout_wait_max"][k]) * 1e6, 3),
-                              "exponent_min": lo, "exponent_max": hi}
+        out["ack_timeout"] = {
+            "wait_us_min": round(float(s["timeout_wait_min"][k]) * 1e6, 3),
+            "wait_us_max": round(float(s["timeout_wait_max"][k]) * 1e6, 3),
+            "exponent_min": lo,
+            "exponent_max": hi,
+        }
     if s["stall_retries"][k]:
-        out["gave_up"] = {"psn": f"0x{int(s['stall_psn'][k]):06x}", "retries": int(s["stall_retries"][k]),
-                          "last_frame": int(s["stall_frame"][k]), "answers_after": int(s["stall_answers"][k])}
+        out["gave_up"] = {
+            "psn": f"0x{int(s['stall_psn'][k]):06x}",
+            "retries": int(s["stall_retries"][k]),
+            "last_frame": int(s["stall_frame"][k]),
+            "answers_after": int(s["stall_answers"][k]),
+        }
     return out
 
 
@@ -62,24 +70,33 @@ def paragraph(row: dict) -> List[str]:
         if info["timeout_episodes"]:
             t = info["ack_timeout"]
             lo, hi = t["exponent_min"], t["exponent_max"]
-            exp = "" if lo is None else f": local ACK timeout exponent {lo if lo == hi else f'{lo} to {hi}'}, " \
-                "Ttr = 4.096 µs × 2^timeout"
-            parts.append(f"{info['timeout_episodes']} after no ACK or NAK came (waits {_us(t['wait_us_min'] / 1e6)}"
-                         + (f" to {_us(t['wait_us_max'] / 1e6)}" if t["wait_us_max"] != t["wait_us_min"] else "")
-                         + f"{exp})")
+            exp = (
+                ""
+                if lo is None
+                else f": local ACK timeout exponent {lo if lo == hi else f'{lo} to {hi}'}, Ttr = 4.096 µs × 2^timeout"
+            )
+            parts.append(
+                f"{info['timeout_episodes']} after no ACK or NAK came (waits {_us(t['wait_us_min'] / 1e6)}"
+                + (f" to {_us(t['wait_us_max'] / 1e6)}" if t["wait_us_max"] != t["wait_us_min"] else "")
+                + f"{exp})"
+            )
         if info["nak_episodes"]:
             parts.append(f"{info['nak_episodes']} after a NAK")
         if info["rnr_episodes"]:
             parts.append(f"{info['rnr_episodes']} after an RNR NAK (receiver not ready)")
-        text = (f"#{row['conversation']} {row['transport']}: {who} resent requests to {other} "
-                f"{_times(sum(info[c + '_episodes'] for c in CAUSES))}: " + "; ".join(parts) + ". "
-                f"Most retries of one PSN in a row: {info['max_retries']}.")
+        text = (
+            f"#{row['conversation']} {row['transport']}: {who} resent requests to {other} "
+            f"{_times(sum(info[c + '_episodes'] for c in CAUSES))}: " + "; ".join(parts) + ". "
+            f"Most retries of one PSN in a row: {info['max_retries']}."
+        )
         g = info.get("gave_up")
         if g:
             silent = "went silent" if not g["answers_after"] else f"answered {g['answers_after']} times without an ACK"
-            text += (f" It resent PSN {g['psn']} {_times(g['retries'])} with no ACK between them and the capture ends "
-                     f"there (last resend: frame {g['last_frame']}): {row[peer]} {silent}. This is how "
-                     "'transport retry counter exceeded' (IBV_WC_RETRY_EXC_ERR, status 12) looks on the wire: the "
-                     "retry count ran out, or the capture stopped before the requester gave up.")
+            text += (
+                f" It resent PSN {g['psn']} {_times(g['retries'])} with no ACK between them and the capture ends "
+                f"there (last resend: frame {g['last_frame']}): {row[peer]} {silent}. This is how "
+                "'transport retry counter exceeded' (IBV_WC_RETRY_EXC_ERR, status 12) looks on the wire: the "
+                "retry count ran out, or the capture stopped before the requester gave up."
+            )
         out.append(text)
     return out

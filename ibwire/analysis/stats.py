@@ -3,6 +3,7 @@
 Tables: transport+opcode, P_Key (base and membership, IBA §10.9.1), endpoints (LID, GID/IP, MAC),
 queue pairs, MAD class/method/attribute; counters for ECN, CNPs, FECN/BECN, CRC failures, damage.
 """
+
 import multiprocessing
 import os
 from collections import defaultdict
@@ -12,6 +13,7 @@ import numpy as np
 
 from dissectors.madnames import CLASSES
 from dissectors.opcodes import AETH_NAK, AETH_RNR_NAK, aeth_kind, lookup
+
 from ..fast import records as R
 from ..fast import scan
 from ..fast.split import MIN_SPAN, processes, spans
@@ -19,7 +21,7 @@ from ..fast.walk import SpanContextLost
 from .hashing import group_rows
 from .report import plural
 
-MAD_CLASSES = {c: name for c, (_, name) in CLASSES.items()}     # the names -V shows (dissectors/madnames.py)
+MAD_CLASSES = {c: name for c, (_, name) in CLASSES.items()}  # the names -V shows (dissectors/madnames.py)
 
 
 class Stats:
@@ -30,7 +32,7 @@ class Stats:
         self.counters: Dict[str, int] = defaultdict(int)
         self.t_first = self.t_last = None
         self.t_prev = None
-        self.t_head = None            # time of the first packet added (to join spans in order)
+        self.t_head = None  # time of the first packet added (to join spans in order)
         self.names: Dict[str, dict] = {}
         self.arrays: Dict[str, np.ndarray] = {}
 
@@ -92,6 +94,7 @@ class Stats:
 
             def col(k):
                 return rec[k] if every else rec[k][bth_rows]
+
             bl = ln if every else ln[bth]
             op = col("opcode")
             ecn = rec["ecn"]
@@ -105,24 +108,40 @@ class Stats:
             cnt["rnr_nak"] += int((syn == AETH_RNR_NAK).sum())
             self._bincount("p_key", col("p_key"), bl, 65536)
             dst, dlid, qp, emac = col("dst"), col("dlid"), col("destqp"), col("eth_dst")
-            self._acc("qp", group_rows(rec, ("dst", "dlid", "eth_dst", "destqp"), bth_rows), bl,
-                      lambda i: (bytes(dst[i]), int(dlid[i]), bytes(emac[i]), int(qp[i])))
+            self._acc(
+                "qp",
+                group_rows(rec, ("dst", "dlid", "eth_dst", "destqp"), bth_rows),
+                bl,
+                lambda i: (bytes(dst[i]), int(dlid[i]), bytes(emac[i]), int(qp[i])),
+            )
             madm = (col("flags") & R.F_MAD) > 0
             if madm.any():
                 mad = rec[np.nonzero(bth)[0][madm]]
                 cls, meth, attr = mad["mad_class"], mad["mad_method"], mad["mad_attrid"]
-                self._acc("mad", group_rows(mad, ("mad_class", "mad_method", "mad_attrid")),
-                          mad["len"].astype(np.float64), lambda i: (int(cls[i]), int(meth[i]), int(attr[i])))
+                self._acc(
+                    "mad",
+                    group_rows(mad, ("mad_class", "mad_method", "mad_attrid")),
+                    mad["len"].astype(np.float64),
+                    lambda i: (int(cls[i]), int(meth[i]), int(attr[i])),
+                )
         # endpoints: transmit side and receive side
         for side, a, lid, mac in (("tx", "src", "slid", "eth_src"), ("rx", "dst", "dlid", "eth_dst")):
             ac, lc, mc = rec[a], rec[lid], rec[mac]
-            self._acc("endpoint_" + side, group_rows(rec, (a, lid, mac)), ln,
-                      lambda i, ac=ac, lc=lc, mc=mc: (bytes(ac[i]), int(lc[i]), bytes(mc[i])))
+            self._acc(
+                "endpoint_" + side,
+                group_rows(rec, (a, lid, mac)),
+                ln,
+                lambda i, ac=ac, lc=lc, mc=mc: (bytes(ac[i]), int(lc[i]), bytes(mc[i])),
+            )
 
     def state(self) -> dict:
         """Everything accumulated, as plain picklable data (to send from a worker process)."""
-        return {"tables": {k: dict(v) for k, v in self.tables.items()}, "counters": dict(self.counters),
-                "arrays": self.arrays, "t": (self.t_first, self.t_last, self.t_head, self.t_prev)}
+        return {
+            "tables": {k: dict(v) for k, v in self.tables.items()},
+            "counters": dict(self.counters),
+            "arrays": self.arrays,
+            "t": (self.t_first, self.t_last, self.t_head, self.t_prev),
+        }
 
     def merge(self, other: dict) -> None:
         """Add another span's state; spans must be merged in file order."""
@@ -150,48 +169,84 @@ class Stats:
     def result(self) -> dict:
         cnt = dict(self.counters)
         dur = (self.t_last - self.t_first) if self.t_first is not None else 0.0
-        out = {"summary": {"packets": cnt.get("packets", 0), "bytes": cnt.get("bytes", 0), "duration_s": dur,
-                           "first_time": self.t_first, "last_time": self.t_last,
-                           "packets_per_s": cnt.get("packets", 0) / dur if dur > 0 else None,
-                           "bits_per_s": cnt.get("bytes", 0) * 8 / dur if dur > 0 else None},
-               "counters": {k: v for k, v in sorted(cnt.items()) if k not in ("packets", "bytes")}}
+        out = {
+            "summary": {
+                "packets": cnt.get("packets", 0),
+                "bytes": cnt.get("bytes", 0),
+                "duration_s": dur,
+                "first_time": self.t_first,
+                "last_time": self.t_last,
+                "packets_per_s": cnt.get("packets", 0) / dur if dur > 0 else None,
+                "bits_per_s": cnt.get("bytes", 0) * 8 / dur if dur > 0 else None,
+            },
+            "counters": {k: v for k, v in sorted(cnt.items()) if k not in ("packets", "bytes")},
+        }
 
         def rate(e):
-            return {"packets": int(e[0]), "bytes": int(e[1]),
-                    "bits_per_s": e[1] * 8 / dur if dur > 0 else None}
+            return {"packets": int(e[0]), "bytes": int(e[1]), "bits_per_s": e[1] * 8 / dur if dur > 0 else None}
+
         rows = []
-        for k in (np.argsort(-self.arrays["opcode"][0], kind="stable").tolist() if "opcode" in self.arrays else []):
+        for k in np.argsort(-self.arrays["opcode"][0], kind="stable").tolist() if "opcode" in self.arrays else []:
             e = self.arrays["opcode"][:, k]
             if not e[0]:
                 continue
             if k >= 256:
-                rows.append({"transport": R.LINK_KINDS[k - 256] if k - 256 != R.OTHER else "non-IB", "opcode": None,
-                             "operation": "(no BTH)", **rate(e)})
+                rows.append(
+                    {
+                        "transport": R.LINK_KINDS[k - 256] if k - 256 != R.OTHER else "non-IB",
+                        "opcode": None,
+                        "operation": "(no BTH)",
+                        **rate(e),
+                    }
+                )
             else:
                 o = lookup(k)
                 rows.append({"transport": o.transport, "opcode": k, "operation": o.name, **rate(e)})
         out["by_opcode"] = rows
-        out["by_p_key"] = [{"p_key": f"0x{k:04x}", "base": f"0x{k & 0x7FFF:04x}",
-                            "membership": "full" if k & 0x8000 else "limited", **rate(e)}
-                           for k in (np.nonzero(self.arrays["p_key"][0])[0].tolist() if "p_key" in self.arrays else [])
-                           for e in [self.arrays["p_key"][:, k]]]
+        out["by_p_key"] = [
+            {
+                "p_key": f"0x{k:04x}",
+                "base": f"0x{k & 0x7FFF:04x}",
+                "membership": "full" if k & 0x8000 else "limited",
+                **rate(e),
+            }
+            for k in (np.nonzero(self.arrays["p_key"][0])[0].tolist() if "p_key" in self.arrays else [])
+            for e in [self.arrays["p_key"][:, k]]
+        ]
         eps = {}
         for side in ("tx", "rx"):
             for (addr, lid, mac), e in self.tables["endpoint_" + side].items():
                 key = (addr, lid, mac)
-                row = eps.setdefault(key, {"endpoint": _endpoint(addr, lid, mac), "tx_packets": 0, "tx_bytes": 0,
-                                           "rx_packets": 0, "rx_bytes": 0})
+                row = eps.setdefault(
+                    key,
+                    {
+                        "endpoint": _endpoint(addr, lid, mac),
+                        "tx_packets": 0,
+                        "tx_bytes": 0,
+                        "rx_packets": 0,
+                        "rx_bytes": 0,
+                    },
+                )
                 row[side + "_packets"] += int(e[0])
                 row[side + "_bytes"] += int(e[1])
         out["by_endpoint"] = sorted(eps.values(), key=lambda r: -(r["tx_bytes"] + r["rx_bytes"]))
-        out["by_qp"] = [{"destination": _endpoint(a, lid, mac), "destqp": f"0x{qp:06x}", **rate(e)}
-                        for (a, lid, mac, qp), e in sorted(self.tables["qp"].items(), key=lambda kv: -kv[1][1])]
+        out["by_qp"] = [
+            {"destination": _endpoint(a, lid, mac), "destqp": f"0x{qp:06x}", **rate(e)}
+            for (a, lid, mac, qp), e in sorted(self.tables["qp"].items(), key=lambda kv: -kv[1][1])
+        ]
         mads = sorted(self.tables["mad"].items())
-        if mads:    # names from the MAD table, loaded only when the capture has MADs
+        if mads:  # names from the MAD table, loaded only when the capture has MADs
             from dissectors.madnames import summary as mad_summary
-        out["by_mad"] = [{"class": MAD_CLASSES.get(c, f"0x{c:02x}"), "method": f"0x{m:02x}",
-                          "attribute": f"0x{a:04x}", "mad": mad_summary(c, m, a), **rate(e)}
-                         for (c, m, a), e in mads]
+        out["by_mad"] = [
+            {
+                "class": MAD_CLASSES.get(c, f"0x{c:02x}"),
+                "method": f"0x{m:02x}",
+                "attribute": f"0x{a:04x}",
+                "mad": mad_summary(c, m, a),
+                **rate(e),
+            }
+            for (c, m, a), e in mads
+        ]
         hints = []
         if cnt.get("nak"):
             hints.append(f"{cnt['nak']} NAKs (see `ibwire flows` for PSN sequence errors per QP)")
@@ -245,7 +300,7 @@ def compute_file(path: str, icrc: bool = True, progress=None, workers: int = 0) 
             share = len(cut)
             scaled = (lambda n, done: progress(n * share, done * share)) if progress else None
             parts = [_span_state(path, icrc, cut[0], scaled)] + [p.get() for p in pending]
-    except SpanContextLost:           # a pcapng section or interface appears mid-file: read it in one piece
+    except SpanContextLost:  # a pcapng section or interface appears mid-file: read it in one piece
         return compute(scan(path, icrc), progress)
     st = Stats()
     problems = []

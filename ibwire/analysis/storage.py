@@ -5,20 +5,22 @@ by status.
 Bulk path: the compiled records pick the frames that matter (RDMA-CM MADs; RC SEND, RDMA READ and WRITE)
 and give each one's payload offset; the capsules are read from those bytes (struct, dissectors.nvmetable)
 and followed by the same tracker `ibwire decode` uses (ibwire.decode.nvme, in bulk mode: no scapy)."""
+
 from collections import defaultdict
 from typing import Dict, List
 
 import numpy as np
 
 from dissectors.nvmetable import ADMIN, ADMIN_NAMES, FABRICS, FABRICS_OPC, IO, IO_NAMES, STATUS_GENERIC
+
 from ..decode.nvme import NvmeTracker, storage_rows
 from ..fast import records as R
 from ..fast.records import addr_text
 
 CM_REQ, CM_REP = 0x0010, 0x0013
 MAD_HEADER = 24
-CM_SERVICE_ID = 8             # REQ: ServiceID at message byte 8 (IBA §12.6.5)
-CM_IP_PRIVATE = 140 + 36      # REQ: private data at message byte 140; its IP CM header is 36 bytes (A11.4)
+CM_SERVICE_ID = 8  # REQ: ServiceID at message byte 8 (IBA §12.6.5)
+CM_IP_PRIVATE = 140 + 36  # REQ: private data at message byte 140; its IP CM header is 36 bytes (A11.4)
 
 
 class _Frame:
@@ -41,14 +43,31 @@ class _Lite:
 def _opcodes():
     """(name, transport, has RETH) of every BTH opcode, for the tracker's flat fields."""
     from dissectors.opcodes import lookup
+
     return [(op.name, op.transport, "reth" in op.headers) for op in map(lookup, range(256))]
 
 
 class _Rows:
     """One batch's columns as Python lists, read once (indexing a structured array row by row is slow)."""
 
-    COLS = ("opcode", "destqp", "psn", "paylen", "flags", "frame", "time", "reth_r_key", "caplen", "padcnt",
-            "link", "mad_class", "mad_attrid", "cm_comm_id", "cm_remote_comm_id", "cm_qpn")
+    COLS = (
+        "opcode",
+        "destqp",
+        "psn",
+        "paylen",
+        "flags",
+        "frame",
+        "time",
+        "reth_r_key",
+        "caplen",
+        "padcnt",
+        "link",
+        "mad_class",
+        "mad_attrid",
+        "cm_comm_id",
+        "cm_remote_comm_id",
+        "cm_qpn",
+    )
 
     def __init__(self, batch, rows):
         rec = batch.rec[rows]
@@ -65,26 +84,43 @@ def _payload(r: _Rows, k: int) -> bytes:
     if r.flags[k] & R.F_TRUNCATED or r.paylen[k] <= 0:
         return b""
     end = r.data[k] + r.caplen[k] - 4 - r.padcnt[k] - (2 if r.link[k] in (R.IB, R.IBGRH) else 0)
-    return r.buf[end - r.paylen[k]:end].tobytes()
+    return r.buf[end - r.paylen[k] : end].tobytes()
 
 
 def _lite(r: _Rows, k: int, ops, addr) -> _Lite:
     name, transport, reth = ops[r.opcode[k]]
-    flat = {"bth.opcode": r.opcode[k], "bth.opname": name, "bth.transport": transport, "bth.destqp": r.destqp[k],
-            "bth.psn": r.psn[k],
-            "ip.src": addr(r.src[k]), "ip.dst": addr(r.dst[k]), "payload.length": max(r.paylen[k], 0)}
+    flat = {
+        "bth.opcode": r.opcode[k],
+        "bth.opname": name,
+        "bth.transport": transport,
+        "bth.destqp": r.destqp[k],
+        "bth.psn": r.psn[k],
+        "ip.src": addr(r.src[k]),
+        "ip.dst": addr(r.dst[k]),
+        "payload.length": max(r.paylen[k], 0),
+    }
     if reth:
         flat["reth.r_key"] = r.reth_r_key[k]
     payload = _payload(r, k) if name.startswith("SEND") or r.flags[k] & R.F_MAD else b""
     if r.flags[k] & R.F_MAD and r.mad_class[k] == 0x07:
         msg = payload[MAD_HEADER:]
         if r.mad_attrid[k] == CM_REQ and len(msg) >= CM_IP_PRIVATE + 4:
-            flat.update({"cm.req": r.cm_comm_id[k], "cm.req.localqpn": r.cm_qpn[k],
-                         "cm.req.serviceid": int.from_bytes(msg[CM_SERVICE_ID:CM_SERVICE_ID + 8], "big"),
-                         "cm.req.ip_cm.private": msg[CM_IP_PRIVATE:CM_IP_PRIVATE + 56].hex()})
+            flat.update(
+                {
+                    "cm.req": r.cm_comm_id[k],
+                    "cm.req.localqpn": r.cm_qpn[k],
+                    "cm.req.serviceid": int.from_bytes(msg[CM_SERVICE_ID : CM_SERVICE_ID + 8], "big"),
+                    "cm.req.ip_cm.private": msg[CM_IP_PRIVATE : CM_IP_PRIVATE + 56].hex(),
+                }
+            )
         elif r.mad_attrid[k] == CM_REP:
-            flat.update({"cm.rep": r.cm_comm_id[k], "cm.rep.remotecommid": r.cm_remote_comm_id[k],
-                         "cm.rep.localqpn": r.cm_qpn[k]})
+            flat.update(
+                {
+                    "cm.rep": r.cm_comm_id[k],
+                    "cm.rep.remotecommid": r.cm_remote_comm_id[k],
+                    "cm.rep.localqpn": r.cm_qpn[k],
+                }
+            )
     else:
         flat["_payload"] = payload
     return _Lite(r.frame[k], r.time[k], flat)
@@ -100,11 +136,12 @@ def track(stream, decode_as: bool = False) -> NvmeTracker:
         if text is None:
             text = names[v] = addr_text(v)
         return text
+
     for batch in stream:
         rec = batch.rec
         if not len(rec):
             continue
-        for phase in storage_rows(rec, np.arange(len(rec)), tracker):     # RDMA-CM first, then the data
+        for phase in storage_rows(rec, np.arange(len(rec)), tracker):  # RDMA-CM first, then the data
             rows = phase if isinstance(phase, np.ndarray) else phase()
             r = _Rows(batch, rows)
             for k in range(len(rows)):
@@ -137,17 +174,26 @@ def command_rows(tracker: NvmeTracker) -> List[dict]:
         sqe, io = c.sqe, c.qid not in (0, None) and c.sqe[0] != FABRICS_OPC
         rw = io and sqe[0] in IO
         q = c.queue
-        rows.append({
-            "queue": q.name if q is not None else "?", "qid": c.qid,
-            "opcode": opcode_name(sqe, c.qid), "cid": int.from_bytes(sqe[2:4], "little"),
-            "nsid": int.from_bytes(sqe[4:8], "little") if sqe[0] != FABRICS_OPC else None,
-            "slba": int.from_bytes(sqe[40:48], "little") if rw else None,
-            "blocks": int.from_bytes(sqe[48:50], "little") + 1 if rw else None,
-            "submission": c.frame, "data_frames": len(c.data),
-            "first_data": c.data[0] if c.data else None, "last_data": c.data[-1] if c.data else None,
-            "completion": c.cqe, "latency_us": round((c.cqe_time - c.time) * 1e6, 3) if c.cqe else None,
-            "bytes": c.bytes, "status": status_text(c.status), "time": c.time,
-        })
+        rows.append(
+            {
+                "queue": q.name if q is not None else "?",
+                "qid": c.qid,
+                "opcode": opcode_name(sqe, c.qid),
+                "cid": int.from_bytes(sqe[2:4], "little"),
+                "nsid": int.from_bytes(sqe[4:8], "little") if sqe[0] != FABRICS_OPC else None,
+                "slba": int.from_bytes(sqe[40:48], "little") if rw else None,
+                "blocks": int.from_bytes(sqe[48:50], "little") + 1 if rw else None,
+                "submission": c.frame,
+                "data_frames": len(c.data),
+                "first_data": c.data[0] if c.data else None,
+                "last_data": c.data[-1] if c.data else None,
+                "completion": c.cqe,
+                "latency_us": round((c.cqe_time - c.time) * 1e6, 3) if c.cqe else None,
+                "bytes": c.bytes,
+                "status": status_text(c.status),
+                "time": c.time,
+            }
+        )
     return rows
 
 
@@ -156,8 +202,12 @@ def _percentiles(values) -> dict:
         return {"latency_p50_us": None, "latency_p90_us": None, "latency_p99_us": None, "latency_max_us": None}
     a = np.asarray(values, float)
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"latency_p50_us": round(float(p50), 3), "latency_p90_us": round(float(p90), 3),
-            "latency_p99_us": round(float(p99), 3), "latency_max_us": round(float(a.max()), 3)}
+    return {
+        "latency_p50_us": round(float(p50), 3),
+        "latency_p90_us": round(float(p90), 3),
+        "latency_p99_us": round(float(p99), 3),
+        "latency_max_us": round(float(a.max()), 3),
+    }
 
 
 def summary_rows(rows: List[dict], column: str) -> List[dict]:
@@ -173,18 +223,25 @@ def summary_rows(rows: List[dict], column: str) -> List[dict]:
         end = max([r["time"] + r["latency_us"] / 1e6 for r in done] + [start])
         span = end - start
         nbytes = sum(r["bytes"] for r in rs)
-        out.append({column: k, "commands": len(rs),
-                    "completed": len(done),
-                    "errors": sum(1 for r in done if r["status"] != STATUS_GENERIC[0]),
-                    "iops": round(len(done) / span, 1) if span > 0 else None, "bytes": nbytes,
-                    "bytes_per_s": round(nbytes / span) if span > 0 else None,
-                    **_percentiles([r["latency_us"] for r in done])})
+        out.append(
+            {
+                column: k,
+                "commands": len(rs),
+                "completed": len(done),
+                "errors": sum(1 for r in done if r["status"] != STATUS_GENERIC[0]),
+                "iops": round(len(done) / span, 1) if span > 0 else None,
+                "bytes": nbytes,
+                "bytes_per_s": round(nbytes / span) if span > 0 else None,
+                **_percentiles([r["latency_us"] for r in done]),
+            }
+        )
     return out
 
 
 def analyse(path: str, decode_as: bool = False) -> dict:
     """The storage view of a capture: commands, per opcode, per queue, errors by status."""
     from ..decode.stream import Stream
+
     stream = Stream(path, icrc=False)
     tracker = track(stream, decode_as)
     rows = command_rows(tracker)
@@ -192,21 +249,39 @@ def analyse(path: str, decode_as: bool = False) -> dict:
     for r in rows:
         if r["status"] != STATUS_GENERIC[0]:
             errors[(r["opcode"], r["status"])] += 1
-    return {"commands": rows,
-            "by_opcode": summary_rows(rows, "opcode"), "by_queue": summary_rows(rows, "queue"),
-            "errors": [{"opcode": o, "status": s, "commands": n} for (o, s), n in sorted(errors.items())],
-            "problems": list(stream.problems)}
+    return {
+        "commands": rows,
+        "by_opcode": summary_rows(rows, "opcode"),
+        "by_queue": summary_rows(rows, "queue"),
+        "errors": [{"opcode": o, "status": s, "commands": n} for (o, s), n in sorted(errors.items())],
+        "problems": list(stream.problems),
+    }
 
 
-COLUMNS = [("queue", "string"), ("qid", "uint16"), ("opcode", "string"), ("cid", "uint16"), ("nsid", "uint32"),
-           ("slba", "uint64"), ("blocks", "uint32"), ("submission", "uint64"), ("data_frames", "uint32"),
-           ("first_data", "uint64"), ("last_data", "uint64"), ("completion", "uint64"), ("latency_us", "float64"),
-           ("bytes", "uint64"), ("status", "string"), ("time", "float64")]
+COLUMNS = [
+    ("queue", "string"),
+    ("qid", "uint16"),
+    ("opcode", "string"),
+    ("cid", "uint16"),
+    ("nsid", "uint32"),
+    ("slba", "uint64"),
+    ("blocks", "uint32"),
+    ("submission", "uint64"),
+    ("data_frames", "uint32"),
+    ("first_data", "uint64"),
+    ("last_data", "uint64"),
+    ("completion", "uint64"),
+    ("latency_us", "float64"),
+    ("bytes", "uint64"),
+    ("status", "string"),
+    ("time", "float64"),
+]
 
 
 def write_commands(rows: List[dict], where) -> None:
     """The command table as Parquet (`where`: a path or a binary file object); absent values are nulls."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in COLUMNS])
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), where)

@@ -3,6 +3,7 @@
 Extra keys are a breach, missing keys a warning; tables come from --state or from P_KeyTable GetResp
 sent to the master SM only (see mads.MadObserver).
 """
+
 from __future__ import annotations
 
 from .findings import EVIDENCE_FRAMES, Finding
@@ -21,16 +22,28 @@ def drift_findings(policy: Policy, ids: Identities, table_frames: dict) -> list:
         extra, missing = sorted(table - want), sorted(want - table)
         if not extra and not missing:
             continue
-        text = f"port 0x{guid:016x}" + (f" (LID {ps.lid})" if ps.lid else "") + \
-               (f" {ps.description}" if ps.description else "") + f": table from {ps.pkey_source}"
+        text = (
+            f"port 0x{guid:016x}"
+            + (f" (LID {ps.lid})" if ps.lid else "")
+            + (f" {ps.description}" if ps.description else "")
+            + f": table from {ps.pkey_source}"
+        )
         if extra:
             text += "; not in policy: " + ", ".join(_pk(p) for p in extra)
         if missing:
             text += "; policy gives but table lacks: " + ", ".join(_pk(p) for p in missing)
         seen = table_frames.get(guid, [])
         frames = [n for n, keys in seen if keys & set(extra)] if extra else [n for n, _ in seen[-1:]]
-        out.append(Finding("pkey-drift", "breach" if extra else "warning", text, frames[:EVIDENCE_FRAMES],
-                           port=guid, pkey=extra[0] if len(extra) == 1 else None))
+        out.append(
+            Finding(
+                "pkey-drift",
+                "breach" if extra else "warning",
+                text,
+                frames[:EVIDENCE_FRAMES],
+                port=guid,
+                pkey=extra[0] if len(extra) == 1 else None,
+            )
+        )
     return out
 
 

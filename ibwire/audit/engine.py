@@ -6,6 +6,7 @@ into flows (traffic.Traffic), management datagrams update what the capture says 
 (identity) and applies the rules: the policy's own reading (policy-reading, policy-fallback), traffic (P_Key and tenant rules on data, RoCE included),
 management (SMs, SubnSet senders, traps, IPoIB joins) and drift (programmed P_Key tables).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -35,8 +36,8 @@ class Audit:
         self.mads = MadObserver(self.state)
         self.packets = 0
         self.frames_seen = 0
-        self.mappings: list = []          # (endpoint, how it was mapped)
-        self.unnamed: dict = {}           # Side text -> packets, for ends no tenant owns
+        self.mappings: list = []  # (endpoint, how it was mapped)
+        self.unnamed: dict = {}  # Side text -> packets, for ends no tenant owns
 
     def feed(self, number: int, flat: dict, length: int) -> None:
         self.frames_seen += 1

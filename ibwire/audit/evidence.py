@@ -2,6 +2,7 @@
 whose packet comments (pcapng opt_comment, Wireshark's `frame.comment`) name each finding the frame
 supports: `ibwire finding N: RULE SEVERITY: description`.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,8 @@ from .wsfilter import evidence_comment
 @dataclass
 class Evidence:
     frame: Frame
-    path: str               # the capture it comes from
-    local: int              # its number in that capture (audit numbers run on across files)
+    path: str  # the capture it comes from
+    local: int  # its number in that capture (audit numbers run on across files)
     decoded: object = None  # ibwire.decode.Decoded
 
 
@@ -28,6 +29,7 @@ def collect(paths: list, numbers: set, decode: bool = True) -> dict:
 
     from ..decode import decode_frame
     from ..decode.stream import Stream
+
     out: dict = {}
     offset = 0
     for path in paths:
@@ -43,15 +45,17 @@ def collect(paths: list, numbers: set, decode: bool = True) -> dict:
                 last = int(frames[-1])
             for i in np.flatnonzero(np.isin(frames, wanted)).tolist():
                 frame = batch.frame(i)
-                found[offset + frame.number] = Evidence(frame, str(path), frame.number,
-                                                        decode_frame(frame) if decode else None)
+                found[offset + frame.number] = Evidence(
+                    frame, str(path), frame.number, decode_frame(frame) if decode else None
+                )
         if stream.problems:
             found, last = {}, 0
             for frame in open_capture(str(path)):
                 last = frame.number
                 if offset + frame.number in numbers:
-                    found[offset + frame.number] = Evidence(frame, str(path), frame.number,
-                                                            decode_frame(frame) if decode else None)
+                    found[offset + frame.number] = Evidence(
+                        frame, str(path), frame.number, decode_frame(frame) if decode else None
+                    )
         out.update(found)
         offset += last
     return out
@@ -61,6 +65,7 @@ def write_pcapng(out, findings: list, evidence: dict, inputs: list) -> int:
     """Write every evidence frame once, in capture order, with one comment per finding citing it."""
     from ..outfile import output_file
     from ..writers import PcapngWriter
+
     notes: dict = {}
     for f in findings:
         for n in f.frames:
@@ -74,11 +79,15 @@ def write_pcapng(out, findings: list, evidence: dict, inputs: list) -> int:
                 continue
             key = (ev.path, ev.frame.linktype)
             if key not in ifaces:
-                ifaces[key] = w.add_interface(ev.frame.linktype, os.path.basename(ev.path),
-                                              f"evidence from {ev.path}")
-            comments = [f"{c} (audit frame {n}, frame {ev.local} of {os.path.basename(ev.path)})"
-                        for c in notes[n]]
-            w.write(ev.frame.data, ts=ev.frame.time, iface=ifaces[key], wirelen=ev.frame.wirelen,
-                    flush=False, comments=tuple(comments))
+                ifaces[key] = w.add_interface(ev.frame.linktype, os.path.basename(ev.path), f"evidence from {ev.path}")
+            comments = [f"{c} (audit frame {n}, frame {ev.local} of {os.path.basename(ev.path)})" for c in notes[n]]
+            w.write(
+                ev.frame.data,
+                ts=ev.frame.time,
+                iface=ifaces[key],
+                wirelen=ev.frame.wirelen,
+                flush=False,
+                comments=tuple(comments),
+            )
         fh.flush()
         return w.count

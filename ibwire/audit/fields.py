@@ -1,4 +1,5 @@
 """Reading values out of `decode_frame(...).flat` (Wireshark-style keys such as `lrh.slid`, `mad.method`)."""
+
 from __future__ import annotations
 
 import ipaddress

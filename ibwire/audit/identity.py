@@ -4,6 +4,7 @@ An IB end is a port by the interface ID of its GID (IBA 4.1.1), else by a LID on
 (NodeInfo and PortInfo(Set) over the same directed route in the capture, or --state); a RoCE end is its
 tenant's by MAC/IP/VLAN, or by MAC/IP alone when the frame carries a foreign VLAN (how a crossing looks).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -21,7 +22,8 @@ NO_TENANT = "(no tenant)"
 @dataclass
 class Side:
     """One end of a packet as the wire shows it."""
-    kind: str                     # ib | roce
+
+    kind: str  # ib | roce
     lid: Optional[int] = None
     gid: Optional[str] = None
     mac: Optional[str] = None
@@ -45,17 +47,22 @@ def sides(flat: dict) -> tuple:
     """(source, destination) of a packet: LRH LIDs and GRH GIDs on IB, MAC/IP/VLAN on RoCE."""
     vlan = as_int(flat.get("vlan.id"))
     if "lrh.slid" in flat:
-        return (Side("ib", as_int(flat["lrh.slid"]), gid_text(flat.get("grh.sgid"))),
-                Side("ib", as_int(flat["lrh.dlid"]), gid_text(flat.get("grh.dgid"))))
+        return (
+            Side("ib", as_int(flat["lrh.slid"]), gid_text(flat.get("grh.sgid"))),
+            Side("ib", as_int(flat["lrh.dlid"]), gid_text(flat.get("grh.dgid"))),
+        )
     sip = flat.get("ip.src") or flat.get("ipv6.src") or flat.get("grh.sgid")
     dip = flat.get("ip.dst") or flat.get("ipv6.dst") or flat.get("grh.dgid")
-    return (Side("roce", mac=flat.get("eth.src"), ip=ip_text(sip), vlan=vlan),
-            Side("roce", mac=flat.get("eth.dst"), ip=ip_text(dip), vlan=vlan))
+    return (
+        Side("roce", mac=flat.get("eth.src"), ip=ip_text(sip), vlan=vlan),
+        Side("roce", mac=flat.get("eth.dst"), ip=ip_text(dip), vlan=vlan),
+    )
 
 
 @dataclass
 class Resolved:
     """A packet end tied (or not) to a port and a tenant, and how."""
+
     guid: Optional[int]
     tenant: str
     how: str
@@ -75,8 +82,11 @@ def map_endpoints(tenants: Tenants, ports: FabricState) -> list:
         notes = []
         if ep.pf is not None and ep.port_guid is None:
             ep.port_guid = vf_port_guid(ep.pf, ep.vf)
-            notes.append(f"{ep.pf} vf {ep.vf} -> port GUID from sysfs" if ep.port_guid else
-                         f"{ep.pf} vf {ep.vf}: no port GUID in sysfs (unmapped)")
+            notes.append(
+                f"{ep.pf} vf {ep.vf} -> port GUID from sysfs"
+                if ep.port_guid
+                else f"{ep.pf} vf {ep.vf}: no port GUID in sysfs (unmapped)"
+            )
         if ep.port_guid is not None:
             ps = ports.ports.get(ep.port_guid)
             if ps and ps.lid:
@@ -94,13 +104,13 @@ class Identities:
         self.tenants = tenants
         self.ports = ports
         self._resolved: dict = {}
-        self._lids: dict = {}             # LID -> ports holding it
+        self._lids: dict = {}  # LID -> ports holding it
         for ps in ports.ports.values():
             self._lids.setdefault(ps.lid, []).append(ps)
-        self._ib: dict = {}               # ("guid" | "gid" | "lid", value) -> IB endpoints
+        self._ib: dict = {}  # ("guid" | "gid" | "lid", value) -> IB endpoints
         self._rank = {id(ep): i for i, ep in enumerate(tenants.endpoints)}
-        self._first: dict = {}            # port GUID -> its first endpoint (Tenants.endpoint_of)
-        self._macs: dict = {}             # RoCE endpoints by MAC; those without one are tried for every end
+        self._first: dict = {}  # port GUID -> its first endpoint (Tenants.endpoint_of)
+        self._macs: dict = {}  # RoCE endpoints by MAC; those without one are tried for every end
         self._no_mac, self._gid_ips = [], {}
         for ep in tenants.endpoints:
             if ep.port_guid is not None:
@@ -154,8 +164,11 @@ class Identities:
     def who(self, guid: int) -> str:
         ps = self.ports.ports.get(guid)
         ep = self._first.get(guid)
-        return f"port 0x{guid:016x}" + (f" LID {ps.lid}" if ps and ps.lid else "") + \
-            (f" ({ep.label} of tenant {ep.tenant})" if ep else "")
+        return (
+            f"port 0x{guid:016x}"
+            + (f" LID {ps.lid}" if ps and ps.lid else "")
+            + (f" ({ep.label} of tenant {ep.tenant})" if ep else "")
+        )
 
     def _resolve(self, side: Side) -> Resolved:
         if side.kind != "ib":
@@ -163,7 +176,7 @@ class Identities:
             for ep in eps:
                 if _roce_match(ep, side, with_vlan=True):
                     return Resolved(None, ep.tenant, "RoCE MAC/IP/VLAN")
-            for ep in eps:                # a known MAC/IP in a foreign VLAN is still that endpoint
+            for ep in eps:  # a known MAC/IP in a foreign VLAN is still that endpoint
                 if (ep.mac is not None or ep.net is not None) and _roce_match(ep, side, with_vlan=False):
                     return Resolved(None, ep.tenant, f"RoCE MAC/IP (seen in VLAN {side.vlan}, declared {ep.vlan})")
             return Resolved(None, NO_TENANT, "no tenant endpoint matches")
@@ -181,8 +194,11 @@ class Identities:
             else:
                 how = f"LID {side.lid} is not mapped to any port"
         for ep in self._ib_candidates(side, guid):
-            if (guid is not None and ep.port_guid == guid) or (side.gid and ep.gid == side.gid) or \
-                    (ep.lid is not None and ep.lid == side.lid and not side.gid):
+            if (
+                (guid is not None and ep.port_guid == guid)
+                or (side.gid and ep.gid == side.gid)
+                or (ep.lid is not None and ep.lid == side.lid and not side.gid)
+            ):
                 return Resolved(guid if guid is not None else ep.port_guid, ep.tenant, how or "declared LID")
             if guid is None and ep.port_guid is not None and side.lid is not None:
                 ps = self.ports.ports.get(ep.port_guid)

@@ -1,4 +1,5 @@
 """Stream one incident's captures through the audit, and load --state from any of its sources."""
+
 from __future__ import annotations
 
 import copy
@@ -28,16 +29,22 @@ def load_state(spec: Optional[str]) -> FabricState:
     return from_fabric_json(spec)
 
 
-def audit_captures(paths: Iterable[str], policy: Policy, tenants: Optional[Tenants],
-                   state: FabricState, display_filter: Optional[str] = None) -> Result:
+def audit_captures(
+    paths: Iterable[str],
+    policy: Policy,
+    tenants: Optional[Tenants],
+    state: FabricState,
+    display_filter: Optional[str] = None,
+) -> Result:
     """The audit of one incident's captures; with `display_filter` (ibwire.filter's language) it sees only
     the frames the filter selects, and its result says so."""
     from ..filter import compile_filter
+
     paths = [str(p) for p in paths]
     flt = compile_filter(display_filter) if display_filter else None
     audit = Audit(policy, tenants, state)
     ev = Evidence(captures=len(paths))
-    offset = 0          # several files of one incident: frames are numbered on, file after file
+    offset = 0  # several files of one incident: frames are numbered on, file after file
     for path in paths:
         try:
             open_capture(path)
@@ -45,10 +52,10 @@ def audit_captures(paths: Iterable[str], policy: Policy, tenants: Optional[Tenan
             raise
         except Exception as e:
             raise UserError(f"cannot read capture {path} ({e}); give a pcap or pcapng file") from None
-        shared = {id(x): x for x in (audit.policy, audit.tenants, audit.state)}   # only read while fed: not copied
+        shared = {id(x): x for x in (audit.policy, audit.tenants, audit.state)}  # only read while fed: not copied
         before = copy.deepcopy((audit, ev), shared)
         last = _bulk(path, offset, audit, ev, flt)
-        if last is None:                  # the walk found damage: the careful reader reads the file instead
+        if last is None:  # the walk found damage: the careful reader reads the file instead
             audit, ev = before
             last = _careful(path, offset, audit, ev, flt)
         offset += last
@@ -97,4 +104,3 @@ def _careful(path: str, offset: int, audit: Audit, ev: Evidence, flt) -> int:
     ev.cut += [f"{path} ends inside frame {offset + n} ({missing} bytes of it missing)" for n, missing in cap.cut_short]
     ev.problems += [f"{path}: {p}" for p in cap.problems]
     return last
-

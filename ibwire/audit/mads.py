@@ -7,6 +7,7 @@ election, fabric/sm.py), and so does PortInfo's CapabilityMask.IsSM (14.2.5.6) i
 senders are kept for the SM rules; traps 256-259 (14.2.5.1, Table 118) and SA MCMemberRecord joins with
 their answers (15.2.5.17).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -23,17 +24,17 @@ PERMISSIVE_LID = 0xFFFF
 
 class MadObserver:
     def __init__(self, state: FabricState):
-        self.state = state                # declared hardware state (--state), to find the master SM early
+        self.state = state  # declared hardware state (--state), to find the master SM early
         self.wire = FabricState(sources=["capture SM traffic"])
-        self.smp_sets: list = []          # (frame, sender LID or None for the directed-route root, DLID, attribute)
-        self.traps: list = []             # (frame, trap number, details, slid)
-        self.joins: list = []             # (frame, mgid, port gid, slid, transaction id)
-        self.sa_answers: dict = {}        # transaction id -> (frame, status) of SubnAdmGetResp(MCMemberRecord)
-        self.table_frames: dict = {}      # port GUID -> [(frame, set of P_Keys in that block)]
-        self.is_sm: list = []             # (frame, port GUID or None, LID or None): CapabilityMask.IsSM set
-        self.dr_root: Optional[int] = None    # port GUID answering NodeInfo over the empty path
-        self._dr_ports: dict = {}         # DR path -> port GUID (NodeInfo seen over that path)
-        self._sminfo: dict = {}           # port GUID -> its last SMInfo (state, priority) for the election
+        self.smp_sets: list = []  # (frame, sender LID or None for the directed-route root, DLID, attribute)
+        self.traps: list = []  # (frame, trap number, details, slid)
+        self.joins: list = []  # (frame, mgid, port gid, slid, transaction id)
+        self.sa_answers: dict = {}  # transaction id -> (frame, status) of SubnAdmGetResp(MCMemberRecord)
+        self.table_frames: dict = {}  # port GUID -> [(frame, set of P_Keys in that block)]
+        self.is_sm: list = []  # (frame, port GUID or None, LID or None): CapabilityMask.IsSM set
+        self.dr_root: Optional[int] = None  # port GUID answering NodeInfo over the empty path
+        self._dr_ports: dict = {}  # DR path -> port GUID (NodeInfo seen over that path)
+        self._sminfo: dict = {}  # port GUID -> its last SMInfo (state, priority) for the election
 
     def feed(self, number: int, flat: dict, mclass: int) -> None:
         method = as_int(flat.get("mad.method")) or 0
@@ -43,35 +44,45 @@ class MadObserver:
         dr = mclass == 0x81
         path = _dr_path(flat) if dr else ""
         if mclass in (0x01, 0x81):
-            if method == 0x02:                                  # SubnSet
+            if method == 0x02:  # SubnSet
                 sender = as_int(flat.get("smpdirected.drslid")) if dr else slid
                 if sender == PERMISSIVE_LID:
-                    sender = slid if slid != PERMISSIVE_LID else None   # None: the directed-route root
+                    sender = slid if slid != PERMISSIVE_LID else None  # None: the directed-route root
                 self.smp_sets.append((number, sender, dlid, attr))
-            if method == 0x05 and attr == 0x0002:               # SubnTrap(Notice)
+            if method == 0x05 and attr == 0x0002:  # SubnTrap(Notice)
                 self._trap(number, flat, slid)
-                from dissectors.mad.smp import IS_SM      # (loaded with the MAD layers that decoded this frame)
-                if as_int(first_of(flat, "notice.trapnumberdeviceid")) == 144 and \
-                        (as_int(first_of(flat, "trap.capabilitymask")) or 0) & IS_SM:
+                from dissectors.mad.smp import IS_SM  # (loaded with the MAD layers that decoded this frame)
+
+                if (
+                    as_int(first_of(flat, "notice.trapnumberdeviceid")) == 144
+                    and (as_int(first_of(flat, "trap.capabilitymask")) or 0) & IS_SM
+                ):
                     lid = as_int(first_of(flat, "trap.lidaddr")) or slid
                     self.is_sm.append((number, None, lid))
-            if method == 0x81:                                  # GetResp: what the port really holds
+            if method == 0x81:  # GetResp: what the port really holds
                 if not dr and attr == 0x0016 and not self._to_master(dlid):
-                    return                                      # a table shown to a non-SM requester
+                    return  # a table shown to a non-SM requester
                 self._smp_data(number, flat, attr, slid if not dr else None, path)
         elif mclass == 0x03:
             if method == 0x05 and attr == 0x0002:
                 self._trap(number, flat, slid)
-            if method == 0x02 and attr == 0x0038:               # SubnAdmSet(MCMemberRecord): join
-                self.joins.append((number, gid_text(first_of(flat, "mcmemberrecord.mgid")),
-                                   gid_text(first_of(flat, "mcmemberrecord.portgid")), slid,
-                                   as_int(flat.get("mad.transactionid"))))
-            if method == 0x81 and attr == 0x0038:               # the SA's answer: status 0 grants the join
-                self.sa_answers.setdefault(as_int(flat.get("mad.transactionid")),
-                                           (number, as_int(flat.get("mad.status")) or 0))
+            if method == 0x02 and attr == 0x0038:  # SubnAdmSet(MCMemberRecord): join
+                self.joins.append(
+                    (
+                        number,
+                        gid_text(first_of(flat, "mcmemberrecord.mgid")),
+                        gid_text(first_of(flat, "mcmemberrecord.portgid")),
+                        slid,
+                        as_int(flat.get("mad.transactionid")),
+                    )
+                )
+            if method == 0x81 and attr == 0x0038:  # the SA's answer: status 0 grants the join
+                self.sa_answers.setdefault(
+                    as_int(flat.get("mad.transactionid")), (number, as_int(flat.get("mad.status")) or 0)
+                )
 
     def _smp_data(self, number, flat, attr, lid_of_responder, path):
-        if attr == 0x0011:                                      # NodeInfo
+        if attr == 0x0011:  # NodeInfo
             guid = as_int(first_of(flat, "nodeinfo.portguid"))
             if not guid:
                 return
@@ -86,7 +97,7 @@ class MadObserver:
                 self._dr_ports[path] = guid
                 if path == "00":
                     self.dr_root = guid
-        elif attr == 0x0015:                                    # PortInfo
+        elif attr == 0x0015:  # PortInfo
             lid = as_int(first_of(flat, "portinfo.lid"))
             guid = self._responder(path, lid_of_responder)
             if as_int(first_of(flat, "portinfo.capabilitymask.issm")):
@@ -94,9 +105,12 @@ class MadObserver:
             if guid is not None and lid:
                 ps = self.wire.port(guid, "capture PortInfo")
                 ps.lid = lid
-                ps.source = "capture NodeInfo+PortInfo over the same directed route" if path else \
-                    "capture PortInfo (LID-routed response)"
-        elif attr == 0x0016:                                    # P_KeyTable
+                ps.source = (
+                    "capture NodeInfo+PortInfo over the same directed route"
+                    if path
+                    else "capture PortInfo (LID-routed response)"
+                )
+        elif attr == 0x0016:  # P_KeyTable
             guid = self._responder(path, lid_of_responder)
             if guid is None:
                 return
@@ -107,19 +121,24 @@ class MadObserver:
                 return
             ps = self.wire.port(guid, "capture")
             table = list(ps.pkeys or [])
-            entries = {(int(b) & 0x7FFF) | (0x8000 if (i < len(members) and int(members[i])) else 0)
-                       for i, b in enumerate(bases)} - {0, 0x8000}
+            entries = {
+                (int(b) & 0x7FFF) | (0x8000 if (i < len(members) and int(members[i])) else 0)
+                for i, b in enumerate(bases)
+            } - {0, 0x8000}
             ps.pkeys = [p for p in table if p] if block else []
             ps.pkeys = sorted(set(ps.pkeys) | entries)
             ps.pkey_source = "capture P_KeyTable MADs (responses to the master SM)"
             self.table_frames.setdefault(guid, []).append((number, entries))
-        elif attr == 0x0020:                                    # SMInfo
+        elif attr == 0x0020:  # SMInfo
             guid = as_int(first_of(flat, "sminfo.guid"))
             st = as_int(first_of(flat, "sminfo.smstate"))
             if guid and st is not None:
                 self.wire.sm_claims.setdefault(guid, set()).add((SM_STATES.get(st, str(st)), number))
-                self._sminfo[guid] = {"guid": guid, "state": SM_STATES.get(st, str(st)),
-                                      "priority": as_int(first_of(flat, "sminfo.priority")) or 0}
+                self._sminfo[guid] = {
+                    "guid": guid,
+                    "state": SM_STATES.get(st, str(st)),
+                    "priority": as_int(first_of(flat, "sminfo.priority")) or 0,
+                }
                 master, _ = elect(list(self._sminfo.values()))
                 self.wire.master_sm = master["guid"] if master else self.wire.master_sm
 
@@ -134,8 +153,7 @@ class MadObserver:
         num = as_int(first_of(flat, "notice.trapnumberdeviceid", "notice.trapnumber"))
         if num not in TRAPS:
             return
-        details = {k.split(".", 1)[1]: v for k, v in flat.items()
-                   if k.startswith("trap.") and not isinstance(v, bool)}
+        details = {k.split(".", 1)[1]: v for k, v in flat.items() if k.startswith("trap.") and not isinstance(v, bool)}
         self.traps.append((number, num, details, slid))
 
     def _to_master(self, dlid) -> bool:
@@ -152,7 +170,7 @@ def _dr_path(flat: dict) -> str:
     if raw is None or hops is None:
         return ""
     raw = raw.hex() if isinstance(raw, (bytes, bytearray)) else str(raw)
-    return raw[:2 * (hops + 1)]
+    return raw[: 2 * (hops + 1)]
 
 
 def _as_list(v) -> list:

@@ -12,6 +12,7 @@ frames without a BTH, damaged ones, RoCEv2 found by the port heuristic, link typ
 the scapy bindings may read otherwise, RoCEv1/RoCEv2-over-IPv6 SENDs that could carry IPoIB (whose
 inner IP the decoder would report), and the rest of a file once its records and frames stop lining up.
 """
+
 from __future__ import annotations
 
 from typing import Iterator, NamedTuple, Tuple
@@ -27,15 +28,15 @@ from ..readers import Frame
 from .findings import EVIDENCE_FRAMES
 
 _UD = np.zeros(256, bool)
-_SEND_START = np.zeros(256, bool)          # SEND First/Only: may carry IPoIB (RFC 4391)
+_SEND_START = np.zeros(256, bool)  # SEND First/Only: may carry IPoIB (RFC 4391)
 for _code, _op in OPCODES.items():
     _UD[_code] = _op.transport == "UD"
     _SEND_START[_code] = _op.op == "send" and _op.seg in ("only", "first")
 
 _DOUBT = R.F_MALFORMED | R.F_TRUNCATED | R.F_MAD | R.F_HEURISTIC
 _DATA_LINKS = (R.ROCE1, R.ROCE2V4, R.ROCE2V6, R.IB, R.IBGRH)
-_ETH, _ERF, _IB = 1, 197, 247            # link types whose records the fast path and scapy read alike
-_ERF_IB = 21                              # ERF record type InfiniBand, no extension headers: LRH at 16
+_ETH, _ERF, _IB = 1, 197, 247  # link types whose records the fast path and scapy read alike
+_ERF_IB = 21  # ERF record type InfiniBand, no extension headers: LRH at 16
 _TAGS = (b"\x81\x00", b"\x88\xa8", b"\x91\x00")
 
 
@@ -83,8 +84,9 @@ def _ends(link, slid, dlid, src, dst, esrc, edst, vlan) -> dict:
 def audit_fields(cap, path: str) -> Iterator[Tuple[Frame, dict]]:
     """(frame, fields) for every frame of an open capture, in order."""
     from ..decode import decode_frame
+
     frames = iter(cap)
-    known = {}                            # address fields -> their dict (a capture has few conversations)
+    known = {}  # address fields -> their dict (a capture has few conversations)
     try:
         batches = iter(scan(path, icrc=False))
     except Exception:
@@ -94,11 +96,26 @@ def audit_fields(cap, path: str) -> Iterator[Tuple[Frame, dict]]:
             rec = next(batches)
         except StopIteration:
             break
-        except Exception:                 # the reader decides what is readable; decode the rest
+        except Exception:  # the reader decides what is readable; decode the rest
             break
         trusted = _trusted(rec).tolist()
-        cols = [rec[k].tolist() for k in ("frame", "caplen", "link", "opcode", "p_key", "slid", "dlid",
-                                          "src", "dst", "eth_src", "eth_dst", "vlan")]
+        cols = [
+            rec[k].tolist()
+            for k in (
+                "frame",
+                "caplen",
+                "link",
+                "opcode",
+                "p_key",
+                "slid",
+                "dlid",
+                "src",
+                "dst",
+                "eth_src",
+                "eth_dst",
+                "vlan",
+            )
+        ]
         for row, ok in zip(zip(*cols), trusted):
             frame = next(frames, None)
             if frame is None:
@@ -124,12 +141,13 @@ _ADDR_FIELDS = ("link", "slid", "dlid", "src", "dst", "eth_src", "eth_dst", "vla
 
 class DataGroup(NamedTuple):
     """Data packets of one batch with equal address fields and P_Key, as `Audit.feed_group` takes them."""
-    first: int            # frame number of the first one
-    frames: list          # the first EVIDENCE_FRAMES frame numbers
+
+    first: int  # frame number of the first one
+    frames: list  # the first EVIDENCE_FRAMES frame numbers
     packets: int
     bytes: int
-    truncated: int        # of them captured shorter than on the wire
-    flat: dict            # bth.opcode/bth.p_key of the first, the address fields, `_addr`
+    truncated: int  # of them captured shorter than on the wire
+    flat: dict  # bth.opcode/bth.p_key of the first, the address fields, `_addr`
 
 
 def _byte(data: np.ndarray, caplen: np.ndarray, buf: np.ndarray, at) -> np.ndarray:
@@ -148,6 +166,7 @@ def _shapes_ok(batch, rows: np.ndarray) -> np.ndarray:
 
     def byte(at):
         return _byte(data, caplen, buf, at)
+
     etype = byte(12) << 8 | byte(13)
     tagged = etype == 0x8100
     inner = np.where(tagged, byte(16) << 8 | byte(17), etype)
@@ -169,12 +188,15 @@ class BulkReader:
 
     def __init__(self, path: str, flt=None):
         from ..decode.stream import Stream
+
         self.stream = Stream(path, icrc=False)
         self.flt = flt
-        self.last = 0             # the file's last frame number
+        self.last = 0  # the file's last frame number
         from ..fast.filter import names_analysis
-        if flt is not None and names_analysis(flt.text):     # -Y on bth.analysis.*: the RC analysis first
+
+        if flt is not None and names_analysis(flt.text):  # -Y on bth.analysis.*: the RC analysis first
             from ..analysis.packets import CaptureAnalysis
+
             self.stream.fill = CaptureAnalysis(path).fill
 
     @property
@@ -187,12 +209,14 @@ class BulkReader:
                 yield batch, None, {}
             return
         from ..decode.stream import detail_flat, select
-        known: dict = {}            # frame number -> full decode made for the filter (reused below)
+
+        known: dict = {}  # frame number -> full decode made for the filter (reused below)
 
         def detail(batch, i, t0, prev):
             flat = detail_flat(batch.frame(i), t0, prev)
             known[int(batch.rec["frame"][i])] = flat
             return flat
+
         for batch, mask in select(self.stream, self.flt, detail):
             yield batch, mask, known
             known.clear()
@@ -221,6 +245,7 @@ class BulkReader:
                     flat = known.get(number)
                     if flat is None:
                         from ..decode import decode_frame
+
                         flat = decode_frame(frame).flat
                     yield frame, flat
                 else:
@@ -244,7 +269,7 @@ class BulkReader:
         cols = [heads[k].tolist() for k in _ADDR_FIELDS + ("opcode", "p_key")]
         out = []
         for g, row in enumerate(zip(*cols)):
-            where = row[:len(_ADDR_FIELDS)]
+            where = row[: len(_ADDR_FIELDS)]
             flat = {"bth.opcode": row[-2], "bth.p_key": row[-1], **_ends(*where), "_addr": where}
             out.append(DataGroup(per[g][0], per[g], int(packets[g]), int(nbytes[g]), int(trunc[g]), flat))
         return out

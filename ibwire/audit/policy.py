@@ -9,6 +9,7 @@ P_Key counting from 1; a header whose P_Key already exists joins that partition 
 opensm rejects the file (or it holds no statement), opensm applies `Default=0x7fff : ALL=full` instead:
 this Policy then holds that fallback and says so in `notes`.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -23,16 +24,17 @@ from .prtn_reader import KEYWORDS, Note, Reader, Rejected, Sink
 DEFAULT_PKEY = 0x7FFF
 FULL_BIT = 0x8000
 IPOIB_QKEY = 0x0B1B
-NAME_MAX = 31                       # osm_prtn_t.name is char[32]
-DEFAULT_SCOPE = 0x2                 # OSM_DEFAULT_MGRP_SCOPE: link-local
+NAME_MAX = 31  # osm_prtn_t.name is char[32]
+DEFAULT_SCOPE = 0x2  # OSM_DEFAULT_MGRP_SCOPE: link-local
 NODE_TYPES = ("ca", "switch", "router")
 
 
 @dataclass
 class Member:
     """One port-list item: a port GUID or a keyword (ALL, ALL_CAS, ALL_SWITCHES, ALL_ROUTERS, SELF)."""
+
     who: object
-    membership: str          # full | limited | both
+    membership: str  # full | limited | both
     line: int = 0
 
 
@@ -46,7 +48,7 @@ class McastGroup:
 @dataclass
 class Partition:
     name: str
-    pkey: int                # 15-bit base
+    pkey: int  # 15-bit base
     line: int
     automatic: bool = False  # P_Key chosen by opensm
     members: list = field(default_factory=list)
@@ -60,6 +62,7 @@ class Partition:
 @dataclass
 class Port:
     """What the policy needs to know about a port to resolve keywords."""
+
     guid: int
     node_type: str = "ca"
     is_sm: bool = False
@@ -77,15 +80,16 @@ class Policy(Sink):
         self.allow_both_pkeys = allow_both_pkeys
         self.partitions: dict[int, Partition] = {}
         self.notes: list[Note] = []
-        self.fallback = not file_found      # True: opensm runs with its default configuration
-        self.rejected: Optional[tuple] = None   # (line, why) when opensm rejected the file
+        self.fallback = not file_found  # True: opensm runs with its default configuration
+        self.rejected: Optional[tuple] = None  # (line, why) when opensm rejected the file
         self._counter = 0
-        self._index = None                  # see _candidates
+        self._index = None  # see _candidates
         default = self.make_partition("Default", DEFAULT_PKEY, 0)
         default.members = [Member("ALL", "limited" if file_found else "full"), Member("SELF", "full")]
         if not file_found:
-            self.add_mgroup(default, b"\xff\x12\x40\x1b\xff\xff" + bytes(6) + b"\xff" * 4,
-                            {"Q_Key": IPOIB_QKEY, "scope_mask": 0}, 0)
+            self.add_mgroup(
+                default, b"\xff\x12\x40\x1b\xff\xff" + bytes(6) + b"\xff" * 4, {"Q_Key": IPOIB_QKEY, "scope_mask": 0}, 0
+            )
 
     # -- queries ---------------------------------------------------------------------------------
     def membership(self, port: Port) -> dict[int, str]:
@@ -100,9 +104,9 @@ class Policy(Sink):
                 if not _applies(mem.who, port):
                     continue
                 m = mem.membership
-                if not self.allow_both_pkeys:          # osm_prtn_add_port drops the port from both maps
+                if not self.allow_both_pkeys:  # osm_prtn_add_port drops the port from both maps
                     full, limited = m != "limited", m == "limited"
-                else:                                   # manage_membership_change, then the adds
+                else:  # manage_membership_change, then the adds
                     full = (full and m != "limited") or m != "limited"
                     limited = (limited and m != "full") or m in ("limited", "both")
             if full or limited:
@@ -170,19 +174,35 @@ class Policy(Sink):
                 return None
             automatic = True
             if name is not None and lost:
-                self.notes.append(Note(line, f"'{name}' names an earlier partition",
-                                       f"opensm keeps only {NAME_MAX} characters of a name, cannot find it "
-                                       f"and creates another partition, 0x{pkey:04x}", "warning", pkey))
+                self.notes.append(
+                    Note(
+                        line,
+                        f"'{name}' names an earlier partition",
+                        f"opensm keeps only {NAME_MAX} characters of a name, cannot find it "
+                        f"and creates another partition, 0x{pkey:04x}",
+                        "warning",
+                        pkey,
+                    )
+                )
         stored = name.encode("latin-1")[:NAME_MAX].decode("latin-1") if name else f"{pkey:04x}"
         existing = self.partitions.get(pkey)
         if existing is not None:
             if stored != existing.name:
-                was = "opensm's built-in default partition (every port limited, the SM full)" \
-                    if existing.line == 0 else f"'{existing.name}' (line {existing.line}" + \
-                    (", P_Key chosen by opensm)" if existing.automatic else ")")
-                self.notes.append(Note(line, f"partition '{stored}' = 0x{pkey:04x} is a partition of its own",
-                                       f"opensm merges it into {was}: its ports and that partition's "
-                                       f"ports share P_Key 0x{pkey:04x}", "breach", pkey))
+                was = (
+                    "opensm's built-in default partition (every port limited, the SM full)"
+                    if existing.line == 0
+                    else f"'{existing.name}' (line {existing.line}"
+                    + (", P_Key chosen by opensm)" if existing.automatic else ")")
+                )
+                self.notes.append(
+                    Note(
+                        line,
+                        f"partition '{stored}' = 0x{pkey:04x} is a partition of its own",
+                        f"opensm merges it into {was}: its ports and that partition's ports share P_Key 0x{pkey:04x}",
+                        "breach",
+                        pkey,
+                    )
+                )
             return existing
         part = self.partitions[pkey] = Partition(stored, pkey, line, automatic)
         self._index = None
@@ -232,8 +252,16 @@ def policy_findings(policy: Policy, ports=()) -> list:
         severity = n.severity
         if n.guid is not None and n.guid in ports:
             severity, text = "breach", text + ", a port of this fabric, which becomes a member"
-        out.append(Finding(rule, severity, f"{where}: {text}", line=n.line or None,
-                           pkey=0xFFFF if policy.fallback else n.pkey, port=n.guid))
+        out.append(
+            Finding(
+                rule,
+                severity,
+                f"{where}: {text}",
+                line=n.line or None,
+                pkey=0xFFFF if policy.fallback else n.pkey,
+                port=n.guid,
+            )
+        )
     return out
 
 
@@ -256,10 +284,17 @@ def parse_policy(text, path: str = "<policy>", allow_both_pkeys: bool = False) -
         policy.notes += reader.notes
         return policy
     fallback = Policy(path, allow_both_pkeys, file_found=False)
-    fallback.notes.append(Note(line, f"{why}", "opensm drops the whole file ('Partition configuration in error; "
-                                               "retrying with default config') and programs Default=0x7fff : "
-                                               "ALL=full, so every port is a FULL member of 0xffff and can "
-                                               "reach every other", "breach"))
+    fallback.notes.append(
+        Note(
+            line,
+            f"{why}",
+            "opensm drops the whole file ('Partition configuration in error; "
+            "retrying with default config') and programs Default=0x7fff : "
+            "ALL=full, so every port is a FULL member of 0xffff and can "
+            "reach every other",
+            "breach",
+        )
+    )
     fallback.rejected = (line, why) if line else None
     return fallback
 
@@ -273,6 +308,10 @@ def load_policy(path: str, allow_both_pkeys: bool = False, as_opensm: bool = Fal
     unknown = [n for n in policy.notes if n.unknown]
     if unknown and not as_opensm:
         n = unknown[0]
-        raise InputError(str(path), n.line, f"{n.says}: {n.does}; correct the word, or give --as-opensm to audit "
-                                            "what opensm programs from the file as it is")
+        raise InputError(
+            str(path),
+            n.line,
+            f"{n.says}: {n.does}; correct the word, or give --as-opensm to audit "
+            "what opensm programs from the file as it is",
+        )
     return policy

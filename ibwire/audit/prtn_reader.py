@@ -7,6 +7,7 @@ a file exactly as opensm applies it, `read()` replays those steps on a byte buff
 opensm does to a `Sink` (osm_prtn.c's partition/port calls) plus a `Note` wherever the text and what
 opensm does part ways.  Numbers follow C's strtoul/strtoull with base 0 (glibc, 64-bit unsigned long).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -15,25 +16,26 @@ from typing import Optional
 
 from ..inputfile import closest
 
-LINE_SIZE = 4096            # char line[4096]; fgets(line, sizeof(line) - 1, file)
-_BLANK = b" \t\n"           # STRIP_*_SPACES and parse_name_token skip these
-_CSPACE = b" \t\n\v\f\r"    # isspace() in the C locale, what strtoul skips
+LINE_SIZE = 4096  # char line[4096]; fgets(line, sizeof(line) - 1, file)
+_BLANK = b" \t\n"  # STRIP_*_SPACES and parse_name_token skip these
+_CSPACE = b" \t\n\v\f\r"  # isspace() in the C locale, what strtoul skips
 ULONG_MAX = (1 << 64) - 1
 OSM_DEFAULT_MGRP_MTU, OSM_DEFAULT_MGRP_RATE, OSM_DEFAULT_SL = 4, 3, 0
-GROUP_FLAGS = ("mtu", "rate", "scope", "Q_Key", "TClass", "sl", "FlowLabel")     # parse_group_flag's order
+GROUP_FLAGS = ("mtu", "rate", "scope", "Q_Key", "TClass", "sl", "FlowLabel")  # parse_group_flag's order
 KEYWORDS = (("ALL", None), ("ALL_CAS", "ca"), ("ALL_SWITCHES", "switch"), ("ALL_ROUTERS", "router"))
 
 
 @dataclass
 class Note:
     """The text and opensm part ways: `says` is the natural reading, `does` what opensm programs."""
+
     line: int
     says: str
     does: str
-    severity: str = "warning"       # info | warning | breach (widens someone's membership)
-    pkey: Optional[int] = None      # the partition the note is about, when there is one
-    guid: Optional[int] = None      # the port GUID opensm read from a number written otherwise
-    unknown: bool = False           # a word opensm does not know (a flag or a membership): a likely typo
+    severity: str = "warning"  # info | warning | breach (widens someone's membership)
+    pkey: Optional[int] = None  # the partition the note is about, when there is one
+    guid: Optional[int] = None  # the port GUID opensm read from a number written otherwise
+    unknown: bool = False  # a word opensm does not know (a flag or a membership): a likely typo
 
 
 class Rejected(Exception):
@@ -53,9 +55,9 @@ def strtoul(text: str):
     if i < n and text[i] in "+-":
         i += 1
     base = 10
-    if text[i:i + 2].lower() == "0x" and i + 2 < n and text[i + 2] in "0123456789abcdefABCDEF":
+    if text[i : i + 2].lower() == "0x" and i + 2 < n and text[i + 2] in "0123456789abcdefABCDEF":
         base, i = 16, i + 2
-    elif text[i:i + 1] == "0":
+    elif text[i : i + 1] == "0":
         base = 8
     start = i
     digits = "0123456789abcdef"[:base]
@@ -65,7 +67,7 @@ def strtoul(text: str):
         return 0, 0
     value = int(text[start:i], base)
     if value > ULONG_MAX:
-        value = ULONG_MAX                               # ERANGE, which opensm never checks
+        value = ULONG_MAX  # ERANGE, which opensm never checks
     elif neg:
         value = (-value) & ULONG_MAX
     return value, i
@@ -105,21 +107,28 @@ class _Conf:
     def __init__(self):
         self.part = None
         self.ipoib = False
-        self.flags = {"mtu": OSM_DEFAULT_MGRP_MTU, "rate": OSM_DEFAULT_MGRP_RATE, "sl": OSM_DEFAULT_SL,
-                      "scope_mask": 0, "Q_Key": 0, "TClass": 0, "FlowLabel": 0}
+        self.flags = {
+            "mtu": OSM_DEFAULT_MGRP_MTU,
+            "rate": OSM_DEFAULT_MGRP_RATE,
+            "sl": OSM_DEFAULT_SL,
+            "scope_mask": 0,
+            "Q_Key": 0,
+            "TClass": 0,
+            "FlowLabel": 0,
+        }
         self.membership = "limited"
         self.indx0 = False
-        self.full_bit = None        # header P_Key text with the 0x8000 bit, until a port is limited by default
+        self.full_bit = None  # header P_Key text with the 0x8000 bit, until a port is limited by default
 
 
 class Reader:
     def __init__(self, sink: Sink, allow_both_pkeys: bool = False):
         self.sink = sink
         self.allow_both = allow_both_pkeys
-        self.buf = bytearray(LINE_SIZE + 1)             # +1: a C read one past the array finds NUL here
+        self.buf = bytearray(LINE_SIZE + 1)  # +1: a C read one past the array finds NUL here
         self.lineno = 0
         self.notes: list = []
-        self.part = None                                # partition of the statement being read
+        self.part = None  # partition of the statement being read
 
     # -- C string helpers on the line buffer -------------------------------------------------------
     def _at(self, i: int) -> int:
@@ -139,14 +148,15 @@ class Reader:
         return None
 
     def _str(self, i: int) -> str:
-        return bytes(self.buf[i:i + self._strlen(i)]).decode("latin-1")
+        return bytes(self.buf[i : i + self._strlen(i)]).decode("latin-1")
 
     def _nul(self, i: int) -> None:
         if 0 <= i < len(self.buf):
             self.buf[i] = 0
 
-    def note(self, says: str, does: str, severity: str = "warning", pkey: Optional[int] = None,
-             unknown: bool = False) -> None:
+    def note(
+        self, says: str, does: str, severity: str = "warning", pkey: Optional[int] = None, unknown: bool = False
+    ) -> None:
         """A note inside a statement is about its partition unless it names another P_Key."""
         if pkey is None and self.part is not None:
             pkey = self.part.pkey
@@ -161,14 +171,16 @@ class Reader:
         conf, success, pos = None, 0, 0
         while pos < len(data):
             end = data.find(b"\n", pos, pos + LINE_SIZE - 2)
-            chunk = data[pos:end + 1] if end >= 0 else data[pos:pos + LINE_SIZE - 2]
+            chunk = data[pos : end + 1] if end >= 0 else data[pos : pos + LINE_SIZE - 2]
             pos += len(chunk)
             self.lineno += 1
             if end < 0 and pos < len(data):
-                self.note(f"line {self.lineno} goes on past {LINE_SIZE - 2} characters",
-                          "opensm reads the rest as the next line (fgets into a 4096-byte buffer), and "
-                          "its line numbers run one ahead from here")
-            self.buf[:len(chunk) + 1] = chunk + b"\0"
+                self.note(
+                    f"line {self.lineno} goes on past {LINE_SIZE - 2} characters",
+                    "opensm reads the rest as the next line (fgets into a 4096-byte buffer), and "
+                    "its line numbers run one ahead from here",
+                )
+            self.buf[: len(chunk) + 1] = chunk + b"\0"
             p = 0
             q = self._strchr(0, ord("#"))
             if q is not None:
@@ -189,8 +201,11 @@ class Reader:
                     break
                 conf = self.part = None
         if conf is not None and conf.part is not None:
-            self.note(f"the last partition ('{conf.part.name}') is not closed with ';'",
-                      "opensm applies it as written", "info")
+            self.note(
+                f"the last partition ('{conf.part.name}') is not closed with ';'",
+                "opensm applies it as written",
+                "info",
+            )
         return success == 1
 
     def _comma_token(self, p: int):
@@ -224,7 +239,7 @@ class Reader:
                 self._partition_flag(conf, flag, val)
             if p != after or not self._create(conf, name, pkey_text):
                 self.reject("bad partition definition")
-            for n in self.notes[first_note:]:           # header notes are about the partition it made
+            for n in self.notes[first_note:]:  # header notes are about the partition it made
                 n.pkey = conf.part.pkey if n.pkey is None else n.pkey
         self.part = conf.part
         while True:
@@ -294,11 +309,19 @@ class Reader:
         how = _number_reading(text)
         base = pkey & 0x7FFF
         if value > 0xFFFF:
-            self.note(f"P_Key '{text}' (= 0x{value:x})",
-                      f"opensm keeps the low 16 bits: partition 0x{base:04x}", "warning", base)
+            self.note(
+                f"P_Key '{text}' (= 0x{value:x})",
+                f"opensm keeps the low 16 bits: partition 0x{base:04x}",
+                "warning",
+                base,
+            )
         elif how:
-            self.note(f"P_Key '{text}' is {how}", f"opensm reads 0x{value:04x}: partition 0x{base:04x}",
-                      "info" if how.startswith("decimal") else "warning", base)
+            self.note(
+                f"P_Key '{text}' is {how}",
+                f"opensm reads 0x{value:04x}: partition 0x{base:04x}",
+                "info" if how.startswith("decimal") else "warning",
+                base,
+            )
 
     def _partition_flag(self, conf: _Conf, flag: str, val: Optional[str]) -> None:
         if self._group_flag(conf.flags, flag, val):
@@ -306,22 +329,28 @@ class Reader:
         if "ipoib".startswith(flag):
             conf.ipoib = True
         elif "defmember".startswith(flag):
-            choice = None if val is None else next((m for m in ("full", "both", "limited") if m.startswith(val)),
-                                                   None)
+            choice = None if val is None else next((m for m in ("full", "both", "limited") if m.startswith(val)), None)
             if choice is None:
-                self.note(f"'{flag}={val}' asks for a default membership" if val is not None else
-                          f"'{flag}' without a value", "opensm skips it: ports without =full/=both are limited")
+                self.note(
+                    f"'{flag}={val}' asks for a default membership" if val is not None else f"'{flag}' without a value",
+                    "opensm skips it: ports without =full/=both are limited",
+                )
             else:
                 if val == "":
-                    self.note(f"'{flag}=' names no membership",
-                              "opensm makes every port of this statement without its own flag a FULL member",
-                              "breach")
+                    self.note(
+                        f"'{flag}=' names no membership",
+                        "opensm makes every port of this statement without its own flag a FULL member",
+                        "breach",
+                    )
                 conf.membership = choice
         elif flag == "indx0":
             conf.indx0 = True
         else:
-            self.note(f"partition flag '{flag}'", "opensm does not know it and ignores it" +
-                      _guess(flag, GROUP_FLAGS + ("ipoib", "defmember", "indx0")), unknown=True)
+            self.note(
+                f"partition flag '{flag}'",
+                "opensm does not know it and ignores it" + _guess(flag, GROUP_FLAGS + ("ipoib", "defmember", "indx0")),
+                unknown=True,
+            )
 
     def _group_flag(self, flags: dict, flag: str, val: Optional[str]) -> bool:
         """parse_group_flag: True when `flag` is a (prefix of a) multicast group flag."""
@@ -329,18 +358,20 @@ class Reader:
             if not gf.startswith(flag):
                 continue
             if flag == "":
-                self.note("an empty flag between commas", "opensm takes it for 'mtu' without a value and "
-                                                          "ignores it", "info")
+                self.note(
+                    "an empty flag between commas", "opensm takes it for 'mtu' without a value and ignores it", "info"
+                )
                 return True
             value, used = strtoul(val) if val else (0, 0)
             clean = val is not None and used == len(val)
             if gf in ("sl", "FlowLabel", "scope"):
                 low, high = (1, 15) if gf == "scope" else (0, 15 if gf == "sl" else 0xFFFFF)
-                ok = val and used and low <= value <= high and (
-                    clean or gf == "scope" or val[used] in " \t\n\v\f\r")
+                ok = val and used and low <= value <= high and (clean or gf == "scope" or val[used] in " \t\n\v\f\r")
                 if not ok:
-                    self.note(f"'{flag}={val}'" if val is not None else f"'{flag}' without a value",
-                              f"opensm skips flag {gf} (needs {low}..{high})")
+                    self.note(
+                        f"'{flag}={val}'" if val is not None else f"'{flag}' without a value",
+                        f"opensm skips flag {gf} (needs {low}..{high})",
+                    )
                 elif gf == "scope":
                     flags["scope_mask"] |= 1 << value
                 else:
@@ -371,15 +402,24 @@ class Reader:
             elif "both".startswith(flag):
                 membership = "both"
             elif not "limited".startswith(flag):
-                self.note(f"'{name}={flag}'", "opensm does not know the membership and makes it limited" +
-                          _guess(flag, ("full", "both", "limited")), unknown=True)
+                self.note(
+                    f"'{name}={flag}'",
+                    "opensm does not know the membership and makes it limited"
+                    + _guess(flag, ("full", "both", "limited")),
+                    unknown=True,
+                )
         if flag is None and membership == "limited" and conf.full_bit:
-            self.note(f"P_Key '{conf.full_bit}' with the full-membership bit, and '{name}' without =full",
-                      "opensm ignores the bit: it makes the port a limited member")
+            self.note(
+                f"P_Key '{conf.full_bit}' with the full-membership bit, and '{name}' without =full",
+                "opensm ignores the bit: it makes the port a limited member",
+            )
             conf.full_bit = None
         if membership == "both" and not self.allow_both:
-            self.note(f"'{name}' is a member of both kinds",
-                      "without --allow_both_pkeys opensm programs only the full P_Key", "info")
+            self.note(
+                f"'{name}' is a member of both kinds",
+                "without --allow_both_pkeys opensm programs only the full P_Key",
+                "info",
+            )
         who = None
         for kw, _ in KEYWORDS:
             if kw.startswith(name):
@@ -420,12 +460,16 @@ class Reader:
             if flag and not self._group_flag(flags, flag, val):
                 item = flag + ("" if val is None else "=" + val)
                 if past:
-                    self.note(f"'{item}' after ';' on the line of an mgid= item",
-                              "opensm reads the rest of that line as multicast group flags and ignores it")
+                    self.note(
+                        f"'{item}' after ';' on the line of an mgid= item",
+                        "opensm reads the rest of that line as multicast group flags and ignores it",
+                    )
                 else:
-                    self.note(f"'{item}' after mgid= on the same line",
-                              "opensm reads it as a multicast group flag and ignores it (an mgid item "
-                              "consumes the rest of its line)")
+                    self.note(
+                        f"'{item}' after mgid= on the same line",
+                        "opensm reads it as a multicast group flag and ignores it (an mgid item "
+                        "consumes the rest of its line)",
+                    )
             p += ret
             length += ret
             if q is None:
@@ -433,16 +477,19 @@ class Reader:
         ip = raw[2:4] in (b"\x40\x1b", b"\x60\x1b")
         if ip:
             want = (conf.part.pkey | 0x8000).to_bytes(2, "big")
-            broadcast = raw[:4] == b"\xff\x12\x40\x1b" and raw[6:] == bytes(6) + b"\xff" * 4 and \
-                raw[4:6] == b"\xff\xff"
+            broadcast = raw[:4] == b"\xff\x12\x40\x1b" and raw[6:] == bytes(6) + b"\xff" * 4 and raw[4:6] == b"\xff\xff"
             if not (broadcast or raw[4:6] in (b"\0\0", want)):
-                self.note(f"IP mgid '{mgid_text}' carries P_Key 0x{raw.hex()[8:12]}",
-                          "opensm creates no group (it must be 0 or the partition's full P_Key)")
+                self.note(
+                    f"IP mgid '{mgid_text}' carries P_Key 0x{raw.hex()[8:12]}",
+                    "opensm creates no group (it must be 0 or the partition's full P_Key)",
+                )
                 return length
             for k in ("rate", "mtu"):
                 if flags[k] != conf.flags[k]:
-                    self.note(f"IP mgid '{mgid_text}' with {k}={flags[k]}",
-                              f"opensm creates no group ({k} must equal the partition's {conf.flags[k]})")
+                    self.note(
+                        f"IP mgid '{mgid_text}' with {k}={flags[k]}",
+                        f"opensm creates no group ({k} must equal the partition's {conf.flags[k]})",
+                    )
                     return length
             raw = raw[:4] + want + raw[6:]
             flags["Q_Key"] = flags["Q_Key"] or 0x0B1B

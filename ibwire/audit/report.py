@@ -1,4 +1,5 @@
 """Audit results as a terminal verdict (rich), JSON, Markdown, or one self-contained HTML page."""
+
 from __future__ import annotations
 
 import html
@@ -19,7 +20,7 @@ def _per_port(res: Result) -> list:
     audit = res.audit
     by_lid, by_tail = _wire_pkeys(audit.traffic.flows.values())
     first: dict = {}
-    for ep in audit.tenants.endpoints:                   # Tenants.endpoint_of, for every port at once
+    for ep in audit.tenants.endpoints:  # Tenants.endpoint_of, for every port at once
         if ep.port_guid is not None:
             first.setdefault(ep.port_guid, ep)
     rows = []
@@ -27,13 +28,23 @@ def _per_port(res: Result) -> list:
         port = policy_port(res.ports, guid)
         pol = ", ".join(f"0x{pk:04x} {m}" for pk, m in sorted(audit.policy.membership(port).items()))
         hw = "unknown" if ps.pkeys is None else ", ".join(f"0x{p:04x}" for p in sorted(ps.table()))
-        wire = [] if ps.lid is None else sorted(by_lid.get(ps.lid, set()) | by_tail.get(f"{guid & 0xffff:x}", set()))
+        wire = [] if ps.lid is None else sorted(by_lid.get(ps.lid, set()) | by_tail.get(f"{guid & 0xFFFF:x}", set()))
         ep = first.get(guid)
         tenant = ep.tenant if ep else NO_TENANT
-        rows.append({"port_guid": f"0x{guid:016x}", "lid": ps.lid, "type": ps.node_type, "tenant": tenant,
-                     "description": ps.description, "policy": pol, "hardware": hw,
-                     "hardware_source": ps.pkey_source or "", "wire": ", ".join(f"0x{p:04x}" for p in wire),
-                     "mapping_source": ps.source})
+        rows.append(
+            {
+                "port_guid": f"0x{guid:016x}",
+                "lid": ps.lid,
+                "type": ps.node_type,
+                "tenant": tenant,
+                "description": ps.description,
+                "policy": pol,
+                "hardware": hw,
+                "hardware_source": ps.pkey_source or "",
+                "wire": ", ".join(f"0x{p:04x}" for p in wire),
+                "mapping_source": ps.source,
+            }
+        )
     return rows
 
 
@@ -54,7 +65,7 @@ def _wire_pkeys(flows) -> tuple:
     return by_lid, by_tail
 
 
-GRID_MAX = 16    # tenants (with "(no tenant)") a matrix is drawn as a grid for; more are listed by pair
+GRID_MAX = 16  # tenants (with "(no tenant)") a matrix is drawn as a grid for; more are listed by pair
 
 
 def cells(res: Result) -> list:
@@ -87,31 +98,41 @@ def compact(res: Result) -> tuple:
 
 def compact_note(res: Result, quiet: tuple) -> str:
     n = len(res.tenant_names())
-    return (f"{n} tenants are too many for a {n} × {n} grid: listed are the pairs of two different tenants and "
-            f"any pair with a finding; traffic within a tenant with no finding about it is summed ({quiet[0]} "
-            f"tenants, {quiet[1]} packets, {quiet[2]} bytes); --format json lists every pair with traffic")
+    return (
+        f"{n} tenants are too many for a {n} × {n} grid: listed are the pairs of two different tenants and "
+        f"any pair with a finding; traffic within a tenant with no finding about it is summed ({quiet[0]} "
+        f"tenants, {quiet[1]} packets, {quiet[2]} bytes); --format json lists every pair with traffic"
+    )
 
 
 def scope(res: Result) -> str:
     """What the verdict covers when a display filter chose the frames (empty without one)."""
     if not res.display_filter:
         return ""
-    return (f"Display filter applied: only the frames matching '{res.display_filter}' were audited; the "
-            f"verdict covers those frames, not the whole capture.")
+    return (
+        f"Display filter applied: only the frames matching '{res.display_filter}' were audited; the "
+        f"verdict covers those frames, not the whole capture."
+    )
 
 
 def as_dict(res: Result, fail_on: str) -> dict:
     names = res.tenant_names()
     return {
-        "verdict": res.verdict(fail_on), "fail_on": fail_on, "worst": res.worst(),
-        "display_filter": res.display_filter, "scope": scope(res) or None,
-        "packets": res.audit.packets, "frames": res.audit.frames_seen, "evidence": res.evidence.as_dict(),
+        "verdict": res.verdict(fail_on),
+        "fail_on": fail_on,
+        "worst": res.worst(),
+        "display_filter": res.display_filter,
+        "scope": scope(res) or None,
+        "packets": res.audit.packets,
+        "frames": res.audit.frames_seen,
+        "evidence": res.evidence.as_dict(),
         "checks": res.checks(),
         "tenants": names,
         "matrix": [{"from": a, "to": b, "packets": p, "bytes": by, "worst": w} for a, b, p, by, w in cells(res)],
         "findings": [f.as_dict() for f in res.findings],
-        "endpoint_mappings": [{"tenant": ep.tenant, "endpoint": ep.describe(), "mapping": text}
-                              for ep, text in res.audit.mappings],
+        "endpoint_mappings": [
+            {"tenant": ep.tenant, "endpoint": ep.describe(), "mapping": text} for ep, text in res.audit.mappings
+        ],
         "unnamed_endpoints": res.audit.unnamed,
         "ports": _per_port(res),
     }
@@ -132,17 +153,24 @@ def to_json(res: Result, fail_on: str) -> str:
 def to_markdown(res: Result, fail_on: str) -> str:
     d = as_dict(res, fail_on)
     names = d["tenants"]
-    out = [f"# Isolation audit: {d['verdict']}", "",
-           f"{plural(d['packets'], 'IB/RoCE packet')} in {plural(d['frames'], 'frame')}; worst finding: "
-           f"{d['worst'] or 'none'} (fail on {fail_on}).", "", checks_text(d["checks"]), ""] + \
-        ([f"**{d['scope']}**", ""] if d["scope"] else [])
+    out = [
+        f"# Isolation audit: {d['verdict']}",
+        "",
+        f"{plural(d['packets'], 'IB/RoCE packet')} in {plural(d['frames'], 'frame')}; worst finding: "
+        f"{d['worst'] or 'none'} (fail on {fail_on}).",
+        "",
+        checks_text(d["checks"]),
+        "",
+    ] + ([f"**{d['scope']}**", ""] if d["scope"] else [])
     out += _markdown_grid(res, names) if len(names) <= GRID_MAX else _markdown_pairs(res)
     out += ["", "## Findings", ""]
     if not d["findings"]:
         out.append("None.")
     for f in d["findings"]:
-        out.append(f"{f['number']}. **{f['severity']}** `{f['rule']}`: {f['description']}" +
-                   (f" (frames {', '.join(map(str, f['frames']))})" if f["frames"] else ""))
+        out.append(
+            f"{f['number']}. **{f['severity']}** `{f['rule']}`: {f['description']}"
+            + (f" (frames {', '.join(map(str, f['frames']))})" if f["frames"] else "")
+        )
         out += [f"   - Wireshark {label}: `{text}`" for label, text in _filters(f["wireshark"])]
     return "\n".join(map(printable, out)) + "\n"
 
@@ -161,9 +189,12 @@ def _markdown_grid(res: Result, names: list) -> list:
 
 def _markdown_pairs(res: Result) -> list:
     shown, quiet = compact(res)
-    return [compact_note(res, quiet) + ".", "", "| from | to | packets | bytes | worst finding |",
-            "|---|---|---|---|---|"] + [f"| {a} | {b} | {p} | {by} | {f'**{w}**' if w else '·'} |"
-                                       for a, b, p, by, w in shown]
+    return [
+        compact_note(res, quiet) + ".",
+        "",
+        "| from | to | packets | bytes | worst finding |",
+        "|---|---|---|---|---|",
+    ] + [f"| {a} | {b} | {p} | {by} | {f'**{w}**' if w else '·'} |" for a, b, p, by, w in shown]
 
 
 _FILTER_LABELS = (("frames", "frames"), ("evidence", "in the --evidence file"), ("semantic", "filter"))
@@ -182,17 +213,23 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
     from rich.text import Text
 
     from ..analysis.report import console as text_console
+
     console = console or text_console()
     verdict = res.verdict(fail_on)
     colour = "bold green" if verdict == "PASS" else "bold yellow" if verdict.startswith("PASS") else "bold red"
-    console.print(Text.assemble((printable(verdict), colour),
-                                f"  {plural(res.audit.packets, 'packet')}, {plural(len(res.findings), 'finding')}, "
-                                f"worst: {res.worst() or 'none'} (fail on {fail_on})"))
+    console.print(
+        Text.assemble(
+            (printable(verdict), colour),
+            f"  {plural(res.audit.packets, 'packet')}, {plural(len(res.findings), 'finding')}, "
+            f"worst: {res.worst() or 'none'} (fail on {fail_on})",
+        )
+    )
     if res.display_filter:
         console.print(Text(printable(scope(res)), style="bold yellow"), soft_wrap=True)
     if res.evidence.other:
-        rest = ", ".join(f"{printable(p)} {n}" for p, n in sorted(res.evidence.out_of_scope.items(),
-                                                                   key=lambda kv: -kv[1]))
+        rest = ", ".join(
+            f"{printable(p)} {n}" for p, n in sorted(res.evidence.out_of_scope.items(), key=lambda kv: -kv[1])
+        )
         console.print(Text(f"{plural(res.evidence.other, 'frame')} out of scope (not InfiniBand or RoCE: {rest})"))
     checks = res.checks()
     if checks["not_run"]:
@@ -214,9 +251,14 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
     elif names:
         _print_pairs(res, console)
     for f in res.findings:
-        console.print(Text.assemble(f"{f.number:3} ", (f"{f.severity:8}", RICH[f.severity]),
-                                    f" {f.rule:24} {printable(f.description)}",
-                                    (f"  frames {', '.join(map(str, f.frames))}" if f.frames else "", "dim")))
+        console.print(
+            Text.assemble(
+                f"{f.number:3} ",
+                (f"{f.severity:8}", RICH[f.severity]),
+                f" {f.rule:24} {printable(f.description)}",
+                (f"  frames {', '.join(map(str, f.frames))}" if f.frames else "", "dim"),
+            )
+        )
         for label, text in _filters(f.wireshark):
             console.print(Text.assemble((f"    wireshark {label}:", "dim"), f" {printable(text)}"), soft_wrap=True)
 
@@ -224,11 +266,16 @@ def print_terminal(res: Result, fail_on: str, console=None) -> None:
 def _print_pairs(res: Result, console) -> None:
     """A matrix too large for a grid: its cells that matter, one line each (see `compact`)."""
     from rich.text import Text
+
     shown, quiet = compact(res)
     console.print(Text(printable(f"tenant × tenant: {compact_note(res, quiet)}")), soft_wrap=True)
     for a, b, p, by, w in shown:
-        console.print(Text.assemble(f"  {printable(a)} -> {printable(b)}: ",
-                                    (f"{p} packets / {by} bytes" + (f" {w}" if w else ""), RICH[w])), soft_wrap=True)
+        console.print(
+            Text.assemble(
+                f"  {printable(a)} -> {printable(b)}: ", (f"{p} packets / {by} bytes" + (f" {w}" if w else ""), RICH[w])
+            ),
+            soft_wrap=True,
+        )
 
 
 _CSS = """table,pre{display:block;max-width:100%;overflow-x:auto}
@@ -248,51 +295,76 @@ def _verdict_class(verdict: str) -> str:
 
 def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
     from ..pictures.audit_pictures import audit_pictures
+
     e = html.escape
     d = as_dict(res, fail_on)
     names = d["tenants"]
-    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>ibwire isolation audit</title>",
-             f"<style>{_CSS}</style></head><body>",
-             f"<h1>Isolation audit: <span class='{_verdict_class(d['verdict'])}' id='verdict'>{e(d['verdict'])}"
-             "</span></h1>",
-             f"<p>{plural(d['packets'], 'IB/RoCE packet')} in {plural(d['frames'], 'frame')}; "
-             f"{plural(len(d['findings']), 'finding')}; worst: "
-             f"{e(str(d['worst'] or 'none'))}; fails on {e(fail_on)} or worse.</p>",
-             f"<p id='scope'><strong>{e(d['scope'])}</strong></p>" if d["scope"] else "",
-             f"<p id='checks'>{e(checks_text(d['checks']))}</p>",
-             "<p class='legend'>" + "".join(f"<span style='background:{COLOURS[s]}'>{s or 'clean'}</span>"
-                                            for s in (None,) + SEVERITIES) + "</p>",
-             "<h2>Tenant × tenant</h2>"]
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>ibwire isolation audit</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>Isolation audit: <span class='{_verdict_class(d['verdict'])}' id='verdict'>{e(d['verdict'])}</span></h1>",
+        f"<p>{plural(d['packets'], 'IB/RoCE packet')} in {plural(d['frames'], 'frame')}; "
+        f"{plural(len(d['findings']), 'finding')}; worst: "
+        f"{e(str(d['worst'] or 'none'))}; fails on {e(fail_on)} or worse.</p>",
+        f"<p id='scope'><strong>{e(d['scope'])}</strong></p>" if d["scope"] else "",
+        f"<p id='checks'>{e(checks_text(d['checks']))}</p>",
+        "<p class='legend'>"
+        + "".join(f"<span style='background:{COLOURS[s]}'>{s or 'clean'}</span>" for s in (None,) + SEVERITIES)
+        + "</p>",
+        "<h2>Tenant × tenant</h2>",
+    ]
     parts += _html_grid(res, names) if len(names) <= GRID_MAX else _html_pairs(res)
     parts.append("</table>" + audit_pictures(res, paths) + "<h2>Findings</h2><div id='findings'>")
     if not d["findings"]:
         parts.append("<p>No findings.</p>")
     for f in d["findings"]:
-        parts.append(f"<div class='finding' data-rule='{e(f['rule'])}' style='border-color:"
-                     f"{COLOURS[f['severity']]}'><p><span class='sev'>{e(f['severity'])}</span> "
-                     f"<code>{e(f['rule'])}</code> {e(f['description'])}</p>")
-        parts.append("<ul class='ws'>" + "".join(f"<li>Wireshark {e(label)}: <code>{e(text)}</code></li>"
-                                               for label, text in _filters(f["wireshark"])) + "</ul>")
+        parts.append(
+            f"<div class='finding' data-rule='{e(f['rule'])}' style='border-color:"
+            f"{COLOURS[f['severity']]}'><p><span class='sev'>{e(f['severity'])}</span> "
+            f"<code>{e(f['rule'])}</code> {e(f['description'])}</p>"
+        )
+        parts.append(
+            "<ul class='ws'>"
+            + "".join(
+                f"<li>Wireshark {e(label)}: <code>{e(text)}</code></li>" for label, text in _filters(f["wireshark"])
+            )
+            + "</ul>"
+        )
         if f["frames"]:
-            parts.append("<table><tr><th>frame</th><th>decoded</th></tr>" + "".join(
-                f"<tr><td><a href='#frame-{n}'>{n}</a></td><td><code>{e(_summary(summaries.get(n)))}</code></td></tr>"
-                for n in f["frames"]) + "</table>")
+            parts.append(
+                "<table><tr><th>frame</th><th>decoded</th></tr>"
+                + "".join(
+                    f"<tr><td><a href='#frame-{n}'>{n}</a></td><td><code>{e(_summary(summaries.get(n)))}</code></td></tr>"
+                    for n in f["frames"]
+                )
+                + "</table>"
+            )
         parts.append("</div>")
-    parts.append("</div><h2>Per port: policy, hardware state, wire</h2><table id='ports'><tr><th>port GUID</th>"
-                 "<th>LID</th><th>type</th><th>tenant</th><th>policy (partitions.conf)</th><th>hardware P_Key table"
-                 "</th><th>P_Keys sent on the wire</th><th>mapping source</th></tr>")
+    parts.append(
+        "</div><h2>Per port: policy, hardware state, wire</h2><table id='ports'><tr><th>port GUID</th>"
+        "<th>LID</th><th>type</th><th>tenant</th><th>policy (partitions.conf)</th><th>hardware P_Key table"
+        "</th><th>P_Keys sent on the wire</th><th>mapping source</th></tr>"
+    )
     for r in d["ports"]:
-        parts.append("<tr>" + "".join(f"<td>{e(str(r[k] if r[k] is not None else ''))}</td>" for k in
-                                      ("port_guid", "lid", "type", "tenant", "policy")) +
-                     f"<td>{e(r['hardware'])}<br><small>{e(r['hardware_source'])}</small></td>"
-                     f"<td>{e(r['wire'])}</td><td>{e(r['mapping_source'])}</td></tr>")
+        parts.append(
+            "<tr>"
+            + "".join(
+                f"<td>{e(str(r[k] if r[k] is not None else ''))}</td>"
+                for k in ("port_guid", "lid", "type", "tenant", "policy")
+            )
+            + f"<td>{e(r['hardware'])}<br><small>{e(r['hardware_source'])}</small></td>"
+            f"<td>{e(r['wire'])}</td><td>{e(r['mapping_source'])}</td></tr>"
+        )
     parts.append("</table><h2>Endpoint mappings</h2><table><tr><th>tenant</th><th>endpoint</th><th>how</th></tr>")
     for m in d["endpoint_mappings"]:
         parts.append(f"<tr><td>{e(m['tenant'])}</td><td>{e(m['endpoint'])}</td><td>{e(m['mapping'])}</td></tr>")
     parts.append("</table>")
     if d["unnamed_endpoints"]:
-        parts.append("<h2>Endpoints that belong to no tenant</h2><ul>" + "".join(
-            f"<li>{e(k)}: {plural(v, 'packet')}</li>" for k, v in sorted(d["unnamed_endpoints"].items())) + "</ul>")
+        parts.append(
+            "<h2>Endpoints that belong to no tenant</h2><ul>"
+            + "".join(f"<li>{e(k)}: {plural(v, 'packet')}</li>" for k, v in sorted(d["unnamed_endpoints"].items()))
+            + "</ul>"
+        )
     parts.append(_frame_details(res, summaries))
     parts.append("</body></html>")
     return "".join(parts)
@@ -301,27 +373,32 @@ def to_html(res: Result, fail_on: str, summaries: dict, paths=()) -> str:
 def _html_cell(a: str, b: str, p: int, by: int, w) -> str:
     e = html.escape
     body = f"{p} pkts<br>{by} B" + (f"<br><span class='sev'>{w}</span>" if w else "") if p or w else "·"
-    return (f"<td style='background:{COLOURS[w] if (p or w) else '#fff'}' data-from='{e(a)}' data-to='{e(b)}' "
-            f"data-worst='{w or ''}'>{body}</td>")
+    return (
+        f"<td style='background:{COLOURS[w] if (p or w) else '#fff'}' data-from='{e(a)}' data-to='{e(b)}' "
+        f"data-worst='{w or ''}'>{body}</td>"
+    )
 
 
 def _html_grid(res: Result, names: list) -> list:
     e = html.escape
     at = {(a, b): (p, by, w) for a, b, p, by, w in cells(res)}
-    parts = ["<table class='grid' id='matrix'><tr><th>from \\ to</th>" +
-             "".join(f"<th>{e(b)}</th>" for b in names) + "</tr>"]
+    parts = [
+        "<table class='grid' id='matrix'><tr><th>from \\ to</th>" + "".join(f"<th>{e(b)}</th>" for b in names) + "</tr>"
+    ]
     for a in names:
-        parts.append(f"<tr><th>{e(a)}</th>" + "".join(_html_cell(a, b, *at.get((a, b), (0, 0, None)))
-                                                     for b in names) + "</tr>")
+        parts.append(
+            f"<tr><th>{e(a)}</th>" + "".join(_html_cell(a, b, *at.get((a, b), (0, 0, None))) for b in names) + "</tr>"
+        )
     return parts
 
 
 def _html_pairs(res: Result) -> list:
     e = html.escape
     shown, quiet = compact(res)
-    return [f"<p id='matrix-note'>{e(compact_note(res, quiet))}.</p><table class='grid' id='matrix'><tr><th>from"
-            "</th><th>to</th><th>packets / bytes / worst finding</th></tr>"] + [
-        f"<tr><th>{e(a)}</th><th>{e(b)}</th>{_html_cell(a, b, p, by, w)}</tr>" for a, b, p, by, w in shown]
+    return [
+        f"<p id='matrix-note'>{e(compact_note(res, quiet))}.</p><table class='grid' id='matrix'><tr><th>from"
+        "</th><th>to</th><th>packets / bytes / worst finding</th></tr>"
+    ] + [f"<tr><th>{e(a)}</th><th>{e(b)}</th>{_html_cell(a, b, p, by, w)}</tr>" for a, b, p, by, w in shown]
 
 
 def _summary(decoded) -> str:
@@ -341,8 +418,10 @@ def _frame_details(res: Result, decoded: dict) -> str:
     for n in sorted(cited):
         d = decoded.get(n)
         refs = ", ".join(f"#{k}" for k in cited[n])
-        out.append(f"<details class='frame' id='frame-{n}'><summary>frame {n} (findings {refs}): "
-                   f"<code>{e(_summary(d) or '')}</code></summary>")
+        out.append(
+            f"<details class='frame' id='frame-{n}'><summary>frame {n} (findings {refs}): "
+            f"<code>{e(_summary(d) or '')}</code></summary>"
+        )
         layers = getattr(d, "layers", None)
         if layers:
             out.append("<pre>" + e(json.dumps(layers, indent=1, default=str)) + "</pre>")

@@ -1,10 +1,12 @@
 """An audit's outcome: findings, the tenant × tenant traffic matrix and the pass/fail verdict."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
 
 from dissectors.opcodes import ROCE_V1_ETHERTYPE, ROCE_V2_PORT
+
 from .findings import EVIDENCE_FRAMES, Finding, severity_rank
 from .identity import NO_TENANT
 from .state import FabricState
@@ -15,19 +17,20 @@ class Evidence:
     """What the captures could and could not show.  A frame the audit cannot read might hold a breach, so
     damage is a finding (evidence-incomplete, warning), and an audit with (almost) nothing readable has no
     verdict but INCOMPLETE (exit 2)."""
+
     captures: int = 0
-    frames: int = 0                # frames read from the files
-    packets: int = 0               # of them IB/RoCE packets (with a BTH), what the audit judges
-    other: int = 0                 # frames that carry no IB/RoCE packet (ARP, TCP, ...): out of scope
-    out_of_scope: dict = field(default_factory=dict)   # those by protocol ("tcp": 770)
-    damaged: int = 0               # malformed: headers that could not be read whole
-    truncated: int = 0             # captured shorter than on the wire
-    undecodable: int = 0           # link types ibwire does not decode
-    skipped: int = 0               # records or blocks the reader found damaged and could not deliver
-    lost_bytes: int = 0            # bytes of the files no frame came from
-    cut: list = field(default_factory=list)          # where a file ends inside a record (the capture was cut)
-    examples: list = field(default_factory=list)     # frame numbers of damaged/undecodable frames
-    problems: list = field(default_factory=list)     # the readers' own words, per file
+    frames: int = 0  # frames read from the files
+    packets: int = 0  # of them IB/RoCE packets (with a BTH), what the audit judges
+    other: int = 0  # frames that carry no IB/RoCE packet (ARP, TCP, ...): out of scope
+    out_of_scope: dict = field(default_factory=dict)  # those by protocol ("tcp": 770)
+    damaged: int = 0  # malformed: headers that could not be read whole
+    truncated: int = 0  # captured shorter than on the wire
+    undecodable: int = 0  # link types ibwire does not decode
+    skipped: int = 0  # records or blocks the reader found damaged and could not deliver
+    lost_bytes: int = 0  # bytes of the files no frame came from
+    cut: list = field(default_factory=list)  # where a file ends inside a record (the capture was cut)
+    examples: list = field(default_factory=list)  # frame numbers of damaged/undecodable frames
+    problems: list = field(default_factory=list)  # the readers' own words, per file
 
     def count(self, number: int, frame, flat: dict) -> None:
         self.frames += 1
@@ -37,7 +40,7 @@ class Evidence:
         if "bth.opcode" in flat:
             self.packets += 1
             bad = bool(flat.get("_ws.malformed"))
-        elif "frame.protocols" not in flat:        # decode_frame read no layer: a link type ibwire cannot read
+        elif "frame.protocols" not in flat:  # decode_frame read no layer: a link type ibwire cannot read
             self.undecodable += 1
             self._example(number)
             return
@@ -64,7 +67,7 @@ class Evidence:
     def unusable(self) -> Optional[str]:
         """Why the captures given cannot support any verdict, or None."""
         if not self.captures:
-            return None                            # a state-only audit reads no capture
+            return None  # a state-only audit reads no capture
         if not self.frames:
             return "the captures hold no frame" + (" that could be read" if self.skipped else "")
         if not self.packets:
@@ -76,8 +79,11 @@ class Evidence:
 
     def shortfall(self) -> Optional[str]:
         """What the audit could not read, in a few words ("3 of 234 frames damaged"), or None when nothing."""
-        bad = [(n, what) for n, what in ((self.damaged, "damaged"), (self.skipped, "unreadable"),
-                                         (self.undecodable, "undecodable")) if n]
+        bad = [
+            (n, what)
+            for n, what in ((self.damaged, "damaged"), (self.skipped, "unreadable"), (self.undecodable, "undecodable"))
+            if n
+        ]
         parts = []
         if bad:
             n = sum(k for k, _ in bad)
@@ -89,11 +95,18 @@ class Evidence:
 
     def finding(self) -> Optional[Finding]:
         why = self.unusable()
-        counts = [f"{n} {what}" for n, what in ((self.damaged, "damaged"), (self.skipped, "unreadable (skipped)"),
-                                               (self.undecodable, "of a link type ibwire cannot decode")) if n]
+        counts = [
+            f"{n} {what}"
+            for n, what in (
+                (self.damaged, "damaged"),
+                (self.skipped, "unreadable (skipped)"),
+                (self.undecodable, "of a link type ibwire cannot decode"),
+            )
+            if n
+        ]
         if not counts and not self.lost_bytes and not why and not self.cut:
             return None
-        if self.truncated:            # cut by the snap length: headers still read, payloads not needed
+        if self.truncated:  # cut by the snap length: headers still read, payloads not needed
             counts.append(f"{self.truncated} truncated")
         text = f"evidence incomplete: of {self.frames + self.skipped} frames " + (", ".join(counts) or "none lost")
         if self.lost_bytes:
@@ -103,23 +116,30 @@ class Evidence:
         return Finding("evidence-incomplete", "warning", text, frames=list(self.examples))
 
     def as_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in ("frames", "packets", "other", "damaged", "truncated", "undecodable",
-                                            "skipped", "lost_bytes")}
+        d = {
+            k: getattr(self, k)
+            for k in ("frames", "packets", "other", "damaged", "truncated", "undecodable", "skipped", "lost_bytes")
+        }
         d["out_of_scope"] = dict(sorted(self.out_of_scope.items(), key=lambda kv: -kv[1]))
-        d["complete"] = not (self.damaged or self.undecodable or self.skipped or self.lost_bytes or self.cut or
-                             self.unusable())
+        d["complete"] = not (
+            self.damaged or self.undecodable or self.skipped or self.lost_bytes or self.cut or self.unusable()
+        )
         d["cut"] = self.cut
         d["problems"] = self.problems
         return d
 
 
-_IB_LINKTYPES = (197, 242, 247)      # ERF (IB records), IPoIB, InfiniBand: every frame is IB
+_IB_LINKTYPES = (197, 242, 247)  # ERF (IB records), IPoIB, InfiniBand: every frame is IB
 
 
 def rdma_looking(linktype: int, flat: dict) -> bool:
     """Whether a frame the decoder could not read whole was (or claimed to be) InfiniBand or RoCE."""
-    return bool(flat.get("infiniband") or linktype in _IB_LINKTYPES or flat.get("eth.type") == ROCE_V1_ETHERTYPE
-                or ROCE_V2_PORT in (flat.get("udp.srcport"), flat.get("udp.dstport")))
+    return bool(
+        flat.get("infiniband")
+        or linktype in _IB_LINKTYPES
+        or flat.get("eth.type") == ROCE_V1_ETHERTYPE
+        or ROCE_V2_PORT in (flat.get("udp.srcport"), flat.get("udp.dstport"))
+    )
 
 
 def scope_name(flat: dict) -> str:
@@ -128,18 +148,17 @@ def scope_name(flat: dict) -> str:
     if names and names[-1] not in ("eth", "vlan", "sll"):
         return names[-1]
     t = flat.get("eth.type")
-    return {0x88CC: "lldp", 0x8808: "macc", 0x8809: "slow"}.get(t, f"ethertype 0x{t:04x}" if t is not None else
-                                                                "other")
+    return {0x88CC: "lldp", 0x8808: "macc", 0x8809: "slow"}.get(t, f"ethertype 0x{t:04x}" if t is not None else "other")
 
 
 class Result:
     def __init__(self, audit):
-        self.audit = audit                # the engine.Audit that produced it (counts, flows, mappings)
+        self.audit = audit  # the engine.Audit that produced it (counts, flows, mappings)
         self.findings: list = []
-        self.matrix: dict = {}            # (src tenant, dst tenant) -> [packets, bytes]
+        self.matrix: dict = {}  # (src tenant, dst tenant) -> [packets, bytes]
         self.ports: Optional[FabricState] = None
-        self.evidence = Evidence()        # what the captures could and could not show (audit.inputs)
-        self.display_filter: Optional[str] = None   # the -Y filter the captures were read through
+        self.evidence = Evidence()  # what the captures could and could not show (audit.inputs)
+        self.display_filter: Optional[str] = None  # the -Y filter the captures were read through
 
     def add_cell(self, a: str, b: str, packets: int, nbytes: int) -> None:
         cell = self.matrix.setdefault((a, b), [0, 0])

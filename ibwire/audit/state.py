@@ -10,6 +10,7 @@ Sources, each recording itself in `PortState.source`:
   DEV/device/sriov/K/port where the mlx5 driver exposes it;
 - the capture itself: NodeInfo/PortInfo/P_KeyTable/SMInfo MADs (see mads.MadObserver).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -31,15 +32,15 @@ from ..inputfile import not_a_key, parse_json, read_text, type_name
 class PortState:
     guid: int
     lid: Optional[int] = None
-    node_type: str = "ca"           # ca | switch | router
+    node_type: str = "ca"  # ca | switch | router
     node_guid: Optional[int] = None
     port_num: Optional[int] = None
     description: str = ""
-    pkeys: Optional[list] = None    # programmed table in index order, 0x0000 entries removed; None = unknown
+    pkeys: Optional[list] = None  # programmed table in index order, 0x0000 entries removed; None = unknown
     gids: list = field(default_factory=list)
-    source: str = ""                # where the LID/GUID facts came from
-    pkey_source: str = ""           # where the table came from
-    device: str = ""                # sysfs: mlx5_0, or mlx5_0 vf 2
+    source: str = ""  # where the LID/GUID facts came from
+    pkey_source: str = ""  # where the table came from
+    device: str = ""  # sysfs: mlx5_0, or mlx5_0 vf 2
 
     def table(self) -> Optional[set]:
         return None if self.pkeys is None else {p for p in self.pkeys if p & 0x7FFF}
@@ -47,8 +48,8 @@ class PortState:
 
 @dataclass
 class FabricState:
-    ports: dict = field(default_factory=dict)      # port GUID -> PortState
-    master_sm: Optional[int] = None                # port GUID
+    ports: dict = field(default_factory=dict)  # port GUID -> PortState
+    master_sm: Optional[int] = None  # port GUID
     sm_claims: dict = field(default_factory=dict)  # port GUID -> {(SMState text, frame or None)}
     sources: list = field(default_factory=list)
 
@@ -101,8 +102,16 @@ def gid_port_guid(gid: str) -> Optional[int]:
 
 
 # -- ibwire fabric JSON ----------------------------------------------------------------------------
-_NODE_TYPES = {1: "ca", 2: "switch", 3: "router", "ca": "ca", "switch": "switch", "router": "router",
-               "channel adapter": "ca", "hca": "ca"}
+_NODE_TYPES = {
+    1: "ca",
+    2: "switch",
+    3: "router",
+    "ca": "ca",
+    "switch": "switch",
+    "router": "router",
+    "channel adapter": "ca",
+    "hca": "ca",
+}
 
 
 def from_fabric_json(path: str) -> FabricState:
@@ -131,7 +140,7 @@ def from_fabric_json(path: str) -> FabricState:
         ps = st.port(guid, src)
         if known and (ntype != "switch" or num != 0):
             ps.lid = ps.lid or _int(p.get("lid"))
-            continue                                    # switch ports 1-n share port 0's GUID
+            continue  # switch ports 1-n share port 0's GUID
         ps.node_type, ps.node_guid, ps.port_num = ntype, _int(p.get("node_guid")), num
         ps.lid = _int(p.get("lid")) or ps.lid
         ps.description = node.get("description") or ""
@@ -139,8 +148,13 @@ def from_fabric_json(path: str) -> FabricState:
             ps.pkeys = [v for v in (_int(x) for x in p.get("pkeys") or []) if v and v & 0x7FFF]
             ps.pkey_source = src + f" ({p['pkeys_last']} in frame {p.get('pkeys_frame')})"
     sm = doc.get("sm") or {}
-    master, _ = elect([{"guid": _int(s.get("guid")), "state": s.get("state"), "priority": _int(s.get("priority")) or 0}
-                       for s in sm.get("seen") or [] if isinstance(s, dict) and _int(s.get("guid")) is not None])
+    master, _ = elect(
+        [
+            {"guid": _int(s.get("guid")), "state": s.get("state"), "priority": _int(s.get("priority")) or 0}
+            for s in sm.get("seen") or []
+            if isinstance(s, dict) and _int(s.get("guid")) is not None
+        ]
+    )
     if master:
         st.master_sm = master["guid"]
     elif sm.get("master_lid") is not None:
@@ -155,23 +169,87 @@ def from_fabric_json(path: str) -> FabricState:
 N, S, B, ANY = "a number", "a string", "true or false", "a number, string or true/false"
 _SMINFO = ("an SM", {"guid": N, "lid": N, "priority": N, "state": S, "actcount": N, "sm_key": N, "frame": N})
 _END = ("a link end", {"node_guid": N, "port_num": N})
-_SCHEMA = ("the fabric state", {
-    "capture": S, "mads": N, "smps": N,
-    "nodes": [("a node", {"guid": N, "type": S, "description": S, "system_image_guid": N, "num_ports": N,
-                          "device_id": N, "vendor_id": N, "enhanced_port0": B})],
-    "ports": [("a port", {"guid": N, "node_guid": N, "port_num": N, "lid": N, "lmc": N, "state": S,
-                          "master_sm_lid": N, "partition_enforcement": ("partition_enforcement",
-                                                                        {"inbound": N, "outbound": N}),
-                          "violations": ("violations", {"m_key": N, "p_key": N, "q_key": N}),
-                          "pkeys": [N], "pkey_table": [N], "pkeys_last": S, "pkeys_frame": N,
-                          "link_width_active": N, "link_speed_active": N, "link_speed_ext_active": N,
-                          "capability_mask": N})],
-    "sm": ("sm", {"master": _SMINFO, "master_lid": N, "seen": [_SMINFO], "rogues": [_SMINFO]}),
-    "links": [("a link", {"a": _END, "b": _END, "active": S, "active_gbps": N, "best_supported": S,
-                          "best_supported_gbps": N, "best_enabled": S, "best_enabled_gbps": N,
-                          "below_supported": B, "below_enabled": B})],
-    "traps": [("a trap", {"frame": N, "time": N, "slid": N, "dlid": N, "generic": B, "type": N, "number": N,
-                          "issuer_lid": N, "details": ("details", {"*": ANY})})]})
+_SCHEMA = (
+    "the fabric state",
+    {
+        "capture": S,
+        "mads": N,
+        "smps": N,
+        "nodes": [
+            (
+                "a node",
+                {
+                    "guid": N,
+                    "type": S,
+                    "description": S,
+                    "system_image_guid": N,
+                    "num_ports": N,
+                    "device_id": N,
+                    "vendor_id": N,
+                    "enhanced_port0": B,
+                },
+            )
+        ],
+        "ports": [
+            (
+                "a port",
+                {
+                    "guid": N,
+                    "node_guid": N,
+                    "port_num": N,
+                    "lid": N,
+                    "lmc": N,
+                    "state": S,
+                    "master_sm_lid": N,
+                    "partition_enforcement": ("partition_enforcement", {"inbound": N, "outbound": N}),
+                    "violations": ("violations", {"m_key": N, "p_key": N, "q_key": N}),
+                    "pkeys": [N],
+                    "pkey_table": [N],
+                    "pkeys_last": S,
+                    "pkeys_frame": N,
+                    "link_width_active": N,
+                    "link_speed_active": N,
+                    "link_speed_ext_active": N,
+                    "capability_mask": N,
+                },
+            )
+        ],
+        "sm": ("sm", {"master": _SMINFO, "master_lid": N, "seen": [_SMINFO], "rogues": [_SMINFO]}),
+        "links": [
+            (
+                "a link",
+                {
+                    "a": _END,
+                    "b": _END,
+                    "active": S,
+                    "active_gbps": N,
+                    "best_supported": S,
+                    "best_supported_gbps": N,
+                    "best_enabled": S,
+                    "best_enabled_gbps": N,
+                    "below_supported": B,
+                    "below_enabled": B,
+                },
+            )
+        ],
+        "traps": [
+            (
+                "a trap",
+                {
+                    "frame": N,
+                    "time": N,
+                    "slid": N,
+                    "dlid": N,
+                    "generic": B,
+                    "type": N,
+                    "number": N,
+                    "issuer_lid": N,
+                    "details": ("details", {"*": ANY}),
+                },
+            )
+        ],
+    },
+)
 _KINDS = {N: (int, float, str), S: (str,), B: (bool,), ANY: (int, float, str, bool)}
 
 
@@ -212,9 +290,14 @@ def _check_schema(v, kind, where: tuple, lines: _Lines) -> None:
         lines.fail(where, f"{name or where[-2]} {json.dumps(v)[:60]} is not {kind}")
 
 
-_RANGES = {"guid": (1, (1 << 64) - 1, "a 64-bit GUID"), "node_guid": (1, (1 << 64) - 1, "a 64-bit GUID"),
-           "lid": (1, 0xBFFF, "a unicast LID (1-0xBFFF)"), "port_num": (0, 254, "a port number (0-254)"),
-           "pkeys": (0, 0xFFFF, "a 16-bit P_Key"), "master_lid": (1, 0xBFFF, "a unicast LID (1-0xBFFF)")}
+_RANGES = {
+    "guid": (1, (1 << 64) - 1, "a 64-bit GUID"),
+    "node_guid": (1, (1 << 64) - 1, "a 64-bit GUID"),
+    "lid": (1, 0xBFFF, "a unicast LID (1-0xBFFF)"),
+    "port_num": (0, 254, "a port number (0-254)"),
+    "pkeys": (0, 0xFFFF, "a 16-bit P_Key"),
+    "master_lid": (1, 0xBFFF, "a unicast LID (1-0xBFFF)"),
+}
 
 
 def _check_fabric_json(doc: dict, path: str, text: str) -> None:
@@ -241,7 +324,7 @@ def _check_fabric_json(doc: dict, path: str, text: str) -> None:
         check(("ports", i, "guid"), "guid", p.get("guid"), optional=False)
         for key in ("node_guid", "port_num"):
             check(("ports", i, key), key, p.get(key))
-        if p.get("lid") not in (None, 0):           # 0: no LID assigned yet
+        if p.get("lid") not in (None, 0):  # 0: no LID assigned yet
             check(("ports", i, "lid"), "lid", p.get("lid"))
         for j, k in enumerate(p.get("pkeys") or []):
             check(("ports", i, "pkeys", j), "pkeys", k, optional=False)
@@ -254,7 +337,7 @@ def _check_fabric_json(doc: dict, path: str, text: str) -> None:
 
 def _json_lines(text: str) -> dict:
     """Path (keys and indexes) -> 1-based line where that value starts, for a JSON document that parsed."""
-    out, stack, line, i, key = {}, [], 1, 0, None      # stack: [container path, next index or None]
+    out, stack, line, i, key = {}, [], 1, 0, None  # stack: [container path, next index or None]
     while i < len(text):
         c = text[i]
         if c == "\n":
@@ -263,8 +346,8 @@ def _json_lines(text: str) -> dict:
             j = i + 1
             while text[j] != '"':
                 j += 2 if text[j] == "\\" else 1
-            word = json.loads(text[i:j + 1])
-            after = text[j + 1:j + 40].lstrip()
+            word = json.loads(text[i : j + 1])
+            after = text[j + 1 : j + 40].lstrip()
             if stack and stack[-1][1] is None and after.startswith(":"):
                 key = word
             else:
@@ -300,17 +383,20 @@ def _mark(out: dict, stack: list, key, line: int) -> tuple:
 
 # -- live fabric through infiniband-diags ----------------------------------------------------------
 def _run(cmd: list, timeout: float = 10.0) -> str:
-    try:   # in a scratch cwd: under ibsim's libumad2sim a diag tool writes a simulated sysfs (./sys-PID) there
+    try:  # in a scratch cwd: under ibsim's libumad2sim a diag tool writes a simulated sysfs (./sys-PID) there
         with tempfile.TemporaryDirectory(prefix="ibwire-diag-") as scratch:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ.copy(),
-                                 cwd=scratch)
+            out = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=timeout, env=os.environ.copy(), cwd=scratch
+            )
     except FileNotFoundError:
         raise UserError(f"'{cmd[0]}' is not installed; install infiniband-diags for --state live") from None
     except subprocess.TimeoutExpired:
         raise UserError(f"'{' '.join(cmd)}' did not answer in {timeout:.0f} s; is the fabric up?") from None
     if out.returncode != 0:
-        raise UserError(f"'{' '.join(cmd)}' failed ({out.stderr.strip().splitlines()[-1:] or out.returncode}); "
-                        f"check that an SM is running and this host can reach it")
+        raise UserError(
+            f"'{' '.join(cmd)}' failed ({out.stderr.strip().splitlines()[-1:] or out.returncode}); "
+            f"check that an SM is running and this host can reach it"
+        )
     return out.stdout
 
 
@@ -401,22 +487,26 @@ def _sysfs_port(st: FabricState, dev_dir: Path, label: str, guid_override: Optio
 def from_sysfs(root: Optional[str] = None) -> FabricState:
     base = Path(root or os.environ.get("IBWIRE_SYSFS_ROOT") or "/sys") / "class" / "infiniband"
     if not base.is_dir():
-        raise UserError(f"{base} does not exist: this host has no RDMA devices (use --state with a fabric "
-                        f"JSON file, 'live', or 'capture')")
+        raise UserError(
+            f"{base} does not exist: this host has no RDMA devices (use --state with a fabric "
+            f"JSON file, 'live', or 'capture')"
+        )
     st = FabricState(sources=[f"sysfs {base}"])
     for dev_dir in sorted(base.iterdir()):
         _sysfs_port(st, dev_dir, dev_dir.name)
         pci = dev_dir / "device"
         for vf_link in sorted(pci.glob("virtfn*")):
-            k = vf_link.name[len("virtfn"):]
+            k = vf_link.name[len("virtfn") :]
             vf_guid = _int(_read(pci / "sriov" / k / "port"))
             vf_devs = sorted((vf_link / "infiniband").glob("*"))
             for vf_dev in vf_devs:
                 _sysfs_port(st, vf_dev, f"{dev_dir.name} vf {k}", vf_guid or None)
             if not vf_devs:
-                st.sources.append(f"{dev_dir.name} vf {k}: its P_Key table is not in this host's sysfs (the VF "
-                                  f"is not bound to an RDMA driver here, e.g. passed to a VM); take it from "
-                                  f"the capture, --state live or a fabric JSON")
+                st.sources.append(
+                    f"{dev_dir.name} vf {k}: its P_Key table is not in this host's sysfs (the VF "
+                    f"is not bound to an RDMA driver here, e.g. passed to a VM); take it from "
+                    f"the capture, --state live or a fabric JSON"
+                )
     return st
 
 

@@ -13,6 +13,7 @@
 port (GUID/LID/GID/VF) or one RoCE interface (MAC/IP/VLAN); traffic from or to an endpoint no tenant
 names belongs to no tenant and is reported as such.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -35,7 +36,7 @@ class Endpoint:
     lid: Optional[int] = None
     gid: Optional[str] = None
     mac: Optional[str] = None
-    net: Optional[object] = None        # ipaddress network (a host is a /32 or /128)
+    net: Optional[object] = None  # ipaddress network (a host is a /32 or /128)
     vlan: Optional[int] = None
     pf: Optional[str] = None
     vf: Optional[int] = None
@@ -78,7 +79,7 @@ def _norm_mac(v: str) -> str:
     h = str(v).lower().replace("-", "").replace(":", "").replace(".", "")
     if len(h) != 12 or any(c not in "0123456789abcdef" for c in h):
         raise ValueError(f"bad MAC address '{v}'")
-    return ":".join(h[i:i + 2] for i in range(0, 12, 2))
+    return ":".join(h[i : i + 2] for i in range(0, 12, 2))
 
 
 def _num(v, what: str, lo: int = 0, hi: int = (1 << 64) - 1) -> int:
@@ -98,7 +99,7 @@ def _endpoint(tenant: str, i: int, raw) -> Endpoint:
     if isinstance(raw, (str, int)) and not isinstance(raw, bool):
         raw = {"port_guid": raw}
     if not isinstance(raw, dict):
-        raise ValueError("an endpoint is a table such as { port_guid = \"0x...\" }")
+        raise ValueError('an endpoint is a table such as { port_guid = "0x..." }')
     for k in raw:
         if k not in _KEYS:
             raise ValueError(not_a_key(k, _KEYS))
@@ -118,7 +119,7 @@ def _endpoint(tenant: str, i: int, raw) -> Endpoint:
     if "vlan" in raw:
         ep.vlan = _num(raw["vlan"], "VLAN", 0, 4095)
     if ("pf" in raw) != ("vf" in raw):
-        raise ValueError("a VF endpoint needs both pf = \"mlx5_0\" and vf = N")
+        raise ValueError('a VF endpoint needs both pf = "mlx5_0" and vf = N')
     if "pf" in raw:
         ep.pf, ep.vf = raw["pf"], _num(raw["vf"], "VF number", 0, 0xFFFF)
     if not any(getattr(ep, k) is not None for k in ("port_guid", "lid", "gid", "mac", "net", "vlan", "pf")):
@@ -143,13 +144,13 @@ def _heads(lines: list) -> dict:
 def _lines(lines: list, name: str, heads: dict) -> tuple:
     """(line of tenant `name`'s table, lines of its inline endpoint tables), 1-based; 0 when not found."""
     at = heads.get(name)
-    if at is None:                                     # a name the one-pass pattern reads otherwise
+    if at is None:  # a name the one-pass pattern reads otherwise
         spelt = "|".join(map(re.escape, {name, json.dumps(name)[1:-1]}))  # as written, or with TOML's \u escapes
         head = re.compile(rf"""\s*\[\s*tenants\s*\.\s*(["']?)(?:{spelt})\1\s*\]|\s*name\s*=\s*["'](?:{spelt})["']""")
         at = next((i for i, ln in enumerate(lines) if head.match(ln)), None)
     if at is None:
         return 0, []
-    if lines[at].lstrip().startswith("name"):          # [[tenant]] name = "...": its table starts above
+    if lines[at].lstrip().startswith("name"):  # [[tenant]] name = "...": its table starts above
         at = next((i for i in range(at, -1, -1) if lines[i].lstrip().startswith("[")), at)
     eps = []
     for j in range(at + 1, len(lines)):
@@ -159,14 +160,17 @@ def _lines(lines: list, name: str, heads: dict) -> tuple:
     return at + 1, eps
 
 
-_SAME = (("port_guid", lambda ep: ep.port_guid, "port GUID {:#018x}"), ("lid", lambda ep: ep.lid, "LID {}"),
-         ("gid", lambda ep: ep.gid, "GID {}"),
-         ("roce", lambda ep: ep.is_roce and (ep.mac, str(ep.net), ep.vlan), "RoCE endpoint {}"))
+_SAME = (
+    ("port_guid", lambda ep: ep.port_guid, "port GUID {:#018x}"),
+    ("lid", lambda ep: ep.lid, "LID {}"),
+    ("gid", lambda ep: ep.gid, "GID {}"),
+    ("roce", lambda ep: ep.is_roce and (ep.mac, str(ep.net), ep.vlan), "RoCE endpoint {}"),
+)
 
 
 _TOP = {"tenants", "tenant"}
 _TENANT_KEYS = {"endpoints", "port_guids", "lids", "gids", "macs", "ips", "vlans"}
-_TEXT = ("name", "host", "description", "pf", "gid", "mac", "ip")     # endpoint keys whose values are strings
+_TEXT = ("name", "host", "description", "pf", "gid", "mac", "ip")  # endpoint keys whose values are strings
 
 
 def _entries(doc: dict, text: str, path: str) -> list:
@@ -175,20 +179,30 @@ def _entries(doc: dict, text: str, path: str) -> list:
     list keys become one endpoint per item."""
     for k in doc:
         if k not in _TOP:
-            raise InputError(path, key_line(text, k), not_a_key(k, _TOP, "tenants.toml") +
-                             " (tenants are [tenants.NAME] tables)")
+            raise InputError(
+                path, key_line(text, k), not_a_key(k, _TOP, "tenants.toml") + " (tenants are [tenants.NAME] tables)"
+            )
     tables, listed = doc.get("tenants", {}), doc.get("tenant", [])
     if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
-        raise InputError(path, key_line(text, "tenants"), "tenants must hold tables: [tenants.NAME] with "
-                                                          "endpoints = [...]")
+        raise InputError(
+            path, key_line(text, "tenants"), "tenants must hold tables: [tenants.NAME] with endpoints = [...]"
+        )
     if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
-        raise InputError(path, key_line(text, "tenant"), "tenant must be an array of tables: [[tenant]] with "
-                                                         "name = \"...\" and endpoints = [...]")
+        raise InputError(
+            path,
+            key_line(text, "tenant"),
+            'tenant must be an array of tables: [[tenant]] with name = "..." and endpoints = [...]',
+        )
     entries = list(tables.items())
     for t in listed:
         if not isinstance(t.get("name"), str) or not t["name"]:
-            raise InputError(path, 0, "every [[tenant]] needs name = \"...\"" if "name" not in t else
-                             f"a [[tenant]] name is {type_name(t['name'])} ({t['name']!r}); give a string")
+            raise InputError(
+                path,
+                0,
+                'every [[tenant]] needs name = "..."'
+                if "name" not in t
+                else f"a [[tenant]] name is {type_name(t['name'])} ({t['name']!r}); give a string",
+            )
         entries.append((t["name"], {k: v for k, v in t.items() if k != "name"}))
     out = []
     lines = text.splitlines()
@@ -200,13 +214,17 @@ def _entries(doc: dict, text: str, path: str) -> list:
                 raise InputError(path, key_line(text, k, head), f"tenant '{name}': " + not_a_key(k, _TENANT_KEYS))
         eps = body.get("endpoints", [])
         if not isinstance(eps, list):
-            raise InputError(path, key_line(text, "endpoints", head),
-                             f"tenant '{name}': endpoints must be a list of tables, not {type_name(eps)}")
+            raise InputError(
+                path,
+                key_line(text, "endpoints", head),
+                f"tenant '{name}': endpoints must be a list of tables, not {type_name(eps)}",
+            )
         for key in sorted(_TENANT_KEYS - {"endpoints"}):
             more = body.get(key, [])
             if not isinstance(more, list):
-                raise InputError(path, key_line(text, key, head), f"tenant '{name}': {key} must be a list, "
-                                                                   f"not {type_name(more)}")
+                raise InputError(
+                    path, key_line(text, key, head), f"tenant '{name}': {key} must be a list, not {type_name(more)}"
+                )
             eps = eps + [{key[:-1]: v} for v in more]
         out.append((name, eps, head, ep_lines))
     return out
@@ -218,7 +236,7 @@ def parse_tenants(text: str, path: str = "<tenants>") -> Tenants:
     if not entries:
         raise UserError(f"{path} declares no tenants; add [tenants.NAME] tables with endpoints = [...]")
     out = Tenants(path=path)
-    owner: dict = {}                                   # (kind, identity) -> (tenant, line)
+    owner: dict = {}  # (kind, identity) -> (tenant, line)
     for name, eps, head, ep_lines in entries:
         if name in out.names:
             raise InputError(path, head, f"tenant '{name}' is declared twice")
@@ -235,9 +253,13 @@ def parse_tenants(text: str, path: str = "<tenants>") -> Tenants:
                     continue
                 first = owner.setdefault((kind, ident), (name, line))
                 if first[0] != name:
-                    raise InputError(path, line, f"{text_of.format(ident)} is given to tenant '{first[0]}' "
-                                                 f"(line {first[1]}) and to tenant '{name}'; an endpoint belongs "
-                                                 "to one tenant")
+                    raise InputError(
+                        path,
+                        line,
+                        f"{text_of.format(ident)} is given to tenant '{first[0]}' "
+                        f"(line {first[1]}) and to tenant '{name}'; an endpoint belongs "
+                        "to one tenant",
+                    )
             out.endpoints.append(ep)
     return out
 

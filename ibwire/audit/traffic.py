@@ -12,6 +12,7 @@ partition, multicast included.
   undeclared-pkey        a P_Key on the wire that partitions.conf does not declare       [warning]
   default-partition-full two tenants are both full members of the default partition    [warning/breach]
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -38,9 +39,9 @@ class Traffic:
     """Per-(source, destination, P_Key) flows with counts, bytes and their first evidence frames."""
 
     def __init__(self):
-        self.flows: dict = {}             # (src Side key, dst Side key, P_Key) -> Flow
-        self.first_seen: dict = {}        # (Side speaker, P_Key base) -> first frame sent, unicast or multicast
-        self._ends: dict = {}             # bulk reader's address tuple -> (src, dst, their keys, speaker)
+        self.flows: dict = {}  # (src Side key, dst Side key, P_Key) -> Flow
+        self.first_seen: dict = {}  # (Side speaker, P_Key base) -> first frame sent, unicast or multicast
+        self._ends: dict = {}  # bulk reader's address tuple -> (src, dst, their keys, speaker)
 
     def add(self, number: int, flat: dict, length: int) -> None:
         """One data packet."""
@@ -67,7 +68,7 @@ class Traffic:
         fl.packets += packets
         fl.bytes += nbytes
         if len(fl.frames) < EVIDENCE_FRAMES:
-            fl.frames += frames[:EVIDENCE_FRAMES - len(fl.frames)]
+            fl.frames += frames[: EVIDENCE_FRAMES - len(fl.frames)]
 
     def conversation(self, fl: Flow) -> tuple:
         """(initiator's flow, the answer or None, swapped): one conversation told from its initiator's side."""
@@ -86,7 +87,7 @@ def flow_findings(traffic: Traffic, policy: Policy, ids: Identities) -> list:
     """pkey-not-shared, limited-limited, cross-tenant-*, roce-vlan-crossing, then undeclared-pkey."""
     findings = []
     undeclared = {}
-    crossing: dict = {}     # RoCE between tenants: (tenant, IP, tenant, IP, VLAN) one way -> its flows
+    crossing: dict = {}  # RoCE between tenants: (tenant, IP, tenant, IP, VLAN) one way -> its flows
     for fl in traffic.flows.values():
         fl, back, _ = traffic.conversation(fl)
         a, b = ids.resolve(fl.src), ids.resolve(fl.dst)
@@ -109,27 +110,53 @@ def flow_findings(traffic: Traffic, policy: Policy, ids: Identities) -> list:
         mb = policy.membership(ids.node(b.guid))
         if base not in ma or base not in mb:
             missing = " and ".join(f"0x{g:016x}" for g, m in ((a.guid, ma), (b.guid, mb)) if base not in m)
-            findings.append(_pairwise("pkey-not-shared", fl, back, (a, b),
-                            f"P_Key 0x{fl.pkey:04x} ({policy.name_of(base)}) from {fl.src.text()} to "
-                            f"{fl.dst.text()}: the policy does not give it to port {missing}"))
+            findings.append(
+                _pairwise(
+                    "pkey-not-shared",
+                    fl,
+                    back,
+                    (a, b),
+                    f"P_Key 0x{fl.pkey:04x} ({policy.name_of(base)}) from {fl.src.text()} to "
+                    f"{fl.dst.text()}: the policy does not give it to port {missing}",
+                )
+            )
         elif ma[base] == "limited" and mb[base] == "limited":
-            findings.append(_pairwise("limited-limited", fl, back, (a, b),
-                            f"P_Key 0x{fl.pkey:04x} ({policy.name_of(base)}) between two limited "
-                            f"members {fl.src.text()} -> {fl.dst.text()}" +
-                            ("; the target answered, so enforcement is off" if answered else "")))
+            findings.append(
+                _pairwise(
+                    "limited-limited",
+                    fl,
+                    back,
+                    (a, b),
+                    f"P_Key 0x{fl.pkey:04x} ({policy.name_of(base)}) between two limited "
+                    f"members {fl.src.text()} -> {fl.dst.text()}"
+                    + ("; the target answered, so enforcement is off" if answered else ""),
+                )
+            )
         if a.tenant != b.tenant and NO_TENANT not in pair and not _can_talk(ma, mb):
             rule = "cross-tenant-breach" if answered else "cross-tenant-attempt"
             via = " (they meet only in the default partition)" if base == DEFAULT_PKEY else ""
-            findings.append(_pairwise(rule, fl, back, (a, b),
-                            f"tenant {a.tenant} ({fl.src.text()}) -> tenant {b.tenant} ({fl.dst.text()}) "
-                            f"share no tenant partition{via}, P_Key 0x{fl.pkey:04x}"))
+            findings.append(
+                _pairwise(
+                    rule,
+                    fl,
+                    back,
+                    (a, b),
+                    f"tenant {a.tenant} ({fl.src.text()}) -> tenant {b.tenant} ({fl.dst.text()}) "
+                    f"share no tenant partition{via}, P_Key 0x{fl.pkey:04x}",
+                )
+            )
     findings += _crossings(crossing, ids)
     for base, (frames, wire) in sorted(undeclared.items()):
         keys = ", ".join(f"0x{k:04x}" for k in sorted(wire))
-        findings.append(Finding("undeclared-pkey", "warning",
-                                f"P_Key {keys} is on the wire but partitions.conf declares no partition "
-                                f"0x{base:04x}", sorted(set(frames))[:EVIDENCE_FRAMES],
-                                pkey=min(wire) if len(wire) == 1 else base))
+        findings.append(
+            Finding(
+                "undeclared-pkey",
+                "warning",
+                f"P_Key {keys} is on the wire but partitions.conf declares no partition 0x{base:04x}",
+                sorted(set(frames))[:EVIDENCE_FRAMES],
+                pkey=min(wire) if len(wire) == 1 else base,
+            )
+        )
     return findings
 
 
@@ -154,7 +181,7 @@ def default_full_findings(traffic: Traffic, policy: Policy, tenants: Tenants, id
             sev = "breach"
             if first is None or fl.frames[0] < first[0]:
                 first = (fl.frames[0], a, b, fl)
-    for fl in default_flows:              # their broadcasts (IPoIB ARP) reached every other tenant too
+    for fl in default_flows:  # their broadcasts (IPoIB ARP) reached every other tenant too
         if fl.src.speaker() in talkers and ids.resolve(fl.dst).how == "multicast group":
             frames += fl.frames
     src = dst = pkey = None
@@ -163,11 +190,19 @@ def default_full_findings(traffic: Traffic, policy: Policy, tenants: Tenants, id
         if traffic.conversation(fl)[2]:
             a, b = b, a
         src, dst, pkey = a.guid, b.guid, fl.pkey
-    return [Finding("default-partition-full", sev,
-                    f"tenants {', '.join(names)} are all full members of the default partition 0x7fff, "
-                    f"so they can reach each other (partitions.conf: restrict Default to "
-                    f"'ALL=limited, SELF=full')" + ("; traffic between them was seen" if frames else ""),
-                    sorted(frames)[:EVIDENCE_FRAMES], src=src, dst=dst, pkey=pkey)]
+    return [
+        Finding(
+            "default-partition-full",
+            sev,
+            f"tenants {', '.join(names)} are all full members of the default partition 0x7fff, "
+            f"so they can reach each other (partitions.conf: restrict Default to "
+            f"'ALL=limited, SELF=full')" + ("; traffic between them was seen" if frames else ""),
+            sorted(frames)[:EVIDENCE_FRAMES],
+            src=src,
+            dst=dst,
+            pkey=pkey,
+        )
+    ]
 
 
 def _crossings(crossing: dict, ids: Identities) -> list:
@@ -184,9 +219,15 @@ def _crossings(crossing: dict, ids: Identities) -> list:
         if other is not None and other.frames[:1] < one.frames[:1]:
             one, other = other, one
         a, b = ids.resolve(one.src), ids.resolve(one.dst)
-        findings.append(_pairwise("roce-vlan-crossing", one, other, (a, b),
-                                  f"RoCE traffic from tenant {a.tenant} ({one.src.text()}) to tenant {b.tenant} "
-                                  f"({one.dst.text()})"))
+        findings.append(
+            _pairwise(
+                "roce-vlan-crossing",
+                one,
+                other,
+                (a, b),
+                f"RoCE traffic from tenant {a.tenant} ({one.src.text()}) to tenant {b.tenant} ({one.dst.text()})",
+            )
+        )
     return findings
 
 
@@ -200,9 +241,9 @@ def _merged(flows) -> "Flow | None":
     def side(attr):
         s = getattr(f0, attr)
         return s if all(getattr(f, attr).mac == s.mac for f in flows) else Side(s.kind, mac=None, ip=s.ip, vlan=s.vlan)
+
     frames = sorted(fr for f in flows for fr in f.frames)[:EVIDENCE_FRAMES]
-    return Flow(side("src"), side("dst"), f0.pkey, sum(f.packets for f in flows), sum(f.bytes for f in flows),
-                frames)
+    return Flow(side("src"), side("dst"), f0.pkey, sum(f.packets for f in flows), sum(f.bytes for f in flows), frames)
 
 
 def _pairwise(rule, fl, back, ends, text) -> Finding:
@@ -210,8 +251,17 @@ def _pairwise(rule, fl, back, ends, text) -> Finding:
     frames = fl.frames + (back.frames if back else [])
     sev = "breach" if back is not None else "attempt"
     text += f" ({plural(fl.packets, 'packet')}" + (f", {back.packets} answered back)" if back else ", none answered)")
-    return Finding(rule, sev, text, sorted(frames)[:EVIDENCE_FRAMES], (a.tenant, b.tenant),
-                   src=a.guid, dst=b.guid, pkey=fl.pkey, ends=(fl.src, fl.dst))
+    return Finding(
+        rule,
+        sev,
+        text,
+        sorted(frames)[:EVIDENCE_FRAMES],
+        (a.tenant, b.tenant),
+        src=a.guid,
+        dst=b.guid,
+        pkey=fl.pkey,
+        ends=(fl.src, fl.dst),
+    )
 
 
 def _can_talk(ma: dict, mb: dict) -> bool:

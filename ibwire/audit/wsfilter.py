@@ -6,6 +6,7 @@ the rule looks at: P_Key and ends of a flow, the port's P_KeyTable answers, Subn
 claims, traps, joins, IsSM).  A semantic filter selects every evidence frame, and may select more
 (packets past the evidence cap, the same conversation later).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -13,8 +14,7 @@ from typing import Optional
 from .findings import Finding
 from .identity import Identities, Side
 
-FLOW_RULES = ("pkey-not-shared", "limited-limited", "cross-tenant-breach", "cross-tenant-attempt",
-              "roce-vlan-crossing")
+FLOW_RULES = ("pkey-not-shared", "limited-limited", "cross-tenant-breach", "cross-tenant-attempt", "roce-vlan-crossing")
 TRAP_NUMBERS = {256, 257, 258, 259}
 
 
@@ -73,15 +73,21 @@ def _flow(f: Finding, ids: Identities) -> str:
         vlan = f"vlan.id == {src.vlan}" if src.kind == "roce" and src.vlan is not None else ""
     else:
         a, b = _lid(ids, f.src), _lid(ids, f.dst)
-        ends = (f"((infiniband.lrh.slid == {a} && infiniband.lrh.dlid == {b}) || "
-                f"(infiniband.lrh.slid == {b} && infiniband.lrh.dlid == {a}))") if a and b else ""
+        ends = (
+            (
+                f"((infiniband.lrh.slid == {a} && infiniband.lrh.dlid == {b}) || "
+                f"(infiniband.lrh.slid == {b} && infiniband.lrh.dlid == {a}))"
+            )
+            if a and b
+            else ""
+        )
         vlan = ""
     return " && ".join(x for x in (_pkeys(f.pkey), ends, vlan) if x)
 
 
 def semantic(f: Finding, ids: Identities) -> str:
     r = f.rule
-    if r == "default-partition-full":         # tenants' ports sending in the default partition
+    if r == "default-partition-full":  # tenants' ports sending in the default partition
         lids = sorted({lid for ep in ids.tenants.endpoints for lid in [_lid(ids, ep.port_guid)] if lid})
         return _partition(0x7FFF) + (f" && infiniband.lrh.slid in {{{', '.join(map(str, lids))}}}" if lids else "")
     if r in FLOW_RULES:
@@ -104,8 +110,9 @@ def semantic(f: Finding, ids: Identities) -> str:
         return "infiniband.sminfo.smstate == 3"
     if r == "trap" and f.trap in TRAP_NUMBERS:
         lid = _lid(ids, f.src)
-        return (f"infiniband.notice.trapnumberdeviceid == {f.trap}" +
-                (f" && infiniband.lrh.slid == {lid}" if lid else ""))
+        return f"infiniband.notice.trapnumberdeviceid == {f.trap}" + (
+            f" && infiniband.lrh.slid == {lid}" if lid else ""
+        )
     if r == "ipoib-join-foreign":
         join = "infiniband.mad.attributeid == 0x0038"
         return join + (f" && infiniband.mcmemberrecord.mgid == {f.mgid}" if f.mgid else "")
@@ -113,13 +120,16 @@ def semantic(f: Finding, ids: Identities) -> str:
         lid = _lid(ids, f.port)
         if lid is None:
             return "infiniband.portinfo.capabilitymask.issm == 1"
-        return (f"(infiniband.portinfo.capabilitymask.issm == 1 && infiniband.portinfo.lid == {lid}) || "
-                f"(infiniband.notice.trapnumberdeviceid == 144 && infiniband.trap.lidaddr == {lid} && "
-                f"infiniband.trap.capabilitymask & 0x00000002)")
+        return (
+            f"(infiniband.portinfo.capabilitymask.issm == 1 && infiniband.portinfo.lid == {lid}) || "
+            f"(infiniband.notice.trapnumberdeviceid == 144 && infiniband.trap.lidaddr == {lid} && "
+            f"infiniband.trap.capabilitymask & 0x00000002)"
+        )
     if r == "policy-fallback":
         return _pkeys(0xFFFF)
     if r == "policy-reading" and f.pkey is not None:
         lid = _lid(ids, f.port)
-        return _partition(f.pkey) + (f" && (infiniband.lrh.slid == {lid} || infiniband.lrh.dlid == {lid})"
-                                     if lid else "")
+        return _partition(f.pkey) + (
+            f" && (infiniband.lrh.slid == {lid} || infiniband.lrh.dlid == {lid})" if lid else ""
+        )
     return ""

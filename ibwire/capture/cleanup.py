@@ -7,6 +7,7 @@ cannot be read, or only in part (wrong types, truncated, nested, huge, a link, a
 killed capture left are removed.  Exit status 0 when nothing a dead capture armed is left, 1 (LeftArmed) when
 something could not be undone, each named.
 """
+
 import os
 import subprocess
 from pathlib import Path
@@ -20,6 +21,7 @@ from .journal_format import TMP, owner_of, printable, sentence
 
 class LeftArmed(UserError):
     """Something a dead capture armed could not be undone: exit status 1."""
+
     exit_code = 1
 
 
@@ -31,8 +33,10 @@ def cleanup(say: Callable[[str], None], directory=None) -> None:
     for line in lines or ["nothing to clean up"]:
         say(line)
     if failed:
-        raise LeftArmed(f"{failed} change{'s' * (failed != 1)} left by dead captures could not be undone (listed "
-                        f"above); run `ibwire capture --cleanup` again as root once the cause is fixed")
+        raise LeftArmed(
+            f"{failed} change{'s' * (failed != 1)} left by dead captures could not be undone (listed "
+            f"above); run `ibwire capture --cleanup` again as root once the cause is fixed"
+        )
 
 
 def _cleanup(d: Path) -> Tuple[List[str], int]:
@@ -51,8 +55,9 @@ def _cleanup(d: Path) -> Tuple[List[str], int]:
         undone = undo_entries(doc)
         if undone:
             failed += len(undone)
-            report.append(f"capture {pid} ({target}): could not undo {'; '.join(map(printable, undone))}; "
-                          f"journal {path} kept")
+            report.append(
+                f"capture {pid} ({target}): could not undo {'; '.join(map(printable, undone))}; journal {path} kept"
+            )
             continue
         path.unlink(missing_ok=True)
         n = len(doc["entries"])
@@ -60,13 +65,15 @@ def _cleanup(d: Path) -> Tuple[List[str], int]:
     report += _tmp_files(d)
     stale = [a for a in marks.scan() if not marks.alive(*a.owner)]
     problems = undo_marked(stale)
-    tried = {(a.kind, a.netns, a.what) for a in stale}       # a capture that died meanwhile is the next run's
+    tried = {(a.kind, a.netns, a.what) for a in stale}  # a capture that died meanwhile is the next run's
     left = [a for a in marks.scan() if (a.kind, a.netns, a.what) in tried and not marks.alive(*a.owner)]
     failed += len(left)
     for pid in sorted({a.owner[0] for a in stale}):
         mine = [a for a in stale if a.owner[0] == pid]
-        report.append(f"undid {len(mine)} change{'s' * (len(mine) != 1)} left by capture {pid}, found by their "
-                      f"marks: " + ", ".join(a.what for a in mine))
+        report.append(
+            f"undid {len(mine)} change{'s' * (len(mine) != 1)} left by capture {pid}, found by their "
+            f"marks: " + ", ".join(a.what for a in mine)
+        )
     report += [f"could not undo: {printable(p)}" for p in problems]
     report += _damaged(d, damaged, left)
     return report, failed
@@ -81,17 +88,24 @@ def _damaged(d: Path, names: List[str], left: List["marks.Armed"]) -> List[str]:
             path = d / name
             pid, start = owner_of(name)
             if pid and marks.alive(pid, start):
-                report.append(f"capture {pid} is still running (its journal {path} is damaged); stop it with "
-                              f"`kill -INT {pid}`")
+                report.append(
+                    f"capture {pid} is still running (its journal {path} is damaged); stop it with `kill -INT {pid}`"
+                )
             elif left:
-                report.append(f"damaged journal {path} kept: {len(left)} marked change(s) could not be undone "
-                              f"({', '.join(a.what for a in left)})")
+                report.append(
+                    f"damaged journal {path} kept: {len(left)} marked change(s) could not be undone "
+                    f"({', '.join(a.what for a in left)})"
+                )
             elif (why := runfiles.remove(dfd, name)) is not None:
-                report.append(f"damaged journal {path} could not be removed ({why}); nothing its capture armed is "
-                              f"left (searched by marks in every network namespace)")
+                report.append(
+                    f"damaged journal {path} could not be removed ({why}); nothing its capture armed is "
+                    f"left (searched by marks in every network namespace)"
+                )
             else:
-                report.append(f"damaged journal {path} removed: nothing its capture{f' {pid}' if pid else ''} "
-                              f"armed is left (searched by marks in every network namespace)")
+                report.append(
+                    f"damaged journal {path} removed: nothing its capture{f' {pid}' if pid else ''} "
+                    f"armed is left (searched by marks in every network namespace)"
+                )
     finally:
         os.close(dfd)
     return report
@@ -101,12 +115,18 @@ def _tmp_files(d: Path) -> List[str]:
     """Remove the temporary files of journal writes whose writer is gone (killed between write and rename)."""
     dfd = runfiles.open_dir(d)
     try:
-        gone = [n for n in sorted(os.listdir(dfd)) if TMP.fullmatch(n) and not marks.alive(*owner_of(n))
-                and runfiles.remove(dfd, n) is None]
+        gone = [
+            n
+            for n in sorted(os.listdir(dfd))
+            if TMP.fullmatch(n) and not marks.alive(*owner_of(n)) and runfiles.remove(dfd, n) is None
+        ]
     finally:
         os.close(dfd)
-    return [f"removed {len(gone)} unfinished journal write{'s' * (len(gone) != 1)} of dead captures "
-            f"({', '.join(gone)})"] if gone else []
+    return (
+        [f"removed {len(gone)} unfinished journal write{'s' * (len(gone) != 1)} of dead captures ({', '.join(gone)})"]
+        if gone
+        else []
+    )
 
 
 def _run(cmd: List[str]) -> str:

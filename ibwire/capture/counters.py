@@ -3,6 +3,7 @@
 Sources: representor/netdev stats64 from `ip -s -j link` (a switchdev representor reports its VF's vport),
 sysfs IB port counters (port_xmit_packets/port_rcv_packets), `ethtool -S` *_packets_phy on a PF.
 """
+
 from typing import Callable, Optional, Tuple
 
 from . import hostcmds, sysfs
@@ -11,11 +12,14 @@ from .target import Target
 
 def source(t: Target, backend: str) -> Optional[Tuple[str, Callable[[], dict]]]:
     """(description, snapshot function returning {'packets', 'bytes'}) or None when nothing fits."""
+
     def link(dev):
         def snap():
             s = hostcmds.link_stats(dev)
             return {"packets": s["rx_packets"] + s["tx_packets"], "bytes": s["rx_bytes"] + s["tx_bytes"]} if s else {}
+
         return snap
+
     if backend == "tc-mirror" and t.representor:
         return f"VF {t.vf} counters (representor {t.representor})", link(t.representor)
     if backend == "netdev" and t.iface:
@@ -31,9 +35,12 @@ def source(t: Target, backend: str) -> Optional[Tuple[str, Callable[[], dict]]]:
             def eth():
                 s = hostcmds.ethtool_stats(dev)
                 if "rx_packets_phy" in s:
-                    return {"packets": s["rx_packets_phy"] + s.get("tx_packets_phy", 0),
-                            "bytes": s.get("rx_bytes_phy", 0) + s.get("tx_bytes_phy", 0)}
+                    return {
+                        "packets": s["rx_packets_phy"] + s.get("tx_packets_phy", 0),
+                        "bytes": s.get("rx_bytes_phy", 0) + s.get("tx_bytes_phy", 0),
+                    }
                 return {}
+
             return f"{dev} physical port counters (ethtool -S)", eth
     return None
 
@@ -45,16 +52,25 @@ def compare(captured: int, captured_bytes: Optional[int], before: dict, after: d
         m = after["packets"] - before["packets"]
         mb = after["bytes"] - before["bytes"]
         if m == 0:
-            lines.append(f"captured {captured:,} packets, but the {what} did not move (they may not count this "
-                         f"traffic)")
+            lines.append(
+                f"captured {captured:,} packets, but the {what} did not move (they may not count this traffic)"
+            )
         elif captured >= m:
-            lines.append(f"captured {captured:,} of {m:,} packets" + (f" ({captured_bytes:,} of {mb:,} bytes)" if
-                         captured_bytes is not None else "") + f" by the {what}")
+            lines.append(
+                f"captured {captured:,} of {m:,} packets"
+                + (f" ({captured_bytes:,} of {mb:,} bytes)" if captured_bytes is not None else "")
+                + f" by the {what}"
+            )
         else:
-            lines.append(f"captured {captured:,} of {m:,} packets by the {what}: {m - captured:,} missing "
-                         f"({100 * (m - captured) / m:.1f}%)")
+            lines.append(
+                f"captured {captured:,} of {m:,} packets by the {what}: {m - captured:,} missing "
+                f"({100 * (m - captured) / m:.1f}%)"
+            )
     else:
-        lines.append(f"captured {captured:,} packets" + (f" ({captured_bytes:,} bytes)" if captured_bytes is not None
-                     else "") + "; no counters to compare with")
+        lines.append(
+            f"captured {captured:,} packets"
+            + (f" ({captured_bytes:,} bytes)" if captured_bytes is not None else "")
+            + "; no counters to compare with"
+        )
     lines.append(f"backend drops: {drops:,}")
     return "; ".join(lines)

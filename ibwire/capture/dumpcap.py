@@ -9,6 +9,7 @@ has microseconds).  ibwire journals it, starts it, follows its packet count, sto
 closing statistics.  Options and
 messages as dumpcap 4.0 prints them (`dumpcap -h`; "Packets received/dropped on interface ...").
 """
+
 import errno
 import os
 import re
@@ -28,13 +29,13 @@ from .nspcap import NsPcapRewriter
 # with a 48-byte header each; dumpcap's own default of 2 MiB holds about 1,500).
 DEFAULT_BUFFER_MIB = 128
 READY_TIMEOUT = 15.0
-IN_FLIGHT = 0.5        # > dumpcap's 250 ms read timeout: the last ring block is retired and written
+IN_FLIGHT = 0.5  # > dumpcap's 250 ms read timeout: the last ring block is retired and written
 
 
 @dataclass
 class Plan:
     iface: str
-    out: str                                  # a path, or "-" for standard output
+    out: str  # a path, or "-" for standard output
     bpf: Optional[str] = None
     buffer_mib: int = DEFAULT_BUFFER_MIB
     snaplen: Optional[int] = None
@@ -65,7 +66,7 @@ class Plan:
             cmd += ["-b", f"filesize:{max(1, int(self.rotate_mb * 1000))}", "-b", "printname:stderr"]
             if self.rotate_files:
                 cmd += ["-b", f"files:{self.rotate_files}"]
-        if self.comment and self.pcapng and not self.rotate_mb:     # dumpcap: a comment needs a single file
+        if self.comment and self.pcapng and not self.rotate_mb:  # dumpcap: a comment needs a single file
             cmd += ["--capture-comment", self.comment]
         return cmd
 
@@ -86,20 +87,25 @@ class Dumpcap:
         pcapng = open_direct(self.plan.out) if self.plan.pcapng and not self.plan.rotate_mb else None
         entry = journal.record("dumpcap process", None, cmd=cmd)
         try:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                         stdout=pcapng or (None if self.plan.pcapng else subprocess.PIPE),
-                                         start_new_session=True, env=owner_env())   # Ctrl-C reaches ibwire only
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                stdout=pcapng or (None if self.plan.pcapng else subprocess.PIPE),
+                start_new_session=True,
+                env=owner_env(),
+            )  # Ctrl-C reaches ibwire only
         except FileNotFoundError:
-            raise UserError("dumpcap, the capture engine, is not installed; install wireshark-common (it comes "
-                            "with tshark)") from None
+            raise UserError(
+                "dumpcap, the capture engine, is not installed; install wireshark-common (it comes with tshark)"
+            ) from None
         finally:
             if pcapng:
-                pcapng.close()          # dumpcap holds it now
+                pcapng.close()  # dumpcap holds it now
         entry["pid"], entry["start"] = self.proc.pid, proc_start(self.proc.pid)
         journal.save()
         if not self.plan.pcapng:
-            self.rewriter = NsPcapRewriter(self.proc.stdout, self.plan.out, self.plan.rotate_mb,
-                                           self.plan.rotate_files)
+            self.rewriter = NsPcapRewriter(self.proc.stdout, self.plan.out, self.plan.rotate_mb, self.plan.rotate_files)
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
         deadline = time.monotonic() + READY_TIMEOUT
@@ -126,7 +132,7 @@ class Dumpcap:
                 if line.startswith("File: "):
                     self._ready.set()
                     continue
-                if self.plan.rotate_mb and line.startswith(self._ring_prefix):   # -b printname:stderr
+                if self.plan.rotate_mb and line.startswith(self._ring_prefix):  # -b printname:stderr
                     self.files.append(line)
                     continue
                 self.err += line + "\n"
@@ -181,8 +187,11 @@ class Dumpcap:
 
     def drops(self) -> int:
         """Dropped by the kernel ring, by dumpcap and by the interface (dumpcap's closing statistics)."""
-        m = re.search(r"Packets received/dropped on interface .*?: (\d+)/(\d+) \(pcap:\d+/dumpcap:\d+/flushed:\d+/"
-                      r"ps_ifdrop:(\d+)\)", self.err)
+        m = re.search(
+            r"Packets received/dropped on interface .*?: (\d+)/(\d+) \(pcap:\d+/dumpcap:\d+/flushed:\d+/"
+            r"ps_ifdrop:(\d+)\)",
+            self.err,
+        )
         return int(m.group(2)) + int(m.group(3)) if m else 0
 
     def failure(self, starting: bool = False) -> Optional[str]:
@@ -198,11 +207,15 @@ class Dumpcap:
             return f"writing {out} failed ({werr.strerror or werr}); the capture stopped"
         if "no space left" in low:
             return f"the file system holding {out} is full (no space left on device); the capture stopped"
-        if "no longer attached" in low or "no longer running" in low or "no longer up" in low or \
-                ("no such device" in low and not starting):
+        if (
+            "no longer attached" in low
+            or "no longer running" in low
+            or "no longer up" in low
+            or ("no such device" in low and not starting)
+        ):
             return f"interface {iface} vanished during the capture; the capture stopped"
         if out == "-" and (isinstance(werr, BrokenPipeError) or "broken pipe" in low or rc == -signal.SIGPIPE):
-            return None        # the reader of standard output went away: the usual end of a pipeline
+            return None  # the reader of standard output went away: the usual end of a pipeline
         if rc is not None and rc < 0 and not (self.we_stopped and rc == -signal.SIGINT):
             return f"the capture engine dumpcap died ({signal.Signals(-rc).name}); the capture stopped"
         if rc in (0, None) and not starting:
@@ -219,8 +232,11 @@ class Dumpcap:
 
 
 def _first(text: str, word: str) -> str:
-    lines = [ln.strip().removeprefix("dumpcap: ") for ln in text.splitlines() if ln.strip()
-             and not ln.startswith(("Capturing on", "File:", "Packets"))]
+    lines = [
+        ln.strip().removeprefix("dumpcap: ")
+        for ln in text.splitlines()
+        if ln.strip() and not ln.startswith(("Capturing on", "File:", "Packets"))
+    ]
     for ln in lines:
         if word in ln.lower():
             return ln

@@ -4,14 +4,17 @@ cut back to the last complete record, and CaptureStopped carries the one sentenc
 pcap: 24-byte file header, then 16-byte record headers with the captured length at +8 (either byte order).
 pcapng: blocks with their total length at +4, repeated at the end (pcapng draft §3.1).
 """
+
 import os
 import struct
 from typing import Tuple
 
 from ..errors import UserError
 
+
 class CaptureStopped(UserError):
     """The capture ended on its own after everything was disarmed: exit status 1."""
+
     exit_code = 1
 
 

@@ -6,6 +6,7 @@ the options; `--capture --extcap-interface I --fifo F [--extcap-capture-filter B
 Wireshark stops it (SIGTERM on Unix).  A capture here is `ibwire capture` writing to the FIFO, inside the lab's
 PF namespace for lab VFs, so arming, journal and disarm are those of every capture.
 """
+
 import os
 import re
 import shlex
@@ -29,8 +30,8 @@ VERSION = "1.0"
 class ExtcapTarget:
     value: str
     display: str
-    args: List[str]                 # `ibwire capture` arguments selecting it
-    netns: Optional[str] = None     # run the capture in this network namespace
+    args: List[str]  # `ibwire capture` arguments selecting it
+    netns: Optional[str] = None  # run the capture in this network namespace
     dlt: int = 1
     dlt_name: str = "EN10MB"
 
@@ -41,14 +42,28 @@ def targets() -> List[ExtcapTarget]:
     for d in sysfs.list_devices():
         for p in d.ports:
             ib = p.is_ib
-            out.append(ExtcapTarget(f"ibwire-{d.name}-p{p.num}", f"ibwire: {d.name} port {p.num} ({p.link_layer})",
-                                    ["--pf", d.name, "--port", str(p.num)], None, 197 if ib else 1,
-                                    "ERF" if ib else "EN10MB"))
+            out.append(
+                ExtcapTarget(
+                    f"ibwire-{d.name}-p{p.num}",
+                    f"ibwire: {d.name} port {p.num} ({p.link_layer})",
+                    ["--pf", d.name, "--port", str(p.num)],
+                    None,
+                    197 if ib else 1,
+                    "ERF" if ib else "EN10MB",
+                )
+            )
         for v in d.vfs:
             ib = bool(d.ports) and d.ports[0].is_ib
-            out.append(ExtcapTarget(f"ibwire-{d.name}-vf{v.index}", f"ibwire: VF {v.index} of {d.name}",
-                                    ["--pf", d.name, "--vf", str(v.index)], None, 197 if ib else 1,
-                                    "ERF" if ib else "EN10MB"))
+            out.append(
+                ExtcapTarget(
+                    f"ibwire-{d.name}-vf{v.index}",
+                    f"ibwire: VF {v.index} of {d.name}",
+                    ["--pf", d.name, "--vf", str(v.index)],
+                    None,
+                    197 if ib else 1,
+                    "ERF" if ib else "EN10MB",
+                )
+            )
     try:
         found = labs()
     except (UserError, OSError):
@@ -56,8 +71,15 @@ def targets() -> List[ExtcapTarget]:
     for _, lab in found:
         if lab_shape(lab) and isinstance(lab.get("pf_netns"), str):
             name, ns = lab["name"], lab["pf_netns"]
-            out += [ExtcapTarget(f"ibwire-{name}-vf{v['index']}", f"ibwire: VF {v['index']} of lab {name}",
-                                 ["--vf", str(v["index"])], ns) for v in lab["vfs"]]
+            out += [
+                ExtcapTarget(
+                    f"ibwire-{name}-vf{v['index']}",
+                    f"ibwire: VF {v['index']} of lab {name}",
+                    ["--vf", str(v["index"])],
+                    ns,
+                )
+                for v in lab["vfs"]
+            ]
     return out
 
 
@@ -80,11 +102,13 @@ def dlts(value: Optional[str]) -> str:
 
 
 def config() -> str:
-    return "\n".join([
-        "arg {number=0}{call=--all}{display=Every packet of the port}{tooltip=Keep every packet of the port, "
-        "not only the VF's}{type=boolflag}",
-        "arg {number=1}{call=--buffer-size}{display=Kernel buffer (MiB)}{type=integer}{range=1,4096}{default=128}",
-    ])
+    return "\n".join(
+        [
+            "arg {number=0}{call=--all}{display=Every packet of the port}{tooltip=Keep every packet of the port, "
+            "not only the VF's}{type=boolflag}",
+            "arg {number=1}{call=--buffer-size}{display=Kernel buffer (MiB)}{type=integer}{range=1,4096}{default=128}",
+        ]
+    )
 
 
 def capture(value: Optional[str], fifo: Optional[str], bpf: Optional[str], extra: List[str]) -> int:
@@ -97,7 +121,7 @@ def capture(value: Optional[str], fifo: Optional[str], bpf: Optional[str], extra
         cmd += ["-f", bpf]
     if t.netns:
         cmd = ["ip", "netns", "exec", t.netns] + cmd
-    with open(fifo, "wb") as out:     # Wireshark shows anything on stderr as an error: only failures go there
+    with open(fifo, "wb") as out:  # Wireshark shows anything on stderr as an error: only failures go there
         child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, start_new_session=True)
     err = []
     reader = threading.Thread(target=lambda: err.append(child.stderr.read()), daemon=True)
@@ -105,7 +129,8 @@ def capture(value: Optional[str], fifo: Optional[str], bpf: Optional[str], extra
 
     def stop(_signum, _frame):
         if child.poll() is None:
-            child.send_signal(signal.SIGINT)     # the capture stops as on Ctrl-C: it disarms and closes the file
+            child.send_signal(signal.SIGINT)  # the capture stops as on Ctrl-C: it disarms and closes the file
+
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, stop)
     rc = child.wait()
@@ -126,8 +151,11 @@ def personal_folder() -> Path:
     if m:
         return Path(m.group(1).strip())
     m = re.search(r"^Personal configuration:\s*(.+)$", text, re.M)
-    base = Path(m.group(1).strip()) if m else Path(os.environ.get("XDG_CONFIG_HOME") or
-                                                   Path.home() / ".config") / "wireshark"
+    base = (
+        Path(m.group(1).strip())
+        if m
+        else Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "wireshark"
+    )
     return base / "extcap"
 
 
@@ -141,6 +169,8 @@ def install() -> Path:
         raise UserError(f"cannot create the extcap folder {folder} ({e.strerror})") from None
     path = folder / "ibwire-extcap"
     with output_file(path, "w", perms=0o755) as f:
-        f.write(f"#!/bin/sh\n# Wireshark extcap launcher for ibwire (`ibwire extcap --install` wrote it)\n"
-                f"exec {shlex.quote(sys.executable)} -c 'from ibwire.cli import main; main()' extcap \"$@\"\n")
+        f.write(
+            f"#!/bin/sh\n# Wireshark extcap launcher for ibwire (`ibwire extcap --install` wrote it)\n"
+            f"exec {shlex.quote(sys.executable)} -c 'from ibwire.cli import main; main()' extcap \"$@\"\n"
+        )
     return path

@@ -1,4 +1,5 @@
 """Thin wrappers around the system tools capture relies on (iproute2, devlink, ethtool, mstconfig)."""
+
 import json
 import shutil
 import subprocess
@@ -42,9 +43,13 @@ def link_stats(dev: str) -> dict:
         return {}
     s = links[0].get("stats64") or links[0].get("stats") or {}
     rx, tx = s.get("rx", {}), s.get("tx", {})
-    return {"rx_packets": rx.get("packets", 0), "tx_packets": tx.get("packets", 0),
-            "rx_bytes": rx.get("bytes", 0), "tx_bytes": tx.get("bytes", 0),
-            "rx_dropped": rx.get("dropped", 0)}
+    return {
+        "rx_packets": rx.get("packets", 0),
+        "tx_packets": tx.get("packets", 0),
+        "rx_bytes": rx.get("bytes", 0),
+        "tx_bytes": tx.get("bytes", 0),
+        "rx_dropped": rx.get("dropped", 0),
+    }
 
 
 def ip_addrs(dev: str) -> List[str]:
@@ -58,8 +63,11 @@ def ip_addrs(dev: str) -> List[str]:
 
 def neigh_ips(dev: str, mac: str) -> List[str]:
     """IP addresses the PF host has learned for a MAC (the VF's RoCE GIDs are its IPs)."""
-    return [n["dst"] for n in run_json(["ip", "-j", "neigh", "show", "dev", dev]) or []
-            if n.get("lladdr", "").lower() == mac.lower() and n.get("dst")]
+    return [
+        n["dst"]
+        for n in run_json(["ip", "-j", "neigh", "show", "dev", dev]) or []
+        if n.get("lladdr", "").lower() == mac.lower() and n.get("dst")
+    ]
 
 
 def ethtool_stats(dev: str) -> dict:

@@ -15,6 +15,7 @@ What counts as one packet on the simulated wire:
 When ibsim goes away (its UDP port is no longer bound: /proc/net/udp) or the disk fills, the capture stops,
 the file is cut to its last complete packet and CaptureStopped says so.
 """
+
 import socket
 import struct
 import threading
@@ -25,14 +26,21 @@ from typing import Dict, Optional
 from ..errors import UserError
 from ..writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND, PcapWriter, erf_record
 from .ending import CaptureStopped, truncate_to_complete
-from .ibsim_wire import (IBSIM_DEFAULT_SERVER_PORT, IBSIM_MAX_CLIENTS, PERMISSIVE_LID, ib_packet,
-                         parse_ctl_port_lid, parse_sim_request, with_client_tid)
+from .ibsim_wire import (
+    IBSIM_DEFAULT_SERVER_PORT,
+    IBSIM_MAX_CLIENTS,
+    PERMISSIVE_LID,
+    ib_packet,
+    parse_ctl_port_lid,
+    parse_sim_request,
+    with_client_tid,
+)
 
 ETH_P_IP = 0x0800
 PACKET_OUTGOING = 4
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
-_RECENT = 512          # forwarded copies follow their original within a few datagrams
+_RECENT = 512  # forwarded copies follow their original within a few datagrams
 
 
 def _udp(ip: bytes):
@@ -40,10 +48,10 @@ def _udp(ip: bytes):
     if len(ip) < 28 or ip[0] >> 4 != 4 or ip[9] != 17:
         return None
     ihl = (ip[0] & 0x0F) * 4
-    if struct.unpack_from(">H", ip, 6)[0] & 0x3FFF:     # fragments never occur on lo for 288-byte messages
+    if struct.unpack_from(">H", ip, 6)[0] & 0x3FFF:  # fragments never occur on lo for 288-byte messages
         return None
     sport, dport, ulen = struct.unpack_from(">HHH", ip, ihl)
-    return sport, dport, ip[ihl + 8:ihl + ulen]
+    return sport, dport, ip[ihl + 8 : ihl + ulen]
 
 
 class IbsimConverter:
@@ -102,10 +110,11 @@ def _open_lo() -> socket.socket:
     try:
         s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_IP))
     except PermissionError:
-        raise UserError("capturing ibsim traffic needs root (or CAP_NET_RAW) to sniff the loopback "
-                        "interface; run ibwire with sudo.") from None
+        raise UserError(
+            "capturing ibsim traffic needs root (or CAP_NET_RAW) to sniff the loopback interface; run ibwire with sudo."
+        ) from None
     s.bind(("lo", ETH_P_IP))
-    try:    # room for an SM sweep's burst while this thread waits for the CPU (root may exceed rmem_max)
+    try:  # room for an SM sweep's burst while this thread waits for the CPU (root may exceed rmem_max)
         s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), 16 << 20)
     except OSError:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
@@ -135,9 +144,15 @@ def server_listening(port: int) -> bool:
     return False
 
 
-def capture_ibsim(out_path: str, link: str = "erf", count: Optional[int] = None,
-                  duration: Optional[float] = None, stop: Optional[threading.Event] = None,
-                  port: Optional[int] = None, ready: Optional[threading.Event] = None) -> dict:
+def capture_ibsim(
+    out_path: str,
+    link: str = "erf",
+    count: Optional[int] = None,
+    duration: Optional[float] = None,
+    stop: Optional[threading.Event] = None,
+    port: Optional[int] = None,
+    ready: Optional[threading.Event] = None,
+) -> dict:
     """Sniff ibsim's MADs on `lo` and write each as an IB packet to a pcap (ERF type 21 or link type 247).
 
     Stops after `count` packets, `duration` seconds, when `stop` is set, or on Ctrl-C.  `port` is ibsim's
@@ -149,8 +164,10 @@ def capture_ibsim(out_path: str, link: str = "erf", count: Optional[int] = None,
         raise UserError(f"unknown link type '{link}' for the ibsim backend; use 'erf' (default) or 'ib'.")
     server = IBSIM_DEFAULT_SERVER_PORT if port is None else port
     if not server_listening(server):
-        raise UserError(f"no ibsim listens on UDP port {server}; start the simulator (ibsim -r) first, or set "
-                        f"IBSIM_SERVER_PORT to its port")
+        raise UserError(
+            f"no ibsim listens on UDP port {server}; start the simulator (ibsim -r) first, or set "
+            f"IBSIM_SERVER_PORT to its port"
+        )
     conv = IbsimConverter(server)
     sock = _open_lo()
     try:
@@ -165,8 +182,11 @@ def capture_ibsim(out_path: str, link: str = "erf", count: Optional[int] = None,
     failure = None
     check = time.monotonic() + 0.5
     try:
-        while not (stop is not None and stop.is_set()) and (count is None or packets < count) \
-                and (end is None or time.monotonic() < end):
+        while (
+            not (stop is not None and stop.is_set())
+            and (count is None or packets < count)
+            and (end is None or time.monotonic() < end)
+        ):
             if time.monotonic() >= check:
                 check = time.monotonic() + 0.5
                 if not server_listening(server):
@@ -176,7 +196,7 @@ def capture_ibsim(out_path: str, link: str = "erf", count: Optional[int] = None,
                 data, addr = sock.recvfrom(65535)
             except socket.timeout:
                 continue
-            if addr[2] == PACKET_OUTGOING:          # lo shows each datagram twice; keep the received copy
+            if addr[2] == PACKET_OUTGOING:  # lo shows each datagram twice; keep the received copy
                 continue
             ts = time.time()
             udp = _udp(data)
@@ -186,7 +206,7 @@ def capture_ibsim(out_path: str, link: str = "erf", count: Optional[int] = None,
             if pkt is None:
                 continue
             try:
-                writer.write(erf_record(ts, pkt) if link == "erf" else pkt, ts=ts)   # flushed per packet
+                writer.write(erf_record(ts, pkt) if link == "erf" else pkt, ts=ts)  # flushed per packet
             except OSError as e:
                 failure = f"writing the capture failed ({e.strerror}); the capture stopped"
                 break
@@ -204,6 +224,8 @@ def capture_ibsim(out_path: str, link: str = "erf", count: Optional[int] = None,
     if failure:
         if isinstance(out_path, str):
             packets = truncate_to_complete(out_path)[0]
-        raise CaptureStopped(f"{failure}; {packets:,} complete packets kept in "
-                             f"{out_path if isinstance(out_path, str) else 'standard output'}")
+        raise CaptureStopped(
+            f"{failure}; {packets:,} complete packets kept in "
+            f"{out_path if isinstance(out_path, str) else 'standard output'}"
+        )
     return {"packets": packets, "bytes": nbytes, "dropped": dropped, "bounced": conv.bounced}

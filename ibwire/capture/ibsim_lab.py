@@ -3,6 +3,7 @@
 Used by tests and to make sample captures.  Every process started here is tracked and killed by
 `SimFabric.close()` (also on exceptions, as a context manager).
 """
+
 import os
 import shutil
 import signal
@@ -15,9 +16,12 @@ from typing import List, Optional
 from ..errors import UserError
 from .ibsim_wire import IBSIM_MAX_CLIENTS
 
-UMAD2SIM_PATHS = ("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so",
-                  "/usr/lib/aarch64-linux-gnu/umad2sim/libumad2sim.so",
-                  "/usr/lib64/umad2sim/libumad2sim.so", "/usr/lib/umad2sim/libumad2sim.so")
+UMAD2SIM_PATHS = (
+    "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so",
+    "/usr/lib/aarch64-linux-gnu/umad2sim/libumad2sim.so",
+    "/usr/lib64/umad2sim/libumad2sim.so",
+    "/usr/lib/umad2sim/libumad2sim.so",
+)
 
 
 def find_umad2sim() -> str:
@@ -53,7 +57,7 @@ class SimFabric:
             raise UserError("ibsim is not installed; install the Debian package ibsim-utils.")
         self.topology = topology
         self.port = free_server_port() if port is None else port
-        self.own_workdir = workdir is None       # logs, opensm's files and umad2sim's ./sys-PID trees go here
+        self.own_workdir = workdir is None  # logs, opensm's files and umad2sim's ./sys-PID trees go here
         self.workdir = workdir or tempfile.mkdtemp(prefix="ibwire-ibsim-")
         self.procs: List[subprocess.Popen] = []
         self.umad2sim = find_umad2sim()
@@ -62,8 +66,9 @@ class SimFabric:
 
     def _spawn(self, argv, env) -> subprocess.Popen:
         log = open(os.path.join(self.workdir, os.path.basename(argv[0]) + ".out"), "ab")
-        p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                             cwd=self.workdir)
+        p = subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir
+        )
         log.close()
         self.procs.append(p)
         return p
@@ -80,8 +85,14 @@ class SimFabric:
 
     def env(self, host: Optional[str] = None) -> dict:
         """Environment that makes a libibumad program talk to this ibsim (attached at node `host`)."""
-        e = dict(os.environ, LD_PRELOAD=self.umad2sim, IBSIM_SERVER_NAME="127.0.0.1",
-                 IBSIM_SERVER_PORT=str(self.port), OSM_CACHE_DIR=self.workdir, OSM_TMP_DIR=self.workdir)
+        e = dict(
+            os.environ,
+            LD_PRELOAD=self.umad2sim,
+            IBSIM_SERVER_NAME="127.0.0.1",
+            IBSIM_SERVER_PORT=str(self.port),
+            OSM_CACHE_DIR=self.workdir,
+            OSM_TMP_DIR=self.workdir,
+        )
         if host:
             e["SIM_HOST"] = host
         else:
@@ -90,17 +101,17 @@ class SimFabric:
 
     def run(self, argv: List[str], host: Optional[str] = None, timeout: float = 20.0) -> str:
         """Run a diag tool (smpquery, saquery ...) under the simulator; its stdout, raises on failure."""
-        r = subprocess.run(argv, env=self.env(host), capture_output=True, text=True, timeout=timeout,
-                           cwd=self.workdir)
+        r = subprocess.run(argv, env=self.env(host), capture_output=True, text=True, timeout=timeout, cwd=self.workdir)
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()[-500:]}")
         return r.stdout
 
-    def start_opensm(self, partitions: Optional[str] = None, host: Optional[str] = None,
-                     timeout: float = 20.0) -> subprocess.Popen:
+    def start_opensm(
+        self, partitions: Optional[str] = None, host: Optional[str] = None, timeout: float = 20.0
+    ) -> subprocess.Popen:
         """Start opensm (no periodic sweep) and wait until it logs SUBNET UP."""
         log = os.path.join(self.workdir, "opensm.log")
-        argv = ["opensm", "-f", log, "-s", "0", "-d2"]          # -d2: flush the log per message
+        argv = ["opensm", "-f", log, "-s", "0", "-d2"]  # -d2: flush the log per message
         if partitions:
             argv += ["-P", partitions]
         p = self._spawn(argv, env=self.env(host))

@@ -19,6 +19,7 @@ Each MAD is written as a UD SEND Only packet (IBA Vol 1 §9.2): LRH (§7.7; VL 1
 LNH 2 = BTH follows), BTH, DETH (Q_Key 0 towards QP0, the well-known 0x80010000 GSI Q_Key otherwise,
 §13.5.3), the 256-byte MAD, then ICRC and VCRC from `dissectors.crc`.
 """
+
 import struct
 from typing import NamedTuple, Optional
 
@@ -38,7 +39,7 @@ PERMISSIVE_LID = 0xFFFF
 GSI_QKEY = 0x80010000
 DEFAULT_PKEY = 0xFFFF
 UD_SEND_ONLY = next(o.code for o in OPCODES.values() if o.transport == "UD" and o.name == "SEND Only")
-_PKTLEN_WORDS = (8 + 12 + 8 + MAD_LEN + 4) // 4     # LRH PktLen counts LRH..ICRC in 4-byte words (§7.7.8)
+_PKTLEN_WORDS = (8 + 12 + 8 + MAD_LEN + 4) // 4  # LRH PktLen counts LRH..ICRC in 4-byte words (§7.7.8)
 _SMP_CLASSES = (0x01, 0x81)
 
 
@@ -73,7 +74,7 @@ def parse_sim_request(data: bytes) -> Optional[SimRequest]:
     dqp, sqp, status = struct.unpack_from(">III", data, 8)
     length = struct.unpack_from(">Q", data, 24)[0]
     used = min(length, MAD_LEN) if length else MAD_LEN
-    mad = data[32:32 + used]
+    mad = data[32 : 32 + used]
     return SimRequest(dlid, slid, dqp & 0xFFFFFF, sqp & 0xFFFFFF, status, length, mad.ljust(MAD_LEN, b"\0"))
 
 
@@ -84,9 +85,9 @@ def parse_ctl_port_lid(data: bytes):
     magic, client, ctype, _ = struct.unpack_from("<IIII", data, 0)
     if magic != SIM_MAGIC:
         return None
-    if ctype == SIM_CTL_GET_PORTINFO:                      # data is PortInfo: LID at byte 16 (§14.2.5.6)
+    if ctype == SIM_CTL_GET_PORTINFO:  # data is PortInfo: LID at byte 16 (§14.2.5.6)
         return client, struct.unpack_from(">H", data, 16 + 16)[0]
-    if ctype == SIM_CTL_GET_PORT:                          # struct sim_port {u16 lid; u8 state}, host order
+    if ctype == SIM_CTL_GET_PORT:  # struct sim_port {u16 lid; u8 state}, host order
         return client, struct.unpack_from("<H", data, 16)[0]
     return None
 
@@ -98,8 +99,9 @@ def with_client_tid(mad: bytes, client: int) -> bytes:
     return mad[:8] + struct.pack(">H", client) + mad[10:]
 
 
-def ib_packet(dlid: int, slid: int, dqp: int, sqp: int, mad: bytes, psn: int = 0,
-              pkey: int = DEFAULT_PKEY, sl: int = 0) -> bytes:
+def ib_packet(
+    dlid: int, slid: int, dqp: int, sqp: int, mad: bytes, psn: int = 0, pkey: int = DEFAULT_PKEY, sl: int = 0
+) -> bytes:
     """LRH + BTH + DETH + MAD + ICRC + VCRC of one MAD sent as a UD SEND Only."""
     vl = 15 if mad[1] in _SMP_CLASSES else 0
     lrh = struct.pack(">BBHHH", vl << 4, (sl << 4) | 0x2, dlid, _PKTLEN_WORDS, slid)

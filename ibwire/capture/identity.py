@@ -4,6 +4,7 @@ Fields used: Ethernet/802.1Q header; IPv4/IPv6 addresses (RoCEv2 GIDs are the VF
 (ethertype 0x8915); native IB LRH DLID/SLID (IBA §7.7) and GRH SGID/DGID (IBA §8.3) when LNH = 3.
 QP numbers are never used: every VF has its own QP number space.
 """
+
 import ipaddress
 import struct
 from dataclasses import dataclass, field
@@ -26,8 +27,13 @@ class Identity:
         return not (self.macs or self.ips or self.lids or self.gids)
 
     def describe(self) -> str:
-        parts = [f"MAC {m}" for m in self.macs] + [f"VLAN {v}" for v in self.vlans] + \
-                [f"IP {i}" for i in self.ips] + [f"LID {lid:#x}" for lid in self.lids] + [f"GID {g}" for g in self.gids]
+        parts = (
+            [f"MAC {m}" for m in self.macs]
+            + [f"VLAN {v}" for v in self.vlans]
+            + [f"IP {i}" for i in self.ips]
+            + [f"LID {lid:#x}" for lid in self.lids]
+            + [f"GID {g}" for g in self.gids]
+        )
         if self.port_guid:
             parts.append(f"port GUID {self.port_guid}")
         return ", ".join(parts) or "no identity known"
@@ -36,8 +42,9 @@ class Identity:
         """A function (linktype, bytes) -> bool keeping frames to or from this identity."""
         macs = {bytes.fromhex(m.replace(":", "")) for m in self.macs}
         ips = {ipaddress.ip_address(i).packed for i in self.ips}
-        gids = {ipaddress.ip_address(g).packed for g in self.gids} | {ipaddress.IPv6Address(
-            "::ffff:" + i).packed for i in self.ips if ":" not in i}
+        gids = {ipaddress.ip_address(g).packed for g in self.gids} | {
+            ipaddress.IPv6Address("::ffff:" + i).packed for i in self.ips if ":" not in i
+        }
         lids = set(self.lids)
 
         def eth(d: bytes) -> bool:
@@ -48,11 +55,11 @@ class Identity:
                 etype = struct.unpack_from(">H", d, off + 2)[0]
                 off += 4
             if etype == 0x0800 and len(d) >= off + 20:
-                return d[off + 12:off + 16] in ips or d[off + 16:off + 20] in ips
+                return d[off + 12 : off + 16] in ips or d[off + 16 : off + 20] in ips
             if etype == 0x86DD and len(d) >= off + 40:
-                return d[off + 8:off + 24] in ips or d[off + 24:off + 40] in ips
+                return d[off + 8 : off + 24] in ips or d[off + 24 : off + 40] in ips
             if etype == 0x8915 and len(d) >= off + 40:
-                return d[off + 8:off + 24] in gids or d[off + 24:off + 40] in gids
+                return d[off + 8 : off + 24] in gids or d[off + 24 : off + 40] in gids
             return False
 
         def ib(d: bytes) -> bool:

@@ -9,6 +9,7 @@ leaves state armed.  Journals and locks are written and read as ibwire.capture.r
 no FIFO waited on, no temporary file left), and read back as ibwire.capture.journal_format checks them.
 A per-port lock (fcntl.flock) keeps two captures off one sniffer; a state lock serialises arming and undoing.
 """
+
 import fcntl
 import json
 import os
@@ -29,7 +30,9 @@ def run_dir(path=None) -> Path:
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot create {d} ({e.strerror}); run as root or set {RUN_ENV} to a writable directory") from None
+        raise UserError(
+            f"cannot create {d} ({e.strerror}); run as root or set {RUN_ENV} to a writable directory"
+        ) from None
     return d
 
 
@@ -42,7 +45,7 @@ def _netns_name() -> Optional[str]:
         return None
 
 
-_proc_start = marks.proc_start      # the RDMA lab records its QEMU processes' start times with it
+_proc_start = marks.proc_start  # the RDMA lab records its QEMU processes' start times with it
 
 
 def _lock_file(directory: Path, name: str):
@@ -51,8 +54,9 @@ def _lock_file(directory: Path, name: str):
     except runfiles.Unreadable as e:
         raise UserError(f"the lock file {directory / name} {e}; remove it") from None
     except OSError as e:
-        raise UserError(f"cannot open {directory} ({e.strerror}); run as root or set {RUN_ENV} to a writable "
-                        f"directory") from None
+        raise UserError(
+            f"cannot open {directory} ({e.strerror}); run as root or set {RUN_ENV} to a writable directory"
+        ) from None
 
 
 class StateLock:
@@ -87,8 +91,9 @@ class Journal:
         try:
             runfiles.replace(self.dir, self.name, json.dumps(self.doc, indent=1).encode(), "." + self.path.stem)
         except OSError as e:
-            raise UserError(f"cannot write the capture journal {self.path} ({e.strerror or e}); nothing more is "
-                            f"armed") from None
+            raise UserError(
+                f"cannot write the capture journal {self.path} ({e.strerror or e}); nothing more is armed"
+            ) from None
 
     def record(self, what: str, undo: Optional[List[str]] = None, **extra) -> dict:
         """Journal a change before making it; returns the entry (update it, then call `save`)."""
@@ -124,9 +129,9 @@ def undo_entries(doc: dict) -> List[str]:
     ours = {e["if_no_filters"] for e in doc.get("entries", []) if e.get("if_no_filters")}
     for e in reversed(doc.get("entries", [])):
         if e.get("pid") and marks.engine_owner(e["pid"]) == (doc["pid"], str(doc.get("start"))):
-            stop_process(e["pid"], e.get("start"))      # only the capture's own engines, whatever the journal says
+            stop_process(e["pid"], e.get("start"))  # only the capture's own engines, whatever the journal says
         if e.get("if_no_filters") and marks.filters(ns, e["if_no_filters"]):
-            continue      # another capture still mirrors through this qdisc; the last one out removes it
+            continue  # another capture still mirrors through this qdisc; the last one out removes it
         undo = e.get("undo")
         if undo and undo[:3] == ["tc", "filter", "del"] and undo[4] in ours and _all_rules_its_own(doc, ns, undo[4]):
             undo = ["tc", "qdisc", "del", "dev", undo[4], "clsact"]
@@ -144,8 +149,18 @@ def undo_entries(doc: dict) -> List[str]:
 
 def gone(err: str) -> bool:
     """An undo failed only because what it undoes is gone already (with its device, namespace or qdisc)."""
-    return any(s in err for s in ("Cannot find", "No such", "Invalid handle", "not found", "does not exist",
-                                  "Cannot delete qdisc", "Parent Qdisc doesn't exist"))
+    return any(
+        s in err
+        for s in (
+            "Cannot find",
+            "No such",
+            "Invalid handle",
+            "not found",
+            "does not exist",
+            "Cannot delete qdisc",
+            "Parent Qdisc doesn't exist",
+        )
+    )
 
 
 def _all_rules_its_own(doc: dict, netns: Optional[str], dev: str) -> bool:
@@ -196,8 +211,11 @@ def journals(directory: Path) -> List[Tuple[str, Optional[dict], List[str]]]:
     """(name, checked journal or None, problems) of every capture-*.json in the run directory."""
     dfd = runfiles.open_dir(directory)
     try:
-        return [(name, *journal_format.load(dfd, name)) for name in sorted(os.listdir(dfd))
-                if name.startswith("capture-") and name.endswith(".json")]
+        return [
+            (name, *journal_format.load(dfd, name))
+            for name in sorted(os.listdir(dfd))
+            if name.startswith("capture-") and name.endswith(".json")
+        ]
     finally:
         os.close(dfd)
 

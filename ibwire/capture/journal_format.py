@@ -10,6 +10,7 @@ kernel allows them: dev_valid_name() in net/core/dev.c); anything else, a wrong 
 `FILE: message` and its entry is not replayed.  Processes are stopped by the caller only when they carry the
 capture's mark (ibwire.capture.marks), whatever the journal says.
 """
+
 import json
 import re
 from typing import List, Optional, Tuple
@@ -19,7 +20,7 @@ from .marks import MONITOR, PREF_BASE
 
 NAME = re.compile(r"capture-(\d{1,7})-(\d{1,20})\.json")
 TMP = re.compile(r"\.?capture-(\d{1,7})-(\d{1,20})(\.[0-9a-f]+)?\.tmp")
-PID_MAX = 1 << 22                                # the kernel's PID_MAX_LIMIT
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT
 IFNAME = re.compile(r"[^\s/:\x00]{1,15}")
 NETNS = re.compile(r"[^\s/\x00-\x1f\x7f-][^\s/\x00-\x1f\x7f]{0,254}")
 MONITOR_A = re.compile(MONITOR + r"\d{1,8}a")
@@ -37,12 +38,14 @@ def _pref(v) -> bool:
     return isinstance(v, str) and v.isdigit() and PREF_BASE <= int(v) <= 0xFFFF
 
 
-UNDO_FORMS = (("tc", "filter", "del", "dev", _ifname, "ingress", "pref", _pref),
-              ("tc", "qdisc", "del", "dev", _ifname, "clsact"),
-              ("ip", "link", "del", "dev", MONITOR_A.fullmatch))
+UNDO_FORMS = (
+    ("tc", "filter", "del", "dev", _ifname, "ingress", "pref", _pref),
+    ("tc", "qdisc", "del", "dev", _ifname, "clsact"),
+    ("ip", "link", "del", "dev", MONITOR_A.fullmatch),
+)
 TOP_KEYS = {"pid", "start", "netns", "target", "entries"}
 ENTRY_KEYS = {"what", "undo", "pid", "start", "cmd", "if_no_filters"}
-SHOWN = 3                                       # problems named in a report sentence; the rest are counted
+SHOWN = 3  # problems named in a report sentence; the rest are counted
 
 
 def printable(text, limit: int = 120) -> str:
@@ -63,8 +66,10 @@ def _argv(v) -> bool:
 
 def undo_known(argv) -> bool:
     """The undo is one of the commands ibwire writes."""
+
     def fits(form):
         return len(argv) == len(form) and all(a == f if isinstance(f, str) else f(a) for a, f in zip(argv, form))
+
     return _argv(argv) and any(fits(form) for form in UNDO_FORMS)
 
 
@@ -138,7 +143,7 @@ def load(dfd: int, name: str) -> Tuple[Optional[dict], List[str]]:
         doc = json.loads(data)
     except RecursionError:
         return None, ["is nested too deeply to be a journal"]
-    except ValueError as e:        # truncated or not JSON, not UTF-8, numbers too long
+    except ValueError as e:  # truncated or not JSON, not UTF-8, numbers too long
         return None, [f"is not JSON ({printable(e, 80)})"]
     doc, problems = check(doc)
     if doc and owner_of(name) != (doc["pid"], doc["start"]):
@@ -149,5 +154,8 @@ def load(dfd: int, name: str) -> Tuple[Optional[dict], List[str]]:
 def sentence(path, problems: List[str]) -> str:
     """One line naming a journal and what is wrong with it: `FILE: a; b; c and 2 more problems`."""
     more = len(problems) - SHOWN
-    return f"{path}: " + "; ".join(problems[:SHOWN]) + (f"; and {more} more problem{'s' * (more != 1)}"
-                                                        if more > 0 else "")
+    return (
+        f"{path}: "
+        + "; ".join(problems[:SHOWN])
+        + (f"; and {more} more problem{'s' * (more != 1)}" if more > 0 else "")
+    )

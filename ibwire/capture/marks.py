@@ -7,6 +7,7 @@
 - capture engines (dumpcap, ibdump, tcpdump) run with IBWIRE_CAPTURE_OWNER=PID:START in their environment.
 A mark whose owner process is gone (or whose pid was reused: other start time) is stale and undone.
 """
+
 import json
 import os
 import subprocess
@@ -17,8 +18,8 @@ MAGIC = b"ibw\x01"
 OWNER_ENV = "IBWIRE_CAPTURE_OWNER"
 ALIAS = "ibwire capture"
 QDISC_IS_OURS = 1
-PREF_BASE = 0xC1B0            # mirror rules take the first free pref from here up (tc filter ... pref N)
-MONITOR = "ibwmon"            # monitor veth pairs: ibwmon<N>a (mirrored to, carries the alias) and ibwmon<N>b
+PREF_BASE = 0xC1B0  # mirror rules take the first free pref from here up (tc filter ... pref N)
+MONITOR = "ibwmon"  # monitor veth pairs: ibwmon<N>a (mirrored to, carries the alias) and ibwmon<N>b
 
 
 def proc_start(pid: int) -> Optional[str]:
@@ -48,7 +49,7 @@ def me() -> Tuple[int, str]:
 
 def cookie(flags: int = 0) -> str:
     pid, start = me()
-    return (MAGIC + pid.to_bytes(4, "big") + (int(start) & (2 ** 48 - 1)).to_bytes(6, "big") + bytes([flags])).hex()
+    return (MAGIC + pid.to_bytes(4, "big") + (int(start) & (2**48 - 1)).to_bytes(6, "big") + bytes([flags])).hex()
 
 
 def parse_cookie(text: Optional[str]) -> Optional[Tuple[int, str, int]]:
@@ -97,7 +98,8 @@ def engine_owner(pid: int) -> Optional[Tuple[int, str]]:
 @dataclass
 class Armed:
     """One marked piece of capture state."""
-    kind: str                     # "process", "filter", "monitor"
+
+    kind: str  # "process", "filter", "monitor"
     owner: Tuple[int, str]
     netns: Optional[str]
     what: str
@@ -134,8 +136,12 @@ def namespaces() -> List[Optional[str]]:
 
 def filters(netns: Optional[str], dev: str) -> list:
     """Every filter entry on a device's ingress and egress hooks (tc -j)."""
-    return [f for hook in ("ingress", "egress") for f in _json(_tc(netns) + ["-j", "filter", "show", "dev", dev, hook])
-            if f.get("options")]
+    return [
+        f
+        for hook in ("ingress", "egress")
+        for f in _json(_tc(netns) + ["-j", "filter", "show", "dev", dev, hook])
+        if f.get("options")
+    ]
 
 
 def marked_filters(netns: Optional[str], dev: str) -> List[Armed]:
@@ -144,9 +150,17 @@ def marked_filters(netns: Optional[str], dev: str) -> List[Armed]:
         for a in (f.get("options") or {}).get("actions", []):
             c = parse_cookie(a.get("cookie"))
             if c:
-                out.append(Armed("filter", (c[0], c[1]), netns, f"mirror filter on {dev} pref {f['pref']}",
-                                 _tc(netns) + ["filter", "del", "dev", dev, "ingress", "pref", str(f["pref"])],
-                                 dev, c[2]))
+                out.append(
+                    Armed(
+                        "filter",
+                        (c[0], c[1]),
+                        netns,
+                        f"mirror filter on {dev} pref {f['pref']}",
+                        _tc(netns) + ["filter", "del", "dev", dev, "ingress", "pref", str(f["pref"])],
+                        dev,
+                        c[2],
+                    )
+                )
     return out
 
 
@@ -164,6 +178,14 @@ def scan() -> List[Armed]:
         for link in _json(_ip(ns) + ["-j", "link", "show"]):
             o = parse_alias(link.get("ifalias"))
             if o:
-                found.append(Armed("monitor", o, ns, f"monitor interface {link['ifname']}",
-                                   _ip(ns) + ["link", "del", "dev", link["ifname"]], link["ifname"]))
+                found.append(
+                    Armed(
+                        "monitor",
+                        o,
+                        ns,
+                        f"monitor interface {link['ifname']}",
+                        _ip(ns) + ["link", "del", "dev", link["ifname"]],
+                        link["ifname"],
+                    )
+                )
     return found

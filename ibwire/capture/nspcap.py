@@ -8,13 +8,14 @@ link type and snaplen come from the Interface Description Block (§4.2).  Statis
 are written, flushed after each read, so the output is a valid capture at every moment.  -C/-W rotation is done
 here, with dumpcap's names (`ring_name`).
 """
+
 import errno
 import os
 import struct
-from array import array
 import sys
 import threading
 import time
+from array import array
 from pathlib import Path
 from typing import List, Optional
 
@@ -24,11 +25,11 @@ from ..outfile import open_direct
 from ..readers.formats import if_tsresol
 
 NS_PCAP_MAGIC = 0xA1B23C4D
-SHB, IDB, EPB = b"\x0a\x0d\x0d\x0a", 1, 6      # block types (SHB as bytes: the same in both orders)
+SHB, IDB, EPB = b"\x0a\x0d\x0d\x0a", 1, 6  # block types (SHB as bytes: the same in both orders)
 F_SETPIPE_SZ = 1031
-PIPE_BYTES = 1 << 20          # room for a burst while this thread waits for the CPU (dumpcap's ring holds more)
+PIPE_BYTES = 1 << 20  # room for a burst while this thread waits for the CPU (dumpcap's ring holds more)
 DEFAULT_SNAPLEN = 262144
-RECORD = struct.Struct("<IIII")       # pcap record header: seconds, nanoseconds, captured and original length
+RECORD = struct.Struct("<IIII")  # pcap record header: seconds, nanoseconds, captured and original length
 
 
 def ring_name(path: str, number: int, when: Optional[float] = None) -> str:
@@ -63,8 +64,8 @@ class NsPcapRewriter:
         self.rotate_files = rotate_files
         self.files: List[str] = []
         self.packets = 0
-        self.error: Optional[OSError] = None      # writing failed (full disk ...); dumpcap must be stopped
-        self.ready = threading.Event()            # the pcap header is written: the output is a valid capture
+        self.error: Optional[OSError] = None  # writing failed (full disk ...); dumpcap must be stopped
+        self.ready = threading.Event()  # the pcap header is written: the output is a valid capture
         self._f = None
         self._header = b""
         self._file_bytes = 0
@@ -72,9 +73,10 @@ class NsPcapRewriter:
         self._order = "<"
         self._head, self._epb = struct.Struct("<II"), struct.Struct("<IIIII")
         self._resol: List[tuple] = []
-        self._num, self._den = array("q"), array("q")    # the same per interface, for the compiled path
+        self._num, self._den = array("q"), array("q")  # the same per interface, for the compiled path
         try:
             import fcntl
+
             fcntl.fcntl(stream.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
         except OSError:
             pass
@@ -90,11 +92,11 @@ class NsPcapRewriter:
                 break
             if not chunk:
                 break
-            if self.error:                      # keep draining, so dumpcap never blocks before it is stopped
+            if self.error:  # keep draining, so dumpcap never blocks before it is stopped
                 continue
             buf += chunk
             try:
-                del buf[:self._convert(buf)]
+                del buf[: self._convert(buf)]
             except OSError as e:
                 self.error = e
         try:
@@ -109,18 +111,21 @@ class NsPcapRewriter:
         off, size, pieces = 0, len(buf), []
         head, epb, resol = self._head, self._epb, self._resol
         while off + 12 <= size:
-            if buf[off:off + 4] == SHB:                 # its byte-order magic sets the order of what follows
-                self._order = "<" if buf[off + 8:off + 12] == b"\x4d\x3c\x2b\x1a" else ">"
-                head, epb = self._head, self._epb = struct.Struct(self._order + "II"), struct.Struct(self._order + "IIIII")
+            if buf[off : off + 4] == SHB:  # its byte-order magic sets the order of what follows
+                self._order = "<" if buf[off + 8 : off + 12] == b"\x4d\x3c\x2b\x1a" else ">"
+                head, epb = self._head, self._epb = (
+                    struct.Struct(self._order + "II"),
+                    struct.Struct(self._order + "IIIII"),
+                )
             room = self.rotate_bytes - self._file_bytes if self.rotate_bytes else size
             records, after, n = _native.nspcap(buf, off, self._order == ">", self._num, self._den, max(room, 0))
-            if n:                                       # a run of packets, converted by compiled code
+            if n:  # a run of packets, converted by compiled code
                 pieces.append(records)
                 self._file_bytes += len(records)
                 self.packets += n
                 off = after
                 continue
-            btype, blen = head.unpack_from(buf, off)    # any other block, and a packet that starts a new file
+            btype, blen = head.unpack_from(buf, off)  # any other block, and a packet that starts a new file
             if blen < 12 or blen % 4:
                 raise OSError(0, "dumpcap's output is not pcapng")
             if off + blen > size:
@@ -129,9 +134,12 @@ class NsPcapRewriter:
                 iface, hi, lo, caplen, origlen = epb.unpack_from(buf, off + 8)
                 num, den = resol[iface] if iface < len(resol) else (1000, 1)
                 sec, ns = divmod(((hi << 32) | lo) * num // den, 1_000_000_000)
-                record = RECORD.pack(sec, ns, caplen, origlen) + buf[off + 28:off + 28 + caplen]
-                if self.rotate_bytes and self._file_bytes + len(record) > self.rotate_bytes and \
-                        self._file_bytes > len(self._header):
+                record = RECORD.pack(sec, ns, caplen, origlen) + buf[off + 28 : off + 28 + caplen]
+                if (
+                    self.rotate_bytes
+                    and self._file_bytes + len(record) > self.rotate_bytes
+                    and self._file_bytes > len(self._header)
+                ):
                     self._write(pieces)
                     pieces = []
                     self._next_file()
@@ -140,9 +148,9 @@ class NsPcapRewriter:
                 self.packets += 1
             elif btype == IDB:
                 linktype, _, snaplen = struct.unpack_from(self._order + "HHI", buf, off + 8)
-                num, den = if_tsresol(bytes(buf[off + 16:off + blen - 4]), self._order)
+                num, den = if_tsresol(bytes(buf[off + 16 : off + blen - 4]), self._order)
                 self._resol.append((num, den))
-                fits = max(num, den) < 1 << 63             # else -1: the compiled path leaves it to this one
+                fits = max(num, den) < 1 << 63  # else -1: the compiled path leaves it to this one
                 self._num.append(num if fits else -1)
                 self._den.append(den if fits else -1)
                 if self._f is None:
@@ -171,7 +179,7 @@ class NsPcapRewriter:
                 name = next_in_ring(self.out, self._number, self.files, self.rotate_files)
             try:
                 self._f = open_direct(name)
-            except UserError as e:          # a refused name: this thread reports OSErrors
+            except UserError as e:  # a refused name: this thread reports OSErrors
                 raise OSError(errno.EPERM, str(e)) from None
             self.files.append(name)
         self._f.write(self._header)

@@ -7,13 +7,14 @@ O_CREAT|O_EXCL (a name planted in advance is never reused) and renaming it over 
 atomic, it replaces the name itself, never what a planted link points to).  The temporary file is removed on
 every error path; one left by a killed writer starts with its owner's name and `.tmp` ends it, for cleanup.
 """
+
 import errno
 import os
 import secrets
 import stat
 from typing import Optional
 
-READ_LIMIT = 1 << 20          # a journal holds a few dozen entries: a few kB
+READ_LIMIT = 1 << 20  # a journal holds a few dozen entries: a few kB
 NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -34,12 +35,12 @@ def replace(directory, name: str, data: bytes, tmp_prefix: str) -> None:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)
             os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:           # Ctrl-C too: no temporary file outlives a writer that can still act
+        except BaseException:  # Ctrl-C too: no temporary file outlives a writer that can still act
             remove(dfd, tmp)
             raise
     finally:
@@ -79,8 +80,13 @@ def open_regular(dfd: int, name: str, flags: int, mode: int = 0o644) -> int:
     st = os.fstat(fd)
     why = None
     if not stat.S_ISREG(st.st_mode):
-        why = "is a FIFO" if stat.S_ISFIFO(st.st_mode) else "is a directory" if stat.S_ISDIR(st.st_mode) else \
-            "is not a regular file"
+        why = (
+            "is a FIFO"
+            if stat.S_ISFIFO(st.st_mode)
+            else "is a directory"
+            if stat.S_ISDIR(st.st_mode)
+            else "is not a regular file"
+        )
     elif st.st_uid != os.geteuid():
         why = f"is owned by uid {st.st_uid}, not by this user (not trusted)"
     if why:

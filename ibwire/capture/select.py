@@ -3,6 +3,7 @@
 Rules (capture-mechanisms.md §4): IB port -> ibdump, else the verbs sniffer; Ethernet VF -> tc-mirror in
 switchdev mode, else the PF sniffer with a warning that VF traffic is likely invisible in legacy SR-IOV.
 """
+
 from typing import List, Optional, Tuple
 
 from ..errors import UserError
@@ -15,6 +16,7 @@ BACKENDS = ["ibdump", "verbs", "rdma-pcap", "tc-mirror", "netdev", "ibsim"]
 def _pyverbs_available() -> bool:
     try:
         from .backends.verbs import import_pyverbs
+
         import_pyverbs()
         return True
     except UserError:
@@ -51,8 +53,10 @@ def why_not(backend: str, link_layer: Optional[str], eswitch: Optional[str], has
         if ib:
             return "InfiniBand ports have no eswitch; tc-mirror is for Ethernet (RoCE) in switchdev mode"
         if eswitch and eswitch != "switchdev":
-            return (f"the eswitch is in {eswitch} mode; switchdev is needed (devlink dev eswitch set pci/<BDF> "
-                    f"mode switchdev, with the VFs unbound first)")
+            return (
+                f"the eswitch is in {eswitch} mode; switchdev is needed (devlink dev eswitch set pci/<BDF> "
+                f"mode switchdev, with the VFs unbound first)"
+            )
         return None if cap else "missing CAP_NET_RAW"
     if backend == "netdev":
         return None if cap else "missing CAP_NET_RAW"
@@ -76,8 +80,11 @@ def choose(t: Target, forced: str) -> Tuple[str, str, List[str]]:
             warnings.append(vf_invisible_warning(t))
         return forced, "forced with --backend", warnings
     if t.lab:
-        return "tc-mirror" if t.vf is not None else "netdev", "the ibwire lab is a switchdev-like eswitch of veth " \
-            "pairs", warnings
+        return (
+            "tc-mirror" if t.vf is not None else "netdev",
+            "the ibwire lab is a switchdev-like eswitch of veth pairs",
+            warnings,
+        )
     if t.device is None:
         return "netdev", f"{t.iface} is a kernel interface", warnings
     if t.iface and t.vf is None:
@@ -85,15 +92,20 @@ def choose(t: Target, forced: str) -> Tuple[str, str, List[str]]:
     if t.is_ib:
         why = why_not("ibdump", t.link_layer, None, True)
         if why is None:
-            return "ibdump", "InfiniBand port: ibdump attaches the firmware port sniffer, which sees VF traffic " \
-                "crossing the port", warnings
+            return (
+                "ibdump",
+                "InfiniBand port: ibdump attaches the firmware port sniffer, which sees VF traffic crossing the port",
+                warnings,
+            )
         for b in ("verbs", "rdma-pcap"):
             if why_not(b, t.link_layer, None, True) is None:
-                warnings.append(f"ibdump cannot run ({why}); the verbs sniffer on an IB port is a probe that the "
-                                f"device may refuse")
+                warnings.append(
+                    f"ibdump cannot run ({why}); the verbs sniffer on an IB port is a probe that the device may refuse"
+                )
                 return b, "InfiniBand port without ibdump", warnings
-        raise UserError(f"nothing can capture {t.description}: ibdump: {why}; verbs: "
-                        f"{why_not('verbs', t.link_layer, None, True)}")
+        raise UserError(
+            f"nothing can capture {t.description}: ibdump: {why}; verbs: {why_not('verbs', t.link_layer, None, True)}"
+        )
     if t.vf is not None:
         why = why_not("tc-mirror", t.link_layer, t.eswitch, True)
         if why is None and t.representor:
@@ -102,12 +114,16 @@ def choose(t: Target, forced: str) -> Tuple[str, str, List[str]]:
     for b in ("verbs", "rdma-pcap"):
         if why_not(b, t.link_layer, t.eswitch, True) is None:
             return b, "RoCE port: the PF's verbs sniffer flow", warnings
-    raise UserError(f"nothing can capture {t.description}: verbs: {why_not('verbs', t.link_layer, None, True)}; "
-                    f"rdma-pcap: {why_not('rdma-pcap', t.link_layer, None, True)}")
+    raise UserError(
+        f"nothing can capture {t.description}: verbs: {why_not('verbs', t.link_layer, None, True)}; "
+        f"rdma-pcap: {why_not('rdma-pcap', t.link_layer, None, True)}"
+    )
 
 
 def vf_invisible_warning(t: Target) -> str:
-    return (f"warning: the PF sniffer most likely cannot see VF {t.vf}'s RoCE traffic while the eswitch is in "
-            f"{t.eswitch or 'legacy'} mode (VF traffic bypasses the PF's flow tables); to see it, put the eswitch "
-            f"in switchdev mode (`devlink dev eswitch set pci/{t.pci} mode switchdev` with the VFs unbound) and "
-            f"use --backend tc-mirror, or capture on a switch SPAN port")
+    return (
+        f"warning: the PF sniffer most likely cannot see VF {t.vf}'s RoCE traffic while the eswitch is in "
+        f"{t.eswitch or 'legacy'} mode (VF traffic bypasses the PF's flow tables); to see it, put the eswitch "
+        f"in switchdev mode (`devlink dev eswitch set pci/{t.pci} mode switchdev` with the VFs unbound) and "
+        f"use --backend tc-mirror, or capture on a switch SPAN port"
+    )

@@ -5,6 +5,7 @@ filter; ibdump, rdma-pcap and verbs deliver frames that ibwire filters and write
 that ends on its own (full disk, vanished interface, dead engine) is disarmed all the same, its file is cut
 to the last complete packet, and it ends with one sentence and exit status 1.
 """
+
 import os
 import queue
 import signal
@@ -17,7 +18,8 @@ from typing import Optional
 from ..errors import UserError
 from ..outfile import refuse_shared_dir, refuse_unsafe
 from ..writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND, erf_record
-from . import counters, journal as jr
+from . import counters
+from . import journal as jr
 from .dumpcap import DEFAULT_BUFFER_MIB, IN_FLIGHT, Dumpcap, Plan
 from .ending import CaptureStopped, complete_prefix, truncate_to_complete
 from .select import choose
@@ -55,6 +57,7 @@ def _build(name: str, t, o: Options):
         if not t.representor:
             raise UserError(f"no representor found for VF {t.vf}; the eswitch must be in switchdev mode")
         from .backends.tcmirror import TcMirror
+
         mon, cap = (o.monitor.split(":", 1) + [None])[:2] if o.monitor else (None, None)
         return TcMirror(t.representor, t.identity.macs[0] if t.identity.macs else None, t.peers, mon, cap)
     if name == "netdev":
@@ -62,16 +65,20 @@ def _build(name: str, t, o: Options):
         if not iface:
             raise UserError("the netdev backend needs an interface: give -i IFACE")
         from .backends.netdev import Netdev
+
         return Netdev(iface)
     if name == "ibdump":
         from .backends.ibdump import Ibdump
+
         return Ibdump(t.device, t.port)
     if name == "rdma-pcap":
         from .backends.rdmapcap import RdmaPcap
+
         bpf = None if (o.all or t.is_ib) else t.identity.bpf() or None
         return RdmaPcap(t.device, t.port, bpf)
     if name == "verbs":
         from .backends.verbs import Verbs
+
         return Verbs(t.device, t.port)
     raise UserError(f"unknown backend {name}")
 
@@ -106,14 +113,17 @@ def run(o: Options) -> dict:
     whatever their inherited disposition (a capture started in the background of a script, where the shell
     ignores SIGINT, still stops on `kill -INT`); an ignored SIGHUP (nohup) stays ignored."""
     if o.write != "-":
-        refuse_unsafe(o.write)        # a planted link or FIFO, before anything is armed (dumpcap opens it itself)
+        refuse_unsafe(o.write)  # a planted link or FIFO, before anything is armed (dumpcap opens it itself)
         if o.rotate_mb:
             refuse_shared_dir(o.write)
     stop = _Stop()
-    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS
-           if not (s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN)}
+    old = {
+        s: signal.signal(s, stop)
+        for s in STOP_SIGNALS
+        if not (s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN)
+    }
     try:
-        if o.backend == "ibsim":          # the simulated fabric needs no RDMA device or VF
+        if o.backend == "ibsim":  # the simulated fabric needs no RDMA device or VF
             return _run_ibsim(o, stop)
         return _run_target(o, stop)
     finally:
@@ -124,15 +134,24 @@ def run(o: Options) -> dict:
 def _run_ibsim(o: Options, stop: _Stop) -> dict:
     say("backend ibsim: forced with --backend; recording the MADs ibsim carries on loopback")
     from .ibsim import capture_ibsim
-    server = os.environ.get("IBSIM_SERVER_PORT")     # the variable ibsim's clients read too
+
+    server = os.environ.get("IBSIM_SERVER_PORT")  # the variable ibsim's clients read too
     where = "standard output" if o.write == "-" else o.write
 
-    class Listening:            # capture_ibsim sets it once its socket listens
+    class Listening:  # capture_ibsim sets it once its socket listens
         @staticmethod
         def set():
             say(f"capturing the simulated fabric to {where} (Ctrl-C stops)")
-    got = capture_ibsim(sys.stdout.buffer if o.write == "-" else o.write, link=o.link, count=o.count,
-                        duration=o.duration, port=int(server) if server else None, ready=Listening, stop=stop)
+
+    got = capture_ibsim(
+        sys.stdout.buffer if o.write == "-" else o.write,
+        link=o.link,
+        count=o.count,
+        duration=o.duration,
+        port=int(server) if server else None,
+        ready=Listening,
+        stop=stop,
+    )
     summary = f"{got['packets']:,} packets written; {got['dropped']:,} dropped by the kernel before ibwire read them"
     if got["bounced"]:
         summary += f"; {got['bounced']:,} MADs ibsim could not deliver (not written)"
@@ -148,14 +167,17 @@ def _run_target(o: Options, stop: _Stop) -> dict:
     _say_lines(warnings)
     if t.vf is not None:
         if not o.all and t.identity.empty():
-            raise UserError(f"cannot tell VF {t.vf}'s packets apart (no MAC, IP, LID or GID known); give --all to "
-                            f"keep every packet of the port")
+            raise UserError(
+                f"cannot tell VF {t.vf}'s packets apart (no MAC, IP, LID or GID known); give --all to "
+                f"keep every packet of the port"
+            )
         say(f"VF {t.vf}: {t.identity.describe()}" + ("" if o.all else "; keeping only its packets"))
     selecting = not (o.all or t.identity.empty() or t.vf is None)
     engine = name in ("netdev", "tc-mirror")
     if o.bpf and not engine:
-        raise UserError(f"-f applies to the netdev and tc-mirror backends (dumpcap); backend {name} has no "
-                        f"capture filter")
+        raise UserError(
+            f"-f applies to the netdev and tc-mirror backends (dumpcap); backend {name} has no capture filter"
+        )
     # a firmware sniffer is per port; tc-mirror captures of different VFs of one PF coexist
     lock = jr.PortLock(t.lock_key + (f":{t.representor}" if name == "tc-mirror" and t.device else ""))
     journal = None
@@ -167,7 +189,7 @@ def _run_target(o: Options, stop: _Stop) -> dict:
         return _run_frames(o, t, name, backend, journal, stop, t.identity.matcher() if selecting else None)
     finally:
         if journal:
-            _disarm(journal)          # no journal outlives a capture that failed before arming (done once)
+            _disarm(journal)  # no journal outlives a capture that failed before arming (done once)
         lock.release()
 
 
@@ -177,8 +199,10 @@ def _disarm(journal):
 
 
 def _description(t, name: str) -> str:
-    return f"device {t.device or '-'} port {t.port if t.device else '-'} VF {t.vf if t.vf is not None else '-'}" \
-           f" backend {name}"
+    return (
+        f"device {t.device or '-'} port {t.port if t.device else '-'} VF {t.vf if t.vf is not None else '-'}"
+        f" backend {name}"
+    )
 
 
 def _run_engine(o: Options, t, name: str, backend, journal, stop: _Stop, selecting: bool) -> dict:
@@ -188,9 +212,18 @@ def _run_engine(o: Options, t, name: str, backend, journal, stop: _Stop, selecti
     bpf = t.identity.bpf() if selecting else ""
     if o.bpf:
         bpf = f"({bpf}) and ({o.bpf})" if bpf else o.bpf
-    plan = Plan(iface="", out=o.write, bpf=bpf or None, buffer_mib=o.buffer_mib, snaplen=o.snaplen, count=o.count,
-                duration=o.duration, rotate_mb=o.rotate_mb, rotate_files=o.rotate_files,
-                comment=_description(t, name) + f" ({t.description})")
+    plan = Plan(
+        iface="",
+        out=o.write,
+        bpf=bpf or None,
+        buffer_mib=o.buffer_mib,
+        snaplen=o.snaplen,
+        count=o.count,
+        duration=o.duration,
+        rotate_mb=o.rotate_mb,
+        rotate_files=o.rotate_files,
+        comment=_description(t, name) + f" ({t.description})",
+    )
     eng = None
     status = StatusLine(o.status)
     failure = None
@@ -201,8 +234,11 @@ def _run_engine(o: Options, t, name: str, backend, journal, stop: _Stop, selecti
         eng = Dumpcap(plan)
         eng.start(journal)
         before = cnt[1]() if cnt else {}
-        say(f"capturing {t.description} to {'standard output' if o.write == '-' else o.write} with dumpcap"
-            + (f", filter {bpf!r}" if bpf else "") + " (Ctrl-C stops)")
+        say(
+            f"capturing {t.description} to {'standard output' if o.write == '-' else o.write} with dumpcap"
+            + (f", filter {bpf!r}" if bpf else "")
+            + " (Ctrl-C stops)"
+        )
         gone = None
         while eng.running() and not stop.flag and not gone and not eng.write_failed():
             status.update(eng.packets, None, 0)
@@ -222,14 +258,22 @@ def _run_engine(o: Options, t, name: str, backend, journal, stop: _Stop, selecti
     in_files = packets
     if failure:
         in_files = sum(truncate_to_complete(f)[0] for f in files) if files else packets
-    elif o.rotate_mb:          # a ring keeps only its last files; each is at most -C MB
+    elif o.rotate_mb:  # a ring keeps only its last files; each is at most -C MB
         in_files = sum(complete_prefix(f)[0] for f in files)
     drops = eng.drops()
     summary = counters.compare(packets, None, before, after, cnt[0] if cnt else "counters", drops)
-    _report_end(say, summary, failure, in_files, ', '.join(files) or ("standard output" if o.write == "-" else o.write),
-                stop)
-    return {"backend": name, "packets": packets, "files": files, "drops": drops, "before": before,
-            "after": after, "summary": summary}
+    _report_end(
+        say, summary, failure, in_files, ", ".join(files) or ("standard output" if o.write == "-" else o.write), stop
+    )
+    return {
+        "backend": name,
+        "packets": packets,
+        "files": files,
+        "drops": drops,
+        "before": before,
+        "after": after,
+        "summary": summary,
+    }
 
 
 STOPPED_BY = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
@@ -243,8 +287,10 @@ def _report_end(say, summary: str, failure, packets: int, kept_in: str, stop: _S
     if failure:
         raise CaptureStopped(f"{failure}; {packets:,} complete packets kept in {kept_in}, everything armed was undone")
     if stop.signal is not None:
-        say(f"stopped by {STOPPED_BY.get(stop.signal, signal.Signals(stop.signal).name)}; {packets:,} packets kept "
-            f"in {kept_in}, a valid capture; " + ("everything armed was undone" if armed else "nothing was armed"))
+        say(
+            f"stopped by {STOPPED_BY.get(stop.signal, signal.Signals(stop.signal).name)}; {packets:,} packets kept "
+            f"in {kept_in}, a valid capture; " + ("everything armed was undone" if armed else "nothing was armed")
+        )
         raise SystemExit(128 + stop.signal)
 
 
@@ -260,7 +306,7 @@ class _Writer:
 
     def _run(self):
         while (f := self.q.get()) is not None:
-            if self.error:          # the disk is full: the poll loop stops; drain what is queued
+            if self.error:  # the disk is full: the poll loop stops; drain what is queued
                 continue
             ts, data, wl = f
             if self.in_lt != self.out_lt:
@@ -293,8 +339,14 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
             out_lt = LINKTYPE_INFINIBAND
         elif in_lt == LINKTYPE_INFINIBAND and o.link == "erf":
             out_lt = LINKTYPE_ERF
-        sink = Sink(o.write, out_lt, _description(t, name), t.representor or t.iface or f"{t.device}:{t.port}",
-                    o.rotate_mb, o.rotate_files)
+        sink = Sink(
+            o.write,
+            out_lt,
+            _description(t, name),
+            t.representor or t.iface or f"{t.device}:{t.port}",
+            o.rotate_mb,
+            o.rotate_files,
+        )
         writer = _Writer(sink, in_lt, out_lt)
         before = cnt[1]() if cnt else {}
         say(f"capturing {t.description} to {o.write} (Ctrl-C stops)")
@@ -309,8 +361,13 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
             writer.q.put(f)
 
         def done():
-            return stop.flag or writer.error or (o.count and kept >= o.count) or \
-                (deadline and time.monotonic() >= deadline)
+            return (
+                stop.flag
+                or writer.error
+                or (o.count and kept >= o.count)
+                or (deadline and time.monotonic() >= deadline)
+            )
+
         for f in backend.frames():
             if f is not None:
                 put(f)
@@ -319,7 +376,7 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
                 break
         if hasattr(backend, "stop"):
             backend.stop()
-        if hasattr(backend, "finish") and not writer.error:   # what was queued or in flight at the stop is ours
+        if hasattr(backend, "finish") and not writer.error:  # what was queued or in flight at the stop is ours
             for f in backend.finish():
                 put(f)
         after = cnt[1]() if cnt else {}
@@ -345,13 +402,20 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
     packets = in_files = sink.packets
     if failure:
         packets = in_files = sum(truncate_to_complete(f)[0] for f in sink.files if f != "-")
-    elif o.rotate_mb:          # a ring keeps only its last files; each is at most -C MB
+    elif o.rotate_mb:  # a ring keeps only its last files; each is at most -C MB
         in_files = sum(complete_prefix(f)[0] for f in sink.files)
     what = cnt[0] if cnt else "counters"
     summary = counters.compare(packets, sink.bytes, before, after, what, drops)
     if match:
         summary += f"; {seen - kept:,} packets of other functions dropped by the VF filter"
-    _report_end(say, summary, failure, in_files, "standard output" if o.write == "-" else ', '.join(sink.files),
-                stop)
-    return {"backend": name, "packets": sink.packets, "bytes": sink.bytes, "files": sink.files, "drops": drops,
-            "before": before, "after": after, "summary": summary}
+    _report_end(say, summary, failure, in_files, "standard output" if o.write == "-" else ", ".join(sink.files), stop)
+    return {
+        "backend": name,
+        "packets": sink.packets,
+        "bytes": sink.bytes,
+        "files": sink.files,
+        "drops": drops,
+        "before": before,
+        "after": after,
+        "summary": summary,
+    }

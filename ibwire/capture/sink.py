@@ -1,6 +1,7 @@
 """Capture output of the frame backends: pcap or pcapng (by file suffix; pcap on standard output for `-w -`),
 flushed per packet, with -C/-W rotation into files named as dumpcap names its ring, and the live status line of
 every capture."""
+
 import errno
 import sys
 import time
@@ -12,8 +13,15 @@ from .nspcap import next_in_ring
 
 
 class Sink:
-    def __init__(self, path: str, linktype: int, description: str, iface_name: str,
-                 rotate_mb: Optional[float] = None, rotate_files: Optional[int] = None):
+    def __init__(
+        self,
+        path: str,
+        linktype: int,
+        description: str,
+        iface_name: str,
+        rotate_mb: Optional[float] = None,
+        rotate_files: Optional[int] = None,
+    ):
         self.path, self.linktype, self.description, self.iface_name = path, linktype, description, iface_name
         self.rotate_bytes = int(rotate_mb * 1_000_000) if rotate_mb else None
         self.rotate_files = rotate_files
@@ -43,11 +51,16 @@ class Sink:
         self.files.append(name)
 
     def write(self, data: bytes, ts: float, wirelen: Optional[int] = None):
-        if self.rotate_bytes and self.path != "-" and self.file_bytes and self.file_bytes + len(data) + 16 > self.rotate_bytes:
+        if (
+            self.rotate_bytes
+            and self.path != "-"
+            and self.file_bytes
+            and self.file_bytes + len(data) + 16 > self.rotate_bytes
+        ):
             self.w.close()
             try:
                 self._open()
-            except UserError as e:          # a refused ring file (a planted link): the writer thread reports OSErrors
+            except UserError as e:  # a refused ring file (a planted link): the writer thread reports OSErrors
                 raise OSError(errno.EPERM, str(e)) from None
         self.w.write(data, ts, wirelen=wirelen)
         self.packets += 1
@@ -74,7 +87,7 @@ class StatusLine:
         if not self.enabled or (not force and now - self.last < 0.5):
             return
         self.last = now
-        if nbytes is None:       # the engine reports packets only
+        if nbytes is None:  # the engine reports packets only
             rate = packets / max(now - self.t0, 1e-6)
             sys.stderr.write(f"\r{packets:,} packets  {rate:,.0f} packets/s ")
         else:

@@ -4,6 +4,7 @@ Layouts: Linux Documentation/ABI/stable/sysfs-class-infiniband (ports/N/{link_la
 counters) and sysfs-bus-pci (sriov_numvfs, virtfnN, physfn).  The root is configurable (parameter or
 IBWIRE_SYSFS_ROOT) so tests can point it at a tree built in a temporary directory.
 """
+
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,8 @@ def read(path: Path) -> Optional[str]:
 class Port:
     device: str
     num: int
-    link_layer: str          # "InfiniBand" or "Ethernet"
-    state: str               # "ACTIVE", "DOWN", ...
+    link_layer: str  # "InfiniBand" or "Ethernet"
+    state: str  # "ACTIVE", "DOWN", ...
     phys_state: str
     rate: str
     lid: Optional[int]
@@ -46,7 +47,7 @@ class Port:
 class Vf:
     index: int
     bdf: str
-    driver: Optional[str]          # mlx5_core when bound on the host, vfio-pci when passed to a VM
+    driver: Optional[str]  # mlx5_core when bound on the host, vfio-pci when passed to a VM
     ibdevs: List[str]
     netdevs: List[str]
 
@@ -141,17 +142,38 @@ def list_devices(root=None) -> List[RdmaDevice]:
             if not pnum.isdigit():
                 continue
             pd = d / "ports" / pnum
-            ports.append(Port(name, int(pnum), read(pd / "link_layer") or "InfiniBand", _state(read(pd / "state")),
-                              _state(read(pd / "phys_state")), read(pd / "rate") or "?", _int(read(pd / "lid")),
-                              _int(read(pd / "sm_lid")), _gids(pd), _port_netdev(d, pd, int(pnum), netdevs), pd))
+            ports.append(
+                Port(
+                    name,
+                    int(pnum),
+                    read(pd / "link_layer") or "InfiniBand",
+                    _state(read(pd / "state")),
+                    _state(read(pd / "phys_state")),
+                    read(pd / "rate") or "?",
+                    _int(read(pd / "lid")),
+                    _int(read(pd / "sm_lid")),
+                    _gids(pd),
+                    _port_netdev(d, pd, int(pnum), netdevs),
+                    pd,
+                )
+            )
         pci_dir = d / "device"
         try:
             pci = os.path.basename(os.path.realpath(pci_dir)) if pci_dir.exists() else None
         except OSError:
             pci = None
-        dev = RdmaDevice(name, read(d / "node_guid"), read(d / "fw_ver"), pci, ports, netdevs,
-                         _int(read(pci_dir / "sriov_numvfs")), _int(read(pci_dir / "sriov_totalvfs")),
-                         list_vfs(pci_dir), (pci_dir / "physfn").exists())
+        dev = RdmaDevice(
+            name,
+            read(d / "node_guid"),
+            read(d / "fw_ver"),
+            pci,
+            ports,
+            netdevs,
+            _int(read(pci_dir / "sriov_numvfs")),
+            _int(read(pci_dir / "sriov_totalvfs")),
+            list_vfs(pci_dir),
+            (pci_dir / "physfn").exists(),
+        )
         devices.append(dev)
     return devices
 
@@ -162,5 +184,7 @@ def port_counters(port: Port) -> dict:
     vals = {k: _int(read(c / k)) for k in ("port_xmit_packets", "port_rcv_packets", "port_xmit_data", "port_rcv_data")}
     if vals["port_xmit_packets"] is None and vals["port_rcv_packets"] is None:
         return {}
-    return {"packets": (vals["port_xmit_packets"] or 0) + (vals["port_rcv_packets"] or 0),
-            "bytes": 4 * ((vals["port_xmit_data"] or 0) + (vals["port_rcv_data"] or 0))}
+    return {
+        "packets": (vals["port_xmit_packets"] or 0) + (vals["port_rcv_packets"] or 0),
+        "bytes": 4 * ((vals["port_xmit_data"] or 0) + (vals["port_rcv_data"] or 0)),
+    }

@@ -6,6 +6,7 @@ IPs from the VF's own netdev when bound on the host, else the PF's neighbour tab
 port when bound, else `ibaddr -G <port guid>` (infiniband-diags).  The ibwire lab (ibwire.lab) describes its
 VFs in a file under the run directory, used when this namespace is the lab's PF host.
 """
+
 import json
 import os
 import re
@@ -22,7 +23,7 @@ from .journal import _netns_name, run_dir
 @dataclass
 class Target:
     description: str
-    device: Optional[str] = None          # RDMA device (mlx5_0) or None for the lab / plain netdev
+    device: Optional[str] = None  # RDMA device (mlx5_0) or None for the lab / plain netdev
     port: int = 1
     link_layer: str = "Ethernet"
     pci: Optional[str] = None
@@ -30,7 +31,7 @@ class Target:
     identity: Identity = field(default_factory=Identity)
     representor: Optional[str] = None
     uplink: Optional[str] = None
-    peers: List[str] = field(default_factory=list)   # other eswitch ports: uplink and other representors
+    peers: List[str] = field(default_factory=list)  # other eswitch ports: uplink and other representors
     eswitch: Optional[str] = None
     iface: Optional[str] = None
     lab: Optional[dict] = None
@@ -51,12 +52,25 @@ class Target:
 
 def lab_shape(lab) -> bool:
     """A lab description as `ibwire lab up` writes it (ibwire.lab.topology.describe), as far as capture reads it."""
+
     def host(h):
-        return isinstance(h, dict) and type(h.get("index", 0)) is int and isinstance(h.get("representor"), str) \
-            and isinstance(h.get("mac"), str) and isinstance(h.get("ips"), list) \
-            and all(isinstance(ip, str) for ip in h["ips"]) and isinstance(h.get("vlan") or 0, int)
-    return isinstance(lab, dict) and isinstance(lab.get("name"), str) and isinstance(lab.get("uplink"), str) \
-        and isinstance(lab.get("vfs"), list) and all(host(v) and "index" in v for v in lab["vfs"])
+        return (
+            isinstance(h, dict)
+            and type(h.get("index", 0)) is int
+            and isinstance(h.get("representor"), str)
+            and isinstance(h.get("mac"), str)
+            and isinstance(h.get("ips"), list)
+            and all(isinstance(ip, str) for ip in h["ips"])
+            and isinstance(h.get("vlan") or 0, int)
+        )
+
+    return (
+        isinstance(lab, dict)
+        and isinstance(lab.get("name"), str)
+        and isinstance(lab.get("uplink"), str)
+        and isinstance(lab.get("vfs"), list)
+        and all(host(v) and "index" in v for v in lab["vfs"])
+    )
 
 
 def labs(directory=None) -> List[Tuple[Path, dict]]:
@@ -85,8 +99,9 @@ def find_lab(directory=None) -> Optional[dict]:
     for path, lab in labs(directory):
         if lab.get("pf_netns") == here:
             if not lab_shape(lab):
-                raise UserError(f"{path}: not a lab description as `ibwire lab up` writes it; take the lab down "
-                                f"and up again")
+                raise UserError(
+                    f"{path}: not a lab description as `ibwire lab up` writes it; take the lab down and up again"
+                )
             return lab
     return None
 
@@ -100,9 +115,16 @@ def _lab_target(lab: dict, vf: Optional[int]) -> Target:
     v = vfs[vf]
     ident = Identity(macs=[v["mac"]], vlans=[v["vlan"]] if v.get("vlan") else [], ips=list(v["ips"]))
     peers = [lab["uplink"]] + [o["representor"] for o in lab["vfs"] if o["index"] != vf]
-    return Target(f"lab VF {vf} (representor {v['representor']})", vf=vf, identity=ident,
-                  representor=v["representor"], uplink=lab["uplink"], peers=peers, eswitch="switchdev",
-                  lab=lab)
+    return Target(
+        f"lab VF {vf} (representor {v['representor']})",
+        vf=vf,
+        identity=ident,
+        representor=v["representor"],
+        uplink=lab["uplink"],
+        peers=peers,
+        eswitch="switchdev",
+        lab=lab,
+    )
 
 
 def _pick_pf(devices: List[sysfs.RdmaDevice], pf: Optional[str]) -> sysfs.RdmaDevice:
@@ -135,8 +157,9 @@ def _ibaddr_lid(port_guid: str) -> Optional[int]:
     return int(m.group(1), 0) if m else None
 
 
-def resolve(pf: Optional[str], vf: Optional[int], port: Optional[int] = None, iface: Optional[str] = None,
-            root=None) -> Target:
+def resolve(
+    pf: Optional[str], vf: Optional[int], port: Optional[int] = None, iface: Optional[str] = None, root=None
+) -> Target:
     devices = sysfs.list_devices(root)
     if not devices:
         lab = find_lab()
@@ -147,8 +170,10 @@ def resolve(pf: Optional[str], vf: Optional[int], port: Optional[int] = None, if
         if iface and vf is None:
             return Target(f"interface {iface}", iface=iface)
         why = "this kernel has no RDMA support" if not sysfs.kernel_has_rdma(root) else "no RDMA device is present"
-        raise UserError(f"{why}; capture a kernel interface with -i IFACE --backend netdev, or run `ibwire lab up` "
-                        f"and capture from its PF namespace")
+        raise UserError(
+            f"{why}; capture a kernel interface with -i IFACE --backend netdev, or run `ibwire lab up` "
+            f"and capture from its PF namespace"
+        )
     if iface and vf is None and not pf:
         return Target(f"interface {iface}", iface=iface)
     d = _pick_pf(devices, pf) if (pf or vf is not None) else devices[0]
@@ -156,8 +181,16 @@ def resolve(pf: Optional[str], vf: Optional[int], port: Optional[int] = None, if
     if p is None:
         raise UserError(f"{d.name} has no port {port}")
     netdev = p.netdev or (d.netdevs[0] if d.netdevs else None)
-    t = Target(f"{d.name} port {p.num}", device=d.name, port=p.num, link_layer=p.link_layer, pci=d.pci,
-               sysfs_port=p, uplink=netdev, iface=iface)
+    t = Target(
+        f"{d.name} port {p.num}",
+        device=d.name,
+        port=p.num,
+        link_layer=p.link_layer,
+        pci=d.pci,
+        sysfs_port=p,
+        uplink=netdev,
+        iface=iface,
+    )
     t.eswitch = hostcmds.eswitch_mode(d.pci) if d.pci and not p.is_ib else None
     if vf is None:
         t.identity = Identity(lids=[p.lid] if p.lid else [], gids=list(p.gids))
@@ -178,7 +211,7 @@ def resolve(pf: Optional[str], vf: Optional[int], port: Optional[int] = None, if
         for v in info.get("vlan_list", []) or ([{"vlan": info["vlan"]}] if info.get("vlan") else []):
             if v.get("vlan"):
                 ident.vlans.append(v["vlan"])
-    for ibdev in vfo.ibdevs:           # bound on the host: read its own port
+    for ibdev in vfo.ibdevs:  # bound on the host: read its own port
         for vd in devices:
             if vd.name == ibdev and vd.ports:
                 vp = vd.ports[0]
@@ -195,10 +228,13 @@ def resolve(pf: Optional[str], vf: Optional[int], port: Optional[int] = None, if
         lid = _ibaddr_lid(ident.port_guid)
         if lid:
             ident.lids.append(lid)
-        t.notes.append("VF LID from ibaddr (SA query)" if lid else
-                       "could not learn the VF's LID (ibaddr -G port_guid failed); filtering on GIDs only")
+        t.notes.append(
+            "VF LID from ibaddr (SA query)"
+            if lid
+            else "could not learn the VF's LID (ibaddr -G port_guid failed); filtering on GIDs only"
+        )
         if not ident.gids:
-            ident.gids.append("fe80::" + ":".join(ident.port_guid.replace(":", "")[i:i + 4] for i in range(0, 16, 4)))
+            ident.gids.append("fe80::" + ":".join(ident.port_guid.replace(":", "")[i : i + 4] for i in range(0, 16, 4)))
     t.identity = ident
     if not p.is_ib and d.pci:
         reps = hostcmds.representors(d.pci)

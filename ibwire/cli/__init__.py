@@ -4,6 +4,7 @@ Exit status: 0 success, 1 what the command defines (an audit finding), 2 unusabl
 that could not be written (unsaid when the reader of a pipe went away, as with `| head`: tshark's
 manners), 3 internal error, 4 an audit passing on incomplete evidence, 130 Ctrl-C, 143 SIGTERM (with
 one line on what was left)."""
+
 import errno
 import gc
 import io
@@ -22,14 +23,28 @@ from ..output.escape import printable
 from .app import app
 
 # The modules whose import registers their commands; a command named after its module needs only that one.
-COMMANDS = ("convert", "decode", "capture", "devices", "lab", "audit", "synth", "stats", "flows", "export", "fabric", "health",
-            "extcap")
+COMMANDS = (
+    "convert",
+    "decode",
+    "capture",
+    "devices",
+    "lab",
+    "audit",
+    "synth",
+    "stats",
+    "flows",
+    "export",
+    "fabric",
+    "health",
+    "extcap",
+)
 
 
 def register(argv) -> None:
     """Register the command that argv names (a faster start: `decode` needs neither the capture nor the
     audit modules), or every command for help, completion and anything else."""
     import importlib
+
     named = argv[1] if len(argv) > 1 and argv[1] in COMMANDS else None
     for name in (named,) if named else COMMANDS:
         importlib.import_module(f"{__name__}.{name}")
@@ -44,7 +59,7 @@ def _on_signal(signum, _frame):
     releasing its locks, and the parent reports."""
     global _LEAVING
     if os.getpid() != _MAIN_PID:
-        if not _LEAVING:              # once is enough: no second unwind in the middle of the first
+        if not _LEAVING:  # once is enough: no second unwind in the middle of the first
             _LEAVING = True
             raise SystemExit(128 + signum)
         return
@@ -59,6 +74,7 @@ _LEAVING = False
 
 def _interrupted(status: int) -> None:
     from ..outfile import left_behind
+
     how = "Ctrl-C" if status == 130 else "SIGTERM"
     _say(f"ibwire: interrupted by {how}; {left_behind()}")
     _exit(status)
@@ -80,7 +96,7 @@ def _exit(status: int) -> None:
             if not isinstance(e, BrokenPipeError):
                 _say(f"ibwire: cannot write standard output ({e.strerror}); the output is incomplete")
             status = 2
-        sys.stdout = open(os.devnull, "w")    # nothing left for the interpreter to flush, and fail on, at exit
+        sys.stdout = open(os.devnull, "w")  # nothing left for the interpreter to flush, and fail on, at exit
     sys.exit(status)
 
 
@@ -91,10 +107,10 @@ def main() -> None:
     stdout_was = _identity(os.fstat, 1)
     _whole_stdout()
     signal.signal(signal.SIGTERM, _on_signal)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not when started ignoring it
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started ignoring it
         signal.signal(signal.SIGINT, _on_signal)
     try:
-        gc.disable()          # the imports build long-lived objects only: collecting among them is wasted start-up
+        gc.disable()  # the imports build long-lived objects only: collecting among them is wasted start-up
         try:
             register(sys.argv)
         finally:
@@ -102,7 +118,7 @@ def main() -> None:
         gc.freeze()
         rv = app(standalone_mode=False)
     except UserError as e:
-        _say(f"ibwire: {printable(e)}")                # names and values from files, escaped
+        _say(f"ibwire: {printable(e)}")  # names and values from files, escaped
         _exit(e.exit_code)
     except KeyboardInterrupt:
         _interrupted(130)
@@ -111,7 +127,7 @@ def main() -> None:
     except BrokenPipeError:
         _closed_pipe()
     except SystemExit as e:
-        if e.code == 1 and _pipe_closed_below(stdout_was):    # click's and rich's own ending for a closed pipe
+        if e.code == 1 and _pipe_closed_below(stdout_was):  # click's and rich's own ending for a closed pipe
             _closed_pipe()
         _exit(e.code if isinstance(e.code, int) else (0 if e.code is None else 1))
     except OSError as e:
@@ -128,7 +144,7 @@ def main() -> None:
         _internal(e)
     else:
         status = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
-        if status in (130, 143):      # typer turns Ctrl-C into a returned 130
+        if status in (130, 143):  # typer turns Ctrl-C into a returned 130
             _interrupted(status)
         _exit(status)
 
@@ -170,8 +186,13 @@ def _whole_stdout() -> None:
     old = sys.stdout
     buf = getattr(old, "buffer", None)
     if isinstance(buf, (io.FileIO, io.BufferedWriter)):
-        sys.stdout = io.TextIOWrapper(_WholeWrites(buf), encoding=old.encoding, errors=old.errors,
-                                      line_buffering=old.line_buffering, write_through=old.write_through)
+        sys.stdout = io.TextIOWrapper(
+            _WholeWrites(buf),
+            encoding=old.encoding,
+            errors=old.errors,
+            line_buffering=old.line_buffering,
+            write_through=old.write_through,
+        )
 
 
 def _identity(stat, what):
@@ -188,7 +209,8 @@ def _pipe_closed_below(stdout_was) -> bool:
     descriptor 1 at /dev/null (both exit 1)."""
     now = _identity(os.fstat, 1)
     return type(sys.stdout).__name__ == "PacifyFlushWrapper" or (
-        stdout_was is not None and now not in (stdout_was, None) and now == _identity(os.stat, os.devnull))
+        stdout_was is not None and now not in (stdout_was, None) and now == _identity(os.stat, os.devnull)
+    )
 
 
 def _closed_pipe() -> None:

@@ -1,10 +1,12 @@
 """The typer application every command module registers itself on; `--version`, `-h` and shell
 completion (`--install-completion` / `--show-completion`, typer's, for bash, zsh and fish); the capture
 arguments the reading commands share (positional or tshark's `-r`)."""
+
 import inspect
 from typing import List, Optional
 
 import typer
+
 
 class Typer(typer.Typer):
     """typer.Typer whose commands' help flows as sentences: rich help keeps a docstring's line breaks, which
@@ -17,6 +19,7 @@ class Typer(typer.Typer):
             if f.__doc__:
                 f.__doc__ = "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(f.__doc__).split("\n\n"))
             return register(f)
+
         return flowing
 
 
@@ -33,28 +36,35 @@ app = Typer(
 def _version(value: bool):
     if value:
         from .. import __version__
+
         typer.echo(f"ibwire {__version__}")
         raise typer.Exit()
 
 
 @app.callback()
-def _root(version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
-                                                 help="print ibwire's version and exit")):
+def _root(
+    version: Optional[bool] = typer.Option(
+        None, "--version", callback=_version, is_eager=True, help="print ibwire's version and exit"
+    ),
+):
     """ibwire: capture, decode, analyse and audit InfiniBand and RoCE traffic."""
 
 
 def read_file_option(several: bool = False):
     """tshark's `-r FILE`, beside the positional capture (repeatable where a command takes several)."""
-    return typer.Option(None, "-r", "--read-file", help="the capture, as tshark -r" + (" (repeatable)" if several else ""))
+    return typer.Option(
+        None, "-r", "--read-file", help="the capture, as tshark -r" + (" (repeatable)" if several else "")
+    )
 
 
-TOP = 20                # rows of a table on a terminal (`stats --top`, `flows --top`)
+TOP = 20  # rows of a table on a terminal (`stats --top`, `flows --top`)
 NO_CAPTURE = "name a capture file, as an argument or with -r"
 
 
 def capture_source(file: Optional[str], read: Optional[str], missing: str = NO_CAPTURE) -> str:
     """The one capture a command reads, given as its argument or with -r."""
     from ..errors import UserError
+
     if read is not None and file is not None:
         raise UserError("give the capture once, either as an argument or with -r")
     if read is None and file is None:
@@ -69,13 +79,18 @@ def capture_sources(args: Optional[List], read: Optional[List]) -> List[str]:
 
 def port_speed_option():
     """The Ethernet port speed that turns pause quanta (512 bit times each) into seconds."""
-    return typer.Option("100G", "--port-speed", help="port speed for pause times in seconds (a quantum is 512 bit "
-                                                     "times), e.g. 25G, 100G, 400G; a capture does not record it")
+    return typer.Option(
+        "100G",
+        "--port-speed",
+        help="port speed for pause times in seconds (a quantum is 512 bit "
+        "times), e.g. 25G, 100G, 400G; a capture does not record it",
+    )
 
 
 def port_speed(text: str) -> float:
     """`100G`, `25g`, `400G`, `10000M` or plain bit/s → bit/s."""
     from ..errors import UserError
+
     t = text.strip().upper().removesuffix("B/S").removesuffix("BPS")
     scale = {"G": 1e9, "M": 1e6, "T": 1e12}.get(t[-1:], 1)
     try:

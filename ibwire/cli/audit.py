@@ -1,4 +1,5 @@
 """`ibwire audit`: prove tenant isolation from captures, partitions.conf and the programmed P_Key tables."""
+
 from pathlib import Path
 from typing import List, Optional
 
@@ -10,34 +11,45 @@ from .app import app, capture_sources, read_file_option
 
 @app.command()
 def audit(
-    captures: List[Path] = typer.Argument(None, help="capture files of one incident (pcap/pcapng); optional "
-                                                      "with --state for a state-only audit"),
+    captures: List[Path] = typer.Argument(
+        None, help="capture files of one incident (pcap/pcapng); optional with --state for a state-only audit"
+    ),
     read: Optional[List[Path]] = read_file_option(several=True),
     policy: Path = typer.Option(..., "--policy", help="opensm partitions.conf"),
     tenants: Optional[Path] = typer.Option(None, "--tenants", help="tenants.toml: tenant -> endpoints"),
-    state: Optional[str] = typer.Option(None, "--state", help="hardware state: fabric JSON file, 'live', "
-                                                              "'sysfs[:ROOT]' or 'capture'"),
-    allow_both_pkeys: bool = typer.Option(False, "--allow-both-pkeys",
-                                          help="opensm runs with --allow_both_pkeys"),
-    as_opensm: bool = typer.Option(False, "--as-opensm", help="accept partitions.conf words opensm does not know "
-                                   "(it ignores them) and audit what it programs from the file as written; "
-                                   "without it such a word, most likely a typo, is an error"),
-    fail_on: str = typer.Option("breach", "--fail-on", help="exit 1 at this severity or worse: "
-                                                            "info, warning, attempt, breach"),
+    state: Optional[str] = typer.Option(
+        None, "--state", help="hardware state: fabric JSON file, 'live', 'sysfs[:ROOT]' or 'capture'"
+    ),
+    allow_both_pkeys: bool = typer.Option(False, "--allow-both-pkeys", help="opensm runs with --allow_both_pkeys"),
+    as_opensm: bool = typer.Option(
+        False,
+        "--as-opensm",
+        help="accept partitions.conf words opensm does not know "
+        "(it ignores them) and audit what it programs from the file as written; "
+        "without it such a word, most likely a typo, is an error",
+    ),
+    fail_on: str = typer.Option(
+        "breach", "--fail-on", help="exit 1 at this severity or worse: info, warning, attempt, breach"
+    ),
     fmt: str = typer.Option("text", "--format", "-T", help="text, json or md"),
     report: Optional[Path] = typer.Option(None, "--report", help="write a self-contained HTML report"),
-    evidence: Optional[Path] = typer.Option(None, "--evidence", help="write every evidence frame to this pcapng, "
-                                            "each commented with its finding number, rule and severity "
-                                            "(Wireshark: frame.comment)"),
-    display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter", help="audit only the frames "
-                                                 "matching this display filter (the report says so)"),
+    evidence: Optional[Path] = typer.Option(
+        None,
+        "--evidence",
+        help="write every evidence frame to this pcapng, "
+        "each commented with its finding number, rule and severity "
+        "(Wireshark: frame.comment)",
+    ),
+    display_filter: Optional[str] = typer.Option(
+        None, "-Y", "--display-filter", help="audit only the frames matching this display filter (the report says so)"
+    ),
 ) -> None:
     """Audit P_Key tenant isolation; exit 0 pass, 1 finding at or above --fail-on, 2 unusable input (no
     verdict), 4 pass on incomplete evidence (damaged or unreadable frames, or -Y chose the frames)."""
     from ..audit import report as rep
     from ..audit.findings import SEVERITIES
-    from ..audit.policy import load_policy
     from ..audit.inputs import audit_captures, load_state
+    from ..audit.policy import load_policy
     from ..audit.tenants import load_tenants
     from ..output.escape import printable
 
@@ -50,16 +62,20 @@ def audit(
         raise UserError("the audit's own report goes to standard output; give --report and --evidence a file name")
     if report or evidence:
         from ..outfile import refuse_aliasing
+
         refuse_aliasing([report, evidence], paths + [policy, tenants, state])
     for p in paths:
         if not Path(p).is_file():
             raise UserError(f"capture {p} does not exist")
     if not paths and not state:
-        raise UserError("give at least one capture (as an argument or with -r), or --state to audit the programmed P_Key "
-                        "tables alone")
+        raise UserError(
+            "give at least one capture (as an argument or with -r), or --state to audit the programmed P_Key "
+            "tables alone"
+        )
     if display_filter:
         from ..filter import compile_filter
-        compile_filter(display_filter)        # an unknown field: exit 2 before any file is read
+
+        compile_filter(display_filter)  # an unknown field: exit 2 before any file is read
     pol = load_policy(str(policy), allow_both_pkeys, as_opensm)
     ten = load_tenants(str(tenants)) if tenants else None
     st = load_state(state)
@@ -72,17 +88,19 @@ def audit(
         rep.print_terminal(res, fail_on)
     if report or evidence:
         from ..audit.evidence import collect, write_pcapng
+
         found = collect(paths, {n for f in res.findings for n in f.frames}, decode=bool(report))
         if evidence:
             write_pcapng(evidence, res.findings, found, paths)
         if report:
             from ..outfile import output_file
+
             with output_file(report, "w", inputs=paths) as f:
                 f.write(rep.to_html(res, fail_on, {n: ev.decoded for n, ev in found.items()}, paths))
     status = res.exit_status(fail_on)
     if status == 2:
         raise UserError(f"no verdict: {res.evidence.unusable()}")
-    if status == 4 and fmt != "text":            # the terminal verdict line says it already
+    if status == 4 and fmt != "text":  # the terminal verdict line says it already
         typer.echo(f"ibwire: {printable(res.verdict(fail_on))}", err=True)
     if status:
         raise SystemExit(status)

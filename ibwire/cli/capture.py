@@ -1,51 +1,75 @@
 """`ibwire capture`: arm NIC-side sniffing for a port or VF, write a pcap, report completeness, disarm."""
+
 from typing import Optional
 
 import typer
 
-from .app import app
 from ..capture.dumpcap import DEFAULT_BUFFER_MIB
+from .app import app
 
 
 @app.command()
 def capture(
-    write: Optional[str] = typer.Option(None, "-w", "--write", help="Output file (.pcap, or .pcapng with "
-                                        "nanosecond timestamps, interface statistics and a comment naming device, "
-                                        "port, VF and backend); - writes pcap to standard output."),
-    vf: Optional[int] = typer.Option(None, "--vf", help="Capture only VF N's traffic (resolved to MAC/VLAN/IPs "
-                                     "or LIDs/GIDs)."),
+    write: Optional[str] = typer.Option(
+        None,
+        "-w",
+        "--write",
+        help="Output file (.pcap, or .pcapng with "
+        "nanosecond timestamps, interface statistics and a comment naming device, "
+        "port, VF and backend); - writes pcap to standard output.",
+    ),
+    vf: Optional[int] = typer.Option(
+        None, "--vf", help="Capture only VF N's traffic (resolved to MAC/VLAN/IPs or LIDs/GIDs)."
+    ),
     pf: Optional[str] = typer.Option(None, "--pf", help="PF RDMA device or netdev (default: the only PF with VFs)."),
     port: Optional[int] = typer.Option(None, "--port", help="Port number of the device (default 1)."),
-    backend: str = typer.Option("auto", "--backend", help="auto, ibdump, verbs, rdma-pcap, tc-mirror, netdev or "
-                                "ibsim."),
+    backend: str = typer.Option(
+        "auto", "--backend", help="auto, ibdump, verbs, rdma-pcap, tc-mirror, netdev or ibsim."
+    ),
     iface: Optional[str] = typer.Option(None, "-i", "--interface", help="Kernel interface for the netdev backend."),
     count: Optional[int] = typer.Option(None, "-c", "--count", help="Stop after COUNT packets."),
     duration: Optional[float] = typer.Option(None, "--duration", help="Stop after S seconds."),
-    rotate_mb: Optional[float] = typer.Option(None, "-C", "--file-size", help="Start a new file every MB "
-                                              "megabytes."),
+    rotate_mb: Optional[float] = typer.Option(None, "-C", "--file-size", help="Start a new file every MB megabytes."),
     rotate_files: Optional[int] = typer.Option(None, "-W", "--files", help="With -C, keep a ring of FILES files."),
-    buffer_mib: int = typer.Option(DEFAULT_BUFFER_MIB, "-B", "--buffer-size", help="Kernel capture buffer in MiB "
-                                   "(netdev, tc-mirror); the default holds a burst of 100,000 packets."),
-    snaplen: Optional[int] = typer.Option(None, "-s", "--snapshot-length", help="Keep at most SNAPLEN bytes of "
-                                          "each packet (netdev, tc-mirror)."),
-    bpf: Optional[str] = typer.Option(None, "-f", "--filter", help="Extra capture filter (pcap-filter syntax), "
-                                      "compiled into the kernel with the VF selection (netdev, tc-mirror)."),
+    buffer_mib: int = typer.Option(
+        DEFAULT_BUFFER_MIB,
+        "-B",
+        "--buffer-size",
+        help="Kernel capture buffer in MiB (netdev, tc-mirror); the default holds a burst of 100,000 packets.",
+    ),
+    snaplen: Optional[int] = typer.Option(
+        None, "-s", "--snapshot-length", help="Keep at most SNAPLEN bytes of each packet (netdev, tc-mirror)."
+    ),
+    bpf: Optional[str] = typer.Option(
+        None,
+        "-f",
+        "--filter",
+        help="Extra capture filter (pcap-filter syntax), "
+        "compiled into the kernel with the VF selection (netdev, tc-mirror).",
+    ),
     all_: bool = typer.Option(False, "--all", help="Keep every packet of the port, not only the VF's."),
-    link: str = typer.Option("erf", "--link", help="Native IB output: erf (ERF type 21, link type 197, tshark "
-                             "reads it) or ib (link type 247)."),
-    monitor: Optional[str] = typer.Option(None, "--monitor", help="tc-mirror: REP[:NETDEV] to mirror to and "
-                                          "capture on (default: a temporary veth pair)."),
+    link: str = typer.Option(
+        "erf",
+        "--link",
+        help="Native IB output: erf (ERF type 21, link type 197, tshark reads it) or ib (link type 247).",
+    ),
+    monitor: Optional[str] = typer.Option(
+        None, "--monitor", help="tc-mirror: REP[:NETDEV] to mirror to and capture on (default: a temporary veth pair)."
+    ),
     cleanup: bool = typer.Option(False, "--cleanup", help="Undo what killed captures left armed, then exit."),
 ):
     """Capture RDMA traffic of a port or SR-IOV VF from the PF host, and leave the NIC as it was."""
+    from ..capture import cleanup as undo
+    from ..capture import session
     from ..errors import UserError
-    from ..capture import cleanup as undo, session
+
     if cleanup:
-        undo.cleanup(print)          # a line per capture; exit status 1 when something stays armed
+        undo.cleanup(print)  # a line per capture; exit status 1 when something stays armed
         return
     if backend not in ("auto", "ibdump", "verbs", "rdma-pcap", "tc-mirror", "netdev", "ibsim"):
-        raise UserError(f"unknown backend {backend!r}; choose auto, ibdump, verbs, rdma-pcap, tc-mirror, netdev "
-                        f"or ibsim")
+        raise UserError(
+            f"unknown backend {backend!r}; choose auto, ibdump, verbs, rdma-pcap, tc-mirror, netdev or ibsim"
+        )
     if link not in ("erf", "ib"):
         raise UserError("--link is erf or ib")
     if not write:
@@ -56,6 +80,23 @@ def capture(
         raise UserError("-C rotates files; it cannot apply to standard output (-w -)")
     if buffer_mib < 1 or (snaplen is not None and snaplen < 1) or (count is not None and count < 1):
         raise UserError("-B, -s and -c take positive numbers")
-    session.run(session.Options(write=write, vf=vf, pf=pf, port=port, backend=backend, iface=iface, count=count,
-                                duration=duration, rotate_mb=rotate_mb, rotate_files=rotate_files, all=all_,
-                                link=link, monitor=monitor, buffer_mib=buffer_mib, snaplen=snaplen, bpf=bpf))
+    session.run(
+        session.Options(
+            write=write,
+            vf=vf,
+            pf=pf,
+            port=port,
+            backend=backend,
+            iface=iface,
+            count=count,
+            duration=duration,
+            rotate_mb=rotate_mb,
+            rotate_files=rotate_files,
+            all=all_,
+            link=link,
+            monitor=monitor,
+            buffer_mib=buffer_mib,
+            snaplen=snaplen,
+            bpf=bpf,
+        )
+    )

@@ -1,6 +1,7 @@
 """`ibwire decode`: tshark's manners at the compiled decoder's speed — one line per packet, `-V` header
 trees, `-x` hex dumps, `-T fields|json|jsonl|ek|csv`, `-Y` display filters, `-w` for the selected frames,
 `-` (or `-r -`) to read a pipe."""
+
 import contextlib
 import sys
 from typing import List, Optional
@@ -43,58 +44,74 @@ def check_decode_as(values: List[str]) -> bool:
 def decode(
     file: Optional[str] = typer.Argument(None, help="pcap or pcapng capture; - reads it from standard input"),
     read: Optional[str] = read_file_option(),
-    display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter", "--filter",
-                                                 help="Wireshark display filter, e.g. 'bth.p_key == 0x8001'"),
+    display_filter: Optional[str] = typer.Option(
+        None, "-Y", "--display-filter", "--filter", help="Wireshark display filter, e.g. 'bth.p_key == 0x8001'"
+    ),
     count: Optional[int] = typer.Option(None, "-c", "--count", help="stop after N selected packets"),
     fmt: str = typer.Option("text", "-T", "--format", help="text, fields, json, jsonl, ek or csv"),
-    fields: List[str] = typer.Option([], "-e", "--field", help="a column of -T fields/csv, or the only fields of "
-                                                               "-T json/ek (repeatable)"),
-    only_layers: Optional[str] = typer.Option(None, "-j", help="-T json/ek: only these protocols' own fields "
-                                                              "(space-separated, e.g. 'infiniband udp')"),
-    all_layers: Optional[str] = typer.Option(None, "-J", help="-T json/ek: only these protocols, with everything "
-                                                             "they contain"),
+    fields: List[str] = typer.Option(
+        [], "-e", "--field", help="a column of -T fields/csv, or the only fields of -T json/ek (repeatable)"
+    ),
+    only_layers: Optional[str] = typer.Option(
+        None, "-j", help="-T json/ek: only these protocols' own fields (space-separated, e.g. 'infiniband udp')"
+    ),
+    all_layers: Optional[str] = typer.Option(
+        None, "-J", help="-T json/ek: only these protocols, with everything they contain"
+    ),
     field_opts: List[str] = typer.Option([], "-E", help="header=y|n, separator=/t|/s|C, quote=d|s|n"),
-    time_mode: str = typer.Option("r", "-t", help="time column: r relative, d delta, dd delta displayed, "
-                                                   "a/ad local time/date, u/ud UTC, e epoch"),
+    time_mode: str = typer.Option(
+        "r", "-t", help="time column: r relative, d delta, dd delta displayed, a/ad local time/date, u/ud UTC, e epoch"
+    ),
     verbose: bool = typer.Option(False, "-V", "--verbose", help="the header tree of each packet"),
     hexdump: bool = typer.Option(False, "-x", "--hex", help="a hex and ASCII dump of each packet"),
-    write: Optional[str] = typer.Option(None, "-w", "--write", help="write the selected frames to this "
-                                                                     "pcap/pcapng file (nothing printed unless -P)"),
-    print_too: bool = typer.Option(False, "-P", "--print", help="summary lines too: while writing with -w, "
-                                                                 "and before -V trees and -x dumps"),
+    write: Optional[str] = typer.Option(
+        None, "-w", "--write", help="write the selected frames to this pcap/pcapng file (nothing printed unless -P)"
+    ),
+    print_too: bool = typer.Option(
+        False, "-P", "--print", help="summary lines too: while writing with -w, and before -V trees and -x dumps"
+    ),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC and VCRC"),
     speed: str = port_speed_option(),
-    decode_as: List[str] = typer.Option([], "-d", "--decode-as", help="nvme-rdma: every RC queue pair carries "
-                                                                       "NVMe-oF (captures without the RDMA-CM setup)"),
+    decode_as: List[str] = typer.Option(
+        [],
+        "-d",
+        "--decode-as",
+        help="nvme-rdma: every RC queue pair carries NVMe-oF (captures without the RDMA-CM setup)",
+    ),
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
+    from dissectors.dcb import set_port_speed
+
     from ..fast.filter import names_analysis
     from ..filter import compile_filter
     from ..output.printer import Printer
-    from dissectors.dcb import set_port_speed
+
     set_port_speed(port_speed(speed))
-    src = capture_source(file, read, "name a capture file, as an argument or with -r (- reads one from standard "
-                                     "input)")
+    src = capture_source(file, read, "name a capture file, as an argument or with -r (- reads one from standard input)")
     fmt, keys, (header, sep, quote) = _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
     from ..decode.nvme import NvmeTracker
+
     nvme = NvmeTracker(decode_as=check_decode_as(decode_as))
     flt = compile_filter(display_filter) if display_filter else None
     named = any(k == "bth.analysis" or k.startswith("bth.analysis.") for k in keys) or (
-        display_filter is not None and names_analysis(display_filter))
+        display_filter is not None and names_analysis(display_filter)
+    )
     if named and src == "-":
-        raise UserError("bth.analysis fields need the whole capture first (a frame is a retransmission by what "
-                        "came before it); save standard input to a file and decode that")
+        raise UserError(
+            "bth.analysis fields need the whole capture first (a frame is a retransmission by what "
+            "came before it); save standard input to a file and decode that"
+        )
     stream = _open(src, icrc)
     warnings = []
     if src != "-" and (named or verbose or fmt in ("json", "jsonl", "ek")):
         from ..analysis.packets import CaptureAnalysis
+
         rc = CaptureAnalysis(src, icrc)
         stream.fill, warnings = rc.fill, rc.problems
     if (only_layers or all_layers) and fmt not in ("json", "ek"):
         raise UserError("-j and -J select the protocols of -T json or -T ek")
     layers = (all_layers or only_layers or "").split()
-    printer = Printer(fmt, time_mode, fields, bool(header), sep or "\t", quote or "", keys, layers,
-                      bool(all_layers))
+    printer = Printer(fmt, time_mode, fields, bool(header), sep or "\t", quote or "", keys, layers, bool(all_layers))
     printer.decimals = stream.decimals
     printer.nvme = nvme
     out = sys.stdout.buffer
@@ -104,6 +121,7 @@ def decode(
         if write:
             from ..outfile import output_file
             from ..output.capwrite import SelectedFrames
+
             f = files.enter_context(output_file(write, "wb", inputs=[None if src == "-" else src]))
             writer = SelectedFrames(f, write, stream)
         _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, print_too)
@@ -119,6 +137,7 @@ def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
     from ..fieldtypes import field_type
     from ..filter import field_name
     from ..output.printer import FORMATS, TIME_MODES
+
     if write == "-" and print_too:
         raise UserError("-w - writes the capture to standard output; it cannot carry the -P lines too")
     fmt = fmt.lower()
@@ -134,6 +153,7 @@ def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
     for f, k in zip(fields, keys):
         if field_type(k) is None:
             from ..filter import closest
+
             raise UserError(f"-e {f}: no such field; did you mean '{closest(k)}'?")
     header, sep, quote = _field_options(field_opts)
     if fmt == "csv":
@@ -144,6 +164,7 @@ def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
 def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summary_too):
     from ..decode.stream import select
     from ..output.printer import Printer
+
     shown = 0
     t0, prev = None, None
     tree_printer = Printer("tree")
@@ -158,7 +179,7 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
             t0 = float(rec["time"][0])
         rows = np.flatnonzero(mask) if mask is not None else np.arange(len(rec))
         if count is not None:
-            rows = rows[:count - shown]
+            rows = rows[: count - shown]
         shown += len(rows)
         if writer:
             for i in rows.tolist():
@@ -166,16 +187,19 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
         if show:
             times = rec["time"]
 
-            def details(i, batch=batch, times=times, prev=prev):
+            def details(i, batch=batch, times=times, prev=prev, t0=t0):
                 from ..decode import decode_frame
                 from ..decode.stream import with_analysis
+
                 d = with_analysis(decode_frame(batch.frame(i)), batch.rec[i])
                 if printer.nvme is not None:
                     printer.nvme.feed(d)
                 d.flat.update(detail_flat_times(d.frame.time, t0, float(times[i - 1]) if i else prev))
                 return d
+
             if verbose or hexdump:
                 from ..output.tree import hex_dump
+
                 trees = tree_printer.trees(batch, rows, details) if verbose else None
                 for n, i in enumerate(rows.tolist()):
                     if summary_too:
@@ -201,9 +225,9 @@ def detail_flat_times(t: float, t0: float, prev: Optional[float]) -> dict:
 
 def _open(src: str, icrc: bool):
     from ..decode.stream import Stream
+
     if src == "-":
         from ..decode.pipe import PipeStream
+
         return PipeStream(sys.stdin.buffer, icrc)
     return Stream(src, icrc)
-
-

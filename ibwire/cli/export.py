@@ -1,5 +1,6 @@
 """`ibwire export FILE -o out.parquet`: per-packet records (and `--flows` the conversations) as Parquet;
 `ibwire export DIR_OR_FILES -o DATASET --partition-by host,date`: a hive-partitioned dataset of many captures."""
+
 from pathlib import Path
 from typing import List, Optional
 
@@ -33,21 +34,33 @@ def _captures(args: List[str]) -> List[tuple]:
 
 @app.command()
 def export(
-    files: Optional[List[str]] = typer.Argument(None, help="pcap or pcapng capture (with --partition-by: captures and "
-                                                 "folders of them, one subfolder per host)"),
-    out: str = typer.Option(..., "-o", "--output", help="Parquet file for the per-packet records (with "
-                                                        "--partition-by: the dataset's folder)"),
+    files: Optional[List[str]] = typer.Argument(
+        None, help="pcap or pcapng capture (with --partition-by: captures and folders of them, one subfolder per host)"
+    ),
+    out: str = typer.Option(
+        ...,
+        "-o",
+        "--output",
+        help="Parquet file for the per-packet records (with --partition-by: the dataset's folder)",
+    ),
     flows: Optional[str] = typer.Option(None, "--flows", help="also write the conversation table to this .parquet"),
-    storage: Optional[str] = typer.Option(None, "--storage", help="also write the NVMe-oF command table "
-                                          "(`ibwire stats --storage`) to this .parquet"),
-    decode_as: List[str] = typer.Option([], "-d", "--decode-as", help="with --storage: nvme-rdma treats every "
-                                        "RC queue pair as NVMe-oF"),
-    partition_by: Optional[str] = typer.Option(None, "--partition-by", help="host, date or host,date: write a "
-                                               "hive-partitioned dataset (DATASET/packets/host=…/date=…/ and "
-                                               "DATASET/flows/…) for DuckDB, Spark, pandas"),
+    storage: Optional[str] = typer.Option(
+        None, "--storage", help="also write the NVMe-oF command table (`ibwire stats --storage`) to this .parquet"
+    ),
+    decode_as: List[str] = typer.Option(
+        [], "-d", "--decode-as", help="with --storage: nvme-rdma treats every RC queue pair as NVMe-oF"
+    ),
+    partition_by: Optional[str] = typer.Option(
+        None,
+        "--partition-by",
+        help="host, date or host,date: write a "
+        "hive-partitioned dataset (DATASET/packets/host=…/date=…/ and "
+        "DATASET/flows/…) for DuckDB, Spark, pandas",
+    ),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC/VCRC (icrc_status column)"),
-    display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter",
-                                                 help="only packets matching this display filter"),
+    display_filter: Optional[str] = typer.Option(
+        None, "-Y", "--display-filter", help="only packets matching this display filter"
+    ),
     read: Optional[List[str]] = read_file_option(several=True),
 ):
     """Write one row per packet (Wireshark-style column names such as bth_p_key) for DuckDB, pandas,
@@ -56,6 +69,7 @@ def export(
     from ..analysis.report import progress
     from ..fast import scan
     from ..outfile import output_file, refuse_aliasing
+
     files = capture_sources(files, read)
     if not files:
         raise UserError(NO_CAPTURE)
@@ -70,16 +84,19 @@ def export(
             raise UserError(f"output names must end in .parquet ({name})")
     refuse_aliasing([out, flows, storage], [file])
     from .decode import check_decode_as
+
     declared = check_decode_as(decode_as)
     for name in (out, flows, storage):
         if name is not None:
             Path(name).parent.mkdir(parents=True, exist_ok=True)
     from ..analysis.packets import CaptureAnalysis
+
     s = scan(file, icrc=icrc)
-    rc = CaptureAnalysis(file, icrc)              # the bth_analysis_* columns
+    rc = CaptureAnalysis(file, icrc)  # the bth_analysis_* columns
     s.fill = rc.fill
     if display_filter:
         from ..fast.filter import FilteredScan
+
         s = FilteredScan(s, display_filter)
     with progress(s.size, "export") as cb, output_file(out, inputs=[file]) as f:
         n = write_records(s, f, cb)
@@ -90,6 +107,7 @@ def export(
         msg += f" and {len(rc.conversations)} conversations to {flows}"
     if storage:
         from ..analysis.storage import analyse, write_commands
+
         commands = analyse(file, declared)["commands"]
         with output_file(storage, inputs=[file]) as f:
             write_commands(commands, f)
@@ -105,10 +123,12 @@ def _export_dataset(files: List[str], out: str, partition_by: str, single_files:
     from ..analysis.export import partition_keys, write_capture_partitions
     from ..analysis.report import progress
     from ..fast import scan
+
     keys = partition_keys(partition_by)
     if single_files:
-        raise UserError("--flows and --storage name one file; with --partition-by the conversations go to "
-                        "DATASET/flows")
+        raise UserError(
+            "--flows and --storage name one file; with --partition-by the conversations go to DATASET/flows"
+        )
     if Path(out).suffix == ".parquet" or Path(out).is_file():
         raise UserError(f"with --partition-by, -o names the dataset's folder, not a file ({out})")
     caps = _captures(files)
@@ -120,5 +140,8 @@ def _export_dataset(files: List[str], out: str, partition_by: str, single_files:
         total, conv = total + n, conv + c
         for p in problems:
             typer.echo(f"warning: {path}: {p}", err=True)
-    typer.echo(f"wrote {total} packets and {conv} conversations of {len(caps)} captures to {out} "
-               f"(partitioned by {','.join(keys)})", err=True)
+    typer.echo(
+        f"wrote {total} packets and {conv} conversations of {len(caps)} captures to {out} "
+        f"(partitioned by {','.join(keys)})",
+        err=True,
+    )

@@ -1,4 +1,5 @@
 """`ibwire extcap`: Wireshark's extcap interface, so Wireshark and tshark capture through ibwire."""
+
 from typing import Optional
 
 import typer
@@ -19,12 +20,17 @@ def extcap(
     bpf: Optional[str] = typer.Option(None, "--extcap-capture-filter", help="Capture filter."),
     all_: bool = typer.Option(False, "--all", help="Every packet of the port, not only the VF's."),
     buffer_mib: Optional[int] = typer.Option(None, "--buffer-size", help="Kernel buffer in MiB."),
-    install: bool = typer.Option(False, "--install", help="Put the ibwire launcher into Wireshark's personal "
-                                 "extcap folder, so Wireshark and tshark list ibwire's targets."),
+    install: bool = typer.Option(
+        False,
+        "--install",
+        help="Put the ibwire launcher into Wireshark's personal "
+        "extcap folder, so Wireshark and tshark list ibwire's targets.",
+    ),
 ):
     """Wireshark extcap: `tshark -D` lists ibwire's VFs and ports, `tshark -i ibwire-...` captures through ibwire."""
     from ..capture import extcap as ec
     from ..errors import UserError
+
     if install:
         print(f"installed {ec.install()}; Wireshark and tshark now list ibwire's targets (`tshark -D`)")
     elif list_interfaces:

@@ -1,4 +1,5 @@
 """`ibwire flows FILE`: one row per RC/UC/UD/XRC conversation, with RC transport analysis."""
+
 from typing import Optional
 
 import typer
@@ -9,8 +10,11 @@ from .app import TOP, app, capture_source, read_file_option
 
 def _table_row(r: dict) -> dict:
     """A terminal-width summary of one conversation; json/csv carry every field."""
-    issues = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "not_captured", "retransmissions", "out_of_order",
-                                                         "bad_icrc", "rnr_naks", "length_mismatch") if r.get(k)]
+    issues = [
+        f"{k.replace('_', ' ')} {r[k]}"
+        for k in ("drops", "not_captured", "retransmissions", "out_of_order", "bad_icrc", "rnr_naks", "length_mismatch")
+        if r.get(k)
+    ]
     issues += [f"NAK {k} {v}" for k, v in (r.get("naks") or {}).items()]
     for side in ("a", "b"):
         g = (r.get("retries_" + side) or {}).get("gave_up")
@@ -22,14 +26,19 @@ def _table_row(r: dict) -> dict:
     if cnp:
         issues.append(f"CNPs {cnp}")
     lat = r.get("ack_latency_us") or r.get("read_latency_us")
-    return {"#": r["conversation"], "transport": r["transport"],
-            "a (QPN)": f"{r['a']} ({r['qpn_a'] or '?'})", "b (QPN)": f"{r['b']} ({r['qpn_b'] or '?'})",
-            "P_Key": r["p_key"], "packets": r["packets_a_to_b"] + r["packets_b_to_a"],
-            "payload": r["payload_bytes"],
-            "goodput Mb/s": round(r["goodput_bps"] / 1e6, 3) if r.get("goodput_bps") else None,
-            "messages": ", ".join(f"{k} {v}" for k, v in r["messages"].items()),
-            "ACK p50/p99 µs": f"{lat['p50']:g}/{lat['p99']:g}" if lat else "",
-            "issues": "; ".join(issues)}
+    return {
+        "#": r["conversation"],
+        "transport": r["transport"],
+        "a (QPN)": f"{r['a']} ({r['qpn_a'] or '?'})",
+        "b (QPN)": f"{r['b']} ({r['qpn_b'] or '?'})",
+        "P_Key": r["p_key"],
+        "packets": r["packets_a_to_b"] + r["packets_b_to_a"],
+        "payload": r["payload_bytes"],
+        "goodput Mb/s": round(r["goodput_bps"] / 1e6, 3) if r.get("goodput_bps") else None,
+        "messages": ", ".join(f"{k} {v}" for k, v in r["messages"].items()),
+        "ACK p50/p99 µs": f"{lat['p50']:g}/{lat['p99']:g}" if lat else "",
+        "issues": "; ".join(issues),
+    }
 
 
 def _failures(rows) -> None:
@@ -38,6 +47,7 @@ def _failures(rows) -> None:
 
     from ..analysis.report import console
     from ..analysis.retries import paragraph
+
     texts = [t for r in rows for t in paragraph(r)]
     if not texts:
         return
@@ -59,21 +69,40 @@ def flows(
     file: Optional[str] = typer.Argument(None, help="pcap or pcapng capture"),
     read: Optional[str] = read_file_option(),
     fmt: str = typer.Option("table", "--format", "-T", "-f", help="table, json or csv"),
-    display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter",
-                                                 help="only packets matching, e.g. 'bth.p_key == 0x8001'"),
+    display_filter: Optional[str] = typer.Option(
+        None, "-Y", "--display-filter", help="only packets matching, e.g. 'bth.p_key == 0x8001'"
+    ),
     qp: Optional[str] = typer.Option(None, "--qp", help="only conversations using this QP number"),
-    top: Optional[int] = typer.Option(None, "--top", show_default=False,
-                                      help="only the N conversations with the most bytes, in every format and the "
-                                           f"report (without it: {TOP} rows of the table on a terminal; 0 = all)"),
+    top: Optional[int] = typer.Option(
+        None,
+        "--top",
+        show_default=False,
+        help="only the N conversations with the most bytes, in every format and the "
+        f"report (without it: {TOP} rows of the table on a terminal; 0 = all)",
+    ),
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRCs (a bad one counts as a drop)"),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="threads decoding parts of the file (0 = one per CPU "
-                                                     "for captures of 64 MiB and more); the result is the same"),
-    report: Optional[str] = typer.Option(None, "--report", help="also write an HTML page of pictures: PSN graphs, "
-                                         "throughput over time, latency histograms, a ladder diagram"),
-    interval: Optional[float] = typer.Option(None, "--interval", help="seconds per interval in the report's time "
-                                             "charts (default: about 100 intervals)"),
-    ladder: Optional[str] = typer.Option(None, "--ladder", help="QP number of the conversation the report's ladder "
-                                         "diagram draws (default: the busiest RC one set up by CM)"),
+    jobs: int = typer.Option(
+        0,
+        "--jobs",
+        "-j",
+        help="threads decoding parts of the file (0 = one per CPU "
+        "for captures of 64 MiB and more); the result is the same",
+    ),
+    report: Optional[str] = typer.Option(
+        None,
+        "--report",
+        help="also write an HTML page of pictures: PSN graphs, "
+        "throughput over time, latency histograms, a ladder diagram",
+    ),
+    interval: Optional[float] = typer.Option(
+        None, "--interval", help="seconds per interval in the report's time charts (default: about 100 intervals)"
+    ),
+    ladder: Optional[str] = typer.Option(
+        None,
+        "--ladder",
+        help="QP number of the conversation the report's ladder "
+        "diagram draws (default: the busiest RC one set up by CM)",
+    ),
 ):
     """Conversations: both endpoints and QPNs, P_Key, messages by operation, bytes, goodput, one- vs
     two-sided; for RC: PSN gaps told apart as drops (lost on the wire) or not captured (missed by the capture),
@@ -83,12 +112,14 @@ def flows(
     from ..analysis.report import check_format, progress, render
     from ..fast import scan
     from ..fast.filter import compile_batch_filter, names_analysis
+
     file = capture_source(file, read)
     check_format(fmt)
     fill = None
     if display_filter and names_analysis(display_filter):
         from ..analysis.packets import CaptureAnalysis
-        fill, jobs = CaptureAnalysis(file, icrc).fill, 1       # filled by frame number: one reader numbers them
+
+        fill, jobs = CaptureAnalysis(file, icrc).fill, 1  # filled by frame number: one reader numbers them
     mask = compile_batch_filter(display_filter, fill) if display_filter else None
     size = scan(file).size
     with progress(size, "flows") as cb:
@@ -101,15 +132,28 @@ def flows(
         rows = rows[:top]
     if report:
         from ..pictures.flows_report import write_report
-        write_report(file, report, {**res, "conversations": rows}, interval, top or 8,
-                     _qp(ladder, "--ladder") if ladder is not None else None, icrc, mask)
+
+        write_report(
+            file,
+            report,
+            {**res, "conversations": rows},
+            interval,
+            top or 8,
+            _qp(ladder, "--ladder") if ladder is not None else None,
+            icrc,
+            mask,
+        )
     if fmt == "table":
         rows_t = [_table_row(r) for r in rows]
-        render({"conversations": rows_t, "problems": [{"problem": p} for p in res["problems"]]}, fmt,
-               limit=TOP if top is None else top)
+        render(
+            {"conversations": rows_t, "problems": [{"problem": p} for p in res["problems"]]},
+            fmt,
+            limit=TOP if top is None else top,
+        )
         _failures(rows)
         if res.get("capture"):
             from ..analysis.report import console
+
             console().print("\n" + res["capture"]["text"], highlight=False, markup=False)
     else:
         whole = {"conversations": rows, "problems": res["problems"]}

@@ -1,4 +1,5 @@
 """`ibwire stats FILE`: what a capture holds, by transport/opcode, P_Key, endpoint, QP and MAD."""
+
 from typing import List, Optional
 
 import typer
@@ -15,22 +16,36 @@ def stats(
     icrc: bool = typer.Option(True, "--icrc/--no-icrc", help="verify ICRC/VCRC of every packet (costs speed)"),
     top: int = typer.Option(TOP, "--top", help="rows per table on a terminal (0 = all; json and csv hold every row)"),
     jobs: int = typer.Option(0, "--jobs", "-j", help="processes for large pcap files (0 = one per CPU)"),
-    interval: Optional[float] = typer.Option(None, "--interval", help="instead: packets, bytes, bits/s, NAKs, "
-                                             "RNR NAKs, CNPs and ECN-CE per interval of this many seconds from "
-                                             "the first packet (like tshark -z io,stat)"),
-    display_filter: Optional[str] = typer.Option(None, "-Y", "--display-filter",
-                                                 help="only packets matching this display filter"),
-    storage: bool = typer.Option(False, "--storage", help="instead: every NVMe-oF command (submission, data "
-                                 "and completion frames, latency, bytes) and per opcode and queue IOPS, "
-                                 "throughput, latency percentiles and errors by status"),
-    decode_as: List[str] = typer.Option([], "-d", "--decode-as", help="with --storage: nvme-rdma treats every "
-                                        "RC queue pair as NVMe-oF (captures without the RDMA-CM setup)"),
+    interval: Optional[float] = typer.Option(
+        None,
+        "--interval",
+        help="instead: packets, bytes, bits/s, NAKs, "
+        "RNR NAKs, CNPs and ECN-CE per interval of this many seconds from "
+        "the first packet (like tshark -z io,stat)",
+    ),
+    display_filter: Optional[str] = typer.Option(
+        None, "-Y", "--display-filter", help="only packets matching this display filter"
+    ),
+    storage: bool = typer.Option(
+        False,
+        "--storage",
+        help="instead: every NVMe-oF command (submission, data "
+        "and completion frames, latency, bytes) and per opcode and queue IOPS, "
+        "throughput, latency percentiles and errors by status",
+    ),
+    decode_as: List[str] = typer.Option(
+        [],
+        "-d",
+        "--decode-as",
+        help="with --storage: nvme-rdma treats every RC queue pair as NVMe-oF (captures without the RDMA-CM setup)",
+    ),
 ):
     """Counts, bytes and rates by transport+opcode, P_Key, endpoint, QP and MAD; ECN/CNP/FECN/BECN, CRC
     failures, damaged packets and loss hints."""
     from ..analysis import stats as st
     from ..analysis.report import check_format, label, progress, render
     from ..fast import scan
+
     file = capture_source(file, read)
     check_format(fmt)
     if storage:
@@ -40,17 +55,19 @@ def stats(
         raise UserError("-d applies to --storage (and to ibwire decode)")
     if interval is not None:
         from ..pictures.series import interval_table
+
         res = interval_table(file, interval, icrc)
-        render({"intervals": res["intervals"], "problems": [{"problem": p} for p in res["problems"]]}, fmt,
-               whole=res)
+        render({"intervals": res["intervals"], "problems": [{"problem": p} for p in res["problems"]]}, fmt, whole=res)
         return
     size = scan(file).size
     with progress(size, "stats") as cb:
         if display_filter:
             from ..fast.filter import FilteredScan, names_analysis
+
             s = scan(file, icrc)
             if names_analysis(display_filter):
                 from ..analysis.packets import CaptureAnalysis
+
                 s.fill = CaptureAnalysis(file, icrc).fill
             res = st.compute(FilteredScan(s, display_filter), cb)
         else:
@@ -59,16 +76,24 @@ def stats(
     summary = dict(res["summary"])
     if fmt == "table":
         from datetime import datetime, timezone
+
         for k in ("first_time", "last_time"):
             if summary[k] is not None:
                 summary[k] = datetime.fromtimestamp(summary[k], timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-    sections = {"summary": [summary], "counters": [res["counters"]] if fmt != "table" else
-                [{"counter": label(k), "value": v} for k, v in res["counters"].items() if v],
-                "by_opcode": res["by_opcode"], "by_p_key": res["by_p_key"], "by_endpoint": res["by_endpoint"],
-                "by_qp": res["by_qp"], "by_mad": res["by_mad"],
-                "rc_sequence": res["rc_sequence"],
-                "loss_hints": [{"hint": h} for h in res["loss_hints"]],
-                "problems": [{"problem": p} for p in res["problems"]]}
+    sections = {
+        "summary": [summary],
+        "counters": [res["counters"]]
+        if fmt != "table"
+        else [{"counter": label(k), "value": v} for k, v in res["counters"].items() if v],
+        "by_opcode": res["by_opcode"],
+        "by_p_key": res["by_p_key"],
+        "by_endpoint": res["by_endpoint"],
+        "by_qp": res["by_qp"],
+        "by_mad": res["by_mad"],
+        "rc_sequence": res["rc_sequence"],
+        "loss_hints": [{"hint": h} for h in res["loss_hints"]],
+        "problems": [{"problem": p} for p in res["problems"]],
+    }
     render(sections, fmt, whole=res, limit=top)
 
 
@@ -85,6 +110,7 @@ def _rc_sequence(file: str, icrc: bool, display_filter: Optional[str], jobs: int
     out of order."""
     from ..analysis.flows import analyse
     from ..fast.filter import compile_batch_filter
+
     mask = compile_batch_filter(display_filter) if display_filter else None
     rows = [r for r in analyse(file, icrc, mask, None, jobs)["conversations"] if "psn_gaps" in r]
     if not rows:
@@ -99,13 +125,23 @@ def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
     from ..analysis.report import render
     from ..analysis.storage import analyse
     from .decode import check_decode_as
+
     res = analyse(file, check_decode_as(decode_as))
     commands = res["commands"]
     if fmt == "table":
         commands = [{k: v for k, v in r.items() if k not in ("time", "qid", "nsid")} for r in commands]
-    sections = {"by_opcode": res["by_opcode"], "by_queue": res["by_queue"], "errors": res["errors"],
-                "commands": commands, "problems": [{"problem": p} for p in res["problems"]]}
+    sections = {
+        "by_opcode": res["by_opcode"],
+        "by_queue": res["by_queue"],
+        "errors": res["errors"],
+        "commands": commands,
+        "problems": [{"problem": p} for p in res["problems"]],
+    }
     if not res["commands"]:
-        sections["problems"].append({"problem": "no NVMe-oF command found (no RDMA-CM setup for port 4420; "
-                                                "-d nvme-rdma declares every RC queue pair NVMe-oF)"})
+        sections["problems"].append(
+            {
+                "problem": "no NVMe-oF command found (no RDMA-CM setup for port 4420; "
+                "-d nvme-rdma declares every RC queue pair NVMe-oF)"
+            }
+        )
     render(sections, fmt, whole=res, limit=top)

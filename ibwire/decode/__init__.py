@@ -7,5 +7,6 @@ __all__ = ["Decoded", "decode_frame", "dissect", "LINKTYPES"]
 def __getattr__(name):
     if name in __all__:
         from . import frame
+
         return getattr(frame, name)
     raise AttributeError(f"module 'ibwire.decode' has no attribute {name!r}")

@@ -6,12 +6,25 @@ bytes, `vlan` 4, `ip` its header, `ipv6` 40, `udp` 8; `infiniband` runs from the
 end of the IB packet its carrier declares (UDP length, GRH PayLen, LRH PktLen and VCRC), ICRC included;
 `mad` is the 256-byte MAD; `payload` the bytes between the last header and the pad bytes.
 """
+
 from typing import Dict, List, Tuple
 
 ENCAP = {"Ether": "eth", "Dot1Q": "vlan", "IP": "ip", "IPv6": "ipv6", "UDP": "udp"}
-IB = {"LRH": "lrh", "GRH": "grh", "BTH": "bth", "RDETH": "rdeth", "DETH": "deth", "XRCETH": "xrceth", "RETH": "reth",
-      "AtomicETH": "atomiceth", "AETH": "aeth", "AtomicAckETH": "atomicacketh", "ImmDt": "immdt", "IETH": "ieth",
-      "FETH": "feth"}
+IB = {
+    "LRH": "lrh",
+    "GRH": "grh",
+    "BTH": "bth",
+    "RDETH": "rdeth",
+    "DETH": "deth",
+    "XRCETH": "xrceth",
+    "RETH": "reth",
+    "AtomicETH": "atomiceth",
+    "AETH": "aeth",
+    "AtomicAckETH": "atomicacketh",
+    "ImmDt": "immdt",
+    "IETH": "ieth",
+    "FETH": "feth",
+}
 MAD_LEN = 256
 # Every name a slice or len() may take: the frame, its protocols and the InfiniBand headers.
 SLICEABLE = frozenset(("frame", "infiniband", "mad", "payload", *ENCAP.values(), *IB.values()))
@@ -25,21 +38,21 @@ class Extents:
         self.data, self.pkt = data, pkt
         self._spans = None
 
-    def __eq__(self, other) -> bool:        # two decodes of the same frame bytes cover the same bytes
+    def __eq__(self, other) -> bool:  # two decodes of the same frame bytes cover the same bytes
         return isinstance(other, Extents) and self.data == other.data
 
     __hash__ = None
 
     def of(self, name: str) -> List[bytes]:
-        if name == "frame":                  # wiretap reads an ERF record's header as pseudo-header, not frame
+        if name == "frame":  # wiretap reads an ERF record's header as pseudo-header, not frame
             erf = self.pkt if type(self.pkt).__name__ == "ERF" else None
-            return [self.data[len(erf.raw_packet_cache or b""):] if erf is not None else self.data]
+            return [self.data[len(erf.raw_packet_cache or b"") :] if erf is not None else self.data]
         if self._spans is None:
             try:
                 self._spans = spans(self.data, self.pkt)
-            except (AttributeError, TypeError, ValueError):   # layers too damaged to place: no header found
+            except (AttributeError, TypeError, ValueError):  # layers too damaged to place: no header found
                 self._spans = {}
-        return [self.data[a:a + n] for a, n in self._spans.get(name, ())]
+        return [self.data[a : a + n] for a, n in self._spans.get(name, ())]
 
 
 def spans(data: bytes, pkt) -> Dict[str, List[Tuple[int, int]]]:

@@ -3,21 +3,51 @@
 IB layers name themselves (dissectors.base); the few non-IB layers a RoCE or IPoIB frame carries are
 mapped here to Wireshark's names (`eth.src`, `vlan.id`, `ip.dsfield.ecn`, `udp.dstport` …).
 """
+
 import ipaddress
 
+from scapy.contrib.lldp import (
+    LLDPDUChassisID,
+    LLDPDUEndOfLLDPDU,
+    LLDPDUGenericOrganisationSpecific,
+    LLDPDUPortDescription,
+    LLDPDUPortID,
+    LLDPDUSystemDescription,
+    LLDPDUSystemName,
+    LLDPDUTimeToLive,
+)
 from scapy.fields import IP6Field
 from scapy.layers.inet import ICMP, IP, TCP, UDP
-from scapy.layers.inet6 import (ICMPv6DestUnreach, ICMPv6EchoReply, ICMPv6EchoRequest, ICMPv6ND_NA, ICMPv6ND_NS,
-                                 ICMPv6ND_RA, ICMPv6ND_RS, ICMPv6PacketTooBig, ICMPv6TimeExceeded, ICMPv6Unknown, IPv6)
-from scapy.contrib.lldp import (LLDPDUChassisID, LLDPDUEndOfLLDPDU, LLDPDUGenericOrganisationSpecific, LLDPDUPortDescription,
-                                LLDPDUPortID, LLDPDUSystemDescription, LLDPDUSystemName, LLDPDUTimeToLive)
+from scapy.layers.inet6 import (
+    ICMPv6DestUnreach,
+    ICMPv6EchoReply,
+    ICMPv6EchoRequest,
+    ICMPv6ND_NA,
+    ICMPv6ND_NS,
+    ICMPv6ND_RA,
+    ICMPv6ND_RS,
+    ICMPv6PacketTooBig,
+    ICMPv6TimeExceeded,
+    ICMPv6Unknown,
+    IPv6,
+)
 from scapy.layers.l2 import ARP, CookedLinux, Dot1Q, Ether
 from scapy.packet import NoPayload, Padding, Raw
 
 from dissectors.base import IBLayer
 
-ICMPV6 = (ICMPv6DestUnreach, ICMPv6PacketTooBig, ICMPv6TimeExceeded, ICMPv6EchoRequest, ICMPv6EchoReply, ICMPv6ND_RS,
-          ICMPv6ND_RA, ICMPv6ND_NS, ICMPv6ND_NA, ICMPv6Unknown)
+ICMPV6 = (
+    ICMPv6DestUnreach,
+    ICMPv6PacketTooBig,
+    ICMPv6TimeExceeded,
+    ICMPv6EchoRequest,
+    ICMPv6EchoReply,
+    ICMPv6ND_RS,
+    ICMPv6ND_RA,
+    ICMPv6ND_NS,
+    ICMPv6ND_NA,
+    ICMPv6Unknown,
+)
 
 
 def _plain(value):
@@ -37,14 +67,33 @@ def _vlan(p):
 
 
 def _ip(p):
-    return "ip", {"version": p.version, "hdr_len": p.ihl * 4 if p.ihl else None, "dsfield.dscp": p.tos >> 2,
-                  "dsfield.ecn": p.tos & 3, "len": p.len, "id": p.id, "ttl": p.ttl, "proto": p.proto,
-                  "checksum": p.chksum, "src": p.src, "dst": p.dst}
+    return "ip", {
+        "version": p.version,
+        "hdr_len": p.ihl * 4 if p.ihl else None,
+        "dsfield.dscp": p.tos >> 2,
+        "dsfield.ecn": p.tos & 3,
+        "len": p.len,
+        "id": p.id,
+        "ttl": p.ttl,
+        "proto": p.proto,
+        "checksum": p.chksum,
+        "src": p.src,
+        "dst": p.dst,
+    }
 
 
 def _ipv6(p):
-    return "ipv6", {"tclass": p.tc, "tclass.dscp": p.tc >> 2, "tclass.ecn": p.tc & 3, "flow": p.fl,
-                    "plen": p.plen, "nxt": p.nh, "hlim": p.hlim, "src": p.src, "dst": p.dst}
+    return "ipv6", {
+        "tclass": p.tc,
+        "tclass.dscp": p.tc >> 2,
+        "tclass.ecn": p.tc & 3,
+        "flow": p.fl,
+        "plen": p.plen,
+        "nxt": p.nh,
+        "hlim": p.hlim,
+        "src": p.src,
+        "dst": p.dst,
+    }
 
 
 def _udp(p):
@@ -52,21 +101,34 @@ def _udp(p):
 
 
 def _arp(p):
-    hw = "hw_mac" if p.hwlen == 6 else "hw"        # Wireshark: an Ethernet address, else bytes
-    return "arp", {"hw.type": p.hwtype, "proto.type": p.ptype, "hw.size": p.hwlen, "proto.size": p.plen,
-                   "opcode": p.op, f"src.{hw}": _plain(p.hwsrc) if isinstance(p.hwsrc, bytes) else p.hwsrc,
-                   "src.proto_ipv4": p.psrc, f"dst.{hw}": _plain(p.hwdst) if isinstance(p.hwdst, bytes) else p.hwdst,
-                   "dst.proto_ipv4": p.pdst}
+    hw = "hw_mac" if p.hwlen == 6 else "hw"  # Wireshark: an Ethernet address, else bytes
+    return "arp", {
+        "hw.type": p.hwtype,
+        "proto.type": p.ptype,
+        "hw.size": p.hwlen,
+        "proto.size": p.plen,
+        "opcode": p.op,
+        f"src.{hw}": _plain(p.hwsrc) if isinstance(p.hwsrc, bytes) else p.hwsrc,
+        "src.proto_ipv4": p.psrc,
+        f"dst.{hw}": _plain(p.hwdst) if isinstance(p.hwdst, bytes) else p.hwdst,
+        "dst.proto_ipv4": p.pdst,
+    }
 
 
 def _tcp(p):
-    return "tcp", {"srcport": p.sport, "dstport": p.dport, "seq": p.seq, "ack": p.ack, "flags": int(p.flags),
-                   "window_size_value": p.window}
+    return "tcp", {
+        "srcport": p.sport,
+        "dstport": p.dport,
+        "seq": p.seq,
+        "ack": p.ack,
+        "flags": int(p.flags),
+        "window_size_value": p.window,
+    }
 
 
 def _icmp(p):
     out = {"type": p.type, "code": p.code}
-    if p.type in (0, 8):                                # echo (RFC 792): Wireshark's icmp.ident, icmp.seq
+    if p.type in (0, 8):  # echo (RFC 792): Wireshark's icmp.ident, icmp.seq
         out.update({"ident": p.id, "seq": p.seq})
     return "icmp", out
 
@@ -92,23 +154,30 @@ def _lldp_tlv(p, named):
 
 def _lldp_id(p, what, mac_subtype):
     value = p.id if p.subtype == mac_subtype else _text(p.id)
-    return _lldp_tlv(p, {f"{what}.subtype": p.subtype, f"{what}.id.mac" if p.subtype == mac_subtype else f"{what}.id": value})
+    return _lldp_tlv(
+        p, {f"{what}.subtype": p.subtype, f"{what}.id.mac" if p.subtype == mac_subtype else f"{what}.id": value}
+    )
 
 
 def _lldp_org(p):
     if p.org_code == 0x0080C2:
         return _lldp_tlv(p, {"orgtlv.oui": p.org_code, "ieee.802_1.subtype": p.subtype})
-    return _lldp_tlv(p, {"orgtlv.oui": p.org_code, "unknown_subtype": p.subtype,
-                         "unknown_subtype.content": _plain(p.data)})
+    return _lldp_tlv(
+        p, {"orgtlv.oui": p.org_code, "unknown_subtype": p.subtype, "unknown_subtype.content": _plain(p.data)}
+    )
 
 
-LLDP = {LLDPDUChassisID: lambda p: _lldp_id(p, "chassis", 4), LLDPDUPortID: lambda p: _lldp_id(p, "port", 3),
-        LLDPDUTimeToLive: lambda p: _lldp_tlv(p, {"time_to_live": p.ttl}), LLDPDUEndOfLLDPDU: lambda p: _lldp_tlv(p, {}),
-        LLDPDUSystemName: lambda p: _lldp_tlv(p, {"tlv.system.name": _text(p.system_name)}),
-        LLDPDUSystemDescription: lambda p: _lldp_tlv(p, {"tlv.system.desc": _text(p.description)}),
-        LLDPDUPortDescription: lambda p: _lldp_tlv(p, {"port.desc": _text(p.description)}),
-        LLDPDUGenericOrganisationSpecific: _lldp_org}
-MERGED = ("lldp", "macc")     # protocols made of several scapy layers: one entry, repeated fields as lists
+LLDP = {
+    LLDPDUChassisID: lambda p: _lldp_id(p, "chassis", 4),
+    LLDPDUPortID: lambda p: _lldp_id(p, "port", 3),
+    LLDPDUTimeToLive: lambda p: _lldp_tlv(p, {"time_to_live": p.ttl}),
+    LLDPDUEndOfLLDPDU: lambda p: _lldp_tlv(p, {}),
+    LLDPDUSystemName: lambda p: _lldp_tlv(p, {"tlv.system.name": _text(p.system_name)}),
+    LLDPDUSystemDescription: lambda p: _lldp_tlv(p, {"tlv.system.desc": _text(p.description)}),
+    LLDPDUPortDescription: lambda p: _lldp_tlv(p, {"port.desc": _text(p.description)}),
+    LLDPDUGenericOrganisationSpecific: _lldp_org,
+}
+MERGED = ("lldp", "macc")  # protocols made of several scapy layers: one entry, repeated fields as lists
 
 
 def _text(v):
@@ -119,7 +188,17 @@ def _sll(p):
     return "sll", {"pkttype": p.pkttype, "hatype": p.lladdrtype, "halen": p.lladdrlen, "etype": p.proto}
 
 
-FOREIGN = {Ether: _eth, Dot1Q: _vlan, IP: _ip, IPv6: _ipv6, UDP: _udp, TCP: _tcp, ARP: _arp, ICMP: _icmp, CookedLinux: _sll}
+FOREIGN = {
+    Ether: _eth,
+    Dot1Q: _vlan,
+    IP: _ip,
+    IPv6: _ipv6,
+    UDP: _udp,
+    TCP: _tcp,
+    ARP: _arp,
+    ICMP: _icmp,
+    CookedLinux: _sll,
+}
 FOREIGN.update({cls: _icmpv6 for cls in ICMPV6})
 FOREIGN.update(LLDP)
 
@@ -140,6 +219,7 @@ def ib_layer_fields(layer: IBLayer) -> dict:
 def mad_layer_entries(layer):
     """A MAD layer's fields, following the attribute records and entries it holds (dissectors.mad)."""
     from dissectors.mad.base import _walk
+
     out = {}
     _walk(layer, out)
     groups = {}
@@ -164,7 +244,7 @@ def layer_fields(pkt):
     while not isinstance(layer, NoPayload):
         if type(layer).__module__.startswith("dissectors.mad"):
             result += mad_layer_entries(layer)
-        elif hasattr(layer, "ws_fields"):                 # dissectors.dcb: MAC control, DCBX
+        elif hasattr(layer, "ws_fields"):  # dissectors.dcb: MAC control, DCBX
             result.append((layer.ws_proto, {k: _plain(v) for k, v in layer.ws_fields().items()}, layer))
         elif isinstance(layer, IBLayer):
             result.append((layer.ws_name, ib_layer_fields(layer), layer))
@@ -216,4 +296,3 @@ def nest_and_flatten(entries):
         if base not in flat:
             flat[base] = True
     return nested, flat
-

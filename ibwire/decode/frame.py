@@ -3,15 +3,16 @@
 This builds a scapy object per packet, so it serves `decode`, evidence in reports and crafting; bulk
 analysis uses `ibwire.fast` instead.
 """
+
 from typing import List, NamedTuple
 
+from scapy.layers.inet import IP
+from scapy.layers.inet6 import IPv6
 from scapy.packet import NoPayload, Raw
 
 import dissectors.layers  # noqa: F401  (registers the layer bindings)
 from dissectors import BTH, GRH, ICRC, LRH, VCRC, lookup
 from dissectors.dcb import MACControl, MACControlPause, MACControlPFC, pause_seconds
-from scapy.layers.inet import IP
-from scapy.layers.inet6 import IPv6
 
 from ..fieldtypes import EITHER
 from ..readers import Frame
@@ -20,23 +21,38 @@ from .extents import Extents
 from .fields import layer_fields, nest_and_flatten
 from .linktypes import LINKTYPES, apply_roce2_heuristic, first_layer
 
-
 # Wireshark's names in frame.protocols, by scapy layer class ("eth:ethertype:ip:udp:infiniband"); the IB
 # headers are one "infiniband", MADs belong to it; bytes no layer claims are "data".
-WS_PROTOCOLS = {"Ether": "eth:ethertype", "Dot1Q": "vlan:ethertype", "CookedLinux": "sll:ethertype", "ERF": "erf",
-                "IPoIB": "ethertype", "IP": "ip", "IPv6": "ipv6", "IPv6ExtHdrHopByHop": "ipv6.hopopts", "UDP": "udp",
-                "TCP": "tcp", "ICMP": "icmp", "ARP": "arp", "LRH": "infiniband", "GRH": "infiniband",
-                "BTH": "infiniband", "MACControl": "macc", "MACControlPause": "macc", "MACControlPFC": "macc"}
+WS_PROTOCOLS = {
+    "Ether": "eth:ethertype",
+    "Dot1Q": "vlan:ethertype",
+    "CookedLinux": "sll:ethertype",
+    "ERF": "erf",
+    "IPoIB": "ethertype",
+    "IP": "ip",
+    "IPv6": "ipv6",
+    "IPv6ExtHdrHopByHop": "ipv6.hopopts",
+    "UDP": "udp",
+    "TCP": "tcp",
+    "ICMP": "icmp",
+    "ARP": "arp",
+    "LRH": "infiniband",
+    "GRH": "infiniband",
+    "BTH": "infiniband",
+    "MACControl": "macc",
+    "MACControlPause": "macc",
+    "MACControlPFC": "macc",
+}
 
 
 class Decoded(NamedTuple):
     frame: Frame
-    packet: object          # scapy packet (None when nothing could be dissected)
-    layers: dict            # nested {"bth": {...}, ...}
-    flat: dict              # "bth.p_key" -> value, plus "frame.*"
+    packet: object  # scapy packet (None when nothing could be dissected)
+    layers: dict  # nested {"bth": {...}, ...}
+    flat: dict  # "bth.p_key" -> value, plus "frame.*"
     errors: List[str]
     summary: str
-    notes: List[str] = []   # added by cross-frame analysis (e.g. RMPP reassembly)
+    notes: List[str] = []  # added by cross-frame analysis (e.g. RMPP reassembly)
 
     @property
     def line(self) -> str:
@@ -44,8 +60,15 @@ class Decoded(NamedTuple):
 
     def to_json(self) -> dict:
         f = self.frame
-        return {"frame": f.number, "time": f.time, "caplen": f.caplen, "len": f.wirelen,
-                "linktype": f.linktype, "layers": self.layers, "errors": self.errors}
+        return {
+            "frame": f.number,
+            "time": f.time,
+            "caplen": f.caplen,
+            "len": f.wirelen,
+            "linktype": f.linktype,
+            "layers": self.layers,
+            "errors": self.errors,
+        }
 
 
 def dissect(frame: Frame):
@@ -118,12 +141,15 @@ def _control_summary(pkt, flat) -> str:
         parts.append(layer.mysummary())
         if any(prio.values()):
             longest = max(prio.values())
-            parts.append(f"(up to {pause_seconds(longest, layer.port_speed) * 1e6:.3g} µs at "
-                         f"{layer.port_speed / 1e9:g} Gb/s)")
+            parts.append(
+                f"(up to {pause_seconds(longest, layer.port_speed) * 1e6:.3g} µs at {layer.port_speed / 1e9:g} Gb/s)"
+            )
     elif MACControlPause in pkt:
         layer = pkt[MACControlPause]
-        parts += [layer.mysummary(), f"({pause_seconds(layer.pause_time, layer.port_speed) * 1e6:.3g} µs at "
-                                     f"{layer.port_speed / 1e9:g} Gb/s)"]
+        parts += [
+            layer.mysummary(),
+            f"({pause_seconds(layer.pause_time, layer.port_speed) * 1e6:.3g} µs at {layer.port_speed / 1e9:g} Gb/s)",
+        ]
     elif MACControl in pkt:
         parts.append(f"MAC control opcode 0x{pkt[MACControl].opcode:04x}")
     else:
@@ -156,14 +182,27 @@ def _summary(pkt, flat, errors) -> str:
     bth = pkt[BTH]
     op = lookup(bth.opcode)
     src, dst = _endpoints(pkt)
-    parts = [f"{src} → {dst}", f"{op.transport} {op.name}", f"QP=0x{bth.destqp:06x}", f"PSN={bth.psn}",
-             f"P_Key 0x{bth.p_key:04x} {'full' if bth.p_key & 0x8000 else 'limited'}"] + _qos(flat)
+    parts = [
+        f"{src} → {dst}",
+        f"{op.transport} {op.name}",
+        f"QP=0x{bth.destqp:06x}",
+        f"PSN={bth.psn}",
+        f"P_Key 0x{bth.p_key:04x} {'full' if bth.p_key & 0x8000 else 'limited'}",
+    ] + _qos(flat)
     mad = flat.get("mad.summary")
     if mad:
         parts.append(mad)
-    flags = [name for name, on in (("A", bth.a), ("SE", bth.se), ("FECN", bth.fecn), ("BECN", bth.becn),
-                                   ("ECN-CE", flat.get("ip.dsfield.ecn") == 3 or flat.get("ipv6.tclass.ecn") == 3))
-             if on]
+    flags = [
+        name
+        for name, on in (
+            ("A", bth.a),
+            ("SE", bth.se),
+            ("FECN", bth.fecn),
+            ("BECN", bth.becn),
+            ("ECN-CE", flat.get("ip.dsfield.ecn") == 3 or flat.get("ipv6.tclass.ecn") == 3),
+        )
+        if on
+    ]
     flags += [e.split(":")[0] if e.startswith("malformed") else e for e in errors]
     if flags:
         parts.append("[" + ", ".join(dict.fromkeys(flags)) + "]")
@@ -217,8 +256,9 @@ def _protocols(pkt) -> str:
     layer = pkt
     while layer is not None and not isinstance(layer, NoPayload):
         cls = type(layer).__name__
-        name = WS_PROTOCOLS.get(cls) or ("icmpv6" if cls.startswith("ICMPv6") else "lldp" if cls.startswith("LLDPDU")
-                                         else None)
+        name = WS_PROTOCOLS.get(cls) or (
+            "icmpv6" if cls.startswith("ICMPv6") else "lldp" if cls.startswith("LLDPDU") else None
+        )
         if (cls == "Raw" and layer.load) or (cls.startswith("ICMPv6Echo") and layer.data):
             names += [name] if name else []
             name = "data"
@@ -246,7 +286,9 @@ def _crc_status(pkt, layers, flat, errors, key, cls, frame):
         layer = pkt[cls]
         status = "truncated" if frame.caplen < frame.wirelen else layer.status
     else:
-        status = "truncated" if frame.caplen < frame.wirelen or getattr(pkt[BTH], "_icrc_truncated", False) else "absent"
+        status = (
+            "truncated" if frame.caplen < frame.wirelen or getattr(pkt[BTH], "_icrc_truncated", False) else "absent"
+        )
         layers[key] = {"status": status}
     layers.setdefault(key, {})["status"] = status
     flat[f"{key}.status"] = status
@@ -274,11 +316,18 @@ def _frame_fields(frame: Frame, pkt) -> dict:
     caplen, wirelen, t = frame.caplen, frame.wirelen, frame.time
     if frame.linktype == ERF_LINKTYPE:
         import numpy as np
+
         hdr, ns = (int(a[0]) for a in erf_view(np.frombuffer(frame.data, np.uint8), [0], [len(frame.data)]))
         caplen, wirelen = caplen - min(hdr, caplen), wirelen - min(hdr, wirelen)
         t = ns / 1e9 if ns >= 0 else t
-    return {"frame.number": frame.number, "frame.time_epoch": t, "frame.cap_len": caplen, "frame.len": wirelen,
-            "frame.linktype": frame.linktype, "_ws.bytes": Extents(frame.data, pkt)}
+    return {
+        "frame.number": frame.number,
+        "frame.time_epoch": t,
+        "frame.cap_len": caplen,
+        "frame.len": wirelen,
+        "frame.linktype": frame.linktype,
+        "_ws.bytes": Extents(frame.data, pkt),
+    }
 
 
 __all__ = ["Decoded", "decode_frame", "dissect", "LINKTYPES"]

@@ -1,4 +1,5 @@
 """Link type → first scapy layer, and the RoCEv2 heuristic for UDP ports other than 4791."""
+
 from scapy.layers.inet import UDP
 from scapy.layers.l2 import CookedLinux, Ether
 from scapy.packet import Raw
@@ -32,7 +33,11 @@ def apply_roce2_heuristic(pkt):
         return False
     ip = udp.underlayer
     payload = bytes(udp.payload)
-    if ip is None or ip.original is None or not looks_like_roce2(payload, ip.original[:len(ip.original) - len(udp.original) + 8 + len(payload)]):
+    if (
+        ip is None
+        or ip.original is None
+        or not looks_like_roce2(payload, ip.original[: len(ip.original) - len(udp.original) + 8 + len(payload)])
+    ):
         return False
     udp.remove_payload()
     bth = BTH(payload, _internal=1, _underlayer=udp)

@@ -4,17 +4,20 @@ SEND First/Middle/Last reassembled per QP, and each completion matched to its co
 
 Feed every Decoded in capture order; frames of a known queue get the NVMe layers and fields added.  In bulk
 mode (ibwire.analysis.storage) only commands are followed: no layer is built and scapy is never loaded."""
-from typing import Dict, List, Optional
 
-from dissectors.nvmetable import CQE_LEN, FABRICS_OPC, SQE_LEN, is_nvme_service
+from typing import Dict, List, Optional
 
 import numpy as np
 
+from dissectors.nvmetable import CQE_LEN, FABRICS_OPC, SQE_LEN, is_nvme_service
+
 from ..fast.records import F_BTH, F_MAD
 
-ADMIN_ONLY = (0x06, 0x09, 0x0A, 0x0C, 0x18)    # Identify, Set/Get Features, AER, Keep Alive: no I/O opcode
+ADMIN_ONLY = (0x06, 0x09, 0x0A, 0x0C, 0x18)  # Identify, Set/Get Features, AER, Keep Alive: no I/O opcode
 MAX_SEND = 1 << 20
-JOURNAL = 1 << 16            # frames whose additions are kept for a second feed          # a reassembled SEND larger than this is dropped (a capsule is at most a few KiB)
+JOURNAL = (
+    1 << 16
+)  # frames whose additions are kept for a second feed          # a reassembled SEND larger than this is dropped (a capsule is at most a few KiB)
 
 
 class Command:
@@ -34,17 +37,20 @@ class Command:
         """(R_Key, address, length) of its keyed SGL data block descriptor (type 4), else None."""
         if self.sqe[39] >> 4 != 4:
             return None
-        return (int.from_bytes(self.sqe[35:39], "little"), int.from_bytes(self.sqe[24:32], "little"),
-                int.from_bytes(self.sqe[32:35], "little"))
+        return (
+            int.from_bytes(self.sqe[35:39], "little"),
+            int.from_bytes(self.sqe[24:32], "little"),
+            int.from_bytes(self.sqe[32:35], "little"),
+        )
 
 
 class Queue:
     def __init__(self, qid, name: str = ""):
         self.qid, self.name = qid, name
         self.pending: Dict[int, Command] = {}
-        self.keys: Dict[int, Command] = {}        # R_Key of a pending command's SGL -> the command
-        self.reads: Dict[int, tuple] = {}         # PSN of an RDMA READ request -> (command, request frame)
-        self.moving = None                        # (command, last PSN, frames so far) of the transfer under way
+        self.keys: Dict[int, Command] = {}  # R_Key of a pending command's SGL -> the command
+        self.reads: Dict[int, tuple] = {}  # PSN of an RDMA READ request -> (command, request frame)
+        self.moving = None  # (command, last PSN, frames so far) of the transfer under way
 
 
 def _addr(flat, side):
@@ -57,14 +63,14 @@ class NvmeTracker:
 
     def __init__(self, decode_as: bool = False, bulk: bool = False):
         self.decode_as = decode_as
-        self.bulk = bulk                          # only follow commands (ibwire.analysis.storage): no layers
-        self.ends: Dict[tuple, tuple] = {}       # (address, QPN) -> (Queue, frames to it go to the host)
-        self.reqs: Dict[int, tuple] = {}         # CM local communication id -> (host address, host QPN, qid)
+        self.bulk = bulk  # only follow commands (ibwire.analysis.storage): no layers
+        self.ends: Dict[tuple, tuple] = {}  # (address, QPN) -> (Queue, frames to it go to the host)
+        self.reqs: Dict[int, tuple] = {}  # CM local communication id -> (host address, host QPN, qid)
         self.sends: Dict[tuple, bytearray] = {}
-        self.pairs: Dict[tuple, Queue] = {}      # (host, target) -> Queue of declared queues
-        self.commands: List[Command] = []        # every command, in capture order (the storage view reads it)
+        self.pairs: Dict[tuple, Queue] = {}  # (host, target) -> Queue of declared queues
+        self.commands: List[Command] = []  # every command, in capture order (the storage view reads it)
         self.active = decode_as
-        self.journal: Dict[int, list] = {}        # frame number -> what feed added (replayed on a second feed)
+        self.journal: Dict[int, list] = {}  # frame number -> what feed added (replayed on a second feed)
         self.entry: list = []
 
     def feed(self, d) -> None:
@@ -73,7 +79,7 @@ class NvmeTracker:
         if self.bulk:
             self._feed(d)
             return
-        if d.flat.get("_nvme.fed"):           # the printer may hand the same decode over twice
+        if d.flat.get("_nvme.fed"):  # the printer may hand the same decode over twice
             return
         d.flat["_nvme.fed"] = True
         n = d.frame.number
@@ -100,7 +106,7 @@ class NvmeTracker:
                 self._cm(d)
             elif "bth.opcode" in flat and self.active:
                 self._transport(d)
-        except Exception as e:              # never let a damaged capsule stop the decode
+        except Exception as e:  # never let a damaged capsule stop the decode
             d.errors.append(f"malformed: NVMe-oF ({type(e).__name__})")
 
     def _cm(self, d):
@@ -113,6 +119,7 @@ class NvmeTracker:
             self.active = True
             if not self.bulk:
                 from dissectors.nvme import cm_layer
+
                 self._add(d, cm_layer("req", private[:32]))
         elif flat.get("cm.rep.remotecommid") in self.reqs:
             host, host_qpn, qid = self.reqs[flat["cm.rep.remotecommid"]]
@@ -121,9 +128,11 @@ class NvmeTracker:
             self.ends[(_addr(flat, "src"), flat["cm.rep.localqpn"])] = (queue, False)
             if not self.bulk:
                 from dissectors.nvme import cm_layer
+
                 self._add(d, cm_layer("rep", bytes.fromhex(flat.get("cm.rep.private", ""))[:32]))
         elif flat.get("cm.rej.remotecommid") in self.reqs and not self.bulk:
             from dissectors.nvme import cm_layer
+
             self._add(d, cm_layer("rej", bytes.fromhex(flat.get("cm.rej.private", ""))[:4]))
 
     def _end(self, flat, to_host_guess: Optional[bool]):
@@ -131,12 +140,14 @@ class NvmeTracker:
         one Queue per host and target pair (completions go to another QP than commands came from); their
         qid is unknown (None)."""
         key = (_addr(flat, "dst"), flat["bth.destqp"])
-        if key not in self.ends and self.decode_as and to_host_guess is None:     # RDMA READ/WRITE: target -> host
+        if key not in self.ends and self.decode_as and to_host_guess is None:  # RDMA READ/WRITE: target -> host
             to_host = not flat.get("bth.opname", "").startswith("RDMA READ Response")
             pair = (_addr(flat, "dst"), _addr(flat, "src")) if to_host else (_addr(flat, "src"), _addr(flat, "dst"))
             return (self.pairs[pair], to_host) if pair in self.pairs else None
         if key not in self.ends and self.decode_as and to_host_guess is not None:
-            pair = (_addr(flat, "dst"), _addr(flat, "src")) if to_host_guess else (_addr(flat, "src"), _addr(flat, "dst"))
+            pair = (
+                (_addr(flat, "dst"), _addr(flat, "src")) if to_host_guess else (_addr(flat, "src"), _addr(flat, "dst"))
+            )
             self.ends[key] = (self.pairs.setdefault(pair, Queue(None, f"{pair[0]} → {pair[1]}")), to_host_guess)
         return self.ends.get(key)
 
@@ -175,7 +186,7 @@ class NvmeTracker:
             qid = queue.qid if queue.qid is not None else 0 if payload[0] in ADMIN_ONLY else 1
             cid = int.from_bytes(payload[2:4], "little")
             cmd = queue.pending[cid] = Command(d.frame.number, d.frame.time, payload[:SQE_LEN], qid)
-            cmd.bytes = len(payload) - SQE_LEN                # in-capsule data
+            cmd.bytes = len(payload) - SQE_LEN  # in-capsule data
             cmd.queue = queue
             if cmd.keyed:
                 queue.keys[cmd.keyed[0]] = cmd
@@ -183,11 +194,13 @@ class NvmeTracker:
             if self.bulk:
                 return
             from dissectors.nvme import command_layer
+
             name, pkt = command_layer(payload, qid)
             self._add(d, pkt, replace=True)
             d.notes.append(f"NVMe{'oF' if payload[0] == FABRICS_OPC else ''} {name} cid={cid}")
         elif not self.bulk:
             from dissectors.nvme import NVMeUnknown
+
             self._add(d, NVMeUnknown(payload), replace=True)
 
     def _data(self, d, queue, op: str) -> None:
@@ -238,6 +251,7 @@ class NvmeTracker:
         if cmd is None or cmd.cqe:
             if not self.bulk:
                 from dissectors.nvme import NVMeUnknown
+
                 self._add(d, NVMeUnknown(payload), replace=True)
             return
         cmd.cqe, cmd.cqe_time = d.frame.number, d.frame.time
@@ -245,13 +259,16 @@ class NvmeTracker:
         if self.bulk:
             return
         from dissectors.nvme import completion_layer
+
         self._add(d, completion_layer(payload, cmd.sqe), replace=True)
         which = "nvme.fabrics" if cmd.sqe[0] == FABRICS_OPC else "nvme"
         latency = round((d.frame.time - cmd.time) * 1000, 3)
         _fields(d, {f"{which}.cmd_pkt": cmd.frame, f"{which}.cmd_latency": latency})
         status = int.from_bytes(payload[14:16], "little") >> 1
-        d.notes.append(f"NVMe CQE cid={int.from_bytes(payload[12:14], 'little')} for frame {cmd.frame} "
-                       f"status=0x{status:x} {latency} ms")
+        d.notes.append(
+            f"NVMe CQE cid={int.from_bytes(payload[12:14], 'little')} for frame {cmd.frame} "
+            f"status=0x{status:x} {latency} ms"
+        )
 
 
 def _fields(d, values: dict) -> None:
@@ -259,7 +276,7 @@ def _fields(d, values: dict) -> None:
     d.flat.update(values)
     for key, value in values.items():
         proto = "nvme-rdma" if key.startswith("nvme-rdma.") else "nvme"
-        d.layers.setdefault(proto, {})[key[len(proto) + 1:]] = value
+        d.layers.setdefault(proto, {})[key[len(proto) + 1 :]] = value
 
 
 def _link(d, cmd, extra) -> None:
@@ -271,9 +288,11 @@ def _link(d, cmd, extra) -> None:
 def _add(d, layer, replace: bool = False) -> None:
     """Put `layer` in the packet (instead of the payload bytes when `replace`) and its fields in d's maps."""
     from .fields import layer_fields, nest_and_flatten
+
     if d.packet is not None:
         if replace:
             from scapy.packet import Raw
+
             raw = d.packet.getlayer(Raw)
             if raw is not None and raw.underlayer is not None:
                 under, tail = raw.underlayer, raw.payload
@@ -286,7 +305,7 @@ def _add(d, layer, replace: bool = False) -> None:
     trailer = {k: d.layers.pop(k) for k in list(d.layers) if k in ("pad", "icrc", "vcrc")}
     for key, fields in nested.items():
         d.layers.setdefault(key, {}).update(fields)
-    d.layers.update(trailer)                 # the CRCs stay last, as on the wire
+    d.layers.update(trailer)  # the CRCs stay last, as on the wire
     for key, value in flat.items():
         if key.split(".")[0] in ("nvme", "nvme-rdma"):
             d.flat[key] = value
@@ -298,7 +317,7 @@ def _add(d, layer, replace: bool = False) -> None:
 
 CM_CLASS = 0x07
 RC_DATA = np.zeros(256, bool)
-RC_DATA[list(range(0x11)) + [0x16, 0x17]] = True      # RC SEND, RDMA WRITE, RDMA READ request/response
+RC_DATA[list(range(0x11)) + [0x16, 0x17]] = True  # RC SEND, RDMA WRITE, RDMA READ request/response
 
 
 def storage_rows(rec, rows, tracker) -> list:

@@ -5,6 +5,7 @@ writer, and at the end: lines appear as soon as their packets have arrived.
 Layouts: pcap(5) (either byte order, µs or ns) and pcapng (draft-ietf-opsawg-pcapng: Section Header,
 Interface Description with if_tsresol, Enhanced and Simple Packet Blocks; other blocks skipped).
 """
+
 import os
 import select
 import struct
@@ -18,7 +19,7 @@ from ..readers.formats import MAX_BLOCK, MAX_PACKET, if_tsresol
 from .stream import Batch
 
 BATCH = 4096
-FLUSH = object()          # what the record generators yield before they would wait for input
+FLUSH = object()  # what the record generators yield before they would wait for input
 
 
 class PipeStream:
@@ -34,14 +35,16 @@ class PipeStream:
         elif self.head == PCAPNG_SHB:
             self.format = "pcapng"
         else:
-            raise UserError(f"standard input is not a pcap or pcapng capture (it starts with {self.head.hex() or 'nothing'})")
+            raise UserError(
+                f"standard input is not a pcap or pcapng capture (it starts with {self.head.hex() or 'nothing'})"
+            )
 
     def _more(self) -> bool:
         chunk = os.read(self.fd, 1 << 20)
         if not chunk:
             self.eof = True
             return False
-        del self.buf[:self.pos]
+        del self.buf[: self.pos]
         self.pos = 0
         self.buf += chunk
         return True
@@ -52,7 +55,7 @@ class PipeStream:
         return self._cut(n)
 
     def _cut(self, n: int) -> bytes:
-        out = bytes(self.buf[self.pos:self.pos + n])
+        out = bytes(self.buf[self.pos : self.pos + n])
         self.pos += len(out)
         return out
 
@@ -67,7 +70,8 @@ class PipeStream:
     def __iter__(self) -> Iterator[Batch]:
         from ..fast.decode import decode_batch
         from ..fast.walk import Positions
-        buf, cols = bytearray(), [[] for _ in range(5)]      # data offset, caplen, wirelen, ns, linktype
+
+        buf, cols = bytearray(), [[] for _ in range(5)]  # data offset, caplen, wirelen, ns, linktype
         frame = 1
         records = self._pcap() if self.format == "pcap" else self._pcapng()
         for item in records:
@@ -102,8 +106,9 @@ class PipeStream:
                 break
             sec, frac, incl, orig = hdr.unpack_from(rh)
             if incl > MAX_PACKET:
-                self.problems.append(f"record length {incl} is impossible (over {MAX_PACKET}); the rest of the input "
-                                     "is unreadable")
+                self.problems.append(
+                    f"record length {incl} is impossible (over {MAX_PACKET}); the rest of the input is unreadable"
+                )
                 break
             data = yield from self._need(incl)
             if len(data) < incl:
@@ -131,10 +136,10 @@ class PipeStream:
             if len(body) < blen - 8:
                 self.problems.append("block cut short at end of input")
                 break
-            body = body[:blen - 12]
+            body = body[: blen - 12]
             head = b""
             if btype == 1:
-                lt, _, snap = struct.unpack_from(endian + "HHI", (body + bytes(8))[:8])   # a cut block: zeros
+                lt, _, snap = struct.unpack_from(endian + "HHI", (body + bytes(8))[:8])  # a cut block: zeros
                 ifaces.append((lt, if_tsresol(body[8:], endian), snap))
                 if len(ifaces) == 1:
                     self.decimals = 9 if ifaces[0][1][0] < ifaces[0][1][1] * 1000 else 6
@@ -147,13 +152,13 @@ class PipeStream:
                     self.problems.append(f"a packet of {incl} bytes is over the {MAX_PACKET}-byte limit; skipped")
                     continue
                 lt, ticks, _ = ifaces[iface]
-                yield body[20:20 + incl], orig, ((hi << 32) | lo) * ticks[0] // ticks[1], lt
+                yield body[20 : 20 + incl], orig, ((hi << 32) | lo) * ticks[0] // ticks[1], lt
             elif btype == 3 and len(body) >= 4 and ifaces:
                 orig = struct.unpack_from(endian + "I", body)[0]
-                snap = ifaces[0][2] or orig                         # the block's padding is no packet data
+                snap = ifaces[0][2] or orig  # the block's padding is no packet data
                 got = min(orig, snap, len(body) - 4)
                 if got > MAX_PACKET:
                     self.problems.append(f"a packet of {got} bytes is over the {MAX_PACKET}-byte limit; skipped")
                     continue
-                yield body[4:4 + got], orig, 0, ifaces[0][0]
+                yield body[4 : 4 + got], orig, 0, ifaces[0][0]
         yield None

@@ -5,6 +5,7 @@ The segment number is 32 bits and comes from the wire, so what is kept is bounde
 MAX_TRANSFER bytes (or a segment numbered past it; the bound is the layer's, dissectors.mad.rmpp) is
 abandoned and said so, and at most MAX_PENDING bytes wait in unfinished transfers (the oldest is dropped
 first)."""
+
 import struct
 from collections import OrderedDict
 from typing import Dict
@@ -17,15 +18,15 @@ from .fields import mad_layer_entries, nest_and_flatten
 RMPP_DATA = 1
 FLAG_LAST = 0x4
 SA_CLASS = 0x03
-MAX_PENDING = 64 << 20                   # bytes held in unfinished transfers at any time
+MAX_PENDING = 64 << 20  # bytes held in unfinished transfers at any time
 
 
 class RmppTracker:
     """Feed every Decoded in order; completed transfers are added to the frame carrying the last segment."""
 
     def __init__(self):
-        self.pending: "OrderedDict[tuple, Dict[int, bytes]]" = OrderedDict()   # key -> segment number -> MAD
-        self.held = 0                    # bytes in self.pending
+        self.pending: "OrderedDict[tuple, Dict[int, bytes]]" = OrderedDict()  # key -> segment number -> MAD
+        self.held = 0  # bytes in self.pending
 
     def feed(self, decoded) -> None:
         pkt = decoded.packet
@@ -40,8 +41,10 @@ class RmppTracker:
         key = (tid, decoded.flat.get("lrh.slid"), decoded.flat.get("ip.src"), decoded.flat.get("grh.sgid"))
         if not 1 <= segnum <= MAX_SEGMENTS:
             self._drop(key)
-            decoded.notes.append(f"[RMPP: segment {segnum} is beyond the {MAX_TRANSFER >> 20} MiB ibwire "
-                                 "reassembles; transfer not reassembled]")
+            decoded.notes.append(
+                f"[RMPP: segment {segnum} is beyond the {MAX_TRANSFER >> 20} MiB ibwire "
+                "reassembles; transfer not reassembled]"
+            )
             return
         segs = self.pending.setdefault(key, {})
         if segnum not in segs:
@@ -59,14 +62,21 @@ class RmppTracker:
         for rec in transfer.records:
             nested, _ = nest_and_flatten(mad_layer_entries(rec)) if hasattr(rec, "fields_desc") else ({}, {})
             records.append(nested or {"raw": bytes(rec).hex()})
-        decoded.layers["rmpp.reassembled"] = {"segments": len(segs), "complete": transfer.complete,
-                                              "missing": transfer.missing, "record_size": transfer.record_size,
-                                              "records": records}
+        decoded.layers["rmpp.reassembled"] = {
+            "segments": len(segs),
+            "complete": transfer.complete,
+            "missing": transfer.missing,
+            "record_size": transfer.record_size,
+            "records": records,
+        }
         decoded.flat["rmpp.reassembled.segments"] = len(segs)
         decoded.flat["rmpp.reassembled.records"] = len(records)
         decoded.flat["rmpp.reassembled.complete"] = transfer.complete
-        note = f"[RMPP: {len(records)} records from {len(segs)} segments" + \
-            ("" if transfer.complete else f", segments {_ranges(transfer.missing)} missing") + "]"
+        note = (
+            f"[RMPP: {len(records)} records from {len(segs)} segments"
+            + ("" if transfer.complete else f", segments {_ranges(transfer.missing)} missing")
+            + "]"
+        )
         decoded.notes.append(note)
 
     def _drop(self, key) -> None:

@@ -4,6 +4,7 @@ Records come from the compiled decoder (ibwire.fast); a frame's bytes stay reach
 current, so a frame the records cannot answer for (a field they lack, a damaged or heuristic frame) is
 decoded in full (`decode_frame`) — and only that frame.
 """
+
 from typing import Callable, Iterator, NamedTuple, Optional
 
 import numpy as np
@@ -12,26 +13,34 @@ from ..readers import Frame
 
 
 class Batch(NamedTuple):
-    rec: np.ndarray       # ibwire.fast.records.RECORD rows
-    pos: object           # ibwire.fast.walk.Positions of the rows in `buf`
-    buf: np.ndarray       # the chunk the batch was read in (the walk gives each chunk a buffer of its own)
+    rec: np.ndarray  # ibwire.fast.records.RECORD rows
+    pos: object  # ibwire.fast.walk.Positions of the rows in `buf`
+    buf: np.ndarray  # the chunk the batch was read in (the walk gives each chunk a buffer of its own)
 
     def frame(self, i: int) -> Frame:
         p = self.pos
         start, n = int(p.data[i]), int(p.caplen[i])
-        return Frame(int(self.rec["frame"][i]), float(self.rec["time"][i]), n, int(p.wirelen[i]), int(p.linktype[i]),
-                     self.buf[start:start + n].tobytes())
+        return Frame(
+            int(self.rec["frame"][i]),
+            float(self.rec["time"][i]),
+            n,
+            int(p.wirelen[i]),
+            int(p.linktype[i]),
+            self.buf[start : start + n].tobytes(),
+        )
 
     def data(self, i: int) -> bytes:
         start = int(self.pos.data[i])
-        return self.buf[start:start + int(self.pos.caplen[i])].tobytes()
+        return self.buf[start : start + int(self.pos.caplen[i])].tobytes()
 
 
 def decimals_of(head: bytes) -> int:
     """Digits after the second that the capture's timestamps carry, as tshark prints them: 9 for a
     nanosecond pcap or a pcapng interface finer than microseconds (if_tsresol), else 6."""
     import struct
+
     from ..readers.formats import PCAP_MAGICS, PCAPNG_SHB, if_tsresol
+
     if head[:4] in PCAP_MAGICS:
         return 9 if PCAP_MAGICS[head[:4]][1] == 1e-9 else 6
     if head[:4] != PCAPNG_SHB or len(head) < 12:
@@ -43,7 +52,7 @@ def decimals_of(head: bytes) -> int:
         if blen < 12:
             break
         if btype == 1:
-            num, den = if_tsresol(head[off + 16:off + blen - 4], endian)
+            num, den = if_tsresol(head[off + 16 : off + blen - 4], endian)
             return 9 if num < den * 1000 else 6
         off += blen
     return 6
@@ -54,9 +63,10 @@ class Stream:
 
     def __init__(self, path: str, icrc: bool = True, batch: int = 16384):
         from ..fast.walk import CaptureWalk
+
         self.walk = CaptureWalk(path, batch, keep=True)
         self.icrc = icrc
-        self.fill = None          # completes each batch's records (the RC analysis columns), when set
+        self.fill = None  # completes each batch's records (the RC analysis columns), when set
         with open(path, "rb") as f:
             self.decimals = decimals_of(f.read(1 << 16))
 
@@ -76,18 +86,22 @@ class Stream:
             if self.fill:
                 self.fill(rec)
             return rec
-        return read_ahead(Batch(filled(decode_batch(self.walk.buf, pos, self.icrc)), pos, self.walk.buf)
-                          for pos in self.walk.batches())
+
+        return read_ahead(
+            Batch(filled(decode_batch(self.walk.buf, pos, self.icrc)), pos, self.walk.buf)
+            for pos in self.walk.batches()
+        )
 
 
 def with_analysis(d, row):
     """The full decode `d` of a record's frame, given the record's RC analysis fields (fast.records.ANALYSIS):
     in its field map, and as a `bth.analysis` layer of its own."""
     from ..fast.records import analysis_values
+
     values = analysis_values(row)
     if values:
         d.flat.update(values)
-        d.layers["bth.analysis"] = {k[len("bth.analysis."):]: v for k, v in values.items()}
+        d.layers["bth.analysis"] = {k[len("bth.analysis.") :]: v for k, v in values.items()}
     return d
 
 
@@ -95,6 +109,7 @@ def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None, nvme=
     """The full decode's field map of one frame, with the times relative to the capture's first frame
     and to the previous one (and, fed to `rmpp`, the SA table an RMPP transfer's last segment completes)."""
     from . import decode_frame
+
     d = decode_frame(frame)
     if rmpp is not None:
         rmpp.feed(d)
@@ -112,14 +127,18 @@ def select(stream, flt, detail: Callable = None, nvme=None) -> Iterator[tuple]:
     `detail(batch, i, t0, prev)` gives a frame's field map (default: detail_flat of its bytes, fed to the
     NVMe-oF tracker `nvme` when given)."""
     from ..fast.filter import batch_filter
+
     bf = batch_filter(flt, with_bytes=True)
     if detail is None:
         from .rmpp import RmppTracker
+
         rmpp = RmppTracker()
 
         def detail(batch, i, t0, prev):
             from ..fast.records import analysis_values
+
             return {**detail_flat(batch.frame(i), t0, prev, rmpp, nvme), **analysis_values(batch.rec[i])}
+
     t0, prev = None, None
     for batch in stream:
         rec = batch.rec
@@ -133,8 +152,9 @@ def select(stream, flt, detail: Callable = None, nvme=None) -> Iterator[tuple]:
             todo = np.flatnonzero(~sure)
         else:
             mask, todo = np.zeros(len(rec), bool), range(len(rec))
-        if nvme is not None:             # the tracker sees every frame it needs (RDMA-CM first)
+        if nvme is not None:  # the tracker sees every frame it needs (RDMA-CM first)
             from .nvme import storage_rows
+
             cm, data = storage_rows(rec, np.arange(len(rec)), nvme)
             for i in cm.tolist():
                 mask[i] = flt(detail(batch, i, t0, float(times[i - 1]) if i else prev))

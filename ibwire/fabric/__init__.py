@@ -33,6 +33,7 @@ integers; a value not seen in the capture is null.
                  "number": int|null, "issuer_lid": int, "details": {"trap.<field>": value}}]
     }
 """
+
 from collections import Counter
 
 from .model import NODE_TYPES, PORT_STATES, build
@@ -42,10 +43,19 @@ from .sm import elect
 def fabric_view(path: str) -> dict:
     """The JSON-ready view of the subnet in the capture at `path` (schema above)."""
     b = build(path)
-    nodes = [{"guid": n.guid, "type": NODE_TYPES.get(n.type), "description": n.description,
-              "system_image_guid": n.system_image_guid, "num_ports": n.num_ports,
-              "device_id": n.device_id, "vendor_id": n.vendor_id, "enhanced_port0": n.enhanced_port0}
-             for n in sorted(b.nodes.values(), key=lambda n: n.guid)]
+    nodes = [
+        {
+            "guid": n.guid,
+            "type": NODE_TYPES.get(n.type),
+            "description": n.description,
+            "system_image_guid": n.system_image_guid,
+            "num_ports": n.num_ports,
+            "device_id": n.device_id,
+            "vendor_id": n.vendor_id,
+            "enhanced_port0": n.enhanced_port0,
+        }
+        for n in sorted(b.nodes.values(), key=lambda n: n.guid)
+    ]
     ports = []
     for (guid, num), p in sorted(b.ports.items()):
         pi = p.portinfo
@@ -54,23 +64,53 @@ def fabric_view(path: str) -> dict:
             table = []
             for blk in range(max(p.pkey_blocks) + 1):
                 table += p.pkey_blocks.get(blk, [0] * 32)
-        ports.append({
-            "guid": p.guid, "node_guid": guid, "port_num": num, "lid": p.lid,
-            "lmc": pi.get("lmc") if pi else None,
-            "state": PORT_STATES.get(pi["portstate"], str(pi["portstate"])) if "portstate" in pi else None,
-            "master_sm_lid": pi.get("mastersmlid") if pi else None,
-            "partition_enforcement": {"inbound": pi.get("partitionenforcementinbound", 0),
-                                      "outbound": pi.get("partitionenforcementoutbound", 0)} if pi else None,
-            "violations": {"m_key": pi.get("m_keyviolations", 0), "p_key": pi.get("p_keyviolations", 0),
-                           "q_key": pi.get("q_keyviolations", 0)} if pi else None,
-            "pkeys": [k for k in table if k & 0x7FFF], "pkey_table": table,
-            "pkeys_last": p.pkeys_how or None, "pkeys_frame": p.pkeys_frame or None,
-            "link_width_active": pi.get("linkwidthactive"), "link_speed_active": pi.get("linkspeedactive"),
-            "link_speed_ext_active": pi.get("linkspeedextactive"), "capability_mask": pi.get("capabilitymask")})
+        ports.append(
+            {
+                "guid": p.guid,
+                "node_guid": guid,
+                "port_num": num,
+                "lid": p.lid,
+                "lmc": pi.get("lmc") if pi else None,
+                "state": PORT_STATES.get(pi["portstate"], str(pi["portstate"])) if "portstate" in pi else None,
+                "master_sm_lid": pi.get("mastersmlid") if pi else None,
+                "partition_enforcement": {
+                    "inbound": pi.get("partitionenforcementinbound", 0),
+                    "outbound": pi.get("partitionenforcementoutbound", 0),
+                }
+                if pi
+                else None,
+                "violations": {
+                    "m_key": pi.get("m_keyviolations", 0),
+                    "p_key": pi.get("p_keyviolations", 0),
+                    "q_key": pi.get("q_keyviolations", 0),
+                }
+                if pi
+                else None,
+                "pkeys": [k for k in table if k & 0x7FFF],
+                "pkey_table": table,
+                "pkeys_last": p.pkeys_how or None,
+                "pkeys_frame": p.pkeys_frame or None,
+                "link_width_active": pi.get("linkwidthactive"),
+                "link_speed_active": pi.get("linkspeedactive"),
+                "link_speed_ext_active": pi.get("linkspeedextactive"),
+                "capability_mask": pi.get("capabilitymask"),
+            }
+        )
     seen = sorted(b.sminfo.values(), key=lambda s: s["frame"])
     master, rogues = elect(seen)
     sm_lids = Counter(p["master_sm_lid"] for p in ports if p["master_sm_lid"])
-    return {"capture": path, "mads": b.mads, "smps": b.smps, "nodes": nodes, "ports": ports,
-            "sm": {"master": master, "rogues": rogues,
-                   "master_lid": sm_lids.most_common(1)[0][0] if sm_lids else None, "seen": seen},
-            "links": b.links(), "traps": b.traps}
+    return {
+        "capture": path,
+        "mads": b.mads,
+        "smps": b.smps,
+        "nodes": nodes,
+        "ports": ports,
+        "sm": {
+            "master": master,
+            "rogues": rogues,
+            "master_lid": sm_lids.most_common(1)[0][0] if sm_lids else None,
+            "seen": seen,
+        },
+        "links": b.links(),
+        "traps": b.traps,
+    }

@@ -5,10 +5,12 @@ lives on QP0 of native IB links, which RoCE does not have.  A frame is a MAD whe
 UD SEND Only and the destination QP is 0 or 1 (IBA Vol 1 §9.2, §13.5.1).  ERF layout: 16-byte header,
 extension headers when type bit 7 is set (each 8 bytes, chained by bit 7 of their own type byte).
 """
+
 import struct
 from typing import Iterator, NamedTuple
 
 from dissectors.opcodes import OPCODES
+
 from ..readers import iter_frames
 from ..writers import ERF_TYPE_INFINIBAND, ERF_TYPE_INFINIBAND_LINK, LINKTYPE_ERF, LINKTYPE_INFINIBAND
 
@@ -62,5 +64,5 @@ def iter_mads(path: str) -> Iterator[MadFrame]:
             continue
         sqp = struct.unpack_from(">I", ib, bth + 16)[0] & 0xFFFFFF
         dlid, slid = struct.unpack_from(">H2xH", ib, 2)
-        mad = ib[bth + 20:bth + 20 + MAD_LEN]
+        mad = ib[bth + 20 : bth + 20 + MAD_LEN]
         yield MadFrame(fr.number, fr.time, slid, dlid, dqp, sqp, mad)

@@ -5,6 +5,7 @@ a block per node — vendid, devid, sysimgguid, switchguid/caguid, the node line
 with link width/speed names as ibdiag_common.c's *_compat functions spell them).  Nodes come switches
 first, then CAs and routers, each by GUID; ibnetdiscover's own order follows its discovery walk.
 """
+
 import time
 from typing import Dict, List, Optional, Tuple
 
@@ -12,7 +13,7 @@ from dissectors.mad.table import LINK_SPEEDS, LINK_SPEEDS_EXT, LINK_WIDTHS
 
 from ..output.escape import printable
 
-HAS_EXT_SPEEDS = 1 << 14          # PortInfo.CapabilityMask.IsExtendedSpeedsSupported
+HAS_EXT_SPEEDS = 1 << 14  # PortInfo.CapabilityMask.IsExtendedSpeedsSupported
 
 
 def _width(code) -> str:
@@ -77,9 +78,11 @@ def ibnetdiscover(view: dict, now: Optional[float] = None) -> str:
         if n["type"] == "Switch":
             p0 = ix.port(g, 0)
             out.append(f"switchguid=0x{g:x}({_port_guid(n, ix):x})")
-            out.append(f'Switch\t{n["num_ports"]} {ix.name(g)}\t\t# "{desc}" '
-                       f'{"enhanced" if n.get("enhanced_port0") else "base"} port 0 lid {p0.get("lid") or 0} '
-                       f'lmc {p0.get("lmc") or 0}')
+            out.append(
+                f'Switch\t{n["num_ports"]} {ix.name(g)}\t\t# "{desc}" '
+                f"{'enhanced' if n.get('enhanced_port0') else 'base'} port 0 lid {p0.get('lid') or 0} "
+                f"lmc {p0.get('lmc') or 0}"
+            )
         else:
             out.append(f"{'ca' if n['type'] == 'CA' else 'rt'}guid=0x{g:x}")
             out.append(f'{"Ca" if n["type"] == "CA" else "Rt"}\t{n["num_ports"]} {ix.name(g)}\t\t# "{desc}"')
@@ -89,17 +92,22 @@ def ibnetdiscover(view: dict, now: Optional[float] = None) -> str:
             rg, rnum = ix.remote[(g, num)]
             p, rnode = ix.port(g, num), ix.nodes[rg]
             cap = (ix.port(g, 0) if n["type"] == "Switch" else p).get("capability_mask")
-            rate = _width(p.get("link_width_active")) + _speed(p.get("link_speed_active"),
-                                                               p.get("link_speed_ext_active"), cap)
+            rate = _width(p.get("link_width_active")) + _speed(
+                p.get("link_speed_active"), p.get("link_speed_ext_active"), cap
+            )
             rguid = ix.port(rg, rnum).get("guid") or 0
             if n["type"] == "Switch":
                 far = f"({rguid:x}) " if rnode["type"] != "Switch" else ""
-                out.append(f'[{num}]\t{ix.name(rg)}[{rnum}]{far}\t\t# "{printable(rnode["description"])}" '
-                           f'lid {ix.lid(rg, rnum)} {rate}')
+                out.append(
+                    f'[{num}]\t{ix.name(rg)}[{rnum}]{far}\t\t# "{printable(rnode["description"])}" '
+                    f"lid {ix.lid(rg, rnum)} {rate}"
+                )
             else:
                 far = f" ({rguid:x}) " if rnode["type"] != "Switch" else ""
-                out.append(f'[{num}]({p.get("guid") or 0:x}) \t{ix.name(rg)}[{rnum}]{far}\t\t# lid {p.get("lid") or 0} '
-                           f'lmc {p.get("lmc") or 0} "{printable(rnode["description"])}" lid {ix.lid(rg, rnum)} {rate}')
+                out.append(
+                    f"[{num}]({p.get('guid') or 0:x}) \t{ix.name(rg)}[{rnum}]{far}\t\t# lid {p.get('lid') or 0} "
+                    f'lmc {p.get("lmc") or 0} "{printable(rnode["description"])}" lid {ix.lid(rg, rnum)} {rate}'
+                )
     return "\n".join(out) + "\n"
 
 
@@ -121,7 +129,7 @@ def dot(view: dict) -> str:
     sm_node = next((p["node_guid"] for p in view["ports"] if master and p["guid"] == master), None)
     if sm_node is None and view["sm"]["master_lid"]:
         sm_node = next((p["node_guid"] for p in view["ports"] if p["lid"] == view["sm"]["master_lid"]), None)
-    out = ["graph fabric {", "  graph [rankdir=TB];", "  node [fontname=\"sans-serif\"];"]
+    out = ["graph fabric {", "  graph [rankdir=TB];", '  node [fontname="sans-serif"];']
     for n in ix.ordered():
         g = n["guid"]
         lines = [printable(n["description"]) or f"0x{g:016x}", f"0x{g:016x}"]

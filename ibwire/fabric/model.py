@@ -10,18 +10,27 @@ Where an SMP's data belongs (IBA Vol 1 §14.2):
 Data comes from SubnGetResp (also the answer to a SubnSet: it carries the value after the write) and from
 SubnSet requests, so a table is "as last read or written" even when a response is missing.
 """
+
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from dissectors.mad import MAD, flat
 from dissectors.madnames import SM_STATES
+
 from .extract import iter_mads
 from .rates import compare_link, port_modes
 
 NODE_TYPES = {1: "CA", 2: "Switch", 3: "Router"}
 PORT_STATES = {0: "NoChange", 1: "Down", 2: "Init", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
-_ATTRS = {0x0002: "notice", 0x0010: "nodedescription", 0x0011: "nodeinfo", 0x0012: "switchinfo",
-          0x0015: "portinfo", 0x0016: "p_keytable", 0x0020: "sminfo"}
+_ATTRS = {
+    0x0002: "notice",
+    0x0010: "nodedescription",
+    0x0011: "nodeinfo",
+    0x0012: "switchinfo",
+    0x0015: "portinfo",
+    0x0016: "p_keytable",
+    0x0020: "sminfo",
+}
 SUBN_GET_RESP, SUBN_SET, SUBN_TRAP = 0x81, 0x02, 0x05
 
 
@@ -33,7 +42,7 @@ class Port:
     lid: Optional[int] = None
     portinfo: Dict[str, int] = field(default_factory=dict)
     pkey_blocks: Dict[int, List[int]] = field(default_factory=dict)
-    pkeys_how: str = ""          # "read" or "written"
+    pkeys_how: str = ""  # "read" or "written"
     pkeys_frame: int = 0
 
 
@@ -46,7 +55,7 @@ class Node:
     num_ports: int = 0
     device_id: int = 0
     vendor_id: int = 0
-    enhanced_port0: Optional[bool] = None     # SwitchInfo.EnhancedPort0 (§14.2.5.4), None until seen
+    enhanced_port0: Optional[bool] = None  # SwitchInfo.EnhancedPort0 (§14.2.5.4), None until seen
     port_guids: Dict[int, int] = field(default_factory=dict)
 
 
@@ -54,12 +63,12 @@ class FabricBuilder:
     def __init__(self):
         self.nodes: Dict[int, Node] = {}
         self.ports: Dict[Tuple[int, int], Port] = {}
-        self.routes: Dict[Tuple[int, Tuple[int, ...]], Tuple[int, int]] = {}   # (requester, path) -> (node, in-port)
+        self.routes: Dict[Tuple[int, Tuple[int, ...]], Tuple[int, int]] = {}  # (requester, path) -> (node, in-port)
         self.lids: Dict[int, Tuple[int, int]] = {}
         self.sminfo: Dict[int, dict] = {}
         self.traps: List[dict] = []
         self.pending: List[tuple] = []
-        self.set_tids = set()        # TIDs of SubnSet requests: their GetResp reports a write
+        self.set_tids = set()  # TIDs of SubnSet requests: their GetResp reports a write
         self.mads = 0
         self.smps = 0
 
@@ -74,7 +83,7 @@ class FabricBuilder:
         """(node GUID, port the SMP entered by) for an SMP, or None when not known (yet)."""
         if f["mad.mgmtclass"] == 0x81:
             hops = f.get("smpdirected.hopcount") or 0
-            path = tuple((f.get("smpdirected.initialpath") or b"")[1:hops + 1])
+            path = tuple((f.get("smpdirected.initialpath") or b"")[1 : hops + 1])
             return self.routes.get((f["mad.transactionid"] >> 32, path))
         lid = mf.slid if f["mad.method"] & 0x80 else mf.dlid
         return self.lids.get(lid)
@@ -123,7 +132,7 @@ class FabricBuilder:
         self._port(guid, inport).guid = f["nodeinfo.portguid"]
         if f["mad.mgmtclass"] == 0x81:
             hops = f.get("smpdirected.hopcount") or 0
-            path = tuple((f.get("smpdirected.initialpath") or b"")[1:hops + 1])
+            path = tuple((f.get("smpdirected.initialpath") or b"")[1 : hops + 1])
             self.routes[(f["mad.transactionid"] >> 32, path)] = (guid, f["nodeinfo.localportnum"])
         else:
             self.lids.setdefault(mf.slid, (guid, inport))
@@ -140,8 +149,9 @@ class FabricBuilder:
         elif attr == 0x0015:
             num = mod & 0xFF if node.type == 2 else (mod & 0xFF or inport)
             p = self._port(node_guid, num)
-            p.portinfo = {k.split(".", 1)[1]: v for k, v in f.items()
-                          if k.startswith("portinfo.") and isinstance(v, int)}
+            p.portinfo = {
+                k.split(".", 1)[1]: v for k, v in f.items() if k.startswith("portinfo.") and isinstance(v, int)
+            }
             lid = p.portinfo.get("lid", 0)
             if node.type != 2 or num == 0:
                 p.lid = lid
@@ -173,18 +183,31 @@ class FabricBuilder:
         if lid is None and f["mad.mgmtclass"] == 0x01:
             lid = mf.slid
         self.sminfo[guid] = {
-            "guid": guid, "priority": f["sminfo.priority"], "state": SM_STATES.get(f["sminfo.smstate"],
-                                                                                  str(f["sminfo.smstate"])),
-            "actcount": f["sminfo.actcount"], "sm_key": f["sminfo.sm_key"], "lid": lid, "frame": mf.number}
+            "guid": guid,
+            "priority": f["sminfo.priority"],
+            "state": SM_STATES.get(f["sminfo.smstate"], str(f["sminfo.smstate"])),
+            "actcount": f["sminfo.actcount"],
+            "sm_key": f["sminfo.sm_key"],
+            "lid": lid,
+            "frame": mf.number,
+        }
 
     def _trap(self, mf, f):
         details = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in f.items() if k.startswith("trap.")}
         generic = f.get("notice.isgeneric", 1)
-        self.traps.append({
-            "frame": mf.number, "time": mf.time, "slid": mf.slid, "dlid": mf.dlid,
-            "generic": bool(generic), "type": f.get("notice.type"),
-            "number": f.get("notice.trapnumberdeviceid") if generic else None,
-            "issuer_lid": f.get("notice.issuerlid"), "details": details})
+        self.traps.append(
+            {
+                "frame": mf.number,
+                "time": mf.time,
+                "slid": mf.slid,
+                "dlid": mf.dlid,
+                "generic": bool(generic),
+                "type": f.get("notice.type"),
+                "number": f.get("notice.trapnumberdeviceid") if generic else None,
+                "issuer_lid": f.get("notice.issuerlid"),
+                "details": details,
+            }
+        )
 
     def finish(self):
         for mf, f in self.pending:
@@ -219,8 +242,10 @@ class FabricBuilder:
             if key in seen:
                 continue
             seen.add(key)
-            link = {"a": {"node_guid": end_a[0], "port_num": end_a[1]},
-                    "b": {"node_guid": end_b[0], "port_num": end_b[1]}}
+            link = {
+                "a": {"node_guid": end_a[0], "port_num": end_a[1]},
+                "b": {"node_guid": end_b[0], "port_num": end_b[1]},
+            }
             pa, pb = self.ports.get(end_a), self.ports.get(end_b)
             if pa and pb and pa.portinfo and pb.portinfo:
                 link.update(compare_link(port_modes(pa.portinfo), port_modes(pb.portinfo)))

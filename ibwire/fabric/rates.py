@@ -76,9 +76,12 @@ def compare_link(a: dict, b: dict) -> dict:
     sup_w, sup_s = _best(a, b, "supported")
     ena_w, ena_s = _best(a, b, "enabled")
     return {
-        "active": rate_text(act_w, act_s), "active_gbps": active,
-        "best_supported": rate_text(sup_w, sup_s), "best_supported_gbps": gbps(sup_w, sup_s),
-        "best_enabled": rate_text(ena_w, ena_s), "best_enabled_gbps": gbps(ena_w, ena_s),
+        "active": rate_text(act_w, act_s),
+        "active_gbps": active,
+        "best_supported": rate_text(sup_w, sup_s),
+        "best_supported_gbps": gbps(sup_w, sup_s),
+        "best_enabled": rate_text(ena_w, ena_s),
+        "best_enabled_gbps": gbps(ena_w, ena_s),
         "below_supported": bool(active and active < gbps(sup_w, sup_s)),
         "below_enabled": bool(active and active < gbps(ena_w, ena_s)),
     }

@@ -6,6 +6,7 @@ opensm decides the same way (include/opensm/osm_sm.h osm_sm_is_greater_than(), u
 osm_state_mgr.c state_mgr_get_highest_sm() and osm_sminfo_rcv.c).  So of several MASTER claims the
 winner is the master, and every other claimant is a rogue: it claims MASTER but loses the election.
 """
+
 from typing import List, Optional, Tuple
 
 

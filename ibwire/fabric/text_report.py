@@ -1,5 +1,6 @@
 """Plain-text rendering of `fabric_view()` for people: one section per kind of fact.  Text read from the
 capture (node descriptions, trap details, the file name) is shown with its control characters escaped."""
+
 from ..analysis.report import plural
 from ..output.escape import printable
 
@@ -21,8 +22,9 @@ def render(view: dict) -> str:
     names = {n["guid"]: printable(n["description"]) or _g(n["guid"]) for n in view["nodes"]}
     lines.append(f"\nNodes ({len(view['nodes'])})")
     for n in view["nodes"]:
-        lines.append(f"  {n['type'] or '?':6} {_g(n['guid'])}  ports {n['num_ports']:<3} "
-                     f"\"{printable(n['description'])}\"")
+        lines.append(
+            f'  {n["type"] or "?":6} {_g(n["guid"])}  ports {n["num_ports"]:<3} "{printable(n["description"])}"'
+        )
     lines.append("\nPorts")
     for p in view["ports"]:
         if p["state"] is None and not p["pkeys"]:
@@ -30,14 +32,18 @@ def render(view: dict) -> str:
         lid = "-" if p["lid"] is None else str(p["lid"])
         pk = " ".join(_pk(k) for k in p["pkeys"]) or "-"
         how = f" [{p['pkeys_last']} in frame {p['pkeys_frame']}]" if p["pkeys_last"] else ""
-        lines.append(f"  {names.get(p['node_guid'], _g(p['node_guid']))} port {p['port_num']:<2} "
-                     f"guid {_g(p['guid'])} lid {lid:<5} {p['state'] or '?':7} P_Keys {pk}{how}")
+        lines.append(
+            f"  {names.get(p['node_guid'], _g(p['node_guid']))} port {p['port_num']:<2} "
+            f"guid {_g(p['guid'])} lid {lid:<5} {p['state'] or '?':7} P_Keys {pk}{how}"
+        )
     sm = view["sm"]
     lines.append("\nSubnet manager")
     if sm["master"]:
         m = sm["master"]
-        lines.append(f"  master {_g(m['guid'])} lid {_lid(m['lid'])} priority {m['priority']} "
-                     f"activity {m['actcount']} (SMInfo, frame {m['frame']})")
+        lines.append(
+            f"  master {_g(m['guid'])} lid {_lid(m['lid'])} priority {m['priority']} "
+            f"activity {m['actcount']} (SMInfo, frame {m['frame']})"
+        )
     elif sm["master_lid"]:
         lines.append(f"  master at lid {sm['master_lid']} (PortInfo.MasterSMLID; no SMInfo seen)")
     else:
@@ -48,13 +54,16 @@ def render(view: dict) -> str:
             continue
         what = "ROGUE" if s["guid"] in rogues else s["state"].lower()
         why = "; claims MASTER, outranked by the master" if s["guid"] in rogues else ""
-        lines.append(f"  {what} {_g(s['guid'])} lid {_lid(s['lid'])} priority {s['priority']} (SMInfo, frame "
-                     f"{s['frame']}{why})")
+        lines.append(
+            f"  {what} {_g(s['guid'])} lid {_lid(s['lid'])} priority {s['priority']} (SMInfo, frame {s['frame']}{why})"
+        )
     lines.append(f"\nLinks ({len(view['links'])})")
     for lk in view["links"]:
         a, b = lk["a"], lk["b"]
-        ends = (f"{names.get(a['node_guid'], _g(a['node_guid']))}/{a['port_num']} <-> "
-                f"{names.get(b['node_guid'], _g(b['node_guid']))}/{b['port_num']}")
+        ends = (
+            f"{names.get(a['node_guid'], _g(a['node_guid']))}/{a['port_num']} <-> "
+            f"{names.get(b['node_guid'], _g(b['node_guid']))}/{b['port_num']}"
+        )
         if "active" not in lk:
             lines.append(f"  {ends}  (no PortInfo)")
             continue

@@ -4,6 +4,7 @@
 `native/` (built as `_native`); analyzers consume them batch by batch so memory stays flat however large
 the capture is.  scapy stays the path for `decode -V` and crafting.
 """
+
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
@@ -13,8 +14,10 @@ from ..errors import UserError
 try:
     from . import _native  # noqa: F401  (the compiled part; every fast-path module uses it)
 except ImportError as e:
-    raise UserError(f"ibwire's compiled part is missing or broken ({e}); rebuild it with `pip install -e .` "
-                    "on a machine with gcc, zlib1g-dev and python3-dev (`./dev demo` installs them)") from None
+    raise UserError(
+        f"ibwire's compiled part is missing or broken ({e}); rebuild it with `pip install -e .` "
+        "on a machine with gcc, zlib1g-dev and python3-dev (`./dev demo` installs them)"
+    ) from None
 
 from .decode import decode_batch  # noqa: E402
 from .walk import CaptureWalk  # noqa: E402
@@ -57,6 +60,7 @@ class Scan:
         consumer is done with (it appends them), filled again rather than new ones made."""
         from .columns import Columns
         from .decode import decode_columns
+
         rows = max(rows, self.walk.batch)
 
         def block():
@@ -65,6 +69,7 @@ class Scan:
                 if c.capacity == rows and c.clear():
                     return c
             return Columns(rows)
+
         cols = block()
         for pos in self.walk.batches():
             if cols.n + len(pos.data) > rows:
@@ -88,4 +93,5 @@ def scan(path: str, icrc: bool = True, batch: int = 16384, span=None) -> Scan:
 def read_all(path: str, icrc: bool = True) -> np.ndarray:
     """Every record of a (small) capture in one array; use `scan` for large ones."""
     from .records import join
+
     return join(list(scan(path, icrc)))

@@ -3,6 +3,7 @@
 The compiled walk, decoder and CRC checks release the GIL, as do file reads and pyarrow's Parquet encoder,
 so a producer thread (read and decode) and its consumer (print, analyse, encode) overlap.
 """
+
 import queue
 import threading
 import weakref
@@ -34,7 +35,7 @@ def read_ahead(items: Iterable, depth: int = 1) -> Iterator:
                 if not put((b, None)):
                     return
             put((done, None))
-        except BaseException as e:        # noqa: B036  (handed to the consumer, which raises it)
+        except BaseException as e:  # noqa: B036  (handed to the consumer, which raises it)
             put((done, e))
         finally:
             close = getattr(items, "close", None)
@@ -56,6 +57,7 @@ def read_ahead(items: Iterable, depth: int = 1) -> Iterator:
         finally:
             stop.set()
             t.join()
+
     items_out = consume()
-    weakref.finalize(items_out, stop.set)      # also when the consumer never starts: the producer ends
+    weakref.finalize(items_out, stop.set)  # also when the consumer never starts: the producer ends
     return items_out

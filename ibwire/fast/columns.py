@@ -1,13 +1,14 @@
 """Records stored field by field: each field of `records.RECORD` as one contiguous column, the layout Arrow
 and Parquet take.  The compiled decoder fills such a block directly (`decode.decode_columns`); records
 already decoded are split into one in a single compiled pass (`from_records`)."""
+
 from typing import Dict
 
 import numpy as np
 
 from . import _native
-from .walk import unreferenced
 from .records import RECORD
+from .walk import unreferenced
 
 FIELDS = RECORD.names
 SIZES = np.array([RECORD.fields[f][0].itemsize for f in FIELDS], np.int64)
@@ -30,11 +31,11 @@ class Columns:
     def __getitem__(self, field: str) -> np.ndarray:
         dt = RECORD.fields[field][0]
         a = self.capacity * STARTS[field]
-        return self.buf[a:a + self.n * dt.itemsize].view(dt)
+        return self.buf[a : a + self.n * dt.itemsize].view(dt)
 
     def clear(self) -> bool:
         """Empty the block for reuse: False (and left as it is) while a view of its memory is alive."""
-        if not unreferenced(self.buf, 1):          # self.buf
+        if not unreferenced(self.buf, 1):  # self.buf
             return False
         self.buf.fill(0)
         self.n = 0

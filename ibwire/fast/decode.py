@@ -5,6 +5,7 @@ The protocol facts the compiled loop needs come from here, so they keep one sour
 offsets per opcode from dissectors.opcodes, the VCRC table from dissectors.crc, the record layout from
 records.RECORD (each field's byte offset, checked against the types the C code writes).
 """
+
 import numpy as np
 
 from dissectors.crc import vcrc
@@ -48,9 +49,12 @@ def _field_offsets() -> np.ndarray:
 
 
 def _check_codes():
-    ours = ({k: i for i, k in enumerate(R.LINK_KINDS)}, {k: i for i, k in enumerate(R.CRC_STATUS)},
-            {k: getattr(R, k) for k in _native.FLAGS})
-    if (ours != (_native.LINK_KINDS, _native.CRC_STATUS, _native.FLAGS)):
+    ours = (
+        {k: i for i, k in enumerate(R.LINK_KINDS)},
+        {k: i for i, k in enumerate(R.CRC_STATUS)},
+        {k: getattr(R, k) for k in _native.FLAGS},
+    )
+    if ours != (_native.LINK_KINDS, _native.CRC_STATUS, _native.FLAGS):
         raise ImportError("ibwire.fast._native disagrees with ibwire.fast.records on codes; rebuild it")
 
 
@@ -59,7 +63,7 @@ def _check_codes():
 VCRC_TABLE = np.array([vcrc(bytes([x ^ 0xFF])) ^ 0xFF00 for x in range(256)], dtype=np.uint16)
 EXT_OFF, EXT_LEN, KNOWN = _opcode_tables()
 FIELD_OFF = _field_offsets()
-RECORD_STEP = np.full(len(FIELD_OFF), R.RECORD.itemsize, np.int64)   # records one after another
+RECORD_STEP = np.full(len(FIELD_OFF), R.RECORD.itemsize, np.int64)  # records one after another
 # Columns (fast.columns): each field of the compiled decoder's at capacity * start + row * size.
 COLUMN_STEP = np.array([R.RECORD.fields[name][0].itemsize for name, _ in _native.FIELDS], np.int64)
 COLUMN_START = np.array([STARTS[name] for name, _ in _native.FIELDS], np.int64)
@@ -102,8 +106,14 @@ def decode_columns(buf: np.ndarray, pos: Positions, cols: Columns, icrc: bool = 
     if n:
         _decode(buf, pos, icrc, cols.capacity * COLUMN_START + at * COLUMN_STEP, COLUMN_STEP, cols.buf)
     cols.n = at + n
-    for field, v in (("frame", pos.frame), ("time", pos.time), ("caplen", pos.caplen), ("len", pos.wirelen),
-                     ("time_ns", pos.ns), ("linktype", pos.linktype)):
+    for field, v in (
+        ("frame", pos.frame),
+        ("time", pos.time),
+        ("caplen", pos.caplen),
+        ("len", pos.wirelen),
+        ("time_ns", pos.ns),
+        ("linktype", pos.linktype),
+    ):
         if v is not None:
             cols[field][at:] = v
     as_tshark_counts(buf, pos, {k: cols[k][at:] for k in ("caplen", "len", "time_ns", "time")})
@@ -112,7 +122,21 @@ def decode_columns(buf: np.ndarray, pos: Positions, cols: Columns, icrc: bool = 
 def _decode(buf, pos: Positions, icrc: bool, field_off: np.ndarray, field_step: np.ndarray, out) -> None:
     def i64(a):
         return np.ascontiguousarray(a, np.int64)
-    _native.decode(buf, data=i64(pos.data), caplen=i64(pos.caplen), wirelen=i64(pos.wirelen),
-                   linktype=i64(pos.linktype), ext_off=EXT_OFF, ext_len=EXT_LEN, known=KNOWN, vtable=VCRC_TABLE,
-                   field_off=field_off, field_step=field_step, roce2_port=ROCE_V2_PORT,
-                   roce1_ethertype=ROCE_V1_ETHERTYPE, icrc=icrc, out=out)
+
+    _native.decode(
+        buf,
+        data=i64(pos.data),
+        caplen=i64(pos.caplen),
+        wirelen=i64(pos.wirelen),
+        linktype=i64(pos.linktype),
+        ext_off=EXT_OFF,
+        ext_len=EXT_LEN,
+        known=KNOWN,
+        vtable=VCRC_TABLE,
+        field_off=field_off,
+        field_step=field_step,
+        roce2_port=ROCE_V2_PORT,
+        roce1_ethertype=ROCE_V1_ETHERTYPE,
+        icrc=icrc,
+        out=out,
+    )

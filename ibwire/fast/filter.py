@@ -6,6 +6,7 @@ IB, not malformed, truncated or found by the port heuristic).  `BatchFilter(rec)
 rows it is sure of; the others go to the detail decoder (`select`).  A filter naming a field the records
 do not hold raises NotBatchable.
 """
+
 import ipaddress
 from typing import Callable, Optional
 
@@ -15,8 +16,26 @@ from dissectors.opcodes import HEADER_LEN, OPCODES
 
 from ..errors import UserError
 from ..fieldtypes import BYTES, EITHER, FLOAT, IPV4, IPV6, MAC, STRING, UINT
-from ..filter import (ALL_EQ, ALL_NE, ANY_EQ, ANY_NE, CONTAINS, IN, MATCHES, ORDERED, BitAnd, Field, Filter, Length,
-                      Logic, Range, Slice, compare, compile_filter, take_slice)
+from ..filter import (
+    ALL_EQ,
+    ALL_NE,
+    ANY_EQ,
+    ANY_NE,
+    CONTAINS,
+    IN,
+    MATCHES,
+    ORDERED,
+    BitAnd,
+    Field,
+    Filter,
+    Length,
+    Logic,
+    Range,
+    Slice,
+    compare,
+    compile_filter,
+    take_slice,
+)
 from . import records as R
 
 
@@ -124,8 +143,13 @@ def _frame(key: str, c: Ctx) -> Column:
     if key == "frame.time_delta":
         t = rec["time"]
         return Column(c.all, np.diff(t, prepend=c.prev if c.prev is not None else t[:1]), c.all, FLOAT)
-    col = {"frame.number": "frame", "frame.len": "len", "frame.cap_len": "caplen", "frame.time_epoch": "time",
-           "frame.linktype": "linktype"}.get(key)
+    col = {
+        "frame.number": "frame",
+        "frame.len": "len",
+        "frame.cap_len": "caplen",
+        "frame.time_epoch": "time",
+        "frame.linktype": "linktype",
+    }.get(key)
     if col is None:
         raise NotBatchable(key)
     return Column(c.all, rec[col] if col == "time" else _u(rec, col), c.all, FLOAT if col == "time" else UINT)
@@ -196,8 +220,15 @@ def _mad(key: str, c: Ctx) -> Column:
 
 
 _BY_PROTO: dict = {
-    "frame": _frame, "eth": _eth, "vlan": _vlan, **dict.fromkeys(("ip", "ipv6", "udp", "arp", "icmp"), _ip),
-    "infiniband": lambda key, c: Column(c.data, None, c.sound), "grh": _grh, "lrh": _lrh, "mad": _mad, "cm": _mad,
+    "frame": _frame,
+    "eth": _eth,
+    "vlan": _vlan,
+    **dict.fromkeys(("ip", "ipv6", "udp", "arp", "icmp"), _ip),
+    "infiniband": lambda key, c: Column(c.data, None, c.sound),
+    "grh": _grh,
+    "lrh": _lrh,
+    "mad": _mad,
+    "cm": _mad,
 }
 
 
@@ -218,7 +249,7 @@ def _analysis(key: str, c: Ctx) -> Column:
 def _compare(col: Column, op: str, want, ftype: str) -> np.ndarray:
     """Per row: does this occurrence satisfy `op want` (presence not included)?"""
     v = col.values
-    if col.kind == BYTES:                        # frame slices, one per row
+    if col.kind == BYTES:  # frame slices, one per row
         return np.array([compare(op, BYTES, [x], want) for x in v], bool)
     if col.kind == STRING:
         names = col.names
@@ -269,7 +300,7 @@ def _compare(col: Column, op: str, want, ftype: str) -> np.ndarray:
 def _transformed(key: str, xform: tuple, c: Ctx) -> list:
     """The columns of `key` masked by `&` literals (`bth.opcode & 0xe0`); `len(frame)` is the captured
     length.  Slices and other len() need the frame's bytes: the full decode answers them."""
-    not_erf = c.rec["linktype"] != ERF                         # an ERF record's header is not frame (wiretap)
+    not_erf = c.rec["linktype"] != ERF  # an ERF record's header is not frame (wiretap)
     if key == "frame" and isinstance(xform[0], Length):
         cols, xform = [Column(c.all, _u(c.rec, "caplen"), not_erf)], xform[1:]
     elif key == "frame" and isinstance(xform[0], Slice) and c.frames is not None:
@@ -298,7 +329,7 @@ class BatchFilter:
         self.filter = flt
         self.text = flt.text
         probe = np.zeros(1, R.RECORD)
-        self(probe, frames=(lambda i: b"") if with_bytes else None)   # every field and operator must be answerable
+        self(probe, frames=(lambda i: b"") if with_bytes else None)  # every field and operator must be answerable
 
     def __call__(self, rec: np.ndarray, t0: float = 0.0, prev: Optional[float] = None, frames=None):
         """`frames(i)`, where the caller has the batch's bytes, gives row i's frame for `frame[...]` slices."""
@@ -318,15 +349,19 @@ class BatchFilter:
         sure = np.logical_and.reduce([col.sure for col in cols])
         present = np.logical_or.reduce([col.present for col in cols])
         if node.op is None:
-            if node.xform:                       # `field & mask` alone: a bit left set; a slice: a byte taken
-                return np.logical_or.reduce([col.present & (np.array([len(v) > 0 for v in col.values], bool)
-                                                            if col.kind == BYTES else col.values != 0)
-                                             for col in cols]), sure
+            if node.xform:  # `field & mask` alone: a bit left set; a slice: a byte taken
+                return np.logical_or.reduce(
+                    [
+                        col.present
+                        & (np.array([len(v) > 0 for v in col.values], bool) if col.kind == BYTES else col.values != 0)
+                        for col in cols
+                    ]
+                ), sure
             return present, sure
         if isinstance(node.value, Field):
             raise NotBatchable("field comparison")
         hits = [col.present & _compare(col, node.op, node.value, node.type) for col in cols]
-        if node.op == ALL_NE:                    # every occurrence differs: no present occurrence equals
+        if node.op == ALL_NE:  # every occurrence differs: no present occurrence equals
             eqs = [col.present & _compare(col, ANY_EQ, node.value, node.type) for col in cols]
             return present & ~np.logical_or.reduce(eqs), sure
         if node.op == ALL_EQ:
@@ -356,20 +391,23 @@ def compile_batch_filter(text: str, fill: Callable = None) -> Callable[[np.ndarr
     try:
         bf = BatchFilter(flt)
     except NotBatchable as e:
-        raise UserError(f"display filter: {e} needs the full decoder; this command filters on the fields the "
-                        f"compiled records hold (frame.*, eth/vlan/ip/ipv6/udp addresses and ports, lrh, grh, bth "
-                        f"and extended headers, the MAD common header); `ibwire decode -Y` takes every field") from None
+        raise UserError(
+            f"display filter: {e} needs the full decoder; this command filters on the fields the "
+            f"compiled records hold (frame.*, eth/vlan/ip/ipv6/udp addresses and ports, lrh, grh, bth "
+            f"and extended headers, the MAD common header); `ibwire decode -Y` takes every field"
+        ) from None
     state = {"t0": None, "prev": None}
 
     def mask(rec: np.ndarray) -> np.ndarray:
         if fill is not None:
             fill(rec)
-        if len(rec) and rec["frame"][0] == 1:         # a (new) pass over the file
+        if len(rec) and rec["frame"][0] == 1:  # a (new) pass over the file
             state["t0"], state["prev"] = float(rec["time"][0]), None
         m, _ = bf(rec, state["t0"] or 0.0, state["prev"])
         if len(rec):
             state["prev"] = float(rec["time"][-1])
         return m
+
     mask.text = text
     return mask
 
@@ -388,7 +426,8 @@ class FilteredScan:
         """As Scan.columns: blocks of the selected records, at least `rows` in each but the last."""
         from .columns import from_records
         from .records import gathered
+
         return (from_records(rec) for rec in gathered(self, rows))
 
-    def __getattr__(self, name):          # size, bytes_done, problems, walk ...
+    def __getattr__(self, name):  # size, bytes_done, problems, walk ...
         return getattr(self.scan, name)

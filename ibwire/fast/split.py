@@ -5,6 +5,7 @@ are counted).
 Each cut moves to the next record start readers.resync trusts.  A pcapng span reads its section header and
 interfaces from the start of the file (fast.walk.SpanContextLost when a later block would change them).
 """
+
 import os
 import struct
 from typing import List, Optional, Tuple
@@ -13,8 +14,8 @@ from ..errors import UserError
 from ..readers.formats import PCAP_MAGICS, PCAPNG_SHB
 from ..readers.resync import boundary, pcapng_boundary
 
-MIN_SPLIT = 64 << 20     # files smaller than this are not worth splitting
-MIN_SPAN = 8 << 20       # nor spans smaller than this
+MIN_SPLIT = 64 << 20  # files smaller than this are not worth splitting
+MIN_SPAN = 8 << 20  # nor spans smaller than this
 
 
 def processes(requested: int, units: int) -> int:

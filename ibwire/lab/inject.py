@@ -1,6 +1,7 @@
 """Runs inside a lab namespace: send a pcap's frames on an interface (AF_PACKET), or with `--sink N` hold UDP
 port 4791 open until N datagrams arrived (or 60 s passed: a loaded machine starts the senders slowly) and print how many did, so replayed RoCEv2 packets
 are never answered with ICMP port unreachable."""
+
 import socket
 import sys
 

@@ -8,6 +8,7 @@ The host-side ends pf0vfN behave like VF representors: what VF N sends arrives o
 Neighbours are static, IPv6 and multicast are off so the only traffic is what `lab traffic` sends.  With --vlan V the
 hosts talk over eth0.V.  The description is written to <run dir>/lab-<prefix>.json for `ibwire capture`.
 """
+
 import json
 import subprocess
 from typing import List, Optional
@@ -36,12 +37,35 @@ def _ns(ns: str, *args: str, check=True):
 
 
 def describe(prefix: str = "ibwlab", vlan: Optional[int] = None) -> dict:
-    hosts = [{"name": f"vf{i}", "index": i, "netns": f"{prefix}-vf{i}", "representor": f"pf0vf{i}",
-              "mac": f"02:1b:00:00:{i:02x}:02", "ips": [f"{SUBNET}.{10 + i}"], "vlan": vlan} for i in range(NUM_VFS)]
-    remote = {"name": "remote", "netns": f"{prefix}-remote", "representor": "p0", "mac": "02:1b:00:00:ff:02",
-              "ips": [f"{SUBNET}.100"], "vlan": vlan}
-    return {"name": prefix, "pf_netns": f"{prefix}-pf", "uplink": "p0", "bridge": "esw0", "vfs": hosts,
-            "remote": remote, "vlan": vlan}
+    hosts = [
+        {
+            "name": f"vf{i}",
+            "index": i,
+            "netns": f"{prefix}-vf{i}",
+            "representor": f"pf0vf{i}",
+            "mac": f"02:1b:00:00:{i:02x}:02",
+            "ips": [f"{SUBNET}.{10 + i}"],
+            "vlan": vlan,
+        }
+        for i in range(NUM_VFS)
+    ]
+    remote = {
+        "name": "remote",
+        "netns": f"{prefix}-remote",
+        "representor": "p0",
+        "mac": "02:1b:00:00:ff:02",
+        "ips": [f"{SUBNET}.100"],
+        "vlan": vlan,
+    }
+    return {
+        "name": prefix,
+        "pf_netns": f"{prefix}-pf",
+        "uplink": "p0",
+        "bridge": "esw0",
+        "vfs": hosts,
+        "remote": remote,
+        "vlan": vlan,
+    }
 
 
 def lab_file(prefix: str):
@@ -87,7 +111,7 @@ def _build(lab: dict):
         _quiet(ns)
         _ns(ns, "ip", "link", "set", "lo", "up")
     _ns(pf, "ip", "link", "add", "name", lab["bridge"], "type", "bridge", "stp_state", "0", "mcast_snooping", "0")
-    _ns(pf, "ip", "link", "set", lab["bridge"], "multicast", "off", "up")   # no IGMP reports from the bridge
+    _ns(pf, "ip", "link", "set", lab["bridge"], "multicast", "off", "up")  # no IGMP reports from the bridge
     for h in hosts:
         rep = h["representor"]
         _ns(pf, "ip", "link", "add", "name", rep, "type", "veth", "peer", "name", "eth0", "netns", h["netns"])
@@ -100,8 +124,20 @@ def _build(lab: dict):
             dev = f"eth0.{h['vlan']}"
             _ns(h["netns"], "ip", "link", "add", "link", "eth0", "name", dev, "type", "vlan", "id", str(h["vlan"]))
             _ns(h["netns"], "ip", "link", "set", dev, "up")
-            _ns(pf, "bridge", "fdb", "add", h["mac"], "dev", rep, "master", "static", "vlan", str(h["vlan"]),
-                check=False)
+            _ns(
+                pf,
+                "bridge",
+                "fdb",
+                "add",
+                h["mac"],
+                "dev",
+                rep,
+                "master",
+                "static",
+                "vlan",
+                str(h["vlan"]),
+                check=False,
+            )
         _ns(pf, "bridge", "fdb", "add", h["mac"], "dev", rep, "master", "static")
         for ip in h["ips"]:
             _ns(h["netns"], "ip", "addr", "add", f"{ip}/24", "dev", dev)
@@ -112,8 +148,19 @@ def _build(lab: dict):
         for o in hosts:
             if o is not h:
                 for ip in o["ips"]:
-                    _ns(h["netns"], "ip", "neigh", "replace", ip, "lladdr", o["mac"], "dev", h["dev"], "nud",
-                        "permanent")
+                    _ns(
+                        h["netns"],
+                        "ip",
+                        "neigh",
+                        "replace",
+                        ip,
+                        "lladdr",
+                        o["mac"],
+                        "dev",
+                        h["dev"],
+                        "nud",
+                        "permanent",
+                    )
 
 
 def stop_captures(prefix: str = "ibwlab", force: bool = False):
@@ -121,8 +168,10 @@ def stop_captures(prefix: str = "ibwlab", force: bool = False):
     captures are stopped first, as Ctrl-C would, so they disarm and close their files."""
     live = journal.running([ns for ns in namespaces() if ns.startswith(prefix + "-")])
     if live and not force:
-        raise UserError(f"{'; '.join(c[2] for c in live)} runs inside the lab {prefix}; stop it first, or give "
-                        f"--force to stop it and take the lab down")
+        raise UserError(
+            f"{'; '.join(c[2] for c in live)} runs inside the lab {prefix}; stop it first, or give "
+            f"--force to stop it and take the lab down"
+        )
     for pid, start, _ in live:
         journal.stop_process(pid, start, grace=30.0)
 
@@ -145,11 +194,15 @@ def status(prefix: str = "ibwlab") -> str:
     if not present:
         return f"lab {prefix} is down"
     lab = load(prefix)
-    lines = [f"lab {prefix} is up: PF host namespace {lab['pf_netns']}, uplink {lab['uplink']}"
-             + (f", VLAN {lab['vlan']}" if lab.get("vlan") else "")]
+    lines = [
+        f"lab {prefix} is up: PF host namespace {lab['pf_netns']}, uplink {lab['uplink']}"
+        + (f", VLAN {lab['vlan']}" if lab.get("vlan") else "")
+    ]
     for h in lab["vfs"] + [lab["remote"]]:
         alive = "up" if h["netns"] in present else "MISSING"
-        lines.append(f"  {h['name']:<7} netns {h['netns']:<16} {h['mac']}  {', '.join(h['ips']):<12} "
-                     f"port {h['representor']:<7} {alive}")
+        lines.append(
+            f"  {h['name']:<7} netns {h['netns']:<16} {h['mac']}  {', '.join(h['ips']):<12} "
+            f"port {h['representor']:<7} {alive}"
+        )
     lines.append(f"capture a VF with: ip netns exec {lab['pf_netns']} ibwire capture --vf 2 -w vf2.pcap")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ the conversation plays the first host, B the second, replayed once per pair) or 
 {capture IP: host}.  Frames are sent with AF_PACKET from inside each host's namespace; the command returns
 only once every receiving host got all its frames, so nothing of the replay is still in flight afterwards.
 """
+
 import ipaddress
 import os
 import struct
@@ -17,6 +18,7 @@ import tempfile
 from typing import Dict, List, Optional, Tuple
 
 from dissectors.crc import icrc_roce2
+
 from ..errors import UserError
 from ..readers import iter_frames
 from ..writers import LINKTYPE_ETHERNET, PcapWriter
@@ -38,10 +40,16 @@ def roce_packets(path: str) -> List[Tuple[str, str, int, bytes]]:
         if et == 0x0800 and len(d) >= off + 28:
             ihl = (d[off] & 0x0F) * 4
             total = struct.unpack_from(">H", d, off + 2)[0]
-            src, dst = str(ipaddress.ip_address(d[off + 12:off + 16])), str(ipaddress.ip_address(d[off + 16:off + 20]))
+            src, dst = (
+                str(ipaddress.ip_address(d[off + 12 : off + 16])),
+                str(ipaddress.ip_address(d[off + 16 : off + 20])),
+            )
             udp, end = off + ihl, off + total
         elif et == 0x86DD and len(d) >= off + 48:
-            src, dst = str(ipaddress.ip_address(d[off + 8:off + 24])), str(ipaddress.ip_address(d[off + 24:off + 40]))
+            src, dst = (
+                str(ipaddress.ip_address(d[off + 8 : off + 24])),
+                str(ipaddress.ip_address(d[off + 24 : off + 40])),
+            )
             if d[off + 6] != 17:
                 continue
             udp, end = off + 40, off + 40 + struct.unpack_from(">H", d, off + 4)[0]
@@ -49,13 +57,24 @@ def roce_packets(path: str) -> List[Tuple[str, str, int, bytes]]:
             continue
         if len(d) < udp + 8 + 12 or struct.unpack_from(">H", d, udp + 2)[0] != 4791:
             continue
-        out.append((src, dst, struct.unpack_from(">H", d, udp)[0], bytes(d[udp + 8:min(end, len(d))])))
+        out.append((src, dst, struct.unpack_from(">H", d, udp)[0], bytes(d[udp + 8 : min(end, len(d))])))
     return out
 
 
 def _ipv4(src: str, dst: str, payload_len: int, tos: int = 0) -> bytes:
-    h = struct.pack(">BBHHHBBH4s4s", 0x45, tos, 20 + payload_len, 0, 0x4000, 64, 17, 0,
-                    ipaddress.IPv4Address(src).packed, ipaddress.IPv4Address(dst).packed)
+    h = struct.pack(
+        ">BBHHHBBH4s4s",
+        0x45,
+        tos,
+        20 + payload_len,
+        0,
+        0x4000,
+        64,
+        17,
+        0,
+        ipaddress.IPv4Address(src).packed,
+        ipaddress.IPv4Address(dst).packed,
+    )
     s = sum(struct.unpack(">10H", h))
     s = (s & 0xFFFF) + (s >> 16)
     s = (s & 0xFFFF) + (s >> 16)
@@ -79,8 +98,12 @@ def write_burst(lab: dict, src: str, dst: str, n: int, path: str, distinct: int 
     """A pcap of n RoCEv2 RC SEND Only packets from lab host src to dst (for tcpreplay bursts): `distinct`
     packets with consecutive PSNs and 64 payload bytes, repeated."""
     hosts = {h["name"]: h for h in lab["vfs"] + [lab["remote"]]}
-    frames = [build_frame(hosts[src], hosts[dst], 49152 + psn % 64,
-                          struct.pack(">BBHII", 0x04, 0x40, 0xFFFF, 0x11, psn) + bytes(68)) for psn in range(distinct)]
+    frames = [
+        build_frame(
+            hosts[src], hosts[dst], 49152 + psn % 64, struct.pack(">BBHII", 0x04, 0x40, 0xFFFF, 0x11, psn) + bytes(68)
+        )
+        for psn in range(distinct)
+    ]
     with PcapWriter(path, LINKTYPE_ETHERNET) as w:
         for i in range(n):
             w.write(frames[i % distinct], flush=False)
@@ -112,8 +135,10 @@ def plan(lab: dict, packets, pairs: Optional[str] = None, mapping: Optional[Dict
     else:
         names = [h["name"] for h in lab["vfs"]] + ["remote"]
         if len(endpoints) > len(names):
-            raise UserError(f"the scenario has {len(endpoints)} endpoints but the lab only {len(names)} hosts; "
-                            f"give an explicit mapping")
+            raise UserError(
+                f"the scenario has {len(endpoints)} endpoints but the lab only {len(names)} hosts; "
+                f"give an explicit mapping"
+            )
         maps.append({ip: names[i] for i, ip in enumerate(endpoints)})
     out = []
     for m in maps:
@@ -127,12 +152,16 @@ def _scenario_pcap(scenario: str, tmp: str) -> str:
     if os.path.exists(scenario) and not scenario.endswith(".toml"):
         return scenario
     out = os.path.join(tmp, "scenario.pcap")
-    r = subprocess.run([sys.executable, "-c", "from ibwire.cli import main; main()", "synth", scenario, "-w", out,
-                        "--link", "roce2"], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", "from ibwire.cli import main; main()", "synth", scenario, "-w", out, "--link", "roce2"],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode or not os.path.exists(out):
-        raise UserError(f"{scenario} is neither a capture file nor a scenario `ibwire synth` could generate"
-                        + (f" ({r.stderr.strip().splitlines()[-1]})" if r.stderr.strip() else ""))
+        raise UserError(
+            f"{scenario} is neither a capture file nor a scenario `ibwire synth` could generate"
+            + (f" ({r.stderr.strip().splitlines()[-1]})" if r.stderr.strip() else "")
+        )
     return out
 
 
@@ -148,11 +177,23 @@ def replay(lab: dict, scenario: str, pairs: Optional[str] = None, mapping=None) 
             expect[d] += 1
         receivers = {}
         try:
-            for name, n in expect.items():   # receivers bind UDP 4791 so the kernel does not answer port unreachable
+            for name, n in expect.items():  # receivers bind UDP 4791 so the kernel does not answer port unreachable
                 if n:
-                    receivers[name] = subprocess.Popen(["ip", "netns", "exec", hosts[name]["netns"], sys.executable,
-                                                        "-m", "ibwire.lab.inject", "--sink", str(n)],
-                                                       stdout=subprocess.PIPE, text=True)
+                    receivers[name] = subprocess.Popen(
+                        [
+                            "ip",
+                            "netns",
+                            "exec",
+                            hosts[name]["netns"],
+                            sys.executable,
+                            "-m",
+                            "ibwire.lab.inject",
+                            "--sink",
+                            str(n),
+                        ],
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
             for p in receivers.values():
                 if p.stdout.readline().strip() != "ready":
                     raise UserError("a lab host could not open its RoCE port; is the lab up?")
@@ -162,16 +203,31 @@ def replay(lab: dict, scenario: str, pairs: Optional[str] = None, mapping=None) 
                 with PcapWriter(path, LINKTYPE_ETHERNET) as w:
                     for f in fl:
                         w.write(f, flush=False)
-                r = subprocess.run(["ip", "netns", "exec", hosts[name]["netns"], sys.executable, "-m",
-                                    "ibwire.lab.inject", "eth0", path], capture_output=True, text=True)
+                r = subprocess.run(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        hosts[name]["netns"],
+                        sys.executable,
+                        "-m",
+                        "ibwire.lab.inject",
+                        "eth0",
+                        path,
+                    ],
+                    capture_output=True,
+                    text=True,
+                )
                 if r.returncode:
                     raise UserError(f"sending from {name} failed: {r.stderr.strip()}")
                 sent[name] = len(fl)
-            for name, p in receivers.items():   # each sink exits once all its frames arrived
+            for name, p in receivers.items():  # each sink exits once all its frames arrived
                 got = p.stdout.readline().strip()
                 if got != str(expect[name]):
-                    raise UserError(f"{name} received {got or 'no'} of the {expect[name]} frames sent to it; "
-                                    f"check the lab with `ibwire lab status`")
+                    raise UserError(
+                        f"{name} received {got or 'no'} of the {expect[name]} frames sent to it; "
+                        f"check the lab with `ibwire lab status`"
+                    )
         finally:
             for p in receivers.values():
                 try:

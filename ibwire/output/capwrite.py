@@ -4,6 +4,7 @@ The file object comes from ibwire.outfile (whole or absent, never the input).  L
 nanosecond timestamps; pcapng (draft-ietf-opsawg-pcapng) with one interface per link type, if_tsresol 9.
 pcapng is written for a .pcapng name or a pcapng input (unless the name ends in .pcap).
 """
+
 import struct
 
 from ..errors import UserError
@@ -29,21 +30,29 @@ class SelectedFrames:
         ns = int(batch.rec["time_ns"][i])
         wirelen = int(batch.pos.wirelen[i])
         if self.pcapng:
-            if lt > 0xFFFF:            # a pcap header's reserved link-type bits set: pcapng has 16 bits for it
-                raise UserError(f"frame {int(batch.rec['frame'][i])} has link type {lt:#x}, wider than the 16 bits "
-                                "of a pcapng interface block (reserved bits of the file's link type are set); "
-                                "write it to a .pcap file")
+            if lt > 0xFFFF:  # a pcap header's reserved link-type bits set: pcapng has 16 bits for it
+                raise UserError(
+                    f"frame {int(batch.rec['frame'][i])} has link type {lt:#x}, wider than the 16 bits "
+                    "of a pcapng interface block (reserved bits of the file's link type are set); "
+                    "write it to a .pcap file"
+                )
             if lt not in self.ifaces:
                 self.ifaces[lt] = len(self.ifaces)
-                self._block(1, struct.pack("<HHI", lt, 0, 0) + struct.pack("<HHB3x", 9, 1, 9) + struct.pack("<HH", 0, 0))
-            self._block(6, struct.pack("<IIIII", self.ifaces[lt], ns >> 32 & 0xFFFFFFFF, ns & 0xFFFFFFFF, len(data),
-                                       wirelen) + data)
+                self._block(
+                    1, struct.pack("<HHI", lt, 0, 0) + struct.pack("<HHB3x", 9, 1, 9) + struct.pack("<HH", 0, 0)
+                )
+            self._block(
+                6,
+                struct.pack("<IIIII", self.ifaces[lt], ns >> 32 & 0xFFFFFFFF, ns & 0xFFFFFFFF, len(data), wirelen)
+                + data,
+            )
             return
         if self.linktype is None:
             self._header(lt)
         elif lt != self.linktype:
-            raise UserError(f"the selected frames have several link types ({self.linktype}, {lt}); "
-                            f"write them to a .pcapng file")
+            raise UserError(
+                f"the selected frames have several link types ({self.linktype}, {lt}); write them to a .pcapng file"
+            )
         sec, frac = divmod(ns, 1_000_000_000)
         self.f.write(struct.pack("<IIII", sec & 0xFFFFFFFF, frac, len(data), wirelen) + data)
 

@@ -3,11 +3,12 @@ a subtree titled as tshark titles it (`Time To Live = 120 sec`, `IEEE - ETS Conf
 entry and a CEE DCBX sub-TLV each a subtree of their own; a PFC frame's class-enable vector with its bits
 in `macc.cbfc.enbv_tree`, its pause times under `CBFC Class Pause Times`.  ibwire's pause lengths in
 seconds are not tshark's and stay out (they are -V's ibwire section)."""
+
 from typing import Optional
 
 from scapy.contrib.lldp import LLDPDU
 
-from dissectors.dcb import LLDPDUAppPriority, LLDPDUCEEDCBX, MACControl, MACControlPFC, _MACControlOp
+from dissectors.dcb import LLDPDUCEEDCBX, LLDPDUAppPriority, MACControl, MACControlPFC, _MACControlOp
 from dissectors.dcbfacts import APP_NAMES, OUI_CEE, OUI_IEEE_802_1
 
 from ..decode.fields import FOREIGN
@@ -15,7 +16,7 @@ from ..fieldtypes import TSHARK_DISPLAY
 from .values import value_text
 from .ws_labels import OUIS, VALUES
 
-PAUSE_TIMES = "CBFC Class Pause Times"     # packet-macctrl.c's subtree of the eight pause times
+PAUSE_TIMES = "CBFC Class Pause Times"  # packet-macctrl.c's subtree of the eight pause times
 
 
 def pairs(proto: str, fields: dict) -> list:
@@ -23,7 +24,7 @@ def pairs(proto: str, fields: dict) -> list:
     items = []
     for k, v in fields.items():
         key = f"{proto}.{k}"
-        for one in (v if isinstance(v, list) else [v]):
+        for one in v if isinstance(v, list) else [v]:
             if one is not None:
                 items.append((key, bool(one) if TSHARK_DISPLAY.get(key) == 1 else value_text(key, one)))
     return items
@@ -49,7 +50,9 @@ def _title(f: dict) -> str:
     if kind in (1, 2):
         what = "chassis" if kind == 1 else "port"
         ident = f.get(f"{what}.id.mac", f.get(f"{what}.id", ""))
-        return f"{what.title()} Subtype = {_name(f'lldp.{what}.subtype', f[f'{what}.subtype'], 'Reserved')}, Id: {ident}"
+        return (
+            f"{what.title()} Subtype = {_name(f'lldp.{what}.subtype', f[f'{what}.subtype'], 'Reserved')}, Id: {ident}"
+        )
     if kind == 3:
         return f"Time To Live = {f['time_to_live']} sec"
     text = f.get("port.desc", f.get("tlv.system.name", f.get("tlv.system.desc")))
@@ -78,8 +81,14 @@ def _tlv_items(layer, fields: dict) -> list:
     if isinstance(layer, LLDPDUAppPriority):
         head = {k: v for k, v in fields.items() if not isinstance(v, list)}
         return pairs("lldp", head) + [
-            (_app_title(a.proto), pairs("lldp", {"dcbx.ieee.app.prio": a.prio, "dcbx.iee.app.sf": a.sel,
-                                                 "dcbx.feature.app.proto": a.proto})) for a in layer.apps]
+            (
+                _app_title(a.proto),
+                pairs(
+                    "lldp", {"dcbx.ieee.app.prio": a.prio, "dcbx.iee.app.sf": a.sel, "dcbx.feature.app.proto": a.proto}
+                ),
+            )
+            for a in layer.apps
+        ]
     if isinstance(layer, LLDPDUCEEDCBX):
         head = {k: fields[k] for k in ("tlv.type", "tlv.len", "orgtlv.oui", "dcbx.proto")}
         items = pairs("lldp", head)
@@ -92,10 +101,12 @@ def _tlv_items(layer, fields: dict) -> list:
 
 def _macc_items(layer) -> list:
     """The opcode, PAUSE's pause time, or PFC's class-enable vector (its bits in a subtree) and pause times."""
-    fields = {k: v for k, v in layer.ws_fields().items() if "pause_s" not in k}    # ibwire's own seconds
+    fields = {k: v for k, v in layer.ws_fields().items() if "pause_s" not in k}  # ibwire's own seconds
     if not isinstance(layer, MACControlPFC):
         return pairs("macc", fields)
     bits = {k: v for k, v in fields.items() if k.startswith("cbfc.enbv.")}
     times = {k: v for k, v in fields.items() if k.startswith("cbfc.pause_time.")}
-    return pairs("macc", {"cbfc.enbv": fields["cbfc.enbv"]}) + [("macc.cbfc.enbv_tree", pairs("macc", bits)),
-                                                                 (PAUSE_TIMES, pairs("macc", times))]
+    return pairs("macc", {"cbfc.enbv": fields["cbfc.enbv"]}) + [
+        ("macc.cbfc.enbv_tree", pairs("macc", bits)),
+        (PAUSE_TIMES, pairs("macc", times)),
+    ]

@@ -6,6 +6,7 @@ name cannot move the cursor, retitle the window or hide text.  C1 controls (U+00
 them) and the bidirectional overrides that reorder what a reader sees (U+202A-U+202E, U+2066-U+2069) are
 escaped too.  rich markup in names is kept literal by printing them as rich Text, not markup.
 """
+
 import re
 
 _NAMED = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}

@@ -4,6 +4,7 @@ A record holds the headers the compiled decoder reads (encapsulation, LRH, GRH, 
 MAD common header, CRC verdicts); a field it lacks hands the frame to the full decode.  Field columns print values as tshark's `-T fields` does: its display base per field (hex fields
 zero-padded to the field's width), `a,b` for the either-end fields.
 """
+
 from typing import List, Optional
 
 import numpy as np
@@ -16,8 +17,14 @@ from ..fieldtypes import EITHER, HEX_DIGITS
 
 # Address fields: the record column and whether it is always IPv6 (a GID or IPv6 address whose IPv4-mapped
 # form prints as ::ffff:a.b.c.d, as tshark prints it) rather than IPv4 where it is mapped.
-ADDRESS = {"ip.src": ("src", 0), "ip.dst": ("dst", 0), "ipv6.src": ("src", 1), "ipv6.dst": ("dst", 1),
-           "grh.sgid": ("src", 1), "grh.dgid": ("dst", 1)}
+ADDRESS = {
+    "ip.src": ("src", 0),
+    "ip.dst": ("dst", 0),
+    "ipv6.src": ("src", 1),
+    "ipv6.dst": ("dst", 1),
+    "grh.sgid": ("src", 1),
+    "grh.dgid": ("dst", 1),
+}
 JSON_TIME_DECIMALS = 9
 
 
@@ -43,7 +50,7 @@ def leaf_parts(key: str, row1: np.ndarray, time_base: Optional[str]) -> list:
     if not _present(key, row1):
         return []
     if key == "frame.time_epoch":
-        if time_base is not None:              # one time base per line: the relative field takes it
+        if time_base is not None:  # one time base per line: the relative field takes it
             raise NotBatchable(key)
         return [("time", "time_ns", 9)]
     if key in ("frame.time_relative", "frame.time_delta"):
@@ -68,7 +75,7 @@ def leaf_parts(key: str, row1: np.ndarray, time_base: Optional[str]) -> list:
     if key == "ip.version":
         return ["4"]
     if key == "eth.type":
-        return [f'0x{ {R.ROCE1: 0x8915, R.ROCE2V4: 0x0800, R.ROCE2V6: 0x86DD}[int(row["link"])]:04x}']
+        return [f"0x{ {R.ROCE1: 0x8915, R.ROCE2V4: 0x0800, R.ROCE2V6: 0x86DD}[int(row['link'])]:04x}"]
     col = R.KEY_FIELDS.get(key) or {"ipv6.tclass.ecn": "ecn"}.get(key)
     if col is None:
         raise NotBatchable(key)

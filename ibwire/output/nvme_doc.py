@@ -1,17 +1,24 @@
 """NVMe-oF layers in tshark 4.4's -T json shape: `nvme-rdma` (queue id; fabrics commands and their
 completions inside it, as `nvme.fabrics.cmd` / `nvme.fabrics.cqe`) and `nvme` (admin and I/O commands and
 completions); bits of a field in `<field>_tree`, the keyed SGL in its own container."""
+
 from dissectors.nvmetable import SGL
 
 from .values import value_text
 
 SGL_KEYS = [r.key for r in SGL]
-SGL_ORDER = ["nvme.cmd.sgl.type", "nvme.cmd.sgl.subtype", "nvme.cmd.sgl1.addr", "nvme.cmd.sgl1.len", "nvme.cmd.sgl1.key"]
+SGL_ORDER = [
+    "nvme.cmd.sgl.type",
+    "nvme.cmd.sgl.subtype",
+    "nvme.cmd.sgl1.addr",
+    "nvme.cmd.sgl1.len",
+    "nvme.cmd.sgl1.key",
+]
 
 
 def _text(key, flat):
     v = flat[key]
-    return repr(v) if isinstance(v, float) else value_text(key, v)      # latency in ms as tshark prints it
+    return repr(v) if isinstance(v, float) else value_text(key, v)  # latency in ms as tshark prints it
 
 
 def _items(layer, flat) -> list:
@@ -22,8 +29,12 @@ def _items(layer, flat) -> list:
     for r in layer.rows:
         if r.key in SGL_KEYS:
             if r.key == SGL_KEYS[0]:
-                name = "nvme.fabrics.cmd.connect.sgl1" if layer.rows[0].key.startswith("nvme.fabrics") and \
-                    any(x.key.startswith("nvme.fabrics.cmd.connect") for x in layer.rows) else "nvme.cmd.sgl1"
+                name = (
+                    "nvme.fabrics.cmd.connect.sgl1"
+                    if layer.rows[0].key.startswith("nvme.fabrics")
+                    and any(x.key.startswith("nvme.fabrics.cmd.connect") for x in layer.rows)
+                    else "nvme.cmd.sgl1"
+                )
                 items.append((name, [(k, value_text(k, _value(layer, k, data))) for k in sgl]))
             continue
         text = value_text(r.key, _value(layer, r.key, data))
@@ -42,6 +53,7 @@ def _items(layer, flat) -> list:
 
 def _value(layer, key, data):
     from dissectors.nvmetable import value
+
     return value(next(r for r in layer.rows if r.key == key), data)
 
 
@@ -58,15 +70,24 @@ def nvme_layers(layer, flat) -> list:
         return [("nvme-rdma", _items(layer, flat))]
     fabrics = any(r.key.startswith("nvme.fabrics") for r in rows) or "nvme.fabrics.cmd_pkt" in flat
     cqe = any(r.key == "nvme.cqe.cid" for r in rows)
-    tracked = [(k, _text(k, flat)) for k in ("nvme.fabrics.cmd_pkt", "nvme.fabrics.cmd_latency", "nvme.cmd_pkt",
-                                             "nvme.cmd_latency") if k in flat]
+    tracked = [
+        (k, _text(k, flat))
+        for k in ("nvme.fabrics.cmd_pkt", "nvme.fabrics.cmd_latency", "nvme.cmd_pkt", "nvme.cmd_latency")
+        if k in flat
+    ]
     if fabrics:
-        return [("nvme-rdma", qid + [("nvme.fabrics.cqe" if cqe else "nvme.fabrics.cmd", tracked + _items(layer, flat))])]
+        return [
+            ("nvme-rdma", qid + [("nvme.fabrics.cqe" if cqe else "nvme.fabrics.cmd", tracked + _items(layer, flat))])
+        ]
     return [("nvme-rdma", qid), ("nvme", tracked + _items(layer, flat))]
 
 
-LINKS = ("nvme.fabrics.cmd_pkt", "nvme.fabrics.data_req", "nvme-rdma.read_from_host_prev",
-         "nvme-rdma.write_to_host_prev")
+LINKS = (
+    "nvme.fabrics.cmd_pkt",
+    "nvme.fabrics.data_req",
+    "nvme-rdma.read_from_host_prev",
+    "nvme-rdma.write_to_host_prev",
+)
 
 
 def frame_layers(flat, shown: bool) -> list:
@@ -84,9 +105,13 @@ def frame_layers(flat, shown: bool) -> list:
     if "nvme-rdma.read_to_host_req" in flat:
         items.append(("nvme-rdma.read_to_host_req", links))
     elif "nvme-rdma.read_from_host_resp" in flat:
-        items += [("nvme-rdma.read_from_host_resp", value_text("nvme-rdma.read_from_host_resp",
-                                                               bytes.fromhex(flat["nvme-rdma.read_from_host_resp"]))),
-                  ("nvme-rdma.read_from_host_resp_tree", links)]
+        items += [
+            (
+                "nvme-rdma.read_from_host_resp",
+                value_text("nvme-rdma.read_from_host_resp", bytes.fromhex(flat["nvme-rdma.read_from_host_resp"])),
+            ),
+            ("nvme-rdma.read_from_host_resp_tree", links),
+        ]
     elif "nvme-rdma.write_to_host_req" in flat:
         items.append(("nvme-rdma.write_to_host_req", links))
     return [("nvme-rdma", items)]

@@ -2,6 +2,7 @@
 is printed by a line program shared by its group (ibwire.output.program); the others are decoded in full
 and printed from their fields, in the same layout.
 """
+
 import json
 import time
 from typing import List, Optional
@@ -20,7 +21,7 @@ from .values import SELF_NAMED, ipv6_text, value_text
 
 FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
 TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
-RMPP_CLASS = 0x03        # SubnAdm: the class whose tables come in several segments
+RMPP_CLASS = 0x03  # SubnAdm: the class whose tables come in several segments
 
 
 def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -33,7 +34,7 @@ def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
     k = (k << np.uint64(1)) | (r["vlan"] >= 0).astype(np.uint64)
     k = (k << np.uint64(1)) | (r["caplen"] >= 14).astype(np.uint64)
     k = (k << np.uint64(1)) | (r["paylen"] > 0).astype(np.uint64)
-    out = np.zeros(len(r), [("k", "u8"), ("analysis", "u2")])   # and which RC analysis fields it carries
+    out = np.zeros(len(r), [("k", "u8"), ("analysis", "u2")])  # and which RC analysis fields it carries
     out["k"] = k
     for bit, col in enumerate(R.ANALYSIS):
         out["analysis"] |= R.analysis_present(r, col).astype(np.uint16) << np.uint16(bit)
@@ -49,17 +50,20 @@ def json_safe(obj, key: str = ""):
         return [json_safe(v, key) for v in obj]
     if isinstance(obj, (bytes, bytearray)):
         return bytes(obj).hex()
-    if isinstance(obj, str) and key.count(".") >= 2:      # a GID or IPv6 address as the records print it
+    if isinstance(obj, str) and key.count(".") >= 2:  # a GID or IPv6 address as the records print it
         from ..fieldtypes import IPV6, field_type
+
         if field_type(key.partition(".")[2]) == IPV6:
             return ipv6_text(obj)
     if isinstance(obj, bool) or obj is None or isinstance(obj, (str, float)):
         return obj
     if isinstance(obj, int):
         from ..fieldtypes import WIDE, layer_fields
+
         layer_fields()
-        wide = (key.partition(".")[2] in WIDE or ".".join(key.split(".")[-2:]) in WIDE
-                or not -(1 << 31) <= obj < (1 << 32))
+        wide = (
+            key.partition(".")[2] in WIDE or ".".join(key.split(".")[-2:]) in WIDE or not -(1 << 31) <= obj < (1 << 32)
+        )
         return f"0x{obj & 0xFFFFFFFFFFFFFFFF:016x}" if wide else obj
     return str(obj)
 
@@ -67,12 +71,21 @@ def json_safe(obj, key: str = ""):
 class Printer:
     """Text of the selected rows of each batch in one output format."""
 
-    def __init__(self, fmt: str, time_mode: str = "r", fields: Optional[List[str]] = None, header: bool = False,
-                 separator: str = "\t", quote: str = "", keys: Optional[List[str]] = None,
-                 protocols: Optional[List[str]] = None, protocol_children: bool = False):
+    def __init__(
+        self,
+        fmt: str,
+        time_mode: str = "r",
+        fields: Optional[List[str]] = None,
+        header: bool = False,
+        separator: str = "\t",
+        quote: str = "",
+        keys: Optional[List[str]] = None,
+        protocols: Optional[List[str]] = None,
+        protocol_children: bool = False,
+    ):
         self.fmt, self.time_mode = fmt, time_mode
-        self.protocols, self.protocol_children = protocols, protocol_children     # -j / -J
-        self.session = None       # tshark's numbering across frames (-T json/ek)
+        self.protocols, self.protocol_children = protocols, protocol_children  # -j / -J
+        self.session = None  # tshark's numbering across frames (-T json/ek)
         self.keys = keys or []
         self.fields = fields or []
         self.sep, self.quote = separator, quote
@@ -80,9 +93,9 @@ class Printer:
         self.minimal = fmt == "csv" and not quote
         self.cache = {}
         self.decimals = None
-        self.t0 = None            # ns of the capture's first frame
-        self.prev = None          # ns of the last frame seen (captured)
-        self.prev_shown = None    # ns of the last frame printed
+        self.t0 = None  # ns of the capture's first frame
+        self.prev = None  # ns of the last frame seen (captured)
+        self.prev_shown = None  # ns of the last frame printed
         self.started = False
         # jsonl is the whole decode of each frame (every field -V shows), which records do not hold
         self.records_answer = fmt != "jsonl"
@@ -99,14 +112,14 @@ class Printer:
                 self.records_answer = False
         self.header = header
         self.rmpp = None
-        self.nvme = None          # ibwire.decode.nvme.NvmeTracker: NVMe-oF queues across frames
-        self.echo = None          # summary.EchoPairs of text output
+        self.nvme = None  # ibwire.decode.nvme.NvmeTracker: NVMe-oF queues across frames
+        self.echo = None  # summary.EchoPairs of text output
 
     def start(self) -> bytes:
         if self.fmt == "json":
             return b"["
         if self.header and self.fmt in ("fields", "csv"):
-            return (self.sep.join(self.fields) + "\n").encode()        # tshark quotes values, not names
+            return (self.sep.join(self.fields) + "\n").encode()  # tshark quotes values, not names
         return b""
 
     def end(self) -> bytes:
@@ -146,12 +159,12 @@ class Printer:
         base = self._bases(rec, rows)
         data = np.isin(rec["link"][rows], DATA) if self.records_answer else np.zeros(len(rows), bool)
         sa = ((rec["flags"][rows] & R.F_MAD) > 0) & (rec["mad_class"][rows] == RMPP_CLASS)
-        data &= ~sa                      # SA transfers span frames (RMPP): reassembled from the full decode
-        if self.fmt == "text":           # IPoIB: summarised by what it carries, from the full decode
+        data &= ~sa  # SA transfers span frames (RMPP): reassembled from the full decode
+        if self.fmt == "text":  # IPoIB: summarised by what it carries, from the full decode
             data &= (rec["flags"][rows] & R.F_IPOIB) == 0
         decoded = {}
-        if self.nvme is not None:        # NVMe-oF: capsules span frames and queues are learned from RDMA-CM:
-            for phase in storage_rows(rec, rows, self.nvme):                   # the tracker sees them all
+        if self.nvme is not None:  # NVMe-oF: capsules span frames and queues are learned from RDMA-CM:
+            for phase in storage_rows(rec, rows, self.nvme):  # the tracker sees them all
                 for k in (phase if isinstance(phase, np.ndarray) else phase()).tolist():
                     i = int(rows[k])
                     d = decoded[i] = decoded.get(i) or details(i)
@@ -173,7 +186,7 @@ class Printer:
             for g, key in enumerate(keys.tolist()):
                 prog = self.cache.get(key)
                 if prog is None:
-                    prog = self.cache[key] = self._program(rec[sub[first[g]]:sub[first[g]] + 1])
+                    prog = self.cache[key] = self._program(rec[sub[first[g]] : sub[first[g]] + 1])
                 local.append(prog)
             unsure = [g for g, p in enumerate(local) if p is None]
             for p in local:
@@ -205,6 +218,7 @@ class Printer:
     def _document_texts(self, rec, rows, details) -> List[str]:
         """tshark's -T json / -T ek documents (or -V trees) of the rows, from each frame's full decode."""
         from . import tshark_doc as td
+
         self.session = self.session or td.Session()
         t = rec["time_ns"]
         out = []
@@ -212,11 +226,12 @@ class Printer:
         shown[rows] = True
         roce2 = np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)) & ~shown
         for i in range(len(rec)):
-            if not shown[i]:                 # udp.stream counts the frames not shown too (RoCEv2 ones here)
+            if not shown[i]:  # udp.stream counts the frames not shown too (RoCEv2 ones here)
                 if roce2[i]:
                     r = rec[i]
-                    self.session.note(r["src"].tobytes(), int(r["udp_src"]), r["dst"].tobytes(), int(r["udp_dst"]),
-                                      int(t[i]))
+                    self.session.note(
+                        r["src"].tobytes(), int(r["udp_src"]), r["dst"].tobytes(), int(r["udp_dst"]), int(t[i])
+                    )
                 continue
             d = details(i)
             self._feed_rmpp(d)
@@ -227,6 +242,7 @@ class Printer:
             self.prev_shown = ns
             if self.fmt == "tree":
                 from .tree import own_fields, tree_text
+
                 out.append(tree_text(layers, d.flat, own_fields(d.flat, layers)) + "\n")
                 continue
             fields_only = bool(self.keys)
@@ -239,9 +255,11 @@ class Printer:
                 out.append((",\n" if self.started else "\n") + td.json_text(f"packets-{day}", layers, fields_only))
                 self.started = True
             else:
-                out.append(f'{{"index":{{"_index":"packets-{day}","_type":"doc"}}}}\n'
-                           + td.ek_text(ns // 10**6, layers, fields_only,
-                                        bool(self.protocols) and not self.protocol_children) + "\n")
+                out.append(
+                    f'{{"index":{{"_index":"packets-{day}","_type":"doc"}}}}\n'
+                    + td.ek_text(ns // 10**6, layers, fields_only, bool(self.protocols) and not self.protocol_children)
+                    + "\n"
+                )
         self.prev = int(t[-1])
         return out
 
@@ -250,6 +268,7 @@ class Printer:
             self.nvme.feed(d)
         if d.flat.get("mad.mgmtclass") == RMPP_CLASS:
             from ..decode.rmpp import RmppTracker
+
             self.rmpp = self.rmpp or RmppTracker()
             self.rmpp.feed(d)
 
@@ -260,7 +279,7 @@ class Printer:
                 parts = summary.record_parts(row, self._time_part())
             else:
                 parts = formats.fields_parts(self.keys, row1, self.sep, self.quote, self.time_base, self.minimal)
-        except (formats.Unsure, NotBatchable):       # a field only the full decode knows (the probe cannot tell)
+        except (formats.Unsure, NotBatchable):  # a field only the full decode knows (the probe cannot tell)
             return None
         return compile_parts(parts)
 
@@ -279,7 +298,7 @@ class Printer:
             if i:
                 parts.append(self.sep)
             if key == self.time_base or (key == "frame.time_epoch" and self.time_base is None):
-                v = [("time", "time_ns", 9)]            # exact nanoseconds, as the records print them
+                v = [("time", "time_ns", 9)]  # exact nanoseconds, as the records print them
             elif key in ("frame.time_epoch", "frame.time_relative", "frame.time_delta"):
                 ns = int(row["time_ns"]) - {"frame.time_relative": self.t0, "frame.time_delta": prev_ns}.get(key, 0)
                 text = f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"

@@ -5,6 +5,7 @@ field (`udec`, `idec`, `hex` with `arg` minimum digits, `time`/`date` on `time_n
 `addr` (width 1: always IPv6), `mac`, `span`: an i8 duration in ns as seconds with `arg` decimals).  `render` prints many rows, each with its own program, in one compiled call
 (native/render.c, whose opcodes these are).
 """
+
 import struct
 from typing import List, Sequence
 
@@ -23,9 +24,10 @@ def compile_parts(parts: Sequence) -> bytes:
         if text:
             b = "".join(text).encode()
             for i in range(0, len(b), 0xFFFF):
-                chunk = b[i:i + 0xFFFF]
+                chunk = b[i : i + 0xFFFF]
                 out.extend(struct.pack("<BH", 0, len(chunk)) + chunk)
             text.clear()
+
     for p in parts:
         if isinstance(p, str):
             text.append(p)
@@ -46,6 +48,11 @@ def compile_parts(parts: Sequence) -> bytes:
 def render(rec: np.ndarray, rows: np.ndarray, prog_of: np.ndarray, programs: List[bytes], base=None) -> bytes:
     """The text of rec[rows[k]] printed by programs[prog_of[k]]; time formats subtract base[k] (int64 ns)."""
     rec = np.ascontiguousarray(rec)
-    return _native.render(rec, rec.dtype.itemsize, np.ascontiguousarray(rows, np.int64),
-                          np.ascontiguousarray(prog_of, np.int32), tuple(programs),
-                          None if base is None else np.ascontiguousarray(base, np.int64))
+    return _native.render(
+        rec,
+        rec.dtype.itemsize,
+        np.ascontiguousarray(rows, np.int64),
+        np.ascontiguousarray(prog_of, np.int32),
+        tuple(programs),
+        None if base is None else np.ascontiguousarray(base, np.int64),
+    )

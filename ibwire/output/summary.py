@@ -7,6 +7,7 @@ truncated, malformed, unknown opcode]`.  Packets the records hold are printed fr
 (ibwire.output.program; `record_parts`), all others from the full decode (`detail_info`), in the same
 layout.
 """
+
 from typing import List, Optional, Tuple
 
 from dissectors.opcodes import AETH_KINDS, NAK_CODES, RNR_TIMER_MS, aeth_kind, lookup
@@ -18,9 +19,30 @@ from .escape import printable
 NUMBER_WIDTH, ADDR_WIDTH = 6, 15
 PROTOCOL = {R.ROCE1: "RoCE", R.ROCE2V4: "RRoCE", R.ROCE2V6: "RRoCE", R.IB: "InfiniBand", R.IBGRH: "InfiniBand"}
 # Record fields whose values the summary prints as text of the group (equal within a group).
-GROUP_FIELDS = ("link", "flags", "src", "dst", "slid", "dlid", "opcode", "se", "a", "fecn", "becn", "ecn", "p_key",
-                "vlan", "pcp", "dscp",
-                "aeth_syndrome", "mad_class", "mad_method", "mad_attrid", "icrc", "vcrc")
+GROUP_FIELDS = (
+    "link",
+    "flags",
+    "src",
+    "dst",
+    "slid",
+    "dlid",
+    "opcode",
+    "se",
+    "a",
+    "fecn",
+    "becn",
+    "ecn",
+    "p_key",
+    "vlan",
+    "pcp",
+    "dscp",
+    "aeth_syndrome",
+    "mad_class",
+    "mad_method",
+    "mad_attrid",
+    "icrc",
+    "vcrc",
+)
 
 
 def aeth_text(syndrome: int) -> str:
@@ -37,13 +59,23 @@ def aeth_text(syndrome: int) -> str:
 
 def mad_text(mgmtclass: int, method: int, attrid: int) -> str:
     from dissectors.madnames import summary
+
     return summary(mgmtclass, method, attrid)
 
 
 def flag_list(row) -> List[str]:
     f = int(row["flags"])
-    names = [n for n, on in (("A", row["a"]), ("SE", row["se"]), ("FECN", row["fecn"]), ("BECN", row["becn"]),
-                             ("ECN-CE", row["ecn"] == 3 and row["link"] != R.IB)) if on]
+    names = [
+        n
+        for n, on in (
+            ("A", row["a"]),
+            ("SE", row["se"]),
+            ("FECN", row["fecn"]),
+            ("BECN", row["becn"]),
+            ("ECN-CE", row["ecn"] == 3 and row["link"] != R.IB),
+        )
+        if on
+    ]
     if row["icrc"] == R.BAD:
         names.append("bad ICRC")
     if row["vcrc"] == R.BAD:
@@ -90,9 +122,18 @@ def record_parts(row, time_part) -> list:
     pk = int(row["p_key"])
     tail = f"  P_Key 0x{pk:04x} {'full' if pk & 0x8000 else 'limited'}" + "".join(f"  {q}" for q in qos_text(row))
     tail += "".join(f"  {e}" for e in extra if e)
-    return [("udec", "frame", 0, NUMBER_WIDTH), " ", time_part, head(src, dst, PROTOCOL[int(row["link"])]),
-            ("udec", "len"), f"  {op.transport} {op.name}  QP=0x", ("hex", "destqp", 6), "  PSN=", ("udec", "psn"),
-            tail + "\n"]
+    return [
+        ("udec", "frame", 0, NUMBER_WIDTH),
+        " ",
+        time_part,
+        head(src, dst, PROTOCOL[int(row["link"])]),
+        ("udec", "len"),
+        f"  {op.transport} {op.name}  QP=0x",
+        ("hex", "destqp", 6),
+        "  PSN=",
+        ("udec", "psn"),
+        tail + "\n",
+    ]
 
 
 def detail_info(d) -> Tuple[str, str, str, str]:
@@ -121,9 +162,13 @@ def detail_info(d) -> Tuple[str, str, str, str]:
     elif "icmpv6" in f:
         info, proto = _icmpv6_text(f), "ICMPv6"
     elif "tcp" in f:
-        names = [n for bit, n in ((2, "SYN"), (16, "ACK"), (1, "FIN"), (4, "RST"), (8, "PSH")) if f.get("tcp.flags", 0) & bit]
-        info = f"{f.get('tcp.srcport')} → {f.get('tcp.dstport')} [{', '.join(names)}] Seq={f.get('tcp.seq')} " \
-               f"Ack={f.get('tcp.ack')} Win={f.get('tcp.window_size_value')}"
+        names = [
+            n for bit, n in ((2, "SYN"), (16, "ACK"), (1, "FIN"), (4, "RST"), (8, "PSH")) if f.get("tcp.flags", 0) & bit
+        ]
+        info = (
+            f"{f.get('tcp.srcport')} → {f.get('tcp.dstport')} [{', '.join(names)}] Seq={f.get('tcp.seq')} "
+            f"Ack={f.get('tcp.ack')} Win={f.get('tcp.window_size_value')}"
+        )
         proto = "TCP"
     elif "udp" in f:
         info = f"{f.get('udp.srcport')} → {f.get('udp.dstport')} Len={max((f.get('udp.length') or 8) - 8, 0)}"
@@ -132,7 +177,7 @@ def detail_info(d) -> Tuple[str, str, str, str]:
         info, proto = f"IPv4 protocol {f.get('ip.proto')}", "IPv4"
     elif "ipv6" in f:
         info, proto = f"IPv6 next header {f.get('ipv6.nxt')}", "IPv6"
-    elif "macc" in f or "lldp" in f:           # PAUSE, PFC, LLDP: the decode's own summary after the addresses
+    elif "macc" in f or "lldp" in f:  # PAUSE, PFC, LLDP: the decode's own summary after the addresses
         info = d.summary.split("  ", 1)[1] if "  " in d.summary else d.summary
         proto = "LLDP" if "lldp" in f else "PFC" if "macc.cbfc.enbv" in f else "MAC CTRL"
     elif "eth" in f:
@@ -149,27 +194,43 @@ def detail_info(d) -> Tuple[str, str, str, str]:
 def _icmp_text(f) -> str:
     """tshark's Info of ICMP (packet-icmp.c): an echo adds `  id=0x…, seq=BE/LE, ttl=…`, padded alike."""
     t = f.get("icmp.type")
-    kind = {0: "Echo (ping) reply  ", 8: "Echo (ping) request", 3: "Destination unreachable",
-            11: "Time-to-live exceeded"}.get(t)
+    kind = {
+        0: "Echo (ping) reply  ",
+        8: "Echo (ping) request",
+        3: "Destination unreachable",
+        11: "Time-to-live exceeded",
+    }.get(t)
     if kind is None:
         return f"ICMP type {t} code {f.get('icmp.code')}"
     if t in (0, 8) and "icmp.seq" in f:
         seq = f["icmp.seq"]
-        return (f"{kind}  id=0x{f['icmp.ident']:04x}, seq={seq}/{int.from_bytes(seq.to_bytes(2, 'big'), 'little')}"
-                f", ttl={f.get('ip.ttl')}")
+        return (
+            f"{kind}  id=0x{f['icmp.ident']:04x}, seq={seq}/{int.from_bytes(seq.to_bytes(2, 'big'), 'little')}"
+            f", ttl={f.get('ip.ttl')}"
+        )
     return kind.rstrip()
 
 
 def _icmpv6_text(f) -> str:
     """tshark's Info of ICMPv6 (packet-icmpv6.c) for echo and neighbour discovery, else the type's name."""
     t = f.get("icmpv6.type")
-    names = {1: "Destination Unreachable", 2: "Packet Too Big", 3: "Time Exceeded", 128: "Echo (ping) request",
-             129: "Echo (ping) reply", 133: "Router Solicitation", 134: "Router Advertisement",
-             135: "Neighbor Solicitation", 136: "Neighbor Advertisement"}
+    names = {
+        1: "Destination Unreachable",
+        2: "Packet Too Big",
+        3: "Time Exceeded",
+        128: "Echo (ping) request",
+        129: "Echo (ping) reply",
+        133: "Router Solicitation",
+        134: "Router Advertisement",
+        135: "Neighbor Solicitation",
+        136: "Neighbor Advertisement",
+    }
     info = names.get(t, f"ICMPv6 type {t} code {f.get('icmpv6.code')}")
     if t in (128, 129):
-        info += (f" id=0x{f['icmpv6.echo.identifier']:04x}, seq={f['icmpv6.echo.sequence_number']}, "
-                 f"hop limit={f.get('ipv6.hlim')}")
+        info += (
+            f" id=0x{f['icmpv6.echo.identifier']:04x}, seq={f['icmpv6.echo.sequence_number']}, "
+            f"hop limit={f.get('ipv6.hlim')}"
+        )
     elif t == 135:
         info += f" for {f['icmpv6.nd.ns.target_address']}"
     elif t == 136:
@@ -194,12 +255,20 @@ def _addresses(f) -> Tuple[str, str]:
 
 def detail_parts(d, time_part, note: str = "") -> list:
     src, dst, proto, info = map(printable, detail_info(d))
-    return [("udec", "frame", 0, NUMBER_WIDTH), " ", time_part, head(src, dst, proto), ("udec", "len"),
-            f"  {info}{note}\n"]
+    return [
+        ("udec", "frame", 0, NUMBER_WIDTH),
+        " ",
+        time_part,
+        head(src, dst, proto),
+        ("udec", "len"),
+        f"  {info}{note}\n",
+    ]
 
 
-ECHO = (("icmp", 8, 0, "icmp.ident", "icmp.seq"),
-        ("icmpv6", 128, 129, "icmpv6.echo.identifier", "icmpv6.echo.sequence_number"))
+ECHO = (
+    ("icmp", 8, 0, "icmp.ident", "icmp.seq"),
+    ("icmpv6", 128, 129, "icmpv6.echo.identifier", "icmpv6.echo.sequence_number"),
+)
 
 
 class EchoPairs:

@@ -7,6 +7,7 @@ items in brackets, hidden items left out, four spaces per level.  Where a dissec
 (`Header Length: 20 bytes (5)`) its wording is in WORDED.  ibwire's own fields (not in Wireshark) follow
 each frame's layers in the same style, as `ibwire.<field>`.
 """
+
 import ipaddress
 from functools import lru_cache
 
@@ -14,24 +15,95 @@ from .escape import printable
 from .ws_labels import FIELDS, OUIS, TFS, VALUES
 
 IB = "infiniband."
-WIDTHS = {"FT_UINT8": 8, "FT_UINT16": 16, "FT_UINT24": 24, "FT_UINT32": 32, "FT_UINT40": 40, "FT_UINT48": 48,
-          "FT_UINT56": 56, "FT_UINT64": 64, "FT_INT8": 8, "FT_INT16": 16, "FT_INT24": 24, "FT_INT32": 32,
-          "FT_INT64": 64}
-HIDDEN = {"eth.addr_resolved", "eth.addr.oui", "eth.lg", "eth.ig", "eth.dst_resolved", "eth.src_resolved",
-          "eth.dst.oui", "eth.src.oui", "ip.addr", "ip.src_host", "ip.dst_host", "ip.host", "ipv6.addr",
-          "ipv6.src_host", "ipv6.dst_host", "ipv6.host", "ip.version@ipv6", "udp.port", "udp.payload@hidden",
-          "_ws.expert.message", "_ws.malformed"}
-GENERATED = {"frame.offset_shift", "frame.time_delta", "frame.time_delta_displayed", "frame.time_relative",
-             "frame.marked", "frame.ignored", "frame.protocols", "ip.checksum.status", "udp.checksum.status",
-             "udp.stream", "udp.time_relative", "udp.time_delta", "data.len", "_ws.expert"}
+WIDTHS = {
+    "FT_UINT8": 8,
+    "FT_UINT16": 16,
+    "FT_UINT24": 24,
+    "FT_UINT32": 32,
+    "FT_UINT40": 40,
+    "FT_UINT48": 48,
+    "FT_UINT56": 56,
+    "FT_UINT64": 64,
+    "FT_INT8": 8,
+    "FT_INT16": 16,
+    "FT_INT24": 24,
+    "FT_INT32": 32,
+    "FT_INT64": 64,
+}
+HIDDEN = {
+    "eth.addr_resolved",
+    "eth.addr.oui",
+    "eth.lg",
+    "eth.ig",
+    "eth.dst_resolved",
+    "eth.src_resolved",
+    "eth.dst.oui",
+    "eth.src.oui",
+    "ip.addr",
+    "ip.src_host",
+    "ip.dst_host",
+    "ip.host",
+    "ipv6.addr",
+    "ipv6.src_host",
+    "ipv6.dst_host",
+    "ipv6.host",
+    "ip.version@ipv6",
+    "udp.port",
+    "udp.payload@hidden",
+    "_ws.expert.message",
+    "_ws.malformed",
+}
+GENERATED = {
+    "frame.offset_shift",
+    "frame.time_delta",
+    "frame.time_delta_displayed",
+    "frame.time_relative",
+    "frame.marked",
+    "frame.ignored",
+    "frame.protocols",
+    "ip.checksum.status",
+    "udp.checksum.status",
+    "udp.stream",
+    "udp.time_relative",
+    "udp.time_delta",
+    "data.len",
+    "_ws.expert",
+}
 # Bit pictures dissectors draw for fields registered without a bitmask: (mask, width in bits).
 DRAWN = {"ip.version": (0xF0, 8), "ip.hdr_len": (0x0F, 8), "ipv6.version": (0xF0, 8)}
 ECN = {0: "Not-ECT", 1: "ECT(1)", 2: "ECT(0)", 3: "CE"}
-DSCP = {0: "CS0", 8: "CS1", 10: "AF11", 12: "AF12", 14: "AF13", 16: "CS2", 18: "AF21", 20: "AF22", 22: "AF23",
-        24: "CS3", 26: "AF31", 28: "AF32", 30: "AF33", 32: "CS4", 34: "AF41", 36: "AF42", 38: "AF43", 40: "CS5",
-        46: "EF", 48: "CS6", 56: "CS7"}
-SECONDS = {"frame.offset_shift", "frame.time_epoch", "frame.time_delta", "frame.time_delta_displayed",
-           "frame.time_relative", "udp.time_relative", "udp.time_delta"}
+DSCP = {
+    0: "CS0",
+    8: "CS1",
+    10: "AF11",
+    12: "AF12",
+    14: "AF13",
+    16: "CS2",
+    18: "AF21",
+    20: "AF22",
+    22: "AF23",
+    24: "CS3",
+    26: "AF31",
+    28: "AF32",
+    30: "AF33",
+    32: "CS4",
+    34: "AF41",
+    36: "AF42",
+    38: "AF43",
+    40: "CS5",
+    46: "EF",
+    48: "CS6",
+    56: "CS7",
+}
+SECONDS = {
+    "frame.offset_shift",
+    "frame.time_epoch",
+    "frame.time_delta",
+    "frame.time_delta_displayed",
+    "frame.time_relative",
+    "udp.time_relative",
+    "udp.time_delta",
+}
 
 
 def _ds(v: str) -> str:
@@ -61,8 +133,10 @@ def _set_flags(key: str, v: str) -> str:
     """A bitmask's value and the labels of its flags that are set (`0x002c, C2, C3, C5`), as Wireshark's
     proto_tree_add_bitmask appends them."""
     n = int(v, 0)
-    return ", ".join([v] + [spec[0] for k, spec in FIELDS.items()
-                            if k.startswith(key + ".") and spec[1] == "FT_BOOLEAN" and n & spec[3]])
+    return ", ".join(
+        [v]
+        + [spec[0] for k, spec in FIELDS.items() if k.startswith(key + ".") and spec[1] == "FT_BOOLEAN" and n & spec[3]]
+    )
 
 
 def _oui(n: int) -> str:
@@ -77,11 +151,15 @@ def _bytes_len(v: str) -> int:
 
 # Lines dissectors word themselves (not "Label: value"): key -> the text after the label's colon.
 WORDED = {
-    "ip.hdr_len": lambda v: f"{v} bytes ({int(v) // 4})", "ip.dsfield": _ds,
-    "ipv6.tclass": _ds, "ip.flags": _ip_flags,
+    "ip.hdr_len": lambda v: f"{v} bytes ({int(v) // 4})",
+    "ip.dsfield": _ds,
+    "ipv6.tclass": _ds,
+    "ip.flags": _ip_flags,
     "ip.checksum": lambda v: f"{v} [validation disabled]",
     "udp.checksum": lambda v: f"{v} [zero-value ignored]" if int(v, 0) == 0 else f"{v} [unverified]",
-    "erf.types": lambda v: f"{v} (Type {int(v, 0) & 0x7F}: {VALUES['erf.types.type'].get(int(v, 0) & 0x7F, 'Unknown')})",
+    "erf.types": lambda v: (
+        f"{v} (Type {int(v, 0) & 0x7F}: {VALUES['erf.types.type'].get(int(v, 0) & 0x7F, 'Unknown')})"
+    ),
     "erf.flags": lambda v: f"{v} (Capture Interface: {int(v, 0) & 3})",
     IB + "aeth.syndrome": lambda v: f"{v}, {_syndrome(int(v))}",
     "ip.checksum.status": lambda v: "Unverified" if v == "2" else v,
@@ -90,7 +168,7 @@ WORDED = {
     # IEEE 802.1Qaz D.2.8: a maximum of 0 traffic classes stands for 8
     "lldp.dcbx.ieee.ets.maxtcs": lambda v: f"{int(v) or 8} (0x{int(v):x})",
 }
-WHOLE = {   # items shown with a text of their own
+WHOLE = {  # items shown with a text of their own
     "frame.len": lambda v: f"Frame Length: {v} bytes ({int(v) * 8} bits)",
     "frame.cap_len": lambda v: f"Capture Length: {v} bytes ({int(v) * 8} bits)",
     "udp.payload": lambda v: f"UDP payload ({_bytes_len(v)} bytes)",
@@ -98,24 +176,38 @@ WHOLE = {   # items shown with a text of their own
     "udp.time_relative": lambda v: f"[Time since first frame: {v} seconds]",
     "udp.time_delta": lambda v: f"[Time since previous frame: {v} seconds]",
     "data.len": lambda v: f"[Length: {v}]",
-    IB + "bth.analysis": lambda v: "[RC analysis]",     # ibwire's, placed as tshark places [SEQ/ACK analysis]
+    IB + "bth.analysis": lambda v: "[RC analysis]",  # ibwire's, placed as tshark places [SEQ/ACK analysis]
 }
 
 
 # Headers and MAD parts as packet-infiniband.c titles them (`{summary}`: the MAD's method(attribute),
 # `{attribute}`: its attribute's name).
-CONTAINERS = {IB + k: v for k, v in {
-    "lrh": "Local Route Header", "grh": "Global Route Header", "bth": "Base Transport Header",
-    "rdeth": "RDETH - Reliable Datagram Extended Transport Header",
-    "deth": "DETH - Datagram Extended Transport Header", "reth": "RETH - RDMA Extended Transport Header",
-    "atomiceth": "AtomicETH - Atomic Extended Transport Header", "aeth": "AETH - ACK Extended Transport Header",
-    "atomicacketh": "ATOMICACKETH - Atomic ACK Extended Transport Header",
-    "immdt": "IMMDT - Immediate Data Extended Transport Header", "ieth": "IETH - Invalidate Extended Transport Header",
-    "mad": "MAD Header - Common Management Datagram", "smpdirected": "SMP (Directed Route) {summary}",
-    "smplid": "SMP (LID Routed) {summary}", "sa.drdlid": "SA {summary}", "smplid.smpdata": "Attribute ({attribute})",
-    "p_keytable.p_keytableblock": "P_KeyTable", "cm.req.serviceid": "IP CM ServiceID",
-    "cm.req.ip_cm": "IP CM Private Data", "payload": "IBA Payload - appears to be EtherType encapsulated",
-    "vendor": "Vendor Specific or Unknown Header Sequence"}.items()}
+CONTAINERS = {
+    IB + k: v
+    for k, v in {
+        "lrh": "Local Route Header",
+        "grh": "Global Route Header",
+        "bth": "Base Transport Header",
+        "rdeth": "RDETH - Reliable Datagram Extended Transport Header",
+        "deth": "DETH - Datagram Extended Transport Header",
+        "reth": "RETH - RDMA Extended Transport Header",
+        "atomiceth": "AtomicETH - Atomic Extended Transport Header",
+        "aeth": "AETH - ACK Extended Transport Header",
+        "atomicacketh": "ATOMICACKETH - Atomic ACK Extended Transport Header",
+        "immdt": "IMMDT - Immediate Data Extended Transport Header",
+        "ieth": "IETH - Invalidate Extended Transport Header",
+        "mad": "MAD Header - Common Management Datagram",
+        "smpdirected": "SMP (Directed Route) {summary}",
+        "smplid": "SMP (LID Routed) {summary}",
+        "sa.drdlid": "SA {summary}",
+        "smplid.smpdata": "Attribute ({attribute})",
+        "p_keytable.p_keytableblock": "P_KeyTable",
+        "cm.req.serviceid": "IP CM ServiceID",
+        "cm.req.ip_cm": "IP CM Private Data",
+        "payload": "IBA Payload - appears to be EtherType encapsulated",
+        "vendor": "Vendor Specific or Unknown Header Sequence",
+    }.items()
+}
 INNER = {IB + "smplid.smpdata": "{attribute}", IB + "sa.drdlid": "{attribute}"}
 
 
@@ -132,36 +224,73 @@ def _widths(n: int) -> str:
 
 # PortInfo fields packet-infiniband.c follows with a name of their value (", Active"; IBA §14.2.5.6), and the
 # text it writes for values it does not name (LinkSpeedSupported borrows LinkWidthSupported's).
-NAMED = {IB + "portinfo." + k: v for k, v in {
-    "diagcode": ({0: "Function Ready", 1: "Performing Self Test", 2: "Initializing",
-                  3: "Soft Error - Function has non-fatal error", 4: "Hard Error - Function has fatal error"}, "DiagCode!"),
-    "linkwidthenabled": ({0: _NO_CHANGE, **{n: _widths(n) for n in range(1, 15)},
-                          255: "Set to LinkWidthSupported Value - Response contains actual LinkWidthSupported"},
-                         "LinkWidthEnabled Value!"),
-    "linkwidthsupported": ({n: _widths(n) for n in (1, 3, 7, 11, 15)}, "LinkWidthSupported Value!"),
-    "linkwidthactive": ({n: _widths(n) for n in (1, 2, 4, 8)}, "LinkWidthActive Value!"),
-    "linkspeedsupported": (_SPEEDS, "LinkWidthSupported Value!"),
-    "portstate": ({0: _NO_CHANGE, 1: "Down (includes failed links)", 2: "Initialized", 3: "Armed", 4: "Active"},
-                  "PortState Value!"),
-    "portphysicalstate": ({0: _NO_CHANGE, 1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining",
-                           5: "LinkUp", 6: "LinkErrorRecovery", 7: "Phy Test"}, "PortPhysicalState Value!"),
-    "linkdowndefaultstate": ({0: _NO_CHANGE, 1: "Sleep", 2: "Polling"}, "LinkDownDefaultState Value!"),
-    "linkspeedactive": ({1: "2.5 Gbps", 2: "5.0 Gbps", 4: "10.0 Gbps"}, "LinkSpeedActive Value!"),
-    "linkspeedenabled": ({0: _NO_CHANGE, **_SPEEDS,
-                          15: "Set to LinkSpeedSupported value - response contains actual LinkSpeedSupported"},
-                         "LinkSpeedEnabled Value!"),
-    "neighbormtu": (_MTUS, "NeighborMTU Value!"), "vlcap": (_VLS, "VLCap Value!"), "mtucap": (_MTUS, "MTUCap Value!"),
-    "operationalvls": ({0: _NO_CHANGE, **_VLS}, "OperationalVLs Value!"),
-}.items()}
+NAMED = {
+    IB + "portinfo." + k: v
+    for k, v in {
+        "diagcode": (
+            {
+                0: "Function Ready",
+                1: "Performing Self Test",
+                2: "Initializing",
+                3: "Soft Error - Function has non-fatal error",
+                4: "Hard Error - Function has fatal error",
+            },
+            "DiagCode!",
+        ),
+        "linkwidthenabled": (
+            {
+                0: _NO_CHANGE,
+                **{n: _widths(n) for n in range(1, 15)},
+                255: "Set to LinkWidthSupported Value - Response contains actual LinkWidthSupported",
+            },
+            "LinkWidthEnabled Value!",
+        ),
+        "linkwidthsupported": ({n: _widths(n) for n in (1, 3, 7, 11, 15)}, "LinkWidthSupported Value!"),
+        "linkwidthactive": ({n: _widths(n) for n in (1, 2, 4, 8)}, "LinkWidthActive Value!"),
+        "linkspeedsupported": (_SPEEDS, "LinkWidthSupported Value!"),
+        "portstate": (
+            {0: _NO_CHANGE, 1: "Down (includes failed links)", 2: "Initialized", 3: "Armed", 4: "Active"},
+            "PortState Value!",
+        ),
+        "portphysicalstate": (
+            {
+                0: _NO_CHANGE,
+                1: "Sleep",
+                2: "Polling",
+                3: "Disabled",
+                4: "PortConfigurationTraining",
+                5: "LinkUp",
+                6: "LinkErrorRecovery",
+                7: "Phy Test",
+            },
+            "PortPhysicalState Value!",
+        ),
+        "linkdowndefaultstate": ({0: _NO_CHANGE, 1: "Sleep", 2: "Polling"}, "LinkDownDefaultState Value!"),
+        "linkspeedactive": ({1: "2.5 Gbps", 2: "5.0 Gbps", 4: "10.0 Gbps"}, "LinkSpeedActive Value!"),
+        "linkspeedenabled": (
+            {
+                0: _NO_CHANGE,
+                **_SPEEDS,
+                15: "Set to LinkSpeedSupported value - response contains actual LinkSpeedSupported",
+            },
+            "LinkSpeedEnabled Value!",
+        ),
+        "neighbormtu": (_MTUS, "NeighborMTU Value!"),
+        "vlcap": (_VLS, "VLCap Value!"),
+        "mtucap": (_MTUS, "MTUCap Value!"),
+        "operationalvls": ({0: _NO_CHANGE, **_VLS}, "OperationalVLs Value!"),
+    }.items()
+}
 
 
 def _bits(value: int, mask: int, width: int) -> str:
     """Wireshark's picture of `value` under `mask` in a field `width` bits wide."""
     shift = (mask & -mask).bit_length() - 1
     placed = value << shift
-    chars = ["." if not mask >> (width - 1 - i) & 1 else "1" if placed >> (width - 1 - i) & 1 else "0"
-             for i in range(width)]
-    return " ".join("".join(chars[i:i + 4]) for i in range(0, width, 4))
+    chars = [
+        "." if not mask >> (width - 1 - i) & 1 else "1" if placed >> (width - 1 - i) & 1 else "0" for i in range(width)
+    ]
+    return " ".join("".join(chars[i : i + 4]) for i in range(0, width, 4))
 
 
 def _number(n: int, base: str, digits: int) -> str:
@@ -185,8 +314,8 @@ def field_line(key: str, value) -> str:
     if key in WHOLE:
         return WHOLE[key](value)
     spec = FIELDS.get(key)
-    if spec is None:                     # ibwire's own field: its display-filter name
-        key = key[len(IB):] if key.startswith(IB) else key
+    if spec is None:  # ibwire's own field: its display-filter name
+        key = key[len(IB) :] if key.startswith(IB) else key
         return f"{key}: {value}" if value != "" else key
     label, ftype, base, mask = spec
     if ftype in ("FT_NONE", "FT_PROTOCOL"):
@@ -244,9 +373,15 @@ def _heading(name: str, items: list, frame: dict) -> str:
         return f"User Datagram Protocol, Src Port: {get.get('udp.srcport')}, Dst Port: {get.get('udp.dstport')}"
     if name == "data":
         return f"Data ({get.get('data.len')} bytes)"
-    return {"infiniband": "InfiniBand", "erf": "Extensible Record Format", "lldp": "Link Layer Discovery Protocol",
-            "macc": "MAC Control", "nvme-rdma": "NVM Express Fabrics RDMA", "nvme": "NVM Express",
-            "_ws.malformed": "[Malformed Packet: InfiniBand]"}.get(name, name)
+    return {
+        "infiniband": "InfiniBand",
+        "erf": "Extensible Record Format",
+        "lldp": "Link Layer Discovery Protocol",
+        "macc": "MAC Control",
+        "nvme-rdma": "NVM Express Fabrics RDMA",
+        "nvme": "NVM Express",
+        "_ws.malformed": "[Malformed Packet: InfiniBand]",
+    }.get(name, name)
 
 
 def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: bool = False) -> None:
@@ -264,7 +399,7 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: b
             sub = dict(items[i + 1][1]) if i + 1 < len(items) else {}
             out.append(f"{pad}Interface id: {value} ({sub.get('frame.interface_name', '')})")
             continue
-        if isinstance(value, list):          # a text item (Timestamps) and what it holds
+        if isinstance(value, list):  # a text item (Timestamps) and what it holds
             out.append(pad + field_line(key, ""))
             _items(value, depth + 1, out, layer, names)
             continue
@@ -274,7 +409,7 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: b
         if key in NAMED:
             names_of, other = NAMED[key]
             line += ", " + names_of.get(int(value, 0), f"Reserved {other} Possible Error")
-        if key in INDEXED:                   # P_KeyTable entries: tshark appends the entry's number
+        if key in INDEXED:  # P_KeyTable entries: tshark appends the entry's number
             line += f"({names.setdefault(key, 0) + INDEXED[key]})"
             names[key] += 1
         out.append(pad + line)
@@ -288,8 +423,11 @@ def tree_text(layers: list, flat: dict, extra: dict = None) -> str:
     """One frame's -V text from its tshark-shaped document (ibwire.output.tshark_doc.document) and its
     decoded fields (`flat`, for the MAD's title); `extra`: ibwire's own fields, shown after the layers."""
     summary = str(flat.get("mad.summary", ""))
-    names = {"summary": summary, "attribute": summary.partition("(")[2].rstrip(")"),
-             "over_ipv4": any(name == "ip" for name, _ in layers)}
+    names = {
+        "summary": summary,
+        "attribute": summary.partition("(")[2].rstrip(")"),
+        "over_ipv4": any(name == "ip" for name, _ in layers),
+    }
     out = []
     for name, items in layers:
         out.append(_heading(name, items, {}))
@@ -304,7 +442,7 @@ def hex_dump(data: bytes) -> str:
     """tshark -x: offset, 16 bytes in hex, their printable ASCII; a blank line after."""
     lines = []
     for off in range(0, len(data), 16):
-        chunk = data[off:off + 16]
+        chunk = data[off : off + 16]
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
         lines.append(f"{off:04x}  {' '.join(f'{b:02x}' for b in chunk):<47}   {text}")
     return "\n".join(lines) + "\n"
@@ -314,11 +452,18 @@ def hex_dump(data: bytes) -> str:
 def _value_names() -> dict:
     """Field -> {number: name} for the numbers ibwire names and tshark 4.0's tree leaves bare."""
     from dissectors.mad import table as T
+
     widths = {k: v.upper() for k, v in T.LINK_WIDTHS.items()}
-    return {"mad.mgmtclass": {k: v[1] for k, v in T.CLASSES.items()}, "mad.method": T.METHODS,
-            "portinfo.portstate": T.PORT_STATES, "nodeinfo.nodetype": T.NODE_TYPES, "sminfo.smstate": T.SM_STATES,
-            "rmpp.rmpptype": T.RMPP_TYPES, **{f"portinfo.linkwidth{w}": widths for w in ("active", "enabled", "supported")},
-            **{f"portinfo.linkspeed{w}": T.LINK_SPEEDS for w in ("active", "enabled", "supported")}}
+    return {
+        "mad.mgmtclass": {k: v[1] for k, v in T.CLASSES.items()},
+        "mad.method": T.METHODS,
+        "portinfo.portstate": T.PORT_STATES,
+        "nodeinfo.nodetype": T.NODE_TYPES,
+        "sminfo.smstate": T.SM_STATES,
+        "rmpp.rmpptype": T.RMPP_TYPES,
+        **{f"portinfo.linkwidth{w}": widths for w in ("active", "enabled", "supported")},
+        **{f"portinfo.linkspeed{w}": T.LINK_SPEEDS for w in ("active", "enabled", "supported")},
+    }
 
 
 def _named(key: str, value, flat: dict):
@@ -330,6 +475,7 @@ def _named(key: str, value, flat: dict):
         return None
     if key == "mad.attributeid":
         from dissectors.mad.table import attribute
+
         name = attribute(flat.get("mad.mgmtclass", -1), value)[0]
     else:
         name = _value_names().get(key, {}).get(value)
@@ -340,24 +486,30 @@ def own_fields(flat: dict, layers: list) -> dict:
     """ibwire's fields of a frame that its tshark-shaped layers do not hold (CRC verdicts, names of the
     numbers tshark shows bare, …); payload and padding bytes are in tshark's Data and trailer lines."""
     from .tshark_doc import leaves
+
     held = set()
     for _, items in layers:
         for k, _v in leaves(items, []):
-            held.add(k[len(IB):] if k.startswith(IB) else k)
+            held.add(k[len(IB) :] if k.startswith(IB) else k)
     out, names = {}, _value_names()
     for k, v in flat.items():
         named = _named(k, v, flat) if k in names or k == "mad.attributeid" else None
         if named:
             out[k] = named
-        elif k not in held and "." in k and not k.startswith(("frame.", "_", "payload.", "padding.")) \
-                and isinstance(v, (int, str, float)):
-            out[k] = f"{v:.9f}" if isinstance(v, float) else v        # a pause in seconds, to the nanosecond
+        elif (
+            k not in held
+            and "." in k
+            and not k.startswith(("frame.", "_", "payload.", "padding."))
+            and isinstance(v, (int, str, float))
+        ):
+            out[k] = f"{v:.9f}" if isinstance(v, float) else v  # a pause in seconds, to the nanosecond
     return out
 
 
 def tree(decoded) -> str:
     """One decoded frame's -V tree on its own (no capture around it: times and UDP streams start at it)."""
     from .tshark_doc import Session, Times, document
+
     ns = round(decoded.frame.time * 1e9)
     layers = document(decoded, Times(ns, 0, 0, 0), Session())
     return tree_text(layers, decoded.flat, own_fields(decoded.flat, layers))

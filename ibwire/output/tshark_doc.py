@@ -10,6 +10,7 @@ repeat where tshark repeats them (`ip.addr`, `udp.port`).  Every value is tshark
 class (MAD_CLASSES); an attribute's fields are listed in its container without tshark's subtrees of
 single attributes (capability masks, CM service IDs) and reserved fields.
 """
+
 import ipaddress
 import json
 import time
@@ -32,12 +33,13 @@ from .values import SELF_NAMED, bytes_text, ipv6_text, value_text
 # cannot open it, so the link type itself stands there).
 ENCAP_TYPES = {1: 1, 113: 25, 197: 98, 242: 180, 276: 210}
 IB_PREFIX = "infiniband."
-FILTERED = "filtered"        # what -j/-J leave of a protocol or subtree not selected
+FILTERED = "filtered"  # what -j/-J leave of a protocol or subtree not selected
 
 
 class Times(NamedTuple):
     """Nanoseconds of a frame: since the epoch, since the previous frame, since the previous frame shown,
     since the first frame."""
+
     epoch: int
     delta: int
     delta_displayed: int
@@ -59,8 +61,10 @@ def _flag(value) -> bool:
 def frame_time(ns: int) -> str:
     """frame.time as tshark 4.0 writes it: local time, nanoseconds, the zone's name."""
     tm = time.localtime(ns // 10**9)
-    return (f"{time.strftime('%b', tm)} {tm.tm_mday:2d}, {tm.tm_year} {time.strftime('%H:%M:%S', tm)}."
-            f"{ns % 10**9:09d} {tm.tm_zone}")
+    return (
+        f"{time.strftime('%b', tm)} {tm.tm_mday:2d}, {tm.tm_year} {time.strftime('%H:%M:%S', tm)}."
+        f"{ns % 10**9:09d} {tm.tm_zone}"
+    )
 
 
 def _frame(d, t: Times, session: "Session") -> list:
@@ -69,68 +73,141 @@ def _frame(d, t: Times, session: "Session") -> list:
     if f.linktype == 197 and len(f.data) >= 16:
         port = f.data[9] & 3
         name = f"Port {'ABCD'[port]} (ERF Interface {port})"
-        items += [("frame.interface_id", str(session.interface(port))),
-                  ("frame.interface_id_tree", [("frame.interface_name", name), ("frame.interface_description", name)])]
-    items += [("frame.encap_type", str(ENCAP_TYPES.get(f.linktype, f.linktype))), ("frame.time", frame_time(t.epoch)),
-              ("frame.offset_shift", "0.000000000"), ("frame.time_epoch", seconds(t.epoch)),
-              ("frame.time_delta", seconds(t.delta)), ("frame.time_delta_displayed", seconds(t.delta_displayed)),
-              ("frame.time_relative", seconds(t.relative)), ("frame.number", str(f.number)),
-              ("frame.len", str(flat.get("frame.len", f.wirelen))), ("frame.cap_len", str(flat.get("frame.cap_len", f.caplen))),
-              ("frame.marked", False), ("frame.ignored", False), ("frame.protocols", flat.get("frame.protocols", ""))]
+        items += [
+            ("frame.interface_id", str(session.interface(port))),
+            ("frame.interface_id_tree", [("frame.interface_name", name), ("frame.interface_description", name)]),
+        ]
+    items += [
+        ("frame.encap_type", str(ENCAP_TYPES.get(f.linktype, f.linktype))),
+        ("frame.time", frame_time(t.epoch)),
+        ("frame.offset_shift", "0.000000000"),
+        ("frame.time_epoch", seconds(t.epoch)),
+        ("frame.time_delta", seconds(t.delta)),
+        ("frame.time_delta_displayed", seconds(t.delta_displayed)),
+        ("frame.time_relative", seconds(t.relative)),
+        ("frame.number", str(f.number)),
+        ("frame.len", str(flat.get("frame.len", f.wirelen))),
+        ("frame.cap_len", str(flat.get("frame.cap_len", f.caplen))),
+        ("frame.marked", False),
+        ("frame.ignored", False),
+        ("frame.protocols", flat.get("frame.protocols", "")),
+    ]
     return items
 
 
 def _erf(data: bytes) -> list:
     ts = int.from_bytes(data[:8], "little")
     rtype, flags = data[8], data[9]
-    return [("erf.ts", _hex(ts, 16)), ("erf.types", _hex(rtype, 2)),
-            ("erf.types_tree", [("erf.types.type", str(rtype & 0x7F)), ("erf.types.ext_header", str(rtype >> 7))]),
-            ("erf.flags", _hex(flags, 2)),
-            ("erf.flags_tree", [("erf.flags.cap", str(flags & 3)), ("erf.flags.vlen", str(flags >> 2 & 1)),
-                                ("erf.flags.trunc", str(flags >> 3 & 1)), ("erf.flags.rxe", str(flags >> 4 & 1)),
-                                ("erf.flags.dse", str(flags >> 5 & 1)), ("erf.flags.res", _hex(flags >> 6, 2))]),
-            ("erf.rlen", str(int.from_bytes(data[10:12], "big"))), ("erf.lctr", str(int.from_bytes(data[12:14], "big"))),
-            ("erf.wlen", str(int.from_bytes(data[14:16], "big")))]
+    return [
+        ("erf.ts", _hex(ts, 16)),
+        ("erf.types", _hex(rtype, 2)),
+        ("erf.types_tree", [("erf.types.type", str(rtype & 0x7F)), ("erf.types.ext_header", str(rtype >> 7))]),
+        ("erf.flags", _hex(flags, 2)),
+        (
+            "erf.flags_tree",
+            [
+                ("erf.flags.cap", str(flags & 3)),
+                ("erf.flags.vlen", str(flags >> 2 & 1)),
+                ("erf.flags.trunc", str(flags >> 3 & 1)),
+                ("erf.flags.rxe", str(flags >> 4 & 1)),
+                ("erf.flags.dse", str(flags >> 5 & 1)),
+                ("erf.flags.res", _hex(flags >> 6, 2)),
+            ],
+        ),
+        ("erf.rlen", str(int.from_bytes(data[10:12], "big"))),
+        ("erf.lctr", str(int.from_bytes(data[12:14], "big"))),
+        ("erf.wlen", str(int.from_bytes(data[14:16], "big"))),
+    ]
 
 
 def _mac_tree(side: str, mac: str) -> list:
     first = int(mac[:2], 16)
     oui = str(int(mac.replace(":", "")[:6], 16))
-    return [(f"eth.{side}_resolved", mac), (f"eth.{side}.oui", oui), ("eth.addr", mac), ("eth.addr_resolved", mac),
-            ("eth.addr.oui", oui),
-            (f"eth.{side}.lg", _flag(first & 2)), ("eth.lg", _flag(first & 2)),
-            (f"eth.{side}.ig", _flag(first & 1)), ("eth.ig", _flag(first & 1))]
+    return [
+        (f"eth.{side}_resolved", mac),
+        (f"eth.{side}.oui", oui),
+        ("eth.addr", mac),
+        ("eth.addr_resolved", mac),
+        ("eth.addr.oui", oui),
+        (f"eth.{side}.lg", _flag(first & 2)),
+        ("eth.lg", _flag(first & 2)),
+        (f"eth.{side}.ig", _flag(first & 1)),
+        ("eth.ig", _flag(first & 1)),
+    ]
 
 
 def _eth(p) -> list:
-    return [("eth.dst", p.dst), ("eth.dst_tree", _mac_tree("dst", p.dst)),
-            ("eth.src", p.src), ("eth.src_tree", _mac_tree("src", p.src)), ("eth.type", _hex(p.type, 4))]
+    return [
+        ("eth.dst", p.dst),
+        ("eth.dst_tree", _mac_tree("dst", p.dst)),
+        ("eth.src", p.src),
+        ("eth.src_tree", _mac_tree("src", p.src)),
+        ("eth.type", _hex(p.type, 4)),
+    ]
 
 
 def _vlan(p) -> list:
-    return [("vlan.priority", str(p.prio)), ("vlan.dei", _flag(p.dei)), ("vlan.id", str(p.vlan)),
-            ("vlan.etype", _hex(p.type, 4))]
+    return [
+        ("vlan.priority", str(p.prio)),
+        ("vlan.dei", _flag(p.dei)),
+        ("vlan.id", str(p.vlan)),
+        ("vlan.etype", _hex(p.type, 4)),
+    ]
 
 
 def _ip(p) -> list:
-    return [("ip.version", str(p.version)), ("ip.hdr_len", str(p.ihl * 4)), ("ip.dsfield", _hex(p.tos, 2)),
-            ("ip.dsfield_tree", [("ip.dsfield.dscp", str(p.tos >> 2)), ("ip.dsfield.ecn", str(p.tos & 3))]),
-            ("ip.len", str(p.len)), ("ip.id", _hex(p.id, 4)), ("ip.flags", _hex(int(p.flags), 2)),
-            ("ip.flags_tree", [("ip.flags.rb", _flag(int(p.flags) & 4)), ("ip.flags.df", _flag(int(p.flags) & 2)),
-                               ("ip.flags.mf", _flag(int(p.flags) & 1))]),
-            ("ip.frag_offset", str(p.frag * 8)), ("ip.ttl", str(p.ttl)), ("ip.proto", str(p.proto)),
-            ("ip.checksum", _hex(p.chksum, 4)), ("ip.checksum.status", "2"),
-            ("ip.src", p.src), ("ip.addr", p.src), ("ip.src_host", p.src), ("ip.host", p.src),
-            ("ip.dst", p.dst), ("ip.addr", p.dst), ("ip.dst_host", p.dst), ("ip.host", p.dst)]
+    return [
+        ("ip.version", str(p.version)),
+        ("ip.hdr_len", str(p.ihl * 4)),
+        ("ip.dsfield", _hex(p.tos, 2)),
+        ("ip.dsfield_tree", [("ip.dsfield.dscp", str(p.tos >> 2)), ("ip.dsfield.ecn", str(p.tos & 3))]),
+        ("ip.len", str(p.len)),
+        ("ip.id", _hex(p.id, 4)),
+        ("ip.flags", _hex(int(p.flags), 2)),
+        (
+            "ip.flags_tree",
+            [
+                ("ip.flags.rb", _flag(int(p.flags) & 4)),
+                ("ip.flags.df", _flag(int(p.flags) & 2)),
+                ("ip.flags.mf", _flag(int(p.flags) & 1)),
+            ],
+        ),
+        ("ip.frag_offset", str(p.frag * 8)),
+        ("ip.ttl", str(p.ttl)),
+        ("ip.proto", str(p.proto)),
+        ("ip.checksum", _hex(p.chksum, 4)),
+        ("ip.checksum.status", "2"),
+        ("ip.src", p.src),
+        ("ip.addr", p.src),
+        ("ip.src_host", p.src),
+        ("ip.host", p.src),
+        ("ip.dst", p.dst),
+        ("ip.addr", p.dst),
+        ("ip.dst_host", p.dst),
+        ("ip.host", p.dst),
+    ]
 
 
 def _ipv6(p) -> list:
     src, dst = ipv6_text(p.src), ipv6_text(p.dst)
-    return [("ipv6.version", "6"), ("ip.version", "6"), ("ipv6.tclass", _hex(p.tc, 8)),
-            ("ipv6.tclass_tree", [("ipv6.tclass.dscp", str(p.tc >> 2)), ("ipv6.tclass.ecn", str(p.tc & 3))]),
-            ("ipv6.flow", _hex(p.fl, 6)), ("ipv6.plen", str(p.plen)), ("ipv6.nxt", str(p.nh)), ("ipv6.hlim", str(p.hlim)),
-            ("ipv6.src", src), ("ipv6.addr", src), ("ipv6.src_host", src), ("ipv6.host", src),
-            ("ipv6.dst", dst), ("ipv6.addr", dst), ("ipv6.dst_host", dst), ("ipv6.host", dst)]
+    return [
+        ("ipv6.version", "6"),
+        ("ip.version", "6"),
+        ("ipv6.tclass", _hex(p.tc, 8)),
+        ("ipv6.tclass_tree", [("ipv6.tclass.dscp", str(p.tc >> 2)), ("ipv6.tclass.ecn", str(p.tc & 3))]),
+        ("ipv6.flow", _hex(p.fl, 6)),
+        ("ipv6.plen", str(p.plen)),
+        ("ipv6.nxt", str(p.nh)),
+        ("ipv6.hlim", str(p.hlim)),
+        ("ipv6.src", src),
+        ("ipv6.addr", src),
+        ("ipv6.src_host", src),
+        ("ipv6.host", src),
+        ("ipv6.dst", dst),
+        ("ipv6.addr", dst),
+        ("ipv6.dst_host", dst),
+        ("ipv6.host", dst),
+    ]
 
 
 class Session:
@@ -153,17 +230,29 @@ class Session:
     def udp(self, p, ns: int) -> list:
         ip = p.underlayer
         v6 = isinstance(ip, IPv6)
-        index, first, prev = self.note(_addr16(getattr(ip, "src", None), v6), p.sport, _addr16(getattr(ip, "dst", None), v6),
-                                       p.dport, ns)
+        index, first, prev = self.note(
+            _addr16(getattr(ip, "src", None), v6), p.sport, _addr16(getattr(ip, "dst", None), v6), p.dport, ns
+        )
         check = [("udp.checksum", _hex(p.chksum, 4))]
-        check += ([("udp.checksum_tree", [("udp.checksum.status", "3")])] if p.chksum == 0
-                  else [("udp.checksum.status", "2")])
-        payload = bytes(p.original[8:p.len] if p.original else b"")
-        return ([("udp.srcport", str(p.sport)), ("udp.dstport", str(p.dport)), ("udp.port", str(p.sport)),
-                 ("udp.port", str(p.dport)), ("udp.length", str(p.len))] + check +
-                [("udp.stream", str(index)),
-                 ("Timestamps", [("udp.time_relative", seconds(ns - first)), ("udp.time_delta", seconds(ns - prev))])]
-                + ([("udp.payload", bytes_text(payload))] if payload else []))
+        check += (
+            [("udp.checksum_tree", [("udp.checksum.status", "3")])] if p.chksum == 0 else [("udp.checksum.status", "2")]
+        )
+        payload = bytes(p.original[8 : p.len] if p.original else b"")
+        return (
+            [
+                ("udp.srcport", str(p.sport)),
+                ("udp.dstport", str(p.dport)),
+                ("udp.port", str(p.sport)),
+                ("udp.port", str(p.dport)),
+                ("udp.length", str(p.len)),
+            ]
+            + check
+            + [
+                ("udp.stream", str(index)),
+                ("Timestamps", [("udp.time_relative", seconds(ns - first)), ("udp.time_delta", seconds(ns - prev))]),
+            ]
+            + ([("udp.payload", bytes_text(payload))] if payload else [])
+        )
 
 
 def _bits(f) -> int:
@@ -179,7 +268,7 @@ def _addr16(text, v6: bool) -> bytes:
 
 def _header_bytes(layer) -> bytes:
     """The bytes of a fixed-size header (the sum of its fields)."""
-    return bytes(layer.original or b"")[:sum(_bits(f) for f in layer.fields_desc) // 8]
+    return bytes(layer.original or b"")[: sum(_bits(f) for f in layer.fields_desc) // 8]
 
 
 def _ib_tree(layer) -> list:
@@ -193,7 +282,7 @@ def _ib_tree(layer) -> list:
         key = alias.get(f.name) or f"{ws}.{f.name}"
         if key in TSHARK_DISPLAY and not f.name.startswith("_"):
             if pending is not None:
-                items.append((IB_PREFIX + "reserved", bytes_text(raw[pending // 8:(bit + 7) // 8])))
+                items.append((IB_PREFIX + "reserved", bytes_text(raw[pending // 8 : (bit + 7) // 8])))
                 pending = None
             value = layer.getfieldval(f.name)
             value = bool(value) if TSHARK_DISPLAY[key] == 1 else value
@@ -201,22 +290,31 @@ def _ib_tree(layer) -> list:
                 items += _syndrome(value)
                 bit += size
                 continue
-            items.append((IB_PREFIX + key, value if isinstance(value, bool) else value_text(key, value, width=size // 8)))
+            items.append(
+                (IB_PREFIX + key, value if isinstance(value, bool) else value_text(key, value, width=size // 8))
+            )
         elif pending is None:
             pending = bit
         bit += size
     if pending is not None:
-        items.append((IB_PREFIX + "reserved", bytes_text(raw[pending // 8:(bit + 7) // 8])))
+        items.append((IB_PREFIX + "reserved", bytes_text(raw[pending // 8 : (bit + 7) // 8])))
     return items
 
 
 def _syndrome(s: int) -> list:
     kind = (s >> 5) & 3
     low = ("credit_count", "timer", "reserved_value", "error_code")[kind]
-    return [(IB_PREFIX + "aeth.syndrome", str(s)),
-            (IB_PREFIX + "aeth.syndrome_tree", [(IB_PREFIX + "aeth.syndrome.reserved", str(s >> 7)),
-                                                (IB_PREFIX + "aeth.syndrome.opcode", str(kind)),
-                                                (IB_PREFIX + f"aeth.syndrome.{low}", str(s & 0x1F))])]
+    return [
+        (IB_PREFIX + "aeth.syndrome", str(s)),
+        (
+            IB_PREFIX + "aeth.syndrome_tree",
+            [
+                (IB_PREFIX + "aeth.syndrome.reserved", str(s >> 7)),
+                (IB_PREFIX + "aeth.syndrome.opcode", str(kind)),
+                (IB_PREFIX + f"aeth.syndrome.{low}", str(s & 0x1F)),
+            ],
+        ),
+    ]
 
 
 def _header(layer) -> list:
@@ -224,11 +322,14 @@ def _header(layer) -> list:
     if ws in ("icrc", "vcrc"):
         key = "invariant.crc" if ws == "icrc" else "variant.crc"
         return [(IB_PREFIX + key, value_text(key, layer.value))]
-    if ws in SELF_NAMED:                          # tshark shows these as the header's bytes, tree and all
+    if ws in SELF_NAMED:  # tshark shows these as the header's bytes, tree and all
         text = bytes_text(_header_bytes(layer))
         return [(IB_PREFIX + ws, text), (IB_PREFIX + ws + "_tree", [(IB_PREFIX + ws, text)])]
-    if ws == "mad":                               # the whole MAD: common header and data
-        return [(IB_PREFIX + "mad", bytes_text(bytes(layer.original or b"")[:256])), (IB_PREFIX + "mad_tree", _ib_tree(layer))]
+    if ws == "mad":  # the whole MAD: common header and data
+        return [
+            (IB_PREFIX + "mad", bytes_text(bytes(layer.original or b"")[:256])),
+            (IB_PREFIX + "mad_tree", _ib_tree(layer)),
+        ]
     return [(IB_PREFIX + ws, bytes_text(_header_bytes(layer))), (IB_PREFIX + ws + "_tree", _ib_tree(layer))]
 
 
@@ -237,9 +338,13 @@ def _ipoib(layer) -> list:
     encapsulation header in its tree (as the raw header, `rwh`); the CRCs are not payload."""
     raw = bytes(layer.original or b"")
     crcs = 4 + (2 if layer.firstlayer().haslayer("VCRC") else 0)
-    return [(IB_PREFIX + "payload", bytes_text(raw[:len(raw) - crcs] if len(raw) > crcs else raw)),
-            (IB_PREFIX + "payload_tree", [(IB_PREFIX + "rwh.etype", _hex(layer.type, 4)),
-                                          (IB_PREFIX + "reserved", bytes_text(raw[2:4]))])]
+    return [
+        (IB_PREFIX + "payload", bytes_text(raw[: len(raw) - crcs] if len(raw) > crcs else raw)),
+        (
+            IB_PREFIX + "payload_tree",
+            [(IB_PREFIX + "rwh.etype", _hex(layer.type, 4)), (IB_PREFIX + "reserved", bytes_text(raw[2:4]))],
+        ),
+    ]
 
 
 def _mad_items(layer) -> list:
@@ -272,24 +377,45 @@ def document(d, t: Times, session: Session) -> list:
     ib = None
     try:
         ib = _layers(d.packet, layers, t, session, d.flat)
-    except Exception:                          # damaged beyond what a layer can show: said as tshark says it
+    except Exception:  # damaged beyond what a layer can show: said as tshark says it
         layers.append(MALFORMED)
-    if ib is not None and "bth.analysis" in d.layers:      # as tshark writes tcp.analysis in the tcp layer
-        ib.append((IB_PREFIX + "bth.analysis", [(IB_PREFIX + f"bth.analysis.{k}", v if isinstance(v, bool) else
-                                                 f"{v:.9f}" if isinstance(v, float) else str(v))
-                                                for k, v in d.layers["bth.analysis"].items()]))
+    if ib is not None and "bth.analysis" in d.layers:  # as tshark writes tcp.analysis in the tcp layer
+        ib.append(
+            (
+                IB_PREFIX + "bth.analysis",
+                [
+                    (
+                        IB_PREFIX + f"bth.analysis.{k}",
+                        v if isinstance(v, bool) else f"{v:.9f}" if isinstance(v, float) else str(v),
+                    )
+                    for k, v in d.layers["bth.analysis"].items()
+                ],
+            )
+        )
     if d.flat.get("nvme-rdma.cmd.qid") is not None or "nvme-rdma" in d.layers:
         from .nvme_doc import frame_layers
+
         layers += frame_layers(d.flat, any(name.startswith("nvme") for name, _ in layers))
-    if ib is not None:                         # tshark writes the CRCs last in the infiniband layer
+    if ib is not None:  # tshark writes the CRCs last in the infiniband layer
         crcs = [i for i in ib if i[0] in (IB_PREFIX + "invariant.crc", IB_PREFIX + "variant.crc")]
         ib[:] = [i for i in ib if i not in crcs] + crcs
     return layers
 
 
-MALFORMED = ("_ws.malformed", [("_ws.expert", [
-    ("_ws.malformed", ""), ("_ws.expert.message", "Malformed Packet (Exception occurred)"),
-    ("_ws.expert.severity", "8388608"), ("_ws.expert.group", "117440512")])])
+MALFORMED = (
+    "_ws.malformed",
+    [
+        (
+            "_ws.expert",
+            [
+                ("_ws.malformed", ""),
+                ("_ws.expert.message", "Malformed Packet (Exception occurred)"),
+                ("_ws.expert.severity", "8388608"),
+                ("_ws.expert.group", "117440512"),
+            ],
+        )
+    ],
+)
 
 
 def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> list:
@@ -309,9 +435,10 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
             layers.append(("udp", session.udp(layer, t.epoch)))
         elif cls.__name__ == "MAD" and cls.__module__.startswith("dissectors.mad"):
             ib += _header(layer) + _mad_class(layer)
-            break                              # the MAD holds the rest of the packet but the CRCs
+            break  # the MAD holds the rest of the packet but the CRCs
         elif cls.__module__ == "dissectors.nvme":
             from .nvme_doc import nvme_layers
+
             layers += nvme_layers(layer, flat)
         elif isinstance(layer, IBLayer) and layer.ws_name not in ("erf", "erf.ehdr", "pad", "cnp"):
             if ib is None:
@@ -323,12 +450,12 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
         elif cls in FOREIGN or hasattr(layer, "ws_fields"):
             name, items = _foreign(layer)
             if name in MERGED and layers and layers[-1][0] == name:
-                layers[-1][1].extend(items)          # one lldp/macc layer for all its TLVs/parts, as tshark
+                layers[-1][1].extend(items)  # one lldp/macc layer for all its TLVs/parts, as tshark
             else:
                 layers.append((name, items))
         layer = layer.payload
     if ib is not None and layer is not None and not isinstance(layer, NoPayload):
-        for crc in ("ICRC", "VCRC"):           # after a MAD: its CRCs, which the walk stopped before
+        for crc in ("ICRC", "VCRC"):  # after a MAD: its CRCs, which the walk stopped before
             if layer.haslayer(crc):
                 ib += _header(layer.getlayer(crc))
     return ib
@@ -340,15 +467,32 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
 _SMP_DATA = ("smplid.smpdata", (64, 128))
 MAD_CLASSES = {
     0x01: ("smplid", (0, 256), ["smplid.mkey", (32, 64)], _SMP_DATA, [(128, 256)]),
-    0x81: ("smpdirected", (0, 256), ["smpdirected.d", "smpdirected.smpstatus", "smpdirected.hoppointer",
-                                     "smpdirected.hopcount", "smplid.mkey", "smpdirected.drslid",
-                                     "smpdirected.drdlid", (36, 64)], _SMP_DATA,
-           ["smpdirected.initialpath", "smpdirected.returnpath"]),
-    0x03: ("sa.drdlid", (0, 256), ["sa.smkey", "sa.attributeoffset", (50, 52), "sa.componentmask"],
-           ("sa.drdlid", (56, 256)), []),
+    0x81: (
+        "smpdirected",
+        (0, 256),
+        [
+            "smpdirected.d",
+            "smpdirected.smpstatus",
+            "smpdirected.hoppointer",
+            "smpdirected.hopcount",
+            "smplid.mkey",
+            "smpdirected.drslid",
+            "smpdirected.drdlid",
+            (36, 64),
+        ],
+        _SMP_DATA,
+        ["smpdirected.initialpath", "smpdirected.returnpath"],
+    ),
+    0x03: (
+        "sa.drdlid",
+        (0, 256),
+        ["sa.smkey", "sa.attributeoffset", (50, 52), "sa.componentmask"],
+        ("sa.drdlid", (56, 256)),
+        [],
+    ),
     0x07: (None, None, [], ("smplid.smpdata", (24, 256)), []),
 }
-TWICE = {"smplid.smpdata": (0x0020, 0x0002), "sa.drdlid": None}      # attribute IDs (None: all)
+TWICE = {"smplid.smpdata": (0x0020, 0x0002), "sa.drdlid": None}  # attribute IDs (None: all)
 
 
 def _mad_class(mad) -> list:
@@ -364,17 +508,22 @@ def _mad_class(mad) -> list:
                 attr.append((key, text))
     attr = _cm_nested(attr, raw)
     rmpp = [(k, v) for k, v in header.items() if k.startswith(IB_PREFIX + "rmpp.")]
-    out = ([(IB_PREFIX + "rmpp", bytes_text(raw[24:36])), (IB_PREFIX + "rmpp_tree", rmpp)] if rmpp else [])
+    out = [(IB_PREFIX + "rmpp", bytes_text(raw[24:36])), (IB_PREFIX + "rmpp_tree", rmpp)] if rmpp else []
     spec = MAD_CLASSES.get(mad.mgmtclass)
     if spec is None or len(raw) < 256:
         return out + [(k, v) for k, v in header.items() if (k, v) not in rmpp] + attr
     name, span, head, (data_key, data_span), tail = spec
 
     def items(names):
-        return [(IB_PREFIX + "reserved", bytes_text(raw[n[0]:n[1]])) if isinstance(n, tuple)
-                else (IB_PREFIX + n, header.get(IB_PREFIX + n, "")) for n in names]
-    data = bytes_text(raw[data_span[0]:data_span[1]])
-    if any(k == IB_PREFIX + "p_keytable.p_keybase" for k, _ in attr):     # tshark's P_KeyTable block subtree
+        return [
+            (IB_PREFIX + "reserved", bytes_text(raw[n[0] : n[1]]))
+            if isinstance(n, tuple)
+            else (IB_PREFIX + n, header.get(IB_PREFIX + n, ""))
+            for n in names
+        ]
+
+    data = bytes_text(raw[data_span[0] : data_span[1]])
+    if any(k == IB_PREFIX + "p_keytable.p_keybase" for k, _ in attr):  # tshark's P_KeyTable block subtree
         attr = [(IB_PREFIX + "p_keytable.p_keytableblock", data), (IB_PREFIX + "p_keytable.p_keytableblock_tree", attr)]
     twice = TWICE.get(data_key, ())
     inner = [(IB_PREFIX + data_key, data), (IB_PREFIX + data_key + "_tree", attr)]
@@ -383,10 +532,10 @@ def _mad_class(mad) -> list:
     body = items(head) + inner + items(tail)
     if name is None:
         return out + body
-    return out + [(IB_PREFIX + name, bytes_text(raw[span[0]:span[1]])), (IB_PREFIX + name + "_tree", body)]
+    return out + [(IB_PREFIX + name, bytes_text(raw[span[0] : span[1]])), (IB_PREFIX + name + "_tree", body)]
 
 
-REQ_PRIVATE = slice(164, 256)     # a CM REQ's private data: the last 92 bytes of its MAD (IBA §12.6.5)
+REQ_PRIVATE = slice(164, 256)  # a CM REQ's private data: the last 92 bytes of its MAD (IBA §12.6.5)
 
 
 def _cm_nested(attr: list, raw: bytes) -> list:
@@ -405,8 +554,10 @@ def _cm_nested(attr: list, raw: bytes) -> list:
         if k in nested:
             continue
         if k == IB_PREFIX + "cm.req.private" and ip:
-            out += [(IB_PREFIX + "cm.req.ip_cm", bytes_text(raw[REQ_PRIVATE]) if len(raw) >= 256 else v),
-                    (IB_PREFIX + "cm.req.ip_cm_tree", ip)]
+            out += [
+                (IB_PREFIX + "cm.req.ip_cm", bytes_text(raw[REQ_PRIVATE]) if len(raw) >= 256 else v),
+                (IB_PREFIX + "cm.req.ip_cm_tree", ip),
+            ]
             continue
         out.append((k, v))
         if k == IB_PREFIX + "cm.req.serviceid" and sid:
@@ -415,12 +566,15 @@ def _cm_nested(attr: list, raw: bytes) -> list:
 
 
 def _chain(layer):
-    while layer is not None and not isinstance(layer, NoPayload) and type(layer).__module__.startswith("dissectors.mad"):
+    while (
+        layer is not None and not isinstance(layer, NoPayload) and type(layer).__module__.startswith("dissectors.mad")
+    ):
         yield layer
         layer = layer.payload
 
 
 # ---- selection (-e, -j, -J) ----
+
 
 def leaves(items: list, out: list) -> list:
     """Every (key, value) of a document, depth first."""
@@ -451,12 +605,17 @@ def only_layers(layers: list, names: List[str], with_children: bool) -> list:
         elif with_children:
             out.append((name, items))
         else:
-            out.append((name, [(k, [(FILTERED, k.removesuffix("_tree"))]) if isinstance(v, list) else (k, v)
-                               for k, v in items]))
+            out.append(
+                (
+                    name,
+                    [(k, [(FILTERED, k.removesuffix("_tree"))]) if isinstance(v, list) else (k, v) for k, v in items],
+                )
+            )
     return out
 
 
 # ---- writers ----
+
 
 def _text(v, ek: bool):
     if isinstance(v, bool):
@@ -466,8 +625,14 @@ def _text(v, ek: bool):
 
 def json_text(index: str, layers: list, fields_only: bool = False) -> str:
     """One packet as tshark -T json writes it (two-space indent, keys repeated where tshark repeats them)."""
-    lines = ["  {", f'    "_index": "{index}",', '    "_type": "doc",', '    "_score": null,', '    "_source": {',
-             '      "layers": {' if layers else '      "layers": {}']     # {}: no -e field in the packet
+    lines = [
+        "  {",
+        f'    "_index": "{index}",',
+        '    "_type": "doc",',
+        '    "_score": null,',
+        '    "_source": {',
+        '      "layers": {' if layers else '      "layers": {}',
+    ]  # {}: no -e field in the packet
     _write(layers, 8, lines, fields_only)
     lines += (["      }"] if layers else []) + ["    }", "  }"]
     return "\n".join(lines)
@@ -501,9 +666,16 @@ def ek_text(timestamp_ms: int, layers: list, fields_only: bool = False, folded: 
         if items and items[0][0] == FILTERED and len(items) == 1:
             inner = f'"filtered":{json.dumps(items[0][1])}'
         elif folded:
-            inner = _ek_pairs([(f"{name}_{k}".replace(".", "_") if not isinstance(v, list) or k.endswith("_tree")
-                                else "text", {FILTERED: k if not isinstance(v, list) else "text"})
-                               for k, v in items if not (isinstance(v, list) and k.endswith("_tree"))])
+            inner = _ek_pairs(
+                [
+                    (
+                        f"{name}_{k}".replace(".", "_") if not isinstance(v, list) or k.endswith("_tree") else "text",
+                        {FILTERED: k if not isinstance(v, list) else "text"},
+                    )
+                    for k, v in items
+                    if not (isinstance(v, list) and k.endswith("_tree"))
+                ]
+            )
         else:
             inner = _ek_pairs(_ek_items(name, items))
         parts.append(f"{json.dumps(name)}:{{{inner}}}")

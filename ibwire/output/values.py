@@ -3,6 +3,7 @@ ibwire.fieldtypes (TSHARK_DISPLAY): hexadecimal fields as "0x…" padded to thei
 bytes as hex (`aa:bb` in JSON, `aabb` in field columns), IPv6 addresses and GIDs as inet_ntop writes
 them (an IPv4-mapped GID as ::ffff:172.17.242.47, as Wireshark shows it), times with nanoseconds.
 """
+
 import ipaddress
 import socket
 

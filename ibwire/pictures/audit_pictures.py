@@ -1,5 +1,6 @@
 """Pictures for the audit's HTML report: the subnet coloured by tenant (from the captures' SM traffic) and a
 timeline of the findings, each drawn at the capture times of its evidence frames in a lane per severity."""
+
 import os
 from typing import Dict, Iterable, List
 
@@ -39,6 +40,7 @@ def frame_times(paths: Iterable[str], frames: set) -> Dict[int, int]:
 def tenant_topology(res, paths: List[str]) -> str:
     """The subnet of the first capture with NodeInfo, CAs filled with their tenant's colour."""
     from ..fabric import fabric_view
+
     view = next((v for v in (fabric_view(p) for p in paths) if v["nodes"]), None)
     if view is None:
         return "<p class='note'>No subnet management traffic in the captures: no topology to draw.</p>"
@@ -62,24 +64,46 @@ def timeline(findings: List[dict], times: Dict[int, int]) -> str:
         t0 = times[0]
         span = max(times.values()) - t0
         lane = {s: i for i, s in enumerate(LANES)}
-        p = Plot("timeline", (0, max(span, 1) / 1e9 * 1.02), (-0.6, len(LANES) - 0.4), height=70 + 36 * len(LANES),
-                 left=80, attrs={"findings": len(timed), "marks": sum(sum(1 for n in f["frames"] if n in times)
-                                                                    for f in timed)})
-        p.axes("Findings over time (marks at each evidence frame)", "time since capture start", "",
-               lambda v: si(v, "s"), lambda v: LANES[int(round(v))] if 0 <= round(v) < len(LANES) else "")
+        p = Plot(
+            "timeline",
+            (0, max(span, 1) / 1e9 * 1.02),
+            (-0.6, len(LANES) - 0.4),
+            height=70 + 36 * len(LANES),
+            left=80,
+            attrs={"findings": len(timed), "marks": sum(sum(1 for n in f["frames"] if n in times) for f in timed)},
+        )
+        p.axes(
+            "Findings over time (marks at each evidence frame)",
+            "time since capture start",
+            "",
+            lambda v: si(v, "s"),
+            lambda v: LANES[int(round(v))] if 0 <= round(v) < len(LANES) else "",
+        )
         for k, f in enumerate(timed):
             y = lane[f["severity"]] + ((k % 5) - 2) * 0.09
-            pts = [((times[n] - t0) / 1e9, y, f"{f['severity']} {f['rule']} (frame {n}): {f['description']}")
-                   for n in f["frames"] if n in times]
+            pts = [
+                ((times[n] - t0) / 1e9, y, f"{f['severity']} {f['rule']} (frame {n}): {f['description']}")
+                for n in f["frames"]
+                if n in times
+            ]
             if len(pts) > 1:
                 p.polyline([a for a, _, _ in pts], [y] * len(pts), SEVERITY_COLOURS[f["severity"]], f["rule"])
-            p.marks(f"finding {f['severity']}", pts, "dot" if f["severity"] == "info" else "tri",
-                    SEVERITY_COLOURS[f["severity"]])
+            p.marks(
+                f"finding {f['severity']}",
+                pts,
+                "dot" if f["severity"] == "info" else "tri",
+                SEVERITY_COLOURS[f["severity"]],
+            )
         parts.append(p.svg())
     if untimed:
-        parts.append("<p>Findings without evidence frames (from the policy and the programmed P_Key tables):</p><ul>" +
-                     "".join(f"<li><b>{esc(f['severity'])}</b> <code>{esc(f['rule'])}</code> {esc(f['description'])}"
-                             "</li>" for f in untimed) + "</ul>")
+        parts.append(
+            "<p>Findings without evidence frames (from the policy and the programmed P_Key tables):</p><ul>"
+            + "".join(
+                f"<li><b>{esc(f['severity'])}</b> <code>{esc(f['rule'])}</code> {esc(f['description'])}</li>"
+                for f in untimed
+            )
+            + "</ul>"
+        )
     return "".join(parts) or "<p>No findings.</p>"
 
 
@@ -90,5 +114,9 @@ def audit_pictures(res, paths: Iterable[str]) -> str:
         return ""
     findings = [f.as_dict() for f in res.findings]
     times = frame_times(paths, {n for f in findings for n in f["frames"]})
-    return (f"<style>{SVG_CSS}</style><h2>Topology by tenant</h2>" + tenant_topology(res, paths) +
-            "<h2>Timeline of findings</h2>" + timeline(findings, times))
+    return (
+        f"<style>{SVG_CSS}</style><h2>Topology by tenant</h2>"
+        + tenant_topology(res, paths)
+        + "<h2>Timeline of findings</h2>"
+        + timeline(findings, times)
+    )

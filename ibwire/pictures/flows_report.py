@@ -6,21 +6,23 @@ dots, drops, retransmissions, NAKs, bad ICRCs and RNR waits marked); ACK and REA
 ladder diagram of one conversation.  The numbers in the tables are `flows.analyse`'s; the marks come from
 `series.channel`, which sequences the same packets.
 """
+
 import os
 from typing import List, Optional
 
 import numpy as np
 
-from ..analysis.report import label as worded, plural
+from ..analysis import retries
+from ..analysis.report import label as worded
+from ..analysis.report import plural
+from ..errors import UserError
 from . import series as S
 from .ladder import choose, ladder
-from ..analysis import retries
-from ..errors import UserError
 from .page import page, write_html
 from .svg import PALETTE, Plot, esc, si
 
 SEQUENCED = ("RC", "UC", "XRC")
-MAX_TICKS = 3000            # request ticks drawn per PSN graph (every k-th beyond that; marks always drawn)
+MAX_TICKS = 3000  # request ticks drawn per PSN graph (every k-th beyond that; marks always drawn)
 
 
 def _rel(v: float) -> str:
@@ -44,9 +46,14 @@ def _time_charts(name: str, bins: List[S.TimeBins], labels: List[str], t_end: fl
             ys = [r[key] for r in rows]
             series.append((xs, ys))
         ymax = max((max(ys) for _, ys in series if ys), default=1)
-        p = Plot(f"{kind} {title}", (0, max(t_end, width)), (0, ymax * 1.05 or 1), height=230,
-                 top=40 if len(labels) > 1 else 24,
-                 attrs={**attrs, "interval": width, "sum": sum(series[0][1])})
+        p = Plot(
+            f"{kind} {title}",
+            (0, max(t_end, width)),
+            (0, ymax * 1.05 or 1),
+            height=230,
+            top=40 if len(labels) > 1 else 24,
+            attrs={**attrs, "interval": width, "sum": sum(series[0][1])},
+        )
         p.axes(f"{name}: {title} per {si(width, 's')}", "time since capture start", ylabel, _rel, si)
         for k, ((xs, ys), label) in enumerate(zip(series, labels)):
             # each interval drawn as a flat step over its width
@@ -71,14 +78,25 @@ def _psn_chart(conv: dict, side: int, ch: dict, t0: float) -> str:
     ymax = float(y.max()) if len(y) else 1.0
     lo, hi = float(t.min()), float(t.max())
     pad = (hi - lo) * 0.03 or 1e-6
-    p = Plot("psn", (max(lo - pad, 0.0), hi + pad), (min(0.0, float(y.min())), ymax + 1), height=310, top=40,
-             attrs={"conversation": conv["conversation"], "sender": sender, **c})
-    p.axes(f"PSN over time: {sender} → {receiver} (first PSN 0x{u0 % S.PSN_MOD:06x})",
-           "time since capture start", "PSN − first PSN", _rel, lambda v: f"{v:g}")
+    p = Plot(
+        "psn",
+        (max(lo - pad, 0.0), hi + pad),
+        (min(0.0, float(y.min())), ymax + 1),
+        height=310,
+        top=40,
+        attrs={"conversation": conv["conversation"], "sender": sender, **c},
+    )
+    p.axes(
+        f"PSN over time: {sender} → {receiver} (first PSN 0x{u0 % S.PSN_MOD:06x})",
+        "time since capture start",
+        "PSN − first PSN",
+        _rel,
+        lambda v: f"{v:g}",
+    )
     p.bands("rnr-wait", [(a - t0, b - t0, f"RNR wait {si(b - a, 's')}") for a, b in ch["rnr_waits"]], "#9467bd")
     ri = np.nonzero(req & ~ch["retrans"])[0]
     if len(ri) > MAX_TICKS:
-        ri = ri[::-(-len(ri) // MAX_TICKS)]
+        ri = ri[:: -(-len(ri) // MAX_TICKS)]
     p.marks("request", ((t[i], y[i], f"PSN {y[i] + u0:#x}") for i in ri.tolist()), "tick", "#1f77b4")
     acks = ((ch["syn"] == 0) | S.IS_READ_LAST[ch["opcode"]]) & ~ch["is_req"]
     ai = np.nonzero(acks)[0]
@@ -86,22 +104,58 @@ def _psn_chart(conv: dict, side: int, ch: dict, t0: float) -> str:
         p.polyline(t[ai], np.maximum.accumulate(y[ai]), "#2ca02c", "ACKed PSN", step=True)
     rr = np.nonzero(S.IS_READ_RESP[ch["opcode"]] & ~ch["is_req"])[0]
     if len(rr):
-        p.marks("read-response", ((t[i], y[i], f"READ response PSN {y[i] + u0:#x}") for i in rr[::max(1, len(rr) // MAX_TICKS)].tolist()),
-                "dot", "#17becf")
-    p.marks("drop", ((a - t0, b - u0, f"PSN {b % S.PSN_MOD:#x} lost: resent later") for a, b in ch["drop_points"]),
-            "x", "#d62728")
-    p.marks("not-captured", ((a - t0, b - u0, f"PSN {b % S.PSN_MOD:#x} not captured: never resent, the peer went on")
-                             for a, b in ch["gap_points"]), "x", "#999999")
-    p.marks("retransmission", ((t[i], y[i], f"retransmission of PSN {(y[i] + u0) % S.PSN_MOD:#x}")
-                               for i in np.nonzero(ch["retrans"])[0].tolist()), "ring", "#ff7f0e")
-    p.marks("out-of-order", ((t[i], y[i], "late (out of order)") for i in np.nonzero(ch["late"])[0].tolist()),
-            "ring", "#bcbd22")
-    p.marks("bad-icrc", ((t[i], y[i], "bad ICRC: discarded") for i in np.nonzero(ch["bad"])[0].tolist()), "x", "#8c564b")
+        p.marks(
+            "read-response",
+            ((t[i], y[i], f"READ response PSN {y[i] + u0:#x}") for i in rr[:: max(1, len(rr) // MAX_TICKS)].tolist()),
+            "dot",
+            "#17becf",
+        )
+    p.marks(
+        "drop",
+        ((a - t0, b - u0, f"PSN {b % S.PSN_MOD:#x} lost: resent later") for a, b in ch["drop_points"]),
+        "x",
+        "#d62728",
+    )
+    p.marks(
+        "not-captured",
+        (
+            (a - t0, b - u0, f"PSN {b % S.PSN_MOD:#x} not captured: never resent, the peer went on")
+            for a, b in ch["gap_points"]
+        ),
+        "x",
+        "#999999",
+    )
+    p.marks(
+        "retransmission",
+        (
+            (t[i], y[i], f"retransmission of PSN {(y[i] + u0) % S.PSN_MOD:#x}")
+            for i in np.nonzero(ch["retrans"])[0].tolist()
+        ),
+        "ring",
+        "#ff7f0e",
+    )
+    p.marks(
+        "out-of-order",
+        ((t[i], y[i], "late (out of order)") for i in np.nonzero(ch["late"])[0].tolist()),
+        "ring",
+        "#bcbd22",
+    )
+    p.marks(
+        "bad-icrc", ((t[i], y[i], "bad ICRC: discarded") for i in np.nonzero(ch["bad"])[0].tolist()), "x", "#8c564b"
+    )
     p.marks("nak", ((t[i], y[i], "NAK") for i in np.nonzero(ch["syn"] == 3)[0].tolist()), "tri", "#e377c2")
     p.marks("rnr-nak", ((t[i], y[i], "RNR NAK") for i in np.nonzero(ch["syn"] == 1)[0].tolist()), "tri", "#9467bd")
-    p.legend([("request", "#1f77b4"), ("ACKed", "#2ca02c"), ("lost", "#d62728"), ("not captured", "#999999"),
-              ("retransmit", "#ff7f0e"),
-              ("NAK", "#e377c2"), ("RNR NAK/wait", "#9467bd")])
+    p.legend(
+        [
+            ("request", "#1f77b4"),
+            ("ACKed", "#2ca02c"),
+            ("lost", "#d62728"),
+            ("not captured", "#999999"),
+            ("retransmit", "#ff7f0e"),
+            ("NAK", "#e377c2"),
+            ("RNR NAK/wait", "#9467bd"),
+        ]
+    )
     return p.svg()
 
 
@@ -111,28 +165,71 @@ def _histogram(title: str, kind: str, samples_s: np.ndarray, conv_no, analysis: 
     hi = hi if hi > 0 else 1.0
     edges = np.linspace(0, hi * 1.02, 31)
     counts, _ = np.histogram(np.clip(us, 0, edges[-1]), edges)
-    p = Plot(f"histogram {kind}", (0, float(edges[-1])), (0, float(counts.max()) * 1.1 or 1), height=200,
-             attrs={"conversation": conv_no, "samples": len(us),
-                    "analysis-samples": (analysis or {}).get("n", ""), "p50": (analysis or {}).get("p50", "")})
-    p.axes(f"{title} ({len(us)} samples; beyond the last bar counted in it)", "µs", "count",
-           lambda v: f"{v:g}", lambda v: f"{v:g}")
-    p.bars(list(edges), counts.tolist(), "#1f77b4",
-           [f"{a:.2f}–{b:.2f} µs: {c}" for a, b, c in zip(edges[:-1], edges[1:], counts.tolist())])
+    p = Plot(
+        f"histogram {kind}",
+        (0, float(edges[-1])),
+        (0, float(counts.max()) * 1.1 or 1),
+        height=200,
+        attrs={
+            "conversation": conv_no,
+            "samples": len(us),
+            "analysis-samples": (analysis or {}).get("n", ""),
+            "p50": (analysis or {}).get("p50", ""),
+        },
+    )
+    p.axes(
+        f"{title} ({len(us)} samples; beyond the last bar counted in it)",
+        "µs",
+        "count",
+        lambda v: f"{v:g}",
+        lambda v: f"{v:g}",
+    )
+    p.bars(
+        list(edges),
+        counts.tolist(),
+        "#1f77b4",
+        [f"{a:.2f}–{b:.2f} µs: {c}" for a, b, c in zip(edges[:-1], edges[1:], counts.tolist())],
+    )
     return p.svg()
 
 
 def _table(rows: List[dict]) -> str:
-    keys = ("conversation", "transport", "a", "qpn_a", "b", "qpn_b", "p_key", "packets", "payload_bytes", "drops",
-            "retransmissions", "out_of_order", "naks", "rnr_naks", "bad_icrc", "ack p50/p99 µs")
+    keys = (
+        "conversation",
+        "transport",
+        "a",
+        "qpn_a",
+        "b",
+        "qpn_b",
+        "p_key",
+        "packets",
+        "payload_bytes",
+        "drops",
+        "retransmissions",
+        "out_of_order",
+        "naks",
+        "rnr_naks",
+        "bad_icrc",
+        "ack p50/p99 µs",
+    )
     out = ["<table id='conversations'><tr>" + "".join(f"<th>{esc(worded(k))}</th>" for k in keys) + "</tr>"]
     for r in rows:
         lat = r.get("ack_latency_us")
-        vals = {**r, "packets": r["packets_a_to_b"] + r["packets_b_to_a"],
-                "naks": sum((r.get("naks") or {}).values()) if r.get("naks") is not None else "",
-                "ack p50/p99 µs": f"{lat['p50']:g} / {lat['p99']:g}" if lat else ""}
-        out.append(f"<tr data-conversation='{r['conversation']}'>" + "".join(
-            f"<td class='{'n' if isinstance(vals.get(k), (int, float)) else ''}' data-key='{k}'>"
-            f"{esc('' if vals.get(k) is None else vals.get(k))}</td>" for k in keys) + "</tr>")
+        vals = {
+            **r,
+            "packets": r["packets_a_to_b"] + r["packets_b_to_a"],
+            "naks": sum((r.get("naks") or {}).values()) if r.get("naks") is not None else "",
+            "ack p50/p99 µs": f"{lat['p50']:g} / {lat['p99']:g}" if lat else "",
+        }
+        out.append(
+            f"<tr data-conversation='{r['conversation']}'>"
+            + "".join(
+                f"<td class='{'n' if isinstance(vals.get(k), (int, float)) else ''}' data-key='{k}'>"
+                f"{esc('' if vals.get(k) is None else vals.get(k))}</td>"
+                for k in keys
+            )
+            + "</tr>"
+        )
     out.append("</table>")
     return "".join(out)
 
@@ -140,29 +237,48 @@ def _table(rows: List[dict]) -> str:
 def _overview(path: str, rows: List[dict], shown: List[tuple], c: S.Collected, width: float, t_end: float) -> List[str]:
     """The page's head: what the capture holds, the table of every conversation and all traffic over time
     (in total and per conversation `shown`, pairs of row and position)."""
-    body = [f"<p>{esc(path)}: {plural(sum(r['packets'] for r in c.total.rows()), 'packet')}, "
-            f"{plural(len(rows), 'conversation')}, "
-            f"{si(t_end, 's')}; intervals of {si(width, 's')}. Pictures of the {len(shown)} busiest RC/UC/XRC "
-            "conversations; the tables hold the analysis's numbers.</p>",
-            "<h2>Conversations</h2>", _table(rows), "<h2 id='total'>All traffic over time</h2>"]
+    body = [
+        f"<p>{esc(path)}: {plural(sum(r['packets'] for r in c.total.rows()), 'packet')}, "
+        f"{plural(len(rows), 'conversation')}, "
+        f"{si(t_end, 's')}; intervals of {si(width, 's')}. Pictures of the {len(shown)} busiest RC/UC/XRC "
+        "conversations; the tables hold the analysis's numbers.</p>",
+        "<h2>Conversations</h2>",
+        _table(rows),
+        "<h2 id='total'>All traffic over time</h2>",
+    ]
     if c.total.beyond:
-        body.append(f"<p class='note'>{plural(c.total.beyond, 'packet')} lie more than {c.total.MAX:,} intervals "
-                    "after the first one and are not in the time charts (choose a longer --interval, or the capture "
-                    "has a wrong timestamp).</p>")
+        body.append(
+            f"<p class='note'>{plural(c.total.beyond, 'packet')} lie more than {c.total.MAX:,} intervals "
+            "after the first one and are not in the time charts (choose a longer --interval, or the capture "
+            "has a wrong timestamp).</p>"
+        )
     per = [(r, c.per_conv[i]) for r, i in shown if i in c.per_conv]
-    body.append(_time_charts("all packets", [c.total] + [tb for _, tb in per],
-                             ["all"] + [f"#{r['conversation']}" for r, _ in per], t_end, "time", {"scope": "total"}))
+    body.append(
+        _time_charts(
+            "all packets",
+            [c.total] + [tb for _, tb in per],
+            ["all"] + [f"#{r['conversation']}" for r, _ in per],
+            t_end,
+            "time",
+            {"scope": "total"},
+        )
+    )
     return body
 
 
 def _section_head(r: dict) -> List[str]:
     """A conversation section's heading and its notes: the analysis's loss and error counts, its retries."""
-    body = [f"<section class='qp' id='conv-{r['conversation']}' data-conversation='{r['conversation']}' "
-            f"data-transport='{r['transport']}'>"
-            f"<h2>#{r['conversation']} {esc(r['transport'])}: {esc(r['a'])} QPN {esc(r['qpn_a'])} ↔ "
-            f"{esc(r['b'])} QPN {esc(r['qpn_b'])}</h2>"]
-    facts = [f"{k.replace('_', ' ')} {r[k]}" for k in ("drops", "not_captured", "retransmissions", "out_of_order",
-                                                      "rnr_naks", "bad_icrc") if r.get(k)]
+    body = [
+        f"<section class='qp' id='conv-{r['conversation']}' data-conversation='{r['conversation']}' "
+        f"data-transport='{r['transport']}'>"
+        f"<h2>#{r['conversation']} {esc(r['transport'])}: {esc(r['a'])} QPN {esc(r['qpn_a'])} ↔ "
+        f"{esc(r['b'])} QPN {esc(r['qpn_b'])}</h2>"
+    ]
+    facts = [
+        f"{k.replace('_', ' ')} {r[k]}"
+        for k in ("drops", "not_captured", "retransmissions", "out_of_order", "rnr_naks", "bad_icrc")
+        if r.get(k)
+    ]
     facts += [f"NAK {k} {v}" for k, v in (r.get("naks") or {}).items()]
     if r.get("not_analysed"):
         facts.insert(0, "not analysed: " + r["not_analysed"])
@@ -181,11 +297,13 @@ def _conversation(r: dict, i: int, c: S.Collected, t0: float, t_end: float) -> L
         return body
     if i in c.thinned:
         whole, seen, since = c.thinned[i]
-        body.append(f"<p class='note thinned' data-kept='{whole}' data-seen='{seen}'>The graphs draw the first "
-                    f"{whole:,} of this conversation's {seen:,} packets whole (until {_rel(since - t0)}); after "
-                    "that they keep only what is marked (drops, retransmissions, NAKs, RNR NAKs and their "
-                    "waits, bad ICRCs) and the requests around it, so later ACKs and latencies are not drawn. "
-                    "The table above counts every packet.</p>")
+        body.append(
+            f"<p class='note thinned' data-kept='{whole}' data-seen='{seen}'>The graphs draw the first "
+            f"{whole:,} of this conversation's {seen:,} packets whole (until {_rel(since - t0)}); after "
+            "that they keep only what is marked (drops, retransmissions, NAKs, RNR NAKs and their "
+            "waits, bad ICRCs) and the requests around it, so later ACKs and latencies are not drawn. "
+            "The table above counts every packet.</p>"
+        )
     ack, rd = [], []
     for side in (0, 1):
         ch = S.channel(pk, side)
@@ -195,10 +313,20 @@ def _conversation(r: dict, i: int, c: S.Collected, t0: float, t_end: float) -> L
         ack.append(ch["ack_latency"])
         rd.append(ch["read_latency"])
     if i in c.per_conv:
-        body.append(_time_charts(f"#{r['conversation']}", [c.per_conv[i]], [f"#{r['conversation']}"], t_end, "time",
-                                 {"scope": "conversation", "conversation": r["conversation"]}))
-    for title, kind, parts, key in (("ACK latency", "ack-latency", ack, "ack_latency_us"),
-                                    ("READ latency", "read-latency", rd, "read_latency_us")):
+        body.append(
+            _time_charts(
+                f"#{r['conversation']}",
+                [c.per_conv[i]],
+                [f"#{r['conversation']}"],
+                t_end,
+                "time",
+                {"scope": "conversation", "conversation": r["conversation"]},
+            )
+        )
+    for title, kind, parts, key in (
+        ("ACK latency", "ack-latency", ack, "ack_latency_us"),
+        ("READ latency", "read-latency", rd, "read_latency_us"),
+    ):
         v = np.concatenate(parts) if parts else np.zeros(0)
         if len(v):
             body.append(_histogram(f"#{r['conversation']} {title}", kind, v, r["conversation"], r.get(key)))
@@ -206,23 +334,36 @@ def _conversation(r: dict, i: int, c: S.Collected, t0: float, t_end: float) -> L
     return body
 
 
-def _ladder_section(rows: List[dict], pick: Optional[int], ladder_qp: Optional[int], c: S.Collected,
-                    t0: float) -> List[str]:
+def _ladder_section(
+    rows: List[dict], pick: Optional[int], ladder_qp: Optional[int], c: S.Collected, t0: float
+) -> List[str]:
     """The ladder diagram of conversation `pick` (chosen by `ladder.choose`), or why there is none."""
     body = ["<h2 id='ladder'>Ladder diagram</h2>"]
     if pick is None:
-        body.append(f"<p>No conversation uses QPN 0x{ladder_qp:06x}: no ladder drawn.</p>" if ladder_qp is not None
-                    else "<p>No conversation to draw.</p>")
+        body.append(
+            f"<p>No conversation uses QPN 0x{ladder_qp:06x}: no ladder drawn.</p>"
+            if ladder_qp is not None
+            else "<p>No conversation to draw.</p>"
+        )
         return body
     r = rows[pick]
-    body.append(f"<p>Conversation #{r['conversation']} ({esc(r['transport'])}): its CM messages and its packets "
-                f"in capture order (choose another with <code>--ladder QPN</code>).</p>")
+    body.append(
+        f"<p>Conversation #{r['conversation']} ({esc(r['transport'])}): its CM messages and its packets "
+        f"in capture order (choose another with <code>--ladder QPN</code>).</p>"
+    )
     body.append(ladder(r, c.packets.get(pick), c.cm, t0))
     return body
 
 
-def render(path: str, result: dict, interval: Optional[float] = None, top: int = 8, ladder_qp: Optional[int] = None,
-           icrc: bool = True, mask=None) -> str:
+def render(
+    path: str,
+    result: dict,
+    interval: Optional[float] = None,
+    top: int = 8,
+    ladder_qp: Optional[int] = None,
+    icrc: bool = True,
+    mask=None,
+) -> str:
     """The report page for the capture at `path`, whose `flows.analyse` result is `result`."""
     rows = result["conversations"]
     starts = [r["first_time"] for r in rows if r["first_time"] is not None]
@@ -241,16 +382,27 @@ def render(path: str, result: dict, interval: Optional[float] = None, top: int =
     for r, i in shown_at:
         body += _conversation(r, i, c, t0, t_end)
     body += _ladder_section(rows, pick, ladder_qp, c, t0)
-    if result.get("capture"):                 # the capture's own drops, tied to the PSNs not captured
+    if result.get("capture"):  # the capture's own drops, tied to the PSNs not captured
         body.append(f"<h2>The capture's own drops</h2><p>{esc(result['capture']['text'])}</p>")
     if result.get("problems"):
-        body.append("<h2>Problems reading the capture</h2><ul>" +
-                    "".join(f"<li>{esc(p)}</li>" for p in result["problems"]) + "</ul>")
+        body.append(
+            "<h2>Problems reading the capture</h2><ul>"
+            + "".join(f"<li>{esc(p)}</li>" for p in result["problems"])
+            + "</ul>"
+        )
     return page(f"ibwire flows: {os.path.basename(path)}", "".join(body), "flows")
 
 
-def write_report(path: str, out: str, result: dict, interval: Optional[float], top: int, ladder_qp: Optional[int],
-                 icrc: bool = True, mask=None) -> None:
+def write_report(
+    path: str,
+    out: str,
+    result: dict,
+    interval: Optional[float],
+    top: int,
+    ladder_qp: Optional[int],
+    icrc: bool = True,
+    mask=None,
+) -> None:
     """`ibwire flows --report OUT`: render and write the page atomically (never over the capture)."""
     if interval is not None and not interval > 0:
         raise UserError(f"--interval takes a positive number of seconds, not {interval}")

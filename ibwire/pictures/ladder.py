@@ -1,16 +1,18 @@
 """A ladder (sequence) diagram of one conversation: CM connection setup and teardown (IBA Vol 1 §12.6:
 REQ, REP, RTU, DREQ, DREP, REJ, MRA) and the RC packets between the two endpoints, one arrow per packet."""
+
 from typing import List, Optional
 
 import numpy as np
 
 from dissectors.mad.table import ATTRIBUTES
 from dissectors.opcodes import AETH_NAK, AETH_RNR_NAK, NAK_CODES, aeth_kind, lookup
+
 from .series import end_text
 from .svg import esc
 
 CM_NAMES = {a: short for a, (_, short) in ATTRIBUTES["cm"].items() if short}
-HEAD, TAIL = 40, 8          # packets drawn from the start and the end of the exchange
+HEAD, TAIL = 40, 8  # packets drawn from the start and the end of the exchange
 
 
 def cm_of(cm: np.ndarray, conv: dict) -> np.ndarray:
@@ -41,13 +43,20 @@ def _label(op: int, psn: int, syn: int) -> str:
 
 def ladder(conv: dict, pk: Optional[dict], cm: np.ndarray, t0: float) -> str:
     """SVG of the conversation: lifelines for a and b, arrows in capture order, time since capture start."""
-    rows = []   # (time, from_a, label, cls, frame)
+    rows = []  # (time, from_a, label, cls, frame)
     mine = cm_of(cm, conv)
     for r in mine:
         src = end_text(bytes(r["src"]), int(r["slid"]))
         name = CM_NAMES.get(int(r["mad_attrid"]), f"CM 0x{int(r['mad_attrid']):04x}")
-        rows.append((float(r["time"]), src == conv["a"], f"CM {name} (comm ID 0x{int(r['cm_comm_id']):08x})",
-                     "cm", int(r["frame"])))
+        rows.append(
+            (
+                float(r["time"]),
+                src == conv["a"],
+                f"CM {name} (comm ID 0x{int(r['cm_comm_id']):08x})",
+                "cm",
+                int(r["frame"]),
+            )
+        )
     skipped = 0
     if pk is not None and len(pk["time"]):
         n = len(pk["time"])
@@ -61,38 +70,51 @@ def ladder(conv: dict, pk: Optional[dict], cm: np.ndarray, t0: float) -> str:
             op, syn = int(pk["opcode"][i]), int(pk["aeth_syndrome"][i])
             label = _label(op, int(pk["psn"][i]), syn)
             cls = "nak" if "NAK" in label else ("bad" if pk["bad_icrc"][i] else "rc")
-            rows.append((float(pk["time"][i]), int(pk["side"][i]) == 0, label + (" (bad ICRC)" if cls == "bad" else ""),
-                         cls, int(pk["frame"][i])))
+            rows.append(
+                (
+                    float(pk["time"][i]),
+                    int(pk["side"][i]) == 0,
+                    label + (" (bad ICRC)" if cls == "bad" else ""),
+                    cls,
+                    int(pk["frame"][i]),
+                )
+            )
     rows.sort(key=lambda r: (r[0], r[4]))
-    if skipped:   # the gap marker goes after the head packets
+    if skipped:  # the gap marker goes after the head packets
         last_head = sorted(int(f) for f in pk["frame"][:HEAD])[-1]
         cut = next((k for k, r in enumerate(rows) if r[4] > last_head and r[3] != "cm"), len(rows))
         rows.insert(cut, (None, None, f"… {skipped} packets not drawn …", "gap", 0))
     step, top, width = 22, 56, 760
     xa, xb = 230, 620
     height = top + step * len(rows) + 30
-    out = [f"<svg class='chart ladder' width='{width}' height='{height}' "
-           f"viewBox='0 0 {width} {height}' data-conversation='{conv['conversation']}' data-cm='{len(mine)}' "
-           f"data-packets='{len(rows) - (1 if skipped else 0) - len(mine)}' data-skipped='{skipped}'>",
-           "<defs><marker id='arrow' viewBox='0 0 10 10' refX='10' refY='5' markerWidth='7' markerHeight='7' "
-           "orient='auto-start-reverse'><path d='M0,0L10,5L0,10z' fill='#444'/></marker></defs>",
-           f"<text class='title' x='{xa}' y='18' text-anchor='middle'>a: {esc(conv['a'])} QPN {esc(conv['qpn_a'])}</text>",
-           f"<text class='title' x='{xb}' y='18' text-anchor='middle'>b: {esc(conv['b'])} QPN {esc(conv['qpn_b'])}</text>",
-           f"<line x1='{xa}' y1='28' x2='{xa}' y2='{height - 10}' stroke='#888' stroke-width='2'/>",
-           f"<line x1='{xb}' y1='28' x2='{xb}' y2='{height - 10}' stroke='#888' stroke-width='2'/>",
-           "<text class='tick' x='8' y='44'>time since capture start</text>"]
+    out = [
+        f"<svg class='chart ladder' width='{width}' height='{height}' "
+        f"viewBox='0 0 {width} {height}' data-conversation='{conv['conversation']}' data-cm='{len(mine)}' "
+        f"data-packets='{len(rows) - (1 if skipped else 0) - len(mine)}' data-skipped='{skipped}'>",
+        "<defs><marker id='arrow' viewBox='0 0 10 10' refX='10' refY='5' markerWidth='7' markerHeight='7' "
+        "orient='auto-start-reverse'><path d='M0,0L10,5L0,10z' fill='#444'/></marker></defs>",
+        f"<text class='title' x='{xa}' y='18' text-anchor='middle'>a: {esc(conv['a'])} QPN {esc(conv['qpn_a'])}</text>",
+        f"<text class='title' x='{xb}' y='18' text-anchor='middle'>b: {esc(conv['b'])} QPN {esc(conv['qpn_b'])}</text>",
+        f"<line x1='{xa}' y1='28' x2='{xa}' y2='{height - 10}' stroke='#888' stroke-width='2'/>",
+        f"<line x1='{xb}' y1='28' x2='{xb}' y2='{height - 10}' stroke='#888' stroke-width='2'/>",
+        "<text class='tick' x='8' y='44'>time since capture start</text>",
+    ]
     colours = {"cm": "#1f77b4", "rc": "#444", "nak": "#d62728", "bad": "#ff7f0e"}
     for k, (t, from_a, label, cls, frame) in enumerate(rows):
         y = top + k * step
         if cls == "gap":
-            out.append(f"<text class='gap' x='{(xa + xb) / 2}' y='{y + 4}' text-anchor='middle' fill='#666'>{esc(label)}</text>")
+            out.append(
+                f"<text class='gap' x='{(xa + xb) / 2}' y='{y + 4}' text-anchor='middle' fill='#666'>{esc(label)}</text>"
+            )
             continue
         x1, x2 = (xa, xb) if from_a else (xb, xa)
         c = colours[cls]
-        out.append(f"<g class='msg {cls}' data-frame='{frame}'><text class='tick' x='8' y='{y + 8}'>"
-                   f"{(t - t0) * 1e6:,.1f} µs</text><line x1='{x1}' y1='{y}' x2='{x2}' y2='{y + 10}' stroke='{c}' "
-                   f"stroke-width='1.4' marker-end='url(#arrow)'/><text x='{(xa + xb) / 2}' y='{y + 2}' "
-                   f"text-anchor='middle' fill='{c}'>{esc(label)}</text><title>frame {frame}</title></g>")
+        out.append(
+            f"<g class='msg {cls}' data-frame='{frame}'><text class='tick' x='8' y='{y + 8}'>"
+            f"{(t - t0) * 1e6:,.1f} µs</text><line x1='{x1}' y1='{y}' x2='{x2}' y2='{y + 10}' stroke='{c}' "
+            f"stroke-width='1.4' marker-end='url(#arrow)'/><text x='{(xa + xb) / 2}' y='{y + 2}' "
+            f"text-anchor='middle' fill='{c}'>{esc(label)}</text><title>frame {frame}</title></g>"
+        )
     out.append("</svg>")
     return "".join(out)
 

@@ -15,31 +15,34 @@ Sequencing of one requester→responder channel, vectorised over its packets in 
   requester's next packet; ACK latency is from a request's first transmission to the first ACK (or READ
   completion) covering its PSN; READ latency from the READ request to its first response.
 """
+
 from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 
 from dissectors.opcodes import AETH_ACK, AETH_NAK, AETH_RNR_NAK, aeth_kind, lookup
-from ..fast import records as R
-from ..fast import scan
+
 from ..analysis.flows import end_text
 from ..analysis.hashing import group_rows
+from ..fast import records as R
+from ..fast import scan
 
 PSN_MOD = 1 << 24
-MAX_MARKS = 20000         # drop marks drawn per channel
-KEEP_PACKETS = 1 << 18    # packets kept per conversation drawn (26 bytes each); later ones only if they mark
+MAX_MARKS = 20000  # drop marks drawn per channel
+KEEP_PACKETS = 1 << 18  # packets kept per conversation drawn (26 bytes each); later ones only if they mark
 _OP = [lookup(c).op for c in range(256)]
 _SEG = [lookup(c).seg for c in range(256)]
-IS_REQ = np.array([o in ("send", "write", "read_req", "atomic", "flush", "atomic_write", "resync", "unknown")
-                   for o in _OP])
+IS_REQ = np.array(
+    [o in ("send", "write", "read_req", "atomic", "flush", "atomic_write", "resync", "unknown") for o in _OP]
+)
 IS_READ_REQ = np.array([o == "read_req" for o in _OP])
 IS_READ_RESP = np.array([o == "read_resp" for o in _OP])
 IS_READ_FIRST = np.array([o == "read_resp" and s in ("first", "only") for o, s in zip(_OP, _SEG)])
 IS_READ_LAST = np.array([o == "read_resp" and s in ("last", "only") for o, s in zip(_OP, _SEG)])
 HAS_AETH = np.array(["aeth" in lookup(c).headers for c in range(256)])
 IS_RC = np.array([lookup(c).transport in ("RC", "XRC") for c in range(256)])
-KEPT = ("time", "opcode", "psn", "aeth_syndrome", "reth_dmalen", "frame")     # per packet drawn: 24 bytes
-BINNED = ("time_ns", "len", "flags", "opcode", "aeth_syndrome", "ecn")          # what TimeBins counts
+KEPT = ("time", "opcode", "psn", "aeth_syndrome", "reth_dmalen", "frame")  # per packet drawn: 24 bytes
+BINNED = ("time_ns", "len", "flags", "opcode", "aeth_syndrome", "ecn")  # what TimeBins counts
 
 
 def aeth_kinds(opcode: np.ndarray, syndrome: np.ndarray, where=True) -> np.ndarray:
@@ -54,7 +57,7 @@ class TimeBins:
     grows as packets arrive, so it streams over a capture of any length."""
 
     KEYS = ("packets", "bytes", "naks", "rnr_naks", "cnps", "ecn_ce")
-    MAX = 1_000_000         # intervals kept; packets later than that are counted in `beyond`
+    MAX = 1_000_000  # intervals kept; packets later than that are counted in `beyond`
 
     def __init__(self, width: float, t0_ns: Optional[int] = None):
         if not width > 0:
@@ -71,7 +74,7 @@ class TimeBins:
         a = self.acc[key]
         if len(c) > len(a):
             a = np.concatenate([a, np.zeros(len(c) - len(a), np.int64)])
-        a[:len(c)] += c
+        a[: len(c)] += c
         self.acc[key] = a
 
     def index(self, ns: np.ndarray) -> np.ndarray:
@@ -90,7 +93,7 @@ class TimeBins:
             return
         idx = self.index(rec["time_ns"])
         ok = idx < self.MAX
-        if not ok.all():        # a timestamp far beyond the others (a damaged or spliced capture)
+        if not ok.all():  # a timestamp far beyond the others (a damaged or spliced capture)
             self.beyond += int((~ok).sum())
             idx = idx[ok]
             rec = {k: rec[k][ok] for k in ("len", "flags", "opcode", "aeth_syndrome", "ecn")}
@@ -119,6 +122,7 @@ class TimeBins:
 def interval_table(path: str, interval: float, icrc: bool = True) -> dict:
     """`ibwire stats --interval`: the capture's TimeBins rows in one pass."""
     from ..errors import UserError
+
     if not interval > 0:
         raise UserError(f"--interval takes a positive number of seconds, not {interval}")
     tb = TimeBins(interval)
@@ -127,8 +131,10 @@ def interval_table(path: str, interval: float, icrc: bool = True) -> dict:
         tb.add(rec)
     problems = list(s.problems)
     if tb.beyond:
-        problems.append(f"{tb.beyond} packets are more than {tb.MAX:,} intervals after the first packet (a wrong "
-                        "timestamp?) and are left out of the table")
+        problems.append(
+            f"{tb.beyond} packets are more than {tb.MAX:,} intervals after the first packet (a wrong "
+            "timestamp?) and are left out of the table"
+        )
     return {"interval_s": interval, "first_time": tb.t0, "intervals": tb.rows(), "problems": problems}
 
 
@@ -147,8 +153,14 @@ class Collected:
     longer than KEEP_PACKETS, whose later packets are kept only where something is to be marked (see
     `Thinning`)."""
 
-    def __init__(self, total: TimeBins, per_conv: Dict[int, TimeBins], packets: Dict[int, dict], cm: np.ndarray,
-                 thinned: Optional[Dict[int, tuple]] = None):
+    def __init__(
+        self,
+        total: TimeBins,
+        per_conv: Dict[int, TimeBins],
+        packets: Dict[int, dict],
+        cm: np.ndarray,
+        thinned: Optional[Dict[int, tuple]] = None,
+    ):
         self.total, self.per_conv, self.packets, self.cm = total, per_conv, packets, cm
         self.thinned = thinned or {}
 
@@ -173,8 +185,8 @@ class Thinning:
     in-sequence requests left out.  The sequence is followed across batches from the first packet."""
 
     def __init__(self):
-        self.nxt: Dict[tuple, int] = {}       # (conversation, side) -> PSN the last request leads to
-        self.last: Dict[tuple, dict] = {}     # ... -> that request's columns (one row), while not kept
+        self.nxt: Dict[tuple, int] = {}  # (conversation, side) -> PSN the last request leads to
+        self.last: Dict[tuple, dict] = {}  # ... -> that request's columns (one row), while not kept
         self.after_nak: Dict[tuple, bool] = {}
 
     def feed(self, ci: int, cols: dict, room: int):
@@ -185,7 +197,7 @@ class Thinning:
         nak = _naks(aeth_kinds(op, cols["aeth_syndrome"]))
         keep = np.arange(n) < room
         if room < n:
-            keep |= nak | cols["bad_icrc"]            # a mark of their own
+            keep |= nak | cols["bad_icrc"]  # a mark of their own
         cont = np.zeros(n, bool)
         extra = []
         for s in (0, 1):
@@ -206,8 +218,14 @@ class Thinning:
                 if len(before) and before[0] < 0 and key in self.last:
                     extra.append(self.last[key])
                 after = np.searchsorted(req, naks, "right")
-                pick = np.concatenate([np.flatnonzero(brk), before[before >= 0], after[after < len(req)],
-                                       [0] if self.after_nak.get(key) else []]).astype(np.int64)
+                pick = np.concatenate(
+                    [
+                        np.flatnonzero(brk),
+                        before[before >= 0],
+                        after[after < len(req)],
+                        [0] if self.after_nak.get(key) else [],
+                    ]
+                ).astype(np.int64)
                 keep[req[pick]] = True
                 cont[req] = ~brk & (req >= room)
             self.after_nak[key] = bool(len(naks)) and naks[-1] > req[-1]
@@ -219,8 +237,9 @@ class Thinning:
         return keep, cont, extra
 
 
-def collect(path: str, conversations: List[dict], keep: Iterable[int], interval: float, icrc: bool = True,
-            mask=None) -> Collected:
+def collect(
+    path: str, conversations: List[dict], keep: Iterable[int], interval: float, icrc: bool = True, mask=None
+) -> Collected:
     """One pass: time bins for everything; for the conversations at positions `keep` in `conversations` (rows
     of `flows.analyse`) time bins and packet columns (side 0 = a→b); every CM MAD (for ladder diagrams)."""
     keep = set(keep)
@@ -235,10 +254,10 @@ def collect(path: str, conversations: List[dict], keep: Iterable[int], interval:
     per_conv: Dict[int, TimeBins] = {}
     parts: Dict[int, list] = {i: [] for i in keep}
     cms = []
-    known: Dict[int, tuple] = {}      # half-flow key hash -> (conversation or -1, side)
-    kept: Dict[int, int] = {}         # packets of each conversation kept whole
-    seen: Dict[int, int] = {}         # ... and seen
-    since: Dict[int, float] = {}      # time of the first packet not kept whole
+    known: Dict[int, tuple] = {}  # half-flow key hash -> (conversation or -1, side)
+    kept: Dict[int, int] = {}  # packets of each conversation kept whole
+    seen: Dict[int, int] = {}  # ... and seen
+    since: Dict[int, float] = {}  # time of the first packet not kept whole
     thinning = Thinning()
     for rec in scan(path, icrc=icrc):
         if mask is not None:
@@ -260,8 +279,11 @@ def collect(path: str, conversations: List[dict], keep: Iterable[int], interval:
         for j, (h, i) in enumerate(zip(hashes.tolist(), bth[first].tolist())):
             hit = known.get(h)
             if hit is None:
-                key = (end_text(bytes(rec["src"][i]), int(rec["slid"][i])),
-                       end_text(bytes(rec["dst"][i]), int(rec["dlid"][i])), int(rec["destqp"][i]))
+                key = (
+                    end_text(bytes(rec["src"][i]), int(rec["slid"][i])),
+                    end_text(bytes(rec["dst"][i]), int(rec["dlid"][i])),
+                    int(rec["destqp"][i]),
+                )
                 hit = known[h] = halves.get(key, (-1, 0))
             conv[j], side[j] = hit
         rc, rs = conv[inv], side[inv]
@@ -282,7 +304,7 @@ def collect(path: str, conversations: List[dict], keep: Iterable[int], interval:
             seen[ci] = seen.get(ci, 0) + len(rows)
             room = max(KEEP_PACKETS - kept.get(ci, 0), 0)
             keep_rows, cols["cont"], extra = thinning.feed(ci, cols, room)
-            if room < len(rows):              # memory stays bounded: beyond the cap only what is marked
+            if room < len(rows):  # memory stays bounded: beyond the cap only what is marked
                 since.setdefault(ci, float(cols["time"][room]))
                 cols = {k: v[keep_rows] for k, v in cols.items()}
                 parts[ci].extend(extra)
@@ -335,7 +357,7 @@ def _gaps(ch: dict, dmalen: np.ndarray, live: np.ndarray, cont: Optional[np.ndar
     gap = np.where(counted, u - expected, 0)
     gap = np.where((gap > 0) & (u <= allow), 0, gap)
     gap = np.maximum(gap, 0)
-    if cont is not None:            # requests left out of a thinned conversation followed the sequence
+    if cont is not None:  # requests left out of a thinned conversation followed the sequence
         gap = np.where(cont, 0, gap)
     return expected, gap, counted & (u < expected)
 
@@ -374,8 +396,9 @@ def _left_out(u: np.ndarray, live: np.ndarray, cont: Optional[np.ndarray]) -> tu
     return u[before][order] + 1, np.maximum.accumulate(u[after][order])
 
 
-def _missing_marks(ch: dict, expected: np.ndarray, gap: np.ndarray, late: np.ndarray, resent: np.ndarray,
-                   left_out: tuple) -> tuple:
+def _missing_marks(
+    ch: dict, expected: np.ndarray, gap: np.ndarray, late: np.ndarray, resent: np.ndarray, left_out: tuple
+) -> tuple:
     """(time, PSN) of each PSN skipped before a request and not filled late: dropped when resent later (or
     by a request left out), else not captured; one mark per PSN, at most MAX_MARKS each (more says no more)."""
     t, u = ch["time"], ch["psn"]
@@ -424,8 +447,9 @@ def _read_latency(ch: dict, firsts: np.ndarray) -> np.ndarray:
     first_resp = {}
     for i in rf.tolist():
         first_resp.setdefault(int(u[i]), i)
-    return np.array([t[first_resp[int(u[i])]] - t[i] for i in rq.tolist()
-                     if int(u[i]) in first_resp and first_resp[int(u[i])] > i])
+    return np.array(
+        [t[first_resp[int(u[i])]] - t[i] for i in rq.tolist() if int(u[i]) in first_resp and first_resp[int(u[i])] > i]
+    )
 
 
 def _rnr_waits(t: np.ndarray, rnr: np.ndarray, req_idx: np.ndarray) -> list:
@@ -448,20 +472,40 @@ def channel(pk: dict, side: int) -> Optional[dict]:
     resp = (s != side) & (IS_READ_RESP[op] | HAS_AETH[op]) & ~IS_REQ[op]
     sel = np.nonzero(req | resp)[0]
     o, is_req = op[sel], req[sel]
-    ch = {"time": pk["time"][sel], "psn": unwrap(pk["psn"][sel]), "frame": pk["frame"][sel], "is_req": is_req,
-          "bad": pk["bad_icrc"][sel] & is_req, "syn": aeth_kinds(o, pk["aeth_syndrome"][sel], ~is_req), "opcode": o}
+    ch = {
+        "time": pk["time"][sel],
+        "psn": unwrap(pk["psn"][sel]),
+        "frame": pk["frame"][sel],
+        "is_req": is_req,
+        "bad": pk["bad_icrc"][sel] & is_req,
+        "syn": aeth_kinds(o, pk["aeth_syndrome"][sel], ~is_req),
+        "opcode": o,
+    }
     cont = pk["cont"][sel] if "cont" in pk else None
     live = is_req & ~ch["bad"]
     expected, gap, back = _gaps(ch, pk["reth_dmalen"][sel].astype(np.int64), live, cont)
     firsts, late = _late(ch, live, back)
     retrans = back & ~late
-    resent = back & firsts & ~late           # a missing PSN's first sight after a NAK or go-back-N: it was lost
+    resent = back & firsts & ~late  # a missing PSN's first sight after a NAK or go-back-N: it was lost
     drop_psns, gap_psns = _missing_marks(ch, expected, gap, late, resent, _left_out(ch["psn"], live, cont))
     rnr = np.nonzero(ch["syn"] == AETH_RNR_NAK)[0]
-    return {**ch, "retrans": retrans, "late": late, "drop_points": drop_psns, "gap_points": gap_psns,
-            "rnr_waits": _rnr_waits(ch["time"], rnr, np.nonzero(live)[0]),
-            "ack_latency": _ack_latency(ch, firsts), "read_latency": _read_latency(ch, firsts),
-            "counts": {"drops": int(resent.sum()), "not_captured": int(gap.sum()) - int(late.sum()) - int(resent.sum()),
-                       "retransmissions": int(retrans.sum()),
-                       "out_of_order": int(late.sum()), "naks": int((ch["syn"] == AETH_NAK).sum()),
-                       "rnr_naks": int(len(rnr)), "bad_icrc": int(ch["bad"].sum()), "requests": int(is_req.sum())}}
+    return {
+        **ch,
+        "retrans": retrans,
+        "late": late,
+        "drop_points": drop_psns,
+        "gap_points": gap_psns,
+        "rnr_waits": _rnr_waits(ch["time"], rnr, np.nonzero(live)[0]),
+        "ack_latency": _ack_latency(ch, firsts),
+        "read_latency": _read_latency(ch, firsts),
+        "counts": {
+            "drops": int(resent.sum()),
+            "not_captured": int(gap.sum()) - int(late.sum()) - int(resent.sum()),
+            "retransmissions": int(retrans.sum()),
+            "out_of_order": int(late.sum()),
+            "naks": int((ch["syn"] == AETH_NAK).sum()),
+            "rnr_naks": int(len(rnr)),
+            "bad_icrc": int(ch["bad"].sum()),
+            "requests": int(is_req.sum()),
+        },
+    }

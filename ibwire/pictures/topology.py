@@ -5,6 +5,7 @@ node ringed and badged, a rogue SM's (a MASTER claim losing the election, fabric
 Optional colours per port GUID (tenants in the audit report).  A subnet of more than MAX_CAS CAs draws the
 CAs cabled to one switch only as one box per switch ("24 CAs"), its link red or orange when any of theirs
 is; the tables beside the picture keep every link."""
+
 from collections import Counter, defaultdict
 from typing import Dict, Optional, Tuple
 
@@ -18,8 +19,11 @@ DASHED = "stroke-dasharray='4 2' "
 def _layers(nodes: dict, adj: dict) -> Dict[int, int]:
     """Layer of each node: 0 for CAs/routers, 1 for switches next to one (or with no CA at all), then +1 per hop."""
     level = {g: 0 for g, n in nodes.items() if n["type"] != "Switch"}
-    frontier = [g for g, n in nodes.items() if n["type"] == "Switch" and
-                (any(nodes[o]["type"] != "Switch" for o in adj[g]) or not adj[g])]
+    frontier = [
+        g
+        for g, n in nodes.items()
+        if n["type"] == "Switch" and (any(nodes[o]["type"] != "Switch" for o in adj[g]) or not adj[g])
+    ]
     for g in frontier:
         level[g] = 1
     while frontier:
@@ -53,14 +57,26 @@ def _collapse(nodes: dict, links: list, tag) -> Tuple[dict, list]:
     for sw, ms in members.items():
         tags = Counter(tag(g)[0] for g in ms)
         label = tags.most_common(1)[0][0] if len(tags) == 1 else None
-        out_nodes[-sw] = {"guid": -sw, "type": "group", "description": f"{len(ms)} CAs", "members": ms,
-                          "tag": label, "tags": tags}
+        out_nodes[-sw] = {
+            "guid": -sw,
+            "type": "group",
+            "description": f"{len(ms)} CAs",
+            "members": ms,
+            "tag": label,
+            "tags": tags,
+        }
         theirs = [lk for lk in links if {lk["a"]["node_guid"], lk["b"]["node_guid"]} & set(ms)]
         rates = Counter(lk.get("active", "") for lk in theirs)
-        out_links.append({"a": {"node_guid": sw, "port_num": ""}, "b": {"node_guid": -sw, "port_num": ""},
-                          "active": ", ".join(f"{n}× {r}" if n > 1 else r for r, n in rates.most_common()),
-                          "below_enabled": any(lk.get("below_enabled") for lk in theirs),
-                          "below_supported": any(lk.get("below_supported") for lk in theirs), "count": len(theirs)})
+        out_links.append(
+            {
+                "a": {"node_guid": sw, "port_num": ""},
+                "b": {"node_guid": -sw, "port_num": ""},
+                "active": ", ".join(f"{n}× {r}" if n > 1 else r for r, n in rates.most_common()),
+                "below_enabled": any(lk.get("below_enabled") for lk in theirs),
+                "below_supported": any(lk.get("below_supported") for lk in theirs),
+                "count": len(theirs),
+            }
+        )
     return out_nodes, out_links
 
 
@@ -90,10 +106,17 @@ def _place(nodes: dict, links: list) -> Tuple[dict, float, float]:
     for g, lv in level.items():
         rows[lv].append(g)
     pos: Dict[int, float] = {}
-    for lv in range(top, -1, -1):       # top tier by GUID, lower tiers under the middle of their neighbours above
+    for lv in range(top, -1, -1):  # top tier by GUID, lower tiers under the middle of their neighbours above
         row = rows.get(lv, [])
-        key = {g: (sum(pos[o] for o in adj[g] if o in pos) / max(1, sum(1 for o in adj[g] if o in pos))
-                   if any(o in pos for o in adj[g]) else float("inf"), g) for g in row}
+        key = {
+            g: (
+                sum(pos[o] for o in adj[g] if o in pos) / max(1, sum(1 for o in adj[g] if o in pos))
+                if any(o in pos for o in adj[g])
+                else float("inf"),
+                g,
+            )
+            for g in row
+        }
         row.sort(key=lambda g: key[g])
         for i, g in enumerate(row):
             pos[g] = i
@@ -117,7 +140,7 @@ def _sm_nodes(view: dict, nodes: dict) -> Tuple[Optional[int], set]:
     sm_node = next((p["node_guid"] for p in view["ports"] if master and p["guid"] == master), None)
     if sm_node is None and view["sm"]["master_lid"]:
         sm_node = next((p["node_guid"] for p in view["ports"] if p["lid"] == view["sm"]["master_lid"]), None)
-    if sm_node is not None and sm_node not in nodes:          # inside a group box
+    if sm_node is not None and sm_node not in nodes:  # inside a group box
         sm_node = next((g for g, n in nodes.items() if sm_node in n.get("members", ())), None)
     rogue_guids = {s["guid"] for s in view["sm"].get("rogues", ())}
     rogue_nodes = {p["node_guid"] for p in view["ports"] if p["guid"] in rogue_guids}
@@ -141,17 +164,21 @@ def _link_svg(lk: dict, nodes: dict, xy: dict) -> str:
     elif lk.get("below_supported"):
         cls, colour, dash = "link below-supported", "#ff7f0e", " stroke-dasharray='6 3'"
     rate = lk.get("active", "").split(" (")[0] if "count" not in lk else f"{lk['count']} links"
-    tip = (f"{nodes[a['node_guid']]['description']} port {a['port_num']} ↔ {nodes[b['node_guid']]['description']} "
-           f"port {b['port_num']}: active {lk.get('active', 'unknown')}")
+    tip = (
+        f"{nodes[a['node_guid']]['description']} port {a['port_num']} ↔ {nodes[b['node_guid']]['description']} "
+        f"port {b['port_num']}: active {lk.get('active', 'unknown')}"
+    )
     if "best_supported" in lk:
         tip += f"; both ends support {lk['best_supported']}, enable {lk['best_enabled']}"
-    return (f"<g class='{cls}' data-a='{_gid(a['node_guid'])}/{a['port_num']}' data-b='{_gid(b['node_guid'])}/"
-            f"{b['port_num']}' data-active='{esc(lk.get('active', ''))}'><title>{esc(tip)}</title>"
-            f"<line x1='{x1}' y1='{y1}' x2='{x2}' y2='{y2}' stroke='{colour}' stroke-width='2'{dash}/>"
-            f"<text class='rate' x='{(x1 + x2) / 2 + 4}' y='{(y1 + y2) / 2}' fill='{colour}'>{esc(rate)}</text>"
-            f"<text class='tick port' x='{x1 + (x2 - x1) * .12 + 4}' y='{y1 + (y2 - y1) * .12 + 4}'>"
-            f"{a['port_num']}</text><text class='tick port' x='{x2 - (x2 - x1) * .12 + 4}' "
-            f"y='{y2 - (y2 - y1) * .12}'>{b['port_num']}</text></g>")
+    return (
+        f"<g class='{cls}' data-a='{_gid(a['node_guid'])}/{a['port_num']}' data-b='{_gid(b['node_guid'])}/"
+        f"{b['port_num']}' data-active='{esc(lk.get('active', ''))}'><title>{esc(tip)}</title>"
+        f"<line x1='{x1}' y1='{y1}' x2='{x2}' y2='{y2}' stroke='{colour}' stroke-width='2'{dash}/>"
+        f"<text class='rate' x='{(x1 + x2) / 2 + 4}' y='{(y1 + y2) / 2}' fill='{colour}'>{esc(rate)}</text>"
+        f"<text class='tick port' x='{x1 + (x2 - x1) * 0.12 + 4}' y='{y1 + (y2 - y1) * 0.12 + 4}'>"
+        f"{a['port_num']}</text><text class='tick port' x='{x2 - (x2 - x1) * 0.12 + 4}' "
+        f"y='{y2 - (y2 - y1) * 0.12}'>{b['port_num']}</text></g>"
+    )
 
 
 def _look(g: int, n: dict, owner: defaultdict) -> Tuple[Optional[str], str, str]:
@@ -170,33 +197,41 @@ def _look(g: int, n: dict, owner: defaultdict) -> Tuple[Optional[str], str, str]
 def _node_title(g: int, n: dict, lid, label: Optional[str], owner: defaultdict, nodes_all: dict) -> str:
     """A node's tooltip: type, GUID, LID and tenant; for a group box its switch and (the first 64 of) its CAs."""
     if n["type"] == "group":
-        return f"{n['description']} on switch {-g:#018x}: " + ", ".join(
-            (nodes_all[m]["description"] or f"{m:#x}") + (f" ({owner[m][0]})" if owner[m][0] else "")
-            for m in n["members"][:64]) + (" …" if len(n["members"]) > 64 else "")
+        return (
+            f"{n['description']} on switch {-g:#018x}: "
+            + ", ".join(
+                (nodes_all[m]["description"] or f"{m:#x}") + (f" ({owner[m][0]})" if owner[m][0] else "")
+                for m in n["members"][:64]
+            )
+            + (" …" if len(n["members"]) > 64 else "")
+        )
     return f"{n['type']} {g:#018x}{f' LID {lid}' if lid else ''}{f' tenant {label}' if label else ''}"
 
 
-def _node_svg(g: int, n: dict, at: Tuple[float, float], lid, look: tuple, title: str, master: bool,
-              rogue: bool) -> str:
+def _node_svg(g: int, n: dict, at: Tuple[float, float], lid, look: tuple, title: str, master: bool, rogue: bool) -> str:
     """One node's box at `at` (rounded for CAs, dashed for a group), its name and a line of type, LID and
     tenant; the master SM's ringed, it and a rogue SM's badged."""
     (x, y), (label, fill, name) = at, look
     cls = "node " + n["type"].lower() + (" master-sm" if master else "") + (" rogue-sm" if rogue else "")
     facts = (n["type"] if not label else "", f"LID {lid}" if lid else "", label)
-    out = (f"<g class='{cls}' data-guid='{_gid(g)}' data-tenant='{esc(label or '')}'>"
-           f"<title>{esc(title)}</title>"
-           f"<rect x='{x}' y='{y}' width='{BOX_W}' height='{BOX_H}' rx='{3 if n['type'] == 'Switch' else 12}' "
-           f"{DASHED if n['type'] == 'group' else ''}"
-           f"fill='{fill}' stroke='{'#b8860b' if master else '#666'}' "
-           f"stroke-width='{3 if master else 1}'/>"
-           f"<text x='{x + BOX_W / 2}' y='{y + 18}' text-anchor='middle' font-weight='bold'>"
-           f"{esc((name or f'{g:#x}')[:20])}</text>"
-           f"<text class='tick' x='{x + BOX_W / 2}' y='{y + 34}' text-anchor='middle'>"
-           f"{esc(' · '.join(f for f in facts if f and f != 'group'))}</text>")
+    out = (
+        f"<g class='{cls}' data-guid='{_gid(g)}' data-tenant='{esc(label or '')}'>"
+        f"<title>{esc(title)}</title>"
+        f"<rect x='{x}' y='{y}' width='{BOX_W}' height='{BOX_H}' rx='{3 if n['type'] == 'Switch' else 12}' "
+        f"{DASHED if n['type'] == 'group' else ''}"
+        f"fill='{fill}' stroke='{'#b8860b' if master else '#666'}' "
+        f"stroke-width='{3 if master else 1}'/>"
+        f"<text x='{x + BOX_W / 2}' y='{y + 18}' text-anchor='middle' font-weight='bold'>"
+        f"{esc((name or f'{g:#x}')[:20])}</text>"
+        f"<text class='tick' x='{x + BOX_W / 2}' y='{y + 34}' text-anchor='middle'>"
+        f"{esc(' · '.join(f for f in facts if f and f != 'group'))}</text>"
+    )
     badge = "master SM" if master else "rogue SM" if rogue else ""
     if badge:
-        out += (f"<text class='sm-badge' x='{x + BOX_W - 4}' y='{y - 4}' text-anchor='end' "
-                f"fill='{'#b8860b' if master else '#d62728'}' font-weight='bold'>{badge}</text>")
+        out += (
+            f"<text class='sm-badge' x='{x + BOX_W - 4}' y='{y - 4}' text-anchor='end' "
+            f"fill='{'#b8860b' if master else '#d62728'}' font-weight='bold'>{badge}</text>"
+        )
     return out + "</g>"
 
 
@@ -213,15 +248,27 @@ def topology_svg(view: dict, colours: Optional[Dict[int, Tuple[str, str, str]]] 
         nodes, links = _collapse(nodes, links, lambda g: owner[g])
     xy, width, height = _place(nodes, links)
     sm_node, rogue_nodes = _sm_nodes(view, nodes)
-    out = [f"<svg class='chart topology' width='{width}' height='{height}' "
-           f"viewBox='0 0 {width} {height}' data-nodes='{len(nodes)}' data-links='{len(links)}' "
-           f"data-degraded='{sum(1 for lk in links if lk.get('below_enabled'))}' "
-           f"data-below-supported='{sum(1 for lk in links if lk.get('below_supported'))}'>"]
+    out = [
+        f"<svg class='chart topology' width='{width}' height='{height}' "
+        f"viewBox='0 0 {width} {height}' data-nodes='{len(nodes)}' data-links='{len(links)}' "
+        f"data-degraded='{sum(1 for lk in links if lk.get('below_enabled'))}' "
+        f"data-below-supported='{sum(1 for lk in links if lk.get('below_supported'))}'>"
+    ]
     out += [_link_svg(lk, nodes, xy) for lk in links]
     for g, n in nodes.items():
         lid = ports.get((g, 0 if n["type"] == "Switch" else 1), {}).get("lid")
         look = _look(g, n, owner)
-        out.append(_node_svg(g, n, xy[g], lid, look, _node_title(g, n, lid, look[0], owner, nodes_all),
-                             g == sm_node, g in rogue_nodes))
+        out.append(
+            _node_svg(
+                g,
+                n,
+                xy[g],
+                lid,
+                look,
+                _node_title(g, n, lid, look[0], owner, nodes_all),
+                g == sm_node,
+                g in rogue_nodes,
+            )
+        )
     out.append("</svg>")
     return "".join(out)

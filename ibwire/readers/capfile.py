@@ -4,6 +4,7 @@ dpkt's readers drop the original length and the interface of each pcapng packet,
 decoder needs (truncation, mixed link types), so the block walk is done here; layouts follow the
 pcap(5) and pcapng (draft-ietf-opsawg-pcapng) specifications.
 """
+
 import os
 import struct
 from typing import Iterator, NamedTuple, Optional
@@ -14,16 +15,16 @@ from .resync import past_refused
 
 
 class Frame(NamedTuple):
-    number: int          # 1-based frame number, as tshark counts
-    time: float          # seconds since the epoch
+    number: int  # 1-based frame number, as tshark counts
+    time: float  # seconds since the epoch
     caplen: int
     wirelen: int
     linktype: int
     data: bytes
-    iface: int = 0       # pcapng interface id (0 for pcap)
+    iface: int = 0  # pcapng interface id (0 for pcap)
 
 
-_PCAPNG_MIN_BODY = {1: 8, 6: 20, 3: 4}      # fixed fields of an interface, enhanced and simple packet block
+_PCAPNG_MIN_BODY = {1: 8, 6: 20, 3: 4}  # fixed fields of an interface, enhanced and simple packet block
 
 
 def file_format(path: str, head: bytes) -> str:
@@ -49,10 +50,10 @@ class Capture:
             raise UserError(f"cannot read {path}: {e.strerror or e}") from None
         self.format = file_format(path, head)
         self.problems = []
-        self.skipped = 0       # records or blocks found damaged and not delivered as frames
-        self.lost_bytes = 0    # bytes of the file no frame came from (damage skipped, unreadable rest)
-        self.cut_short = []    # (frame number, bytes missing) of a record the file ends inside
-        self.interfaces = []   # pcapng: list of [linktype, ts_scale, name, snap length or 0]
+        self.skipped = 0  # records or blocks found damaged and not delivered as frames
+        self.lost_bytes = 0  # bytes of the file no frame came from (damage skipped, unreadable rest)
+        self.cut_short = []  # (frame number, bytes missing) of a record the file ends inside
+        self.interfaces = []  # pcapng: list of [linktype, ts_scale, name, snap length or 0]
         self.linktype: Optional[int] = None
 
     def __iter__(self) -> Iterator[Frame]:
@@ -91,23 +92,28 @@ class Capture:
                     return
                 sec, frac, incl, orig = hdr.unpack_from(rh, 0)
                 n += 1
-                if incl > MAX_PACKET:               # damage: on from the next record the bulk reader trusts too
+                if incl > MAX_PACKET:  # damage: on from the next record the bulk reader trusts too
                     bad = f.tell() - rec_len
                     resume = past_refused(self.path, bad, incl, size) if rec_len == 16 else None
                     self.skipped += 1
                     if resume is None:
                         self.lost_bytes += size - bad
-                        self.problems.append(f"frame {n}: record length {incl} is impossible (over {MAX_PACKET}); the "
-                                             "rest of the file is unreadable")
+                        self.problems.append(
+                            f"frame {n}: record length {incl} is impossible (over {MAX_PACKET}); the "
+                            "rest of the file is unreadable"
+                        )
                         return
                     self.lost_bytes += resume - bad
                     if resume == bad + 16 + incl:
-                        self.problems.append(f"frame {n}: record of {incl} bytes is over the {MAX_PACKET}-byte limit; "
-                                             "skipped")
+                        self.problems.append(
+                            f"frame {n}: record of {incl} bytes is over the {MAX_PACKET}-byte limit; skipped"
+                        )
                     else:
-                        self.problems.append(f"frame {n}: record length {incl} is impossible; skipped {resume - bad} "
-                                             "damaged bytes to the next plausible record (frame numbers after it are "
-                                             "estimates)")
+                        self.problems.append(
+                            f"frame {n}: record length {incl} is impossible; skipped {resume - bad} "
+                            "damaged bytes to the next plausible record (frame numbers after it are "
+                            "estimates)"
+                        )
                         n -= 1
                     f.seek(resume)
                     continue
@@ -120,7 +126,7 @@ class Capture:
                             return
                         f.seek(incl, 1)
                         continue
-                data = f.read(min(incl, size - f.tell()))          # a length is never trusted past the file
+                data = f.read(min(incl, size - f.tell()))  # a length is never trusted past the file
                 if len(data) < incl:
                     self.problems.append(f"frame {n}: record cut short at end of file")
                     self.cut_short.append((n, incl - len(data)))
@@ -140,13 +146,16 @@ class Capture:
                     btype = 0x0A0D0D0A
                 blen = struct.unpack_from(endian + "I", head, 4)[0]
                 if blen < 12 or blen > MAX_BLOCK or off + blen > size:
-                    self.problems.append("block cut short at end of file" if 12 <= blen <= MAX_BLOCK else
-                                         f"damaged block length {blen}; the rest of the file is unreadable")
+                    self.problems.append(
+                        "block cut short at end of file"
+                        if 12 <= blen <= MAX_BLOCK
+                        else f"damaged block length {blen}; the rest of the file is unreadable"
+                    )
                     self.skipped += 1
                     self.lost_bytes += size - off
                     return
                 off += blen
-                if wanted is not None and btype in (6, 3) and n >= 1:       # a packet after the first
+                if wanted is not None and btype in (6, 3) and n >= 1:  # a packet after the first
                     while nxt is not None and nxt < n + 1:
                         nxt = next(wanted, None)
                     if nxt != n + 1:
@@ -154,32 +163,33 @@ class Capture:
                         n += 1
                         iface = struct.unpack_from(endian + "I", head, 8)[0] if btype == 6 else 0
                         if iface >= len(self.interfaces):
-                            self.problems.append(f"frame {n}: packet names interface {iface}, which was never "
-                                                 "described")
+                            self.problems.append(
+                                f"frame {n}: packet names interface {iface}, which was never described"
+                            )
                         continue
-                if btype not in (1, 6, 3):                       # nothing read from other blocks
+                if btype not in (1, 6, 3):  # nothing read from other blocks
                     f.seek(blen - 12, 1)
                     continue
-                body = (head + f.read(blen - 12))[8:blen - 4]
+                body = (head + f.read(blen - 12))[8 : blen - 4]
                 short = _PCAPNG_MIN_BODY.get(btype, 0) > len(body)
                 if short and btype in (6, 3):
                     n += 1
                     self.skipped += 1
-                    self.problems.append(f"frame {n}: packet block of {blen} bytes is too short to hold a packet; "
-                                         "skipped")
+                    self.problems.append(
+                        f"frame {n}: packet block of {blen} bytes is too short to hold a packet; skipped"
+                    )
                     continue
                 if short:
-                    self.problems.append(f"interface block of {blen} bytes is too short; packets naming it are "
-                                         "skipped")
+                    self.problems.append(f"interface block of {blen} bytes is too short; packets naming it are skipped")
                     self.interfaces.append(None)
                     continue
-                if btype == 1:                                   # Interface Description Block
+                if btype == 1:  # Interface Description Block
                     lt, _, snap = struct.unpack_from(endian + "HHI", body, 0)
                     self.interfaces.append([lt, 1e-6, "", snap])
                     self._idb_options(body[8:], endian, self.interfaces[-1])
                     if self.linktype is None:
                         self.linktype = lt
-                elif btype in (6, 3):                           # Enhanced / Simple Packet Block
+                elif btype in (6, 3):  # Enhanced / Simple Packet Block
                     n += 1
                     if btype == 6:
                         iface, hi, lo, incl, orig = struct.unpack_from(endian + "IIIII", body, 0)
@@ -189,14 +199,15 @@ class Capture:
                         iface, ts_raw = 0, 0
                         orig = struct.unpack_from(endian + "I", body, 0)[0]
                         first = self.interfaces[0] if self.interfaces else None
-                        snap = first[3] if first is not None and first[3] else orig    # padding is no data
+                        snap = first[3] if first is not None and first[3] else orig  # padding is no data
                         claimed, at = min(orig, snap, len(body) - 4), 4
                     if claimed > MAX_PACKET:
                         self.skipped += 1
-                        self.problems.append(f"frame {n}: packet of {claimed} bytes is over the {MAX_PACKET}-byte "
-                                             "limit; skipped")
+                        self.problems.append(
+                            f"frame {n}: packet of {claimed} bytes is over the {MAX_PACKET}-byte limit; skipped"
+                        )
                         continue
-                    data = body[at:at + claimed]
+                    data = body[at : at + claimed]
                     if iface >= len(self.interfaces) or self.interfaces[iface] is None:
                         self.skipped += 1
                         self.problems.append(f"frame {n}: packet names interface {iface}, which was never described")
@@ -209,14 +220,14 @@ class Capture:
         o = 0
         while o + 4 <= len(opts):
             code, ln = struct.unpack_from(endian + "HH", opts, o)
-            val = opts[o + 4:o + 4 + ln]
+            val = opts[o + 4 : o + 4 + ln]
             if code == 0:
                 break
             if code == 2:
                 iface[2] = val.decode("utf-8", "replace")
             elif code == 9 and val:
                 r = val[0]
-                iface[1] = 2.0 ** -(r & 0x7F) if r & 0x80 else 10.0 ** -r
+                iface[1] = 2.0 ** -(r & 0x7F) if r & 0x80 else 10.0**-r
             o += 4 + ((ln + 3) & ~3)
 
 

@@ -1,10 +1,14 @@
 """What marks a pcap or pcapng file (pcap(5); draft-ietf-opsawg-pcapng), and the longest record and block believed."""
+
 import struct
 
-PCAP_MAGICS = {   # magic -> (byte order, timestamp unit, record header length)
-    b"\xd4\xc3\xb2\xa1": ("<", 1e-6, 16), b"\xa1\xb2\xc3\xd4": (">", 1e-6, 16),
-    b"\x4d\x3c\xb2\xa1": ("<", 1e-9, 16), b"\xa1\xb2\x3c\x4d": (">", 1e-9, 16),
-    b"\x34\xcd\xb2\xa1": ("<", 1e-6, 24), b"\xa1\xb2\xcd\x34": (">", 1e-6, 24),   # Kuznetsov's modified pcap
+PCAP_MAGICS = {  # magic -> (byte order, timestamp unit, record header length)
+    b"\xd4\xc3\xb2\xa1": ("<", 1e-6, 16),
+    b"\xa1\xb2\xc3\xd4": (">", 1e-6, 16),
+    b"\x4d\x3c\xb2\xa1": ("<", 1e-9, 16),
+    b"\xa1\xb2\x3c\x4d": (">", 1e-9, 16),
+    b"\x34\xcd\xb2\xa1": ("<", 1e-6, 24),
+    b"\xa1\xb2\xcd\x34": (">", 1e-6, 24),  # Kuznetsov's modified pcap
 }
 PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
 # A length past these is damage, never an allocation (native/walk.h says the same).  tshark's limits:
@@ -25,8 +29,8 @@ def if_tsresol(opts: bytes, endian: str) -> tuple:
         if code == 9 and ln >= 1:
             r = opts[o + 4]
             if r & 0x80:
-                return (10 ** 9, 2 ** (r & 0x7F))
-            return (10 ** 9, 10 ** r) if r <= 9 else (1, 10 ** (r - 9))
+                return (10**9, 2 ** (r & 0x7F))
+            return (10**9, 10**r) if r <= 9 else (1, 10 ** (r - 9))
         o += 4 + ((ln + 3) & ~3)
     return (1000, 1)
 
@@ -44,6 +48,7 @@ def erf_view(buf, data, caplen):
     ERF timestamp (seconds and a binary fraction, rounded to nanoseconds: wiretap/pcap-common.c).  A record
     too short for its header gets header length 0 and time -1 (keep the pcap record's)."""
     import numpy as np
+
     data = np.asarray(data, np.int64)
     caplen = np.asarray(caplen, np.int64)
     ok = caplen >= 16
@@ -51,20 +56,21 @@ def erf_view(buf, data, caplen):
 
     def byte(off):
         return buf[np.minimum(at + off, len(buf) - 1)].astype(np.uint64) if len(buf) else np.zeros(len(at), np.uint64)
+
     ts = np.zeros(len(at), np.uint64)
     for i in range(8):
         ts |= byte(i) << np.uint64(8 * i)
     rtype = byte(8).astype(np.int64)
     hdr = np.full(len(at), 16, np.int64)
     more = (rtype & 0x80) > 0
-    for _ in range(8):                             # extension headers: 8 bytes each, bit 7 of the first byte
-        ext = more & (hdr + 8 <= caplen)           # says another follows
+    for _ in range(8):  # extension headers: 8 bytes each, bit 7 of the first byte
+        ext = more & (hdr + 8 <= caplen)  # says another follows
         nxt = (byte(np.where(ext, hdr, 0)).astype(np.int64) & 0x80) > 0
         hdr += np.where(ext, 8, 0)
         more = ext & nxt
     hdr += np.array(_ERF_TYPE_HEADER, np.int64)[rtype & 0x7F]
     hdr = np.where(ok, np.minimum(hdr, caplen), 0)
-    frac = (ts & np.uint64(0xFFFFFFFF)) * np.uint64(10 ** 9)
+    frac = (ts & np.uint64(0xFFFFFFFF)) * np.uint64(10**9)
     frac = (frac + ((frac & np.uint64(0x80000000)) << np.uint64(1))) >> np.uint64(32)
-    ns = (ts >> np.uint64(32)).astype(np.int64) * 10 ** 9 + frac.astype(np.int64)
+    ns = (ts >> np.uint64(32)).astype(np.int64) * 10**9 + frac.astype(np.int64)
     return hdr, np.where(ok, ns, -1)

@@ -6,6 +6,7 @@ of the file.  pcap(5): lengths within the snap length, captured <= original, sub
 seconds close to the file's first packet.  pcapng (draft-ietf-opsawg-pcapng): a packet block whose every
 block's trailing length repeats its leading one.
 """
+
 import os
 import struct
 from typing import Optional
@@ -22,10 +23,15 @@ def _plausible_chain(data: bytes, p: int, endian: str, snap: int, frac_max: int,
         if p == end:
             return True
         if p + 16 > len(data):
-            return True        # ran past the read window after several good records
+            return True  # ran past the read window after several good records
         sec, frac, incl, orig = hdr.unpack_from(data, p)
-        if incl > snap or incl > orig or orig > max(snap, MAX_PACKET) or frac >= frac_max or \
-                abs(sec - sec0) > 366 * 86400:
+        if (
+            incl > snap
+            or incl > orig
+            or orig > max(snap, MAX_PACKET)
+            or frac >= frac_max
+            or abs(sec - sec0) > 366 * 86400
+        ):
             return False
         p += 16 + incl
     return True
@@ -46,32 +52,38 @@ def boundary(path: str, offset: int, exact: bool = False) -> Optional[int]:
         sec0 = struct.unpack_from(endian + "I", head, 24)[0]
         frac_max = 1_000_000 if scale == 1e-6 else 1_000_000_000
         f.seek(offset)
-        data = f.read(max(0, min(SEARCH + CHAIN * (snap + 16), size - offset)))   # never more than the file
+        data = f.read(max(0, min(SEARCH + CHAIN * (snap + 16), size - offset)))  # never more than the file
     limit = 1 if exact else min(SEARCH, len(data))
-    whole = max(0, min(limit, len(data) - 15))           # offsets with a whole record header in `data`
+    whole = max(0, min(limit, len(data) - 15))  # offsets with a whole record header in `data`
     for p in _plausible_heads(data, whole, endian, snap, frac_max, sec0):
         if _plausible_chain(data, p, endian, snap, frac_max, sec0, size - offset):
             return offset + p
-    return offset + whole if whole < limit else None     # past the window: _plausible_chain's first answer
+    return offset + whole if whole < limit else None  # past the window: _plausible_chain's first answer
 
 
 def _plausible_heads(data: bytes, count: int, endian: str, snap: int, frac_max: int, sec0: int) -> list:
     """The offsets below `count`, in order, whose 16 bytes pass _plausible_chain's test of one record
     header, all tested at once (numpy, one view of the 32-bit words per offset modulo 4): the chain is
     then followed only from those, not from each of the 2^20 offsets searched."""
-    import numpy as np                                   # only here: convert and the pipe reader need none
+    import numpy as np  # only here: convert and the pipe reader need none
+
     found = []
     for r in range(min(4, count)):
-        k = (count - r + 3) // 4                         # offsets r, r + 4, ... below count
+        k = (count - r + 3) // 4  # offsets r, r + 4, ... below count
         words = np.frombuffer(data, endian + "u4", count=k + 3, offset=r).astype(np.int64)
-        sec, frac, incl, orig = (words[j:j + k] for j in range(4))
-        ok = (incl <= snap) & (incl <= orig) & (orig <= max(snap, MAX_PACKET)) & (frac < frac_max) & \
-            (np.abs(sec - sec0) <= 366 * 86400)
+        sec, frac, incl, orig = (words[j : j + k] for j in range(4))
+        ok = (
+            (incl <= snap)
+            & (incl <= orig)
+            & (orig <= max(snap, MAX_PACKET))
+            & (frac < frac_max)
+            & (np.abs(sec - sec0) <= 366 * 86400)
+        )
         found += (r + 4 * np.flatnonzero(ok)).tolist()
     return sorted(found)
 
 
-PCAPNG_BLOCKS = (1, 2, 3, 4, 5, 6, 0x0A0D0D0A)   # interface, packet (old), simple, names, statistics, enhanced
+PCAPNG_BLOCKS = (1, 2, 3, 4, 5, 6, 0x0A0D0D0A)  # interface, packet (old), simple, names, statistics, enhanced
 
 
 def _pcapng_chain(data: bytes, p: int, endian: str, end: int) -> bool:
@@ -99,7 +111,7 @@ def pcapng_boundary(path: str, offset: int) -> Optional[int]:
         if head[:4] != PCAPNG_SHB or len(head) < 12:
             return None
         endian = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
-        offset -= offset % 4                  # every block length is a multiple of 4
+        offset -= offset % 4  # every block length is a multiple of 4
         f.seek(offset)
         data = f.read(max(0, min(SEARCH + 4 * (1 << 20), size - offset)))
     u32 = struct.Struct(endian + "I").unpack_from

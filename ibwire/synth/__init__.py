@@ -1,6 +1,6 @@
 """`ibwire synth`: protocol-faithful IB and RoCE traffic from a scenario file (see captures/README.md)."""
-import heapq
 
+import heapq
 from typing import Optional
 
 from ibwire.errors import UserError
@@ -21,6 +21,7 @@ class _Stamp:
 
     The writers take `int(ts)` and `ts - int(ts)`; a plain float would round to ~240 ns at this epoch.
     """
+
     __slots__ = ("sec", "off")
 
     def __init__(self, sec: int, off: float):
@@ -45,8 +46,13 @@ def frames(scen: Scenario, link: Optional[str] = None, seed: Optional[int] = Non
     mirror missed ("not_captured": frame -> how many)."""
     lk = Link(link or scen.link)
     ctx = Context(scen, lk, scen.seed if seed is None else seed)
-    mgmt = sm_sweep(ctx, 0.0) + smp_faults(ctx, 0.0) + ipoib_pings(ctx, 0.0) + ipoib_joins(ctx, 0.0) + \
-        control_frames(ctx, 0.0)
+    mgmt = (
+        sm_sweep(ctx, 0.0)
+        + smp_faults(ctx, 0.0)
+        + ipoib_pings(ctx, 0.0)
+        + ipoib_joins(ctx, 0.0)
+        + control_frames(ctx, 0.0)
+    )
     mgmt_events = sorted(((t, next(ctx.seq), f) for t, f in mgmt), key=lambda e: (e[0], e[1]))
     flows = [qp_flow(ctx, qp) for qp in scen.qps.values()]
     sec = int(scen.start)
@@ -74,10 +80,10 @@ def generate(scenario_path, out_path, link: Optional[str] = None, seed: Optional
         w = PcapWriter(out, lk.linktype, nanos=True)
         for ts, f in frames(scen, scen.link, seed):
             if int(ts) > LAST_SECOND:
-                raise UserError(f"{scenario_path}: frame {w.count + 1} falls {int(ts) - int(scen.start):.3g} s after the "
-                                f"start, past the year 2106 that a capture's 32-bit seconds can hold; give earlier "
-                                f"start, at_us or interval_us")
+                raise UserError(
+                    f"{scenario_path}: frame {w.count + 1} falls {int(ts) - int(scen.start):.3g} s after the "
+                    f"start, past the year 2106 that a capture's 32-bit seconds can hold; give earlier "
+                    f"start, at_us or interval_us"
+                )
             w.write(lk.record(ts, f), ts, flush=False)
     return w.count
-
-

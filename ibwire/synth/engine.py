@@ -9,16 +9,17 @@ datagrams (§10.2.4.3, §9.6.1.1) with trap 258.  Management traffic (SM
 sweep, SA PathRecord, CM REQ/REP/RTU and DREQ/DREP, IPoIB ARP/ICMP) comes from the same context.  Flows
 are merged by time with heapq.merge, so memory does not grow with the number of packets.
 """
+
 import heapq
-import math
 import itertools
+import math
 import random
 from typing import Iterator, List, Optional, Tuple
 
 from dissectors.opcodes import CREDITS, RNR_TIMER_MS
 
 from . import mads
-from .headers import (CNP_PAD, SYN_NAK_PSN, SYN_RNR, ext_headers, transport)
+from .headers import CNP_PAD, SYN_NAK_PSN, SYN_RNR, ext_headers, transport
 from .links import ECN_CE, Link
 from .scenario import PMTUS, QP, Scenario
 
@@ -74,10 +75,26 @@ class Context:
 
     def payload(self, msg: int, off: int, n: int) -> bytes:
         o = (msg * 4099 + off) % 65536
-        return self.pool[o:o + n]
+        return self.pool[o : o + n]
 
-    def ud(self, src, dst, opcode, pkey, dqp, sqp, qkey, data, *, dlid=None, dgid=None, vl=0, slid=None,
-           udp_sport=0xC001, ackreq=False):
+    def ud(
+        self,
+        src,
+        dst,
+        opcode,
+        pkey,
+        dqp,
+        sqp,
+        qkey,
+        data,
+        *,
+        dlid=None,
+        dgid=None,
+        vl=0,
+        slid=None,
+        udp_sport=0xC001,
+        ackreq=False,
+    ):
         key = (src.name, sqp)
         psn = self.ud_psn.get(key, (src.lid * 7919 + sqp * 104729) & M24)
         self.ud_psn[key] = (psn + 1) & M24
@@ -87,8 +104,19 @@ class Context:
     def mad(self, src, dst, mad: bytes, qp: int, *, pkey=0xFFFF, directed=False) -> bytes:
         """A MAD as a UD SEND Only to QP0 (SMI, VL15, Q_Key 0) or QP1 (GSI, Q_Key 0x80010000)."""
         perm = mads.PERMISSIVE_LID if directed else None
-        return self.ud(src, dst, 0x64, pkey, qp, qp, 0 if qp == 0 else mads.GSI_QKEY, mad,
-                       vl=15 if qp == 0 else 0, dlid=perm, slid=perm)
+        return self.ud(
+            src,
+            dst,
+            0x64,
+            pkey,
+            qp,
+            qp,
+            0 if qp == 0 else mads.GSI_QKEY,
+            mad,
+            vl=15 if qp == 0 else 0,
+            dlid=perm,
+            slid=perm,
+        )
 
     def trap_257(self, out: list, t: float, src, dst, pkey: int, sqp: int, dqp: int):
         """The receiving port counts the violation and, once per offender, sends trap 257 to the SM."""
@@ -101,8 +129,9 @@ class Context:
         if not self.link.native or self.sm is None or ident in self.trapped:
             return
         self.trapped.add(ident)
-        self.send_trap(out, t, dst, mads.notice_bad_key(num, dst.lid, src.lid, dst.lid, key, 0, sqp, dqp,
-                                                        src.gid, dst.gid))
+        self.send_trap(
+            out, t, dst, mads.notice_bad_key(num, dst.lid, src.lid, dst.lid, key, 0, sqp, dqp, src.gid, dst.gid)
+        )
 
     def send_trap(self, out: list, t: float, issuer, notice: bytes):
         """The issuer's SubnTrap(Notice) to the SM and the SM's TrapRepress (IBA §13.4.9)."""
@@ -111,10 +140,24 @@ class Context:
         out.append((t + 4e-6, self.mad(self.sm, issuer, mads.trap_repress(tid, notice), 0)))
 
 
-_SEND = {("first", ""): 0x00, ("middle", ""): 0x01, ("last", ""): 0x02, ("last", "imm"): 0x03,
-         ("only", ""): 0x04, ("only", "imm"): 0x05, ("last", "inv"): 0x16, ("only", "inv"): 0x17}
-_WRITE = {("first", ""): 0x06, ("middle", ""): 0x07, ("last", ""): 0x08, ("last", "imm"): 0x09,
-          ("only", ""): 0x0A, ("only", "imm"): 0x0B}
+_SEND = {
+    ("first", ""): 0x00,
+    ("middle", ""): 0x01,
+    ("last", ""): 0x02,
+    ("last", "imm"): 0x03,
+    ("only", ""): 0x04,
+    ("only", "imm"): 0x05,
+    ("last", "inv"): 0x16,
+    ("only", "inv"): 0x17,
+}
+_WRITE = {
+    ("first", ""): 0x06,
+    ("middle", ""): 0x07,
+    ("last", ""): 0x08,
+    ("last", "imm"): 0x09,
+    ("only", ""): 0x0A,
+    ("only", "imm"): 0x0B,
+}
 _BASE = {"RC": 0x00, "UC": 0x20, "UD": 0x60, "XRC": 0xA0}
 
 
@@ -146,14 +189,26 @@ def _segments(qp: QP, msgs) -> Iterator[Seg]:
         for i in range(n):
             pos = "only" if n == 1 else "first" if i == 0 else "last" if i == n - 1 else "middle"
             no += 1
-            yield Seg(psn, base | table[(pos, suffix if pos in ("last", "only") else "")], m, i * mtu,
-                      min(mtu, size - i * mtu), i == n - 1, kind, 1, size, no, ready)
+            yield Seg(
+                psn,
+                base | table[(pos, suffix if pos in ("last", "only") else "")],
+                m,
+                i * mtu,
+                min(mtu, size - i * mtu),
+                i == n - 1,
+                kind,
+                1,
+                size,
+                no,
+                ready,
+            )
             psn = (psn + 1) & M24
 
 
 def _messages(scen: Scenario, qp: QP):
     def stream(o):
         return ((o.at + k * o.interval, o.kind, o.size) for k in range(o.count))
+
     ops = sorted((o for o in scen.ops if o.qp == qp.name), key=lambda o: o.at)
     return heapq.merge(*map(stream, ops), key=lambda m: m[0])
 
@@ -179,44 +234,48 @@ class _QPFlow:
         self.sport_b = 0xC000 | (qp.dst_qpn & 0x3FFF)
         self.base, self.reliable, self.pkey = _BASE[qp.type], qp.type in ("RC", "XRC"), qp.pkey
         self.ccode = credit_code(qp.credits)
-        self.tclass = s.dscp << 2     # traffic class of data and ACKs (CNPs: s.cnp_dscp)
-        self.heap: list = []          # frames of both directions, until the requester's clock passes them
-        self.side: list = []          # management frames (CM, traps) produced along the way
+        self.tclass = s.dscp << 2  # traffic class of data and ACKs (CNPs: s.cnp_dscp)
+        self.heap: list = []  # frames of both directions, until the requester's clock passes them
+        self.side: list = []  # management frames (CM, traps) produced along the way
         self._take_faults()
         # responder state
         self.epsn, self.msn = qp.psn, 0
         self.nak_sent = False
-        self.pending = 0              # messages completed but not yet acknowledged
+        self.pending = 0  # messages completed but not yet acknowledged
         self.pend_psn = None
         self.last_arrival = 0.0
         self.last_cnp = -1.0
-        self.cnp_heard: list = []     # times the requester receives a CNP
+        self.cnp_heard: list = []  # times the requester receives a CNP
         self.done_msgs: set = set()
         # requester state
-        self.sender_ev: list = []     # (time at requester, seq, kind, psn, delay)
+        self.sender_ev: list = []  # (time at requester, seq, kind, psn, delay)
         self.cur_rate, self.cut_at = self.rate, -math.inf
         self.unacked: List[Seg] = []
         self.sent_at: List[float] = []
-        self.ptr = 0                  # next of `unacked` to resend
+        self.ptr = 0  # next of `unacked` to resend
         self.retries = 0
         self.last_send = 0.0
-        self.hold = 0.0               # RNR: no sending before this time
+        self.hold = 0.0  # RNR: no sending before this time
         self.timeout = qp.timeout_us * 1e-6
         self.gave_up = False
-        self.lost: set = set()        # segments (numbers) whose first sending the capture never saw intact
-        self.timed_out = False        # the next resend is the local ACK timer's
-        self.missed = 0               # capture gaps since the last captured request
+        self.lost: set = set()  # segments (numbers) whose first sending the capture never saw intact
+        self.timed_out = False  # the next resend is the local ACK timer's
+        self.missed = 0  # capture gaps since the last captured request
 
     def _take_faults(self):
         """The faults aimed at this QP, by what they strike: request packets (by number from 1), messages
         (RNR), ranges of packets (ECN marks) or every datagram (a wrong Q_Key)."""
         faults = [f for f in self.s.faults if f.args.get("qp") == self.qp.name]
-        self.bad_qkey = any(f.kind == "bad_qkey" for f in faults)   # the receiving QP holds another Q_Key
-        self.drops = {int(f.args["packet"]): f for f in faults
-                      if f.kind in ("drop", "bad_icrc", "bad_vcrc", "capture_gap")}
+        self.bad_qkey = any(f.kind == "bad_qkey" for f in faults)  # the receiving QP holds another Q_Key
+        self.drops = {
+            int(f.args["packet"]): f for f in faults if f.kind in ("drop", "bad_icrc", "bad_vcrc", "capture_gap")
+        }
         self.rnr = {int(f.args.get("message", 1)) - 1: int(f.args.get("timer", 1)) for f in faults if f.kind == "rnr"}
-        self.ecn = [(int(f.args.get("first", 1)), int(f.args.get("last", f.args.get("first", 1)))) for f in faults
-                    if f.kind == "ecn"]
+        self.ecn = [
+            (int(f.args.get("first", 1)), int(f.args.get("last", f.args.get("first", 1))))
+            for f in faults
+            if f.kind == "ecn"
+        ]
 
     def events(self) -> Iterator[Event]:
         """The flow's frames in time order: connection set-up, the traffic, teardown."""
@@ -260,16 +319,33 @@ class _QPFlow:
         tc = t - 40e-6
         if self.native and qp.path_query and ctx.sm is not None:
             tid = next(ctx.tid)
-            q = mads.sa(mads.GET, mads.ATTR_PATH_RECORD, tid, mads.path_record(A.gid, B.gid, 0, 0, pkey),
-                        mads.PR_MASK_QUERY)
+            q = mads.sa(
+                mads.GET, mads.ATTR_PATH_RECORD, tid, mads.path_record(A.gid, B.gid, 0, 0, pkey), mads.PR_MASK_QUERY
+            )
             self._push(tc - 10e-6, ctx.mad(A, ctx.sm, q, 1))
-            r = mads.sa(mads.GET_RESP, mads.ATTR_PATH_RECORD, tid,
-                        mads.path_record(A.gid, B.gid, A.lid, B.lid, pkey, mtu=PMTUS[qp.pmtu]))
+            r = mads.sa(
+                mads.GET_RESP,
+                mads.ATTR_PATH_RECORD,
+                tid,
+                mads.path_record(A.gid, B.gid, A.lid, B.lid, pkey, mtu=PMTUS[qp.pmtu]),
+            )
             self._push(tc - 8e-6, ctx.mad(ctx.sm, A, r, 1))
         comm_a, comm_b = next(ctx.comm), next(ctx.comm)
         tid = next(ctx.tid)
-        req = mads.cm_req(comm_a, 0x0000000001000000 | qp.dst_qpn, A.guid, qp.src_qpn, qp.psn, pkey, A.lid, B.lid,
-                          A.gid, B.gid, mtu=PMTUS[qp.pmtu], transport={"RC": 0, "UC": 1, "XRC": 3}[qp.type])
+        req = mads.cm_req(
+            comm_a,
+            0x0000000001000000 | qp.dst_qpn,
+            A.guid,
+            qp.src_qpn,
+            qp.psn,
+            pkey,
+            A.lid,
+            B.lid,
+            A.gid,
+            B.gid,
+            mtu=PMTUS[qp.pmtu],
+            transport={"RC": 0, "UC": 1, "XRC": 3}[qp.type],
+        )
         self._push(tc, ctx.mad(A, B, mads.with_tid(req, tid), 1, pkey=pkey))
         if ctx.vlan_drops(B, A):
             return False
@@ -305,7 +381,7 @@ class _QPFlow:
                 d, is_new, ready = new, True, max(t, self.hold, new.ready)
             elif not self.reliable or not self.unacked:
                 return
-            else:                     # all sent, some unacknowledged: the delayed ACK, an answer or the timer
+            else:  # all sent, some unacknowledged: the delayed ACK, an answer or the timer
                 if self.pending:
                     self._ack(self.last_arrival + self.s.ack_delay, self.pend_psn)
                 if self.sender_ev:
@@ -371,8 +447,8 @@ class _QPFlow:
         corrupt = f.kind if f is not None and f.kind in ("bad_icrc", "bad_vcrc") else ""
         frame = self._request(d, marked, corrupt)
         if self.pending and ready + self.lat > self.last_arrival + self.s.ack_delay:
-            self._ack(self.last_arrival + self.s.ack_delay, self.pend_psn)   # delayed ACK: no request came in time
-        self._push_side()             # traps from the last arrival, before anything later is yielded
+            self._ack(self.last_arrival + self.s.ack_delay, self.pend_psn)  # delayed ACK: no request came in time
+        self._push_side()  # traps from the last arrival, before anything later is yielded
         yield from self._flush(ready)
         # a capture gap: delivered to the responder, missing from the capture (the mirror missed it)
         seen = f is None or f.kind not in ("drop", "capture_gap") or bool(f.args.get("seen", False))
@@ -400,7 +476,7 @@ class _QPFlow:
         n = next(self.seq)
         truth = self.ctx.truth
         if self.reliable and (f is None or f.kind == "capture_gap") and not psn_ge(d.psn, self.epsn):
-            truth["duplicate"].add(n)         # the responder accepted this PSN already
+            truth["duplicate"].add(n)  # the responder accepted this PSN already
         if not is_new:
             truth["resent"].add(n)
             if d.no in self.lost:
@@ -444,13 +520,27 @@ class _QPFlow:
             kw["xrcsrq"] = qp.xrc_srq
         if d.length:
             payload = self.ctx.payload(d.msg, d.off, d.length)
-        tp = transport(op, self.pkey, qp.dst_qpn, d.psn, ext_headers(op, **kw), payload,
-                       ackreq=self.reliable and d.last, se=d.last and d.kind.startswith("send"),
-                       fecn=marked and native)
-        return self.link.frame(self.A, self.B, tp, ecn=ECN_CE if marked and not native else None,
-                               udp_sport=self.sport_a, tclass=self.tclass,
-                               bad_icrc=corrupt == "bad_icrc" or (corrupt == "bad_vcrc" and not native),
-                               bad_vcrc=corrupt == "bad_vcrc" and native)
+        tp = transport(
+            op,
+            self.pkey,
+            qp.dst_qpn,
+            d.psn,
+            ext_headers(op, **kw),
+            payload,
+            ackreq=self.reliable and d.last,
+            se=d.last and d.kind.startswith("send"),
+            fecn=marked and native,
+        )
+        return self.link.frame(
+            self.A,
+            self.B,
+            tp,
+            ecn=ECN_CE if marked and not native else None,
+            udp_sport=self.sport_a,
+            tclass=self.tclass,
+            bad_icrc=corrupt == "bad_icrc" or (corrupt == "bad_vcrc" and not native),
+            bad_vcrc=corrupt == "bad_vcrc" and native,
+        )
 
     # --- the responder ---
 
@@ -487,10 +577,14 @@ class _QPFlow:
     def _cnp(self, ta: float):
         """A CNP answering the ECN/FECN mark of the request arriving at `ta` (at most one per cnp_interval)."""
         self.last_cnp = ta
-        self.cnp_heard.append(ta + 0.5e-6 + self.lat)     # when the requester receives it and reacts (DCQCN)
+        self.cnp_heard.append(ta + 0.5e-6 + self.lat)  # when the requester receives it and reacts (DCQCN)
         tp = transport(0x81, self.pkey, self.qp.src_qpn, 0, CNP_PAD, becn=True)
-        self._push(ta + 0.5e-6, self.link.frame(self.B, self.A, tp, tclass=self.s.cnp_dscp << 2, ecn=0,
-                                                udp_sport=self.sport_b, vlan=self.A.vlan))
+        self._push(
+            ta + 0.5e-6,
+            self.link.frame(
+                self.B, self.A, tp, tclass=self.s.cnp_dscp << 2, ecn=0, udp_sport=self.sport_b, vlan=self.A.vlan
+            ),
+        )
 
     def _out_of_sequence(self, d: Seg, ta: float):
         """A request ahead of the expected PSN: one PSN sequence error NAK until the gap closes.  A duplicate:
@@ -542,8 +636,9 @@ class _QPFlow:
             op = {"only": 0x10, "first": 0x0D, "middle": 0x0E, "last": 0x0F}[pos]
             ln = min(pmtu, d.size - i * pmtu)
             pl = self.ctx.payload(d.msg + 7, i * pmtu, ln) if ln > 0 else b""
-            self._answer(tr, op, (d.psn + i) & M24, aeth=(self.ccode << 24) | self.msn if pos != "middle" else 0,
-                         payload=pl)
+            self._answer(
+                tr, op, (d.psn + i) & M24, aeth=(self.ccode << 24) | self.msn if pos != "middle" else 0, payload=pl
+            )
             tr += (len(pl) + 70) * 8 / self.rate
         self._notify(tr + self.lat, "ack", (d.psn + n - 1) & M24)
 
@@ -557,8 +652,9 @@ class _QPFlow:
         """A responder packet (ACK, NAK, READ response, atomic ACK) sent at `t_at`."""
         ext = ext_headers(self.base | opcode, aeth=aeth or 0, **kw)
         tp = transport(self.base | opcode, self.pkey, self.qp.src_qpn, psn, ext, payload)
-        self._push(t_at, self.link.frame(self.B, self.A, tp, udp_sport=self.sport_b, vlan=self.A.vlan,
-                                         tclass=self.tclass))
+        self._push(
+            t_at, self.link.frame(self.B, self.A, tp, udp_sport=self.sport_b, vlan=self.A.vlan, tclass=self.tclass)
+        )
 
     def _notify(self, t: float, kind: str, psn: int, delay: float = 0.0):
         """An ACK, NAK or RNR NAK (with its RNR delay) reaches the requester at `t`."""

@@ -4,6 +4,7 @@ Layouts: IBA Vol 1 §5.2 (LRH), §8.3 (GRH), §9.2-9.3 (BTH and extended headers
 header), §14.2.1 (SMP), §15.2.1 (SA MAD), §12.6 (CM messages), §14.2.5 (NodeInfo, PortInfo, P_KeyTable,
 SMInfo, Notice).  Which extended headers an opcode carries comes from `dissectors.opcodes`.
 """
+
 import struct
 
 from dissectors.opcodes import HEADER_LEN, OPCODES
@@ -27,8 +28,9 @@ SYN_NAK_PSN = 0x60
 SYN_RNR = 0x20
 
 
-def ext_headers(opcode: int, *, qkey=0, src_qp=0, va=0, rkey=0, dmalen=0, aeth=0, swap=0, compare=0,
-                orig=0, imm=0, xrcsrq=0) -> bytes:
+def ext_headers(
+    opcode: int, *, qkey=0, src_qp=0, va=0, rkey=0, dmalen=0, aeth=0, swap=0, compare=0, orig=0, imm=0, xrcsrq=0
+) -> bytes:
     """The extended headers `opcode` carries, in the order `dissectors.opcodes.OPCODES` lists them."""
     out = []
     for h in OPCODES[opcode].headers:
@@ -53,19 +55,37 @@ def ext_headers(opcode: int, *, qkey=0, src_qp=0, va=0, rkey=0, dmalen=0, aeth=0
     return b"".join(out)
 
 
-def transport(opcode: int, pkey: int, dqp: int, psn: int, ext: bytes = b"", payload: bytes = b"", *,
-              ackreq=False, se=False, mig=True, fecn=False, becn=False) -> bytes:
+def transport(
+    opcode: int,
+    pkey: int,
+    dqp: int,
+    psn: int,
+    ext: bytes = b"",
+    payload: bytes = b"",
+    *,
+    ackreq=False,
+    se=False,
+    mig=True,
+    fecn=False,
+    becn=False,
+) -> bytes:
     """BTH + extended headers + payload + pad bytes (pad count in BTH makes the payload a 4-byte multiple)."""
     pad = -len(payload) & 3
     b1 = (se << 7) | (mig << 6) | (pad << 4)
-    return BTH.pack(opcode, b1, pkey, (fecn << 31) | (becn << 30) | (dqp & 0xFFFFFF),
-                    (ackreq << 31) | (psn & 0xFFFFFF)) + ext + payload + _PADS[pad]
+    return (
+        BTH.pack(opcode, b1, pkey, (fecn << 31) | (becn << 30) | (dqp & 0xFFFFFF), (ackreq << 31) | (psn & 0xFFFFFF))
+        + ext
+        + payload
+        + _PADS[pad]
+    )
 
 
-def mad_header(mgmt_class, class_version, method, attr_id, tid, attr_mod=0, status=0, class_specific=0,
-               base_version=1) -> bytes:
-    return MAD_HDR.pack(base_version, mgmt_class, class_version, method, status, class_specific, tid,
-                        attr_id, 0, attr_mod)
+def mad_header(
+    mgmt_class, class_version, method, attr_id, tid, attr_mod=0, status=0, class_specific=0, base_version=1
+) -> bytes:
+    return MAD_HDR.pack(
+        base_version, mgmt_class, class_version, method, status, class_specific, tid, attr_id, 0, attr_mod
+    )
 
 
 def pad_to(b: bytes, n: int) -> bytes:

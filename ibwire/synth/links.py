@@ -5,6 +5,7 @@ roce1: Ethernet type 0x8915 / GRH / BTH… / ICRC (Annex A16); ib-erf and ib: LR
 (IBA §7.8), written as ERF type-21 records (link type 197) or raw (link type 247).  ICRC and VCRC are
 computed with `dissectors.crc`; header templates are cached per flow so the per-packet work is small.
 """
+
 import struct
 from typing import Optional
 
@@ -22,7 +23,7 @@ _U32LE = struct.Struct("<I")
 _U16LE = struct.Struct("<H")
 NEXT_HDR_IBA = 0x1B
 ECN_ECT0, ECN_CE = 0x02, 0x03
-SRC_VLAN = object()      # frame(vlan=...) default: the sending port's own VLAN
+SRC_VLAN = object()  # frame(vlan=...) default: the sending port's own VLAN
 
 
 def _ip4_checksum(hdr: bytes) -> int:
@@ -34,7 +35,7 @@ def _ip4_checksum(hdr: bytes) -> int:
 
 def _udp6_checksum(src: bytes, dst: bytes, udp: bytes) -> int:
     data = src + dst + struct.pack(">IxxxB", len(udp), 17) + udp + (b"\0" if len(udp) & 1 else b"")
-    s = sum(memoryview(data).cast("H"))    # native order sum, folded; byte-swapped below if little-endian
+    s = sum(memoryview(data).cast("H"))  # native order sum, folded; byte-swapped below if little-endian
     s = (s & 0xFFFF) + (s >> 16)
     s = (s & 0xFFFF) + (s >> 16)
     s = (s & 0xFFFF) + (s >> 16)
@@ -56,9 +57,25 @@ class Link:
         self._eth = {}
         self._ip4 = {}
 
-    def frame(self, src, dst, tp: bytes, *, sl=0, vl=0, tclass=0, ecn: Optional[int] = None, dlid=None,
-              dgid=None, slid=None, global_route=False, udp_sport=0xC000, bad_icrc=False, bad_vcrc=False,
-              vlan=SRC_VLAN) -> bytes:
+    def frame(
+        self,
+        src,
+        dst,
+        tp: bytes,
+        *,
+        sl=0,
+        vl=0,
+        tclass=0,
+        ecn: Optional[int] = None,
+        dlid=None,
+        dgid=None,
+        slid=None,
+        global_route=False,
+        udp_sport=0xC000,
+        bad_icrc=False,
+        bad_vcrc=False,
+        vlan=SRC_VLAN,
+    ) -> bytes:
         """A whole frame from `src` to `dst` (ports) carrying `tp` (BTH onwards, padded).  `vlan` tags an
         Ethernet frame with another VLAN than src's (a responder answers in the VLAN the request came in)."""
         n = self.name
@@ -68,8 +85,17 @@ class Link:
             if global_route or dgid is not None:
                 lnh = 3
                 grh = GRH.pack((6 << 28) | (tclass << 20), len(tp) + 4, NEXT_HDR_IBA, 0, src.gid, dgid or dst.gid)
-            pkt = LRH.pack((vl << 4), (sl << 4) | lnh, dst.lid if dlid is None else dlid,
-                           (8 + len(grh) + len(tp) + 4) >> 2, src.lid if slid is None else slid) + grh + tp
+            pkt = (
+                LRH.pack(
+                    (vl << 4),
+                    (sl << 4) | lnh,
+                    dst.lid if dlid is None else dlid,
+                    (8 + len(grh) + len(tp) + 4) >> 2,
+                    src.lid if slid is None else slid,
+                )
+                + grh
+                + tp
+            )
             icrc = icrc_ib(pkt) ^ (0xFFFFFFFF if bad_icrc else 0)
             pkt += _U32LE.pack(icrc)
             v = vcrc(pkt) ^ (0xFFFF if bad_vcrc else 0)

@@ -7,6 +7,7 @@ SMInfo §14.2.5.13, Notice/traps 256-258 §14.2.5.1 and §14.3.11 (data details 
 MCMemberRecord §15.2.5.17 (component mask bits as opensm's IB_MCR_COMPMASK_*); CM REQ/REP/RTU/DREQ/DREP
 §12.6.5-12.6.11.
 """
+
 import struct
 
 from .headers import mad_header, pad_to
@@ -16,7 +17,7 @@ CLASS_SMP_LID, CLASS_SMP_DR, CLASS_SA, CLASS_CM = 0x01, 0x81, 0x03, 0x07
 GET, SET, SEND, TRAP, GET_RESP, TRAP_REPRESS = 0x01, 0x02, 0x03, 0x05, 0x81, 0x07
 ATTR_NOTICE, ATTR_NODE_INFO, ATTR_PORT_INFO, ATTR_PKEY_TABLE, ATTR_SM_INFO = 0x0002, 0x0011, 0x0015, 0x0016, 0x0020
 ATTR_PATH_RECORD, ATTR_MC_MEMBER_RECORD = 0x0035, 0x0038
-SA_STATUS_REQ_INVALID = 0x0200     # MAD status, class-specific bits 8-15: ERR_REQ_INVALID (IBA §15.2.1.1)
+SA_STATUS_REQ_INVALID = 0x0200  # MAD status, class-specific bits 8-15: ERR_REQ_INVALID (IBA §15.2.1.1)
 CM_REQ, CM_REP, CM_RTU, CM_DREQ, CM_DREP = 0x0010, 0x0013, 0x0014, 0x0015, 0x0016
 
 GSI_QKEY = 0x80010000
@@ -25,7 +26,7 @@ PERMISSIVE_LID = 0xFFFF
 
 def _smp_dr(method, attr, tid, data, attr_mod=0, hops=1, response=False, mkey=0, route=None):
     """`route`: the exit port at each hop (InitialPath[1..hops]); default 1, 2, ... ."""
-    status = 0x8000 if response else 0          # D bit: direction of a directed-route SMP
+    status = 0x8000 if response else 0  # D bit: direction of a directed-route SMP
     hop_ptr = hops + 1 if response else 0
     hdr = mad_header(CLASS_SMP_DR, 1, method, attr, tid, attr_mod, status, (hop_ptr << 8) | hops)
     path = bytes([0]) + bytes(route if route is not None else range(1, hops + 1))
@@ -45,32 +46,62 @@ def smp(method, attr, tid, data=b"", attr_mod=0, directed=False, hops=1, respons
     return _smp_lid(method, attr, tid, data, attr_mod, mkey=mkey)
 
 
-def node_info(node_type, num_ports, sys_guid, node_guid, port_guid, port_num=1, device_id=0x101B,
-              vendor_id=0x0002C9, partition_cap=128):
+def node_info(
+    node_type,
+    num_ports,
+    sys_guid,
+    node_guid,
+    port_guid,
+    port_num=1,
+    device_id=0x101B,
+    vendor_id=0x0002C9,
+    partition_cap=128,
+):
     """NodeInfo: node_type 1 = CA, 2 = switch (ConnectX-6 device id 0x101b, Mellanox vendor id)."""
-    return struct.pack(">BBBBQQQHHIB", 1, 1, node_type, num_ports, sys_guid, node_guid, port_guid,
-                       partition_cap, device_id, 0, port_num) + vendor_id.to_bytes(3, "big")
+    return struct.pack(
+        ">BBBBQQQHHIB",
+        1,
+        1,
+        node_type,
+        num_ports,
+        sys_guid,
+        node_guid,
+        port_guid,
+        partition_cap,
+        device_id,
+        0,
+        port_num,
+    ) + vendor_id.to_bytes(3, "big")
 
 
-def port_info(lid, sm_lid, port_num=1, state=4, gid_prefix=0xFE80000000000000, pkey_violations=0,
-              neighbor_mtu=5, mkey=0, mkey_protect=0):
+def port_info(
+    lid,
+    sm_lid,
+    port_num=1,
+    state=4,
+    gid_prefix=0xFE80000000000000,
+    pkey_violations=0,
+    neighbor_mtu=5,
+    mkey=0,
+    mkey_protect=0,
+):
     """PortInfo: state 1 Down, 2 Init, 3 Armed, 4 Active; physical state 5 LinkUp; width 4x, speed HDR;
     `mkey` with M_KeyProtectBits `mkey_protect` (1: a Set must carry the M_Key, IBA §14.2.4.1)."""
     b = bytearray(64)
     struct.pack_into(">QQHHIHH", b, 0, mkey, gid_prefix, lid, sm_lid, 0x02510868, 0, 0)
     b[28] = port_num
-    b[29], b[30], b[31] = 3, 3, 2                 # link width enabled / supported / active (4x)
-    b[32] = (1 << 4) | state                      # link speed supported, port state
-    b[33] = (5 << 4) | 2                          # physical state LinkUp, link down default Polling
-    b[34] = mkey_protect << 6                     # M_KeyProtectBits, LMC 0
+    b[29], b[30], b[31] = 3, 3, 2  # link width enabled / supported / active (4x)
+    b[32] = (1 << 4) | state  # link speed supported, port state
+    b[33] = (5 << 4) | 2  # physical state LinkUp, link down default Polling
+    b[34] = mkey_protect << 6  # M_KeyProtectBits, LMC 0
     b[35] = (1 << 4) | 1
-    b[36] = (neighbor_mtu << 4)                   # NeighborMTU, MasterSMSL 0
-    b[37] = 4 << 4                                # VLCap VL0-7
-    b[41] = 5                                     # MTUCap 4096
-    b[43] = (4 << 4) | 0x0C                       # OperationalVLs, partition enforcement in/out
+    b[36] = neighbor_mtu << 4  # NeighborMTU, MasterSMSL 0
+    b[37] = 4 << 4  # VLCap VL0-7
+    b[41] = 5  # MTUCap 4096
+    b[43] = (4 << 4) | 0x0C  # OperationalVLs, partition enforcement in/out
     struct.pack_into(">H", b, 46, pkey_violations)
-    b[51] = 18                                    # subnet timeout
-    b[52] = 20                                    # response time value
+    b[51] = 18  # subnet timeout
+    b[52] = 20  # response time value
     return bytes(b)
 
 
@@ -112,19 +143,40 @@ def trap_repress(tid, notice):
 
 # --- SA -----------------------------------------------------------------------------------------
 
+
 def path_record(sgid, dgid, slid, dlid, pkey, mtu=5, rate=16, sl=0, lifetime=18, service_id=0):
-    return (struct.pack(">Q", service_id) + dgid + sgid + struct.pack(">HHI", dlid, slid, 0)
-            + struct.pack(">BBHHBBBB", 0, 0x80 | 1, pkey, sl, (2 << 6) | mtu, (2 << 6) | rate,
-                          (2 << 6) | lifetime, 0) + bytes(6))
+    return (
+        struct.pack(">Q", service_id)
+        + dgid
+        + sgid
+        + struct.pack(">HHI", dlid, slid, 0)
+        + struct.pack(">BBHHBBBB", 0, 0x80 | 1, pkey, sl, (2 << 6) | mtu, (2 << 6) | rate, (2 << 6) | lifetime, 0)
+        + bytes(6)
+    )
 
 
-PR_MASK_QUERY = (1 << 2) | (1 << 3) | (1 << 11) | (1 << 13)   # DGID, SGID, NumbPath, P_Key
+PR_MASK_QUERY = (1 << 2) | (1 << 3) | (1 << 11) | (1 << 13)  # DGID, SGID, NumbPath, P_Key
 
 
 def mc_member_record(mgid, port_gid, pkey, qkey=0x00000B1B, mlid=0, mtu=4, rate=7, sl=0, scope=2, join_state=1):
     """MCMemberRecord (52 bytes, padded to 56): a full-member (JoinState 1) link-local (scope 2) join."""
-    return (mgid + port_gid + struct.pack(">IHBBHBBIB", qkey, mlid, (2 << 6) | mtu, 0, pkey, (2 << 6) | rate,
-                                         (2 << 6) | 18, sl << 28, (scope << 4) | join_state) + bytes(3 + 4))
+    return (
+        mgid
+        + port_gid
+        + struct.pack(
+            ">IHBBHBBIB",
+            qkey,
+            mlid,
+            (2 << 6) | mtu,
+            0,
+            pkey,
+            (2 << 6) | rate,
+            (2 << 6) | 18,
+            sl << 28,
+            (scope << 4) | join_state,
+        )
+        + bytes(3 + 4)
+    )
 
 
 # IPoIB join of an existing group: MGID, PortGID, Q_Key, TClass, P_Key, SL, FlowLabel, JoinState (opensm
@@ -140,6 +192,7 @@ def sa(method, attr, tid, data, comp_mask=0, status=0):
 
 
 # --- CM -----------------------------------------------------------------------------------------
+
 
 def cm(attr, tid, data):
     return mad_header(CLASS_CM, 2, SEND, attr, tid) + pad_to(data, 232)

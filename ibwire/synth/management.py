@@ -9,6 +9,7 @@ IPoIB joins are SubnAdmSet(MCMemberRecord) to the SA, which grants them only to 
 header (ethertype, reserved), ARP with 20-byte IB hardware addresses (flags+QPN, GID), broadcast group
 MGID ff12:401b:<P_Key>::ffff:ffff, Q_Key 0x00000B1B.
 """
+
 import struct
 from typing import List, Tuple
 
@@ -35,9 +36,15 @@ def sm_sweep(ctx: Context, t0: float) -> Timed:
         t += 4e-6
 
     i = next(tid)
-    pair(sm, sm, mads.smp(mads.GET, mads.ATTR_SM_INFO, i, directed=True, hops=0),
-         mads.smp(mads.GET_RESP, mads.ATTR_SM_INFO, i, mads.sm_info(sm.guid, 3, 14), directed=True, hops=0,
-                  response=True), directed=True)
+    pair(
+        sm,
+        sm,
+        mads.smp(mads.GET, mads.ATTR_SM_INFO, i, directed=True, hops=0),
+        mads.smp(
+            mads.GET_RESP, mads.ATTR_SM_INFO, i, mads.sm_info(sm.guid, 3, 14), directed=True, hops=0, response=True
+        ),
+        directed=True,
+    )
     order = [p for p in s.ports.values() if p.kind == "switch"] + [p for p in s.ports.values() if p.kind != "switch"]
     # every CA hangs off its own leaf port (1, 2, ... in declaration order): its route is SM port 1, leaf port
     leaf_port = {p.name: n for n, p in enumerate((p for p in order if p.kind != "switch"), 1)}
@@ -48,25 +55,48 @@ def sm_sweep(ctx: Context, t0: float) -> Timed:
         node_guid = p.guid - 1 if p.kind != "switch" else p.guid
         dr = dict(directed=True, hops=hops, route=route)
         i = next(tid)
-        pair(sm, p, mads.smp(mads.GET, mads.ATTR_NODE_INFO, i, **dr),
-             mads.smp(mads.GET_RESP, mads.ATTR_NODE_INFO, i,
-                      mads.node_info(ntype, nports, node_guid, node_guid, p.guid, vendor_id=0x0002C9),
-                      response=True, **dr), directed=True)
+        pair(
+            sm,
+            p,
+            mads.smp(mads.GET, mads.ATTR_NODE_INFO, i, **dr),
+            mads.smp(
+                mads.GET_RESP,
+                mads.ATTR_NODE_INFO,
+                i,
+                mads.node_info(ntype, nports, node_guid, node_guid, p.guid, vendor_id=0x0002C9),
+                response=True,
+                **dr,
+            ),
+            directed=True,
+        )
         i = next(tid)
-        pair(sm, p, mads.smp(mads.GET, mads.ATTR_PORT_INFO, i, attr_mod=0 if p.kind == "switch" else 1, **dr),
-             mads.smp(mads.GET_RESP, mads.ATTR_PORT_INFO, i, mads.port_info(0, 0, state=2), response=True, **dr),
-             directed=True)
+        pair(
+            sm,
+            p,
+            mads.smp(mads.GET, mads.ATTR_PORT_INFO, i, attr_mod=0 if p.kind == "switch" else 1, **dr),
+            mads.smp(mads.GET_RESP, mads.ATTR_PORT_INFO, i, mads.port_info(0, 0, state=2), response=True, **dr),
+            directed=True,
+        )
         i = next(tid)
         pi = mads.port_info(p.lid, sm.lid, state=4, mkey=p.mkey, mkey_protect=1 if p.mkey else 0)
-        pair(sm, p, mads.smp(mads.SET, mads.ATTR_PORT_INFO, i, pi, **dr),
-             mads.smp(mads.GET_RESP, mads.ATTR_PORT_INFO, i, pi, response=True, **dr), directed=True)
+        pair(
+            sm,
+            p,
+            mads.smp(mads.SET, mads.ATTR_PORT_INFO, i, pi, **dr),
+            mads.smp(mads.GET_RESP, mads.ATTR_PORT_INFO, i, pi, response=True, **dr),
+            directed=True,
+        )
     for p in order:
         if p.kind == "switch":
             continue
         table = mads.pkey_table(s.policy_pkeys(p.name))
         i = next(tid)
-        pair(sm, p, mads.smp(mads.SET, mads.ATTR_PKEY_TABLE, i, table, mkey=p.mkey),
-             mads.smp(mads.GET_RESP, mads.ATTR_PKEY_TABLE, i, table, mkey=p.mkey))
+        pair(
+            sm,
+            p,
+            mads.smp(mads.SET, mads.ATTR_PKEY_TABLE, i, table, mkey=p.mkey),
+            mads.smp(mads.GET_RESP, mads.ATTR_PKEY_TABLE, i, table, mkey=p.mkey),
+        )
     return out
 
 
@@ -88,22 +118,37 @@ def smp_faults(ctx: Context, t0: float) -> Timed:
                 data, attr = mads.pkey_table(keys), mads.ATTR_PKEY_TABLE
             mkey = a.get("mkey", 0)
             out.append((t, ctx.mad(src, dst, mads.smp(mads.SET, attr, i, data, mkey=mkey), 0)))
-            if dst.mkey and mkey != dst.mkey:     # protected: dropped, trap 256 names the offender
+            if dst.mkey and mkey != dst.mkey:  # protected: dropped, trap 256 names the offender
                 ctx.send_trap(out, t + 1e-6, dst, mads.notice_bad_mkey(dst.lid, src.lid, mads.SET, attr, 0, mkey))
             else:
                 out.append((t + 1.5e-6, ctx.mad(dst, src, mads.smp(mads.GET_RESP, attr, i, data, mkey=mkey), 0)))
-        elif f.kind == "rogue_sm" and ctx.sm is not None:    # an opensm left at priority 0 claiming MASTER:
-            rogue = s.ports[a["port"]]                         # it loses to the SM's 14 (IBA 14.4.1.2)
+        elif f.kind == "rogue_sm" and ctx.sm is not None:  # an opensm left at priority 0 claiming MASTER:
+            rogue = s.ports[a["port"]]  # it loses to the SM's 14 (IBA 14.4.1.2)
             i = next(ctx.tid)
             out.append((t, ctx.mad(ctx.sm, rogue, mads.smp(mads.GET, mads.ATTR_SM_INFO, i), 0)))
-            out.append((t + 1.5e-6, ctx.mad(rogue, ctx.sm, mads.smp(mads.GET_RESP, mads.ATTR_SM_INFO, i,
-                                                                     mads.sm_info(rogue.guid, 3, 0)), 0)))
+            out.append(
+                (
+                    t + 1.5e-6,
+                    ctx.mad(
+                        rogue, ctx.sm, mads.smp(mads.GET_RESP, mads.ATTR_SM_INFO, i, mads.sm_info(rogue.guid, 3, 0)), 0
+                    ),
+                )
+            )
         elif f.kind == "pkey_drift" and ctx.sm is not None:
             p = s.ports[a["port"]]
             i = next(ctx.tid)
             out.append((t, ctx.mad(ctx.sm, p, mads.smp(mads.GET, mads.ATTR_PKEY_TABLE, i), 0)))
-            out.append((t + 1.5e-6, ctx.mad(p, ctx.sm, mads.smp(mads.GET_RESP, mads.ATTR_PKEY_TABLE, i,
-                                                                 mads.pkey_table(ctx.tables[p.name])), 0)))
+            out.append(
+                (
+                    t + 1.5e-6,
+                    ctx.mad(
+                        p,
+                        ctx.sm,
+                        mads.smp(mads.GET_RESP, mads.ATTR_PKEY_TABLE, i, mads.pkey_table(ctx.tables[p.name])),
+                        0,
+                    ),
+                )
+            )
     return out
 
 
@@ -120,14 +165,21 @@ def ipoib_joins(ctx: Context, t0: float) -> Timed:
         pkey = part.pkey | 0x8000
         i = next(ctx.tid)
         req = mads.mc_member_record(part.mgid, port.gid, pkey)
-        out.append((t, ctx.mad(port, ctx.sm, mads.sa(mads.SET, mads.ATTR_MC_MEMBER_RECORD, i, req,
-                                                      mads.MCR_MASK_JOIN), 1)))
+        out.append(
+            (t, ctx.mad(port, ctx.sm, mads.sa(mads.SET, mads.ATTR_MC_MEMBER_RECORD, i, req, mads.MCR_MASK_JOIN), 1))
+        )
         if _own_pkey(ctx, port, part.pkey) is not None:
-            resp = mads.sa(mads.GET_RESP, mads.ATTR_MC_MEMBER_RECORD, i,
-                           mads.mc_member_record(part.mgid, port.gid, pkey, mlid=part.mlid), mads.MCR_MASK_JOIN)
+            resp = mads.sa(
+                mads.GET_RESP,
+                mads.ATTR_MC_MEMBER_RECORD,
+                i,
+                mads.mc_member_record(part.mgid, port.gid, pkey, mlid=part.mlid),
+                mads.MCR_MASK_JOIN,
+            )
         else:
-            resp = mads.sa(mads.GET_RESP, mads.ATTR_MC_MEMBER_RECORD, i, req, mads.MCR_MASK_JOIN,
-                           status=mads.SA_STATUS_REQ_INVALID)
+            resp = mads.sa(
+                mads.GET_RESP, mads.ATTR_MC_MEMBER_RECORD, i, req, mads.MCR_MASK_JOIN, status=mads.SA_STATUS_REQ_INVALID
+            )
         out.append((t + 3e-6, ctx.mad(ctx.sm, port, resp, 1)))
     return out
 
@@ -170,11 +222,26 @@ def ipoib_pings(ctx: Context, t0: float) -> Timed:
             continue
         t = t0 + p.at
         arp = struct.pack(">HHBBH", 32, 0x0800, 20, 4, 1) + _hwaddr(a) + a.ip4 + bytes(20) + b.ip4
-        out.append((t, ctx.ud(a, b, 0x64, pk, MCAST_QPN, a.ipoib_qpn, IPOIB_QKEY, b"\x08\x06\x00\x00" + arp,
-                              dlid=part.mlid, dgid=part.mgid)))
+        out.append(
+            (
+                t,
+                ctx.ud(
+                    a,
+                    b,
+                    0x64,
+                    pk,
+                    MCAST_QPN,
+                    a.ipoib_qpn,
+                    IPOIB_QKEY,
+                    b"\x08\x06\x00\x00" + arp,
+                    dlid=part.mlid,
+                    dgid=part.mgid,
+                ),
+            )
+        )
         bpk = _own_pkey(ctx, b, part.pkey)
         if bpk is None or not ctx.rx_accepts(b, pk):
-            continue                      # not in the group: the ARP never reaches it
+            continue  # not in the group: the ARP never reaches it
         t += 20e-6
         rep = struct.pack(">HHBBH", 32, 0x0800, 20, 4, 2) + _hwaddr(b) + b.ip4 + _hwaddr(a) + a.ip4
         out.append((t, ctx.ud(b, a, 0x64, bpk, a.ipoib_qpn, b.ipoib_qpn, IPOIB_QKEY, b"\x08\x06\x00\x00" + rep)))
@@ -183,8 +250,7 @@ def ipoib_pings(ctx: Context, t0: float) -> Timed:
             req = _ip4(a.ip4, b.ip4, 1, _icmp(8, _ICMP_ID, k + 1), 0x100 + k)
             out.append((t, ctx.ud(a, b, 0x64, pk, b.ipoib_qpn, a.ipoib_qpn, IPOIB_QKEY, b"\x08\x00\x00\x00" + req)))
             rpl = _ip4(b.ip4, a.ip4, 1, _icmp(0, _ICMP_ID, k + 1), 0x200 + k)
-            out.append((t + 8e-6, ctx.ud(b, a, 0x64, bpk, a.ipoib_qpn, b.ipoib_qpn, IPOIB_QKEY, b"\x08\x00\x00\x00" + rpl)))
+            out.append(
+                (t + 8e-6, ctx.ud(b, a, 0x64, bpk, a.ipoib_qpn, b.ipoib_qpn, IPOIB_QKEY, b"\x08\x00\x00\x00" + rpl))
+            )
     return out
-
-
-

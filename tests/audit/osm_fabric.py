@@ -4,6 +4,7 @@
 SUBNET UP and yields the environment the infiniband-diags tools need to reach that fabric.
 A first line `# opensm: --allow_both_pkeys` in conf runs opensm with that option (an opensm.conf option).
 """
+
 import contextlib
 import itertools
 import os
@@ -39,14 +40,23 @@ def opensm_options(conf: Path) -> list:
 def fabric(conf: Path, tmp: Path, topo: Path = TOPO):
     """Yield (env, opensm log path) with opensm having brought the subnet up from `conf`."""
     tmp.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, IBSIM_SOCKNAME=f"ibwaud{os.getpid()}x{next(_ids)}", OSM_TMP_DIR=str(tmp),
-               OSM_CACHE_DIR=str(tmp))
+    env = dict(
+        os.environ, IBSIM_SOCKNAME=f"ibwaud{os.getpid()}x{next(_ids)}", OSM_TMP_DIR=str(tmp), OSM_CACHE_DIR=str(tmp)
+    )
     procs = []
     try:
         sim_log = tmp / "ibsim.log"
         with open(sim_log, "wb") as out:
-            procs.append(subprocess.Popen(["ibsim", "-s", "-n", str(topo)], env=env, cwd=tmp,
-                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    ["ibsim", "-s", "-n", str(topo)],
+                    env=env,
+                    cwd=tmp,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         assert _wait_for(Path("/proc/net/unix"), f"@{env['IBSIM_SOCKNAME']}:ctl@", 20), "ibsim did not start"
         env["LD_PRELOAD"] = UMAD2SIM
         log = tmp / "osm.log"
@@ -56,8 +66,7 @@ def fabric(conf: Path, tmp: Path, topo: Path = TOPO):
             cfg = tmp / "opensm.conf"
             cfg.write_text("allow_both_pkeys TRUE\n")
             cmd += ["-F", str(cfg)]
-        procs.append(subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
+        procs.append(subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         assert _wait_for(log, "SUBNET UP", 30), f"opensm did not bring the subnet up ({log})"
         yield env, log
     finally:

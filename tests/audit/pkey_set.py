@@ -4,6 +4,7 @@ Run under LD_PRELOAD=libumad2sim.so so the MAD goes to ibsim.  No infiniband-dia
 table, so the tests send this one SMP themselves (IBA 14.2.5.7 P_KeyTable, 13.4 MAD header).
 Usage: python pkey_set.py LID BLOCK PKEY [PKEY ...] [--port N]
 """
+
 import ctypes
 import struct
 import sys
@@ -14,7 +15,7 @@ def main(argv):
     if "--port" in argv:
         i = argv.index("--port")
         port = int(argv[i + 1], 0)
-        del argv[i:i + 2]
+        del argv[i : i + 2]
     lid, block = int(argv[0], 0), int(argv[1], 0)
     pkeys = [int(x, 0) for x in argv[2:]][:32]
     lib = ctypes.CDLL("libibumad.so.3")
@@ -30,8 +31,9 @@ def main(argv):
     buf = ctypes.create_string_buffer(size + 256)
     lib.umad_get_mad.restype = ctypes.c_void_p
     mad_addr = lib.umad_get_mad(buf)
-    header = struct.pack(">BBBBHHQHHI", 1, 0x01, 1, 0x02, 0, 0, 0x1234ABCD, 0x0016, 0,
-                         (port << 16) | block if port else block)
+    header = struct.pack(
+        ">BBBBHHQHHI", 1, 0x01, 1, 0x02, 0, 0, 0x1234ABCD, 0x0016, 0, (port << 16) | block if port else block
+    )
     data = struct.pack(">32H", *(pkeys + [0] * (32 - len(pkeys))))
     mad = header + bytes(8) + bytes(32) + data + bytes(128)
     ctypes.memmove(mad_addr, mad, 256)

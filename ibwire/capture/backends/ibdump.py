@@ -8,13 +8,21 @@ the sniffer and prints "Captured: N packets, M bytes".  Never SIGKILL it: the sn
 from .subproc import SubprocessCapture
 
 HINTS = [
-    ("Unsupported HW device id", "ibdump was built without firmware tools (mstflint/MFT); install the ibdump "
-                                 "shipped with MFT, DOCA-host or mstflint"),
-    ("Failed to open mst device", "ibdump cannot open the mst device; run as root and load mst (`mst start`) "
-                                  "or install mstflint"),
+    (
+        "Unsupported HW device id",
+        "ibdump was built without firmware tools (mstflint/MFT); install the ibdump "
+        "shipped with MFT, DOCA-host or mstflint",
+    ),
+    (
+        "Failed to open mst device",
+        "ibdump cannot open the mst device; run as root and load mst (`mst start`) or install mstflint",
+    ),
     ("does not support sniffing", "the adapter firmware is too old for ibdump; update the firmware"),
-    ("Failed to set port sniffer", "the firmware refused the port sniffer (another sniffer may be attached; "
-                                   "stop other ibdump runs or reload the driver)"),
+    (
+        "Failed to set port sniffer",
+        "the firmware refused the port sniffer (another sniffer may be attached; "
+        "stop other ibdump runs or reload the driver)",
+    ),
     ("Can not dump Infiniband traffic without an ERF header", "ibdump needs ERF output for IB ports"),
 ]
 

@@ -2,6 +2,7 @@
 
 Nothing is armed; the engine (ibwire.capture.dumpcap) reads the interface through libpcap's TPACKET ring.
 """
+
 from typing import List
 
 
@@ -16,4 +17,4 @@ class Netdev:
         pass
 
     def vanished(self):
-        return None             # dumpcap itself notices the interface going
+        return None  # dumpcap itself notices the interface going

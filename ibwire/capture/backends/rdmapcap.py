@@ -3,19 +3,23 @@
 Interface `mlx5_N:PORT`; link type 1 on Ethernet ports, 247 on IB ports.  libpcap's messages are mapped to
 what the user should do; drops come from tcpdump's closing "N packets dropped by kernel".
 """
+
 import re
 from typing import Optional
 
-from .subproc import SubprocessCapture
 from .ibdump import _first_error
+from .subproc import SubprocessCapture
 
 HINTS = [
     ("CAP_NET_RAW may be required", "the RDMA sniffer needs CAP_NET_RAW; run as root"),
     ("root privileges may be required", "listing RDMA devices failed; run as root"),
     ("No kernel support for RDMA", "this kernel has no RDMA support, so the RDMA sniffer cannot run"),
     ("not a known RDMA device", "tcpdump does not know this RDMA device; `ibwire devices` lists them"),
-    ("No such device exists", "this tcpdump's libpcap has no RDMA sniffer (needs libpcap 1.9 or later built "
-                              "with rdma-core); use the mellanox/tcpdump-rdma image or --backend verbs"),
+    (
+        "No such device exists",
+        "this tcpdump's libpcap has no RDMA sniffer (needs libpcap 1.9 or later built "
+        "with rdma-core); use the mellanox/tcpdump-rdma image or --backend verbs",
+    ),
     ("Failed to create flow", "the device refused the sniffer flow (firmware or port type does not support it)"),
     ("Port number", "that port does not exist on the device"),
 ]
@@ -30,8 +34,9 @@ class RdmaPcap(SubprocessCapture):
         self.device, self.port, self.bpf = device, port, bpf
 
     def command(self):
-        return ["tcpdump", "-i", f"{self.device}:{self.port}", "-s", "0", "-U", "-n", "-w", "-"] + \
-            ([self.bpf] if self.bpf else [])
+        return ["tcpdump", "-i", f"{self.device}:{self.port}", "-s", "0", "-U", "-n", "-w", "-"] + (
+            [self.bpf] if self.bpf else []
+        )
 
     def explain(self, stderr: str, rc: int) -> str:
         for needle, text in HINTS:

@@ -2,6 +2,7 @@
 
 The child is journaled before it starts and stopped with SIGINT so it detaches its sniffer itself.
 """
+
 import os
 import select
 import signal
@@ -39,8 +40,8 @@ class PcapStream:
             sec, frac, incl, orig = struct.unpack_from(self.endian + "IIII", self.buf)
             if len(self.buf) < 16 + incl:
                 break
-            out.append((sec + frac / (1e9 if self.nanos else 1e6), self.buf[16:16 + incl], orig))
-            self.buf = self.buf[16 + incl:]
+            out.append((sec + frac / (1e9 if self.nanos else 1e6), self.buf[16 : 16 + incl], orig))
+            self.buf = self.buf[16 + incl :]
         return out
 
 
@@ -67,10 +68,13 @@ class SubprocessCapture:
         cmd = self.command()
         entry = journal.record(f"{self.tool} process", None, cmd=cmd)
         try:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         start_new_session=True, env=owner_env())  # Ctrl-C reaches ibwire, which stops the child
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=owner_env()
+            )  # Ctrl-C reaches ibwire, which stops the child
         except FileNotFoundError:
-            raise UserError(f"{cmd[0]} is not installed; see `ibwire devices` for the backends that can run here") from None
+            raise UserError(
+                f"{cmd[0]} is not installed; see `ibwire devices` for the backends that can run here"
+            ) from None
         entry["pid"], entry["start"] = self.proc.pid, proc_start(self.proc.pid)
         journal.save()
         self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True)

@@ -13,15 +13,15 @@ monitor is created and given its alias in one `ip -batch`; a clsact qdisc ibwire
 (a later kind at a taken pref is refused by the kernel), so a capture killed at any point leaves nothing that
 neither its journal nor a mark names.
 """
+
 import os
 import subprocess
 from typing import List, Optional, Tuple
 
 from ...errors import UserError
 from .. import marks
-from ..journal import StateLock
 from ..hostcmds import run_json
-
+from ..journal import StateLock
 
 
 def _batch(tool: str, lines: List[List[str]], force: bool = False) -> Tuple[int, str]:
@@ -29,8 +29,9 @@ def _batch(tool: str, lines: List[List[str]], force: bool = False) -> Tuple[int,
     started, they finish even if ibwire is killed."""
     text = "".join(" ".join(f'"{a}"' if " " in a else a for a in line) + "\n" for line in lines)
     try:
-        r = subprocess.run([tool] + ["-force"] * force + ["-batch", "-"], input=text, capture_output=True, text=True,
-                           timeout=15)
+        r = subprocess.run(
+            [tool] + ["-force"] * force + ["-batch", "-"], input=text, capture_output=True, text=True, timeout=15
+        )
     except FileNotFoundError:
         raise UserError(f"{tool} (iproute2) is not installed; install iproute2") from None
     return r.returncode, (r.stderr or r.stdout).strip()
@@ -59,7 +60,20 @@ def _free_pref(dev: str) -> int:
 
 def _mac_u32(mac: str) -> List[str]:
     h = mac.replace(":", "").lower()
-    return ["match", "u16", "0x" + h[:4], "0xffff", "at", "-14", "match", "u32", "0x" + h[4:], "0xffffffff", "at", "-12"]
+    return [
+        "match",
+        "u16",
+        "0x" + h[:4],
+        "0xffff",
+        "at",
+        "-14",
+        "match",
+        "u32",
+        "0x" + h[4:],
+        "0xffffffff",
+        "at",
+        "-12",
+    ]
 
 
 def classifier_args(kind: str, dst_mac: Optional[str], hw: bool) -> Optional[List[str]]:
@@ -77,8 +91,14 @@ def classifier_args(kind: str, dst_mac: Optional[str], hw: bool) -> Optional[Lis
 class TcMirror:
     name = "tc-mirror"
 
-    def __init__(self, representor: str, mac: Optional[str], peers: List[str], monitor: Optional[str] = None,
-                 capture_dev: Optional[str] = None):
+    def __init__(
+        self,
+        representor: str,
+        mac: Optional[str],
+        peers: List[str],
+        monitor: Optional[str] = None,
+        capture_dev: Optional[str] = None,
+    ):
         self.rep, self.mac, self.peers = representor, mac, peers
         self.monitor, self.capture_dev = monitor, capture_dev or monitor
         self.classifiers = {}
@@ -91,8 +111,13 @@ class TcMirror:
             n += 1
         a, b = f"{marks.MONITOR}{n}a", f"{marks.MONITOR}{n}b"
         journal.record(f"monitor veth pair {a}/{b}", ["ip", "link", "del", "dev", a])
-        rc, err = _batch("ip", [["link", "add", "name", a, "type", "veth", "peer", "name", b],
-                                ["link", "set", "dev", a, "alias", marks.alias()]])
+        rc, err = _batch(
+            "ip",
+            [
+                ["link", "add", "name", a, "type", "veth", "peer", "name", b],
+                ["link", "set", "dev", a, "alias", marks.alias()],
+            ],
+        )
         if rc:
             raise UserError(f"cannot create the monitor interface {a}: {err.splitlines()[0] if err else rc}")
         for dev in (a, b):
@@ -112,8 +137,11 @@ class TcMirror:
             self.qdisc_flags[dev] = 0
             return False
         self.qdisc_flags[dev] = marks.QDISC_IS_OURS
-        journal.record(f"clsact qdisc on {dev} once no capture uses it", ["tc", "qdisc", "del", "dev", dev, "clsact"],
-                       if_no_filters=dev)
+        journal.record(
+            f"clsact qdisc on {dev} once no capture uses it",
+            ["tc", "qdisc", "del", "dev", dev, "clsact"],
+            if_no_filters=dev,
+        )
         return not present
 
     def _add_rule(self, dev: str, dst_mac: Optional[str], journal, add_qdisc: bool = False):
@@ -122,24 +150,52 @@ class TcMirror:
         key = "mac" if dst_mac else "all"
         order = [self.classifiers[key]] if key in self.classifiers else ["flower", "matchall", "u32"]
         tries = [(kind, cls) for kind in order if (cls := classifier_args(kind, dst_mac, hw)) is not None]
-        journal.record(f"mirror rule on {dev} ingress pref {pref}",
-                       ["tc", "filter", "del", "dev", dev, "ingress", "pref", str(pref)])
-        rc, err = _batch("tc", [["qdisc", "add", "dev", dev, "clsact"]] * add_qdisc +
-                         [["filter", "add", "dev", dev, "ingress", "pref", str(pref), "protocol", "all"] + cls +
-                          ["action", "mirred", "egress", "mirror", "dev", self.monitor, "continue", "cookie",
-                           marks.cookie(self.qdisc_flags.get(dev, 0))] for _, cls in tries], force=True)
+        journal.record(
+            f"mirror rule on {dev} ingress pref {pref}",
+            ["tc", "filter", "del", "dev", dev, "ingress", "pref", str(pref)],
+        )
+        rc, err = _batch(
+            "tc",
+            [["qdisc", "add", "dev", dev, "clsact"]] * add_qdisc
+            + [
+                ["filter", "add", "dev", dev, "ingress", "pref", str(pref), "protocol", "all"]
+                + cls
+                + [
+                    "action",
+                    "mirred",
+                    "egress",
+                    "mirror",
+                    "dev",
+                    self.monitor,
+                    "continue",
+                    "cookie",
+                    marks.cookie(self.qdisc_flags.get(dev, 0)),
+                ]
+                for _, cls in tries
+            ],
+            force=True,
+        )
         errors = [ln for ln in err.splitlines() if not ln.startswith(("Command failed", "We have an error"))]
         if add_qdisc and not _has_clsact(dev):
             raise UserError(f"cannot add a clsact qdisc to {dev}: {errors[0] if errors else rc}")
-        kind = next((f.get("kind") for f in run_json(["tc", "-j", "filter", "show", "dev", dev, "ingress", "pref",
-                                                      str(pref)]) or []), None)
+        kind = next(
+            (
+                f.get("kind")
+                for f in run_json(["tc", "-j", "filter", "show", "dev", dev, "ingress", "pref", str(pref)]) or []
+            ),
+            None,
+        )
         if kind is None:
-            raise UserError(f"no tc classifier could mirror {dev} (tried {', '.join(k for k, _ in tries)}: "
-                            f"{'; '.join(dict.fromkeys(errors)) or rc})")
+            raise UserError(
+                f"no tc classifier could mirror {dev} (tried {', '.join(k for k, _ in tries)}: "
+                f"{'; '.join(dict.fromkeys(errors)) or rc})"
+            )
         self.classifiers[key] = kind
         if hw and not self._in_hw(dev, pref):
-            raise UserError(f"the mirror rule on {dev} is not offloaded (not in_hw); check "
-                            f"`ethtool -k {dev} | grep hw-tc-offload` and the eswitch mode")
+            raise UserError(
+                f"the mirror rule on {dev} is not offloaded (not in_hw); check "
+                f"`ethtool -k {dev} | grep hw-tc-offload` and the eswitch mode"
+            )
 
     @staticmethod
     def _in_hw(dev: str, pref: int) -> bool:
@@ -158,9 +214,13 @@ class TcMirror:
             if self.mac:
                 for peer in self.peers:
                     self._add_rule(peer, self.mac, journal, self._ensure_clsact(peer, journal))
-        self.notes.append(f"mirroring {self.rep} ingress" + (f" and traffic to {self.mac} on {', '.join(self.peers)}"
-                          if self.mac and self.peers else "") + f" to {self.monitor} with "
-                          + "/".join(sorted(set(self.classifiers.values()))) + f"; capturing on {self.capture_dev}")
+        self.notes.append(
+            f"mirroring {self.rep} ingress"
+            + (f" and traffic to {self.mac} on {', '.join(self.peers)}" if self.mac and self.peers else "")
+            + f" to {self.monitor} with "
+            + "/".join(sorted(set(self.classifiers.values())))
+            + f"; capturing on {self.capture_dev}"
+        )
 
     def vanished(self):
         """A sentence if the representor went away (its VF was removed) during the capture, else None."""

@@ -7,6 +7,7 @@ error status, plus the device's own count of packets it dropped for want of a po
 (hw_counters/out_of_buffer, mlx5; sysfs-class-infiniband), read at the start and at every report.
 pyverbs is imported lazily: the rest of ibwire never needs it.
 """
+
 import errno
 import os
 import sys
@@ -25,20 +26,27 @@ def import_pyverbs():
     """pyverbs from this environment, else the distribution's (python3-pyverbs) when it matches this Python."""
     try:
         import pyverbs.device  # noqa: F401
+
         return
     except ImportError:
         pass
-    so = os.path.join(DISTRO_PATH, "pyverbs", f"device.cpython-{sys.version_info[0]}{sys.version_info[1]}-"
-                                              f"{sys.implementation._multiarch}.so")
+    so = os.path.join(
+        DISTRO_PATH,
+        "pyverbs",
+        f"device.cpython-{sys.version_info[0]}{sys.version_info[1]}-{sys.implementation._multiarch}.so",
+    )
     if os.path.exists(so) and DISTRO_PATH not in sys.path:
         sys.path.append(DISTRO_PATH)
         try:
             import pyverbs.device  # noqa: F401
+
             return
         except ImportError:
             pass
-    raise UserError("the verbs backend needs pyverbs; install python3-pyverbs (Debian/Ubuntu) or rdma-core's "
-                    "pyverbs for this Python")
+    raise UserError(
+        "the verbs backend needs pyverbs; install python3-pyverbs (Debian/Ubuntu) or rdma-core's "
+        "pyverbs for this Python"
+    )
 
 
 def _netdev(device: str):
@@ -56,9 +64,10 @@ def _rdma_error(e, device: str, what: str) -> UserError:
         return UserError(f"{what} on {device} needs CAP_NET_RAW; run as root")
     if code in (errno.EOPNOTSUPP, errno.ENOSYS, errno.ENXIO):
         ndev = _netdev(device)
-        return UserError(f"{device} does not support the verbs sniffer ({what} refused: {os.strerror(code)}); "
-                         + (f"capture its netdev with --backend netdev -i {ndev}" if ndev else
-                            "on IB ports use --backend ibdump"))
+        return UserError(
+            f"{device} does not support the verbs sniffer ({what} refused: {os.strerror(code)}); "
+            + (f"capture its netdev with --backend netdev -i {ndev}" if ndev else "on IB ports use --backend ibdump")
+        )
     if code == errno.EINVAL:
         return UserError(f"{device} rejected {what} (EINVAL: wrong port or no raw-packet support)")
     return UserError(f"{what} on {device} failed: {e}")
@@ -76,19 +85,30 @@ class Verbs:
 
     def _out_of_buffer(self):
         """The device's count of packets dropped because no receive buffer was posted, None if it has none."""
-        v = sysfs.read(sysfs.sysfs_root() / "class" / "infiniband" / self.device / "ports" / str(self.port) /
-                       "hw_counters" / "out_of_buffer")
+        v = sysfs.read(
+            sysfs.sysfs_root()
+            / "class"
+            / "infiniband"
+            / self.device
+            / "ports"
+            / str(self.port)
+            / "hw_counters"
+            / "out_of_buffer"
+        )
         return int(v) if v and v.isdigit() else None
 
     def arm(self, journal):
         import_pyverbs()
-        from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
         import pyverbs.device as d
+        from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
+
         try:
             names = [x.name.decode() if isinstance(x.name, bytes) else x.name for x in d.get_device_list()]
         except PyverbsRDMAError:
-            raise UserError("this kernel has no RDMA support (libibverbs found no RDMA subsystem), so the verbs "
-                            "sniffer cannot run; use --backend netdev on a kernel interface or `ibwire lab`") from None
+            raise UserError(
+                "this kernel has no RDMA support (libibverbs found no RDMA subsystem), so the verbs "
+                "sniffer cannot run; use --backend netdev on a kernel interface or `ibwire lab`"
+            ) from None
         if self.device not in names:
             raise UserError(f"no RDMA device named {self.device} (found: {', '.join(names) or 'none'})")
         journal.record(f"verbs sniffer flow on {self.device} port {self.port} (released when the process exits)")
@@ -102,43 +122,60 @@ class Verbs:
             raise UserError(f"the verbs sniffer on {self.device} could not start: {e}") from None
 
     def _open(self):
-        from pyverbs.device import Context
-        from pyverbs.pd import PD
-        from pyverbs.qp import QP, QPInitAttr, QPCap, QPAttr
-        from pyverbs.mr import MR
-        from pyverbs.flow import Flow, FlowAttr
-        from pyverbs.wr import RecvWR, SGE
         import pyverbs.enums as e
+        from pyverbs.device import Context
+        from pyverbs.flow import Flow, FlowAttr
+        from pyverbs.mr import MR
+        from pyverbs.pd import PD
+        from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+        from pyverbs.wr import SGE, RecvWR
+
         self.ctx = Context(name=self.device)
         self.objs.append(self.ctx)
         pattr = self.ctx.query_port(self.port)
         self.is_ib = pattr.link_layer != e.IBV_LINK_LAYER_ETHERNET
         from ...writers import LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND
+
         self.linktype = LINKTYPE_INFINIBAND if self.is_ib else LINKTYPE_ETHERNET
         self.pd = PD(self.ctx)
         self.cq = self._cq(e)
-        self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RAW_PACKET, scq=self.cq, rcq=self.cq,
-                                         cap=QPCap(max_send_wr=1, max_recv_wr=RING, max_send_sge=1, max_recv_sge=1)),
-                     QPAttr(port_num=self.port))
+        self.qp = QP(
+            self.pd,
+            QPInitAttr(
+                qp_type=e.IBV_QPT_RAW_PACKET,
+                scq=self.cq,
+                rcq=self.cq,
+                cap=QPCap(max_send_wr=1, max_recv_wr=RING, max_send_sge=1, max_recv_sge=1),
+            ),
+            QPAttr(port_num=self.port),
+        )
         self.mr = MR(self.pd, RING * SLOT, e.IBV_ACCESS_LOCAL_WRITE)
         self.objs += [self.pd, self.cq, self.qp, self.mr]
         self._RecvWR, self._SGE = RecvWR, SGE
         for i in range(RING):
             self._post(i)
-        self.flow = Flow(self.qp, FlowAttr(num_of_specs=0, flow_type=e.IBV_FLOW_ATTR_SNIFFER, priority=0,
-                                           port=self.port, flags=0))
+        self.flow = Flow(
+            self.qp, FlowAttr(num_of_specs=0, flow_type=e.IBV_FLOW_ATTR_SNIFFER, priority=0, port=self.port, flags=0)
+        )
         self.objs.append(self.flow)
-        self.notes.append(f"sniffer flow armed on {self.device} port {self.port}"
-                          + (" with hardware timestamps" if self.hw_ts else "")
-                          + ("; drops from its out_of_buffer counter" if self.oob_start is not None else
-                             "; the device has no out_of_buffer counter, so ring overruns cannot be counted"))
+        self.notes.append(
+            f"sniffer flow armed on {self.device} port {self.port}"
+            + (" with hardware timestamps" if self.hw_ts else "")
+            + (
+                "; drops from its out_of_buffer counter"
+                if self.oob_start is not None
+                else "; the device has no out_of_buffer counter, so ring overruns cannot be counted"
+            )
+        )
 
     def _cq(self, e):
         """A CQ with completion timestamps when the device offers them, else a plain CQ."""
         from pyverbs.cq import CQ
+
         self.hw_ts = False
         try:
             from pyverbs.cq import CQEX, CqInitAttrEx
+
             flags = e.IBV_WC_STANDARD_FLAGS | e.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK
             cq = CQEX(self.ctx, CqInitAttrEx(cqe=RING, wc_flags=flags))
             self.hw_ts = True
@@ -151,12 +188,13 @@ class Verbs:
 
     def frames(self):
         from pyverbs.cq import PollCqAttr
+
         while True:
             got = 0
             if self.hw_ts:
                 try:
                     self.cq.start_poll(PollCqAttr())
-                except Exception:   # ENOENT: nothing to poll
+                except Exception:  # ENOENT: nothing to poll
                     yield None
                     time.sleep(0.001)
                     continue

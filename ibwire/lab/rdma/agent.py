@@ -10,6 +10,7 @@ commands from the mailbox /ibwlab/gN (a 9p share with the host, cache=none):
     out/ID.1 .2   the job's stdout and stderr, written as it runs
     done/ID.json  {"rc": n}, renamed into place when the job ended (128+signal when killed)
 """
+
 import ctypes
 import json
 import os
@@ -20,9 +21,13 @@ import sys
 import time
 
 ROOT = "/ibwlab"
-ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "TERM": "dumb",
-       "LANG": "C.UTF-8"}
-MODULES = ["rdma_rxe", "ib_uverbs", "rdma_ucm"]      # 8021q and sch_netem load when a VLAN or netem asks
+ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "TERM": "dumb",
+    "LANG": "C.UTF-8",
+}
+MODULES = ["rdma_rxe", "ib_uverbs", "rdma_ucm"]  # 8021q and sch_netem load when a VLAN or netem asks
 
 
 def log(msg):
@@ -51,11 +56,15 @@ def write_atomic(path, doc):
 def mounts():
     """/run, /dev/pts, /dev/shm, configfs with mount(2) itself: each program started costs tens of ms under TCG."""
     libc = ctypes.CDLL(None, use_errno=True)
-    for fs, target, opts in (("tmpfs", "/run", "mode=755"), ("devpts", "/dev/pts", "gid=5,mode=620"),
-                             ("tmpfs", "/dev/shm", "mode=1777"), ("configfs", "/sys/kernel/config", "")):
+    for fs, target, opts in (
+        ("tmpfs", "/run", "mode=755"),
+        ("devpts", "/dev/pts", "gid=5,mode=620"),
+        ("tmpfs", "/dev/shm", "mode=1777"),
+        ("configfs", "/sys/kernel/config", ""),
+    ):
         try:
             os.makedirs(target, exist_ok=True)
-        except OSError:        # configfs appears only once its module is in
+        except OSError:  # configfs appears only once its module is in
             continue
         libc.mount(fs.encode(), target.encode(), fs.encode(), 0, opts.encode() or None)
 
@@ -110,10 +119,20 @@ def configure(lab: dict, me: dict) -> dict:
         dev = f"{nic}.{me['vlan']}"
         script += [f"link add link {nic} name {dev} type vlan id {me['vlan']}", f"link set {dev} up"]
     script += [f"addr add {ip}/{lab['prefixlen']} dev {dev}" for ip in me["ips"]]
-    script += [f"neigh replace {ip} lladdr {o['mac']} dev {dev} nud permanent" for o in lab["vfs"]
-               if o is not me and o.get("vlan") == me.get("vlan") for ip in o["ips"]]
-    r = subprocess.run(["ip", "-batch", "-"], input="\n".join(script) + "\n", stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, env=ENV)
+    script += [
+        f"neigh replace {ip} lladdr {o['mac']} dev {dev} nud permanent"
+        for o in lab["vfs"]
+        if o is not me and o.get("vlan") == me.get("vlan")
+        for ip in o["ips"]
+    ]
+    r = subprocess.run(
+        ["ip", "-batch", "-"],
+        input="\n".join(script) + "\n",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=ENV,
+    )
     if r.returncode:
         raise RuntimeError(f"ip: {r.stdout.strip()}")
     marks["addresses"] = uptime()
@@ -131,7 +150,7 @@ class Jobs:
         self.box = box
         for d in ("req", "out", "done"):
             os.makedirs(f"{box}/{d}", exist_ok=True)
-        self.running = {}      # pid -> (id, kill deadline or None)
+        self.running = {}  # pid -> (id, kill deadline or None)
 
     def start(self, jid: str):
         path = f"{self.box}/req/{jid}.json"
@@ -144,8 +163,15 @@ class Jobs:
         out = open(f"{self.box}/out/{jid}.1", "wb")
         err = open(f"{self.box}/out/{jid}.2", "wb")
         try:
-            p = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=ENV,
-                                 cwd="/root", start_new_session=True)
+            p = subprocess.Popen(
+                spec["argv"],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=ENV,
+                cwd="/root",
+                start_new_session=True,
+            )
         except OSError as e:
             err.write(f"{spec['argv'][0]}: {e.strerror}\n".encode())
             p = None
@@ -154,7 +180,7 @@ class Jobs:
         if p is None:
             write_atomic(f"{self.box}/done/{jid}.json", {"rc": 127})
             return
-        p.returncode = 0        # this loop reaps it (PID 1 reaps every orphan too); Popen must never wait
+        p.returncode = 0  # this loop reaps it (PID 1 reaps every orphan too); Popen must never wait
         timeout = spec.get("timeout")
         self.running[p.pid] = [jid, time.monotonic() + timeout if timeout else None, False]
 
@@ -217,7 +243,7 @@ def main():
         info["agent_start"], info["uptime"] = started, uptime()
         write_atomic(f"{box}/ready.json", info)
         log(f"ready: {info}")
-    except Exception as e:     # the host reads the reason from failed.json and the console
+    except Exception as e:  # the host reads the reason from failed.json and the console
         write_atomic(f"{box}/failed.json", {"error": str(e)})
         log(f"setup failed: {e}")
     jobs.serve()

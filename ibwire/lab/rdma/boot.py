@@ -6,6 +6,7 @@ QEMU boots an ELF kernel through its PVH entry note, skipping the in-guest decom
 9p with an overlay (dependencies from modules.dep), an init script and the guest agent.  Everything else
 (rdma_rxe, sch_netem, 8021q) is loaded later from the host's /lib/modules seen through 9p.
 """
+
 import gzip
 import lzma
 import os
@@ -108,9 +109,10 @@ def module_order(kver: str, names: List[str]) -> List[Path]:
     def add(path: str):
         if path in order:
             return
-        for d in reversed(deps.get(path, [])):    # modules.dep lists the deepest dependency last
+        for d in reversed(deps.get(path, [])):  # modules.dep lists the deepest dependency last
             add(d)
         order.append(path)
+
     for n in names:
         if n not in by_name:
             raise UserError(f"kernel {kver} has no module {n}")
@@ -171,11 +173,15 @@ def build_initramfs(kver: str, out: Path):
 def accelerator(choice: str) -> Tuple[str, List[str]]:
     """('kvm'|'tcg', QEMU arguments).  KVM only with a hardware hypervisor module: kvm_pvm (a nested, PVM-only
     KVM) runs a stock kernel far slower than TCG (rxe-lab.md)."""
-    kvm_ok = os.access("/dev/kvm", os.R_OK | os.W_OK) and not os.path.exists("/sys/module/kvm_pvm") and \
-        any(os.path.exists(f"/sys/module/{m}") for m in ("kvm_intel", "kvm_amd"))
+    kvm_ok = (
+        os.access("/dev/kvm", os.R_OK | os.W_OK)
+        and not os.path.exists("/sys/module/kvm_pvm")
+        and any(os.path.exists(f"/sys/module/{m}") for m in ("kvm_intel", "kvm_amd"))
+    )
     if choice == "kvm" and not kvm_ok:
-        raise UserError("KVM cannot run a stock kernel here (no usable /dev/kvm with kvm_intel or kvm_amd); "
-                        "use --accel tcg")
+        raise UserError(
+            "KVM cannot run a stock kernel here (no usable /dev/kvm with kvm_intel or kvm_amd); use --accel tcg"
+        )
     if choice == "kvm" or (choice == "auto" and kvm_ok):
         return "kvm", ["-accel", "kvm", "-cpu", "host,-arch-capabilities"]
     return "tcg", ["-accel", "tcg,thread=multi,tb-size=128", "-cpu", "max"]

@@ -1,5 +1,6 @@
 """The host side of the guests' mailboxes (protocol in ibwire.lab.rdma.agent): run a command, stream its output,
 return its exit status; netem faults and rxe hw_counters built on it."""
+
 import json
 import os
 import sys
@@ -90,6 +91,7 @@ def run(prefix: str, name: str, argv: List[str], timeout: Optional[float] = None
 def capture_output(prefix: str, name: str, argv: List[str], timeout: Optional[float] = 60) -> tuple:
     """(rc, stdout text, stderr text) of a command in a guest."""
     import io
+
     o, e = io.BytesIO(), io.BytesIO()
     rc = run(prefix, name, argv, timeout, o, e)
     return rc, o.getvalue().decode(errors="replace"), e.getvalue().decode(errors="replace")
@@ -107,8 +109,15 @@ def counters(prefix: str, name: str) -> dict:
     return dict(sorted(result.items()))
 
 
-def faults(prefix: str, name: str, loss: Optional[str], delay: Optional[List[str]], duplicate: Optional[str],
-           reorder: Optional[str], clear: bool) -> str:
+def faults(
+    prefix: str,
+    name: str,
+    loss: Optional[str],
+    delay: Optional[List[str]],
+    duplicate: Optional[str],
+    reorder: Optional[str],
+    clear: bool,
+) -> str:
     """tc netem on the guest NIC's egress (every frame the guest sends, all its VLANs); returns `tc -s qdisc`."""
     lab = rlab.load(prefix)
     v = guest(lab, name)

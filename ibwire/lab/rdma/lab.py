@@ -10,6 +10,7 @@ namespace, described for `ibwire capture --vf N` exactly like the namespace lab 
 The lab's files live in <run dir>/lab-<prefix>.d (kernel, initramfs, mailboxes, console logs); state.json there
 is written before each thing is created, so `down` undoes a lab whose `up` was killed at any point.
 """
+
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from typing import Dict, List, Optional
 from ...capture.journal import _proc_start, run_dir
 from ...errors import UserError
 from ...outfile import output_file
-from ..topology import _sh     # the lab's one runner of ip commands
+from ..topology import _sh  # the lab's one runner of ip commands
 from . import agent, boot
 
 BRIDGE, UPLINK = "esw0", "p0"
@@ -55,10 +56,29 @@ def address(vid: Optional[int], index: int) -> str:
 
 
 def describe(prefix: str, tenants: List[tuple]) -> dict:
-    vfs = [{"name": f"g{i}", "index": i, "netns": None, "representor": f"pf0vf{i}", "mac": f"02:1b:01:00:00:{i:02x}",
-            "ips": [address(vid, i)], "vlan": vid, "tenant": tenant} for i, (tenant, vid) in enumerate(tenants)]
-    return {"name": prefix, "kind": "rdma", "pf_netns": f"{prefix}-pf", "uplink": UPLINK, "bridge": BRIDGE,
-            "vfs": vfs, "prefixlen": 24, "vlan": None}
+    vfs = [
+        {
+            "name": f"g{i}",
+            "index": i,
+            "netns": None,
+            "representor": f"pf0vf{i}",
+            "mac": f"02:1b:01:00:00:{i:02x}",
+            "ips": [address(vid, i)],
+            "vlan": vid,
+            "tenant": tenant,
+        }
+        for i, (tenant, vid) in enumerate(tenants)
+    ]
+    return {
+        "name": prefix,
+        "kind": "rdma",
+        "pf_netns": f"{prefix}-pf",
+        "uplink": UPLINK,
+        "bridge": BRIDGE,
+        "vfs": vfs,
+        "prefixlen": 24,
+        "vlan": None,
+    }
 
 
 def load(prefix: str) -> dict:
@@ -84,8 +104,9 @@ class _State:
             f.write(json.dumps(self.doc))
 
 
-def up(prefix: str, tenants: List[tuple], memory: int = 512, accel: str = "auto", timeout: float = 300,
-       say=print) -> dict:
+def up(
+    prefix: str, tenants: List[tuple], memory: int = 512, accel: str = "auto", timeout: float = 300, say=print
+) -> dict:
     if os.geteuid() != 0:
         raise UserError("the RDMA lab needs root (it creates a network namespace, a bridge and taps)")
     if not 128 <= memory <= MAX_MEMORY:
@@ -116,13 +137,13 @@ def up(prefix: str, tenants: List[tuple], memory: int = 512, accel: str = "auto"
         state.doc["netns"] = ns
         state.save()
         _network(lab)
-        start = lambda v: _start_guest(lab, v, wd, kernel, initrd, acc_args, memory, state)   # noqa: E731
+        start = lambda v: _start_guest(lab, v, wd, kernel, initrd, acc_args, memory, state)  # noqa: E731
         lab["boot_seconds"] = _boot_all(lab, wd, start, state, timeout)
         lab["accel"], lab["kernel"], lab["memory_mib"] = acc, kver, memory
     except BaseException:
         down(prefix)
         raise
-    with output_file(lab_file(prefix), "w") as f:      # capture reads lab-*.json: it appears whole
+    with output_file(lab_file(prefix), "w") as f:  # capture reads lab-*.json: it appears whole
         f.write(json.dumps(lab, indent=1))
     return lab
 
@@ -141,6 +162,7 @@ def _network(lab: dict):
 
     def nsx(*a):
         return _sh(["ip", "netns", "exec", ns] + list(a))
+
     _sh(["ip", "netns", "add", ns])
     for key in ("all", "default"):
         nsx("sysctl", "-qw", f"net.ipv6.conf.{key}.disable_ipv6=1")
@@ -163,25 +185,68 @@ def _bridge(vid: Optional[int]) -> str:
 def join_vlan(lab: dict, v: dict, vid: Optional[int]):
     """Put guest v's representor into VLAN vid's bridge (what `lab up --vlan` does; doing it again with another
     tenant's VLAN is the PF host operator's misconfiguration the audit must catch)."""
-    _sh(["ip", "netns", "exec", lab["pf_netns"], "ip", "link", "set", v["representor"], "master", _bridge(vid),
-         "multicast", "off", "up"])
+    _sh(
+        [
+            "ip",
+            "netns",
+            "exec",
+            lab["pf_netns"],
+            "ip",
+            "link",
+            "set",
+            v["representor"],
+            "master",
+            _bridge(vid),
+            "multicast",
+            "off",
+            "up",
+        ]
+    )
 
 
 def _start_guest(lab, v, wd: Path, kernel: Path, initrd: Path, acc_args, memory, state) -> float:
-    cmd = ["ip", "netns", "exec", lab["pf_netns"], boot.QEMU, "-name", f"ibwire-{lab['name']}-{v['name']}",
-           *acc_args, "-smp", "1", "-m", str(memory), "-nodefaults", "-no-user-config", "-nographic",
-           "-no-reboot", "-serial", "stdio", "-bios", "/usr/share/qemu/qboot.rom",
-           "-kernel", str(kernel), "-initrd", str(initrd),
-           "-append", f"console=ttyS0 quiet loglevel=3 panic=-1 ibwg={v['index']}",
-           "-virtfs", "local,path=/,mount_tag=ibwroot,security_model=none,readonly=on,multidevs=remap",
-           "-virtfs", f"local,path={wd / 'share'},mount_tag=ibwctl,security_model=none,multidevs=remap",
-           "-netdev", f"tap,id=n0,ifname={v['representor']},script=no,downscript=no",
-           "-device", f"virtio-net-pci,netdev=n0,mac={v['mac']}"]
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        lab["pf_netns"],
+        boot.QEMU,
+        "-name",
+        f"ibwire-{lab['name']}-{v['name']}",
+        *acc_args,
+        "-smp",
+        "1",
+        "-m",
+        str(memory),
+        "-nodefaults",
+        "-no-user-config",
+        "-nographic",
+        "-no-reboot",
+        "-serial",
+        "stdio",
+        "-bios",
+        "/usr/share/qemu/qboot.rom",
+        "-kernel",
+        str(kernel),
+        "-initrd",
+        str(initrd),
+        "-append",
+        f"console=ttyS0 quiet loglevel=3 panic=-1 ibwg={v['index']}",
+        "-virtfs",
+        "local,path=/,mount_tag=ibwroot,security_model=none,readonly=on,multidevs=remap",
+        "-virtfs",
+        f"local,path={wd / 'share'},mount_tag=ibwctl,security_model=none,multidevs=remap",
+        "-netdev",
+        f"tap,id=n0,ifname={v['representor']},script=no,downscript=no",
+        "-device",
+        f"virtio-net-pci,netdev=n0,mac={v['mac']}",
+    ]
     if not os.path.exists("/usr/share/qemu/qboot.rom"):
-        del cmd[cmd.index("-bios"):cmd.index("-bios") + 2]
+        del cmd[cmd.index("-bios") : cmd.index("-bios") + 2]
     with open(wd / f"{v['name']}.console", "wb") as log:
-        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     t = time.monotonic()
     state.doc["qemu"].append({"guest": v["name"], "pid": p.pid, "start": _proc_start(p.pid)})
     state.save()
@@ -218,8 +283,10 @@ def _boot_all(lab, wd: Path, start, state, timeout: float) -> Dict[str, float]:
             if _reap(pids[name]) is not None:
                 raise UserError(f"guest {name} stopped while booting: {_tail(wd / (name + '.console'))}")
         if time.monotonic() > deadline:
-            raise UserError(f"guests not ready after {timeout:.0f} s: "
-                            f"{', '.join(v['name'] for v in lab['vfs'] if v['name'] not in took)}")
+            raise UserError(
+                f"guests not ready after {timeout:.0f} s: "
+                f"{', '.join(v['name'] for v in lab['vfs'] if v['name'] not in took)}"
+            )
         time.sleep(0.05)
     return took
 
@@ -293,7 +360,7 @@ def down(prefix: str) -> List[str]:
     if ns in _namespaces():
         _sh(["ip", "netns", "del", ns], check=False)
         gone.append(f"namespace {ns}")
-    for lock in run_dir().glob(f"{ns}:*.lock"):         # capture's port locks of representors now gone
+    for lock in run_dir().glob(f"{ns}:*.lock"):  # capture's port locks of representors now gone
         lock.unlink(missing_ok=True)
     if work_dir(prefix).exists():
         shutil.rmtree(work_dir(prefix), ignore_errors=True)
@@ -309,15 +376,23 @@ def status(prefix: str) -> str:
     if not lab_file(prefix).exists():
         return f"RDMA lab {prefix} is coming up or half torn down; `ibwire lab down --prefix {prefix}` clears it"
     lab = load(prefix)
-    alive = {q["guest"]: _alive(q["pid"]) and _proc_start(q["pid"]) == q["start"]
-             for q in json.loads((work_dir(prefix) / "state.json").read_text())["qemu"]}
-    lines = [f"RDMA lab {prefix} is up: PF host namespace {lab['pf_netns']}, bridge {lab['bridge']}, uplink "
-             f"{lab['uplink']}; kernel {lab['kernel']} under {lab['accel'].upper()}, {lab['memory_mib']} MiB per guest"]
+    alive = {
+        q["guest"]: _alive(q["pid"]) and _proc_start(q["pid"]) == q["start"]
+        for q in json.loads((work_dir(prefix) / "state.json").read_text())["qemu"]
+    }
+    lines = [
+        f"RDMA lab {prefix} is up: PF host namespace {lab['pf_netns']}, bridge {lab['bridge']}, uplink "
+        f"{lab['uplink']}; kernel {lab['kernel']} under {lab['accel'].upper()}, {lab['memory_mib']} MiB per guest"
+    ]
     for v in lab["vfs"]:
-        lines.append(f"  {v['name']:<4} tenant {v['tenant']:<8} VLAN {v['vlan'] or '-':<5} {v['mac']}  "
-                     f"{', '.join(v['ips']):<14} {v['rdma_dev']} on {v['dev']} (GID index {v['gid_index']})  "
-                     f"port {v['representor']}  {'running' if alive.get(v['name']) else 'STOPPED'}  "
-                     f"booted in {lab['boot_seconds'][v['name']]:.1f} s")
-    lines.append(f"run a command: ibwire lab run g0 -- ibv_devinfo; capture guest 1: ip netns exec {lab['pf_netns']} "
-                 f"ibwire capture --vf 1 -w g1.pcap")
+        lines.append(
+            f"  {v['name']:<4} tenant {v['tenant']:<8} VLAN {v['vlan'] or '-':<5} {v['mac']}  "
+            f"{', '.join(v['ips']):<14} {v['rdma_dev']} on {v['dev']} (GID index {v['gid_index']})  "
+            f"port {v['representor']}  {'running' if alive.get(v['name']) else 'STOPPED'}  "
+            f"booted in {lab['boot_seconds'][v['name']]:.1f} s"
+        )
+    lines.append(
+        f"run a command: ibwire lab run g0 -- ibv_devinfo; capture guest 1: ip netns exec {lab['pf_netns']} "
+        f"ibwire capture --vf 1 -w g1.pcap"
+    )
     return "\n".join(lines)
