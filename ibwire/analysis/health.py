@@ -565,9 +565,21 @@ def _finding(kind: str, severity: str, text: str, frames, flt: str, **more) -> d
 
 
 def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
-    found = []
+    """Every finding, in report order: pauses, unprotected RoCE, congestion per flow, ECMP and QoS classes."""
     roce_prios = set(prio[(kind == DATA) | (kind == ACK)].tolist())
-    for e in out["pause"]:
+    found = _pause_findings(out["pause"], rows, roce_prios, s)
+    found += _unprotected_findings(out["dcbx"], rows, kind, prio, roce_prios, s)
+    found += _congestion_findings(out["congestion"], rows, flows, s)
+    v2 = np.isin(rows["link"], (R.ROCE2V4, R.ROCE2V6)) & ((kind == DATA) | (kind == ACK))
+    found += _ecmp_findings(out["ecmp"], s, rows, v2)
+    found += _qos_findings(rows, kind, prio, s)
+    return found
+
+
+def _pause_findings(pause: List[dict], rows, roce_prios: set, s: Settings) -> List[dict]:
+    """Pause storms longer than the threshold, and pauses of a priority no RoCE traffic uses."""
+    found = []
+    for e in pause:
         cev = "" if e["priority"] == "all" else f" && macc.cbfc.enbv.c{e['priority']} == 1"
         for ep in e["episodes"]:
             if ep["duration_s"] > s.storm_s:
@@ -598,92 +610,116 @@ def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
                     priority=e["priority"],
                 )
             )
+    return found
+
+
+def _unprotected_findings(dcbx: dict, rows, kind, prio, roce_prios: set, s: Settings) -> List[dict]:
+    """RoCE priorities outside those PFC protects (by DCBX or --qos), once either names any."""
     protected = set()
-    for d in out["dcbx"].values():
+    for d in dcbx.values():
         protected |= set(d.get("pfc_enabled", []))
     if "pfc_priority" in s.qos:
         protected.add(s.qos["pfc_priority"])
-    if protected or out["dcbx"]:
-        data = (kind == DATA) | (kind == ACK)
-        for p in sorted(roce_prios - protected):
-            sel = np.flatnonzero(data & (prio == p))
-            found.append(
-                _finding(
-                    "roce_unprotected",
-                    "error",
-                    f"{len(sel)} RoCE packets travel in priority {p}, which PFC does not protect "
-                    f"(PFC on {', '.join(map(str, sorted(protected))) or 'no priority'})",
-                    rows["frame"][sel],
-                    f"bth.opcode != 0x81 && !mad && {_prio_filter(p)}",
-                    priority=p,
-                )
+    if not (protected or dcbx):
+        return []
+    found = []
+    data = (kind == DATA) | (kind == ACK)
+    for p in sorted(roce_prios - protected):
+        sel = np.flatnonzero(data & (prio == p))
+        found.append(
+            _finding(
+                "roce_unprotected",
+                "error",
+                f"{len(sel)} RoCE packets travel in priority {p}, which PFC does not protect "
+                f"(PFC on {', '.join(map(str, sorted(protected))) or 'no priority'})",
+                rows["frame"][sel],
+                f"bth.opcode != 0x81 && !mad && {_prio_filter(p)}",
+                priority=p,
             )
-    by_n = {c["_n"]: c for c in out["congestion"]}
+        )
+    return found
+
+
+def _congestion_findings(congestion: List[dict], rows, flows, s: Settings) -> List[dict]:
+    """Per flow: CE marks and how its CNPs were answered, then the class its CNPs travel in."""
+    found = []
+    by_n = {c["_n"]: c for c in congestion}
     for n, c in by_n.items():
         f = flows[n]
-        ends = _ends_filter(f["link"], c["src"], c["dst"])
-        back = _ends_filter(f["link"], c["dst"], c["src"])
         cnp_qp = f" && bth.destqp == 0x{f['partner']:06x}" if f["partner"] is not None else ""
-        if c["ce_marked"] and not c["cnps"]:
-            ce = f["rows"][marked(rows[f["rows"]])]
-            found.append(
-                _finding(
-                    "ce_unanswered",
-                    "error",
-                    f"{c['flow']}: {c['ce_marked']} packets marked ECN-CE, no CNP answered them",
-                    rows["frame"][ce],
-                    f"{ends} && bth.destqp == 0x{f['qp']:06x} && {_MARK_FILTER.get(f['link'], 'ip.dsfield.ecn == 3')}",
-                    flow=c["flow"],
-                )
+        cnp_filter = f"{_ends_filter(f['link'], c['dst'], c['src'])} && bth.opcode == 0x81{cnp_qp}"
+        found += _cnp_answer_findings(c, f, rows, cnp_filter, s)
+        found += _cnp_class_findings(c, cnp_filter, s)
+    return found
+
+
+def _cnp_answer_findings(c: dict, f: dict, rows, cnp_filter: str, s: Settings) -> List[dict]:
+    """CE-marked packets no CNP answered, and CNPs after which the sender kept its rate."""
+    found = []
+    if c["ce_marked"] and not c["cnps"]:
+        ce = f["rows"][marked(rows[f["rows"]])]
+        ends = _ends_filter(f["link"], c["src"], c["dst"])
+        found.append(
+            _finding(
+                "ce_unanswered",
+                "error",
+                f"{c['flow']}: {c['ce_marked']} packets marked ECN-CE, no CNP answered them",
+                rows["frame"][ce],
+                f"{ends} && bth.destqp == 0x{f['qp']:06x} && {_MARK_FILTER.get(f['link'], 'ip.dsfield.ecn == 3')}",
+                flow=c["flow"],
             )
-        flat = [r["cnp_frame"] for r in c["reactions"] if r["cut"] is False]
-        if flat:
-            found.append(
-                _finding(
-                    "cnp_no_rate_cut",
-                    "warning",  # an application-limited sender need not slow
-                    f"{c['flow']}: the sender kept its rate after {len(flat)} of the "
-                    f"{sum(r['cut'] is not None for r in c['reactions'])} CNPs judged "
-                    f"(less than a {s.cut:.0%} cut within {s.window * 1e6:g} µs)",
-                    flat,
-                    f"{back} && bth.opcode == 0x81{cnp_qp} && frame.number in {{{', '.join(map(str, flat[:50]))}}}",
-                    flow=c["flow"],
-                )
-            )
-        want = s.qos.get("cnp_dscp")
-        bad_cnp = (
-            [d for d in c["cnp_dscp"] if d != want]
-            if want is not None
-            else ([d for d in c["cnp_dscp"] if d not in c["data_dscp"]] if c["cnps"] else [])
         )
-        if bad_cnp:
-            what = f"the expected {want}" if want is not None else f"the data's {', '.join(map(str, c['data_dscp']))}"
-            found.append(
-                _finding(
-                    "cnp_class",
-                    "warning",
-                    f"{c['flow']}: CNPs carry DSCP {', '.join(map(str, bad_cnp))}, not {what}",
-                    [r["cnp_frame"] for r in c["reactions"]],
-                    f"{back} && bth.opcode == 0x81{cnp_qp}",
-                    flow=c["flow"],
-                )
+    flat = [r["cnp_frame"] for r in c["reactions"] if r["cut"] is False]
+    if flat:
+        found.append(
+            _finding(
+                "cnp_no_rate_cut",
+                "warning",  # an application-limited sender need not slow
+                f"{c['flow']}: the sender kept its rate after {len(flat)} of the "
+                f"{sum(r['cut'] is not None for r in c['reactions'])} CNPs judged "
+                f"(less than a {s.cut:.0%} cut within {s.window * 1e6:g} µs)",
+                flat,
+                f"{cnp_filter} && frame.number in {{{', '.join(map(str, flat[:50]))}}}",
+                flow=c["flow"],
             )
-        off = [p for p in c["cnp_priority"] if p not in c["data_priority"]]
-        if off and not bad_cnp and "cnp_priority" not in s.qos:  # (untagged: the DSCP finding says it)
-            found.append(
-                _finding(
-                    "cnp_class",
-                    "warning",
-                    f"{c['flow']}: CNPs travel in priority {', '.join(map(str, off))}, the data in "
-                    f"{', '.join(map(str, c['data_priority']))}",
-                    [r["cnp_frame"] for r in c["reactions"]],
-                    f"{back} && bth.opcode == 0x81{cnp_qp}",
-                    flow=c["flow"],
-                )
+        )
+    return found
+
+
+def _cnp_class_findings(c: dict, cnp_filter: str, s: Settings) -> List[dict]:
+    """CNPs in another DSCP than expected (or than the data's), else in another priority than the data."""
+    found = []
+    want = s.qos.get("cnp_dscp")
+    bad_cnp = (
+        [d for d in c["cnp_dscp"] if d != want]
+        if want is not None
+        else ([d for d in c["cnp_dscp"] if d not in c["data_dscp"]] if c["cnps"] else [])
+    )
+    if bad_cnp:
+        what = f"the expected {want}" if want is not None else f"the data's {', '.join(map(str, c['data_dscp']))}"
+        found.append(
+            _finding(
+                "cnp_class",
+                "warning",
+                f"{c['flow']}: CNPs carry DSCP {', '.join(map(str, bad_cnp))}, not {what}",
+                [r["cnp_frame"] for r in c["reactions"]],
+                cnp_filter,
+                flow=c["flow"],
             )
-    v2 = np.isin(rows["link"], (R.ROCE2V4, R.ROCE2V6)) & ((kind == DATA) | (kind == ACK))
-    found += _ecmp_findings(out["ecmp"], s, rows, v2)
-    found += _qos_findings(rows, kind, prio, s)
+        )
+    off = [p for p in c["cnp_priority"] if p not in c["data_priority"]]
+    if off and not bad_cnp and "cnp_priority" not in s.qos:  # (untagged: the DSCP finding says it)
+        found.append(
+            _finding(
+                "cnp_class",
+                "warning",
+                f"{c['flow']}: CNPs travel in priority {', '.join(map(str, off))}, the data in "
+                f"{', '.join(map(str, c['data_priority']))}",
+                [r["cnp_frame"] for r in c["reactions"]],
+                cnp_filter,
+                flow=c["flow"],
+            )
+        )
     return found
 
 

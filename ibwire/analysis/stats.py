@@ -167,9 +167,10 @@ class Stats:
         self.t_prev = prev
 
     def result(self) -> dict:
+        """The stats document: summary, counters, the tables by opcode, P_Key, endpoint, QP and MAD, loss hints."""
         cnt = dict(self.counters)
         dur = (self.t_last - self.t_first) if self.t_first is not None else 0.0
-        out = {
+        return {
             "summary": {
                 "packets": cnt.get("packets", 0),
                 "bytes": cnt.get("bytes", 0),
@@ -180,11 +181,19 @@ class Stats:
                 "bits_per_s": cnt.get("bytes", 0) * 8 / dur if dur > 0 else None,
             },
             "counters": {k: v for k, v in sorted(cnt.items()) if k not in ("packets", "bytes")},
+            "by_opcode": self._by_opcode(dur),
+            "by_p_key": self._by_p_key(dur),
+            "by_endpoint": self._by_endpoint(),
+            "by_qp": [
+                {"destination": _endpoint(a, lid, mac), "destqp": f"0x{qp:06x}", **_rate(e, dur)}
+                for (a, lid, mac, qp), e in sorted(self.tables["qp"].items(), key=lambda kv: -kv[1][1])
+            ],
+            "by_mad": self._by_mad(dur),
+            "loss_hints": _loss_hints(cnt),
         }
 
-        def rate(e):
-            return {"packets": int(e[0]), "bytes": int(e[1]), "bits_per_s": e[1] * 8 / dur if dur > 0 else None}
-
+    def _by_opcode(self, dur: float) -> List[dict]:
+        """Transport+opcode rows, busiest first; packets without a BTH count per link kind."""
         rows = []
         for k in np.argsort(-self.arrays["opcode"][0], kind="stable").tolist() if "opcode" in self.arrays else []:
             e = self.arrays["opcode"][:, k]
@@ -196,23 +205,29 @@ class Stats:
                         "transport": R.LINK_KINDS[k - 256] if k - 256 != R.OTHER else "non-IB",
                         "opcode": None,
                         "operation": "(no BTH)",
-                        **rate(e),
+                        **_rate(e, dur),
                     }
                 )
             else:
                 o = lookup(k)
-                rows.append({"transport": o.transport, "opcode": k, "operation": o.name, **rate(e)})
-        out["by_opcode"] = rows
-        out["by_p_key"] = [
+                rows.append({"transport": o.transport, "opcode": k, "operation": o.name, **_rate(e, dur)})
+        return rows
+
+    def _by_p_key(self, dur: float) -> List[dict]:
+        """P_Key rows in key order, with the base and the membership bit apart."""
+        return [
             {
                 "p_key": f"0x{k:04x}",
                 "base": f"0x{k & 0x7FFF:04x}",
                 "membership": "full" if k & 0x8000 else "limited",
-                **rate(e),
+                **_rate(e, dur),
             }
             for k in (np.nonzero(self.arrays["p_key"][0])[0].tolist() if "p_key" in self.arrays else [])
             for e in [self.arrays["p_key"][:, k]]
         ]
+
+    def _by_endpoint(self) -> List[dict]:
+        """Endpoint rows with what each sent and received, most bytes first."""
         eps = {}
         for side in ("tx", "rx"):
             for (addr, lid, mac), e in self.tables["endpoint_" + side].items():
@@ -229,37 +244,44 @@ class Stats:
                 )
                 row[side + "_packets"] += int(e[0])
                 row[side + "_bytes"] += int(e[1])
-        out["by_endpoint"] = sorted(eps.values(), key=lambda r: -(r["tx_bytes"] + r["rx_bytes"]))
-        out["by_qp"] = [
-            {"destination": _endpoint(a, lid, mac), "destqp": f"0x{qp:06x}", **rate(e)}
-            for (a, lid, mac, qp), e in sorted(self.tables["qp"].items(), key=lambda kv: -kv[1][1])
-        ]
+        return sorted(eps.values(), key=lambda r: -(r["tx_bytes"] + r["rx_bytes"]))
+
+    def _by_mad(self, dur: float) -> List[dict]:
+        """MAD rows by class, method and attribute."""
         mads = sorted(self.tables["mad"].items())
         if mads:  # names from the MAD table, loaded only when the capture has MADs
             from dissectors.madnames import summary as mad_summary
-        out["by_mad"] = [
+        return [
             {
                 "class": MAD_CLASSES.get(c, f"0x{c:02x}"),
                 "method": f"0x{m:02x}",
                 "attribute": f"0x{a:04x}",
                 "mad": mad_summary(c, m, a),
-                **rate(e),
+                **_rate(e, dur),
             }
             for (c, m, a), e in mads
         ]
-        hints = []
-        if cnt.get("nak"):
-            hints.append(f"{cnt['nak']} NAKs (see `ibwire flows` for PSN sequence errors per QP)")
-        if cnt.get("rnr_nak"):
-            hints.append(f"{cnt['rnr_nak']} RNR NAKs: receivers ran out of posted receives")
-        if cnt.get("truncated"):
-            hints.append(f"{plural(cnt['truncated'], 'packet')} cut short by the capture snap length")
-        if cnt.get("time_went_backwards"):
-            hints.append(f"timestamps go backwards {cnt['time_went_backwards']} times: capture reordered or merged")
-        if cnt.get("icrc_bad") or cnt.get("vcrc_bad"):
-            hints.append("CRC failures: corrupted packets or a capture that rewrote headers")
-        out["loss_hints"] = hints
-        return out
+
+
+def _rate(e, dur: float) -> dict:
+    """Packets and bytes of one table entry, and its bit rate over the capture's duration."""
+    return {"packets": int(e[0]), "bytes": int(e[1]), "bits_per_s": e[1] * 8 / dur if dur > 0 else None}
+
+
+def _loss_hints(cnt: dict) -> List[str]:
+    """Counters that hint at loss or a damaged capture, in words."""
+    hints = []
+    if cnt.get("nak"):
+        hints.append(f"{cnt['nak']} NAKs (see `ibwire flows` for PSN sequence errors per QP)")
+    if cnt.get("rnr_nak"):
+        hints.append(f"{cnt['rnr_nak']} RNR NAKs: receivers ran out of posted receives")
+    if cnt.get("truncated"):
+        hints.append(f"{plural(cnt['truncated'], 'packet')} cut short by the capture snap length")
+    if cnt.get("time_went_backwards"):
+        hints.append(f"timestamps go backwards {cnt['time_went_backwards']} times: capture reordered or merged")
+    if cnt.get("icrc_bad") or cnt.get("vcrc_bad"):
+        hints.append("CRC failures: corrupted packets or a capture that rewrote headers")
+    return hints
 
 
 _HAS_AETH = np.array(["aeth" in lookup(c).headers for c in range(256)])

@@ -69,10 +69,30 @@ def _time_charts(name: str, bins: List[S.TimeBins], labels: List[str], t_end: fl
 
 
 def _psn_chart(conv: dict, side: int, ch: dict, t0: float) -> str:
+    """The PSN graph of one requester of a conversation, PSNs counted from its first request."""
     u0 = int(ch["psn"][ch["is_req"]].min())
     t = ch["time"] - t0
     y = ch["psn"] - u0
-    req = ch["is_req"] & ~ch["bad"]
+    p = _psn_plot(conv, side, ch, t, y, u0)
+    p.bands("rnr-wait", [(a - t0, b - t0, f"RNR wait {si(b - a, 's')}") for a, b in ch["rnr_waits"]], "#9467bd")
+    _psn_progress(p, ch, t, y, u0)
+    _psn_trouble(p, ch, t, y, u0, t0)
+    p.legend(
+        [
+            ("request", "#1f77b4"),
+            ("ACKed", "#2ca02c"),
+            ("lost", "#d62728"),
+            ("not captured", "#999999"),
+            ("retransmit", "#ff7f0e"),
+            ("NAK", "#e377c2"),
+            ("RNR NAK/wait", "#9467bd"),
+        ]
+    )
+    return p.svg()
+
+
+def _psn_plot(conv: dict, side: int, ch: dict, t: np.ndarray, y: np.ndarray, u0: int) -> Plot:
+    """The empty PSN graph with its axes: the capture's time span, PSNs from 0 up."""
     sender, receiver = (conv["a"], conv["b"]) if side == 0 else (conv["b"], conv["a"])
     c = ch["counts"]
     ymax = float(y.max()) if len(y) else 1.0
@@ -93,7 +113,12 @@ def _psn_chart(conv: dict, side: int, ch: dict, t0: float) -> str:
         _rel,
         lambda v: f"{v:g}",
     )
-    p.bands("rnr-wait", [(a - t0, b - t0, f"RNR wait {si(b - a, 's')}") for a, b in ch["rnr_waits"]], "#9467bd")
+    return p
+
+
+def _psn_progress(p: Plot, ch: dict, t: np.ndarray, y: np.ndarray, u0: int) -> None:
+    """Requests as ticks (every k-th beyond MAX_TICKS), the ACKed PSN as a step line, READ responses as dots."""
+    req = ch["is_req"] & ~ch["bad"]
     ri = np.nonzero(req & ~ch["retrans"])[0]
     if len(ri) > MAX_TICKS:
         ri = ri[:: -(-len(ri) // MAX_TICKS)]
@@ -110,6 +135,10 @@ def _psn_chart(conv: dict, side: int, ch: dict, t0: float) -> str:
             "dot",
             "#17becf",
         )
+
+
+def _psn_trouble(p: Plot, ch: dict, t: np.ndarray, y: np.ndarray, u0: int, t0: float) -> None:
+    """Marks for drops, PSNs not captured, retransmissions, late packets, bad ICRCs, NAKs and RNR NAKs."""
     p.marks(
         "drop",
         ((a - t0, b - u0, f"PSN {b % S.PSN_MOD:#x} lost: resent later") for a, b in ch["drop_points"]),
@@ -145,18 +174,6 @@ def _psn_chart(conv: dict, side: int, ch: dict, t0: float) -> str:
     )
     p.marks("nak", ((t[i], y[i], "NAK") for i in np.nonzero(ch["syn"] == 3)[0].tolist()), "tri", "#e377c2")
     p.marks("rnr-nak", ((t[i], y[i], "RNR NAK") for i in np.nonzero(ch["syn"] == 1)[0].tolist()), "tri", "#9467bd")
-    p.legend(
-        [
-            ("request", "#1f77b4"),
-            ("ACKed", "#2ca02c"),
-            ("lost", "#d62728"),
-            ("not captured", "#999999"),
-            ("retransmit", "#ff7f0e"),
-            ("NAK", "#e377c2"),
-            ("RNR NAK/wait", "#9467bd"),
-        ]
-    )
-    return p.svg()
 
 
 def _histogram(title: str, kind: str, samples_s: np.ndarray, conv_no, analysis: Optional[dict]) -> str:
