@@ -40,32 +40,36 @@ def read_text(path, what: str, hint: str) -> str:
 
 def parse_toml(text: str, path) -> dict:
     """TOML within MAX_DEPTH, or an error at the line tomllib names."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        m = re.search(r"\(at line (\d+)", str(e))
-        line = int(m.group(1)) if m else (len(text.splitlines()) if "end of document" in str(e) else 0)
-        raise InputError(
-            path, line, f"{re.sub(r' *[(]at (line|end).*', '', str(e))}; fix the TOML syntax there"
-        ) from None
-    except RecursionError:
-        raise _too_deep(path) from None
-    except ValueError as e:  # an integer of more digits than Python converts
-        raise InputError(path, 0, f"{e}; no real file holds such a number") from None
-    check_depth(doc, path)
-    return doc
+
+    def syntax(e):
+        if isinstance(e, tomllib.TOMLDecodeError):
+            m = re.search(r"\(at line (\d+)", str(e))
+            line = int(m.group(1)) if m else (len(text.splitlines()) if "end of document" in str(e) else 0)
+            return InputError(path, line, f"{re.sub(r' *[(]at (line|end).*', '', str(e))}; fix the TOML syntax there")
+        return None
+
+    return _parsed(tomllib.loads, text, path, syntax)
 
 
 def parse_json(text: str, path, hint: str):
     """JSON within MAX_DEPTH, or an error at the line the parser names (`hint`: what to give instead)."""
+
+    def syntax(e):
+        if isinstance(e, json.JSONDecodeError):
+            return InputError(path, e.lineno, f"not valid JSON ({e.msg}); {hint}")
+        return None
+
+    return _parsed(json.loads, text, path, syntax)
+
+
+def _parsed(loads, text: str, path, syntax):
+    """`loads(text)` within MAX_DEPTH; `syntax(e)`: the parser's syntax error as an InputError, or None."""
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(path, e.lineno, f"not valid JSON ({e.msg}); {hint}") from None
+        doc = loads(text)
     except RecursionError:
         raise _too_deep(path) from None
-    except ValueError as e:
-        raise InputError(path, 0, f"{e}; no real file holds such a number") from None
+    except ValueError as e:  # a syntax error, or an integer of more digits than Python converts
+        raise (syntax(e) or InputError(path, 0, f"{e}; no real file holds such a number")) from None
     check_depth(doc, path)
     return doc
 

@@ -14,10 +14,9 @@ import subprocess
 import numpy as np
 import pytest
 from conftest import run_ibwire
-from test_filter_tshark import CAPTURES, EXT_HEADERS, TSHARK_MISREADS, merged, tshark_frames  # noqa: F401
+from test_filter_tshark import CAPTURES, EXT_HEADERS, TSHARK_MISREADS, full_decode, merged, tshark_frames  # noqa: F401
 from tshark_oracle import TSHARK
 
-from ibwire.decode import decode_frame
 from ibwire.decode.stream import Stream, select
 from ibwire.fast.filter import batch_filter
 from ibwire.filter import compile_filter
@@ -96,14 +95,10 @@ FILTERS = [
 
 
 def test_every_new_filter_selects_tsharks_frames(merged):  # noqa: F811
-    frames = list(iter_frames(str(merged)))
-    flats = {}
+    flat_of = full_decode(list(iter_frames(str(merged))))
 
     def detail(batch, i, t0, prev):
-        n = int(batch.rec["frame"][i])
-        if n not in flats:
-            flats[n] = decode_frame(frames[n - 1]).flat
-        return flats[n]
+        return flat_of(int(batch.rec["frame"][i]))
 
     misread = set(tshark_frames(merged, TSHARK_MISREADS))
     # payloads tshark hands to another dissector than `data`: IB ones to a heuristic (rpcordma …), TCP

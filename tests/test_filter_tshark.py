@@ -127,18 +127,26 @@ def tshark_frames(path, text):
     return [int(x) for x in r.stdout.split()]
 
 
+def full_decode(frames: list):
+    """Frame number -> the full decode's fields, each frame decoded once for all the filters."""
+    flats = {}
+
+    def flat_of(n: int) -> dict:
+        if n not in flats:
+            flats[n] = decode_frame(frames[n - 1]).flat
+        return flats[n]
+
+    return flat_of
+
+
 def test_every_filter_selects_tsharks_frames(merged):
     assert len(FILTERS) >= 50
     frames = list(iter_frames(str(merged)))
-    flats = {}
+    flat_of = full_decode(frames)
 
-    def detail(batch, i, t0, prev):  # the full decode, once per frame for all the filters
+    def detail(batch, i, t0, prev):
         n = int(batch.rec["frame"][i])
-        if n not in flats:
-            flats[n] = decode_frame(frames[n - 1]).flat
-        flat = dict(flats[n])
-        flat["frame.time_relative"] = frames[n - 1].time - t0
-        return flat
+        return dict(flat_of(n), **{"frame.time_relative": frames[n - 1].time - t0})
 
     with ThreadPoolExecutor(2) as pool:
         theirs = list(pool.map(lambda t: tshark_frames(merged, t), FILTERS + [TSHARK_MISREADS]))

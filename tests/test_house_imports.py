@@ -7,8 +7,10 @@ says what it holds."""
 import ast
 import collections
 import functools
+import io
 import re
 import subprocess
+import tokenize
 import tomllib
 from pathlib import Path
 
@@ -159,13 +161,36 @@ RUN = 6
 PASSED_OVER = re.compile(r"(#|//|/\*|\*|import |from \S+ import )|[\s()\[\]{},;:]*$")
 
 
-def code_lines(text: str) -> list:
-    """(line number, folded text) of the lines that count."""
+def code_lines(text: str, python: bool = True) -> list:
+    """(first line, last line, folded text) of the lines that count.  Python counts by statement (a call
+    the formatter spreads over ten lines is one), other languages (and Python that does not tokenize) by line."""
+    if python:
+        try:
+            return python_statements(text)
+        except (tokenize.TokenError, SyntaxError):
+            pass
     out = []
     for number, line in enumerate(text.splitlines(), 1):
         folded = " ".join(line.split())
         if not PASSED_OVER.match(folded):
-            out.append((number, folded))
+            out.append((number, number, folded))
+    return out
+
+
+def python_statements(text: str) -> list:
+    """Each logical line of Python source (comments left out), its tokens joined by single spaces."""
+    out, words, first = [], [], None
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
+            continue
+        if tok.type == tokenize.NEWLINE:
+            folded = " ".join(words)
+            if words and not PASSED_OVER.match(folded):
+                out.append((first, tok.start[0], folded))
+            words, first = [], None
+            continue
+        first = first or tok.start[0]
+        words.append(tok.string)
     return out
 
 
@@ -175,9 +200,9 @@ def repeated_runs(files: dict, run: int = RUN) -> list:
     is not a repeat)."""
     places = collections.defaultdict(list)
     for name, text in sorted(files.items()):
-        lines = code_lines(text)
+        lines = code_lines(text, name.endswith(".py"))
         for i in range(len(lines) - run + 1):
-            places["\n".join(t for _, t in lines[i : i + run])].append((name, i, lines[i][0], lines[i + run - 1][0]))
+            places["\n".join(t for _, _, t in lines[i : i + run])].append((name, i, lines[i][0], lines[i + run - 1][1]))
     out = []
     for where in places.values():
         for k, (a, i, a0, a1) in enumerate(where):

@@ -68,6 +68,13 @@ def describe(prefix: str = "ibwlab", vlan: Optional[int] = None) -> dict:
     }
 
 
+def publish(path, lab: dict) -> dict:
+    """Write a lab's description whole (capture reads lab-*.json: it never sees half of one)."""
+    with output_file(path, "w") as f:
+        f.write(json.dumps(lab, indent=1))
+    return lab
+
+
 def lab_file(prefix: str):
     return run_dir() / f"lab-{prefix}.json"
 
@@ -93,9 +100,7 @@ def up(prefix: str = "ibwlab", vlan: Optional[int] = None) -> dict:
     except BaseException:
         down(prefix)
         raise
-    with output_file(lab_file(prefix), "w") as f:
-        f.write(json.dumps(lab, indent=1))
-    return lab
+    return publish(lab_file(prefix), lab)
 
 
 def _quiet(ns: str):

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 from ...capture.journal import _proc_start, run_dir
 from ...errors import UserError
 from ...outfile import output_file
-from ..topology import _sh  # the lab's one runner of ip commands
+from ..topology import _sh, publish  # the lab's one runner of ip commands, its file writer
 from . import agent, boot
 
 BRIDGE, UPLINK = "esw0", "p0"
@@ -143,9 +143,7 @@ def up(
     except BaseException:
         down(prefix)
         raise
-    with output_file(lab_file(prefix), "w") as f:  # capture reads lab-*.json: it appears whole
-        f.write(json.dumps(lab, indent=1))
-    return lab
+    return publish(lab_file(prefix), lab)
 
 
 def _namespaces() -> List[str]:
