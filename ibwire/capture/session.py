@@ -327,18 +327,12 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
     cnt = counters.source(t, name)
     before = after = {}
     status = StatusLine(o.status)
-    seen = kept = 0
     sink = writer = None
-    failure = None
     try:
         backend.arm(journal)
         _say_lines(getattr(backend, "notes", []))
         in_lt = backend.linktype
-        out_lt = in_lt
-        if in_lt == LINKTYPE_ERF and o.link == "ib":
-            out_lt = LINKTYPE_INFINIBAND
-        elif in_lt == LINKTYPE_INFINIBAND and o.link == "erf":
-            out_lt = LINKTYPE_ERF
+        out_lt = _out_linktype(in_lt, o.link)
         sink = Sink(
             o.write,
             out_lt,
@@ -348,55 +342,13 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
             o.rotate_files,
         )
         writer = _Writer(sink, in_lt, out_lt)
+        keep = _Keep(match, o.count, in_lt, writer)
         before = cnt[1]() if cnt else {}
         say(f"capturing {t.description} to {o.write} (Ctrl-C stops)")
-        deadline = time.monotonic() + o.duration if o.duration else None
-
-        def put(f):
-            nonlocal seen, kept
-            seen += 1
-            if (match and not match(in_lt, f[1])) or (o.count and kept >= o.count):
-                return
-            kept += 1
-            writer.q.put(f)
-
-        def done():
-            return (
-                stop.flag
-                or writer.error
-                or (o.count and kept >= o.count)
-                or (deadline and time.monotonic() >= deadline)
-            )
-
-        for f in backend.frames():
-            if f is not None:
-                put(f)
-            status.update(sink.packets, sink.bytes, backend.backend_drops())
-            if done():
-                break
-        if hasattr(backend, "stop"):
-            backend.stop()
-        if hasattr(backend, "finish") and not writer.error:  # what was queued or in flight at the stop is ours
-            for f in backend.finish():
-                put(f)
+        _poll(o, backend, stop, keep, status, sink)
         after = cnt[1]() if cnt else {}
     finally:
-        drops = 0
-        if backend is not None:
-            try:
-                drops = backend.backend_drops()
-            except Exception:  # the backend is already gone
-                pass
-            backend.close()
-        if writer:
-            writer.close()
-        _disarm(journal)
-        if sink:
-            try:
-                sink.close(drops)
-            except OSError as e:
-                failure = f"writing {o.write} failed ({e.strerror}); the capture stopped"
-        status.finish()
+        drops, failure = _wind_down(o, backend, writer, journal, sink, status)
     if writer.error:
         failure = f"writing {o.write} failed ({writer.error.strerror}); the capture stopped"
     packets = in_files = sink.packets
@@ -407,7 +359,7 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
     what = cnt[0] if cnt else "counters"
     summary = counters.compare(packets, sink.bytes, before, after, what, drops)
     if match:
-        summary += f"; {seen - kept:,} packets of other functions dropped by the VF filter"
+        summary += f"; {keep.seen - keep.kept:,} packets of other functions dropped by the VF filter"
     _report_end(say, summary, failure, in_files, "standard output" if o.write == "-" else ", ".join(sink.files), stop)
     return {
         "backend": name,
@@ -419,3 +371,71 @@ def _run_frames(o: Options, t, name: str, backend, journal, stop: _Stop, match) 
         "after": after,
         "summary": summary,
     }
+
+
+def _out_linktype(in_lt: int, link: str) -> int:
+    """The link type written: --link ib unwraps ERF records to bare IB, --link erf wraps bare IB in ERF."""
+    if in_lt == LINKTYPE_ERF and link == "ib":
+        return LINKTYPE_INFINIBAND
+    if in_lt == LINKTYPE_INFINIBAND and link == "erf":
+        return LINKTYPE_ERF
+    return in_lt
+
+
+class _Keep:
+    """The poll loop's filter: counts the frames seen and hands the VF's, up to -c, to the writer."""
+
+    def __init__(self, match, count: Optional[int], in_lt: int, writer: _Writer):
+        self.match, self.count, self.in_lt, self.writer = match, count, in_lt, writer
+        self.seen = self.kept = 0
+
+    def put(self, f):
+        self.seen += 1
+        if (self.match and not self.match(self.in_lt, f[1])) or self.full():
+            return
+        self.kept += 1
+        self.writer.q.put(f)
+
+    def full(self):
+        return self.count and self.kept >= self.count
+
+
+def _poll(o: Options, backend, stop: _Stop, keep: _Keep, status: StatusLine, sink: Sink) -> None:
+    """Feeds the backend's frames to `keep` until a stop signal, a write error, -c or --duration; then stops the
+    backend and takes what it still holds."""
+    deadline = time.monotonic() + o.duration if o.duration else None
+    for f in backend.frames():
+        if f is not None:
+            keep.put(f)
+        status.update(sink.packets, sink.bytes, backend.backend_drops())
+        if stop.flag or keep.writer.error or keep.full() or (deadline and time.monotonic() >= deadline):
+            break
+    if hasattr(backend, "stop"):
+        backend.stop()
+    if hasattr(backend, "finish") and not keep.writer.error:  # what was queued or in flight at the stop is ours
+        for f in backend.finish():
+            keep.put(f)
+
+
+def _wind_down(o: Options, backend, writer, journal, sink, status: StatusLine):
+    """The end of every frame capture, in this order: the backend's drops read and the backend closed, the
+    queued frames written, everything armed undone, the file closed, the status line ended.  Returns the drops
+    and the failure closing the file met, or None."""
+    drops = 0
+    failure = None
+    if backend is not None:
+        try:
+            drops = backend.backend_drops()
+        except Exception:  # the backend is already gone
+            pass
+        backend.close()
+    if writer:
+        writer.close()
+    _disarm(journal)
+    if sink:
+        try:
+            sink.close(drops)
+        except OSError as e:
+            failure = f"writing {o.write} failed ({e.strerror}); the capture stopped"
+    status.finish()
+    return drops, failure

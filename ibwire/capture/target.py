@@ -160,20 +160,11 @@ def _ibaddr_lid(port_guid: str) -> Optional[int]:
 def resolve(
     pf: Optional[str], vf: Optional[int], port: Optional[int] = None, iface: Optional[str] = None, root=None
 ) -> Target:
+    """What `--pf/--vf/--port/-i` name as the capture target: a port of an RDMA device, one of its VFs, a plain
+    interface, or the ibwire lab when this host has no RDMA device."""
     devices = sysfs.list_devices(root)
     if not devices:
-        lab = find_lab()
-        if lab and not iface:
-            t = _lab_target(lab, vf)
-            t.notes.append(f"no RDMA device here; using the ibwire lab {lab['name']}")
-            return t
-        if iface and vf is None:
-            return Target(f"interface {iface}", iface=iface)
-        why = "this kernel has no RDMA support" if not sysfs.kernel_has_rdma(root) else "no RDMA device is present"
-        raise UserError(
-            f"{why}; capture a kernel interface with -i IFACE --backend netdev, or run `ibwire lab up` "
-            f"and capture from its PF namespace"
-        )
+        return _without_rdma(vf, iface, root)
     if iface and vf is None and not pf:
         return Target(f"interface {iface}", iface=iface)
     d = _pick_pf(devices, pf) if (pf or vf is not None) else devices[0]
@@ -200,7 +191,35 @@ def resolve(
         raise UserError(f"{d.name} has {d.numvfs or 0} VFs; VF {vf} does not exist")
     t.vf = vf
     t.description = f"{d.name} port {p.num} VF {vf} ({vfo.bdf})"
-    info = _vf_link_info(netdev, vf)
+    t.identity = _vf_identity(devices, p, vfo, _vf_link_info(netdev, vf), netdev, t.notes)
+    if not p.is_ib and d.pci:
+        reps = hostcmds.representors(d.pci)
+        t.representor = reps.get(vf)
+        t.peers = ([netdev] if netdev else []) + [r for i, r in reps.items() if i != vf]
+    return t
+
+
+def _without_rdma(vf: Optional[int], iface: Optional[str], root) -> Target:
+    """No RDMA device here: the lab when this is its PF host namespace, else the interface -i names."""
+    lab = find_lab()
+    if lab and not iface:
+        t = _lab_target(lab, vf)
+        t.notes.append(f"no RDMA device here; using the ibwire lab {lab['name']}")
+        return t
+    if iface and vf is None:
+        return Target(f"interface {iface}", iface=iface)
+    why = "this kernel has no RDMA support" if not sysfs.kernel_has_rdma(root) else "no RDMA device is present"
+    raise UserError(
+        f"{why}; capture a kernel interface with -i IFACE --backend netdev, or run `ibwire lab up` "
+        f"and capture from its PF namespace"
+    )
+
+
+def _vf_identity(
+    devices: List[sysfs.RdmaDevice], p: sysfs.Port, vfo: sysfs.Vf, info: dict, netdev: Optional[str], notes: List[str]
+) -> Identity:
+    """What tells VF `vfo`'s packets apart on port `p`: from `ip link` vfinfo (`info`), its own RDMA device and
+    netdevs when bound on the host, the PF's neighbour table, and on InfiniBand the SA (notes say how)."""
     ident = Identity()
     if p.is_ib:
         ident.node_guid, ident.port_guid = info.get("node guid"), info.get("port guid")
@@ -228,16 +247,11 @@ def resolve(
         lid = _ibaddr_lid(ident.port_guid)
         if lid:
             ident.lids.append(lid)
-        t.notes.append(
+        notes.append(
             "VF LID from ibaddr (SA query)"
             if lid
             else "could not learn the VF's LID (ibaddr -G port_guid failed); filtering on GIDs only"
         )
         if not ident.gids:
             ident.gids.append("fe80::" + ":".join(ident.port_guid.replace(":", "")[i : i + 4] for i in range(0, 16, 4)))
-    t.identity = ident
-    if not p.is_ib and d.pci:
-        reps = hostcmds.representors(d.pci)
-        t.representor = reps.get(vf)
-        t.peers = ([netdev] if netdev else []) + [r for i, r in reps.items() if i != vf]
-    return t
+    return ident

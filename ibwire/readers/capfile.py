@@ -7,7 +7,7 @@ pcap(5) and pcapng (draft-ietf-opsawg-pcapng) specifications.
 
 import os
 import struct
-from typing import Iterator, NamedTuple, Optional
+from typing import Iterator, NamedTuple, Optional, Tuple
 
 from ..errors import UserError
 from .formats import MAX_BLOCK, MAX_PACKET, PCAP_MAGICS, PCAPNG_SHB
@@ -133,87 +133,105 @@ class Capture:
                 yield Frame(n, sec + frac * scale, len(data), max(orig, len(data)), self.linktype, data)
 
     def _pcapng(self, wanted=None) -> Iterator[Frame]:
+        """The block walk: sections set the byte order, interface blocks describe interfaces, packet blocks give
+        frames; other blocks are passed over unread.  A damaged block length ends the walk."""
         nxt = next(wanted, None) if wanted is not None else None
         with self._open() as f:
             size = os.fstat(f.fileno()).st_size
             off, n, endian = 0, 0, "<"
             while off + 12 <= size:
                 head = f.read(12)
-                btype = struct.unpack_from(endian + "I", head, 0)[0]
-                if head[:4] == PCAPNG_SHB:
-                    endian = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
-                    self.interfaces = []
-                    btype = 0x0A0D0D0A
-                blen = struct.unpack_from(endian + "I", head, 4)[0]
+                btype, blen, endian = self._block_head(head, endian)
                 if blen < 12 or blen > MAX_BLOCK or off + blen > size:
-                    self.problems.append(
-                        "block cut short at end of file"
-                        if 12 <= blen <= MAX_BLOCK
-                        else f"damaged block length {blen}; the rest of the file is unreadable"
-                    )
-                    self.skipped += 1
-                    self.lost_bytes += size - off
+                    self._unreadable_rest(blen, size - off)
                     return
                 off += blen
                 if wanted is not None and btype in (6, 3) and n >= 1:  # a packet after the first
                     while nxt is not None and nxt < n + 1:
                         nxt = next(wanted, None)
                     if nxt != n + 1:
-                        f.seek(blen - 12, 1)
                         n += 1
-                        iface = struct.unpack_from(endian + "I", head, 8)[0] if btype == 6 else 0
-                        if iface >= len(self.interfaces):
-                            self.problems.append(
-                                f"frame {n}: packet names interface {iface}, which was never described"
-                            )
+                        self._pass_packet(f, head, endian, btype, blen, n)
                         continue
                 if btype not in (1, 6, 3):  # nothing read from other blocks
                     f.seek(blen - 12, 1)
                     continue
                 body = (head + f.read(blen - 12))[8 : blen - 4]
-                short = _PCAPNG_MIN_BODY.get(btype, 0) > len(body)
-                if short and btype in (6, 3):
-                    n += 1
-                    self.skipped += 1
-                    self.problems.append(
-                        f"frame {n}: packet block of {blen} bytes is too short to hold a packet; skipped"
-                    )
+                if btype == 1:
+                    self._interface(body, endian, blen)
                     continue
-                if short:
-                    self.problems.append(f"interface block of {blen} bytes is too short; packets naming it are skipped")
-                    self.interfaces.append(None)
-                    continue
-                if btype == 1:  # Interface Description Block
-                    lt, _, snap = struct.unpack_from(endian + "HHI", body, 0)
-                    self.interfaces.append([lt, 1e-6, "", snap])
-                    self._idb_options(body[8:], endian, self.interfaces[-1])
-                    if self.linktype is None:
-                        self.linktype = lt
-                elif btype in (6, 3):  # Enhanced / Simple Packet Block
-                    n += 1
-                    if btype == 6:
-                        iface, hi, lo, incl, orig = struct.unpack_from(endian + "IIIII", body, 0)
-                        claimed, at = incl, 20
-                        ts_raw = (hi << 32) | lo
-                    else:
-                        iface, ts_raw = 0, 0
-                        orig = struct.unpack_from(endian + "I", body, 0)[0]
-                        first = self.interfaces[0] if self.interfaces else None
-                        snap = first[3] if first is not None and first[3] else orig  # padding is no data
-                        claimed, at = min(orig, snap, len(body) - 4), 4
-                    if claimed > MAX_PACKET:
-                        self.skipped += 1
-                        self.problems.append(
-                            f"frame {n}: packet of {claimed} bytes is over the {MAX_PACKET}-byte limit; skipped"
-                        )
-                        continue
-                    data = body[at : at + claimed]
-                    if iface >= len(self.interfaces) or self.interfaces[iface] is None:
-                        self.skipped += 1
-                        self.problems.append(f"frame {n}: packet names interface {iface}, which was never described")
-                        continue
-                    lt, scale = self.interfaces[iface][:2]
-                    yield Frame(n, ts_raw * scale, len(data), max(orig, len(data)), lt, bytes(data), iface)
+                n += 1
+                frame = self._packet(btype, body, endian, n, blen)
+                if frame is not None:
+                    yield frame
+
+    def _block_head(self, head: bytes, endian: str) -> Tuple[int, int, str]:
+        """Type, length and byte order of the block whose first 12 bytes are `head`; a Section Header Block
+        sets the byte order and starts a section with no interfaces described."""
+        btype = struct.unpack_from(endian + "I", head, 0)[0]
+        if head[:4] == PCAPNG_SHB:
+            endian = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
+            self.interfaces = []
+            btype = 0x0A0D0D0A
+        return btype, struct.unpack_from(endian + "I", head, 4)[0], endian
+
+    def _unreadable_rest(self, blen: int, rest: int) -> None:
+        """Records a block length that is damaged or runs past the end of the file: the `rest` bytes are lost."""
+        self.problems.append(
+            "block cut short at end of file"
+            if 12 <= blen <= MAX_BLOCK
+            else f"damaged block length {blen}; the rest of the file is unreadable"
+        )
+        self.skipped += 1
+        self.lost_bytes += rest
+
+    def _pass_packet(self, f, head: bytes, endian: str, btype: int, blen: int, n: int) -> None:
+        """Skips frame `n` unread, still reporting an interface it names that was never described."""
+        f.seek(blen - 12, 1)
+        iface = struct.unpack_from(endian + "I", head, 8)[0] if btype == 6 else 0
+        if iface >= len(self.interfaces):
+            self.problems.append(f"frame {n}: packet names interface {iface}, which was never described")
+
+    def _interface(self, body: bytes, endian: str, blen: int) -> None:
+        """Describes the next interface from an Interface Description Block body; one too short is None."""
+        if len(body) < _PCAPNG_MIN_BODY[1]:
+            self.problems.append(f"interface block of {blen} bytes is too short; packets naming it are skipped")
+            self.interfaces.append(None)
+            return
+        lt, _, snap = struct.unpack_from(endian + "HHI", body, 0)
+        self.interfaces.append([lt, 1e-6, "", snap])
+        self._idb_options(body[8:], endian, self.interfaces[-1])
+        if self.linktype is None:
+            self.linktype = lt
+
+    def _packet(self, btype: int, body: bytes, endian: str, n: int, blen: int) -> Optional[Frame]:
+        """Frame `n` from an Enhanced (6) or Simple (3) Packet Block body, or None (counted as skipped) when the
+        block is too short, claims too much or names an interface not described."""
+        if len(body) < _PCAPNG_MIN_BODY[btype]:
+            self.skipped += 1
+            self.problems.append(f"frame {n}: packet block of {blen} bytes is too short to hold a packet; skipped")
+            return None
+        if btype == 6:
+            iface, hi, lo, incl, orig = struct.unpack_from(endian + "IIIII", body, 0)
+            claimed, at = incl, 20
+            ts_raw = (hi << 32) | lo
+        else:
+            iface, ts_raw = 0, 0
+            orig = struct.unpack_from(endian + "I", body, 0)[0]
+            first = self.interfaces[0] if self.interfaces else None
+            snap = first[3] if first is not None and first[3] else orig  # padding is no data
+            claimed, at = min(orig, snap, len(body) - 4), 4
+        if claimed > MAX_PACKET:
+            self.skipped += 1
+            self.problems.append(f"frame {n}: packet of {claimed} bytes is over the {MAX_PACKET}-byte limit; skipped")
+            return None
+        data = body[at : at + claimed]
+        if iface >= len(self.interfaces) or self.interfaces[iface] is None:
+            self.skipped += 1
+            self.problems.append(f"frame {n}: packet names interface {iface}, which was never described")
+            return None
+        lt, scale = self.interfaces[iface][:2]
+        return Frame(n, ts_raw * scale, len(data), max(orig, len(data)), lt, bytes(data), iface)
 
     @staticmethod
     def _idb_options(opts: bytes, endian: str, iface: list) -> None:
