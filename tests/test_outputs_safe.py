@@ -390,3 +390,28 @@ def test_ctrl_c_just_after_the_part_file_is_locked_says_not_written(tmp_path, mo
             pass
     assert outfile.left_behind() == f"{out} not written (the old file is unchanged)"
     assert out.read_text() == "old" and os.listdir(tmp_path) == ["out.txt"]
+
+
+FAKE_LIBRARY = """
+import os, signal, sys, time
+import ibwire.cli as cli
+
+def app(standalone_mode):  # stands in for a library that turns the signal's exception into another
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+    except BaseException:
+        raise TypeError("expected a message argument")
+
+cli.app = app
+sys.argv = ["ibwire", "stats", "x.pcap"]
+cli.main()
+"""
+
+
+def test_sigterm_turned_into_another_error_by_a_fake_library_still_exits_143():
+    """SIGTERM is 143 and 'interrupted', not an internal error, even when the exception it raised is replaced
+    on its way up (seen once in CPython's own machinery during `export` under load)."""
+    r = subprocess.run([sys.executable, "-c", FAKE_LIBRARY], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 143, r.stderr
+    assert r.stderr.startswith("ibwire: interrupted by SIGTERM; ") and "internal error" not in r.stderr

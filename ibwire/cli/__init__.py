@@ -63,6 +63,8 @@ def _on_signal(signum, _frame):
             _LEAVING = True
             raise SystemExit(128 + signum)
         return
+    global _SIGNALLED
+    _SIGNALLED = 128 + signum
     if signum == signal.SIGINT:
         raise KeyboardInterrupt()
     raise Terminated()
@@ -70,6 +72,7 @@ def _on_signal(signum, _frame):
 
 _MAIN_PID = os.getpid()
 _LEAVING = False
+_SIGNALLED = 0  # 130 or 143 once Ctrl-C or SIGTERM reached the main process
 
 
 def _interrupted(status: int) -> None:
@@ -225,5 +228,7 @@ def _closed_pipe() -> None:
 
 
 def _internal(e: BaseException) -> None:
+    if _SIGNALLED:  # the signal's exception was turned into another on its way up (inside CPython or a library)
+        _interrupted(_SIGNALLED)
     _say(f"ibwire: internal error ({type(e).__name__}: {e}); please report it with the input that caused it")
     _exit(3)
