@@ -721,6 +721,7 @@ def test_lab_run_counters_faults_status(rlab):
         env=rlab.env,
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as at a terminal, even when the run is not
     )
     assert p.stdout.readline() == "up\n"
     p.send_signal(signal.SIGINT)  # Ctrl-C: the command is stopped in the guest, exit status 130
