@@ -176,11 +176,12 @@ class _Spill:
             yield from self.parts
             return
         self.file.seek(0)
+        buf = np.empty(1 << 16, SPILL)  # one buffer for every piece: no heap churn on large captures
         while True:
-            rows = np.fromfile(self.file, SPILL, count=1 << 16)
-            if not len(rows):
+            n = self.file.readinto(buf.view(np.uint8)) // SPILL.itemsize
+            if not n:
                 return
-            yield rows
+            yield buf[:n]
 
     def close(self):
         if self.file is not None:

@@ -74,11 +74,10 @@ def per_conversation(ev: np.ndarray, tab: np.ndarray) -> Dict[int, Dict[str, Lis
         "gave_up": ("an_gave_up", 1),
     }
     out: Dict[int, Dict[str, List[int]]] = defaultdict(lambda: defaultdict(list))
-    rows = dict(zip(tab["frame"].tolist(), range(len(tab))))
     answers = [KINDS.index(k) for k in ("duplicate", "acks", "ack_rtt", "read_request", "psn_gap")]
     ev = ev[~np.isin(ev["kind"], answers)]  # those alone list no frame (every ACK answers one)
     for frame, conv in sorted(set(zip(ev["frame"].tolist(), ev["conv"].tolist()))):
-        r = tab[rows[frame]]
+        r = tab[np.searchsorted(tab["frame"], frame)]
         for kind, (col, want) in kinds.items():
             hit = r[col] != 0 if want is None else r[col] == want
             lst = out[conv][kind]
