@@ -60,3 +60,74 @@ def test_recovered_losses_are_nak_and_rnr_episodes_not_failures(tmp_path):
     rows = {t["qpn_b"]: t for t in pq.read_table(flows).to_pylist()}
     assert rows[0xD01]["retries_a"]["nak_episodes"] == want["w"]["naks_psn"]
     assert rows[0xD02]["retries_a"]["rnr_episodes"] == want["s"]["rnr"]
+
+
+RNR_GIVES_UP = """
+[scenario]
+name = "rnr-retry-exceeded"
+link = "roce2"
+
+[[port]]
+name = "client"
+guid = "0x0002c90300000a01"
+lid = 0x0a
+mac = "02:00:00:00:0a:01"
+ip = "10.1.0.1"
+
+[[port]]
+name = "server"
+guid = "0x0002c90300000b01"
+lid = 0x0b
+mac = "02:00:00:00:0b:01"
+ip = "10.1.0.2"
+
+[[qp]]
+name = "s"
+type = "RC"
+src = "client"
+dst = "server"
+src_qpn = 0x000c02
+dst_qpn = 0x000d02
+rnr_retry = 3
+
+[[op]]
+qp = "s"
+kind = "send"
+size = 512
+count = 2
+at_us = 1000
+interval_us = 1000      # no later SEND is under way when the requester gives up
+
+[[fault]]
+kind = "rnr"           # the receiver never posts a receive for message 2: it RNR-NAKs every try
+qp = "s"
+message = 2
+timer = 1
+times = 100
+
+[expect.flow.s]
+messages = 2
+rnr = 4
+rnr_retries = 3
+gave_up_after = 3
+"""
+
+
+def test_rnr_retry_exceeded_is_told_apart_from_transport_retry_exceeded(tmp_path):
+    """A receiver that never posts a receive: the requester resends its SEND after each RNR NAK, rnr_retry (3)
+    times, then fails it with IBV_WC_RNR_RETRY_EXC_ERR (status 13), not status 12 (IBA §9.7.5.2.8)."""
+    toml = tmp_path / "rnr.toml"
+    toml.write_text(RNR_GIVES_UP)
+    pcap = tmp_path / "rnr.pcap"
+    r = run_ibwire("synth", toml, "-w", pcap)
+    assert r.returncode == 0, r.stderr
+    want = tomllib.loads(RNR_GIVES_UP)["expect"]["flow"]["s"]
+    r = run_ibwire("flows", pcap, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    (row,) = [c for c in json.loads(r.stdout)["conversations"] if c["transport"] == "RC"]
+    info = row["retries_a"]
+    assert row["rnr_naks"] == want["rnr"] and sum(row["messages"].values()) == want["messages"], row
+    assert info["rnr_episodes"] == want["rnr_retries"] and info["timeout_episodes"] == info["nak_episodes"] == 0
+    assert info["gave_up"]["retries"] == want["gave_up_after"] and info["gave_up"]["cause"] == "rnr", info
+    text = " ".join(run_ibwire("flows", pcap).stdout.split())
+    assert "RNR retry counter exceeded" in text and "status 13" in text and "status 12" not in text, text

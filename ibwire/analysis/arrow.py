@@ -153,6 +153,7 @@ _RETRIES = pa.struct(
                     ("retries", pa.int64()),
                     ("last_frame", pa.int64()),
                     ("answers_after", pa.int64()),
+                    ("cause", pa.string()),
                 ]
             ),
         ),

@@ -99,6 +99,7 @@ SUMMARY = np.dtype(
         ("stall_psn", "i8", 2),
         ("stall_frame", "i8", 2),
         ("stall_answers", "i8", 2),
+        ("stall_cause", "i8", 2),
     ]
 )
 _SPILL_OFF = np.array(

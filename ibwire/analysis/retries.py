@@ -47,6 +47,7 @@ def channel(s, k: int) -> Optional[dict]:
             "retries": int(s["stall_retries"][k]),
             "last_frame": int(s["stall_frame"][k]),
             "answers_after": int(s["stall_answers"][k]),
+            "cause": CAUSES[int(s["stall_cause"][k])],
         }
     return out
 
@@ -91,12 +92,25 @@ def paragraph(row: dict) -> List[str]:
         )
         g = info.get("gave_up")
         if g:
-            silent = "went silent" if not g["answers_after"] else f"answered {g['answers_after']} times without an ACK"
-            text += (
-                f" It resent PSN {g['psn']} {_times(g['retries'])} with no ACK between them and the capture ends "
-                f"there (last resend: frame {g['last_frame']}): {row[peer]} {silent}. This is how "
-                "'transport retry counter exceeded' (IBV_WC_RETRY_EXC_ERR, status 12) looks on the wire: the "
-                "retry count ran out, or the capture stopped before the requester gave up."
-            )
+            text += _gave_up(g, row[peer])
         out.append(text)
     return out
+
+
+def _gave_up(g: dict, peer: str) -> str:
+    """The sentence on a requester whose last PSN was resent to the end, by what drove the resends: RNR NAKs
+    spend rnr_retry (status 13), timeouts and NAKs spend retry_cnt (status 12)."""
+    said = f" It resent PSN {g['psn']} {_times(g['retries'])} with no ACK between them and the capture ends there "
+    if g["cause"] == "rnr":
+        return (
+            said + f"(last resend: frame {g['last_frame']}): {peer} answered {_times(g['answers_after'] or 0)} more "
+            "with an RNR NAK: it had no receive posted. This is how 'RNR retry counter exceeded' "
+            "(IBV_WC_RNR_RETRY_EXC_ERR, status 13) looks on the wire: the rnr_retry count ran out, or the capture "
+            "stopped before the requester gave up."
+        )
+    silent = "went silent" if not g["answers_after"] else f"answered {g['answers_after']} times without an ACK"
+    return (
+        said + f"(last resend: frame {g['last_frame']}): {peer} {silent}. This is how "
+        "'transport retry counter exceeded' (IBV_WC_RETRY_EXC_ERR, status 12) looks on the wire: the "
+        "retry count ran out, or the capture stopped before the requester gave up."
+    )

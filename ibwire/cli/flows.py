@@ -19,7 +19,8 @@ def _table_row(r: dict) -> dict:
     for side in ("a", "b"):
         g = (r.get("retries_" + side) or {}).get("gave_up")
         if g:
-            issues.append(f"{r[side]} gave up after {g['retries']} unanswered retries")
+            why = "RNR-NAKed" if g["cause"] == "rnr" else "unanswered"
+            issues.append(f"{r[side]} gave up after {g['retries']} {why} retries")
     if r.get("not_analysed"):
         issues.insert(0, "not analysed: " + r["not_analysed"].split(",")[0])
     cnp = r.get("cnp_received_a", 0) + r.get("cnp_received_b", 0)

@@ -270,7 +270,13 @@ class _QPFlow:
         self.drops = {
             int(f.args["packet"]): f for f in faults if f.kind in ("drop", "bad_icrc", "bad_vcrc", "capture_gap")
         }
-        self.rnr = {int(f.args.get("message", 1)) - 1: int(f.args.get("timer", 1)) for f in faults if f.kind == "rnr"}
+        # message -> [RNR timer code, RNR NAKs still to send for its first SEND]
+        self.rnr = {
+            int(f.args.get("message", 1)) - 1: [int(f.args.get("timer", 1)), int(f.args.get("times", 1))]
+            for f in faults
+            if f.kind == "rnr"
+        }
+        self.rnr_naks = 0  # RNR NAKs heard in a row, without progress (against qp.rnr_retry)
         self.ecn = [
             (int(f.args.get("first", 1)), int(f.args.get("last", f.args.get("first", 1))))
             for f in faults
@@ -374,7 +380,7 @@ class _QPFlow:
         """New segments and go-back-N resends in order, from `t` on: paced by the link rate, held by RNR NAKs,
         rewound by the answers heard, retried when the local ACK timer runs out."""
         new = next(segs, None)
-        while True:
+        while not self.gave_up:
             if self.ptr < len(self.unacked):
                 d, is_new, ready = self.unacked[self.ptr], False, max(t, self.hold)
             elif new is not None:
@@ -428,7 +434,7 @@ class _QPFlow:
                 if k:
                     del unacked[:k], sent_at[:k]
                     self.ptr = max(0, self.ptr - k)
-                    self.retries = 0
+                    self.retries = self.rnr_naks = 0
             else:
                 for k, d in enumerate(unacked):
                     if d.psn == psn:
@@ -437,6 +443,9 @@ class _QPFlow:
                         break
                 if kind == "rnr":
                     self.hold = max(self.hold, te + delay)
+                    self.rnr_naks += 1
+                    if self.qp.rnr_retry < 7 and self.rnr_naks > self.qp.rnr_retry:
+                        self.gave_up = True  # IBV_WC_RNR_RETRY_EXC_ERR: the work request fails
 
     def _transmit(self, d: Seg, is_new: bool, ready: float) -> Iterator[Event]:
         """Send `d` at `ready`, struck by its fault if this is its first sending: first the frames due before
@@ -601,7 +610,11 @@ class _QPFlow:
 
     def _rnr_nak(self, d: Seg, ta: float):
         """No receive WQE for the SEND starting at `d`: an RNR NAK with the fault's timer."""
-        timer = self.rnr.pop(d.msg)
+        timer, times = self.rnr[d.msg]
+        if times > 1:
+            self.rnr[d.msg][1] -= 1
+        else:
+            del self.rnr[d.msg]
         self._answer(ta, 0x11, d.psn, aeth=((SYN_RNR | timer) << 24) | self.msn)
         self._notify(ta + self.lat, "rnr", d.psn, RNR_DELAY[timer])
         self.nak_sent = False

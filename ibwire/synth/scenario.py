@@ -93,6 +93,7 @@ class QP:
     recover_us: float = 100.0  # after this long without a CNP the sender is back at line rate
     cnp: bool = True  # the receiver answers ECN-CE marks with CNPs
     udp_sport: Optional[int] = None  # RoCEv2 UDP source port of the requester (default: from its QPN)
+    rnr_retry: int = 7  # RNR NAKs in a row the requester takes before it gives up; 7: never (IBA §9.7.5.2.8)
 
 
 @dataclass
@@ -216,6 +217,7 @@ _FAULT_NUMBERS = (
     ("first", 1, MAX_PACKETS),
     ("last", 1, MAX_PACKETS),
     ("timer", 0, 31),
+    ("times", 1, 1 << 16),
     ("mkey", 0, (1 << 64) - 1),
 )  # RNR timer: 5 bits
 LAST_SECOND = 0xFFFFFFFF  # pcap and ERF record times carry 32-bit seconds (the year 2106)
@@ -344,6 +346,7 @@ _TABLES = {  # table -> (an array of tables, its keys)
             "qkey": INT,
             "xrc_srq": INT,
             "retry_cnt": INT,
+            "rnr_retry": INT,
             "timeout_us": NUM,
             "rate_cut": NUM,
             "recover_us": NUM,
@@ -361,6 +364,7 @@ _TABLES = {  # table -> (an array of tables, its keys)
             "seen": FLAG,
             "message": INT,
             "timer": INT,
+            "times": INT,
             "first": INT,
             "last": INT,
             "port": TEXT,
@@ -394,7 +398,7 @@ _FAULT_KEYS = {
     "capture_gap": {"qp", "packet"},
     "bad_icrc": {"qp", "packet"},
     "bad_vcrc": {"qp", "packet"},
-    "rnr": {"qp", "message", "timer"},
+    "rnr": {"qp", "message", "timer", "times"},
     "ecn": {"qp", "first", "last"},
     "smp_set": {"port", "target", "attribute", "pkeys", "mkey", "at_us"},
     "rogue_sm": {"port", "at_us"},
@@ -698,6 +702,7 @@ def _qps(doc, scen: Scenario, src: _Src, need_port) -> None:
         qp.rate_cut = _float(q.get("rate_cut", 0.0), "rate_cut", src, ln("rate_cut"), 0.99)
         qp.recover_us = _float(q.get("recover_us", 100.0), "recover_us", src, ln("recover_us"))
         qp.cnp = bool(q.get("cnp", True))
+        qp.rnr_retry = _ranged(q.get("rnr_retry", 7), "rnr_retry", 0, 7, src, ln("rnr_retry"))
         if "udp_sport" in q:
             qp.udp_sport = _ranged(q["udp_sport"], "udp_sport", 1, 0xFFFF, src, ln("udp_sport"))
         if qp.name in scen.qps:

@@ -796,6 +796,7 @@ int flows_summary(const flow_state *s, int64_t ci, flow_summary *o)
         o->stall_psn[k] = stalled ? ch->episode_psn : -1;
         o->stall_frame[k] = stalled ? ch->last_resend_frame : -1;
         o->stall_answers[k] = stalled ? ch->answers_since : 0;
+        o->stall_cause[k] = stalled ? ch->ep_cause : 0;
     }
     o->first_frame = v->started ? v->first_frame : -1;
     o->first_tns = v->first_tns;

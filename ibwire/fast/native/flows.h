@@ -80,6 +80,7 @@ typedef struct {
     int64_t max_retries[2];        /* most episodes in a row resending one PSN with no ACK between them */
     int64_t stall_retries[2];      /* the channel ended in such a run, unanswered: its episodes; 0 none */
     int64_t stall_psn[2], stall_frame[2], stall_answers[2];  /* its PSN, last resend, answers after it */
+    int64_t stall_cause[2];        /* what began that run's last episode: EP_TIMEOUT, EP_NAK or EP_RNR */
 } flow_summary;
 enum { EP_TIMEOUT, EP_NAK, EP_RNR };
 int flows_summary(const flow_state *s, int64_t c, flow_summary *out);
