@@ -474,28 +474,26 @@ def test_loss_retransmissions_agree_with_rxe_counters(rlab, tmp_path):
     assert "netem" not in netem.stdout
 
 
-def _silent_responder_run(rlab, argv, path):
-    """One run of the silent-responder scenario: (the client's CompletedProcess, whether the fault was injected
-    while the client was moving data)."""
-    srv = subprocess.Popen(
+def _cm_server(rlab, guest: str, command: str) -> subprocess.Popen:
+    """`command` started in `guest`, printing IBW-LISTENING once its RDMA-CM listener is up (`_await_listening`)."""
+    return subprocess.Popen(
         CLI
+        + ["lab", "run", guest, "--prefix", PREFIX, "--", "sh", "-c"]
         + [
-            "lab",
-            "run",
-            "g0",
-            "--prefix",
-            PREFIX,
-            "--",
-            "sh",
-            "-c",
-            f"{' '.join(argv)} & p=$!; until rdma res show cm_id 2>/dev/null | grep LISTEN | "
-            f'grep -q " pid $p "; do sleep 0.1; done; echo IBW-LISTENING; wait $p',
+            f'{command} & p=$!; until rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q " pid $p "; '
+            "do sleep 0.1; done; echo IBW-LISTENING; wait $p"
         ],
         env=rlab.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def _silent_responder_run(rlab, argv, path):
+    """One run of the silent-responder scenario: (the client's CompletedProcess, whether the fault was injected
+    while the client was moving data)."""
+    srv = _cm_server(rlab, "g0", " ".join(argv))
     done, injected = [], False
     try:
         _await_listening(srv)
@@ -555,6 +553,77 @@ def test_a_silent_responder_is_retry_exceeded_as_rxe_and_perftest_report_it(rlab
     assert wait["exponent_min"] <= 19 <= wait["exponent_max"], wait
     text = rlab.cli("flows", str(path)).stdout
     assert "transport retry counter exceeded" in " ".join(text.split())
+
+
+def test_acks_later_than_the_ack_timeout_are_timeout_retries_of_what_arrived(rlab, tmp_path):
+    """RC WRITE, 20 x 4 KiB, with the QP's local ACK timeout 14 (Ttr = 4.096 µs x 2^14 = 67 ms) while netem holds
+    everything the responder g0 sends for 300 ms: every ACK comes after g1's timer ran out, so g1 resends (go-back-N)
+    what g0 already has, until the late ACKs arrive.  Nothing is lost: g0 sends no NAK (out_of_seq_request 0) and
+    counts every resend as a duplicate_request.  `flows` must say the same from the capture: timeout-driven
+    episodes only, as many as g1's completer_retry_err, resends equal to g0's duplicates, no drop, no NAK, no
+    give-up, and a local ACK timeout estimate that includes 14."""
+    path = tmp_path / "rc_ack_delay.pcap"
+    before = {g: rlab.counters(g) for g in ("g0", "g1")}
+    rlab.cli("lab", "faults", "g0", "--delay", "300ms", "--prefix", PREFIX)
+    try:
+        with Capture(rlab, 1, path):
+            perftest(rlab, "ib_write_bw", "-s", "4096", "-u", "14", n=20, port=18600)
+    finally:
+        rlab.cli("lab", "faults", "g0", "--clear", "--prefix", PREFIX)
+    after = {g: rlab.counters(g) for g in ("g0", "g1")}
+    d0, d1 = _delta(before["g0"], after["g0"]), _delta(before["g1"], after["g1"])
+    rows = json.loads(rlab.cli("flows", str(path), "-f", "json").stdout)["conversations"]
+    (rc,) = [r for r in rows if r["transport"] == "RC"]
+    info = rc["retries_a"] if rc["a"].startswith(rlab.ip["g1"]) else rc["retries_b"]
+    said = (d0, d1, rc)
+    assert d0["out_of_seq_request"] == 0 and not rc.get("naks") and not rc.get("drops"), said
+    assert info["timeout_episodes"] == d1["completer_retry_err"] >= 1, said
+    assert info["nak_episodes"] == info["rnr_episodes"] == 0 and "gave_up" not in info, said
+    req, _ = _wire(path, rlab.ip["g1"])
+    highest, resent = None, 0
+    for psn, _op, _ in req:  # every request not newer than the newest before it is a resend
+        if highest is not None and not _after(psn, highest):
+            resent += 1
+        else:
+            highest = psn
+    assert d0["duplicate_request"] == resent == rc["retransmissions"] >= 1, said
+    wait = info["ack_timeout"]
+    assert wait["exponent_min"] <= 14 <= wait["exponent_max"], wait
+
+
+def test_a_receiver_without_receives_is_rnr_retry_exceeded_as_rxe_and_verbs_report_it(rlab, tmp_path):
+    """An RC pair over RDMA-CM (pyverbs, tests/verbs_rnr.py) with rnr_retry 3 whose receiver g0 never posts a
+    receive: g1's one SEND is answered by an RNR NAK, resent after each RNR timer 3 times, and after the fourth
+    RNR NAK the work request fails with IBV_WC_RNR_RETRY_EXC_ERR (13).  rxe counts the RNR NAKs on both sides
+    (send_rnr_err on g0, rcvd_rnr_err on g1) and one retry_rnr_exceeded_err on g1.  `flows` must say the same:
+    RNR-driven episodes only, the RNR NAK count, the give-up with its cause, and the status-13 sentence."""
+    retries, port = 3, "18650"
+    script = str(Path(__file__).with_name("verbs_rnr.py"))
+    path = tmp_path / "rc_rnr.pcap"
+    before = {g: rlab.counters(g) for g in ("g0", "g1")}
+    server = f"/usr/bin/python3 {script} server {rlab.ip['g0']} {port} {retries}"
+    srv = _cm_server(rlab, "g0", server)
+    try:
+        _await_listening(srv)
+        with Capture(rlab, 1, path):
+            r = rlab.run("g1", "/usr/bin/python3", script, "client", rlab.ip["g0"], port, str(retries), timeout=240)
+    finally:
+        rlab.run("g0", "pkill", "-f", "verbs_rnr.py server", check=False)
+        srv.kill()
+        srv.wait()
+    assert r.stdout.split() == ["status", "13"], r.stdout + r.stderr
+    after = {g: rlab.counters(g) for g in ("g0", "g1")}
+    d0, d1 = _delta(before["g0"], after["g0"]), _delta(before["g1"], after["g1"])
+    rows = json.loads(rlab.cli("flows", str(path), "-f", "json").stdout)["conversations"]
+    (rc,) = [x for x in rows if x["transport"] == "RC"]
+    info = rc["retries_a"] if rc["a"].startswith(rlab.ip["g1"]) else rc["retries_b"]
+    said = (d0, d1, rc)
+    assert rc["rnr_naks"] == d0["send_rnr_err"] == d1["rcvd_rnr_err"] == retries + 1, said
+    assert d1["retry_rnr_exceeded_err"] == 1 and d1["retry_exceeded_err"] == 0, said
+    assert info["rnr_episodes"] == retries and info["timeout_episodes"] == info["nak_episodes"] == 0, said
+    assert info["gave_up"]["retries"] == retries and info["gave_up"]["cause"] == "rnr", said
+    text = " ".join(rlab.cli("flows", str(path)).stdout.split())
+    assert "RNR retry counter exceeded" in text and "status 13" in text, text
 
 
 def test_frames_the_capture_drops_are_capture_gaps_not_loss(rlab, tmp_path):

@@ -13,14 +13,17 @@ import math
 from typing import List, Optional
 
 TTR_UNIT = 4.096e-6  # seconds: the local ACK timeout is TTR_UNIT * 2^timeout (§9.7.6.1.3)
+# A wait this much short of Ttr still counts as Ttr's: timers tick (rxe arms whole jiffies, so it fires up to one
+# tick early: 4 ms at HZ=250, seen 65 ms for timeout 14's 67 ms) and a mirror sees the first sending late.
+EARLY = 0.9
 CAUSES = ("timeout", "nak", "rnr")
 
 
 def timeout_exponents(wait_min: float, wait_max: float) -> Optional[tuple]:
-    """The `timeout` values (0-31) consistent with every observed wait w: Ttr <= w <= 4 Ttr."""
+    """The `timeout` values (0-31) consistent with every observed wait w: EARLY x Ttr <= w <= 4 Ttr."""
     if wait_min <= 0:
         return None, None
-    hi = math.floor(math.log2(wait_min / TTR_UNIT))
+    hi = math.floor(math.log2(wait_min / (EARLY * TTR_UNIT)))
     lo = math.ceil(math.log2(wait_max / TTR_UNIT) - 2)
     lo, hi = max(0, min(lo, hi)), min(31, max(lo, hi))
     return lo, hi
