@@ -32,7 +32,6 @@ SERIAL = {
     "test_capture_verbs",
     "test_health_veth",
     "test_journal_fuzz",
-    "test_root_writers",
     "test_house_litter",
     "test_bounded_resources",
     "test_sm_master",
