@@ -31,9 +31,6 @@ OTHER = {"Protocols in frame"}
 # Not yet as tshark shows them (issue 27, left): the bytes a `Data` layer holds after IPoIB and after a cut
 # TCP segment (tshark leaves the ICRC and padding elsewhere), and the SA attribute's second title level.
 NOT_YET = {"Data", "Length"}
-# Sections not yet drawn as tshark draws them (issue 27, left): NVMe-oF (tshark's value strings: queue
-# names, opcode names, the SQ size it shows one more than the field).
-NOT_YET_SECTIONS = {"NVM Express", "NVM Express Fabrics RDMA"}
 # Sections whose every line is tshark's, in tshark's order (its expert items aside): LLDP (each TLV a subtree,
 # DCBX application entries and CEE sub-TLVs in theirs) and MAC Control (PAUSE, PFC's class bits and times).
 EXACT = {"Link Layer Discovery Protocol", "MAC Control"}
@@ -97,7 +94,7 @@ def differences(theirs: list, ours: list) -> list:
     bad = []
     t_sec, o_sec = sections(theirs), sections(ours)
     for name, lines in o_sec.items():
-        if name not in t_sec or name in NOT_YET_SECTIONS or (name == "InfiniBand" and misread(theirs)):
+        if name not in t_sec or (name == "InfiniBand" and misread(theirs)):
             continue
         by_label = defaultdict(set)
         for line, _ in t_sec[name]:

@@ -21,18 +21,34 @@ def _text(key, flat):
     return repr(v) if isinstance(v, float) else value_text(key, v)  # latency in ms as tshark prints it
 
 
+PROPERTY = "nvme.fabrics.prop_get_set.data"
+
+
 def _items(layer, flat) -> list:
-    """The rows of a dissectors.nvme TableLayer as tshark lists them."""
-    items, tree_of = [], {}
+    """The rows of a dissectors.nvme TableLayer as tshark lists them; a Property Get/Set's register (the rows
+    after its `data`) in the data's own tree."""
     data = layer.original or bytes(layer)
-    sgl = [k for k in SGL_ORDER if any(r.key == k for r in layer.rows)]
-    for r in layer.rows:
+    rows = list(layer.rows)
+    register = [r for r in rows if r.key.startswith(PROPERTY[: -len("data")]) and r.key != PROPERTY]
+    if not register or all(r.key != PROPERTY for r in rows):
+        return _listed(layer, rows, data)
+    rest = [r for r in rows if r not in register]
+    items = _listed(layer, rest, data)
+    i = next(n for n, (k, _) in enumerate(items) if k == PROPERTY)
+    items.insert(i + 1, (PROPERTY + "_tree", _listed(layer, register, data)))
+    return items
+
+
+def _listed(layer, rows, data) -> list:
+    items, tree_of = [], {}
+    sgl = [k for k in SGL_ORDER if any(r.key == k for r in rows)]
+    for r in rows:
         if r.key in SGL_KEYS:
             if r.key == SGL_KEYS[0]:
                 name = (
                     "nvme.fabrics.cmd.connect.sgl1"
                     if layer.rows[0].key.startswith("nvme.fabrics")
-                    and any(x.key.startswith("nvme.fabrics.cmd.connect") for x in layer.rows)
+                    and any(x.key.startswith("nvme.fabrics.cmd.connect") for x in rows)
                     else "nvme.cmd.sgl1"
                 )
                 items.append((name, [(k, value_text(k, _value(layer, k, data))) for k in sgl]))

@@ -11,6 +11,7 @@ each frame's layers in the same style, as `ibwire.<field>`.
 import ipaddress
 from functools import lru_cache
 
+from . import nvme_words
 from .escape import printable
 from .ws_labels import FIELDS, OUIS, TFS, VALUES
 
@@ -68,7 +69,7 @@ GENERATED = {
     "udp.time_delta",
     "data.len",
     "_ws.expert",
-}
+} | nvme_words.GENERATED
 # Bit pictures dissectors draw for fields registered without a bitmask: (mask, width in bits).
 DRAWN = {"ip.version": (0xF0, 8), "ip.hdr_len": (0x0F, 8), "ipv6.version": (0xF0, 8)}
 ECN = {0: "Not-ECT", 1: "ECT(1)", 2: "ECT(0)", 3: "CE"}
@@ -167,6 +168,7 @@ WORDED = {
     "macc.cbfc.enbv": lambda v: _set_flags("macc.cbfc.enbv", v),
     # IEEE 802.1Qaz D.2.8: a maximum of 0 traffic classes stands for 8
     "lldp.dcbx.ieee.ets.maxtcs": lambda v: f"{int(v) or 8} (0x{int(v):x})",
+    **nvme_words.WORDED,
 }
 WHOLE = {  # items shown with a text of their own
     "frame.len": lambda v: f"Frame Length: {v} bytes ({int(v) * 8} bits)",
@@ -379,7 +381,7 @@ def _heading(name: str, items: list, frame: dict) -> str:
         "lldp": "Link Layer Discovery Protocol",
         "macc": "MAC Control",
         "nvme-rdma": "NVM Express Fabrics RDMA",
-        "nvme": "NVM Express",
+        "nvme": nvme_words.heading(items),
         "_ws.malformed": "[Malformed Packet: InfiniBand]",
     }.get(name, name)
 
@@ -399,13 +401,15 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: b
             sub = dict(items[i + 1][1]) if i + 1 < len(items) else {}
             out.append(f"{pad}Interface id: {value} ({sub.get('frame.interface_name', '')})")
             continue
-        if isinstance(value, list):  # a text item (Timestamps) and what it holds
-            out.append(pad + field_line(key, ""))
+        if isinstance(value, list):  # a text item (Timestamps, an NVMe-oF Cmd or Cqe) and what it holds
+            out.append(pad + (nvme_words.title(key, value) or field_line(key, "")))
             _items(value, depth + 1, out, layer, names)
             continue
         if key in (IB + "cm.req.prim_localgid", IB + "cm.req.prim_remotegid") and names["over_ipv4"]:
             value = _ipv4_tail(value)
         line = field_line(key, value)
+        if key == "nvme.cmd.opc":  # named by the queue: admin (0) or I/O
+            line = f"Opcode: {nvme_words.opcode(value, names['nvme_admin'])}"
         if key in NAMED:
             names_of, other = NAMED[key]
             line += ", " + names_of.get(int(value, 0), f"Reserved {other} Possible Error")
@@ -427,6 +431,7 @@ def tree_text(layers: list, flat: dict, extra: dict = None) -> str:
         "summary": summary,
         "attribute": summary.partition("(")[2].rstrip(")"),
         "over_ipv4": any(name == "ip" for name, _ in layers),
+        "nvme_admin": not flat.get("nvme-rdma.cmd.qid"),
     }
     out = []
     for name, items in layers:
