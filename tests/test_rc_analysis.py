@@ -307,3 +307,24 @@ def test_duplicates_are_what_the_kernel_counted(name):
     assert len(_column(CAPS / f"{name}.pcap", "bth.analysis.duplicate", "frame.number")) == want
     if any(c.get("out_of_seq_request") for c in counters.values()):
         assert _column(CAPS / f"{name}.pcap", "bth.analysis.retransmission", "frame.number")
+
+
+def test_count_reads_only_its_frames_and_analyses_those(tmp_path):
+    """`decode -c N` reads N frames and, as `tshark -c N` does, analyses those alone: its analysis fields are
+    those of the same N frames saved on their own, not of the whole capture (a frame whose resend comes later
+    is not `lost` yet); with -Y the whole capture is analysed (its N selected frames can lie anywhere)."""
+    pcap = CAPS / "loss-retransmit.pcap"
+    fields = ["frame.number", *KINDS.values(), "bth.analysis.psn_gap", "bth.analysis.acks_frame"]
+    args = [a for f in fields for a in ("-e", f)]
+    lost = int(_column(pcap, "bth.analysis.lost", "frame.number")[0][0])
+    resent = int(_column(pcap, "bth.analysis.retransmission", "frame.number")[0][0])
+    n = (lost + resent) // 2  # the loss is read, its resend is not
+    head = tmp_path / "head.pcap"
+    assert run_ibwire("decode", pcap, "-c", n, "-w", head).returncode == 0
+    cut = run_ibwire("decode", pcap, "-c", n, "-T", "fields", *args)
+    alone = run_ibwire("decode", head, "-T", "fields", *args)
+    assert cut.returncode == alone.returncode == 0 and cut.stdout == alone.stdout != ""
+    whole = run_ibwire("decode", pcap, "-T", "fields", *args).stdout.splitlines()[:n]
+    assert cut.stdout.splitlines() != whole  # the whole capture knows more about these frames
+    selected = run_ibwire("decode", pcap, "-Y", f"frame.number <= {n}", "-c", n, "-T", "fields", *args)
+    assert selected.stdout.splitlines() == whole

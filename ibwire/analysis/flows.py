@@ -452,11 +452,16 @@ def _row(cid: int, paired_by: str, ends, raw) -> dict:
     return out
 
 
-def _read_span(path, icrc, mask, span, progress=None) -> Tuple[_Learner, int, List[str]]:
-    """Decode one byte span (or the whole file) into a learner; also its record count and problems."""
+def _read_span(path, icrc, mask, span, progress=None, upto=None) -> Tuple[_Learner, int, List[str]]:
+    """Decode one byte span (or the whole file, or its first `upto` frames) into a learner; also its record
+    count and problems."""
     s = scan(path, icrc=icrc, span=span)
     learner, n = _Learner(), 0
     for rec in s:
+        if upto is not None:
+            rec = rec[: max(upto - n, 0)]
+            if not len(rec):
+                break
         frames = np.arange(n + 1, n + 1 + len(rec)) if span else None  # a span's reader cannot number them
         n += len(rec)
         if mask is not None:
@@ -503,13 +508,16 @@ def _merge(parts) -> Tuple[_Learner, List[np.ndarray], List[str]]:
     return main, maps, problems
 
 
-def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int = 0, events: list = None) -> dict:
+def analyse(
+    path: str, icrc: bool = True, mask=None, progress=None, workers: int = 0, events: list = None, upto=None
+) -> dict:
     """Conversations of a capture (largest first).  `icrc` verifies ICRCs (a bad one is a drop);
     `mask(batch)` optionally selects the packets to analyse.  Large pcap/pcapng files are decoded by
     `workers` threads (0: one per CPU), each reading one part of the file; the result does not depend on
     how many.  `events`: a list the sequencer's conclusions are appended to, one row per frame
-    (frames.TABLE), and then the number of its events past its limit, not kept."""
-    workers = processes(workers, os.path.getsize(path) // MIN_SPAN)
+    (frames.TABLE), and then the number of its events past its limit, not kept.  `upto`: only the first
+    frames, that many (read by one thread)."""
+    workers = 1 if upto is not None else processes(workers, os.path.getsize(path) // MIN_SPAN)
     cut = spans(path, workers) if workers > 1 else None
     parts = None
     if cut:
@@ -535,7 +543,7 @@ def analyse(path: str, icrc: bool = True, mask=None, progress=None, workers: int
         elif not all(isinstance(e, SpanContextLost) for e in errors):
             raise errors[0]
     if parts is None:
-        parts = [_read_span(path, icrc, mask, None, progress)]
+        parts = [_read_span(path, icrc, mask, None, progress, upto)]
     learner, maps, problems = _merge(parts)
     drops: dict = {}
     for p in parts:

@@ -21,9 +21,10 @@ class CaptureAnalysis:
     """The RC analysis of a whole capture (one pass of the sequencer), ready to fill records' `an_*`
     columns: `fill(rec)` takes a record batch or a block of columns (fast.columns)."""
 
-    def __init__(self, path: str, icrc: bool = True):
+    def __init__(self, path: str, icrc: bool = True, upto=None):
+        """`upto`: analyse only the first frames, that many (what `decode -c N` reads, as tshark -c reads)."""
         events: list = []
-        self.conversations = analyse(path, icrc, events=events)["conversations"]  # flows' rows, to reuse
+        self.conversations = analyse(path, icrc, events=events, upto=upto)["conversations"]  # flows' rows
         self.table = events[0] if events else np.zeros(0, TABLE)
         self.problems = (
             [

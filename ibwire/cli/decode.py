@@ -106,7 +106,8 @@ def decode(
     if src != "-" and (named or verbose or fmt in ("json", "jsonl", "ek")):
         from ..analysis.packets import CaptureAnalysis
 
-        rc = CaptureAnalysis(src, icrc)
+        # -c N alone reads N frames, and tshark -c N analyses those alone: so does the RC pass
+        rc = CaptureAnalysis(src, icrc, upto=count if display_filter is None else None)
         stream.fill, warnings = rc.fill, rc.problems
     if (only_layers or all_layers) and fmt not in ("json", "ek"):
         raise UserError("-j and -J select the protocols of -T json or -T ek")
