@@ -279,6 +279,91 @@ def test_the_captures_own_drops_are_tied_to_the_gaps(tmp_path):
     assert "capture" not in json.loads(run_ibwire("flows", CAPS / "capture-gap.pcap", "--format", "json").stdout)
 
 
+def _gap_capture(tmp_path, name, drops_after: dict):
+    """capture-gap.pcap as a pcapng with a statistics block after the frames `drops_after` names (frame ->
+    the capture's drops so far), and one at the end."""
+    from scapy.utils import rdpcap
+
+    from ibwire.writers import PcapngWriter
+
+    packets = rdpcap(str(CAPS / "capture-gap.pcap"))
+    out = tmp_path / name
+    w = PcapngWriter(str(out))
+    w.add_interface(1, "eth0")
+    dropped = 0
+    for n, p in enumerate(packets, 1):
+        w.write(bytes(p), float(p.time))
+        if n in drops_after:
+            dropped = drops_after[n]
+            w.statistics(0, n, dropped, ts=float(p.time))
+    w.statistics(0, len(packets), dropped, ts=float(packets[-1].time))
+    w.close()
+    return out
+
+
+def test_drops_recorded_as_they_happen_are_tied_gap_by_gap(tmp_path):
+    """Statistics blocks between the packets (ibwire's verbs backend writes one each time its drop count
+    rises): each rise is tied to the PSNs not captured since the block before it, with the frames after them
+    and a display filter that selects those frames.  capture-gap.toml declares its gaps; tshark's capinfos
+    reads the blocks."""
+    gaps = _column(CAPS / "capture-gap.pcap", "bth.analysis.not_captured", "frame.number", "bth.analysis.not_captured")
+    (f1, n1), (f2, n2) = [(int(a), int(b)) for a, b in gaps]
+    assert n1 + n2 == sum(_truth("capture-gap")["not_captured"].values())
+    cut = (f1 + f2) // 2
+    out = _gap_capture(tmp_path, "live.pcapng", {cut: n1, cut + 1: n1, f2 + 3: n1 + n2 + 5})
+    stats = subprocess.run(["capinfos", str(out)], capture_output=True, text=True, check=True).stdout
+    assert "Number of stat entries = 4" in stats
+    doc = json.loads(run_ibwire("flows", out, "--format", "json").stdout)["capture"]
+    assert (doc["dropped"], doc["explained"]) == (n1 + n2 + 5, n1 + n2)
+    first, second = doc["windows"]
+    assert (first["first_frame"], first["last_frame"], first["dropped"], first["not_captured"]) == (1, cut, n1, n1)
+    assert (second["first_frame"], second["last_frame"]) == (cut + 2, f2 + 3)
+    assert (second["dropped"], second["not_captured"], second["explained"]) == (n2 + 5, n2, n2)
+    assert first["gap_frames"] == [f1] and second["gap_frames"] == [f2]
+    for w in (first, second):
+        assert _column(out, w["wireshark"], "frame.number") == [[str(f)] for f in w["gap_frames"]]
+    text = " ".join(run_ibwire("flows", out).stdout.split())
+    assert f"frames 1-{cut}: {n1} dropped by the capture, {n1} PSNs not captured (after frames {f1})" in text
+
+
+def test_a_capture_records_its_drops_where_they_happen_fake_backend(tmp_path):
+    """The capture's poll loop with a stand-in backend (no RDMA NIC here: the verbs backend, which learns
+    drops as they happen, cannot run) feeding capture-gap.pcap's frames and a drop count that rises before the
+    frame after each gap: the pcapng holds a statistics block at each rise, and flows ties each to its gap."""
+    from scapy.utils import rdpcap
+
+    from ibwire.capture import session
+    from ibwire.capture.sink import Sink, StatusLine
+
+    packets = rdpcap(str(CAPS / "capture-gap.pcap"))
+    gaps = _column(CAPS / "capture-gap.pcap", "bth.analysis.not_captured", "frame.number", "bth.analysis.not_captured")
+    rises = {int(f): int(n) for f, n in gaps}
+
+    class StandInBackend:
+        dropped = 0
+
+        def frames(self):
+            for n, p in enumerate(packets, 1):
+                self.dropped += rises.get(n, 0)  # lost just before this frame reached the capture
+                yield float(p.time), bytes(p), len(p)
+
+        def backend_drops(self):
+            return self.dropped
+
+    out = tmp_path / "standin.pcapng"
+    sink = Sink(str(out), 1, "stand-in", "eth0")
+    writer = session._Writer(sink, 1, 1)
+    keep = session._Keep(None, None, 1, writer)
+    backend = StandInBackend()
+    session._poll(session.Options(write=str(out)), backend, session._Stop(), keep, StatusLine(False), sink)
+    writer.close()
+    sink.close(backend.backend_drops())
+    doc = json.loads(run_ibwire("flows", out, "--format", "json").stdout)["capture"]
+    assert [(w["dropped"], w["not_captured"], w["gap_frames"]) for w in doc["windows"]] == [
+        (n, n, [f]) for f, n in sorted(rises.items())
+    ]
+
+
 def test_audit_filters_on_the_analysis_too():
     name = "roce-multitenant-breach"
     r = run_ibwire(

@@ -471,6 +471,7 @@ def _read_span(path, icrc, mask, span, progress=None, upto=None) -> Tuple[_Learn
         if progress:
             progress(len(rec), s.bytes_done)
     learner.drops = dict(s.walk.drops)
+    learner.drop_log = list(s.walk.drop_log)
     return learner, n, list(s.problems)
 
 
@@ -546,22 +547,30 @@ def analyse(
         parts = [_read_span(path, icrc, mask, None, progress, upto)]
     learner, maps, problems = _merge(parts)
     drops: dict = {}
+    log = []
     for p in parts:
         drops.update(p[0].drops)
+        log += [(f + getattr(p[0], "frame_offset", 0), key, n) for f, key, n in p[0].drop_log]
+    kept = events if events is not None else []
     try:
-        rows = _sequence(learner, maps, [p[0] for p in parts], events)
-        return {"conversations": rows, "problems": problems, "capture": capture_drops(drops, rows)}
+        rows = _sequence(learner, maps, [p[0] for p in parts], kept)
+        capture = capture_drops(drops, rows, log, kept[-2] if kept else None)
+        return {"conversations": rows, "problems": problems, "capture": capture}
     finally:
         for p in parts:
             p[0].spill.close()
 
 
-def capture_drops(drops: dict, rows: List[dict]) -> Optional[dict]:
+def capture_drops(drops: dict, rows: List[dict], log=(), table=None) -> Optional[dict]:
     """The capture's own drop counters (pcapng interface statistics, `drops`: per interface) tied to the PSNs
     the sequencer found missing but never resent: at most that many of those gaps are the capture's own
-    doing (the rest, and all of them when it dropped nothing, were missed before it: by the mirror)."""
+    doing (the rest, and all of them when it dropped nothing, were missed before it: by the mirror).  When
+    the capture recorded its drops as they happened (statistics blocks between packets, `log`: ibwire's verbs
+    backend writes one each time its count rises), each rise is tied to the gaps since the block before it
+    (`table`: frames.TABLE rows, the frames after PSNs not captured)."""
     if not drops:
         return None
+    windows = _drop_windows(log, table)
     dropped, missed = sum(drops.values()), sum(r.get("not_captured") or 0 for r in rows)
     explained = min(dropped, missed)
     if not dropped:
@@ -582,7 +591,45 @@ def capture_drops(drops: dict, rows: List[dict]) -> Optional[dict]:
                 else ""
             )
         )
-    return {"dropped": dropped, "not_captured": missed, "explained": explained, "text": text}
+    out = {"dropped": dropped, "not_captured": missed, "explained": explained, "text": text}
+    if len(windows) > 1:
+        out["windows"] = windows
+        out["text"] += ". " + "; ".join(w["text"] for w in windows)
+    return out
+
+
+def _drop_windows(log, table) -> List[dict]:
+    """Per statistics block that raised a drop count: the frames since the block before it, the packets
+    dropped in between, the PSNs not captured in between (and after which frames, with a display filter)."""
+    out, last, since = [], {}, 0
+    for frame, key, dropped in sorted(log, key=lambda x: x[0]):
+        rise, before = dropped - last.get(key, 0), since
+        last[key], since = dropped, frame
+        if rise <= 0:
+            continue
+        gaps = np.zeros(0, np.int64)
+        if table is not None and len(table):
+            sel = (table["frame"] > before) & (table["frame"] <= frame) & (table["an_not_captured"] > 0)
+            gaps, missed = table["frame"][sel], int(table["an_not_captured"][sel].sum())
+        else:
+            missed = 0
+        listed = gaps[: F.LISTED].tolist()
+        text = f"frames {before + 1:,}-{frame:,}: {rise:,} dropped by the capture, {missed:,} PSNs not captured" + (
+            f" (after frames {', '.join(map(str, listed))})" if listed else ""
+        )
+        out.append(
+            {
+                "first_frame": before + 1,
+                "last_frame": frame,
+                "dropped": rise,
+                "not_captured": missed,
+                "explained": min(rise, missed),
+                "gap_frames": listed,
+                "wireshark": "frame.number in {" + ", ".join(map(str, listed)) + "}" if listed else "",
+                "text": text,
+            }
+        )
+    return out
 
 
 def _sequence(learner: _Learner, maps, learners, keep: list = None) -> List[dict]:

@@ -308,6 +308,9 @@ class _Writer:
         while (f := self.q.get()) is not None:
             if self.error:  # the disk is full: the poll loop stops; drain what is queued
                 continue
+            if f[0] == "drops":
+                self._drops(f[1])
+                continue
             ts, data, wl = f
             if self.in_lt != self.out_lt:
                 data = data[16:] if self.out_lt == LINKTYPE_INFINIBAND else erf_record(ts, data)
@@ -316,6 +319,12 @@ class _Writer:
                 self.sink.write(data, ts, wl)
             except OSError as e:
                 self.error = e
+
+    def _drops(self, dropped: int) -> None:
+        try:
+            self.sink.statistics(dropped)
+        except OSError as e:
+            self.error = e
 
     def close(self):
         self.q.put(None)
@@ -404,10 +413,15 @@ def _poll(o: Options, backend, stop: _Stop, keep: _Keep, status: StatusLine, sin
     """Feeds the backend's frames to `keep` until a stop signal, a write error, -c or --duration; then stops the
     backend and takes what it still holds."""
     deadline = time.monotonic() + o.duration if o.duration else None
+    dropped = 0
     for f in backend.frames():
         if f is not None:
             keep.put(f)
-        status.update(sink.packets, sink.bytes, backend.backend_drops())
+        now = backend.backend_drops()
+        if now > dropped:  # recorded where it happened: flows ties each rise to the gaps before it
+            keep.writer.q.put(("drops", now))
+            dropped = now
+        status.update(sink.packets, sink.bytes, now)
         if stop.flag or keep.writer.error or keep.full() or (deadline and time.monotonic() >= deadline):
             break
     if hasattr(backend, "stop"):

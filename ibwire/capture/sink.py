@@ -67,6 +67,12 @@ class Sink:
         self.bytes += len(data)
         self.file_bytes += len(data) + 16
 
+    def statistics(self, drops: int) -> None:
+        """The backend's drops so far, in a pcapng's interface statistics between the packets (pcap has no place
+        for them): where the count rose tells which gaps the capture itself made."""
+        if self.pcapng:
+            self.w.statistics(0, self.packets, drops)
+
     def close(self, drops: Optional[int] = None):
         """`drops`: packets the backend lost, recorded in a pcapng's interface statistics (isb_osdrop)."""
         if self.pcapng and drops is not None:

@@ -82,6 +82,9 @@ class CaptureWalk:
         self.base = 0  # file offset of buf[0]
         self.problems: List[str] = []
         self.drops: dict = {}  # pcapng interface statistics: (section, interface) -> packets dropped
+        # every statistics block in file order: (packets read before it, (section, interface), dropped so far)
+        self.drop_log: List[tuple] = []
+        self.frames_read = 0
         self.sections = 0
         self.linktypes = set()
         self.bytes_done = 0
@@ -240,6 +243,7 @@ class CaptureWalk:
             if n:
                 yield self._epbs(offs[:n].copy(), hdrs[:n], np.nonzero(types[:n] == 3)[0], ifaces, frame0, off)
                 frame0 += n if frame0 else 0
+                self.frames_read += n
             if status == META:  # a Section Header, Interface Description or Statistics Block, whole in buf
                 if self.span and struct.unpack_from(endian + "I", self.buf, off)[0] != 5:
                     raise SpanContextLost(f"{self.path}: a section or interface is described after packets")
@@ -291,6 +295,7 @@ class CaptureWalk:
             pos += 4 + n + (-n % 4)
         if dropped is not None:
             self.drops[(self.sections, iface)] = dropped
+            self.drop_log.append((self.frames_read, (self.sections, iface), dropped))
 
     def _epbs(self, o, hdrs, spb, ifaces, frame0, off) -> Positions:
         blen, iface, hi, lo, incl, orig = (hdrs[:, k].copy() for k in range(6))
