@@ -20,6 +20,20 @@ OPCODES = {OP_PAUSE: "PAUSE", OP_PFC: "PFC"}
 QUANTUM_BITS = 512  # IEEE 802.3 §31B.2: one pause_quantum is 512 bit times
 DEFAULT_PORT_SPEED = 100e9  # bit/s, for pause times in seconds when nothing says otherwise
 OUI_IEEE_802_1 = 0x0080C2
+OUI_IEEE_802_3 = 0x00120F
+TLV_SYSTEM_CAPABILITIES, TLV_MANAGEMENT_ADDRESS = 7, 8
+# System capabilities, bit 0 up (IEEE 802.1AB Table 8-4), under Wireshark's names (lldp.tlv.system_cap.*)
+LLDP_CAPABILITIES = (
+    "other",
+    "repeater",
+    "bridge",
+    "wlan_access_pt",
+    "router",
+    "telephone",
+    "docsis_cable_device",
+    "station_only",
+)
+SUB_802_1_PORT_VLAN, SUB_802_3_MAX_FRAME = 1, 4  # IEEE 802.1Q Annex D.2.1, IEEE 802.3 §79.3.4
 OUI_CEE, CEE_SUBTYPE = 0x001B21, 2  # the pre-standard CEE DCBX (DCBX 1.01): one TLV of sub-TLVs
 CEE_CONTROL, CEE_PG, CEE_PFC, CEE_APP = 1, 2, 3, 4
 SUB_ETS_CONFIG, SUB_ETS_RECOMMEND, SUB_PFC_CONFIG, SUB_APP_PRIORITY = 9, 10, 11, 12

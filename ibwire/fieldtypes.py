@@ -8,6 +8,8 @@ time a filter names one, so a filter on transport fields never loads scapy.
 from functools import lru_cache
 from typing import Dict, Optional
 
+from dissectors.dcbfacts import LLDP_CAPABILITIES
+
 UINT, INT, FLOAT, STRING, BYTES, MAC, IPV4, IPV6, PROTO = (
     "uint",
     "int",
@@ -164,7 +166,24 @@ ENCAP: Dict[str, str] = {
             for i in range(8)
         ),
     ),
+    **_group(
+        "lldp",
+        UINT,
+        *(f"tlv.{w}system_cap{b}" for w in ("", "enable_") for b in ("", *(f".{c}" for c in LLDP_CAPABILITIES))),
+        "mgn.address.len",
+        "mgn.address.subtype",
+        "mgn.interface.subtype",
+        "mgn.interface.number",
+        "mgn.obj.len",
+        "ieee.802_1.port_vlan.id",
+        "ieee.802_3.subtype",
+        "ieee.802_3.max_frame_size",
+    ),
     **_group("lldp", MAC, "chassis.id.mac", "port.id.mac"),
+    "lldp.mgn.addr.ip4": IPV4,
+    "lldp.mgn.addr.ip6": IPV6,
+    "lldp.mgn.addr.hex": BYTES,
+    "lldp.mgn.obj.id": STRING,
     "lldp.unknown_subtype.content": BYTES,
     **_group("lldp", STRING, "chassis.id", "port.id", "port.desc", "tlv.system.name", "tlv.system.desc"),
 }
@@ -321,6 +340,11 @@ TSHARK_DISPLAY.update(
         "macc.cbfc.enbv": 4,
         "lldp.unknown_subtype.content": -1,
         "lldp.ieee.802_1.subtype": 2,
+        "lldp.ieee.802_3.subtype": 2,
+        "lldp.tlv.system_cap": 4,
+        "lldp.tlv.enable_system_cap": 4,
+        **{f"lldp.tlv.{w}system_cap.{c}": 1 for w in ("", "enable_") for c in LLDP_CAPABILITIES},
+        "lldp.mgn.addr.hex": -1,
         "lldp.dcbx.feature.pg.reserved": 2,
         "lldp.dcbx.ieee.app.reserved": 2,
         "lldp.dcbx.feature.app.proto": 4,

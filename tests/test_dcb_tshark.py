@@ -13,7 +13,11 @@ from scapy.contrib.lldp import (
     LLDPDUChassisID,
     LLDPDUEndOfLLDPDU,
     LLDPDUGenericOrganisationSpecific,
+    LLDPDUManagementAddress,
+    LLDPDUPortDescription,
     LLDPDUPortID,
+    LLDPDUSystemCapabilities,
+    LLDPDUSystemDescription,
     LLDPDUSystemName,
     LLDPDUTimeToLive,
 )
@@ -66,7 +70,17 @@ def _frames(seed=7):
             / LLDPDUChassisID(subtype=4, id=src)
             / LLDPDUPortID(subtype=5, id=f"swp{i}")
             / LLDPDUTimeToLive(ttl=rnd.randrange(1, 65536))
+            / LLDPDUPortDescription(description=f"to spine{i % 4}".encode())
             / LLDPDUSystemName(system_name=b"leaf1")
+            / LLDPDUSystemDescription(description=b"Cumulus Linux 5.9")
+            / _capabilities(rnd)
+            / _management_address(rnd, i)
+            / LLDPDUGenericOrganisationSpecific(
+                org_code=0x0080C2, subtype=1, data=struct.pack(">H", rnd.randrange(4095))
+            )
+            / LLDPDUGenericOrganisationSpecific(
+                org_code=0x00120F, subtype=4, data=struct.pack(">H", rnd.choice((1518, 9216)))
+            )
             / LLDPDUETSConfiguration(willing=rnd.randrange(2), cbs=rnd.randrange(2), maxtcs=rnd.randrange(8), **tables)
             / LLDPDUETSRecommendation(**tables)
             / LLDPDUPFCConfiguration(
@@ -85,6 +99,27 @@ def _frames(seed=7):
             / LLDPDUEndOfLLDPDU()
         )
     return out
+
+
+def _capabilities(rnd):
+    """System Capabilities with random bits among the eight tshark 4.0 names (IEEE 802.1AB Table 8-4)."""
+    names = ("other", "repeater", "mac_bridge", "wlan_access_point", "router", "telephone", "docsis_cable_device")
+    names += ("station_only",)
+    return LLDPDUSystemCapabilities(
+        **{f"{n}_available": rnd.randrange(2) for n in names}, **{f"{n}_enabled": rnd.randrange(2) for n in names}
+    )
+
+
+def _management_address(rnd, i):
+    """A management address: IPv4 or IPv6, an ifIndex or system port number, now and then an object identifier."""
+    v6 = i % 2
+    return LLDPDUManagementAddress(
+        management_address_subtype=2 if v6 else 1,
+        management_address=bytes(rnd.randrange(256) for _ in range(16 if v6 else 4)),
+        interface_numbering_subtype=rnd.choice((1, 2, 3)),
+        interface_number=rnd.getrandbits(32),
+        object_id=b"\x2b\x06\x01\x04\x01\x82\x37" if i % 3 == 0 else b"",
+    )
 
 
 def _cee(rnd) -> bytes:

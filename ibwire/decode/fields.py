@@ -10,8 +10,10 @@ from scapy.contrib.lldp import (
     LLDPDUChassisID,
     LLDPDUEndOfLLDPDU,
     LLDPDUGenericOrganisationSpecific,
+    LLDPDUManagementAddress,
     LLDPDUPortDescription,
     LLDPDUPortID,
+    LLDPDUSystemCapabilities,
     LLDPDUSystemDescription,
     LLDPDUSystemName,
     LLDPDUTimeToLive,
@@ -35,6 +37,13 @@ from scapy.layers.l2 import ARP, CookedLinux, Dot1Q, Ether
 from scapy.packet import NoPayload, Padding, Raw
 
 from dissectors.base import IBLayer
+from dissectors.dcbfacts import (
+    LLDP_CAPABILITIES,
+    OUI_IEEE_802_1,
+    OUI_IEEE_802_3,
+    SUB_802_1_PORT_VLAN,
+    SUB_802_3_MAX_FRAME,
+)
 
 ICMPV6 = (
     ICMPv6DestUnreach,
@@ -159,9 +168,65 @@ def _lldp_id(p, what, mac_subtype):
     )
 
 
+def _lldp_capabilities(p):
+    """System Capabilities (IEEE 802.1AB §8.5.8): what the system can be, what it has enabled, bit by bit."""
+    raw = bytes(p)[2:6].ljust(4, b"\0")
+    out = {}
+    for which, word in (("system_cap", raw[:2]), ("enable_system_cap", raw[2:])):
+        bits = int.from_bytes(word, "big")
+        out[f"tlv.{which}"] = bits
+        out.update({f"tlv.{which}.{name}": bits >> i & 1 for i, name in enumerate(LLDP_CAPABILITIES)})
+    return _lldp_tlv(p, out)
+
+
+def _oid(ber: bytes) -> str:
+    """An object identifier's BER content octets as dotted numbers (X.690 §8.19)."""
+    arcs, n = [], 0
+    for b in ber:
+        n = n << 7 | b & 0x7F
+        if not b & 0x80:
+            arcs.append(n)
+            n = 0
+    if not arcs:
+        return ""
+    first = min(arcs[0] // 40, 2)
+    return ".".join(map(str, [first, arcs[0] - 40 * first, *arcs[1:]]))
+
+
+def _lldp_management(p):
+    """Management Address (IEEE 802.1AB §8.5.9): the address by its IANA family, the interface, the OID."""
+    addr, kind = bytes(p.management_address), p.management_address_subtype
+    key = "mgn.addr.ip4" if kind == 1 and len(addr) == 4 else "mgn.addr.ip6" if kind == 2 and len(addr) == 16 else ""
+    value = str(ipaddress.ip_address(addr)) if key else addr
+    out = {
+        "mgn.address.len": p._management_address_string_length,
+        "mgn.address.subtype": kind,
+        key or "mgn.addr.hex": value,
+        "mgn.interface.subtype": p.interface_numbering_subtype,
+        "mgn.interface.number": p.interface_number,
+        "mgn.obj.len": p._oid_string_length,
+    }
+    if p._oid_string_length:
+        out["mgn.obj.id"] = _oid(bytes(p.object_id))
+    return _lldp_tlv(p, out)
+
+
 def _lldp_org(p):
-    if p.org_code == 0x0080C2:
-        return _lldp_tlv(p, {"orgtlv.oui": p.org_code, "ieee.802_1.subtype": p.subtype})
+    data = bytes(p.data)
+    if p.org_code == OUI_IEEE_802_1:
+        out = {"orgtlv.oui": p.org_code, "ieee.802_1.subtype": p.subtype}
+        if p.subtype == SUB_802_1_PORT_VLAN and len(data) >= 2:
+            out["ieee.802_1.port_vlan.id"] = int.from_bytes(data[:2], "big")
+        return _lldp_tlv(p, out)
+    if p.org_code == OUI_IEEE_802_3 and p.subtype == SUB_802_3_MAX_FRAME and len(data) >= 2:
+        return _lldp_tlv(
+            p,
+            {
+                "orgtlv.oui": p.org_code,
+                "ieee.802_3.subtype": p.subtype,
+                "ieee.802_3.max_frame_size": int.from_bytes(data[:2], "big"),
+            },
+        )
     return _lldp_tlv(
         p, {"orgtlv.oui": p.org_code, "unknown_subtype": p.subtype, "unknown_subtype.content": _plain(p.data)}
     )
@@ -175,6 +240,8 @@ LLDP = {
     LLDPDUSystemName: lambda p: _lldp_tlv(p, {"tlv.system.name": _text(p.system_name)}),
     LLDPDUSystemDescription: lambda p: _lldp_tlv(p, {"tlv.system.desc": _text(p.description)}),
     LLDPDUPortDescription: lambda p: _lldp_tlv(p, {"port.desc": _text(p.description)}),
+    LLDPDUSystemCapabilities: _lldp_capabilities,
+    LLDPDUManagementAddress: _lldp_management,
     LLDPDUGenericOrganisationSpecific: _lldp_org,
 }
 MERGED = ("lldp", "macc")  # protocols made of several scapy layers: one entry, repeated fields as lists

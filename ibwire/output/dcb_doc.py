@@ -9,7 +9,7 @@ from typing import Optional
 from scapy.contrib.lldp import LLDPDU
 
 from dissectors.dcb import LLDPDUCEEDCBX, LLDPDUAppPriority, MACControl, MACControlPFC, _MACControlOp
-from dissectors.dcbfacts import APP_NAMES, OUI_CEE, OUI_IEEE_802_1
+from dissectors.dcbfacts import APP_NAMES, OUI_CEE, OUI_IEEE_802_1, OUI_IEEE_802_3, TLV_SYSTEM_CAPABILITIES
 
 from ..decode.fields import FOREIGN
 from ..fieldtypes import TSHARK_DISPLAY
@@ -55,6 +55,8 @@ def _title(f: dict) -> str:
         )
     if kind == 3:
         return f"Time To Live = {f['time_to_live']} sec"
+    if kind == TLV_SYSTEM_CAPABILITIES:
+        return "Capabilities"
     text = f.get("port.desc", f.get("tlv.system.name", f.get("tlv.system.desc")))
     if text is not None:
         return f"{_name('lldp.tlv.type', kind, 'Unknown')} = {text}"
@@ -64,6 +66,9 @@ def _title(f: dict) -> str:
     if oui == OUI_IEEE_802_1:
         sub = f["ieee.802_1.subtype"]
         sub_name = _name("lldp.ieee.802_1.subtype", sub, f"Unknown subtype 0x{sub:x}")
+    elif oui == OUI_IEEE_802_3 and "ieee.802_3.subtype" in f:
+        sub = f["ieee.802_3.subtype"]
+        sub_name = _name("lldp.ieee.802_3.subtype", sub, f"Unknown subtype 0x{sub:x}")
     elif oui == OUI_CEE and "dcbx.proto" in f:
         sub = f["dcbx.proto"]
         sub_name = _name("lldp.dcbx.proto", sub, f"Unknown subtype (0x{sub:x})")
@@ -96,6 +101,12 @@ def _tlv_items(layer, fields: dict) -> list:
             inner = pairs("lldp", sub) + [(_app_title(a["dcbx.feature.app.proto"]), pairs("lldp", a)) for a in apps]
             items.append((f"{_name('lldp.dcbx.type', sub['dcbx.type'], 'Unknown')} TLV", inner))
         return items
+    if "tlv.system_cap" in fields:  # each capability word with its bits in a subtree
+        out = pairs("lldp", {k: fields[k] for k in ("tlv.type", "tlv.len")})
+        for word in ("tlv.system_cap", "tlv.enable_system_cap"):
+            bits = {k: v for k, v in fields.items() if k.startswith(word + ".")}
+            out += pairs("lldp", {word: fields[word]}) + [(f"lldp.{word}_tree", pairs("lldp", bits))]
+        return out
     return pairs("lldp", fields)
 
 

@@ -150,6 +150,15 @@ def _bytes_len(v: str) -> int:
     return len(v.replace(":", "")) // 2
 
 
+OID_ROOTS = {"0": "itu-t", "1": "iso", "2": "joint-iso-itu-t"}  # X.660's top arcs
+
+
+def _oid_named(v: str) -> str:
+    """An OID and its name as Wireshark resolves it without MIBs: the first arc only."""
+    first, _, rest = v.partition(".")
+    return f"{v} ({OID_ROOTS.get(first, first)}{'.' + rest if rest else ''})"
+
+
 # Lines dissectors word themselves (not "Label: value"): key -> the text after the label's colon.
 WORDED = {
     "ip.hdr_len": lambda v: f"{v} bytes ({int(v) // 4})",
@@ -168,6 +177,7 @@ WORDED = {
     "macc.cbfc.enbv": lambda v: _set_flags("macc.cbfc.enbv", v),
     # IEEE 802.1Qaz D.2.8: a maximum of 0 traffic classes stands for 8
     "lldp.dcbx.ieee.ets.maxtcs": lambda v: f"{int(v) or 8} (0x{int(v):x})",
+    "lldp.mgn.obj.id": _oid_named,
     **nvme_words.WORDED,
 }
 WHOLE = {  # items shown with a text of their own
