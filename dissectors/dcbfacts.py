@@ -21,7 +21,7 @@ QUANTUM_BITS = 512  # IEEE 802.3 §31B.2: one pause_quantum is 512 bit times
 DEFAULT_PORT_SPEED = 100e9  # bit/s, for pause times in seconds when nothing says otherwise
 OUI_IEEE_802_1 = 0x0080C2
 OUI_IEEE_802_3 = 0x00120F
-TLV_SYSTEM_CAPABILITIES, TLV_MANAGEMENT_ADDRESS = 7, 8
+TLV_SYSTEM_CAPABILITIES = 7  # IEEE 802.1AB §8.5.8
 # System capabilities, bit 0 up (IEEE 802.1AB Table 8-4), under Wireshark's names (lldp.tlv.system_cap.*)
 LLDP_CAPABILITIES = (
     "other",
