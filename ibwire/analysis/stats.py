@@ -316,13 +316,17 @@ def compute_file(path: str, icrc: bool = True, progress=None, workers: int = 0) 
     if not cut:
         return compute(scan(path, icrc), progress)
     ctx = multiprocessing.get_context("fork")
-    try:
-        with ctx.Pool(len(cut) - 1) as pool:
-            pending = [pool.apply_async(_span_state, (path, icrc, sp)) for sp in cut[1:]]
-            share = len(cut)
-            scaled = (lambda n, done: progress(n * share, done * share)) if progress else None
+    with ctx.Pool(len(cut) - 1) as pool:
+        pending = [pool.apply_async(_span_state, (path, icrc, sp)) for sp in cut[1:]]
+        share = len(cut)
+        scaled = (lambda n, done: progress(n * share, done * share)) if progress else None
+        try:
             parts = [_span_state(path, icrc, cut[0], scaled)] + [p.get() for p in pending]
-    except SpanContextLost:  # a pcapng section or interface appears mid-file: read it in one piece
+        except SpanContextLost:  # a pcapng section or interface appears mid-file: read it in one piece
+            for p in pending:  # leave the pool with idle workers: terminating busy ones hung its join once
+                p.wait()
+            parts = None
+    if parts is None:
         return compute(scan(path, icrc), progress)
     st = Stats()
     problems = []
