@@ -27,6 +27,7 @@ from scapy.packet import Padding, Raw
 
 from . import crc
 from .base import IBLayer
+from .decisions import malformed
 from .opcodes import AETH_KINDS, CREDITS, GRH_NXTHDR_BTH, HEADER_LEN, NAK_CODES, RNR_TIMER_MS, aeth_kind, lookup
 
 LNH_RAW, LNH_IPV6, LNH_LOCAL, LNH_GLOBAL = 0, 1, 2, 3
@@ -184,6 +185,9 @@ class LRH(IBLayer):
 
     def dissect(self, s):
         s = self.do_dissect(s)
+        if self.truncated:
+            self._truncated = True
+            return
         body, vcrc_bytes, rest = _split(s, self.pktlen * 4 - 8, 2)
         self._truncated = vcrc_bytes is None
         self.do_dissect_payload(body)
@@ -243,14 +247,14 @@ class BTH(IBLayer):
         BitField("psn", 0, 24),
     ]
 
+    malformed = ""  # dissectors.decisions.malformed's answer for this packet
+
     def ws_extra(self):
         op = lookup(self.opcode)
-        return {
-            "p_key_full": self.p_key >> 15,
-            "p_key_base": self.p_key & 0x7FFF,
-            "transport": op.transport,
-            "opname": op.name,
-        }
+        extra = {"transport": op.transport, "opname": op.name}
+        if "p_key" in self.fields:
+            extra.update(p_key_full=self.p_key >> 15, p_key_base=self.p_key & 0x7FFF)
+        return extra
 
     def _ib_length(self, s: bytes):
         """Bytes from the end of the BTH up to the ICRC, from whichever header below delimits it."""
@@ -267,6 +271,9 @@ class BTH(IBLayer):
 
     def dissect(self, s):
         s = self.do_dissect(s)
+        if self.truncated:
+            self._icrc_truncated = True
+            return
         n = self._ib_length(s)
         pad = self.padcnt if lookup(self.opcode).payload else 0
         body, icrc_bytes, rest = _split(s, n, 4)
@@ -276,6 +283,8 @@ class BTH(IBLayer):
         else:
             padding = b""
         self.do_dissect_payload(body)
+        deth = self.getlayer(DETH)
+        self.malformed = malformed(self.opcode, self.padcnt, n, self.destqp, None if deth is None else deth.srcqp)
         if padding:
             self.add_payload(IBPad(padding))
         if icrc_bytes is not None:

@@ -1,9 +1,10 @@
-"""What a payload holds: a MAD in a UD datagram to or from QP0/QP1 (IBA §13.4: management traffic is
-carried only by QP0 and QP1, which is also how Wireshark recognises MADs), or IPoIB (RFC 4391) behind
-its 4-byte header, in UD (datagram mode) or in the first SEND of RC/UC (connected mode)."""
+"""What a payload holds: a MAD in a UD datagram to or from QP0/QP1 (the rule is dissectors.decisions'), or
+IPoIB (RFC 4391) behind its 4-byte header, in UD (datagram mode) or in the first SEND of RC/UC (connected
+mode)."""
 
 import struct
 
+from .decisions import carries_mad
 from .encap import ETHERTYPES, IPoIB
 from .ib import BTH, DETH, _payload_hooks
 from .opcodes import lookup
@@ -28,14 +29,13 @@ def _plausible_ip(etype: int, payload: bytes) -> bool:
 
 def payload_class(bth, last, payload: bytes):
     op = lookup(bth.opcode)
-    if op.transport == "UD":
-        deth = _deth_of(last)
-        if bth.destqp in (0, 1) or (deth is not None and deth.srcqp in (0, 1)):
-            try:
-                from .mad import MAD
-            except ImportError:  # the MAD layers are optional for transport decoding
-                return None
-            return MAD
+    deth = _deth_of(last)
+    if carries_mad(bth.opcode, bth.destqp, None if deth is None else deth.srcqp):
+        try:
+            from .mad import MAD
+        except ImportError:  # the MAD layers are optional for transport decoding
+            return None
+        return MAD
     if op.op != "send" or op.seg not in ("only", "first") or len(payload) < 4:
         return None
     etype, reserved = struct.unpack_from(">HH", payload)

@@ -12,8 +12,9 @@ a changed byte (bad ICRC §7.8.1, bad VCRC §7.8.2).
 
 Frames are built byte by byte from the spec's layouts (not from dissectors.opcodes); ibwire.synth.links only
 frames them (Ethernet, IP, UDP, GRH, LRH, ICRC, VCRC).  Each table entry is one branch; one function per
-decoder reads its answers into the same vocabulary, compared with the entry's.  Where a decoder answers
-otherwise, WRONG says what it answers and that entry is an xfail (strict) for that decoder.
+decoder reads its answers into the same vocabulary, compared with the entry's.  Both decoders take these
+decisions from dissectors.decisions (the compiled loop through the tables ibwire.fast.decode builds from it);
+a decoder found answering otherwise gets a WRONG entry saying what it answers, a strict xfail until fixed.
 """
 
 import struct
@@ -197,21 +198,7 @@ CASES = [
 ]
 
 # (entry, decoder) -> what that decoder answers instead: the xfails
-WRONG = {
-    ("rc-reserved-opcode", "compiled"): "problems ['malformed', 'unknown opcode']: F_MALFORMED set for an opcode "
-    "outside the table; the full decode reports 'unknown opcode 0x1e' without _ws.malformed",
-    ("gmp-response-to-client-qp", "compiled"): "no MAD (F_MAD unset, mad_* zero): native/decode.c transport() "
-    "looks at BTH.DestQP only; dissectors/payloads.py also at DETH.SrcQP",
-    ("captured-to-inside-bth", "full"): "no BTH (the UDP payload stays Raw: no opcode, no icrc.status), problems "
-    "['malformed', 'truncated'] ('malformed: BTH header cut short')",
-    ("captured-to-inside-reth", "full"): "problems ['malformed', 'truncated'] ('malformed: RETH header cut short')",
-    ("declared-end-inside-reth", "compiled"): "problems ['malformed', 'truncated']: F_TRUNCATED set though every "
-    "byte was captured (headers' end past the packet's end counts as truncation)",
-    ("declared-end-inside-mad-header", "compiled"): "not a MAD (payload under 24 bytes), problems []",
-    ("declared-end-inside-mad-header", "full"): "a MAD, problems []: a MAD of 20 bytes is not flagged",
-    ("payload-shorter-than-pad", "full"): "problems []: dissectors/ib.py BTH.dissect keeps the 2 bytes as payload "
-    "and flags nothing",
-}
+WRONG = {}  # none since both decoders follow dissectors.decisions
 
 
 def _port(i):

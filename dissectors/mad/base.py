@@ -8,46 +8,22 @@ fields holding packets (PacketField / PacketListField) are flattened with the in
 """
 
 from scapy.fields import Field, StrFixedLenField
-from scapy.packet import Packet, Raw
+from scapy.packet import Packet
+
+from ..base import Tolerant
 
 REGISTRY = {}
 
 
-class MadPacket(Packet):
-    """A layer that never raises on short input: fields that do not fit stay unset, the rest is Raw."""
+class MadPacket(Tolerant):
+    """A MAD layer: tolerant of short input (dissectors.base.Tolerant), registered for the attribute table."""
 
     ws_name = ""
     ws_alias = {}
-    truncated = None  # name of the first field that did not fit, if any
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
         REGISTRY[cls.__name__] = cls
-
-    def do_dissect(self, s):
-        raw = s
-        self.raw_packet_cache_fields = {}
-        for f in self.fields_desc:
-            try:
-                rest, val = f.getfield(self, s)
-            except Exception:
-                self.truncated = f.name
-                self.raw_packet_cache = None
-                return s
-            s = rest
-            if f.isconditional and val is None:
-                continue
-            if (f.islist or f.holds_packets or f.ismutable) and val is not None:
-                self.raw_packet_cache_fields[f.name] = self._raw_packet_cache_field_value(f, val, copy=True)
-            self.fields[f.name] = val
-        self.raw_packet_cache = raw[: -len(s)] if s else raw
-        self.explicit = 1
-        return s
-
-    def guess_payload_class(self, payload):
-        if self.truncated:
-            return Raw
-        return super().guess_payload_class(payload)
 
 
 class Attr(MadPacket):

@@ -273,7 +273,7 @@ FOREIGN.update(LLDP)
 def ib_layer_fields(layer: IBLayer) -> dict:
     out = {}
     for f in layer.fields_desc:
-        if f.name.startswith("_"):
+        if f.name.startswith("_") or (layer.truncated and f.name not in layer.fields):  # not captured
             continue
         value = layer.getfieldval(f.name)
         if isinstance(f, IP6Field) and value is not None:

@@ -8,11 +8,13 @@ from typing import List, NamedTuple
 
 from scapy.layers.inet import IP
 from scapy.layers.inet6 import IPv6
-from scapy.packet import NoPayload, Raw
+from scapy.packet import NoPayload, Padding, Raw
 
 import dissectors.layers  # noqa: F401  (registers the layer bindings)
 from dissectors import BTH, GRH, ICRC, LRH, VCRC, lookup
+from dissectors.base import IBLayer
 from dissectors.dcb import MACControl, MACControlPause, MACControlPFC, pause_seconds
+from dissectors.mad import MAD
 
 from ..fieldtypes import EITHER
 from ..readers import Frame
@@ -87,21 +89,37 @@ def dissect(frame: Frame):
     return pkt, None
 
 
-def _malformed(pkt) -> List[str]:
-    """Headers cut short: a Raw layer where the layer below expected a real one."""
+def _only_leftovers(layer) -> bool:
+    """Is everything after `layer` the unread bytes of a header cut short (no trailer, no later header)?"""
+    nxt = layer.payload
+    while isinstance(nxt, Raw) and not isinstance(nxt, Padding):
+        nxt = nxt.payload
+    return isinstance(nxt, NoPayload)
+
+
+def _malformed(pkt, captured_short: bool) -> List[str]:
+    """Why the packet is malformed: its BTH's length rule (dissectors.decisions), or a header cut short
+    before the bytes its packet declares end.  A header cut where the capture ends is truncation."""
+    if BTH in pkt and pkt[BTH].malformed:
+        return [f"malformed: {pkt[BTH].malformed}"]
     layer = pkt
-    while layer is not None and not isinstance(layer, Raw):
+    while layer is not None and not isinstance(layer, (Raw, NoPayload)):
         nxt = layer.payload
-        if isinstance(nxt, Raw):
+        cut = getattr(layer, "truncated", None) and (isinstance(layer, (IBLayer, MAD)))
+        want = None
+        if not cut and isinstance(nxt, Raw) and not isinstance(nxt, Padding):
             try:
                 want = layer.guess_payload_class(bytes(nxt.load))
             except Exception:
                 want = None
-            if want is not None and not issubclass(want, Raw):
-                return [f"malformed: {want.__name__} header cut short ({len(nxt.load)} bytes)"]
-            return []
-        if not nxt:
-            return []
+            if want is not None and issubclass(want, Raw):
+                want = None
+        if cut or want:
+            if captured_short and _only_leftovers(layer if cut else nxt):
+                return []
+            if cut:
+                return [f"malformed: {type(layer).__name__} header cut short (no {layer.truncated})"]
+            return [f"malformed: {want.__name__} header cut short ({len(nxt.load)} bytes)"]
         layer = nxt
     return []
 
@@ -226,7 +244,7 @@ def decode_frame(frame: Frame) -> Decoded:
         layers, flat = {}, {}
         errors.append(f"malformed: fields could not be read ({type(e).__name__})")
     try:
-        errors += _malformed(pkt)
+        errors += _malformed(pkt, frame.caplen < frame.wirelen)
     except Exception:
         pass
     if BTH in pkt:

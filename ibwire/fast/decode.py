@@ -9,6 +9,7 @@ records.RECORD (each field's byte offset, checked against the types the C code w
 import numpy as np
 
 from dissectors.crc import vcrc
+from dissectors.decisions import MAD_HEADER_LEN, MANAGEMENT_QPS, may_carry_mad
 from dissectors.opcodes import HEADER_LEN, OPCODES, ROCE_V1_ETHERTYPE, ROCE_V2_PORT
 
 from ..readers.formats import ERF_LINKTYPE, erf_view
@@ -22,7 +23,7 @@ def _opcode_tables():
     """Per-opcode offset (after the 12-byte BTH) of each extended header the records hold, -1 when
     absent; total extended-header length; bit 0: the opcode is defined, bit 1: a payload (and so pad
     bytes) may follow its headers (undefined opcodes: their bytes count as payload); bit 2: a SEND First or
-    Only, whose payload may be IPoIB."""
+    Only, whose payload may be IPoIB; bit 3: its payload is a MAD when either QP is a management QP."""
     off = np.full((len(_native.EXT_HEADERS), 256), -1, np.int16)
     total = np.zeros(256, np.int16)
     known = np.full(256, 2, np.uint8)
@@ -34,6 +35,7 @@ def _opcode_tables():
             o += HEADER_LEN[h]
         total[code] = o
         known[code] = 1 | (2 if op.payload else 0) | (4 if op.op == "send" and op.seg in ("first", "only") else 0)
+    known |= np.array([8 if may_carry_mad(code) else 0 for code in range(256)], np.uint8)
     return off, total, known
 
 
@@ -62,6 +64,9 @@ def _check_codes():
 # vcrc(b) = 0xFF ^ T[0xFF ^ b] ^ 0xFFFF, so T[x] = vcrc(x ^ 0xFF) ^ 0xFF00.
 VCRC_TABLE = np.array([vcrc(bytes([x ^ 0xFF])) ^ 0xFF00 for x in range(256)], dtype=np.uint16)
 EXT_OFF, EXT_LEN, KNOWN = _opcode_tables()
+MAD_QP_MAX = max(MANAGEMENT_QPS)  # the compiled loop tests qp <= MAD_QP_MAX
+if MANAGEMENT_QPS != tuple(range(MAD_QP_MAX + 1)):
+    raise ImportError("dissectors.decisions.MANAGEMENT_QPS must be 0..n for the compiled decoder")
 FIELD_OFF = _field_offsets()
 RECORD_STEP = np.full(len(FIELD_OFF), R.RECORD.itemsize, np.int64)  # records one after another
 # Columns (fast.columns): each field of the compiled decoder's at capacity * start + row * size.
@@ -137,6 +142,8 @@ def _decode(buf, pos: Positions, icrc: bool, field_off: np.ndarray, field_step: 
         field_step=field_step,
         roce2_port=ROCE_V2_PORT,
         roce1_ethertype=ROCE_V1_ETHERTYPE,
+        mad_qp_max=MAD_QP_MAX,
+        mad_header_len=MAD_HEADER_LEN,
         icrc=icrc,
         out=out,
     )

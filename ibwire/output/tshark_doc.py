@@ -278,6 +278,8 @@ def _ib_tree(layer) -> list:
     ws, alias = layer.ws_name, getattr(layer, "ws_alias", {}) or {}
     items, bit, pending = [], 0, None
     for f in layer.fields_desc:
+        if f.name == getattr(layer, "truncated", None):  # the capture or the packet ends here
+            break
         size = _bits(f)
         key = alias.get(f.name) or f"{ws}.{f.name}"
         if key in TSHARK_DISPLAY and not f.name.startswith("_"):

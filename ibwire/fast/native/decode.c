@@ -184,30 +184,34 @@ static int vcrc_status(const decode_job *c, const pkt *k, const hdrs *h)
     return c->icrc ? C_GOOD : C_UNCHECKED;
 }
 
-/* The transport part: BTH, extended headers, MAD header or IPoIB payload, CRC status. */
+/* The transport part: BTH, extended headers, MAD header or IPoIB payload, CRC status.  What the packet is
+ * (MAD or not, malformed) follows dissectors.decisions through the `known` table. */
 static void transport(const decode_job *c, const pkt *k, uint8_t *restrict out, int64_t row, hdrs *h)
 {
     int64_t b = h->bth, e = h->end;
     unsigned op = B(k, b), b1 = B(k, b + 1);
-    uint64_t destqp = BE(k, b + 5, 3);
+    uint64_t destqp = BE(k, b + 5, 3), srcqp = ext_field(c, k, H_DETH, op, b, 5, 3);
     bth_fields(c, k, out, row, b);
 
     int64_t hdr_end = b + 12 + c->ext_len[op];
     int64_t paylen = e - hdr_end - ((c->known[op] & 2) ? (b1 >> 4) & 3 : 0);   /* no payload, no pad */
+    int mad = (c->known[op] & 8) && (destqp <= c->mad_qp_max || (c->ext_off[H_DETH * 256 + op] >= 0 &&
+                                                                  srcqp <= c->mad_qp_max));
     h->flags |= FL_BTH;
-    if (paylen < 0 || !(c->known[op] & 1))
+    if (paylen < 0 || (mad && paylen < c->mad_header_len))
         h->flags |= FL_MALFORMED;
     puti32(AT(R_PAYLEN), paylen < 0 ? 0 : paylen);
     int truncated = e + 4 > k->lim;
-    if (truncated || hdr_end > k->lim)
+    if (truncated)
         h->flags |= FL_TRUNCATED;
 
-    if (op == 0x64 && destqp <= 1 && paylen >= 24) {       /* UD SEND Only to QP0/QP1: BTH, DETH, MAD */
+    if (mad) {
+        pkt declared = {k->p, e < k->lim ? e : k->lim};     /* the MAD's bytes end where its packet says */
         h->flags |= FL_MAD;
-        mad_header(c, k, out, row, b + 20);
-    } else if ((c->known[op] & 4) && !(op >> 5 == 3 && (destqp <= 1 || ext_field(c, k, H_DETH, op, b, 5, 3) <= 1)) &&
-               ipoib_payload(k, hdr_end, paylen))
+        mad_header(c, &declared, out, row, hdr_end);
+    } else if ((c->known[op] & 4) && ipoib_payload(k, hdr_end, paylen)) {
         h->flags |= FL_IPOIB;
+    }
 
     put8(AT(R_ICRC), icrc_status(c, k, h, truncated));
     if (h->lrh >= 0)

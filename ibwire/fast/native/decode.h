@@ -54,12 +54,14 @@ typedef struct {
     const int16_t *ext_off;      /* [N_EXT][256] */
     const int16_t *ext_len;      /* [256]: bytes of extended headers after the BTH */
     const uint8_t *known;        /* [256]: bit 0 opcode is defined, bit 1 a payload (and pad) may follow,
-                                    bit 2 a SEND First/Only (its payload may be IPoIB) */
+                                    bit 2 a SEND First/Only (its payload may be IPoIB), bit 3 its payload is a
+                                    MAD when either QP is a management QP (dissectors.decisions) */
     const uint16_t (*vtable)[256];   /* VCRC tables (vcrc_slices) */
     const int64_t *field_off;    /* [N_FIELDS]: byte offset of each field in row 0 */
     const int64_t *field_step;   /* [N_FIELDS]: bytes from a field to the same field of the next row */
     uint8_t *out;
     unsigned roce2_port, roce1_ethertype;
+    unsigned mad_qp_max, mad_header_len;   /* management QPs are 0..mad_qp_max; the common MAD header's size */
     int icrc;                    /* verify ICRC/VCRC */
 } decode_job;
 

@@ -145,13 +145,14 @@ static PyObject *walk_pcapng(PyObject *self, PyObject *args)
 
 PyDoc_STRVAR(decode_doc,
 "decode(buf, data, caplen, wirelen, linktype, ext_off, ext_len, known, vtable, field_off, field_step,\n"
-"       roce2_port, roce1_ethertype, icrc, out)\n\n"
+"       roce2_port, roce1_ethertype, mad_qp_max, mad_header_len, icrc, out)\n\n"
 "Decode packet i (buf[data[i]:data[i]+caplen[i]], link type linktype[i]; int64 arrays) into row i of\n"
 "`out` (zero-filled): field f of FIELDS at byte field_off[f] + i * field_step[f] (int64 arrays; records\n"
 "one after another or each field in a column of its own).\n"
 "ext_off: int16 [len(EXT_HEADERS)][256] offsets after the BTH (-1 absent); ext_len: int16 [256];\n"
-"known: uint8 [256], bit 0 opcode defined, bit 1 payload allowed, bit 2 SEND First/Only; vtable: the VCRC's\n"
-"uint16 byte table; icrc: verify ICRC and VCRC.  Arguments by position or by name.");
+"known: uint8 [256], bit 0 opcode defined, bit 1 payload allowed, bit 2 SEND First/Only, bit 3 a MAD when\n"
+"either QP is at most mad_qp_max (malformed under mad_header_len bytes); vtable: the VCRC's uint16 byte\n"
+"table; icrc: verify ICRC and VCRC.  Arguments by position or by name.");
 
 enum { D_BUF, D_DATA, D_CAPLEN, D_WIRELEN, D_LT, D_EXT_OFF, D_EXT_LEN, D_KNOWN, D_VTABLE, D_FIELD_OFF,
        D_FIELD_STEP, D_OUT, D_NB };
@@ -186,17 +187,17 @@ static const char *decode_misfit(const buf_t *b)
 static PyObject *decode(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"buf", "data", "caplen", "wirelen", "linktype", "ext_off", "ext_len", "known",
-                             "vtable", "field_off", "field_step", "roce2_port", "roce1_ethertype", "icrc", "out",
-                             NULL};
+                             "vtable", "field_off", "field_step", "roce2_port", "roce1_ethertype", "mad_qp_max",
+                             "mad_header_len", "icrc", "out", NULL};
     PyObject *o[D_NB];
-    unsigned roce2_port, roce1_ethertype;
+    unsigned roce2_port, roce1_ethertype, mad_qp_max, mad_header_len;
     int icrc;
     buf_t b[D_NB];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOIIpO", kwlist, &o[D_BUF], &o[D_DATA], &o[D_CAPLEN],
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOIIIIpO", kwlist, &o[D_BUF], &o[D_DATA], &o[D_CAPLEN],
                                      &o[D_WIRELEN], &o[D_LT], &o[D_EXT_OFF], &o[D_EXT_LEN], &o[D_KNOWN],
                                      &o[D_VTABLE], &o[D_FIELD_OFF], &o[D_FIELD_STEP], &roce2_port,
-                                     &roce1_ethertype, &icrc, &o[D_OUT]))
+                                     &roce1_ethertype, &mad_qp_max, &mad_header_len, &icrc, &o[D_OUT]))
         return NULL;
     static const Py_ssize_t item[D_NB] = {0, 8, 8, 8, 8, 2, 2, 1, 2, 8, 8, 0};
     static const char *names[D_NB] = {"buf", "data", "caplen", "wirelen", "linktype", "ext_off", "ext_len",
@@ -214,7 +215,8 @@ static PyObject *decode(PyObject *self, PyObject *args, PyObject *kw)
         .ext_off = b[D_EXT_OFF].v.buf, .ext_len = b[D_EXT_LEN].v.buf, .known = b[D_KNOWN].v.buf,
         .vtable = (const uint16_t (*)[256])vt, .field_off = b[D_FIELD_OFF].v.buf,
         .field_step = b[D_FIELD_STEP].v.buf, .out = b[D_OUT].v.buf, .roce2_port = roce2_port,
-        .roce1_ethertype = roce1_ethertype, .icrc = icrc,
+        .roce1_ethertype = roce1_ethertype, .mad_qp_max = mad_qp_max, .mad_header_len = mad_header_len,
+        .icrc = icrc,
     };
     Py_BEGIN_ALLOW_THREADS
     decode_packets(&job);
