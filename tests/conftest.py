@@ -24,6 +24,7 @@ import litter  # noqa: E402  (tests/litter.py, found through the sys.path entry 
 # home folder, and tests that measure wall time or peak memory, or watch the run's own writes.
 SERIAL = {
     "test_lab_rdma",
+    "test_lab_health",
     "test_lab_audit",
     "test_capture_lab",
     "test_capture_cleanup",
@@ -197,3 +198,11 @@ def run_ibwire(*args, check=False, input=None, timeout=300, unwrapped=False):
     return subprocess.run(
         [exe, *map(str, args)], capture_output=True, text=True, check=check, input=input, timeout=timeout, env=env
     )
+
+
+@pytest.fixture(scope="session")
+def rlab(tmp_path_factory):
+    """The RDMA lab's four QEMU guests (tests/test_lab_rdma.py), booted once for every module that uses them."""
+    from test_lab_rdma import boot_lab
+
+    yield from boot_lab(tmp_path_factory)

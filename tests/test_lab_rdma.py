@@ -194,8 +194,8 @@ def opcodes(path: Path) -> Counter:
     return Counter(decode_frame(f).flat["bth.opcode"] for f in roce_frames(path))
 
 
-@pytest.fixture(scope="session")
-def rlab(tmp_path_factory):
+def boot_lab(tmp_path_factory):
+    """The session's RDMA lab (conftest's `rlab` fixture, so that every lab module shares one boot)."""
     global PREFIX
     if os.environ.get("IBWIRE_TEST_LAB"):  # developers: reuse a lab already up (same guests and VLANs)
         PREFIX = os.environ["IBWIRE_TEST_LAB"]
