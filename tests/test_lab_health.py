@@ -21,7 +21,7 @@ import sys
 import pytest
 from test_lab_rdma import Capture, _qpn, check_capture, perftest
 
-TCLASS = 106  # DSCP 26 << 2 | ECT(0)
+TCLASS = 106  # 26 << 2 | 0b10: DSCP 26, ECN ECT(0)
 PCP = 3
 RED = ["red", "limit", "1000000", "min", "8000", "max", "32000", "avpkt", "1000", "probability", "0.5"]
 RED += ["bandwidth", "20mbit", "ecn", "nodrop"]
@@ -49,7 +49,7 @@ def _marked_run(rlab, path):
         rlab.run("g1", "tc", "qdisc", "replace", "dev", nic, "root", "handle", "1:", *TBF)
         rlab.run("g1", "tc", "qdisc", "replace", "dev", nic, "parent", "1:1", "handle", "10:", *RED)
         with Capture(rlab, 1, path) as cap:
-            # -u 20: a 4 s retransmission timeout; the queue holds up to 128 KiB, 50 ms at 20 Mbit/s
+            # -u 20: a 4 s retransmission timeout; up to 128 writes of 4 KiB wait in g1's queue, 0.2 s at 20 Mbit/s
             client, _ = perftest(rlab, "ib_write_bw", "-s", "4096", f"--tclass={TCLASS}", "-u", "20", n=200)
         qdiscs = _tc(rlab, nic)
     finally:
