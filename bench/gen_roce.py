@@ -10,7 +10,7 @@ import struct
 import sys
 
 from dissectors.crc import icrc_roce2
-from ibwire.writers import LINKTYPE_ETHERNET
+from dissectors.numbers import LINKTYPE_ETHERNET
 
 MTU = 1024
 QPS = 16

@@ -37,7 +37,6 @@ from .dcbfacts import (
     CEE_PG,
     CEE_SUBTYPE,
     DEFAULT_PORT_SPEED,
-    MAC_CONTROL_ETHERTYPE,
     OP_PAUSE,
     OP_PFC,
     OPCODES,
@@ -50,6 +49,7 @@ from .dcbfacts import (
     cee_subtlvs,
     pause_seconds,
 )
+from .numbers import ETHERTYPE_MAC_CONTROL
 
 
 def set_port_speed(speed: float) -> None:
@@ -121,8 +121,8 @@ class MACControlPFC(_MACControlOp):
         return "PFC " + " ".join(f"P{p}:{'XON' if q == 0 else f'XOFF {q}'}" for p, q in prio.items())
 
 
-bind_layers(Ether, MACControl, type=MAC_CONTROL_ETHERTYPE)
-bind_layers(Dot1Q, MACControl, type=MAC_CONTROL_ETHERTYPE)
+bind_layers(Ether, MACControl, type=ETHERTYPE_MAC_CONTROL)
+bind_layers(Dot1Q, MACControl, type=ETHERTYPE_MAC_CONTROL)
 bind_layers(MACControl, MACControlPause, opcode=OP_PAUSE)
 bind_layers(MACControl, MACControlPFC, opcode=OP_PFC)
 

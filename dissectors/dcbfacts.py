@@ -10,9 +10,8 @@ class-enable vector (bit p: priority p) and eight pause times in quanta of 512 b
 import struct
 from typing import Dict, List, Optional
 
-MAC_CONTROL_ETHERTYPE = 0x8808
-LLDP_ETHERTYPE = 0x88CC
-VLAN_TPIDS = (0x8100, 0x88A8, 0x9100)
+from .numbers import ETHERTYPE_LLDP, ETHERTYPE_MAC_CONTROL, ETHERTYPE_VLAN, ISCSI_PORT, VLAN_TPIDS
+
 PAUSE_DST = bytes.fromhex("0180c2000001")
 LLDP_DST = bytes.fromhex("0180c200000e")
 OP_PAUSE, OP_PFC = 0x0001, 0x0101
@@ -39,7 +38,7 @@ CEE_CONTROL, CEE_PG, CEE_PFC, CEE_APP = 1, 2, 3, 4
 SUB_ETS_CONFIG, SUB_ETS_RECOMMEND, SUB_PFC_CONFIG, SUB_APP_PRIORITY = 9, 10, 11, 12
 # Applications Wireshark names in a DCBX application entry, by protocol ID (packet-lldp.c): FCoE and FIP
 # (ethertypes 0x8906, 0x8914), iSCSI (port 3260).
-APP_NAMES = {0x8906: "FCoE", 0x8914: "FiP", 3260: "iSCSI"}
+APP_NAMES = {0x8906: "FCoE", 0x8914: "FiP", ISCSI_PORT: "iSCSI"}
 ALL_PRIORITIES = -1  # an 802.3x PAUSE stops every priority
 _PFC = struct.Struct(">HH8H")
 
@@ -63,7 +62,7 @@ def parse_mac_control(frame: bytes) -> Optional[Dict[int, int]]:
     """{priority: pause quanta} a PFC or PAUSE frame asks for (PAUSE: {ALL_PRIORITIES: quanta}); None for
     another frame or one cut short."""
     etype, at = _payload(frame)
-    if etype != MAC_CONTROL_ETHERTYPE or len(frame) < at + 4:
+    if etype != ETHERTYPE_MAC_CONTROL or len(frame) < at + 4:
         return None
     op = int.from_bytes(frame[at : at + 2], "big")
     if op == OP_PAUSE:
@@ -77,7 +76,7 @@ def parse_mac_control(frame: bytes) -> Optional[Dict[int, int]]:
 def lldp_tlvs(frame: bytes):
     """(type, value bytes) of each TLV of an LLDP frame, up to End of LLDPDU or the frame's end."""
     etype, at = _payload(frame)
-    if etype != LLDP_ETHERTYPE:
+    if etype != ETHERTYPE_LLDP:
         return
     while at + 2 <= len(frame):
         head = int.from_bytes(frame[at : at + 2], "big")
@@ -130,7 +129,7 @@ def parse_dcbx(frame: bytes) -> dict:
 
 
 def _eth(src: bytes, dst: bytes, etype: int, body: bytes, vlan: Optional[int] = None, pcp: int = 0) -> bytes:
-    tag = struct.pack(">HH", 0x8100, pcp << 13 | vlan) if vlan is not None else b""
+    tag = struct.pack(">HH", ETHERTYPE_VLAN, pcp << 13 | vlan) if vlan is not None else b""
     frame = dst + src + tag + struct.pack(">H", etype) + body
     return frame + bytes(max(0, 60 - len(frame)))  # the 64-byte minimum less the FCS
 
@@ -138,12 +137,12 @@ def _eth(src: bytes, dst: bytes, etype: int, body: bytes, vlan: Optional[int] = 
 def pfc_frame(src: bytes, quanta: Dict[int, int]) -> bytes:
     """A PFC frame from MAC `src` pausing each priority of `quanta` for its quanta (0: XON)."""
     enbv = sum(1 << p for p in quanta)
-    return _eth(src, PAUSE_DST, MAC_CONTROL_ETHERTYPE, _PFC.pack(OP_PFC, enbv, *(quanta.get(p, 0) for p in range(8))))
+    return _eth(src, PAUSE_DST, ETHERTYPE_MAC_CONTROL, _PFC.pack(OP_PFC, enbv, *(quanta.get(p, 0) for p in range(8))))
 
 
 def pause_frame(src: bytes, quanta: int) -> bytes:
     """An 802.3x PAUSE frame from MAC `src`."""
-    return _eth(src, PAUSE_DST, MAC_CONTROL_ETHERTYPE, struct.pack(">HH", OP_PAUSE, quanta))
+    return _eth(src, PAUSE_DST, ETHERTYPE_MAC_CONTROL, struct.pack(">HH", OP_PAUSE, quanta))
 
 
 def _tlv(kind: int, value: bytes) -> bytes:
@@ -184,4 +183,4 @@ def lldp_frame(
         + (_org(SUB_APP_PRIORITY, app) if apps else b"")
         + _tlv(0, b"")
     )
-    return _eth(src, LLDP_DST, LLDP_ETHERTYPE, body)
+    return _eth(src, LLDP_DST, ETHERTYPE_LLDP, body)

@@ -9,10 +9,8 @@ through the tables ibwire.fast.decode builds from this module (tests/test_decisi
   common header (§13.4.3).  A capture cut short is truncated, never malformed.
 """
 
+from .numbers import MAD_HEADER_LEN, MANAGEMENT_QPS
 from .opcodes import headers_len, lookup
-
-MANAGEMENT_QPS = (0, 1)  # QP0 (SMI) and QP1 (GSI), IBA §3.9.5 / §13.4
-MAD_HEADER_LEN = 24  # the common MAD header, IBA §13.4.3
 
 
 def may_carry_mad(opcode: int) -> bool:

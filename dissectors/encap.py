@@ -21,18 +21,19 @@ from scapy.packet import Raw, bind_layers
 from . import crc
 from .base import IBLayer
 from .ib import BTH, GRH, GRH_NXTHDR_BTH, LNH_GLOBAL, LNH_IPV6, LNH_LOCAL, LNH_RAW, LRH
-from .opcodes import OPCODES, ROCE_V1_ETHERTYPE, ROCE_V2_PORT
+from .numbers import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1, ROCE_V2_PORT
+from .opcodes import OPCODES
 
 ERF_TYPE_INFINIBAND = 21
 ERF_TYPE_INFINIBAND_LINK = 25
-ETHERTYPES = {0x0800: "IPv4", 0x0806: "ARP", 0x86DD: "IPv6"}
+ETHERTYPES = {ETHERTYPE_IPV4: "IPv4", ETHERTYPE_ARP: "ARP", ETHERTYPE_IPV6: "IPv6"}
 
 
 class RWH(IBLayer):
     """Raw header after an LRH with LNH=0: reserved 16 bits and an ethertype (IBA §5.3)."""
 
     ws_name = "rwh"
-    fields_desc = [XShortField("reserved", 0), XShortEnumField("etype", 0x0800, ETHERTYPES)]
+    fields_desc = [XShortField("reserved", 0), XShortEnumField("etype", ETHERTYPE_IPV4, ETHERTYPES)]
 
 
 class IPoIB(IBLayer):
@@ -41,7 +42,7 @@ class IPoIB(IBLayer):
 
     ws_name = "ipoib"
     ws_alias = {"type": "rwh.etype"}
-    fields_desc = [XShortEnumField("type", 0x0800, ETHERTYPES), XShortField("reserved", 0)]
+    fields_desc = [XShortEnumField("type", ETHERTYPE_IPV4, ETHERTYPES), XShortField("reserved", 0)]
 
 
 class IPoIBLink(IBLayer):
@@ -49,7 +50,7 @@ class IPoIBLink(IBLayer):
 
     name = "IPoIB"
     ws_name = "ipoib"
-    fields_desc = [XShortEnumField("type", 0x0800, ETHERTYPES), XShortField("reserved", 0)]
+    fields_desc = [XShortEnumField("type", ETHERTYPE_IPV4, ETHERTYPES), XShortField("reserved", 0)]
 
 
 class ERF(IBLayer):
@@ -132,8 +133,8 @@ def looks_like_roce2(udp_payload: bytes, ip_bytes: bytes) -> bool:
         return False
 
 
-bind_layers(Ether, GRH, type=ROCE_V1_ETHERTYPE)
-bind_layers(Dot1Q, GRH, type=ROCE_V1_ETHERTYPE)
+bind_layers(Ether, GRH, type=ETHERTYPE_ROCE_V1)
+bind_layers(Dot1Q, GRH, type=ETHERTYPE_ROCE_V1)
 bind_layers(UDP, BTH, dport=ROCE_V2_PORT)
 bind_layers(UDP, BTH, sport=ROCE_V2_PORT)
 bind_layers(GRH, BTH, nxthdr=GRH_NXTHDR_BTH)
@@ -145,5 +146,5 @@ ERF_PAYLOADS = {ERF_TYPE_INFINIBAND: LRH, ERF_TYPE_INFINIBAND_LINK: IBLink}
 bind_layers(ERF, LRH, type=ERF_TYPE_INFINIBAND, ext_header=0)
 bind_layers(ERF, IBLink, type=ERF_TYPE_INFINIBAND_LINK, ext_header=0)
 for _cls, _field in ((RWH, "etype"), (IPoIB, "type"), (IPoIBLink, "type")):
-    for _etype, _upper in ((0x0800, IP), (0x86DD, IPv6), (0x0806, ARP)):
+    for _etype, _upper in ((ETHERTYPE_IPV4, IP), (ETHERTYPE_IPV6, IPv6), (ETHERTYPE_ARP, ARP)):
         bind_layers(_cls, _upper, **{_field: _etype})

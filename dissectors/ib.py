@@ -31,7 +31,6 @@ from .decisions import malformed
 from .opcodes import AETH_KINDS, CREDITS, GRH_NXTHDR_BTH, HEADER_LEN, NAK_CODES, RNR_TIMER_MS, aeth_kind, lookup
 
 LNH_RAW, LNH_IPV6, LNH_LOCAL, LNH_GLOBAL = 0, 1, 2, 3
-PERMISSIVE_LID = 0xFFFF
 
 
 def _split(s: bytes, body_len: int, trailer_len: int):
@@ -252,7 +251,7 @@ class BTH(IBLayer):
     def ws_extra(self):
         op = lookup(self.opcode)
         extra = {"transport": op.transport, "opname": op.name}
-        if "p_key" in self.fields:
+        if not self.truncated or "p_key" in self.fields:  # read, or built
             extra.update(p_key_full=self.p_key >> 15, p_key_base=self.p_key & 0x7FFF)
         return extra
 

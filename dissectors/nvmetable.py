@@ -10,9 +10,10 @@ ibwire.fieldtypes.TSHARK_DISPLAY: -1 bytes, 0 decimal, 1 boolean, n hexadecimal 
 
 from typing import NamedTuple
 
+from .numbers import NVME_PORT
+
 SQE_LEN, CQE_LEN = 64, 16
 FABRICS_OPC = 0x7F
-NVME_PORT = 4420  # IANA "nvme" port, the RDMA-CM service port of NVMe-oF subsystems
 SID_ULP_TCP_MASK, SID_ULP_TCP = 0xFFFF0000, 0x01060000  # RDMA-CM IP service IDs over TCP port space
 
 

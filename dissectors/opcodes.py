@@ -210,6 +210,4 @@ CREDITS = (
     None,
 )
 
-ROCE_V2_PORT = 4791
-ROCE_V1_ETHERTYPE = 0x8915
 GRH_NXTHDR_BTH = 0x1B  # a GRH's (or RoCEv1's) next header when a BTH follows (IBA §8.3.1)

@@ -7,6 +7,7 @@ import struct
 from .decisions import carries_mad
 from .encap import ETHERTYPES, IPoIB
 from .ib import BTH, DETH, _payload_hooks
+from .numbers import ETHERTYPE_IPV4, ETHERTYPE_IPV6
 from .opcodes import lookup
 
 
@@ -20,9 +21,9 @@ def _deth_of(layer):
 
 def _plausible_ip(etype: int, payload: bytes) -> bool:
     inner = payload[4:]
-    if etype == 0x0800:
+    if etype == ETHERTYPE_IPV4:
         return len(inner) >= 20 and inner[0] >> 4 == 4 and (inner[0] & 0x0F) >= 5
-    if etype == 0x86DD:
+    if etype == ETHERTYPE_IPV6:
         return len(inner) >= 40 and inner[0] >> 4 == 6
     return len(inner) >= 8 and inner[:2] == b"\x00\x20" and inner[2:4] == b"\x08\x00"  # ARP, IB hw type 32
 

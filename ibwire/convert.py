@@ -11,18 +11,12 @@ Anything else (RoCEv2 to native IB, IB without GRH to Ethernet, IB link packets)
 import struct
 from typing import Dict, Optional, Tuple
 
+from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND
+
 from .errors import UserError
 from .outfile import output_file, refuse_aliasing
 from .readers import Frame, open_capture
-from .writers import (
-    ERF_TYPE_INFINIBAND,
-    LINKTYPE_ERF,
-    LINKTYPE_ETHERNET,
-    LINKTYPE_INFINIBAND,
-    PcapngWriter,
-    PcapWriter,
-    erf_record,
-)
+from .writers import ERF_TYPE_INFINIBAND, PcapngWriter, PcapWriter, erf_record
 
 TARGETS = {"erf": LINKTYPE_ERF, "ib": LINKTYPE_INFINIBAND, "eth": LINKTYPE_ETHERNET}
 

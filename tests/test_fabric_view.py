@@ -11,9 +11,10 @@ from fabric import scenario
 
 from dissectors.mad import MAD
 from dissectors.mad.smp import NodeInfo, PortInfo, SMPDirected
+from dissectors.numbers import LINKTYPE_ERF
 from ibwire.capture.ibsim_wire import ib_packet
 from ibwire.fabric import fabric_view
-from ibwire.writers import LINKTYPE_ERF, PcapWriter, erf_record
+from ibwire.writers import PcapWriter, erf_record
 
 
 @pytest.fixture(scope="module")

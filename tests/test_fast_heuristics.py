@@ -6,11 +6,12 @@ import struct
 from pathlib import Path
 
 from dissectors.crc import icrc_roce2
+from dissectors.numbers import LINKTYPE_ERF
 from ibwire.decode import decode_frame
 from ibwire.fast import read_all
 from ibwire.fast import records as R
 from ibwire.readers import iter_frames
-from ibwire.writers import LINKTYPE_ERF, PcapWriter, erf_record
+from ibwire.writers import PcapWriter, erf_record
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
 

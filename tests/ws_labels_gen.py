@@ -63,8 +63,8 @@ def oui_names() -> dict:
     return names
 
 
-# Protocols beside InfiniBand that ibwire decodes (DCB, NVMe-oF): the fields ibwire knows of them.
-BESIDE = ("lldp.", "macc.", "nvme.", "nvme-rdma.")
+# Protocols beside InfiniBand that ibwire decodes (DCB, NVMe-oF, NFS over RDMA): the fields ibwire knows of them.
+BESIDE = ("lldp.", "macc.", "nvme.", "nvme-rdma.", "rpcordma.", "rpc.", "nfs.")
 
 
 def wanted(name: str) -> bool:

@@ -24,15 +24,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from dissectors.dcbfacts import (
-    ALL_PRIORITIES,
-    LLDP_ETHERTYPE,
-    MAC_CONTROL_ETHERTYPE,
-    parse_dcbx,
-    parse_mac_control,
-    pause_seconds,
-)
-from dissectors.opcodes import OPCODES, ROCE_V2_PORT
+from dissectors.dcbfacts import ALL_PRIORITIES, parse_dcbx, parse_mac_control, pause_seconds
+from dissectors.numbers import ETHERTYPE_LLDP, ETHERTYPE_MAC_CONTROL, ROCE_V2_PORT
+from dissectors.opcodes import OPCODES
 
 from ..fast import records as R
 from ..fast.decode import decode_batch
@@ -96,7 +90,7 @@ def read(path: str, icrc: bool = False):
             continue
         t0 = int(rec["time_ns"][0]) if t0 is None else t0
         et = rec["etype"]
-        ctl = np.flatnonzero(((et == MAC_CONTROL_ETHERTYPE) | (et == LLDP_ETHERTYPE)) & (rec["linktype"] == 1))
+        ctl = np.flatnonzero(((et == ETHERTYPE_MAC_CONTROL) | (et == ETHERTYPE_LLDP)) & (rec["linktype"] == 1))
         for i in ctl:
             at = int(pos.data[i])
             control.append(
@@ -765,7 +759,7 @@ def _ecmp_findings(ecmp: dict, s: Settings, rows, v2) -> List[dict]:
                 f"{n} RoCEv2 flows with {ecmp['distinct_srcports']} distinct UDP source ports fall on "
                 f"{used} of {s.paths} paths (CRC-32 hash of the 5-tuple)",
                 rows["frame"][v2],
-                "udp.dstport == 4791 && !mad && bth.opcode != 0x81",
+                f"udp.dstport == {ROCE_V2_PORT} && !mad && bth.opcode != 0x81",
                 paths_used=used,
             )
         )

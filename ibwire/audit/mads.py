@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Optional
 
 from dissectors.madnames import SM_STATES
+from dissectors.numbers import PERMISSIVE_LID, PKEY_BASE, PKEY_FULL_MEMBER
 
 from ..fabric.sm import elect
 from .fields import as_int, first_of, gid_text
 from .state import FabricState
 
 TRAPS = {256: "bad M_Key", 257: "bad P_Key", 258: "bad Q_Key", 259: "bad P_Key at switch external port"}
-PERMISSIVE_LID = 0xFFFF
 
 
 class MadObserver:
@@ -122,7 +122,7 @@ class MadObserver:
             ps = self.wire.port(guid, "capture")
             table = list(ps.pkeys or [])
             entries = {
-                (int(b) & 0x7FFF) | (0x8000 if (i < len(members) and int(members[i])) else 0)
+                (int(b) & PKEY_BASE) | (PKEY_FULL_MEMBER if (i < len(members) and int(members[i])) else 0)
                 for i, b in enumerate(bases)
             } - {0, 0x8000}
             ps.pkeys = [p for p in table if p] if block else []

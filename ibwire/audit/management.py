@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from dissectors.numbers import PKEY_BASE
+
 from .fields import as_int
 from .findings import EVIDENCE_FRAMES, Finding
 from .identity import Identities, Side
@@ -167,7 +169,7 @@ def join_findings(mads: MadObserver, policy: Policy, ids: Identities) -> list:
         ipoib = raw[2:4] in (b"\x40\x1b", b"\x60\x1b")  # IPoIB signature: the MGID carries the P_Key
         pk = groups.get(mgid)
         if pk is None and ipoib:
-            pk = int.from_bytes(raw[4:6], "big") & 0x7FFF
+            pk = int.from_bytes(raw[4:6], "big") & PKEY_BASE
         if pk is None:
             continue
         guid = gid_port_guid(portgid) if portgid else None

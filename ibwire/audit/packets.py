@@ -19,6 +19,14 @@ from typing import Iterator, NamedTuple, Tuple
 
 import numpy as np
 
+from dissectors.numbers import (
+    ETHERTYPE_QINQ,
+    ETHERTYPE_QINQ_OLD,
+    ETHERTYPE_VLAN,
+    LINKTYPE_ERF,
+    LINKTYPE_ETHERNET,
+    LINKTYPE_INFINIBAND,
+)
 from dissectors.opcodes import GRH_NXTHDR_BTH, OPCODES
 
 from ..analysis.hashing import group_rows
@@ -35,7 +43,11 @@ for _code, _op in OPCODES.items():
 
 _DOUBT = R.F_MALFORMED | R.F_TRUNCATED | R.F_MAD | R.F_HEURISTIC
 _DATA_LINKS = (R.ROCE1, R.ROCE2V4, R.ROCE2V6, R.IB, R.IBGRH)
-_ETH, _ERF, _IB = 1, 197, 247  # link types whose records the fast path and scapy read alike
+_ETH, _ERF, _IB = (
+    LINKTYPE_ETHERNET,
+    LINKTYPE_ERF,
+    LINKTYPE_INFINIBAND,
+)  # link types whose records the fast path and scapy read alike
 _ERF_IB = 21  # ERF record type InfiniBand, no extension headers: LRH at 16
 _TAGS = (b"\x81\x00", b"\x88\xa8", b"\x91\x00")
 
@@ -168,9 +180,9 @@ def _shapes_ok(batch, rows: np.ndarray) -> np.ndarray:
         return _byte(data, caplen, buf, at)
 
     etype = byte(12) << 8 | byte(13)
-    tagged = etype == 0x8100
+    tagged = etype == ETHERTYPE_VLAN
     inner = np.where(tagged, byte(16) << 8 | byte(17), etype)
-    eth_ok = ~np.isin(inner, (0x8100, 0x88A8, 0x9100)) & ((vlan >= 0) == tagged)
+    eth_ok = ~np.isin(inner, (ETHERTYPE_VLAN, ETHERTYPE_QINQ, ETHERTYPE_QINQ_OLD)) & ((vlan >= 0) == tagged)
     eth_ok &= (link != R.ROCE1) | (byte(np.where(tagged, 24, 20)) == GRH_NXTHDR_BTH)
     eth = lt == _ETH
     if eth.all():

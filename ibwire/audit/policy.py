@@ -16,14 +16,13 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Optional
 
+from dissectors.numbers import DEFAULT_PKEY_BASE, IPOIB_QKEY, PKEY_BASE, PKEY_FULL_MEMBER
+
 from ..errors import InputError
 from ..inputfile import read_bytes
 from .findings import Finding
 from .prtn_reader import KEYWORDS, Note, Reader, Rejected, Sink
 
-DEFAULT_PKEY = 0x7FFF
-FULL_BIT = 0x8000
-IPOIB_QKEY = 0x0B1B
 NAME_MAX = 31  # osm_prtn_t.name is char[32]
 DEFAULT_SCOPE = 0x2  # OSM_DEFAULT_MGRP_SCOPE: link-local
 NODE_TYPES = ("ca", "switch", "router")
@@ -84,7 +83,7 @@ class Policy(Sink):
         self.rejected: Optional[tuple] = None  # (line, why) when opensm rejected the file
         self._counter = 0
         self._index = None  # see _candidates
-        default = self.make_partition("Default", DEFAULT_PKEY, 0)
+        default = self.make_partition("Default", DEFAULT_PKEY_BASE, 0)
         default.members = [Member("ALL", "limited" if file_found else "full"), Member("SELF", "full")]
         if not file_found:
             self.add_mgroup(
@@ -134,16 +133,16 @@ class Policy(Sink):
         keys = set()
         for pk, m in self.membership(port).items():
             if m in ("full", "both"):
-                keys.add(pk | FULL_BIT)
+                keys.add(pk | PKEY_FULL_MEMBER)
             if m in ("limited", "both"):
                 keys.add(pk)
         return keys
 
     def declared(self, pkey: int) -> bool:
-        return (pkey & 0x7FFF) in self.partitions
+        return (pkey & PKEY_BASE) in self.partitions
 
     def name_of(self, pkey: int) -> str:
-        p = self.partitions.get(pkey & 0x7FFF)
+        p = self.partitions.get(pkey & PKEY_BASE)
         return p.name if p else "undeclared"
 
     def ipoib_mgids(self) -> dict[str, int]:
@@ -157,7 +156,7 @@ class Policy(Sink):
     # -- osm_prtn.c ------------------------------------------------------------------------------
     def make_partition(self, name: Optional[str], pkey: int, line: int):
         """osm_prtn_make_new: None when opensm runs out of automatic P_Keys (a parse error)."""
-        pkey &= 0x7FFF
+        pkey &= PKEY_BASE
         automatic = False
         if not pkey:
             if name is not None:
@@ -165,7 +164,7 @@ class Policy(Sink):
                 if found is not None:
                     return found
                 lost = len(name.encode("latin-1")) > NAME_MAX and self._by_name(name[:NAME_MAX]) is not None
-            while self._counter < DEFAULT_PKEY - 1:
+            while self._counter < DEFAULT_PKEY_BASE - 1:
                 self._counter += 1
                 if self._counter not in self.partitions:
                     pkey = self._counter

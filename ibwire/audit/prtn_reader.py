@@ -14,6 +14,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Optional
 
+from dissectors.numbers import IPOIB_QKEY, PKEY_BASE
+
 from ..inputfile import closest
 
 LINE_SIZE = 4096  # char line[4096]; fgets(line, sizeof(line) - 1, file)
@@ -301,13 +303,13 @@ class Reader:
         if conf.ipoib:
             mgid = bytearray(b"\xff\x12\x40\x1b\0\0" + bytes(6) + b"\xff" * 4)
             mgid[4:6] = (part.pkey | 0x8000).to_bytes(2, "big")
-            flags = dict(conf.flags, Q_Key=conf.flags["Q_Key"] or 0x0B1B, scope_mask=conf.flags["scope_mask"])
+            flags = dict(conf.flags, Q_Key=conf.flags["Q_Key"] or IPOIB_QKEY, scope_mask=conf.flags["scope_mask"])
             self.sink.add_mgroup(part, bytes(mgid), flags, self.lineno)
         return True
 
     def _pkey_notes(self, text: str, value: int, pkey: int) -> None:
         how = _number_reading(text)
-        base = pkey & 0x7FFF
+        base = pkey & PKEY_BASE
         if value > 0xFFFF:
             self.note(
                 f"P_Key '{text}' (= 0x{value:x})",
@@ -492,7 +494,7 @@ class Reader:
                     )
                     return length
             raw = raw[:4] + want + raw[6:]
-            flags["Q_Key"] = flags["Q_Key"] or 0x0B1B
+            flags["Q_Key"] = flags["Q_Key"] or IPOIB_QKEY
         self.sink.add_mgroup(conf.part, raw, flags, self.lineno)
         return length
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from dissectors.opcodes import ROCE_V1_ETHERTYPE, ROCE_V2_PORT
+from dissectors.numbers import (
+    ETHERTYPE_LLDP,
+    ETHERTYPE_MAC_CONTROL,
+    ETHERTYPE_ROCE_V1,
+    ETHERTYPE_SLOW,
+    LINKTYPE_ERF,
+    LINKTYPE_INFINIBAND,
+    LINKTYPE_IPOIB,
+    ROCE_V2_PORT,
+)
 
 from .findings import EVIDENCE_FRAMES, Finding, severity_rank
 from .identity import NO_TENANT
@@ -129,7 +138,11 @@ class Evidence:
         return d
 
 
-_IB_LINKTYPES = (197, 242, 247)  # ERF (IB records), IPoIB, InfiniBand: every frame is IB
+_IB_LINKTYPES = (
+    LINKTYPE_ERF,
+    LINKTYPE_IPOIB,
+    LINKTYPE_INFINIBAND,
+)  # ERF (IB records), IPoIB, InfiniBand: every frame is IB
 
 
 def rdma_looking(linktype: int, flat: dict) -> bool:
@@ -137,7 +150,7 @@ def rdma_looking(linktype: int, flat: dict) -> bool:
     return bool(
         flat.get("infiniband")
         or linktype in _IB_LINKTYPES
-        or flat.get("eth.type") == ROCE_V1_ETHERTYPE
+        or flat.get("eth.type") == ETHERTYPE_ROCE_V1
         or ROCE_V2_PORT in (flat.get("udp.srcport"), flat.get("udp.dstport"))
     )
 
@@ -148,7 +161,9 @@ def scope_name(flat: dict) -> str:
     if names and names[-1] not in ("eth", "vlan", "sll"):
         return names[-1]
     t = flat.get("eth.type")
-    return {0x88CC: "lldp", 0x8808: "macc", 0x8809: "slow"}.get(t, f"ethertype 0x{t:04x}" if t is not None else "other")
+    return {ETHERTYPE_LLDP: "lldp", ETHERTYPE_MAC_CONTROL: "macc", ETHERTYPE_SLOW: "slow"}.get(
+        t, f"ethertype 0x{t:04x}" if t is not None else "other"
+    )
 
 
 class Result:

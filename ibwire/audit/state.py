@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from dissectors.numbers import PKEY_BASE
+
 from ..errors import InputError, UserError
 from ..fabric.sm import elect
 from ..inputfile import not_a_key, parse_json, read_text, type_name
@@ -43,7 +45,7 @@ class PortState:
     device: str = ""  # sysfs: mlx5_0, or mlx5_0 vf 2
 
     def table(self) -> Optional[set]:
-        return None if self.pkeys is None else {p for p in self.pkeys if p & 0x7FFF}
+        return None if self.pkeys is None else {p for p in self.pkeys if p & PKEY_BASE}
 
 
 @dataclass
@@ -145,7 +147,7 @@ def from_fabric_json(path: str) -> FabricState:
         ps.lid = _int(p.get("lid")) or ps.lid
         ps.description = node.get("description") or ""
         if p.get("pkeys_last") is not None:
-            ps.pkeys = [v for v in (_int(x) for x in p.get("pkeys") or []) if v and v & 0x7FFF]
+            ps.pkeys = [v for v in (_int(x) for x in p.get("pkeys") or []) if v and v & PKEY_BASE]
             ps.pkey_source = src + f" ({p['pkeys_last']} in frame {p.get('pkeys_frame')})"
     sm = doc.get("sm") or {}
     master, _ = elect(
@@ -407,7 +409,7 @@ def parse_smpquery_pkeys(text: str) -> list:
         m = re.match(r"\s*(\d+):((?:\s+0x[0-9a-fA-F]{4})+)\s*$", line)
         if m:
             entries += [int(x, 16) for x in m.group(2).split()]
-    return [e for e in entries if e & 0x7FFF]
+    return [e for e in entries if e & PKEY_BASE]
 
 
 def parse_saquery_nodes(text: str) -> list:
@@ -480,7 +482,7 @@ def _sysfs_port(st: FabricState, dev_dir: Path, label: str, guid_override: Optio
         pk_dir = port_dir / "pkeys"
         if pk_dir.is_dir():
             idx = sorted((int(n.name), n) for n in pk_dir.iterdir() if n.name.isdigit())
-            ps.pkeys = [v for v in (_int(_read(n)) for _, n in idx) if v and v & 0x7FFF]
+            ps.pkeys = [v for v in (_int(_read(n)) for _, n in idx) if v and v & PKEY_BASE]
             ps.pkey_source = f"sysfs {label}"
 
 

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dissectors.numbers import DEFAULT_PKEY_BASE, PKEY_BASE
+
 from ..analysis.report import plural
 from .fields import as_int
 from .findings import EVIDENCE_FRAMES, Finding
 from .identity import NO_TENANT, Identities, Side, sides
-from .policy import DEFAULT_PKEY, Policy
+from .policy import Policy
 from .tenants import Tenants
 
 
@@ -60,7 +62,7 @@ class Traffic:
                 self._ends[addr] = ends
         src, dst, skey, dkey, speaker = ends
         pkey = as_int(flat.get("bth.p_key")) or 0
-        self.first_seen.setdefault((speaker, pkey & 0x7FFF), frames[0])
+        self.first_seen.setdefault((speaker, pkey & PKEY_BASE), frames[0])
         key = (skey, dkey, pkey)
         fl = self.flows.get(key)
         if fl is None:
@@ -73,7 +75,7 @@ class Traffic:
     def conversation(self, fl: Flow) -> tuple:
         """(initiator's flow, the answer or None, swapped): one conversation told from its initiator's side."""
         back = self.flows.get((fl.dst.key(), fl.src.key(), fl.pkey))
-        if back is not None and self._spoke_first(back.src, fl.src, fl.pkey & 0x7FFF):
+        if back is not None and self._spoke_first(back.src, fl.src, fl.pkey & PKEY_BASE):
             return back, fl, True
         return fl, back, False
 
@@ -92,7 +94,7 @@ def flow_findings(traffic: Traffic, policy: Policy, ids: Identities) -> list:
         fl, back, _ = traffic.conversation(fl)
         a, b = ids.resolve(fl.src), ids.resolve(fl.dst)
         answered = back is not None
-        base = fl.pkey & 0x7FFF
+        base = fl.pkey & PKEY_BASE
         pair = (a.tenant, b.tenant)
         if fl.src.kind == "ib" and not policy.declared(base):
             seen = undeclared.setdefault(base, ([], set()))
@@ -134,7 +136,7 @@ def flow_findings(traffic: Traffic, policy: Policy, ids: Identities) -> list:
             )
         if a.tenant != b.tenant and NO_TENANT not in pair and not _can_talk(ma, mb):
             rule = "cross-tenant-breach" if answered else "cross-tenant-attempt"
-            via = " (they meet only in the default partition)" if base == DEFAULT_PKEY else ""
+            via = " (they meet only in the default partition)" if base == DEFAULT_PKEY_BASE else ""
             findings.append(
                 _pairwise(
                     rule,
@@ -165,14 +167,16 @@ def default_full_findings(traffic: Traffic, policy: Policy, tenants: Tenants, id
     by_tenant = {}
     for ep in tenants.endpoints:
         if ep.port_guid is not None:
-            m = policy.membership(ids.node(ep.port_guid)).get(DEFAULT_PKEY)
+            m = policy.membership(ids.node(ep.port_guid)).get(DEFAULT_PKEY_BASE)
             if m in ("full", "both"):
                 by_tenant.setdefault(ep.tenant, []).append(ep)
     names = sorted(by_tenant)
     if len(names) < 2:
         return []
     frames, sev, talkers, first = [], "warning", set(), None
-    default_flows = [fl for fl in traffic.flows.values() if fl.src.kind == "ib" and fl.pkey & 0x7FFF == DEFAULT_PKEY]
+    default_flows = [
+        fl for fl in traffic.flows.values() if fl.src.kind == "ib" and fl.pkey & PKEY_BASE == DEFAULT_PKEY_BASE
+    ]
     for fl in default_flows:
         a, b = ids.resolve(fl.src), ids.resolve(fl.dst)
         if a.tenant != b.tenant and a.tenant in by_tenant and b.tenant in by_tenant:
@@ -268,4 +272,4 @@ def _can_talk(ma: dict, mb: dict) -> bool:
     """Two ports of different tenants may talk when they share a partition other than the default one in
     which at least one is a full member (IBA 10.9.2).  The default partition does not count: tenants that
     meet only there are the `Default=0x7fff : ALL=full` mistake, not a declared sharing."""
-    return any(pk in mb and pk != DEFAULT_PKEY and ("limited" != ma[pk] or "limited" != mb[pk]) for pk in ma)
+    return any(pk in mb and pk != DEFAULT_PKEY_BASE and ("limited" != ma[pk] or "limited" != mb[pk]) for pk in ma)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_ETHERNET
+
 from ..errors import UserError
 from ..outfile import output_file
 from . import sysfs
@@ -48,7 +50,7 @@ def targets() -> List[ExtcapTarget]:
                     f"ibwire: {d.name} port {p.num} ({p.link_layer})",
                     ["--pf", d.name, "--port", str(p.num)],
                     None,
-                    197 if ib else 1,
+                    LINKTYPE_ERF if ib else LINKTYPE_ETHERNET,
                     "ERF" if ib else "EN10MB",
                 )
             )
@@ -60,7 +62,7 @@ def targets() -> List[ExtcapTarget]:
                     f"ibwire: VF {v.index} of {d.name}",
                     ["--pf", d.name, "--vf", str(v.index)],
                     None,
-                    197 if ib else 1,
+                    LINKTYPE_ERF if ib else LINKTYPE_ETHERNET,
                     "ERF" if ib else "EN10MB",
                 )
             )

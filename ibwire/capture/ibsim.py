@@ -23,20 +23,21 @@ import time
 from collections import OrderedDict
 from typing import Dict, Optional
 
+from dissectors.numbers import ETHERTYPE_IPV4, LINKTYPE_ERF, LINKTYPE_INFINIBAND, PERMISSIVE_LID
+
 from ..errors import UserError
-from ..writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND, PcapWriter, erf_record
+from ..writers import PcapWriter, erf_record
 from .ending import CaptureStopped, truncate_to_complete
 from .ibsim_wire import (
     IBSIM_DEFAULT_SERVER_PORT,
     IBSIM_MAX_CLIENTS,
-    PERMISSIVE_LID,
     ib_packet,
     parse_ctl_port_lid,
     parse_sim_request,
     with_client_tid,
 )
 
-ETH_P_IP = 0x0800
+ETH_P_IP = ETHERTYPE_IPV4
 PACKET_OUTGOING = 4
 SOL_PACKET = 263
 PACKET_STATISTICS = 6

@@ -24,6 +24,7 @@ import struct
 from typing import NamedTuple, Optional
 
 from dissectors.crc import icrc_ib, vcrc
+from dissectors.numbers import DEFAULT_PKEY, GSI_QKEY
 from dissectors.opcodes import OPCODES
 
 SIM_REQUEST_LEN = 288
@@ -35,9 +36,6 @@ IBSIM_MAX_CLIENTS = 10
 IBSIM_DEFAULT_SERVER_PORT = 7070
 
 MAD_LEN = 256
-PERMISSIVE_LID = 0xFFFF
-GSI_QKEY = 0x80010000
-DEFAULT_PKEY = 0xFFFF
 UD_SEND_ONLY = next(o.code for o in OPCODES.values() if o.transport == "UD" and o.name == "SEND Only")
 _PKTLEN_WORDS = (8 + 12 + 8 + MAD_LEN + 4) // 4  # LRH PktLen counts LRH..ICRC in 4-byte words (§7.7.8)
 _SMP_CLASSES = (0x01, 0x81)

@@ -10,7 +10,16 @@ import struct
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from ..writers import LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND
+from dissectors.numbers import (
+    ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
+    ETHERTYPE_QINQ,
+    ETHERTYPE_ROCE_V1,
+    ETHERTYPE_VLAN,
+    LINKTYPE_ERF,
+    LINKTYPE_ETHERNET,
+    LINKTYPE_INFINIBAND,
+)
 
 
 @dataclass
@@ -51,14 +60,14 @@ class Identity:
             if d[0:6] in macs or d[6:12] in macs:
                 return True
             off, etype = 14, struct.unpack_from(">H", d, 12)[0] if len(d) >= 14 else 0
-            while etype in (0x8100, 0x88A8) and len(d) >= off + 4:
+            while etype in (ETHERTYPE_VLAN, ETHERTYPE_QINQ) and len(d) >= off + 4:
                 etype = struct.unpack_from(">H", d, off + 2)[0]
                 off += 4
-            if etype == 0x0800 and len(d) >= off + 20:
+            if etype == ETHERTYPE_IPV4 and len(d) >= off + 20:
                 return d[off + 12 : off + 16] in ips or d[off + 16 : off + 20] in ips
-            if etype == 0x86DD and len(d) >= off + 40:
+            if etype == ETHERTYPE_IPV6 and len(d) >= off + 40:
                 return d[off + 8 : off + 24] in ips or d[off + 24 : off + 40] in ips
-            if etype == 0x8915 and len(d) >= off + 40:
+            if etype == ETHERTYPE_ROCE_V1 and len(d) >= off + 40:
                 return d[off + 8 : off + 24] in gids or d[off + 24 : off + 40] in gids
             return False
 

@@ -15,9 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_INFINIBAND
+
 from ..errors import UserError
 from ..outfile import refuse_shared_dir, refuse_unsafe
-from ..writers import LINKTYPE_ERF, LINKTYPE_INFINIBAND, erf_record
+from ..writers import erf_record
 from . import counters
 from . import journal as jr
 from .dumpcap import DEFAULT_BUFFER_MIB, IN_FLIGHT, Dumpcap, Plan

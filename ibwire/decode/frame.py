@@ -15,10 +15,11 @@ from dissectors import BTH, GRH, ICRC, LRH, VCRC, lookup
 from dissectors.base import IBLayer
 from dissectors.dcb import MACControl, MACControlPause, MACControlPFC, pause_seconds
 from dissectors.mad import MAD
+from dissectors.numbers import LINKTYPE_ERF
 
 from ..fieldtypes import EITHER
 from ..readers import Frame
-from ..readers.formats import ERF_LINKTYPE, erf_view
+from ..readers.formats import erf_view
 from .extents import Extents
 from .fields import layer_fields, nest_and_flatten
 from .linktypes import LINKTYPES, apply_roce2_heuristic, first_layer
@@ -332,7 +333,7 @@ def _frame_fields(frame: Frame, pkt) -> dict:
     timestamp: ibwire.readers.formats.erf_view), and the protocols' bytes for display-filter slices and len()
     (`_ws.bytes`)."""
     caplen, wirelen, t = frame.caplen, frame.wirelen, frame.time
-    if frame.linktype == ERF_LINKTYPE:
+    if frame.linktype == LINKTYPE_ERF:
         import numpy as np
 
         hdr, ns = (int(a[0]) for a in erf_view(np.frombuffer(frame.data, np.uint8), [0], [len(frame.data)]))

@@ -5,6 +5,14 @@ from scapy.layers.l2 import CookedLinux, Ether
 from scapy.packet import Raw
 
 from dissectors import BTH, ERF, LRH, IPoIBLink, looks_like_roce2
+from dissectors.numbers import (
+    LINKTYPE_ERF,
+    LINKTYPE_ETHERNET,
+    LINKTYPE_INFINIBAND,
+    LINKTYPE_IPOIB,
+    LINKTYPE_LINUX_SLL,
+    LINKTYPE_LINUX_SLL2,
+)
 
 try:
     from scapy.layers.l2 import CookedLinuxV2
@@ -12,12 +20,12 @@ except ImportError:  # scapy < 2.5
     CookedLinuxV2 = None
 
 LINKTYPES = {
-    1: ("Ethernet", Ether),
-    113: ("Linux cooked (SLL)", CookedLinux),
-    197: ("ERF", ERF),
-    242: ("IPoIB", IPoIBLink),
-    247: ("InfiniBand", LRH),
-    276: ("Linux cooked v2 (SLL2)", CookedLinuxV2),
+    LINKTYPE_ETHERNET: ("Ethernet", Ether),
+    LINKTYPE_LINUX_SLL: ("Linux cooked (SLL)", CookedLinux),
+    LINKTYPE_ERF: ("ERF", ERF),
+    LINKTYPE_IPOIB: ("IPoIB", IPoIBLink),
+    LINKTYPE_INFINIBAND: ("InfiniBand", LRH),
+    LINKTYPE_LINUX_SLL2: ("Linux cooked v2 (SLL2)", CookedLinuxV2),
 }
 
 

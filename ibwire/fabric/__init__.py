@@ -36,6 +36,8 @@ integers; a value not seen in the capture is null.
 
 from collections import Counter
 
+from dissectors.numbers import PKEY_BASE
+
 from .model import NODE_TYPES, PORT_STATES, build
 from .sm import elect
 
@@ -86,7 +88,7 @@ def fabric_view(path: str) -> dict:
                 }
                 if pi
                 else None,
-                "pkeys": [k for k in table if k & 0x7FFF],
+                "pkeys": [k for k in table if k & PKEY_BASE],
                 "pkey_table": table,
                 "pkeys_last": p.pkeys_how or None,
                 "pkeys_frame": p.pkeys_frame or None,

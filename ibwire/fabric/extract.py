@@ -9,10 +9,11 @@ extension headers when type bit 7 is set (each 8 bytes, chained by bit 7 of thei
 import struct
 from typing import Iterator, NamedTuple
 
+from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_INFINIBAND
 from dissectors.opcodes import OPCODES
 
 from ..readers import iter_frames
-from ..writers import ERF_TYPE_INFINIBAND, ERF_TYPE_INFINIBAND_LINK, LINKTYPE_ERF, LINKTYPE_INFINIBAND
+from ..writers import ERF_TYPE_INFINIBAND, ERF_TYPE_INFINIBAND_LINK
 
 UD_SEND_ONLY = next(o.code for o in OPCODES.values() if o.transport == "UD" and o.name == "SEND Only")
 MAD_LEN = 256

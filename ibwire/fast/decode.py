@@ -9,10 +9,11 @@ records.RECORD (each field's byte offset, checked against the types the C code w
 import numpy as np
 
 from dissectors.crc import vcrc
-from dissectors.decisions import MAD_HEADER_LEN, MANAGEMENT_QPS, may_carry_mad
-from dissectors.opcodes import HEADER_LEN, OPCODES, ROCE_V1_ETHERTYPE, ROCE_V2_PORT
+from dissectors.decisions import may_carry_mad
+from dissectors.numbers import ETHERTYPE_ROCE_V1, LINKTYPE_ERF, MAD_HEADER_LEN, MANAGEMENT_QPS, ROCE_V2_PORT
+from dissectors.opcodes import HEADER_LEN, OPCODES
 
-from ..readers.formats import ERF_LINKTYPE, erf_view
+from ..readers.formats import erf_view
 from . import _native
 from . import records as R
 from .columns import STARTS, Columns
@@ -92,7 +93,7 @@ def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarr
 def as_tshark_counts(buf: np.ndarray, pos: Positions, out) -> None:
     """ERF records' lengths without the ERF header and their times from it, as tshark counts them
     (ibwire.readers.formats.erf_view); `out` holds one row per position."""
-    erf = np.flatnonzero(np.asarray(pos.linktype) == ERF_LINKTYPE)
+    erf = np.flatnonzero(np.asarray(pos.linktype) == LINKTYPE_ERF)
     if not len(erf):
         return
     hdr, ns = erf_view(buf, pos.data[erf], pos.caplen[erf])
@@ -141,7 +142,7 @@ def _decode(buf, pos: Positions, icrc: bool, field_off: np.ndarray, field_step: 
         field_off=field_off,
         field_step=field_step,
         roce2_port=ROCE_V2_PORT,
-        roce1_ethertype=ROCE_V1_ETHERTYPE,
+        roce1_ethertype=ETHERTYPE_ROCE_V1,
         mad_qp_max=MAD_QP_MAX,
         mad_header_len=MAD_HEADER_LEN,
         icrc=icrc,

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from dissectors.numbers import ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1, LINKTYPE_ERF
 from dissectors.opcodes import HEADER_LEN, OPCODES
 
 from ..errors import UserError
@@ -43,11 +44,11 @@ class NotBatchable(Exception):
     """The filter names a field (or uses an operator on it) that the records cannot answer."""
 
 
-ERF = 197
+ERF = LINKTYPE_ERF
 DATA = (R.ROCE1, R.ROCE2V4, R.ROCE2V6, R.IB, R.IBGRH)
 _CARRIED = {h: np.array([c in OPCODES and h in OPCODES[c].headers for c in range(256)]) for h in HEADER_LEN}
 _ETHERTYPE = np.zeros(len(R.LINK_KINDS), np.int64)
-_ETHERTYPE[[R.ROCE1, R.ROCE2V4, R.ROCE2V6]] = (0x8915, 0x0800, 0x86DD)
+_ETHERTYPE[[R.ROCE1, R.ROCE2V4, R.ROCE2V6]] = (ETHERTYPE_ROCE_V1, ETHERTYPE_IPV4, ETHERTYPE_IPV6)
 
 
 class Ctx:

@@ -5,6 +5,8 @@ are never answered with ICMP port unreachable."""
 import socket
 import sys
 
+from dissectors.numbers import ROCE_V2_PORT
+
 from ..readers import iter_frames
 
 SINK_TIMEOUT = 60.0
@@ -15,7 +17,7 @@ def main(argv):
         want = int(argv[1])
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
-        s.bind(("0.0.0.0", 4791))
+        s.bind(("0.0.0.0", ROCE_V2_PORT))
         s.settimeout(SINK_TIMEOUT)
         print("ready", flush=True)
         got = 0

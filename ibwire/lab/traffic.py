@@ -18,10 +18,18 @@ import tempfile
 from typing import Dict, List, Optional, Tuple
 
 from dissectors.crc import icrc_roce2
+from dissectors.numbers import (
+    ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
+    ETHERTYPE_QINQ,
+    ETHERTYPE_VLAN,
+    LINKTYPE_ETHERNET,
+    ROCE_V2_PORT,
+)
 
 from ..errors import UserError
 from ..readers import iter_frames
-from ..writers import LINKTYPE_ETHERNET, PcapWriter
+from ..writers import PcapWriter
 
 DEFAULT_PAIRS = "vf0-remote,vf2-remote,vf1-vf3,vf2-vf1"
 
@@ -34,10 +42,10 @@ def roce_packets(path: str) -> List[Tuple[str, str, int, bytes]]:
             continue
         d = fr.data
         off, et = 14, struct.unpack_from(">H", d, 12)[0] if len(d) >= 14 else 0
-        while et in (0x8100, 0x88A8) and len(d) >= off + 4:
+        while et in (ETHERTYPE_VLAN, ETHERTYPE_QINQ) and len(d) >= off + 4:
             et = struct.unpack_from(">H", d, off + 2)[0]
             off += 4
-        if et == 0x0800 and len(d) >= off + 28:
+        if et == ETHERTYPE_IPV4 and len(d) >= off + 28:
             ihl = (d[off] & 0x0F) * 4
             total = struct.unpack_from(">H", d, off + 2)[0]
             src, dst = (
@@ -45,7 +53,7 @@ def roce_packets(path: str) -> List[Tuple[str, str, int, bytes]]:
                 str(ipaddress.ip_address(d[off + 16 : off + 20])),
             )
             udp, end = off + ihl, off + total
-        elif et == 0x86DD and len(d) >= off + 48:
+        elif et == ETHERTYPE_IPV6 and len(d) >= off + 48:
             src, dst = (
                 str(ipaddress.ip_address(d[off + 8 : off + 24])),
                 str(ipaddress.ip_address(d[off + 24 : off + 40])),
@@ -55,7 +63,7 @@ def roce_packets(path: str) -> List[Tuple[str, str, int, bytes]]:
             udp, end = off + 40, off + 40 + struct.unpack_from(">H", d, off + 4)[0]
         else:
             continue
-        if len(d) < udp + 8 + 12 or struct.unpack_from(">H", d, udp + 2)[0] != 4791:
+        if len(d) < udp + 8 + 12 or struct.unpack_from(">H", d, udp + 2)[0] != ROCE_V2_PORT:
             continue
         out.append((src, dst, struct.unpack_from(">H", d, udp)[0], bytes(d[udp + 8 : min(end, len(d))])))
     return out
@@ -86,12 +94,12 @@ def build_frame(src: dict, dst: dict, sport: int, roce: bytes) -> bytes:
     body = roce[:-4] if len(roce) >= 16 else roce
     udp_len = 8 + len(body) + 4
     ip = _ipv4(src["ips"][0], dst["ips"][0], udp_len)
-    udp = struct.pack(">HHHH", sport, 4791, udp_len, 0)
+    udp = struct.pack(">HHHH", sport, ROCE_V2_PORT, udp_len, 0)
     icrc = struct.pack("<I", icrc_roce2(ip + udp + body))
     eth = bytes.fromhex(dst["mac"].replace(":", "")) + bytes.fromhex(src["mac"].replace(":", ""))
     if src.get("vlan"):
-        eth += struct.pack(">HH", 0x8100, src["vlan"])
-    return eth + struct.pack(">H", 0x0800) + ip + udp + body + icrc
+        eth += struct.pack(">HH", ETHERTYPE_VLAN, src["vlan"])
+    return eth + struct.pack(">H", ETHERTYPE_IPV4) + ip + udp + body + icrc
 
 
 def write_burst(lab: dict, src: str, dst: str, n: int, path: str, distinct: int = 1000) -> str:

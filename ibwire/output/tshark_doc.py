@@ -23,6 +23,7 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import NoPayload, Raw
 
 from dissectors.base import IBLayer
+from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_IPOIB, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2
 
 from ..decode.fields import FOREIGN, MERGED, mad_layer_entries
 from ..fieldtypes import TSHARK_DISPLAY
@@ -31,7 +32,13 @@ from .values import SELF_NAMED, bytes_text, ipv6_text, value_text
 
 # Wiretap's encapsulation numbers (frame.encap_type) of the link types tshark 4.0 reads (not 247: tshark
 # cannot open it, so the link type itself stands there).
-ENCAP_TYPES = {1: 1, 113: 25, 197: 98, 242: 180, 276: 210}
+ENCAP_TYPES = {
+    LINKTYPE_ETHERNET: 1,
+    LINKTYPE_LINUX_SLL: 25,
+    LINKTYPE_ERF: 98,
+    LINKTYPE_IPOIB: 180,
+    LINKTYPE_LINUX_SLL2: 210,
+}
 IB_PREFIX = "infiniband."
 FILTERED = "filtered"  # what -j/-J leave of a protocol or subtree not selected
 
@@ -70,7 +77,7 @@ def frame_time(ns: int) -> str:
 def _frame(d, t: Times, session: "Session") -> list:
     f, flat = d.frame, d.flat
     items = []
-    if f.linktype == 197 and len(f.data) >= 16:
+    if f.linktype == LINKTYPE_ERF and len(f.data) >= 16:
         port = f.data[9] & 3
         name = f"Port {'ABCD'[port]} (ERF Interface {port})"
         items += [
@@ -374,7 +381,7 @@ def _foreign(layer) -> Optional[tuple]:
 def document(d, t: Times, session: Session) -> list:
     """The layers of one decoded frame (ibwire.decode.Decoded) as tshark's -T json writes them."""
     layers = [("frame", _frame(d, t, session))]
-    if d.frame.linktype == 197 and len(d.frame.data) >= 16:
+    if d.frame.linktype == LINKTYPE_ERF and len(d.frame.data) >= 16:
         layers.append(("erf", _erf(d.frame.data)))
     ib = None
     try:

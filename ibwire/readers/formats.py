@@ -35,7 +35,6 @@ def if_tsresol(opts: bytes, endian: str) -> tuple:
     return (1000, 1)
 
 
-ERF_LINKTYPE = 197
 # Bytes a type-specific ERF header adds after the 16-byte record header and its 8-byte extension headers
 # (wiretap's pcap_get_phdr_size): Ethernet types pad 2, multi-channel and AAL2 types 4.
 _ERF_TYPE_HEADER = [2 if t in (2, 11, 16, 20) else 4 if t in (5, 6, 7, 8, 9, 12, 17, 18) else 0 for t in range(128)]

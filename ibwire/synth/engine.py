@@ -16,6 +16,7 @@ import math
 import random
 from typing import Iterator, List, Optional, Tuple
 
+from dissectors.numbers import GSI_QKEY, PERMISSIVE_LID
 from dissectors.opcodes import CREDITS, RNR_TIMER_MS
 
 from . import mads
@@ -25,7 +26,6 @@ from .scenario import PMTUS, QP, Scenario
 
 Event = Tuple[float, int, bytes]
 M24 = 0xFFFFFF
-IPOIB_QKEY = 0x00000B1B
 MCAST_QPN = 0xFFFFFF
 RNR_DELAY = tuple(ms * 1e-3 for ms in RNR_TIMER_MS)
 
@@ -103,7 +103,7 @@ class Context:
 
     def mad(self, src, dst, mad: bytes, qp: int, *, pkey=0xFFFF, directed=False) -> bytes:
         """A MAD as a UD SEND Only to QP0 (SMI, VL15, Q_Key 0) or QP1 (GSI, Q_Key 0x80010000)."""
-        perm = mads.PERMISSIVE_LID if directed else None
+        perm = PERMISSIVE_LID if directed else None
         return self.ud(
             src,
             dst,
@@ -111,7 +111,7 @@ class Context:
             pkey,
             qp,
             qp,
-            0 if qp == 0 else mads.GSI_QKEY,
+            0 if qp == 0 else GSI_QKEY,
             mad,
             vl=15 if qp == 0 else 0,
             dlid=perm,

@@ -10,8 +10,17 @@ import struct
 from typing import Optional
 
 from dissectors.crc import icrc_ib, icrc_roce1, icrc_roce2, vcrc
-from dissectors.opcodes import ROCE_V1_ETHERTYPE, ROCE_V2_PORT
-from ibwire.writers import LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND, erf_record
+from dissectors.numbers import (
+    ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
+    ETHERTYPE_ROCE_V1,
+    ETHERTYPE_VLAN,
+    LINKTYPE_ERF,
+    LINKTYPE_ETHERNET,
+    LINKTYPE_INFINIBAND,
+    ROCE_V2_PORT,
+)
+from ibwire.writers import erf_record
 
 from .headers import GRH, LRH
 
@@ -113,7 +122,7 @@ class Link:
                 self._ip4[key] = ip
             body = ip + _UDP.pack(udp_sport, ROCE_V2_PORT, 8 + len(tp) + 4, 0) + tp
             icrc = icrc_roce2(body)
-            ethertype = 0x0800
+            ethertype = ETHERTYPE_IPV4
         elif n == "roce2-v6":
             ulen = 8 + len(tp) + 4
             ip6 = _IP6.pack((6 << 28) | (tos << 20), ulen, 17, 64, src.ip6, dst.ip6)
@@ -123,11 +132,11 @@ class Link:
             udp += _U32LE.pack(icrc)
             # IPv6 forbids a zero UDP checksum (RFC 8200 §8.1); the ICRC does not cover it
             csum = _udp6_checksum(src.ip6, dst.ip6, udp)
-            return self._ethernet(src, dst, 0x86DD, vlan) + ip6 + udp[:6] + struct.pack(">H", csum) + udp[8:]
+            return self._ethernet(src, dst, ETHERTYPE_IPV6, vlan) + ip6 + udp[:6] + struct.pack(">H", csum) + udp[8:]
         else:  # roce1
             body = GRH.pack((6 << 28) | (tos << 20), len(tp) + 4, NEXT_HDR_IBA, 64, src.gid, dst.gid) + tp
             icrc = icrc_roce1(body)
-            ethertype = ROCE_V1_ETHERTYPE
+            ethertype = ETHERTYPE_ROCE_V1
         icrc ^= 0xFFFFFFFF if bad_icrc else 0
         return self._ethernet(src, dst, ethertype, vlan) + body + _U32LE.pack(icrc)
 
@@ -138,7 +147,7 @@ class Link:
         if eth is None:
             eth = dst.mac + src.mac
             if vlan is not None:
-                eth += struct.pack(">HH", 0x8100, (src.pcp << 13) | vlan)
+                eth += struct.pack(">HH", ETHERTYPE_VLAN, (src.pcp << 13) | vlan)
             eth += struct.pack(">H", ethertype)
             self._eth[key] = eth
         return eth

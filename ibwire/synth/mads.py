@@ -10,6 +10,8 @@ MCMemberRecord §15.2.5.17 (component mask bits as opensm's IB_MCR_COMPMASK_*); 
 
 import struct
 
+from dissectors.numbers import IPOIB_QKEY, PERMISSIVE_LID
+
 from .headers import mad_header, pad_to
 
 # Management classes and methods (IBA §13.4.4, §13.4.5)
@@ -19,9 +21,6 @@ ATTR_NOTICE, ATTR_NODE_INFO, ATTR_PORT_INFO, ATTR_PKEY_TABLE, ATTR_SM_INFO = 0x0
 ATTR_PATH_RECORD, ATTR_MC_MEMBER_RECORD = 0x0035, 0x0038
 SA_STATUS_REQ_INVALID = 0x0200  # MAD status, class-specific bits 8-15: ERR_REQ_INVALID (IBA §15.2.1.1)
 CM_REQ, CM_REP, CM_RTU, CM_DREQ, CM_DREP = 0x0010, 0x0013, 0x0014, 0x0015, 0x0016
-
-GSI_QKEY = 0x80010000
-PERMISSIVE_LID = 0xFFFF
 
 
 def _smp_dr(method, attr, tid, data, attr_mod=0, hops=1, response=False, mkey=0, route=None):
@@ -158,7 +157,7 @@ def path_record(sgid, dgid, slid, dlid, pkey, mtu=5, rate=16, sl=0, lifetime=18,
 PR_MASK_QUERY = (1 << 2) | (1 << 3) | (1 << 11) | (1 << 13)  # DGID, SGID, NumbPath, P_Key
 
 
-def mc_member_record(mgid, port_gid, pkey, qkey=0x00000B1B, mlid=0, mtu=4, rate=7, sl=0, scope=2, join_state=1):
+def mc_member_record(mgid, port_gid, pkey, qkey=IPOIB_QKEY, mlid=0, mtu=4, rate=7, sl=0, scope=2, join_state=1):
     """MCMemberRecord (52 bytes, padded to 56): a full-member (JoinState 1) link-local (scope 2) join."""
     return (
         mgid

@@ -13,8 +13,10 @@ MGID ff12:401b:<P_Key>::ffff:ffff, Q_Key 0x00000B1B.
 import struct
 from typing import List, Tuple
 
+from dissectors.numbers import ETHERTYPE_IPV4, IPOIB_QKEY
+
 from . import mads
-from .engine import IPOIB_QKEY, MCAST_QPN, Context
+from .engine import MCAST_QPN, Context
 
 _ICMP_ID = 0x1D2
 
@@ -221,7 +223,7 @@ def ipoib_pings(ctx: Context, t0: float) -> Timed:
         if pk is None:
             continue
         t = t0 + p.at
-        arp = struct.pack(">HHBBH", 32, 0x0800, 20, 4, 1) + _hwaddr(a) + a.ip4 + bytes(20) + b.ip4
+        arp = struct.pack(">HHBBH", 32, ETHERTYPE_IPV4, 20, 4, 1) + _hwaddr(a) + a.ip4 + bytes(20) + b.ip4
         out.append(
             (
                 t,
@@ -243,7 +245,7 @@ def ipoib_pings(ctx: Context, t0: float) -> Timed:
         if bpk is None or not ctx.rx_accepts(b, pk):
             continue  # not in the group: the ARP never reaches it
         t += 20e-6
-        rep = struct.pack(">HHBBH", 32, 0x0800, 20, 4, 2) + _hwaddr(b) + b.ip4 + _hwaddr(a) + a.ip4
+        rep = struct.pack(">HHBBH", 32, ETHERTYPE_IPV4, 20, 4, 2) + _hwaddr(b) + b.ip4 + _hwaddr(a) + a.ip4
         out.append((t, ctx.ud(b, a, 0x64, bpk, a.ipoib_qpn, b.ipoib_qpn, IPOIB_QKEY, b"\x08\x06\x00\x00" + rep)))
         for k in range(p.count):
             t += 100e-6

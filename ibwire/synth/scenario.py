@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from dissectors.numbers import DEFAULT_PKEY
 from ibwire.errors import InputError
 from ibwire.inputfile import key_line, not_a_key, parse_toml, read_text, type_name
 
@@ -30,7 +31,6 @@ FAULT_KINDS = (
     "ipoib_join",
 )
 PMTUS = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
-DEFAULT_PKEY = 0xFFFF
 
 
 @dataclass

@@ -13,6 +13,8 @@ import os
 import sys
 import time
 
+from dissectors.numbers import LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND
+
 from ...errors import UserError
 from .. import sysfs
 
@@ -134,7 +136,6 @@ class Verbs:
         self.objs.append(self.ctx)
         pattr = self.ctx.query_port(self.port)
         self.is_ib = pattr.link_layer != e.IBV_LINK_LAYER_ETHERNET
-        from ...writers import LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND
 
         self.linktype = LINKTYPE_INFINIBAND if self.is_ib else LINKTYPE_ETHERNET
         self.pd = PD(self.ctx)

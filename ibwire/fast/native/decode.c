@@ -11,6 +11,7 @@
 
 #include "crc.h"
 #include "decode.h"
+#include "numbers.h"
 
 typedef struct {
     const uint8_t *p;
@@ -69,7 +70,7 @@ static void copy_bytes(const pkt *k, int64_t o, uint8_t *q, int n)
 
 static inline int is_vlan_tpid(uint64_t e)
 {
-    return e == 0x8100 || e == 0x88A8 || e == 0x9100;
+    return e == ETHERTYPE_VLAN || e == ETHERTYPE_QINQ || e == ETHERTYPE_QINQ_OLD;
 }
 
 static inline uint64_t ext_field(const decode_job *c, const pkt *k, int h, unsigned op, int64_t bth, int at, int n)
@@ -86,11 +87,11 @@ static int ipoib_payload(const pkt *k, int64_t p, int64_t len)
     uint64_t etype = BE(k, p, 2), first = B(k, p + 4);
     if (len < 4 || BE(k, p + 2, 2) != 0)
         return 0;
-    if (etype == 0x0800)
+    if (etype == ETHERTYPE_IPV4)
         return len >= 24 && first >> 4 == 4 && (first & 15) >= 5;
-    if (etype == 0x86DD)
+    if (etype == ETHERTYPE_IPV6)
         return len >= 44 && first >> 4 == 6;
-    return etype == 0x0806 && len >= 12 && BE(k, p + 4, 4) == 0x00200800;    /* ARP, hardware type 32 */
+    return etype == ETHERTYPE_ARP && len >= 12 && BE(k, p + 4, 4) == 0x00200800;    /* ARP, hardware type 32 */
 }
 
 /* BTH and extended headers. */
@@ -223,7 +224,7 @@ static void transport(const decode_job *c, const pkt *k, uint8_t *restrict out, 
 static void link_layer(const decode_job *c, const pkt *k, uint8_t *restrict out, int64_t row, int64_t d, hdrs *h)
 {
     int64_t lt = c->linktype[row];
-    if (lt == 1) {                                             /* Ethernet, 802.1Q/802.1ad tags */
+    if (lt == LINKTYPE_ETHERNET) {                             /* Ethernet, 802.1Q/802.1ad tags */
         copy_bytes(k, d, AT(R_ETH_DST), 6);
         copy_bytes(k, d + 6, AT(R_ETH_SRC), 6);
         int64_t at = 14;
@@ -237,15 +238,16 @@ static void link_layer(const decode_job *c, const pkt *k, uint8_t *restrict out,
             at += 4;
         }
         h->l3 = d + at;
-    } else if (lt == 113 || lt == 276) {                       /* Linux cooked v1 / v2 */
-        int hl = lt == 113 ? 16 : 20, et_at = lt == 113 ? 14 : 0, arphrd_at = lt == 113 ? 2 : 8;
+    } else if (lt == LINKTYPE_LINUX_SLL || lt == LINKTYPE_LINUX_SLL2) {   /* Linux cooked v1 / v2 */
+        int v1 = lt == LINKTYPE_LINUX_SLL;
+        int hl = v1 ? 16 : 20, et_at = v1 ? 14 : 0, arphrd_at = v1 ? 2 : 8;
         h->et = BE(k, d + et_at, 2);
         h->l3 = d + hl;
         if (BE(k, d + arphrd_at, 2) == 32)                     /* ARPHRD_INFINIBAND: IPoIB */
             h->kind = K_IPOIB;
-    } else if (lt == 242) {
+    } else if (lt == LINKTYPE_IPOIB) {
         h->kind = K_IPOIB;
-    } else if (lt == 197) {                                    /* ERF: type, extension headers */
+    } else if (lt == LINKTYPE_ERF) {                           /* ERF: type, extension headers */
         unsigned t = B(k, d + 8);
         int64_t at = 16;
         int more = (t & 0x80) != 0;
@@ -259,7 +261,7 @@ static void link_layer(const decode_job *c, const pkt *k, uint8_t *restrict out,
             h->lrh = d + at;
         else if (t == 25)
             h->kind = K_IBLINK;
-    } else if (lt == 247) {
+    } else if (lt == LINKTYPE_INFINIBAND) {
         h->lrh = d;
     }
 }
@@ -308,7 +310,7 @@ static void grh(const decode_job *c, const pkt *k, uint8_t *restrict out, int64_
 static int64_t ip_header(const decode_job *c, const pkt *k, uint8_t *restrict out, int64_t row, const hdrs *h)
 {
     int64_t l3 = h->l3;
-    if (h->et == 0x0800) {
+    if (h->et == ETHERTYPE_IPV4) {
         unsigned b0 = B(k, l3);
         int64_t ihl = (b0 & 0x0F) * 4;
         int isudp = B(k, l3 + 9) == 17 && b0 >> 4 == 4 && ihl >= 20 && (BE(k, l3 + 6, 2) & 0x3FFF) == 0;
@@ -334,7 +336,7 @@ static int64_t ip_header(const decode_job *c, const pkt *k, uint8_t *restrict ou
  * and its ICRC matches. */
 static void udp(const decode_job *c, const pkt *k, uint8_t *restrict out, int64_t row, hdrs *h, int64_t u)
 {
-    int v4 = h->et == 0x0800;
+    int v4 = h->et == ETHERTYPE_IPV4;
     uint64_t sp = BE(k, u, 2), dp = BE(k, u + 2, 2);
     int64_t ulen = (int64_t)BE(k, u + 4, 2);
     int roce = sp == c->roce2_port || dp == c->roce2_port;
@@ -373,7 +375,7 @@ static void decode_one(const decode_job *c, int64_t row)
         lrh(c, &k, out, row, &h);
     if (h.et == c->roce1_ethertype)
         grh(c, &k, out, row, &h);
-    if ((h.et == 0x0800 || h.et == 0x86DD) && h.kind != K_IPOIB) {
+    if ((h.et == ETHERTYPE_IPV4 || h.et == ETHERTYPE_IPV6) && h.kind != K_IPOIB) {
         int64_t u = ip_header(c, &k, out, row, &h);
         if (u >= 0)
             udp(c, &k, out, row, &h, u);
