@@ -33,6 +33,12 @@ def _nvme_tracked():
     return TRACKED
 
 
+def _rpcrdma(name: str) -> dict:
+    from dissectors import rpcrdmatable
+
+    return getattr(rpcrdmatable, name)
+
+
 ENCAP: Dict[str, str] = {
     **{
         p: PROTO
@@ -110,6 +116,7 @@ ENCAP: Dict[str, str] = {
     "payload.length": UINT,
     "padding.data": BYTES,
     **_nvme_tracked(),
+    **_rpcrdma("FIELDS"),
     "rmpp.reassembled": PROTO,
     **_group("rmpp.reassembled", UINT, "segments", "records", "complete"),
     # MAC control PAUSE/PFC and LLDP DCBX (dissectors.dcb), Wireshark 4.0's names; `*pause_s` are ibwire's own
@@ -374,6 +381,7 @@ def _nvme_display():
 
 
 TSHARK_DISPLAY.update(_nvme_display())  # tshark 4.4's NVMe-oF fields (dissectors.nvmetable)
+TSHARK_DISPLAY.update(_rpcrdma("DISPLAY"))  # tshark 4.4's NFS-over-RDMA fields (dissectors.rpcrdmatable)
 HEX_DIGITS = {name: digits for name, digits in TSHARK_DISPLAY.items() if digits > 1}
 
 

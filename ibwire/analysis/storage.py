@@ -14,6 +14,8 @@ import numpy as np
 from dissectors.nvmetable import ADMIN, ADMIN_NAMES, FABRICS, FABRICS_OPC, IO, IO_NAMES, STATUS_GENERIC
 
 from ..decode.nvme import NvmeTracker, storage_rows
+from ..decode.rpcrdma import RpcRdmaTracker, Trackers
+from ..decode.rpcrdma import storage_rows as rpcrdma_rows
 from ..fast import records as R
 from ..fast.records import addr_text
 
@@ -126,9 +128,11 @@ def _lite(r: _Rows, k: int, ops, addr) -> _Lite:
     return _Lite(r.frame[k], r.time[k], flat)
 
 
-def track(stream, decode_as: bool = False) -> NvmeTracker:
-    """Follow every NVMe-oF command of `stream` (ibwire.decode.stream.Stream batches)."""
+def track(stream, decode_as: bool = False, rpc_decode_as: bool = False) -> Trackers:
+    """Follow every NVMe-oF command and RPC-over-RDMA call of `stream` (ibwire.decode.stream.Stream
+    batches)."""
     tracker = NvmeTracker(decode_as=decode_as, bulk=True)
+    both = Trackers(tracker, RpcRdmaTracker(decode_as=rpc_decode_as, bulk=True))
     ops, names = _opcodes(), {}
 
     def addr(v: bytes) -> str:
@@ -141,12 +145,23 @@ def track(stream, decode_as: bool = False) -> NvmeTracker:
         rec = batch.rec
         if not len(rec):
             continue
-        for phase in storage_rows(rec, np.arange(len(rec)), tracker):  # RDMA-CM first, then the data
-            rows = phase if isinstance(phase, np.ndarray) else phase()
+        for rows in _phases(batch, both):
             r = _Rows(batch, rows)
             for k in range(len(rows)):
-                tracker.feed(_lite(r, k, ops, addr))
-    return tracker
+                both.feed(_lite(r, k, ops, addr))
+    return both
+
+
+def _phases(batch, both: Trackers):
+    """The rows the trackers must see: RDMA-CM first, then the data packets (asked for once the RDMA-CM
+    rows made a queue known)."""
+    every = np.arange(len(batch.rec))
+    cm, data = storage_rows(batch.rec, every, both.nvme)
+    yield cm
+    more = data()
+    for rows in rpcrdma_rows(batch, every, both):
+        more = np.union1d(more, rows)
+    yield more.astype(np.int64)
 
 
 def opcode_name(sqe: bytes, qid) -> str:
@@ -210,7 +225,7 @@ def _percentiles(values) -> dict:
     }
 
 
-def summary_rows(rows: List[dict], column: str) -> List[dict]:
+def summary_rows(rows: List[dict], column: str, ok: str = STATUS_GENERIC[0]) -> List[dict]:
     """Per value of `column`: commands, completed, errors, IOPS and bytes/s over the group's span (first
     submission to last completion), latency percentiles."""
     groups: Dict[tuple, List[dict]] = defaultdict(list)
@@ -228,7 +243,7 @@ def summary_rows(rows: List[dict], column: str) -> List[dict]:
                 column: k,
                 "commands": len(rs),
                 "completed": len(done),
-                "errors": sum(1 for r in done if r["status"] != STATUS_GENERIC[0]),
+                "errors": sum(1 for r in done if r["status"] != ok),
                 "iops": round(len(done) / span, 1) if span > 0 else None,
                 "bytes": nbytes,
                 "bytes_per_s": round(nbytes / span) if span > 0 else None,
@@ -238,13 +253,15 @@ def summary_rows(rows: List[dict], column: str) -> List[dict]:
     return out
 
 
-def analyse(path: str, decode_as: bool = False) -> dict:
-    """The storage view of a capture: commands, per opcode, per queue, errors by status."""
+def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False) -> dict:
+    """The storage view of a capture: commands, per opcode, per queue, errors by status; RPC calls over
+    RDMA and per procedure."""
     from ..decode.stream import Stream
+    from .rpcstorage import SUCCESS, call_rows
 
     stream = Stream(path, icrc=False)
-    tracker = track(stream, decode_as)
-    rows = command_rows(tracker)
+    both = track(stream, decode_as, rpc_decode_as)
+    rows, calls = command_rows(both.nvme), call_rows(both.rpcrdma)
     errors = defaultdict(int)
     for r in rows:
         if r["status"] != STATUS_GENERIC[0]:
@@ -254,6 +271,8 @@ def analyse(path: str, decode_as: bool = False) -> dict:
         "by_opcode": summary_rows(rows, "opcode"),
         "by_queue": summary_rows(rows, "queue"),
         "errors": [{"opcode": o, "status": s, "commands": n} for (o, s), n in sorted(errors.items())],
+        "rpc_calls": calls,
+        "rpc_by_procedure": summary_rows(calls, "procedure", SUCCESS),
         "problems": list(stream.problems),
     }
 

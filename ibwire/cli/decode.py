@@ -32,12 +32,12 @@ def _field_options(opts: List[str]):
     return header, sep, quote
 
 
-def check_decode_as(values: List[str]) -> bool:
-    """-d: whether NVMe-oF is declared on every RC queue pair (the one protocol -d takes so far)."""
+def check_decode_as(values: List[str], name: str = "nvme-rdma") -> bool:
+    """-d: whether `name` (nvme-rdma: NVMe-oF, rpcordma: RPC-RDMA) is declared on every RC queue pair."""
     for d in values:
-        if d.rpartition(",")[2] != "nvme-rdma":
-            raise UserError(f"-d takes nvme-rdma (NVMe-oF on every RC queue pair), not {d!r}")
-    return bool(values)
+        if d.rpartition(",")[2] not in ("nvme-rdma", "rpcordma"):
+            raise UserError(f"-d takes nvme-rdma (NVMe-oF on every RC queue pair) or rpcordma (RPC-RDMA), not {d!r}")
+    return any(d.rpartition(",")[2] == name for d in values)
 
 
 @app.command()
@@ -76,7 +76,8 @@ def decode(
         [],
         "-d",
         "--decode-as",
-        help="nvme-rdma: every RC queue pair carries NVMe-oF (captures without the RDMA-CM setup)",
+        help="nvme-rdma: every RC queue pair carries NVMe-oF (captures without the RDMA-CM setup); "
+        "rpcordma: every RC SEND is RPC-RDMA",
     ),
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
@@ -90,8 +91,11 @@ def decode(
     src = capture_source(file, read, "name a capture file, as an argument or with -r (- reads one from standard input)")
     fmt, keys, (header, sep, quote) = _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
     from ..decode.nvme import NvmeTracker
+    from ..decode.rpcrdma import RpcRdmaTracker, Trackers
 
-    nvme = NvmeTracker(decode_as=check_decode_as(decode_as))
+    nvme = Trackers(
+        NvmeTracker(decode_as=check_decode_as(decode_as)), RpcRdmaTracker(check_decode_as(decode_as, "rpcordma"))
+    )
     flt = compile_filter(display_filter) if display_filter else None
     named = any(k == "bth.analysis" or k.startswith("bth.analysis.") for k in keys) or (
         display_filter is not None and names_analysis(display_filter)

@@ -37,7 +37,8 @@ def stats(
         [],
         "-d",
         "--decode-as",
-        help="with --storage: nvme-rdma treats every RC queue pair as NVMe-oF (captures without the RDMA-CM setup)",
+        help="with --storage: nvme-rdma treats every RC queue pair as NVMe-oF (captures without the RDMA-CM "
+        "setup); rpcordma every RC SEND with version 1 as RPC-RDMA",
     ),
 ):
     """Counts, bytes and rates by transport+opcode, P_Key, endpoint, QP and MAD; ECN/CNP/FECN/BECN, CRC
@@ -126,7 +127,7 @@ def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
     from ..analysis.storage import analyse
     from .decode import check_decode_as
 
-    res = analyse(file, check_decode_as(decode_as))
+    res = analyse(file, check_decode_as(decode_as), check_decode_as(decode_as, "rpcordma"))
     commands = res["commands"]
     if fmt == "table":
         commands = [{k: v for k, v in r.items() if k not in ("time", "qid", "nsid")} for r in commands]
@@ -135,9 +136,11 @@ def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
         "by_queue": res["by_queue"],
         "errors": res["errors"],
         "commands": commands,
+        "rpc_by_procedure": res["rpc_by_procedure"],
+        "rpc_calls": [{k: v for k, v in r.items() if k != "time" or fmt != "table"} for r in res["rpc_calls"]],
         "problems": [{"problem": p} for p in res["problems"]],
     }
-    if not res["commands"]:
+    if not res["commands"] and not res["rpc_calls"]:
         sections["problems"].append(
             {
                 "problem": "no NVMe-oF command found (no RDMA-CM setup for port 4420; "

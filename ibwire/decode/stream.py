@@ -159,6 +159,10 @@ def select(stream, flt, detail: Callable = None, nvme=None) -> Iterator[tuple]:
             for i in cm.tolist():
                 mask[i] = flt(detail(batch, i, t0, float(times[i - 1]) if i else prev))
             todo = np.setdiff1d(np.union1d(todo, data()), cm)
+            from .rpcrdma import storage_rows as rpcrdma_rows
+
+            for more in rpcrdma_rows(batch, np.arange(len(rec)), nvme):
+                todo = np.union1d(todo, more)
         for i in todo:
             i = int(i)
             mask[i] = flt(detail(batch, int(i), t0, float(times[i - 1]) if i else prev))

@@ -136,6 +136,9 @@ def record_parts(row, time_part) -> list:
     ]
 
 
+STORAGE_PROTOCOLS = (("nfs", "NFS"), ("rpc", "RPC"), ("rpcordma", "RPCoRDMA"))  # the Protocol column as tshark's
+
+
 def detail_info(d) -> Tuple[str, str, str, str]:
     """(source, destination, protocol, info) of a fully decoded frame that is not an IB/RoCE data packet:
     Ethernet, ARP, IPv4/IPv6, UDP, ICMP, IPoIB — never scapy's own text."""
@@ -145,7 +148,8 @@ def detail_info(d) -> Tuple[str, str, str, str]:
         # an IB packet the records do not hold (heuristic ...); IPoIB is shown by what it carries, as tshark
         src, dst = _addresses(f)
         info = d.line.split("  ", 1)[1] if " → " in d.line else d.line
-        return src, dst, "NVMe-oF" if any(k.startswith("nvme") for k in f) else "InfiniBand", info
+        proto = next((name for key, name in STORAGE_PROTOCOLS if key in f), "InfiniBand")
+        return src, dst, "NVMe-oF" if any(k.startswith("nvme") for k in f) else proto, info
     src, dst = _addresses(f)
     if "arp" in f:
         op = f.get("arp.opcode")

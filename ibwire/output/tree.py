@@ -391,6 +391,10 @@ def _heading(name: str, items: list, frame: dict) -> str:
         "lldp": "Link Layer Discovery Protocol",
         "macc": "MAC Control",
         "nvme-rdma": "NVM Express Fabrics RDMA",
+        "rpcordma": "RPC over RDMA",
+        "rpcordma.fragments": "[Reassembled RPCoRDMA fragments]",
+        "rpc": "Remote Procedure Call",
+        "nfs": "Network File System",
         "nvme": nvme_words.heading(items),
         "_ws.malformed": "[Malformed Packet: InfiniBand]",
     }.get(name, name)

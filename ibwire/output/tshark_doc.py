@@ -449,6 +449,10 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
             from .nvme_doc import nvme_layers
 
             layers += nvme_layers(layer, flat)
+        elif cls.__module__ == "dissectors.rpcrdma":
+            from .rpcrdma_doc import tree_layers
+
+            layers += tree_layers(layer, MALFORMED)
         elif isinstance(layer, IBLayer) and layer.ws_name not in ("erf", "erf.ehdr", "pad", "cnp"):
             if ib is None:
                 ib = []

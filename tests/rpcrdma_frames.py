@@ -1,0 +1,101 @@
+"""NFS over RDMA frames crafted byte by byte from the RFCs (ibwire.synth.rpcrdma builds the messages,
+ibwire.synth.links frames them as RoCEv2 RC packets): an NFSv3 and an NFSv4 client talking to a server
+with every RPC-RDMA message type, chunk lists of each kind, a SEND split in First/Last, RDMA WRITE and READ
+moving chunk data, and damaged messages.  The tests hand the capture to tshark 4.4 and to ibwire."""
+
+import struct
+
+from dissectors.numbers import GSI_QKEY, NFS_RDMA_PORT
+from ibwire.synth import mads
+from ibwire.synth import rpcrdma as m
+from ibwire.synth.headers import DETH, RETH, transport
+from ibwire.synth.links import Link
+from ibwire.synth.scenario import Port
+from ibwire.writers import PcapWriter
+
+CLIENT = Port("client", 1, 1, mac=bytes.fromhex("020000000001"), ip4=bytes([10, 0, 0, 1]))
+SERVER = Port("server", 2, 2, mac=bytes.fromhex("020000000002"), ip4=bytes([10, 0, 0, 2]))
+QP = {"client": 0x000011, "server": 0x000022}
+FH3 = bytes(range(0x40, 0x60))  # a 32-byte NFSv3 file handle
+FH4 = bytes(range(0x80, 0x9C))  # a 28-byte NFSv4 file handle
+CRED = m.auth_unix(0x5F5E100, b"client", 1000, 1000, (1000, 27))
+SEND_FIRST, SEND_LAST, SEND_ONLY, WRITE_ONLY, READ_REQUEST, READ_RESPONSE_ONLY = 0x00, 0x02, 0x04, 0x0A, 0x0C, 0x10
+UD_SEND_ONLY = 0x64
+SERVICE_ID = 0x0000000001060000 | NFS_RDMA_PORT  # RDMA-CM port space TCP (IBA annex A11.3.4)
+
+
+def setup():
+    """The RDMA-CM REQ and REP that connect the client's QP to the server's for NFS over RDMA."""
+    req = mads.cm_req(0x51, SERVICE_ID, CLIENT.guid, QP["client"], 100, 0xFFFF, 1, 2, bytes(16), bytes(16))
+    return [("client", UD_SEND_ONLY, req), ("server", UD_SEND_ONLY, mads.cm_rep(0x52, 0x51, 2, QP["server"], 500))]
+
+
+def messages():
+    """(sender, opcode, payload, RETH (va, rkey, length) or None) in capture order."""
+    c, s = "client", "server"
+    fattr3 = m.u32(1, 0o644, 1, 1000, 1000) + struct.pack(">QQ", 4096, 4096) + m.u32(0, 0) + bytes(40)
+    out = [
+        (c, SEND_ONLY, m.header(0x1001, 32, m.RDMA_MSG) + m.call(0x1001, m.NFS_PROGRAM, 3, 1, CRED, m.opaque(FH3))),
+        (s, SEND_ONLY, m.header(0x1001, 32, m.RDMA_MSG) + m.reply(0x1001, 0, m.u32(0) + fattr3)),
+    ]
+    read = m.header(0x1002, 32, m.RDMA_MSG, writes=[[(0xABC, 8192, 0x7F0000001000)]])
+    out.append((c, SEND_ONLY, read + m.call(0x1002, m.NFS_PROGRAM, 3, 6, CRED, m.nfs3_read(FH3, 0, 1024))))
+    out.append((s, WRITE_ONLY, bytes(range(256)) * 4, (0x7F0000001000, 0xABC, 1024)))
+    done = m.header(0x1002, 31, m.RDMA_MSG, writes=[[(0xABC, 1024, 0x7F0000001000)]])
+    out.append((s, SEND_ONLY, done + m.reply(0x1002, 0, m.u32(0, 0, 1024, 1, 1024))))
+    compound = m.nfs4_compound(b"", 0, [(22, m.opaque(FH4)), (9, m.u32(2, 0x10011A, 0x00B0A23A))])
+    out.append((c, SEND_ONLY, m.header(0x1003, 32, m.RDMA_MSG) + m.call(0x1003, m.NFS_PROGRAM, 4, 1, CRED, compound)))
+    result = m.u32(0) + m.opaque(b"") + m.u32(2, 22, 0, 9, 0, 2, 0x10, 0) + m.opaque(m.u32(1))
+    out.append((s, SEND_ONLY, m.header(0x1003, 32, m.RDMA_MSG) + m.reply(0x1003, 0, result)))
+    access = m.header(0x1004, 32, m.RDMA_MSG, reply=[(0xDEF, 4096, 0x7F0000002000)])
+    out.append((c, SEND_ONLY, access + m.call(0x1004, m.NFS_PROGRAM, 3, 4, CRED, m.opaque(FH3) + m.u32(0x1F))))
+    body = m.reply(0x1004, 0, m.u32(0, 0, 0x1F))
+    out.append((s, WRITE_ONLY, body, (0x7F0000002000, 0xDEF, len(body))))
+    out.append((s, SEND_ONLY, m.header(0x1004, 32, m.RDMA_NOMSG, reply=[(0xDEF, len(body), 0x7F0000002000)])))
+    msgp = m.u32(0x1005, 1, 32, m.RDMA_MSGP, 4096, 1024) + m.header(0, 0, 0)[16:]
+    out.append((c, SEND_ONLY, msgp + m.call(0x1005, m.NFS_PROGRAM, 3, 0)))
+    out.append((c, SEND_ONLY, m.u32(0x1006, 1, 32, m.RDMA_DONE)))
+    out.append((s, SEND_ONLY, m.error(0x1007, 32, m.ERR_VERS, 1, 1)))
+    out.append((s, SEND_ONLY, m.error(0x1008, 32, m.ERR_CHUNK)))
+    lookup = m.call(0x1009, m.NFS_PROGRAM, 3, 3, CRED, m.opaque(FH3) + m.opaque(b"a-long-file-name" * 4))
+    whole = m.header(0x1009, 32, m.RDMA_MSG) + lookup
+    out += [(c, SEND_FIRST, whole[:64]), (c, SEND_LAST, whole[64:])]
+    write = m.header(0x100A, 32, m.RDMA_MSG, reads=[(96, 0x123, 512, 0x7F0000003000)])
+    out.append((c, SEND_ONLY, write + m.call(0x100A, m.NFS_PROGRAM, 3, 7, CRED, m.nfs3_write(FH3, 0, 512, 2, 512))))
+    out.append((s, READ_REQUEST, b"", (0x7F0000003000, 0x123, 512)))
+    out.append((c, READ_RESPONSE_ONLY, bytes(512)))
+    out.append((c, SEND_ONLY, m.header(0x100B, 32, m.RDMA_MSG) + m.call(0x100B, m.NFS_PROGRAM, 3, 1, CRED)[:30]))
+    out.append((s, SEND_ONLY, m.header(0x100B, 32, m.RDMA_MSG) + m.denied(0x100B, 1, 5)))
+    return out
+
+
+def undeclared():
+    """Messages Wireshark's heuristic turns down (the RPC message's XID is not the header's, the version
+    word is not 1): RPC-RDMA only when declared with -d."""
+    call = m.call(0x9999, m.NFS_PROGRAM, 3, 1, CRED, m.opaque(FH3))
+    return [
+        ("client", SEND_ONLY, m.header(0x2001, 8, m.RDMA_MSG) + call),
+        ("client", SEND_ONLY, m.header(0x2002, 8, m.RDMA_MSG, vers=2) + call),
+    ]
+
+
+def write_capture(path, connect: bool = False, messages=messages) -> int:
+    """The crafted conversation as a RoCEv2 pcap (after its RDMA-CM setup when `connect`); returns the
+    number of frames."""
+    link, psn = Link("roce2"), {"client": 100, "server": 500}
+    with open(path, "wb") as f:
+        w = PcapWriter(f, link.linktype)
+        for n, (who, opcode, payload, *reth) in enumerate((setup() if connect else []) + messages()):
+            src, dst = (CLIENT, SERVER) if who == "client" else (SERVER, CLIENT)
+            ext = RETH.pack(*reth[0]) if reth else b""
+            peer = "server" if who == "client" else "client"
+            if opcode == UD_SEND_ONLY:
+                tp = transport(opcode, 0xFFFF, 1, 0, DETH.pack(GSI_QKEY, 1), payload)
+            elif opcode == READ_RESPONSE_ONLY:  # a response travels on the requester's PSN
+                ext = struct.pack(">I", 0)
+                tp = transport(opcode, 0xFFFF, QP[peer], psn["server"] - 1, ext, payload)
+            else:
+                tp = transport(opcode, 0xFFFF, QP[peer], psn[who], ext, payload)
+                psn[who] += 1
+            w.write(link.frame(src, dst, tp), ts=1_700_000_000 + n * 0.001)
+    return n + 1

@@ -1,0 +1,196 @@
+"""NFS over RDMA against tshark 4.4 (Debian 13's, the tshark44 fixture) on frames crafted byte by byte from
+RFC 8166, RFC 5531, RFC 1813 and RFC 7530 (tests/rpcrdma_frames.py): every rpcordma.* / rpc.* / nfs.*
+value both decode is the same in the same frame, and ibwire decodes what tshark decodes of them.
+
+Deliberate differences, each with its reason:
+- replies: tshark 4.4 keeps RPC conversations per direction on RoCE (its IB ports are the destination QP
+  only), so it never finds a reply's call and shows program, version and procedure 0; ibwire matches the
+  reply to its call by XID and the address pair, shows the call's values (as Wireshark does for a matched
+  reply) and decodes the NFS results.  Those three fields of replies are not compared.
+- a call with a read list: both show the RPC message on the RDMA READ response that completes the read
+  chunk (the SEND carries the RPC-RDMA header and data); tshark 4.4 on RoCE never finds that response's
+  request (the conversation again), so only ibwire shows it there.  Likewise a reply sent in the reply
+  chunk: ibwire decodes it in the RDMA_NOMSG from what the RDMA WRITEs put in the chunk.
+"""
+
+import json
+
+import pytest
+import rpcrdma_frames
+from conftest import run_ibwire
+from rpcrdma_frames import write_capture
+
+PROTOCOLS = ("rpcordma.fragments", "rpcordma", "rpc", "nfs")
+REPLY_CALL = ("rpc.program", "rpc.programversion", "rpc.procedure")
+
+
+def leaves(text: str) -> dict:
+    """(frame, key) -> [texts] of every rpcordma/rpc/nfs leaf of -T json documents (repeated keys kept)."""
+    docs = json.loads(text, object_pairs_hook=lambda pairs: pairs)
+    out = {}
+
+    def walk(items, frame):
+        for key, value in items:
+            if isinstance(value, list):
+                walk(value, frame)
+            elif key.split(".")[0] in ("rpcordma", "rpc", "nfs"):
+                out.setdefault((frame, key), []).append(value)
+
+    for doc in docs:
+        layers = dict(dict(doc)["_source"])["layers"]
+        frame = int(dict(dict(layers)["frame"])["frame.number"])
+        walk([(k, v) for k, v in layers if k in PROTOCOLS], frame)
+    return out
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rpcrdma") / "nfs-rdma.pcap"
+    write_capture(path)
+    return path
+
+
+def test_rpcrdma_fields_agree_with_tshark_44(tshark44, capture):
+    theirs = leaves(tshark44(capture, "-T", "json"))
+    done = run_ibwire("decode", "-T", "json", capture)
+    assert done.returncode == 0, done.stderr
+    ours = leaves(done.stdout)
+    replies = {f for (f, k), v in theirs.items() if k == "rpc.msgtyp" and v == ["1"]}
+    compared = [k for k in theirs if k in ours and not (k[0] in replies and k[1] in REPLY_CALL)]
+    wrong = [(k, theirs[k], ours[k]) for k in compared if theirs[k] != ours[k]]
+    assert not wrong, wrong[:10]
+    missing = [k for k in theirs if k not in ours]
+    values = sum(len(theirs[k]) for k in compared)
+    print(
+        f"tshark 4.4: {len(theirs)} rpcordma/rpc/nfs fields in {len({f for f, _ in theirs})} frames; ibwire has "
+        f"the same values of {len(compared)} ({values} values); not shown: {missing}"
+    )
+    assert len(missing) / len(theirs) <= 0.01, missing  # a length tshark shows as 0 in a cut credential
+
+
+def _fields(capture, *args) -> list:
+    done = run_ibwire("decode", *args, "-T", "fields", "-E", "separator=,", capture)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+@pytest.fixture(scope="module")
+def undeclared(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rpcrdma") / "undeclared.pcap"
+    write_capture(path, messages=rpcrdma_frames.undeclared)
+    return path
+
+
+def test_decode_as_takes_what_the_heuristic_turns_down(tshark44, undeclared):
+    """Without -d neither tool decodes an RDMA_MSG whose RPC XID differs from its own; with tshark's
+    `-d infiniband,rpcordma` both do, with the same values (a version-2 header stays undecoded)."""
+    assert leaves(tshark44(undeclared, "-T", "json")) == {}
+    assert _fields(undeclared, "-Y", "rpcordma", "-e", "frame.number") == []
+    theirs = leaves(tshark44(undeclared, "-d", "infiniband,rpcordma", "-T", "json"))
+    done = run_ibwire("decode", "-d", "infiniband,rpcordma", "-T", "json", undeclared)
+    assert done.returncode == 0, done.stderr
+    ours = leaves(done.stdout)
+    assert {f for f, _ in theirs} == {f for f, _ in ours} == {1}
+    assert theirs == ours
+
+
+CALLS = " && rpc.msgtyp == 0"  # ibwire decodes NFS in replies too, tshark 4.4 on RoCE cannot (module doc)
+FILTERS = (
+    "rpcordma",
+    "rpc",
+    "nfs" + CALLS,
+    "rpcordma.msg_type == 1",
+    "rpcordma.rdma_handle == 0xabc",
+    "rpcordma.writes_count > 0",
+    "rpc.msgtyp == 1 && rpc.replystat == 1",
+    "rpc.program == 100003" + CALLS,
+    "nfs.procedure_v3 == 6" + CALLS,
+    "nfs.fh.hash == 0x5e268e58",
+    'nfs.name contains "long"',
+    "rpc.auth.gid == 27",
+    "nfs.opcode == 22",
+    "rpcordma.errcode",
+    "rpcordma.reassembled.length > 100",
+)
+
+
+def test_filters_and_columns_select_tsharks_frames(tshark44, tmp_path):
+    """-Y selects tshark's frames and -T fields -e prints tshark's values, here with the RDMA-CM setup for
+    port 20049 in front of the conversation."""
+    path = tmp_path / "nfs.pcap"
+    write_capture(path, connect=True)
+    keys = ["frame.number", "rpcordma.xid", "rpcordma.rdma_length", "rpc.xid", "rpc.msgtyp", "nfs.fhandle"]
+    # RPC messages carried in chunks (a read chunk's last READ response, an RDMA_NOMSG's reply chunk): ibwire
+    # shows them, tshark 4.4 on RoCE cannot (module doc)
+    chunks = set(_fields(path, "-Y", "(rpcordma.chunk_call || rpcordma.msg_type == 1) && rpc", "-e", "frame.number"))
+    for text in FILTERS:
+        args = ["-Y", text] + [a for k in keys for a in ("-e", k)]
+        theirs = tshark44(path, *args, "-T", "fields", "-E", "separator=,").splitlines()
+        ours = [
+            r if r.split(",")[0] not in chunks else ",".join(r.split(",")[:3] + [""] * 3) for r in _fields(path, *args)
+        ]
+        assert [r for r in ours if r.split(",")[0] not in chunks or r in theirs] == theirs, text
+
+
+def test_damaged_messages_never_stop_the_decode(tmp_path):
+    """Every message cut at every length and with its words flipped: every output decodes every frame."""
+    cut = []
+    for who, opcode, payload, *_ in rpcrdma_frames.messages():
+        if opcode == rpcrdma_frames.SEND_ONLY:
+            cut += [(who, opcode, payload[:n]) for n in range(12, len(payload), 7)]
+            cut.append((who, opcode, bytes(b ^ 0xFF if i % 9 == 5 else b for i, b in enumerate(payload))))
+    path = tmp_path / "damaged.pcap"
+    n = write_capture(path, messages=lambda: cut)
+    for fmt in ("text", "json", "fields"):
+        done = run_ibwire("decode", "-T", fmt, "-e", "rpcordma.xid", "-d", "rpcordma", path)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    done = run_ibwire("decode", "-V", path)
+    assert done.returncode == 0 and done.stdout.count("\nFrame ") + 1 == n
+    text = run_ibwire("decode", path).stdout
+    assert "[Malformed Packet: RPC]" in text  # a call cut inside its credential is flagged, as tshark does
+
+
+def test_storage_view_times_every_call_as_tsharks_frames_say(tshark44, capture):
+    """stats --storage: one row per call, its reply frame and latency from tshark's own frames (a call: an
+    RPC call, or a message with a read list; its reply: the RPC reply or the RDMA_NOMSG of the same XID),
+    and the bytes its chunks moved: the data of tshark's RDMA WRITEs and READ responses (matched to their
+    request by PSN) whose R_Key is one of the call's RDMA handles."""
+    keys = "frame.number frame.time_epoch infiniband.bth.opcode infiniband.bth.psn infiniband.reth.r_key data.len"
+    keys += " rpcordma.xid rpcordma.msg_type rpcordma.rdma_handle rpcordma.reads_count rpc.msgtyp"
+    args = [a for k in keys.split() for a in ("-e", k)]
+    rows = [line.split(",") for line in tshark44(capture, "-T", "fields", "-E", "separator=,", *args).splitlines()]
+    frames = {int(r[0]): dict(zip(keys.split(), r)) for r in rows}
+    calls, by_key = {}, {}
+    for n, f in frames.items():
+        if f["rpc.msgtyp"] == "0" or f["rpcordma.reads_count"] not in ("", "0"):
+            calls[f["rpcordma.xid"]] = {"submission": n, "time": float(f["frame.time_epoch"]), "bytes": 0}
+            calls[f["rpcordma.xid"]].update(completion=None, latency_us=None)
+            by_key.update(dict.fromkeys(f["rpcordma.rdma_handle"].split(";"), calls[f["rpcordma.xid"]]))
+        elif (f["rpc.msgtyp"] == "1" or f["rpcordma.msg_type"] == "1") and f["rpcordma.xid"] in calls:
+            call = calls[f["rpcordma.xid"]]
+            call["completion"] = n
+            call["latency_us"] = round((float(f["frame.time_epoch"]) - call["time"]) * 1e6, 1)
+    reads = {
+        f["infiniband.bth.psn"]: f["infiniband.reth.r_key"]
+        for f in frames.values()
+        if f["infiniband.bth.opcode"] == "12"
+    }
+    for f in frames.values():
+        key = f["infiniband.reth.r_key"] if f["infiniband.bth.opcode"] == "10" else None
+        key = reads.get(f["infiniband.bth.psn"]) if f["infiniband.bth.opcode"] == "16" else key
+        if key in by_key and f["data.len"]:
+            by_key[key]["bytes"] += int(f["data.len"])
+    done = run_ibwire("stats", "--storage", "--format", "json", capture)
+    assert done.returncode == 0, done.stderr
+    ours = {r["xid"]: r for r in json.loads(done.stdout)["rpc_calls"]}
+    assert sorted(ours) == sorted(calls)
+    for xid, want in calls.items():
+        got = ours[xid]
+        assert (got["submission"], got["completion"], got["bytes"]) == (
+            want["submission"],
+            want["completion"],
+            want["bytes"],
+        ), xid
+        assert (
+            got["latency_us"] is None if want["latency_us"] is None else abs(got["latency_us"] - want["latency_us"]) < 1
+        )
