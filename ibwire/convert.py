@@ -16,6 +16,7 @@ from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_INFINIB
 from .errors import UserError
 from .outfile import output_file, refuse_aliasing
 from .readers import Frame, open_capture
+from .readers.formats import erf_header
 from .writers import ERF_TYPE_INFINIBAND, PcapngWriter, PcapWriter, erf_record
 
 TARGETS = {"erf": LINKTYPE_ERF, "ib": LINKTYPE_INFINIBAND, "eth": LINKTYPE_ETHERNET}
@@ -26,14 +27,12 @@ def native_ib(frame: Frame) -> Tuple[Optional[bytes], str]:
     if frame.linktype == LINKTYPE_INFINIBAND:
         return frame.data, ""
     if frame.linktype == LINKTYPE_ERF:
-        data = frame.data
-        if len(data) < 16:
+        data, head = frame.data, erf_header(frame.data)
+        if head is None:
             return None, "ERF header cut short"
-        off, more = 16, data[8] & 0x80
-        while more and off + 8 <= len(data):  # extension headers, 8 bytes each
-            more, off = data[off] & 0x80, off + 8
-        if data[8] & 0x7F != ERF_TYPE_INFINIBAND:
-            return None, f"ERF record type {data[8] & 0x7F} is not an InfiniBand packet"
+        rtype, off = head
+        if rtype != ERF_TYPE_INFINIBAND:
+            return None, f"ERF record type {rtype} is not an InfiniBand packet"
         wlen = struct.unpack_from(">H", data, 14)[0]
         return data[off : off + wlen] if wlen else data[off:], ""
     return None, "not a native InfiniBand frame"

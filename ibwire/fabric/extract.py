@@ -1,22 +1,32 @@
 """Find the MADs in a capture without building a packet object per frame.
 
 Native InfiniBand only (link type 247, or ERF records of type 21/25 in link type 197): subnet management
-lives on QP0 of native IB links, which RoCE does not have.  A frame is a MAD when its BTH opcode is
-UD SEND Only and the destination QP is 0 or 1 (IBA Vol 1 §9.2, §13.5.1).  ERF layout: 16-byte header,
-extension headers when type bit 7 is set (each 8 bytes, chained by bit 7 of their own type byte).
+lives on QP0 of native IB links, which RoCE does not have.  Which packets carry a MAD is
+dissectors.decisions' rule, the one both decoders follow; ERF records are read by
+ibwire.readers.formats.erf_header.
 """
 
 import struct
 from typing import Iterator, NamedTuple
 
-from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_INFINIBAND
-from dissectors.opcodes import OPCODES
+from dissectors.decisions import carries_mad, may_carry_mad
+from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_INFINIBAND, MAD_HEADER_LEN
+from dissectors.opcodes import HEADER_LEN, OPCODES, headers_len
 
 from ..readers import iter_frames
+from ..readers.formats import erf_header
 from ..writers import ERF_TYPE_INFINIBAND, ERF_TYPE_INFINIBAND_LINK
 
-UD_SEND_ONLY = next(o.code for o in OPCODES.values() if o.transport == "UD" and o.name == "SEND Only")
 MAD_LEN = 256
+
+
+def _srcqp(ib: bytes, bth: int, op: int):
+    """DETH.SrcQP of the packet whose BTH is at `bth` (IBA §9.3.3: Q_Key, then the 24-bit source QP)."""
+    hdrs = OPCODES[op].headers
+    if "deth" not in hdrs:
+        return None
+    at = bth + 12 + sum(HEADER_LEN[h] for h in hdrs[: hdrs.index("deth")])
+    return struct.unpack_from(">I", ib, at + 4)[0] & 0xFFFFFF
 
 
 class MadFrame(NamedTuple):
@@ -33,16 +43,10 @@ def native_ib(linktype: int, data: bytes):
     """The native IB packet (from the LRH) inside a frame, or None."""
     if linktype == LINKTYPE_INFINIBAND:
         return data
-    if linktype != LINKTYPE_ERF or len(data) < 16:
+    head = erf_header(data) if linktype == LINKTYPE_ERF else None
+    if head is None or head[0] not in (ERF_TYPE_INFINIBAND, ERF_TYPE_INFINIBAND_LINK):
         return None
-    etype = data[8]
-    if etype & 0x7F not in (ERF_TYPE_INFINIBAND, ERF_TYPE_INFINIBAND_LINK):
-        return None
-    off, more = 16, etype & 0x80
-    while more and off + 8 <= len(data):
-        more = data[off] & 0x80
-        off += 8
-    return data[off:]
+    return data[head[1] :]
 
 
 def iter_mads(path: str) -> Iterator[MadFrame]:
@@ -58,12 +62,13 @@ def iter_mads(path: str) -> Iterator[MadFrame]:
             bth = 48
         else:
             continue
-        if len(ib) < bth + 20 + 24 or ib[bth] != UD_SEND_ONLY:
+        op = ib[bth]
+        at = bth + 12 + headers_len(op)
+        if not may_carry_mad(op) or len(ib) < at + MAD_HEADER_LEN:
             continue
-        dqp = struct.unpack_from(">I", ib, bth + 4)[0] & 0xFFFFFF
-        if dqp > 1:
+        dqp, sqp = struct.unpack_from(">I", ib, bth + 4)[0] & 0xFFFFFF, _srcqp(ib, bth, op)
+        if not carries_mad(op, dqp, sqp):
             continue
-        sqp = struct.unpack_from(">I", ib, bth + 16)[0] & 0xFFFFFF
         dlid, slid = struct.unpack_from(">H2xH", ib, 2)
-        mad = ib[bth + 20 : bth + 20 + MAD_LEN]
+        mad = ib[at : at + MAD_LEN]
         yield MadFrame(fr.number, fr.time, slid, dlid, dqp, sqp, mad)

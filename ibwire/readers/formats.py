@@ -40,6 +40,17 @@ def if_tsresol(opts: bytes, endian: str) -> tuple:
 _ERF_TYPE_HEADER = [2 if t in (2, 11, 16, 20) else 4 if t in (5, 6, 7, 8, 9, 12, 17, 18) else 0 for t in range(128)]
 
 
+def erf_header(data: bytes):
+    """(record type, where the packet starts) of one ERF record, or None when its 16-byte header is cut
+    short: extension headers of 8 bytes follow while bit 7 of the type byte before them is set."""
+    if len(data) < 16:
+        return None
+    off, more = 16, data[8] & 0x80
+    while more and off + 8 <= len(data):
+        more, off = data[off] & 0x80, off + 8
+    return data[8] & 0x7F, off
+
+
 def erf_view(buf, data, caplen):
     """How tshark sees ERF records (link type 197) at offsets `data` (caplen bytes each) of the byte array
     `buf`: (header lengths, nanosecond times).  Wireshark counts the ERF header as a pseudo-header, not as
