@@ -1,17 +1,17 @@
 """tshark as the oracle: run it on a capture and compare its `infiniband.*` fields with ibwire's.
 
 Used by the differential tests of every layer, on the real captures in ../shared/captures/public (beside
-the repository, as CI lays it out) and on the project's own.  tshark's JSON (`-T json --no-duplicate-keys`) is
+the repository, as CI lays it out) and on the project's own.  tshark's JSON, read through pyshark, is
 flattened to `key → [values]` with the `infiniband.` prefix removed; values are normalised (hex and
 decimal strings to int, `aa:bb` bytes to hex, IPv6 canonical) and compared with `decode_frame().flat`.
 """
 
 import ipaddress
-import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
+
+import pyshark
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
 TSHARK = shutil.which("tshark")
@@ -19,14 +19,25 @@ PREFIXES = ("infiniband.", "infiniband_link.", "ipoib.")
 
 
 def tshark_json(path, extra_args=()):
-    out = subprocess.run(
-        [TSHARK, "-r", str(path), "-T", "json", "--no-duplicate-keys", *extra_args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    ).stdout
-    return json.loads(out) if out.strip() else []
+    """tshark's `-T json` packets of a capture, read through pyshark (tshark -T json --no-duplicate-keys, name
+    resolution off), each as tshark writes it: {"_source": {"layers": {protocol: fields}}}, a protocol seen
+    twice holding the list of its field sets."""
+    cap = pyshark.FileCapture(str(path), use_json=True, keep_packets=False, custom_parameters=list(extra_args))
+    out = []
+    try:
+        for pkt in cap:
+            layers = {"frame": pkt.frame_info._all_fields}
+            for x in pkt.layers:
+                have = layers.get(x.layer_name)
+                layers[x.layer_name] = x._all_fields if have is None else [*_as_list(have), x._all_fields]
+            out.append({"_source": {"layers": layers}})
+    finally:
+        cap.close()
+    return out
+
+
+def _as_list(v):
+    return v if isinstance(v, list) else [v]
 
 
 def _flatten(obj, out):
