@@ -252,3 +252,38 @@ def test_simple_packet_blocks_read_as_tshark_reads_them(tmp_path):
         .splitlines()
     )
     assert [tuple(map(int, line.split("\t"))) for line in piped] == theirs
+
+
+@pytest.mark.parametrize("extensions", [1, 3, 5])
+def test_erf_extension_headers_are_followed_to_the_end_of_their_chain(tmp_path, extensions):
+    """ERF records with 1 to 5 extension headers (8 bytes each, bit 7 of each type byte saying another
+    follows) before the IB packet: the compiled records, the full decode and tshark find the same packet and
+    the same ERF lengths; the compiled walk once stopped after three."""
+    import subprocess
+
+    from tshark_oracle import TSHARK
+
+    from ibwire.decode import decode_frame
+
+    frames = list(iter_frames(str(IB)))
+    out = tmp_path / f"ext{extensions}.pcap"
+    with PcapWriter(str(out), 197) as w:
+        for fr in frames:
+            head = bytearray(fr.data[:16])
+            head[8] |= 0x80
+            ext = b"".join(bytes([(0x80 if i < extensions - 1 else 0) | 4]) + bytes(7) for i in range(extensions))
+            struct.pack_into(">H", head, 10, len(fr.data) + 8 * extensions)
+            w.write(bytes(head) + ext + fr.data[16:], fr.time)
+    rec, ref = read_all(str(out)), read_all(str(IB))
+    for f in ("opcode", "psn", "slid", "dlid", "destqp", "icrc", "vcrc", "mad_attrid", "link", "caplen", "len"):
+        assert (rec[f] == ref[f]).all(), f
+    full = [decode_frame(fr).flat for fr in iter_frames(str(out))]
+    assert [d.get("lrh.dlid") for d in full] == [int(x) for x in ref["dlid"]]
+    assert [d.get("icrc.status") for d in full] == ["good"] * len(full)
+    lens = subprocess.run(
+        [TSHARK, "-r", str(out), "-T", "fields", "-e", "frame.len", "-e", "infiniband.lrh.dlid"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")[:-1]
+    assert lens == [f"{n}\t{d}" for n, d in zip(rec["len"], rec["dlid"])]

@@ -73,11 +73,11 @@ def erf_view(buf, data, caplen):
     rtype = byte(8).astype(np.int64)
     hdr = np.full(len(at), 16, np.int64)
     more = (rtype & 0x80) > 0
-    for _ in range(8):  # extension headers: 8 bytes each, bit 7 of the first byte
-        ext = more & (hdr + 8 <= caplen)  # says another follows
-        nxt = (byte(np.where(ext, hdr, 0)).astype(np.int64) & 0x80) > 0
-        hdr += np.where(ext, 8, 0)
-        more = ext & nxt
+    more &= hdr + 8 <= caplen
+    while more.any():  # extension headers: 8 bytes each, bit 7 of the first byte says another follows
+        nxt = (byte(np.where(more, hdr, 0)).astype(np.int64) & 0x80) > 0
+        hdr += np.where(more, 8, 0)
+        more &= nxt & (hdr + 8 <= caplen)
     hdr += np.array(_ERF_TYPE_HEADER, np.int64)[rtype & 0x7F]
     hdr = np.where(ok, np.minimum(hdr, caplen), 0)
     frac = (ts & np.uint64(0xFFFFFFFF)) * np.uint64(10**9)

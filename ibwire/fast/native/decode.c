@@ -251,10 +251,9 @@ static void link_layer(const decode_job *c, const pkt *k, uint8_t *restrict out,
         unsigned t = B(k, d + 8);
         int64_t at = 16;
         int more = (t & 0x80) != 0;
-        for (int i = 0; i < 3; i++) {
-            int next = (B(k, d + (at < 39 ? at : 39)) & 0x80) != 0;
-            at += more ? 8 : 0;
-            more = more && next;
+        while (more && d + at + 8 <= k->lim) {                 /* 8-byte extension headers, chained by bit 7 */
+            more = (B(k, d + at) & 0x80) != 0;
+            at += 8;
         }
         t &= 0x7F;
         if (t == 21)
