@@ -25,41 +25,18 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from dissectors.dcbfacts import ALL_PRIORITIES, parse_dcbx, parse_mac_control, pause_seconds
-from dissectors.numbers import ETHERTYPE_LLDP, ETHERTYPE_MAC_CONTROL, ROCE_V2_PORT
+from dissectors.numbers import ROCE_V2_PORT
 from dissectors.opcodes import OPCODES
 
 from ..fast import records as R
-from ..fast.decode import decode_batch
-from ..fast.walk import CaptureWalk
 from .hashing import group_rows
+from .healthflows import find_flows, qp_groups, row_end
+from .healthrows import read
 
 KINDS = ("data", "ACK", "CNP", "MAD", "CM")
 DATA, ACK, CNP, MAD, CM = range(len(KINDS))
 CNP_OPCODE = 0x81
 _ACK_OPS = np.array([c in OPCODES and OPCODES[c].op in ("ack", "atomic_ack") for c in range(256)])
-_KEEP = (
-    "frame",
-    "time",
-    "time_ns",
-    "len",
-    "link",
-    "flags",
-    "vlan",
-    "pcp",
-    "dscp",
-    "ecn",
-    "fecn",
-    "slid",
-    "dlid",
-    "src",
-    "dst",
-    "udp_src",
-    "opcode",
-    "destqp",
-    "psn",
-    "mad_class",
-)
-KEEP = np.dtype([(f, R.RECORD.fields[f][0]) for f in _KEEP])
 MIN_JUDGED = 8  # packets the sender sent in the window before a CNP for its reaction to be judged
 
 
@@ -77,37 +54,6 @@ class Settings:
     ):
         self.port_speed, self.storm_s, self.paths = port_speed, storm_ms / 1e3, paths
         self.window, self.cut, self.qos = window_us / 1e6, cut, dict(qos or {})
-
-
-def read(path: str, icrc: bool = False):
-    """(RoCE packet rows with the _KEEP fields, [(frame, seconds since the first packet, bytes)] of MAC control
-    and LLDP frames, the first packet's time in ns, problems)."""
-    walk = CaptureWalk(path, 16384)
-    parts, control, t0 = [], [], None
-    for pos in walk.batches():
-        rec = decode_batch(walk.buf, pos, icrc)
-        if not len(rec):
-            continue
-        t0 = int(rec["time_ns"][0]) if t0 is None else t0
-        et = rec["etype"]
-        ctl = np.flatnonzero(((et == ETHERTYPE_MAC_CONTROL) | (et == ETHERTYPE_LLDP)) & (rec["linktype"] == 1))
-        for i in ctl:
-            at = int(pos.data[i])
-            control.append(
-                (
-                    int(rec["frame"][i]),
-                    (int(rec["time_ns"][i]) - t0) / 1e9,
-                    bytes(walk.buf[at : at + int(pos.caplen[i])]),
-                )
-            )
-        roce = np.flatnonzero(rec["flags"] & R.F_BTH)
-        part = np.empty(len(roce), KEEP)
-        every = len(roce) == len(rec)
-        for f in _KEEP:  # column by column: numpy copies a multi-field selection slowly
-            part[f] = rec[f] if every else rec[f][roce]
-        parts.append(part)
-    rows = np.concatenate(parts) if parts else np.zeros(0, KEEP)
-    return rows, control, t0 or 0, walk.problems
 
 
 def kinds(rows) -> np.ndarray:
@@ -140,7 +86,13 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
     prio = priority(rows)
     rel = (rows["time_ns"] - t0) / 1e9
     pause, dcbx = _pauses(control, settings)
-    flows = _flows(rows, kind, (rows["time_ns"] - t0) // 1000)
+    qp = qp_groups(rows)
+    data = np.flatnonzero(kind == DATA)
+    back = np.flatnonzero((kind == DATA) | (kind == ACK))
+    flows = find_flows(rows, data, back, (rows["time_ns"] - t0) // 1000, qp)
+    mark = marked(rows)
+    for f in flows:
+        f["ce"] = f["rows"][mark[f["rows"]]]
     out = {
         "capture": str(path),
         "port_speed_bps": settings.port_speed,
@@ -151,9 +103,9 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
         "roce_packets": int(len(rows)),
         "pause": pause,
         "dcbx": dcbx,
-        "congestion": _congestion(rows, kind, rel, flows, settings),
+        "congestion": _congestion(rows, kind, prio, rel, flows, settings),
         "ecmp": _ecmp(rows, kind, flows, settings),
-        "qos": _qos_table(rows, kind, prio, flows),
+        "qos": _qos_table(rows, kind, prio, qp[0]),
         "problems": list(problems),
     }
     out["findings"] = _findings(out, rows, kind, prio, flows, settings)
@@ -243,82 +195,6 @@ def _addr(b) -> str:
     return f"LID {int.from_bytes(b[3:5], 'big')}" if b[:3] == b"LID" else R.addr_text(b)
 
 
-def _end(rows, i: int, side: str) -> bytes:
-    """The source or destination of packet i: its address, or its LID (b"LID" + 2 bytes) on native IB."""
-    if rows["link"][i] == R.IB:
-        return b"LID" + int(rows["slid" if side == "src" else "dlid"][i]).to_bytes(2, "big")
-    return bytes(rows[side][i])
-
-
-def _flows(rows, kind, rel_us) -> List[dict]:
-    """One entry per flow (a QP's direction carrying data): its rows, partner QP and how it was paired."""
-    data = np.flatnonzero(kind == DATA)
-    if not len(data):
-        return []
-    _, first, inv = group_rows(rows, ("src", "dst", "slid", "dlid", "destqp"), data)
-    back = np.flatnonzero((kind == DATA) | (kind == ACK))
-    _, bfirst, binv = group_rows(rows, ("src", "dst", "slid", "dlid"), back)
-    rev = {(_end(rows, back[f], "src"), _end(rows, back[f], "dst")): back[binv == g] for g, f in enumerate(bfirst)}
-    flows, by_ends = [], defaultdict(list)
-    for g, f in enumerate(first):
-        i = data[f]
-        src, dst = _end(rows, i, "src"), _end(rows, i, "dst")
-        flows.append(
-            {
-                "src": src,
-                "dst": dst,
-                "qp": int(rows["destqp"][i]),
-                "partner": None,
-                "paired_by": "none",
-                "rows": data[inv == g],
-                "link": int(rows["link"][i]),
-            }
-        )
-        by_ends[(src, dst)].append(flows[-1])
-    key = None
-    for (src, dst), fs in by_ends.items():
-        back_rows = rev.get((dst, src), np.zeros(0, np.int64))
-        cands = np.unique(rows["destqp"][back_rows])
-        if len(fs) == 1 and len(cands) == 1:
-            fs[0]["partner"], fs[0]["paired_by"] = int(cands[0]), "addresses"
-        elif fs and len(cands):
-            if key is None:  # PSN << 39 | µs since the first packet
-                key = rows["psn"].astype(np.int64) << 39 | np.clip(rel_us, 0, (1 << 39) - 1)
-            _pair_by_psn(rows, key, fs, back_rows, cands)
-    return flows
-
-
-ANSWER_WITHIN_US = 10_000  # an ACK or response answers a request with its PSN sent at most this long before
-
-
-def _pair_by_psn(rows, key, fs, back, cands, sample: int = 5000) -> None:
-    """Partner QPs of the flows `fs` (one pair of ends): each packet coming back to QP q (sampled) votes
-    for the flow that sent its PSN most recently before it (within ANSWER_WITHIN_US); pairs are taken by
-    votes, most first.  QPs may share PSN ranges, not times.  Keys are PSN << 39 | µs since the first packet."""
-    votes = Counter()
-    sent = [np.sort(key[f["rows"]]) for f in fs]
-    for q in cands.tolist():
-        b = back[rows["destqp"][back] == q][:sample]
-        gaps = np.full((len(fs), len(b)), np.inf)
-        for n, ks in enumerate(sent):
-            k = np.searchsorted(ks, key[b], side="right") - 1
-            ok = k >= 0
-            hit = np.zeros(len(b), bool)
-            hit[ok] = (ks[k[ok]] >> 39) == rows["psn"][b][ok]
-            gap = (key[b] & ((1 << 39) - 1)) - (ks[np.maximum(k, 0)] & ((1 << 39) - 1))
-            hit &= gap <= ANSWER_WITHIN_US
-            gaps[n, hit] = gap[hit]
-        answered = np.isfinite(gaps).any(axis=0)
-        for n, c in zip(*np.unique(np.argmin(gaps, axis=0)[answered], return_counts=True)):
-            votes[(q, int(n))] += int(c)
-    used_q, used_f = set(), set()
-    for (q, n), _ in votes.most_common():
-        if q not in used_q and n not in used_f:
-            used_q.add(q)
-            used_f.add(n)
-            fs[n]["partner"], fs[n]["paired_by"] = q, "psn"
-
-
 def flow_name(f) -> str:
     return f"{_addr(f['src'])} → {_addr(f['dst'])} QP 0x{f['qp']:06x}"
 
@@ -328,7 +204,7 @@ def _cnp_rows(rows, kind, flows):
     cnps = np.flatnonzero(kind == CNP)
     by_target = defaultdict(list)
     for i in cnps:
-        ends = (_end(rows, i, "src"), _end(rows, i, "dst"))
+        ends = (row_end(rows, i, "src"), row_end(rows, i, "dst"))
         by_target[(*ends, int(rows["destqp"][i]))].append(i)
         by_target[(*ends, None)].append(i)
     per_pair = Counter((f["src"], f["dst"]) for f in flows)
@@ -347,12 +223,12 @@ def _rate(t, cum, a, b) -> float:
     return float(cum[hi] - cum[lo]) * 8 / (b - a)
 
 
-def _congestion(rows, kind, rel, flows, s: Settings) -> List[dict]:
+def _congestion(rows, kind, prio, rel, flows, s: Settings) -> List[dict]:
     cnp_of = _cnp_rows(rows, kind, flows)
     out = []
     for n, f in enumerate(flows):
         m = f["rows"]
-        ce = m[marked(rows[m])]
+        ce = f["ce"]
         cnps = cnp_of[n]
         if not len(ce) and not len(cnps):
             continue
@@ -406,10 +282,10 @@ def _congestion(rows, kind, rel, flows, s: Settings) -> List[dict]:
                 "first_ce_frame": int(rows["frame"][ce[0]]) if len(ce) else None,
                 "first_ce_to_cnp_us": float(answer[0] - first_ce) * 1e6 if len(answer) else None,
                 "cnp_spacing_us": {"min": float(gaps.min()), "median": float(np.median(gaps))} if len(gaps) else None,
-                "cnp_dscp": sorted(set(rows["dscp"][cnps].tolist())),
-                "data_dscp": sorted(set(rows["dscp"][m].tolist())),
-                "cnp_priority": sorted(set(priority(rows[cnps]).tolist())) if len(cnps) else [],
-                "data_priority": sorted(set(priority(rows[m]).tolist())),
+                "cnp_dscp": np.unique(rows["dscp"][cnps]).tolist(),
+                "data_dscp": np.unique(rows["dscp"][m]).tolist(),
+                "cnp_priority": np.unique(prio[cnps]).tolist(),
+                "data_priority": np.unique(prio[m]).tolist(),
                 "reactions": reactions,
                 "_n": n,
             }
@@ -423,7 +299,7 @@ def _series(out, rows, kind, rel, flows, control, bins: int, window: float, most
     per = []
     for c in out["congestion"]:
         m = flows[c["_n"]]["rows"]
-        ce, cnp = m[marked(rows[m])], cnp_of[c["_n"]]
+        ce, cnp = flows[c["_n"]]["ce"], cnp_of[c["_n"]]
         t0 = float(min(rel[m].min(), rel[cnp].min() if len(cnp) else np.inf))
         t1 = float(max(rel[m].max(), rel[cnp].max() if len(cnp) else -np.inf))
         n = max(1, min(bins, math.ceil((t1 - t0) / window)))  # no finer than the rate window
@@ -456,7 +332,7 @@ def _ecmp(rows, kind, flows, s: Settings) -> dict:
     for f in flows:
         if f["link"] not in (R.ROCE2V4, R.ROCE2V6):
             continue
-        ports = sorted(set(rows["udp_src"][f["rows"]].tolist()))
+        ports = np.unique(rows["udp_src"][f["rows"]]).tolist()
         per.append(
             {
                 "flow": flow_name(f),
@@ -482,38 +358,20 @@ def _ecmp(rows, kind, flows, s: Settings) -> dict:
 # ---- DSCP / PCP -----------------------------------------------------------------------------------------------
 
 
-def _qos_table(rows, kind, prio, flows) -> List[dict]:
-    """Packets per (direction's ends and QP, kind, DSCP, PCP)."""
+def _qos_table(rows, kind, prio, gid) -> List[dict]:
+    """Packets per (direction's ends and QP, kind, DSCP, PCP); `gid`: each row's QP group (qp_groups)."""
     if not len(rows):
         return []
-    keyed = np.zeros(len(rows), [("k", "i1"), ("d", "u1"), ("p", "i2"), ("q", "u4")])
-    keyed["k"], keyed["d"], keyed["q"] = kind, rows["dscp"], rows["destqp"]
-    keyed["p"] = np.where(rows["vlan"] >= 0, rows["pcp"], -1)
-    both = np.zeros(
-        len(rows),
-        [
-            ("src", "V16"),
-            ("dst", "V16"),
-            ("slid", "u2"),
-            ("dlid", "u2"),
-            ("k", "i1"),
-            ("d", "u1"),
-            ("p", "i2"),
-            ("q", "u4"),
-        ],
-    )
-    for f in ("src", "dst", "slid", "dlid"):
-        both[f] = rows[f]
-    for f in ("k", "d", "p", "q"):
-        both[f] = keyed[f]
-    _, first, inv = group_rows(both, ("src", "dst", "slid", "dlid", "q", "k", "d", "p"))
+    pcp = np.where(rows["vlan"] >= 0, rows["pcp"].astype(np.int64), -1)
+    code = ((gid * len(KINDS) + kind) * 256 + rows["dscp"]) * 512 + pcp + 1  # one number per key
+    _, first, inv = group_rows(code.view(np.dtype([("key", np.int64)])), ("key",))
     counts = np.bincount(inv, minlength=len(first))
     out = []
     for g, i in enumerate(first):
         out.append(
             {
-                "src": _addr(_end(rows, i, "src")),
-                "dst": _addr(_end(rows, i, "dst")),
+                "src": _addr(row_end(rows, i, "src")),
+                "dst": _addr(row_end(rows, i, "dst")),
                 "qp": int(rows["destqp"][i]),
                 "kind": KINDS[kind[i]],
                 "dscp": int(rows["dscp"][i]),
@@ -560,7 +418,7 @@ def _finding(kind: str, severity: str, text: str, frames, flt: str, **more) -> d
 
 def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
     """Every finding, in report order: pauses, unprotected RoCE, congestion per flow, ECMP and QoS classes."""
-    roce_prios = set(prio[(kind == DATA) | (kind == ACK)].tolist())
+    roce_prios = set(np.unique(prio[(kind == DATA) | (kind == ACK)]).tolist())
     found = _pause_findings(out["pause"], rows, roce_prios, s)
     found += _unprotected_findings(out["dcbx"], rows, kind, prio, roce_prios, s)
     found += _congestion_findings(out["congestion"], rows, flows, s)
@@ -651,7 +509,7 @@ def _cnp_answer_findings(c: dict, f: dict, rows, cnp_filter: str, s: Settings) -
     """CE-marked packets no CNP answered, and CNPs after which the sender kept its rate."""
     found = []
     if c["ce_marked"] and not c["cnps"]:
-        ce = f["rows"][marked(rows[f["rows"]])]
+        ce = f["ce"]
         ends = _ends_filter(f["link"], c["src"], c["dst"])
         found.append(
             _finding(

@@ -84,11 +84,10 @@ def health(
         raise UserError(f"--format must be table or json, not {fmt!r}")
     if storm_ms <= 0 or paths < 1 or window_us <= 0:
         raise UserError("--storm-ms and --rate-window-us must be positive and --paths at least 1")
-    from ..pictures.health_report import BINS
-
-    res = analyse(
-        file, Settings(port_speed(speed), storm_ms, paths, window_us, qos=parse_qos(qos)), bins=BINS if report else 0
-    )
+    bins = 0
+    if report:  # the page's module only when a page is asked for
+        from ..pictures.health_report import BINS as bins
+    res = analyse(file, Settings(port_speed(speed), storm_ms, paths, window_us, qos=parse_qos(qos)), bins=bins)
     if report:
         from ..pictures.health_report import report as write_report
 

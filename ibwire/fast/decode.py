@@ -76,10 +76,15 @@ COLUMN_START = np.array([STARTS[name] for name, _ in _native.FIELDS], np.int64)
 _check_codes()
 
 
-def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True) -> np.ndarray:
-    """Records for the packets at `pos` in `buf`; with `icrc`, ICRC and VCRC are verified."""
+def decode_batch(buf: np.ndarray, pos: Positions, icrc: bool = True, out: np.ndarray = None) -> np.ndarray:
+    """Records for the packets at `pos` in `buf`; with `icrc`, ICRC and VCRC are verified.  `out`: a
+    contiguous RECORD array of at least that many rows to decode into (its first rows are returned)."""
     n = len(pos.data)
-    rec = np.zeros(n, R.RECORD)
+    if out is None:
+        rec = np.zeros(n, R.RECORD)
+    else:
+        out.view(np.uint8)[: n * R.RECORD.itemsize] = 0  # the compiled decoder writes into zeroed records
+        rec = out[:n]
     rec["frame"], rec["time"], rec["caplen"], rec["len"] = pos.frame, pos.time, pos.caplen, pos.wirelen
     if pos.ns is not None:
         rec["time_ns"] = pos.ns
