@@ -679,57 +679,44 @@ def ek_text(timestamp_ms: int, layers: list, fields_only: bool = False, folded: 
         if items and items[0][0] == FILTERED and len(items) == 1:
             inner = f'"filtered":{json.dumps(items[0][1])}'
         elif folded:
-            inner = _ek_pairs(
-                [
-                    (
-                        f"{name}_{k}".replace(".", "_") if not isinstance(v, list) or k.endswith("_tree") else "text",
-                        {FILTERED: k if not isinstance(v, list) else "text"},
-                    )
-                    for k, v in items
-                    if not (isinstance(v, list) and k.endswith("_tree"))
-                ]
-            )
+            folds = {}
+            for k, v in items:
+                if not (isinstance(v, list) and k.endswith("_tree")):
+                    key = "text" if isinstance(v, list) else f"{name}_{k}".replace(".", "_")
+                    folds.setdefault(key, (key, []))[1].append({FILTERED: "text" if isinstance(v, list) else k})
+            inner = _ek_pairs(folds.values())
         else:
-            inner = _ek_pairs(_ek_items(name, items))
+            inner = _ek_items(name, items)
         parts.append(f"{json.dumps(name)}:{{{inner}}}")
     return f'{{"timestamp":"{timestamp_ms}","layers":{{{",".join(parts)}}}}}'
 
 
-def _ek_items(layer: str, items: list) -> list:
-    """(key, value) of a layer's items depth first, a subtree's label (`text`) ahead of its items;
-    frame.time in UTC, ISO 8601, as ek writes it."""
-    out = []
+def _ek_items(layer: str, items: list) -> str:
+    """A layer's tree as tshark -T ek writes it (print.c, ek_fill_attr): every node, depth first, grouped by
+    its own name and its parent's (a field's subtree is its parent, a text label's subtree "text", the top
+    level the layer), each group once where its first node stands, several values as a list; frame.time in
+    UTC, ISO 8601."""
+    groups = {}
     epoch = {k: v for k, v in items if not isinstance(v, list)}.get("frame.time_epoch")
-    for k, v in items:
-        if k == "frame.time" and epoch:
-            sec, _, frac = epoch.partition(".")
-            v = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(sec))) + f".{frac}Z"
-        if isinstance(v, list):
-            if not k.endswith("_tree"):
-                out.append(("text", k))
-            out.append((None, _ek_items(layer, v)))
-        else:
-            out.append((f"{layer}_{k}".replace(".", "_"), _text(v, True)))
-    return out
+
+    def walk(nodes, parent):
+        for k, v in nodes:
+            if k == "frame.time" and epoch:
+                sec, _, frac = epoch.partition(".")
+                v = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(sec))) + f".{frac}Z"
+            if isinstance(v, list) and k.endswith("_tree"):
+                walk(v, k[:-5])
+            elif isinstance(v, list):
+                groups.setdefault((parent, "text"), ("text", []))[1].append(k)
+                walk(v, "text")
+            else:
+                groups.setdefault((parent, k), (f"{layer}_{k}".replace(".", "_"), []))[1].append(_text(v, True))
+
+    walk(items, layer)
+    return _ek_pairs(groups.values())
 
 
-def _ek_pairs(items: list) -> str:
-    """Items of one tree level, each key once (several values become a list); subtrees keep their own
-    keys, so a key may repeat across levels, as in tshark's output."""
-    order, values = [], {}
-    for k, v in items:
-        if k is None:
-            order.append((None, v))
-        elif k in values:
-            values[k].append(v)
-        else:
-            values[k] = [v]
-            order.append((k, values[k]))
-    text = []
-    for k, v in order:
-        if k is None:
-            inner = _ek_pairs(v)
-            text += [inner] if inner else []
-        else:
-            text.append(f"{json.dumps(k)}:{json.dumps(v[0] if len(v) == 1 else v, separators=(',', ':'))}")
-    return ",".join(text)
+def _ek_pairs(groups) -> str:
+    """`"name":value` of each (name, values) group, several values as a list."""
+    sep = (",", ":")
+    return ",".join(f"{json.dumps(n)}:{json.dumps(v[0] if len(v) == 1 else v, separators=sep)}" for n, v in groups)
