@@ -73,6 +73,12 @@ def marked(rows) -> np.ndarray:
     return np.where(native, rows["fecn"] == 1, rows["ecn"] == 3)
 
 
+def distinct(x: np.ndarray) -> List[int]:
+    """The distinct values of small non-negative integers (DSCP, priority, port), ascending: a count per
+    value, not a sort."""
+    return np.flatnonzero(np.bincount(x)).tolist() if len(x) else []
+
+
 def priority(rows) -> np.ndarray:
     """The 802.1p priority each packet travels in: its PCP when tagged, else DSCP >> 3."""
     return np.where(rows["vlan"] >= 0, rows["pcp"], rows["dscp"] >> 3).astype(np.int64)
@@ -87,9 +93,7 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
     rel = (rows["time_ns"] - t0) / 1e9
     pause, dcbx = _pauses(control, settings)
     qp = qp_groups(rows)
-    data = np.flatnonzero(kind == DATA)
-    back = np.flatnonzero((kind == DATA) | (kind == ACK))
-    flows = find_flows(rows, data, back, (rows["time_ns"] - t0) // 1000, qp)
+    flows = find_flows(rows, kind == DATA, (kind == DATA) | (kind == ACK), (rows["time_ns"] - t0) // 1000, qp)
     mark = marked(rows)
     for f in flows:
         f["ce"] = f["rows"][mark[f["rows"]]]
@@ -282,10 +286,10 @@ def _congestion(rows, kind, prio, rel, flows, s: Settings) -> List[dict]:
                 "first_ce_frame": int(rows["frame"][ce[0]]) if len(ce) else None,
                 "first_ce_to_cnp_us": float(answer[0] - first_ce) * 1e6 if len(answer) else None,
                 "cnp_spacing_us": {"min": float(gaps.min()), "median": float(np.median(gaps))} if len(gaps) else None,
-                "cnp_dscp": np.unique(rows["dscp"][cnps]).tolist(),
-                "data_dscp": np.unique(rows["dscp"][m]).tolist(),
-                "cnp_priority": np.unique(prio[cnps]).tolist(),
-                "data_priority": np.unique(prio[m]).tolist(),
+                "cnp_dscp": distinct(rows["dscp"][cnps]),
+                "data_dscp": distinct(rows["dscp"][m]),
+                "cnp_priority": distinct(prio[cnps]),
+                "data_priority": distinct(prio[m]),
                 "reactions": reactions,
                 "_n": n,
             }
@@ -332,7 +336,7 @@ def _ecmp(rows, kind, flows, s: Settings) -> dict:
     for f in flows:
         if f["link"] not in (R.ROCE2V4, R.ROCE2V6):
             continue
-        ports = np.unique(rows["udp_src"][f["rows"]]).tolist()
+        ports = distinct(rows["udp_src"][f["rows"]])
         per.append(
             {
                 "flow": flow_name(f),
@@ -418,7 +422,7 @@ def _finding(kind: str, severity: str, text: str, frames, flt: str, **more) -> d
 
 def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
     """Every finding, in report order: pauses, unprotected RoCE, congestion per flow, ECMP and QoS classes."""
-    roce_prios = set(np.unique(prio[(kind == DATA) | (kind == ACK)]).tolist())
+    roce_prios = set(distinct(prio[(kind == DATA) | (kind == ACK)]))
     found = _pause_findings(out["pause"], rows, roce_prios, s)
     found += _unprotected_findings(out["dcbx"], rows, kind, prio, roce_prios, s)
     found += _congestion_findings(out["congestion"], rows, flows, s)

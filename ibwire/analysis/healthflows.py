@@ -1,8 +1,8 @@
 """Flows of `ibwire health`: one direction of a QP (source, destination, destination QP) carrying data, and
 the partner QP its ACKs and responses come back to.
 
-Every row's QP group comes from one compiled group-by of all RoCE rows (`qp_groups`); flows, the ends
-that answer them and the QoS table are derived from it, each group's rows taken out by one stable sort.
+Every row's QP group comes from one compiled group-by of all RoCE rows (`qp_groups`); flows, the QPs that
+answer them and the QoS table are derived from it, the rows of every group taken out by one radix sort.
 """
 
 from collections import Counter, defaultdict
@@ -31,32 +31,38 @@ def qp_groups(rows) -> Tuple[np.ndarray, np.ndarray]:
     return inv, first
 
 
-def groups_in_order(idx: np.ndarray, group: np.ndarray, groups: int) -> List[np.ndarray]:
-    """The rows `idx` split by their `group` (numbers below `groups`), each part in row order, the parts in
-    order of their first row: what group_rows over `idx` gives, from one stable sort."""
-    if not len(idx):
-        return []
-    small = np.uint8 if groups <= 1 << 8 else np.uint16 if groups <= 1 << 16 else np.int64  # radix sorted
+def _rows_per_group(group: np.ndarray, groups: int) -> List[np.ndarray]:
+    """The rows of each group number below `groups`, in row order: one stable (radix) sort."""
+    small = np.uint8 if groups <= 1 << 8 else np.uint16 if groups <= 1 << 16 else np.int64
     order = np.argsort(group.astype(small), kind="stable")
-    counts = np.bincount(group, minlength=groups)
-    parts = np.split(idx[order], np.cumsum(counts)[:-1])
-    present = [parts[g] for g in np.flatnonzero(counts).tolist()]
-    return [present[j] for j in np.argsort([p[0] for p in present], kind="stable").tolist()]
+    return np.split(order, np.cumsum(np.bincount(group, minlength=groups))[:-1])
 
 
-def find_flows(rows, data: np.ndarray, back: np.ndarray, rel_us, qp: Tuple[np.ndarray, np.ndarray]) -> List[dict]:
-    """One entry per flow (a QP's direction carrying data: the rows `data`): its rows, partner QP and how
-    it was paired (by the rows `back`, data and ACKs, coming the other way).  `qp`: qp_groups(rows)."""
-    if not len(data):
-        return []
+def _answering(rows, back_of: List[np.ndarray], ends_of: np.ndarray, gfirst: np.ndarray):
+    """(the pair of ends of each group of ends that sends data or ACKs -> that group, the later of two with
+    one pair of ends (LIDs apart) replacing the earlier; per group of ends, its destination QPs -> rows)."""
+    first_back, qps = {}, defaultdict(dict)
+    for g, b in enumerate(back_of):
+        if len(b):
+            e = int(ends_of[g])
+            first_back[e] = min(first_back.get(e, len(rows)), int(b[0]))
+            qps[e][int(rows["destqp"][gfirst[g]])] = b
+    rev = {}
+    for e, i in sorted(first_back.items(), key=lambda kv: kv[1]):
+        rev[(row_end(rows, i, "src"), row_end(rows, i, "dst"))] = e
+    return rev, qps
+
+
+def find_flows(rows, is_data: np.ndarray, is_back: np.ndarray, rel_us, qp: Tuple[np.ndarray, np.ndarray]) -> List[dict]:
+    """One entry per flow (a QP's direction carrying data: the rows `is_data`): its rows, partner QP and how
+    it was paired (by the rows `is_back`, data and ACKs, coming the other way).  `qp`: qp_groups(rows)."""
     gid, gfirst = qp
-    _, efirst, ends_of = group_rows(rows, QP_KEY[:4], gfirst)  # each QP group's pair of ends
-    rev = {
-        (row_end(rows, r[0], "src"), row_end(rows, r[0], "dst")): r
-        for r in groups_in_order(back, ends_of[gid[back]], len(efirst))
-    }
+    per = _rows_per_group(gid, len(gfirst))
+    data_of = [r[is_data[r]] for r in per]
+    _, _, ends_of = group_rows(rows, QP_KEY[:4], gfirst)  # each QP group's pair of ends
+    rev, qps = _answering(rows, [r[is_back[r]] for r in per], ends_of, gfirst)
     flows, by_ends = [], defaultdict(list)
-    for r in groups_in_order(data, gid[data], len(gfirst)):
+    for r in sorted((r for r in data_of if len(r)), key=lambda r: int(r[0])):
         i = r[0]
         src, dst = row_end(rows, i, "src"), row_end(rows, i, "dst")
         flows.append(
@@ -73,26 +79,25 @@ def find_flows(rows, data: np.ndarray, back: np.ndarray, rel_us, qp: Tuple[np.nd
         by_ends[(src, dst)].append(flows[-1])
     key = None
     for (src, dst), fs in by_ends.items():
-        back_rows = rev.get((dst, src), np.zeros(0, np.int64))
-        cands = np.unique(rows["destqp"][back_rows])
-        if len(fs) == 1 and len(cands) == 1:
-            fs[0]["partner"], fs[0]["paired_by"] = int(cands[0]), "addresses"
-        elif fs and len(cands):
+        back_q = qps[rev[(dst, src)]] if (dst, src) in rev else {}
+        if len(fs) == 1 and len(back_q) == 1:
+            fs[0]["partner"], fs[0]["paired_by"] = next(iter(back_q)), "addresses"
+        elif back_q:
             if key is None:  # PSN << 39 | µs since the first packet
                 key = rows["psn"].astype(np.int64) << 39 | np.clip(rel_us, 0, (1 << 39) - 1)
-            _pair_by_psn(rows, key, fs, back_rows, cands)
+            _pair_by_psn(rows, key, fs, back_q)
     return flows
 
 
-def _pair_by_psn(rows, key, fs, back, cands, sample: int = 5000) -> None:
-    """Partner QPs of the flows `fs` (one pair of ends): each packet coming back to QP q (sampled) votes
-    for the flow that sent its PSN most recently before it (within ANSWER_WITHIN_US); pairs are taken by
-    votes, most first.  QPs may share PSN ranges, not times.  Keys are PSN << 39 | µs since the first packet."""
+def _pair_by_psn(rows, key, fs, back_q: dict, sample: int = 5000) -> None:
+    """Partner QPs of the flows `fs` (one pair of ends): each packet coming back (`back_q`: QP -> rows) to
+    QP q (sampled) votes for the flow that sent its PSN most recently before it (within ANSWER_WITHIN_US);
+    pairs are taken by votes, most first.  QPs may share PSN ranges, not times.  Keys are PSN << 39 | µs
+    since the first packet."""
     votes = Counter()
-    sent = [np.sort(key[f["rows"]]) for f in fs]
-    back_qp = rows["destqp"][back]
-    for q in cands.tolist():
-        b = back[back_qp == q][:sample]
+    sent = [np.sort(key[f["rows"]], kind="stable") for f in fs]  # (nearly in order already: timsort is quick)
+    for q in sorted(back_q):
+        b = back_q[q][:sample]
         kb, psn, t = key[b], rows["psn"][b], key[b] & ((1 << 39) - 1)
         gaps = np.full((len(fs), len(b)), np.inf)
         for n, ks in enumerate(sent):
