@@ -9,4 +9,9 @@
 int split_columns(const uint8_t *rec, int64_t itemsize, int64_t n, const int64_t *off, const int64_t *size,
                    int nfields, uint8_t *out);
 
+/* Copy the fields (size[f] bytes at byte off[f]) of the records rows[0..n) (NULL: the first n) to out, one
+ * after another in field order: records of sum(size) bytes, packed. */
+void pick_fields(const uint8_t *rec, int64_t itemsize, const int64_t *rows, int64_t n, const int64_t *off,
+                 const int64_t *size, int nfields, uint8_t *out);
+
 #endif

@@ -323,6 +323,52 @@ static PyObject *columns(PyObject *self, PyObject *args)
 }
 
 
+PyDoc_STRVAR(pick_doc,
+"pick(rec, itemsize, rows, offsets, sizes, out) -> None\n\n"
+"The records of `rec` (itemsize bytes each) listed in the int64 array `rows` (None: all) as narrower\n"
+"records in `out`: the fields at byte offsets[f] of sizes[f] bytes (int64 arrays) one after another,\n"
+"each record read once; `out` holds at least len(rows) * sum(sizes) bytes.");
+
+static PyObject *pick(PyObject *self, PyObject *args)
+{
+    enum { REC, ROWS, OFF, SIZE, OUT, NB };
+    PyObject *o[NB];
+    Py_ssize_t itemsize;
+    buf_t b[NB];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "OnOOOO", &o[REC], &itemsize, &o[ROWS], &o[OFF], &o[SIZE], &o[OUT]))
+        return NULL;
+    static const Py_ssize_t item[NB] = {0, 8, 8, 8, 0};
+    static const char *names[NB] = {"rec", "rows", "offsets", "sizes", "out"};
+    if (get_all(o, b, NB, item, names, 1u << OUT, 1u << ROWS) < 0)
+        return NULL;
+    Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
+    Py_ssize_t n = b[ROWS].held ? b[ROWS].v.len / 8 : nrec, nf = b[OFF].v.len / 8;
+    const int64_t *rows = b[ROWS].held ? b[ROWS].v.buf : NULL, *off = b[OFF].v.buf, *size = b[SIZE].v.buf;
+    const char *bad = NULL;
+    int64_t total = 0;
+    if (itemsize <= 0 || b[REC].v.len % itemsize)
+        bad = "rec does not hold whole records of itemsize bytes";
+    else if (b[SIZE].v.len / 8 != nf)
+        bad = "offsets and sizes differ in length";
+    for (Py_ssize_t f = 0; !bad && f < nf; f++) {
+        total += size[f];
+        if (off[f] < 0 || size[f] <= 0 || off[f] + size[f] > itemsize)
+            bad = "a field lies outside the record";
+    }
+    if (!bad && b[OUT].v.len < n * total)
+        bad = "out is shorter than the picked records";
+    if (!bad)
+        bad = rows_outside(rows, n, nrec);
+    if (bad)
+        return refuse(b, NB, bad);
+    Py_BEGIN_ALLOW_THREADS
+    pick_fields(b[REC].v.buf, itemsize, rows, n, off, size, (int)nf, b[OUT].v.buf);
+    Py_END_ALLOW_THREADS
+    release(b, NB);
+    Py_RETURN_NONE;
+}
+
 /* ---- RC sequencing (flows.c): a capsule holds the per-conversation state between feeds ---- */
 static void flows_capsule_free(PyObject *cap)
 {
@@ -668,6 +714,7 @@ static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))decode, METH_VARARGS | METH_KEYWORDS, decode_doc},
     {"group", group, METH_VARARGS, group_doc},
     {"columns", columns, METH_VARARGS, columns_doc},
+    {"pick", pick, METH_VARARGS, pick_doc},
     {"render", render, METH_VARARGS, render_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},
     {"nspcap", nspcap_py, METH_VARARGS, nspcap_doc},
