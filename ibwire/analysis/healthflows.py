@@ -109,8 +109,9 @@ def _pair_by_psn(rows, key, fs, back_q: dict, sample: int = 5000) -> None:
             hit &= gap <= ANSWER_WITHIN_US
             gaps[n, hit] = gap[hit]
         answered = np.isfinite(gaps).any(axis=0)
-        for n, c in zip(*np.unique(np.argmin(gaps, axis=0)[answered], return_counts=True)):
-            votes[(q, int(n))] += int(c)
+        counts = np.bincount(np.argmin(gaps, axis=0)[answered], minlength=len(fs))
+        for n in np.flatnonzero(counts).tolist():
+            votes[(q, n)] += int(counts[n])
     used_q, used_f = set(), set()
     for (q, n), _ in votes.most_common():
         if q not in used_q and n not in used_f:
