@@ -8,7 +8,7 @@ time a filter names one, so a filter on transport fields never loads scapy.
 from functools import lru_cache
 from typing import Dict, Optional
 
-from dissectors.dcbfacts import LLDP_CAPABILITIES
+from dissectors.dcbfacts import LLDP_CAPABILITIES, LLDP_ORG_FLAGS, PMD_CAPABILITIES
 
 UINT, INT, FLOAT, STRING, BYTES, MAC, IPV4, IPV6, PROTO = (
     "uint",
@@ -185,7 +185,16 @@ ENCAP: Dict[str, str] = {
         "ieee.802_1.port_vlan.id",
         "ieee.802_3.subtype",
         "ieee.802_3.max_frame_size",
+        *(f"ieee.{k}" for k in LLDP_ORG_FLAGS),
+        *(f"ieee.{k}.{bit}" for k, bits in LLDP_ORG_FLAGS.items() for bit, _ in bits),
+        *(f"ieee.802_3.pmd_auto_neg_advertised_caps_inv.{c}" for c in PMD_CAPABILITIES),
+        "ieee.802_1.port_proto_vlan.id",
+        "ieee.802_1.vlan.id",
+        "ieee.802_1.vlan.name_len",
+        "ieee.802_1.aggregated_port_id",
+        "ieee.802_3.pmd_mau_type",
     ),
+    "lldp.ieee.802_1.vlan.name": STRING,
     **_group("lldp", MAC, "chassis.id.mac", "port.id.mac"),
     "lldp.mgn.addr.ip4": IPV4,
     "lldp.mgn.addr.ip6": IPV6,
@@ -355,6 +364,10 @@ TSHARK_DISPLAY.update(
         "lldp.dcbx.feature.pg.reserved": 2,
         "lldp.dcbx.ieee.app.reserved": 2,
         "lldp.dcbx.feature.app.proto": 4,
+        **{f"lldp.ieee.{k}": 4 if k.endswith("caps") else 2 for k in LLDP_ORG_FLAGS},
+        **{f"lldp.ieee.{k}.{bit}": 1 for k, bits in LLDP_ORG_FLAGS.items() for bit, m in bits if m & (m - 1) == 0},
+        **{f"lldp.ieee.802_3.pmd_auto_neg_advertised_caps_inv.{c}": 1 for c in PMD_CAPABILITIES},
+        "lldp.ieee.802_3.pmd_mau_type": 4,
         "lldp.dcbx.ieee.willing": 1,
         "lldp.dcbx.ieee.ets.cbs": 1,
         "lldp.dcbx.ieee.pfc.mbc": 1,

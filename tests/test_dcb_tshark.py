@@ -81,6 +81,7 @@ def _frames(seed=7):
             / LLDPDUGenericOrganisationSpecific(
                 org_code=0x00120F, subtype=4, data=struct.pack(">H", rnd.choice((1518, 9216)))
             )
+            / _switch_tlvs(rnd, i)
             / LLDPDUETSConfiguration(willing=rnd.randrange(2), cbs=rnd.randrange(2), maxtcs=rnd.randrange(8), **tables)
             / LLDPDUETSRecommendation(**tables)
             / LLDPDUPFCConfiguration(
@@ -99,6 +100,22 @@ def _frames(seed=7):
             / LLDPDUEndOfLLDPDU()
         )
     return out
+
+
+def _switch_tlvs(rnd, i):
+    """The IEEE 802.3 and 802.1 TLVs switches send besides DCBX: MAC/PHY configuration (auto-negotiation bits,
+    advertised PMD capabilities, MAU type), port and protocol VLAN, VLAN name, link aggregation."""
+
+    def org(oui, sub, data):
+        return LLDPDUGenericOrganisationSpecific(org_code=oui, subtype=sub, data=data)
+
+    mau = rnd.choice((0x10, 0x1E, 0x1F))
+    return (
+        org(0x00120F, 1, bytes([rnd.randrange(4)]) + struct.pack(">HH", rnd.getrandbits(16), mau))
+        / org(0x0080C2, 2, bytes([rnd.choice((0, 2, 4, 6))]) + struct.pack(">H", rnd.randrange(4095)))
+        / org(0x0080C2, 3, struct.pack(">HB", rnd.randrange(4095), 4 + len(str(i))) + f"rdma{i}".encode())
+        / org(0x0080C2, 7, bytes([rnd.randrange(16)]) + struct.pack(">I", rnd.getrandbits(32)))
+    )
 
 
 def _capabilities(rnd):
@@ -180,7 +197,11 @@ def test_every_field_tshark_shows_agrees(capture, tshark):
         for key, values in _theirs(pkt).items():
             assert key in d.flat, f"frame {d.frame.number}: ibwire lacks {key} (tshark: {values})"
             ours = _as_list(d.flat[key])
-            assert ours == values, f"frame {d.frame.number} {key}: tshark {values}, ibwire {ours}"
+            # tshark's JSON merges sibling subtrees of one title ("Unknown Application" twice) into one key,
+            # moving the later ones up: the values agree as a multiset here, in frame order in -T fields below
+            assert sorted(map(str, ours)) == sorted(map(str, values)), (
+                f"frame {d.frame.number} {key}: tshark {values}, ibwire {ours}"
+            )
             compared.add(key)
     # every DCB field ibwire names is among those compared (nothing of ours goes unchecked but pause_s)
     for d in decoded:
@@ -218,6 +239,12 @@ def test_fields_output_equals_tsharks(capture, tshark):
         "lldp.time_to_live",
         "lldp.orgtlv.oui",
         "lldp.ieee.802_1.subtype",
+        "lldp.ieee.802_3.pmd_auto_neg_advertised_caps",
+        "lldp.ieee.802_3.pmd_auto_neg_advertised_caps_inv.other",
+        "lldp.ieee.802_3.pmd_mau_type",
+        "lldp.ieee.802_1.vlan.name",
+        "lldp.ieee.802_1.aggregation_status.porttype",
+        "lldp.ieee.802_1.port_proto_vlan.id",
         "lldp.dcbx.ieee.willing",
         "lldp.dcbx.ieee.ets.maxtcs",
         "lldp.dcbx.feature.pg.per2",

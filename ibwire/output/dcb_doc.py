@@ -17,6 +17,7 @@ from .values import value_text
 from .ws_labels import OUIS, VALUES
 
 PAUSE_TIMES = "CBFC Class Pause Times"  # packet-macctrl.c's subtree of the eight pause times
+INVERSE = "Same in inverse (wrong) bitorder"  # packet-lldp.c's subtree of the PMD capabilities read backwards
 
 
 def pairs(proto: str, fields: dict) -> list:
@@ -101,13 +102,26 @@ def _tlv_items(layer, fields: dict) -> list:
             inner = pairs("lldp", sub) + [(_app_title(a["dcbx.feature.app.proto"]), pairs("lldp", a)) for a in apps]
             items.append((f"{_name('lldp.dcbx.type', sub['dcbx.type'], 'Unknown')} TLV", inner))
         return items
-    if "tlv.system_cap" in fields:  # each capability word with its bits in a subtree
-        out = pairs("lldp", {k: fields[k] for k in ("tlv.type", "tlv.len")})
-        for word in ("tlv.system_cap", "tlv.enable_system_cap"):
-            bits = {k: v for k, v in fields.items() if k.startswith(word + ".")}
-            out += pairs("lldp", {word: fields[word]}) + [(f"lldp.{word}_tree", pairs("lldp", bits))]
-        return out
-    return pairs("lldp", fields)
+    return _with_flag_trees(fields)
+
+
+def _with_flag_trees(fields: dict) -> list:
+    """A TLV's fields in wire order, each flag word's bits in its subtree (`lldp.<word>_tree`) and, for the
+    PMD capabilities, the same bits read in inverse order in a subtree of their own, as packet-lldp.c adds
+    them."""
+    words = {k for k in fields if k != "unknown_subtype" and any(o.startswith(k + ".") for o in fields)}
+    out = []
+    for k, v in fields.items():
+        word = k.rpartition(".")[0]
+        if word in words or word.endswith("_inv"):
+            continue
+        out += pairs("lldp", {k: v})
+        if k in words:
+            out.append((f"lldp.{k}_tree", pairs("lldp", {b: fields[b] for b in fields if b.startswith(k + ".")})))
+            inverse = {b: fields[b] for b in fields if b.startswith(k + "_inv.")}
+            if inverse:
+                out.append((INVERSE, pairs("lldp", inverse)))
+    return out
 
 
 def _macc_items(layer) -> list:
