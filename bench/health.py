@@ -6,11 +6,14 @@ Generates bench/out/health-<N>.pcap once (bench/gen_roce.py's traffic, one PFC X
 every --pfc-every packets).  ibwire runs `health -T json`; tshark prints the fields the same counts need
 (`-T fields`: ECN, opcode, destination QP, UDP source port, DSCP, PCP, the PFC vector and pause times) and
 Python counts them.  Both must agree on CE marks, CNPs, pause frames and distinct UDP source ports.  The
-fastest of three runs counts (the machine is shared); results go to bench/out/health.json.
+fastest of three ibwire runs counts (the machine is shared), by wall time and by CPU time (user and system,
+which a loaded machine disturbs less); results go to bench/out/health.json.
 """
 
 import argparse
 import json
+import os
+import resource
 import struct
 import subprocess
 import sys
@@ -53,12 +56,16 @@ def with_pfc(src: Path, dst: Path, every: int) -> int:
 
 
 def best(cmd, runs=3):
-    times, out = [], None
+    """The fewest wall seconds and the fewest CPU seconds (user and system) of `runs` runs of `cmd`, and
+    the last run's output."""
+    times, cpus, out = [], [], None
     for _ in range(runs):
-        t = time.perf_counter()
+        t, u = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         out = subprocess.run(cmd, capture_output=True, text=True)
         times.append(time.perf_counter() - t)
-    return min(times), out
+        v = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(v.ru_utime - u.ru_utime + v.ru_stime - u.ru_stime)
+    return min(times), min(cpus), out
 
 
 def tshark_counts(text: str) -> dict:
@@ -99,16 +106,20 @@ def main():
     if not path.exists():
         with_pfc(base, path, a.pfc_every)
     exe = str(Path(sys.executable).parent / "ibwire")
-    t_ib, res = best([exe, "health", str(path), "-T", "json"])
+    t_ib, cpu_ib, res = best([exe, "health", str(path), "-T", "json"])
     ours = ibwire_counts(json.loads(res.stdout))
     cmd = ["tshark", "-r", str(path), "-T", "fields"] + [x for f in FIELDS for x in ("-e", f)]
-    t_ts, res = best(cmd, runs=1)
+    t_ts, cpu_ts, res = best(cmd, runs=1)
     theirs = tshark_counts(res.stdout)
     result = {
         "packets": a.packets,
         "ibwire_s": t_ib,
         "tshark_s": t_ts,
         "speedup": t_ts / t_ib,
+        "ibwire_cpu_s": cpu_ib,
+        "tshark_cpu_s": cpu_ts,
+        "speedup_per_cpu_s": cpu_ts / cpu_ib,
+        "load_average": os.getloadavg()[0],
         "ibwire": ours,
         "tshark": theirs,
         "agree": ours == theirs,

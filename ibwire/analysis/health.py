@@ -90,10 +90,11 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
     rows, control, t0, problems = read(path)
     kind = kinds(rows)
     prio = priority(rows)
-    rel = (rows["time_ns"] - t0) / 1e9
+    ns = rows["time_ns"] - t0
+    rel = ns / 1e9
     pause, dcbx = _pauses(control, settings)
     qp = qp_groups(rows)
-    flows = find_flows(rows, kind == DATA, (kind == DATA) | (kind == ACK), (rows["time_ns"] - t0) // 1000, qp)
+    flows = find_flows(rows, kind == DATA, (kind == DATA) | (kind == ACK), ns // 1000, qp)
     mark = marked(rows)
     for f in flows:
         f["ce"] = f["rows"][mark[f["rows"]]]

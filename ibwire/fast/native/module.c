@@ -276,6 +276,26 @@ static PyObject *group(PyObject *self, PyObject *args)
 }
 
 
+/* Why n records' fields (at byte offsets off, of sizes size: int64 buffers) cannot be copied out of the
+ * records in rec (itemsize bytes each) to out, one after another, or NULL. */
+static const char *fields_refused(const buf_t *rec, Py_ssize_t itemsize, const buf_t *off, const buf_t *size,
+                                  const buf_t *out, Py_ssize_t n)
+{
+    Py_ssize_t nf = off->v.len / 8;
+    const int64_t *o = off->v.buf, *z = size->v.buf;
+    int64_t total = 0;
+    if (itemsize <= 0 || rec->v.len % itemsize)
+        return "rec does not hold whole records of itemsize bytes";
+    if (size->v.len / 8 != nf)
+        return "offsets and sizes differ in length";
+    for (Py_ssize_t f = 0; f < nf; f++) {
+        total += z[f];
+        if (o[f] < 0 || z[f] <= 0 || o[f] + z[f] > itemsize)
+            return "a field lies outside the record";
+    }
+    return out->v.len < n * total ? "out is shorter than the fields of the records" : NULL;
+}
+
 PyDoc_STRVAR(columns_doc,
 "columns(rec, itemsize, offsets, sizes, out)\n\n"
 "The records in `rec` (itemsize bytes each) as columns: the field at byte offsets[f] of sizes[f] bytes\n"
@@ -297,19 +317,7 @@ static PyObject *columns(PyObject *self, PyObject *args)
         return NULL;
     Py_ssize_t n = itemsize > 0 ? b[REC].v.len / itemsize : 0, nf = b[OFF].v.len / 8;
     const int64_t *off = b[OFF].v.buf, *size = b[SIZE].v.buf;
-    const char *bad = NULL;
-    int64_t total = 0;
-    if (itemsize <= 0 || b[REC].v.len % itemsize)
-        bad = "rec does not hold whole records of itemsize bytes";
-    else if (b[SIZE].v.len / 8 != nf)
-        bad = "offsets and sizes differ in length";
-    for (Py_ssize_t f = 0; !bad && f < nf; f++) {
-        total += size[f];
-        if (off[f] < 0 || size[f] <= 0 || off[f] + size[f] > itemsize)
-            bad = "a field lies outside the record";
-    }
-    if (!bad && b[OUT].v.len < n * total)
-        bad = "out is shorter than the columns";
+    const char *bad = fields_refused(&b[REC], itemsize, &b[OFF], &b[SIZE], &b[OUT], n);
     if (bad)
         return refuse(b, NB, bad);
     int status;
@@ -345,19 +353,7 @@ static PyObject *pick(PyObject *self, PyObject *args)
     Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
     Py_ssize_t n = b[ROWS].held ? b[ROWS].v.len / 8 : nrec, nf = b[OFF].v.len / 8;
     const int64_t *rows = b[ROWS].held ? b[ROWS].v.buf : NULL, *off = b[OFF].v.buf, *size = b[SIZE].v.buf;
-    const char *bad = NULL;
-    int64_t total = 0;
-    if (itemsize <= 0 || b[REC].v.len % itemsize)
-        bad = "rec does not hold whole records of itemsize bytes";
-    else if (b[SIZE].v.len / 8 != nf)
-        bad = "offsets and sizes differ in length";
-    for (Py_ssize_t f = 0; !bad && f < nf; f++) {
-        total += size[f];
-        if (off[f] < 0 || size[f] <= 0 || off[f] + size[f] > itemsize)
-            bad = "a field lies outside the record";
-    }
-    if (!bad && b[OUT].v.len < n * total)
-        bad = "out is shorter than the picked records";
+    const char *bad = fields_refused(&b[REC], itemsize, &b[OFF], &b[SIZE], &b[OUT], n);
     if (!bad)
         bad = rows_outside(rows, n, nrec);
     if (bad)
