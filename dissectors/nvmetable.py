@@ -275,7 +275,12 @@ def value(row: Row, data: bytes):
     v = int.from_bytes(raw, "little")
     if row.mask:
         v = (v & row.mask) >> ((row.mask & -row.mask).bit_length() - 1)
-    return v
+    return v + 1 if row.key in ZERO_BASED else v
+
+
+# Counts the SQE holds 0-based (NLB 7 is 8 blocks) that Wireshark 4.4 stores absolute: packet-nvme.c adds 1, so
+# tshark shows and filters `nvme.cmd.nlb == 8` for a Read of 8 blocks (checked on the rxe lab's kernel I/O).
+ZERO_BASED = frozenset({"nvme.cmd.nlb"})
 
 
 def command_kind(sqe: bytes, qid: int = 0):

@@ -25,6 +25,7 @@ import litter  # noqa: E402  (tests/litter.py, found through the sys.path entry 
 SERIAL = {
     "test_lab_rdma",
     "test_lab_health",
+    "test_lab_nvmeof",
     "test_lab_audit",
     "test_capture_lab",
     "test_capture_cleanup",
