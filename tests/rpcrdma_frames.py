@@ -4,6 +4,7 @@ with every RPC-RDMA message type, chunk lists of each kind, a SEND split in Firs
 moving chunk data, and damaged messages.  The tests hand the capture to tshark 4.4 and to ibwire."""
 
 import struct
+from pathlib import Path
 
 from dissectors.numbers import GSI_QKEY, NFS_RDMA_PORT
 from ibwire.synth import mads
@@ -13,6 +14,7 @@ from ibwire.synth.links import Link
 from ibwire.synth.scenario import Port
 from ibwire.writers import PcapWriter
 
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 CLIENT = Port("client", 1, 1, mac=bytes.fromhex("020000000001"), ip4=bytes([10, 0, 0, 1]))
 SERVER = Port("server", 2, 2, mac=bytes.fromhex("020000000002"), ip4=bytes([10, 0, 0, 2]))
 QP = {"client": 0x000011, "server": 0x000022}

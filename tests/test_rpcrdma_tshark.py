@@ -14,6 +14,7 @@ Deliberate differences, each with its reason:
 """
 
 import json
+import tomllib
 
 import pytest
 import rpcrdma_frames
@@ -194,3 +195,24 @@ def test_storage_view_times_every_call_as_tsharks_frames_say(tshark44, capture):
         assert (
             got["latency_us"] is None if want["latency_us"] is None else abs(got["latency_us"] - want["latency_us"]) < 1
         )
+
+
+def test_nfs_sample_ground_truth_as_tshark_and_ibwire_count_it(tshark44):
+    """captures/nfs-rdma.pcap (ibwire synth): tshark 4.4 finds the declared calls, replies and chunk bytes
+    (calls: RPC calls and read-list messages; bytes: the data of RDMA WRITEs and READ responses), and the
+    storage view has every call replied with those bytes."""
+    pcap = rpcrdma_frames.CAPTURES / "nfs-rdma.pcap"
+    want = tomllib.loads(pcap.with_suffix(".toml").read_text())["expect"]["count"]
+    calls = tshark44(pcap, "-Y", "rpc.msgtyp == 0 || rpcordma.reads_count > 0").splitlines()
+    replies = tshark44(pcap, "-Y", "rpc.msgtyp == 1").splitlines()
+    data = "infiniband.bth.opcode in {6..10, 13..16}"
+    moved = tshark44(pcap, "-Y", data, "-T", "fields", "-e", "data.len").split()
+    assert (len(calls), len(replies), sum(map(int, moved))) == (
+        want["rpc_calls"],
+        want["rpc_replies"],
+        want["chunk_bytes"],
+    )
+    done = run_ibwire("stats", "--storage", "--format", "json", pcap)
+    rows = json.loads(done.stdout)["rpc_calls"]
+    assert len(rows) == want["rpc_calls"] and all(r["status"] == "success" for r in rows)
+    assert sum(r["bytes"] for r in rows) == want["chunk_bytes"]

@@ -147,6 +147,7 @@ class Scenario:
     cnp_dscp: int = 48  # DSCP of CNPs
     pfc: List[dict] = field(default_factory=list)  # [[pfc]]: pause frames a port sends
     lldp: List[dict] = field(default_factory=list)  # [[lldp]]: LLDP DCBX frames a port sends
+    nfs: List[dict] = field(default_factory=list)  # [[nfs]]: NFS-over-RDMA connections (ibwire.synth.nfs)
 
     def policy_pkeys(self, port: str) -> List[int]:
         """P_Keys the policy gives a port: base | 0x8000 for full members, base for limited ones."""
@@ -391,6 +392,23 @@ _TABLES = {  # table -> (an array of tables, its keys)
         },
     ),
     "lldp": (True, {"port": TEXT, "at_us": NUM, "pfc": INTS, "apps": TEXTS, "willing": FLAG}),
+    "nfs": (
+        True,
+        {
+            "client": TEXT,
+            "server": TEXT,
+            "client_qpn": INT,
+            "server_qpn": INT,
+            "op": TEXT,
+            "count": INT,
+            "size": INT,
+            "at_us": NUM,
+            "interval_us": NUM,
+            "cm": FLAG,
+            "mtu": INT,
+            "xid": INT,
+        },
+    ),
     "expect": (False, {"flow": TABLE, "count": TABLE, "findings": TABLE, "health": TABLE}),
 }
 _FAULT_KEYS = {
@@ -434,6 +452,9 @@ _EXPECT = {
         "nodeinfo_get",
         "portinfo_set",
         "pkeytable_set",
+        "rpc_calls",
+        "rpc_replies",
+        "chunk_bytes",
     },
     "findings": {"rule", "severity", "src", "dst", "port", "pkey", "trap", "evidence", "frames"},
     "health": {"findings", "pause_storms", "ce_unanswered", "cnp_no_rate_cut", "pause_frames", "lldp_frames"},
@@ -524,6 +545,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
     _faults(doc, scen, src, need_port)
     _lossless(doc, scen, src, need_port)
     _pings(doc, scen, src, need_port)
+    _nfs(doc, scen, src, need_port)
     return scen
 
 
@@ -812,6 +834,34 @@ def _pings(doc, scen: Scenario, src: _Src, need_port) -> None:
                 _float(p.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
                 _ranged(p.get("count", 1), "count", 0, MAX_COUNT, src, ln("count")),
             )
+        )
+
+
+def _nfs(doc, scen: Scenario, src: _Src, need_port) -> None:
+    """[[nfs]]: NFS-over-RDMA connections, each `count` calls of one kind (ibwire.synth.nfs.OPS)."""
+    from .nfs import OPS
+
+    for i, p in enumerate(doc.get("nfs", [])):
+        ln = lambda k="", i=i: src.line_of("nfs", i, k)  # noqa: E731
+        need_port(p.get("client"), "nfs", i, "client")
+        need_port(p.get("server"), "nfs", i, "server")
+        if p.get("op", "getattr") not in OPS:
+            src.fail(ln("op"), f"op {p.get('op')!r} is not one of {', '.join(OPS)}")
+        scen.nfs.append(
+            {
+                "client": p["client"],
+                "server": p["server"],
+                "client_qpn": _ranged(p.get("client_qpn", 0x100), "client_qpn", 2, 0xFFFFFF, src, ln("client_qpn")),
+                "server_qpn": _ranged(p.get("server_qpn", 0x200), "server_qpn", 2, 0xFFFFFF, src, ln("server_qpn")),
+                "op": p.get("op", "getattr"),
+                "count": _ranged(p.get("count", 1), "count", 1, MAX_COUNT, src, ln("count")),
+                "size": _ranged(p.get("size", 4096), "size", 1, 1 << 20, src, ln("size")),
+                "at": _float(p.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
+                "interval": _float(p.get("interval_us", 100.0), "interval_us", src, ln("interval_us")) * 1e-6,
+                "cm": bool(p.get("cm", True)),
+                "mtu": _ranged(p.get("mtu", 1024), "mtu", 256, 4096, src, ln("mtu")),
+                "xid": _ranged(p.get("xid", 0x10000), "xid", 0, 0xFFFFFFFF, src, ln("xid")),
+            }
         )
 
 
