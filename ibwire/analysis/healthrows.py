@@ -53,7 +53,10 @@ class _Rows:
         m = len(sel)
         if self.n + m > len(self.a):  # untouched room costs no memory
             want = int((self.n + m) * walk.size / max(walk.bytes_done, 1) * 1.02) + BATCH
-            grown = np.empty(max(want, (self.n + m) * 5 // 4), KEEP)
+            try:
+                grown = np.empty(max(want, (self.n + m) * 5 // 4), KEEP)
+            except MemoryError:  # a file whose start is denser than the rest: more than may be reserved
+                grown = np.empty((self.n + m) * 2, KEEP)
             grown[: self.n] = self.a[: self.n]
             self.a = grown
         # compiled, each record read once: numpy's copies of 19 fields walk the batch 19 times
