@@ -50,6 +50,9 @@ FIELDS = {
     **{f"nfs.{n}": "uint" for n in "procedure_v3 procedure_v4 fh.length fh.hash offset3 count3".split()},
     **{f"nfs.{n}": "uint" for n in "write.stable access_check minorversion ops.count opcode main_opcode".split()},
     **{f"nfs.{n}": "uint" for n in "attr_mask attr_count attr status3 nfsstat4".split()},
+    **{f"nfs.{n}": "uint" for n in "seqid slotid high_slotid cachethis4 offset4 count4".split()},
+    **{f"nfs.stateid.{n}": "uint" for n in "hash seqid other_hash".split()},
+    **{f"nfs.{n}": "bytes" for n in "session_id4 stateid stateid.other".split()},
     **{f"nfs.access_{n}": "uint" for n in ("read", "lookup", "modify", "extend", "delete", "execute")},
     "nfs.fhandle": "bytes",
     "nfs.name": "string",
@@ -61,7 +64,9 @@ FIELDS = {
 }
 DISPLAY = {
     **{k: 8 for k in ("rpcordma.xid", "rpcordma.rdma_handle", "rpc.xid", "rpc.auth.stamp", "nfs.fh.hash")},
-    **{k: 8 for k in ("nfs.access_check", "nfs.attr_mask")},
+    **{k: 8 for k in ("nfs.access_check", "nfs.attr_mask", "nfs.seqid", "nfs.stateid.other_hash")},
+    **{k: -1 for k in ("nfs.session_id4", "nfs.stateid", "nfs.stateid.other")},
+    "nfs.stateid.hash": 4,
     "rpcordma.rdma_offset": 16,
     "nfs.fhandle": -1,
     "rpc.fill_bytes": -1,
@@ -303,9 +308,44 @@ def _bitmap(x: XDR) -> list:
     return items
 
 
+def _stateid(x: XDR) -> list:
+    """stateid4 (RFC 7530 §9.1.4) with the hashes tshark adds: CRC-16 (X.25) of it, CRC-32 of `other`."""
+    seqid, other = x.u32(), x.take(12)
+    whole = struct.pack(">I", seqid) + other
+    crc = 0xFFFF
+    for b in whole:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x8408 if crc & 1 else crc >> 1
+    tree = [("nfs.stateid.hash", crc ^ 0xFFFF), ("nfs.stateid.seqid", seqid), ("nfs.stateid.other", other)]
+    return [("nfs.stateid", whole), ("nfs.stateid_tree", tree + [("nfs.stateid.other_hash", zlib.crc32(other))])]
+
+
+def _sequence(x: XDR) -> list:
+    """SEQUENCE4args (RFC 8881 §18.46): session, sequence id, slot, highest slot, cache this."""
+    items = [("nfs.session_id4", x.take(16)), ("nfs.seqid", x.u32()), ("nfs.slotid", x.u32())]
+    return items + [("nfs.high_slotid", x.u32()), ("nfs.cachethis4", x.u32())]
+
+
+def _read4(x: XDR) -> list:
+    """READ4args (RFC 7530 §16.23): stateid, offset, count."""
+    return _stateid(x) + [("nfs.offset4", x.u64()), ("nfs.count4", x.u32())]
+
+
+# The operations whose arguments are read (the others end the walk): PUTFH, GETATTR, READ, SEQUENCE, and
+# GETFH and PUTROOTFH, which take none
+OP_ARGS = {
+    PUTFH: lambda x: [("FileHandle", _fh(x))],
+    9: _bitmap,
+    25: _read4,
+    53: _sequence,
+    10: lambda x: [],
+    24: lambda x: [],
+}
+
+
 def _nfs4_call(x: XDR) -> list:
-    """COMPOUND4args (RFC 7530 §16.2): tag, minor version, the operations; PUTFH's file handle and
-    GETATTR's attribute masks are read, the first other operation's arguments end the walk."""
+    """COMPOUND4args (RFC 7530 §16.2): tag, minor version, the operations (OP_ARGS says which are read)."""
     n, tag, _ = x.opaque(1024)
     text = tag.decode("utf-8", "replace")
     items = [(f"Tag: {text or '<EMPTY>'}", [("rpc.opaque_length", n), ("nfs.tag", text)])]
@@ -317,12 +357,11 @@ def _nfs4_call(x: XDR) -> list:
         op = x.u32()
         seen.append(op)
         ops.append(("nfs.opcode", op))
-        if op == PUTFH:
-            ops.append(("nfs.opcode_tree", [("FileHandle", _fh(x))]))
-        elif op == 9:
-            ops.append(("nfs.opcode_tree", _bitmap(x)))
-        elif op not in (10, 24):  # GETFH, PUTROOTFH take no arguments; others end the walk
+        if op not in OP_ARGS:  # an operation whose arguments ibwire does not read ends the walk
             break
+        args = OP_ARGS[op](x)
+        if args:
+            ops.append(("nfs.opcode_tree", args))
     main = next((op for op in seen if op not in SETUP_OPS), seen[-1] if seen else None)
     items.append(("nfs.ops.count_tree", ops))
     if main is not None:

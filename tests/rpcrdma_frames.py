@@ -68,7 +68,15 @@ def messages():
     out.append((c, READ_RESPONSE_ONLY, bytes(512)))
     out.append((c, SEND_ONLY, m.header(0x100B, 32, m.RDMA_MSG) + m.call(0x100B, m.NFS_PROGRAM, 3, 1, CRED)[:30]))
     out.append((s, SEND_ONLY, m.header(0x100B, 32, m.RDMA_MSG) + m.denied(0x100B, 1, 5)))
-    return out
+    return out + [(c, SEND_ONLY, m.header(0x100C, 32, m.RDMA_MSG) + m.call(0x100C, m.NFS_PROGRAM, 4, 1, CRED, v41()))]
+
+
+def v41() -> bytes:
+    """An NFSv4.1 COMPOUND as Linux sends it (RFC 8881): SEQUENCE, PUTFH, READ, GETATTR."""
+    sequence = m.u32(53) + bytes(range(16)) + m.u32(7, 0, 63, 0)
+    read = m.u32(25, 1) + bytes(range(12)) + struct.pack(">QI", 0, 4096)
+    ops = sequence + m.u32(22) + m.opaque(FH4) + read + m.u32(9, 1, 0x18)
+    return m.opaque(b"") + m.u32(1, 4) + ops
 
 
 def undeclared():

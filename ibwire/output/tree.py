@@ -11,7 +11,7 @@ each frame's layers in the same style, as `ibwire.<field>`.
 import ipaddress
 from functools import lru_cache
 
-from . import nvme_words
+from . import nvme_words, rpc_words
 from .escape import printable
 from .ws_labels import FIELDS, OUIS, TFS, VALUES
 
@@ -54,22 +54,26 @@ HIDDEN = {
     "_ws.expert.message",
     "_ws.malformed",
 }
-GENERATED = {
-    "frame.offset_shift",
-    "frame.time_delta",
-    "frame.time_delta_displayed",
-    "frame.time_relative",
-    "frame.marked",
-    "frame.ignored",
-    "frame.protocols",
-    "ip.checksum.status",
-    "udp.checksum.status",
-    "udp.stream",
-    "udp.time_relative",
-    "udp.time_delta",
-    "data.len",
-    "_ws.expert",
-} | nvme_words.GENERATED
+GENERATED = (
+    {
+        "frame.offset_shift",
+        "frame.time_delta",
+        "frame.time_delta_displayed",
+        "frame.time_relative",
+        "frame.marked",
+        "frame.ignored",
+        "frame.protocols",
+        "ip.checksum.status",
+        "udp.checksum.status",
+        "udp.stream",
+        "udp.time_relative",
+        "udp.time_delta",
+        "data.len",
+        "_ws.expert",
+    }
+    | nvme_words.GENERATED
+    | rpc_words.GENERATED
+)
 # Bit pictures dissectors draw for fields registered without a bitmask: (mask, width in bits).
 DRAWN = {"ip.version": (0xF0, 8), "ip.hdr_len": (0x0F, 8), "ipv6.version": (0xF0, 8)}
 ECN = {0: "Not-ECT", 1: "ECT(1)", 2: "ECT(0)", 3: "CE"}
@@ -189,6 +193,7 @@ WHOLE = {  # items shown with a text of their own
     "udp.time_delta": lambda v: f"[Time since previous frame: {v} seconds]",
     "data.len": lambda v: f"[Length: {v}]",
     IB + "bth.analysis": lambda v: "[RC analysis]",  # ibwire's, placed as tshark places [SEQ/ACK analysis]
+    **rpc_words.WHOLE,
 }
 
 
@@ -422,6 +427,8 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: b
         if key in (IB + "cm.req.prim_localgid", IB + "cm.req.prim_remotegid") and names["over_ipv4"]:
             value = _ipv4_tail(value)
         line = field_line(key, value)
+        if key.startswith(("rpc", "nfs")):  # named by the RPC call the frame carries or answers
+            line = rpc_words.line(key, value, line, layer, names["rpc"])
         if key == "nvme.cmd.opc":  # named by the queue: admin (0) or I/O
             line = f"Opcode: {nvme_words.opcode(value, names['nvme_admin'])}"
         if key in NAMED:
@@ -446,6 +453,7 @@ def tree_text(layers: list, flat: dict, extra: dict = None) -> str:
         "attribute": summary.partition("(")[2].rstrip(")"),
         "over_ipv4": any(name == "ip" for name, _ in layers),
         "nvme_admin": not flat.get("nvme-rdma.cmd.qid"),
+        "rpc": (flat.get("rpc.program"), flat.get("rpc.programversion"), flat.get("rpc.msgtyp")),
     }
     out = []
     for name, items in layers:
