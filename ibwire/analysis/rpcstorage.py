@@ -6,6 +6,8 @@ from typing import List
 
 from dissectors.rpcrdmatable import NFS3_PROCS, NFS4_OPS, NFS_PROGRAM
 
+from .requests import transfer_columns
+
 # accept_stat (RFC 5531 §9): what a reply says of its call
 ACCEPT = ("success", "program unavailable", "program mismatch", "procedure unavailable", "garbage args")
 SUCCESS = ACCEPT[0]
@@ -36,13 +38,7 @@ def call_rows(tracker) -> List[dict]:
             "connection": f"{c.client} → {c.server}",
             "procedure": procedure_name(c),
             "xid": f"0x{c.xid:08x}",
-            "submission": c.frame,
-            "data_frames": len(c.data),
-            "first_data": c.data[0] if c.data else None,
-            "last_data": c.data[-1] if c.data else None,
-            "completion": c.reply,
-            "latency_us": round((c.reply_time - c.time) * 1e6, 3) if c.reply else None,
-            "bytes": c.bytes,
+            **transfer_columns(c.frame, c.time, c.data, c.reply, c.reply_time, c.bytes),
             "status": status_text(c),
             "time": c.time,
         }

@@ -18,6 +18,7 @@ from ..decode.rpcrdma import RpcRdmaTracker, Trackers
 from ..decode.rpcrdma import storage_rows as rpcrdma_rows
 from ..fast import records as R
 from ..fast.records import addr_text
+from .requests import transfer_columns
 
 CM_REQ, CM_REP = 0x0010, 0x0013
 MAD_HEADER = 24
@@ -198,13 +199,7 @@ def command_rows(tracker: NvmeTracker) -> List[dict]:
                 "nsid": int.from_bytes(sqe[4:8], "little") if sqe[0] != FABRICS_OPC else None,
                 "slba": int.from_bytes(sqe[40:48], "little") if rw else None,
                 "blocks": int.from_bytes(sqe[48:50], "little") + 1 if rw else None,
-                "submission": c.frame,
-                "data_frames": len(c.data),
-                "first_data": c.data[0] if c.data else None,
-                "last_data": c.data[-1] if c.data else None,
-                "completion": c.cqe,
-                "latency_us": round((c.cqe_time - c.time) * 1e6, 3) if c.cqe else None,
-                "bytes": c.bytes,
+                **transfer_columns(c.frame, c.time, c.data, c.cqe, c.cqe_time, c.bytes),
                 "status": status_text(c.status),
                 "time": c.time,
             }
