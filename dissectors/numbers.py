@@ -23,6 +23,8 @@ ROCE_V2_PORT = 4791  # RoCE v2, IBA annex A17
 NVME_PORT = 4420  # NVMe over Fabrics ("nvme")
 ISCSI_PORT = 3260  # iSCSI, so iSER
 NFS_RDMA_PORT = 20049  # NFS over RDMA, RFC 8267
+SMB_DIRECT_PORT = 445  # SMB over RDMA (SMB Direct), MS-SMBD §2.1 (Microsoft-DS)
+SMB_DIRECT_PORT_IWARP = 5445  # SMB Direct's iWARP port, MS-SMBD §2.1
 
 # pcap / pcapng link types (tcpdump.org LINKTYPE_ values)
 LINKTYPE_ETHERNET = 1

@@ -39,6 +39,12 @@ def _rpcrdma(name: str) -> dict:
     return getattr(rpcrdmatable, name)
 
 
+def _smbdirect(name: str) -> dict:
+    from dissectors import smb2table, smbdirecttable
+
+    return {**getattr(smbdirecttable, name), **getattr(smb2table, name)}
+
+
 ENCAP: Dict[str, str] = {
     **{
         p: PROTO
@@ -117,6 +123,7 @@ ENCAP: Dict[str, str] = {
     "padding.data": BYTES,
     **_nvme_tracked(),
     **_rpcrdma("FIELDS"),
+    **_smbdirect("FIELDS"),
     "rmpp.reassembled": PROTO,
     **_group("rmpp.reassembled", UINT, "segments", "records", "complete"),
     # MAC control PAUSE/PFC and LLDP DCBX (dissectors.dcb), Wireshark 4.0's names; `*pause_s` are ibwire's own
@@ -395,6 +402,7 @@ def _nvme_display():
 
 TSHARK_DISPLAY.update(_nvme_display())  # tshark 4.4's NVMe-oF fields (dissectors.nvmetable)
 TSHARK_DISPLAY.update(_rpcrdma("DISPLAY"))  # tshark 4.4's NFS-over-RDMA fields (dissectors.rpcrdmatable)
+TSHARK_DISPLAY.update(_smbdirect("DISPLAY"))  # tshark 4.4's SMB Direct and SMB2 fields
 HEX_DIGITS = {name: digits for name, digits in TSHARK_DISPLAY.items() if digits > 1}
 
 

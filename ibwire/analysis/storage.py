@@ -16,6 +16,8 @@ from dissectors.nvmetable import ADMIN, ADMIN_NAMES, FABRICS, FABRICS_OPC, IO, I
 from ..decode.nvme import NvmeTracker, storage_rows
 from ..decode.rpcrdma import RpcRdmaTracker, Trackers
 from ..decode.rpcrdma import storage_rows as rpcrdma_rows
+from ..decode.smbdirect import SmbDirectTracker
+from ..decode.smbdirect import storage_rows as smbdirect_rows
 from ..fast import records as R
 from ..fast.records import addr_text
 from .requests import transfer_columns
@@ -133,7 +135,7 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False) -> Track
     """Follow every NVMe-oF command and RPC-over-RDMA call of `stream` (ibwire.decode.stream.Stream
     batches)."""
     tracker = NvmeTracker(decode_as=decode_as, bulk=True)
-    both = Trackers(tracker, RpcRdmaTracker(decode_as=rpc_decode_as, bulk=True))
+    both = Trackers(tracker, RpcRdmaTracker(decode_as=rpc_decode_as, bulk=True), SmbDirectTracker(bulk=True))
     ops, names = _opcodes(), {}
 
     def addr(v: bytes) -> str:
@@ -160,7 +162,7 @@ def _phases(batch, both: Trackers):
     cm, data = storage_rows(batch.rec, every, both.nvme)
     yield cm
     more = data()
-    for rows in rpcrdma_rows(batch, every, both):
+    for rows in rpcrdma_rows(batch, every, both) + smbdirect_rows(batch, every, both):
         more = np.union1d(more, rows)
     yield more.astype(np.int64)
 
@@ -253,6 +255,8 @@ def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False) -> 
     RDMA and per procedure."""
     from ..decode.stream import Stream
     from .rpcstorage import SUCCESS, call_rows
+    from .smbstorage import SUCCESS as SMB_SUCCESS
+    from .smbstorage import request_rows
 
     stream = Stream(path, icrc=False)
     both = track(stream, decode_as, rpc_decode_as)
@@ -268,6 +272,8 @@ def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False) -> 
         "errors": [{"opcode": o, "status": s, "commands": n} for (o, s), n in sorted(errors.items())],
         "rpc_calls": calls,
         "rpc_by_procedure": summary_rows(calls, "procedure", SUCCESS),
+        "smb_requests": (smb := request_rows(both.smbdirect)),
+        "smb_by_command": summary_rows(smb, "command", SMB_SUCCESS),
         "problems": list(stream.problems),
     }
 

@@ -33,10 +33,13 @@ def _field_options(opts: List[str]):
 
 
 def check_decode_as(values: List[str], name: str = "nvme-rdma") -> bool:
-    """-d: whether `name` (nvme-rdma: NVMe-oF, rpcordma: RPC-RDMA) is declared on every RC queue pair."""
+    """-d: whether `name` (nvme-rdma: NVMe-oF, rpcordma: RPC-RDMA, smb_direct: SMB Direct) is declared on
+    every RC queue pair."""
     for d in values:
-        if d.rpartition(",")[2] not in ("nvme-rdma", "rpcordma"):
-            raise UserError(f"-d takes nvme-rdma (NVMe-oF on every RC queue pair) or rpcordma (RPC-RDMA), not {d!r}")
+        if d.rpartition(",")[2] not in ("nvme-rdma", "rpcordma", "smb_direct"):
+            raise UserError(
+                f"-d takes nvme-rdma (NVMe-oF on every RC queue pair), rpcordma (RPC-RDMA) or smb_direct, not {d!r}"
+            )
     return any(d.rpartition(",")[2] == name for d in values)
 
 
@@ -77,7 +80,8 @@ def decode(
         "-d",
         "--decode-as",
         help="nvme-rdma: every RC queue pair carries NVMe-oF (captures without the RDMA-CM setup); "
-        "rpcordma: every RC SEND is RPC-RDMA",
+        "rpcordma: every RC SEND is RPC-RDMA; smb_direct: accepted as tshark 4.4 takes it (SMB Direct is found by "
+        "its heuristic either way)",
     ),
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
@@ -92,9 +96,12 @@ def decode(
     fmt, keys, (header, sep, quote) = _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
     from ..decode.nvme import NvmeTracker
     from ..decode.rpcrdma import RpcRdmaTracker, Trackers
+    from ..decode.smbdirect import SmbDirectTracker
 
     nvme = Trackers(
-        NvmeTracker(decode_as=check_decode_as(decode_as)), RpcRdmaTracker(check_decode_as(decode_as, "rpcordma"))
+        NvmeTracker(decode_as=check_decode_as(decode_as)),
+        RpcRdmaTracker(check_decode_as(decode_as, "rpcordma")),
+        SmbDirectTracker(check_decode_as(decode_as, "smb_direct")),
     )
     flt = compile_filter(display_filter) if display_filter else None
     named = any(k == "bth.analysis" or k.startswith("bth.analysis.") for k in keys) or (

@@ -138,9 +138,11 @@ def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
         "commands": commands,
         "rpc_by_procedure": res["rpc_by_procedure"],
         "rpc_calls": [{k: v for k, v in r.items() if k != "time" or fmt != "table"} for r in res["rpc_calls"]],
+        "smb_by_command": res["smb_by_command"],
+        "smb_requests": [{k: v for k, v in r.items() if k != "time" or fmt != "table"} for r in res["smb_requests"]],
         "problems": [{"problem": p} for p in res["problems"]],
     }
-    if not res["commands"] and not res["rpc_calls"]:
+    if not res["commands"] and not res["rpc_calls"] and not res["smb_requests"]:
         sections["problems"].append(
             {
                 "problem": "no NVMe-oF command found (no RDMA-CM setup for port 4420; "

@@ -299,10 +299,11 @@ def storage_rows(batch, rows, tracker) -> list:
 
 
 class Trackers:
-    """The NVMe-oF and the NFS-over-RDMA trackers fed as one (what `decode` hands its printer and filter)."""
+    """The NVMe-oF, NFS-over-RDMA and SMB Direct trackers fed as one (what `decode` hands its printer and
+    filter)."""
 
-    def __init__(self, nvme, rpcrdma):
-        self.nvme, self.rpcrdma = nvme, rpcrdma
+    def __init__(self, nvme, rpcrdma, smbdirect=None):
+        self.nvme, self.rpcrdma, self.smbdirect = nvme, rpcrdma, smbdirect
 
     @property
     def active(self) -> bool:
@@ -311,3 +312,5 @@ class Trackers:
     def feed(self, d) -> None:
         self.nvme.feed(d)
         self.rpcrdma.feed(d)
+        if self.smbdirect is not None:
+            self.smbdirect.feed(d)

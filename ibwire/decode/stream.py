@@ -160,8 +160,10 @@ def select(stream, flt, detail: Callable = None, nvme=None) -> Iterator[tuple]:
                 mask[i] = flt(detail(batch, i, t0, float(times[i - 1]) if i else prev))
             todo = np.setdiff1d(np.union1d(todo, data()), cm)
             from .rpcrdma import storage_rows as rpcrdma_rows
+            from .smbdirect import storage_rows as smbdirect_rows
 
-            for more in rpcrdma_rows(batch, np.arange(len(rec)), nvme):
+            every = np.arange(len(rec))
+            for more in rpcrdma_rows(batch, every, nvme) + smbdirect_rows(batch, every, nvme):
                 todo = np.union1d(todo, more)
         for i in todo:
             i = int(i)

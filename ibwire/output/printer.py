@@ -12,6 +12,7 @@ import numpy as np
 from ..analysis.hashing import group_rows
 from ..decode.nvme import storage_rows
 from ..decode.rpcrdma import storage_rows as rpcrdma_rows
+from ..decode.smbdirect import storage_rows as smbdirect_rows
 from ..decode.stream import Batch
 from ..fast import records as R
 from ..fast.filter import DATA, NotBatchable
@@ -165,12 +166,15 @@ class Printer:
             data &= (rec["flags"][rows] & R.F_IPOIB) == 0
         decoded = {}
         if self.nvme is not None:  # NVMe-oF: capsules span frames and queues are learned from RDMA-CM:
-            for phase in storage_rows(rec, rows, self.nvme) + rpcrdma_rows(batch, rows, self.nvme):
+            more = rpcrdma_rows(batch, rows, self.nvme) + smbdirect_rows(batch, rows, self.nvme)
+            for phase in storage_rows(rec, rows, self.nvme) + more:
                 for k in (phase if isinstance(phase, np.ndarray) else phase()).tolist():
                     i = int(rows[k])
                     d = decoded[i] = decoded.get(i) or details(i)
                     self._feed_rmpp(d)
-                    if data[k] and (d.notes or any(key.startswith(("nvme", "rpcordma")) for key in d.flat)):
+                    if data[k] and (
+                        d.notes or any(key.startswith(("nvme", "rpcordma", "smb_direct")) for key in d.flat)
+                    ):
                         data[k] = False  # shown from the full decode; the others as the records show them
         prog_of = np.zeros(len(rows), np.int32)
         programs = []

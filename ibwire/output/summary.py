@@ -136,7 +136,13 @@ def record_parts(row, time_part) -> list:
     ]
 
 
-STORAGE_PROTOCOLS = (("nfs", "NFS"), ("rpc", "RPC"), ("rpcordma", "RPCoRDMA"))  # the Protocol column as tshark's
+STORAGE_PROTOCOLS = (  # the Protocol column as tshark's
+    ("nfs", "NFS"),
+    ("rpc", "RPC"),
+    ("rpcordma", "RPCoRDMA"),
+    ("smb2", "SMB2"),
+    ("smb_direct", "SMBDirect"),
+)
 
 
 def detail_info(d) -> Tuple[str, str, str, str]:

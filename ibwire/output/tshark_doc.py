@@ -449,7 +449,7 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
             from .nvme_doc import nvme_layers
 
             layers += nvme_layers(layer, flat)
-        elif cls.__module__ == "dissectors.rpcrdma":
+        elif cls.__module__ in ("dissectors.rpcrdma", "dissectors.smbdirect"):
             from .rpcrdma_doc import tree_layers
 
             layers += tree_layers(layer, MALFORMED)

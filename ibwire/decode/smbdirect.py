@@ -1,0 +1,271 @@
+"""SMB Direct across frames: which RC SENDs carry it (Wireshark 4.4's heuristic on every RC SEND,
+packet-smb-direct.c, the one way tshark 4.4 finds it; queue pairs an RDMA-CM REQ connects for port 445 or
+5445, MS-SMBD §2.1, are named too), SEND First/Middle/Last reassembled per QP, fragmented messages
+(RemainingDataLength, MS-SMBD §3.1.5.2) reassembled per receiving QP, each SMB2 response matched to its
+request by message id (MS-SMB2 §3.2.5.1), and the RDMA WRITEs and READs that use a READ or WRITE
+request's buffer descriptors (MS-SMBD §3.1.4.3, §3.1.4.4) counted.
+
+Feed every Decoded in capture order; SMB Direct frames get the smb_direct/smb2 layers and fields.  In bulk
+mode (ibwire.analysis.storage) only requests are followed: no layer is built, scapy is never loaded."""
+
+from typing import Dict, List
+
+import numpy as np
+
+from dissectors import smb2table as s2
+from dissectors import smbdirecttable as sd
+
+from ..fast import records as R
+from .rpcrdma import JOURNAL, MAX_SEND, RC_DATA, RC_SEND, flat_op
+
+SUBTREES = [k for k, kind in sd.FIELDS.items() if kind == "protocol"]  # the message kinds, filterable
+PENDING = 0x00000103  # STATUS_PENDING: an interim response, the final one follows (MS-SMB2 §3.3.4.2)
+
+
+class Request:
+    """An SMB2 request: its frame, command, buffer descriptors, response and the bytes moved."""
+
+    __slots__ = ("frame", "time", "mid", "command", "tokens", "reply", "reply_time", "status", "bytes", "data")
+    __slots__ += ("client", "server")
+
+    def __init__(self, frame, time, info, client, server):
+        self.frame, self.time, self.mid, self.command = frame, time, info["mid"], info["command"]
+        self.tokens = {t for _, t, _ in info["descriptors"]}
+        self.client, self.server = client, server
+        self.reply, self.reply_time, self.status, self.data = None, None, None, []
+        self.bytes = info.get("inline", 0)
+
+
+def _addr(flat, side):
+    return flat.get(f"ip.{side}") or flat.get(f"ipv6.{side}") or flat.get(f"grh.{'sgid' if side == 'src' else 'dgid'}")
+
+
+class SmbDirectTracker:
+    """decode_as: `-d infiniband,smb_direct` was given (tshark 4.4 then decodes what its heuristic does, and
+    so does ibwire)."""
+
+    def __init__(self, decode_as: bool = False, bulk: bool = False):
+        self.decode_as, self.bulk = decode_as, bulk
+        self.ends = set()  # (address, QPN) of queue pairs RDMA-CM connected for SMB Direct
+        self.reqs: Dict[int, tuple] = {}
+        self.sends: Dict[tuple, tuple] = {}  # (address, QPN) -> (bytes, frames) of a SEND under way
+        self.frags: Dict[tuple, tuple] = {}  # (address, QPN) -> (bytes, frames) of a fragmented message
+        self.requests: List[Request] = []
+        self.pending: Dict[tuple, Request] = {}  # (client, server, message id) -> request awaiting its response
+        self.tokens: Dict[int, Request] = {}  # buffer descriptor token (R_Key) -> request
+        self.reads: Dict[int, Request] = {}  # PSN of an RDMA READ request using a token -> request
+        self.moving: Dict[tuple, Request] = {}  # (address, QPN) receiving a request's data -> request
+        self.seen = False
+        self.journal: Dict[int, list] = {}
+
+    def feed(self, d) -> None:
+        """Add the layers to `d`; a frame fed again gets what its first feed found."""
+        if self.bulk:
+            return self._feed(d, [])
+        if d.flat.get("_smbdirect.fed"):
+            return
+        d.flat["_smbdirect.fed"] = True
+        n = d.frame.number
+        if n not in self.journal:
+            entry = self.journal[n] = []
+            if len(self.journal) > JOURNAL:
+                del self.journal[next(iter(self.journal))]
+            self._feed(d, entry)
+            return
+        for record in self.journal[n]:
+            _apply(d, *record)
+
+    def _feed(self, d, entry) -> None:
+        flat = d.flat
+        try:
+            if "cm.req" in flat or "cm.rep" in flat:
+                self._cm(flat)
+            elif flat.get("bth.transport") == "RC" and flat.get("bth.opcode", 255) in RC_SEND:
+                self._send(d, entry)
+            elif flat.get("bth.transport") == "RC" and self.seen:
+                self._data(d, entry)
+        except Exception as e:  # never let a damaged message stop the decode
+            d.errors.append(f"malformed: SMB Direct ({type(e).__name__})")
+
+    def _cm(self, flat) -> None:
+        if "cm.req.serviceid" in flat and sd.is_smb_service(flat["cm.req.serviceid"]):
+            host = flat.get("cm.req.ip_cm.sip4") or flat.get("cm.req.ip_cm.sip6") or _addr(flat, "src")
+            self.reqs[flat["cm.req"]] = (host, flat["cm.req.localqpn"])
+        elif flat.get("cm.rep.remotecommid") in self.reqs:
+            self.ends.add(self.reqs.pop(flat["cm.rep.remotecommid"]))
+            self.ends.add((_addr(flat, "src"), flat["cm.rep.localqpn"]))
+            self.seen = True
+
+    def _send(self, d, entry) -> None:
+        flat, op = d.flat, flat_op(d.flat)
+        key = (_addr(flat, "dst"), flat["bth.destqp"])
+        payload = flat["_payload"] if "_payload" in flat else bytes.fromhex(flat.get("payload.data", ""))
+        if op == "First":
+            self.sends[key] = (bytearray(), [])
+        if op != "Only" and key in self.sends and len(self.sends[key][0]) + len(payload) <= MAX_SEND:
+            self.sends[key][0].extend(payload)
+            self.sends[key][1].append(d.frame.number)
+        if op == "First" and sd.kind(payload) == sd.DATA:  # its header, as tshark shows it there
+            self.seen = True  # the Middle and Last packets must be fed too
+            tree, info = sd.message(payload, sd.DATA)
+            self._record(d, entry, ([("SMBDirect", payload[:24], tree)], payload[24:], [sd.INFO[sd.DATA]], {}))
+        if op in ("First", "Middle"):
+            return
+        whole = bytes(self.sends.pop(key)[0]) if op == "Last" and key in self.sends else payload
+        which = sd.kind(whole)
+        if which is None:
+            return
+        self.seen = True
+        self._record(d, entry, self._message(d, key, whole, which))
+
+    def _record(self, d, entry, record) -> None:
+        if not self.bulk:
+            entry.append(record)
+            _apply(d, *record)
+
+    def _message(self, d, key, data: bytes, which: int):
+        """(layers, bytes after them, notes, extra fields) of one SMB Direct message; fragments are
+        gathered per receiving QP until the last, then the SMB2 message they make is decoded."""
+        tree, info = sd.message(data, which)
+        layers, cut = [("SMBDirect", data[:24], tree)], _cut(tree[0][1])
+        payload = info["data"]
+        if which != sd.DATA or payload is None:
+            return layers, b"", [sd.info_text(which, info)], _malformed(cut)
+        if info["remaining"] or key in self.frags:
+            held, frames = self.frags.setdefault(key, (bytearray(), []))
+            if len(held) + len(payload) <= MAX_SEND:
+                held.extend(payload)
+                frames.append(d.frame.number)
+            if info["remaining"]:
+                return layers, b"", [sd.info_text(which, info)], _malformed(cut)
+            del self.frags[key]
+            payload = bytes(held)
+            if len(frames) > 1:
+                items = [("smb_direct.fragment", n) for n in frames] + [("smb_direct.fragment.count", len(frames))]
+                items += [("smb_direct.reassembled.length", len(payload))]
+                layers.append(("Fragments", b"", items + [("smb_direct.reassembled.data", payload)]))
+        if payload[:4] != b"\xfeSMB":
+            return layers, payload, [sd.info_text(which, info)], _malformed(cut)
+        stree, sinfo, carried = s2.message(payload)
+        extra = self._follow(d, sinfo, stree, carried) if sinfo else {}
+        layers.append(("SMB2", payload[: len(payload) - len(carried)], stree))
+        extra.update(_malformed(cut or _cut(stree)))
+        return layers, carried, [s2.info_text(sinfo, stree)], extra
+
+    def _follow(self, d, info, tree, carried: bytes) -> dict:
+        """Requests noted (their descriptors' tokens), responses matched by message id: the fields
+        Wireshark links them with."""
+        src, dst = _addr(d.flat, "src"), _addr(d.flat, "dst")
+        if not info["response"]:
+            info["inline"] = len(carried)
+            req = Request(d.frame.number, d.frame.time, info, src, dst)
+            self.requests.append(req)
+            self.pending[(src, dst, info["mid"])] = req
+            self.tokens.update(dict.fromkeys(req.tokens, req))
+            return {}
+        req = self.pending.get((dst, src, info["mid"]))
+        if req is None:
+            return {}
+        tree[0][1].append(("smb2.response_to", req.frame))
+        tree[0][1].append(("smb2.time", round(d.frame.time - req.time, 6)))
+        if info["status"] == PENDING:
+            return {}
+        req.reply, req.reply_time, req.status = d.frame.number, d.frame.time, info["status"]
+        req.bytes += len(carried)
+        del self.pending[(dst, src, info["mid"])]
+        for t in req.tokens:
+            self.tokens.pop(t, None)
+        return {}
+
+    def _data(self, d, entry) -> None:
+        """RDMA WRITE and READ packets using a request's buffer descriptor: the first names its token
+        (RETH R_Key), the others follow on their queue pair."""
+        flat, op = d.flat, d.flat.get("bth.opname", "")
+        key = (_addr(flat, "dst"), flat["bth.destqp"])
+        if op == "RDMA READ Request":
+            req = self.tokens.get(flat.get("reth.r_key"))
+            if req is not None:
+                self.reads[flat["bth.psn"]] = req
+            return
+        if op.startswith("RDMA WRITE") and ("First" in op or "Only" in op):
+            self.moving[key] = self.tokens.get(flat.get("reth.r_key"))
+        elif op.startswith("RDMA READ Response") and ("First" in op or "Only" in op):
+            self.moving[key] = self.reads.pop(flat["bth.psn"], None)
+        req = self.moving.get(key) if op.startswith("RDMA") else None
+        if req is None:
+            return
+        req.bytes += flat.get("payload.length", 0)
+        req.data.append(d.frame.number)
+        notes = [f"[SMB Direct data of the request in frame {req.frame}]"]
+        self._record(d, entry, ([], b"", notes, {"smb2.data_request": req.frame}))
+
+
+def _cut(tree) -> bool:
+    return any(k == "_truncated" for k, _ in tree)
+
+
+def _malformed(cut: bool) -> dict:
+    return {"_ws.malformed": True} if cut else {}
+
+
+def _apply(d, layers, rest: bytes, notes: list, extra: dict) -> None:
+    """What the tracker found of a frame: layers (replacing its payload), fields, summary notes."""
+    if layers:
+        _attach(d, layers, rest)
+    d.flat.update(extra)
+    d.notes.extend(notes + (["[Malformed Packet: SMB Direct]"] if "_ws.malformed" in extra else []))
+    if "_ws.malformed" in extra:
+        d.errors.append("malformed: SMB Direct message cut short")
+
+
+def _attach(d, layers, rest: bytes) -> None:
+    """Put the layers (instead of the payload bytes) in d's packet, their fields in d's maps."""
+    from scapy.packet import Raw
+
+    from dissectors import smbdirect
+
+    from .fields import layer_fields, nest_and_flatten
+
+    chain = None
+    for cls, data, tree in layers:
+        layer = smbdirect.made(getattr(smbdirect, cls), data, tree)
+        chain = layer if chain is None else chain / layer
+    if rest:
+        chain = chain / Raw(rest)
+    raw = d.packet.getlayer(Raw) if d.packet is not None else None
+    if raw is not None and raw.underlayer is not None:
+        under, tail = raw.underlayer, raw.payload
+        under.remove_payload()
+        under.add_payload(chain if not tail else chain / tail)
+    nested, flat = nest_and_flatten(layer_fields(chain))
+    crcs = {k: d.layers.pop(k) for k in list(d.layers) if k in ("pad", "icrc", "vcrc")}
+    d.layers.update({k: v for k, v in nested.items() if k in ("smb_direct", "smb2")})
+    d.layers.update(crcs)
+    d.flat.update({k: v for k, v in flat.items() if k.split(".")[0] in ("smb_direct", "smb2")})
+    d.flat.update(dict.fromkeys((k for _, _, tree in layers for k, _ in tree if k in SUBTREES), True))
+    for key in ("payload", "payload.data", "payload.length"):
+        d.flat.pop(key, None)
+    d.layers.pop("payload", None)
+
+
+def storage_rows(batch, rows, tracker) -> list:
+    """Which of `rows` the SMB Direct tracker must see in full, in capture order: none until an RC SEND
+    whose first words could pass Wireshark's heuristic (or RDMA-CM for port 445) was seen, then every RC
+    SEND, RDMA READ and WRITE."""
+    tracker = getattr(tracker, "smbdirect", None)
+    if tracker is None:
+        return []
+    rec = batch.rec[rows]
+    rc = ((rec["flags"] & R.F_BTH) > 0) & RC_DATA[rec["opcode"]]
+    if not tracker.seen:
+        send = rc & np.isin(rec["opcode"], RC_SEND) & (rec["paylen"] >= sd.DATA_HEAD)
+        send = np.flatnonzero(send & ((rec["flags"] & R.F_TRUNCATED) == 0))
+        end = np.asarray(batch.pos.data)[rows][send] + rec["caplen"][send] - 4 - rec["padcnt"][send]
+        end -= np.where(np.isin(rec["link"][send], (R.IB, R.IBGRH)), 2, 0)
+        raw = np.asarray(batch.buf)[(end - rec["paylen"][send]).astype(np.int64)[:, None] + np.arange(8)]
+        w = raw[:, 0::2].astype(np.uint32) | raw[:, 1::2].astype(np.uint32) << 8
+        data = (w[:, 0] <= sd.MAX_CREDITS) & (w[:, 1] <= sd.MAX_CREDITS) & (w[:, 2] <= 1) & (w[:, 3] == 0)
+        negotiate = (w[:, 0] == sd.VERSION) & (w[:, 1] == sd.VERSION) & np.isin(w[:, 2], (0, sd.VERSION))
+        if not (data | negotiate).any():
+            return []
+    return [np.flatnonzero(rc)]

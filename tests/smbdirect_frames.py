@@ -1,0 +1,104 @@
+"""SMB Direct frames crafted byte by byte from MS-SMBD and MS-SMB2 (ibwire.synth.smbdirect builds the
+messages, ibwire.synth.links frames them as RoCEv2 RC packets): a client negotiating SMB Direct with a
+server, SMB2 READ and WRITE requests over the RDMA channel (their buffer descriptors, the RDMA WRITE and
+READ that use them, the responses), inline and fragmented messages, an interim and an error response, a
+SEND split in First/Last, and damaged messages.  The tests hand the capture to tshark 4.4 and to ibwire."""
+
+import struct
+from pathlib import Path
+
+from dissectors.numbers import GSI_QKEY, SMB_DIRECT_PORT
+from dissectors.nvmetable import SID_ULP_TCP
+from ibwire.synth import mads
+from ibwire.synth import smbdirect as m
+from ibwire.synth.headers import DETH, RETH, transport
+from ibwire.synth.links import Link
+from ibwire.synth.scenario import Port
+from ibwire.writers import PcapWriter
+
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+CLIENT = Port("client", 1, 1, mac=bytes.fromhex("020000000001"), ip4=bytes([10, 0, 0, 1]))
+SERVER = Port("server", 2, 2, mac=bytes.fromhex("020000000002"), ip4=bytes([10, 0, 0, 2]))
+QP = {"client": 0x000031, "server": 0x000042}
+SEND_FIRST, SEND_LAST, SEND_ONLY, WRITE_ONLY, READ_REQUEST, READ_RESPONSE_ONLY = 0x00, 0x02, 0x04, 0x0A, 0x0C, 0x10
+UD_SEND_ONLY = 0x64
+FID = bytes(range(0x10, 0x20))
+SESSION, TREE = 0x0000100000000009, 5
+ACCESS_DENIED, PENDING = 0xC0000022, 0x00000103
+
+
+def setup():
+    """The RDMA-CM REQ and REP that connect the client's QP to the server's for SMB Direct (port 445)."""
+    req = mads.cm_req(0x61, SID_ULP_TCP | SMB_DIRECT_PORT, CLIENT.guid, QP["client"], 100, 0xFFFF, 1, 2, bytes(16),
+                      bytes(16))  # fmt: skip
+    return [("client", UD_SEND_ONLY, req), ("server", UD_SEND_ONLY, mads.cm_rep(0x62, 0x61, 2, QP["server"], 500))]
+
+
+def smb(command: int, mid: int, body: bytes, reply: bool = False, **kw) -> bytes:
+    flags = m.SERVER_TO_REDIR if reply else 0
+    return m.smb2_header(command, mid, SESSION, TREE, flags=flags, **kw) + body
+
+
+def messages():
+    """(sender, opcode, payload, RETH (va, rkey, length) or None) in capture order."""
+    c, s = "client", "server"
+    out = [(c, SEND_ONLY, m.negotiate_request()), (s, SEND_ONLY, m.negotiate_response())]
+    read = m.read_request(FID, 1024, 8192, [(0x7F0000001000, 0xABC, 1024)])
+    out.append((c, SEND_ONLY, m.data_message(smb(m.READ, 7, read), flags=m.RESPONSE_REQUESTED)))
+    out.append((s, WRITE_ONLY, bytes(range(256)) * 4, (0x7F0000001000, 0xABC, 1024)))
+    out.append((s, SEND_ONLY, m.data_message(smb(m.READ, 7, m.read_response(remaining=1024), True), granted=2)))
+    write = m.write_request(FID, 0, channel=[(0x7F0000003000, 0x123, 512)], remaining=512)
+    out.append((c, SEND_ONLY, m.data_message(smb(m.WRITE, 8, write))))
+    out.append((s, READ_REQUEST, b"", (0x7F0000003000, 0x123, 512)))
+    out.append((c, READ_RESPONSE_ONLY, bytes(512)))
+    out.append((s, SEND_ONLY, m.data_message(smb(m.WRITE, 8, m.write_response(512), True))))
+    out.append((c, SEND_ONLY, m.data_message()))
+    inline = smb(m.WRITE, 9, m.write_request(FID, 4096, bytes(range(200)) * 2))
+    out += [(c, SEND_ONLY, part) for part in m.fragments(inline, 256)]
+    interim = m.smb2_header(m.WRITE, 9, SESSION, flags=m.SERVER_TO_REDIR, status=PENDING, async_id=0x21)
+    out.append((s, SEND_ONLY, m.data_message(interim + m.error_response())))
+    denied = smb(m.WRITE, 9, m.error_response(), True, status=ACCESS_DENIED)
+    out.append((s, SEND_ONLY, m.data_message(denied)))
+    whole = m.data_message(smb(m.READ, 10, m.read_request(FID, 100, 0, minimum=1)))
+    out += [(c, SEND_FIRST, whole[:64]), (c, SEND_LAST, whole[64:])]
+    out.append((s, SEND_ONLY, m.data_message(smb(m.READ, 10, m.read_response(bytes(100)), True))))
+    return out
+
+
+def damaged():
+    """Every SEND-only message cut at several lengths and with bytes flipped (SMB Direct and SMB2 both)."""
+    out = []
+    for who, opcode, payload, *_ in messages():
+        if opcode == SEND_ONLY and len(payload) > 24:
+            out += [(who, opcode, payload[:n]) for n in range(20, len(payload), 11)]
+            out.append((who, opcode, bytes(b ^ 0xFF if i % 9 == 5 and i > 24 else b for i, b in enumerate(payload))))
+    return out
+
+
+def undeclared():
+    """Messages Wireshark's heuristic turns down (a data offset of 32, credits above 255): SMB Direct to
+    neither tool, with -d infiniband,smb_direct or without."""
+    body = smb(m.READ, 7, m.read_request(FID, 1024, 8192, [(0x7F0000001000, 0xABC, 1024)]))
+    offset32 = struct.pack("<HHHHIIII", 10, 1, 0, 0, 0, 32, len(body), 0) + bytes(8) + body
+    return [("client", SEND_ONLY, offset32), ("client", SEND_ONLY, m.data_message(body, requested=300))]
+
+
+def write_capture(path, connect: bool = False, messages=messages) -> int:
+    """The crafted conversation as a RoCEv2 pcap (after its RDMA-CM setup when `connect`); returns the
+    number of frames."""
+    link, psn = Link("roce2"), {"client": 100, "server": 500}
+    with open(path, "wb") as f:
+        w = PcapWriter(f, link.linktype)
+        for n, (who, opcode, payload, *reth) in enumerate((setup() if connect else []) + messages()):
+            src, dst = (CLIENT, SERVER) if who == "client" else (SERVER, CLIENT)
+            ext = RETH.pack(*reth[0]) if reth else b""
+            peer = "server" if who == "client" else "client"
+            if opcode == UD_SEND_ONLY:
+                tp = transport(opcode, 0xFFFF, 1, 0, DETH.pack(GSI_QKEY, 1), payload)
+            elif opcode == READ_RESPONSE_ONLY:  # a response travels on the requester's PSN
+                tp = transport(opcode, 0xFFFF, QP[peer], psn["server"] - 1, struct.pack(">I", 0), payload)
+            else:
+                tp = transport(opcode, 0xFFFF, QP[peer], psn[who], ext, payload)
+                psn[who] += 1
+            w.write(link.frame(src, dst, tp), ts=1_700_000_000 + n * 0.001)
+    return n + 1
