@@ -37,8 +37,6 @@ from .dcbfacts import (
     CEE_PG,
     CEE_SUBTYPE,
     DEFAULT_PORT_SPEED,
-    OP_PAUSE,
-    OP_PFC,
     OPCODES,
     OUI_CEE,
     OUI_IEEE_802_1,
@@ -49,7 +47,7 @@ from .dcbfacts import (
     cee_subtlvs,
     pause_seconds,
 )
-from .numbers import ETHERTYPE_MAC_CONTROL
+from .numbers import ETHERTYPE_MAC_CONTROL, MACC_OPCODE_PAUSE, MACC_OPCODE_PFC
 
 
 def set_port_speed(speed: float) -> None:
@@ -67,7 +65,7 @@ class MACControl(Packet):
 
     name = "MAC Control"
     ws_proto = "macc"
-    fields_desc = [XShortEnumField("opcode", OP_PFC, OPCODES)]
+    fields_desc = [XShortEnumField("opcode", MACC_OPCODE_PFC, OPCODES)]
 
     def ws_fields(self) -> dict:
         return {"opcode": self.opcode}
@@ -123,8 +121,8 @@ class MACControlPFC(_MACControlOp):
 
 bind_layers(Ether, MACControl, type=ETHERTYPE_MAC_CONTROL)
 bind_layers(Dot1Q, MACControl, type=ETHERTYPE_MAC_CONTROL)
-bind_layers(MACControl, MACControlPause, opcode=OP_PAUSE)
-bind_layers(MACControl, MACControlPFC, opcode=OP_PFC)
+bind_layers(MACControl, MACControlPause, opcode=MACC_OPCODE_PAUSE)
+bind_layers(MACControl, MACControlPFC, opcode=MACC_OPCODE_PFC)
 
 
 # ---- LLDP DCBX (IEEE 802.1Qaz Annex D) ----------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""The facts of PAUSE, PFC and LLDP DCBX frames without scapy: constants, and a compact parse and build of
-the few bytes the bulk analysis needs (`ibwire health` reads these rare frames this way; dissectors.dcb is
-the scapy layer set for `decode` and crafting, built on the same constants).
+"""The facts of PAUSE, PFC and LLDP DCBX frames without scapy: constants, a compact parse of LLDP DCBX
+(`ibwire health` reads these rare frames this way; PAUSE and PFC it reads from the compiled records' MAC
+control columns) and a build of all three for `ibwire synth`; dissectors.dcb is the scapy layer set for
+`decode` and crafting, built on the same constants.
 
 MAC control: IEEE 802.3 Annex 31B (PAUSE) and IEEE 802.1Qbb §36.1.3 (PFC): opcode, then for PFC a
 class-enable vector (bit p: priority p) and eight pause times in quanta of 512 bit times.  LLDP: IEEE
@@ -10,12 +11,19 @@ class-enable vector (bit p: priority p) and eight pause times in quanta of 512 b
 import struct
 from typing import Dict, List, Optional
 
-from .numbers import ETHERTYPE_LLDP, ETHERTYPE_MAC_CONTROL, ETHERTYPE_VLAN, ISCSI_PORT, VLAN_TPIDS
+from .numbers import (
+    ETHERTYPE_LLDP,
+    ETHERTYPE_MAC_CONTROL,
+    ETHERTYPE_VLAN,
+    ISCSI_PORT,
+    MACC_OPCODE_PAUSE,
+    MACC_OPCODE_PFC,
+    VLAN_TPIDS,
+)
 
 PAUSE_DST = bytes.fromhex("0180c2000001")
 LLDP_DST = bytes.fromhex("0180c200000e")
-OP_PAUSE, OP_PFC = 0x0001, 0x0101
-OPCODES = {OP_PAUSE: "PAUSE", OP_PFC: "PFC"}
+OPCODES = {MACC_OPCODE_PAUSE: "PAUSE", MACC_OPCODE_PFC: "PFC"}
 QUANTUM_BITS = 512  # IEEE 802.3 §31B.2: one pause_quantum is 512 bit times
 DEFAULT_PORT_SPEED = 100e9  # bit/s, for pause times in seconds when nothing says otherwise
 OUI_IEEE_802_1 = 0x0080C2
@@ -91,21 +99,6 @@ def _payload(frame: bytes):
     return etype, at
 
 
-def parse_mac_control(frame: bytes) -> Optional[Dict[int, int]]:
-    """{priority: pause quanta} a PFC or PAUSE frame asks for (PAUSE: {ALL_PRIORITIES: quanta}); None for
-    another frame or one cut short."""
-    etype, at = _payload(frame)
-    if etype != ETHERTYPE_MAC_CONTROL or len(frame) < at + 4:
-        return None
-    op = int.from_bytes(frame[at : at + 2], "big")
-    if op == OP_PAUSE:
-        return {ALL_PRIORITIES: int.from_bytes(frame[at + 2 : at + 4], "big")}
-    if op != OP_PFC or len(frame) < at + _PFC.size:
-        return None
-    _, enbv, *quanta = _PFC.unpack_from(frame, at)
-    return {p: quanta[p] for p in range(8) if enbv >> p & 1}
-
-
 def lldp_tlvs(frame: bytes):
     """(type, value bytes) of each TLV of an LLDP frame, up to End of LLDPDU or the frame's end."""
     etype, at = _payload(frame)
@@ -170,12 +163,14 @@ def _eth(src: bytes, dst: bytes, etype: int, body: bytes, vlan: Optional[int] = 
 def pfc_frame(src: bytes, quanta: Dict[int, int]) -> bytes:
     """A PFC frame from MAC `src` pausing each priority of `quanta` for its quanta (0: XON)."""
     enbv = sum(1 << p for p in quanta)
-    return _eth(src, PAUSE_DST, ETHERTYPE_MAC_CONTROL, _PFC.pack(OP_PFC, enbv, *(quanta.get(p, 0) for p in range(8))))
+    return _eth(
+        src, PAUSE_DST, ETHERTYPE_MAC_CONTROL, _PFC.pack(MACC_OPCODE_PFC, enbv, *(quanta.get(p, 0) for p in range(8)))
+    )
 
 
 def pause_frame(src: bytes, quanta: int) -> bytes:
     """An 802.3x PAUSE frame from MAC `src`."""
-    return _eth(src, PAUSE_DST, ETHERTYPE_MAC_CONTROL, struct.pack(">HH", OP_PAUSE, quanta))
+    return _eth(src, PAUSE_DST, ETHERTYPE_MAC_CONTROL, struct.pack(">HH", MACC_OPCODE_PAUSE, quanta))
 
 
 def _tlv(kind: int, value: bytes) -> bytes:

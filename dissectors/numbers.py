@@ -18,6 +18,10 @@ ETHERTYPE_MAC_CONTROL = 0x8808  # PAUSE and PFC, IEEE 802.3 annex 31B / 802.1Qbb
 ETHERTYPE_SLOW = 0x8809  # LACP, OAM, IEEE 802.3 annex 43B
 ETHERTYPE_LLDP = 0x88CC  # IEEE 802.1AB
 
+# MAC control opcodes (after ethertype 0x8808)
+MACC_OPCODE_PAUSE = 0x0001  # 802.3x PAUSE, IEEE 802.3 annex 31B
+MACC_OPCODE_PFC = 0x0101  # priority-based flow control, IEEE 802.1Qbb §36.1.3
+
 # UDP and TCP ports (IANA), and the RDMA-CM service IDs' ports of the storage protocols
 ROCE_V2_PORT = 4791  # RoCE v2, IBA annex A17
 NVME_PORT = 4420  # NVMe over Fabrics ("nvme")

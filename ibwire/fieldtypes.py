@@ -67,7 +67,7 @@ ENCAP: Dict[str, str] = {
             "_ws.malformed",
         )
     },
-    **_group("frame", UINT, "number", "len", "cap_len", "linktype"),
+    **_group("frame", UINT, "number", "len", "cap_len", "linktype", "interface_id"),
     "frame.protocols": STRING,
     **_group("frame", FLOAT, "time_epoch", "time_relative", "time_delta"),
     **_group("eth", MAC, "src", "dst", "addr"),

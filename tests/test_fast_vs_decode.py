@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dissectors.numbers import ETHERTYPE_MAC_CONTROL
 from ibwire.decode import decode_frame
 from ibwire.fast import read_all
 from ibwire.fast import records as R
@@ -16,11 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = ROOT.parent / "shared" / "captures" / "public"
 CAPTURES = sorted(PUBLIC.glob("*.pcap")) + sorted((ROOT / "captures").glob("*.pcap"))
 
-# record fields compared as plain integers when decode reports the key
+MACC_FIELDS = {f: key for f, key in R.FIELD_KEYS.items() if key.startswith("macc.")}  # MAC control frames
+# record fields compared as plain integers when decode reports the key (on frames with a BTH)
 INT_FIELDS = [
     f
     for f in R.FIELD_KEYS
     if R.RECORD[f].kind in "ui"
+    and f not in MACC_FIELDS
     and f not in ("link", "flags", "icrc", "vcrc", "paylen", "vlan", "ecn", "pcp", "dscp", "caplen", "len", "frame")
 ]
 
@@ -78,6 +81,11 @@ def _mismatches(path):
         for k, col in (("eth.src", "eth_src"), ("eth.dst", "eth_dst")):
             if k in flat:
                 checks[k] = R.mac_text(r[col])
+        if ("macc" in flat) != (r["etype"] == ETHERTYPE_MAC_CONTROL):
+            bad.append((fr.number, "macc present", bool(r["etype"] == ETHERTYPE_MAC_CONTROL), "macc" in flat))
+        for col, key in MACC_FIELDS.items():  # PAUSE and PFC: opcode, quanta, class-enable vector
+            if key in flat:
+                checks[key] = int(r[col])
         for k, v in checks.items():
             want = flat.get(k)
             if isinstance(want, str) and k.startswith(("ip", "grh")):

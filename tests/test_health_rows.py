@@ -1,6 +1,6 @@
 """The rows `ibwire health` reads: the compiled field picker equals numpy's per-field copies, refuses what
 lies outside its records, and the reader keeps every RoCE packet of a capture with the frame numbers the
-full records give."""
+full records give, and every PAUSE/PFC frame's MAC control columns."""
 
 from pathlib import Path
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dissectors.numbers import ETHERTYPE_LLDP, ETHERTYPE_MAC_CONTROL
-from ibwire.analysis.healthrows import FIELDS, KEEP, read
+from ibwire.analysis.healthrows import FIELDS, KEEP, PAUSE_FIELDS, read
 from ibwire.fast import _native, scan
 from ibwire.fast import records as R
 
@@ -50,12 +50,14 @@ def test_pick_refuses_outside():
 @pytest.mark.parametrize("name", ["pfc-storm.pcap", "congestion.pcap", "roce-v6-vlan.pcap"])
 def test_read_keeps_every_roce_packet(name):
     path = str(ROOT / "captures" / name)
-    rows, control, t0, problems = read(path)
+    cap = read(path)
     rec = np.concatenate(list(scan(path, icrc=False)))
     roce = rec[(rec["flags"] & R.F_BTH) > 0]
-    assert len(rows) == len(roce) and t0 == int(rec["time_ns"][0])
+    assert len(cap.rows) == len(roce) and cap.t0 == int(rec["time_ns"][0])
     for f in FIELDS:
-        assert np.array_equal(rows[f], roce[f]), f
-    assert [c[0] for c in control] == [
-        int(x) for x in rec["frame"][np.isin(rec["etype"], (ETHERTYPE_MAC_CONTROL, ETHERTYPE_LLDP))]
-    ]
+        assert np.array_equal(cap.rows[f], roce[f]), f
+    macc = rec[rec["etype"] == ETHERTYPE_MAC_CONTROL]  # PAUSE and PFC: their columns, picked
+    assert len(cap.pauses) == len(macc) and not cap.pause_iface.any()
+    for f in PAUSE_FIELDS:
+        assert np.array_equal(cap.pauses[f], macc[f]), f
+    assert [c[0] for c in cap.lldp] == [int(x) for x in rec["frame"][rec["etype"] == ETHERTYPE_LLDP]]

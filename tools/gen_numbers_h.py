@@ -1,5 +1,5 @@
 """Write ibwire/fast/native/numbers.h, the compiled decoder's copy of the protocol numbers it tests against
-constants (ethertypes, link types), from dissectors/numbers.py.
+constants (ethertypes, link types, MAC control opcodes), from dissectors/numbers.py.
 
     .venv/bin/python tools/gen_numbers_h.py          # rewrites ibwire/fast/native/numbers.h
 tests/test_house_literals.py fails when the file is not what this script writes.
@@ -10,7 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "ibwire" / "fast" / "native" / "numbers.h"
-PREFIXES = ("ETHERTYPE_", "LINKTYPE_")
+PREFIXES = ("ETHERTYPE_", "LINKTYPE_", "MACC_OPCODE_")
+HEX = ("ETHERTYPE_", "MACC_OPCODE_")  # written in hex
 
 
 def render() -> str:
@@ -25,7 +26,7 @@ def render() -> str:
     ]
     for name, value in vars(numbers).items():
         if name.startswith(PREFIXES):
-            lines.append(f"#define {name} {f'0x{value:04X}' if name.startswith('ETHERTYPE_') else value}")
+            lines.append(f"#define {name} {f'0x{value:04X}' if name.startswith(HEX) else value}")
     return "\n".join(lines + ["", "#endif", ""])
 
 

@@ -1,9 +1,11 @@
 """Lossless-Ethernet health of a RoCE capture: PFC pauses, ECN/CNP reaction (DCQCN), ECMP entropy, DSCP/PCP.
 
-The compiled records give every RoCE packet's addresses, QP, opcode, ECN, DSCP, PCP and UDP source port;
-only the rare MAC control (0x8808) and LLDP (0x88cc) frames are read as bytes (dissectors.dcbfacts).
+The compiled records give every RoCE packet's addresses, QP, opcode, ECN, DSCP, PCP and UDP source port,
+and every PAUSE and PFC frame's opcode, class-enable vector and quanta; only the rare LLDP (0x88cc) frames
+are read as bytes (dissectors.dcbfacts).
 
-* Pauses (IEEE 802.1Qbb, 802.3x): per sending port (source MAC) and priority, a frame with quanta q > 0 is
+* Pauses (IEEE 802.1Qbb, 802.3x): per direction (the capture's interface, the sending port's MAC → the
+  port at the other end of the link, which the pause stops) and priority, a frame with quanta q > 0 is
   an XOFF that pauses the priority for q × 512 bit times at the port speed, q = 0 an XON that ends the
   pause.  An episode is a stretch of continuous pause (XOFFs refreshing it before it expires); one longer
   than the storm threshold is a pause storm, as switch PFC watchdogs judge it.
@@ -24,14 +26,14 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from dissectors.dcbfacts import ALL_PRIORITIES, parse_dcbx, parse_mac_control, pause_seconds
-from dissectors.numbers import ROCE_V2_PORT
+from dissectors.dcbfacts import ALL_PRIORITIES, parse_dcbx, pause_seconds
+from dissectors.numbers import MACC_OPCODE_PAUSE, MACC_OPCODE_PFC, ROCE_V2_PORT
 from dissectors.opcodes import OPCODES
 
 from ..fast import records as R
 from .hashing import group_rows
 from .healthflows import find_flows, qp_groups, row_end
-from .healthrows import read
+from .healthrows import QUANTA, Capture, read
 
 KINDS = ("data", "ACK", "CNP", "MAD", "CM")
 DATA, ACK, CNP, MAD, CM = range(len(KINDS))
@@ -87,12 +89,13 @@ def priority(rows) -> np.ndarray:
 def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
     """The health of a capture; with `bins`, also `series` for pictures: per congestion flow its CE and CNP
     times and its rate in `bins` intervals of the flow's span."""
-    rows, control, t0, problems = read(path)
+    cap = read(path)
+    rows, t0 = cap.rows, cap.t0
     kind = kinds(rows)
     prio = priority(rows)
     ns = rows["time_ns"] - t0
     rel = ns / 1e9
-    pause, dcbx = _pauses(control, settings)
+    pause, dcbx = _pauses(cap, settings)
     qp = qp_groups(rows)
     flows = find_flows(rows, kind == DATA, (kind == DATA) | (kind == ACK), ns // 1000, qp)
     mark = marked(rows)
@@ -111,11 +114,11 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
         "congestion": _congestion(rows, kind, prio, rel, flows, settings),
         "ecmp": _ecmp(rows, kind, flows, settings),
         "qos": _qos_table(rows, kind, prio, qp[0]),
-        "problems": list(problems),
+        "problems": list(cap.problems),
     }
     out["findings"] = _findings(out, rows, kind, prio, flows, settings)
     if bins:
-        out["series"] = _series(out, rows, kind, rel, flows, control, bins, settings.window)
+        out["series"] = _series(out, rows, kind, rel, flows, cap, bins, settings.window)
     for c in out["congestion"]:
         del c["_n"]
     for e in out["pause"]:
@@ -133,42 +136,84 @@ def _mac(b: bytes) -> str:
     return ":".join(f"{x:02x}" for x in b)
 
 
-def _pauses(control, s: Settings):
-    """Per (port, priority) pause statistics with their episodes, and what LLDP DCBX announced."""
+def _pause_events(cap: Capture) -> dict:
+    """(interface, sender MAC, priority) -> [(seconds since the first packet, quanta, frame)] of every PAUSE
+    (priority ALL_PRIORITIES) and PFC frame, in frame order, from the records' MAC control columns."""
+    p = cap.pauses
+    t = ((p["time_ns"] - cap.t0) / 1e9).tolist()
+    op, enbv, frame = p["macc_opcode"].tolist(), p["macc_enbv"].tolist(), p["frame"].tolist()
+    pause_time, iface = p["macc_pause_time"].tolist(), cap.pause_iface.tolist()
+    quanta = np.stack([p[q] for q in QUANTA], axis=1).tolist() if len(p) else []
+    macs: Dict[bytes, str] = {}
     events = defaultdict(list)
-    dcbx = {}
-    for frame, t, data in control:
-        q = parse_mac_control(data)
-        if q is not None:
-            for p, quanta in q.items():
-                events[(_mac(data[6:12]), p)].append((t, quanta, frame))
-            continue
+    for k in range(len(p)):
+        raw = bytes(p["eth_src"][k])
+        key = (iface[k], macs.get(raw) or macs.setdefault(raw, _mac(raw)))
+        if op[k] == MACC_OPCODE_PAUSE:
+            events[(*key, ALL_PRIORITIES)].append((t[k], pause_time[k], frame[k]))
+        elif op[k] == MACC_OPCODE_PFC:
+            for q in range(8):
+                if enbv[k] >> q & 1:
+                    events[(*key, q)].append((t[k], quanta[k][q], frame[k]))
+    return events
+
+
+def link_peers(talkers) -> dict:
+    """(interface, MAC) -> the MAC at the other end of its link: the one other MAC that sends link-local
+    control frames (PAUSE, PFC, LLDP) on that interface, as the two ends of a link do; None when there is
+    none or more than one."""
+    on = defaultdict(set)
+    for i, mac in talkers:
+        on[i].add(mac)
+    return {(i, mac): min(on[i] - {mac}) if len(on[i] - {mac}) == 1 else None for i, mac in talkers}
+
+
+def _episodes(ev, s: Settings) -> list:
+    """Stretches of continuous pause of one direction and priority: an XOFF pauses for its quanta, a later
+    XOFF before that runs out extends the stretch, an XON ends it."""
+    episodes, cur = [], None
+    for t, quanta, frame in ev:
+        if quanta:
+            if cur is None or t > cur["until"]:
+                if cur is not None:
+                    episodes.append(cur)
+                cur = {"start": t, "until": t, "frames": []}
+            cur["until"] = t + pause_seconds(quanta, s.port_speed)
+            cur["frames"].append(frame)
+        elif cur is not None:
+            if t <= cur["until"]:
+                cur["until"] = t
+                cur["frames"].append(frame)
+            episodes.append(cur)
+            cur = None
+    if cur is not None:
+        episodes.append(cur)
+    return episodes
+
+
+def _pauses(cap: Capture, s: Settings):
+    """Per direction (interface, sending port → the port it pauses) and priority: pause statistics with their
+    episodes; and what LLDP DCBX announced, per port."""
+    events = _pause_events(cap)
+    dcbx, talkers = {}, {(i, port) for i, port, _ in events}
+    for frame, _, iface, data in cap.lldp:
+        talkers.add((iface, _mac(data[6:12])))
         d = parse_dcbx(data)
         if d:
             dcbx.setdefault(_mac(data[6:12]), {}).update(d, frame=frame)
+    peers = link_peers(talkers)
+    several = any(i for i, _ in talkers)  # a capture of more than one interface: each is a link of its own
     ports = []
-    for (port, p), ev in sorted(events.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        episodes, cur = [], None
-        for t, quanta, frame in ev:
-            if quanta:
-                if cur is None or t > cur["until"]:
-                    if cur is not None:
-                        episodes.append(cur)
-                    cur = {"start": t, "until": t, "frames": []}
-                cur["until"] = t + pause_seconds(quanta, s.port_speed)
-                cur["frames"].append(frame)
-            elif cur is not None:
-                if t <= cur["until"]:
-                    cur["until"] = t
-                    cur["frames"].append(frame)
-                episodes.append(cur)
-                cur = None
-        if cur is not None:
-            episodes.append(cur)
+    for (iface, port, p), ev in sorted(events.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+        episodes = _episodes(ev, s)
         lengths = [e["until"] - e["start"] for e in episodes]
+        peer = peers[(iface, port)]
         ports.append(
             {
                 "port": port,
+                "receiver": peer,
+                "interface": iface if several else None,
+                "direction": f"{port} → {peer or '?'}" + (f" on interface {iface}" if several else ""),
                 "priority": "all" if p == ALL_PRIORITIES else p,
                 "frames": len(ev),
                 "xoff": sum(1 for e in ev if e[1]),
@@ -304,8 +349,9 @@ def _median(x: np.ndarray) -> float:
     return float(s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2)
 
 
-def _series(out, rows, kind, rel, flows, control, bins: int, window: float, most: int = 5000) -> dict:
-    t_end = max([float(rel.max()) if len(rel) else 0.0] + [t for _, t, _ in control])
+def _series(out, rows, kind, rel, flows, cap: Capture, bins: int, window: float, most: int = 5000) -> dict:
+    control = [(int(cap.pauses["time_ns"].max()) - cap.t0) / 1e9] if len(cap.pauses) else []
+    t_end = max([float(rel.max()) if len(rel) else 0.0] + control + [t for _, t, _, _ in cap.lldp])
     cnp_of = _cnp_rows(rows, kind, flows)
     per = []
     for c in out["congestion"]:
@@ -443,7 +489,11 @@ def _pause_findings(pause: List[dict], rows, roce_prios: set, s: Settings) -> Li
     """Pause storms longer than the threshold, and pauses of a priority no RoCE traffic uses."""
     found = []
     for e in pause:
-        cev = "" if e["priority"] == "all" else f" && macc.cbfc.enbv.c{e['priority']} == 1"
+        cev = f" && macc.opcode == 0x{MACC_OPCODE_PAUSE:04x}"
+        cev = cev if e["priority"] == "all" else f" && macc.cbfc.enbv.c{e['priority']} == 1"
+        if e["interface"] is not None:
+            cev += f" && frame.interface_id == {e['interface']}"
+        towards = f" ({e['direction']})" if e["receiver"] or e["interface"] is not None else ""
         for ep in e["episodes"]:
             if ep["duration_s"] > s.storm_s:
                 found.append(
@@ -451,11 +501,13 @@ def _pause_findings(pause: List[dict], rows, roce_prios: set, s: Settings) -> Li
                         "pause_storm",
                         "error",
                         f"pause storm: port {e['port']} kept priority {e['priority']} paused for "
-                        f"{ep['duration_s'] * 1e3:.0f} ms without a break (threshold {s.storm_s * 1e3:g} ms)",
+                        f"{ep['duration_s'] * 1e3:.0f} ms without a break (threshold {s.storm_s * 1e3:g} ms)" + towards,
                         ep["_frames"],
                         f"eth.src == {e['port']} && macc{cev} && frame.number >= {ep['first_frame']} && "
                         f"frame.number <= {ep['last_frame']}",
                         port=e["port"],
+                        receiver=e["receiver"],
+                        interface=e["interface"],
                         priority=e["priority"],
                         duration_s=ep["duration_s"],
                     )
@@ -466,10 +518,12 @@ def _pause_findings(pause: List[dict], rows, roce_prios: set, s: Settings) -> Li
                     "pause_without_roce",
                     "warning",
                     f"port {e['port']} pauses priority {e['priority']}, which carries no RoCE traffic "
-                    f"(RoCE travels in priority {', '.join(map(str, sorted(roce_prios)))})",
+                    f"(RoCE travels in priority {', '.join(map(str, sorted(roce_prios)))}){towards}",
                     [x for ep in e["episodes"] for x in ep["_frames"]],
                     f"eth.src == {e['port']} && macc{cev}",
                     port=e["port"],
+                    receiver=e["receiver"],
+                    interface=e["interface"],
                     priority=e["priority"],
                 )
             )

@@ -3,11 +3,13 @@ numpy half of the Arrow tables (`arrow`), run where the records are decoded (exp
 so that the encoding thread only wraps buffers.
 
 A field is present when its header is: LRH on native InfiniBand, Ethernet and UDP on RoCE, BTH and MAD
-by the decoder's flags, each extended header by the opcode's layout (`dissectors.opcodes`).
+by the decoder's flags, each extended header by the opcode's layout (`dissectors.opcodes`), MAC control by
+the ethertype and its PAUSE or PFC fields by the opcode.
 """
 
 import numpy as np
 
+from dissectors.numbers import ETHERTYPE_MAC_CONTROL, MACC_OPCODE_PAUSE, MACC_OPCODE_PFC
 from dissectors.opcodes import OPCODES
 
 from ..fast import records as R
@@ -16,6 +18,7 @@ from .hashing import group_rows
 _BTH_FIELDS = ("opcode", "se", "m", "padcnt", "tver", "p_key", "fecn", "becn", "destqp", "a", "psn", "paylen")
 _MAD_FIELDS = ("mad_class", "mad_classver", "mad_method", "mad_status", "mad_attrid", "mad_attrmod", "mad_tid")
 _LRH_FIELDS = ("slid", "dlid", "sl", "vl")
+_PFC_FIELDS = ("macc_enbv",) + tuple(f"macc_pause_c{p}" for p in range(8))
 # Record field -> the extended header (opcodes.py names) that carries it.
 _EXT_OF = {
     "reth_va": "reth",
@@ -82,6 +85,11 @@ def present(rec) -> dict:
         "cm_qpn": cm & ((attr == 0x10) | (attr == 0x13)),
     }
     out["udp_dst"] = out["udp_src"]
+    macc = (rec["etype"] == ETHERTYPE_MAC_CONTROL) & (link != R.IPOIB)  # a MAC control frame: PAUSE, PFC
+    out["macc_opcode"] = macc
+    out["macc_pause_time"] = macc & (rec["macc_opcode"] == MACC_OPCODE_PAUSE)
+    pfc = macc & (rec["macc_opcode"] == MACC_OPCODE_PFC)
+    out.update({f: pfc for f in _PFC_FIELDS})
     lrh = _LRH_LINKS[link]
     out.update({f: lrh for f in _LRH_FIELDS})
     out.update({f: bth for f in _BTH_FIELDS})

@@ -105,7 +105,7 @@ def _sections(res: dict) -> dict:
     ms = 1e3
     pauses = [
         {
-            "port": e["port"],
+            "direction": e["direction"],
             "priority": e["priority"],
             "frames": e["frames"],
             "xoff": e["xoff"],

@@ -329,9 +329,9 @@ def _mad_summary(pkt):
 
 
 def _frame_fields(frame: Frame, pkt) -> dict:
-    """Number, time and lengths as tshark shows them (an ERF record's without its ERF header and with its ERF
-    timestamp: ibwire.readers.formats.erf_view), and the protocols' bytes for display-filter slices and len()
-    (`_ws.bytes`)."""
+    """Number, time, lengths and pcapng interface id as tshark shows them (an ERF record's without its ERF
+    header and with its ERF timestamp: ibwire.readers.formats.erf_view), and the protocols' bytes for
+    display-filter slices and len() (`_ws.bytes`)."""
     caplen, wirelen, t = frame.caplen, frame.wirelen, frame.time
     if frame.linktype == LINKTYPE_ERF:
         import numpy as np
@@ -339,7 +339,7 @@ def _frame_fields(frame: Frame, pkt) -> dict:
         hdr, ns = (int(a[0]) for a in erf_view(np.frombuffer(frame.data, np.uint8), [0], [len(frame.data)]))
         caplen, wirelen = caplen - min(hdr, caplen), wirelen - min(hdr, wirelen)
         t = ns / 1e9 if ns >= 0 else t
-    return {
+    out = {
         "frame.number": frame.number,
         "frame.time_epoch": t,
         "frame.cap_len": caplen,
@@ -347,6 +347,9 @@ def _frame_fields(frame: Frame, pkt) -> dict:
         "frame.linktype": frame.linktype,
         "_ws.bytes": Extents(frame.data, pkt),
     }
+    if frame.iface is not None and frame.linktype != LINKTYPE_ERF:  # pcapng (ERF: numbered as they appear)
+        out["frame.interface_id"] = frame.iface
+    return out
 
 
 __all__ = ["Decoded", "decode_frame", "dissect", "LINKTYPES"]

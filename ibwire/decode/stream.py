@@ -27,6 +27,7 @@ class Batch(NamedTuple):
             int(p.wirelen[i]),
             int(p.linktype[i]),
             self.buf[start : start + n].tobytes(),
+            None if p.iface is None else int(p.iface[i]),
         )
 
     def data(self, i: int) -> bytes:

@@ -41,6 +41,11 @@ RECORD = np.dtype(
         ("etype", "u2"),  # VLAN priority (when vlan >= 0), DSCP, inner ethertype
         ("eth_src", "V6"),
         ("eth_dst", "V6"),
+        # MAC control (ethertype 0x8808): opcode; PAUSE quanta; PFC class-enable vector, quanta of each priority
+        ("macc_opcode", "u2"),
+        ("macc_pause_time", "u2"),
+        ("macc_enbv", "u2"),
+        *((f"macc_pause_c{p}", "u2") for p in range(8)),
         ("src", "V16"),
         ("dst", "V16"),  # GIDs / IPs (v4-mapped)
         ("slid", "u2"),
@@ -165,6 +170,10 @@ FIELD_KEYS = {
     "dst": "addr.dst",
     "eth_src": "eth.src",
     "eth_dst": "eth.dst",
+    "macc_opcode": "macc.opcode",
+    "macc_pause_time": "macc.pause_time",
+    "macc_enbv": "macc.cbfc.enbv",
+    **{f"macc_pause_c{p}": f"macc.cbfc.pause_time.c{p}" for p in range(8)},
 }
 KEY_FIELDS = {v: k for k, v in FIELD_KEYS.items()}
 

@@ -56,6 +56,7 @@ class Positions(NamedTuple):
     linktype: np.ndarray  # int64
     frame: np.ndarray  # int64, 1-based
     ns: np.ndarray = None  # int64 nanoseconds since the epoch (exact where the file's resolution allows)
+    iface: np.ndarray = None  # int64 pcapng interface id of each packet (None: a pcap file, one interface)
 
 
 class CaptureWalk:
@@ -328,6 +329,7 @@ class CaptureWalk:
             lts[iface],
             np.arange(frame0, frame0 + len(o)),
             ns,
+            iface,
         )
         whole = blen >= 32  # 12 bytes of block + 20 of EPB fields
         if len(spb):

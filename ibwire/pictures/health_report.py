@@ -20,7 +20,8 @@ def _rel(v: float) -> str:
 
 
 def _pause_chart(res: dict, t_end: float) -> str:
-    """Per port and priority, the paused fraction of each of BINS intervals; episodes as tooltipped bands."""
+    """Per direction (port, or port → the port it pauses when known) and priority, the paused fraction of each
+    of BINS intervals; episodes as tooltipped bands."""
     ports = res["pause"]
     if not ports:
         return "<p class='note'>No PAUSE or PFC frames.</p>"
@@ -40,7 +41,7 @@ def _pause_chart(res: dict, t_end: float) -> str:
         for ep in e["episodes"]:
             a, b = ep["start_s"], ep["start_s"] + ep["duration_s"]
             frac += np.clip(np.minimum(edges[1:], b) - np.maximum(edges[:-1], a), 0, None) / width
-        name = f"{e['port']} P{e['priority']}"
+        name = f"{e['direction']} P{e['priority']}"
         colour = PALETTE[k % len(PALETTE)]
         p.polyline(np.repeat(edges, 2)[1:-1], np.repeat(np.minimum(frac, 1), 2), colour, name)
         p.bands(

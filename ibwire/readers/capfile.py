@@ -21,7 +21,7 @@ class Frame(NamedTuple):
     wirelen: int
     linktype: int
     data: bytes
-    iface: int = 0  # pcapng interface id (0 for pcap)
+    iface: Optional[int] = None  # pcapng interface id (None: a pcap file, which has no interfaces)
 
 
 _PCAPNG_MIN_BODY = {1: 8, 6: 20, 3: 4}  # fixed fields of an interface, enhanced and simple packet block

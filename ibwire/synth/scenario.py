@@ -457,7 +457,7 @@ _EXPECT = {
         "chunk_bytes",
     },
     "findings": {"rule", "severity", "src", "dst", "port", "pkey", "trap", "evidence", "frames"},
-    "health": {"findings", "pause_storms", "ce_unanswered", "cnp_no_rate_cut", "pause_frames", "lldp_frames"},
+    "health": {"findings", "pause_storms", "ce_unanswered", "cnp_no_rate_cut", "pause_frames", "lldp_frames", "pauses"},
 }
 _IS = {
     INT: lambda v: isinstance(v, (int, str)) and not isinstance(v, bool),

@@ -4,7 +4,8 @@
  * Layouts: Ethernet/802.1Q (up to two tags), Linux cooked v1/v2 (SLL/SLL2), ERF types 21 and 25 with
  * chained extension headers, raw InfiniBand (link type 247); LRH (IBA Vol 1 §7.7), GRH (§8.3), BTH and
  * extended headers (§9.2-9.3, offsets per opcode from dissectors.opcodes), MAD common header (§13.4.3),
- * CM REQ/REP (§12.6.5, §12.6.8), RoCEv1 (Annex A16) and RoCEv2 (Annex A17).  A UDP packet on another port
+ * CM REQ/REP (§12.6.5, §12.6.8), RoCEv1 (Annex A16) and RoCEv2 (Annex A17); MAC control PAUSE and PFC
+ * frames (IEEE 802.3 Annex 31B, 802.1Qbb).  A UDP packet on another port
  * counts as RoCEv2 only when its first bytes form a plausible BTH and its ICRC matches.  Bytes beyond a
  * packet's captured end read as zero, so truncated packets decode as far as they go and are flagged. */
 #include <string.h>
@@ -362,6 +363,21 @@ static void udp(const decode_job *c, const pkt *k, uint8_t *restrict out, int64_
     }
 }
 
+/* A MAC control frame's payload at p (IEEE 802.3 Annex 31B): the opcode; a PAUSE's pause_time; a PFC's
+ * class-enable vector and its eight pause times, enabled or not (IEEE 802.1Qbb §36.1.3), as tshark shows them. */
+static void mac_control(const decode_job *c, const pkt *k, uint8_t *restrict out, int64_t row, int64_t p)
+{
+    uint64_t op = BE(k, p, 2);
+    put16(AT(R_MACC_OPCODE), op);
+    if (op == MACC_OPCODE_PAUSE)
+        put16(AT(R_MACC_PAUSE_TIME), BE(k, p + 2, 2));
+    if (op == MACC_OPCODE_PFC) {
+        put16(AT(R_MACC_ENBV), BE(k, p + 2, 2));
+        for (int q = 0; q < 8; q++)
+            put16(AT(R_MACC_PAUSE_C0 + q), BE(k, p + 4 + 2 * q, 2));
+    }
+}
+
 static void decode_one(const decode_job *c, int64_t row)
 {
     int64_t d = c->data[row], caplen = c->caplen[row];
@@ -379,6 +395,9 @@ static void decode_one(const decode_job *c, int64_t row)
         if (u >= 0)
             udp(c, &k, out, row, &h, u);
     }
+
+    if (h.et == ETHERTYPE_MAC_CONTROL && h.lrh < 0 && h.kind != K_IPOIB)
+        mac_control(c, &k, out, row, h.l3);
 
     int has_bth = h.bth >= 0 && (h.kind == K_ROCE1 || h.kind == K_ROCE2V4 || h.kind == K_ROCE2V6 ||
                                  h.kind == K_IB || h.kind == K_IBGRH);

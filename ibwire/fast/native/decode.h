@@ -26,7 +26,12 @@
     X(MAD_CLASS, "mad_class", "u1") X(MAD_CLASSVER, "mad_classver", "u1") X(MAD_METHOD, "mad_method", "u1") \
     X(MAD_STATUS, "mad_status", "u2") X(MAD_ATTRID, "mad_attrid", "u2") X(MAD_ATTRMOD, "mad_attrmod", "u4") \
     X(MAD_TID, "mad_tid", "u8") X(CM_COMM_ID, "cm_comm_id", "u4") X(CM_REMOTE_COMM_ID, "cm_remote_comm_id", "u4") \
-    X(CM_QPN, "cm_qpn", "u4") X(ICRC, "icrc", "u1") X(VCRC, "vcrc", "u1")
+    X(CM_QPN, "cm_qpn", "u4") X(ICRC, "icrc", "u1") X(VCRC, "vcrc", "u1") \
+    X(MACC_OPCODE, "macc_opcode", "u2") X(MACC_PAUSE_TIME, "macc_pause_time", "u2") \
+    X(MACC_ENBV, "macc_enbv", "u2") X(MACC_PAUSE_C0, "macc_pause_c0", "u2") X(MACC_PAUSE_C1, "macc_pause_c1", "u2") \
+    X(MACC_PAUSE_C2, "macc_pause_c2", "u2") X(MACC_PAUSE_C3, "macc_pause_c3", "u2") \
+    X(MACC_PAUSE_C4, "macc_pause_c4", "u2") X(MACC_PAUSE_C5, "macc_pause_c5", "u2") \
+    X(MACC_PAUSE_C6, "macc_pause_c6", "u2") X(MACC_PAUSE_C7, "macc_pause_c7", "u2")
 
 #define AS_ENUM(id, name, type) R_##id,
 enum { RECORD_FIELDS(AS_ENUM) N_FIELDS };
