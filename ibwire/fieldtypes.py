@@ -39,6 +39,12 @@ def _rpcrdma(name: str) -> dict:
     return getattr(rpcrdmatable, name)
 
 
+def _iser(name: str) -> dict:
+    from dissectors import iscsitable
+
+    return getattr(iscsitable, name)
+
+
 def _smbdirect(name: str) -> dict:
     from dissectors import smb2table, smbdirecttable
 
@@ -123,6 +129,7 @@ ENCAP: Dict[str, str] = {
     "padding.data": BYTES,
     **_nvme_tracked(),
     **_rpcrdma("FIELDS"),
+    **_iser("FIELDS"),
     **_smbdirect("FIELDS"),
     "rmpp.reassembled": PROTO,
     **_group("rmpp.reassembled", UINT, "segments", "records", "complete"),
@@ -401,6 +408,7 @@ def _nvme_display():
 
 
 TSHARK_DISPLAY.update(_nvme_display())  # tshark 4.4's NVMe-oF fields (dissectors.nvmetable)
+TSHARK_DISPLAY.update(_iser("DISPLAY"))  # tshark 4.4's iSER, iSCSI and SCSI fields (dissectors.iscsitable)
 TSHARK_DISPLAY.update(_rpcrdma("DISPLAY"))  # tshark 4.4's NFS-over-RDMA fields (dissectors.rpcrdmatable)
 TSHARK_DISPLAY.update(_smbdirect("DISPLAY"))  # tshark 4.4's SMB Direct and SMB2 fields
 HEX_DIGITS = {name: digits for name, digits in TSHARK_DISPLAY.items() if digits > 1}

@@ -13,6 +13,8 @@ import numpy as np
 
 from dissectors.nvmetable import ADMIN, ADMIN_NAMES, FABRICS, FABRICS_OPC, IO, IO_NAMES, STATUS_GENERIC
 
+from ..decode.iser import IserTracker
+from ..decode.iser import storage_rows as iser_rows
 from ..decode.nvme import NvmeTracker, storage_rows
 from ..decode.rpcrdma import RpcRdmaTracker, Trackers
 from ..decode.rpcrdma import storage_rows as rpcrdma_rows
@@ -131,11 +133,12 @@ def _lite(r: _Rows, k: int, ops, addr) -> _Lite:
     return _Lite(r.frame[k], r.time[k], flat)
 
 
-def track(stream, decode_as: bool = False, rpc_decode_as: bool = False) -> Trackers:
+def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_decode_as: bool = False) -> Trackers:
     """Follow every NVMe-oF command and RPC-over-RDMA call of `stream` (ibwire.decode.stream.Stream
     batches)."""
     tracker = NvmeTracker(decode_as=decode_as, bulk=True)
     both = Trackers(tracker, RpcRdmaTracker(decode_as=rpc_decode_as, bulk=True), SmbDirectTracker(bulk=True))
+    both.iser = IserTracker(decode_as=iser_decode_as, bulk=True)
     ops, names = _opcodes(), {}
 
     def addr(v: bytes) -> str:
@@ -162,6 +165,8 @@ def _phases(batch, both: Trackers):
     cm, data = storage_rows(batch.rec, every, both.nvme)
     yield cm
     more = data()
+    for rows in iser_rows(batch, every, both):
+        more = np.union1d(more, rows())
     for rows in rpcrdma_rows(batch, every, both) + smbdirect_rows(batch, every, both):
         more = np.union1d(more, rows)
     yield more.astype(np.int64)
@@ -250,16 +255,17 @@ def summary_rows(rows: List[dict], column: str, ok: str = STATUS_GENERIC[0]) -> 
     return out
 
 
-def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False) -> dict:
+def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False, iser_decode_as: bool = False) -> dict:
     """The storage view of a capture: commands, per opcode, per queue, errors by status; RPC calls over
     RDMA and per procedure."""
     from ..decode.stream import Stream
+    from .iserstorage import GOOD, scsi_rows
     from .rpcstorage import SUCCESS, call_rows
     from .smbstorage import SUCCESS as SMB_SUCCESS
     from .smbstorage import request_rows
 
     stream = Stream(path, icrc=False)
-    both = track(stream, decode_as, rpc_decode_as)
+    both = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as)
     rows, calls = command_rows(both.nvme), call_rows(both.rpcrdma)
     errors = defaultdict(int)
     for r in rows:
@@ -274,6 +280,8 @@ def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False) -> 
         "rpc_by_procedure": summary_rows(calls, "procedure", SUCCESS),
         "smb_requests": (smb := request_rows(both.smbdirect)),
         "smb_by_command": summary_rows(smb, "command", SMB_SUCCESS),
+        "iser_commands": (iser := scsi_rows(both.iser)),
+        "iser_by_opcode": summary_rows(iser, "opcode", GOOD),
         "problems": list(stream.problems),
     }
 

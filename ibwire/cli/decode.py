@@ -35,6 +35,9 @@ def _field_options(opts: List[str]):
 def check_decode_as(values: List[str], name: str = "nvme-rdma") -> bool:
     """-d: whether `name` (nvme-rdma: NVMe-oF, rpcordma: RPC-RDMA, smb_direct: SMB Direct) is declared on
     every RC queue pair."""
+    if name == "iser":  # iSER (ibwire.decode.iser), spelled as tshark's -d infiniband,iser
+        return any(d.rpartition(",")[2] == "iser" for d in values)
+    values = [d for d in values if d.rpartition(",")[2] != "iser"]
     for d in values:
         if d.rpartition(",")[2] not in ("nvme-rdma", "rpcordma", "smb_direct"):
             raise UserError(
@@ -80,7 +83,7 @@ def decode(
         "-d",
         "--decode-as",
         help="nvme-rdma: every RC queue pair carries NVMe-oF (captures without the RDMA-CM setup); "
-        "rpcordma: every RC SEND is RPC-RDMA; smb_direct: accepted as tshark 4.4 takes it (SMB Direct is found by "
+        "iser: every RC SEND is iSER; rpcordma: every RC SEND is RPC-RDMA; smb_direct: accepted as tshark 4.4 takes it (SMB Direct is found by "
         "its heuristic either way)",
     ),
 ):
@@ -103,6 +106,9 @@ def decode(
         RpcRdmaTracker(check_decode_as(decode_as, "rpcordma")),
         SmbDirectTracker(check_decode_as(decode_as, "smb_direct")),
     )
+    from ..decode.iser import IserTracker
+
+    nvme.iser = IserTracker(check_decode_as(decode_as, "iser"))
     flt = compile_filter(display_filter) if display_filter else None
     named = any(k == "bth.analysis" or k.startswith("bth.analysis.") for k in keys) or (
         display_filter is not None and names_analysis(display_filter)

@@ -38,7 +38,7 @@ def stats(
         "-d",
         "--decode-as",
         help="with --storage: nvme-rdma treats every RC queue pair as NVMe-oF (captures without the RDMA-CM "
-        "setup); rpcordma every RC SEND with version 1 as RPC-RDMA",
+        "setup); iser every RC SEND as iSER; rpcordma every RC SEND with version 1 as RPC-RDMA",
     ),
 ):
     """Counts, bytes and rates by transport+opcode, P_Key, endpoint, QP and MAD; ECN/CNP/FECN/BECN, CRC
@@ -127,7 +127,9 @@ def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
     from ..analysis.storage import analyse
     from .decode import check_decode_as
 
-    res = analyse(file, check_decode_as(decode_as), check_decode_as(decode_as, "rpcordma"))
+    res = analyse(
+        file, check_decode_as(decode_as), check_decode_as(decode_as, "rpcordma"), check_decode_as(decode_as, "iser")
+    )
     commands = res["commands"]
     if fmt == "table":
         commands = [{k: v for k, v in r.items() if k not in ("time", "qid", "nsid")} for r in commands]
@@ -138,11 +140,13 @@ def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
         "commands": commands,
         "rpc_by_procedure": res["rpc_by_procedure"],
         "rpc_calls": [{k: v for k, v in r.items() if k != "time" or fmt != "table"} for r in res["rpc_calls"]],
+        "iser_by_opcode": res["iser_by_opcode"],
+        "iser_commands": [{k: v for k, v in r.items() if k != "time" or fmt != "table"} for r in res["iser_commands"]],
         "smb_by_command": res["smb_by_command"],
         "smb_requests": [{k: v for k, v in r.items() if k != "time" or fmt != "table"} for r in res["smb_requests"]],
         "problems": [{"problem": p} for p in res["problems"]],
     }
-    if not res["commands"] and not res["rpc_calls"] and not res["smb_requests"]:
+    if not res["commands"] and not res["rpc_calls"] and not res["iser_commands"] and not res["smb_requests"]:
         sections["problems"].append(
             {
                 "problem": "no NVMe-oF command found (no RDMA-CM setup for port 4420; "

@@ -244,6 +244,17 @@ def _apply(d, layers, rest: bytes, notes: list, extra: dict) -> None:
         d.errors.append("malformed: RPC message cut short")
 
 
+def splice(d, chain) -> None:
+    """Put the layers `chain` where d's packet holds its payload bytes (a Raw layer)."""
+    from scapy.packet import Raw
+
+    raw = d.packet.getlayer(Raw) if d.packet is not None else None
+    if raw is not None and raw.underlayer is not None:
+        under, tail = raw.underlayer, raw.payload
+        under.remove_payload()
+        under.add_payload(chain if not tail else chain / tail)
+
+
 def _attach(d, layers, rest: bytes) -> None:
     """Put the layers (instead of the payload bytes) in d's packet, their fields in d's maps."""
     from scapy.packet import Raw
@@ -258,11 +269,7 @@ def _attach(d, layers, rest: bytes) -> None:
         chain = layer if chain is None else chain / layer
     if rest:
         chain = chain / Raw(rest)
-    raw = d.packet.getlayer(Raw) if d.packet is not None else None
-    if raw is not None and raw.underlayer is not None:
-        under, tail = raw.underlayer, raw.payload
-        under.remove_payload()
-        under.add_payload(chain if not tail else chain / tail)
+    splice(d, chain)
     nested, flat = nest_and_flatten(layer_fields(chain))
     crcs = {k: d.layers.pop(k) for k in list(d.layers) if k in ("pad", "icrc", "vcrc")}
     d.layers.update({k: v for k, v in nested.items() if k in ("rpcordma", "rpc", "nfs")})
@@ -302,8 +309,9 @@ class Trackers:
     """The NVMe-oF, NFS-over-RDMA and SMB Direct trackers fed as one (what `decode` hands its printer and
     filter)."""
 
-    def __init__(self, nvme, rpcrdma, smbdirect=None):
+    def __init__(self, nvme, rpcrdma, smbdirect=None, iser=None):
         self.nvme, self.rpcrdma, self.smbdirect = nvme, rpcrdma, smbdirect
+        self.iser = iser  # ibwire.decode.iser.IserTracker
 
     @property
     def active(self) -> bool:
@@ -314,3 +322,5 @@ class Trackers:
         self.rpcrdma.feed(d)
         if self.smbdirect is not None:
             self.smbdirect.feed(d)
+        if self.iser is not None:
+            self.iser.feed(d)

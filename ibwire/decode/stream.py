@@ -166,6 +166,11 @@ def select(stream, flt, detail: Callable = None, nvme=None) -> Iterator[tuple]:
             every = np.arange(len(rec))
             for more in rpcrdma_rows(batch, every, nvme) + smbdirect_rows(batch, every, nvme):
                 todo = np.union1d(todo, more)
+        if nvme is not None:  # iSER: its rows asked once the RDMA-CM rows were fed
+            from .iser import storage_rows as iser_rows
+
+            for more in iser_rows(batch, np.arange(len(rec)), nvme):
+                todo = np.union1d(todo, more())
         for i in todo:
             i = int(i)
             mask[i] = flt(detail(batch, int(i), t0, float(times[i - 1]) if i else prev))

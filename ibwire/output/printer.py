@@ -10,6 +10,7 @@ from typing import List, Optional
 import numpy as np
 
 from ..analysis.hashing import group_rows
+from ..decode.iser import storage_rows as iser_rows
 from ..decode.nvme import storage_rows
 from ..decode.rpcrdma import storage_rows as rpcrdma_rows
 from ..decode.smbdirect import storage_rows as smbdirect_rows
@@ -167,7 +168,7 @@ class Printer:
         decoded = {}
         if self.nvme is not None:  # NVMe-oF: capsules span frames and queues are learned from RDMA-CM:
             more = rpcrdma_rows(batch, rows, self.nvme) + smbdirect_rows(batch, rows, self.nvme)
-            for phase in storage_rows(rec, rows, self.nvme) + more:
+            for phase in storage_rows(rec, rows, self.nvme) + iser_rows(batch, rows, self.nvme) + more:
                 for k in (phase if isinstance(phase, np.ndarray) else phase()).tolist():
                     i = int(rows[k])
                     d = decoded[i] = decoded.get(i) or details(i)

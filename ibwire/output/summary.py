@@ -144,6 +144,8 @@ STORAGE_PROTOCOLS = (  # the Protocol column as tshark's
     ("smb_direct", "SMBDirect"),
 )
 
+STORAGE_PROTOCOLS = (("iscsi", "iSCSI"), ("iser", "iSER")) + STORAGE_PROTOCOLS
+
 
 def detail_info(d) -> Tuple[str, str, str, str]:
     """(source, destination, protocol, info) of a fully decoded frame that is not an IB/RoCE data packet:

@@ -403,6 +403,9 @@ def _heading(name: str, items: list, frame: dict) -> str:
         "smb2": "SMB2 (Server Message Block Protocol version 2)",
         "rpc": "Remote Procedure Call",
         "nfs": "Network File System",
+        "iser": "iSCSI Extensions for RDMA",
+        "iscsi": "iSCSI",
+        "scsi": "SCSI",
         "nvme": nvme_words.heading(items),
         "_ws.malformed": "[Malformed Packet: InfiniBand]",
     }.get(name, name)

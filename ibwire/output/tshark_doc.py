@@ -449,6 +449,10 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
             from .nvme_doc import nvme_layers
 
             layers += nvme_layers(layer, flat)
+        elif cls.__module__ == "dissectors.iser":
+            from .iser_doc import iser_layers
+
+            layers += iser_layers(layer, MALFORMED)
         elif cls.__module__ in ("dissectors.rpcrdma", "dissectors.smbdirect"):
             from .rpcrdma_doc import tree_layers
 

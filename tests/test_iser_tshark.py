@@ -1,0 +1,282 @@
+"""iSER against tshark 4.4 (Debian 13's, the tshark44 fixture) on frames crafted byte by byte from
+RFC 7145 and RFC 7143 (tests/iser_frames.py): every iser.* / iscsi.* / scsi.* / scsi_sbc.* value tshark shows
+is shown by ibwire with the same value, in the same frame.
+
+tshark is run with `-d infiniband,iser` and its RPC-over-RDMA heuristic off: on RoCE, tshark 4.4 finds the
+RDMA-CM conversation only for the SENDs to the initiator's queue pair (its IB ports are the destination QP
+alone), and its RPC-over-RDMA heuristic claims, and fails on, an iSER message whose header has only the read
+STag valid (every SCSI READ command), so without both it would show none of the initiator's PDUs.
+Deliberate differences, each with its reason:
+- SEND First/Last: tshark 4.4 does not reassemble iSER; it decodes the First packet alone (cut short) and
+  leaves the Last as data.  ibwire reassembles the SEND per QP and decodes the PDU in the Last packet.
+- a SCSI Response: tshark 4.4 keeps an iSCSI session per direction on RoCE, so it never finds the command a
+  response answers and shows scsi.lun 0xffff; ibwire matches it by ITT and shows the command's LUN (with
+  scsi.request_frame and scsi.time).  That field of responses is not compared.
+"""
+
+import json
+import tomllib
+
+import iser_frames
+import pytest
+from conftest import run_ibwire
+from iser_frames import write_capture
+
+PROTOCOLS = ("iser", "iscsi", "scsi", "iscsi.flags", "iscsi.flags_tree")
+DECLARED = ("-d", "infiniband,iser", "--disable-heuristic", "rpcrdma_infiniband")
+SPLIT = {"0", "1", "2"}  # SEND First, Middle, Last
+
+
+def leaves(text: str):
+    """((frame, key) -> [texts] of every iser/iscsi/scsi leaf of -T json documents, frames of SENDs split
+    in several packets)."""
+    docs = json.loads(text, object_pairs_hook=lambda pairs: pairs)
+    out, split = {}, set()
+
+    def walk(items, frame):
+        for key, value in items:
+            if isinstance(value, list):
+                walk(value, frame)
+            elif key.split(".")[0] in ("iser", "iscsi", "scsi", "scsi_sbc"):
+                out.setdefault((frame, key), []).append(value)
+
+    for doc in docs:
+        layers = dict(dict(doc)["_source"])["layers"]
+        frame = int(dict(dict(layers)["frame"])["frame.number"])
+        if _find(dict(layers).get("infiniband", []), "infiniband.bth.opcode") in SPLIT:
+            split.add(frame)
+        walk([(k, v) for k, v in layers if k in PROTOCOLS and isinstance(v, list)], frame)
+        walk([(k, v) for k, v in layers if k in PROTOCOLS and not isinstance(v, list)], frame)
+    return out, split
+
+
+def _find(items, want: str):
+    """The first value of key `want` in a JSON layer's items, at any depth."""
+    for key, value in items if isinstance(items, list) else []:
+        found = _find(value, want) if isinstance(value, list) else value if key == want else None
+        if found is not None:
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory):
+    path = tmp_path_factory.mktemp("iser") / "iser.pcap"
+    write_capture(path)
+    return path
+
+
+def _json(path, *args):
+    done = run_ibwire("decode", *args, "-T", "json", path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_iser_fields_agree_with_tshark_44(tshark44, capture):
+    theirs, split = leaves(tshark44(capture, *DECLARED, "-T", "json"))
+    ours, _ = leaves(_json(capture))
+    responses = {f for (f, k), v in theirs.items() if k == "iscsi.opcode" and v == ["0x21"]}
+    theirs = {k: v for k, v in theirs.items() if k[0] not in split}
+    compared = [k for k in theirs if k in ours and not (k[0] in responses and k[1] == "scsi.lun")]
+    wrong = [(k, theirs[k], ours[k]) for k in compared if theirs[k] != ours[k]]
+    assert not wrong, wrong[:10]
+    missing = [k for k in theirs if k not in ours]
+    values = sum(len(theirs[k]) for k in compared)
+    print(
+        f"tshark 4.4: {len(theirs)} iser/iscsi/scsi fields in {len({f for f, _ in theirs})} frames; ibwire has "
+        f"the same values of {len(compared)} ({values} values); not shown: {missing}"
+    )
+    assert not missing
+    assert {f for f, _ in ours} >= {f for f, _ in theirs} | {max(split)}  # the reassembled Last too
+
+
+def test_rdma_cm_setup_decides_as_tshark(tshark44, capture):
+    """Without -d: tshark 4.4 decodes iSER on the queue pairs an RDMA-CM REQ for port 3260 connected (on
+    RoCE only the initiator's side, module doc); ibwire decodes those frames with the same values, and the
+    target's side too."""
+    theirs, _ = leaves(tshark44(capture, "--disable-heuristic", "rpcrdma_infiniband", "-T", "json"))
+    ours, _ = leaves(_json(capture))
+    assert theirs and all(ours.get(k) == v for k, v in theirs.items() if k[1] != "scsi.lun")
+    assert len({f for f, _ in ours}) > len({f for f, _ in theirs})
+
+
+@pytest.fixture(scope="module")
+def undeclared(tmp_path_factory):
+    path = tmp_path_factory.mktemp("iser") / "undeclared.pcap"
+    write_capture(path, connect=False, messages=iser_frames.undeclared)
+    return path
+
+
+def test_decode_as_takes_what_no_connection_names(tshark44, undeclared):
+    """No RDMA-CM setup: neither tool decodes iSER; with tshark's `-d infiniband,iser` both decode the
+    valid message with the same values (a header whose opcode is not iSER's stays undecoded)."""
+    assert leaves(tshark44(undeclared, "-T", "json"))[0] == {}
+    assert leaves(_json(undeclared))[0] == {}
+    theirs, _ = leaves(tshark44(undeclared, "-d", "infiniband,iser", "-T", "json"))
+    ours, _ = leaves(_json(undeclared, "-d", "infiniband,iser"))
+    assert {f for f, _ in theirs} == {f for f, _ in ours} == {1}
+    assert theirs == ours
+
+
+def _fields(capture, *args) -> list:
+    done = run_ibwire("decode", *args, "-T", "fields", "-E", "separator=|", capture)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+RESPONSE = " && iscsi.opcode != 0x21"  # ibwire's SCSI layer of matched responses (module doc)
+FILTERS = (
+    "iser",
+    "iscsi",
+    "scsi" + RESPONSE,
+    "iser.flags.rsv == 1",
+    "iser.read_stag == 0xab01",
+    "iser.write_base_offset == 0x7f0000300000",
+    "iscsi.opcode == 0x01",
+    "iscsi.scsicommand.R == 1",
+    "scsi_sbc.opcode == 0x28",
+    "scsi_sbc.rdwr10.lba == 0x800",
+    "scsi_sbc.rdwr12.xferlen == 8",
+    "iscsi.scsiresponse.status == 2",
+    'iscsi.keyvalue contains "SendTargets"',
+    "iscsi.login.status == 0",
+    "iscsi.taskmanfun.function == 1",
+    "iscsi.initiatortasktag == 0x22",
+    "scsi.sns.asc == 0x24",
+    "iser.ird",
+)
+
+
+def test_filters_and_columns_select_tsharks_frames(tshark44, capture):
+    """-Y selects tshark's frames and -T fields -e prints tshark's values (SEND First/Last aside)."""
+    keys = ["frame.number", "iser.flags", "iscsi.opcode", "iscsi.initiatortasktag", "scsi_sbc.opcode", "scsi.lun"]
+    split = {str(n) for n in leaves(_json(capture))[1]}
+    for text in FILTERS:
+        args = ["-Y", text] + [a for k in keys for a in ("-e", k)]
+        theirs = tshark44(capture, *DECLARED, *args, "-T", "fields", "-E", "separator=|").splitlines()
+        ours = _fields(capture, *args)
+        assert [_lun(r) for r in ours if r.split("|")[0] not in split] == [
+            _lun(r) for r in theirs if r.split("|")[0] not in split
+        ], text
+
+
+def _lun(row: str) -> str:
+    """A row without the scsi.lun of a SCSI Response (module doc)."""
+    cells = row.split("|")
+    return "|".join(cells[:-1] + [""]) if cells[2] == "0x21" else row
+
+
+def test_damaged_messages_never_stop_the_decode(tmp_path):
+    """Every message cut at every length and with its bytes flipped: every output decodes every frame."""
+    cut = []
+    for who, opcode, payload, *_ in iser_frames.messages():
+        if opcode == iser_frames.SEND_ONLY:
+            cut += [(who, opcode, payload[:n]) for n in range(60, len(payload), 11)]
+            cut.append((who, opcode, bytes(b ^ 0xFF if i % 9 == 5 else b for i, b in enumerate(payload))))
+    path = tmp_path / "damaged.pcap"
+    n = write_capture(path, messages=lambda: cut)
+    for fmt in ("text", "json", "fields"):
+        done = run_ibwire("decode", "-T", fmt, "-e", "iscsi.opcode", "-d", "iser", path)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    done = run_ibwire("decode", "-V", path)
+    assert done.returncode == 0 and done.stdout.count("\nFrame ") + 1 == n
+    done = run_ibwire("stats", "--storage", "--format", "json", path)
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    assert "[Malformed Packet: iSCSI]" in run_ibwire("decode", path).stdout  # a PDU cut inside its data
+
+
+def _tshark_commands(tshark44, capture) -> dict:
+    """ITT -> the command row derived from tshark's own frames: SCSI Command frame, its STags' RDMA WRITE
+    and READ response bytes (a response matched to its request by PSN), immediate and Data-Out bytes, the
+    SCSI Response frame of the same ITT, its status (single-packet RDMA messages, as the capture has)."""
+    keys = "frame.number ip.len infiniband.bth.opcode infiniband.bth.psn infiniband.bth.padcnt infiniband.reth.r_key"
+    keys += " iscsi.opcode iscsi.initiatortasktag iser.write_stag iser.read_stag iscsi.datasegmentlength"
+    keys += " iscsi.scsiresponse.status"
+    args = [a for k in keys.split() for a in ("-e", k)]
+    out = tshark44(capture, *DECLARED, "-T", "fields", "-E", "separator=,", *args)
+    frames = [dict(zip(keys.split(), line.split(","))) for line in out.splitlines()]
+    # RDMA WRITE Only and READ Response Only payloads (tshark's iSER heuristic takes them, showing nothing):
+    # the IP length less the IP, UDP, BTH, RETH or AETH, ICRC and pad bytes
+    ext = {"10": 16, "16": 4}
+    payload = {
+        f["frame.number"]: int(f["ip.len"])
+        - 20
+        - 8
+        - 12
+        - ext[f["infiniband.bth.opcode"]]
+        - 4
+        - int(f["infiniband.bth.padcnt"])
+        for f in frames
+        if f["infiniband.bth.opcode"] in ext
+    }
+    cmds, by_stag, reads = {}, {}, {}
+    for f in frames:
+        itt, op = f["iscsi.initiatortasktag"], f["iscsi.opcode"]
+        if op == "0x01":
+            cmds[itt] = {"submission": int(f["frame.number"]), "bytes": int(f["iscsi.datasegmentlength"])}
+            cmds[itt].update(completion=None, status=None)
+            by_stag.update({s: cmds[itt] for s in (f["iser.write_stag"], f["iser.read_stag"]) if int(s, 16)})
+        elif op == "0x05" and itt in cmds:
+            cmds[itt]["bytes"] += int(f["iscsi.datasegmentlength"])
+        elif op == "0x21" and itt in cmds:
+            cmds[itt].update(completion=int(f["frame.number"]), status=int(f["iscsi.scsiresponse.status"], 16))
+        elif f["infiniband.bth.opcode"] == "12":
+            reads[f["infiniband.bth.psn"]] = f["infiniband.reth.r_key"]
+        key = f["infiniband.reth.r_key"] if f["infiniband.bth.opcode"] == "10" else None
+        key = reads.get(f["infiniband.bth.psn"]) if f["infiniband.bth.opcode"] == "16" else key
+        if key in by_stag and f["frame.number"] in payload:
+            by_stag[key]["bytes"] += int(payload[f["frame.number"]])
+    return {itt: c for itt, c in cmds.items()}
+
+
+def test_storage_view_times_every_command_as_tsharks_frames_say(tshark44, capture):
+    """stats --storage: one row per SCSI command with its response frame, status and bytes as derived from
+    tshark's frames."""
+    want = _tshark_commands(tshark44, capture)
+    done = run_ibwire("stats", "--storage", "--format", "json", capture)
+    assert done.returncode == 0, done.stderr
+    ours = {r["itt"]: r for r in json.loads(done.stdout)["iser_commands"]}
+    assert sorted(ours) == sorted(want)
+    names = {0: "Good", 2: "Check Condition"}
+    for itt, w in want.items():
+        got = ours[itt]
+        assert (got["submission"], got["completion"], got["bytes"], got["status"]) == (
+            w["submission"],
+            w["completion"],
+            w["bytes"],
+            names[w["status"]],
+        ), itt
+
+
+def test_iser_sample_ground_truth_as_tshark_and_ibwire_count_it(tshark44):
+    """captures/iser-rdma.pcap (ibwire synth): tshark 4.4 (-d, module doc) finds the declared SCSI commands,
+    responses and data bytes (the payloads of RDMA WRITEs and READ responses), and the storage view has
+    every command answered Good with those bytes."""
+    pcap = iser_frames.CAPTURES / "iser-rdma.pcap"
+    want = tomllib.loads(pcap.with_suffix(".toml").read_text())["expect"]["count"]
+    commands = tshark44(pcap, *DECLARED, "-Y", "iscsi.opcode == 0x01").splitlines()
+    responses = tshark44(pcap, *DECLARED, "-Y", "iscsi.opcode == 0x21").splitlines()
+    assert (len(commands), len(responses), _moved(tshark44, pcap)) == (
+        want["scsi_commands"],
+        want["scsi_responses"],
+        want["data_bytes"],
+    )
+    done = run_ibwire("stats", "--storage", "--format", "json", pcap)
+    rows = json.loads(done.stdout)["iser_commands"]
+    assert len(rows) == want["scsi_commands"] and all(r["status"] == "Good" for r in rows)
+    assert sum(r["bytes"] for r in rows) == want["data_bytes"]
+
+
+# The bytes after the BTH an RDMA WRITE or READ response packet spends on RETH or AETH (IBA §9.2-9.4)
+EXT = {"6": 16, "7": 0, "8": 0, "10": 16, "13": 4, "14": 0, "15": 4, "16": 4}
+
+
+def _moved(tshark44, pcap) -> int:
+    """The payload bytes of every RDMA WRITE and READ response by tshark's IP lengths: tshark's iSER
+    heuristic takes a payload sent to the initiator's QP and shows nothing of it, so data.len is missing."""
+    keys = ("ip.len", "infiniband.bth.opcode", "infiniband.bth.padcnt")
+    out = tshark44(
+        pcap, "-Y", "infiniband.bth.opcode in {6..10, 13..16}", "-T", "fields", *(a for k in keys for a in ("-e", k))
+    )
+    rows = [line.split("\t") for line in out.splitlines()]
+    return sum(int(n) - 20 - 8 - 12 - EXT[op] - 4 - int(pad) for n, op, pad in rows)
