@@ -5,23 +5,25 @@ READ that use them, the responses), inline and fragmented messages, an interim a
 SEND split in First/Last, and damaged messages.  The tests hand the capture to tshark 4.4 and to ibwire."""
 
 import struct
-from pathlib import Path
 
-from dissectors.numbers import GSI_QKEY, SMB_DIRECT_PORT
+from rpcrdma_frames import (  # the same two ends, queue pairs and framing as the NFS-over-RDMA frames
+    CLIENT,
+    QP,
+    READ_REQUEST,
+    READ_RESPONSE_ONLY,
+    SEND_FIRST,
+    SEND_LAST,
+    SEND_ONLY,
+    UD_SEND_ONLY,
+    WRITE_ONLY,
+)
+from rpcrdma_frames import write_capture as write_frames
+
+from dissectors.numbers import SMB_DIRECT_PORT
 from dissectors.nvmetable import SID_ULP_TCP
 from ibwire.synth import mads
 from ibwire.synth import smbdirect as m
-from ibwire.synth.headers import DETH, RETH, transport
-from ibwire.synth.links import Link
-from ibwire.synth.scenario import Port
-from ibwire.writers import PcapWriter
 
-CAPTURES = Path(__file__).resolve().parents[1] / "captures"
-CLIENT = Port("client", 1, 1, mac=bytes.fromhex("020000000001"), ip4=bytes([10, 0, 0, 1]))
-SERVER = Port("server", 2, 2, mac=bytes.fromhex("020000000002"), ip4=bytes([10, 0, 0, 2]))
-QP = {"client": 0x000031, "server": 0x000042}
-SEND_FIRST, SEND_LAST, SEND_ONLY, WRITE_ONLY, READ_REQUEST, READ_RESPONSE_ONLY = 0x00, 0x02, 0x04, 0x0A, 0x0C, 0x10
-UD_SEND_ONLY = 0x64
 FID = bytes(range(0x10, 0x20))
 SESSION, TREE = 0x0000100000000009, 5
 ACCESS_DENIED, PENDING = 0xC0000022, 0x00000103
@@ -29,8 +31,8 @@ ACCESS_DENIED, PENDING = 0xC0000022, 0x00000103
 
 def setup():
     """The RDMA-CM REQ and REP that connect the client's QP to the server's for SMB Direct (port 445)."""
-    req = mads.cm_req(0x61, SID_ULP_TCP | SMB_DIRECT_PORT, CLIENT.guid, QP["client"], 100, 0xFFFF, 1, 2, bytes(16),
-                      bytes(16))  # fmt: skip
+    sid = SID_ULP_TCP | SMB_DIRECT_PORT
+    req = mads.cm_req(0x61, sid, CLIENT.guid, QP["client"], 100, 0xFFFF, 1, 2, bytes(16), bytes(16))
     return [("client", UD_SEND_ONLY, req), ("server", UD_SEND_ONLY, mads.cm_rep(0x62, 0x61, 2, QP["server"], 500))]
 
 
@@ -84,21 +86,6 @@ def undeclared():
 
 
 def write_capture(path, connect: bool = False, messages=messages) -> int:
-    """The crafted conversation as a RoCEv2 pcap (after its RDMA-CM setup when `connect`); returns the
-    number of frames."""
-    link, psn = Link("roce2"), {"client": 100, "server": 500}
-    with open(path, "wb") as f:
-        w = PcapWriter(f, link.linktype)
-        for n, (who, opcode, payload, *reth) in enumerate((setup() if connect else []) + messages()):
-            src, dst = (CLIENT, SERVER) if who == "client" else (SERVER, CLIENT)
-            ext = RETH.pack(*reth[0]) if reth else b""
-            peer = "server" if who == "client" else "client"
-            if opcode == UD_SEND_ONLY:
-                tp = transport(opcode, 0xFFFF, 1, 0, DETH.pack(GSI_QKEY, 1), payload)
-            elif opcode == READ_RESPONSE_ONLY:  # a response travels on the requester's PSN
-                tp = transport(opcode, 0xFFFF, QP[peer], psn["server"] - 1, struct.pack(">I", 0), payload)
-            else:
-                tp = transport(opcode, 0xFFFF, QP[peer], psn[who], ext, payload)
-                psn[who] += 1
-            w.write(link.frame(src, dst, tp), ts=1_700_000_000 + n * 0.001)
-    return n + 1
+    """The crafted conversation as a RoCEv2 pcap (after its RDMA-CM setup for port 445 when `connect`);
+    returns the number of frames."""
+    return write_frames(path, messages=lambda: (setup() if connect else []) + messages())

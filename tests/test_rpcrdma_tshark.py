@@ -25,22 +25,23 @@ PROTOCOLS = ("rpcordma.fragments", "rpcordma", "rpc", "nfs")
 REPLY_CALL = ("rpc.program", "rpc.programversion", "rpc.procedure")
 
 
-def leaves(text: str) -> dict:
-    """(frame, key) -> [texts] of every rpcordma/rpc/nfs leaf of -T json documents (repeated keys kept)."""
+def leaves(text: str, protocols=PROTOCOLS) -> dict:
+    """(frame, key) -> [texts] of every leaf of -T json documents in the layers `protocols` (rpcordma/rpc/nfs
+    by default; repeated keys kept)."""
     docs = json.loads(text, object_pairs_hook=lambda pairs: pairs)
-    out = {}
+    out, prefixes = {}, {p.split(".")[0] for p in protocols}
 
     def walk(items, frame):
         for key, value in items:
             if isinstance(value, list):
                 walk(value, frame)
-            elif key.split(".")[0] in ("rpcordma", "rpc", "nfs"):
+            elif key.split(".")[0] in prefixes:
                 out.setdefault((frame, key), []).append(value)
 
     for doc in docs:
         layers = dict(dict(doc)["_source"])["layers"]
         frame = int(dict(dict(layers)["frame"])["frame.number"])
-        walk([(k, v) for k, v in layers if k in PROTOCOLS], frame)
+        walk([(k, v) for k, v in layers if k in protocols], frame)
     return out
 
 

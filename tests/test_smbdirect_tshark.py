@@ -13,32 +13,21 @@ Deliberate differences, each with its reason:
 """
 
 import json
+import tomllib
 
 import pytest
 import smbdirect_frames
 from conftest import run_ibwire
+from rpcrdma_frames import CAPTURES
 from smbdirect_frames import write_capture
+from test_rpcrdma_tshark import leaves as tree_leaves
 
 PROTOCOLS = ("smb_direct", "smb_direct.fragments", "smb2")
 
 
 def leaves(text: str) -> dict:
     """(frame, key) -> [texts] of every smb_direct/smb2 leaf of -T json documents (repeated keys kept)."""
-    docs = json.loads(text, object_pairs_hook=lambda pairs: pairs)
-    out = {}
-
-    def walk(items, frame):
-        for key, value in items:
-            if isinstance(value, list):
-                walk(value, frame)
-            elif key.split(".")[0] in ("smb_direct", "smb2"):
-                out.setdefault((frame, key), []).append(value)
-
-    for doc in docs:
-        layers = dict(dict(doc)["_source"])["layers"]
-        frame = int(dict(dict(layers)["frame"])["frame.number"])
-        walk([(k, v) for k, v in layers if k in PROTOCOLS], frame)
-    return out
+    return tree_leaves(text, PROTOCOLS)
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +171,24 @@ def test_storage_view_times_every_request_as_tsharks_frames_say(tshark44, captur
             want["bytes"],
         ), mid
         assert abs(got["latency_us"] - want["latency_us"]) < 1
+
+
+def test_smb_sample_ground_truth_as_tshark_and_ibwire_count_it(tshark44):
+    """captures/smb-direct.pcap (ibwire synth): tshark 4.4 finds the declared requests, responses and RDMA
+    bytes (the data of RDMA WRITEs and READ responses), and the storage view has every request answered
+    with those bytes."""
+    pcap = CAPTURES / "smb-direct.pcap"
+    want = tomllib.loads(pcap.with_suffix(".toml").read_text())["expect"]["count"]
+    requests = tshark44(pcap, "-Y", "smb2.flags.response == 0").splitlines()
+    responses = tshark44(pcap, "-Y", "smb2.flags.response == 1").splitlines()
+    data = "infiniband.bth.opcode in {6..10, 13..16}"
+    moved = tshark44(pcap, "-Y", data, "-T", "fields", "-e", "data.len").split()
+    assert (len(requests), len(responses), sum(map(int, moved))) == (
+        want["smb_requests"],
+        want["smb_responses"],
+        want["rdma_bytes"],
+    )
+    done = run_ibwire("stats", "--storage", "--format", "json", pcap)
+    rows = json.loads(done.stdout)["smb_requests"]
+    assert len(rows) == want["smb_requests"] and all(r["status"] == "STATUS_SUCCESS" for r in rows)
+    assert sum(r["bytes"] for r in rows) == want["rdma_bytes"]

@@ -54,6 +54,9 @@ class RpcRdmaTracker:
     """decode_as: every RC SEND whose version word is 1 is RPC-RDMA (Wireshark's `-d` without the
     heuristic's XID check)."""
 
+    FED, PROTOCOL = "_rpcrdma.fed", "RPC-RDMA"  # the mark of a frame fed once; the name its errors give
+    service = staticmethod(is_nfs_service)  # is an RDMA-CM service ID the protocol's
+
     def __init__(self, decode_as: bool = False, bulk: bool = False):
         self.decode_as, self.bulk = decode_as, bulk
         self.ends = set()  # (address, QPN) of queue pairs RDMA-CM connected for NFS over RDMA
@@ -71,9 +74,9 @@ class RpcRdmaTracker:
         """Add the layers to `d`; a frame fed again gets what its first feed found."""
         if self.bulk:
             return self._feed(d, [])
-        if d.flat.get("_rpcrdma.fed"):
+        if d.flat.get(self.FED):
             return
-        d.flat["_rpcrdma.fed"] = True
+        d.flat[self.FED] = True
         n = d.frame.number
         if n not in self.journal:
             entry = self.journal[n] = []
@@ -82,7 +85,7 @@ class RpcRdmaTracker:
             self._feed(d, entry)
             return
         for record in self.journal[n]:
-            _apply(d, *record)
+            self.replay(d, record)
 
     def _feed(self, d, entry) -> None:
         flat = d.flat
@@ -94,10 +97,10 @@ class RpcRdmaTracker:
             elif flat.get("bth.transport") == "RC" and self.seen:
                 self._data(d, entry)
         except Exception as e:  # never let a damaged message stop the decode
-            d.errors.append(f"malformed: RPC-RDMA ({type(e).__name__})")
+            d.errors.append(f"malformed: {self.PROTOCOL} ({type(e).__name__})")
 
     def _cm(self, flat) -> None:
-        if "cm.req.serviceid" in flat and is_nfs_service(flat["cm.req.serviceid"]):
+        if "cm.req.serviceid" in flat and self.service(flat["cm.req.serviceid"]):
             host = flat.get("cm.req.ip_cm.sip4") or flat.get("cm.req.ip_cm.sip6") or _addr(flat, "src")
             self.reqs[flat["cm.req"]] = (host, flat["cm.req.localqpn"])
         elif flat.get("cm.rep.remotecommid") in self.reqs:
@@ -136,7 +139,12 @@ class RpcRdmaTracker:
     def _record(self, d, entry, record) -> None:
         if not self.bulk:
             entry.append(record)
-            _apply(d, *record)
+            self.replay(d, record)
+
+    @staticmethod
+    def replay(d, record) -> None:
+        """What a feed found of a frame, applied to it (again when it is fed again)."""
+        _apply(d, *record)
 
     def _message(self, d, data: bytes):
         """([(layer class, bytes, tree)], bytes after them, notes) of one RPC-RDMA message; calls and

@@ -8,6 +8,8 @@ request's buffer descriptors (MS-SMBD §3.1.4.3, §3.1.4.4) counted.
 Feed every Decoded in capture order; SMB Direct frames get the smb_direct/smb2 layers and fields.  In bulk
 mode (ibwire.analysis.storage) only requests are followed: no layer is built, scapy is never loaded."""
 
+from functools import reduce
+from operator import truediv
 from typing import Dict, List
 
 import numpy as np
@@ -16,7 +18,7 @@ from dissectors import smb2table as s2
 from dissectors import smbdirecttable as sd
 
 from ..fast import records as R
-from .rpcrdma import JOURNAL, MAX_SEND, RC_DATA, RC_SEND, flat_op
+from .rpcrdma import MAX_SEND, RC_DATA, RC_SEND, RpcRdmaTracker, _addr, flat_op
 
 SUBTREES = [k for k, kind in sd.FIELDS.items() if kind == "protocol"]  # the message kinds, filterable
 PENDING = 0x00000103  # STATUS_PENDING: an interim response, the final one follows (MS-SMB2 §3.3.4.2)
@@ -36,65 +38,26 @@ class Request:
         self.bytes = info.get("inline", 0)
 
 
-def _addr(flat, side):
-    return flat.get(f"ip.{side}") or flat.get(f"ipv6.{side}") or flat.get(f"grh.{'sgid' if side == 'src' else 'dgid'}")
-
-
-class SmbDirectTracker:
+class SmbDirectTracker(RpcRdmaTracker):
     """decode_as: `-d infiniband,smb_direct` was given (tshark 4.4 then decodes what its heuristic does, and
-    so does ibwire)."""
+    so does ibwire).  Feeding, journalling and RDMA-CM are RpcRdmaTracker's."""
+
+    FED, PROTOCOL = "_smbdirect.fed", "SMB Direct"
+    service = staticmethod(sd.is_smb_service)
 
     def __init__(self, decode_as: bool = False, bulk: bool = False):
-        self.decode_as, self.bulk = decode_as, bulk
-        self.ends = set()  # (address, QPN) of queue pairs RDMA-CM connected for SMB Direct
-        self.reqs: Dict[int, tuple] = {}
-        self.sends: Dict[tuple, tuple] = {}  # (address, QPN) -> (bytes, frames) of a SEND under way
+        super().__init__(decode_as, bulk)
+        self.seen = False  # the heuristic decides either way
         self.frags: Dict[tuple, tuple] = {}  # (address, QPN) -> (bytes, frames) of a fragmented message
         self.requests: List[Request] = []
         self.pending: Dict[tuple, Request] = {}  # (client, server, message id) -> request awaiting its response
         self.tokens: Dict[int, Request] = {}  # buffer descriptor token (R_Key) -> request
         self.reads: Dict[int, Request] = {}  # PSN of an RDMA READ request using a token -> request
         self.moving: Dict[tuple, Request] = {}  # (address, QPN) receiving a request's data -> request
-        self.seen = False
-        self.journal: Dict[int, list] = {}
 
-    def feed(self, d) -> None:
-        """Add the layers to `d`; a frame fed again gets what its first feed found."""
-        if self.bulk:
-            return self._feed(d, [])
-        if d.flat.get("_smbdirect.fed"):
-            return
-        d.flat["_smbdirect.fed"] = True
-        n = d.frame.number
-        if n not in self.journal:
-            entry = self.journal[n] = []
-            if len(self.journal) > JOURNAL:
-                del self.journal[next(iter(self.journal))]
-            self._feed(d, entry)
-            return
-        for record in self.journal[n]:
-            _apply(d, *record)
-
-    def _feed(self, d, entry) -> None:
-        flat = d.flat
-        try:
-            if "cm.req" in flat or "cm.rep" in flat:
-                self._cm(flat)
-            elif flat.get("bth.transport") == "RC" and flat.get("bth.opcode", 255) in RC_SEND:
-                self._send(d, entry)
-            elif flat.get("bth.transport") == "RC" and self.seen:
-                self._data(d, entry)
-        except Exception as e:  # never let a damaged message stop the decode
-            d.errors.append(f"malformed: SMB Direct ({type(e).__name__})")
-
-    def _cm(self, flat) -> None:
-        if "cm.req.serviceid" in flat and sd.is_smb_service(flat["cm.req.serviceid"]):
-            host = flat.get("cm.req.ip_cm.sip4") or flat.get("cm.req.ip_cm.sip6") or _addr(flat, "src")
-            self.reqs[flat["cm.req"]] = (host, flat["cm.req.localqpn"])
-        elif flat.get("cm.rep.remotecommid") in self.reqs:
-            self.ends.add(self.reqs.pop(flat["cm.rep.remotecommid"]))
-            self.ends.add((_addr(flat, "src"), flat["cm.rep.localqpn"]))
-            self.seen = True
+    @staticmethod
+    def replay(d, record) -> None:
+        _apply(d, *record)
 
     def _send(self, d, entry) -> None:
         flat, op = d.flat, flat_op(d.flat)
@@ -117,11 +80,6 @@ class SmbDirectTracker:
             return
         self.seen = True
         self._record(d, entry, self._message(d, key, whole, which))
-
-    def _record(self, d, entry, record) -> None:
-        if not self.bulk:
-            entry.append(record)
-            _apply(d, *record)
 
     def _message(self, d, key, data: bytes, which: int):
         """(layers, bytes after them, notes, extra fields) of one SMB Direct message; fragments are
@@ -226,17 +184,14 @@ def _attach(d, layers, rest: bytes) -> None:
 
     from .fields import layer_fields, nest_and_flatten
 
-    chain = None
-    for cls, data, tree in layers:
-        layer = smbdirect.made(getattr(smbdirect, cls), data, tree)
-        chain = layer if chain is None else chain / layer
-    if rest:
-        chain = chain / Raw(rest)
+    parts = [smbdirect.made(getattr(smbdirect, cls), data, tree) for cls, data, tree in layers]
+    chain = reduce(truediv, parts + ([Raw(rest)] if rest else []))
     raw = d.packet.getlayer(Raw) if d.packet is not None else None
-    if raw is not None and raw.underlayer is not None:
-        under, tail = raw.underlayer, raw.payload
+    under = raw.underlayer if raw is not None else None
+    if under is not None:  # the layers take the payload's place, before what followed it (padding, ICRC)
+        tail = raw.payload
         under.remove_payload()
-        under.add_payload(chain if not tail else chain / tail)
+        under.add_payload(chain / tail if tail else chain)
     nested, flat = nest_and_flatten(layer_fields(chain))
     crcs = {k: d.layers.pop(k) for k in list(d.layers) if k in ("pad", "icrc", "vcrc")}
     d.layers.update({k: v for k, v in nested.items() if k in ("smb_direct", "smb2")})

@@ -148,7 +148,7 @@ class Scenario:
     pfc: List[dict] = field(default_factory=list)  # [[pfc]]: pause frames a port sends
     lldp: List[dict] = field(default_factory=list)  # [[lldp]]: LLDP DCBX frames a port sends
     nfs: List[dict] = field(default_factory=list)  # [[nfs]]: NFS-over-RDMA connections (ibwire.synth.nfs)
-    iser: List[dict] = field(default_factory=list)  # [[iser]]: iSER sessions (ibwire.synth.iser)
+    smb: List[dict] = field(default_factory=list)  # [[smb]]: SMB Direct connections (ibwire.synth.smb)
 
     def policy_pkeys(self, port: str) -> List[int]:
         """P_Keys the policy gives a port: base | 0x8000 for full members, base for limited ones."""
@@ -410,13 +410,13 @@ _TABLES = {  # table -> (an array of tables, its keys)
             "xid": INT,
         },
     ),
-    "iser": (
+    "smb": (
         True,
         {
-            "initiator": TEXT,
-            "target": TEXT,
-            "initiator_qpn": INT,
-            "target_qpn": INT,
+            "client": TEXT,
+            "server": TEXT,
+            "client_qpn": INT,
+            "server_qpn": INT,
             "op": TEXT,
             "count": INT,
             "size": INT,
@@ -424,7 +424,7 @@ _TABLES = {  # table -> (an array of tables, its keys)
             "interval_us": NUM,
             "cm": FLAG,
             "mtu": INT,
-            "itt": INT,
+            "message_id": INT,
         },
     ),
     "expect": (False, {"flow": TABLE, "count": TABLE, "findings": TABLE, "health": TABLE}),
@@ -473,9 +473,9 @@ _EXPECT = {
         "rpc_calls",
         "rpc_replies",
         "chunk_bytes",
-        "scsi_commands",
-        "scsi_responses",
-        "data_bytes",
+        "smb_requests",
+        "smb_responses",
+        "rdma_bytes",
     },
     "findings": {"rule", "severity", "src", "dst", "port", "pkey", "trap", "evidence", "frames"},
     "health": {"findings", "pause_storms", "ce_unanswered", "cnp_no_rate_cut", "pause_frames", "lldp_frames", "pauses"},
@@ -567,7 +567,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
     _lossless(doc, scen, src, need_port)
     _pings(doc, scen, src, need_port)
     _nfs(doc, scen, src, need_port)
-    _iser(doc, scen, src, need_port)
+    _smb(doc, scen, src, need_port)
     return scen
 
 
@@ -887,32 +887,30 @@ def _nfs(doc, scen: Scenario, src: _Src, need_port) -> None:
         )
 
 
-def _iser(doc, scen: Scenario, src: _Src, need_port) -> None:
-    """[[iser]]: iSER sessions, each a login then `count` SCSI commands of one kind (ibwire.synth.iser.OPS)."""
-    from .iser import OPS
+def _smb(doc, scen: Scenario, src: _Src, need_port) -> None:
+    """[[smb]]: SMB Direct connections, each `count` SMB2 requests of one kind (ibwire.synth.smb.OPS)."""
+    from .smb import OPS
 
-    for i, p in enumerate(doc.get("iser", [])):
-        ln = lambda k="", i=i: src.line_of("iser", i, k)  # noqa: E731
-        need_port(p.get("initiator"), "iser", i, "initiator")
-        need_port(p.get("target"), "iser", i, "target")
+    for i, p in enumerate(doc.get("smb", [])):
+        ln = lambda k="", i=i: src.line_of("smb", i, k)  # noqa: E731
+        need_port(p.get("client"), "smb", i, "client")
+        need_port(p.get("server"), "smb", i, "server")
         if p.get("op", "read") not in OPS:
             src.fail(ln("op"), f"op {p.get('op')!r} is not one of {', '.join(OPS)}")
-        scen.iser.append(
+        scen.smb.append(
             {
-                "initiator": p["initiator"],
-                "target": p["target"],
-                "initiator_qpn": _ranged(
-                    p.get("initiator_qpn", 0x100), "initiator_qpn", 2, 0xFFFFFF, src, ln("initiator_qpn")
-                ),
-                "target_qpn": _ranged(p.get("target_qpn", 0x200), "target_qpn", 2, 0xFFFFFF, src, ln("target_qpn")),
+                "client": p["client"],
+                "server": p["server"],
+                "client_qpn": _ranged(p.get("client_qpn", 0x100), "client_qpn", 2, 0xFFFFFF, src, ln("client_qpn")),
+                "server_qpn": _ranged(p.get("server_qpn", 0x200), "server_qpn", 2, 0xFFFFFF, src, ln("server_qpn")),
                 "op": p.get("op", "read"),
                 "count": _ranged(p.get("count", 1), "count", 1, MAX_COUNT, src, ln("count")),
-                "size": _ranged(p.get("size", 4096), "size", 512, 1 << 20, src, ln("size")),
+                "size": _ranged(p.get("size", 4096), "size", 1, 1 << 20, src, ln("size")),
                 "at": _float(p.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
                 "interval": _float(p.get("interval_us", 100.0), "interval_us", src, ln("interval_us")) * 1e-6,
                 "cm": bool(p.get("cm", True)),
                 "mtu": _ranged(p.get("mtu", 1024), "mtu", 256, 4096, src, ln("mtu")),
-                "itt": _ranged(p.get("itt", 0x100), "itt", 0, 0xFFFF0000, src, ln("itt")),
+                "message_id": _ranged(p.get("message_id", 1), "message_id", 0, (1 << 63) - 1, src, ln("message_id")),
             }
         )
 
