@@ -11,6 +11,7 @@ from .engine import Context, qp_flow
 from .links import LINKS, Link
 from .lossless import control_frames
 from .management import ipoib_joins, ipoib_pings, sm_sweep, smp_faults
+from .iser import iser_frames
 from .nfs import nfs_frames
 from .scenario import LAST_SECOND, Scenario, load
 from .smb import smb_frames
@@ -56,6 +57,7 @@ def frames(scen: Scenario, link: Optional[str] = None, seed: Optional[int] = Non
         + control_frames(ctx, 0.0)
         + nfs_frames(ctx, 0.0)
         + smb_frames(ctx, 0.0)
+        + iser_frames(ctx, 0.0)
     )
     mgmt_events = sorted(((t, next(ctx.seq), f) for t, f in mgmt), key=lambda e: (e[0], e[1]))
     flows = [qp_flow(ctx, qp) for qp in scen.qps.values()]

@@ -149,6 +149,7 @@ class Scenario:
     lldp: List[dict] = field(default_factory=list)  # [[lldp]]: LLDP DCBX frames a port sends
     nfs: List[dict] = field(default_factory=list)  # [[nfs]]: NFS-over-RDMA connections (ibwire.synth.nfs)
     smb: List[dict] = field(default_factory=list)  # [[smb]]: SMB Direct connections (ibwire.synth.smb)
+    iser: List[dict] = field(default_factory=list)  # [[iser]]: iSER sessions (ibwire.synth.iser)
 
     def policy_pkeys(self, port: str) -> List[int]:
         """P_Keys the policy gives a port: base | 0x8000 for full members, base for limited ones."""
@@ -410,6 +411,23 @@ _TABLES = {  # table -> (an array of tables, its keys)
             "xid": INT,
         },
     ),
+    "iser": (
+        True,
+        {
+            "initiator": TEXT,
+            "target": TEXT,
+            "initiator_qpn": INT,
+            "target_qpn": INT,
+            "op": TEXT,
+            "count": INT,
+            "size": INT,
+            "at_us": NUM,
+            "interval_us": NUM,
+            "cm": FLAG,
+            "mtu": INT,
+            "itt": INT,
+        },
+    ),
     "smb": (
         True,
         {
@@ -476,6 +494,9 @@ _EXPECT = {
         "smb_requests",
         "smb_responses",
         "rdma_bytes",
+        "scsi_commands",
+        "scsi_responses",
+        "data_bytes",
     },
     "findings": {"rule", "severity", "src", "dst", "port", "pkey", "trap", "evidence", "frames"},
     "health": {"findings", "pause_storms", "ce_unanswered", "cnp_no_rate_cut", "pause_frames", "lldp_frames", "pauses"},
@@ -568,6 +589,7 @@ def _build(doc, src: _Src, link_override) -> Scenario:
     _pings(doc, scen, src, need_port)
     _nfs(doc, scen, src, need_port)
     _smb(doc, scen, src, need_port)
+    _iser(doc, scen, src, need_port)
     return scen
 
 
@@ -883,6 +905,36 @@ def _nfs(doc, scen: Scenario, src: _Src, need_port) -> None:
                 "cm": bool(p.get("cm", True)),
                 "mtu": _ranged(p.get("mtu", 1024), "mtu", 256, 4096, src, ln("mtu")),
                 "xid": _ranged(p.get("xid", 0x10000), "xid", 0, 0xFFFFFFFF, src, ln("xid")),
+            }
+        )
+
+
+def _iser(doc, scen: Scenario, src: _Src, need_port) -> None:
+    """[[iser]]: iSER sessions, each a login then `count` SCSI commands of one kind (ibwire.synth.iser.OPS)."""
+    from .iser import OPS
+
+    for i, p in enumerate(doc.get("iser", [])):
+        ln = lambda k="", i=i: src.line_of("iser", i, k)  # noqa: E731
+        need_port(p.get("initiator"), "iser", i, "initiator")
+        need_port(p.get("target"), "iser", i, "target")
+        if p.get("op", "read") not in OPS:
+            src.fail(ln("op"), f"op {p.get('op')!r} is not one of {', '.join(OPS)}")
+        scen.iser.append(
+            {
+                "initiator": p["initiator"],
+                "target": p["target"],
+                "initiator_qpn": _ranged(
+                    p.get("initiator_qpn", 0x100), "initiator_qpn", 2, 0xFFFFFF, src, ln("initiator_qpn")
+                ),
+                "target_qpn": _ranged(p.get("target_qpn", 0x200), "target_qpn", 2, 0xFFFFFF, src, ln("target_qpn")),
+                "op": p.get("op", "read"),
+                "count": _ranged(p.get("count", 1), "count", 1, MAX_COUNT, src, ln("count")),
+                "size": _ranged(p.get("size", 4096), "size", 512, 1 << 20, src, ln("size")),
+                "at": _float(p.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
+                "interval": _float(p.get("interval_us", 100.0), "interval_us", src, ln("interval_us")) * 1e-6,
+                "cm": bool(p.get("cm", True)),
+                "mtu": _ranged(p.get("mtu", 1024), "mtu", 256, 4096, src, ln("mtu")),
+                "itt": _ranged(p.get("itt", 0x100), "itt", 0, 0xFFFF0000, src, ln("itt")),
             }
         )
 
