@@ -16,6 +16,7 @@ READ, WRITE = 8, 9
 ERROR_SIZE = 9  # the StructureSize of an ERROR response
 CHANNEL_RDMA = (1, 2)  # SMB2_CHANNEL_RDMA_V1 and _V1_INVALIDATE (MS-SMB2 §2.2.19)
 DESCRIPTOR = 16  # SMB_DIRECT_BUFFER_DESCRIPTOR_V1: offset, token, length
+MAX_CHAIN = 64  # messages of one compound read at most
 COMMANDS = (
     "Negotiate Protocol",
     "Session Setup",
@@ -236,6 +237,19 @@ def _error(b: _Body, data: bytes, info: dict) -> bytes:
 
 BODIES = {(READ, False): _read_request, (WRITE, False): _write_request}
 BODIES.update({(READ, True): _read_response, (WRITE, True): _write_response})
+
+
+def chain(data: bytes) -> list:
+    """The messages of a compound (MS-SMB2 §3.2.4.1.4): each header's NextCommand is where the next one
+    starts, relative to it; the last runs to the end."""
+    parts, off = [], 0
+    while len(parts) < MAX_CHAIN:
+        step = struct.unpack_from("<I", data, off + 20)[0] if off + 24 <= len(data) else 0
+        if not step or off + step >= len(data):
+            return parts + [data[off:]]
+        parts.append(data[off : off + step])
+        off += step
+    return parts + [data[off:]]
 
 
 def command_label(info: dict) -> str:

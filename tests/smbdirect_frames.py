@@ -67,6 +67,24 @@ def messages():
     return out
 
 
+def compound():
+    """Two READs sent as one compound (MS-SMB2 §3.2.4.1.4: the second related, NextCommand 8-byte aligned) and
+    their responses compounded alike."""
+    first = m.read_request(FID, 4096, 0, [(0x7F0000001000, 0xABE, 4096)])
+    pad = bytes(-len(first) % 8)
+    head = m.smb2_header(m.READ, 11, SESSION, TREE, next_command=m.HEADER_LEN + len(first) + len(pad))
+    second = m.smb2_header(m.READ, 12, SESSION, TREE, flags=4)  # SMB2_FLAGS_RELATED_OPERATIONS
+    second += m.read_request(FID, 4096, 4096, [(0x7F0000002000, 0xABF, 4096)])
+    answer = m.read_response(remaining=4096)
+    gap = bytes(-len(answer) % 8)
+    reply = m.smb2_header(m.READ, 11, SESSION, TREE, flags=1, next_command=m.HEADER_LEN + len(answer) + len(gap))
+    chained = m.smb2_header(m.READ, 12, SESSION, TREE, flags=5) + answer
+    return [
+        ("client", SEND_ONLY, m.data_message(head + first + pad + second)),
+        ("server", SEND_ONLY, m.data_message(reply + answer + gap + chained)),
+    ]
+
+
 def damaged():
     """Every SEND-only message cut at several lengths and with bytes flipped (SMB Direct and SMB2 both)."""
     out = []

@@ -37,8 +37,16 @@ def capture(tmp_path_factory):
     return path
 
 
-def test_smbdirect_fields_agree_with_tshark_44(tshark44, capture):
-    """Every field tshark shows of every frame is in ibwire's -T json with the same values (all of them)."""
+def test_smbdirect_fields_agree_with_tshark_44(tshark44, capture, tmp_path):
+    """Every field tshark shows of every frame is in ibwire's -T json with the same values (all of them), in
+    the crafted conversation and in a compound of two READs and its two responses."""
+    chained = tmp_path / "compound.pcap"
+    write_capture(chained, messages=smbdirect_frames.compound)
+    theirs = leaves(tshark44(chained, "-T", "json"))
+    done = run_ibwire("decode", "-T", "json", chained)
+    ours = leaves(done.stdout)
+    assert done.returncode == 0 and theirs and all(ours.get(k) == v for k, v in theirs.items()), done.stderr
+    assert [len(v) for k, v in theirs.items() if k[1] == "smb2.msg_id"] == [2, 2]
     theirs = leaves(tshark44(capture, "-T", "json"))
     done = run_ibwire("decode", "-T", "json", capture)
     assert done.returncode == 0, done.stderr

@@ -21,6 +21,7 @@ from ..fast import records as R
 from .rpcrdma import MAX_SEND, RC_DATA, RC_SEND, RpcRdmaTracker, _addr, flat_op
 
 SUBTREES = [k for k, kind in sd.FIELDS.items() if kind == "protocol"]  # the message kinds, filterable
+CLAIMED = ("nvme", "rpcordma", "iser")  # a SEND these decoded is not SMB Direct
 PENDING = 0x00000103  # STATUS_PENDING: an interim response, the final one follows (MS-SMB2 §3.3.4.2)
 
 
@@ -61,6 +62,8 @@ class SmbDirectTracker(RpcRdmaTracker):
 
     def _send(self, d, entry) -> None:
         flat, op = d.flat, flat_op(d.flat)
+        if any(k.startswith(CLAIMED) for k in flat):
+            return  # another protocol's queue pair holds it (tshark tries heuristics after conversations)
         key = (_addr(flat, "dst"), flat["bth.destqp"])
         payload = flat["_payload"] if "_payload" in flat else bytes.fromhex(flat.get("payload.data", ""))
         if op == "First":
@@ -104,13 +107,17 @@ class SmbDirectTracker(RpcRdmaTracker):
                 layers.append(("Fragments", b"", items + [("smb_direct.reassembled.data", payload)]))
         if payload[:4] != b"\xfeSMB":
             return layers, payload, [sd.info_text(which, info)], _malformed(cut)
-        stree, sinfo, carried = s2.message(payload)
-        extra = self._follow(d, sinfo, stree, carried) if sinfo else {}
-        layers.append(("SMB2", payload[: len(payload) - len(carried)], stree))
-        extra.update(_malformed(cut or _cut(stree)))
-        return layers, carried, [s2.info_text(sinfo, stree)], extra
+        texts, carried = [], b""
+        for part in s2.chain(payload):  # a compound: each message in turn, as tshark shows them
+            stree, sinfo, carried = s2.message(part)
+            if sinfo:
+                self._follow(d, sinfo, stree, carried)
+            layers.append(("SMB2", part[: len(part) - len(carried)], stree))
+            texts.append(s2.info_text(sinfo, stree))
+            cut = cut or _cut(stree)
+        return layers, carried, [";".join(texts)], _malformed(cut)
 
-    def _follow(self, d, info, tree, carried: bytes) -> dict:
+    def _follow(self, d, info, tree, carried: bytes) -> None:
         """Requests noted (their descriptors' tokens), responses matched by message id: the fields
         Wireshark links them with."""
         src, dst = _addr(d.flat, "src"), _addr(d.flat, "dst")
@@ -120,20 +127,19 @@ class SmbDirectTracker(RpcRdmaTracker):
             self.requests.append(req)
             self.pending[(src, dst, info["mid"])] = req
             self.tokens.update(dict.fromkeys(req.tokens, req))
-            return {}
+            return
         req = self.pending.get((dst, src, info["mid"]))
         if req is None:
-            return {}
+            return
         tree[0][1].append(("smb2.response_to", req.frame))
         tree[0][1].append(("smb2.time", round(d.frame.time - req.time, 6)))
         if info["status"] == PENDING:
-            return {}
+            return
         req.reply, req.reply_time, req.status = d.frame.number, d.frame.time, info["status"]
         req.bytes += len(carried)
         del self.pending[(dst, src, info["mid"])]
         for t in req.tokens:
             self.tokens.pop(t, None)
-        return {}
 
     def _data(self, d, entry) -> None:
         """RDMA WRITE and READ packets using a request's buffer descriptor: the first names its token
