@@ -36,6 +36,7 @@ SOME = {
     "ip.proto": {0, 1, 6, 17, 58},
     "ipv6.nxt": {0, 1, 6, 17, 58},
     "frame.encap_type": {1, 25, 98, 180, 210},
+    "scsi.sns.errtype": {0x70, 0x72},  # current errors (fixed, descriptor format): what iSCSI sense data holds
 }
 
 # Fields with several tables of names, one chosen by a preference: the one tshark uses by default
@@ -63,8 +64,8 @@ def oui_names() -> dict:
     return names
 
 
-# Protocols beside InfiniBand that ibwire decodes (DCB, NVMe-oF, NFS over RDMA): the fields ibwire knows of them.
-BESIDE = ("lldp.", "macc.", "nvme.", "nvme-rdma.", "rpcordma.", "rpc.", "nfs.")
+# Protocols beside InfiniBand that ibwire decodes (DCB, NVMe-oF, NFS over RDMA, iSER): the fields ibwire knows of them.
+BESIDE = ("lldp.", "macc.", "nvme.", "nvme-rdma.", "rpcordma.", "rpc.", "nfs.", "iser.", "iscsi.", "scsi.", "scsi_sbc.")
 
 
 def wanted(name: str) -> bool:

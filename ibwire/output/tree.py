@@ -11,7 +11,7 @@ each frame's layers in the same style, as `ibwire.<field>`.
 import ipaddress
 from functools import lru_cache
 
-from . import nvme_words, rpc_words
+from . import iser_words, nvme_words, rpc_words, smb_words
 from .escape import printable
 from .ws_labels import FIELDS, OUIS, TFS, VALUES
 
@@ -73,6 +73,7 @@ GENERATED = (
     }
     | nvme_words.GENERATED
     | rpc_words.GENERATED
+    | smb_words.GENERATED
 )
 # Bit pictures dissectors draw for fields registered without a bitmask: (mask, width in bits).
 DRAWN = {"ip.version": (0xF0, 8), "ip.hdr_len": (0x0F, 8), "ipv6.version": (0xF0, 8)}
@@ -183,6 +184,8 @@ WORDED = {
     "lldp.dcbx.ieee.ets.maxtcs": lambda v: f"{int(v) or 8} (0x{int(v):x})",
     "lldp.mgn.obj.id": _oid_named,
     **nvme_words.WORDED,
+    **smb_words.WORDED,
+    **iser_words.WORDED,
 }
 WHOLE = {  # items shown with a text of their own
     "frame.len": lambda v: f"Frame Length: {v} bytes ({int(v) * 8} bits)",
@@ -194,6 +197,7 @@ WHOLE = {  # items shown with a text of their own
     "data.len": lambda v: f"[Length: {v}]",
     IB + "bth.analysis": lambda v: "[RC analysis]",  # ibwire's, placed as tshark places [SEQ/ACK analysis]
     **rpc_words.WHOLE,
+    **smb_words.WHOLE,
 }
 
 
@@ -404,7 +408,7 @@ def _heading(name: str, items: list, frame: dict) -> str:
         "rpc": "Remote Procedure Call",
         "nfs": "Network File System",
         "iser": "iSCSI Extensions for RDMA",
-        "iscsi": "iSCSI",
+        "iscsi": iser_words.heading(items),
         "scsi": "SCSI",
         "nvme": nvme_words.heading(items),
         "_ws.malformed": "[Malformed Packet: InfiniBand]",
@@ -427,7 +431,7 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: b
             out.append(f"{pad}Interface id: {value} ({sub.get('frame.interface_name', '')})")
             continue
         if isinstance(value, list):  # a text item (Timestamps, an NVMe-oF Cmd or Cqe) and what it holds
-            out.append(pad + (nvme_words.title(key, value) or field_line(key, "")))
+            out.append(pad + (nvme_words.title(key, value) or smb_words.title(key, value) or field_line(key, "")))
             _items(value, depth + 1, out, layer, names)
             continue
         if key in (IB + "cm.req.prim_localgid", IB + "cm.req.prim_remotegid") and names["over_ipv4"]:
@@ -435,6 +439,8 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: b
         line = field_line(key, value)
         if key.startswith(("rpc", "nfs")):  # named by the RPC call the frame carries or answers
             line = rpc_words.line(key, value, line, layer, names["rpc"])
+        if key.startswith("smb"):
+            line = smb_words.line(key, value, line)
         if key == "nvme.cmd.opc":  # named by the queue: admin (0) or I/O
             line = f"Opcode: {nvme_words.opcode(value, names['nvme_admin'])}"
         if key in NAMED:

@@ -8,10 +8,10 @@ from ibwire.outfile import output_file, refuse_aliasing
 from ibwire.writers import PcapWriter
 
 from .engine import Context, qp_flow
+from .iser import iser_frames
 from .links import LINKS, Link
 from .lossless import control_frames
 from .management import ipoib_joins, ipoib_pings, sm_sweep, smp_faults
-from .iser import iser_frames
 from .nfs import nfs_frames
 from .scenario import LAST_SECOND, Scenario, load
 from .smb import smb_frames
