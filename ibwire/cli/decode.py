@@ -41,7 +41,7 @@ def check_decode_as(values: List[str], name: str = "nvme-rdma") -> bool:
     for d in values:
         if d.rpartition(",")[2] not in ("nvme-rdma", "rpcordma", "smb_direct"):
             raise UserError(
-                f"-d takes nvme-rdma (NVMe-oF on every RC queue pair), rpcordma (RPC-RDMA) or smb_direct, not {d!r}"
+                f"-d takes nvme-rdma (NVMe-oF on every RC queue pair), rpcordma (RPC-RDMA), smb_direct or iser, not {d!r}"
             )
     return any(d.rpartition(",")[2] == name for d in values)
 
