@@ -10,6 +10,9 @@ holds (ibwire.output.tshark_doc).  test_tree_labels.py regenerates it and requir
 import subprocess
 import sys
 
+from dissectors.smb2table import COMMANDS
+from dissectors.smbdirecttable import NT_STATUS
+
 OTHER = set(
     """
 frame.interface_id frame.interface_name frame.interface_description frame.encap_type frame.time frame.offset_shift
@@ -39,6 +42,9 @@ SOME = {
     "scsi.sns.errtype": {0x70, 0x72},  # current errors (fixed, descriptor format): what iSCSI sense data holds
 }
 
+SOME.update(dict.fromkeys(("smb2.nt_status", "smb_direct.status"), set(NT_STATUS)))  # the NT statuses ibwire names
+SOME["smb2.cmd"] = set(range(len(COMMANDS)))  # the commands MS-SMB2 defines (tshark names the others unknown-0x..)
+
 # Fields with several tables of names, one chosen by a preference: the one tshark uses by default
 # (VLAN priorities: IEEE 802.1Q-2014's eight classes).
 TABLE = {"vlan.priority": 1}
@@ -66,6 +72,8 @@ def oui_names() -> dict:
 
 # Protocols beside InfiniBand that ibwire decodes (DCB, NVMe-oF, NFS over RDMA, iSER): the fields ibwire knows of them.
 BESIDE = ("lldp.", "macc.", "nvme.", "nvme-rdma.", "rpcordma.", "rpc.", "nfs.", "iser.", "iscsi.", "scsi.", "scsi_sbc.")
+
+BESIDE += ("smb_direct.", "smb2.")  # SMB Direct and the SMB2 it carries
 
 
 def wanted(name: str) -> bool:
