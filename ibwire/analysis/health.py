@@ -32,7 +32,7 @@ from dissectors.opcodes import OPCODES
 
 from ..fast import records as R
 from .hashing import group_rows
-from .healthflows import find_flows, qp_groups, row_end
+from .healthflows import find_flows, qp_groups, row_end, row_ends
 from .healthrows import QUANTA, Capture, read
 
 KINDS = ("data", "ACK", "CNP", "MAD", "CM")
@@ -252,11 +252,11 @@ def flow_name(f) -> str:
 def _cnp_rows(rows, kind, flows):
     """Flow index -> rows of the CNPs answering it."""
     cnps = np.flatnonzero(kind == CNP)
+    sub = rows[cnps]
     by_target = defaultdict(list)
-    for i in cnps:
-        ends = (row_end(rows, i, "src"), row_end(rows, i, "dst"))
-        by_target[(*ends, int(rows["destqp"][i]))].append(i)
-        by_target[(*ends, None)].append(i)
+    for i, src, dst, qp in zip(cnps.tolist(), row_ends(sub, "src"), row_ends(sub, "dst"), sub["destqp"].tolist()):
+        by_target[(src, dst, qp)].append(i)
+        by_target[(src, dst, None)].append(i)
     per_pair = Counter((f["src"], f["dst"]) for f in flows)
     out = {}
     for n, f in enumerate(flows):
@@ -273,6 +273,47 @@ def _rate(t, cum, a, b) -> float:
     return float(cum[hi] - cum[lo]) * 8 / (b - a)
 
 
+def _rates(t, cum, a, b) -> np.ndarray:
+    """Bits per second of the flow's bytes sent in each window (a, b] where b > a, else 0 (as _rate, for
+    arrays of windows)."""
+    lo, hi = np.searchsorted(t, a, side="right"), np.searchsorted(t, b, side="right")
+    return np.divide((cum[hi] - cum[lo]).astype(np.float64) * 8, b - a, out=np.zeros(len(a)), where=b > a)
+
+
+def _reactions(t, cum, tcnp, s: Settings) -> List[dict]:
+    """The sender's rate before and after each CNP at times `tcnp` of a flow whose packets were sent at `t`
+    (`cum`: bytes sent before each), whether it cut its rate (when judged) and when it recovered."""
+    # windows inside the flow's life: its start or end is no rate change
+    a = np.maximum(tcnp - s.window, float(t[0]) - 1e-9)
+    b = np.minimum(tcnp + s.window, float(t[-1]))
+    before, after = _rates(t, cum, a, tcnp).tolist(), _rates(t, cum, tcnp, b).tolist()
+    sent = (np.searchsorted(t, tcnp, side="right") - np.searchsorted(t, a, side="right")).tolist()
+    judged = ((tcnp - a >= s.window / 2) & (b - tcnp >= s.window / 2)).tolist()
+    out = []
+    for k, tc in enumerate(tcnp.tolist()):
+        cut = after[k] < before[k] * (1 - s.cut) if sent[k] >= MIN_JUDGED and judged[k] else None
+        recovered = None
+        if cut:
+            for j in range(1, 200):
+                w = tc + j * s.window
+                if w + s.window > t[-1]:
+                    break
+                if _rate(t, cum, w, w + s.window) >= before[k] * (1 - s.cut):
+                    recovered = j * s.window * 1e6
+                    break
+        out.append(
+            {
+                "time_s": tc,
+                "rate_before_bps": before[k],
+                "rate_after_bps": after[k],
+                "packets_before": sent[k],
+                "cut": cut,
+                "recovered_after_us": recovered,
+            }
+        )
+    return out
+
+
 def _congestion(rows, kind, prio, rel, flows, s: Settings) -> List[dict]:
     cnp_of = _cnp_rows(rows, kind, flows)
     out = []
@@ -284,36 +325,10 @@ def _congestion(rows, kind, prio, rel, flows, s: Settings) -> List[dict]:
             continue
         t = rel[m]
         cum = np.concatenate(([0], np.cumsum(rows["len"][m].astype(np.int64))))
-        reactions = []
-        for c in cnps:
-            tc = float(rel[c])
-            # windows inside the flow's life: its start or end is no rate change
-            a, b = max(tc - s.window, float(t[0]) - 1e-9), min(tc + s.window, float(t[-1]))
-            before = _rate(t, cum, a, tc) if tc > a else 0.0
-            after = _rate(t, cum, tc, b) if b > tc else 0.0
-            sent_before = int(np.searchsorted(t, tc, side="right") - np.searchsorted(t, a, side="right"))
-            judged = sent_before >= MIN_JUDGED and tc - a >= s.window / 2 and b - tc >= s.window / 2
-            cut = after < before * (1 - s.cut) if judged else None
-            recovered = None
-            if cut:
-                for k in range(1, 200):
-                    w = tc + k * s.window
-                    if w + s.window > t[-1]:
-                        break
-                    if _rate(t, cum, w, w + s.window) >= before * (1 - s.cut):
-                        recovered = k * s.window * 1e6
-                        break
-            reactions.append(
-                {
-                    "cnp_frame": int(rows["frame"][c]),
-                    "time_s": tc,
-                    "rate_before_bps": before,
-                    "rate_after_bps": after,
-                    "packets_before": sent_before,
-                    "cut": cut,
-                    "recovered_after_us": recovered,
-                }
-            )
+        reactions = [
+            {"cnp_frame": frame, **r}
+            for frame, r in zip(rows["frame"][cnps].tolist(), _reactions(t, cum, rel[cnps], s) if len(cnps) else [])
+        ]
         tcnp = rel[cnps] if len(cnps) else np.zeros(0)
         first_ce = float(rel[ce[0]]) if len(ce) else None
         answer = tcnp[tcnp >= first_ce] if first_ce is not None else tcnp[:0]

@@ -24,6 +24,13 @@ def row_end(rows, i: int, side: str) -> bytes:
     return bytes(rows[side][i])
 
 
+def row_ends(rows, side: str) -> List[bytes]:
+    """row_end of every row of `rows`, read a column at a time."""
+    native = (rows["link"] == R.IB).tolist()
+    lids, addrs = rows["slid" if side == "src" else "dlid"].tolist(), rows[side].tolist()
+    return [b"LID" + lid.to_bytes(2, "big") if ib else a for ib, lid, a in zip(native, lids, addrs)]
+
+
 def qp_groups(rows) -> Tuple[np.ndarray, np.ndarray]:
     """Each row's group of equal source, destination (addresses and LIDs) and destination QP, and each
     group's first row."""
