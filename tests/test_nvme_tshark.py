@@ -109,7 +109,7 @@ def test_without_decode_as_no_queue_is_guessed(public_dir):
     assert _fields(public_dir / ECHO, "-Y", "nvme", "-e", "frame.number") == []
 
 
-@pytest.mark.parametrize("bad", ["nvme", "udp.port==4791,iser"])
+@pytest.mark.parametrize("bad", ["nvme", "udp.port==4791,lnet"])
 def test_decode_as_names_what_it_takes(public_dir, bad):
     done = run_ibwire("decode", "-d", bad, public_dir / ECHO)
     assert done.returncode != 0

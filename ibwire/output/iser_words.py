@@ -1,7 +1,7 @@
 """How tshark words the iSER items of `-V` (packet-iser.c): the flags byte summed up by its opcode's name
 and the bits set (`Flags: 0x14, Opcode: iSCSI Control-Type PDU, RSV`)."""
 
-from dissectors.iscsitable import CONTROL, HELLO_REPLY, OPCODES, REJ, RSV, WSV
+from dissectors.iscsitable import CONTROL, HELLO_REPLY, OPCODES, REJ, RSV, SBC_NAMES, WRITE_10, WRITE_16, WSV
 
 ISER_OPCODES = {1: "iSCSI Control-Type PDU", 2: "Hello Message", 3: "HelloReply Message"}
 
@@ -21,3 +21,16 @@ def heading(items: list) -> str:
     """The iSCSI layer's title as tshark gives it: `iSCSI (SCSI Command)`."""
     op = next((v for k, v in items if k == "iscsi.opcode"), None)
     return f"iSCSI ({OPCODES.get(int(op, 0), f'Opcode {op}')})" if isinstance(op, str) else "iSCSI"
+
+
+def scsi_heading(items: list) -> str:
+    """The SCSI layer's title as tshark gives it: `SCSI CDB Read(10)`, `SCSI Payload (Write(10) Request
+    Data)`, `SCSI: SNS Info`."""
+    keys = dict(items)
+    if "scsi_sbc.opcode" in keys:
+        op = int(keys["scsi_sbc.opcode"], 0)
+        name = SBC_NAMES.get(op, f"0x{op:02x}")
+        if "scsi.request_frame" not in keys:
+            return f"SCSI CDB {name}"
+        return f"SCSI Payload ({name} {'Request' if op in (WRITE_10, WRITE_16) else 'Response'} Data)"
+    return "SCSI: SNS Info" if "scsi.sns.errtype" in keys else "SCSI"

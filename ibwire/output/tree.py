@@ -409,7 +409,7 @@ def _heading(name: str, items: list, frame: dict) -> str:
         "nfs": "Network File System",
         "iser": "iSCSI Extensions for RDMA",
         "iscsi": iser_words.heading(items),
-        "scsi": "SCSI",
+        "scsi": iser_words.scsi_heading(items),
         "nvme": nvme_words.heading(items),
         "_ws.malformed": "[Malformed Packet: InfiniBand]",
     }.get(name, name)
