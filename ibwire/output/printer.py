@@ -9,6 +9,8 @@ from typing import List, Optional
 
 import numpy as np
 
+from dissectors.numbers import LINKTYPE_ERF
+
 from ..analysis.hashing import group_rows
 from ..decode.iser import storage_rows as iser_rows
 from ..decode.nvme import storage_rows
@@ -20,7 +22,7 @@ from ..fast.filter import DATA, NotBatchable
 from . import formats, summary
 from .escape import printable
 from .program import compile_parts, render
-from .values import SELF_NAMED, ipv6_text, value_text
+from .values import SELF_NAMED, json_safe, value_text
 
 FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
 TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
@@ -42,33 +44,6 @@ def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
     for bit, col in enumerate(R.ANALYSIS):
         out["analysis"] |= R.analysis_present(r, col).astype(np.uint16) << np.uint16(bit)
     return out
-
-
-def json_safe(obj, key: str = ""):
-    """A decoded frame's JSON: 64-bit fields (and any value beyond 32 bits) as "0x…" strings, bytes as hex,
-    GIDs and IPv6 addresses as inet_ntop writes them (an IPv4-mapped GID as ::ffff:a.b.c.d)."""
-    if isinstance(obj, dict):
-        return {k: json_safe(v, f"{key}.{k}" if key else k) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v, key) for v in obj]
-    if isinstance(obj, (bytes, bytearray)):
-        return bytes(obj).hex()
-    if isinstance(obj, str) and key.count(".") >= 2:  # a GID or IPv6 address as the records print it
-        from ..fieldtypes import IPV6, field_type
-
-        if field_type(key.partition(".")[2]) == IPV6:
-            return ipv6_text(obj)
-    if isinstance(obj, bool) or obj is None or isinstance(obj, (str, float)):
-        return obj
-    if isinstance(obj, int):
-        from ..fieldtypes import WIDE, layer_fields
-
-        layer_fields()
-        wide = (
-            key.partition(".")[2] in WIDE or ".".join(key.split(".")[-2:]) in WIDE or not -(1 << 31) <= obj < (1 << 32)
-        )
-        return f"0x{obj & 0xFFFFFFFFFFFFFFFF:016x}" if wide else obj
-    return str(obj)
 
 
 class Printer:
@@ -117,6 +92,8 @@ class Printer:
         self.rmpp = None
         self.nvme = None  # ibwire.decode.nvme.NvmeTracker: NVMe-oF queues across frames
         self.echo = None  # summary.EchoPairs of text output
+        self.shapes = None  # ibwire.output.shapes.Shapes: -T json and jsonl programs learned per shape
+        self._comma = compile_parts([",\n"])
 
     def start(self) -> bytes:
         if self.fmt == "json":
@@ -157,6 +134,10 @@ class Printer:
         if self.t0 is None:
             self.t0 = int(rec["time_ns"][0])
             self.decimals = getattr(batch, "decimals", None) or self.decimals or 6
+        if self.fmt == "json" and self._shaped():
+            return self._shaped_documents(batch, rows, details)
+        if self.fmt == "jsonl" and self._shaped():
+            return self._shaped_lines(batch, rows, details)
         if self.fmt in ("json", "ek", "tree"):
             return self._documents(rec, rows, details)
         base = self._bases(rec, rows)
@@ -166,17 +147,10 @@ class Printer:
         if self.fmt == "text":  # IPoIB: summarised by what it carries, from the full decode
             data &= (rec["flags"][rows] & R.F_IPOIB) == 0
         decoded = {}
-        if self.nvme is not None:  # NVMe-oF: capsules span frames and queues are learned from RDMA-CM:
-            more = rpcrdma_rows(batch, rows, self.nvme) + smbdirect_rows(batch, rows, self.nvme)
-            for phase in storage_rows(rec, rows, self.nvme) + iser_rows(batch, rows, self.nvme) + more:
-                for k in (phase if isinstance(phase, np.ndarray) else phase()).tolist():
-                    i = int(rows[k])
-                    d = decoded[i] = decoded.get(i) or details(i)
-                    self._feed_rmpp(d)
-                    if data[k] and (
-                        d.notes or any(key.startswith(("nvme", "rpcordma", "smb_direct")) for key in d.flat)
-                    ):
-                        data[k] = False  # shown from the full decode; the others as the records show them
+        for k, d in self._storage_decodes(batch, rows, details):
+            decoded[int(rows[k])] = d
+            if data[k] and (d.notes or any(key.startswith(("nvme", "rpcordma", "smb_direct")) for key in d.flat)):
+                data[k] = False  # shown from the full decode; the others as the records show them
         prog_of = np.zeros(len(rows), np.int32)
         programs = []
         idx = np.flatnonzero(data)
@@ -217,6 +191,135 @@ class Printer:
         if self.t0 is None and len(batch.rec):
             self.t0 = int(batch.rec["time_ns"][0])
         return [t.encode() for t in self._document_texts(batch.rec, rows, details)]
+
+    def _shaped(self) -> bool:
+        """Do this format's documents print from learned programs (ibwire.output.shapes)?"""
+        if self.fmt not in ("json", "jsonl") or self.keys or self.protocols:
+            return False
+        if self.shapes is None:
+            from .shapes import Shapes
+
+            self.shapes = Shapes(self.fmt, _decode)
+        return True
+
+    def _storage_decodes(self, batch, rows, details) -> list:
+        """(k, full decode of rows[k]) of every frame the storage trackers must see, in the order they see
+        them: capsules span frames and queues are learned from RDMA-CM first."""
+        out, decoded = [], {}
+        if self.nvme is None:
+            return out
+        more = rpcrdma_rows(batch, rows, self.nvme) + smbdirect_rows(batch, rows, self.nvme)
+        for phase in storage_rows(batch.rec, rows, self.nvme) + iser_rows(batch, rows, self.nvme) + more:
+            for k in (phase if isinstance(phase, np.ndarray) else phase()).tolist():
+                i = int(rows[k])
+                d = decoded[i] = decoded.get(i) or details(i)
+                self._feed_rmpp(d)
+                out.append((k, d))
+        return out
+
+    def _shaped_documents(self, batch, rows, details) -> bytes:
+        """-T json: frames of a learned shape print from its program, the others from their full decode; both
+        in one compiled call, in frame order, with tshark's numbering across frames (udp.stream)."""
+        from . import tshark_doc as td
+        from .templates import AUX
+
+        rec, t = batch.rec, batch.rec["time_ns"]
+        self.session = self.session or td.Session()
+        progs = []
+        prog_of = self.shapes.assign(batch, rows, progs)
+        decoded = {}
+        for k, d in self._storage_decodes(batch, rows, details):
+            prog_of[k], decoded[int(rows[k])] = -1, d
+        if not self.started:
+            prog_of[:1] = -1  # the first document has no comma before it
+        progs = [self._comma + p for p in progs]
+        aux = self._aux(batch, rows)
+        shown = dict(zip(rows.tolist(), range(len(rows))))
+        roce2 = np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)).tolist()
+        ends = [rec[c].tolist() for c in ("src", "udp_src", "dst", "udp_dst")]
+        times, streams = t.tolist(), np.zeros((len(rows), 3), np.int64)
+        erf = rec["linktype"] == LINKTYPE_ERF
+        for i, ns in enumerate(times):
+            k = shown.get(i)
+            if k is not None and prog_of[k] < 0:
+                prev = times[i - 1] if i else (self.prev if self.prev is not None else ns)
+                d = decoded.get(i)
+                text = self._document_text(td, d or details(i), ns, prev, fed=d is not None)
+                prog_of[k] = len(progs)
+                progs.append(compile_parts([text], AUX))
+            elif roce2[i]:
+                stream = self.session.note(ends[0][i], ends[1][i], ends[2][i], ends[3][i], ns)
+                if k is not None:
+                    streams[k] = stream
+            if k is not None:
+                self.prev_shown = ns
+                if erf[i]:
+                    aux["interface"][k] = self.session.interface(int(batch.buf[int(batch.pos.data[i]) + 9]) & 3)
+        shown_ns = t[rows]
+        aux["stream"], aux["stream_relative"], aux["stream_delta"] = (
+            streams[:, 0],
+            shown_ns - streams[:, 1],
+            shown_ns - streams[:, 2],
+        )
+        self.prev = int(t[-1])
+        start = batch.pos.data[rows].astype(np.int64)
+        length = batch.pos.caplen[rows].astype(np.int64)
+        return render(aux, np.arange(len(rows)), prog_of.astype(np.int32), progs, None, (batch.buf, start, length))
+
+    def _aux(self, batch, rows) -> np.ndarray:
+        """The numbers learned programs print of each row besides its bytes (ibwire.output.templates.AUX)."""
+        from .templates import AUX
+
+        rec, t = batch.rec, batch.rec["time_ns"]
+        aux = np.zeros(len(rows), AUX)
+        first = self.prev if self.prev is not None else int(t[0])
+        shown = t[rows]
+        aux["frame"], aux["epoch"], aux["relative"] = rec["frame"][rows], shown, shown - self.t0
+        aux["delta"] = shown - np.concatenate([[first], t[:-1]])[rows]
+        last = self.prev_shown if self.prev_shown is not None else (int(shown[0]) if len(rows) else 0)
+        aux["delta_displayed"] = shown - np.concatenate([[last], shown[:-1]])
+        for col in R.ANALYSIS:
+            aux[col] = rec[col][rows]
+        return aux
+
+    def _shaped_lines(self, batch, rows, details) -> bytes:
+        """jsonl: frames of a learned shape print from its program, the others from their full decode."""
+        from .templates import AUX
+
+        rec, progs = batch.rec, []
+        prog_of = self.shapes.assign(batch, rows, progs)
+        decoded = dict(self._storage_decodes(batch, rows, details))
+        prog_of[list(decoded)] = -1
+        aux = self._aux(batch, rows)
+        for k in np.flatnonzero(prog_of < 0).tolist():
+            d = decoded.get(k)
+            if d is None:
+                d = details(int(rows[k]))
+                self._feed_rmpp(d)
+            obj = json_safe(d.to_json(), "")
+            obj["time"] = 0
+            head, _, tail = json.dumps(obj).partition('"time": 0')
+            prog_of[k] = len(progs)
+            progs.append(
+                compile_parts([head, '"time": ', ("span", "epoch", formats.JSON_TIME_DECIMALS), tail + "\n"], AUX)
+            )
+        if len(rows):
+            self.prev_shown = int(rec["time_ns"][rows[-1]])
+        self.prev = int(rec["time_ns"][-1])
+        start, length = batch.pos.data[rows].astype(np.int64), batch.pos.caplen[rows].astype(np.int64)
+        return render(aux, np.arange(len(rows)), prog_of.astype(np.int32), progs, None, (batch.buf, start, length))
+
+    def _document_text(self, td, d, ns: int, prev: int, fed: bool) -> str:
+        """One frame's -T json document from its full decode, with the comma before all but the first."""
+        if not fed:
+            self._feed_rmpp(d)
+        last = self.prev_shown if self.prev_shown is not None else ns
+        layers = td.document(d, td.Times(ns, ns - prev, ns - last, ns - self.t0), self.session)
+        self.prev_shown = ns
+        day = time.strftime("%Y-%m-%d", time.localtime(ns // 10**9))
+        text = (",\n" if self.started else "\n") + td.json_text(f"packets-{day}", layers, False)
+        self.started = True
+        return text
 
     def _documents(self, rec, rows, details) -> bytes:
         return "".join(self._document_texts(rec, rows, details)).encode()
@@ -316,6 +419,15 @@ class Printer:
                 v = ['"' + v[0].replace('"', '""') + '"']
             parts += [self.quote] + v + [self.quote] if v and self.quote else v
         return compile_parts(parts + ["\n"])
+
+
+def _decode(frame, row):
+    """A frame's full decode, with the RC analysis fields of `row` (records or AUX) when given."""
+    from ..decode import decode_frame
+    from ..decode.stream import with_analysis
+
+    d = decode_frame(frame)
+    return d if row is None else with_analysis(d, row)
 
 
 def _field_text(key: str, flat: dict) -> str:

@@ -7,7 +7,7 @@ them (an IPv4-mapped GID as ::ffff:172.17.242.47, as Wireshark shows it), times 
 import ipaddress
 import socket
 
-from ..fieldtypes import IPV6, TSHARK_DISPLAY, WIDTH, field_type, layer_fields
+from ..fieldtypes import IPV6, TSHARK_DISPLAY, WIDE, WIDTH, field_type, layer_fields
 
 
 def ipv6_text(value) -> str:
@@ -59,3 +59,26 @@ def value_text(key: str, value, sep: str = ":", width: int = 0) -> str:
     if isinstance(value, str) and digits == 0 and field_type(key) == "bytes":
         return bytes_text(value, sep)
     return str(value)
+
+
+def json_safe(obj, key: str = ""):
+    """A decoded frame's JSON: 64-bit fields (and any value beyond 32 bits) as "0x…" strings, bytes as hex,
+    GIDs and IPv6 addresses as inet_ntop writes them (an IPv4-mapped GID as ::ffff:a.b.c.d)."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v, f"{key}.{k}" if key else k) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v, key) for v in obj]
+    if isinstance(obj, (bytes, bytearray)):
+        return bytes(obj).hex()
+    if isinstance(obj, str) and key.count(".") >= 2:  # a GID or IPv6 address as the records print it
+        if field_type(key.partition(".")[2]) == IPV6:
+            return ipv6_text(obj)
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (str, float)):
+        return obj
+    if isinstance(obj, int):
+        layer_fields()
+        wide = (
+            key.partition(".")[2] in WIDE or ".".join(key.split(".")[-2:]) in WIDE or not -(1 << 31) <= obj < (1 << 32)
+        )
+        return f"0x{obj & 0xFFFFFFFFFFFFFFFF:016x}" if wide else obj
+    return str(obj)

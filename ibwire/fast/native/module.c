@@ -551,14 +551,15 @@ static PyObject *flows_events_py(PyObject *self, PyObject *args)
 }
 
 PyDoc_STRVAR(render_doc,
-"render(rec, itemsize, rows, prog_of, progs, base) -> bytes\n\n"
+"render(rec, itemsize, rows, prog_of, progs, base, buf=None, fstart=None, flen=None) -> bytes\n\n"
 "Text of the records rows[k] (int64 indices into `rec`, records of itemsize bytes), each printed by program\n"
 "progs[prog_of[k]] (int32 indices into a tuple of bytes; opcodes in render.h); base: int64 nanoseconds\n"
-"subtracted from each row's time by time formats (None: 0).");
+"subtracted from each row's time by time formats (None: 0); frame ops read row k's frame, flen[k] bytes at\n"
+"buf[fstart[k]] (int64 arrays; uint8 buf).");
 
-/* Why program p (len bytes) is cut short, has an unknown op or reads outside a record of itemsize bytes, or
- * NULL. */
-static const char *program_misfit(const uint8_t *p, int64_t len, Py_ssize_t itemsize)
+/* Why program p (len bytes) is cut short, has an unknown op, reads outside a record of itemsize bytes or
+ * reads frames none were given for, or NULL. */
+static const char *program_misfit(const uint8_t *p, int64_t len, Py_ssize_t itemsize, int frames)
 {
     for (int64_t at = 0; at < len;) {
         int op = p[at];
@@ -566,12 +567,21 @@ static const char *program_misfit(const uint8_t *p, int64_t len, Py_ssize_t item
             return "a program is cut short";
         if (op == OP_LIT)
             at += 3 + (p[at + 1] | p[at + 2] << 8);
-        else if (at + 5 > len || op > OP_SPAN)
+        else if (op >= OP_FINT) {
+            if (op > OP_LAST || at + 7 > len)
+                return "a program is cut short or has an unknown op";
+            if (!frames)
+                return "a program reads frames and none were given";
+            if (op == OP_FINT && ((p[at + 3] & 0x7f) < 1 || (p[at + 3] & 0x7f) > 8))
+                return "a frame integer must be 1 to 8 bytes";
+            at += 7;
+        }
+        else if (at + 5 > len || op > OP_REPR)
             return "a program is cut short or has an unknown op";
         else {
             unsigned off = p[at + 1] | p[at + 2] << 8, a = p[at + 3];
             int integer = op == OP_UDEC || op == OP_IDEC || op == OP_HEX;
-            size_t need = integer ? a : op == OP_ADDR ? 16 : op == OP_MAC ? 6 : 8;
+            size_t need = integer ? a : op == OP_ADDR ? 16 : op == OP_MAC ? 6 : 8;  /* TIME … REPR: an i8 */
             if ((integer && a != 1 && a != 2 && a != 4 && a != 8) || off + need > (size_t)itemsize)
                 return "a field lies outside the record";
             at += 5;
@@ -584,24 +594,35 @@ static const char *program_misfit(const uint8_t *p, int64_t len, Py_ssize_t item
 
 static PyObject *render(PyObject *self, PyObject *args)
 {
-    enum { REC, ROWS, PROG_OF, BASE, NB };
-    PyObject *o[NB], *progs;
+    enum { REC, ROWS, PROG_OF, BASE, BUF, FSTART, FLEN, NB };
+    PyObject *o[NB] = {NULL}, *progs;
     Py_ssize_t itemsize;
     buf_t b[NB];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "OnOOO!O", &o[REC], &itemsize, &o[ROWS], &o[PROG_OF], &PyTuple_Type, &progs, &o[BASE]))
+    o[BUF] = o[FSTART] = o[FLEN] = Py_None;
+    if (!PyArg_ParseTuple(args, "OnOOO!O|OOO", &o[REC], &itemsize, &o[ROWS], &o[PROG_OF], &PyTuple_Type, &progs,
+                          &o[BASE], &o[BUF], &o[FSTART], &o[FLEN]))
         return NULL;
-    static const Py_ssize_t item[NB] = {0, 8, 4, 8};
-    static const char *names[NB] = {"rec", "rows", "prog_of", "base"};
-    if (get_all(o, b, NB, item, names, 0, 1u << BASE) < 0)
+    static const Py_ssize_t item[NB] = {0, 8, 4, 8, 1, 8, 8};
+    static const char *names[NB] = {"rec", "rows", "prog_of", "base", "buf", "fstart", "flen"};
+    if (get_all(o, b, NB, item, names, 0, 1u << BASE | 1u << BUF | 1u << FSTART | 1u << FLEN) < 0)
         return NULL;
     Py_ssize_t n = b[ROWS].v.len / 8, np_ = PyTuple_GET_SIZE(progs);
     Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
     const int64_t *rows = b[ROWS].v.buf;
     const int32_t *prog_of = b[PROG_OF].v.buf;
     const char *bad = NULL;
+    int frames = b[BUF].held && b[FSTART].held && b[FLEN].held;
     if (itemsize <= 0 || b[PROG_OF].v.len / 4 != n || (b[BASE].held && b[BASE].v.len / 8 != n))
         bad = "rows, prog_of and base must have the same length";
+    else if (b[BUF].held != frames || b[FSTART].held != frames || b[FLEN].held != frames)
+        bad = "buf, fstart and flen go together";
+    else if (frames && (b[FSTART].v.len / 8 != n || b[FLEN].v.len / 8 != n))
+        bad = "fstart and flen must have a value per row";
+    const int64_t *fs = frames ? b[FSTART].v.buf : NULL, *fl = frames ? b[FLEN].v.buf : NULL;
+    for (Py_ssize_t k = 0; !bad && frames && k < n; k++)
+        if (fs[k] < 0 || fl[k] < 0 || fs[k] + fl[k] > b[BUF].v.len)
+            bad = "a frame lies outside buf";
     for (Py_ssize_t k = 0; !bad && k < n; k++)
         if (rows[k] < 0 || rows[k] >= nrec || prog_of[k] < 0 || prog_of[k] >= np_)
             bad = "a row or program index is out of range";
@@ -622,14 +643,15 @@ static PyObject *render(PyObject *self, PyObject *args)
         else {
             pp[i] = (const uint8_t *)PyBytes_AS_STRING(p);
             pl[i] = PyBytes_GET_SIZE(p);
-            bad = program_misfit(pp[i], pl[i], itemsize);
+            bad = program_misfit(pp[i], pl[i], itemsize, frames);
         }
     }
     char *text = NULL;
     size_t len = 0;
     int err = 0;
     if (!bad) {
-        render_job job = {b[REC].v.buf, itemsize, rows, n, prog_of, pp, pl, b[BASE].held ? b[BASE].v.buf : NULL};
+        render_job job = {b[REC].v.buf, itemsize, rows, n, prog_of, pp, pl, b[BASE].held ? b[BASE].v.buf : NULL,
+                          frames ? b[BUF].v.buf : NULL, fs, fl};
         Py_BEGIN_ALLOW_THREADS
         err = render_rows(&job, &text, &len);
         Py_END_ALLOW_THREADS

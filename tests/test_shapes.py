@@ -1,0 +1,122 @@
+"""-T json and jsonl print most frames from programs learned per shape (ibwire/output/templates.py,
+shapes.py); a frame's text must be byte for byte what its full decode prints.  The reference is the same
+`ibwire decode` with the learned programs switched off (Printer._shaped), run on every public capture
+and every shipped sample, IB over ERF, RoCEv1, RoCEv2 over IPv4 and IPv6, VLANs and truncated frames
+among them; the compiled formats the programs use are checked against Python's own."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from conftest import PUBLIC, ROOT
+
+from ibwire.output.program import compile_parts, render
+from ibwire.output.tshark_doc import frame_time
+
+BOTH = r"""
+import json, os, sys
+from ibwire.cli import main
+from ibwire.output.printer import Printer
+
+learned = Printer._shaped
+for out, args in json.loads(sys.argv[1]):
+    for name, shaped in (("learned", learned), ("full", lambda self: False)):
+        Printer._shaped = shaped
+        fd = os.open(out + "." + name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        saved = os.dup(1)
+        os.dup2(fd, 1)
+        os.close(fd)
+        sys.argv = ["ibwire", "decode", *args]
+        try:
+            main()
+        except SystemExit:
+            pass
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+"""
+
+
+def _differ(tmp_path, runs) -> list:
+    """The runs (lists of decode arguments) whose output differs with and without learned programs; one
+    process decodes them all, each both ways."""
+    jobs = [(str(tmp_path / str(i)), [str(a) for a in args]) for i, args in enumerate(runs)]
+    subprocess.run([sys.executable, "-c", BOTH, json.dumps(jobs)], check=True, cwd=ROOT, timeout=1200)
+    return [
+        " ".join(args) for out, args in jobs if Path(out + ".learned").read_bytes() != Path(out + ".full").read_bytes()
+    ]
+
+
+def _captures():
+    files = sorted((ROOT / "captures").glob("*.pcap"))
+    return files + (sorted(p for p in PUBLIC.iterdir() if ".pcap" in p.name) if PUBLIC.is_dir() else [])
+
+
+def test_learned_programs_print_what_the_full_decode_prints(tmp_path):
+    runs = [[path, *fmt] for path in _captures() for fmt in (["-T", "json"], ["--format", "jsonl"])]
+    assert not _differ(tmp_path, runs), "learned programs print other text than the full decode"
+
+
+def test_analysis_fields_and_a_filter_print_alike(tmp_path):
+    """RC analysis columns (acks_frame, ack_rtt as Python writes a float) and a -Y selection."""
+    runs = [
+        ["captures/rxe-rc-write-loss2.pcap", "--format", "jsonl", "-Y", "bth.analysis.ack_rtt"],
+        ["captures/loss-retransmit.pcap", "-T", "json", "-Y", "bth.opcode != 17"],
+        ["captures/roce-v6-vlan.pcap", "-T", "json", "-c", "9"],
+    ]
+    assert not _differ(tmp_path, runs)
+
+
+def test_compiled_formats_write_what_python_writes():
+    rnd = random.Random(5)
+    ns = [0, 1, 1000, 10**9, 2 * 10**9, 15000, 10**16, -5000, 999_999_999, 10**15 + 1]
+    ns += [rnd.randrange(-(10**15), 10**15) for _ in range(5000)] + [rnd.randrange(0, 10**7) for _ in range(5000)]
+    dt = np.dtype([("v", "i8")])
+    rec = np.array([(v,) for v in ns], dt)
+    prog = compile_parts([("repr", "v", 0, 0), "|", ("date", "v", 9, 8), "\n"], dt)
+    os.environ.setdefault("TZ", "UTC")
+    time.tzset()
+    lines = render(rec, np.arange(len(ns)), np.zeros(len(ns), np.int32), [prog]).decode().splitlines()
+    want = [f"{v / 1e9!r}|{frame_time(v)}" for v in ns if v >= 0]
+    assert [line for line, v in zip(lines, ns) if v >= 0] == want
+
+
+def test_frame_ops_read_bits_bytes_and_addresses():
+    frame = bytes(range(40))
+    buf = np.frombuffer(frame + frame[:12], np.uint8)
+    parts = [
+        ("fint", 1, 2, 4, 8, 0),  # bits 12..19 of 0x0102: 0x10
+        " ",
+        ("fint", 0, 4, 0, 32, 8),
+        " ",
+        ("fint", 0, 0x80 | 2, 0, 16, 0),  # little-endian 0x0100
+        " ",
+        ("fhex", 2, -30, ":"),
+        " ",
+        ("fip4", 4),
+        " ",
+        ("fip6", 8),
+        " ",
+        ("fmac", 0),
+        " ",
+        ("fint", -2, 2, 0, 16, 4),
+        "\n",
+    ]
+    out = render(
+        np.zeros(2, [("v", "i8")]),
+        np.arange(2),
+        np.zeros(2, np.int32),
+        [compile_parts(parts, np.dtype([("v", "i8")]))],
+        None,
+        (buf, np.array([0, 40]), np.array([40, 12])),
+    ).decode()
+    full, cut = out.splitlines()
+    assert full == (
+        f"16 00010203 256 {frame[2:10].hex(':')} 4.5.6.7 809:a0b:c0d:e0f:1011:1213:1415:1617 00:01:02:03:04:05 2627"
+    )
+    assert cut.split(" ")[5] == ""  # a 16-byte address past a 12-byte frame's end prints nothing
