@@ -83,8 +83,8 @@ FIND_ONE = "bth.destqp == 0x000205 && bth.psn == 5010"
 
 ENGINE_SNIPPET = """
 import sys, time
-from ibwire.fast import scan
-from ibwire.analysis.stats import compute_file
+from ibwire.decode.scan import scan
+from ibwire.analyze.stats import compute_file
 t = time.perf_counter()
 compute_file(sys.argv[1], icrc=sys.argv[2] == "1")
 print(time.perf_counter() - t)

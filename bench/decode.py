@@ -28,8 +28,8 @@ from gen_roce import generate  # noqa: E402
 
 def mad_heavy(path: Path, packets: int) -> None:
     """captures/sm-sweep.pcap repeated (times shifted on) to `packets` frames."""
-    from ibwire.readers import iter_frames
-    from ibwire.writers import PcapWriter
+    from ibwire.files import iter_frames
+    from ibwire.files.writers import PcapWriter
 
     frames = list(iter_frames(str(ROOT / "captures" / "sm-sweep.pcap")))
     span = frames[-1].time - frames[0].time + 1e-3

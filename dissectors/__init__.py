@@ -5,7 +5,7 @@ ethertype, RoCEv2 UDP port, LRH/GRH next headers, ERF, IPoIB, MADs).  The layers
 so `dissectors.opcodes` and `dissectors.crc` stay cheap for the bulk path, which needs no scapy.
 """
 
-from .opcodes import OPCODES, lookup
+from dissectors.opcodes import OPCODES, lookup
 
 __all__ = [
     "OPCODES",
@@ -49,7 +49,7 @@ __all__ = [
 
 def __getattr__(name):
     if name in __all__:
-        from . import layers
+        from dissectors import layers
 
         return getattr(layers, name)
     raise AttributeError(f"module 'dissectors' has no attribute {name!r}")

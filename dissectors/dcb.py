@@ -30,7 +30,7 @@ from scapy.fields import (
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Packet, bind_layers
 
-from .dcbfacts import (
+from dissectors.dcbfacts import (
     CEE_APP,
     CEE_CONTROL,
     CEE_PFC,
@@ -47,7 +47,7 @@ from .dcbfacts import (
     cee_subtlvs,
     pause_seconds,
 )
-from .numbers import ETHERTYPE_MAC_CONTROL, MACC_OPCODE_PAUSE, MACC_OPCODE_PFC
+from dissectors.numbers import ETHERTYPE_MAC_CONTROL, MACC_OPCODE_PAUSE, MACC_OPCODE_PFC
 
 
 def set_port_speed(speed: float) -> None:

@@ -11,7 +11,7 @@ class-enable vector (bit p: priority p) and eight pause times in quanta of 512 b
 import struct
 from typing import Dict, List, Optional
 
-from .numbers import (
+from dissectors.numbers import (
     ETHERTYPE_LLDP,
     ETHERTYPE_MAC_CONTROL,
     ETHERTYPE_VLAN,

@@ -1,5 +1,5 @@
 """What a packet is, decided once: the rules the scapy layers follow here and the compiled records follow
-through the tables ibwire.fast.decode builds from this module (tests/test_decisions.py states each answer).
+through the tables ibwire.decode.batch builds from this module (tests/test_decisions.py states each answer).
 
 - Extended headers and payload per opcode: dissectors.opcodes.OPCODES (IBA §9.2 table 36, §9.3).
 - A MAD rides in a UD datagram to or from a management QP (§13.4: QP0 carries SMPs, QP1 GMPs; a GMP
@@ -9,8 +9,8 @@ through the tables ibwire.fast.decode builds from this module (tests/test_decisi
   common header (§13.4.3).  A capture cut short is truncated, never malformed.
 """
 
-from .numbers import MAD_HEADER_LEN, MANAGEMENT_QPS
-from .opcodes import headers_len, lookup
+from dissectors.numbers import MAD_HEADER_LEN, MANAGEMENT_QPS
+from dissectors.opcodes import headers_len, lookup
 
 
 def may_carry_mad(opcode: int) -> bool:

@@ -18,11 +18,11 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw, bind_layers
 
-from . import crc
-from .base import IBLayer
-from .ib import BTH, GRH, GRH_NXTHDR_BTH, LNH_GLOBAL, LNH_IPV6, LNH_LOCAL, LNH_RAW, LRH
-from .numbers import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1, ROCE_V2_PORT
-from .opcodes import OPCODES
+from dissectors import crc
+from dissectors.base import IBLayer
+from dissectors.ib import BTH, GRH, GRH_NXTHDR_BTH, LNH_GLOBAL, LNH_IPV6, LNH_LOCAL, LNH_RAW, LRH
+from dissectors.numbers import ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ROCE_V1, ROCE_V2_PORT
+from dissectors.opcodes import OPCODES
 
 ERF_TYPE_INFINIBAND = 21
 ERF_TYPE_INFINIBAND_LINK = 25

@@ -25,10 +25,19 @@ from scapy.fields import (
 )
 from scapy.packet import Padding, Raw
 
-from . import crc
-from .base import IBLayer
-from .decisions import malformed
-from .opcodes import AETH_KINDS, CREDITS, GRH_NXTHDR_BTH, HEADER_LEN, NAK_CODES, RNR_TIMER_MS, aeth_kind, lookup
+from dissectors import crc
+from dissectors.base import IBLayer
+from dissectors.decisions import malformed
+from dissectors.opcodes import (
+    AETH_KINDS,
+    CREDITS,
+    GRH_NXTHDR_BTH,
+    HEADER_LEN,
+    NAK_CODES,
+    RNR_TIMER_MS,
+    aeth_kind,
+    lookup,
+)
 
 LNH_RAW, LNH_IPV6, LNH_LOCAL, LNH_GLOBAL = 0, 1, 2, 3
 

@@ -10,8 +10,8 @@ them).  A PDU cut short is decoded as far as its bytes go: the tree then ends wi
 
 import struct
 
-from .numbers import ISCSI_PORT
-from .nvmetable import SID_ULP_TCP, SID_ULP_TCP_MASK
+from dissectors.numbers import ISCSI_PORT
+from dissectors.nvmetable import SID_ULP_TCP, SID_ULP_TCP_MASK
 
 ISER_HEADER, BHS = 28, 48  # RFC 7145 §9.2; RFC 7143 §11.2
 CONTROL, HELLO, HELLO_REPLY = 1, 2, 3  # the iSER opcode, the flags' high nibble

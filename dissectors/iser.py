@@ -3,7 +3,7 @@ command fields tshark shows with it (SBC-3), each holding its bytes and the tree
 reads from them under Wireshark 4.4's names (`iser.*`, `iscsi.*`, `scsi.*`, `scsi_sbc.*`).  Which SCSI
 fields a response or data PDU gets depends on its command: ibwire.decode.iser follows that across frames."""
 
-from .rpcrdma import TreeLayer, made
+from dissectors.rpcrdma import TreeLayer, made
 
 
 class ISER(TreeLayer):

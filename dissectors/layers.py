@@ -1,7 +1,7 @@
 """Every layer and binding in one import (what `dissectors.<Layer>` loads on first use)."""
 
 # ruff: noqa: I001, F401  (re-exports, in the order scapy is to learn the bindings)
-from .ib import (
+from dissectors.ib import (
     AETH,
     BTH,
     DETH,
@@ -22,8 +22,8 @@ from .ib import (
     IBPad,
     ImmDt,
 )
-from .encap import ERF, IBLink, IPoIB, IPoIBLink, RWH, looks_like_roce2  # noqa: F401
-from .dcb import (
+from dissectors.encap import ERF, IBLink, IPoIB, IPoIBLink, RWH, looks_like_roce2  # noqa: F401
+from dissectors.dcb import (
     DCBXApp,
     LLDPDUAppPriority,
     LLDPDUETSConfiguration,
@@ -34,4 +34,4 @@ from .dcb import (
     MACControlPause,
     MACControlPFC,
 )
-from . import payloads  # noqa: F401  (registers the payload dispatch: MADs, IPoIB)
+from dissectors import payloads  # noqa: F401  (registers the payload dispatch: MADs, IPoIB)

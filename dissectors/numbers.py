@@ -2,7 +2,7 @@
 link types, InfiniBand's well-known QPs, Q_Keys, P_Keys and LIDs.  The tables of names live beside it
 (dissectors.opcodes: BTH opcodes; dissectors.mad.table: MAD classes, methods, attributes, status;
 dissectors.nvmetable: NVMe-oF), and the compiled decoder receives these values from Python
-(ibwire.fast.decode).  tests/test_house_literals.py fails when one is written as a literal elsewhere.
+(ibwire.decode.batch).  tests/test_house_literals.py fails when one is written as a literal elsewhere.
 """
 
 # Ethertypes (IEEE 802 registry)

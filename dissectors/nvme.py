@@ -6,8 +6,8 @@ queue and, for a completion, on its command: ibwire.decode.nvme follows that acr
 
 from scapy.fields import LEIntField, LELongField, LEShortField, LEThreeBytesField, StrFixedLenField, XByteField
 
-from .base import IBLayer
-from .nvmetable import (
+from dissectors.base import IBLayer
+from dissectors.nvmetable import (
     ADMIN,
     CM_REJ,
     CM_REP,

@@ -1,16 +1,16 @@
 """NVMe over Fabrics on RDMA as tables (NVMe-oF 1.1 §7.3 capsules and the RDMA transport binding; NVMe
 Base 2.0 §4.2 submission and §4.6 completion queue entries), named as Wireshark 4.4 names them (`nvme.*`,
 `nvme-rdma.*`, packet-nvme.c and packet-nvme-rdma.c), without scapy: the layers (dissectors.nvme) and the
-bulk path (ibwire.analysis.storage) both read these rows.
+bulk path (ibwire.analyze.storage) both read these rows.
 
 A row is (key, offset, size, mask); a row with a mask shows bits of the whole-byte row at the same offset,
 as Wireshark shows them.  All integers are little-endian.  DISPLAY says how tshark prints each key (as
-ibwire.fieldtypes.TSHARK_DISPLAY: -1 bytes, 0 decimal, 1 boolean, n hexadecimal with n digits).
+ibwire.decode.fieldtypes.TSHARK_DISPLAY: -1 bytes, 0 decimal, 1 boolean, n hexadecimal with n digits).
 """
 
 from typing import NamedTuple
 
-from .numbers import NVME_PORT
+from dissectors.numbers import NVME_PORT
 
 SQE_LEN, CQE_LEN = 64, 16
 FABRICS_OPC = 0x7F

@@ -4,11 +4,11 @@ mode)."""
 
 import struct
 
-from .decisions import carries_mad
-from .encap import ETHERTYPES, IPoIB
-from .ib import BTH, DETH, _payload_hooks
-from .numbers import ETHERTYPE_IPV4, ETHERTYPE_IPV6
-from .opcodes import lookup
+from dissectors.decisions import carries_mad
+from dissectors.encap import ETHERTYPES, IPoIB
+from dissectors.ib import BTH, DETH, _payload_hooks
+from dissectors.numbers import ETHERTYPE_IPV4, ETHERTYPE_IPV6
+from dissectors.opcodes import lookup
 
 
 def _deth_of(layer):
@@ -33,7 +33,7 @@ def payload_class(bth, last, payload: bytes):
     deth = _deth_of(last)
     if carries_mad(bth.opcode, bth.destqp, None if deth is None else deth.srcqp):
         try:
-            from .mad import MAD
+            from dissectors.mad import MAD
         except ImportError:  # the MAD layers are optional for transport decoding
             return None
         return MAD

@@ -5,8 +5,8 @@ Which tree a reply gets depends on its call: ibwire.decode.rpcrdma follows that 
 
 from scapy.fields import StrField
 
-from .base import IBLayer
-from .rpcrdmatable import leaves
+from dissectors.base import IBLayer
+from dissectors.rpcrdmatable import leaves
 
 
 class TreeLayer(IBLayer):

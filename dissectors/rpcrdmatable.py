@@ -10,8 +10,8 @@ as its bytes go: the tree then ends with ("_truncated", True)."""
 import struct
 import zlib
 
-from .numbers import NFS_RDMA_PORT
-from .nvmetable import SID_ULP_TCP, SID_ULP_TCP_MASK
+from dissectors.numbers import NFS_RDMA_PORT
+from dissectors.nvmetable import SID_ULP_TCP, SID_ULP_TCP_MASK
 
 RDMA_MSG, RDMA_NOMSG, RDMA_MSGP, RDMA_DONE, RDMA_ERROR = range(5)
 MSG_TYPES = ("RDMA_MSG", "RDMA_NOMSG", "RDMA_MSGP", "RDMA_DONE", "RDMA_ERROR")

@@ -8,7 +8,7 @@ ends with ("_truncated", True)."""
 
 import struct
 
-from .smbdirecttable import NT_STATUS
+from dissectors.smbdirecttable import NT_STATUS
 
 PROTOCOL_ID = 0xFE534D42  # 0xFE 'S' 'M' 'B', read big-endian as tshark shows it
 HEADER_LEN = 64

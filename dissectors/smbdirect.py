@@ -3,7 +3,7 @@ reassembled from, and the SMB2 message it carries (MS-SMB2 §2.2.1), each holdin
 dissectors.smbdirecttable or dissectors.smb2table reads from them under Wireshark 4.4's names
 (`smb_direct.*`, `smb2.*`).  ibwire.decode.smbdirect follows them across frames."""
 
-from .rpcrdma import TreeLayer, made
+from dissectors.rpcrdma import TreeLayer, made
 
 
 class SMBDirect(TreeLayer):

@@ -7,8 +7,8 @@ message cut short is decoded as far as its bytes go and the tree then ends with 
 
 import struct
 
-from .numbers import SMB_DIRECT_PORT, SMB_DIRECT_PORT_IWARP
-from .nvmetable import SID_ULP_TCP, SID_ULP_TCP_MASK
+from dissectors.numbers import SMB_DIRECT_PORT, SMB_DIRECT_PORT_IWARP
+from dissectors.nvmetable import SID_ULP_TCP, SID_ULP_TCP_MASK
 
 NEG_REQ, NEG_REP, DATA = 1, 2, 3  # the message kinds (MS-SMBD §2.2)
 VERSION = 0x0100  # §2.2.1: SMB Direct 1.0

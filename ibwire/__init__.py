@@ -4,7 +4,7 @@ In Python (a notebook, a script), the bulk analyses are one call each:
 
     import ibwire
     packets = ibwire.read("x.pcap", filter="bth.p_key == 0x8001")   # pyarrow Table, .to_pandas()
-    flows = ibwire.flows("x.pcap")          # ibwire.analysis.conversation.Flows (typed conversations)
+    flows = ibwire.flows("x.pcap")          # ibwire.analyze.conversation.Flows (typed conversations)
     fabric = ibwire.fabric("ib.pcap")       # ibwire.notebook.Fabric (nodes, ports, links, SM, traps)
     result = ibwire.audit("x.pcap", policy="partitions.conf", tenants="tenants.toml")
 
@@ -17,41 +17,41 @@ __version__ = "0.1.0"
 def read(path, filter=None, icrc: bool = True):
     """Every packet of a capture as a pyarrow Table with the columns of `ibwire export` (one row per
     packet; `filter` is a display filter such as "bth.opcode == 0x11 && bth.p_key == 0x8001")."""
-    from .notebook import read as _read
+    from ibwire.notebook import read as _read
 
     return _read(path, filter, icrc)
 
 
 def flows(path, filter=None, icrc: bool = True):
     """The conversations of a capture with RC transport analysis, as typed objects (see `ibwire flows`)."""
-    from .notebook import flows as _flows
+    from ibwire.notebook import flows as _flows
 
     return _flows(path, filter, icrc)
 
 
 def fabric(path):
     """The subnet rebuilt from a native-IB capture's management traffic, as typed objects."""
-    from .notebook import fabric as _fabric
+    from ibwire.notebook import fabric as _fabric
 
     return _fabric(path)
 
 
 def audit(*captures, policy, tenants=None, state=None, allow_both_pkeys: bool = False, fail_on: str = "breach"):
     """The P_Key isolation audit of one incident's captures: verdict, findings, tenant matrix."""
-    from .notebook import audit as _audit
+    from ibwire.notebook import audit as _audit
 
     return _audit(captures, policy, tenants, state, allow_both_pkeys, fail_on)
 
 
 def _keep_api():
-    """`ibwire.audit` and `ibwire.fabric` are also subpackages; importing them must not replace the
-    functions above on the package (the submodules stay reachable through sys.modules and `from`)."""
+    """`ibwire.audit` is also a subpackage; importing it must not replace the function above on the
+    package (the submodules stay reachable through sys.modules and `from`)."""
     import sys
     import types
 
     class _Package(types.ModuleType):
         def __setattr__(self, name, value):
-            if name in ("audit", "fabric") and isinstance(value, types.ModuleType):
+            if name == "audit" and isinstance(value, types.ModuleType):
                 return
             super().__setattr__(name, value)
 

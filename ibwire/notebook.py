@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .errors import UserError
+from ibwire.errors import UserError
 
 
 def _need_file(path) -> str:
@@ -20,10 +20,10 @@ def read(path, filter: Optional[str] = None, icrc: bool = True):
     """Every packet (or those `filter` keeps) as a pyarrow Table with arrow.record_schema()'s columns."""
     import pyarrow as pa
 
-    from .analysis.arrow import record_schema, record_table
-    from .analysis.packets import CaptureAnalysis
-    from .fast import scan
-    from .fast.filter import compile_batch_filter
+    from ibwire.analyze.arrow import record_schema, record_table
+    from ibwire.analyze.packets import CaptureAnalysis
+    from ibwire.decode.record_filter import compile_batch_filter
+    from ibwire.decode.scan import scan
 
     mask = compile_batch_filter(filter) if filter else None
     parts = []
@@ -40,9 +40,9 @@ def read(path, filter: Optional[str] = None, icrc: bool = True):
 
 
 def flows(path, filter: Optional[str] = None, icrc: bool = True):
-    from .analysis.conversation import Conversation, Flows
-    from .analysis.flows import analyse
-    from .fast.filter import compile_batch_filter
+    from ibwire.analyze.conversation import Conversation, Flows
+    from ibwire.analyze.flows import analyse
+    from ibwire.decode.record_filter import compile_batch_filter
 
     mask = compile_batch_filter(filter) if filter else None
     res = analyse(_need_file(path), icrc, mask)
@@ -142,7 +142,7 @@ class Fabric:
 
 
 def fabric(path) -> Fabric:
-    from .fabric import fabric_view
+    from ibwire.analyze.fabric import fabric_view
 
     v = fabric_view(_need_file(path))
     links = [
@@ -204,11 +204,11 @@ class AuditResult:
 def audit(
     captures, policy, tenants=None, state=None, allow_both_pkeys: bool = False, fail_on: str = "breach"
 ) -> AuditResult:
-    from .audit.findings import SEVERITIES
-    from .audit.inputs import audit_captures, load_state
-    from .audit.policy import load_policy
-    from .audit.report import as_dict
-    from .audit.tenants import load_tenants
+    from ibwire.audit.findings import SEVERITIES
+    from ibwire.audit.inputs import audit_captures, load_state
+    from ibwire.audit.policy import load_policy
+    from ibwire.audit.tenants import load_tenants
+    from ibwire.report.audit_report import as_dict
 
     if fail_on not in SEVERITIES:
         raise UserError(f"fail_on={fail_on!r}: choose one of {', '.join(SEVERITIES)}")

@@ -10,12 +10,12 @@ import struct
 from pathlib import Path
 
 from dissectors.numbers import GSI_QKEY, ISCSI_PORT
+from ibwire.files.writers import PcapWriter
 from ibwire.synth import iser as m
 from ibwire.synth import mads
 from ibwire.synth.headers import DETH, RETH, transport
 from ibwire.synth.links import Link
 from ibwire.synth.scenario import Port
-from ibwire.writers import PcapWriter
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 INITIATOR = Port("initiator", 1, 1, mac=bytes.fromhex("020000000011"), ip4=bytes([10, 0, 1, 1]))

@@ -7,12 +7,12 @@ import struct
 from pathlib import Path
 
 from dissectors.numbers import GSI_QKEY, NFS_RDMA_PORT
+from ibwire.files.writers import PcapWriter
 from ibwire.synth import mads
 from ibwire.synth import rpcrdma as m
 from ibwire.synth.headers import DETH, RETH, transport
 from ibwire.synth.links import Link
 from ibwire.synth.scenario import Port
-from ibwire.writers import PcapWriter
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 CLIENT = Port("client", 1, 1, mac=bytes.fromhex("020000000001"), ip4=bytes([10, 0, 0, 1]))

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from conftest import run_ibwire
 
 import ibwire
-from ibwire.analysis.conversation import Conversation, Latency
+from ibwire.analyze.conversation import Conversation, Latency
 from ibwire.audit.findings import Finding
 from ibwire.notebook import AuditResult, Fabric, Node, Port
 

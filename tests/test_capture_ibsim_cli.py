@@ -7,9 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from ibwire.capture.ibsim_lab import SimFabric
 from ibwire.decode import decode_frame
-from ibwire.readers import iter_frames
+from ibwire.files import iter_frames
+from ibwire.lab.simfabric import SimFabric
 
 TOPO = Path(__file__).resolve().parent / "fabric" / "small.topo"
 

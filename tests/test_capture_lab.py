@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from ibwire.files import iter_frames
 from ibwire.lab import topology, traffic
-from ibwire.readers import iter_frames
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared/captures/public"
 SCENARIO = str(PUBLIC / "m3_nvme_nvme-discover.pcap")

@@ -1,12 +1,12 @@
 """A .pcap capture keeps the kernel's nanoseconds: dumpcap's own pcapng (real dumpcap on lo, real kernel
-timestamps) rewritten by ibwire.capture.nspcap must read in tshark exactly as the pcapng does, time to the
+timestamps) rewritten by ibwire.files.nspcap must read in tshark exactly as the pcapng does, time to the
 nanosecond, and a stream cut inside a block leaves a valid file of the complete records."""
 
 import os
 import socket
 import subprocess
 
-from ibwire.capture.nspcap import NsPcapRewriter
+from ibwire.files.nspcap import NsPcapRewriter
 
 FIELDS = ["-T", "fields", "-e", "frame.time_epoch", "-e", "frame.len", "-e", "frame.cap_len", "-e", "udp.payload"]
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ibwire.readers import iter_frames
+from ibwire.files import iter_frames
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "standin"))

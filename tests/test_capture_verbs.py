@@ -63,8 +63,8 @@ def test_verbs_cli_with_sysfs_device_but_no_kernel_rdma(tmp_path):
 
 def test_verbs_standin_pyverbs_polls_in_batches_writes_every_frame_and_counts_device_drops(tmp_path):
     """pyverbs stand-in (tests/standin/verbs/pyverbs: no RDMA device can run here) delivering 3,000 frames."""
+    from ibwire.files import iter_frames
     from ibwire.lab import topology, traffic
-    from ibwire.readers import iter_frames
 
     root = fake_sysfs.build(tmp_path / "sys", "Ethernet")
     oob = root / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "hw_counters" / "out_of_buffer"

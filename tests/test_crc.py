@@ -7,7 +7,7 @@ from tshark_oracle import PUBLIC
 
 from dissectors import crc
 from ibwire.decode import decode_frame
-from ibwire.readers import Frame, iter_frames
+from ibwire.files import Frame, iter_frames
 
 # MANIFEST.md: CRC ground truth "ok" for these files (the others are "unknown").
 CRC_OK = [

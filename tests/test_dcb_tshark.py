@@ -38,7 +38,7 @@ from dissectors.dcb import (
     pause_seconds,
 )
 from ibwire.decode import decode_frame
-from ibwire.readers import iter_frames
+from ibwire.files import iter_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 PAUSE_DST, LLDP_DST = "01:80:c2:00:00:01", "01:80:c2:00:00:0e"

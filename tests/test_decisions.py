@@ -1,5 +1,5 @@
 """Each decision about what a packet is, stated once with the answer the InfiniBand spec gives, and checked
-on crafted frames against both decoders: the compiled records (ibwire.fast) and the full decode
+on crafted frames against both decoders: the compiled records (ibwire.decode.scan) and the full decode
 (ibwire.decode, scapy layers).
 
 Decisions: the link (RoCEv2 over IPv4/IPv6, RoCEv1, native IB with and without GRH); the transport and
@@ -13,7 +13,7 @@ a changed byte (bad ICRC §7.8.1, bad VCRC §7.8.2).
 Frames are built byte by byte from the spec's layouts (not from dissectors.opcodes); ibwire.synth.links only
 frames them (Ethernet, IP, UDP, GRH, LRH, ICRC, VCRC).  Each table entry is one branch; one function per
 decoder reads its answers into the same vocabulary, compared with the entry's.  Both decoders take these
-decisions from dissectors.decisions (the compiled loop through the tables ibwire.fast.decode builds from it);
+decisions from dissectors.decisions (the compiled loop through the tables ibwire.decode.batch builds from it);
 a decoder found answering otherwise gets a WRONG entry saying what it answers, a strict xfail until fixed.
 """
 
@@ -25,12 +25,12 @@ import pytest
 
 from dissectors.mad import MAD
 from ibwire.decode import decode_frame
-from ibwire.fast import read_all
-from ibwire.fast import records as R
-from ibwire.fast.decode import KNOWN
-from ibwire.readers import iter_frames
+from ibwire.decode import records as R
+from ibwire.decode.batch import KNOWN
+from ibwire.decode.scan import read_all
+from ibwire.files import iter_frames
+from ibwire.files.writers import PcapWriter
 from ibwire.synth.links import Link
-from ibwire.writers import PcapWriter
 
 
 class Header(NamedTuple):
@@ -227,7 +227,7 @@ def capture(c: Case, path) -> str:
 
 def compiled_answers(path) -> list:
     """The records' answers.  They name no transport or operation (readers look the opcode up) and hold no RMPP
-    header (SA MADs, F_MAD with class 0x03, are handed to the full decode: ibwire/output/printer.py)."""
+    header (SA MADs, F_MAD with class 0x03, are handed to the full decode: ibwire/report/packets/printer.py)."""
     out = []
     for r in read_all(path):
         flags, op = int(r["flags"]), int(r["opcode"])

@@ -189,8 +189,8 @@ def test_version_help_and_completion():
 
 def _repeated(src: Path, dst: Path, times: int) -> Path:
     """`src`'s frames `times` over (one second later each time)."""
-    from ibwire.readers import iter_frames
-    from ibwire.writers import PcapWriter
+    from ibwire.files import iter_frames
+    from ibwire.files.writers import PcapWriter
 
     frames = list(iter_frames(str(src)))
     with PcapWriter(str(dst), frames[0].linktype) as w:

@@ -8,7 +8,7 @@ from test_mad_oracle import TSHARK_EXCEPTIONS
 from tshark_oracle import PUBLIC, compare
 
 from ibwire.decode import decode_frame
-from ibwire.readers import iter_frames
+from ibwire.files import iter_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSPORT = (
@@ -97,7 +97,7 @@ def test_every_transport_field_of_tshark_is_covered(tshark):
 def test_converted_captures_agree_with_tshark(tmp_path, tshark, link):
     """What `ibwire convert` writes is decoded identically by tshark and ibwire (ERF records built from
     link type 247; native IB with GRH turned into RoCEv1)."""
-    from ibwire.convert import convert
+    from ibwire.files.convert import convert
 
     ib = tmp_path / "ib.pcap"
     out = tmp_path / f"out-{link}.pcapng"

@@ -16,14 +16,14 @@ from test_fast_vs_decode import _mismatches
 from tshark_oracle import compare
 
 from dissectors.opcodes import HEADER_LEN, OPCODES
-from ibwire.convert import convert
 from ibwire.decode import decode_frame
-from ibwire.fast import read_all
-from ibwire.fast import records as R
-from ibwire.readers import iter_frames
+from ibwire.decode import records as R
+from ibwire.decode.scan import read_all
+from ibwire.files import iter_frames
+from ibwire.files.convert import convert
+from ibwire.files.writers import PcapWriter
 from ibwire.synth.headers import transport
 from ibwire.synth.links import Link
-from ibwire.writers import PcapWriter
 
 LINKS = ("roce2", "roce2-v6", "roce1", "ib")
 

@@ -11,7 +11,7 @@ from conftest import run_ibwire
 from pictures_browser import render
 
 from ibwire.capture.ibsim import capture_ibsim
-from ibwire.capture.ibsim_lab import SimFabric
+from ibwire.lab.simfabric import SimFabric
 
 TOPOLOGY = Path(__file__).resolve().parent / "fabric" / "tiers.topo"
 

@@ -12,9 +12,9 @@ from fabric import scenario
 from dissectors.mad import MAD
 from dissectors.mad.smp import NodeInfo, PortInfo, SMPDirected
 from dissectors.numbers import LINKTYPE_ERF
+from ibwire.analyze.fabric import fabric_view
 from ibwire.capture.ibsim_wire import ib_packet
-from ibwire.fabric import fabric_view
-from ibwire.writers import PcapWriter, erf_record
+from ibwire.files.writers import PcapWriter, erf_record
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +232,7 @@ def test_fabric_report_groups_cas_of_a_large_fabric():
     link degraded to 1X: one box per leaf holds its CAs, and the degraded link still shows on its leaf."""
     import re
 
-    from ibwire.pictures.topology import topology_svg
+    from ibwire.report.pictures.topology import topology_svg
 
     nodes = [{"guid": 0x900, "type": "Switch", "description": "spine", "num_ports": 36}]
     links, ports = [], []

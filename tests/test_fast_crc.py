@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from test_crc import CRC_OK
 from tshark_oracle import PUBLIC
 
-from ibwire.fast import _native, read_all
-from ibwire.fast import records as R
-from ibwire.readers import iter_frames
-from ibwire.writers import PcapWriter
+from ibwire.decode import _native
+from ibwire.decode import records as R
+from ibwire.decode.scan import read_all
+from ibwire.files import iter_frames
+from ibwire.files.writers import PcapWriter
 
 
 @settings(max_examples=400, deadline=None)

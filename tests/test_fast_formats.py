@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ibwire.fast import read_all, scan
-from ibwire.fast import records as R
-from ibwire.readers import iter_frames
-from ibwire.writers import PcapngWriter, PcapWriter
+from ibwire.decode import records as R
+from ibwire.decode.scan import read_all, scan
+from ibwire.files import iter_frames
+from ibwire.files.writers import PcapngWriter, PcapWriter
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
 ROCE = PUBLIC / "m3_nvme_nvme-discover.pcap"
@@ -122,8 +122,8 @@ def test_random_corruption_never_crashes(tmp_path):
 
 
 def test_reordered_capture_flags_time_and_keeps_counts(tmp_path):
-    from ibwire.analysis.flows import analyse
-    from ibwire.analysis.stats import compute
+    from ibwire.analyze.flows import analyse
+    from ibwire.analyze.stats import compute
 
     frames = list(iter_frames(str(ROCE)))
     rng = random.Random(1)
@@ -162,8 +162,8 @@ def test_not_a_capture_is_a_user_error(tmp_path, content):
 @pytest.mark.parametrize("chunk", [64, 1000, 5000])
 def test_chunk_boundaries_do_not_change_records(tmp_path, chunk):
     """Records straddling read chunks (and records larger than a chunk) decode as in one piece."""
-    from ibwire.fast.decode import decode_batch
-    from ibwire.fast.walk import CaptureWalk
+    from ibwire.decode.batch import decode_batch
+    from ibwire.files.walk import CaptureWalk
 
     ng = tmp_path / "x.pcapng"
     w = PcapngWriter(str(ng))
@@ -182,7 +182,7 @@ def test_chunk_boundaries_do_not_change_records(tmp_path, chunk):
 def test_read_responses_missing_from_capture_are_not_psn_gaps(tmp_path):
     """A multi-packet READ uses one requester PSN per response packet; if the capture lacks the responses,
     the next request's PSN jump is explained by the READ, not reported as loss."""
-    from ibwire.analysis.flows import analyse
+    from ibwire.analyze.flows import analyse
 
     src = PUBLIC / "m3_nvme_host-echo_dump.pcap"
     rec = read_all(str(src))

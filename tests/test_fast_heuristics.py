@@ -8,10 +8,10 @@ from pathlib import Path
 from dissectors.crc import icrc_roce2
 from dissectors.numbers import LINKTYPE_ERF
 from ibwire.decode import decode_frame
-from ibwire.fast import read_all
-from ibwire.fast import records as R
-from ibwire.readers import iter_frames
-from ibwire.writers import PcapWriter, erf_record
+from ibwire.decode import records as R
+from ibwire.decode.scan import read_all
+from ibwire.files import iter_frames
+from ibwire.files.writers import PcapWriter, erf_record
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
 
@@ -53,7 +53,7 @@ def test_erf_ib_link_packets_are_counted(tmp_path):
     ref = read_all(str(PUBLIC / "srinivas_infiniband.pcap"))[:3]
     assert list(rec["link"]) == list(ref["link"]) + [R.IBLINK]
     assert (rec["icrc"][:3] == R.GOOD).all() and (rec["vcrc"][:3] == R.GOOD).all()
-    from ibwire.analysis.stats import compute
-    from ibwire.fast import scan
+    from ibwire.analyze.stats import compute
+    from ibwire.decode.scan import scan
 
     assert compute(scan(str(p)))["counters"]["ib_link_packets"] == 1

@@ -1,5 +1,5 @@
 """Peak memory stays flat as captures grow: `stats`, `flows`, `export` and `audit` on 90k and 180k packets of
-the same traffic (both over fast.split.MIN_SPLIT, so both are read the same way, in parallel where a
+the same traffic (both over files.split.MIN_SPLIT, so both are read the same way, in parallel where a
 command splits large files) use about the same resident memory (the per-conversation state does not grow, and the
 detail reader the audit uses streams the file instead of loading it)."""
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from gen_roce import generate  # noqa: E402
 
-from ibwire.fast.split import MIN_SPLIT  # noqa: E402
+from ibwire.files.split import MIN_SPLIT  # noqa: E402
 
 # VmHWM is the peak of this process's own memory map.  getrusage's ru_maxrss would not do: Linux carries
 # it across exec from the forking parent, here the test runner, which can be larger than the command.

@@ -9,9 +9,9 @@ import pytest
 
 from dissectors.numbers import ETHERTYPE_MAC_CONTROL
 from ibwire.decode import decode_frame
-from ibwire.fast import read_all
-from ibwire.fast import records as R
-from ibwire.readers import iter_frames
+from ibwire.decode import records as R
+from ibwire.decode.scan import read_all
+from ibwire.files import iter_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = ROOT.parent / "shared" / "captures" / "public"

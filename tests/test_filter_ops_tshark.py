@@ -17,10 +17,10 @@ from conftest import run_ibwire
 from test_filter_tshark import CAPTURES, EXT_HEADERS, TSHARK_MISREADS, full_decode, merged, tshark_frames  # noqa: F401
 from tshark_oracle import TSHARK
 
+from ibwire.decode.filter import compile_filter
+from ibwire.decode.record_filter import batch_filter
 from ibwire.decode.stream import Stream, select
-from ibwire.fast.filter import batch_filter
-from ibwire.filter import compile_filter
-from ibwire.readers import iter_frames
+from ibwire.files import iter_frames
 
 # ibwire's filter, or (ibwire's, tshark's) where the names differ: ibwire's `payload` is the bytes after
 # the IB headers, which tshark 4.0 hands to its `data` dissector (its infiniband.payload is only on IPoIB).

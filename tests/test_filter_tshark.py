@@ -20,10 +20,10 @@ from conftest import run_ibwire
 from tshark_oracle import PUBLIC, TSHARK
 
 from ibwire.decode import decode_frame
+from ibwire.decode.filter import compile_filter
 from ibwire.decode.stream import Stream, select
-from ibwire.filter import compile_filter
-from ibwire.readers import iter_frames
-from ibwire.writers import PcapngWriter
+from ibwire.files import iter_frames
+from ibwire.files.writers import PcapngWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = sorted(PUBLIC.glob("*.pcap")) + sorted((ROOT / "captures").glob("*.pcap"))

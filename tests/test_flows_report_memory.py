@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ibwire.analysis.flows import analyse
-from ibwire.pictures import flows_report
-from ibwire.pictures import series as S
+from ibwire.analyze import series as S
+from ibwire.analyze.flows import analyse
+from ibwire.report.pictures import flows_report
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
 

@@ -19,13 +19,13 @@ from conftest import run_ibwire
 from tshark_oracle import PUBLIC
 
 from ibwire.decode import decode_frame
+from ibwire.decode import records as R
+from ibwire.decode.scan import read_all
 from ibwire.decode.stream import Stream
-from ibwire.fast import read_all
-from ibwire.fast import records as R
-from ibwire.output.printer import Printer
-from ibwire.output.tree import hex_dump, tree
-from ibwire.readers import iter_frames
-from ibwire.writers import PcapWriter
+from ibwire.files import iter_frames
+from ibwire.files.writers import PcapWriter
+from ibwire.report.packets.printer import Printer
+from ibwire.report.packets.tree import hex_dump, tree
 
 TOTAL = 40_000
 KEYS = ["frame.number", "bth.psn", "ip.addr", "eth.src", "mad.transactionid", "icrc.status", "frame.time_relative"]

@@ -5,8 +5,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ibwire.analysis.hashing import group_rows
-from ibwire.fast.records import RECORD
+from ibwire.analyze.hashing import group_rows
+from ibwire.decode.records import RECORD
 
 FIELDS = ("dst", "dlid", "eth_dst", "destqp")
 

@@ -15,8 +15,8 @@ import pytest
 from conftest import run_ibwire
 
 from dissectors.numbers import LINKTYPE_ETHERNET
-from ibwire.readers import iter_frames
-from ibwire.writers import PcapngWriter
+from ibwire.files import iter_frames
+from ibwire.files.writers import PcapngWriter
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
 PCAP = CAPS / "pfc-both-ends.pcap"

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from dissectors.numbers import ETHERTYPE_LLDP, ETHERTYPE_MAC_CONTROL
-from ibwire.analysis.healthrows import FIELDS, KEEP, PAUSE_FIELDS, read
-from ibwire.fast import _native, scan
-from ibwire.fast import records as R
+from ibwire.analyze.healthrows import FIELDS, KEEP, PAUSE_FIELDS, read
+from ibwire.decode import _native
+from ibwire.decode import records as R
+from ibwire.decode.scan import scan
 
 ROOT = Path(__file__).resolve().parents[1]
 OFFSETS = np.array([R.RECORD.fields[f][1] for f in FIELDS], np.int64)

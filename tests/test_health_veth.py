@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from dissectors.dcbfacts import lldp_frame, pause_frame, pfc_frame
-from ibwire.readers import iter_frames
+from ibwire.files import iter_frames
 
 NS = f"ibhw{os.getpid() % 100000}"
 CLI = [sys.executable, "-c", "from ibwire.cli import main; main()"]

@@ -13,7 +13,7 @@ from conftest import ROOT, run_ibwire
 from test_mad_oracle import write_erf_pcap
 from test_mad_rmpp import paths, table_response
 
-from ibwire.readers import open_capture
+from ibwire.files import open_capture
 
 sys.path.insert(0, str(ROOT / "bench"))
 from hostile import records  # noqa: E402
@@ -66,8 +66,8 @@ def test_rmpp_reassembly_called_directly_is_bounded(tmp_path):
         f"resource.setrlimit(resource.RLIMIT_AS, ({MEMORY}, {MEMORY}))\n"
         "resource.setrlimit(resource.RLIMIT_CPU, (20, 20))\n"
         "from dissectors.mad import reassemble\n"
-        "from ibwire.convert import native_ib\n"
-        "from ibwire.readers import open_capture\n"
+        "from ibwire.files.convert import native_ib\n"
+        "from ibwire.files import open_capture\n"
         "mads = [native_ib(f)[0][28:284] for f in open_capture(sys.argv[1])]\n"
         "print(reassemble(mads[1:2]))\n"
         "for segs in (mads[:2], mads):\n"
@@ -121,7 +121,7 @@ def test_short_pcapng_blocks_are_reported_not_fatal(tmp_path):
 def test_jobs_are_capped_by_cpus_and_work(tmp_path):
     import os
 
-    from ibwire.fast.split import processes
+    from ibwire.files.split import processes
 
     cpus = len(os.sched_getaffinity(0))
     assert processes(100_000, 10**9) == cpus and processes(0, 10**9) == cpus

@@ -24,13 +24,14 @@ import contextlib, ctypes, os, random, sys
 from collections import defaultdict
 import numpy as np
 from ibwire.cli import main as cli
-from ibwire.fast import _native, read_all
-from ibwire.fast.decode import decode_batch
-from ibwire.fast.walk import Positions
-from ibwire.analysis.flows import analyse
-from ibwire.analysis.hashing import group_rows
-from ibwire.analysis.stats import compute_file
-from ibwire.writers import PcapngWriter, PcapWriter
+from ibwire.decode import _native
+from ibwire.decode.scan import read_all
+from ibwire.decode.batch import decode_batch
+from ibwire.files.walk import Positions
+from ibwire.analyze.flows import analyse
+from ibwire.analyze.hashing import group_rows
+from ibwire.analyze.stats import compute_file
+from ibwire.files.writers import PcapngWriter, PcapWriter
 from test_fuzz_decode import TOTAL, mutations, seeds
 
 asan = ctypes.CDLL(None)
@@ -131,7 +132,7 @@ print(f"clean: {len(rec)} packets walled off, {len(files)} mutant pcaps, a mutan
 
 def _native_sources():
     ext = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ibwire"]["ext-modules"]
-    (native,) = [e for e in ext if e["name"] == "ibwire.fast._native"]
+    (native,) = [e for e in ext if e["name"] == "ibwire.decode._native"]
     return native
 
 
@@ -142,7 +143,7 @@ def asan_tree(tmp_path_factory):
     for pkg in ("ibwire", "dissectors"):
         shutil.copytree(ROOT / pkg, tree / pkg, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     native = _native_sources()
-    out = tree / "ibwire" / "fast" / f"_native{sysconfig.get_config_var('EXT_SUFFIX')}"
+    out = tree / "ibwire" / "decode" / f"_native{sysconfig.get_config_var('EXT_SUFFIX')}"
     cc = [
         "gcc",
         "-shared",

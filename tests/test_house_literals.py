@@ -85,7 +85,7 @@ def test_no_module_declares_a_registry_name_again():
 
 
 def test_the_compiled_decoder_takes_its_numbers_from_the_generated_header():
-    native = ROOT / "ibwire" / "fast" / "native"
+    native = ROOT / "ibwire" / "decode" / "native"
     assert (native / "numbers.h").read_text() == gen_numbers_h.render(), "run tools/gen_numbers_h.py"
     found = []
     for path in sorted([*native.glob("*.c"), *native.glob("*.h")]):

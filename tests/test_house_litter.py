@@ -15,8 +15,8 @@ import pytest
 from litter import changes, outside, snapshot
 
 from ibwire.audit import state
-from ibwire.capture.ibsim_lab import SimFabric
 from ibwire.errors import UserError
+from ibwire.lab.simfabric import SimFabric
 
 TOPO = Path(__file__).resolve().parent / "fabric" / "small.topo"
 

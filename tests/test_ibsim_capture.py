@@ -15,10 +15,10 @@ from test_mad_oracle import TSHARK_EXCEPTIONS
 
 from dissectors.crc import icrc_ib, vcrc
 from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_INFINIBAND
+from ibwire.analyze.fabric.extract import iter_mads, native_ib
 from ibwire.capture.ending import complete_prefix
 from ibwire.decode import decode_frame
-from ibwire.fabric.extract import iter_mads, native_ib
-from ibwire.readers import iter_frames
+from ibwire.files import iter_frames
 
 for _tool in ("ibsim", "opensm", "smpquery", "saquery", "perfquery", "ibnetdiscover"):
     assert shutil.which(_tool), (

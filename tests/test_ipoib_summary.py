@@ -11,8 +11,8 @@ from scapy.all import raw
 
 from dissectors import IPoIB, IPoIBLink
 from ibwire.decode import decode_frame
-from ibwire.readers import iter_frames
-from ibwire.writers import PcapWriter
+from ibwire.files import iter_frames
+from ibwire.files.writers import PcapWriter
 
 IPOIB = "arp || ip || ipv6"
 

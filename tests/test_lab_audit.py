@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_audit_scenarios import _declared, _scenario, unmatched_findings
 
-from ibwire.readers import iter_frames
+from ibwire.files import iter_frames
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
 PREFIX = f"ibwa{os.getpid() % 100000}"

@@ -26,7 +26,7 @@ from tshark_oracle import compare
 
 from dissectors.opcodes import OPCODES
 from ibwire.decode import decode_frame
-from ibwire.readers import iter_frames
+from ibwire.files import iter_frames
 
 CLI = [sys.executable, "-c", "from ibwire.cli import main; main()"]
 PREFIX = f"ibwr{os.getpid() % 10000}"

@@ -10,8 +10,8 @@ from scapy.layers.l2 import CookedLinux
 
 from dissectors import ERF, IBLink, IPoIBLink
 from ibwire.decode import decode_frame
-from ibwire.readers import iter_frames
-from ibwire.writers import PcapWriter
+from ibwire.files import iter_frames
+from ibwire.files.writers import PcapWriter
 
 try:
     from scapy.layers.l2 import CookedLinuxV2

@@ -12,7 +12,7 @@ from pathlib import Path
 from dissectors.crc import icrc_ib, vcrc
 from dissectors.mad import MAD, flat
 from dissectors.numbers import LINKTYPE_ERF
-from ibwire.writers import PcapWriter, erf_record
+from ibwire.files.writers import PcapWriter, erf_record
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared/captures/public"
 TSHARK = shutil.which("tshark") or "/usr/bin/tshark"

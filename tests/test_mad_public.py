@@ -7,7 +7,7 @@ import pytest
 from test_mad_oracle import PUBLIC, compare, tshark_packets
 
 from dissectors.mad import MAD, flat
-from ibwire.readers import iter_frames
+from ibwire.files import iter_frames
 
 FILES = ["srinivas_infiniband.pcap", "m3_02-2-write_ibdump_write.pcap", "m3_rdma-write-read_ibdump_read2.pcap"]
 

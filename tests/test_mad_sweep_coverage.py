@@ -14,7 +14,7 @@ from fabric import scenario
 from test_mad_oracle import TSHARK_EXCEPTIONS
 
 from ibwire.decode import decode_frame
-from ibwire.readers import iter_frames
+from ibwire.files import iter_frames
 
 EXTRA_TOOLS = [
     ["saquery", "-c"],

@@ -9,7 +9,7 @@ CAPS = Path(__file__).resolve().parents[1] / "captures"
 
 RUN_WITHOUT_NATIVE = """
 import sys
-sys.modules["ibwire.fast._native"] = None       # stands in for a missing extension module
+sys.modules["ibwire.decode._native"] = None       # stands in for a missing extension module
 from ibwire.cli import main
 sys.argv = ["ibwire", *sys.argv[1:]]
 main()

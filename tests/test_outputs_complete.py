@@ -18,9 +18,9 @@ from test_fuzz_decode import mutations, seeds
 from tshark_oracle import PUBLIC
 
 from ibwire.decode import decode_frame
-from ibwire.output.tshark_doc import Session, Times, document, leaves
-from ibwire.readers import iter_frames
-from ibwire.writers import PcapWriter
+from ibwire.files import iter_frames
+from ibwire.files.writers import PcapWriter
+from ibwire.report.packets.tshark_doc import Session, Times, document, leaves
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = sorted(PUBLIC.glob("*.pcap")) + sorted((ROOT / "captures").glob("*.pcap"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from ibwire.readers import open_capture
+from ibwire.files import open_capture
 
 CAPS = ROOT / "captures"
 BREACH = CAPS / "multitenant-breach.pcap"
@@ -22,10 +22,10 @@ EXE = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
 
 def cli(*args):
     """Run the CLI in this process as `ibwire ARGS`; returns the exit status."""
-    import ibwire.outfile
+    import ibwire.files.outfile
 
-    ibwire.outfile._finished.clear()  # what a fresh process would know of its outputs
-    ibwire.outfile._abandoned.clear()
+    ibwire.files.outfile._finished.clear()  # what a fresh process would know of its outputs
+    ibwire.files.outfile._abandoned.clear()
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     argv, sys.argv = sys.argv, ["ibwire", *map(str, args)]
     try:
@@ -374,7 +374,7 @@ def test_a_real_full_disk_keeps_the_old_file_or_leaves_none(tmp_path):
 def test_ctrl_c_just_after_the_part_file_is_locked_says_not_written(tmp_path, monkeypatch):
     """Ctrl-C landing between the part file's lock and the first byte (here: while the file object is made)
     still reports the output as not written, the old file unchanged, and leaves no part file."""
-    import ibwire.outfile as outfile
+    import ibwire.files.outfile as outfile
 
     outfile._finished.clear()
     outfile._abandoned.clear()

@@ -106,11 +106,11 @@ def test_build_gives_an_sdist_with_the_c_sources_and_a_wheel_with_the_compiled_p
     _, whl, sdist = installs
     sources = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if n.endswith((".c", ".h"))}
     tracked = subprocess.run(
-        ["git", "ls-files", "ibwire/fast/native"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "ls-files", "ibwire/decode/native"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
     assert sources == set(tracked)
     names = zipfile.ZipFile(whl).namelist()
-    assert any(n.startswith("ibwire/fast/_native.") and n.endswith(".so") for n in names)
+    assert any(n.startswith("ibwire/decode/_native.") and n.endswith(".so") for n in names)
     assert "dissectors/opcodes.py" in names and not any(n.startswith("tests/") for n in names)
 
 
@@ -121,7 +121,7 @@ def test_installed_ibwire_reads_a_shipped_capture_with_its_compiled_part(install
         [
             str(python),
             "-c",
-            "import ibwire.fast._native as n, importlib.metadata as m; print(n.__file__); print(m.version('ibwire'))",
+            "import ibwire.decode._native as n, importlib.metadata as m; print(n.__file__); print(m.version('ibwire'))",
         ],
         capture_output=True,
         text=True,

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_outputs_safe import cli
 
-import ibwire.outfile as outfile
+import ibwire.files.outfile as outfile
 from ibwire.cli import Terminated
-from ibwire.readers import open_capture
+from ibwire.files import open_capture
 
 CAPS = ROOT / "captures"
 SMALL = CAPS / "atomics.pcap"  # 46 frames, 17 KB
@@ -153,7 +153,7 @@ def _as_pcapng() -> bytes:
     """The small sample as pcapng (one interface), written by ibwire's own writer."""
     import io
 
-    from ibwire.writers import PcapngWriter
+    from ibwire.files.writers import PcapngWriter
 
     buf = io.BytesIO()
     w = PcapngWriter(buf)

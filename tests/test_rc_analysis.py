@@ -256,7 +256,7 @@ def test_the_captures_own_drops_are_tied_to_the_gaps(tmp_path):
     not captured (capture-gap.toml declares 3) those drops explain, and that the rest were missed before it."""
     from scapy.utils import rdpcap
 
-    from ibwire.writers import PcapngWriter
+    from ibwire.files.writers import PcapngWriter
 
     packets = rdpcap(str(CAPS / "capture-gap.pcap"))
     want = sum(_truth("capture-gap")["not_captured"].values())
@@ -284,7 +284,7 @@ def _gap_capture(tmp_path, name, drops_after: dict):
     the capture's drops so far), and one at the end."""
     from scapy.utils import rdpcap
 
-    from ibwire.writers import PcapngWriter
+    from ibwire.files.writers import PcapngWriter
 
     packets = rdpcap(str(CAPS / "capture-gap.pcap"))
     out = tmp_path / name

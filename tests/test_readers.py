@@ -7,9 +7,9 @@ import pytest
 from tshark_oracle import PUBLIC
 
 from ibwire.decode import decode_frame
-from ibwire.readers import iter_frames
-from ibwire.readers.capfile import Capture
-from ibwire.writers import PcapngWriter
+from ibwire.files import iter_frames
+from ibwire.files.capfile import Capture
+from ibwire.files.writers import PcapngWriter
 
 SRC = PUBLIC / "m3_nvme_host-echo_dump.pcap"
 

@@ -5,7 +5,7 @@ from scapy.all import IP, UDP, Ether, raw
 
 from dissectors import BTH, ICRC, RETH
 from ibwire.decode import decode_frame
-from ibwire.readers import Frame
+from ibwire.files import Frame
 
 
 def frame(pkt):

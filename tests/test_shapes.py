@@ -1,4 +1,4 @@
-"""-T json and jsonl print most frames from programs learned per shape (ibwire/output/templates.py,
+"""-T json and jsonl print most frames from programs learned per shape (ibwire/report/packets/templates.py,
 shapes.py); a frame's text must be byte for byte what its full decode prints.  The reference is the same
 `ibwire decode` with the learned programs switched off (Printer._shaped), run on every public capture
 and every shipped sample, IB over ERF, RoCEv1, RoCEv2 over IPv4 and IPv6, VLANs and truncated frames
@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 from conftest import PUBLIC, ROOT
 
-from ibwire.output.program import compile_parts, render
-from ibwire.output.tshark_doc import frame_time
+from ibwire.report.packets.program import compile_parts, render
+from ibwire.report.packets.tshark_doc import frame_time
 
 BOTH = r"""
 import json, os, sys
 from ibwire.cli import main
-from ibwire.output.printer import Printer
+from ibwire.report.packets.printer import Printer
 
 learned = Printer._shaped
 for out, args in json.loads(sys.argv[1]):

@@ -17,9 +17,9 @@ from dissectors.mad import MAD
 from dissectors.mad.smp import SMPLID, SMInfo
 from dissectors.numbers import LINKTYPE_ERF
 from ibwire.capture.ibsim import capture_ibsim
-from ibwire.capture.ibsim_lab import SimFabric
 from ibwire.capture.ibsim_wire import ib_packet
-from ibwire.writers import PcapWriter, erf_record
+from ibwire.files.writers import PcapWriter, erf_record
+from ibwire.lab.simfabric import SimFabric
 
 SM_PORT, ROGUE_PORT = 0x0002C90300000101, 0x0002C90300A1F003  # multitenant-breach: "sm" and vm4
 DEMO = ROOT / "captures" / "multitenant-breach"

@@ -8,11 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ibwire.analysis.stats import compute_file
-from ibwire.fast import split
-from ibwire.fast.walk import CaptureWalk
-from ibwire.readers import iter_frames
-from ibwire.writers import PcapngWriter
+from ibwire.analyze.stats import compute_file
+from ibwire.files import iter_frames, split
+from ibwire.files.walk import CaptureWalk
+from ibwire.files.writers import PcapngWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from gen_roce import generate  # noqa: E402

@@ -93,7 +93,7 @@ def test_no_setup_no_commands_said_so(public_dir):
 
 def test_bulk_path_never_loads_scapy(public_dir):
     code = (
-        "import sys; from ibwire.analysis.storage import analyse; "
+        "import sys; from ibwire.analyze.storage import analyse; "
         f"r = analyse({str(public_dir / DISCOVER)!r}); assert r['commands']; "
         "assert not [m for m in sys.modules if m.startswith('scapy')]"
     )

@@ -81,7 +81,7 @@ def test_a_misspelt_or_mistyped_tenants_key_is_refused_at_its_line(tmp_path, cap
 # -- fabric state JSON ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def state_doc():
-    from ibwire.fabric import fabric_view
+    from ibwire.analyze.fabric import fabric_view
 
     return json.loads(json.dumps(fabric_view(f"{BREACH}.pcap")))
 

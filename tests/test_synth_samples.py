@@ -11,7 +11,7 @@ import pytest
 
 from dissectors.crc import icrc_roce2
 from dissectors.opcodes import headers_len, lookup
-from ibwire.readers import iter_frames
+from ibwire.files import iter_frames
 from ibwire.synth import generate
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"

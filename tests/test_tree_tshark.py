@@ -160,8 +160,8 @@ def test_tree_words_the_issue_example(tshark):
 
 
 def test_label_table_is_wiresharks(tshark):
-    """ibwire/output/ws_labels.py is what tests/ws_labels_gen.py makes of this tshark's registrations."""
+    """ibwire/report/packets/ws_labels.py is what tests/ws_labels_gen.py makes of this tshark's registrations."""
     made = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "ws_labels_gen.py")], capture_output=True, text=True, check=True
     ).stdout
-    assert made == (ROOT / "ibwire" / "output" / "ws_labels.py").read_text()
+    assert made == (ROOT / "ibwire" / "report" / "packets" / "ws_labels.py").read_text()

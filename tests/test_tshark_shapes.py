@@ -388,7 +388,7 @@ def test_jsonl_keeps_ibwires_own_shape_with_ipv6_gids():
 def test_jsonl_doc_lists_every_record_field():
     """docs/jsonl.md's table names every header key the compiled records hold (jsonl, the full decode, holds
     them and more)."""
-    from ibwire.fast.records import FIELD_KEYS
+    from ibwire.decode.records import FIELD_KEYS
 
     doc = (ROOT / "docs" / "jsonl.md").read_text()
     rows = {

@@ -1,10 +1,10 @@
-"""Writes ibwire/output/ws_labels.py, the labels `-V` prints, from Wireshark's own field registrations.
+"""Writes ibwire/report/packets/ws_labels.py, the labels `-V` prints, from Wireshark's own field registrations.
 
-    python tests/ws_labels_gen.py > ibwire/output/ws_labels.py
+    python tests/ws_labels_gen.py > ibwire/report/packets/ws_labels.py
 
 Reads `tshark -G fields` (label, type, base, bitmask of each field) and `tshark -G values` (value strings,
 true/false strings) for every InfiniBand field and the encapsulation fields ibwire's tshark-shaped document
-holds (ibwire.output.tshark_doc).  test_tree_labels.py regenerates it and requires the committed table equal.
+holds (ibwire.report.packets.tshark_doc).  test_tree_labels.py regenerates it and requires the committed table equal.
 """
 
 import subprocess
@@ -78,7 +78,7 @@ BESIDE += ("smb_direct.", "smb2.")  # SMB Direct and the SMB2 it carries
 
 def wanted(name: str) -> bool:
     if name.startswith(BESIDE):
-        from ibwire.fieldtypes import field_type
+        from ibwire.decode.fieldtypes import field_type
 
         return field_type(name) is not None
     return name.startswith("infiniband.") or name in OTHER

@@ -1,7 +1,7 @@
-"""Write ibwire/fast/native/numbers.h, the compiled decoder's copy of the protocol numbers it tests against
+"""Write ibwire/decode/native/numbers.h, the compiled decoder's copy of the protocol numbers it tests against
 constants (ethertypes, link types, MAC control opcodes), from dissectors/numbers.py.
 
-    .venv/bin/python tools/gen_numbers_h.py          # rewrites ibwire/fast/native/numbers.h
+    .venv/bin/python tools/gen_numbers_h.py          # rewrites ibwire/decode/native/numbers.h
 tests/test_house_literals.py fails when the file is not what this script writes.
 """
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "ibwire" / "fast" / "native" / "numbers.h"
+OUT = ROOT / "ibwire" / "decode" / "native" / "numbers.h"
 PREFIXES = ("ETHERTYPE_", "LINKTYPE_", "MACC_OPCODE_")
 HEX = ("ETHERTYPE_", "MACC_OPCODE_")  # written in hex
 

@@ -6,12 +6,12 @@ bound on MAD.mgmtclass and attribute layers chosen by MAD.attributeid through `t
 """
 # ruff: noqa: I001  (imports stay in the order the class layers are to bind in)
 
-from .base import flat
-from .common import MAD, ClassPortInfo, InformInfo
-from .notice import Notice
+from dissectors.mad.base import flat
+from dissectors.mad.common import MAD, ClassPortInfo, InformInfo
+from dissectors.mad.notice import Notice
 
-from . import smp, virt, sa, perf, cm, cc, vendor  # noqa: F401  (bind the class layers)
-from .rmpp import reassemble, split_records
-from . import table
+from dissectors.mad import smp, virt, sa, perf, cm, cc, vendor  # noqa: F401  (bind the class layers)
+from dissectors.mad.rmpp import reassemble, split_records
+from dissectors.mad import table
 
 __all__ = ["MAD", "flat", "reassemble", "split_records", "table", "ClassPortInfo", "InformInfo", "Notice"]

@@ -10,7 +10,7 @@ fields holding packets (PacketField / PacketListField) are flattened with the in
 from scapy.fields import Field, StrFixedLenField
 from scapy.packet import Packet
 
-from ..base import Tolerant
+from dissectors.base import Tolerant
 
 REGISTRY = {}
 

@@ -16,8 +16,8 @@ from scapy.fields import (
 )
 from scapy.packet import bind_layers
 
-from .base import Attr, Entry, Reserved
-from .common import MAD, ClassData
+from dissectors.mad.base import Attr, Entry, Reserved
+from dissectors.mad.common import MAD, ClassData
 
 
 class CC(ClassData):

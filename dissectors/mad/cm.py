@@ -18,9 +18,9 @@ from scapy.fields import (
 )
 from scapy.packet import bind_layers
 
-from . import table
-from .base import Attr, Entry, MirrorField, Reserved
-from .common import MAD, ClassData, ClassPortInfo
+from dissectors.mad import table
+from dissectors.mad.base import Attr, Entry, MirrorField, Reserved
+from dissectors.mad.common import MAD, ClassData, ClassPortInfo
 
 
 class CM(ClassData):

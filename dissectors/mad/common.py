@@ -14,8 +14,8 @@ from scapy.fields import (
 )
 from scapy.packet import Raw
 
-from . import table
-from .base import Attr, MadPacket, MirrorField, Reserved
+from dissectors.mad import table
+from dissectors.mad.base import Attr, MadPacket, MirrorField, Reserved
 
 MAD_SIZE = 256
 

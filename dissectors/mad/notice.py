@@ -13,7 +13,7 @@ from scapy.fields import (
     XShortField,
 )
 
-from .base import Attr, MirrorField, Reserved
+from dissectors.mad.base import Attr, MirrorField, Reserved
 
 
 class TrapGID(Attr):

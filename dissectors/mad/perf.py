@@ -16,8 +16,8 @@ from scapy.fields import (
 )
 from scapy.packet import bind_layers
 
-from .base import Attr, Reserved
-from .common import MAD, ClassData
+from dissectors.mad.base import Attr, Reserved
+from dissectors.mad.common import MAD, ClassData
 
 
 class PerfMgt(ClassData):

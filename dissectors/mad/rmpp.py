@@ -14,8 +14,8 @@ out and the transfer is incomplete.
 import struct
 from typing import Iterable, List, NamedTuple, Optional
 
-from . import table
-from .sa import SA_DATA, SA_HEADER
+from dissectors.mad import table
+from dissectors.mad.sa import SA_DATA, SA_HEADER
 
 SEGMENT = SA_DATA + 20  # data + SA header, the unit of PayloadLength
 MAX_TRANSFER = 16 << 20  # a whole SA table larger than this is not reassembled

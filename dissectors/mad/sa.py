@@ -17,9 +17,9 @@ from scapy.fields import (
 )
 from scapy.packet import bind_layers
 
-from .base import Attr, MadPacket, Reserved
-from .common import MAD, ClassData, InformInfo
-from .smp import (
+from dissectors.mad.base import Attr, MadPacket, Reserved
+from dissectors.mad.common import MAD, ClassData, InformInfo
+from dissectors.mad.smp import (
     GUIDInfo,
     LinearForwardingTable,
     MulticastForwardingTable,

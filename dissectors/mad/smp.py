@@ -16,8 +16,8 @@ from scapy.fields import (
 )
 from scapy.packet import bind_layers
 
-from .base import Attr, Entry, MirrorField, Reserved, TextField
-from .common import MAD, ClassData, mad_of
+from dissectors.mad.base import Attr, Entry, MirrorField, Reserved, TextField
+from dissectors.mad.common import MAD, ClassData, mad_of
 
 SMP_DATA = 64
 

@@ -1,9 +1,9 @@
 """The MAD table (dissectors.madnames, the one source of MAD names) with each attribute's scapy layer,
 resolved by class name through base.REGISTRY, so this module imports no layer."""
 
-from ..madnames import *  # noqa: F401,F403  (the table's names, as dissectors.mad.table.X)
-from ..madnames import ATTRIBUTES, family
-from .base import REGISTRY
+from dissectors.mad.base import REGISTRY
+from dissectors.madnames import *  # noqa: F401,F403  (the table's names, as dissectors.mad.table.X)
+from dissectors.madnames import ATTRIBUTES, family
 
 
 def attribute(mgmtclass, attrid):

@@ -5,9 +5,9 @@
 from scapy.fields import ThreeBytesField, XLongField
 from scapy.packet import Raw, bind_layers
 
-from .base import MadPacket, Reserved
-from .common import MAD
-from .sa import RMPP
+from dissectors.mad.base import MadPacket, Reserved
+from dissectors.mad.common import MAD
+from dissectors.mad.sa import RMPP
 
 
 class _OpaqueData(MadPacket):

@@ -16,8 +16,8 @@ from scapy.fields import (
     XShortField,
 )
 
-from .base import Attr, TextField
-from .smp import PKeyEntry
+from dissectors.mad.base import Attr, TextField
+from dissectors.mad.smp import PKeyEntry
 
 
 class NibbleListField(StrFixedLenField):

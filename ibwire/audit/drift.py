@@ -6,9 +6,9 @@ sent to the master SM only (see mads.MadObserver).
 
 from __future__ import annotations
 
-from .findings import EVIDENCE_FRAMES, Finding
-from .identity import Identities
-from .policy import Policy
+from ibwire.audit.findings import EVIDENCE_FRAMES, Finding
+from ibwire.audit.identity import Identities
+from ibwire.audit.policy import Policy
 
 
 def drift_findings(policy: Policy, ids: Identities, table_frames: dict) -> list:

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .drift import drift_findings
-from .fields import as_int
-from .findings import dedupe
-from .identity import NO_TENANT, Identities, map_endpoints
-from .mads import MadObserver
-from .management import join_findings, sm_findings, trap_findings
-from .policy import Policy, policy_findings
-from .result import Result
-from .state import FabricState
-from .tenants import Tenants
-from .traffic import Traffic, default_full_findings, flow_findings
-from .wsfilter import filters
+from ibwire.audit.drift import drift_findings
+from ibwire.audit.fields import as_int
+from ibwire.audit.findings import dedupe
+from ibwire.audit.identity import NO_TENANT, Identities, map_endpoints
+from ibwire.audit.mads import MadObserver
+from ibwire.audit.management import join_findings, sm_findings, trap_findings
+from ibwire.audit.policy import Policy, policy_findings
+from ibwire.audit.result import Result
+from ibwire.audit.state import FabricState
+from ibwire.audit.tenants import Tenants
+from ibwire.audit.traffic import Traffic, default_full_findings, flow_findings
+from ibwire.audit.wsfilter import filters
 
 __all__ = ["Audit", "Result"]
 

@@ -9,8 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from ..readers import Frame, open_capture
-from .wsfilter import evidence_comment
+from ibwire.audit.wsfilter import evidence_comment
+from ibwire.files import Frame, open_capture
 
 
 @dataclass
@@ -27,8 +27,8 @@ def collect(paths: list, numbers: set, decode: bool = True) -> dict:
     damaged (the reader that resynchronises numbers frames as the audit did)."""
     import numpy as np
 
-    from ..decode import decode_frame
-    from ..decode.stream import Stream
+    from ibwire.decode import decode_frame
+    from ibwire.decode.stream import Stream
 
     out: dict = {}
     offset = 0
@@ -63,8 +63,8 @@ def collect(paths: list, numbers: set, decode: bool = True) -> dict:
 
 def write_pcapng(out, findings: list, evidence: dict, inputs: list) -> int:
     """Write every evidence frame once, in capture order, with one comment per finding citing it."""
-    from ..outfile import output_file
-    from ..writers import PcapngWriter
+    from ibwire.files.outfile import output_file
+    from ibwire.files.writers import PcapngWriter
 
     notes: dict = {}
     for f in findings:

@@ -11,10 +11,10 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Optional
 
-from .fields import as_int, gid_text, ip_text
-from .policy import Port
-from .state import FabricState, gid_port_guid, vf_port_guid
-from .tenants import Endpoint, Tenants
+from ibwire.audit.fields import as_int, gid_text, ip_text
+from ibwire.audit.policy import Port
+from ibwire.audit.state import FabricState, gid_port_guid, vf_port_guid
+from ibwire.audit.tenants import Endpoint, Tenants
 
 NO_TENANT = "(no tenant)"
 

@@ -6,14 +6,14 @@ import copy
 from pathlib import Path
 from typing import Iterable, Optional
 
-from ..errors import UserError
-from ..readers import open_capture
-from .engine import Audit, Result
-from .packets import BulkReader, DataGroup, audit_fields
-from .policy import Policy
-from .result import Evidence
-from .state import FabricState, from_fabric_json, from_live, from_sysfs
-from .tenants import Tenants
+from ibwire.audit.engine import Audit, Result
+from ibwire.audit.packets import BulkReader, DataGroup, audit_fields
+from ibwire.audit.policy import Policy
+from ibwire.audit.result import Evidence
+from ibwire.audit.state import FabricState, from_fabric_json, from_live, from_sysfs
+from ibwire.audit.tenants import Tenants
+from ibwire.errors import UserError
+from ibwire.files import open_capture
 
 
 def load_state(spec: Optional[str]) -> FabricState:
@@ -36,9 +36,9 @@ def audit_captures(
     state: FabricState,
     display_filter: Optional[str] = None,
 ) -> Result:
-    """The audit of one incident's captures; with `display_filter` (ibwire.filter's language) it sees only
+    """The audit of one incident's captures; with `display_filter` (ibwire.decode.filter's language) it sees only
     the frames the filter selects, and its result says so."""
-    from ..filter import compile_filter
+    from ibwire.decode.filter import compile_filter
 
     paths = [str(p) for p in paths]
     flt = compile_filter(display_filter) if display_filter else None
@@ -87,7 +87,7 @@ def _careful(path: str, offset: int, audit: Audit, ev: Evidence, flt) -> int:
     cap = open_capture(path)
     last, t0, prev = 0, None, None
     if flt is not None:
-        from ..decode.stream import detail_flat
+        from ibwire.decode.stream import detail_flat
     for frame, flat in audit_fields(cap, path):
         last = frame.number
         if flt is not None:

@@ -3,7 +3,7 @@
 SMPs (IBA 13.5.3 methods): GetResp NodeInfo / PortInfo over the same directed route tie port GUIDs to
 LIDs (IBA 14.2.2: the InitialPath of a directed route), P_KeyTable GetResp sent to the master SM give the
 programmed tables (14.2.5.7), SMInfo gives SM claims (14.2.5.13; the master is the claim winning the
-election, fabric/sm.py), and so does PortInfo's CapabilityMask.IsSM (14.2.5.6) in a GetResp or in trap 144 (a port's capability mask changed); SubnSet
+election, analyze/fabric/sm.py), and so does PortInfo's CapabilityMask.IsSM (14.2.5.6) in a GetResp or in trap 144 (a port's capability mask changed); SubnSet
 senders are kept for the SM rules; traps 256-259 (14.2.5.1, Table 118) and SA MCMemberRecord joins with
 their answers (15.2.5.17).
 """
@@ -14,10 +14,9 @@ from typing import Optional
 
 from dissectors.madnames import SM_STATES
 from dissectors.numbers import PERMISSIVE_LID, PKEY_BASE, PKEY_FULL_MEMBER
-
-from ..fabric.sm import elect
-from .fields import as_int, first_of, gid_text
-from .state import FabricState
+from ibwire.analyze.fabric.sm import elect
+from ibwire.audit.fields import as_int, first_of, gid_text
+from ibwire.audit.state import FabricState
 
 TRAPS = {256: "bad M_Key", 257: "bad P_Key", 258: "bad Q_Key", 259: "bad P_Key at switch external port"}
 

@@ -4,7 +4,7 @@ smp-set-from-non-sm  SubnSet from any LID other than the master SM's (directed r
                      [attempt] when every such Set was refused: its target sent trap 256 (bad M_Key) naming
                      the sender's LID, method and attribute (IBA 13.5.3, 14.2.5.1)
 multiple-master-sm   more than one port claims SMState MASTER; the master is the claim winning the election
-                     (highest priority, then lowest GUID: 14.4.1.2, fabric/sm.py), the others are rogues [breach]
+                     (highest priority, then lowest GUID: 14.4.1.2, analyze/fabric/sm.py), the others are rogues [breach]
 sm-capable-port      a port other than the master SM's sets PortInfo:CapabilityMask.IsSM (14.2.5.6; in a
                      GetResp or trap 144): it claims to host an SM [attempt on a tenant's port, else warning]
 trap                 P_Key / Q_Key / M_Key violation trap 256-259 sent to the SM, offender decoded
@@ -18,13 +18,12 @@ from __future__ import annotations
 import ipaddress
 
 from dissectors.numbers import PKEY_BASE
-
-from .fields import as_int
-from .findings import EVIDENCE_FRAMES, Finding
-from .identity import Identities, Side
-from .mads import TRAPS, MadObserver
-from .policy import Policy
-from .state import gid_port_guid
+from ibwire.audit.fields import as_int
+from ibwire.audit.findings import EVIDENCE_FRAMES, Finding
+from ibwire.audit.identity import Identities, Side
+from ibwire.audit.mads import TRAPS, MadObserver
+from ibwire.audit.policy import Policy
+from ibwire.audit.state import gid_port_guid
 
 
 def sm_findings(mads: MadObserver, ids: Identities) -> list:

@@ -2,7 +2,7 @@
 
 `bulk_parts` reads a capture through the compiled records (ibwire.decode.stream): the data packets it
 can vouch for are grouped per batch by their address fields and P_Key in one compiled hash-table pass
-(analysis.hashing.group_rows) and handed over as one DataGroup each (packets, bytes, first evidence
+(analyze.hashing.group_rows) and handed over as one DataGroup each (packets, bytes, first evidence
 frames), with no per-packet Python.  `audit_fields` is the careful per-frame reader, kept for files the
 walk finds damaged (it follows the reader's resynchronisation).  In both, data packets get their few
 fields (`bth.opcode`, `bth.p_key`, LRH LIDs and GRH GIDs, or MAC/IP/VLAN) from the records; the detail
@@ -28,12 +28,11 @@ from dissectors.numbers import (
     LINKTYPE_INFINIBAND,
 )
 from dissectors.opcodes import GRH_NXTHDR_BTH, OPCODES
-
-from ..analysis.hashing import group_rows
-from ..fast import records as R
-from ..fast import scan
-from ..readers import Frame
-from .findings import EVIDENCE_FRAMES
+from ibwire.analyze.hashing import group_rows
+from ibwire.audit.findings import EVIDENCE_FRAMES
+from ibwire.decode import records as R
+from ibwire.decode.scan import scan
+from ibwire.files import Frame
 
 _UD = np.zeros(256, bool)
 _SEND_START = np.zeros(256, bool)  # SEND First/Only: may carry IPoIB (RFC 4391)
@@ -95,7 +94,7 @@ def _ends(link, slid, dlid, src, dst, esrc, edst, vlan) -> dict:
 
 def audit_fields(cap, path: str) -> Iterator[Tuple[Frame, dict]]:
     """(frame, fields) for every frame of an open capture, in order."""
-    from ..decode import decode_frame
+    from ibwire.decode import decode_frame
 
     frames = iter(cap)
     known = {}  # address fields -> their dict (a capture has few conversations)
@@ -199,15 +198,15 @@ class BulkReader:
     (a damaged file is better read by `audit_fields`)."""
 
     def __init__(self, path: str, flt=None):
-        from ..decode.stream import Stream
+        from ibwire.decode.stream import Stream
 
         self.stream = Stream(path, icrc=False)
         self.flt = flt
         self.last = 0  # the file's last frame number
-        from ..fast.filter import names_analysis
+        from ibwire.decode.record_filter import names_analysis
 
         if flt is not None and names_analysis(flt.text):  # -Y on bth.analysis.*: the RC analysis first
-            from ..analysis.packets import CaptureAnalysis
+            from ibwire.analyze.packets import CaptureAnalysis
 
             self.stream.fill = CaptureAnalysis(path).fill
 
@@ -220,7 +219,7 @@ class BulkReader:
             for batch in self.stream:
                 yield batch, None, {}
             return
-        from ..decode.stream import detail_flat, select
+        from ibwire.decode.stream import detail_flat, select
 
         known: dict = {}  # frame number -> full decode made for the filter (reused below)
 
@@ -256,7 +255,7 @@ class BulkReader:
                     frame = batch.frame(x)
                     flat = known.get(number)
                     if flat is None:
-                        from ..decode import decode_frame
+                        from ibwire.decode import decode_frame
 
                         flat = decode_frame(frame).flat
                     yield frame, flat

@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from dissectors.numbers import DEFAULT_PKEY_BASE, IPOIB_QKEY, PKEY_BASE, PKEY_FULL_MEMBER
-
-from ..errors import InputError
-from ..inputfile import read_bytes
-from .findings import Finding
-from .prtn_reader import KEYWORDS, Note, Reader, Rejected, Sink
+from ibwire.audit.findings import Finding
+from ibwire.audit.prtn_reader import KEYWORDS, Note, Reader, Rejected, Sink
+from ibwire.errors import InputError
+from ibwire.files.inputfile import read_bytes
 
 NAME_MAX = 31  # osm_prtn_t.name is char[32]
 DEFAULT_SCOPE = 0x2  # OSM_DEFAULT_MGRP_SCOPE: link-local

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dissectors.numbers import IPOIB_QKEY, PKEY_BASE
-
-from ..inputfile import closest
+from ibwire.files.inputfile import closest
 
 LINE_SIZE = 4096  # char line[4096]; fgets(line, sizeof(line) - 1, file)
 _BLANK = b" \t\n"  # STRIP_*_SPACES and parse_name_token skip these

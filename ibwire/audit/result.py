@@ -15,10 +15,9 @@ from dissectors.numbers import (
     LINKTYPE_IPOIB,
     ROCE_V2_PORT,
 )
-
-from .findings import EVIDENCE_FRAMES, Finding, severity_rank
-from .identity import NO_TENANT
-from .state import FabricState
+from ibwire.audit.findings import EVIDENCE_FRAMES, Finding, severity_rank
+from ibwire.audit.identity import NO_TENANT
+from ibwire.audit.state import FabricState
 
 
 @dataclass

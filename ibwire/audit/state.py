@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Optional
 
 from dissectors.numbers import PKEY_BASE
-
-from ..errors import InputError, UserError
-from ..fabric.sm import elect
-from ..inputfile import not_a_key, parse_json, read_text, type_name
+from ibwire.analyze.fabric.sm import elect
+from ibwire.errors import InputError, UserError
+from ibwire.files.inputfile import not_a_key, parse_json, read_text, type_name
 
 
 @dataclass
@@ -117,7 +116,7 @@ _NODE_TYPES = {
 
 
 def from_fabric_json(path: str) -> FabricState:
-    """`ibwire fabric FILE --format json` (schema in ibwire/fabric/__init__.py): top-level `nodes` (guid, type,
+    """`ibwire fabric FILE --format json` (schema in ibwire/analyze/fabric/__init__.py): top-level `nodes` (guid, type,
     description) and `ports` (guid, node_guid, port_num, lid, pkeys, pkeys_last); the master SM is the first
     MASTER in `sm.seen`, as the audit decides it from a capture.  A port whose table was never read or written
     (`pkeys_last` null) has an unknown table, not an empty one; a switch's table is its port 0's."""
@@ -165,7 +164,7 @@ def from_fabric_json(path: str) -> FabricState:
     return st
 
 
-# `ibwire fabric --format json`, key by key (ibwire/fabric/__init__.py): a value is a number (N; also hex
+# `ibwire fabric --format json`, key by key (ibwire/analyze/fabric/__init__.py): a value is a number (N; also hex
 # text such as "0x8001"), text (S), true/false (B), any of those (ANY), an object ((what it is, its keys);
 # "*": any key) or a list of one kind ([kind]).  Any value may be null; a list item may not.
 N, S, B, ANY = "a number", "a string", "true or false", "a number, string or true/false"

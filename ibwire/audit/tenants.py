@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..errors import InputError, UserError
-from ..inputfile import key_line, not_a_key, parse_toml, read_text, type_name
+from ibwire.errors import InputError, UserError
+from ibwire.files.inputfile import key_line, not_a_key, parse_toml, read_text, type_name
 
 _KEYS = {"port_guid", "lid", "gid", "mac", "ip", "vlan", "pf", "vf", "host", "name", "description"}
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dissectors.numbers import DEFAULT_PKEY_BASE, PKEY_BASE
-
-from ..analysis.report import plural
-from .fields import as_int
-from .findings import EVIDENCE_FRAMES, Finding
-from .identity import NO_TENANT, Identities, Side, sides
-from .policy import Policy
-from .tenants import Tenants
+from ibwire.audit.fields import as_int
+from ibwire.audit.findings import EVIDENCE_FRAMES, Finding
+from ibwire.audit.identity import NO_TENANT, Identities, Side, sides
+from ibwire.audit.policy import Policy
+from ibwire.audit.tenants import Tenants
+from ibwire.words import plural
 
 
 @dataclass

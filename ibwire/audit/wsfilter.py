@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .findings import Finding
-from .identity import Identities, Side
+from ibwire.audit.findings import Finding
+from ibwire.audit.identity import Identities, Side
 
 FLOW_RULES = ("pkey-not-shared", "limited-limited", "cross-tenant-breach", "cross-tenant-attempt", "roce-vlan-crossing")
 TRAP_NUMBERS = {256, 257, 258, 259}

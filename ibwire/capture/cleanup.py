@@ -13,10 +13,10 @@ import subprocess
 from pathlib import Path
 from typing import Callable, List, Tuple
 
-from ..errors import UserError
-from . import marks, runfiles
-from .journal import StateLock, gone, journals, run_dir, stop_process, undo_entries
-from .journal_format import TMP, owner_of, printable, sentence
+from ibwire.capture import marks, runfiles
+from ibwire.capture.journal import StateLock, gone, journals, run_dir, stop_process, undo_entries
+from ibwire.capture.journal_format import TMP, owner_of, printable, sentence
+from ibwire.errors import UserError
 
 
 class LeftArmed(UserError):

@@ -6,8 +6,8 @@ sysfs IB port counters (port_xmit_packets/port_rcv_packets), `ethtool -S` *_pack
 
 from typing import Callable, Optional, Tuple
 
-from . import hostcmds, sysfs
-from .target import Target
+from ibwire.capture import hostcmds, sysfs
+from ibwire.capture.target import Target
 
 
 def source(t: Target, backend: str) -> Optional[Tuple[str, Callable[[], dict]]]:

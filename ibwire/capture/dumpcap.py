@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass
 from typing import List, Optional
 
-from ..errors import UserError
-from ..outfile import open_direct
-from .marks import owner_env, proc_start
-from .nspcap import NsPcapRewriter
+from ibwire.capture.marks import owner_env, proc_start
+from ibwire.errors import UserError
+from ibwire.files.nspcap import NsPcapRewriter
+from ibwire.files.outfile import open_direct
 
 # 128 MiB of ring holds a burst of 100,000 packets of up to ~1,200 bytes (TPACKET_V3 packs frames into blocks
 # with a 48-byte header each; dumpcap's own default of 2 MiB holds about 1,500).

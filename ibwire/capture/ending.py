@@ -9,7 +9,7 @@ import os
 import struct
 from typing import Tuple
 
-from ..errors import UserError
+from ibwire.errors import UserError
 
 
 class CaptureStopped(UserError):

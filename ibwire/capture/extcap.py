@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import List, Optional
 
 from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_ETHERNET
-
-from ..errors import UserError
-from ..outfile import output_file
-from . import sysfs
-from .target import lab_shape, labs
+from ibwire.capture import sysfs
+from ibwire.capture.target import lab_shape, labs
+from ibwire.errors import UserError
+from ibwire.files.outfile import output_file
 
 VERSION = "1.0"
 
@@ -162,7 +161,7 @@ def personal_folder() -> Path:
 
 
 def install() -> Path:
-    """Write the launcher `ibwire-extcap` into the personal extcap folder (through ibwire.outfile: a part
+    """Write the launcher `ibwire-extcap` into the personal extcap folder (through ibwire.files.outfile: a part
     file nobody can plant, renamed into place); returns its path."""
     folder = personal_folder()
     try:

@@ -24,11 +24,8 @@ from collections import OrderedDict
 from typing import Dict, Optional
 
 from dissectors.numbers import ETHERTYPE_IPV4, LINKTYPE_ERF, LINKTYPE_INFINIBAND, PERMISSIVE_LID
-
-from ..errors import UserError
-from ..writers import PcapWriter, erf_record
-from .ending import CaptureStopped, truncate_to_complete
-from .ibsim_wire import (
+from ibwire.capture.ending import CaptureStopped, truncate_to_complete
+from ibwire.capture.ibsim_wire import (
     IBSIM_DEFAULT_SERVER_PORT,
     IBSIM_MAX_CLIENTS,
     ib_packet,
@@ -36,6 +33,8 @@ from .ibsim_wire import (
     parse_sim_request,
     with_client_tid,
 )
+from ibwire.errors import UserError
+from ibwire.files.writers import PcapWriter, erf_record
 
 ETH_P_IP = ETHERTYPE_IPV4
 PACKET_OUTGOING = 4

@@ -2,8 +2,8 @@
 
 from typing import List
 
-from . import hostcmds, sysfs
-from .select import BACKENDS, why_not
+from ibwire.capture import hostcmds, sysfs
+from ibwire.capture.select import BACKENDS, why_not
 
 
 def inventory(root=None) -> dict:

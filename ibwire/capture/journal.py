@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple
 
-from ..errors import UserError
-from . import journal_format, marks, runfiles
+from ibwire.capture import journal_format, marks, runfiles
+from ibwire.errors import UserError
 
 RUN_ENV = "IBWIRE_RUN_DIR"
 

@@ -15,8 +15,8 @@ import json
 import re
 from typing import List, Optional, Tuple
 
-from . import runfiles
-from .marks import MONITOR, PREF_BASE
+from ibwire.capture import runfiles
+from ibwire.capture.marks import MONITOR, PREF_BASE
 
 NAME = re.compile(r"capture-(\d{1,7})-(\d{1,20})\.json")
 TMP = re.compile(r"\.?capture-(\d{1,7})-(\d{1,20})(\.[0-9a-f]+)?\.tmp")

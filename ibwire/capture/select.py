@@ -6,16 +6,16 @@ switchdev mode, else the PF sniffer with a warning that VF traffic is likely inv
 
 from typing import List, Optional, Tuple
 
-from ..errors import UserError
-from . import hostcmds
-from .target import Target
+from ibwire.capture import hostcmds
+from ibwire.capture.target import Target
+from ibwire.errors import UserError
 
 BACKENDS = ["ibdump", "verbs", "rdma-pcap", "tc-mirror", "netdev", "ibsim"]
 
 
 def _pyverbs_available() -> bool:
     try:
-        from .backends.verbs import import_pyverbs
+        from ibwire.capture.backends.verbs import import_pyverbs
 
         import_pyverbs()
         return True

@@ -16,17 +16,16 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_INFINIBAND
-
-from ..errors import UserError
-from ..outfile import refuse_shared_dir, refuse_unsafe
-from ..writers import erf_record
-from . import counters
-from . import journal as jr
-from .dumpcap import DEFAULT_BUFFER_MIB, IN_FLIGHT, Dumpcap, Plan
-from .ending import CaptureStopped, complete_prefix, truncate_to_complete
-from .select import choose
-from .sink import Sink, StatusLine
-from .target import resolve
+from ibwire.capture import counters
+from ibwire.capture import journal as jr
+from ibwire.capture.dumpcap import DEFAULT_BUFFER_MIB, IN_FLIGHT, Dumpcap, Plan
+from ibwire.capture.ending import CaptureStopped, complete_prefix, truncate_to_complete
+from ibwire.capture.select import choose
+from ibwire.capture.sink import Sink, StatusLine
+from ibwire.capture.target import resolve
+from ibwire.errors import UserError
+from ibwire.files.outfile import refuse_shared_dir, refuse_unsafe
+from ibwire.files.writers import erf_record
 
 
 @dataclass
@@ -58,7 +57,7 @@ def _build(name: str, t, o: Options):
     if name == "tc-mirror":
         if not t.representor:
             raise UserError(f"no representor found for VF {t.vf}; the eswitch must be in switchdev mode")
-        from .backends.tcmirror import TcMirror
+        from ibwire.capture.backends.tcmirror import TcMirror
 
         mon, cap = (o.monitor.split(":", 1) + [None])[:2] if o.monitor else (None, None)
         return TcMirror(t.representor, t.identity.macs[0] if t.identity.macs else None, t.peers, mon, cap)
@@ -66,20 +65,20 @@ def _build(name: str, t, o: Options):
         iface = t.iface or t.uplink
         if not iface:
             raise UserError("the netdev backend needs an interface: give -i IFACE")
-        from .backends.netdev import Netdev
+        from ibwire.capture.backends.netdev import Netdev
 
         return Netdev(iface)
     if name == "ibdump":
-        from .backends.ibdump import Ibdump
+        from ibwire.capture.backends.ibdump import Ibdump
 
         return Ibdump(t.device, t.port)
     if name == "rdma-pcap":
-        from .backends.rdmapcap import RdmaPcap
+        from ibwire.capture.backends.rdmapcap import RdmaPcap
 
         bpf = None if (o.all or t.is_ib) else t.identity.bpf() or None
         return RdmaPcap(t.device, t.port, bpf)
     if name == "verbs":
-        from .backends.verbs import Verbs
+        from ibwire.capture.backends.verbs import Verbs
 
         return Verbs(t.device, t.port)
     raise UserError(f"unknown backend {name}")
@@ -135,7 +134,7 @@ def run(o: Options) -> dict:
 
 def _run_ibsim(o: Options, stop: _Stop) -> dict:
     say("backend ibsim: forced with --backend; recording the MADs ibsim carries on loopback")
-    from .ibsim import capture_ibsim
+    from ibwire.capture.ibsim import capture_ibsim
 
     server = os.environ.get("IBSIM_SERVER_PORT")  # the variable ibsim's clients read too
     where = "standard output" if o.write == "-" else o.write

@@ -7,9 +7,9 @@ import sys
 import time
 from typing import Optional
 
-from ..errors import UserError
-from ..writers import PcapngWriter, PcapWriter
-from .nspcap import next_in_ring
+from ibwire.errors import UserError
+from ibwire.files.nspcap import next_in_ring
+from ibwire.files.writers import PcapngWriter, PcapWriter
 
 
 class Sink:

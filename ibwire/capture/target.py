@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from ..errors import UserError
-from . import hostcmds, runfiles, sysfs
-from .identity import Identity
-from .journal import _netns_name, run_dir
+from ibwire.capture import hostcmds, runfiles, sysfs
+from ibwire.capture.identity import Identity
+from ibwire.capture.journal import _netns_name, run_dir
+from ibwire.errors import UserError
 
 
 @dataclass

@@ -18,9 +18,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # same from run to run (180k packets: 140 MB each run, against 150-166 MB with pyarrow's default mimalloc)
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
-from ..errors import UserError
-from ..output.escape import printable
-from .app import app
+from ibwire.cli.app import app
+from ibwire.errors import UserError
+from ibwire.report.escape import printable
 
 # The modules whose import registers their commands; a command named after its module needs only that one.
 COMMANDS = (
@@ -76,7 +76,7 @@ _SIGNALLED = 0  # 130 or 143 once Ctrl-C or SIGTERM reached the main process
 
 
 def _interrupted(status: int) -> None:
-    from ..outfile import left_behind
+    from ibwire.files.outfile import left_behind
 
     how = "Ctrl-C" if status == 130 else "SIGTERM"
     _say(f"ibwire: interrupted by {how}; {left_behind()}")

@@ -35,7 +35,7 @@ app = Typer(
 
 def _version(value: bool):
     if value:
-        from .. import __version__
+        from ibwire import __version__
 
         typer.echo(f"ibwire {__version__}")
         raise typer.Exit()
@@ -63,7 +63,7 @@ NO_CAPTURE = "name a capture file, as an argument or with -r"
 
 def capture_source(file: Optional[str], read: Optional[str], missing: str = NO_CAPTURE) -> str:
     """The one capture a command reads, given as its argument or with -r."""
-    from ..errors import UserError
+    from ibwire.errors import UserError
 
     if read is not None and file is not None:
         raise UserError("give the capture once, either as an argument or with -r")
@@ -89,7 +89,7 @@ def port_speed_option():
 
 def port_speed(text: str) -> float:
     """`100G`, `25g`, `400G`, `10000M` or plain bit/s → bit/s."""
-    from ..errors import UserError
+    from ibwire.errors import UserError
 
     t = text.strip().upper().removesuffix("B/S").removesuffix("BPS")
     scale = {"G": 1e9, "M": 1e6, "T": 1e12}.get(t[-1:], 1)

@@ -5,8 +5,8 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import UserError
-from .app import app, capture_sources, read_file_option
+from ibwire.cli.app import app, capture_sources, read_file_option
+from ibwire.errors import UserError
 
 
 @app.command()
@@ -46,12 +46,12 @@ def audit(
 ) -> None:
     """Audit P_Key tenant isolation; exit 0 pass, 1 finding at or above --fail-on, 2 unusable input (no
     verdict), 4 pass on incomplete evidence (damaged or unreadable frames, or -Y chose the frames)."""
-    from ..audit import report as rep
-    from ..audit.findings import SEVERITIES
-    from ..audit.inputs import audit_captures, load_state
-    from ..audit.policy import load_policy
-    from ..audit.tenants import load_tenants
-    from ..output.escape import printable
+    from ibwire.audit.findings import SEVERITIES
+    from ibwire.audit.inputs import audit_captures, load_state
+    from ibwire.audit.policy import load_policy
+    from ibwire.audit.tenants import load_tenants
+    from ibwire.report import audit_report as rep
+    from ibwire.report.escape import printable
 
     if fail_on not in SEVERITIES:
         raise UserError(f"--fail-on {fail_on}: choose one of {', '.join(SEVERITIES)}")
@@ -61,7 +61,7 @@ def audit(
     if "-" in (str(report), str(evidence)):
         raise UserError("the audit's own report goes to standard output; give --report and --evidence a file name")
     if report or evidence:
-        from ..outfile import refuse_aliasing
+        from ibwire.files.outfile import refuse_aliasing
 
         refuse_aliasing([report, evidence], paths + [policy, tenants, state])
     for p in paths:
@@ -73,7 +73,7 @@ def audit(
             "tables alone"
         )
     if display_filter:
-        from ..filter import compile_filter
+        from ibwire.decode.filter import compile_filter
 
         compile_filter(display_filter)  # an unknown field: exit 2 before any file is read
     pol = load_policy(str(policy), allow_both_pkeys, as_opensm)
@@ -87,13 +87,13 @@ def audit(
     else:
         rep.print_terminal(res, fail_on)
     if report or evidence:
-        from ..audit.evidence import collect, write_pcapng
+        from ibwire.audit.evidence import collect, write_pcapng
 
         found = collect(paths, {n for f in res.findings for n in f.frames}, decode=bool(report))
         if evidence:
             write_pcapng(evidence, res.findings, found, paths)
         if report:
-            from ..outfile import output_file
+            from ibwire.files.outfile import output_file
 
             with output_file(report, "w", inputs=paths) as f:
                 f.write(rep.to_html(res, fail_on, {n: ev.decoded for n, ev in found.items()}, paths))

@@ -4,8 +4,8 @@ from typing import Optional
 
 import typer
 
-from ..capture.dumpcap import DEFAULT_BUFFER_MIB
-from .app import app
+from ibwire.capture.dumpcap import DEFAULT_BUFFER_MIB
+from ibwire.cli.app import app
 
 
 @app.command()
@@ -59,9 +59,9 @@ def capture(
     cleanup: bool = typer.Option(False, "--cleanup", help="Undo what killed captures left armed, then exit."),
 ):
     """Capture RDMA traffic of a port or SR-IOV VF from the PF host, and leave the NIC as it was."""
-    from ..capture import cleanup as undo
-    from ..capture import session
-    from ..errors import UserError
+    from ibwire.capture import cleanup as undo
+    from ibwire.capture import session
+    from ibwire.errors import UserError
 
     if cleanup:
         undo.cleanup(print)  # a line per capture; exit status 1 when something stays armed

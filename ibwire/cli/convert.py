@@ -4,8 +4,8 @@ import sys
 
 import typer
 
-from ..convert import convert as do_convert
-from .app import app
+from ibwire.cli.app import app
+from ibwire.files.convert import convert as do_convert
 
 
 @app.command()

@@ -9,8 +9,8 @@ from typing import List, Optional
 import numpy as np
 import typer
 
-from ..errors import UserError
-from .app import app, capture_source, port_speed, port_speed_option, read_file_option
+from ibwire.cli.app import app, capture_source, port_speed, port_speed_option, read_file_option
+from ibwire.errors import UserError
 
 _SEPARATORS = {"/t": "\t", "/s": " "}
 _QUOTES = {"d": '"', "s": "'", "n": ""}
@@ -89,24 +89,23 @@ def decode(
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
     from dissectors.dcb import set_port_speed
-
-    from ..fast.filter import names_analysis
-    from ..filter import compile_filter
-    from ..output.printer import Printer
+    from ibwire.decode.filter import compile_filter
+    from ibwire.decode.record_filter import names_analysis
+    from ibwire.report.packets.printer import Printer
 
     set_port_speed(port_speed(speed))
     src = capture_source(file, read, "name a capture file, as an argument or with -r (- reads one from standard input)")
     fmt, keys, (header, sep, quote) = _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
-    from ..decode.nvme import NvmeTracker
-    from ..decode.rpcrdma import RpcRdmaTracker, Trackers
-    from ..decode.smbdirect import SmbDirectTracker
+    from ibwire.decode.nvme import NvmeTracker
+    from ibwire.decode.rpcrdma import RpcRdmaTracker, Trackers
+    from ibwire.decode.smbdirect import SmbDirectTracker
 
     nvme = Trackers(
         NvmeTracker(decode_as=check_decode_as(decode_as)),
         RpcRdmaTracker(check_decode_as(decode_as, "rpcordma")),
         SmbDirectTracker(check_decode_as(decode_as, "smb_direct")),
     )
-    from ..decode.iser import IserTracker
+    from ibwire.decode.iser import IserTracker
 
     nvme.iser = IserTracker(check_decode_as(decode_as, "iser"))
     flt = compile_filter(display_filter) if display_filter else None
@@ -121,7 +120,7 @@ def decode(
     stream = _open(src, icrc)
     warnings = []
     if src != "-" and (named or verbose or fmt in ("json", "jsonl", "ek")):
-        from ..analysis.packets import CaptureAnalysis
+        from ibwire.analyze.packets import CaptureAnalysis
 
         # -c N alone reads N frames, and tshark -c N analyses those alone: so does the RC pass
         rc = CaptureAnalysis(src, icrc, upto=count if display_filter is None else None)
@@ -137,8 +136,8 @@ def decode(
     with contextlib.ExitStack() as files:
         writer = None
         if write:
-            from ..outfile import output_file
-            from ..output.capwrite import SelectedFrames
+            from ibwire.files.capwrite import SelectedFrames
+            from ibwire.files.outfile import output_file
 
             f = files.enter_context(output_file(write, "wb", inputs=[None if src == "-" else src]))
             writer = SelectedFrames(f, write, stream)
@@ -152,9 +151,9 @@ def decode(
 def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too):
     """The options that shape the output, checked: -T's format (lower case), -e's field names, and -E's
     (header, separator, quote) with -T csv's defaults."""
-    from ..fieldtypes import field_type
-    from ..filter import field_name
-    from ..output.printer import FORMATS, TIME_MODES
+    from ibwire.decode.fieldtypes import field_type
+    from ibwire.decode.filter import field_name
+    from ibwire.report.packets.printer import FORMATS, TIME_MODES
 
     if write == "-" and print_too:
         raise UserError("-w - writes the capture to standard output; it cannot carry the -P lines too")
@@ -170,7 +169,7 @@ def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
     keys = [field_name(f) for f in fields]
     for f, k in zip(fields, keys):
         if field_type(k) is None:
-            from ..filter import closest
+            from ibwire.decode.filter import closest
 
             raise UserError(f"-e {f}: no such field; did you mean '{closest(k)}'?")
     header, sep, quote = _field_options(field_opts)
@@ -180,8 +179,8 @@ def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
 
 
 def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summary_too):
-    from ..decode.stream import select
-    from ..output.printer import Printer
+    from ibwire.decode.stream import select
+    from ibwire.report.packets.printer import Printer
 
     shown = 0
     t0, prev = None, None
@@ -206,8 +205,8 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
             times = rec["time"]
 
             def details(i, batch=batch, times=times, prev=prev, t0=t0):
-                from ..decode import decode_frame
-                from ..decode.stream import with_analysis
+                from ibwire.decode import decode_frame
+                from ibwire.decode.stream import with_analysis
 
                 d = with_analysis(decode_frame(batch.frame(i)), batch.rec[i])
                 if printer.nvme is not None:
@@ -216,7 +215,7 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
                 return d
 
             if verbose or hexdump:
-                from ..output.tree import hex_dump
+                from ibwire.report.packets.tree import hex_dump
 
                 trees = tree_printer.trees(batch, rows, details) if verbose else None
                 for n, i in enumerate(rows.tolist()):
@@ -242,10 +241,10 @@ def detail_flat_times(t: float, t0: float, prev: Optional[float]) -> dict:
 
 
 def _open(src: str, icrc: bool):
-    from ..decode.stream import Stream
+    from ibwire.decode.stream import Stream
 
     if src == "-":
-        from ..decode.pipe import PipeStream
+        from ibwire.decode.pipe import PipeStream
 
         return PipeStream(sys.stdin.buffer, icrc)
     return Stream(src, icrc)

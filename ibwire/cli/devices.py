@@ -4,14 +4,14 @@ import json as _json
 
 import typer
 
-from .app import app
+from ibwire.cli.app import app
 
 
 @app.command()
 def devices(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
     """List RDMA devices and ports, their VFs, and what can capture them here."""
-    from ..capture.inventory import inventory, render
-    from ..output.escape import printable
+    from ibwire.capture.inventory import inventory, render
+    from ibwire.report.escape import printable
 
     inv = inventory()
     # names come from sysfs (node descriptions, interface names): shown, never sent to the terminal raw

@@ -6,8 +6,8 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import UserError
-from .app import NO_CAPTURE, app, capture_sources, read_file_option
+from ibwire.cli.app import NO_CAPTURE, app, capture_sources, read_file_option
+from ibwire.errors import UserError
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
 
@@ -65,10 +65,10 @@ def export(
 ):
     """Write one row per packet (Wireshark-style column names such as bth_p_key) for DuckDB, pandas,
     Polars or Spark; --flows adds the `ibwire flows` table as a second file."""
-    from ..analysis.export import write_flows, write_records
-    from ..analysis.report import progress
-    from ..fast import scan
-    from ..outfile import output_file, refuse_aliasing
+    from ibwire.decode.scan import scan
+    from ibwire.files.outfile import output_file, refuse_aliasing
+    from ibwire.report.parquet import write_flows, write_records
+    from ibwire.report.tables import progress
 
     files = capture_sources(files, read)
     if not files:
@@ -83,19 +83,19 @@ def export(
         if name is not None and not name.endswith(".parquet"):
             raise UserError(f"output names must end in .parquet ({name})")
     refuse_aliasing([out, flows, storage], [file])
-    from .decode import check_decode_as
+    from ibwire.cli.decode import check_decode_as
 
     declared = check_decode_as(decode_as)
     for name in (out, flows, storage):
         if name is not None:
             Path(name).parent.mkdir(parents=True, exist_ok=True)
-    from ..analysis.packets import CaptureAnalysis
+    from ibwire.analyze.packets import CaptureAnalysis
 
     s = scan(file, icrc=icrc)
     rc = CaptureAnalysis(file, icrc)  # the bth_analysis_* columns
     s.fill = rc.fill
     if display_filter:
-        from ..fast.filter import FilteredScan
+        from ibwire.decode.record_filter import FilteredScan
 
         s = FilteredScan(s, display_filter)
     with progress(s.size, "export") as cb, output_file(out, inputs=[file]) as f:
@@ -106,7 +106,7 @@ def export(
             write_flows(rc.conversations, f)
         msg += f" and {len(rc.conversations)} conversations to {flows}"
     if storage:
-        from ..analysis.storage import analyse, write_commands
+        from ibwire.analyze.storage import analyse, write_commands
 
         commands = analyse(file, declared)["commands"]
         with output_file(storage, inputs=[file]) as f:
@@ -120,9 +120,9 @@ def export(
 def _export_dataset(files: List[str], out: str, partition_by: str, single_files: bool, icrc: bool) -> None:
     """--partition-by: each capture of `files` (and of their folders, one per host) into the dataset `out`;
     `single_files`: --flows or --storage was given too, which name one file each."""
-    from ..analysis.export import partition_keys, write_capture_partitions
-    from ..analysis.report import progress
-    from ..fast import scan
+    from ibwire.decode.scan import scan
+    from ibwire.report.parquet import partition_keys, write_capture_partitions
+    from ibwire.report.tables import progress
 
     keys = partition_keys(partition_by)
     if single_files:

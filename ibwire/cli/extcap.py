@@ -4,7 +4,7 @@ from typing import Optional
 
 import typer
 
-from .app import app
+from ibwire.cli.app import app
 
 
 @app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -28,8 +28,8 @@ def extcap(
     ),
 ):
     """Wireshark extcap: `tshark -D` lists ibwire's VFs and ports, `tshark -i ibwire-...` captures through ibwire."""
-    from ..capture import extcap as ec
-    from ..errors import UserError
+    from ibwire.capture import extcap as ec
+    from ibwire.errors import UserError
 
     if install:
         print(f"installed {ec.install()}; Wireshark and tshark now list ibwire's targets (`tshark -D`)")

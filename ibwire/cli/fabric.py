@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import UserError
-from .app import app, capture_source, read_file_option
+from ibwire.cli.app import app, capture_source, read_file_option
+from ibwire.errors import UserError
 
 FORMATS = ("text", "json", "ibnetdiscover", "dot")
 
@@ -34,8 +34,8 @@ def fabric(
     ),
 ):
     """Nodes, port LIDs and P_Key tables, the master SM, link rates and traps seen in a capture's SMPs."""
-    from ..fabric import fabric_view
-    from ..fabric.text_report import render
+    from ibwire.analyze.fabric import fabric_view
+    from ibwire.report.fabric_text import render
 
     file = Path(capture_source(file, read))
     if format not in FORMATS:
@@ -44,17 +44,17 @@ def fabric(
         raise UserError(f"{file} does not exist or is not a file; give the path of a capture.")
     view = fabric_view(str(file))
     if report is not None:
-        from ..pictures.fabric_report import write_report
+        from ibwire.report.pictures.fabric_report import write_report
 
         write_report(str(file), str(report), view)
     if format == "json":
         typer.echo(json.dumps(view, indent=2))
     elif format == "ibnetdiscover":
-        from ..fabric.formats import ibnetdiscover
+        from ibwire.report.fabric_formats import ibnetdiscover
 
         typer.echo(ibnetdiscover(view), nl=False)
     elif format == "dot":
-        from ..fabric.formats import dot
+        from ibwire.report.fabric_formats import dot
 
         typer.echo(dot(view), nl=False)
     else:

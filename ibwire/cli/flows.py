@@ -4,8 +4,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import UserError
-from .app import TOP, app, capture_source, read_file_option
+from ibwire.cli.app import TOP, app, capture_source, read_file_option
+from ibwire.errors import UserError
 
 
 def _table_row(r: dict) -> dict:
@@ -43,11 +43,11 @@ def _table_row(r: dict) -> dict:
 
 
 def _failures(rows) -> None:
-    """After the table: one paragraph per requester that resent anything (analysis.retries)."""
+    """After the table: one paragraph per requester that resent anything (analyze.retries)."""
     from rich.text import Text
 
-    from ..analysis.report import console
-    from ..analysis.retries import paragraph
+    from ibwire.analyze.retries import paragraph
+    from ibwire.report.tables import console
 
     texts = [t for r in rows for t in paragraph(r)]
     if not texts:
@@ -109,16 +109,16 @@ def flows(
     two-sided; for RC: PSN gaps told apart as drops (lost on the wire) or not captured (missed by the capture),
     retransmissions, out-of-order, NAKs by kind, RNR timers, ACK coalescing,
     outstanding depth, READ latency, request-to-ACK latency, messages checked against DMA length, CNPs."""
-    from ..analysis.flows import analyse
-    from ..analysis.report import check_format, progress, render
-    from ..fast import scan
-    from ..fast.filter import compile_batch_filter, names_analysis
+    from ibwire.analyze.flows import analyse
+    from ibwire.decode.record_filter import compile_batch_filter, names_analysis
+    from ibwire.decode.scan import scan
+    from ibwire.report.tables import check_format, progress, render
 
     file = capture_source(file, read)
     check_format(fmt)
     fill = None
     if display_filter and names_analysis(display_filter):
-        from ..analysis.packets import CaptureAnalysis
+        from ibwire.analyze.packets import CaptureAnalysis
 
         fill, jobs = CaptureAnalysis(file, icrc).fill, 1  # filled by frame number: one reader numbers them
     mask = compile_batch_filter(display_filter, fill) if display_filter else None
@@ -132,7 +132,7 @@ def flows(
     if top:
         rows = rows[:top]
     if report:
-        from ..pictures.flows_report import write_report
+        from ibwire.report.pictures.flows_report import write_report
 
         write_report(
             file,
@@ -153,7 +153,7 @@ def flows(
         )
         _failures(rows)
         if res.get("capture"):
-            from ..analysis.report import console
+            from ibwire.report.tables import console
 
             console().print("\n" + res["capture"]["text"], highlight=False, markup=False)
     else:

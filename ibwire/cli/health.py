@@ -6,19 +6,19 @@ from typing import Optional
 
 import typer
 
-from .app import TOP, app, capture_source, port_speed, port_speed_option, read_file_option
+from ibwire.cli.app import TOP, app, capture_source, port_speed, port_speed_option, read_file_option
 
 QOS_RANGES = {"dscp": 63, "cnp_dscp": 63, "pfc_priority": 7, "cnp_priority": 7}
 
 
 def parse_qos(text: Optional[str]) -> dict:
     """`dscp=26,cnp_dscp=48,pfc_priority=3`, or a TOML file holding those keys (at the top or under [qos])."""
-    from ..errors import UserError
+    from ibwire.errors import UserError
 
     if not text:
         return {}
     if text.endswith(".toml") or Path(text).is_file():
-        from ..inputfile import parse_toml, read_text
+        from ibwire.files.inputfile import parse_toml, read_text
 
         data = parse_toml(
             read_text(Path(text), "QoS file", "a TOML file with dscp, cnp_dscp, pfc_priority or cnp_priority"),
@@ -75,9 +75,9 @@ def health(
     """PFC pauses per port and priority (episodes, storms), ECN-CE marks and the CNPs answering them with the
     sender's rate around each CNP, ECMP entropy of RoCEv2 source ports, DSCP/PCP per flow and message kind,
     and findings with a display filter for their frames.  Exit status 1 when a finding is an error."""
-    from ..analysis.health import Settings, analyse
-    from ..analysis.report import render
-    from ..errors import UserError
+    from ibwire.analyze.health import Settings, analyse
+    from ibwire.errors import UserError
+    from ibwire.report.tables import render
 
     file = capture_source(file, read)
     if fmt not in ("table", "json"):
@@ -86,10 +86,10 @@ def health(
         raise UserError("--storm-ms and --rate-window-us must be positive and --paths at least 1")
     bins = 0
     if report:  # the page's module only when a page is asked for
-        from ..pictures.health_report import BINS as bins
+        from ibwire.report.pictures.health_report import BINS as bins
     res = analyse(file, Settings(port_speed(speed), storm_ms, paths, window_us, qos=parse_qos(qos)), bins=bins)
     if report:
-        from ..pictures.health_report import report as write_report
+        from ibwire.report.pictures.health_report import report as write_report
 
         write_report(res, report, file)
         del res["series"]

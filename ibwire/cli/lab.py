@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from .app import Typer, app
+from ibwire.cli.app import Typer, app
 
 lab_app = Typer(
     help="Network-namespace lab: PF host, VF representors, four VFs and a remote host; with "
@@ -38,10 +38,10 @@ def lab_up(
     timeout: float = typer.Option(300, "--timeout", help="--rdma: seconds to wait for the guests."),
 ):
     """Build the lab (needs root)."""
-    from ..errors import UserError
+    from ibwire.errors import UserError
 
     if rdma:
-        from ..lab.rdma import lab as rlab
+        from ibwire.lab.rdma import lab as rlab
 
         if not 1 <= guests <= 16:
             raise UserError("--guests is 1..16")
@@ -52,7 +52,7 @@ def lab_up(
             print(f"{name} ready in {secs:.1f} s")
         print(rlab.status(prefix))
         return
-    from ..lab import topology
+    from ibwire.lab import topology
 
     if vlan and (len(vlan) > 1 or not vlan[0].isdigit()):
         raise UserError("the namespace lab takes one --vlan VID (TENANT=VID is for --rdma)")
@@ -67,8 +67,8 @@ def lab_down(
 ):
     """Remove the lab: guests, namespaces, taps, bridges and the lab's files (refused while a capture runs
     inside the lab, unless --force)."""
-    from ..lab import topology
-    from ..lab.rdma import lab as rlab
+    from ibwire.lab import topology
+    from ibwire.lab.rdma import lab as rlab
 
     topology.stop_captures(prefix, force)
     gone = rlab.down(prefix) + topology.down(prefix)
@@ -78,8 +78,8 @@ def lab_down(
 @lab_app.command("status")
 def lab_status(prefix: str = typer.Option("ibwlab", help="Name prefix of the namespaces.")):
     """Show the lab's hosts, MACs, IPs and representors."""
-    from ..lab import topology
-    from ..lab.rdma import lab as rlab
+    from ibwire.lab import topology
+    from ibwire.lab.rdma import lab as rlab
 
     print(rlab.status(prefix) if rlab.is_rdma(prefix) else topology.status(prefix))
 
@@ -92,7 +92,7 @@ def lab_run(
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Stop the command after S seconds."),
 ):
     """Run a command in an RDMA lab guest; its output streams here and its exit status is ibwire's."""
-    from ..lab.rdma import control
+    from ibwire.lab.rdma import control
 
     rc = control.run(prefix, guest, command, timeout)
     if rc:
@@ -110,8 +110,8 @@ def lab_faults(
     prefix: str = typer.Option("ibwlab", help="Name prefix of the lab."),
 ):
     """Impair what a guest sends (tc netem on its NIC, all VLANs), or --clear it; prints the qdisc and its counts."""
-    from ..errors import UserError
-    from ..lab.rdma import control
+    from ibwire.errors import UserError
+    from ibwire.lab.rdma import control
 
     if not (clear or loss or delay or duplicate or reorder):
         raise UserError("give --loss, --delay, --duplicate, --reorder or --clear")
@@ -124,8 +124,8 @@ def lab_counters(
     prefix: str = typer.Option("ibwlab", help="Name prefix of the lab."),
 ):
     """Print the guest's rxe hw_counters (out_of_seq_request, duplicate_request, rcvd_seq_err ...) as JSON."""
-    from ..lab.rdma import control
-    from ..lab.rdma import lab as rlab
+    from ibwire.lab.rdma import control
+    from ibwire.lab.rdma import lab as rlab
 
     if guest is not None:
         print(json.dumps(control.counters(prefix, guest), indent=1))
@@ -143,8 +143,8 @@ def lab_traffic(
     map_: Optional[str] = typer.Option(None, "--map", help="Explicit CAPTURE_IP=HOST,... mapping."),
 ):
     """Replay a scenario's RoCEv2 packets between lab hosts with their MACs and IPs."""
-    from ..errors import UserError
-    from ..lab import topology, traffic
+    from ibwire.errors import UserError
+    from ibwire.lab import topology, traffic
 
     mapping = None
     if map_:
@@ -164,6 +164,6 @@ def lab_samples(
 ):
     """Record the RDMA lab's sample captures (RC WRITE/READ/SEND, UC, UD, atomics, RDMA-CM, RC under 2% loss)
     between guests g0 and g1, each with both guests' rxe counter differences beside it."""
-    from ..lab.rdma import samples
+    from ibwire.lab.rdma import samples
 
     samples.record(prefix, outdir, only.split(",") if only else None)

@@ -4,8 +4,8 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import UserError
-from .app import TOP, app, capture_source, read_file_option
+from ibwire.cli.app import TOP, app, capture_source, read_file_option
+from ibwire.errors import UserError
 
 
 @app.command()
@@ -43,9 +43,9 @@ def stats(
 ):
     """Counts, bytes and rates by transport+opcode, P_Key, endpoint, QP and MAD; ECN/CNP/FECN/BECN, CRC
     failures, damaged packets and loss hints."""
-    from ..analysis import stats as st
-    from ..analysis.report import check_format, label, progress, render
-    from ..fast import scan
+    from ibwire.analyze import stats as st
+    from ibwire.decode.scan import scan
+    from ibwire.report.tables import check_format, label, progress, render
 
     file = capture_source(file, read)
     check_format(fmt)
@@ -55,7 +55,7 @@ def stats(
     if decode_as:
         raise UserError("-d applies to --storage (and to ibwire decode)")
     if interval is not None:
-        from ..pictures.series import interval_table
+        from ibwire.analyze.series import interval_table
 
         res = interval_table(file, interval, icrc)
         render({"intervals": res["intervals"], "problems": [{"problem": p} for p in res["problems"]]}, fmt, whole=res)
@@ -63,11 +63,11 @@ def stats(
     size = scan(file).size
     with progress(size, "stats") as cb:
         if display_filter:
-            from ..fast.filter import FilteredScan, names_analysis
+            from ibwire.decode.record_filter import FilteredScan, names_analysis
 
             s = scan(file, icrc)
             if names_analysis(display_filter):
-                from ..analysis.packets import CaptureAnalysis
+                from ibwire.analyze.packets import CaptureAnalysis
 
                 s.fill = CaptureAnalysis(file, icrc).fill
             res = st.compute(FilteredScan(s, display_filter), cb)
@@ -109,8 +109,8 @@ def _rc_sequence(file: str, icrc: bool, display_filter: Optional[str], jobs: int
     """The sequenced transports' PSN accounting, summed over conversations as `flows` counts it: lost on
     the wire (resent or NAKed) apart from not captured (the peer went on without a resend), retransmitted,
     out of order."""
-    from ..analysis.flows import analyse
-    from ..fast.filter import compile_batch_filter
+    from ibwire.analyze.flows import analyse
+    from ibwire.decode.record_filter import compile_batch_filter
 
     mask = compile_batch_filter(display_filter) if display_filter else None
     rows = [r for r in analyse(file, icrc, mask, None, jobs)["conversations"] if "psn_gaps" in r]
@@ -123,9 +123,9 @@ def _rc_sequence(file: str, icrc: bool, display_filter: Optional[str], jobs: int
 
 
 def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
-    from ..analysis.report import render
-    from ..analysis.storage import analyse
-    from .decode import check_decode_as
+    from ibwire.analyze.storage import analyse
+    from ibwire.cli.decode import check_decode_as
+    from ibwire.report.tables import render
 
     res = analyse(
         file, check_decode_as(decode_as), check_decode_as(decode_as, "rpcordma"), check_decode_as(decode_as, "iser")

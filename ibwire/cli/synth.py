@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from .app import app
+from ibwire.cli.app import app
 
 
 @app.command()
@@ -21,7 +21,7 @@ def synth(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for payload bytes (default: the scenario's)."),
 ):
     """Generate protocol-faithful IB/RoCE traffic from a scenario file."""
-    from ..synth import generate
+    from ibwire.synth import generate
 
     n = generate(scenario, write, link=link, seed=seed)
     typer.echo(f"wrote {n} frames to {write}", err=True)

@@ -1,7 +1,7 @@
 """The detail path: one frame → scapy layers → Wireshark-named fields, a summary line and errors.
 
 This builds a scapy object per packet, so it serves `decode`, evidence in reports and crafting; bulk
-analysis uses `ibwire.fast` instead.
+analysis uses `ibwire.decode.scan` instead.
 """
 
 from typing import List, NamedTuple
@@ -16,13 +16,12 @@ from dissectors.base import IBLayer
 from dissectors.dcb import MACControl, MACControlPause, MACControlPFC, pause_seconds
 from dissectors.mad import MAD
 from dissectors.numbers import LINKTYPE_ERF
-
-from ..fieldtypes import EITHER
-from ..readers import Frame
-from ..readers.formats import erf_view
-from .extents import Extents
-from .fields import layer_fields, nest_and_flatten
-from .linktypes import LINKTYPES, apply_roce2_heuristic, first_layer
+from ibwire.decode.extents import Extents
+from ibwire.decode.fields import layer_fields, nest_and_flatten
+from ibwire.decode.fieldtypes import EITHER
+from ibwire.decode.linktypes import LINKTYPES, apply_roce2_heuristic, first_layer
+from ibwire.files import Frame
+from ibwire.files.formats import erf_view
 
 # Wireshark's names in frame.protocols, by scapy layer class ("eth:ethertype:ip:udp:infiniband"); the IB
 # headers are one "infiniband", MADs belong to it; bytes no layer claims are "data".
@@ -330,7 +329,7 @@ def _mad_summary(pkt):
 
 def _frame_fields(frame: Frame, pkt) -> dict:
     """Number, time, lengths and pcapng interface id as tshark shows them (an ERF record's without its ERF
-    header and with its ERF timestamp: ibwire.readers.formats.erf_view), and the protocols' bytes for
+    header and with its ERF timestamp: ibwire.files.formats.erf_view), and the protocols' bytes for
     display-filter slices and len() (`_ws.bytes`)."""
     caplen, wirelen, t = frame.caplen, frame.wirelen, frame.time
     if frame.linktype == LINKTYPE_ERF:

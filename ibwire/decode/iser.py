@@ -5,7 +5,7 @@ First/Middle/Last reassembled per QP, each SCSI Response matched to its SCSI Com
 §7.3) counted as its data.
 
 Feed every Decoded in capture order; iSER frames get the iser/iscsi/scsi layers and fields.  In bulk mode
-(ibwire.analysis.storage) only commands are followed: no layer is built, scapy is never loaded."""
+(ibwire.analyze.storage) only commands are followed: no layer is built, scapy is never loaded."""
 
 from typing import Dict, List
 
@@ -13,9 +13,8 @@ import numpy as np
 
 from dissectors import iscsitable as T
 from dissectors.rpcrdmatable import leaves
-
-from ..fast import records as R
-from .rpcrdma import JOURNAL, MAX_SEND, RC_DATA, RC_SEND, _addr, _cut, flat_op, splice
+from ibwire.decode import records as R
+from ibwire.decode.rpcrdma import JOURNAL, MAX_SEND, RC_DATA, RC_SEND, _addr, _cut, flat_op, splice
 
 LAYERS = ("iser", "iscsi", "scsi", "scsi_sbc")
 
@@ -222,8 +221,7 @@ def _apply(d, layers, notes: list, extra: dict) -> None:
 def _attach(d, layers) -> None:
     """Put the layers (instead of the payload bytes) in d's packet, their fields in d's maps."""
     from dissectors import iser
-
-    from .fields import layer_fields, nest_and_flatten
+    from ibwire.decode.fields import layer_fields, nest_and_flatten
 
     chain = None
     for cls, data, tree in layers:

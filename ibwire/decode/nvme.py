@@ -3,15 +3,14 @@ for service port 4420, as Wireshark's packet-nvme-rdma.c does, or declared with 
 SEND First/Middle/Last reassembled per QP, and each completion matched to its command by command id.
 
 Feed every Decoded in capture order; frames of a known queue get the NVMe layers and fields added.  In bulk
-mode (ibwire.analysis.storage) only commands are followed: no layer is built and scapy is never loaded."""
+mode (ibwire.analyze.storage) only commands are followed: no layer is built and scapy is never loaded."""
 
 from typing import Dict, List, Optional
 
 import numpy as np
 
 from dissectors.nvmetable import CQE_LEN, FABRICS_OPC, SQE_LEN, is_nvme_service
-
-from ..fast.records import F_BTH, F_MAD
+from ibwire.decode.records import F_BTH, F_MAD
 
 ADMIN_ONLY = (0x06, 0x09, 0x0A, 0x0C, 0x18)  # Identify, Set/Get Features, AER, Keep Alive: no I/O opcode
 MAX_SEND = 1 << 20
@@ -63,7 +62,7 @@ class NvmeTracker:
 
     def __init__(self, decode_as: bool = False, bulk: bool = False):
         self.decode_as = decode_as
-        self.bulk = bulk  # only follow commands (ibwire.analysis.storage): no layers
+        self.bulk = bulk  # only follow commands (ibwire.analyze.storage): no layers
         self.ends: Dict[tuple, tuple] = {}  # (address, QPN) -> (Queue, frames to it go to the host)
         self.reqs: Dict[int, tuple] = {}  # CM local communication id -> (host address, host QPN, qid)
         self.sends: Dict[tuple, bytearray] = {}
@@ -287,7 +286,7 @@ def _link(d, cmd, extra) -> None:
 
 def _add(d, layer, replace: bool = False) -> None:
     """Put `layer` in the packet (instead of the payload bytes when `replace`) and its fields in d's maps."""
-    from .fields import layer_fields, nest_and_flatten
+    from ibwire.decode.fields import layer_fields, nest_and_flatten
 
     if d.packet is not None:
         if replace:

@@ -13,10 +13,10 @@ from typing import Iterator, List
 
 import numpy as np
 
-from ..errors import UserError
-from ..readers.capfile import PCAP_MAGICS, PCAPNG_SHB
-from ..readers.formats import MAX_BLOCK, MAX_PACKET, if_tsresol
-from .stream import Batch
+from ibwire.decode.stream import Batch
+from ibwire.errors import UserError
+from ibwire.files.capfile import PCAP_MAGICS, PCAPNG_SHB
+from ibwire.files.formats import MAX_BLOCK, MAX_PACKET, if_tsresol
 
 BATCH = 4096
 FLUSH = object()  # what the record generators yield before they would wait for input
@@ -68,8 +68,8 @@ class PipeStream:
         return self._cut(n)
 
     def __iter__(self) -> Iterator[Batch]:
-        from ..fast.decode import decode_batch
-        from ..fast.walk import Positions
+        from ibwire.decode.batch import decode_batch
+        from ibwire.files.walk import Positions
 
         buf, cols = bytearray(), [[] for _ in range(5)]  # data offset, caplen, wirelen, ns, linktype
         frame = 1

@@ -12,8 +12,7 @@ from typing import Dict
 
 from dissectors.mad import MAD, reassemble
 from dissectors.mad.rmpp import MAX_SEGMENTS, MAX_TRANSFER
-
-from .fields import mad_layer_entries, nest_and_flatten
+from ibwire.decode.fields import mad_layer_entries, nest_and_flatten
 
 RMPP_DATA = 1
 FLAG_LAST = 0x4

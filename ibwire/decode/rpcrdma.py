@@ -4,7 +4,7 @@ pair with `decode -d rpcordma`), SEND First/Middle/Last reassembled per QP, each
 by XID (RFC 5531 §9), and the RDMA READs and WRITEs that move a call's chunks (RFC 8166 §3.4) counted.
 
 Feed every Decoded in capture order; frames of NFS over RDMA get the rpcordma/rpc/nfs layers and fields.
-In bulk mode (ibwire.analysis.storage) only calls are followed: no layer is built, scapy is never loaded."""
+In bulk mode (ibwire.analyze.storage) only calls are followed: no layer is built, scapy is never loaded."""
 
 from typing import Dict, List
 
@@ -20,8 +20,7 @@ from dissectors.rpcrdmatable import (
     nfs,
     rpc,
 )
-
-from ..fast import records as R
+from ibwire.decode import records as R
 
 MAX_SEND = 1 << 20  # a reassembled SEND larger than this is dropped (inline messages are a few KiB)
 JOURNAL = 1 << 16  # frames whose additions are kept for a second feed
@@ -268,8 +267,7 @@ def _attach(d, layers, rest: bytes) -> None:
     from scapy.packet import Raw
 
     from dissectors import rpcrdma
-
-    from .fields import layer_fields, nest_and_flatten
+    from ibwire.decode.fields import layer_fields, nest_and_flatten
 
     chain = None
     for cls, data, tree in layers:

@@ -6,7 +6,7 @@ request by message id (MS-SMB2 §3.2.5.1), and the RDMA WRITEs and READs that us
 request's buffer descriptors (MS-SMBD §3.1.4.3, §3.1.4.4) counted.
 
 Feed every Decoded in capture order; SMB Direct frames get the smb_direct/smb2 layers and fields.  In bulk
-mode (ibwire.analysis.storage) only requests are followed: no layer is built, scapy is never loaded."""
+mode (ibwire.analyze.storage) only requests are followed: no layer is built, scapy is never loaded."""
 
 from functools import reduce
 from operator import truediv
@@ -16,9 +16,8 @@ import numpy as np
 
 from dissectors import smb2table as s2
 from dissectors import smbdirecttable as sd
-
-from ..fast import records as R
-from .rpcrdma import MAX_SEND, RC_DATA, RC_SEND, RpcRdmaTracker, _addr, flat_op
+from ibwire.decode import records as R
+from ibwire.decode.rpcrdma import MAX_SEND, RC_DATA, RC_SEND, RpcRdmaTracker, _addr, flat_op
 
 SUBTREES = [k for k, kind in sd.FIELDS.items() if kind == "protocol"]  # the message kinds, filterable
 CLAIMED = ("nvme", "rpcordma", "iser")  # a SEND these decoded is not SMB Direct
@@ -187,8 +186,7 @@ def _attach(d, layers, rest: bytes) -> None:
     from scapy.packet import Raw
 
     from dissectors import smbdirect
-
-    from .fields import layer_fields, nest_and_flatten
+    from ibwire.decode.fields import layer_fields, nest_and_flatten
 
     parts = [smbdirect.made(getattr(smbdirect, cls), data, tree) for cls, data, tree in layers]
     chain = reduce(truediv, parts + ([Raw(rest)] if rest else []))

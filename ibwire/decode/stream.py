@@ -1,6 +1,6 @@
 """A capture as a stream of record batches with their raw bytes, and display-filter selection on it.
 
-Records come from the compiled decoder (ibwire.fast); a frame's bytes stay reachable while its batch is
+Records come from the compiled decoder (ibwire.decode.scan); a frame's bytes stay reachable while its batch is
 current, so a frame the records cannot answer for (a field they lack, a damaged or heuristic frame) is
 decoded in full (`decode_frame`) — and only that frame.
 """
@@ -9,12 +9,12 @@ from typing import Callable, Iterator, NamedTuple, Optional
 
 import numpy as np
 
-from ..readers import Frame
+from ibwire.files import Frame
 
 
 class Batch(NamedTuple):
-    rec: np.ndarray  # ibwire.fast.records.RECORD rows
-    pos: object  # ibwire.fast.walk.Positions of the rows in `buf`
+    rec: np.ndarray  # ibwire.decode.records.RECORD rows
+    pos: object  # ibwire.files.walk.Positions of the rows in `buf`
     buf: np.ndarray  # the chunk the batch was read in (the walk gives each chunk a buffer of its own)
 
     def frame(self, i: int) -> Frame:
@@ -40,7 +40,7 @@ def decimals_of(head: bytes) -> int:
     nanosecond pcap or a pcapng interface finer than microseconds (if_tsresol), else 6."""
     import struct
 
-    from ..readers.formats import PCAP_MAGICS, PCAPNG_SHB, if_tsresol
+    from ibwire.files.formats import PCAP_MAGICS, PCAPNG_SHB, if_tsresol
 
     if head[:4] in PCAP_MAGICS:
         return 9 if PCAP_MAGICS[head[:4]][1] == 1e-9 else 6
@@ -63,7 +63,7 @@ class Stream:
     """Iterate for Batches; `problems` lists file damage once iteration is done."""
 
     def __init__(self, path: str, icrc: bool = True, batch: int = 16384):
-        from ..fast.walk import CaptureWalk
+        from ibwire.files.walk import CaptureWalk
 
         self.walk = CaptureWalk(path, batch, keep=True)
         self.icrc = icrc
@@ -80,8 +80,8 @@ class Stream:
         compiled walk and the decoder release the GIL), so they overlap what the consumer does with each
         batch (print, filter, audit); the walk reads each chunk into a buffer of its own, so a batch's
         bytes stay valid however far the read-ahead gets."""
-        from ..fast.ahead import read_ahead
-        from ..fast.decode import decode_batch
+        from ibwire.decode.batch import decode_batch
+        from ibwire.files.ahead import read_ahead
 
         def filled(rec):
             if self.fill:
@@ -95,9 +95,9 @@ class Stream:
 
 
 def with_analysis(d, row):
-    """The full decode `d` of a record's frame, given the record's RC analysis fields (fast.records.ANALYSIS):
+    """The full decode `d` of a record's frame, given the record's RC analysis fields (decode.records.ANALYSIS):
     in its field map, and as a `bth.analysis` layer of its own."""
-    from ..fast.records import analysis_values
+    from ibwire.decode.records import analysis_values
 
     values = analysis_values(row)
     if values:
@@ -109,7 +109,7 @@ def with_analysis(d, row):
 def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None, nvme=None) -> dict:
     """The full decode's field map of one frame, with the times relative to the capture's first frame
     and to the previous one (and, fed to `rmpp`, the SA table an RMPP transfer's last segment completes)."""
-    from . import decode_frame
+    from ibwire.decode import decode_frame
 
     d = decode_frame(frame)
     if rmpp is not None:
@@ -124,19 +124,19 @@ def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None, nvme=
 
 def select(stream, flt, detail: Callable = None, nvme=None) -> Iterator[tuple]:
     """(batch, mask) for every batch of `stream`: which frames the display filter `flt` selects.  The
-    records answer where they can (ibwire.fast.filter); the full decode answers the rest, frame by frame.
+    records answer where they can (ibwire.decode.record_filter); the full decode answers the rest, frame by frame.
     `detail(batch, i, t0, prev)` gives a frame's field map (default: detail_flat of its bytes, fed to the
     NVMe-oF tracker `nvme` when given)."""
-    from ..fast.filter import batch_filter
+    from ibwire.decode.record_filter import batch_filter
 
     bf = batch_filter(flt, with_bytes=True)
     if detail is None:
-        from .rmpp import RmppTracker
+        from ibwire.decode.rmpp import RmppTracker
 
         rmpp = RmppTracker()
 
         def detail(batch, i, t0, prev):
-            from ..fast.records import analysis_values
+            from ibwire.decode.records import analysis_values
 
             return {**detail_flat(batch.frame(i), t0, prev, rmpp, nvme), **analysis_values(batch.rec[i])}
 
@@ -154,20 +154,20 @@ def select(stream, flt, detail: Callable = None, nvme=None) -> Iterator[tuple]:
         else:
             mask, todo = np.zeros(len(rec), bool), range(len(rec))
         if nvme is not None:  # the tracker sees every frame it needs (RDMA-CM first)
-            from .nvme import storage_rows
+            from ibwire.decode.nvme import storage_rows
 
             cm, data = storage_rows(rec, np.arange(len(rec)), nvme)
             for i in cm.tolist():
                 mask[i] = flt(detail(batch, i, t0, float(times[i - 1]) if i else prev))
             todo = np.setdiff1d(np.union1d(todo, data()), cm)
-            from .rpcrdma import storage_rows as rpcrdma_rows
-            from .smbdirect import storage_rows as smbdirect_rows
+            from ibwire.decode.rpcrdma import storage_rows as rpcrdma_rows
+            from ibwire.decode.smbdirect import storage_rows as smbdirect_rows
 
             every = np.arange(len(rec))
             for more in rpcrdma_rows(batch, every, nvme) + smbdirect_rows(batch, every, nvme):
                 todo = np.union1d(todo, more)
         if nvme is not None:  # iSER: its rows asked once the RDMA-CM rows were fed
-            from .iser import storage_rows as iser_rows
+            from ibwire.decode.iser import storage_rows as iser_rows
 
             for more in iser_rows(batch, np.arange(len(rec)), nvme):
                 todo = np.union1d(todo, more())

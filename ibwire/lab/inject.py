@@ -6,8 +6,7 @@ import socket
 import sys
 
 from dissectors.numbers import ROCE_V2_PORT
-
-from ..readers import iter_frames
+from ibwire.files import iter_frames
 
 SINK_TIMEOUT = 60.0
 

@@ -13,10 +13,10 @@ import json
 import subprocess
 from typing import List, Optional
 
-from ..capture import journal
-from ..capture.journal import run_dir
-from ..errors import UserError
-from ..outfile import output_file
+from ibwire.capture import journal
+from ibwire.capture.journal import run_dir
+from ibwire.errors import UserError
+from ibwire.files.outfile import output_file
 
 NUM_VFS = 4
 SUBNET = "10.77.0"

@@ -26,10 +26,9 @@ from dissectors.numbers import (
     LINKTYPE_ETHERNET,
     ROCE_V2_PORT,
 )
-
-from ..errors import UserError
-from ..readers import iter_frames
-from ..writers import PcapWriter
+from ibwire.errors import UserError
+from ibwire.files import iter_frames
+from ibwire.files.writers import PcapWriter
 
 DEFAULT_PAIRS = "vf0-remote,vf2-remote,vf1-vf3,vf2-vf1"
 

@@ -4,17 +4,16 @@ import heapq
 from typing import Optional
 
 from ibwire.errors import UserError
-from ibwire.outfile import output_file, refuse_aliasing
-from ibwire.writers import PcapWriter
-
-from .engine import Context, qp_flow
-from .iser import iser_frames
-from .links import LINKS, Link
-from .lossless import control_frames
-from .management import ipoib_joins, ipoib_pings, sm_sweep, smp_faults
-from .nfs import nfs_frames
-from .scenario import LAST_SECOND, Scenario, load
-from .smb import smb_frames
+from ibwire.files.outfile import output_file, refuse_aliasing
+from ibwire.files.writers import PcapWriter
+from ibwire.synth.engine import Context, qp_flow
+from ibwire.synth.iser import iser_frames
+from ibwire.synth.links import LINKS, Link
+from ibwire.synth.lossless import control_frames
+from ibwire.synth.management import ipoib_joins, ipoib_pings, sm_sweep, smp_faults
+from ibwire.synth.nfs import nfs_frames
+from ibwire.synth.scenario import LAST_SECOND, Scenario, load
+from ibwire.synth.smb import smb_frames
 
 __all__ = ["generate", "frames", "load", "LINKS", "Scenario"]
 

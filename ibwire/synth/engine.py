@@ -18,11 +18,10 @@ from typing import Iterator, List, Optional, Tuple
 
 from dissectors.numbers import GSI_QKEY, PERMISSIVE_LID
 from dissectors.opcodes import CREDITS, RNR_TIMER_MS
-
-from . import mads
-from .headers import CNP_PAD, SYN_NAK_PSN, SYN_RNR, ext_headers, transport
-from .links import ECN_CE, Link
-from .scenario import PMTUS, QP, Scenario
+from ibwire.synth import mads
+from ibwire.synth.headers import CNP_PAD, SYN_NAK_PSN, SYN_RNR, ext_headers, transport
+from ibwire.synth.links import ECN_CE, Link
+from ibwire.synth.scenario import PMTUS, QP, Scenario
 
 Event = Tuple[float, int, bytes]
 M24 = 0xFFFFFF

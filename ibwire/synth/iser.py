@@ -12,10 +12,9 @@ from typing import List, Tuple
 
 from dissectors.numbers import ISCSI_PORT
 from dissectors.nvmetable import SID_ULP_TCP
-
-from . import mads
-from .headers import AETH, RETH
-from .nfs import M24, READ_REQUEST, READ_RESPONSE, WRITE, _Conn
+from ibwire.synth import mads
+from ibwire.synth.headers import AETH, RETH
+from ibwire.synth.nfs import M24, READ_REQUEST, READ_RESPONSE, WRITE, _Conn
 
 CONTROL, HELLO, HELLO_REPLY = 0x10, 0x20, 0x30  # iSER opcodes in the flags' high nibble (RFC 7145 §9.2)
 WSV, RSV, REJ = 0x08, 0x04, 0x01

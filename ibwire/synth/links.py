@@ -20,9 +20,8 @@ from dissectors.numbers import (
     LINKTYPE_INFINIBAND,
     ROCE_V2_PORT,
 )
-from ibwire.writers import erf_record
-
-from .headers import GRH, LRH
+from ibwire.files.writers import erf_record
+from ibwire.synth.headers import GRH, LRH
 
 LINKS = ("roce2", "roce2-v6", "roce1", "ib-erf", "ib")
 _IP4 = struct.Struct(">BBHHHBBH4s4s")

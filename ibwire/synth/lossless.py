@@ -4,8 +4,7 @@
 from typing import List, Tuple
 
 from dissectors.dcbfacts import lldp_frame, pause_frame, pfc_frame
-
-from .engine import Context
+from ibwire.synth.engine import Context
 
 
 def control_frames(ctx: Context, t0: float) -> List[Tuple[float, bytes]]:

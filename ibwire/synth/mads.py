@@ -11,8 +11,7 @@ MCMemberRecord §15.2.5.17 (component mask bits as opensm's IB_MCR_COMPMASK_*); 
 import struct
 
 from dissectors.numbers import IPOIB_QKEY, PERMISSIVE_LID
-
-from .headers import mad_header, pad_to
+from ibwire.synth.headers import mad_header, pad_to
 
 # Management classes and methods (IBA §13.4.4, §13.4.5)
 CLASS_SMP_LID, CLASS_SMP_DR, CLASS_SA, CLASS_CM = 0x01, 0x81, 0x03, 0x07

@@ -14,9 +14,8 @@ import struct
 from typing import List, Tuple
 
 from dissectors.numbers import ETHERTYPE_IPV4, IPOIB_QKEY
-
-from . import mads
-from .engine import MCAST_QPN, Context
+from ibwire.synth import mads
+from ibwire.synth.engine import MCAST_QPN, Context
 
 _ICMP_ID = 0x1D2
 

@@ -8,10 +8,9 @@ from typing import List, Tuple
 
 from dissectors.numbers import NFS_RDMA_PORT
 from dissectors.nvmetable import SID_ULP_TCP
-
-from . import mads
-from . import rpcrdma as m
-from .headers import AETH, RETH, transport
+from ibwire.synth import mads
+from ibwire.synth import rpcrdma as m
+from ibwire.synth.headers import AETH, RETH, transport
 
 M24 = 0xFFFFFF
 THINK = 5e-6  # the server's time between a call and its reply or data transfer

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 
 from dissectors.numbers import DEFAULT_PKEY
 from ibwire.errors import InputError
-from ibwire.inputfile import key_line, not_a_key, parse_toml, read_text, type_name
+from ibwire.files.inputfile import key_line, not_a_key, parse_toml, read_text, type_name
 
 QP_TYPES = ("RC", "UC", "UD", "XRC")
 OP_KINDS = ("send", "send_imm", "send_inv", "write", "write_imm", "read", "cmp_swap", "fetch_add")
@@ -567,7 +567,7 @@ def _shape_expect(expect: dict, src: "_Src") -> None:
 
 def _build(doc, src: _Src, link_override) -> Scenario:
     """The Scenario of a document `_shape` has checked, or an error at the line of its first mistake."""
-    from .links import LINKS
+    from ibwire.synth.links import LINKS
 
     sc = doc.get("scenario", {})
     link = link_override or sc.get("link", "roce2")
@@ -883,7 +883,7 @@ def _pings(doc, scen: Scenario, src: _Src, need_port) -> None:
 
 def _nfs(doc, scen: Scenario, src: _Src, need_port) -> None:
     """[[nfs]]: NFS-over-RDMA connections, each `count` calls of one kind (ibwire.synth.nfs.OPS)."""
-    from .nfs import OPS
+    from ibwire.synth.nfs import OPS
 
     for i, p in enumerate(doc.get("nfs", [])):
         ln = lambda k="", i=i: src.line_of("nfs", i, k)  # noqa: E731
@@ -911,7 +911,7 @@ def _nfs(doc, scen: Scenario, src: _Src, need_port) -> None:
 
 def _iser(doc, scen: Scenario, src: _Src, need_port) -> None:
     """[[iser]]: iSER sessions, each a login then `count` SCSI commands of one kind (ibwire.synth.iser.OPS)."""
-    from .iser import OPS
+    from ibwire.synth.iser import OPS
 
     for i, p in enumerate(doc.get("iser", [])):
         ln = lambda k="", i=i: src.line_of("iser", i, k)  # noqa: E731
@@ -941,7 +941,7 @@ def _iser(doc, scen: Scenario, src: _Src, need_port) -> None:
 
 def _smb(doc, scen: Scenario, src: _Src, need_port) -> None:
     """[[smb]]: SMB Direct connections, each `count` SMB2 requests of one kind (ibwire.synth.smb.OPS)."""
-    from .smb import OPS
+    from ibwire.synth.smb import OPS
 
     for i, p in enumerate(doc.get("smb", [])):
         ln = lambda k="", i=i: src.line_of("smb", i, k)  # noqa: E731

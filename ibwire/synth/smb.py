@@ -8,11 +8,10 @@ from typing import List, Tuple
 
 from dissectors.numbers import SMB_DIRECT_PORT
 from dissectors.nvmetable import SID_ULP_TCP
-
-from . import mads
-from . import smbdirect as m
-from .headers import AETH, RETH
-from .nfs import M24, READ_REQUEST, READ_RESPONSE, SEND, THINK, WRITE, _Conn
+from ibwire.synth import mads
+from ibwire.synth import smbdirect as m
+from ibwire.synth.headers import AETH, RETH
+from ibwire.synth.nfs import M24, READ_REQUEST, READ_RESPONSE, SEND, THINK, WRITE, _Conn
 
 OPS = ("read", "write")
 FID = bytes(range(0x10, 0x20))  # the file id every request names

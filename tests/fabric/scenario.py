@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from ibwire.capture.ibsim import capture_ibsim
-from ibwire.capture.ibsim_lab import SimFabric
+from ibwire.lab.simfabric import SimFabric
 
 HERE = Path(__file__).resolve().parent
 TOPOLOGY = HERE / "small.topo"

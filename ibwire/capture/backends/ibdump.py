@@ -5,7 +5,7 @@ Command line and messages from ibdump.c usage() and error paths: `-d DEV -i PORT
 the sniffer and prints "Captured: N packets, M bytes".  Never SIGKILL it: the sniffer would stay attached.
 """
 
-from .subproc import SubprocessCapture
+from ibwire.capture.backends.subproc import SubprocessCapture
 
 HINTS = [
     (

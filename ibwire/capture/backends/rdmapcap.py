@@ -7,8 +7,8 @@ what the user should do; drops come from tcpdump's closing "N packets dropped by
 import re
 from typing import Optional
 
-from .ibdump import _first_error
-from .subproc import SubprocessCapture
+from ibwire.capture.backends.ibdump import _first_error
+from ibwire.capture.backends.subproc import SubprocessCapture
 
 HINTS = [
     ("CAP_NET_RAW may be required", "the RDMA sniffer needs CAP_NET_RAW; run as root"),

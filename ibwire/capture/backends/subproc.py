@@ -11,9 +11,9 @@ import subprocess
 import threading
 from typing import List, Optional
 
-from ...errors import UserError
-from ..journal import stop_process
-from ..marks import owner_env, proc_start
+from ibwire.capture.journal import stop_process
+from ibwire.capture.marks import owner_env, proc_start
+from ibwire.errors import UserError
 
 
 class PcapStream:

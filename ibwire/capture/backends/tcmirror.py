@@ -18,10 +18,10 @@ import os
 import subprocess
 from typing import List, Optional, Tuple
 
-from ...errors import UserError
-from .. import marks
-from ..hostcmds import run_json
-from ..journal import StateLock
+from ibwire.capture import marks
+from ibwire.capture.hostcmds import run_json
+from ibwire.capture.journal import StateLock
+from ibwire.errors import UserError
 
 
 def _batch(tool: str, lines: List[List[str]], force: bool = False) -> Tuple[int, str]:

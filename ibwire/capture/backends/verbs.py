@@ -14,9 +14,8 @@ import sys
 import time
 
 from dissectors.numbers import LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND
-
-from ...errors import UserError
-from .. import sysfs
+from ibwire.capture import sysfs
+from ibwire.errors import UserError
 
 SLOT = 10240
 RING = 512

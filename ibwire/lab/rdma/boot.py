@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from ...errors import UserError
+from ibwire.errors import UserError
 
 PACKAGES = "qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibverbs-utils rdmacm-utils perftest"
 EARLY_MODULES = ["virtio_pci", "9pnet_virtio", "9p", "overlay", "virtio_net"]

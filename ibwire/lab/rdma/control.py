@@ -8,8 +8,8 @@ import time
 import uuid
 from typing import List, Optional
 
-from ...errors import UserError
-from . import lab as rlab
+from ibwire.errors import UserError
+from ibwire.lab.rdma import lab as rlab
 
 COUNTERS = "/sys/class/infiniband/rxe0/ports/1/hw_counters"
 

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ...capture.journal import _proc_start, run_dir
-from ...errors import UserError
-from ...outfile import output_file
-from ..topology import _sh, publish  # the lab's one runner of ip commands, its file writer
-from . import agent, boot
+from ibwire.capture.journal import _proc_start, run_dir
+from ibwire.errors import UserError
+from ibwire.files.outfile import output_file
+from ibwire.lab.rdma import agent, boot
+from ibwire.lab.topology import _sh, publish  # the lab's one runner of ip commands, its file writer
 
 BRIDGE, UPLINK = "esw0", "p0"
 MAX_MEMORY = 1024

@@ -13,10 +13,10 @@ import threading
 from pathlib import Path
 from typing import List, Optional
 
-from ...errors import UserError
-from ...outfile import output_file
-from . import control
-from . import lab as rlab
+from ibwire.errors import UserError
+from ibwire.files.outfile import output_file
+from ibwire.lab.rdma import control
+from ibwire.lab.rdma import lab as rlab
 
 PERF = ["-d", "rxe0", "-F", "-n", "20", "-u", "20"]  # -u 20: a 4 s retransmission timeout, none spurious
 # name: (what it shows, server argv, client argv (the server's address is appended), netem on g1 or None)

@@ -1,0 +1,127 @@
+"""Flows of `ibwire health`: one direction of a QP (source, destination, destination QP) carrying data, and
+the partner QP its ACKs and responses come back to.
+
+Every row's QP group comes from one compiled group-by of all RoCE rows (`qp_groups`); flows, the QPs that
+answer them and the QoS table are derived from it, the rows of every group taken out by one radix sort.
+"""
+
+from collections import Counter, defaultdict
+from typing import List, Tuple
+
+import numpy as np
+
+from ibwire.analyze.hashing import group_rows
+from ibwire.decode import records as R
+
+QP_KEY = ("src", "dst", "slid", "dlid", "destqp")
+ANSWER_WITHIN_US = 10_000  # an ACK or response answers a request with its PSN sent at most this long before
+
+
+def row_end(rows, i: int, side: str) -> bytes:
+    """The source or destination of packet i: its address, or its LID (b"LID" + 2 bytes) on native IB."""
+    if rows["link"][i] == R.IB:
+        return b"LID" + int(rows["slid" if side == "src" else "dlid"][i]).to_bytes(2, "big")
+    return bytes(rows[side][i])
+
+
+def row_ends(rows, side: str) -> List[bytes]:
+    """row_end of every row of `rows`, read a column at a time."""
+    native = (rows["link"] == R.IB).tolist()
+    lids, addrs = rows["slid" if side == "src" else "dlid"].tolist(), rows[side].tolist()
+    return [b"LID" + lid.to_bytes(2, "big") if ib else a for ib, lid, a in zip(native, lids, addrs)]
+
+
+def qp_groups(rows) -> Tuple[np.ndarray, np.ndarray]:
+    """Each row's group of equal source, destination (addresses and LIDs) and destination QP, and each
+    group's first row."""
+    _, first, inv = group_rows(rows, QP_KEY)
+    return inv, first
+
+
+def _rows_per_group(group: np.ndarray, groups: int) -> List[np.ndarray]:
+    """The rows of each group number below `groups`, in row order: one stable (radix) sort."""
+    small = np.uint8 if groups <= 1 << 8 else np.uint16 if groups <= 1 << 16 else np.int64
+    order = np.argsort(group.astype(small), kind="stable")
+    return np.split(order, np.cumsum(np.bincount(group, minlength=groups))[:-1])
+
+
+def _answering(rows, back_of: List[np.ndarray], ends_of: np.ndarray, gfirst: np.ndarray):
+    """(the pair of ends of each group of ends that sends data or ACKs -> that group, the later of two with
+    one pair of ends (LIDs apart) replacing the earlier; per group of ends, its destination QPs -> rows)."""
+    first_back, qps = {}, defaultdict(dict)
+    for g, b in enumerate(back_of):
+        if len(b):
+            e = int(ends_of[g])
+            first_back[e] = min(first_back.get(e, len(rows)), int(b[0]))
+            qps[e][int(rows["destqp"][gfirst[g]])] = b
+    rev = {}
+    for e, i in sorted(first_back.items(), key=lambda kv: kv[1]):
+        rev[(row_end(rows, i, "src"), row_end(rows, i, "dst"))] = e
+    return rev, qps
+
+
+def find_flows(rows, is_data: np.ndarray, is_back: np.ndarray, rel_us, qp: Tuple[np.ndarray, np.ndarray]) -> List[dict]:
+    """One entry per flow (a QP's direction carrying data: the rows `is_data`): its rows, partner QP and how
+    it was paired (by the rows `is_back`, data and ACKs, coming the other way).  `qp`: qp_groups(rows)."""
+    gid, gfirst = qp
+    per = _rows_per_group(gid, len(gfirst))
+    data_of = [r[is_data[r]] for r in per]
+    _, _, ends_of = group_rows(rows, QP_KEY[:4], gfirst)  # each QP group's pair of ends
+    rev, qps = _answering(rows, [r[is_back[r]] for r in per], ends_of, gfirst)
+    flows, by_ends = [], defaultdict(list)
+    for r in sorted((r for r in data_of if len(r)), key=lambda r: int(r[0])):
+        i = r[0]
+        src, dst = row_end(rows, i, "src"), row_end(rows, i, "dst")
+        flows.append(
+            {
+                "src": src,
+                "dst": dst,
+                "qp": int(rows["destqp"][i]),
+                "partner": None,
+                "paired_by": "none",
+                "rows": r,
+                "link": int(rows["link"][i]),
+            }
+        )
+        by_ends[(src, dst)].append(flows[-1])
+    key = None
+    for (src, dst), fs in by_ends.items():
+        back_q = qps[rev[(dst, src)]] if (dst, src) in rev else {}
+        if len(fs) == 1 and len(back_q) == 1:
+            fs[0]["partner"], fs[0]["paired_by"] = next(iter(back_q)), "addresses"
+        elif back_q:
+            if key is None:  # PSN << 39 | µs since the first packet
+                key = rows["psn"].astype(np.int64) << 39 | np.clip(rel_us, 0, (1 << 39) - 1)
+            _pair_by_psn(rows, key, fs, back_q)
+    return flows
+
+
+def _pair_by_psn(rows, key, fs, back_q: dict, sample: int = 5000) -> None:
+    """Partner QPs of the flows `fs` (one pair of ends): each packet coming back (`back_q`: QP -> rows) to
+    QP q (sampled) votes for the flow that sent its PSN most recently before it (within ANSWER_WITHIN_US);
+    pairs are taken by votes, most first.  QPs may share PSN ranges, not times.  Keys are PSN << 39 | µs
+    since the first packet."""
+    votes = Counter()
+    sent = [np.sort(key[f["rows"]], kind="stable") for f in fs]  # (nearly in order already: timsort is quick)
+    for q in sorted(back_q):
+        b = back_q[q][:sample]
+        kb, psn, t = key[b], rows["psn"][b], key[b] & ((1 << 39) - 1)
+        gaps = np.full((len(fs), len(b)), np.inf)
+        for n, ks in enumerate(sent):
+            k = np.searchsorted(ks, kb, side="right") - 1
+            ok = k >= 0
+            hit = np.zeros(len(b), bool)
+            hit[ok] = (ks[k[ok]] >> 39) == psn[ok]
+            gap = t - (ks[np.maximum(k, 0)] & ((1 << 39) - 1))
+            hit &= gap <= ANSWER_WITHIN_US
+            gaps[n, hit] = gap[hit]
+        answered = np.isfinite(gaps).any(axis=0)
+        counts = np.bincount(np.argmin(gaps, axis=0)[answered], minlength=len(fs))
+        for n in np.flatnonzero(counts).tolist():
+            votes[(q, n)] += int(counts[n])
+    used_q, used_f = set(), set()
+    for (q, n), _ in votes.most_common():
+        if q not in used_q and n not in used_f:
+            used_q.add(q)
+            used_f.add(n)
+            fs[n]["partner"], fs[n]["paired_by"] = q, "psn"

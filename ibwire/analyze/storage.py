@@ -1,0 +1,314 @@
+"""The storage view: every NVMe-oF command of a capture with its submission, data transfer and completion
+frames, latency and bytes, and per opcode and per queue: IOPS, throughput, latency percentiles and errors
+by status.
+
+Bulk path: the compiled records pick the frames that matter (RDMA-CM MADs; RC SEND, RDMA READ and WRITE)
+and give each one's payload offset; the capsules are read from those bytes (struct, dissectors.nvmetable)
+and followed by the same tracker `ibwire decode` uses (ibwire.decode.nvme, in bulk mode: no scapy)."""
+
+from collections import defaultdict
+from typing import Dict, List
+
+import numpy as np
+
+from dissectors.nvmetable import ADMIN, ADMIN_NAMES, FABRICS, FABRICS_OPC, IO, IO_NAMES, STATUS_GENERIC
+from ibwire.analyze.requests import transfer_columns
+from ibwire.decode import records as R
+from ibwire.decode.iser import IserTracker
+from ibwire.decode.iser import storage_rows as iser_rows
+from ibwire.decode.nvme import NvmeTracker, storage_rows
+from ibwire.decode.records import addr_text
+from ibwire.decode.rpcrdma import RpcRdmaTracker, Trackers
+from ibwire.decode.rpcrdma import storage_rows as rpcrdma_rows
+from ibwire.decode.smbdirect import SmbDirectTracker
+from ibwire.decode.smbdirect import storage_rows as smbdirect_rows
+
+CM_REQ, CM_REP = 0x0010, 0x0013
+MAD_HEADER = 24
+CM_SERVICE_ID = 8  # REQ: ServiceID at message byte 8 (IBA §12.6.5)
+CM_IP_PRIVATE = 140 + 36  # REQ: private data at message byte 140; its IP CM header is 36 bytes (A11.4)
+
+
+class _Frame:
+    __slots__ = ("number", "time")
+
+    def __init__(self, number, time):
+        self.number, self.time = number, time
+
+
+class _Lite:
+    """What NvmeTracker reads of a decoded frame, built from a record and its payload bytes."""
+
+    __slots__ = ("frame", "flat", "notes", "errors", "layers", "packet")
+
+    def __init__(self, number, time, flat):
+        self.frame, self.flat = _Frame(number, time), flat
+        self.notes, self.errors, self.layers, self.packet = [], [], {}, None
+
+
+def _opcodes():
+    """(name, transport, has RETH) of every BTH opcode, for the tracker's flat fields."""
+    from dissectors.opcodes import lookup
+
+    return [(op.name, op.transport, "reth" in op.headers) for op in map(lookup, range(256))]
+
+
+class _Rows:
+    """One batch's columns as Python lists, read once (indexing a structured array row by row is slow)."""
+
+    COLS = (
+        "opcode",
+        "destqp",
+        "psn",
+        "paylen",
+        "flags",
+        "frame",
+        "time",
+        "reth_r_key",
+        "caplen",
+        "padcnt",
+        "link",
+        "mad_class",
+        "mad_attrid",
+        "cm_comm_id",
+        "cm_remote_comm_id",
+        "cm_qpn",
+    )
+
+    def __init__(self, batch, rows):
+        rec = batch.rec[rows]
+        for col in self.COLS:
+            setattr(self, col, rec[col].tolist())
+        self.src = [bytes(v) for v in rec["src"]]
+        self.dst = [bytes(v) for v in rec["dst"]]
+        self.data = np.asarray(batch.pos.data)[rows].tolist()
+        self.buf = batch.buf
+
+
+def _payload(r: _Rows, k: int) -> bytes:
+    """Row k's payload: it ends before the pad, the ICRC and (native IB) the VCRC; empty when cut short."""
+    if r.flags[k] & R.F_TRUNCATED or r.paylen[k] <= 0:
+        return b""
+    end = r.data[k] + r.caplen[k] - 4 - r.padcnt[k] - (2 if r.link[k] in (R.IB, R.IBGRH) else 0)
+    return r.buf[end - r.paylen[k] : end].tobytes()
+
+
+def _lite(r: _Rows, k: int, ops, addr) -> _Lite:
+    name, transport, reth = ops[r.opcode[k]]
+    flat = {
+        "bth.opcode": r.opcode[k],
+        "bth.opname": name,
+        "bth.transport": transport,
+        "bth.destqp": r.destqp[k],
+        "bth.psn": r.psn[k],
+        "ip.src": addr(r.src[k]),
+        "ip.dst": addr(r.dst[k]),
+        "payload.length": max(r.paylen[k], 0),
+    }
+    if reth:
+        flat["reth.r_key"] = r.reth_r_key[k]
+    payload = _payload(r, k) if name.startswith("SEND") or r.flags[k] & R.F_MAD else b""
+    if r.flags[k] & R.F_MAD and r.mad_class[k] == 0x07:
+        msg = payload[MAD_HEADER:]
+        if r.mad_attrid[k] == CM_REQ and len(msg) >= CM_IP_PRIVATE + 4:
+            flat.update(
+                {
+                    "cm.req": r.cm_comm_id[k],
+                    "cm.req.localqpn": r.cm_qpn[k],
+                    "cm.req.serviceid": int.from_bytes(msg[CM_SERVICE_ID : CM_SERVICE_ID + 8], "big"),
+                    "cm.req.ip_cm.private": msg[CM_IP_PRIVATE : CM_IP_PRIVATE + 56].hex(),
+                }
+            )
+        elif r.mad_attrid[k] == CM_REP:
+            flat.update(
+                {
+                    "cm.rep": r.cm_comm_id[k],
+                    "cm.rep.remotecommid": r.cm_remote_comm_id[k],
+                    "cm.rep.localqpn": r.cm_qpn[k],
+                }
+            )
+    else:
+        flat["_payload"] = payload
+    return _Lite(r.frame[k], r.time[k], flat)
+
+
+def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_decode_as: bool = False) -> Trackers:
+    """Follow every NVMe-oF command and RPC-over-RDMA call of `stream` (ibwire.decode.stream.Stream
+    batches)."""
+    tracker = NvmeTracker(decode_as=decode_as, bulk=True)
+    both = Trackers(tracker, RpcRdmaTracker(decode_as=rpc_decode_as, bulk=True), SmbDirectTracker(bulk=True))
+    both.iser = IserTracker(decode_as=iser_decode_as, bulk=True)
+    ops, names = _opcodes(), {}
+
+    def addr(v: bytes) -> str:
+        text = names.get(v)
+        if text is None:
+            text = names[v] = addr_text(v)
+        return text
+
+    for batch in stream:
+        rec = batch.rec
+        if not len(rec):
+            continue
+        for rows in _phases(batch, both):
+            r = _Rows(batch, rows)
+            for k in range(len(rows)):
+                both.feed(_lite(r, k, ops, addr))
+    return both
+
+
+def _phases(batch, both: Trackers):
+    """The rows the trackers must see: RDMA-CM first, then the data packets (asked for once the RDMA-CM
+    rows made a queue known)."""
+    every = np.arange(len(batch.rec))
+    cm, data = storage_rows(batch.rec, every, both.nvme)
+    yield cm
+    more = data()
+    for rows in iser_rows(batch, every, both):
+        more = np.union1d(more, rows())
+    for rows in rpcrdma_rows(batch, every, both) + smbdirect_rows(batch, every, both):
+        more = np.union1d(more, rows)
+    yield more.astype(np.int64)
+
+
+def opcode_name(sqe: bytes, qid) -> str:
+    opc = sqe[0]
+    if opc == FABRICS_OPC:
+        return FABRICS.get(sqe[4], (f"Fabrics 0x{sqe[4]:02x}",))[0]
+    table, names = (ADMIN, ADMIN_NAMES) if qid == 0 else (IO, IO_NAMES)
+    return table[opc][0] if opc in table else names.get(opc, f"opcode 0x{opc:02x}")
+
+
+def status_text(status) -> str:
+    """Status code type and code (NVMe Base §4.6.1.2) as text."""
+    if status is None:
+        return "no completion"
+    sc, sct = status & 0xFF, (status >> 8) & 0x7
+    if sct == 0 and sc in STATUS_GENERIC:
+        return STATUS_GENERIC[sc]
+    return f"SCT {sct} SC 0x{sc:02x}"
+
+
+def command_rows(tracker: NvmeTracker) -> List[dict]:
+    """One row per command, in submission order."""
+    rows = []
+    for c in tracker.commands:
+        sqe, io = c.sqe, c.qid not in (0, None) and c.sqe[0] != FABRICS_OPC
+        rw = io and sqe[0] in IO
+        q = c.queue
+        rows.append(
+            {
+                "queue": q.name if q is not None else "?",
+                "qid": c.qid,
+                "opcode": opcode_name(sqe, c.qid),
+                "cid": int.from_bytes(sqe[2:4], "little"),
+                "nsid": int.from_bytes(sqe[4:8], "little") if sqe[0] != FABRICS_OPC else None,
+                "slba": int.from_bytes(sqe[40:48], "little") if rw else None,
+                "blocks": int.from_bytes(sqe[48:50], "little") + 1 if rw else None,
+                **transfer_columns(c.frame, c.time, c.data, c.cqe, c.cqe_time, c.bytes),
+                "status": status_text(c.status),
+                "time": c.time,
+            }
+        )
+    return rows
+
+
+def _percentiles(values) -> dict:
+    if not values:
+        return {"latency_p50_us": None, "latency_p90_us": None, "latency_p99_us": None, "latency_max_us": None}
+    a = np.asarray(values, float)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {
+        "latency_p50_us": round(float(p50), 3),
+        "latency_p90_us": round(float(p90), 3),
+        "latency_p99_us": round(float(p99), 3),
+        "latency_max_us": round(float(a.max()), 3),
+    }
+
+
+def summary_rows(rows: List[dict], column: str, ok: str = STATUS_GENERIC[0]) -> List[dict]:
+    """Per value of `column`: commands, completed, errors, IOPS and bytes/s over the group's span (first
+    submission to last completion), latency percentiles."""
+    groups: Dict[tuple, List[dict]] = defaultdict(list)
+    for r in rows:
+        groups[r[column]].append(r)
+    out = []
+    for k, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        done = [r for r in rs if r["completion"] is not None]
+        start = min(r["time"] for r in rs)
+        end = max([r["time"] + r["latency_us"] / 1e6 for r in done] + [start])
+        span = end - start
+        nbytes = sum(r["bytes"] for r in rs)
+        out.append(
+            {
+                column: k,
+                "commands": len(rs),
+                "completed": len(done),
+                "errors": sum(1 for r in done if r["status"] != ok),
+                "iops": round(len(done) / span, 1) if span > 0 else None,
+                "bytes": nbytes,
+                "bytes_per_s": round(nbytes / span) if span > 0 else None,
+                **_percentiles([r["latency_us"] for r in done]),
+            }
+        )
+    return out
+
+
+def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False, iser_decode_as: bool = False) -> dict:
+    """The storage view of a capture: commands, per opcode, per queue, errors by status; RPC calls over
+    RDMA and per procedure."""
+    from ibwire.analyze.iserstorage import GOOD, scsi_rows
+    from ibwire.analyze.rpcstorage import SUCCESS, call_rows
+    from ibwire.analyze.smbstorage import SUCCESS as SMB_SUCCESS
+    from ibwire.analyze.smbstorage import request_rows
+    from ibwire.decode.stream import Stream
+
+    stream = Stream(path, icrc=False)
+    both = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as)
+    rows, calls = command_rows(both.nvme), call_rows(both.rpcrdma)
+    errors = defaultdict(int)
+    for r in rows:
+        if r["status"] != STATUS_GENERIC[0]:
+            errors[(r["opcode"], r["status"])] += 1
+    return {
+        "commands": rows,
+        "by_opcode": summary_rows(rows, "opcode"),
+        "by_queue": summary_rows(rows, "queue"),
+        "errors": [{"opcode": o, "status": s, "commands": n} for (o, s), n in sorted(errors.items())],
+        "rpc_calls": calls,
+        "rpc_by_procedure": summary_rows(calls, "procedure", SUCCESS),
+        "smb_requests": (smb := request_rows(both.smbdirect)),
+        "smb_by_command": summary_rows(smb, "command", SMB_SUCCESS),
+        "iser_commands": (iser := scsi_rows(both.iser)),
+        "iser_by_opcode": summary_rows(iser, "opcode", GOOD),
+        "problems": list(stream.problems),
+    }
+
+
+COLUMNS = [
+    ("queue", "string"),
+    ("qid", "uint16"),
+    ("opcode", "string"),
+    ("cid", "uint16"),
+    ("nsid", "uint32"),
+    ("slba", "uint64"),
+    ("blocks", "uint32"),
+    ("submission", "uint64"),
+    ("data_frames", "uint32"),
+    ("first_data", "uint64"),
+    ("last_data", "uint64"),
+    ("completion", "uint64"),
+    ("latency_us", "float64"),
+    ("bytes", "uint64"),
+    ("status", "string"),
+    ("time", "float64"),
+]
+
+
+def write_commands(rows: List[dict], where) -> None:
+    """The command table as Parquet (`where`: a path or a binary file object); absent values are nulls."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in COLUMNS])
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), where)

@@ -1,0 +1,357 @@
+/* Text rendering of records: each row is printed by a small program of literal text and field formats
+ * (ibwire/report/packets/program.py compiles them; one program per group of rows that share everything but
+ * their per-packet numbers).  Formats: decimal, zero-padded hex, fixed-point time, date-time, duration,
+ * IPv4/IPv6/GID address, MAC address; of the frame's own bytes: integers and bit fields, hex runs, addresses. */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "render.h"
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} out_t;
+
+static int reserve(out_t *o, size_t more)
+{
+    if (o->n + more <= o->cap)
+        return 0;
+    size_t cap = o->cap ? o->cap : 1 << 16;
+    while (cap < o->n + more)
+        cap *= 2;
+    char *q = realloc(o->p, cap);
+    if (!q)
+        return -1;
+    o->p = q;
+    o->cap = cap;
+    return 0;
+}
+
+static uint64_t load(const uint8_t *r, int size)
+{
+    uint8_t a;
+    uint16_t b;
+    uint32_t c;
+    uint64_t d;
+    switch (size) {
+    case 1: memcpy(&a, r, 1); return a;
+    case 2: memcpy(&b, r, 2); return b;
+    case 4: memcpy(&c, r, 4); return c;
+    default: memcpy(&d, r, 8); return d;
+    }
+}
+
+static int udec(char *q, uint64_t v)
+{
+    char t[24];
+    int n = 0;
+    do {
+        t[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (int i = 0; i < n; i++)
+        q[i] = t[n - 1 - i];
+    return n;
+}
+
+static int pad_left(out_t *o, const char *s, int n, int width)
+{
+    if (reserve(o, (size_t)(n > width ? n : width)) < 0)
+        return -1;
+    for (int i = n; i < width; i++)
+        o->p[o->n++] = ' ';
+    memcpy(o->p + o->n, s, (size_t)n);
+    o->n += (size_t)n;
+    return 0;
+}
+
+/* ns nanoseconds as seconds with `decimals` digits (truncated, as tshark prints times) */
+static int fixed_ns(char *q, int64_t ns, int decimals)
+{
+    int n = 0;
+    uint64_t v = ns < 0 ? (uint64_t)(-ns) : (uint64_t)ns;
+    if (ns < 0)
+        q[n++] = '-';
+    n += udec(q + n, v / 1000000000u);
+    if (decimals > 0) {
+        uint64_t fp = v % 1000000000u;
+        for (int i = decimals; i < 9; i++)
+            fp /= 10;
+        q[n++] = '.';
+        for (int i = decimals - 1; i >= 0; i--) {
+            q[n + i] = (char)('0' + fp % 10);
+            fp /= 10;
+        }
+        n += decimals;
+    }
+    return n;
+}
+
+#define FIELD_TEXT 96       /* room for any one field's text */
+
+/* x as Python's repr() writes a float: the fewest digits that read back as x, in fixed notation when its
+ * decimal exponent is in [-4, 16), else as d.ddde±XX; a whole number in fixed notation ends in ".0". */
+static int float_repr(char *t, double x)
+{
+    char e[40];
+    int p = 1;
+    for (; p < 17; p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, x);
+        if (strtod(e, NULL) == x)
+            break;
+    }
+    snprintf(e, sizeof e, "%.*e", p - 1, x);
+    char *ep = strchr(e, 'e');
+    if (!ep)
+        return (int)strlen(strcpy(t, e));              /* inf, nan */
+    int exp = atoi(ep + 1);
+    if (exp < -4 || exp >= 16) {
+        char mant[32];
+        size_t m = (size_t)(ep - e);
+        memcpy(mant, e, m);
+        mant[m] = 0;
+        return snprintf(t, FIELD_TEXT, "%se%c%02d", mant, exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    }
+    int decimals = p - 1 - exp;
+    int n = snprintf(t, FIELD_TEXT, "%.*f", decimals > 0 ? decimals : 0, x);
+    if (decimals <= 0) {
+        memcpy(t + n, ".0", 3);
+        n += 2;
+    }
+    return n;
+}
+
+/* The field at f printed by `op` into t (a, *w: the op's operands; formats that pad themselves clear *w;
+ * TIME subtracts `base` nanoseconds): its length, or -1 for an unknown op. */
+static int format_field(int op, const uint8_t *f, unsigned a, unsigned *w, int64_t base, char *t)
+{
+    int n = 0;
+    switch (op) {
+    case OP_UDEC:
+        n = udec(t, load(f, (int)a));
+        break;
+    case OP_IDEC: {
+        int64_t v = (int64_t)load(f, (int)a);
+        if (a == 4)
+            v = (int32_t)v;
+        if (v < 0) {
+            t[n++] = '-';
+            v = -v;
+        }
+        n += udec(t + n, (uint64_t)v);
+        break;
+    }
+    case OP_HEX: {
+        uint64_t v = load(f, (int)a);
+        int digits = 1;
+        while (digits < 16 && (v >> (4 * digits)))
+            digits++;
+        if (digits < (int)*w)
+            digits = (int)*w;
+        for (int i = digits - 1; i >= 0; i--) {
+            t[i] = "0123456789abcdef"[v & 15];
+            v >>= 4;
+        }
+        n = digits;
+        *w = 0;
+        break;
+    }
+    case OP_TIME: {
+        int64_t v;
+        memcpy(&v, f, 8);
+        n = fixed_ns(t, v - base, (int)a);
+        break;
+    }
+    case OP_SPAN: {        /* a duration in nanoseconds, as seconds with a decimals */
+        int64_t v;
+        memcpy(&v, f, 8);
+        n = fixed_ns(t, v, (int)a);
+        break;
+    }
+    case OP_DATE: {        /* a: decimals; w: bit 0 the date too, bit 1 UTC, bit 2 the date alone */
+        int64_t v;
+        memcpy(&v, f, 8);
+        int64_t sec = v >= 0 ? v / 1000000000 : -((-v + 999999999) / 1000000000);
+        char fr[32];
+        fixed_ns(fr, v - sec * 1000000000, (int)a);      /* "0.xxxxxx" */
+        time_t s = (time_t)sec;
+        struct tm tm;
+        if (*w & 2)
+            gmtime_r(&s, &tm);
+        else
+            localtime_r(&s, &tm);
+        const char *form = (*w & 8) ? "%b %e, %Y %H:%M:%S" : (*w & 4) ? "%Y-%m-%d" : (*w & 1) ? "%Y-%m-%d %H:%M:%S" : "%H:%M:%S";
+        n = (int)strftime(t, 40, form, &tm);
+        if (a) {
+            memcpy(t + n, fr + 1, (size_t)a + 1);
+            n += (int)a + 1;
+        }
+        if (*w & 8) {
+            t[n++] = ' ';
+            n += (int)strftime(t + n, 16, "%Z", &tm);
+        }
+        *w = 0;
+        break;
+    }
+    case OP_ADDR: {        /* w: 1 always IPv6 (a GID; IPv4-mapped as ::ffff:a.b.c.d), else IPv4 if mapped */
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (!(*w & 1) && !memcmp(f, mapped, 12))
+            inet_ntop(AF_INET, f + 12, t, FIELD_TEXT);
+        else
+            inet_ntop(AF_INET6, f, t, FIELD_TEXT);
+        n = (int)strlen(t);
+        *w = 0;
+        break;
+    }
+    case OP_REPR: {
+        int64_t v;
+        memcpy(&v, f, 8);
+        n = float_repr(t, (double)v / 1e9);
+        break;
+    }
+    case OP_MAC:
+        for (int i = 0; i < 6; i++) {
+            t[n++] = "0123456789abcdef"[f[i] >> 4];
+            t[n++] = "0123456789abcdef"[f[i] & 15];
+            if (i < 5)
+                t[n++] = ':';
+        }
+        break;
+    default:
+        return -1;
+    }
+    return n;
+}
+
+static const char HEXD[] = "0123456789abcdef";
+static char HEX2[256][2];          /* each byte's two hex digits (filled by render_rows) */
+
+/* A frame position: at, or (bit 15 set) counted back from the end of a frame of n bytes. */
+static int64_t frame_pos(unsigned at, int64_t n)
+{
+    return (at & 0x8000) ? n - (int64_t)(at & 0x7fff) : (int64_t)at;
+}
+
+/* A frame op (OP_FINT … OP_FMAC) on frame f of n bytes into o; operands q[0..5]. */
+static int frame_field(out_t *o, int op, const uint8_t *q, const uint8_t *f, int64_t n)
+{
+    int64_t at = frame_pos(q[0] | q[1] << 8, n);
+    unsigned a = q[2], b = q[3], c = q[4], d = q[5];
+    char t[FIELD_TEXT];
+    int len = 0;
+    if (op == OP_FHEX) {
+        int64_t stop = frame_pos(b | c << 8, n);
+        if (stop > n)
+            stop = n;
+        if (at < 0 || stop <= at)
+            return 0;
+        if (reserve(o, (size_t)(stop - at) * 3) < 0)
+            return -1;
+        char *q = o->p + o->n;
+        *q++ = HEXD[f[at] >> 4];
+        *q++ = HEXD[f[at] & 15];
+        for (int64_t i = at + 1; i < stop; i++) {
+            if (d)
+                *q++ = (char)d;
+            memcpy(q, HEX2[f[i]], 2);
+            q += 2;
+        }
+        o->n = (size_t)(q - o->p);
+        return 0;
+    }
+    int little = op == OP_FINT && (a & 0x80);
+    a &= 0x7f;
+    int64_t need = op == OP_FINT ? a : op == OP_FIP4 ? 4 : op == OP_FIP6 ? 16 : 6;
+    if (at < 0 || at + need > n)
+        return 0;
+    f += at;
+    if (op == OP_FINT) {
+        uint64_t v = 0;
+        for (unsigned i = 0; i < a; i++)
+            v = v << 8 | f[little ? a - 1 - i : i];
+        v >>= b;
+        if (c < 64)
+            v &= (UINT64_C(1) << c) - 1;
+        if (!d)
+            len = udec(t, v);
+        else {
+            int digits = 1;
+            while (digits < 16 && (v >> (4 * digits)))
+                digits++;
+            if (digits < (int)d)
+                digits = (int)d;
+            for (int i = digits - 1; i >= 0; i--, v >>= 4)
+                t[i] = HEXD[v & 15];
+            len = digits;
+        }
+    } else if (op == OP_FIP4)
+        len = snprintf(t, sizeof t, "%u.%u.%u.%u", f[0], f[1], f[2], f[3]);
+    else if (op == OP_FIP6) {
+        inet_ntop(AF_INET6, f, t, FIELD_TEXT);
+        len = (int)strlen(t);
+    } else
+        for (int i = 0; i < 6; i++) {
+            t[len++] = HEXD[f[i] >> 4];
+            t[len++] = HEXD[f[i] & 15];
+            if (i < 5)
+                t[len++] = ':';
+        }
+    return pad_left(o, t, len, 0);
+}
+
+int render_rows(const render_job *j, char **result, size_t *result_len)
+{
+    if (!HEX2[255][0])
+        for (int b = 0; b < 256; b++) {
+            HEX2[b][0] = HEXD[b >> 4];
+            HEX2[b][1] = HEXD[b & 15];
+        }
+    out_t o = {NULL, 0, 0};
+    char t[FIELD_TEXT];
+    for (int64_t k = 0; k < j->nrows; k++) {
+        const uint8_t *r = j->rec + j->rows[k] * j->itemsize;
+        const uint8_t *pc = j->progs[j->prog_of[k]], *end = pc + j->prog_len[j->prog_of[k]];
+        int64_t base = j->base ? j->base[k] : 0;
+        while (pc < end) {
+            int op = *pc++;
+            if (op == OP_LIT) {
+                unsigned len = pc[0] | pc[1] << 8;
+                pc += 2;
+                if (reserve(&o, len) < 0)
+                    goto fail;
+                memcpy(o.p + o.n, pc, len);
+                o.n += len;
+                pc += len;
+                continue;
+            }
+            if (op >= OP_FINT) {
+                if (!j->buf || op > OP_LAST) {
+                    free(o.p);
+                    return -2;
+                }
+                if (frame_field(&o, op, pc, j->buf + j->fstart[k], j->flen[k]) < 0)
+                    goto fail;
+                pc += 6;
+                continue;
+            }
+            unsigned off = pc[0] | pc[1] << 8, a = pc[2], w = pc[3];
+            pc += 4;
+            int n = format_field(op, r + off, a, &w, base, t);
+            if (n < 0) {
+                free(o.p);
+                return -2;
+            }
+            if (pad_left(&o, t, n, (int)w) < 0)
+                goto fail;
+        }
+    }
+    *result = o.p;
+    *result_len = o.n;
+    return 0;
+fail:
+    free(o.p);
+    return -1;
+}

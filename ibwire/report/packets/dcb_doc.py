@@ -1,0 +1,136 @@
+"""LLDP and MAC Control layers in tshark 4.0's -T json shape (packet-lldp.c, packet-macctrl.c): each LLDP TLV
+a subtree titled as tshark titles it (`Time To Live = 120 sec`, `IEEE - ETS Configuration`), an application
+entry and a CEE DCBX sub-TLV each a subtree of their own; a PFC frame's class-enable vector with its bits
+in `macc.cbfc.enbv_tree`, its pause times under `CBFC Class Pause Times`.  ibwire's pause lengths in
+seconds are not tshark's and stay out (they are -V's ibwire section)."""
+
+from typing import Optional
+
+from scapy.contrib.lldp import LLDPDU
+
+from dissectors.dcb import LLDPDUCEEDCBX, LLDPDUAppPriority, MACControl, MACControlPFC, _MACControlOp
+from dissectors.dcbfacts import APP_NAMES, OUI_CEE, OUI_IEEE_802_1, OUI_IEEE_802_3, TLV_SYSTEM_CAPABILITIES
+from ibwire.decode.fields import FOREIGN
+from ibwire.decode.fieldtypes import TSHARK_DISPLAY
+from ibwire.report.packets.values import value_text
+from ibwire.report.packets.ws_labels import OUIS, VALUES
+
+PAUSE_TIMES = "CBFC Class Pause Times"  # packet-macctrl.c's subtree of the eight pause times
+INVERSE = "Same in inverse (wrong) bitorder"  # packet-lldp.c's subtree of the PMD capabilities read backwards
+
+
+def pairs(proto: str, fields: dict) -> list:
+    """(key, text) of each field (`proto.name`), a list's values one after another, as tshark writes them."""
+    items = []
+    for k, v in fields.items():
+        key = f"{proto}.{k}"
+        for one in v if isinstance(v, list) else [v]:
+            if one is not None:
+                items.append((key, bool(one) if TSHARK_DISPLAY.get(key) == 1 else value_text(key, one)))
+    return items
+
+
+def dcb_layer(layer) -> Optional[tuple]:
+    """("lldp", [(TLV title, its items)]) or ("macc", items) of an LLDP TLV or MAC Control layer, else None."""
+    if isinstance(layer, LLDPDU) and (type(layer) in FOREIGN or hasattr(layer, "ws_fields")):
+        fields = layer.ws_fields() if hasattr(layer, "ws_fields") else FOREIGN[type(layer)](layer)[1]
+        return "lldp", [(_title(fields), _tlv_items(layer, fields))]
+    if isinstance(layer, (MACControl, _MACControlOp)):
+        return "macc", _macc_items(layer)
+    return None
+
+
+def _name(key: str, value: int, unknown: str) -> str:
+    return VALUES.get(key, {}).get(value, unknown)
+
+
+def _title(f: dict) -> str:
+    """A TLV's subtree title, as packet-lldp.c words it from the TLV's own values."""
+    kind = f["tlv.type"]
+    if kind in (1, 2):
+        what = "chassis" if kind == 1 else "port"
+        ident = f.get(f"{what}.id.mac", f.get(f"{what}.id", ""))
+        return (
+            f"{what.title()} Subtype = {_name(f'lldp.{what}.subtype', f[f'{what}.subtype'], 'Reserved')}, Id: {ident}"
+        )
+    if kind == 3:
+        return f"Time To Live = {f['time_to_live']} sec"
+    if kind == TLV_SYSTEM_CAPABILITIES:
+        return "Capabilities"
+    text = f.get("port.desc", f.get("tlv.system.name", f.get("tlv.system.desc")))
+    if text is not None:
+        return f"{_name('lldp.tlv.type', kind, 'Unknown')} = {text}"
+    if kind != 127:
+        return _name("lldp.tlv.type", kind, "Unknown TLV")
+    oui = f["orgtlv.oui"]
+    if oui == OUI_IEEE_802_1:
+        sub = f["ieee.802_1.subtype"]
+        sub_name = _name("lldp.ieee.802_1.subtype", sub, f"Unknown subtype 0x{sub:x}")
+    elif oui == OUI_IEEE_802_3 and "ieee.802_3.subtype" in f:
+        sub = f["ieee.802_3.subtype"]
+        sub_name = _name("lldp.ieee.802_3.subtype", sub, f"Unknown subtype 0x{sub:x}")
+    elif oui == OUI_CEE and "dcbx.proto" in f:
+        sub = f["dcbx.proto"]
+        sub_name = _name("lldp.dcbx.proto", sub, f"Unknown subtype (0x{sub:x})")
+    else:
+        sub_name = f"Unknown ({f.get('unknown_subtype')})"
+    return f"{OUIS.get(oui, 'Unknown')} - {sub_name}"
+
+
+def _app_title(proto: int) -> str:
+    return f"{APP_NAMES.get(proto, 'Unknown')} Application"
+
+
+def _tlv_items(layer, fields: dict) -> list:
+    """A TLV's items: its fields in wire order, application entries and CEE sub-TLVs as subtrees."""
+    if isinstance(layer, LLDPDUAppPriority):
+        head = {k: v for k, v in fields.items() if not isinstance(v, list)}
+        return pairs("lldp", head) + [
+            (
+                _app_title(a.proto),
+                pairs(
+                    "lldp", {"dcbx.ieee.app.prio": a.prio, "dcbx.iee.app.sf": a.sel, "dcbx.feature.app.proto": a.proto}
+                ),
+            )
+            for a in layer.apps
+        ]
+    if isinstance(layer, LLDPDUCEEDCBX):
+        head = {k: fields[k] for k in ("tlv.type", "tlv.len", "orgtlv.oui", "dcbx.proto")}
+        items = pairs("lldp", head)
+        for sub, apps in layer.sub_tlvs():
+            inner = pairs("lldp", sub) + [(_app_title(a["dcbx.feature.app.proto"]), pairs("lldp", a)) for a in apps]
+            items.append((f"{_name('lldp.dcbx.type', sub['dcbx.type'], 'Unknown')} TLV", inner))
+        return items
+    return _with_flag_trees(fields)
+
+
+def _with_flag_trees(fields: dict) -> list:
+    """A TLV's fields in wire order, each flag word's bits in its subtree (`lldp.<word>_tree`) and, for the
+    PMD capabilities, the same bits read in inverse order in a subtree of their own, as packet-lldp.c adds
+    them."""
+    words = {k for k in fields if k != "unknown_subtype" and any(o.startswith(k + ".") for o in fields)}
+    out = []
+    for k, v in fields.items():
+        word = k.rpartition(".")[0]
+        if word in words or word.endswith("_inv"):
+            continue
+        out += pairs("lldp", {k: v})
+        if k in words:
+            out.append((f"lldp.{k}_tree", pairs("lldp", {b: fields[b] for b in fields if b.startswith(k + ".")})))
+            inverse = {b: fields[b] for b in fields if b.startswith(k + "_inv.")}
+            if inverse:
+                out.append((INVERSE, pairs("lldp", inverse)))
+    return out
+
+
+def _macc_items(layer) -> list:
+    """The opcode, PAUSE's pause time, or PFC's class-enable vector (its bits in a subtree) and pause times."""
+    fields = {k: v for k, v in layer.ws_fields().items() if "pause_s" not in k}  # ibwire's own seconds
+    if not isinstance(layer, MACControlPFC):
+        return pairs("macc", fields)
+    bits = {k: v for k, v in fields.items() if k.startswith("cbfc.enbv.")}
+    times = {k: v for k, v in fields.items() if k.startswith("cbfc.pause_time.")}
+    return pairs("macc", {"cbfc.enbv": fields["cbfc.enbv"]}) + [
+        ("macc.cbfc.enbv_tree", pairs("macc", bits)),
+        (PAUSE_TIMES, pairs("macc", times)),
+    ]

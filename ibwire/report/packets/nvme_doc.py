@@ -1,0 +1,132 @@
+"""NVMe-oF layers in tshark 4.4's -T json shape: `nvme-rdma` (queue id; fabrics commands and their
+completions inside it, as `nvme.fabrics.cmd` / `nvme.fabrics.cqe`) and `nvme` (admin and I/O commands and
+completions); bits of a field in `<field>_tree`, the keyed SGL in its own container."""
+
+from dissectors.nvmetable import SGL
+from ibwire.report.packets.values import value_text
+
+SGL_KEYS = [r.key for r in SGL]
+SGL_ORDER = [
+    "nvme.cmd.sgl.type",
+    "nvme.cmd.sgl.subtype",
+    "nvme.cmd.sgl1.addr",
+    "nvme.cmd.sgl1.len",
+    "nvme.cmd.sgl1.key",
+]
+
+
+def _text(key, flat):
+    v = flat[key]
+    return repr(v) if isinstance(v, float) else value_text(key, v)  # latency in ms as tshark prints it
+
+
+PROPERTY = "nvme.fabrics.prop_get_set.data"
+
+
+def _items(layer, flat) -> list:
+    """The rows of a dissectors.nvme TableLayer as tshark lists them; a Property Get/Set's register (the rows
+    after its `data`) in the data's own tree."""
+    data = layer.original or bytes(layer)
+    rows = list(layer.rows)
+    register = [r for r in rows if r.key.startswith(PROPERTY[: -len("data")]) and r.key != PROPERTY]
+    if not register or all(r.key != PROPERTY for r in rows):
+        return _listed(layer, rows, data)
+    rest = [r for r in rows if r not in register]
+    items = _listed(layer, rest, data)
+    i = next(n for n, (k, _) in enumerate(items) if k == PROPERTY)
+    items.insert(i + 1, (PROPERTY + "_tree", _listed(layer, register, data)))
+    return items
+
+
+def _listed(layer, rows, data) -> list:
+    items, tree_of = [], {}
+    sgl = [k for k in SGL_ORDER if any(r.key == k for r in rows)]
+    for r in rows:
+        if r.key in SGL_KEYS:
+            if r.key == SGL_KEYS[0]:
+                name = (
+                    "nvme.fabrics.cmd.connect.sgl1"
+                    if layer.rows[0].key.startswith("nvme.fabrics")
+                    and any(x.key.startswith("nvme.fabrics.cmd.connect") for x in rows)
+                    else "nvme.cmd.sgl1"
+                )
+                items.append((name, [(k, value_text(k, _value(layer, k, data))) for k in sgl]))
+            continue
+        text = value_text(r.key, _value(layer, r.key, data))
+        if r.mask:
+            parent = tree_of.get((r.off, r.size))
+            if parent is not None:
+                parent.append((r.key, text))
+                continue
+        items.append((r.key, text))
+        if not r.mask:
+            tree = []
+            tree_of[(r.off, r.size)] = tree
+            items.append((r.key + "_tree", tree))
+    return [i for i in items if not (i[0].endswith("_tree") and not i[1])]
+
+
+def _value(layer, key, data):
+    from dissectors.nvmetable import value
+
+    return value(next(r for r in layer.rows if r.key == key), data)
+
+
+def nvme_layers(layer, flat) -> list:
+    """[(protocol, items)] of the NVMe layer `layer` (a TableLayer, NVMeData or NVMeUnknown)."""
+    qid = [("nvme-rdma.cmd.qid", _text("nvme-rdma.cmd.qid", flat))] if "nvme-rdma.cmd.qid" in flat else []
+    rows = getattr(layer, "rows", ())
+    if not rows:
+        field = layer.fields_desc[0].name
+        key = f"{layer.ws_name}.{field}"
+        item = (key, value_text(key, bytes(layer.getfieldval(field))))
+        return [("nvme-rdma", qid + [item])] if layer.ws_name == "nvme-rdma" else [("nvme", [item])]
+    if rows[0].key.startswith("nvme-rdma.cm"):
+        return [("nvme-rdma", _items(layer, flat))]
+    fabrics = any(r.key.startswith("nvme.fabrics") for r in rows) or "nvme.fabrics.cmd_pkt" in flat
+    cqe = any(r.key == "nvme.cqe.cid" for r in rows)
+    tracked = [
+        (k, _text(k, flat))
+        for k in ("nvme.fabrics.cmd_pkt", "nvme.fabrics.cmd_latency", "nvme.cmd_pkt", "nvme.cmd_latency")
+        if k in flat
+    ]
+    if fabrics:
+        return [
+            ("nvme-rdma", qid + [("nvme.fabrics.cqe" if cqe else "nvme.fabrics.cmd", tracked + _items(layer, flat))])
+        ]
+    return [("nvme-rdma", qid), ("nvme", tracked + _items(layer, flat))]
+
+
+LINKS = (
+    "nvme.fabrics.cmd_pkt",
+    "nvme.fabrics.data_req",
+    "nvme-rdma.read_from_host_prev",
+    "nvme-rdma.write_to_host_prev",
+)
+
+
+def frame_layers(flat, shown: bool) -> list:
+    """The nvme-rdma layer of a frame without an NVMe payload layer (`shown` False): RDMA-CM private data,
+    or the queue id and links of an RDMA READ/WRITE moving a command's data."""
+    if shown:
+        return []
+    cm = [(k, _text(k, flat)) for k in flat if k.startswith("nvme-rdma.cm.")]
+    if cm:
+        return [("nvme-rdma", cm)]
+    if "nvme-rdma.cmd.qid" not in flat:
+        return []
+    items = [("nvme-rdma.cmd.qid", _text("nvme-rdma.cmd.qid", flat))]
+    links = [(k, _text(k, flat)) for k in LINKS if k in flat]
+    if "nvme-rdma.read_to_host_req" in flat:
+        items.append(("nvme-rdma.read_to_host_req", links))
+    elif "nvme-rdma.read_from_host_resp" in flat:
+        items += [
+            (
+                "nvme-rdma.read_from_host_resp",
+                value_text("nvme-rdma.read_from_host_resp", bytes.fromhex(flat["nvme-rdma.read_from_host_resp"])),
+            ),
+            ("nvme-rdma.read_from_host_resp_tree", links),
+        ]
+    elif "nvme-rdma.write_to_host_req" in flat:
+        items.append(("nvme-rdma.write_to_host_req", links))
+    return [("nvme-rdma", items)]

@@ -1,0 +1,438 @@
+"""`ibwire decode`'s output, batch by batch: every selected record the compiled decoder fully understands
+is printed by a line program shared by its group (ibwire.report.packets.program); the others are decoded in full
+and printed from their fields, in the same layout.
+"""
+
+import json
+import time
+from typing import List, Optional
+
+import numpy as np
+
+from dissectors.numbers import LINKTYPE_ERF
+from ibwire.analyze.hashing import group_rows
+from ibwire.decode import records as R
+from ibwire.decode.iser import storage_rows as iser_rows
+from ibwire.decode.nvme import storage_rows
+from ibwire.decode.record_filter import DATA, NotBatchable
+from ibwire.decode.rpcrdma import storage_rows as rpcrdma_rows
+from ibwire.decode.smbdirect import storage_rows as smbdirect_rows
+from ibwire.decode.stream import Batch
+from ibwire.report.escape import printable
+from ibwire.report.packets import formats, summary
+from ibwire.report.packets.program import compile_parts, render
+from ibwire.report.packets.values import SELF_NAMED, json_safe, value_text
+
+FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
+TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
+RMPP_CLASS = 0x03  # SubnAdm: the class whose tables come in several segments
+
+
+def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """A number per row naming everything that decides which headers and fields a record shows."""
+    r = rec[rows]
+    k = r["link"].astype(np.uint64)
+    for col, bits in (("flags", 8), ("opcode", 8), ("icrc", 4), ("vcrc", 4), ("mad_class", 8)):
+        k = (k << np.uint64(bits)) | r[col].astype(np.uint64)
+    k = (k << np.uint64(16)) | r["linktype"].astype(np.uint64)
+    k = (k << np.uint64(1)) | (r["vlan"] >= 0).astype(np.uint64)
+    k = (k << np.uint64(1)) | (r["caplen"] >= 14).astype(np.uint64)
+    k = (k << np.uint64(1)) | (r["paylen"] > 0).astype(np.uint64)
+    out = np.zeros(len(r), [("k", "u8"), ("analysis", "u2")])  # and which RC analysis fields it carries
+    out["k"] = k
+    for bit, col in enumerate(R.ANALYSIS):
+        out["analysis"] |= R.analysis_present(r, col).astype(np.uint16) << np.uint16(bit)
+    return out
+
+
+class Printer:
+    """Text of the selected rows of each batch in one output format."""
+
+    def __init__(
+        self,
+        fmt: str,
+        time_mode: str = "r",
+        fields: Optional[List[str]] = None,
+        header: bool = False,
+        separator: str = "\t",
+        quote: str = "",
+        keys: Optional[List[str]] = None,
+        protocols: Optional[List[str]] = None,
+        protocol_children: bool = False,
+    ):
+        self.fmt, self.time_mode = fmt, time_mode
+        self.protocols, self.protocol_children = protocols, protocol_children  # -j / -J
+        self.session = None  # tshark's numbering across frames (-T json/ek)
+        self.keys = keys or []
+        self.fields = fields or []
+        self.sep, self.quote = separator, quote
+        # CSV without -E quote: a value holding the separator, a quote or a line break is quoted (RFC 4180)
+        self.minimal = fmt == "csv" and not quote
+        self.cache = {}
+        self.decimals = None
+        self.t0 = None  # ns of the capture's first frame
+        self.prev = None  # ns of the last frame seen (captured)
+        self.prev_shown = None  # ns of the last frame printed
+        self.started = False
+        # jsonl is the whole decode of each frame (every field -V shows), which records do not hold
+        self.records_answer = fmt != "jsonl"
+        self.time_base = formats.time_base_of(self.keys) if fmt in ("fields", "csv") else None
+        if fmt in ("fields", "csv") and self.keys:
+            probe = np.zeros(1, R.RECORD)
+            try:
+                for k in self.keys:
+                    try:
+                        formats.leaf_parts(k, probe, self.time_base)
+                    except formats.Unsure:
+                        pass
+            except NotBatchable:
+                self.records_answer = False
+        self.header = header
+        self.rmpp = None
+        self.nvme = None  # ibwire.decode.nvme.NvmeTracker: NVMe-oF queues across frames
+        self.echo = None  # summary.EchoPairs of text output
+        self.shapes = None  # ibwire.report.packets.shapes.Shapes: -T json and jsonl programs learned per shape
+        self._comma = compile_parts([",\n"])
+
+    def start(self) -> bytes:
+        if self.fmt == "json":
+            return b"["
+        if self.header and self.fmt in ("fields", "csv"):
+            return (self.sep.join(self.fields) + "\n").encode()  # tshark quotes values, not names
+        return b""
+
+    def end(self) -> bytes:
+        return b"\n]\n" if self.fmt == "json" and self.started else b"]\n" if self.fmt == "json" else b""
+
+    def _time_part(self):
+        return summary.time_part(self.time_mode, self.decimals)
+
+    def _bases(self, rec, rows):
+        """Per printed row, the nanoseconds its time formats subtract (None: print absolute times)."""
+        t = rec["time_ns"]
+        if self.fmt in ("fields", "csv"):
+            mode = {"frame.time_relative": "r", "frame.time_delta": "d"}.get(self.time_base)
+        else:
+            mode = None if self.fmt == "jsonl" else self.time_mode
+        if mode == "r":
+            return np.full(len(rows), self.t0, np.int64)
+        if mode == "d":
+            prev = np.concatenate([[self.prev if self.prev is not None else t[0]], t[:-1]])
+            return prev[rows]
+        if mode == "dd":
+            shown = t[rows]
+            first = self.prev_shown if self.prev_shown is not None else (shown[0] if len(shown) else 0)
+            return np.concatenate([[first], shown[:-1]]).astype(np.int64)
+        return None
+
+    def batch(self, batch: Batch, rows: np.ndarray, details=None) -> bytes:
+        """The text of `rows` of the batch; `details(i)` gives row i's full decode (Decoded)."""
+        rec = batch.rec
+        if not len(rec):
+            return b""
+        if self.t0 is None:
+            self.t0 = int(rec["time_ns"][0])
+            self.decimals = getattr(batch, "decimals", None) or self.decimals or 6
+        if self.fmt == "json" and self._shaped():
+            return self._shaped_documents(batch, rows, details)
+        if self.fmt == "jsonl" and self._shaped():
+            return self._shaped_lines(batch, rows, details)
+        if self.fmt in ("json", "ek", "tree"):
+            return self._documents(rec, rows, details)
+        base = self._bases(rec, rows)
+        data = np.isin(rec["link"][rows], DATA) if self.records_answer else np.zeros(len(rows), bool)
+        sa = ((rec["flags"][rows] & R.F_MAD) > 0) & (rec["mad_class"][rows] == RMPP_CLASS)
+        data &= ~sa  # SA transfers span frames (RMPP): reassembled from the full decode
+        if self.fmt == "text":  # IPoIB: summarised by what it carries, from the full decode
+            data &= (rec["flags"][rows] & R.F_IPOIB) == 0
+        decoded = {}
+        for k, d in self._storage_decodes(batch, rows, details):
+            decoded[int(rows[k])] = d
+            if data[k] and (d.notes or any(key.startswith(("nvme", "rpcordma", "smb_direct")) for key in d.flat)):
+                data[k] = False  # shown from the full decode; the others as the records show them
+        prog_of = np.zeros(len(rows), np.int32)
+        programs = []
+        idx = np.flatnonzero(data)
+        if len(idx):
+            sub = rows[idx]
+            if self.fmt == "text":
+                hashes, first, inv = group_rows(rec, summary.GROUP_FIELDS, sub)
+                keys = hashes
+            else:
+                shape = _shape_key(rec, sub)
+                keys, first, inv = np.unique(shape, return_index=True, return_inverse=True)
+            local = []
+            for g, key in enumerate(keys.tolist()):
+                prog = self.cache.get(key)
+                if prog is None:
+                    prog = self.cache[key] = self._program(rec[sub[first[g]] : sub[first[g]] + 1])
+                local.append(prog)
+            unsure = [g for g, p in enumerate(local) if p is None]
+            for p in local:
+                programs.append(p if p is not None else b"")
+            prog_of[idx] = inv.ravel()
+            if unsure:
+                data[idx[np.isin(inv.ravel(), unsure)]] = False
+        t = rec["time_ns"]
+        for k in np.flatnonzero(~data):
+            i = int(rows[k])
+            prev_ns = int(t[i - 1]) if i else (self.prev if self.prev is not None else int(t[i]))
+            prog_of[k] = len(programs)
+            programs.append(self._detail_program(decoded.get(i) or details(i), rec[i], prev_ns))
+        text = render(rec, rows, prog_of, programs, base)
+        if len(rows):
+            self.prev_shown = int(rec["time_ns"][rows[-1]])
+        self.prev = int(rec["time_ns"][-1])
+        return text
+
+    def trees(self, batch: Batch, rows: np.ndarray, details) -> List[bytes]:
+        """-V: the tree of each row (a Printer of format "tree")."""
+        if self.t0 is None and len(batch.rec):
+            self.t0 = int(batch.rec["time_ns"][0])
+        return [t.encode() for t in self._document_texts(batch.rec, rows, details)]
+
+    def _shaped(self) -> bool:
+        """Do this format's documents print from learned programs (ibwire.report.packets.shapes)?"""
+        if self.fmt not in ("json", "jsonl") or self.keys or self.protocols:
+            return False
+        if self.shapes is None:
+            from ibwire.report.packets.shapes import Shapes
+
+            self.shapes = Shapes(self.fmt, _decode)
+        return True
+
+    def _storage_decodes(self, batch, rows, details) -> list:
+        """(k, full decode of rows[k]) of every frame the storage trackers must see, in the order they see
+        them: capsules span frames and queues are learned from RDMA-CM first."""
+        out, decoded = [], {}
+        if self.nvme is None:
+            return out
+        more = rpcrdma_rows(batch, rows, self.nvme) + smbdirect_rows(batch, rows, self.nvme)
+        for phase in storage_rows(batch.rec, rows, self.nvme) + iser_rows(batch, rows, self.nvme) + more:
+            for k in (phase if isinstance(phase, np.ndarray) else phase()).tolist():
+                i = int(rows[k])
+                d = decoded[i] = decoded.get(i) or details(i)
+                self._feed_rmpp(d)
+                out.append((k, d))
+        return out
+
+    def _shaped_documents(self, batch, rows, details) -> bytes:
+        """-T json: frames of a learned shape print from its program, the others from their full decode; both
+        in one compiled call, in frame order, with tshark's numbering across frames (udp.stream)."""
+        from ibwire.report.packets import tshark_doc as td
+        from ibwire.report.packets.templates import AUX
+
+        rec, t = batch.rec, batch.rec["time_ns"]
+        self.session = self.session or td.Session()
+        progs = []
+        prog_of = self.shapes.assign(batch, rows, progs)
+        decoded = {}
+        for k, d in self._storage_decodes(batch, rows, details):
+            prog_of[k], decoded[int(rows[k])] = -1, d
+        if not self.started:
+            prog_of[:1] = -1  # the first document has no comma before it
+        progs = [self._comma + p for p in progs]
+        aux = self._aux(batch, rows)
+        shown = dict(zip(rows.tolist(), range(len(rows))))
+        roce2 = np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)).tolist()
+        ends = [rec[c].tolist() for c in ("src", "udp_src", "dst", "udp_dst")]
+        times, streams = t.tolist(), np.zeros((len(rows), 3), np.int64)
+        erf = rec["linktype"] == LINKTYPE_ERF
+        for i, ns in enumerate(times):
+            k = shown.get(i)
+            if k is not None and prog_of[k] < 0:
+                prev = times[i - 1] if i else (self.prev if self.prev is not None else ns)
+                d = decoded.get(i)
+                text = self._document_text(td, d or details(i), ns, prev, fed=d is not None)
+                prog_of[k] = len(progs)
+                progs.append(compile_parts([text], AUX))
+            elif roce2[i]:
+                stream = self.session.note(ends[0][i], ends[1][i], ends[2][i], ends[3][i], ns)
+                if k is not None:
+                    streams[k] = stream
+            if k is not None:
+                self.prev_shown = ns
+                if erf[i]:
+                    aux["interface"][k] = self.session.interface(int(batch.buf[int(batch.pos.data[i]) + 9]) & 3)
+        shown_ns = t[rows]
+        aux["stream"], aux["stream_relative"], aux["stream_delta"] = (
+            streams[:, 0],
+            shown_ns - streams[:, 1],
+            shown_ns - streams[:, 2],
+        )
+        self.prev = int(t[-1])
+        start = batch.pos.data[rows].astype(np.int64)
+        length = batch.pos.caplen[rows].astype(np.int64)
+        return render(aux, np.arange(len(rows)), prog_of.astype(np.int32), progs, None, (batch.buf, start, length))
+
+    def _aux(self, batch, rows) -> np.ndarray:
+        """The numbers learned programs print of each row besides its bytes (ibwire.report.packets.templates.AUX)."""
+        from ibwire.report.packets.templates import AUX
+
+        rec, t = batch.rec, batch.rec["time_ns"]
+        aux = np.zeros(len(rows), AUX)
+        first = self.prev if self.prev is not None else int(t[0])
+        shown = t[rows]
+        aux["frame"], aux["epoch"], aux["relative"] = rec["frame"][rows], shown, shown - self.t0
+        aux["delta"] = shown - np.concatenate([[first], t[:-1]])[rows]
+        last = self.prev_shown if self.prev_shown is not None else (int(shown[0]) if len(rows) else 0)
+        aux["delta_displayed"] = shown - np.concatenate([[last], shown[:-1]])
+        for col in R.ANALYSIS:
+            aux[col] = rec[col][rows]
+        return aux
+
+    def _shaped_lines(self, batch, rows, details) -> bytes:
+        """jsonl: frames of a learned shape print from its program, the others from their full decode."""
+        from ibwire.report.packets.templates import AUX
+
+        rec, progs = batch.rec, []
+        prog_of = self.shapes.assign(batch, rows, progs)
+        decoded = dict(self._storage_decodes(batch, rows, details))
+        prog_of[list(decoded)] = -1
+        aux = self._aux(batch, rows)
+        for k in np.flatnonzero(prog_of < 0).tolist():
+            d = decoded.get(k)
+            if d is None:
+                d = details(int(rows[k]))
+                self._feed_rmpp(d)
+            obj = json_safe(d.to_json(), "")
+            obj["time"] = 0
+            head, _, tail = json.dumps(obj).partition('"time": 0')
+            prog_of[k] = len(progs)
+            progs.append(
+                compile_parts([head, '"time": ', ("span", "epoch", formats.JSON_TIME_DECIMALS), tail + "\n"], AUX)
+            )
+        if len(rows):
+            self.prev_shown = int(rec["time_ns"][rows[-1]])
+        self.prev = int(rec["time_ns"][-1])
+        start, length = batch.pos.data[rows].astype(np.int64), batch.pos.caplen[rows].astype(np.int64)
+        return render(aux, np.arange(len(rows)), prog_of.astype(np.int32), progs, None, (batch.buf, start, length))
+
+    def _document_text(self, td, d, ns: int, prev: int, fed: bool) -> str:
+        """One frame's -T json document from its full decode, with the comma before all but the first."""
+        if not fed:
+            self._feed_rmpp(d)
+        last = self.prev_shown if self.prev_shown is not None else ns
+        layers = td.document(d, td.Times(ns, ns - prev, ns - last, ns - self.t0), self.session)
+        self.prev_shown = ns
+        day = time.strftime("%Y-%m-%d", time.localtime(ns // 10**9))
+        text = (",\n" if self.started else "\n") + td.json_text(f"packets-{day}", layers, False)
+        self.started = True
+        return text
+
+    def _documents(self, rec, rows, details) -> bytes:
+        return "".join(self._document_texts(rec, rows, details)).encode()
+
+    def _document_texts(self, rec, rows, details) -> List[str]:
+        """tshark's -T json / -T ek documents (or -V trees) of the rows, from each frame's full decode."""
+        from ibwire.report.packets import tshark_doc as td
+
+        self.session = self.session or td.Session()
+        t = rec["time_ns"]
+        out = []
+        shown = np.zeros(len(rec), bool)
+        shown[rows] = True
+        roce2 = np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)) & ~shown
+        for i in range(len(rec)):
+            if not shown[i]:  # udp.stream counts the frames not shown too (RoCEv2 ones here)
+                if roce2[i]:
+                    r = rec[i]
+                    self.session.note(
+                        r["src"].tobytes(), int(r["udp_src"]), r["dst"].tobytes(), int(r["udp_dst"]), int(t[i])
+                    )
+                continue
+            d = details(i)
+            self._feed_rmpp(d)
+            ns = int(t[i])
+            prev = int(t[i - 1]) if i else (self.prev if self.prev is not None else ns)
+            last = self.prev_shown if self.prev_shown is not None else ns
+            layers = td.document(d, td.Times(ns, ns - prev, ns - last, ns - self.t0), self.session)
+            self.prev_shown = ns
+            if self.fmt == "tree":
+                from ibwire.report.packets.tree import own_fields, tree_text
+
+                out.append(tree_text(layers, d.flat, own_fields(d.flat, layers)) + "\n")
+                continue
+            fields_only = bool(self.keys)
+            if fields_only:
+                layers = td.only_fields(layers, self.fields)
+            elif self.protocols:
+                layers = td.only_layers(layers, self.protocols, self.protocol_children)
+            day = time.strftime("%Y-%m-%d", time.localtime(ns // 10**9))
+            if self.fmt == "json":
+                out.append((",\n" if self.started else "\n") + td.json_text(f"packets-{day}", layers, fields_only))
+                self.started = True
+            else:
+                out.append(
+                    f'{{"index":{{"_index":"packets-{day}","_type":"doc"}}}}\n'
+                    + td.ek_text(ns // 10**6, layers, fields_only, bool(self.protocols) and not self.protocol_children)
+                    + "\n"
+                )
+        self.prev = int(t[-1])
+        return out
+
+    def _feed_rmpp(self, d) -> None:
+        if self.nvme is not None:
+            self.nvme.feed(d)
+        if d.flat.get("mad.mgmtclass") == RMPP_CLASS:
+            from ibwire.decode.rmpp import RmppTracker
+
+            self.rmpp = self.rmpp or RmppTracker()
+            self.rmpp.feed(d)
+
+    def _program(self, row1) -> Optional[bytes]:
+        row = row1[0]
+        try:
+            if self.fmt == "text":
+                parts = summary.record_parts(row, self._time_part())
+            else:
+                parts = formats.fields_parts(self.keys, row1, self.sep, self.quote, self.time_base, self.minimal)
+        except (formats.Unsure, NotBatchable):  # a field only the full decode knows (the probe cannot tell)
+            return None
+        return compile_parts(parts)
+
+    def _detail_program(self, d, row, prev_ns: int) -> bytes:
+        self._feed_rmpp(d)
+        if self.fmt == "text":
+            self.echo = self.echo or summary.EchoPairs()
+            return compile_parts(summary.detail_parts(d, self._time_part(), self.echo.note(d.flat, d.frame.number)))
+        if self.fmt == "jsonl":
+            obj = json_safe(d.to_json(), "")
+            obj["time"] = 0
+            head, _, tail = json.dumps(obj).partition('"time": 0')
+            return compile_parts([head, '"time": ', ("time", "time_ns", formats.JSON_TIME_DECIMALS), tail + "\n"])
+        parts = []
+        for i, key in enumerate(self.keys):
+            if i:
+                parts.append(self.sep)
+            if key == self.time_base or (key == "frame.time_epoch" and self.time_base is None):
+                v = [("time", "time_ns", 9)]  # exact nanoseconds, as the records print them
+            elif key in ("frame.time_epoch", "frame.time_relative", "frame.time_delta"):
+                ns = int(row["time_ns"]) - {"frame.time_relative": self.t0, "frame.time_delta": prev_ns}.get(key, 0)
+                text = f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
+            else:
+                text = _field_text(key, d.flat)
+            if key != self.time_base and not (key == "frame.time_epoch" and self.time_base is None):
+                v = [text] if text != "" else []
+            if v and self.minimal and isinstance(v[0], str) and any(c in v[0] for c in (self.sep, '"', "\n")):
+                v = ['"' + v[0].replace('"', '""') + '"']
+            parts += [self.quote] + v + [self.quote] if v and self.quote else v
+        return compile_parts(parts + ["\n"])
+
+
+def _decode(frame, row):
+    """A frame's full decode, with the RC analysis fields of `row` (records or AUX) when given."""
+    from ibwire.decode import decode_frame
+    from ibwire.decode.stream import with_analysis
+
+    d = decode_frame(frame)
+    return d if row is None else with_analysis(d, row)
+
+
+def _field_text(key: str, flat: dict) -> str:
+    v = flat.get(key)
+    if v is None:
+        return ""
+    vals = v if isinstance(v, list) else [v]
+    # tshark escapes \n and \t in a string field; ESC and the other controls too here, never sent raw
+    return ",".join(printable(value_text(key, x, sep="")) for x in (vals * 2 if key in SELF_NAMED else vals))

@@ -1,0 +1,240 @@
+"""Which frames of a batch print from a learned program (ibwire.report.packets.templates), and the -T json and
+jsonl documents as the learner reads them.
+
+A frame qualifies when the compiled decoder says it is an IB/RoCE transport packet that is not a MAD or
+IPoIB, without damage, heuristics or RC analysis fields, and no storage tracker wants it; a SEND's first
+SEND_KEPT payload bytes belong to its shape, so an upper layer's heuristic sees the same bytes in every frame
+of a shape.  Its *layout* (link type, encapsulation, opcode, flags,
+lengths, CRC verdicts, VLAN/DSCP/ECN) picks the header length and the bits that name a shape; the
+frame's header bytes under that mask pick the shape; each shape's program is learned once.
+"""
+
+import json
+import time
+from typing import Callable, Optional
+
+import numpy as np
+
+from dissectors.opcodes import OPCODES
+from ibwire.decode import records as R
+from ibwire.decode.record_filter import DATA
+from ibwire.report.packets import tshark_doc as td
+from ibwire.report.packets.templates import Format, learn
+from ibwire.report.packets.values import json_safe
+
+SHAPES_PER_LAYOUT = 64  # beyond this many shapes of one layout, its new shapes are decoded in full
+KNOWN = np.array([c in OPCODES for c in range(256)])
+SEND = np.array([c in OPCODES and OPCODES[c].op == "send" for c in range(256)])
+SEND_KEPT = 64  # payload bytes of a SEND that name its shape: any upper layer's heuristic reads no further
+LAYOUT = (
+    "linktype",
+    "link",
+    "opcode",
+    "flags",
+    "caplen",
+    "len",
+    "icrc",
+    "vcrc",
+    "pcp",
+    "dscp",
+    "ecn",
+    "an_retry_cause",
+)
+UNPLAIN = R.F_MAD | R.F_IPOIB | R.F_MALFORMED | R.F_HEURISTIC
+
+
+def _seconds(ns: int) -> str:
+    return f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
+
+
+def _day(ns: int) -> str:
+    return time.strftime("%Y-%m-%d", time.localtime(ns // 10**9))
+
+
+NUMBER = (str, lambda name: [("udec", name)])
+SECONDS = (_seconds, lambda name: [("span", name, 9)])
+FLOAT_SECONDS = (lambda ns: repr(ns / 1e9), lambda name: [("repr", name)])
+
+
+class _Numbered(td.Session):
+    """The session a learned sample sees: its stream numbers and ERF port are the sample's own."""
+
+    def __init__(self, meta):
+        super().__init__()
+        self.meta = meta
+
+    def interface(self, port: int) -> int:
+        return int(self.meta["interface"])
+
+    def note(self, src, sport, dst, dport, ns):
+        m = self.meta
+        return int(m["stream"]), ns - int(m["stream_relative"]), ns - int(m["stream_delta"])
+
+
+def _flat(items: list, sig: list, values: list) -> None:
+    for k, v in items:
+        if isinstance(v, list):
+            sig.append(("{", k))
+            _flat(v, sig, values)
+            sig.append("}")
+        else:
+            sig.append(k)
+            values.append(("1" if v else "0") if isinstance(v, bool) else v)  # as json_text writes it
+
+
+def _put(items: list, it) -> list:
+    return [(k, _put(v, it) if isinstance(v, list) else next(it)) for k, v in items]
+
+
+def _json_items(d, meta):
+    times = td.Times(*(int(meta[k]) for k in ("epoch", "delta", "delta_displayed", "relative")))
+    layers = td.document(d, times, _Numbered(meta))
+    sig, values = [], [f"packets-{_day(int(meta['epoch']))}"]
+    _flat(layers, sig, values)
+
+    def replace(subs):
+        new = list(values)
+        for i, text in subs:
+            new[i] = text
+        return td.json_text(new[0], _put(layers, iter(new[1:])))
+
+    return sig, values, replace
+
+
+class _Seconds(str):
+    """The jsonl "time": its text, written as a JSON number."""
+
+
+def _jsonl_walk(obj, sig: list, values: list, put: Optional[Callable] = None):
+    """Walk a JSON value depth first: its signature (keys, containers, leaf types) into `sig`, its leaves
+    into `values`; returns it with each leaf i replaced by put(i) when `put` is given."""
+    if isinstance(obj, dict):
+        sig.append("{")
+        out = {}
+        for k, v in obj.items():
+            sig.append(k)
+            out[k] = _jsonl_walk(v, sig, values, put)
+        sig.append("}")
+        return out
+    if isinstance(obj, list):
+        sig.append("[")
+        out = [_jsonl_walk(v, sig, values, put) for v in obj]
+        sig.append("]")
+        return out
+    values.append(obj)
+    sig.append(type(obj).__name__)
+    return put(len(values) - 1) if put else obj
+
+
+def _jsonl_items(d, meta):
+    obj = json_safe(d.to_json(), "")
+    obj["frame"], obj["time"] = int(meta["frame"]), _Seconds(_seconds(int(meta["epoch"])))
+    sig, values = [], []
+    _jsonl_walk(obj, sig, values)
+
+    when = next(i for i, v in enumerate(values) if isinstance(v, _Seconds))
+    mark = "\x00time\x00"
+
+    def replace(subs):
+        new = dict(subs)
+        doc = _jsonl_walk(obj, [], [], lambda i: new.get(i, mark if i == when else values[i]))
+        return json.dumps(doc).replace(json.dumps(mark), values[when]) + "\n"
+
+    return sig, values, replace
+
+
+FORMATS = {
+    "json": Format(
+        _json_items,
+        {
+            "number": NUMBER,
+            "seconds": SECONDS,
+            "frame.time": (td.frame_time, lambda name: [("date", name, 9, 8)]),
+            "index": (lambda ns: f"packets-{_day(ns)}", lambda name: ["packets-", ("date", name, 0, 4)]),
+        },
+    ),
+    "jsonl": Format(_jsonl_items, {"number": NUMBER, "seconds": SECONDS, "float seconds": FLOAT_SECONDS}),
+}
+
+
+class Shapes:
+    """Learned programs of one output format, by layout and shape, over a whole capture."""
+
+    def __init__(self, fmt: str, decode: Callable):
+        self.format = FORMATS[fmt]
+        self.decode = decode  # (Frame, row with RC analysis columns or None) -> Decoded
+        self.layouts = {}  # layout bytes -> (head, keep) or None
+        self.programs = {}  # (layout bytes, masked head bytes) -> program or None
+        self.count = {}  # layout bytes -> shapes learned
+
+    def eligible(self, rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        flags = rec["flags"][rows]
+        ok = np.isin(rec["link"][rows], DATA) & ((flags & R.F_BTH) > 0) & ((flags & UNPLAIN) == 0)
+        return ok & KNOWN[rec["opcode"][rows]] & (rec["caplen"][rows] <= rec["len"][rows])
+
+    def assign(self, batch, rows: np.ndarray, progs: list) -> np.ndarray:
+        """For each of `rows`, the index into `progs` (extended here) of its program, or -1."""
+        rec, out = batch.rec, np.full(len(rows), -1, np.int64)
+        pick = np.flatnonzero(self.eligible(rec, rows))
+        if not len(pick):
+            return out
+        sub = rows[pick]
+        lay = np.zeros(len(sub), [(c, rec.dtype[c]) for c in LAYOUT] + [("vlan", "?"), ("analysis", "u2")])
+        r = rec[sub]
+        for c in LAYOUT:
+            lay[c] = r[c]
+        lay["vlan"] = r["vlan"] >= 0
+        for bit, col in enumerate(R.ANALYSIS):  # which RC analysis fields the frame carries
+            lay["analysis"] |= R.analysis_present(r, col).astype(np.uint16) << np.uint16(bit)
+        flat = np.ascontiguousarray(lay).view(np.dtype((np.void, lay.dtype.itemsize))).ravel()
+        for members in _groups(flat):
+            self._shapes_of(batch, flat[members[0]].tobytes(), sub[members], pick[members], out, progs)
+        return out
+
+    def _shapes_of(self, batch, layout: bytes, rows, where, out, progs) -> None:
+        if layout not in self.layouts:
+            shape = self._learn(batch, int(rows[0]))
+            self.layouts[layout] = (shape.head, shape.keep) if shape else None
+            if shape:
+                self.programs[(layout, self._masked(batch, rows[:1], shape.head, shape.keep)[0].tobytes())] = shape
+                self.count[layout] = 1
+        known = self.layouts[layout]
+        if known is None:
+            return
+        head, keep = known
+        masked = self._masked(batch, rows, head, keep)
+        view = np.ascontiguousarray(masked).view(np.dtype((np.void, head))).ravel()
+        for members in _groups(view):
+            key = (layout, view[members[0]].tobytes())
+            shape = self.programs.get(key, 0)
+            if shape == 0:
+                shape = None
+                if self.count[layout] < SHAPES_PER_LAYOUT:
+                    self.count[layout] += 1
+                    shape = self._learn(batch, int(rows[members[0]]))
+                    if shape is not None and (shape.head != head or not np.array_equal(shape.keep, keep)):
+                        shape = None
+                self.programs[key] = shape
+            if shape is not None:
+                progs.append(shape.program)
+                out[where[members]] = len(progs) - 1
+
+    @staticmethod
+    def _masked(batch, rows, head: int, keep: np.ndarray) -> np.ndarray:
+        start = batch.pos.data[rows].astype(np.int64)
+        return batch.buf[start[:, None] + np.arange(head)] & keep
+
+    def _learn(self, batch, i: int):
+        kept = SEND_KEPT if SEND[int(batch.rec["opcode"][i])] else 0
+        try:
+            return learn(batch.frame(i), batch.rec[i], self.decode, self.format, kept)
+        except Exception:  # a frame the learner cannot take apart is printed from its full decode
+            return None
+
+
+def _groups(keys: np.ndarray) -> list:
+    """Indices of each run of equal keys (void scalars), each in first-seen order of its members."""
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    cut = np.flatnonzero(k[1:] != k[:-1]) + 1
+    return np.split(order, cut)

@@ -1,0 +1,397 @@
+"""Programs that print a frame's whole document (-T json, jsonl) from its bytes, learned from the full decode.
+
+Frames of one *shape* — the same link type, lengths, CRC verdicts and opcode, and the same bytes except in
+the value fields of VOLATILE (addresses, QPs, PSNs, RETH …), the payload and the CRCs — decode to documents
+that differ only where those bytes, or the frame's number and times, are printed.  The program of a shape
+is learned from its first frame: the frame is decoded in full, then MUTANTS copies of it with every
+volatile bit set by a code of its own (each bit a different pattern over the copies), the payload
+randomised and the CRCs sealed again; every item whose text changes must be explained by one run of
+frame bits (or one of the frame's numbers and times) printed in one of tshark's formats, found from the
+codes and checked against every copy, or there is no program and the shape's frames are decoded in full.
+The program is finally rendered for every copy and must reproduce the full decode's text exactly.
+"""
+
+import ipaddress
+import random
+import re
+from typing import Callable, Dict, List, NamedTuple, Optional
+
+import numpy as np
+
+from dissectors.crc import icrc_ib, icrc_roce1, icrc_roce2, vcrc
+from ibwire.decode import records as R
+from ibwire.files import Frame
+from ibwire.report.packets.program import compile_parts, render
+
+MUTANTS = 12
+FREE = (1 << 64) - 1
+# scapy layer -> field -> the value bits that may differ between frames of one shape (the others, which
+# decide how a frame decodes: membership, QP 0/1, ephemeral ports, multicast LIDs, stay in the shape)
+VOLATILE = {
+    "ERF": {"ts_frac": FREE, "ts_sec": FREE, "lctr": FREE},
+    "Ether": {"dst": FREE, "src": FREE},
+    "Dot1Q": {"vlan": FREE},
+    "IP": {"id": FREE, "chksum": FREE, "src": FREE, "dst": FREE},
+    "IPv6": {"fl": FREE, "src": FREE, "dst": FREE},
+    "UDP": {"sport": 0x3FFF},
+    "LRH": {"dlid": 0x3FFF, "slid": 0x3FFF},
+    "GRH": {"flowlabel": FREE, "sgid": FREE, "dgid": FREE},
+    "BTH": {"p_key": 0x7FFF, "destqp": 0x3FFFFF, "psn": FREE},
+    "RETH": {"va": FREE, "r_key": FREE, "dmalen": FREE},
+    "AETH": {"msn": FREE},
+    "DETH": {"q_key": 0x7FFFFFFF, "srcqp": 0x3FFFFF},
+    "AtomicETH": {"va": FREE, "r_key": FREE, "swapdt": FREE, "cmpdt": FREE},
+    "AtomicAckETH": {"origremdt": FREE},
+    "ImmDt": {"data": FREE},
+    "IETH": {"r_key": FREE},
+    "XRCETH": {"xrcsrq": FREE},
+}
+MARK = "@@T{}@@"
+MARK_RE = re.compile(r'"?@@T(\d+)@@"?')
+HEX_RE = re.compile(r"0x[0-9a-f]+")
+BYTES_RE = re.compile(r"[0-9a-f]{2}(?::[0-9a-f]{2})*")
+PLAIN_BYTES_RE = re.compile(r"(?:[0-9a-f]{2})+")
+
+
+# A frame's numbers besides its bytes, as the printer knows them per row: its number; ns since the epoch,
+# the previous frame, the previous frame shown, the first frame; udp.stream, ns since the stream's first and
+# previous frames; frame.interface_id (ERF); then the record's RC analysis columns.
+META = ("frame", "epoch", "delta", "delta_displayed", "relative", "stream", "stream_relative", "stream_delta")
+AUX = np.dtype([(name, "i8") for name in META + ("interface",)] + [(col, R.RECORD[col]) for col in R.ANALYSIS])
+RANGES = {"frame": (1, 1 << 31), "epoch": (10**17, 2 * 10**18), "stream": (1, 1 << 20), "interface": (1, 1 << 20)}
+
+
+class Shape(NamedTuple):
+    """How a document is printed from a frame: the program, and what the frame is learned to look like."""
+
+    program: bytes
+    head: int  # bytes [0, head) hold every header; their non-volatile bits name the shape
+    keep: np.ndarray  # head bytes: 1 bits are the shape's, 0 bits vary
+
+
+def _bits(f) -> int:
+    """A field's width in bits (0: not fixed)."""
+    return round(8 * getattr(f, "sz", 0))
+
+
+def layout(pkt) -> Optional[tuple]:
+    """(head, trailer layers, spots): where the packet's headers end, its CRC layers [(name, offset)] and
+    the volatile fields [(bit offset, bits, may-vary mask)], from the layers' own field lists; None if a
+    layer's length is unknown."""
+    spots, trailer, off, head = [], [], 0, 0
+    layer = pkt
+    while layer is not None and type(layer).__name__ != "NoPayload":
+        name = type(layer).__name__
+        raw = getattr(layer, "raw_packet_cache", None)
+        if raw is None:
+            return None
+        if name in ("ICRC", "VCRC"):
+            trailer.append((name, off))
+        elif name not in ("Raw", "Padding", "IBPad"):
+            head = off + len(raw)
+        bit = 8 * off
+        for f in layer.fields_desc:
+            n = _bits(f)
+            if not n:
+                break
+            vary = VOLATILE.get(name, {}).get(f.name)
+            if vary:
+                spots.append((bit, n, vary & ((1 << n) - 1)))
+            bit += n
+        off += len(raw)
+        layer = layer.payload
+    return head, trailer, spots
+
+
+def _set_bits(data: bytearray, bit: int, n: int, value: int) -> None:
+    for j in range(n):
+        g = bit + n - 1 - j
+        if value >> j & 1:
+            data[g // 8] |= 0x80 >> (g % 8)
+        else:
+            data[g // 8] &= ~(0x80 >> (g % 8)) & 0xFF
+
+
+def _get_bits(data: bytes, last: int, n: int) -> int:
+    v = 0
+    for g in range(last - n + 1, last + 1):
+        v = v << 1 | (data[g // 8] >> (7 - g % 8) & 1)
+    return v
+
+
+def _codes(rnd: random.Random) -> list:
+    """Patterns over the mutants, one per volatile bit, in random order: never all equal, no two alike, each
+    bit set in about half the mutants (so no mutant's QP or port is left at a value that decodes apart)."""
+    codes = [c for c in range(1, 1 << MUTANTS) if 3 <= bin(c).count("1") <= MUTANTS - 3]
+    rnd.shuffle(codes)
+    return codes
+
+
+def _seal(data: bytearray, trailer: list, starts: dict) -> None:
+    """Recompute the ICRC (and VCRC) of a mutated frame, as the sender would have."""
+    for name, at in trailer:
+        if name == "ICRC":
+            if "LRH" in starts:
+                v = icrc_ib(data[starts["LRH"] : at])
+            elif "IP" in starts or "IPv6" in starts:
+                s = starts.get("IP", starts.get("IPv6"))
+                v = icrc_roce2(data[s:at])
+            else:
+                v = icrc_roce1(data[starts["GRH"] : at])
+            data[at : at + 4] = v.to_bytes(4, "little")
+        else:
+            data[at : at + 2] = vcrc(data[starts["LRH"] : at]).to_bytes(2, "little")
+
+
+def mutants(frame: Frame, pkt, sealed: bool, kept: int = 0, seed: int = 1) -> Optional[tuple]:
+    """(Frames, keep mask, head): MUTANTS copies of `frame` with every volatile bit coded, the payload
+    random but for its first `kept` bytes (which then belong to the shape, as the headers do), and (when
+    `sealed`, i.e. the original's CRCs were good) the CRCs recomputed."""
+    lay = layout(pkt)
+    if lay is None:
+        return None
+    head, trailer, spots = lay
+    head = min(head + kept, min([at for _, at in trailer] + [len(frame.data)]))
+    starts, off, layer = {}, 0, pkt
+    while layer is not None and type(layer).__name__ != "NoPayload":
+        starts.setdefault(type(layer).__name__, off)
+        off += len(layer.raw_packet_cache or b"")
+        layer = layer.payload
+    keep = np.full(head, 0xFF, np.uint8)
+    rnd = random.Random(seed)
+    codes = iter(_codes(rnd))
+    plan = []  # (bit, value bit mask, code)
+    for bit, n, vary in spots:
+        for j in range(n):
+            if vary >> j & 1:
+                g = bit + n - 1 - j
+                if g // 8 < head:
+                    keep[g // 8] &= ~(0x80 >> (g % 8)) & 0xFF
+                plan.append((g, next(codes)))
+    out = []
+    for s in range(MUTANTS):
+        data = bytearray(frame.data)
+        for g, code in plan:
+            _set_bits(data, g, 1, code >> s & 1)
+        data[head:] = rnd.randbytes(len(data) - head)  # the rest of the payload, pad and CRCs: any bytes
+        if sealed and trailer and not any(at + (4 if n == "ICRC" else 2) > len(data) for n, at in trailer):
+            _seal(data, trailer, starts)
+        out.append(frame._replace(data=bytes(data)))
+    return out, keep, head
+
+
+def _metas(rnd: random.Random, row) -> np.ndarray:
+    """Random, distinct numbers for the mutants' frames (their dates days apart), and for each RC analysis
+    column the representative `row` carries, a random value of its own (flags and causes kept)."""
+    out = np.zeros(MUTANTS, AUX)
+    for name in META + ("interface",):
+        lo, hi = RANGES.get(name, (1, 10**12))
+        out[name] = [rnd.randrange(lo, hi) for _ in range(MUTANTS)]
+    for col, (_, kind) in R.ANALYSIS.items():
+        if kind in ("flag", "cause") or not R.analysis_present(row, col):
+            out[col] = row[col]
+        else:
+            hi = min(10**12, np.iinfo(AUX[col]).max)
+            out[col] = [rnd.randrange(1, hi) for _ in range(MUTANTS)]
+    return out
+
+
+# ---- explaining an item's text ----
+
+
+def _seconds(ns: int) -> str:
+    return f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
+
+
+def _meta_ops(metas: np.ndarray, texts: List[str], formats: Dict[str, Callable]) -> Optional[list]:
+    """The one meta column and format that prints every sample's text."""
+    for name in AUX.names:
+        column = metas[name].tolist()
+        if len(set(column)) < len(column):
+            continue  # a column the shape fixes
+        for fn, parts in formats.values():
+            if all(fn(v) == t for v, t in zip(column, texts)):
+                return parts(name)
+    return None
+
+
+class Samples(list):
+    """The mutants' frame bytes, with where each pattern of one bit over them stands in the frames."""
+
+    def __init__(self, datas: List[bytes]):
+        super().__init__(datas)
+        n = min(len(d) for d in datas)
+        bits = np.unpackbits(np.array([np.frombuffer(d[:n], np.uint8) for d in datas]), axis=1)
+        codes = (bits.astype(np.uint64) << np.arange(len(datas), dtype=np.uint64)[:, None]).sum(axis=0)
+        order = np.argsort(codes, kind="stable")
+        self.codes, self.order = codes[order], order
+
+    def where(self, column: List[int]) -> np.ndarray:
+        """Frame bit positions (MSB first) whose value in sample s is column[s], for every s."""
+        code = sum(c << s for s, c in enumerate(column))
+        lo, hi = np.searchsorted(self.codes, [code, code + 1])
+        return self.order[lo:hi]
+
+
+def _run_of(datas: Samples, values: List[int]) -> Optional[tuple]:
+    """(last bit, bits) of the big-endian run of frame bits that holds values[s] in datas[s] for every s."""
+    low = next((j for j in range(64) if len({v >> j & 1 for v in values}) > 1), None)
+    if low is None:
+        return None
+    top = max(v.bit_length() for v in values)
+    for g in datas.where([v >> low & 1 for v in values]).tolist():
+        last = g + low
+        for n in range(max(top, low + 1), 65):
+            if last - n + 1 < 0 or last >= 8 * len(datas[0]):
+                break
+            if all(_get_bits(d, last, n) == v for d, v in zip(datas, values)):
+                return last, n
+    return None
+
+
+def _int_op(datas, values, digits: int) -> Optional[tuple]:
+    run = _run_of(datas, values)
+    if run is None:
+        return None
+    last, n = run
+    first = last - n + 1
+    at, end = first // 8, last // 8
+    if end - at + 1 > 8:
+        return None
+    return ("fint", at, end - at + 1, 7 - last % 8, n, digits)
+
+
+def _bytes_op(datas, chunks: List[bytes], sep: str) -> Optional[tuple]:
+    if not chunks[0]:
+        return None
+    start = datas[0].find(chunks[0])
+    while start >= 0:
+        if all(d[start : start + len(c)] == c for d, c in zip(datas, chunks)):
+            return ("fhex", start, start + len(chunks[0]), sep) if sep is not None else start
+        start = datas[0].find(chunks[0], start + 1)
+    return None
+
+
+def _little_op(datas, values, digits: int) -> Optional[tuple]:
+    """A little-endian integer of 2, 4 or 8 whole bytes (ERF's header) holding values[s] in datas[s]."""
+    for n in (2, 4, 8):
+        if max(values).bit_length() > 8 * n:
+            continue
+        at = _bytes_op(datas, [v.to_bytes(n, "little") for v in values], None)
+        if at is not None:
+            return ("fint", at, 0x80 | n, 0, 8 * n, digits)
+    return None
+
+
+def _hex_parts(texts, datas) -> Optional[list]:
+    if not all(HEX_RE.fullmatch(t) for t in texts):
+        return None
+    digits = min(len(t) for t in texts) - 2
+    values = [int(t, 16) for t in texts]
+    if any(t != f"0x{v:0{digits}x}" for t, v in zip(texts, values)):
+        return None
+    op = _int_op(datas, values, digits) or _little_op(datas, values, digits)
+    return ["0x", op] if op else None
+
+
+def _dec_parts(texts, datas) -> Optional[list]:
+    if not all(t.isdigit() and (t == "0" or t[0] != "0") for t in texts):
+        return None
+    values = [int(t) for t in texts]
+    op = _int_op(datas, values, 0) or _little_op(datas, values, 0)
+    return [op] if op else None
+
+
+def _hex_bytes_parts(texts, datas) -> Optional[list]:
+    for sep, form in ((":", BYTES_RE), ("", PLAIN_BYTES_RE)):
+        if all(form.fullmatch(t) for t in texts):
+            op = _bytes_op(datas, [bytes.fromhex(t.replace(":", "")) for t in texts], sep)
+            if op:
+                return [op]
+    return None
+
+
+def _address_parts(texts, datas) -> Optional[list]:
+    try:
+        packed = [ipaddress.ip_address(t).packed for t in texts]
+    except ValueError:
+        return None
+    if len({len(p) for p in packed}) != 1:
+        return None
+    at = _bytes_op(datas, packed, None)
+    return None if at is None else [("fip4" if len(packed[0]) == 4 else "fip6", at)]
+
+
+def explain(texts: List[str], datas: List[bytes], metas: np.ndarray, meta_formats) -> Optional[list]:
+    """Parts that print texts[s] from frame datas[s] with numbers metas[s], for every sample s."""
+    found = _meta_ops(metas, texts, meta_formats)
+    for way in (_hex_parts, _dec_parts, _hex_bytes_parts, _address_parts):
+        found = found or way(texts, datas)
+    return found
+
+
+# ---- programs ----
+
+
+class Format(NamedTuple):
+    """An output format as the learner sees it: `items(d, meta)` gives a decoded frame's (signature,
+    item values, replace) where replace([(index, text)]) is the frame's text with those items' values
+    replaced; `meta_formats`: name -> (text of a number, its parts given a column name)."""
+
+    items: Callable
+    meta_formats: dict
+
+
+def _text(v) -> str:
+    return v if isinstance(v, str) else str(v)
+
+
+def learn(frame: Frame, row, decode: Callable, fmt: Format, kept: int = 0) -> Optional[Shape]:
+    """The program of the shape of `frame` (its record `row`), or None when its documents cannot be printed
+    from one.  `decode(frame, row)` is the full decode (ibwire.decode.Decoded) with the RC analysis of a row
+    (of AUX or the records); the first `kept` payload bytes are the shape's (those an upper layer's
+    heuristic would read)."""
+    icrc_good = int(row["icrc"]) == R.GOOD
+    d0 = decode(frame, None)
+    if d0.packet is None:
+        return None
+    made = mutants(frame, d0.packet, icrc_good, kept)
+    if made is None:
+        return None
+    frames, keep, head = made
+    metas = _metas(random.Random(7), row)
+    frames = [f._replace(number=int(m["frame"])) for f, m in zip(frames, metas)]
+    samples = [fmt.items(decode(f, m), m) for f, m in zip(frames, metas)]
+    sig, values, replace = samples[0]
+    if any(s[0] != sig for s in samples):
+        return None
+    datas = Samples([f.data for f in frames])
+    parts_of = {}
+    for i in range(len(values)):
+        texts = [_text(s[1][i]) for s in samples]
+        if len(set(texts)) > 1:
+            parts = explain(texts, datas, metas, fmt.meta_formats)
+            if parts is None:
+                return None
+            parts_of[i] = parts
+    text = replace([(i, MARK.format(i)) for i in parts_of])
+    program, pos, marks = [], 0, 0
+    for m in MARK_RE.finditer(text):
+        i = int(m.group(1))
+        q = '"' if m.group(0)[0] == '"' and type(values[i]) is str else ""  # a str subclass is a number's text
+        program += [text[pos : m.start()], q, *parts_of[i], q]
+        pos, marks = m.end(), marks + 1
+    program.append(text[pos:])
+    if marks != len(parts_of):
+        return None
+    shape = Shape(compile_parts([p for p in program if p != ""], AUX), head, keep)
+    want = "".join(s[2]([]) for s in samples)
+    return shape if _render(shape.program, frames, metas) == want else None
+
+
+def _render(program: bytes, frames: List[Frame], metas: np.ndarray) -> str:
+    buf = np.frombuffer(b"".join(f.data for f in frames), np.uint8)
+    lens = np.array([len(f.data) for f in frames], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    n = len(frames)
+    return render(metas, np.arange(n), np.zeros(n, np.int32), [program], None, (buf, starts, lens)).decode()
