@@ -1,4 +1,4 @@
-"""-T json and jsonl print most frames from programs learned per shape (ibwire/report/packets/templates.py,
+"""-T json, jsonl and -V print most frames from programs learned per shape (ibwire/report/packets/templates.py,
 shapes.py); a frame's text must be byte for byte what its full decode prints.  The reference is the same
 `ibwire decode` with the learned programs switched off (Printer._shaped), run on every public capture
 and every shipped sample, IB over ERF, RoCEv1, RoCEv2 over IPv4 and IPv6, VLANs and truncated frames
@@ -58,7 +58,7 @@ def _captures():
 
 
 def test_learned_programs_print_what_the_full_decode_prints(tmp_path):
-    runs = [[path, *fmt] for path in _captures() for fmt in (["-T", "json"], ["--format", "jsonl"])]
+    runs = [[path, *fmt] for path in _captures() for fmt in (["-T", "json"], ["--format", "jsonl"], ["-V"])]
     assert not _differ(tmp_path, runs), "learned programs print other text than the full decode"
 
 
@@ -68,6 +68,7 @@ def test_analysis_fields_and_a_filter_print_alike(tmp_path):
         ["captures/rxe-rc-write-loss2.pcap", "--format", "jsonl", "-Y", "bth.analysis.ack_rtt"],
         ["captures/loss-retransmit.pcap", "-T", "json", "-Y", "bth.opcode != 17"],
         ["captures/roce-v6-vlan.pcap", "-T", "json", "-c", "9"],
+        ["captures/rxe-rc-write.pcap", "-V", "-x"],
     ]
     assert not _differ(tmp_path, runs)
 

@@ -185,6 +185,7 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
     shown = 0
     t0, prev = None, None
     tree_printer = Printer("tree")
+    tree_printer.nvme = printer.nvme  # -V decodes storage as the other outputs do
     if show:
         out.write(printer.start())
     batches = select(stream, flt, nvme=printer.nvme) if flt else ((b, None) for b in stream)
@@ -214,7 +215,9 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
                 d.flat.update(detail_flat_times(d.frame.time, t0, float(times[i - 1]) if i else prev))
                 return d
 
-            if verbose or hexdump:
+            if verbose and not (hexdump or summary_too):
+                out.write(b"".join(tree_printer.trees(batch, rows, details)))
+            elif verbose or hexdump:
                 from ibwire.report.packets.tree import hex_dump
 
                 trees = tree_printer.trees(batch, rows, details) if verbose else None

@@ -92,7 +92,7 @@ class Printer:
         self.nvme = None  # ibwire.decode.nvme.NvmeTracker: NVMe-oF queues across frames
         self.echo = None  # summary.EchoPairs of text output
         self.shapes = None  # ibwire.report.packets.shapes.Shapes: -T json and jsonl programs learned per shape
-        self._comma = compile_parts([",\n"])
+        self._comma, self._nul = compile_parts([",\n"]), compile_parts(["\0"])
 
     def start(self) -> bytes:
         if self.fmt == "json":
@@ -189,11 +189,13 @@ class Printer:
         """-V: the tree of each row (a Printer of format "tree")."""
         if self.t0 is None and len(batch.rec):
             self.t0 = int(batch.rec["time_ns"][0])
+        if self._shaped():
+            return self._shaped_documents(batch, rows, details).split(b"\0")[:-1]
         return [t.encode() for t in self._document_texts(batch.rec, rows, details)]
 
     def _shaped(self) -> bool:
         """Do this format's documents print from learned programs (ibwire.report.packets.shapes)?"""
-        if self.fmt not in ("json", "jsonl") or self.keys or self.protocols:
+        if self.fmt not in ("json", "jsonl", "tree") or self.keys or self.protocols:
             return False
         if self.shapes is None:
             from ibwire.report.packets.shapes import Shapes
@@ -229,9 +231,10 @@ class Printer:
         decoded = {}
         for k, d in self._storage_decodes(batch, rows, details):
             prog_of[k], decoded[int(rows[k])] = -1, d
-        if not self.started:
+        tree = self.fmt == "tree"  # -V: each tree ends in a NUL, where trees() cuts them apart
+        if not self.started and not tree:
             prog_of[:1] = -1  # the first document has no comma before it
-        progs = [self._comma + p for p in progs]
+        progs = [p + self._nul if tree else self._comma + p for p in progs]
         aux = self._aux(batch, rows)
         shown = dict(zip(rows.tolist(), range(len(rows))))
         roce2 = np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)).tolist()
@@ -243,7 +246,7 @@ class Printer:
             if k is not None and prog_of[k] < 0:
                 prev = times[i - 1] if i else (self.prev if self.prev is not None else ns)
                 d = decoded.get(i)
-                text = self._document_text(td, d or details(i), ns, prev, fed=d is not None)
+                text = self._document_text(td, d or details(i), ns, prev, fed=d is not None, tree=tree)
                 prog_of[k] = len(progs)
                 progs.append(compile_parts([text], AUX))
             elif roce2[i]:
@@ -308,13 +311,18 @@ class Printer:
         start, length = batch.pos.data[rows].astype(np.int64), batch.pos.caplen[rows].astype(np.int64)
         return render(aux, np.arange(len(rows)), prog_of.astype(np.int32), progs, None, (batch.buf, start, length))
 
-    def _document_text(self, td, d, ns: int, prev: int, fed: bool) -> str:
-        """One frame's -T json document from its full decode, with the comma before all but the first."""
+    def _document_text(self, td, d, ns: int, prev: int, fed: bool, tree: bool = False) -> str:
+        """One frame's -T json document from its full decode, with the comma before all but the first (-V:
+        its tree, NUL-terminated)."""
         if not fed:
             self._feed_rmpp(d)
         last = self.prev_shown if self.prev_shown is not None else ns
         layers = td.document(d, td.Times(ns, ns - prev, ns - last, ns - self.t0), self.session)
         self.prev_shown = ns
+        if tree:
+            from ibwire.report.packets.tree import own_fields, tree_text
+
+            return tree_text(layers, d.flat, own_fields(d.flat, layers)) + "\n\0"
         day = time.strftime("%Y-%m-%d", time.localtime(ns // 10**9))
         text = (",\n" if self.started else "\n") + td.json_text(f"packets-{day}", layers, False)
         self.started = True

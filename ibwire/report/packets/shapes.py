@@ -143,6 +143,22 @@ def _jsonl_items(d, meta):
     return sig, values, replace
 
 
+def _tree_items(d, meta):
+    from ibwire.report.packets.tree import own_fields, tree_text
+
+    times = td.Times(*(int(meta[k]) for k in ("epoch", "delta", "delta_displayed", "relative")))
+    layers = td.document(d, times, _Numbered(meta))
+    lines = (tree_text(layers, d.flat, own_fields(d.flat, layers)) + "\n").split("\n")
+
+    def replace(subs):
+        new = list(lines)
+        for i, text in subs:
+            new[i] = text
+        return "\n".join(new)
+
+    return [len(lines)], lines, replace
+
+
 FORMATS = {
     "json": Format(
         _json_items,
@@ -154,6 +170,12 @@ FORMATS = {
         },
     ),
     "jsonl": Format(_jsonl_items, {"number": NUMBER, "seconds": SECONDS, "float seconds": FLOAT_SECONDS}),
+    "tree": Format(
+        _tree_items,
+        {"number": NUMBER, "seconds": SECONDS, "frame.time": (td.frame_time, lambda name: [("date", name, 9, 8)])},
+        lines=True,
+        steady=(("Dot1Q", "vlan"), ("IPv6", "fl")),  # -V draws their bits
+    ),
 }
 
 

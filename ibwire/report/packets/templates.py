@@ -11,7 +11,9 @@ codes and checked against every copy, or there is no program and the shape's fra
 The program is finally rendered for every copy and must reproduce the full decode's text exactly.
 """
 
+import functools
 import ipaddress
+import os
 import random
 import re
 from typing import Callable, Dict, List, NamedTuple, Optional
@@ -25,11 +27,12 @@ from ibwire.report.packets.program import compile_parts, render
 
 MUTANTS = 12
 FREE = (1 << 64) - 1
+MAC_VALUE = (1 << 48) - 1 - (3 << 40)  # a MAC's bits but the first octet's I/G and L/G bits (-V draws them)
 # scapy layer -> field -> the value bits that may differ between frames of one shape (the others, which
 # decide how a frame decodes: membership, QP 0/1, ephemeral ports, multicast LIDs, stay in the shape)
 VOLATILE = {
     "ERF": {"ts_frac": FREE, "ts_sec": FREE, "lctr": FREE},
-    "Ether": {"dst": FREE, "src": FREE},
+    "Ether": {"dst": MAC_VALUE, "src": MAC_VALUE},
     "Dot1Q": {"vlan": FREE},
     "IP": {"id": FREE, "chksum": FREE, "src": FREE, "dst": FREE},
     "IPv6": {"fl": FREE, "src": FREE, "dst": FREE},
@@ -49,6 +52,10 @@ VOLATILE = {
 MARK = "@@T{}@@"
 MARK_RE = re.compile(r'"?@@T(\d+)@@"?')
 HEX_RE = re.compile(r"0x[0-9a-f]+")
+# what a shared start (read backwards) or end must give back: part of a value cut in two
+WORD_END = re.compile(r"[0-9A-Za-z_-]*(?:[.:][0-9A-Za-z_-]+)*")
+WORD_START = re.compile(r"[0-9A-Za-z_-]*(?:[.:][0-9A-Za-z_-]+)*")
+SEPARATORS = re.compile(r"([ ()\[\],=/]+)")
 BYTES_RE = re.compile(r"[0-9a-f]{2}(?::[0-9a-f]{2})*")
 PLAIN_BYTES_RE = re.compile(r"(?:[0-9a-f]{2})+")
 
@@ -74,7 +81,7 @@ def _bits(f) -> int:
     return round(8 * getattr(f, "sz", 0))
 
 
-def layout(pkt) -> Optional[tuple]:
+def layout(pkt, steady: tuple = ()) -> Optional[tuple]:
     """(head, trailer layers, spots): where the packet's headers end, its CRC layers [(name, offset)] and
     the volatile fields [(bit offset, bits, may-vary mask)], from the layers' own field lists; None if a
     layer's length is unknown."""
@@ -94,22 +101,13 @@ def layout(pkt) -> Optional[tuple]:
             n = _bits(f)
             if not n:
                 break
-            vary = VOLATILE.get(name, {}).get(f.name)
+            vary = None if (name, f.name) in steady else VOLATILE.get(name, {}).get(f.name)
             if vary:
                 spots.append((bit, n, vary & ((1 << n) - 1)))
             bit += n
         off += len(raw)
         layer = layer.payload
     return head, trailer, spots
-
-
-def _set_bits(data: bytearray, bit: int, n: int, value: int) -> None:
-    for j in range(n):
-        g = bit + n - 1 - j
-        if value >> j & 1:
-            data[g // 8] |= 0x80 >> (g % 8)
-        else:
-            data[g // 8] &= ~(0x80 >> (g % 8)) & 0xFF
 
 
 def _get_bits(data: bytes, last: int, n: int) -> int:
@@ -119,12 +117,14 @@ def _get_bits(data: bytes, last: int, n: int) -> int:
     return v
 
 
-def _codes(rnd: random.Random) -> list:
-    """Patterns over the mutants, one per volatile bit, in random order: never all equal, no two alike, each
-    bit set in about half the mutants (so no mutant's QP or port is left at a value that decodes apart)."""
+@functools.lru_cache(maxsize=1)
+def _codes() -> np.ndarray:
+    """Patterns over the mutants, one per volatile bit, in a fixed random order: never all equal, no two
+    alike, each bit set in about half the mutants (so no mutant's QP or port is left at a value that
+    decodes apart)."""
     codes = [c for c in range(1, 1 << MUTANTS) if 3 <= bin(c).count("1") <= MUTANTS - 3]
-    rnd.shuffle(codes)
-    return codes
+    random.Random(1).shuffle(codes)
+    return np.array(codes, np.int64)
 
 
 def _seal(data: bytearray, trailer: list, starts: dict) -> None:
@@ -143,11 +143,11 @@ def _seal(data: bytearray, trailer: list, starts: dict) -> None:
             data[at : at + 2] = vcrc(data[starts["LRH"] : at]).to_bytes(2, "little")
 
 
-def mutants(frame: Frame, pkt, sealed: bool, kept: int = 0, seed: int = 1) -> Optional[tuple]:
+def mutants(frame: Frame, pkt, sealed: bool, kept: int = 0, steady: tuple = (), seed: int = 1) -> Optional[tuple]:
     """(Frames, keep mask, head): MUTANTS copies of `frame` with every volatile bit coded, the payload
     random but for its first `kept` bytes (which then belong to the shape, as the headers do), and (when
     `sealed`, i.e. the original's CRCs were good) the CRCs recomputed."""
-    lay = layout(pkt)
+    lay = layout(pkt, steady)
     if lay is None:
         return None
     head, trailer, spots = lay
@@ -159,20 +159,21 @@ def mutants(frame: Frame, pkt, sealed: bool, kept: int = 0, seed: int = 1) -> Op
         layer = layer.payload
     keep = np.full(head, 0xFF, np.uint8)
     rnd = random.Random(seed)
-    codes = iter(_codes(rnd))
-    plan = []  # (bit, value bit mask, code)
-    for bit, n, vary in spots:
-        for j in range(n):
-            if vary >> j & 1:
-                g = bit + n - 1 - j
-                if g // 8 < head:
-                    keep[g // 8] &= ~(0x80 >> (g % 8)) & 0xFF
-                plan.append((g, next(codes)))
+    where = np.array(
+        [bit + n - 1 - j for bit, n, vary in spots for j in range(n) if vary >> j & 1], np.int64
+    )  # every volatile bit, MSB-first positions
+    where = where[where < 8 * len(frame.data)]
+    inside = where[where < 8 * head]
+    np.bitwise_and.at(keep, inside // 8, ~(0x80 >> (inside % 8)).astype(np.uint8))
+    codes = _codes()[: len(where)]
+    if len(codes) < len(where):
+        return None
+    original = np.unpackbits(np.frombuffer(frame.data, np.uint8))
     out = []
     for s in range(MUTANTS):
-        data = bytearray(frame.data)
-        for g, code in plan:
-            _set_bits(data, g, 1, code >> s & 1)
+        bits = original.copy()
+        bits[where] = codes >> s & 1
+        data = bytearray(np.packbits(bits).tobytes())
         data[head:] = rnd.randbytes(len(data) - head)  # the rest of the payload, pad and CRCs: any bytes
         if sealed and trailer and not any(at + (4 if n == "ICRC" else 2) > len(data) for n, at in trailer):
             _seal(data, trailer, starts)
@@ -330,16 +331,53 @@ def explain(texts: List[str], datas: List[bytes], metas: np.ndarray, meta_format
     return found
 
 
+def explain_line(texts: List[str], datas: List[bytes], metas: np.ndarray, meta_formats) -> Optional[list]:
+    """A line of text whose values change (`Identification: 0x4ead (20141)`): the text the samples share
+    before and after, cut at a word's edge, then the rest as a whole value or as values between separators
+    every sample has alike."""
+    head = os.path.commonprefix(texts)
+    tail = os.path.commonprefix([t[::-1] for t in texts])[::-1]
+    short = min(len(t) for t in texts)
+    if len(head) + len(tail) > short:
+        tail = tail[len(head) + len(tail) - short :]
+    head = head[: len(head) - len(WORD_END.match(head[::-1]).group(0))]
+    tail = tail[len(WORD_START.match(tail).group(0)) :]
+    for end in (tail, ""):  # the value may run to the line's end (a time and its zone)
+        whole = explain([t[len(head) : len(t) - len(end)] for t in texts], datas, metas, meta_formats)
+        if whole:
+            return [head, *whole, end]
+    middles = [t[len(head) : len(t) - len(tail)] for t in texts]
+    pieces = [SEPARATORS.split(m) for m in middles]
+    if len({len(p) for p in pieces}) != 1:
+        return None
+    parts = [head]
+    for k, column in enumerate(zip(*pieces)):
+        if k % 2 or len(set(column)) == 1:  # a separator, or a word all samples share
+            if len(set(column)) != 1:
+                return None
+            parts.append(column[0])
+            continue
+        found = explain(list(column), datas, metas, meta_formats)
+        if found is None:
+            return None
+        parts += found
+    return parts + [tail]
+
+
 # ---- programs ----
 
 
 class Format(NamedTuple):
     """An output format as the learner sees it: `items(d, meta)` gives a decoded frame's (signature,
     item values, replace) where replace([(index, text)]) is the frame's text with those items' values
-    replaced; `meta_formats`: name -> (text of a number, its parts given a column name)."""
+    replaced; `meta_formats`: name -> (text of a number, its parts given a column name); `lines`: items are
+    lines of text (explain_line), not single values; `steady`: volatile fields this format keeps in the
+    shape (those it draws as bit pictures)."""
 
     items: Callable
     meta_formats: dict
+    lines: bool = False
+    steady: tuple = ()
 
 
 def _text(v) -> str:
@@ -355,7 +393,7 @@ def learn(frame: Frame, row, decode: Callable, fmt: Format, kept: int = 0) -> Op
     d0 = decode(frame, None)
     if d0.packet is None:
         return None
-    made = mutants(frame, d0.packet, icrc_good, kept)
+    made = mutants(frame, d0.packet, icrc_good, kept, fmt.steady)
     if made is None:
         return None
     frames, keep, head = made
@@ -370,7 +408,7 @@ def learn(frame: Frame, row, decode: Callable, fmt: Format, kept: int = 0) -> Op
     for i in range(len(values)):
         texts = [_text(s[1][i]) for s in samples]
         if len(set(texts)) > 1:
-            parts = explain(texts, datas, metas, fmt.meta_formats)
+            parts = (explain_line if fmt.lines else explain)(texts, datas, metas, fmt.meta_formats)
             if parts is None:
                 return None
             parts_of[i] = parts
