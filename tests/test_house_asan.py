@@ -112,6 +112,7 @@ with PcapngWriter(ng) as w:
 assert len(read_all(ng)) == 20_000
 ibwire("decode", ng, "-c", "3000")          # the compiled line renderer, on mutants of every link type
 ibwire("decode", ng, "-c", "3000", "-T", "fields", "-e", "frame.time_epoch", "-e", "bth.psn", "-e", "grh.sgid")
+ibwire("decode", ng, "-c", "400", "--format", "jsonl")  # programs learned per shape: the frame ops
 r = random.Random(7)         # damaged files: record headers and block lengths hit, files cut short
 sources = [open(path, "rb").read()[:200_000] for path in (files[0], ng)]
 for k in range(300):

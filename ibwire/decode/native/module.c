@@ -665,9 +665,7 @@ static PyObject *render(PyObject *self, PyObject *args)
         return PyErr_NoMemory();
     if (err)
         return PyErr_Format(PyExc_ValueError, "render: bad program");
-    PyObject *r = PyBytes_FromStringAndSize(text ? text : "", (Py_ssize_t)len);
-    free(text);
-    return r;
+    return PyBytes_FromStringAndSize(text ? text : "", (Py_ssize_t)len);  /* text is render.c's own buffer */
 }
 
 PyDoc_STRVAR(crc32_doc,

@@ -309,7 +309,9 @@ int render_rows(const render_job *j, char **result, size_t *result_len)
             HEX2[b][0] = HEXD[b >> 4];
             HEX2[b][1] = HEXD[b & 15];
         }
-    out_t o = {NULL, 0, 0};
+    static __thread out_t kept;        /* the last call's buffer: no fresh pages to fault in per batch */
+    out_t o = kept;
+    o.n = 0;
     char t[FIELD_TEXT];
     for (int64_t k = 0; k < j->nrows; k++) {
         const uint8_t *r = j->rec + j->rows[k] * j->itemsize;
@@ -329,7 +331,7 @@ int render_rows(const render_job *j, char **result, size_t *result_len)
             }
             if (op >= OP_FINT) {
                 if (!j->buf || op > OP_LAST) {
-                    free(o.p);
+                    kept = o;
                     return -2;
                 }
                 if (frame_field(&o, op, pc, j->buf + j->fstart[k], j->flen[k]) < 0)
@@ -341,17 +343,18 @@ int render_rows(const render_job *j, char **result, size_t *result_len)
             pc += 4;
             int n = format_field(op, r + off, a, &w, base, t);
             if (n < 0) {
-                free(o.p);
+                kept = o;
                 return -2;
             }
             if (pad_left(&o, t, n, (int)w) < 0)
                 goto fail;
         }
     }
+    kept = o;
     *result = o.p;
     *result_len = o.n;
     return 0;
 fail:
-    free(o.p);
+    kept = o;
     return -1;
 }

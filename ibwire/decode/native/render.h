@@ -36,6 +36,7 @@ typedef struct {
     const int64_t *flen;
 } render_job;
 
-/* *result is malloc'ed.  Returns 0, -1 out of memory, -2 a bad program. */
+/* *result lies in a buffer kept for the calling thread's next call (never free it; copy it before calling
+ * again).  Returns 0, -1 out of memory, -2 a bad program. */
 int render_rows(const render_job *job, char **result, size_t *result_len);
 #endif
