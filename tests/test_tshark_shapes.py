@@ -19,7 +19,11 @@ from dissectors.opcodes import OPCODES
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = sorted(PUBLIC.glob("*.pcap")) + sorted((ROOT / "captures").glob("*.pcap"))
-EXTRA = {"oferby_proxy_roce.pcap": ("-d", "udp.port==69,infiniband")}  # RoCEv2 from UDP port 69
+EXTRA = {
+    "oferby_proxy_roce.pcap": ("-d", "udp.port==69,infiniband"),  # RoCEv2 from UDP port 69
+    # tshark's RPC-over-RDMA heuristic claims iSER's SCSI READ commands and fails on them (docs/storage.md)
+    "iser-rdma.pcap": ("--disable-heuristic", "rpcrdma_infiniband"),
+}
 CM = PUBLIC / "m3_02-2-write_ibdump_write.pcap"
 ERF = PUBLIC / "srinivas_infiniband.pcap"
 

@@ -23,6 +23,7 @@ from ibwire.report.packets.templates import Format, learn
 from ibwire.report.packets.values import json_safe
 
 SHAPES_PER_LAYOUT = 64  # beyond this many shapes of one layout, its new shapes are decoded in full
+EARN_BACK = 16  # frames of a layout, or of a shape, seen before it is learned
 KNOWN = np.array([c in OPCODES for c in range(256)])
 SEND = np.array([c in OPCODES and OPCODES[c].op == "send" for c in range(256)])
 SEND_KEPT = 64  # payload bytes of a SEND that name its shape: any upper layer's heuristic reads no further
@@ -188,6 +189,7 @@ class Shapes:
         self.layouts = {}  # layout bytes -> (head, keep) or None
         self.programs = {}  # (layout bytes, masked head bytes) -> program or None
         self.count = {}  # layout bytes -> shapes learned
+        self.seen = {}  # layout or shape not learned yet -> its frames seen
 
     def eligible(self, rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
         flags = rec["flags"][rows]
@@ -214,7 +216,12 @@ class Shapes:
         return out
 
     def _shapes_of(self, batch, layout: bytes, rows, where, out, progs) -> None:
+        """Learning costs 13 full decodes: a layout is learned once EARN_BACK of its frames were seen, a shape
+        once EARN_BACK of its own (a capture of frames all unlike, a fuzz corpus, is decoded in full)."""
         if layout not in self.layouts:
+            self.seen[layout] = self.seen.get(layout, 0) + len(rows)
+            if self.seen[layout] < EARN_BACK:
+                return
             shape = self._learn(batch, int(rows[0]))
             self.layouts[layout] = (shape.head, shape.keep) if shape else None
             if shape:
@@ -230,6 +237,9 @@ class Shapes:
             key = (layout, view[members[0]].tobytes())
             shape = self.programs.get(key, 0)
             if shape == 0:
+                self.seen[key] = self.seen.get(key, 0) + len(members)
+                if self.seen[key] < EARN_BACK:
+                    continue
                 shape = None
                 if self.count[layout] < SHAPES_PER_LAYOUT:
                     self.count[layout] += 1
