@@ -309,6 +309,33 @@ _PORT = {
     "enforce": FLAG,
     "mkey": INT,
 }
+# The storage protocols' tables: (their two ends, the default op, the smallest size, the protocol's own
+# number: key, default, highest); `_build` reads them in this order.
+_STORAGE = {
+    "nfs": (("client", "server"), "getattr", 1, ("xid", 0x10000, 0xFFFFFFFF)),
+    "smb": (("client", "server"), "read", 1, ("message_id", 1, (1 << 63) - 1)),
+    "iser": (("initiator", "target"), "read", 512, ("itt", 0x100, 0xFFFF0000)),
+}
+
+
+def _storage_keys(a: str, b: str, tag: str) -> dict:
+    """The keys of a storage protocol's table whose ends are `a` and `b` and whose own number is `tag`."""
+    return {
+        a: TEXT,
+        b: TEXT,
+        f"{a}_qpn": INT,
+        f"{b}_qpn": INT,
+        "op": TEXT,
+        "count": INT,
+        "size": INT,
+        "at_us": NUM,
+        "interval_us": NUM,
+        "cm": FLAG,
+        "mtu": INT,
+        tag: INT,
+    }
+
+
 _TABLES = {  # table -> (an array of tables, its keys)
     "scenario": (
         False,
@@ -394,57 +421,7 @@ _TABLES = {  # table -> (an array of tables, its keys)
         },
     ),
     "lldp": (True, {"port": TEXT, "at_us": NUM, "pfc": INTS, "apps": TEXTS, "willing": FLAG}),
-    "nfs": (
-        True,
-        {
-            "client": TEXT,
-            "server": TEXT,
-            "client_qpn": INT,
-            "server_qpn": INT,
-            "op": TEXT,
-            "count": INT,
-            "size": INT,
-            "at_us": NUM,
-            "interval_us": NUM,
-            "cm": FLAG,
-            "mtu": INT,
-            "xid": INT,
-        },
-    ),
-    "iser": (
-        True,
-        {
-            "initiator": TEXT,
-            "target": TEXT,
-            "initiator_qpn": INT,
-            "target_qpn": INT,
-            "op": TEXT,
-            "count": INT,
-            "size": INT,
-            "at_us": NUM,
-            "interval_us": NUM,
-            "cm": FLAG,
-            "mtu": INT,
-            "itt": INT,
-        },
-    ),
-    "smb": (
-        True,
-        {
-            "client": TEXT,
-            "server": TEXT,
-            "client_qpn": INT,
-            "server_qpn": INT,
-            "op": TEXT,
-            "count": INT,
-            "size": INT,
-            "at_us": NUM,
-            "interval_us": NUM,
-            "cm": FLAG,
-            "mtu": INT,
-            "message_id": INT,
-        },
-    ),
+    **{table: (True, _storage_keys(*_STORAGE[table][0], _STORAGE[table][3][0])) for table in _STORAGE},
     "expect": (False, {"flow": TABLE, "count": TABLE, "findings": TABLE, "health": TABLE}),
 }
 _FAULT_KEYS = {
@@ -587,9 +564,8 @@ def _build(doc, src: _Src, link_override) -> Scenario:
     _faults(doc, scen, src, need_port)
     _lossless(doc, scen, src, need_port)
     _pings(doc, scen, src, need_port)
-    _nfs(doc, scen, src, need_port)
-    _smb(doc, scen, src, need_port)
-    _iser(doc, scen, src, need_port)
+    for table in _STORAGE:
+        _storage(doc, scen, src, need_port, table)
     return scen
 
 
@@ -881,88 +857,33 @@ def _pings(doc, scen: Scenario, src: _Src, need_port) -> None:
         )
 
 
-def _nfs(doc, scen: Scenario, src: _Src, need_port) -> None:
-    """[[nfs]]: NFS-over-RDMA connections, each `count` calls of one kind (ibwire.synth.nfs.OPS)."""
-    from ibwire.synth.nfs import OPS
+def _storage(doc, scen: Scenario, src: _Src, need_port, table: str) -> None:
+    """[[nfs]], [[smb]] or [[iser]] (`table`): connections between two ports, each `count` calls of one kind
+    (the OPS of ibwire.synth.<table>), into scen.<table>."""
+    from importlib import import_module
 
-    for i, p in enumerate(doc.get("nfs", [])):
-        ln = lambda k="", i=i: src.line_of("nfs", i, k)  # noqa: E731
-        need_port(p.get("client"), "nfs", i, "client")
-        need_port(p.get("server"), "nfs", i, "server")
-        if p.get("op", "getattr") not in OPS:
-            src.fail(ln("op"), f"op {p.get('op')!r} is not one of {', '.join(OPS)}")
-        scen.nfs.append(
+    ops = import_module(f"ibwire.synth.{table}").OPS
+    (a, b), op, least, (tag, tag_default, tag_hi) = _STORAGE[table]
+    for i, p in enumerate(doc.get(table, [])):
+        ln = lambda k="", i=i: src.line_of(table, i, k)  # noqa: E731
+        need_port(p.get(a), table, i, a)
+        need_port(p.get(b), table, i, b)
+        if p.get("op", op) not in ops:
+            src.fail(ln("op"), f"op {p.get('op')!r} is not one of {', '.join(ops)}")
+        getattr(scen, table).append(
             {
-                "client": p["client"],
-                "server": p["server"],
-                "client_qpn": _ranged(p.get("client_qpn", 0x100), "client_qpn", 2, 0xFFFFFF, src, ln("client_qpn")),
-                "server_qpn": _ranged(p.get("server_qpn", 0x200), "server_qpn", 2, 0xFFFFFF, src, ln("server_qpn")),
-                "op": p.get("op", "getattr"),
+                a: p[a],
+                b: p[b],
+                f"{a}_qpn": _ranged(p.get(f"{a}_qpn", 0x100), f"{a}_qpn", 2, 0xFFFFFF, src, ln(f"{a}_qpn")),
+                f"{b}_qpn": _ranged(p.get(f"{b}_qpn", 0x200), f"{b}_qpn", 2, 0xFFFFFF, src, ln(f"{b}_qpn")),
+                "op": p.get("op", op),
                 "count": _ranged(p.get("count", 1), "count", 1, MAX_COUNT, src, ln("count")),
-                "size": _ranged(p.get("size", 4096), "size", 1, 1 << 20, src, ln("size")),
+                "size": _ranged(p.get("size", 4096), "size", least, 1 << 20, src, ln("size")),
                 "at": _float(p.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
                 "interval": _float(p.get("interval_us", 100.0), "interval_us", src, ln("interval_us")) * 1e-6,
                 "cm": bool(p.get("cm", True)),
                 "mtu": _ranged(p.get("mtu", 1024), "mtu", 256, 4096, src, ln("mtu")),
-                "xid": _ranged(p.get("xid", 0x10000), "xid", 0, 0xFFFFFFFF, src, ln("xid")),
-            }
-        )
-
-
-def _iser(doc, scen: Scenario, src: _Src, need_port) -> None:
-    """[[iser]]: iSER sessions, each a login then `count` SCSI commands of one kind (ibwire.synth.iser.OPS)."""
-    from ibwire.synth.iser import OPS
-
-    for i, p in enumerate(doc.get("iser", [])):
-        ln = lambda k="", i=i: src.line_of("iser", i, k)  # noqa: E731
-        need_port(p.get("initiator"), "iser", i, "initiator")
-        need_port(p.get("target"), "iser", i, "target")
-        if p.get("op", "read") not in OPS:
-            src.fail(ln("op"), f"op {p.get('op')!r} is not one of {', '.join(OPS)}")
-        scen.iser.append(
-            {
-                "initiator": p["initiator"],
-                "target": p["target"],
-                "initiator_qpn": _ranged(
-                    p.get("initiator_qpn", 0x100), "initiator_qpn", 2, 0xFFFFFF, src, ln("initiator_qpn")
-                ),
-                "target_qpn": _ranged(p.get("target_qpn", 0x200), "target_qpn", 2, 0xFFFFFF, src, ln("target_qpn")),
-                "op": p.get("op", "read"),
-                "count": _ranged(p.get("count", 1), "count", 1, MAX_COUNT, src, ln("count")),
-                "size": _ranged(p.get("size", 4096), "size", 512, 1 << 20, src, ln("size")),
-                "at": _float(p.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
-                "interval": _float(p.get("interval_us", 100.0), "interval_us", src, ln("interval_us")) * 1e-6,
-                "cm": bool(p.get("cm", True)),
-                "mtu": _ranged(p.get("mtu", 1024), "mtu", 256, 4096, src, ln("mtu")),
-                "itt": _ranged(p.get("itt", 0x100), "itt", 0, 0xFFFF0000, src, ln("itt")),
-            }
-        )
-
-
-def _smb(doc, scen: Scenario, src: _Src, need_port) -> None:
-    """[[smb]]: SMB Direct connections, each `count` SMB2 requests of one kind (ibwire.synth.smb.OPS)."""
-    from ibwire.synth.smb import OPS
-
-    for i, p in enumerate(doc.get("smb", [])):
-        ln = lambda k="", i=i: src.line_of("smb", i, k)  # noqa: E731
-        need_port(p.get("client"), "smb", i, "client")
-        need_port(p.get("server"), "smb", i, "server")
-        if p.get("op", "read") not in OPS:
-            src.fail(ln("op"), f"op {p.get('op')!r} is not one of {', '.join(OPS)}")
-        scen.smb.append(
-            {
-                "client": p["client"],
-                "server": p["server"],
-                "client_qpn": _ranged(p.get("client_qpn", 0x100), "client_qpn", 2, 0xFFFFFF, src, ln("client_qpn")),
-                "server_qpn": _ranged(p.get("server_qpn", 0x200), "server_qpn", 2, 0xFFFFFF, src, ln("server_qpn")),
-                "op": p.get("op", "read"),
-                "count": _ranged(p.get("count", 1), "count", 1, MAX_COUNT, src, ln("count")),
-                "size": _ranged(p.get("size", 4096), "size", 1, 1 << 20, src, ln("size")),
-                "at": _float(p.get("at_us", 0.0), "at_us", src, ln("at_us")) * 1e-6,
-                "interval": _float(p.get("interval_us", 100.0), "interval_us", src, ln("interval_us")) * 1e-6,
-                "cm": bool(p.get("cm", True)),
-                "mtu": _ranged(p.get("mtu", 1024), "mtu", 256, 4096, src, ln("mtu")),
-                "message_id": _ranged(p.get("message_id", 1), "message_id", 0, (1 << 63) - 1, src, ln("message_id")),
+                tag: _ranged(p.get(tag, tag_default), tag, 0, tag_hi, src, ln(tag)),
             }
         )
 
