@@ -6,15 +6,13 @@ whose data the target RDMA READs from the write STag, a Data-In, a CHECK CONDITI
 Management exchange, a login split in SEND First/Last, Hello/HelloReply and a Logout.  The tests hand the
 capture to tshark 4.4 and to ibwire."""
 
-import struct
 from pathlib import Path
 
-from dissectors.numbers import GSI_QKEY, ISCSI_PORT
-from ibwire.files.writers import PcapWriter
+from storage_oracle import write_rc_capture
+
+from dissectors.numbers import ISCSI_PORT
 from ibwire.synth import iser as m
 from ibwire.synth import mads
-from ibwire.synth.headers import DETH, RETH, transport
-from ibwire.synth.links import Link
 from ibwire.synth.scenario import Port
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
@@ -117,19 +115,6 @@ def undeclared():
 def write_capture(path, connect: bool = True, messages=messages) -> int:
     """The crafted conversation as a RoCEv2 pcap (after its RDMA-CM setup when `connect`); returns the
     number of frames."""
-    link, psn = Link("roce2"), {"initiator": 100, "target": 500}
-    with open(path, "wb") as f:
-        w = PcapWriter(f, link.linktype)
-        for n, (who, opcode, payload, *reth) in enumerate((setup() if connect else []) + messages()):
-            src, dst = (INITIATOR, TARGET) if who == "initiator" else (TARGET, INITIATOR)
-            ext = RETH.pack(*reth[0]) if reth else b""
-            peer = "target" if who == "initiator" else "initiator"
-            if opcode == UD_SEND_ONLY:
-                tp = transport(opcode, 0xFFFF, 1, 0, DETH.pack(GSI_QKEY, 1), payload)
-            elif opcode == READ_RESPONSE_ONLY:  # a response travels on the requester's PSN
-                tp = transport(opcode, 0xFFFF, QP[peer], psn["target"] - 1, struct.pack(">I", 0), payload)
-            else:
-                tp = transport(opcode, 0xFFFF, QP[peer], psn[who], ext, payload)
-                psn[who] += 1
-            w.write(link.frame(src, dst, tp), ts=1_700_000_000 + n * 0.001)
-    return n + 1
+    ends = {"initiator": (INITIATOR, QP["initiator"]), "target": (TARGET, QP["target"])}
+    entries = (setup() if connect else []) + messages()
+    return write_rc_capture(path, entries, ends, {"initiator": 100, "target": 500})

@@ -6,12 +6,11 @@ moving chunk data, and damaged messages.  The tests hand the capture to tshark 4
 import struct
 from pathlib import Path
 
-from dissectors.numbers import GSI_QKEY, NFS_RDMA_PORT
-from ibwire.files.writers import PcapWriter
+from storage_oracle import write_rc_capture
+
+from dissectors.numbers import NFS_RDMA_PORT
 from ibwire.synth import mads
 from ibwire.synth import rpcrdma as m
-from ibwire.synth.headers import DETH, RETH, transport
-from ibwire.synth.links import Link
 from ibwire.synth.scenario import Port
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
@@ -81,31 +80,106 @@ def v41() -> bytes:
 
 def undeclared():
     """Messages Wireshark's heuristic turns down (the RPC message's XID is not the header's, the version
-    word is not 1): RPC-RDMA only when declared with -d."""
+    word is 2 or 3): RPC-RDMA only when declared with -d."""
     call = m.call(0x9999, m.NFS_PROGRAM, 3, 1, CRED, m.opaque(FH3))
     return [
         ("client", SEND_ONLY, m.header(0x2001, 8, m.RDMA_MSG) + call),
         ("client", SEND_ONLY, m.header(0x2002, 8, m.RDMA_MSG, vers=2) + call),
+        ("client", SEND_ONLY, m.header(0x2003, 8, m.RDMA_MSG, vers=3) + call),
     ]
 
 
 def write_capture(path, connect: bool = False, messages=messages) -> int:
     """The crafted conversation as a RoCEv2 pcap (after its RDMA-CM setup when `connect`); returns the
     number of frames."""
-    link, psn = Link("roce2"), {"client": 100, "server": 500}
-    with open(path, "wb") as f:
-        w = PcapWriter(f, link.linktype)
-        for n, (who, opcode, payload, *reth) in enumerate((setup() if connect else []) + messages()):
-            src, dst = (CLIENT, SERVER) if who == "client" else (SERVER, CLIENT)
-            ext = RETH.pack(*reth[0]) if reth else b""
-            peer = "server" if who == "client" else "client"
-            if opcode == UD_SEND_ONLY:
-                tp = transport(opcode, 0xFFFF, 1, 0, DETH.pack(GSI_QKEY, 1), payload)
-            elif opcode == READ_RESPONSE_ONLY:  # a response travels on the requester's PSN
-                ext = struct.pack(">I", 0)
-                tp = transport(opcode, 0xFFFF, QP[peer], psn["server"] - 1, ext, payload)
-            else:
-                tp = transport(opcode, 0xFFFF, QP[peer], psn[who], ext, payload)
-                psn[who] += 1
-            w.write(link.frame(src, dst, tp), ts=1_700_000_000 + n * 0.001)
-    return n + 1
+    ends = {"client": (CLIENT, QP["client"]), "server": (SERVER, QP["server"])}
+    entries = (setup() if connect else []) + messages()
+    return write_rc_capture(path, entries, ends, {"client": 100, "server": 500})
+
+
+# Version 2 (draft-ietf-nfsv4-rpcrdma-version-two-02) items each message below declares, as tshark would
+# write them were it to decode them: 8 hex digits for the flags word and the invalidation handle
+V2_ONLY = ("rpcordma.flags", "rpcordma.inv_handle", "rpcordma.prop_count", "rpcordma.prop_id")
+V2_ONLY += ("rpcordma.prop_value", "rpcordma.prop_data", "rpcordma.prop_length", "rpcordma.chunk_index")
+V2_ONLY += ("rpcordma.length_needed", "rpcordma.max_segments")
+V2_ONLY += tuple(f"rpcordma.flags.{n}" for n in ("response", "more", "tpmore"))
+
+
+def _declared(flags: int, inv=None, **more) -> dict:
+    out = {"rpcordma.flags": [f"0x{flags:08x}"]}
+    out.update({f"rpcordma.flags.{n}": [str(flags >> i & 1)] for i, n in enumerate(("response", "more", "tpmore"))})
+    if inv is not None:
+        out["rpcordma.inv_handle"] = [f"0x{inv:08x}"]
+    return out | {k: [str(v) for v in vs] for k, vs in more.items()}
+
+
+def v2_pairs():
+    """(version 2 message, its version 1 twin, the version 2 items it declares) in capture order.  A twin
+    carries the same XID, credits, chunk lists and RPC message in version 1's header, which tshark 4.4
+    decodes; a message version 1 has no counterpart of (RDMA2_CONNPROP, RDMA2_GRANT, an RDMA2_F_MORE
+    part, an error code of version 2's own, a header type of draft -03) is its own twin: tshark leaves it."""
+    c, s, R, MORE = "client", "server", m.F_RESPONSE, m.F_MORE
+    props = [(1, m.u32(4096)), (2, m.u32(4096)), (5, m.u32(1)), (6, b"host-key")]
+    prop_items = {"prop_count": [4], "prop_id": [1, 2, 5, 6], "prop_length": [4, 4, 4, 8]}
+    prop_items |= {"prop_value": [4096, 4096, 1], "prop_data": [b"host-key".hex(":")]}
+    out = [
+        (
+            (c, SEND_ONLY, m.connprop(32, props)),
+            None,
+            _declared(0, **{f"rpcordma.{k}": v for k, v in prop_items.items()}),
+        )
+    ]
+    one = {
+        "rpcordma.prop_count": [1],
+        "rpcordma.prop_id": [1],
+        "rpcordma.prop_length": [4],
+        "rpcordma.prop_value": [4096],
+    }
+    out.append(((s, SEND_ONLY, m.connprop(32, props[:1], m.F_TPMORE)), None, _declared(4, **one)))
+    v1 = messages()
+    for i, (flags, inv) in V2_HEADS.items():
+        who, op, v1msg, *rest = v1[i]
+        if flags is None:  # RDMA WRITE / READ data: the same in both versions
+            out.append((v1[i], v1[i], {}))
+            continue
+        xid, _, credits, kind = struct.unpack(">IIII", v1msg[:16])
+        v2msg = m.u32(xid, 2, credits, kind, flags, inv) + v1msg[16:]
+        out.append(((who, op, v2msg, *rest), v1[i], _declared(flags, inv)))
+    v2whole = m.u32(0x1009, 2, 32, m.RDMA2_MSG, 0, 0) + v1[14][2][16:] + v1[15][2]
+    out.append(((c, SEND_FIRST, v2whole[:72]), v1[14], {}))
+    out.append(((c, SEND_LAST, v2whole[72:]), v1[15], _declared(0, 0)))
+    lookup = m.call(0x2009, m.NFS_PROGRAM, 3, 3, CRED, m.opaque(FH3) + m.opaque(b"a-name-sent-in-two-parts" * 3))
+    first = m.header2(0x2009, 32, m.RDMA2_MSG, MORE) + lookup[:40]
+    out.append(((c, SEND_ONLY, first), None, _declared(MORE, 0)))
+    whole = m.header(0x2009, 32, m.RDMA_MSG) + lookup
+    out.append(
+        ((c, SEND_ONLY, m.header2(0x2009, 32, m.RDMA2_MSG) + lookup[40:]), (c, SEND_ONLY, whole), _declared(0, 0))
+    )
+    out.append(
+        (
+            (s, SEND_ONLY, m.error2(0x2009, 32, 1, 1, 2)),
+            (s, SEND_ONLY, m.error(0x2009, 32, m.ERR_VERS, 1, 2)),
+            _declared(R),
+        )
+    )
+    out.append(
+        ((s, SEND_ONLY, m.error2(0x200A, 32, 9, 1, 8192)), None, _declared(R, chunk_index=[1], length_needed=[8192]))
+    )
+    out.append(((s, SEND_ONLY, m.error2(0x200B, 31, 8, 16)), None, _declared(R, max_segments=[16])))
+    out.append(((s, SEND_ONLY, m.header2(0, 64, m.RDMA2_GRANT)), None, _declared(0)))
+    out.append(((c, SEND_ONLY, m.header2(0x200C, 32, 10) + bytes(12)), None, {}))  # RPC-RDMA only given -d
+    return [
+        (
+            v2,
+            v2 if twin is None else twin,
+            {f"rpcordma.{k}" if not k.startswith("rpcordma") else k: v for k, v in d.items()},
+        )
+        for v2, twin, d in out
+    ]
+
+
+# The version 2 flags and invalidation handle given the version 1 messages of these indexes: calls and
+# replies, one with a write chunk, one with a reply chunk, one with a read list, an NFSv4.1 COMPOUND
+# ((None, None): the RDMA data moving a chunk, the same in both versions)
+V2_HEADS = {0: (0, 0), 1: (1, 0), 2: (0, 0xABC), 3: (None, None), 4: (1, 0), 5: (0, 0), 6: (1, 0), 7: (0, 0xDEF)}
+V2_HEADS |= {8: (None, None), 9: (1, 0), 16: (0, 0x123), 17: (None, None), 18: (None, None), 21: (0, 0)}

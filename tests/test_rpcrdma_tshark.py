@@ -13,36 +13,25 @@ Deliberate differences, each with its reason:
   chunk: ibwire decodes it in the RDMA_NOMSG from what the RDMA WRITEs put in the chunk.
 """
 
-import json
-import tomllib
-
 import pytest
 import rpcrdma_frames
 from conftest import run_ibwire
 from rpcrdma_frames import write_capture
+from storage_oracle import (
+    RDMA_DATA,
+    declared_counts,
+    decodes_every_frame,
+    ibwire_fields,
+    ibwire_json,
+    leaves,
+    moved,
+    rdma_keys,
+    storage_rows,
+    tshark_frames,
+)
 
 PROTOCOLS = ("rpcordma.fragments", "rpcordma", "rpc", "nfs")
 REPLY_CALL = ("rpc.program", "rpc.programversion", "rpc.procedure")
-
-
-def leaves(text: str, protocols=PROTOCOLS) -> dict:
-    """(frame, key) -> [texts] of every leaf of -T json documents in the layers `protocols` (rpcordma/rpc/nfs
-    by default; repeated keys kept)."""
-    docs = json.loads(text, object_pairs_hook=lambda pairs: pairs)
-    out, prefixes = {}, {p.split(".")[0] for p in protocols}
-
-    def walk(items, frame):
-        for key, value in items:
-            if isinstance(value, list):
-                walk(value, frame)
-            elif key.split(".")[0] in prefixes:
-                out.setdefault((frame, key), []).append(value)
-
-    for doc in docs:
-        layers = dict(dict(doc)["_source"])["layers"]
-        frame = int(dict(dict(layers)["frame"])["frame.number"])
-        walk([(k, v) for k, v in layers if k in protocols], frame)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +42,8 @@ def capture(tmp_path_factory):
 
 
 def test_rpcrdma_fields_agree_with_tshark_44(tshark44, capture):
-    theirs = leaves(tshark44(capture, "-T", "json"))
-    done = run_ibwire("decode", "-T", "json", capture)
-    assert done.returncode == 0, done.stderr
-    ours = leaves(done.stdout)
+    theirs = leaves(tshark44(capture, "-T", "json"), PROTOCOLS)
+    ours = leaves(ibwire_json(capture), PROTOCOLS)
     replies = {f for (f, k), v in theirs.items() if k == "rpc.msgtyp" and v == ["1"]}
     compared = [k for k in theirs if k in ours and not (k[0] in replies and k[1] in REPLY_CALL)]
     wrong = [(k, theirs[k], ours[k]) for k in compared if theirs[k] != ours[k]]
@@ -70,12 +57,6 @@ def test_rpcrdma_fields_agree_with_tshark_44(tshark44, capture):
     assert len(missing) / len(theirs) <= 0.01, missing  # a length tshark shows as 0 in a cut credential
 
 
-def _fields(capture, *args) -> list:
-    done = run_ibwire("decode", *args, "-T", "fields", "-E", "separator=,", capture)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
-
-
 @pytest.fixture(scope="module")
 def undeclared(tmp_path_factory):
     path = tmp_path_factory.mktemp("rpcrdma") / "undeclared.pcap"
@@ -85,15 +66,19 @@ def undeclared(tmp_path_factory):
 
 def test_decode_as_takes_what_the_heuristic_turns_down(tshark44, undeclared):
     """Without -d neither tool decodes an RDMA_MSG whose RPC XID differs from its own; with tshark's
-    `-d infiniband,rpcordma` both do, with the same values (a version-2 header stays undecoded)."""
-    assert leaves(tshark44(undeclared, "-T", "json")) == {}
-    assert _fields(undeclared, "-Y", "rpcordma", "-e", "frame.number") == []
-    theirs = leaves(tshark44(undeclared, "-d", "infiniband,rpcordma", "-T", "json"))
-    done = run_ibwire("decode", "-d", "infiniband,rpcordma", "-T", "json", undeclared)
-    assert done.returncode == 0, done.stderr
-    ours = leaves(done.stdout)
-    assert {f for f, _ in theirs} == {f for f, _ in ours} == {1}
-    assert theirs == ours
+    `-d infiniband,rpcordma` both do, with the same values.  A version 2 word and a version 3 word: tshark
+    4.4 leaves both undecoded; ibwire decodes the first as version 2 (tests/test_rpcrdma_v2_tshark.py) and
+    flags the second, decoding only the four words every version shares."""
+    assert leaves(tshark44(undeclared, "-T", "json"), PROTOCOLS) == {}
+    assert ibwire_fields(undeclared, "-Y", "rpcordma", "-e", "frame.number") == []
+    theirs = leaves(tshark44(undeclared, "-d", "infiniband,rpcordma", "-T", "json"), PROTOCOLS)
+    ours = leaves(ibwire_json(undeclared, "-d", "infiniband,rpcordma"), PROTOCOLS)
+    assert {f for f, _ in theirs} == {1} and {f for f, _ in ours} == {1, 2, 3}
+    assert theirs == {k: v for k, v in ours.items() if k[0] == 1}
+    assert (ours[(2, "rpcordma.version")], ours[(3, "rpcordma.version")]) == (["2"], ["3"])
+    assert {k for f, k in ours if f == 3} == {f"rpcordma.{k}" for k in ("xid", "version", "flow_control", "msg_type")}
+    text = run_ibwire("decode", "-d", "infiniband,rpcordma", undeclared, check=True).stdout.splitlines()
+    assert text[2].endswith("[RPC-RDMA version 3 unknown: only the XID, version, credits and type words decoded]")
 
 
 CALLS = " && rpc.msgtyp == 0"  # ibwire decodes NFS in replies too, tshark 4.4 on RoCE cannot (module doc)
@@ -124,12 +109,15 @@ def test_filters_and_columns_select_tsharks_frames(tshark44, tmp_path):
     keys = ["frame.number", "rpcordma.xid", "rpcordma.rdma_length", "rpc.xid", "rpc.msgtyp", "nfs.fhandle"]
     # RPC messages carried in chunks (a read chunk's last READ response, an RDMA_NOMSG's reply chunk): ibwire
     # shows them, tshark 4.4 on RoCE cannot (module doc)
-    chunks = set(_fields(path, "-Y", "(rpcordma.chunk_call || rpcordma.msg_type == 1) && rpc", "-e", "frame.number"))
+    chunks = set(
+        ibwire_fields(path, "-Y", "(rpcordma.chunk_call || rpcordma.msg_type == 1) && rpc", "-e", "frame.number")
+    )
     for text in FILTERS:
         args = ["-Y", text] + [a for k in keys for a in ("-e", k)]
         theirs = tshark44(path, *args, "-T", "fields", "-E", "separator=,").splitlines()
         ours = [
-            r if r.split(",")[0] not in chunks else ",".join(r.split(",")[:3] + [""] * 3) for r in _fields(path, *args)
+            r if r.split(",")[0] not in chunks else ",".join(r.split(",")[:3] + [""] * 3)
+            for r in ibwire_fields(path, *args)
         ]
         assert [r for r in ours if r.split(",")[0] not in chunks or r in theirs] == theirs, text
 
@@ -143,13 +131,8 @@ def test_damaged_messages_never_stop_the_decode(tmp_path):
             cut.append((who, opcode, bytes(b ^ 0xFF if i % 9 == 5 else b for i, b in enumerate(payload))))
     path = tmp_path / "damaged.pcap"
     n = write_capture(path, messages=lambda: cut)
-    for fmt in ("text", "json", "fields"):
-        done = run_ibwire("decode", "-T", fmt, "-e", "rpcordma.xid", "-d", "rpcordma", path)
-        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    done = run_ibwire("decode", "-V", path)
-    assert done.returncode == 0 and done.stdout.count("\nFrame ") + 1 == n
-    text = run_ibwire("decode", path).stdout
-    assert "[Malformed Packet: RPC]" in text  # a call cut inside its credential is flagged, as tshark does
+    # a call cut inside its credential is flagged, as tshark does
+    assert "[Malformed Packet: RPC]" in decodes_every_frame(path, n, "rpcordma.xid", "-d", "rpcordma")
 
 
 def test_storage_view_times_every_call_as_tsharks_frames_say(tshark44, capture):
@@ -157,12 +140,10 @@ def test_storage_view_times_every_call_as_tsharks_frames_say(tshark44, capture):
     RPC call, or a message with a read list; its reply: the RPC reply or the RDMA_NOMSG of the same XID),
     and the bytes its chunks moved: the data of tshark's RDMA WRITEs and READ responses (matched to their
     request by PSN) whose R_Key is one of the call's RDMA handles."""
-    keys = "frame.number frame.time_epoch infiniband.bth.opcode infiniband.bth.psn infiniband.reth.r_key data.len"
-    keys += " rpcordma.xid rpcordma.msg_type rpcordma.rdma_handle rpcordma.reads_count rpc.msgtyp"
-    args = [a for k in keys.split() for a in ("-e", k)]
-    rows = [line.split(",") for line in tshark44(capture, "-T", "fields", "-E", "separator=,", *args).splitlines()]
-    frames = {int(r[0]): dict(zip(keys.split(), r)) for r in rows}
-    calls, by_key = {}, {}
+    keys = "frame.number frame.time_epoch infiniband.bth.opcode infiniband.bth.psn infiniband.bth.destqp"
+    keys += " infiniband.reth.r_key data.len rpcordma.xid rpcordma.msg_type rpcordma.rdma_handle"
+    keys += " rpcordma.reads_count rpc.msgtyp"
+    frames, calls, by_key = tshark_frames(tshark44, capture, keys), {}, {}
     for n, f in frames.items():
         if f["rpc.msgtyp"] == "0" or f["rpcordma.reads_count"] not in ("", "0"):
             calls[f["rpcordma.xid"]] = {"submission": n, "time": float(f["frame.time_epoch"]), "bytes": 0}
@@ -172,19 +153,10 @@ def test_storage_view_times_every_call_as_tsharks_frames_say(tshark44, capture):
             call = calls[f["rpcordma.xid"]]
             call["completion"] = n
             call["latency_us"] = round((float(f["frame.time_epoch"]) - call["time"]) * 1e6, 1)
-    reads = {
-        f["infiniband.bth.psn"]: f["infiniband.reth.r_key"]
-        for f in frames.values()
-        if f["infiniband.bth.opcode"] == "12"
-    }
-    for f in frames.values():
-        key = f["infiniband.reth.r_key"] if f["infiniband.bth.opcode"] == "10" else None
-        key = reads.get(f["infiniband.bth.psn"]) if f["infiniband.bth.opcode"] == "16" else key
-        if key in by_key and f["data.len"]:
-            by_key[key]["bytes"] += int(f["data.len"])
-    done = run_ibwire("stats", "--storage", "--format", "json", capture)
-    assert done.returncode == 0, done.stderr
-    ours = {r["xid"]: r for r in json.loads(done.stdout)["rpc_calls"]}
+    for n, key in rdma_keys(frames).items():
+        if key in by_key and frames[n]["data.len"]:
+            by_key[key]["bytes"] += int(frames[n]["data.len"])
+    ours = {r["xid"]: r for r in storage_rows(capture, "rpc_calls")}
     assert sorted(ours) == sorted(calls)
     for xid, want in calls.items():
         got = ours[xid]
@@ -203,17 +175,16 @@ def test_nfs_sample_ground_truth_as_tshark_and_ibwire_count_it(tshark44):
     (calls: RPC calls and read-list messages; bytes: the data of RDMA WRITEs and READ responses), and the
     storage view has every call replied with those bytes."""
     pcap = rpcrdma_frames.CAPTURES / "nfs-rdma.pcap"
-    want = tomllib.loads(pcap.with_suffix(".toml").read_text())["expect"]["count"]
+    want = declared_counts(pcap)
     calls = tshark44(pcap, "-Y", "rpc.msgtyp == 0 || rpcordma.reads_count > 0").splitlines()
     replies = tshark44(pcap, "-Y", "rpc.msgtyp == 1").splitlines()
-    data = "infiniband.bth.opcode in {6..10, 13..16}"
-    moved = tshark44(pcap, "-Y", data, "-T", "fields", "-e", "data.len").split()
-    assert (len(calls), len(replies), sum(map(int, moved))) == (
+    moved_by_data_len = sum(map(int, tshark44(pcap, "-Y", RDMA_DATA, "-T", "fields", "-e", "data.len").split()))
+    assert (len(calls), len(replies), moved_by_data_len, moved(tshark44, pcap)) == (
         want["rpc_calls"],
         want["rpc_replies"],
         want["chunk_bytes"],
+        want["chunk_bytes"],
     )
-    done = run_ibwire("stats", "--storage", "--format", "json", pcap)
-    rows = json.loads(done.stdout)["rpc_calls"]
+    rows = storage_rows(pcap, "rpc_calls")
     assert len(rows) == want["rpc_calls"] and all(r["status"] == "success" for r in rows)
     assert sum(r["bytes"] for r in rows) == want["chunk_bytes"]

@@ -34,9 +34,9 @@ def _nvme_tracked():
 
 
 def _rpcrdma(name: str) -> dict:
-    from dissectors import rpcrdmatable
+    from dissectors import rpcrdmatable, rpcrdmav2
 
-    return getattr(rpcrdmatable, name)
+    return {**getattr(rpcrdmatable, name), **getattr(rpcrdmav2, name)}
 
 
 def _iser(name: str) -> dict:
@@ -409,7 +409,7 @@ def _nvme_display():
 
 TSHARK_DISPLAY.update(_nvme_display())  # tshark 4.4's NVMe-oF fields (dissectors.nvmetable)
 TSHARK_DISPLAY.update(_iser("DISPLAY"))  # tshark 4.4's iSER, iSCSI and SCSI fields (dissectors.iscsitable)
-TSHARK_DISPLAY.update(_rpcrdma("DISPLAY"))  # tshark 4.4's NFS-over-RDMA fields (dissectors.rpcrdmatable)
+TSHARK_DISPLAY.update(_rpcrdma("DISPLAY"))  # NFS-over-RDMA fields (dissectors.rpcrdmatable, rpcrdmav2)
 TSHARK_DISPLAY.update(_smbdirect("DISPLAY"))  # tshark 4.4's SMB Direct and SMB2 fields
 HEX_DIGITS = {name: digits for name, digits in TSHARK_DISPLAY.items() if digits > 1}
 

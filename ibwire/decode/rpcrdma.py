@@ -1,7 +1,9 @@
 """NFS over RDMA across frames: which RC SENDs carry RPC-RDMA (Wireshark 4.4's heuristic on every RC
-SEND, packet-rpcrdma.c; queue pairs connected by an RDMA-CM REQ for port 20049, RFC 8267 §6; or every queue
-pair with `decode -d rpcordma`), SEND First/Middle/Last reassembled per QP, each reply matched to its call
-by XID (RFC 5531 §9), and the RDMA READs and WRITEs that move a call's chunks (RFC 8166 §3.4) counted.
+SEND, packet-rpcrdma.c, and ibwire's as strict one for version 2, dissectors.rpcrdmav2; queue pairs
+connected by an RDMA-CM REQ for port 20049, RFC 8267 §6; or every queue pair with `decode -d rpcordma`),
+SEND First/Middle/Last reassembled per QP, a version 2 RPC message continued over RDMA2_F_MORE messages
+joined, each reply matched to its call by XID (RFC 5531 §9), and the RDMA READs and WRITEs that move a
+call's chunks (RFC 8166 §3.4) counted.
 
 Feed every Decoded in capture order; frames of NFS over RDMA get the rpcordma/rpc/nfs layers and fields.
 In bulk mode (ibwire.analyze.storage) only calls are followed: no layer is built, scapy is never loaded."""
@@ -10,16 +12,8 @@ from typing import Dict, List
 
 import numpy as np
 
-from dissectors.rpcrdmatable import (
-    NFS_PROGRAM,
-    RDMA_NOMSG,
-    header,
-    info_text,
-    is_nfs_service,
-    looks_like,
-    nfs,
-    rpc,
-)
+from dissectors.rpcrdmatable import NFS_PROGRAM, RDMA_NOMSG, is_nfs_service, nfs, rpc
+from dissectors.rpcrdmav2 import F_MORE, header, info_text, looks_like, note
 from ibwire.decode import records as R
 
 MAX_SEND = 1 << 20  # a reassembled SEND larger than this is dropped (inline messages are a few KiB)
@@ -50,8 +44,8 @@ def _addr(flat, side):
 
 
 class RpcRdmaTracker:
-    """decode_as: every RC SEND whose version word is 1 is RPC-RDMA (Wireshark's `-d` without the
-    heuristic's XID check)."""
+    """decode_as: every RC SEND is RPC-RDMA (Wireshark's `-d` without the heuristic's XID check; a version
+    but 1 and 2 is flagged unknown)."""
 
     FED, PROTOCOL = "_rpcrdma.fed", "RPC-RDMA"  # the mark of a frame fed once; the name its errors give
     service = staticmethod(is_nfs_service)  # is an RDMA-CM service ID the protocol's
@@ -66,6 +60,7 @@ class RpcRdmaTracker:
         self.handles: Dict[int, Call] = {}  # chunk segment handle (R_Key) -> call
         self.reads: Dict[int, Call] = {}  # PSN of an RDMA READ request for a read chunk -> call
         self.moving: Dict[tuple, tuple] = {}  # (address, QPN) receiving chunk data -> (call, into its reply chunk)
+        self.continued: Dict[tuple, bytearray] = {}  # (from, to, xid) -> RPC bytes of RDMA2_F_MORE messages
         self.seen = decode_as
         self.journal: Dict[int, list] = {}
 
@@ -111,7 +106,7 @@ class RpcRdmaTracker:
         flat, op = d.flat, flat_op(d.flat)
         key = (_addr(flat, "dst"), flat["bth.destqp"])
         payload = flat["_payload"] if "_payload" in flat else bytes.fromhex(flat.get("payload.data", ""))
-        if op == "First" and payload[4:8] == b"\0\0\0\1":
+        if op == "First" and payload[4:8] in (b"\0\0\0\1", b"\0\0\0\2"):
             self.seen = True  # the Middle and Last packets must be fed too
         if op == "First":
             self.sends[key] = (bytearray(), [])
@@ -123,7 +118,8 @@ class RpcRdmaTracker:
         whole, frames = self.sends.pop(key) if op == "Last" and key in self.sends else (payload, [])
         whole = bytes(whole)
         declared = self.decode_as or key in self.ends
-        if not (looks_like(whole) or declared and len(whole) >= 16 and whole[4:8] == b"\0\0\0\1"):
+        continues = (_addr(flat, "src"), key[0], int.from_bytes(whole[:4], "big")) in self.continued
+        if not (looks_like(whole) or (declared or continues) and len(whole) >= 16):
             return
         self.seen = True
         layers, rest, notes, cut = self._message(d, whole)
@@ -155,12 +151,23 @@ class RpcRdmaTracker:
         handles += [s[0] for s in info["reply"]]
         call = self.pending.get((to, from_, info.get("xid")))
         msg = data[body:] if body is not None else None
+        notes = [note(tree)] if note(tree) else []
+        if msg is not None and info.get("version") == 2:  # an RPC message over RDMA2_F_MORE messages (§6.2.2)
+            key = (from_, to, info["xid"])
+            if info["flags"] & F_MORE:
+                part = self.continued.setdefault(key, bytearray())
+                part.extend(msg[: MAX_SEND - len(part)])
+                notes.append("[RPC message continued in the next RDMA2_F_MORE message]")
+                return layers, msg, [info_text(info, None, False)] + notes, _cut(tree)
+            if key in self.continued:
+                msg = bytes(self.continued.pop(key)) + msg
+                notes.append(f"[RPC message of {len(msg)} bytes joined from RDMA2_F_MORE messages]")
         if info.get("type") == RDMA_NOMSG and call is not None:  # the reply is in the reply chunk (§3.5.3)
             msg = bytes(call.reply_chunk[1]) or None
             if msg is None:
                 self._replied(d, call, None)
         if msg is None:
-            return layers, b"", [info_text(info, None, False)], _cut(tree)
+            return layers, b"", [info_text(info, None, False)] + notes, _cut(tree)
         rtree, rinfo, args = rpc(msg, (call.prog, call.vers, call.proc) if call else None)
         layers.append(("ONCRPC", msg[: args or len(msg)], rtree))
         if rinfo.get("msgtyp") == 0 and "call" in rinfo:
@@ -183,7 +190,7 @@ class RpcRdmaTracker:
         more, ntree = self._nfs(msg, args, call, is_call)
         main = next((v for k, v in ntree if k == "nfs.main_opcode"), None)
         call.main = main if is_call else call.main
-        notes = [info_text(info, (call.prog, call.vers, call.proc), is_call, main)]
+        notes = [info_text(info, (call.prog, call.vers, call.proc), is_call, main)] + notes
         return layers + more, b"", notes, _cut(rtree + ntree)
 
     @staticmethod
@@ -286,14 +293,14 @@ def _attach(d, layers, rest: bytes) -> None:
     d.layers.pop("payload", None)
 
 
-VERSION_AT, VERSION_1 = np.arange(4, 8), np.array([0, 0, 0, 1], np.uint8)  # rdma_vers, RFC 8166 §4.2
+VERSION_AT = np.arange(4, 8)  # rdma_vers, RFC 8166 §4.2 (the same word in version 2, draft §6.1)
 RC_DATA = np.zeros(256, bool)
 RC_DATA[list(range(0x11)) + [0x16, 0x17]] = True  # RC SEND, RDMA WRITE, RDMA READ request/response
 
 
 def storage_rows(batch, rows, tracker) -> list:
     """Which of `rows` the tracker must see in full, in capture order: none until an RC SEND whose version
-    word is 1 (what Wireshark's heuristic can accept) or NFS over RDMA was seen, then every RC SEND, RDMA
+    word is 1 or 2 (what the heuristics can accept) or NFS over RDMA was seen, then every RC SEND, RDMA
     READ and WRITE."""
     tracker = getattr(tracker, "rpcrdma", None)
     if tracker is None:
@@ -306,7 +313,7 @@ def storage_rows(batch, rows, tracker) -> list:
         end = np.asarray(batch.pos.data)[rows][send] + rec["caplen"][send] - 4 - rec["padcnt"][send]
         end -= np.where(np.isin(rec["link"][send], (R.IB, R.IBGRH)), 2, 0)
         words = np.asarray(batch.buf)[(end - rec["paylen"][send]).astype(np.int64)[:, None] + VERSION_AT]
-        if not (words == VERSION_1).all(axis=1).any():
+        if not ((words[:, :3] == 0).all(axis=1) & np.isin(words[:, 3], (1, 2))).any():
             return []
     return [np.flatnonzero(rc)]
 

@@ -1,7 +1,9 @@
 """NFS over RDMA conversations of a scenario ([[nfs]]): an NFSv3 or v4 client calling a server over one RC
 connection (optionally set up by RDMA-CM for port 20049, RFC 8267 §6), with the RPC-RDMA messages of
-ibwire.synth.rpcrdma in SENDs (RFC 8166 §3.5), a READ's data RDMA WRITten into the call's write chunk, a
-WRITE's data RDMA READ from its read chunk (§3.4), and every request packet acknowledged (IBA §9.7.5)."""
+ibwire.synth.rpcrdma in SENDs (RFC 8166 §3.5; `version = 2`: draft-ietf-nfsv4-rpcrdma-version-two-02's
+RDMA2_MSG, after an RDMA2_CONNPROP from each side when RDMA-CM set the connection up), a READ's data RDMA
+WRITten into the call's write chunk, a WRITE's data RDMA READ from its read chunk (§3.4), and every
+request packet acknowledged (IBA §9.7.5)."""
 
 import struct
 from typing import List, Tuple
@@ -85,7 +87,7 @@ def _call(conn: _Conn, t: float, k: int) -> None:
     elif op == "compound":
         vers, args = 4, m.nfs4_compound(b"", 0, [(22, m.opaque(FH)), (9, m.u32(2, 0x10011A, 0x00B0A23A))])
     body = m.call(xid, m.NFS_PROGRAM, vers, proc, CRED, args)
-    t = conn.message(t, "c", SEND, m.header(xid, 32, m.RDMA_MSG, reads=reads, writes=writes) + body)
+    t = conn.message(t, "c", SEND, _header(conn, xid, m.CALL, reads=reads, writes=writes, invalidate=handle) + body)
     t += lat + THINK
     if op == "read":
         t = conn.message(t, "s", WRITE, data, (va, handle, size)) + 1e-6
@@ -106,7 +108,26 @@ def _call(conn: _Conn, t: float, k: int) -> None:
         "compound": m.u32(0) + m.opaque(b"") + m.u32(2, 22, 0, 9, 0, 2, 0x10, 0) + m.opaque(m.u32(1)),
     }[op]
     writes = [[(handle, size, va)]] if op == "read" else []
-    conn.message(t, "s", SEND, m.header(xid, 32, m.RDMA_MSG, writes=writes) + m.reply(xid, 0, results))
+    conn.message(t, "s", SEND, _header(conn, xid, m.REPLY, writes=writes) + m.reply(xid, 0, results))
+
+
+def _header(conn: _Conn, xid: int, direction: int, invalidate: int = 0, **lists) -> bytes:
+    """The RPC-RDMA header of a message carrying an RPC message inline: version 1's RDMA_MSG (RFC 8166
+    §4.2), or version 2's RDMA2_MSG (draft-ietf-nfsv4-rpcrdma-version-two-02 §6.3.1) with RESPONSE set on
+    a reply and, on a call with chunks, the handle the server may invalidate."""
+    if conn.spec["version"] == 1:
+        return m.header(xid, 32, m.RDMA_MSG, **lists)
+    handle = invalidate if any(lists.values()) else 0
+    return m.header2(xid, 32, m.RDMA2_MSG, m.F_RESPONSE if direction == m.REPLY else 0, handle, **lists)
+
+
+def _connprop(conn: _Conn, t: float) -> float:
+    """Version 2's first messages (§6.3.4): each side's RDMA2_CONNPROP with its Send and Receive buffer
+    sizes (the path MTU), then the client's calls may follow; returns when both were acknowledged."""
+    props = [(1, m.u32(conn.spec["mtu"])), (2, m.u32(conn.spec["mtu"])), (5, m.u32(0))]
+    conn.message(t, "c", SEND, m.connprop(32, props))
+    conn.message(t + conn.ctx.s.latency, "s", SEND, m.connprop(32, props))
+    return t + 3 * conn.ctx.s.latency
 
 
 def nfs_frames(ctx, t0: float) -> List[Tuple[float, bytes]]:
@@ -118,6 +139,8 @@ def nfs_frames(ctx, t0: float) -> List[Tuple[float, bytes]]:
         if spec["cm"]:
             _setup(conn, t)
             t += 3 * ctx.s.latency
+            if spec["version"] == 2:
+                t = _connprop(conn, t)
         for k in range(spec["count"]):
             _call(conn, t + k * spec["interval"], k)
         out += conn.out

@@ -83,3 +83,29 @@ def nfs3_write(fh: bytes, offset: int, count: int, stable: int = 2, data_len: in
 def nfs4_compound(tag: bytes, minor: int, ops) -> bytes:
     """COMPOUND4args (RFC 7530 §16.2): tag, minor version, then (opcode, arguments) pairs."""
     return opaque(tag) + u32(minor, len(ops)) + b"".join(u32(op) + args for op, args in ops)
+
+
+# RPC-over-RDMA version 2 (draft-ietf-nfsv4-rpcrdma-version-two-02): header types (§6.3), flags (§6.2)
+RDMA2_MSG, RDMA2_NOMSG, RDMA2_ERROR, RDMA2_CONNPROP, RDMA2_GRANT = 0, 1, 4, 5, 6
+F_RESPONSE, F_MORE, F_TPMORE = 1, 2, 4
+
+
+def header2(xid: int, credits: int, htype: int, flags: int = 0, inv_handle: int = 0, **lists) -> bytes:
+    """rpcrdma2_hdr_prefix (§6.1: rpcrdma_common, then rdma_flags) and, for RDMA2_MSG and RDMA2_NOMSG,
+    rpcrdma2_chunk_lists (§6.3.1): the Remote Invalidation handle, then the lists as `header` lays them
+    out (keywords reads, writes, reply)."""
+    prefix = u32(xid, 2, credits, htype, flags)
+    if htype not in (RDMA2_MSG, RDMA2_NOMSG):
+        return prefix
+    return prefix + u32(inv_handle) + header(0, 0, 0, **lists)[16:]
+
+
+def error2(xid: int, credits: int, code: int, *words: int) -> bytes:
+    """RDMA2_ERROR (§6.3.3), RESPONSE set: rdma_err and the words its code carries."""
+    return header2(xid, credits, RDMA2_ERROR, F_RESPONSE) + u32(code, *words)
+
+
+def connprop(credits: int, props, flags: int = 0) -> bytes:
+    """RDMA2_CONNPROP (§6.3.4): rpcrdma2_propset, each (property id, XDR-encoded value)."""
+    body = u32(len(props)) + b"".join(u32(which) + opaque(value) for which, value in props)
+    return header2(0, credits, RDMA2_CONNPROP, flags) + body

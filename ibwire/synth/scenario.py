@@ -424,6 +424,7 @@ _TABLES = {  # table -> (an array of tables, its keys)
     **{table: (True, _storage_keys(*_STORAGE[table][0], _STORAGE[table][3][0])) for table in _STORAGE},
     "expect": (False, {"flow": TABLE, "count": TABLE, "findings": TABLE, "health": TABLE}),
 }
+_TABLES["nfs"][1]["version"] = INT  # the RPC-RDMA version [[nfs]] speaks (ibwire.synth.nfs)
 _FAULT_KEYS = {
     "drop": {"qp", "packet", "seen"},
     "capture_gap": {"qp", "packet"},
@@ -886,6 +887,8 @@ def _storage(doc, scen: Scenario, src: _Src, need_port, table: str) -> None:
                 tag: _ranged(p.get(tag, tag_default), tag, 0, tag_hi, src, ln(tag)),
             }
         )
+        if table == "nfs":
+            scen.nfs[-1]["version"] = _ranged(p.get("version", 1), "version", 1, 2, src, ln("version"))
 
 
 def _lossless(doc, scen: Scenario, src: _Src, need_port) -> None:

@@ -3,6 +3,7 @@ packet-nfs.c): program and procedure names, the items it generates (in brackets)
 the ACCESS bits a call asks about, required and recommended NFSv4 attributes (RFC 7530 §5.1)."""
 
 from dissectors.rpcrdmatable import NFS3_PROCS, NFS_PROGRAM
+from dissectors.rpcrdmav2 import ERRORS, FLAGS, MSG_TYPES
 
 # ONC RPC programs (RFC 5531 appendix, IANA's rpc-program-numbers) as packet-rpc.c names them
 PROGRAMS = {100000: "Portmap", 100003: "NFS", 100005: "MOUNT", 100021: "NLM", 100024: "STAT", 100227: "NFSACL"}
@@ -22,6 +23,44 @@ WHOLE = {
 }
 
 
+# Version 2's own items (dissectors.rpcrdmav2), which no Wireshark labels: ibwire's words for them
+V2_LABELS = {
+    "rpcordma.flags": "Flags",
+    "rpcordma.inv_handle": "Remote Invalidation handle",
+    "rpcordma.prop_count": "Transport properties",
+    "rpcordma.prop_id": "Property id",
+    "rpcordma.prop_length": "Length",
+    "rpcordma.prop_value": "Value",
+    "rpcordma.prop_data": "Value",
+    "rpcordma.max_chunks": "Maximum chunks",
+    "rpcordma.max_segments": "Maximum segments",
+    "rpcordma.chunk_index": "Chunk index",
+    "rpcordma.length_needed": "Length needed",
+}
+FLAG_BITS = {f"rpcordma.flags.{name}": (bit, name.upper()) for name, bit in FLAGS}
+
+
+def _bits(bit: int, on: bool) -> str:
+    """A flag of a 32-bit word drawn as Wireshark draws one (`.... … ...1`)."""
+    digits = ["." for _ in range(32)]
+    digits[31 - (bit.bit_length() - 1)] = "1" if on else "0"
+    return " ".join("".join(digits[i : i + 4]) for i in range(0, 32, 4))
+
+
+def rdma_v2(key: str, value: str, text: str) -> str:
+    """The -V line of a version 2 RPC-RDMA item: header type and error code by the draft's names, the
+    flags drawn as bits, version 2's own items by V2_LABELS (`text`: the line as it stood)."""
+    if key == "rpcordma.msg_type":
+        return f"Message Type: {MSG_TYPES.get(int(value), 'Unknown')} ({value})"
+    if key == "rpcordma.errcode":
+        return f"Error code: {ERRORS.get(int(value), ('Unknown',))[0]} ({value})"
+    if key in FLAG_BITS:
+        bit, name = FLAG_BITS[key]
+        on = value in ("1", "True")
+        return f"{_bits(bit, on)} = RDMA2_F_{name}: {'Set' if on else 'Not set'}"
+    return f"{V2_LABELS[key]}: {value}" if key in V2_LABELS else text
+
+
 def procedure(prog: int, vers: int, proc: int) -> str:
     if prog == NFS_PROGRAM and vers == 3 and proc < len(NFS3_PROCS):
         return NFS3_PROCS[proc]
@@ -32,8 +71,10 @@ def procedure(prog: int, vers: int, proc: int) -> str:
 
 def line(key: str, value: str, text: str, layer: str, call) -> str:
     """The -V line of item `key` (`text` as the field's label words it) in protocol `layer`; `call`:
-    (program, version, message type) of the frame's RPC message."""
-    prog, vers, msgtyp = (int(v) if isinstance(v, int) else 0 for v in call)
+    (program, version, message type) of the frame's RPC message and its RPC-RDMA version."""
+    prog, vers, msgtyp, rdma_vers = (int(v) if isinstance(v, int) else 0 for v in call)
+    if layer == "rpcordma" and rdma_vers == 2:
+        return rdma_v2(key, value, text)
     if key == "rpc.program":
         text = f"Program: {PROGRAMS.get(int(value), 'Unknown')} ({value})"
     elif key == "rpc.procedure":

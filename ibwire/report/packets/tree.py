@@ -465,7 +465,7 @@ def tree_text(layers: list, flat: dict, extra: dict = None) -> str:
         "attribute": summary.partition("(")[2].rstrip(")"),
         "over_ipv4": any(name == "ip" for name, _ in layers),
         "nvme_admin": not flat.get("nvme-rdma.cmd.qid"),
-        "rpc": (flat.get("rpc.program"), flat.get("rpc.programversion"), flat.get("rpc.msgtyp")),
+        "rpc": tuple(flat.get(f"rpc{k}") for k in (".program", ".programversion", ".msgtyp", "ordma.version")),
     }
     out = []
     for name, items in layers:

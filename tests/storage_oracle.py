@@ -1,0 +1,137 @@
+"""What the storage protocols' tshark tests share (test_rpcrdma_tshark, test_rpcrdma_v2_tshark,
+test_smbdirect_tshark, test_iser_tshark): a crafted conversation framed as RoCEv2 RC packets, -T json leaves
+by frame, ibwire's outputs, the damaged-message sweep, the RDMA data each request moved by tshark's own
+frames, and a sample capture's declared counts."""
+
+import json
+import struct
+import tomllib
+
+from conftest import run_ibwire
+
+from dissectors.numbers import GSI_QKEY
+from ibwire.files.writers import PcapWriter
+from ibwire.synth.headers import DETH, RETH, transport
+from ibwire.synth.links import Link
+
+UD_SEND_ONLY, READ_REQUEST, READ_RESPONSE_ONLY, WRITE_ONLY = 0x64, 0x0C, 0x10, 0x0A
+# The bytes after the BTH an RDMA WRITE or READ response packet spends on RETH or AETH (IBA §9.2-9.4)
+EXT = {"6": 16, "7": 0, "8": 0, "10": 16, "13": 4, "14": 0, "15": 4, "16": 4}
+RDMA_DATA = "infiniband.bth.opcode in {6..10, 13..16}"
+
+
+def write_rc_capture(path, entries, ends: dict, psn: dict) -> int:
+    """(sender, opcode, payload, RETH (va, rkey, length) or nothing) entries between the two `ends` (name ->
+    (Port, QPN)) as a RoCEv2 pcap, a frame a millisecond; `psn`: each end's first PSN (a READ response
+    travels on the PSN of the request before it, a UD SEND Only is a MAD to QP1).  Returns the frame count."""
+    link, psn, n = Link("roce2"), dict(psn), 0
+    with open(path, "wb") as f:
+        w = PcapWriter(f, link.linktype)
+        for n, (who, opcode, payload, *reth) in enumerate(entries):
+            peer = next(name for name in ends if name != who)
+            (src, _), (dst, qpn) = ends[who], ends[peer]
+            ext = RETH.pack(*reth[0]) if reth else b""
+            if opcode == UD_SEND_ONLY:
+                tp = transport(opcode, 0xFFFF, 1, 0, DETH.pack(GSI_QKEY, 1), payload)
+            elif opcode == READ_RESPONSE_ONLY:
+                tp = transport(opcode, 0xFFFF, qpn, psn[peer] - 1, struct.pack(">I", 0), payload)
+            else:
+                tp = transport(opcode, 0xFFFF, qpn, psn[who], ext, payload)
+                psn[who] += 1
+            w.write(link.frame(src, dst, tp), ts=1_700_000_000 + n * 0.001)
+    return n + 1
+
+
+def _walk(items, frame, prefixes, out) -> None:
+    for key, value in items:
+        if isinstance(value, list):
+            _walk(value, frame, prefixes, out)
+        elif key.split(".")[0] in prefixes:
+            out.setdefault((frame, key), []).append(value)
+
+
+def _layers(text: str):
+    for doc in json.loads(text, object_pairs_hook=lambda pairs: pairs):
+        layers = dict(dict(doc)["_source"])["layers"]
+        yield int(dict(dict(layers)["frame"])["frame.number"]), layers
+
+
+def leaves(text: str, protocols, prefixes=None) -> dict:
+    """(frame, key) -> [texts] of every leaf of -T json documents in the layers `protocols` whose name
+    starts with one of `prefixes` (the protocols' own by default), trees before single items, repeated keys
+    kept in order."""
+    prefixes = prefixes or {p.split(".")[0] for p in protocols}
+    out = {}
+    for frame, layers in _layers(text):
+        _walk([(k, v) for k, v in layers if k in protocols and isinstance(v, list)], frame, prefixes, out)
+        _walk([(k, v) for k, v in layers if k in protocols and not isinstance(v, list)], frame, prefixes, out)
+    return out
+
+
+def ibwire_json(path, *args) -> str:
+    done = run_ibwire("decode", *args, "-T", "json", path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def ibwire_fields(path, *args, sep: str = ",") -> list:
+    done = run_ibwire("decode", *args, "-T", "fields", "-E", f"separator={sep}", path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def decodes_every_frame(path, frames: int, field: str, *declared) -> str:
+    """Every output (text, -T json, -T fields -e `field`, -V, stats --storage) of a capture of damaged
+    messages ends well with every frame shown; returns the text output, for the caller's Malformed check."""
+    for fmt in ("text", "json", "fields"):
+        done = run_ibwire("decode", "-T", fmt, "-e", field, *declared, path)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    done = run_ibwire("decode", "-V", *declared, path)
+    assert done.returncode == 0 and done.stdout.count("\nFrame ") + 1 == frames
+    done = run_ibwire("stats", "--storage", "--format", "json", path)
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    return run_ibwire("decode", *declared, path).stdout
+
+
+def tshark_frames(tshark44, capture, keys: str, *args) -> dict:
+    """frame number -> {key: text} of tshark's -T fields for the space-separated `keys` (frame.number
+    first)."""
+    out = tshark44(capture, *args, "-T", "fields", "-E", "separator=,", *(a for k in keys.split() for a in ("-e", k)))
+    return {int(r[0]): dict(zip(keys.split(), r)) for r in (line.split(",") for line in out.splitlines())}
+
+
+def rdma_keys(frames: dict) -> dict:
+    """frame -> the R_Key of the memory its data went to or came from: an RDMA WRITE's (named in its First
+    or Only packet), an RDMA READ response's request's (found by the PSN of its First or Only packet);
+    `frames` must hold infiniband.bth.opcode, .psn, .destqp and infiniband.reth.r_key."""
+    reads, current, out = {}, {}, {}
+    for n, f in frames.items():
+        op, qp = int(f["infiniband.bth.opcode"]), f["infiniband.bth.destqp"]
+        if op == 12:
+            reads[f["infiniband.bth.psn"]] = f["infiniband.reth.r_key"]
+        elif op in (6, 10) or op in (13, 16):
+            current[qp] = f["infiniband.reth.r_key"] if op in (6, 10) else reads.get(f["infiniband.bth.psn"])
+        if 6 <= op <= 10 and op != 9 or 13 <= op <= 16:
+            out[n] = current.get(qp)
+    return out
+
+
+def moved(tshark44, pcap, *args) -> int:
+    """The payload bytes of every RDMA WRITE and READ response by tshark's IP lengths (IPv4, no options):
+    a heuristic that takes a payload and shows nothing of it leaves data.len missing."""
+    keys = ("ip.len", "infiniband.bth.opcode", "infiniband.bth.padcnt")
+    out = tshark44(pcap, *args, "-Y", RDMA_DATA, "-T", "fields", *(a for k in keys for a in ("-e", k)))
+    rows = [line.split("\t") for line in out.splitlines()]
+    return sum(int(n) - 20 - 8 - 12 - EXT[op] - 4 - int(pad) for n, op, pad in rows)
+
+
+def declared_counts(pcap) -> dict:
+    """The [expect.count] a sample capture's scenario declares."""
+    return tomllib.loads(pcap.with_suffix(".toml").read_text())["expect"]["count"]
+
+
+def storage_rows(pcap, table: str) -> list:
+    """The rows of `stats --storage`'s table `table` (rpc_calls, smb_requests, iser_commands)."""
+    done = run_ibwire("stats", "--storage", "--format", "json", pcap)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)[table]
