@@ -43,20 +43,48 @@ static void release(buf_t *b, int n)
             PyBuffer_Release(&b[i].v);
 }
 
-/* Buffers b[i] of the n objects o[i], with item[i]-byte items; writable where bit i of `writable` is set,
- * skipped when bit i of `optional` is set and o[i] is None.  On failure all are released: -1. */
-static int get_all(PyObject **o, buf_t *b, int n, const Py_ssize_t *item, const char *const *names,
-                   unsigned writable, unsigned optional)
+/* A buffer argument: its name in errors, its item size in bytes (0: any length), and whether it is
+ * written to (WRITTEN) or may be None (OPTIONAL, then left unheld). */
+enum { WRITTEN = 1, OPTIONAL = 2 };
+typedef struct {
+    const char *name;
+    Py_ssize_t item;
+    unsigned flags;
+} buf_arg;
+
+/* Buffers b[i] of the n objects o[i] as spec[i] describes them (b zeroed first).  On failure all are
+ * released: -1. */
+static int get_all(PyObject *const *o, buf_t *b, const buf_arg *spec, int n)
 {
+    memset(b, 0, (size_t)n * sizeof *b);
     for (int i = 0; i < n; i++) {
-        if ((optional >> i & 1) && o[i] == Py_None)
+        if ((spec[i].flags & OPTIONAL) && o[i] == Py_None)
             continue;
-        if (get(o[i], &b[i], writable >> i & 1, item[i], names[i]) < 0) {
+        if (get(o[i], &b[i], spec[i].flags & WRITTEN, spec[i].item, spec[i].name) < 0) {
             release(b, n);
             return -1;
         }
     }
     return 0;
+}
+
+/* The arguments (rec, itemsize, then the buffers of spec[1..n)) of a function over records of itemsize
+ * bytes: b[0] is rec, as spec[0] describes it.  -1 with an exception set (nothing held) when they are not. */
+static int record_args(PyObject *args, const buf_arg *spec, int n, buf_t *b, Py_ssize_t *itemsize)
+{
+    PyObject *o[8];
+    Py_ssize_t given = PyTuple_GET_SIZE(args);
+    if (n > 8 || given != n + 1) {
+        PyErr_Format(PyExc_TypeError, "function takes exactly %d arguments (%zd given)", n + 1, given);
+        return -1;
+    }
+    *itemsize = PyNumber_AsSsize_t(PyTuple_GET_ITEM(args, 1), PyExc_OverflowError);
+    if (*itemsize == -1 && PyErr_Occurred())
+        return -1;
+    o[0] = PyTuple_GET_ITEM(args, 0);
+    for (int i = 1; i < n; i++)
+        o[i] = PyTuple_GET_ITEM(args, i + 1);
+    return get_all(o, b, spec, n);
 }
 
 /* Release the buffers and raise ValueError(bad). */
@@ -86,17 +114,15 @@ PyDoc_STRVAR(walk_pcap_doc,
 
 static PyObject *walk_pcap(PyObject *self, PyObject *args)
 {
-    PyObject *bo, *oo, *ho;
+    PyObject *o[3];
     long long off;
     int big;
     buf_t b[3];
-    memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "OLpOO", &bo, &off, &big, &oo, &ho))
+    if (!PyArg_ParseTuple(args, "OLpOO", &o[0], &off, &big, &o[1], &o[2]))
         return NULL;
-    if (get(bo, &b[0], 0, 0, "buf") < 0 || get(oo, &b[1], 1, 8, "offsets") < 0 || get(ho, &b[2], 1, 8, "headers") < 0) {
-        release(b, 3);
+    static const buf_arg spec[3] = {{"buf", 0, 0}, {"offsets", 8, WRITTEN}, {"headers", 8, WRITTEN}};
+    if (get_all(o, b, spec, 3) < 0)
         return NULL;
-    }
     int64_t max = b[1].v.len / 8 < b[2].v.len / 32 ? b[1].v.len / 8 : b[2].v.len / 32;
     walk_job w = {b[0].v.buf, b[0].v.len, off, big, b[1].v.buf, NULL, b[2].v.buf, max, 0};
     int status;
@@ -119,18 +145,16 @@ PyDoc_STRVAR(walk_pcapng_doc,
 
 static PyObject *walk_pcapng(PyObject *self, PyObject *args)
 {
-    PyObject *bo, *oo, *to, *ho;
+    PyObject *o[4];
     long long off;
     int big;
     buf_t b[4];
-    memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "OLpOOO", &bo, &off, &big, &oo, &to, &ho))
+    if (!PyArg_ParseTuple(args, "OLpOOO", &o[0], &off, &big, &o[1], &o[2], &o[3]))
         return NULL;
-    if (get(bo, &b[0], 0, 0, "buf") < 0 || get(oo, &b[1], 1, 8, "offsets") < 0 ||
-        get(to, &b[2], 1, 1, "types") < 0 || get(ho, &b[3], 1, 8, "headers") < 0) {
-        release(b, 4);
+    static const buf_arg spec[4] = {{"buf", 0, 0}, {"offsets", 8, WRITTEN}, {"types", 1, WRITTEN},
+                                    {"headers", 8, WRITTEN}};
+    if (get_all(o, b, spec, 4) < 0)
         return NULL;
-    }
     int64_t max = b[1].v.len / 8 < b[2].v.len ? b[1].v.len / 8 : b[2].v.len;
     if (b[3].v.len / 48 < max)
         max = b[3].v.len / 48;
@@ -193,16 +217,16 @@ static PyObject *decode(PyObject *self, PyObject *args, PyObject *kw)
     unsigned roce2_port, roce1_ethertype, mad_qp_max, mad_header_len;
     int icrc;
     buf_t b[D_NB];
-    memset(b, 0, sizeof b);
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOOIIIIpO", kwlist, &o[D_BUF], &o[D_DATA], &o[D_CAPLEN],
                                      &o[D_WIRELEN], &o[D_LT], &o[D_EXT_OFF], &o[D_EXT_LEN], &o[D_KNOWN],
                                      &o[D_VTABLE], &o[D_FIELD_OFF], &o[D_FIELD_STEP], &roce2_port,
                                      &roce1_ethertype, &mad_qp_max, &mad_header_len, &icrc, &o[D_OUT]))
         return NULL;
-    static const Py_ssize_t item[D_NB] = {0, 8, 8, 8, 8, 2, 2, 1, 2, 8, 8, 0};
-    static const char *names[D_NB] = {"buf", "data", "caplen", "wirelen", "linktype", "ext_off", "ext_len",
-                                      "known", "vtable", "field_off", "field_step", "out"};
-    if (get_all(o, b, D_NB, item, names, 1u << D_OUT, 0) < 0)
+    static const buf_arg spec[D_NB] = {{"buf", 0, 0},       {"data", 8, 0},       {"caplen", 8, 0},
+                                       {"wirelen", 8, 0},   {"linktype", 8, 0},   {"ext_off", 2, 0},
+                                       {"ext_len", 2, 0},   {"known", 1, 0},      {"vtable", 2, 0},
+                                       {"field_off", 8, 0}, {"field_step", 8, 0}, {"out", 0, WRITTEN}};
+    if (get_all(o, b, spec, D_NB) < 0)
         return NULL;
     const char *bad = decode_misfit(b);
     if (bad)
@@ -235,16 +259,11 @@ PyDoc_STRVAR(group_doc,
 static PyObject *group(PyObject *self, PyObject *args)
 {
     enum { REC, ROWS, OFF, SIZE, INV, FIRST, HASH, NB };
-    PyObject *o[NB];
+    static const buf_arg spec[NB] = {{"rec", 0, 0}, {"rows", 8, OPTIONAL}, {"offsets", 8, 0}, {"sizes", 8, 0},
+                                     {"inverse", 8, WRITTEN}, {"first", 8, WRITTEN}, {"hashes", 8, WRITTEN}};
     Py_ssize_t itemsize;
     buf_t b[NB];
-    memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "OnOOOOOO", &o[REC], &itemsize, &o[ROWS], &o[OFF], &o[SIZE], &o[INV], &o[FIRST],
-                          &o[HASH]))
-        return NULL;
-    static const Py_ssize_t item[NB] = {0, 8, 8, 8, 8, 8, 8};
-    static const char *names[NB] = {"rec", "rows", "offsets", "sizes", "inverse", "first", "hashes"};
-    if (get_all(o, b, NB, item, names, 1u << INV | 1u << FIRST | 1u << HASH, 1u << ROWS) < 0)
+    if (record_args(args, spec, NB, b, &itemsize) < 0)
         return NULL;
     Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
     Py_ssize_t n = b[ROWS].held ? b[ROWS].v.len / 8 : nrec, nf = b[OFF].v.len / 8;
@@ -305,15 +324,10 @@ PyDoc_STRVAR(columns_doc,
 static PyObject *columns(PyObject *self, PyObject *args)
 {
     enum { REC, OFF, SIZE, OUT, NB };
-    PyObject *o[NB];
+    static const buf_arg spec[NB] = {{"rec", 0, 0}, {"offsets", 8, 0}, {"sizes", 8, 0}, {"out", 0, WRITTEN}};
     Py_ssize_t itemsize;
     buf_t b[NB];
-    memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "OnOOO", &o[REC], &itemsize, &o[OFF], &o[SIZE], &o[OUT]))
-        return NULL;
-    static const Py_ssize_t item[NB] = {0, 8, 8, 0};
-    static const char *names[NB] = {"rec", "offsets", "sizes", "out"};
-    if (get_all(o, b, NB, item, names, 1u << OUT, 0) < 0)
+    if (record_args(args, spec, NB, b, &itemsize) < 0)
         return NULL;
     Py_ssize_t n = itemsize > 0 ? b[REC].v.len / itemsize : 0, nf = b[OFF].v.len / 8;
     const int64_t *off = b[OFF].v.buf, *size = b[SIZE].v.buf;
@@ -340,15 +354,11 @@ PyDoc_STRVAR(pick_doc,
 static PyObject *pick(PyObject *self, PyObject *args)
 {
     enum { REC, ROWS, OFF, SIZE, OUT, NB };
-    PyObject *o[NB];
+    static const buf_arg spec[NB] = {{"rec", 0, 0}, {"rows", 8, OPTIONAL}, {"offsets", 8, 0}, {"sizes", 8, 0},
+                                     {"out", 0, WRITTEN}};
     Py_ssize_t itemsize;
     buf_t b[NB];
-    memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "OnOOOO", &o[REC], &itemsize, &o[ROWS], &o[OFF], &o[SIZE], &o[OUT]))
-        return NULL;
-    static const Py_ssize_t item[NB] = {0, 8, 8, 8, 0};
-    static const char *names[NB] = {"rec", "rows", "offsets", "sizes", "out"};
-    if (get_all(o, b, NB, item, names, 1u << OUT, 1u << ROWS) < 0)
+    if (record_args(args, spec, NB, b, &itemsize) < 0)
         return NULL;
     Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
     Py_ssize_t n = b[ROWS].held ? b[ROWS].v.len / 8 : nrec, nf = b[OFF].v.len / 8;
@@ -421,15 +431,14 @@ static PyObject *flows_feed_py(PyObject *self, PyObject *args)
     enum { OPC, OPK, SEG, TR, PKT, CONV, SIDE, NB };
     PyObject *cap, *o[NB];
     buf_t b[NB];
-    memset(b, 0, sizeof b);
     if (!PyArg_ParseTuple(args, "OOOOOOOO", &cap, &o[OPC], &o[OPK], &o[SEG], &o[TR], &o[PKT], &o[CONV], &o[SIDE]))
         return NULL;
     flow_state *s = flows_of(cap);
     if (!s)
         return NULL;
-    static const Py_ssize_t item[NB] = {1, 1, 1, 1, sizeof(flow_pkt), 4, 1};
-    static const char *names[NB] = {"opclass", "opkind", "seg", "transport", "packets", "conv_of", "side_of"};
-    if (get_all(o, b, NB, item, names, 0, 0) < 0)
+    static const buf_arg spec[NB] = {{"opclass", 1, 0}, {"opkind", 1, 0}, {"seg", 1, 0}, {"transport", 1, 0},
+                                     {"packets", sizeof(flow_pkt), 0}, {"conv_of", 4, 0}, {"side_of", 1, 0}};
+    if (get_all(o, b, spec, NB) < 0)
         return NULL;
     if (b[OPC].v.len != 256 || b[OPK].v.len != 256 || b[SEG].v.len != 256 || b[TR].v.len != 256 ||
         b[CONV].v.len / 4 != b[SIDE].v.len) {
@@ -459,15 +468,11 @@ PyDoc_STRVAR(flows_spill_doc,
 static PyObject *flows_spill_py(PyObject *self, PyObject *args)
 {
     enum { REC, ROWS, OFF, HALF, FRAMES, OUT, NB };
-    PyObject *o[NB];
+    static const buf_arg spec[NB] = {{"rec", 0, 0}, {"rows", 8, OPTIONAL}, {"field_off", 8, 0}, {"half", 4, 0},
+                                     {"frames", 4, OPTIONAL}, {"out", sizeof(flow_pkt), WRITTEN}};
     Py_ssize_t itemsize;
     buf_t b[NB];
-    memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "OnOOOOO", &o[REC], &itemsize, &o[ROWS], &o[OFF], &o[HALF], &o[FRAMES], &o[OUT]))
-        return NULL;
-    static const Py_ssize_t item[NB] = {0, 8, 8, 4, 4, sizeof(flow_pkt)};
-    static const char *names[NB] = {"rec", "rows", "field_off", "half", "frames", "out"};
-    if (get_all(o, b, NB, item, names, 1u << OUT, 1u << ROWS | 1u << FRAMES) < 0)
+    if (record_args(args, spec, NB, b, &itemsize) < 0)
         return NULL;
     Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
     Py_ssize_t n = b[ROWS].held ? b[ROWS].v.len / 8 : nrec;
@@ -598,14 +603,13 @@ static PyObject *render(PyObject *self, PyObject *args)
     PyObject *o[NB] = {NULL}, *progs;
     Py_ssize_t itemsize;
     buf_t b[NB];
-    memset(b, 0, sizeof b);
     o[BUF] = o[FSTART] = o[FLEN] = Py_None;
     if (!PyArg_ParseTuple(args, "OnOOO!O|OOO", &o[REC], &itemsize, &o[ROWS], &o[PROG_OF], &PyTuple_Type, &progs,
                           &o[BASE], &o[BUF], &o[FSTART], &o[FLEN]))
         return NULL;
-    static const Py_ssize_t item[NB] = {0, 8, 4, 8, 1, 8, 8};
-    static const char *names[NB] = {"rec", "rows", "prog_of", "base", "buf", "fstart", "flen"};
-    if (get_all(o, b, NB, item, names, 0, 1u << BASE | 1u << BUF | 1u << FSTART | 1u << FLEN) < 0)
+    static const buf_arg spec[NB] = {{"rec", 0, 0}, {"rows", 8, 0}, {"prog_of", 4, 0}, {"base", 8, OPTIONAL},
+                                     {"buf", 1, OPTIONAL}, {"fstart", 8, OPTIONAL}, {"flen", 8, OPTIONAL}};
+    if (get_all(o, b, spec, NB) < 0)
         return NULL;
     Py_ssize_t n = b[ROWS].v.len / 8, np_ = PyTuple_GET_SIZE(progs);
     Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
