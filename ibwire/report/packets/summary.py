@@ -202,17 +202,43 @@ def detail_info(d) -> Tuple[str, str, str, str]:
     return src, dst, proto, info
 
 
+_ICMP_TYPES = {  # layer -> (its name, tshark's names of its message types)
+    "icmp": (
+        "ICMP",
+        {
+            0: "Echo (ping) reply  ",  # padded to the request's width
+            8: "Echo (ping) request",
+            3: "Destination unreachable",
+            11: "Time-to-live exceeded",
+        },
+    ),
+    "icmpv6": (
+        "ICMPv6",
+        {
+            1: "Destination Unreachable",
+            2: "Packet Too Big",
+            3: "Time Exceeded",
+            128: "Echo (ping) request",
+            129: "Echo (ping) reply",
+            133: "Router Solicitation",
+            134: "Router Advertisement",
+            135: "Neighbor Solicitation",
+            136: "Neighbor Advertisement",
+        },
+    ),
+}
+
+
+def _icmp_type(f, layer: str) -> Tuple[Optional[int], str]:
+    """An ICMP or ICMPv6 (`layer`) message's type and tshark's name of it, else `ICMP type T code C`."""
+    t = f.get(f"{layer}.type")
+    name, kinds = _ICMP_TYPES[layer]
+    return t, kinds.get(t, f"{name} type {t} code {f.get(f'{layer}.code')}")
+
+
 def _icmp_text(f) -> str:
     """tshark's Info of ICMP (packet-icmp.c): an echo adds `  id=0x…, seq=BE/LE, ttl=…`, padded alike."""
-    t = f.get("icmp.type")
-    kind = {
-        0: "Echo (ping) reply  ",
-        8: "Echo (ping) request",
-        3: "Destination unreachable",
-        11: "Time-to-live exceeded",
-    }.get(t)
-    if kind is None:
-        return f"ICMP type {t} code {f.get('icmp.code')}"
+    t, kind = _icmp_type(f, "icmp")
     if t in (0, 8) and "icmp.seq" in f:
         seq = f["icmp.seq"]
         return (
@@ -224,19 +250,7 @@ def _icmp_text(f) -> str:
 
 def _icmpv6_text(f) -> str:
     """tshark's Info of ICMPv6 (packet-icmpv6.c) for echo and neighbour discovery, else the type's name."""
-    t = f.get("icmpv6.type")
-    names = {
-        1: "Destination Unreachable",
-        2: "Packet Too Big",
-        3: "Time Exceeded",
-        128: "Echo (ping) request",
-        129: "Echo (ping) reply",
-        133: "Router Solicitation",
-        134: "Router Advertisement",
-        135: "Neighbor Solicitation",
-        136: "Neighbor Advertisement",
-    }
-    info = names.get(t, f"ICMPv6 type {t} code {f.get('icmpv6.code')}")
+    t, info = _icmp_type(f, "icmpv6")
     if t in (128, 129):
         info += (
             f" id=0x{f['icmpv6.echo.identifier']:04x}, seq={f['icmpv6.echo.sequence_number']}, "
