@@ -191,6 +191,16 @@ def tshark44(tmp_path_factory):
     return run
 
 
+def tshark_fields(capture, *fields, display_filter="", first=False) -> list:
+    """tshark's `-T fields` output for `capture`: per packet a list of len(fields) strings ("" where absent);
+    `first`: only each field's first occurrence (-E occurrence=f)."""
+    cmd = ["tshark", "-r", str(capture), *(["-Y", display_filter] if display_filter else []), "-T", "fields"]
+    cmd += ["-E", "occurrence=f"] if first else []
+    cmd += [a for f in fields for a in ("-e", f)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return [(line.split("\t") + [""] * len(fields))[: len(fields)] for line in out.splitlines()]
+
+
 def run_ibwire(*args, check=False, input=None, timeout=300, unwrapped=False):
     """Run the installed CLI as a user would; returns the CompletedProcess. `unwrapped`: run it without
     COLUMNS/LINES (as when piped), so table cells and paragraphs are not folded."""

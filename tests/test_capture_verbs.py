@@ -17,6 +17,13 @@ sys.path.insert(0, str(HERE / "standin"))
 import fake_sysfs  # noqa: E402
 
 
+def _capture_verbs(out, env, *more):
+    """`ibwire capture --pf mlx5_0 --backend verbs -w out ...` in a child process with `env`."""
+    args = ["capture", "--pf", "mlx5_0", "--backend", "verbs", "-w", str(out), *more]
+    cmd = [sys.executable, "-c", "from ibwire.cli import main; main()", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+
+
 def test_real_pyverbs_imports():
     import_pyverbs()  # python3-pyverbs must be installed (apt); failing here means it is missing
     import pyverbs.flow  # noqa: F401
@@ -36,24 +43,7 @@ def test_verbs_backend_on_kernel_without_rdma_is_one_sentence(tmp_path):
 def test_verbs_cli_with_sysfs_device_but_no_kernel_rdma(tmp_path):
     root = fake_sysfs.build(tmp_path / "sys", "Ethernet")
     env = dict(os.environ, IBWIRE_SYSFS_ROOT=str(root), IBWIRE_RUN_DIR=str(tmp_path / "run"))
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from ibwire.cli import main; main()",
-            "capture",
-            "--pf",
-            "mlx5_0",
-            "--backend",
-            "verbs",
-            "-w",
-            str(tmp_path / "x.pcap"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = _capture_verbs(tmp_path / "x.pcap", env)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]
@@ -81,26 +71,7 @@ def test_verbs_standin_pyverbs_polls_in_batches_writes_every_frame_and_counts_de
         STANDIN_VERBS_OOB="7",
         STANDIN_VERBS_OOB_FILE=str(oob),
     )
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from ibwire.cli import main; main()",
-            "capture",
-            "--pf",
-            "mlx5_0",
-            "--backend",
-            "verbs",
-            "-w",
-            str(out),
-            "--duration",
-            "2",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = _capture_verbs(out, env, "--duration", "2")
     assert r.returncode == 0, r.stderr
     assert [f.data for f in iter_frames(str(out))] == [f.data for f in iter_frames(sent)]  # every frame, in order
     assert "drops from its out_of_buffer counter" in r.stderr

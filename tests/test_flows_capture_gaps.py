@@ -5,7 +5,6 @@ independent count from tshark's fields, and on the generator's sample whose scen
 the report draws capture gaps grey and losses red."""
 
 import json
-import subprocess
 import tomllib
 from collections import defaultdict
 from functools import partial
@@ -24,31 +23,9 @@ CAPS = Path(__file__).resolve().parents[1] / "captures"
 
 def _tshark_requests(pcap):
     """Per destination QP: the SEND/WRITE request PSNs in capture order, and the NAKs seen, from tshark."""
-    out = subprocess.run(
-        [
-            "tshark",
-            "-r",
-            str(pcap),
-            "-T",
-            "fields",
-            "-E",
-            "occurrence=f",
-            "-e",
-            "infiniband.bth.opcode",
-            "-e",
-            "infiniband.bth.destqp",
-            "-e",
-            "infiniband.bth.psn",
-            "-e",
-            "infiniband.aeth.syndrome",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    fields = ("infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.aeth.syndrome")
     psns, naks = defaultdict(list), 0
-    for line in out.splitlines():
-        op, qp, psn, syn = (line.split("\t") + ["", "", "", ""])[:4]
+    for op, qp, psn, syn in conftest.tshark_fields(pcap, *fields, first=True):
         if not op:
             continue
         op = int(op)
@@ -108,12 +85,7 @@ def test_conversation_whose_every_icrc_fails_is_listed_with_the_reason():
     """Mellanox DC rping mirrored with rewritten headers: no frame's ICRC holds.  The conversation is listed,
     says why it was not sequenced, and --no-icrc sequences it (its WRITEs counted as tshark counts them)."""
     pcap = PUBLIC / "m3_rping_dc_dc-small.pcap"
-    frames = subprocess.run(
-        ["tshark", "-r", str(pcap), "-T", "fields", "-e", "infiniband.bth.opcode"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    frames = [op for (op,) in conftest.tshark_fields(pcap, "infiniband.bth.opcode") if op]
     r = run_ibwire("flows", pcap, "--format", "json")
     (c,) = json.loads(r.stdout)["conversations"]
     assert c["bad_icrc"] == len(frames) and "fails its ICRC" in c["not_analysed"]
@@ -128,27 +100,9 @@ def test_each_kind_lists_its_frames_with_a_display_filter():
     the first sight of a PSN skipped earlier is the lost one resent, and every later repeat a retransmission;
     the listed filters select exactly those frames in tshark."""
     pcap = CAPS / "capture-gap.pcap"
-    out = subprocess.run(
-        [
-            "tshark",
-            "-r",
-            str(pcap),
-            "-T",
-            "fields",
-            "-e",
-            "frame.number",
-            "-e",
-            "infiniband.bth.destqp",
-            "-e",
-            "infiniband.bth.psn",
-            "-Y",
-            "infiniband.bth.destqp == 0x000f01",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    rows = [tuple(int(x, 0) for x in line.split("\t")) for line in out.splitlines()]
+    fields = ("frame.number", "infiniband.bth.destqp", "infiniband.bth.psn")
+    rows = conftest.tshark_fields(pcap, *fields, display_filter="infiniband.bth.destqp == 0x000f01")
+    rows = [tuple(int(x, 0) for x in row) for row in rows]
     every = {psn for _, _, psn in rows}
     top, seen, want = None, set(), defaultdict(list)
     for frame, _, psn in rows:
@@ -165,13 +119,8 @@ def test_each_kind_lists_its_frames_with_a_display_filter():
     (row,) = [c for c in json.loads(r.stdout)["conversations"] if c["transport"] == "RC"]
     for kind in ("not_captured", "lost", "retransmission"):
         assert row["frames"][kind] == sorted(want[kind]), kind
-        selected = subprocess.run(
-            ["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.number", "-Y", row["wireshark"][kind]],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        assert [int(x) for x in selected.split()] == sorted(want[kind])
+        selected = conftest.tshark_fields(pcap, "frame.number", display_filter=row["wireshark"][kind])
+        assert [int(f) for (f,) in selected] == sorted(want[kind])
 
 
 def test_stats_counts_losses_apart_from_capture_gaps():

@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import tshark_fields
 from test_mad_oracle import TSHARK_EXCEPTIONS
 from tshark_oracle import compare
 
@@ -353,31 +354,9 @@ def _delta(before: dict, after: dict) -> dict:
 
 def _wire(path: Path, a_ip: str):
     """(requests from a, responses to a) as (psn, opcode, syndrome) in wire order, read by tshark (the oracle)."""
-    out = subprocess.run(
-        [
-            "tshark",
-            "-r",
-            str(path),
-            "-Y",
-            "infiniband",
-            "-T",
-            "fields",
-            "-e",
-            "ip.src",
-            "-e",
-            "infiniband.bth.opcode",
-            "-e",
-            "infiniband.bth.psn",
-            "-e",
-            "infiniband.aeth.syndrome",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    fields = ("ip.src", "infiniband.bth.opcode", "infiniband.bth.psn", "infiniband.aeth.syndrome")
     req, resp = [], []
-    for line in out.splitlines():
-        src, op, psn, syn = (line.split("\t") + ["", "", "", ""])[:4]
+    for src, op, psn, syn in tshark_fields(path, *fields, display_filter="infiniband"):
         item = (int(psn), int(op), int(syn, 0) if syn else None)
         (req if src == a_ip else resp).append(item)
     return req, resp

@@ -52,39 +52,12 @@ def test_filters_select_the_frames_the_generator_resent(name):
 
 def _tshark(pcap):
     """(frame, nanoseconds, source, destination, opcode, PSN, AETH syndrome or None) of each BTH frame, by tshark."""
-    out = subprocess.run(
-        [
-            "tshark",
-            "-r",
-            str(pcap),
-            "-Y",
-            "infiniband.bth",
-            "-T",
-            "fields",
-            "-E",
-            "occurrence=f",
-            "-e",
-            "frame.number",
-            "-e",
-            "frame.time_epoch",
-            "-e",
-            "ip.src",
-            "-e",
-            "ip.dst",
-            "-e",
-            "infiniband.bth.opcode",
-            "-e",
-            "infiniband.bth.psn",
-            "-e",
-            "infiniband.aeth.syndrome",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    fields = ["frame.number", "frame.time_epoch", "ip.src", "ip.dst"]
+    fields += ["infiniband.bth.opcode", "infiniband.bth.psn", "infiniband.aeth.syndrome"]
     rows = []
-    for line in out.splitlines():
-        f, t, src, dst, op, psn, syn = line.split("\t")
+    for f, t, src, dst, op, psn, syn in conftest.tshark_fields(
+        pcap, *fields, display_filter="infiniband.bth", first=True
+    ):
         sec, _, frac = t.partition(".")
         rows.append(
             (
