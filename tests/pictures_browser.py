@@ -59,11 +59,12 @@ def chromium() -> str:
     return exe
 
 
-def render(page: Path, tmp: Path) -> dict:
-    """The probe's findings for `page` as Chromium lays it out."""
+def _probe(page: Path, tmp: Path, script: str, suffix: str, *flags: str) -> dict:
+    """What `script`, added to the end of `page`'s body, writes as JSON into <pre id="probe"> once headless
+    Chromium (with `flags` besides its usual ones) has laid the page out; the page copy is tmp/<stem><suffix>."""
     text = page.read_text(encoding="utf-8")
-    probe = tmp / (page.stem + ".probe.html")
-    probe.write_text(text.replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    probe = tmp / (page.stem + suffix)
+    probe.write_text(text.replace("</body>", script + "</body>"), encoding="utf-8")
     r = subprocess.run(
         [
             chromium(),
@@ -76,8 +77,8 @@ def render(page: Path, tmp: Path) -> dict:
             "--disable-component-update",
             "--disable-sync",
             "--disable-dev-shm-usage",
-            "--window-size=1200,900",
             f"--user-data-dir={tmp / 'chromium-profile'}",
+            *flags,
             "--dump-dom",
             probe.as_uri(),
         ],
@@ -88,6 +89,11 @@ def render(page: Path, tmp: Path) -> dict:
     m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
     assert m, f"the page did not render in chromium: {r.stderr[-500:]}"
     return json.loads(html.unescape(m.group(1)))
+
+
+def render(page: Path, tmp: Path) -> dict:
+    """The probe's findings for `page` as Chromium lays it out."""
+    return _probe(page, tmp, PROBE, ".probe.html", "--window-size=1200,900")
 
 
 def self_contained(text: str) -> bool:
@@ -116,31 +122,4 @@ addEventListener('load', () => {
 def page_width(page: Path, tmp: Path, width: int = 1280) -> dict:
     """How wide `page` lays out in a `width`-pixel window: the document's scrollWidth and the elements
     reaching past the window's right edge."""
-    text = page.read_text(encoding="utf-8")
-    probe = tmp / (page.stem + ".width.html")
-    probe.write_text(text.replace("</body>", WIDTH_PROBE + "</body>"), encoding="utf-8")
-    r = subprocess.run(
-        [
-            chromium(),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            f"--window-size={width},900",
-            f"--user-data-dir={tmp / 'chromium-profile'}",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-            probe.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
-    assert m, f"the page did not render in chromium: {r.stderr[-500:]}"
-    return json.loads(html.unescape(m.group(1)))
+    return _probe(page, tmp, WIDTH_PROBE, ".width.html", f"--window-size={width},900", "--virtual-time-budget=5000")

@@ -16,17 +16,7 @@ import fake_sysfs  # noqa: E402
 
 
 def _run(tmp_path, args, link_layer="InfiniBand", **env_extra):
-    root = tmp_path / "sys"
-    if not root.exists():
-        fake_sysfs.build(root, link_layer)
-    env = dict(
-        os.environ,
-        PATH=f"{HERE / 'standin'}:{os.environ['PATH']}",
-        IBWIRE_SYSFS_ROOT=str(root),
-        IBWIRE_RUN_DIR=str(tmp_path / "run"),
-        STANDIN_LOG=str(tmp_path / "argv.log"),
-        **env_extra,
-    )
+    env = fake_sysfs.standin_env(tmp_path, link_layer, **env_extra)
     r = subprocess.run(
         [sys.executable, "-c", "from ibwire.cli import main; main()"] + args,
         env=env,

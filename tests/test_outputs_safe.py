@@ -235,15 +235,7 @@ def test_sigterm_ends_a_capture_with_143_on_the_ibdump_standin(tmp_path):
     sys.path.insert(0, str(ROOT / "tests" / "standin"))
     import fake_sysfs
 
-    fake_sysfs.build(tmp_path / "sys", "InfiniBand")
-    env = dict(
-        os.environ,
-        PATH=f"{ROOT / 'tests' / 'standin'}:{os.environ['PATH']}",
-        IBWIRE_SYSFS_ROOT=str(tmp_path / "sys"),
-        IBWIRE_RUN_DIR=str(tmp_path / "run"),
-        STANDIN_LOG=str(tmp_path / "argv.log"),
-        STANDIN_LIDS="0x3>0x12,0x12>0x3",
-    )
+    env = fake_sysfs.standin_env(tmp_path, STANDIN_LIDS="0x3>0x12,0x12>0x3")
     out = tmp_path / "o.pcap"
     p = subprocess.Popen([EXE, "capture", "--pf", "mlx5_0", "-w", str(out)], env=env, stderr=subprocess.PIPE, text=True)
     for line in p.stderr:

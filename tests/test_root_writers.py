@@ -146,7 +146,6 @@ def test_capture_w_on_the_ibdump_standin_is_refused_before_anything_starts(tmp_p
     sys.path.insert(0, str(ROOT / "tests" / "standin"))
     import fake_sysfs
 
-    fake_sysfs.build(tmp_path / "sys", "InfiniBand")
     victim = tmp_path / "private" / "o.pcap"
     victim.parent.mkdir(mode=0o700)
     victim.write_bytes(SECRET)
@@ -156,14 +155,7 @@ def test_capture_w_on_the_ibdump_standin_is_refused_before_anything_starts(tmp_p
     shared.chmod(0o1777)
     out, said = _plant(case, shared, "o.pcap", victim)
     before = sorted(os.listdir(shared))
-    env = dict(
-        os.environ,
-        PATH=f"{ROOT / 'tests' / 'standin'}:{os.environ['PATH']}",
-        IBWIRE_SYSFS_ROOT=str(tmp_path / "sys"),
-        IBWIRE_RUN_DIR=str(tmp_path / "run"),
-        STANDIN_LOG=str(tmp_path / "argv.log"),
-        STANDIN_LIDS="0x3>0x12",
-    )
+    env = fake_sysfs.standin_env(tmp_path, STANDIN_LIDS="0x3>0x12")
     r = subprocess.run(
         [str(EXE), "capture", "--pf", "mlx5_0", "-w", str(out), "-c", "1"],
         check=False,
@@ -185,18 +177,10 @@ def test_a_capture_ring_is_refused_in_a_directory_others_can_write(tmp_path, mod
     sys.path.insert(0, str(ROOT / "tests" / "standin"))
     import fake_sysfs
 
-    fake_sysfs.build(tmp_path / "sys", "InfiniBand")
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(mode)
-    env = dict(
-        os.environ,
-        PATH=f"{ROOT / 'tests' / 'standin'}:{os.environ['PATH']}",
-        IBWIRE_SYSFS_ROOT=str(tmp_path / "sys"),
-        IBWIRE_RUN_DIR=str(tmp_path / "run"),
-        STANDIN_LOG=str(tmp_path / "argv.log"),
-        STANDIN_LIDS="0x3>0x12",
-    )
+    env = fake_sysfs.standin_env(tmp_path, STANDIN_LIDS="0x3>0x12")
     r = subprocess.run(
         [str(EXE), "capture", "--pf", "mlx5_0", "-w", str(shared / "ring.pcapng"), "-C", "1", "-c", "1"],
         check=False,

@@ -1,8 +1,26 @@
 """Builds a sysfs tree in a temporary directory (test data, not a mock): one ConnectX PF `mlx5_0` with
 two VFs (VF 0 passed to a VM via vfio-pci, VF 1 bound on the host as mlx5_2), laid out like
 /sys/class/infiniband and /sys/bus/pci/devices (Documentation/ABI/stable/sysfs-class-infiniband)."""
+
 import os
 from pathlib import Path
+
+
+def standin_env(tmp: Path, link_layer: str = "InfiniBand", **more: str) -> dict:
+    """The environment of an ibwire run against the stand-in executables beside this file, on the fake sysfs
+    tree tmp/sys (built unless it exists): run files in tmp/run, the stand-ins' log in tmp/argv.log, and
+    `more` (such as STANDIN_LIDS)."""
+    root = tmp / "sys"
+    if not root.exists():
+        build(root, link_layer)
+    return dict(
+        os.environ,
+        PATH=f"{Path(__file__).resolve().parent}:{os.environ['PATH']}",
+        IBWIRE_SYSFS_ROOT=str(root),
+        IBWIRE_RUN_DIR=str(tmp / "run"),
+        STANDIN_LOG=str(tmp / "argv.log"),
+        **more,
+    )
 
 
 def _w(p: Path, text: str):
@@ -43,8 +61,10 @@ def build(root: Path, link_layer: str = "InfiniBand") -> Path:
     (vfs[1] / "infiniband" / "mlx5_2").mkdir(parents=True)
     ib = root / "class" / "infiniband"
     ib.mkdir(parents=True)
-    for name, dev, lid, gid in (("mlx5_0", pf, 0x3, "fe80:0000:0000:0000:0c42:a103:0011:2233"),
-                                ("mlx5_2", vfs[1], 0x12, "fe80:0000:0000:0000:0c42:a103:0011:9902")):
+    for name, dev, lid, gid in (
+        ("mlx5_0", pf, 0x3, "fe80:0000:0000:0000:0c42:a103:0011:2233"),
+        ("mlx5_2", vfs[1], 0x12, "fe80:0000:0000:0000:0c42:a103:0011:9902"),
+    ):
         d = root / "devices" / "virtual" / "infiniband" / name
         _w(d / "node_guid", "0c42:a103:0011:2233")
         _w(d / "fw_ver", "20.39.1002")
