@@ -46,6 +46,38 @@ def check_decode_as(values: List[str], name: str = "nvme-rdma") -> bool:
     return any(d.rpartition(",")[2] == name for d in values)
 
 
+def _trackers(decode_as: List[str]):
+    """The storage protocols' trackers the printer reads, each told whether -d names its protocol."""
+    from ibwire.decode.iser import IserTracker
+    from ibwire.decode.nvme import NvmeTracker
+    from ibwire.decode.rpcrdma import RpcRdmaTracker, Trackers
+    from ibwire.decode.smbdirect import SmbDirectTracker
+
+    trackers = Trackers(
+        NvmeTracker(decode_as=check_decode_as(decode_as)),
+        RpcRdmaTracker(check_decode_as(decode_as, "rpcordma")),
+        SmbDirectTracker(check_decode_as(decode_as, "smb_direct")),
+    )
+    trackers.iser = IserTracker(check_decode_as(decode_as, "iser"))
+    return trackers
+
+
+def _names_analysis(src: str, keys, display_filter: Optional[str]) -> bool:
+    """Do the -e fields or the -Y filter name bth.analysis fields?  Those need the whole capture first, so an
+    error on standard input."""
+    from ibwire.decode.record_filter import names_analysis
+
+    named = any(k == "bth.analysis" or k.startswith("bth.analysis.") for k in keys) or (
+        display_filter is not None and names_analysis(display_filter)
+    )
+    if named and src == "-":
+        raise UserError(
+            "bth.analysis fields need the whole capture first (a frame is a retransmission by what "
+            "came before it); save standard input to a file and decode that"
+        )
+    return named
+
+
 @app.command()
 def decode(
     file: Optional[str] = typer.Argument(None, help="pcap or pcapng capture; - reads it from standard input"),
@@ -90,33 +122,14 @@ def decode(
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
     from dissectors.dcb import set_port_speed
     from ibwire.decode.filter import compile_filter
-    from ibwire.decode.record_filter import names_analysis
     from ibwire.report.packets.printer import Printer
 
     set_port_speed(port_speed(speed))
     src = capture_source(file, read, "name a capture file, as an argument or with -r (- reads one from standard input)")
     fmt, keys, (header, sep, quote) = _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
-    from ibwire.decode.nvme import NvmeTracker
-    from ibwire.decode.rpcrdma import RpcRdmaTracker, Trackers
-    from ibwire.decode.smbdirect import SmbDirectTracker
-
-    nvme = Trackers(
-        NvmeTracker(decode_as=check_decode_as(decode_as)),
-        RpcRdmaTracker(check_decode_as(decode_as, "rpcordma")),
-        SmbDirectTracker(check_decode_as(decode_as, "smb_direct")),
-    )
-    from ibwire.decode.iser import IserTracker
-
-    nvme.iser = IserTracker(check_decode_as(decode_as, "iser"))
+    nvme = _trackers(decode_as)
     flt = compile_filter(display_filter) if display_filter else None
-    named = any(k == "bth.analysis" or k.startswith("bth.analysis.") for k in keys) or (
-        display_filter is not None and names_analysis(display_filter)
-    )
-    if named and src == "-":
-        raise UserError(
-            "bth.analysis fields need the whole capture first (a frame is a retransmission by what "
-            "came before it); save standard input to a file and decode that"
-        )
+    named = _names_analysis(src, keys, display_filter)
     stream = _open(src, icrc)
     warnings = []
     if src != "-" and (named or verbose or fmt in ("json", "jsonl", "ek")):
