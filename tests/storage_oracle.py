@@ -68,6 +68,29 @@ def leaves(text: str, protocols, prefixes=None) -> dict:
     return out
 
 
+def agreement(theirs: dict, ours: dict, apart) -> tuple:
+    """(the keys of tshark's leaves `theirs` compared, those ibwire shows otherwise as (key, tshark's, ibwire's),
+    those ibwire does not show, the values compared): every key of theirs but those `apart(key)` says are
+    shown differently by design, and those ibwire lacks."""
+    compared = [k for k in theirs if k in ours and not apart(k)]
+    wrong = [(k, theirs[k], ours[k]) for k in compared if theirs[k] != ours[k]]
+    missing = [k for k in theirs if k not in ours]
+    return compared, wrong, missing, sum(len(theirs[k]) for k in compared)
+
+
+def frames_with(text: str, key: str, values) -> set:
+    """The frames of -T json documents whose `key` (the first at any depth) holds one of `values`."""
+    return {frame for frame, layers in _layers(text) if _find(layers, key) in values}
+
+
+def _find(items, want: str):
+    for key, value in items if isinstance(items, list) else []:
+        found = _find(value, want) if isinstance(value, list) else value if key == want else None
+        if found is not None:
+            return found
+    return None
+
+
 def ibwire_json(path, *args) -> str:
     done = run_ibwire("decode", *args, "-T", "json", path)
     assert done.returncode == 0, done.stderr
@@ -78,6 +101,17 @@ def ibwire_fields(path, *args, sep: str = ",") -> list:
     done = run_ibwire("decode", *args, "-T", "fields", "-E", f"separator={sep}", path)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
+
+
+def damaged(entries, send_only: int, start: int, step: int, flip: tuple) -> list:
+    """Each SEND Only entry of `entries` cut at `start`, `start + step` … bytes, and whole with the bytes
+    whose index is flip[1] modulo flip[0] inverted."""
+    out = []
+    for who, opcode, payload, *_ in entries:
+        if opcode == send_only:
+            out += [(who, opcode, payload[:n]) for n in range(start, len(payload), step)]
+            out.append((who, opcode, bytes(b ^ 0xFF if i % flip[0] == flip[1] else b for i, b in enumerate(payload))))
+    return out
 
 
 def decodes_every_frame(path, frames: int, field: str, *declared) -> str:

@@ -14,15 +14,24 @@ Deliberate differences, each with its reason:
   scsi.request_frame and scsi.time).  That field of responses is not compared.
 """
 
-import json
-import tomllib
-
 import iser_frames
 import pytest
-from conftest import run_ibwire
 from iser_frames import write_capture
+from storage_oracle import (
+    agreement,
+    damaged,
+    declared_counts,
+    decodes_every_frame,
+    frames_with,
+    ibwire_fields,
+    ibwire_json,
+    moved,
+    storage_rows,
+)
+from storage_oracle import leaves as tree_leaves
 
 PROTOCOLS = ("iser", "iscsi", "scsi", "iscsi.flags", "iscsi.flags_tree")
+PREFIXES = ("iser", "iscsi", "scsi", "scsi_sbc")
 DECLARED = ("-d", "infiniband,iser", "--disable-heuristic", "rpcrdma_infiniband")
 SPLIT = {"0", "1", "2"}  # SEND First, Middle, Last
 
@@ -30,33 +39,7 @@ SPLIT = {"0", "1", "2"}  # SEND First, Middle, Last
 def leaves(text: str):
     """((frame, key) -> [texts] of every iser/iscsi/scsi leaf of -T json documents, frames of SENDs split
     in several packets)."""
-    docs = json.loads(text, object_pairs_hook=lambda pairs: pairs)
-    out, split = {}, set()
-
-    def walk(items, frame):
-        for key, value in items:
-            if isinstance(value, list):
-                walk(value, frame)
-            elif key.split(".")[0] in ("iser", "iscsi", "scsi", "scsi_sbc"):
-                out.setdefault((frame, key), []).append(value)
-
-    for doc in docs:
-        layers = dict(dict(doc)["_source"])["layers"]
-        frame = int(dict(dict(layers)["frame"])["frame.number"])
-        if _find(dict(layers).get("infiniband", []), "infiniband.bth.opcode") in SPLIT:
-            split.add(frame)
-        walk([(k, v) for k, v in layers if k in PROTOCOLS and isinstance(v, list)], frame)
-        walk([(k, v) for k, v in layers if k in PROTOCOLS and not isinstance(v, list)], frame)
-    return out, split
-
-
-def _find(items, want: str):
-    """The first value of key `want` in a JSON layer's items, at any depth."""
-    for key, value in items if isinstance(items, list) else []:
-        found = _find(value, want) if isinstance(value, list) else value if key == want else None
-        if found is not None:
-            return found
-    return None
+    return tree_leaves(text, PROTOCOLS, PREFIXES), frames_with(text, "infiniband.bth.opcode", SPLIT)
 
 
 @pytest.fixture(scope="module")
@@ -66,22 +49,13 @@ def capture(tmp_path_factory):
     return path
 
 
-def _json(path, *args):
-    done = run_ibwire("decode", *args, "-T", "json", path)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def test_iser_fields_agree_with_tshark_44(tshark44, capture):
     theirs, split = leaves(tshark44(capture, *DECLARED, "-T", "json"))
-    ours, _ = leaves(_json(capture))
+    ours, _ = leaves(ibwire_json(capture))
     responses = {f for (f, k), v in theirs.items() if k == "iscsi.opcode" and v == ["0x21"]}
     theirs = {k: v for k, v in theirs.items() if k[0] not in split}
-    compared = [k for k in theirs if k in ours and not (k[0] in responses and k[1] == "scsi.lun")]
-    wrong = [(k, theirs[k], ours[k]) for k in compared if theirs[k] != ours[k]]
+    compared, wrong, missing, values = agreement(theirs, ours, lambda k: k[0] in responses and k[1] == "scsi.lun")
     assert not wrong, wrong[:10]
-    missing = [k for k in theirs if k not in ours]
-    values = sum(len(theirs[k]) for k in compared)
     print(
         f"tshark 4.4: {len(theirs)} iser/iscsi/scsi fields in {len({f for f, _ in theirs})} frames; ibwire has "
         f"the same values of {len(compared)} ({values} values); not shown: {missing}"
@@ -95,7 +69,7 @@ def test_rdma_cm_setup_decides_as_tshark(tshark44, capture):
     RoCE only the initiator's side, module doc); ibwire decodes those frames with the same values, and the
     target's side too."""
     theirs, _ = leaves(tshark44(capture, "--disable-heuristic", "rpcrdma_infiniband", "-T", "json"))
-    ours, _ = leaves(_json(capture))
+    ours, _ = leaves(ibwire_json(capture))
     assert theirs and all(ours.get(k) == v for k, v in theirs.items() if k[1] != "scsi.lun")
     assert len({f for f, _ in ours}) > len({f for f, _ in theirs})
 
@@ -111,17 +85,11 @@ def test_decode_as_takes_what_no_connection_names(tshark44, undeclared):
     """No RDMA-CM setup: neither tool decodes iSER; with tshark's `-d infiniband,iser` both decode the
     valid message with the same values (a header whose opcode is not iSER's stays undecoded)."""
     assert leaves(tshark44(undeclared, "-T", "json"))[0] == {}
-    assert leaves(_json(undeclared))[0] == {}
+    assert leaves(ibwire_json(undeclared))[0] == {}
     theirs, _ = leaves(tshark44(undeclared, "-d", "infiniband,iser", "-T", "json"))
-    ours, _ = leaves(_json(undeclared, "-d", "infiniband,iser"))
+    ours, _ = leaves(ibwire_json(undeclared, "-d", "infiniband,iser"))
     assert {f for f, _ in theirs} == {f for f, _ in ours} == {1}
     assert theirs == ours
-
-
-def _fields(capture, *args) -> list:
-    done = run_ibwire("decode", *args, "-T", "fields", "-E", "separator=|", capture)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
 
 
 RESPONSE = " && iscsi.opcode != 0x21"  # ibwire's SCSI layer of matched responses (module doc)
@@ -150,11 +118,11 @@ FILTERS = (
 def test_filters_and_columns_select_tsharks_frames(tshark44, capture):
     """-Y selects tshark's frames and -T fields -e prints tshark's values (SEND First/Last aside)."""
     keys = ["frame.number", "iser.flags", "iscsi.opcode", "iscsi.initiatortasktag", "scsi_sbc.opcode", "scsi.lun"]
-    split = {str(n) for n in leaves(_json(capture))[1]}
+    split = {str(n) for n in leaves(ibwire_json(capture))[1]}
     for text in FILTERS:
         args = ["-Y", text] + [a for k in keys for a in ("-e", k)]
         theirs = tshark44(capture, *DECLARED, *args, "-T", "fields", "-E", "separator=|").splitlines()
-        ours = _fields(capture, *args)
+        ours = ibwire_fields(capture, *args, sep="|")
         assert [_lun(r) for r in ours if r.split("|")[0] not in split] == [
             _lun(r) for r in theirs if r.split("|")[0] not in split
         ], text
@@ -168,21 +136,11 @@ def _lun(row: str) -> str:
 
 def test_damaged_messages_never_stop_the_decode(tmp_path):
     """Every message cut at every length and with its bytes flipped: every output decodes every frame."""
-    cut = []
-    for who, opcode, payload, *_ in iser_frames.messages():
-        if opcode == iser_frames.SEND_ONLY:
-            cut += [(who, opcode, payload[:n]) for n in range(60, len(payload), 11)]
-            cut.append((who, opcode, bytes(b ^ 0xFF if i % 9 == 5 else b for i, b in enumerate(payload))))
+    cut = damaged(iser_frames.messages(), iser_frames.SEND_ONLY, 60, 11, (9, 5))
     path = tmp_path / "damaged.pcap"
     n = write_capture(path, messages=lambda: cut)
-    for fmt in ("text", "json", "fields"):
-        done = run_ibwire("decode", "-T", fmt, "-e", "iscsi.opcode", "-d", "iser", path)
-        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    done = run_ibwire("decode", "-V", path)
-    assert done.returncode == 0 and done.stdout.count("\nFrame ") + 1 == n
-    done = run_ibwire("stats", "--storage", "--format", "json", path)
-    assert done.returncode == 0 and "Traceback" not in done.stderr
-    assert "[Malformed Packet: iSCSI]" in run_ibwire("decode", path).stdout  # a PDU cut inside its data
+    # a PDU cut inside its data
+    assert "[Malformed Packet: iSCSI]" in decodes_every_frame(path, n, "iscsi.opcode", "-d", "iser")
 
 
 def _tshark_commands(tshark44, capture) -> dict:
@@ -233,9 +191,7 @@ def test_storage_view_times_every_command_as_tsharks_frames_say(tshark44, captur
     """stats --storage: one row per SCSI command with its response frame, status and bytes as derived from
     tshark's frames."""
     want = _tshark_commands(tshark44, capture)
-    done = run_ibwire("stats", "--storage", "--format", "json", capture)
-    assert done.returncode == 0, done.stderr
-    ours = {r["itt"]: r for r in json.loads(done.stdout)["iser_commands"]}
+    ours = {r["itt"]: r for r in storage_rows(capture, "iser_commands")}
     assert sorted(ours) == sorted(want)
     names = {0: "Good", 2: "Check Condition"}
     for itt, w in want.items():
@@ -253,30 +209,14 @@ def test_iser_sample_ground_truth_as_tshark_and_ibwire_count_it(tshark44):
     responses and data bytes (the payloads of RDMA WRITEs and READ responses), and the storage view has
     every command answered Good with those bytes."""
     pcap = iser_frames.CAPTURES / "iser-rdma.pcap"
-    want = tomllib.loads(pcap.with_suffix(".toml").read_text())["expect"]["count"]
+    want = declared_counts(pcap)
     commands = tshark44(pcap, *DECLARED, "-Y", "iscsi.opcode == 0x01").splitlines()
     responses = tshark44(pcap, *DECLARED, "-Y", "iscsi.opcode == 0x21").splitlines()
-    assert (len(commands), len(responses), _moved(tshark44, pcap)) == (
+    assert (len(commands), len(responses), moved(tshark44, pcap)) == (
         want["scsi_commands"],
         want["scsi_responses"],
         want["data_bytes"],
     )
-    done = run_ibwire("stats", "--storage", "--format", "json", pcap)
-    rows = json.loads(done.stdout)["iser_commands"]
+    rows = storage_rows(pcap, "iser_commands")
     assert len(rows) == want["scsi_commands"] and all(r["status"] == "Good" for r in rows)
     assert sum(r["bytes"] for r in rows) == want["data_bytes"]
-
-
-# The bytes after the BTH an RDMA WRITE or READ response packet spends on RETH or AETH (IBA §9.2-9.4)
-EXT = {"6": 16, "7": 0, "8": 0, "10": 16, "13": 4, "14": 0, "15": 4, "16": 4}
-
-
-def _moved(tshark44, pcap) -> int:
-    """The payload bytes of every RDMA WRITE and READ response by tshark's IP lengths: tshark's iSER
-    heuristic takes a payload sent to the initiator's QP and shows nothing of it, so data.len is missing."""
-    keys = ("ip.len", "infiniband.bth.opcode", "infiniband.bth.padcnt")
-    out = tshark44(
-        pcap, "-Y", "infiniband.bth.opcode in {6..10, 13..16}", "-T", "fields", *(a for k in keys for a in ("-e", k))
-    )
-    rows = [line.split("\t") for line in out.splitlines()]
-    return sum(int(n) - 20 - 8 - 12 - EXT[op] - 4 - int(pad) for n, op, pad in rows)

@@ -16,9 +16,11 @@ Deliberate differences, each with its reason:
 import pytest
 import rpcrdma_frames
 from conftest import run_ibwire
-from rpcrdma_frames import write_capture
+from rpcrdma_frames import PROTOCOLS, REPLY_CALL, write_capture
 from storage_oracle import (
     RDMA_DATA,
+    agreement,
+    damaged,
     declared_counts,
     decodes_every_frame,
     ibwire_fields,
@@ -29,9 +31,6 @@ from storage_oracle import (
     storage_rows,
     tshark_frames,
 )
-
-PROTOCOLS = ("rpcordma.fragments", "rpcordma", "rpc", "nfs")
-REPLY_CALL = ("rpc.program", "rpc.programversion", "rpc.procedure")
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +44,8 @@ def test_rpcrdma_fields_agree_with_tshark_44(tshark44, capture):
     theirs = leaves(tshark44(capture, "-T", "json"), PROTOCOLS)
     ours = leaves(ibwire_json(capture), PROTOCOLS)
     replies = {f for (f, k), v in theirs.items() if k == "rpc.msgtyp" and v == ["1"]}
-    compared = [k for k in theirs if k in ours and not (k[0] in replies and k[1] in REPLY_CALL)]
-    wrong = [(k, theirs[k], ours[k]) for k in compared if theirs[k] != ours[k]]
+    compared, wrong, missing, values = agreement(theirs, ours, lambda k: k[0] in replies and k[1] in REPLY_CALL)
     assert not wrong, wrong[:10]
-    missing = [k for k in theirs if k not in ours]
-    values = sum(len(theirs[k]) for k in compared)
     print(
         f"tshark 4.4: {len(theirs)} rpcordma/rpc/nfs fields in {len({f for f, _ in theirs})} frames; ibwire has "
         f"the same values of {len(compared)} ({values} values); not shown: {missing}"
@@ -124,11 +120,7 @@ def test_filters_and_columns_select_tsharks_frames(tshark44, tmp_path):
 
 def test_damaged_messages_never_stop_the_decode(tmp_path):
     """Every message cut at every length and with its words flipped: every output decodes every frame."""
-    cut = []
-    for who, opcode, payload, *_ in rpcrdma_frames.messages():
-        if opcode == rpcrdma_frames.SEND_ONLY:
-            cut += [(who, opcode, payload[:n]) for n in range(12, len(payload), 7)]
-            cut.append((who, opcode, bytes(b ^ 0xFF if i % 9 == 5 else b for i, b in enumerate(payload))))
+    cut = damaged(rpcrdma_frames.messages(), rpcrdma_frames.SEND_ONLY, 12, 7, (9, 5))
     path = tmp_path / "damaged.pcap"
     n = write_capture(path, messages=lambda: cut)
     # a call cut inside its credential is flagged, as tshark does

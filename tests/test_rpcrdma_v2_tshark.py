@@ -14,9 +14,11 @@ import json
 import pytest
 import rpcrdma_frames
 from conftest import run_ibwire
-from rpcrdma_frames import V2_ONLY, v2_pairs, write_capture
+from rpcrdma_frames import PROTOCOLS, REPLY_CALL, V2_ONLY, v2_pairs, write_capture
 from storage_oracle import (
     RDMA_DATA,
+    agreement,
+    damaged,
     decodes_every_frame,
     ibwire_fields,
     ibwire_json,
@@ -27,8 +29,6 @@ from storage_oracle import (
     tshark_frames,
 )
 
-PROTOCOLS = ("rpcordma.fragments", "rpcordma", "rpc", "nfs")
-REPLY_CALL = ("rpc.program", "rpc.programversion", "rpc.procedure")
 REASSEMBLY = ("rpcordma.fragment", "rpcordma.fragment.count", "rpcordma.reassembled.length")
 REASSEMBLY += ("rpcordma.reassembled.data",)
 
@@ -62,14 +62,15 @@ def test_version_2_fields_agree_with_tshark_44_on_the_twins(tshark44, captures):
     replies = {f for (f, k), v in theirs.items() if k == "rpc.msgtyp" and v == ["1"]}
     # the version word, and a reassembled SEND's bytes (compared with tshark's own reassembly of version 2)
     apart = ("rpcordma.version", "rpcordma.reassembled.length", "rpcordma.reassembled.data")
-    compared = [k for k in theirs if k[1] not in apart and not (k[0] in replies and k[1] in REPLY_CALL)]
-    wrong = [(k, theirs[k], ours.get(k)) for k in compared if theirs[k] != ours.get(k)]
-    assert not wrong, wrong[:10]
+    compared, wrong, missing, values = agreement(
+        theirs, ours, lambda k: k[1] in apart or k[0] in replies and k[1] in REPLY_CALL
+    )
+    assert not wrong and not missing, (wrong[:10], missing)
     frames = {f for f, _ in theirs}
     assert all(ours[(f, "rpcordma.version")] == ["2"] for f in frames if (f, "rpcordma.version") in theirs)
     print(
         f"tshark 4.4 on the version 1 twins: {len(theirs)} rpcordma/rpc/nfs fields in {len(frames)} frames, "
-        f"{sum(len(theirs[k]) for k in compared)} values of {len(compared)} compared, all equal"
+        f"{values} values of {len(compared)} compared, all equal"
     )
     assert len(compared) >= 250
 
@@ -109,11 +110,7 @@ def test_every_output_names_version_2(captures):
 
 def test_damaged_version_2_messages_never_stop_the_decode(tmp_path):
     """Every version 2 message cut at every fifth length and with bytes flipped, all taken as RPC-RDMA."""
-    cut = []
-    for (who, opcode, payload, *_), _, _ in v2_pairs():
-        if opcode == rpcrdma_frames.SEND_ONLY:
-            cut += [(who, opcode, payload[:n]) for n in range(8, len(payload), 5)]
-            cut.append((who, opcode, bytes(b ^ 0xFF if i % 7 == 3 else b for i, b in enumerate(payload))))
+    cut = damaged([v2 for v2, _, _ in v2_pairs()], rpcrdma_frames.SEND_ONLY, 8, 5, (7, 3))
     path = tmp_path / "damaged-v2.pcap"
     n = write_capture(path, messages=lambda: cut)
     assert "[Malformed Packet: RPC]" in decodes_every_frame(path, n, "rpcordma.flags", "-d", "rpcordma")

@@ -12,15 +12,22 @@ Deliberate differences, each with its reason:
   address pair and shows Wireshark's smb2.response_to and smb2.time on the response.
 """
 
-import json
-import tomllib
-
 import pytest
 import smbdirect_frames
-from conftest import run_ibwire
 from rpcrdma_frames import CAPTURES
 from smbdirect_frames import write_capture
-from test_rpcrdma_tshark import leaves as tree_leaves
+from storage_oracle import (
+    RDMA_DATA,
+    declared_counts,
+    decodes_every_frame,
+    ibwire_fields,
+    ibwire_json,
+    moved,
+    rdma_keys,
+    storage_rows,
+    tshark_frames,
+)
+from storage_oracle import leaves as tree_leaves
 
 PROTOCOLS = ("smb_direct", "smb_direct.fragments", "smb2")
 
@@ -43,14 +50,11 @@ def test_smbdirect_fields_agree_with_tshark_44(tshark44, capture, tmp_path):
     chained = tmp_path / "compound.pcap"
     write_capture(chained, messages=smbdirect_frames.compound)
     theirs = leaves(tshark44(chained, "-T", "json"))
-    done = run_ibwire("decode", "-T", "json", chained)
-    ours = leaves(done.stdout)
-    assert done.returncode == 0 and theirs and all(ours.get(k) == v for k, v in theirs.items()), done.stderr
+    ours = leaves(ibwire_json(chained))
+    assert theirs and all(ours.get(k) == v for k, v in theirs.items())
     assert [len(v) for k, v in theirs.items() if k[1] == "smb2.msg_id"] == [2, 2]
     theirs = leaves(tshark44(capture, "-T", "json"))
-    done = run_ibwire("decode", "-T", "json", capture)
-    assert done.returncode == 0, done.stderr
-    ours = leaves(done.stdout)
+    ours = leaves(ibwire_json(capture))
     wrong = [(k, theirs[k], ours.get(k)) for k in theirs if theirs[k] != ours.get(k)]
     assert not wrong, wrong[:10]
     values = sum(len(v) for v in theirs.values())
@@ -59,12 +63,6 @@ def test_smbdirect_fields_agree_with_tshark_44(tshark44, capture, tmp_path):
     assert len(smb2) >= 8 and any(k == "smb2.buffer_descriptor.token" for _, k in theirs)
     # what ibwire adds: the SEND First/Last tshark leaves undecoded, the responses matched to requests
     assert {k for f, k in ours if (f, k) not in theirs and k.startswith("smb2.")} >= {"smb2.cmd", "smb2.response_to"}
-
-
-def _fields(capture, *args) -> list:
-    done = run_ibwire("decode", *args, "-T", "fields", "-E", "separator=,", capture)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
 
 
 REASSEMBLED = 18  # the SEND Last (after the RDMA-CM setup) only ibwire decodes (module doc)
@@ -97,7 +95,7 @@ def test_filters_and_columns_select_tsharks_frames(tshark44, tmp_path):
     for text in FILTERS:
         args = ["-Y", text] + [a for k in keys for a in ("-e", k)]
         theirs = tshark44(path, *args, "-T", "fields", "-E", "separator=,").splitlines()
-        ours = [r for r in _fields(path, *args) if r.split(",")[0] != str(REASSEMBLED)]
+        ours = [r for r in ibwire_fields(path, *args) if r.split(",")[0] != str(REASSEMBLED)]
         assert ours == theirs, text
 
 
@@ -114,9 +112,9 @@ def test_decode_as_is_tsharks(tshark44, undeclared, capture):
     -d changes nothing in either."""
     for args in ((), ("-d", "infiniband,smb_direct")):
         assert leaves(tshark44(undeclared, *args, "-T", "json")) == {}
-        assert _fields(undeclared, *args, "-Y", "smb_direct", "-e", "frame.number") == []
+        assert ibwire_fields(undeclared, *args, "-Y", "smb_direct", "-e", "frame.number") == []
     theirs = tshark44(capture, "-d", "infiniband,smb_direct", "-Y", "smb_direct", "-T", "fields", "-e", "frame.number")
-    ours = _fields(capture, "-d", "infiniband,smb_direct", "-Y", "smb_direct", "-e", "frame.number")
+    ours = ibwire_fields(capture, "-d", "infiniband,smb_direct", "-Y", "smb_direct", "-e", "frame.number")
     assert ours == sorted(theirs.splitlines() + [str(REASSEMBLED - 2)], key=int)  # its SEND Last (module doc)
 
 
@@ -125,14 +123,7 @@ def test_damaged_messages_never_stop_the_decode(tmp_path):
     message cut inside its SMB2 header is flagged malformed."""
     path = tmp_path / "damaged.pcap"
     n = write_capture(path, messages=smbdirect_frames.damaged)
-    for fmt in ("text", "json", "fields"):
-        done = run_ibwire("decode", "-T", fmt, "-e", "smb2.msg_id", path)
-        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    done = run_ibwire("decode", "-V", path)
-    assert done.returncode == 0 and done.stdout.count("\nFrame ") + 1 == n
-    done = run_ibwire("stats", "--storage", "--format", "json", path)
-    assert done.returncode == 0 and "Traceback" not in done.stderr
-    assert "[Malformed Packet: SMB Direct]" in run_ibwire("decode", path).stdout
+    assert "[Malformed Packet: SMB Direct]" in decodes_every_frame(path, n, "smb2.msg_id")
 
 
 def test_storage_view_times_every_request_as_tsharks_frames_say(tshark44, capture):
@@ -140,12 +131,10 @@ def test_storage_view_times_every_request_as_tsharks_frames_say(tshark44, captur
     response (the next response of its message id that is not STATUS_PENDING), latency, status, and the
     bytes of tshark's RDMA WRITEs and READ responses (matched to their request by PSN) whose R_Key is one of
     the request's buffer descriptor tokens, plus inline READ data and WRITE data."""
-    keys = "frame.number frame.time_epoch infiniband.bth.opcode infiniband.bth.psn infiniband.reth.r_key data.len"
-    keys += " smb2.flags.response smb2.msg_id smb2.nt_status smb2.buffer_descriptor.token smb2.write_length"
-    args = [a for k in keys.split() for a in ("-e", k)]
-    rows = [line.split(",") for line in tshark44(capture, "-T", "fields", "-E", "separator=,", *args).splitlines()]
-    frames = {int(r[0]): dict(zip(keys.split(), r)) for r in rows}
-    reqs, by_token = {}, {}
+    keys = "frame.number frame.time_epoch infiniband.bth.opcode infiniband.bth.psn infiniband.bth.destqp"
+    keys += " infiniband.reth.r_key data.len smb2.flags.response smb2.msg_id smb2.nt_status"
+    keys += " smb2.buffer_descriptor.token smb2.write_length"
+    frames, reqs, by_token = tshark_frames(tshark44, capture, keys), {}, {}
     for n, f in frames.items():
         if f["smb2.flags.response"] == "False":  # tshark 4.4 writes booleans so in -T fields
             reqs[f["smb2.msg_id"]] = {"submission": n, "time": float(f["frame.time_epoch"]), "completion": None}
@@ -156,19 +145,10 @@ def test_storage_view_times_every_request_as_tsharks_frames_say(tshark44, captur
             req["completion"], req["status"] = n, f["smb2.nt_status"]
             req["latency_us"] = round((float(f["frame.time_epoch"]) - req["time"]) * 1e6, 1)
             req["bytes"] += int(f["data.len"] or 0) if f["smb2.nt_status"] == "0x00000000" else 0
-    reads = {
-        f["infiniband.bth.psn"]: f["infiniband.reth.r_key"]
-        for f in frames.values()
-        if f["infiniband.bth.opcode"] == "12"
-    }
-    for f in frames.values():
-        key = f["infiniband.reth.r_key"] if f["infiniband.bth.opcode"] == "10" else None
-        key = reads.get(f["infiniband.bth.psn"]) if f["infiniband.bth.opcode"] == "16" else key
+    for n, key in rdma_keys(frames).items():
         if key and f"0x{int(key, 16):08x}" in by_token:
-            by_token[f"0x{int(key, 16):08x}"]["bytes"] += int(f["data.len"])
-    done = run_ibwire("stats", "--storage", "--format", "json", capture)
-    assert done.returncode == 0, done.stderr
-    ours = {str(r["message_id"]): r for r in json.loads(done.stdout)["smb_requests"]}
+            by_token[f"0x{int(key, 16):08x}"]["bytes"] += int(frames[n]["data.len"])
+    ours = {str(r["message_id"]): r for r in storage_rows(capture, "smb_requests")}
     ibwire_only = {"10"}  # the request in the SEND First/Last only ibwire decodes (module doc)
     assert sorted(ours) == sorted(set(reqs) | ibwire_only)
     for mid, want in reqs.items():
@@ -186,17 +166,16 @@ def test_smb_sample_ground_truth_as_tshark_and_ibwire_count_it(tshark44):
     bytes (the data of RDMA WRITEs and READ responses), and the storage view has every request answered
     with those bytes."""
     pcap = CAPTURES / "smb-direct.pcap"
-    want = tomllib.loads(pcap.with_suffix(".toml").read_text())["expect"]["count"]
+    want = declared_counts(pcap)
     requests = tshark44(pcap, "-Y", "smb2.flags.response == 0").splitlines()
     responses = tshark44(pcap, "-Y", "smb2.flags.response == 1").splitlines()
-    data = "infiniband.bth.opcode in {6..10, 13..16}"
-    moved = tshark44(pcap, "-Y", data, "-T", "fields", "-e", "data.len").split()
-    assert (len(requests), len(responses), sum(map(int, moved))) == (
+    moved_by_data_len = sum(map(int, tshark44(pcap, "-Y", RDMA_DATA, "-T", "fields", "-e", "data.len").split()))
+    assert (len(requests), len(responses), moved_by_data_len, moved(tshark44, pcap)) == (
         want["smb_requests"],
         want["smb_responses"],
         want["rdma_bytes"],
+        want["rdma_bytes"],
     )
-    done = run_ibwire("stats", "--storage", "--format", "json", pcap)
-    rows = json.loads(done.stdout)["smb_requests"]
+    rows = storage_rows(pcap, "smb_requests")
     assert len(rows) == want["smb_requests"] and all(r["status"] == "STATUS_SUCCESS" for r in rows)
     assert sum(r["bytes"] for r in rows) == want["rdma_bytes"]
