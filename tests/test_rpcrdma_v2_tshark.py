@@ -181,7 +181,7 @@ def test_synth_version_2_latency_view_is_tsharks_of_the_twin(tshark44, tmp_path)
 def test_synth_version_2_ground_truth(tshark44, tmp_path):
     """With RDMA-CM (and so RDMA2_CONNPROP from each side): the storage view has every declared call
     replied, with the chunk bytes tshark 4.4 counts in the RDMA data packets; -Y finds each side's
-    properties."""
+    properties; -V names every RDMA2_MSG."""
     v2 = _synth(tmp_path, 2, True)
     rows = storage_rows(v2, "rpc_calls")
     declared_bytes = sum(count * size for op, count, size in CONNECTIONS if op in ("read", "write"))
@@ -190,3 +190,6 @@ def test_synth_version_2_ground_truth(tshark44, tmp_path):
     assert len(tshark44(v2, "-Y", RDMA_DATA).splitlines()) > 0
     props = ibwire_fields(v2, "-Y", "rpcordma.msg_type == 5 && rpcordma.version == 2", "-e", "rpcordma.prop_value")
     assert props == ["1024,1024,0"] * 2 * len(CONNECTIONS)
+    calls = sum(c for _, c, _ in CONNECTIONS)  # -V, from learned programs too: every call and reply named
+    text = run_ibwire("decode", "-V", v2, check=True).stdout
+    assert (text.count("Message Type: RDMA2_MSG (0)"), text.count("RDMA2_F_RESPONSE: Set")) == (2 * calls, calls)
