@@ -1,13 +1,13 @@
-"""Benchmark: `ibwire decode` against tshark, on the same files in one run.
+"""Benchmark: every `ibwire decode` output against tshark writing the same, on the same files in one run.
 
-    .venv/bin/python bench/decode.py [--packets 1000000] [--mad-packets 100000] [--repeat 3]
+    .venv/bin/python bench/decode.py [--packets 1000000] [--mad-packets 100000] [--repeat 3] [--only json,-V]
 
 Files: bench/out/roce-<N>.pcap (bench/gen_roce.py, RoCEv2 RC traffic) and bench/out/sm-sweep-<M>.pcap
-(captures/sm-sweep.pcap, an SM's sweep of SMPs and SA queries, repeated to M packets).  Each file:
-`ibwire decode` (summary lines) against `tshark -r` (its summary lines), `ibwire decode -T jsonl` against
-`tshark -T json`, output to /dev/null; ibwire's time is the best of --repeat runs, tshark's of one run
-(minutes on the large file); ibwire's modules are byte-compiled first.  Also: the time to the first line on a pipe, and peak RSS.  Results go to
-bench/out/decode.json.
+(captures/sm-sweep.pcap, an SM's sweep of SMPs, repeated to M packets).  On each file, output to /dev/null:
+summary lines (`tshark -r`), the complete jsonl and `-T json` (both against `tshark -T json`), `-T fields`
+of FIELDS and `-V`, each against tshark doing the same.  ibwire's time is the best of --repeat runs,
+tshark's of one run (minutes on the large file); ibwire's modules are byte-compiled first.  Also: the time
+to the first line on a pipe, and peak RSS.  Results go to bench/out/decode.json.
 """
 
 import argparse
@@ -24,6 +24,20 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from analysis import run  # noqa: E402
 from gen_roce import generate  # noqa: E402
+
+FIELDS = [
+    a
+    for f in ("frame.number", "infiniband.lrh.dlid", "infiniband.bth.opcode", "infiniband.bth.destqp")
+    + ("infiniband.bth.psn", "infiniband.mad.attributeid")
+    for a in ("-e", f)
+]
+OUTPUTS = (  # (label, ibwire decode's arguments, tshark's)
+    ("text", [], []),
+    ("jsonl", ["-T", "jsonl"], ["-T", "json"]),
+    ("json", ["-T", "json"], ["-T", "json"]),
+    ("fields", ["-T", "fields", *FIELDS], ["-T", "fields", *FIELDS]),
+    ("-V", ["-V"], ["-V"]),
+)
 
 
 def mad_heavy(path: Path, packets: int) -> None:
@@ -54,6 +68,7 @@ def main():
     ap.add_argument("--packets", type=int, default=1_000_000)
     ap.add_argument("--mad-packets", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", help="outputs to time, comma-separated (text,jsonl,json,fields,-V)")
     args = ap.parse_args()
     out = HERE / "out"
     out.mkdir(exist_ok=True)
@@ -75,10 +90,10 @@ def main():
     for name, cap, n in (("roce", roce, args.packets), ("mad", mad, args.mad_packets)):
         subprocess.run(["cat", str(cap)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
         r = res[name] = {"capture": str(cap), "packets": n}
-        for label, ours, theirs in (
-            ("text", [ibwire, "decode", str(cap)], ["tshark", "-r", str(cap)]),
-            ("jsonl", [ibwire, "decode", str(cap), "-T", "jsonl"], ["tshark", "-r", str(cap), "-T", "json"]),
-        ):
+        for label, ours, theirs in OUTPUTS:
+            if args.only and label not in args.only.split(","):
+                continue
+            ours, theirs = [ibwire, "decode", str(cap), *ours], ["tshark", "-n", "-r", str(cap), *theirs]
             w_ours, cpu_ours, rss_ours, _ = min((run(ours) for _ in range(args.repeat)), key=lambda x: x[0])
             w_t, cpu_t, rss_t, _ = run(theirs)
             r[label] = {
@@ -92,8 +107,8 @@ def main():
                 "vs_tshark_cpu": cpu_t / cpu_ours,
             }
             print(
-                f"{name:5s} {n:>9,} pkts  decode {label:5s} {w_ours:7.2f} s ({rss_ours:.0f} MB)   "
-                f"tshark {' '.join(theirs[3:]) or 'text':8s} {w_t:7.2f} s ({rss_t:.0f} MB)   "
+                f"{name:5s} {n:>9,} pkts  decode {label:9s} {w_ours:7.2f} s ({rss_ours:.0f} MB)   "
+                f"tshark {' '.join(theirs[4:6]) or 'text':9s} {w_t:7.2f} s ({rss_t:.0f} MB)   "
                 f"= {w_t / w_ours:5.1f}× tshark ({cpu_t / cpu_ours:.1f}× per CPU second)",
                 flush=True,
             )

@@ -62,6 +62,29 @@ def test_learned_programs_print_what_the_full_decode_prints(tmp_path):
     assert not _differ(tmp_path, runs), "learned programs print other text than the full decode"
 
 
+def test_management_datagrams_print_alike(tmp_path):
+    """MADs of one shape (class, method, attribute and every byte but the transaction, keys, LIDs, GUIDs and
+    counters) print from a program: a real opensm sweep of an ibsim fabric whose queries are each made 20
+    times (new transactions, the answers alike), and the shipped SM sweep repeated to 2,000 frames."""
+    from fabric import scenario
+
+    from ibwire.files import iter_frames
+    from ibwire.files.writers import PcapWriter
+
+    again = [["smpquery", "portinfo", "2", "1"], ["smpquery", "nodeinfo", "3"], ["perfquery", "-x", "2"]]
+    again += [["saquery", "PR", "3", "4"], ["smpquery", "-D", "nodeinfo", "0,1"]]
+    (tmp_path / "sweep").mkdir()
+    sim = scenario.run(str(tmp_path / "sweep"), tools=scenario.TOOLS + again * 20)
+    frames = list(iter_frames(str(ROOT / "captures" / "sm-sweep.pcap")))
+    repeated = tmp_path / "sm-sweep-2000.pcap"
+    with PcapWriter(str(repeated), frames[0].linktype, nanos=True) as w:
+        for i in range(2000):
+            f = frames[i % len(frames)]
+            w.write(f.data, f.time + i * 1e-6, f.wirelen, flush=False)
+    fmts = (["-T", "json"], ["--format", "jsonl"], ["-V"])
+    assert not _differ(tmp_path, [[path, *fmt] for path in (sim["path"], repeated) for fmt in fmts])
+
+
 def test_analysis_fields_and_a_filter_print_alike(tmp_path):
     """RC analysis columns (acks_frame, ack_rtt as Python writes a float) and a -Y selection."""
     runs = [

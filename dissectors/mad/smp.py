@@ -40,6 +40,7 @@ class SMPDirected(ClassData):
 
     name = "SMP (Directed Route)"
     ws_name = "smpdirected"
+    payload_window = (40, SMP_DATA)  # the attribute is dissected from SMP data, bytes 40-103 of the layer
     ws_alias = {"mkey": "smplid.mkey", "smpdata": "smplid.smpdata"}
     fields_desc = [
         MirrorField("d"),

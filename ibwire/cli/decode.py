@@ -14,6 +14,7 @@ from ibwire.errors import UserError
 
 _SEPARATORS = {"/t": "\t", "/s": " "}
 _QUOTES = {"d": '"', "s": "'", "n": ""}
+DOCUMENT_BATCH = 2048  # frames a batch of -V, -T json, jsonl or -T ek output
 
 
 def _field_options(opts: List[str]):
@@ -130,7 +131,7 @@ def decode(
     nvme = _trackers(decode_as)
     flt = compile_filter(display_filter) if display_filter else None
     named = _names_analysis(src, keys, display_filter)
-    stream = _open(src, icrc)
+    stream = _open(src, icrc, verbose or fmt in ("json", "jsonl", "ek"))
     warnings = []
     if src != "-" and (named or verbose or fmt in ("json", "jsonl", "ek")):
         from ibwire.analyze.packets import CaptureAnalysis
@@ -229,7 +230,7 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
                 return d
 
             if verbose and not (hexdump or summary_too):
-                out.write(b"".join(tree_printer.trees(batch, rows, details)))
+                out.write(tree_printer.tree_text(batch, rows, details))
             elif verbose or hexdump:
                 from ibwire.report.packets.tree import hex_dump
 
@@ -256,11 +257,13 @@ def detail_flat_times(t: float, t0: float, prev: Optional[float]) -> dict:
     return {"frame.time_relative": t - t0, "frame.time_delta": t - (t if prev is None else prev)}
 
 
-def _open(src: str, icrc: bool):
+def _open(src: str, icrc: bool, documents: bool):
+    """The capture's batches; a batch printed as whole documents (-V, -T json, jsonl, -T ek: up to 10 KB a
+    MAD) holds DOCUMENT_BATCH frames, so the text of one batch stays near 20 MB."""
     from ibwire.decode.stream import Stream
 
     if src == "-":
         from ibwire.decode.pipe import PipeStream
 
         return PipeStream(sys.stdin.buffer, icrc)
-    return Stream(src, icrc)
+    return Stream(src, icrc, DOCUMENT_BATCH) if documents else Stream(src, icrc)

@@ -190,8 +190,16 @@ class Printer:
         if self.t0 is None and len(batch.rec):
             self.t0 = int(batch.rec["time_ns"][0])
         if self._shaped():
-            return self._shaped_documents(batch, rows, details).split(b"\0")[:-1]
+            return self._shaped_documents(batch, rows, details, cut=True).split(b"\0")[:-1]
         return [t.encode() for t in self._document_texts(batch.rec, rows, details)]
+
+    def tree_text(self, batch: Batch, rows: np.ndarray, details) -> bytes:
+        """-V alone: the trees of the rows, one after the other."""
+        if self.t0 is None and len(batch.rec):
+            self.t0 = int(batch.rec["time_ns"][0])
+        if self._shaped():
+            return self._shaped_documents(batch, rows, details)
+        return self._documents(batch.rec, rows, details)
 
     def _shaped(self) -> bool:
         """Do this format's documents print from learned programs (ibwire.report.packets.shapes)?"""
@@ -218,9 +226,10 @@ class Printer:
                 out.append((k, d))
         return out
 
-    def _shaped_documents(self, batch, rows, details) -> bytes:
+    def _shaped_documents(self, batch, rows, details, cut: bool = False) -> bytes:
         """-T json: frames of a learned shape print from its program, the others from their full decode; both
-        in one compiled call, in frame order, with tshark's numbering across frames (udp.stream)."""
+        in one compiled call, in frame order, with tshark's numbering across frames (udp.stream); -V trees
+        end in a NUL when they are to be `cut` apart."""
         from ibwire.report.packets import tshark_doc as td
         from ibwire.report.packets.templates import AUX
 
@@ -231,10 +240,10 @@ class Printer:
         decoded = {}
         for k, d in self._storage_decodes(batch, rows, details):
             prog_of[k], decoded[int(rows[k])] = -1, d
-        tree = self.fmt == "tree"  # -V: each tree ends in a NUL, where trees() cuts them apart
+        tree = self.fmt == "tree"
         if not self.started and not tree:
             prog_of[:1] = -1  # the first document has no comma before it
-        progs = [p + self._nul if tree else self._comma + p for p in progs]
+        progs = [(p + self._nul if cut else p) if tree else self._comma + p for p in progs]
         aux = self._aux(batch, rows)
         shown = dict(zip(rows.tolist(), range(len(rows))))
         roce2 = np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)).tolist()
@@ -247,6 +256,7 @@ class Printer:
                 prev = times[i - 1] if i else (self.prev if self.prev is not None else ns)
                 d = decoded.get(i)
                 text = self._document_text(td, d or details(i), ns, prev, fed=d is not None, tree=tree)
+                text = text if cut or not tree else text[:-1]
                 prog_of[k] = len(progs)
                 progs.append(compile_parts([text], AUX))
             elif roce2[i]:

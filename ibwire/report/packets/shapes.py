@@ -1,8 +1,8 @@
 """Which frames of a batch print from a learned program (ibwire.report.packets.templates), and the -T json and
 jsonl documents as the learner reads them.
 
-A frame qualifies when the compiled decoder says it is an IB/RoCE transport packet that is not a MAD or
-IPoIB, without damage, heuristics or RC analysis fields, and no storage tracker wants it; a SEND's first
+A frame qualifies when the compiled decoder says it is an IB/RoCE transport packet (a MAD too, but an RMPP
+DATA segment) that is not IPoIB, without damage, heuristics or RC analysis fields, and no storage tracker wants it; a SEND's first
 SEND_KEPT payload bytes belong to its shape, so an upper layer's heuristic sees the same bytes in every frame
 of a shape.  Its *layout* (link type, encapsulation, opcode, flags,
 lengths, CRC verdicts, VLAN/DSCP/ECN) picks the header length and the bits that name a shape; the
@@ -40,8 +40,12 @@ LAYOUT = (
     "dscp",
     "ecn",
     "an_retry_cause",
+    "mad_class",
+    "mad_method",
+    "mad_attrid",
 )
-UNPLAIN = R.F_MAD | R.F_IPOIB | R.F_MALFORMED | R.F_HEURISTIC
+UNPLAIN = R.F_IPOIB | R.F_MALFORMED | R.F_HEURISTIC
+MAD_STEADY = (("BTH", "destqp"), ("DETH", "q_key"), ("DETH", "srcqp"))  # QP 0/1 and QP1's Q_Key make a MAD
 
 
 def _seconds(ns: int) -> str:
@@ -258,8 +262,9 @@ class Shapes:
 
     def _learn(self, batch, i: int):
         kept = SEND_KEPT if SEND[int(batch.rec["opcode"][i])] else 0
+        steady = MAD_STEADY if batch.rec["flags"][i] & R.F_MAD else ()
         try:
-            return learn(batch.frame(i), batch.rec[i], self.decode, self.format, kept)
+            return learn(batch.frame(i), batch.rec[i], self.decode, self.format, kept, steady)
         except Exception:  # a frame the learner cannot take apart is printed from its full decode
             return None
 

@@ -21,7 +21,9 @@ from typing import Callable, Dict, List, NamedTuple, Optional
 import numpy as np
 
 from dissectors.crc import icrc_ib, icrc_roce1, icrc_roce2, vcrc
+from dissectors.mad.base import MirrorField
 from ibwire.decode import records as R
+from ibwire.decode.rmpp import RMPP_DATA
 from ibwire.files import Frame
 from ibwire.report.packets.program import compile_parts, render
 
@@ -48,14 +50,51 @@ VOLATILE = {
     "ImmDt": {"data": FREE},
     "IETH": {"r_key": FREE},
     "XRCETH": {"xrcsrq": FREE},
+    # MADs: the transaction, keys, LIDs, GUIDs, QPs and counters, which tshark prints as plain numbers
+    # (fields it names by value, the class, method, attribute, status, hop counts, RMPP header and
+    # component mask stay in the shape)
+    "MAD": {"transactionid": FREE, "attributemodifier": FREE},
+    "SMPLID": {"mkey": FREE},
+    "SMPDirected": {"mkey": FREE, "drslid": FREE, "drdlid": FREE},
+    "SA": {"smkey": FREE},
+    "PortInfo": {"m_key": FREE, "gidprefix": FREE, "lid": FREE, "mastersmlid": FREE, "m_keyleaseperiod": FREE},
+    "NodeInfo": {
+        "systemimageguid": FREE,
+        "nodeguid": FREE,
+        "portguid": FREE,
+        "deviceid": FREE,
+        "revision": FREE,
+        "vendorid": FREE,
+    },
+    "SMInfo": {"guid": FREE, "sm_key": FREE, "actcount": FREE},
+    "PortCounters": {
+        name: FREE
+        for name in (
+            "symbolerrorcounter linkerrorrecoverycounter linkdownedcounter portrcverrors "
+            "portrcvremotephysicalerrors portrcvswitchrelayerrors portxmitdiscards portxmitconstrainterrors "
+            "portrcvconstrainterrors vl15dropped portxmitdata portrcvdata portxmitpkts portrcvpkts portxmitwait"
+        ).split()
+    },
+    "PortCountersExtended": {
+        name: FREE
+        for name in (
+            "portxmitdata portrcvdata portxmitpkts portrcvpkts portunicastxmitpkts portunicastrcvpkts "
+            "portmulticastxmitpkts portmulticastrcvpkts"
+        ).split()
+    },
+    "PathRecord": {"serviceid": FREE, "dgid": FREE, "sgid": FREE, "dlid": FREE, "slid": FREE},
+    "MCMemberRecord": {"mgid": FREE, "portgid": FREE, "q_key": FREE, "mlid": FREE},
+    "PortInfoRecord": {"endportlid": FREE},
+    "NodeRecord": {"lid": FREE},
+    "LinkRecord": {"fromlid": FREE, "tolid": FREE},
 }
 MARK = "@@T{}@@"
 MARK_RE = re.compile(r'"?@@T(\d+)@@"?')
 HEX_RE = re.compile(r"0x[0-9a-f]+")
 # what a shared start (read backwards) or end must give back: part of a value cut in two
-WORD_END = re.compile(r"[0-9A-Za-z_-]*(?:[.:][0-9A-Za-z_-]+)*")
+WORD_END = re.compile(r"[0-9A-Za-z_-]*(?:[.:]+[0-9A-Za-z_-]*)*")  # (an IPv6 address may start "::")
 WORD_START = re.compile(r"[0-9A-Za-z_-]*(?:[.:][0-9A-Za-z_-]+)*")
-SEPARATORS = re.compile(r"([ ()\[\],=/]+)")
+SEPARATORS = re.compile(r"((?:[ ()\[\],=/]|: )+)")
 BYTES_RE = re.compile(r"[0-9a-f]{2}(?::[0-9a-f]{2})*")
 PLAIN_BYTES_RE = re.compile(r"(?:[0-9a-f]{2})+")
 
@@ -76,37 +115,56 @@ class Shape(NamedTuple):
     keep: np.ndarray  # head bytes: 1 bits are the shape's, 0 bits vary
 
 
-def _bits(f) -> int:
-    """A field's width in bits (0: not fixed)."""
-    return round(8 * getattr(f, "sz", 0))
+def _bits(f) -> Optional[int]:
+    """A field's width in bits (None: not fixed; 0: it shows bits of an earlier layer)."""
+    if isinstance(f, MirrorField):
+        return 0
+    return round(8 * getattr(f, "sz", 0)) or None
+
+
+def _placed(pkt):
+    """(layer, name, its bytes, offset in the frame) of each layer; a layer whose payload lies inside its
+    own bytes (`payload_window`: offset, length; a directed-route SMP's data) has that payload placed
+    there, and what follows the window after the layer."""
+    off, window, layer = 0, None, pkt
+    while layer is not None and type(layer).__name__ != "NoPayload":
+        raw = getattr(layer, "raw_packet_cache", None)
+        yield layer, type(layer).__name__, raw, off
+        if raw is None:
+            return
+        carve = getattr(layer, "payload_window", None)
+        if carve is not None:
+            window, off = [carve[1], off + len(raw)], off + carve[0]
+        else:
+            off += len(raw)
+            if window is not None:
+                window[0] -= len(raw)
+                if window[0] <= 0:
+                    off, window = window[1], None
+        layer = layer.payload
 
 
 def layout(pkt, steady: tuple = ()) -> Optional[tuple]:
     """(head, trailer layers, spots): where the packet's headers end, its CRC layers [(name, offset)] and
     the volatile fields [(bit offset, bits, may-vary mask)], from the layers' own field lists; None if a
     layer's length is unknown."""
-    spots, trailer, off, head = [], [], 0, 0
-    layer = pkt
-    while layer is not None and type(layer).__name__ != "NoPayload":
-        name = type(layer).__name__
-        raw = getattr(layer, "raw_packet_cache", None)
+    spots, trailer, head = [], [], 0
+    for layer, name, raw, off in _placed(pkt):
         if raw is None:
             return None
         if name in ("ICRC", "VCRC"):
             trailer.append((name, off))
         elif name not in ("Raw", "Padding", "IBPad"):
-            head = off + len(raw)
+            head = max(head, off + len(raw))
         bit = 8 * off
         for f in layer.fields_desc:
             n = _bits(f)
-            if not n:
+            if n is None:
                 break
             vary = None if (name, f.name) in steady else VOLATILE.get(name, {}).get(f.name)
             if vary:
                 spots.append((bit, n, vary & ((1 << n) - 1)))
             bit += n
-        off += len(raw)
-        layer = layer.payload
     return head, trailer, spots
 
 
@@ -152,11 +210,9 @@ def mutants(frame: Frame, pkt, sealed: bool, kept: int = 0, steady: tuple = (), 
         return None
     head, trailer, spots = lay
     head = min(head + kept, min([at for _, at in trailer] + [len(frame.data)]))
-    starts, off, layer = {}, 0, pkt
-    while layer is not None and type(layer).__name__ != "NoPayload":
-        starts.setdefault(type(layer).__name__, off)
-        off += len(layer.raw_packet_cache or b"")
-        layer = layer.payload
+    starts = {}
+    for _, name, _, off in _placed(pkt):
+        starts.setdefault(name, off)
     keep = np.full(head, 0xFF, np.uint8)
     rnd = random.Random(seed)
     where = np.array(
@@ -384,16 +440,17 @@ def _text(v) -> str:
     return v if isinstance(v, str) else str(v)
 
 
-def learn(frame: Frame, row, decode: Callable, fmt: Format, kept: int = 0) -> Optional[Shape]:
+def learn(frame: Frame, row, decode: Callable, fmt: Format, kept: int = 0, steady: tuple = ()) -> Optional[Shape]:
     """The program of the shape of `frame` (its record `row`), or None when its documents cannot be printed
     from one.  `decode(frame, row)` is the full decode (ibwire.decode.Decoded) with the RC analysis of a row
     (of AUX or the records); the first `kept` payload bytes are the shape's (those an upper layer's
-    heuristic would read)."""
+    heuristic would read), and so are the `steady` fields [(layer, field)] of VOLATILE.  The program must
+    print the frame itself as its full decode does, and every mutant."""
     icrc_good = int(row["icrc"]) == R.GOOD
     d0 = decode(frame, None)
-    if d0.packet is None:
-        return None
-    made = mutants(frame, d0.packet, icrc_good, kept, fmt.steady)
+    if d0.packet is None or d0.flat.get("rmpp.rmpptype") == RMPP_DATA:
+        return None  # (an RMPP DATA segment's decode depends on the transfer's other segments)
+    made = mutants(frame, d0.packet, icrc_good, kept, fmt.steady + steady)
     if made is None:
         return None
     frames, keep, head = made
@@ -423,8 +480,11 @@ def learn(frame: Frame, row, decode: Callable, fmt: Format, kept: int = 0) -> Op
     if marks != len(parts_of):
         return None
     shape = Shape(compile_parts([p for p in program if p != ""], AUX), head, keep)
+    first = frame._replace(number=int(metas[0]["frame"]))  # the frame itself, printed as a mutant was
+    frames.append(first)
+    samples.append(fmt.items(decode(first, metas[0]), metas[0]))
     want = "".join(s[2]([]) for s in samples)
-    return shape if _render(shape.program, frames, metas) == want else None
+    return shape if _render(shape.program, frames, np.concatenate([metas, metas[:1]])) == want else None
 
 
 def _render(program: bytes, frames: List[Frame], metas: np.ndarray) -> str:
