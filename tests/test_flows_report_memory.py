@@ -1,8 +1,8 @@
 """The flows report keeps a bounded number of packets per conversation drawn (memory stays flat however long
 the capture).  Beyond the cap it keeps what is to be marked: every NAK, RNR NAK and bad-ICRC packet, the
-requests that break the sequence and the ones before them, the request ending each RNR wait; so the PSN
-graph of a thinned conversation marks the same drops, NAKs and RNR waits as the graph of every packet, and
-the first retransmission of each go-back; the page says how much the graphs draw."""
+frames the sequencer marked (retransmissions, lost, late, after a PSN gap), the request ending each RNR
+wait; so the PSN graph of a thinned conversation marks the same drops, retransmissions, NAKs and RNR waits
+as the graph of every packet; the page says how much the graphs draw."""
 
 from pathlib import Path
 
@@ -11,6 +11,7 @@ import pytest
 
 from ibwire.analyze import series as S
 from ibwire.analyze.flows import analyse
+from ibwire.analyze.frames import marked
 from ibwire.report.pictures import flows_report
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
@@ -21,21 +22,15 @@ def _nak_marks(pk):
     return sorted(pk["frame"][(syn == 1) | (syn == 3) | pk["bad_icrc"]].tolist())
 
 
-def _bursts(ch):
-    """Frames of the retransmissions that start a go-back (the request before them was no retransmission)."""
-    req = np.flatnonzero(ch["is_req"] & ~ch["bad"])
-    r = ch["retrans"][req]
-    return set(ch["frame"][req[r & ~np.r_[False, r[:-1]]]].tolist())
-
-
 @pytest.mark.parametrize("name, cap", [("loss-retransmit.pcap", 40), ("rxe-rc-write-loss2.pcap", 60)])
 def test_beyond_the_cap_what_is_marked_is_kept(monkeypatch, name, cap):
     path = str(CAPS / name)
-    rows = analyse(path)["conversations"]
-    keep = range(len(rows))
-    whole = S.collect(path, rows, keep, 0.01)
+    events: list = []
+    rows = analyse(path, events=events)["conversations"]
+    marks, keep = marked(events[0]), range(len(rows))
+    whole = S.collect(path, rows, keep, 0.01, marks)
     monkeypatch.setattr(S, "KEEP_PACKETS", cap)
-    capped = S.collect(path, rows, keep, 0.01)
+    capped = S.collect(path, rows, keep, 0.01, marks)
     assert whole.thinned == {} and capped.thinned
     beyond = 0  # marks after the head: what the thinning must keep
     for ci, (kept, seen, _) in capped.thinned.items():
@@ -51,13 +46,13 @@ def test_beyond_the_cap_what_is_marked_is_kept(monkeypatch, name, cap):
             if a is None:
                 continue
             assert a["drop_points"] == b["drop_points"]  # the same drops, same places
+            assert a["gap_points"] == b["gap_points"]
             assert a["rnr_waits"] == b["rnr_waits"]
-            got = set(a["frame"][a["retrans"]].tolist())
-            assert _bursts(b) <= got <= set(b["frame"][b["retrans"]].tolist())
+            assert a["frame"][a["retrans"]].tolist() == b["frame"][b["retrans"]].tolist()
             head_end = float(full["time"][cap - 1])
             beyond += sum(t > head_end for t, _ in b["drop_points"]) + sum(
-                f > int(full["frame"][cap - 1]) for f in _bursts(b)
+                f > int(full["frame"][cap - 1]) for f in b["frame"][b["retrans"]].tolist()
             )
     assert beyond  # loss after the head was marked
-    html = flows_report.render(path, {"conversations": rows, "problems": []})
+    html = flows_report.render(path, {"conversations": rows, "problems": [], "marks": marks})
     assert "class='note thinned'" in html and "The table above counts every packet" in html

@@ -5,7 +5,8 @@ missed), opens a retransmission episode (and why), is the last resend of a reque
 request an ACK, NAK or READ response answers, and the time since.
 
 `table(events)` turns the log into one row per frame (the records' `an_*` columns, decode.records.ANALYSIS;
-ibwire.analyze.packets fills them into records).
+ibwire.analyze.packets fills them into records); `marked(table)` keeps the frames a PSN graph marks
+(ibwire.analyze.series draws them).
 """
 
 from collections import defaultdict
@@ -24,6 +25,8 @@ LISTED = 8  # frames listed per kind and conversation (all are counted)
 # Columns the sequencer's events fill; NAKs and RNR waits are read from each ACK's own AETH.
 SEQUENCED = [c for c in R.ANALYSIS if c not in ("an_nak", "an_rnr_wait")]
 TABLE = np.dtype([("frame", "u4")] + [(c, R.RECORD[c]) for c in SEQUENCED])
+MARKED = ("an_retransmission", "an_lost", "an_out_of_order", "an_psn_gap")  # what a PSN graph marks
+MARKS = np.dtype([("frame", "u4")] + [(c, R.RECORD[c]) for c in MARKED])
 
 
 def decode(raw: bytes) -> np.ndarray:
@@ -59,6 +62,33 @@ def table(ev: np.ndarray) -> np.ndarray:
     r, v = at("ack_rtt")
     t["an_ack_rtt"][r] = np.round(v.view(np.float32).astype(np.float64) * 1e9).astype(np.int64)
     return t
+
+
+def marked(tab: np.ndarray) -> np.ndarray:
+    """The MARKS rows of the TABLE's frames that are a retransmission, lost, out of order or after a PSN gap."""
+    hit = np.zeros(len(tab), bool)
+    for c in MARKED:
+        hit |= tab[c] != 0
+    out = np.zeros(int(hit.sum()), MARKS)
+    for c in MARKS.names:
+        out[c] = tab[c][hit]
+    return out
+
+
+def at_frames(marks: np.ndarray, frames: np.ndarray) -> Dict[str, np.ndarray]:
+    """MARKED's columns of each of `frames` (sorted MARKS rows `marks`; zero where they hold no such frame)."""
+    out = {c: np.zeros(len(frames), MARKS[c]) for c in MARKED}
+    if len(marks):
+        i = np.minimum(np.searchsorted(marks["frame"], frames), len(marks) - 1)
+        hit = np.flatnonzero(marks["frame"][i] == frames)
+        for c in MARKED:
+            out[c][hit] = marks[c][i[hit]]
+    return out
+
+
+def incomplete(what: str) -> str:
+    """The problem told when the sequencer kept only its first events: later frames carry no `what`."""
+    return f"the RC analysis kept only its first {_native.FLOW_EVENTS_MAX} events; later frames carry no {what}"
 
 
 def per_conversation(ev: np.ndarray, tab: np.ndarray) -> Dict[int, Dict[str, List[int]]]:

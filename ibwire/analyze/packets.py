@@ -8,8 +8,7 @@ import numpy as np
 
 from dissectors.opcodes import RNR_TIMER_MS, lookup
 from ibwire.analyze.flows import analyse
-from ibwire.analyze.frames import SEQUENCED, TABLE
-from ibwire.decode import _native
+from ibwire.analyze.frames import SEQUENCED, TABLE, incomplete
 from ibwire.decode import records as R
 
 _ACKS = np.array([lookup(c).op in ("ack", "atomic_ack") for c in range(256)])
@@ -25,14 +24,7 @@ class CaptureAnalysis:
         events: list = []
         self.conversations = analyse(path, icrc, events=events, upto=upto)["conversations"]  # flows' rows
         self.table = events[0] if events else np.zeros(0, TABLE)
-        self.problems = (
-            [
-                f"the RC analysis kept only its first {_native.FLOW_EVENTS_MAX} events; later frames carry no "
-                f"bth.analysis fields"
-            ]
-            if events and events[1]
-            else []
-        )
+        self.problems = [incomplete("bth.analysis fields")] if events and events[1] else []
 
     def fill(self, rec) -> None:
         frames = rec["frame"]

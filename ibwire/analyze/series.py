@@ -1,16 +1,12 @@
 """Per-packet time series with numpy from the fast-path records: packets and bytes per interval, and for
-chosen conversations each packet's time, PSN and kind, sequenced like a tcptrace graph (IBA Vol 1 §9.7).
+chosen conversations each packet's time, PSN and kind, drawn like a tcptrace graph (IBA Vol 1 §9.7).
 
-Sequencing of one requester→responder channel, vectorised over its packets in capture order:
+What each request was is the RC sequencer's verdict (ibwire/decode/native/flows.c; its frames a PSN graph
+marks, ibwire.analyze.frames.marked, looked up by frame number): a retransmission, lost on the wire (a drop),
+late (out of order), after a PSN gap.  Of one requester→responder channel, in capture order:
 * PSNs are unwrapped (24-bit serial arithmetic, §9.7.1) so a wrap 0xffffff → 0 keeps going up;
-* the next expected PSN is the highest PSN + 1 seen so far (a READ request moves it by at least
-  dmalen/4096, its responses by one each);
-* a request above the expected PSN leaves a gap; one below it repeats a PSN: a retransmission — unless it
-  fills a gap first seen and no NAK came yet (late, not lost: out of order), undone when the next packet
-  repeats the PSN after it (go-back-N); a skipped PSN resent later was lost on the wire (a drop), one
-  never resent was delivered but not captured (the mirror or the capture missed it);
-* PSNs a pending READ's responses may use (up to dmalen/256 of them) are no gap;
-* a request whose ICRC is bad is discarded by the responder: marked, and its PSN becomes a gap;
+* each PSN skipped before a request is drawn there: lost when a request the sequencer found lost resent
+  it, none when it came late, else not captured (the mirror or the capture missed it);
 * NAKs and RNR NAKs come from the AETH syndrome (§9.7.5.2); an RNR wait lasts from the RNR NAK to the
   requester's next packet; ACK latency is from a request's first transmission to the first ACK (or READ
   completion) covering its PSN; READ latency from the READ request to its first response.
@@ -21,6 +17,7 @@ from typing import Dict, Iterable, List, Optional
 import numpy as np
 
 from dissectors.opcodes import AETH_ACK, AETH_NAK, AETH_RNR_NAK, aeth_kind, lookup
+from ibwire.analyze import frames as F
 from ibwire.analyze.flows import end_text
 from ibwire.analyze.hashing import group_rows
 from ibwire.decode import records as R
@@ -28,7 +25,7 @@ from ibwire.decode.scan import scan
 
 PSN_MOD = 1 << 24
 MAX_MARKS = 20000  # drop marks drawn per channel
-KEEP_PACKETS = 1 << 18  # packets kept per conversation drawn (26 bytes each); later ones only if they mark
+KEEP_PACKETS = 1 << 18  # packets kept per conversation drawn (31 bytes each); later ones only if they mark
 _OP = [lookup(c).op for c in range(256)]
 _SEG = [lookup(c).seg for c in range(256)]
 IS_REQ = np.array(
@@ -40,7 +37,7 @@ IS_READ_FIRST = np.array([o == "read_resp" and s in ("first", "only") for o, s i
 IS_READ_LAST = np.array([o == "read_resp" and s in ("last", "only") for o, s in zip(_OP, _SEG)])
 HAS_AETH = np.array(["aeth" in lookup(c).headers for c in range(256)])
 IS_RC = np.array([lookup(c).transport in ("RC", "XRC") for c in range(256)])
-KEPT = ("time", "opcode", "psn", "aeth_syndrome", "reth_dmalen", "frame")  # per packet drawn: 24 bytes
+KEPT = ("time", "opcode", "psn", "aeth_syndrome", "reth_dmalen", "frame")  # per packet drawn: 22 bytes
 BINNED = ("time_ns", "len", "flags", "opcode", "aeth_syndrome", "ecn")  # what TimeBins counts
 
 
@@ -169,36 +166,22 @@ def _naks(kinds: np.ndarray) -> np.ndarray:
     return (kinds == AETH_NAK) | (kinds == AETH_RNR_NAK)
 
 
-def _psn_span(opcode: np.ndarray, dmalen: np.ndarray) -> np.ndarray:
-    """PSNs each request takes: one, or a READ request one per 4096-byte response (at least one), which is
-    how far it moves the next expected PSN (§9.7.1)."""
-    return np.where(IS_READ_REQ[opcode], np.maximum(1, -(-dmalen.astype(np.int64) // 4096)), 1)
-
-
 class Thinning:
-    """Which packets of a conversation past KEEP_PACKETS are kept for its PSN graphs: those with a mark of
-    their own (NAKs, RNR NAKs, bad ICRCs); each request that breaks its channel's sequence (its PSN is not
-    the one the requester's previous request leads to: a drop before it or a retransmission) together with
-    the request before it; and the first request after each NAK or RNR NAK (where an RNR wait ends).  A kept request
-    that follows its channel's sequence is flagged `cont`, so that `channel` draws no gap before it for the
-    in-sequence requests left out.  The sequence is followed across batches from the first packet."""
+    """Which packets of a conversation past KEEP_PACKETS are kept for its PSN graphs: those marked (NAKs,
+    RNR NAKs, bad ICRCs, the sequencer's verdicts) and the first request after each NAK or RNR NAK (where
+    an RNR wait ends), followed across batches from the first packet."""
 
     def __init__(self):
-        self.nxt: Dict[tuple, int] = {}  # (conversation, side) -> PSN the last request leads to
-        self.last: Dict[tuple, dict] = {}  # ... -> that request's columns (one row), while not kept
-        self.after_nak: Dict[tuple, bool] = {}
+        self.after_nak: Dict[tuple, bool] = {}  # (conversation, side) -> a NAK came after its last request
 
-    def feed(self, ci: int, cols: dict, room: int):
-        """Follow the batch `cols` (one conversation's packets: KEPT's columns, side, bad_icrc) of which the
-        first `room` are kept whole.  Returns the rows to keep, their `cont` flags and rows of earlier
-        batches to add (their `cont` set)."""
+    def feed(self, ci: int, cols: dict, room: int) -> np.ndarray:
+        """Which rows of the batch `cols` (one conversation's packets: KEPT's and MARKED's columns, side,
+        bad_icrc) to keep, the first `room` of them whole."""
         op, side, n = cols["opcode"], cols["side"], len(cols["opcode"])
         nak = _naks(aeth_kinds(op, cols["aeth_syndrome"]))
-        keep = np.arange(n) < room
-        if room < n:
-            keep |= nak | cols["bad_icrc"]  # a mark of their own
-        cont = np.zeros(n, bool)
-        extra = []
+        keep = (np.arange(n) < room) | nak | cols["bad_icrc"]
+        for c in F.MARKED:
+            keep |= cols[c] != 0
         for s in (0, 1):
             key = (ci, s)
             req = np.flatnonzero((side == s) & IS_REQ[op] & ~cols["bad_icrc"])
@@ -206,41 +189,25 @@ class Thinning:
             if not len(req):
                 self.after_nak[key] = self.after_nak.get(key, False) or bool(len(naks))
                 continue
-            p = cols["psn"][req].astype(np.int64)
-            nxt = (p + _psn_span(op[req], cols["reth_dmalen"][req])) % PSN_MOD
-            expected = np.empty(len(p), np.int64)
-            expected[1:] = nxt[:-1]
-            expected[0] = self.nxt.get(key, p[0])
-            brk = p != expected
-            if room < n:
-                before = np.flatnonzero(brk) - 1
-                if len(before) and before[0] < 0 and key in self.last:
-                    extra.append(self.last[key])
-                after = np.searchsorted(req, naks, "right")
-                pick = np.concatenate(
-                    [
-                        np.flatnonzero(brk),
-                        before[before >= 0],
-                        after[after < len(req)],
-                        [0] if self.after_nak.get(key) else [],
-                    ]
-                ).astype(np.int64)
-                keep[req[pick]] = True
-                cont[req] = ~brk & (req >= room)
+            after = np.searchsorted(req, naks, "right")
+            pick = np.concatenate([after[after < len(req)], [0] if self.after_nak.get(key) else []])
+            keep[req[pick.astype(np.int64)]] = True
             self.after_nak[key] = bool(len(naks)) and naks[-1] > req[-1]
-            self.nxt[key] = int(nxt[-1])
-            if keep[req[-1]]:
-                self.last.pop(key, None)
-            else:
-                self.last[key] = dict({k: v[req[-1:]] for k, v in cols.items()}, cont=np.ones(1, bool))
-        return keep, cont, extra
+        return keep
 
 
 def collect(
-    path: str, conversations: List[dict], keep: Iterable[int], interval: float, icrc: bool = True, mask=None
+    path: str,
+    conversations: List[dict],
+    keep: Iterable[int],
+    interval: float,
+    marks: np.ndarray,
+    icrc: bool = True,
+    mask=None,
 ) -> Collected:
     """One pass: time bins for everything; for the conversations at positions `keep` in `conversations` (rows
-    of `flows.analyse`) time bins and packet columns (side 0 = a→b); every CM MAD (for ladder diagrams)."""
+    of `flows.analyse`) time bins and packet columns (side 0 = a→b) with the sequencer's verdicts on them
+    (`marks`: frames.marked of its table); every CM MAD (for ladder diagrams)."""
     keep = set(keep)
     halves = {}
     for i, r in enumerate(conversations):
@@ -298,29 +265,20 @@ def collect(
                 per_conv[ci] = TimeBins(interval, total.t0_ns)
             per_conv[ci].add({k: rec[k][rows] for k in BINNED})
             cols = {k: rec[k][rows] for k in KEPT}
+            cols.update(F.at_frames(marks, cols["frame"]))
             cols["side"] = rs[part].astype(np.int8)
             cols["bad_icrc"] = rec["icrc"][rows] == R.BAD
             seen[ci] = seen.get(ci, 0) + len(rows)
             room = max(KEEP_PACKETS - kept.get(ci, 0), 0)
-            keep_rows, cols["cont"], extra = thinning.feed(ci, cols, room)
+            keep_rows = thinning.feed(ci, cols, room)
             if room < len(rows):  # memory stays bounded: beyond the cap only what is marked
                 since.setdefault(ci, float(cols["time"][room]))
                 cols = {k: v[keep_rows] for k, v in cols.items()}
-                parts[ci].extend(extra)
             kept[ci] = kept.get(ci, 0) + min(room, len(rows))
             parts[ci].append(cols)
-    packets = {ci: _in_order({k: np.concatenate([p[k] for p in ps]) for k in ps[0]}) for ci, ps in parts.items() if ps}
+    packets = {ci: {k: np.concatenate([p[k] for p in ps]) for k in ps[0]} for ci, ps in parts.items() if ps}
     thinned = {ci: (kept[ci], seen[ci], t) for ci, t in since.items()}
     return Collected(total, per_conv, packets, np.concatenate(cms) if cms else np.zeros(0, R.RECORD), thinned)
-
-
-def _in_order(pk: dict) -> dict:
-    """A conversation's kept packets in capture order (a request kept from an earlier batch comes late)."""
-    f = pk["frame"]
-    if len(f) < 2 or (np.diff(f.astype(np.int64)) >= 0).all():
-        return pk
-    order = np.argsort(f, kind="stable")
-    return {k: v[order] for k, v in pk.items()}
 
 
 def unwrap(psn: np.ndarray) -> np.ndarray:
@@ -332,90 +290,30 @@ def unwrap(psn: np.ndarray) -> np.ndarray:
     return np.concatenate([[p[0]], p[0] + np.cumsum(d)])
 
 
-def _exclusive_cummax(v: np.ndarray, start: int) -> np.ndarray:
-    out = np.empty(len(v), np.int64)
-    if len(v):
-        out[0] = start
-        out[1:] = np.maximum.accumulate(np.maximum(v[:-1], start))
-    return out
-
-
-def _gaps(ch: dict, dmalen: np.ndarray, live: np.ndarray, cont: Optional[np.ndarray]) -> tuple:
-    """The next expected PSN before each packet (bad-ICRC requests and ACKs/NAKs do not move it), the PSNs
-    skipped before each live request after the first (none where a pending READ's responses may go, nor
-    before a kept request of a thinned conversation that followed the sequence) and the requests going back."""
-    u, o, is_req, bad = ch["psn"], ch["opcode"], ch["is_req"], ch["bad"]
-    nxt = u + _psn_span(o, dmalen)
-    moves = (is_req & ~bad) | (IS_READ_RESP[o] & ~is_req)
-    lo = int(u.min()) - 1
-    expected = _exclusive_cummax(np.where(moves, nxt, lo), lo)
-    rread = IS_READ_REQ[o] & is_req
-    allow = _exclusive_cummax(np.where(rread & ~bad, u + np.maximum(1, -(-dmalen // 256)), lo), lo)
-    first_live = np.argmax(live) if live.any() else len(u)
-    counted = live & (np.arange(len(u)) > first_live)
-    gap = np.where(counted, u - expected, 0)
-    gap = np.where((gap > 0) & (u <= allow), 0, gap)
-    gap = np.maximum(gap, 0)
-    if cont is not None:  # requests left out of a thinned conversation followed the sequence
-        gap = np.where(cont, 0, gap)
-    return expected, gap, counted & (u < expected)
-
-
-def _late(ch: dict, live: np.ndarray, back: np.ndarray) -> tuple:
-    """The first sight of each live PSN, and the requests going back that are late (out of order): the first
-    sight of a PSN (inside a gap) before any NAK of this channel, unless the next request repeats the PSN
-    after it (go-back-N: a retransmission after all)."""
-    u = ch["psn"]
+def _firsts(u: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """The first sight of each PSN among the live requests."""
     firsts = np.zeros(len(u), bool)
-    req_idx = np.nonzero(live)[0]
-    if len(req_idx):
-        _, fi = np.unique(u[req_idx], return_index=True)
-        firsts[req_idx[fi]] = True
-    nak_before = np.maximum.accumulate(_naks(ch["syn"]))
-    nak_before = np.r_[False, nak_before[:-1]] if len(nak_before) else nak_before
-    late = back & firsts & ~nak_before
-    pos = np.searchsorted(req_idx, np.nonzero(late)[0])
-    for k, i in zip(pos.tolist(), np.nonzero(late)[0].tolist()):
-        if k + 1 < len(req_idx):
-            j = req_idx[k + 1]
-            if u[j] == u[i] + 1 and not firsts[j]:
-                late[i] = False
-    return firsts, late
+    idx = np.nonzero(live)[0]
+    if len(idx):
+        _, fi = np.unique(u[idx], return_index=True)
+        firsts[idx[fi]] = True
+    return firsts
 
 
-def _left_out(u: np.ndarray, live: np.ndarray, cont: Optional[np.ndarray]) -> tuple:
-    """PSN ranges [lo, hi) sent by the requests a thinned conversation left out: those between a kept request
-    flagged `cont` and the live request before it (after a gap: resent, so lost); sorted by lo."""
-    if cont is None:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    li = np.nonzero(live)[0]
-    after = li[1:][cont[li[1:]]]
-    before = li[np.searchsorted(li, after) - 1]
-    order = np.argsort(u[before])
-    return u[before][order] + 1, np.maximum.accumulate(u[after][order])
-
-
-def _missing_marks(
-    ch: dict, expected: np.ndarray, gap: np.ndarray, late: np.ndarray, resent: np.ndarray, left_out: tuple
-) -> tuple:
-    """(time, PSN) of each PSN skipped before a request and not filled late: dropped when resent later (or
-    by a request left out), else not captured; one mark per PSN, at most MAX_MARKS each (more says no more)."""
+def _missing_marks(ch: dict, gap: np.ndarray, late: np.ndarray, lost: np.ndarray) -> tuple:
+    """(time, PSN) of each PSN skipped before a request (`gap`: how many) and not filled late: dropped when
+    a request found lost resent it, else not captured; one mark per PSN, at most MAX_MARKS each (more says no
+    more)."""
     t, u = ch["time"], ch["psn"]
-    filled = set(u[late].tolist())
-    lost = set(u[resent].tolist())
-    cover_lo, cover_hi = left_out
-
-    def resent_later(p):
-        k = np.searchsorted(cover_lo, p, "right") - 1
-        return p in lost or (k >= 0 and p < cover_hi[k])
-
+    filled, resent = set(u[late].tolist()), set(u[lost].tolist())
     drop_psns, gap_psns = [], []
     for i in np.nonzero(gap)[0].tolist():
         if len(drop_psns) >= MAX_MARKS and len(gap_psns) >= MAX_MARKS:
             break
-        for p in range(int(expected[i]), min(int(u[i]), int(expected[i]) + 4 * MAX_MARKS)):
+        first = int(u[i]) - int(gap[i])
+        for p in range(first, min(int(u[i]), first + 4 * MAX_MARKS)):
             if p not in filled:
-                marks = drop_psns if resent_later(p) else gap_psns
+                marks = drop_psns if p in resent else gap_psns
                 if len(marks) < MAX_MARKS:
                     marks.append((float(t[i]), p))
     return drop_psns, gap_psns
@@ -461,8 +359,8 @@ def _rnr_waits(t: np.ndarray, rnr: np.ndarray, req_idx: np.ndarray) -> list:
 
 
 def channel(pk: dict, side: int) -> Optional[dict]:
-    """The sequencing of requests sent by `side` and the responses to them (see the module docstring).
-    Returns the arrays to draw and the event counts, or None when that side sent no request."""
+    """The requests sent by `side` and the responses to them, with the sequencer's verdicts (see the module
+    docstring).  Returns the arrays to draw and the event counts, or None when that side sent no request."""
     op = pk["opcode"]
     s = pk["side"]
     req = (s == side) & IS_REQ[op]
@@ -480,13 +378,11 @@ def channel(pk: dict, side: int) -> Optional[dict]:
         "syn": aeth_kinds(o, pk["aeth_syndrome"][sel], ~is_req),
         "opcode": o,
     }
-    cont = pk["cont"][sel] if "cont" in pk else None
+    retrans, lost, late = (pk[c][sel] > 0 for c in ("an_retransmission", "an_lost", "an_out_of_order"))
+    gap = pk["an_psn_gap"][sel].astype(np.int64)
+    drop_psns, gap_psns = _missing_marks(ch, gap, late, lost)
     live = is_req & ~ch["bad"]
-    expected, gap, back = _gaps(ch, pk["reth_dmalen"][sel].astype(np.int64), live, cont)
-    firsts, late = _late(ch, live, back)
-    retrans = back & ~late
-    resent = back & firsts & ~late  # a missing PSN's first sight after a NAK or go-back-N: it was lost
-    drop_psns, gap_psns = _missing_marks(ch, expected, gap, late, resent, _left_out(ch["psn"], live, cont))
+    firsts = _firsts(ch["psn"], live)
     rnr = np.nonzero(ch["syn"] == AETH_RNR_NAK)[0]
     return {
         **ch,
@@ -498,8 +394,8 @@ def channel(pk: dict, side: int) -> Optional[dict]:
         "ack_latency": _ack_latency(ch, firsts),
         "read_latency": _read_latency(ch, firsts),
         "counts": {
-            "drops": int(resent.sum()),
-            "not_captured": int(gap.sum()) - int(late.sum()) - int(resent.sum()),
+            "drops": int(lost.sum()),
+            "not_captured": int(gap.sum()) - int(late.sum()) - int(lost.sum()),
             "retransmissions": int(retrans.sum()),
             "out_of_order": int(late.sum()),
             "naks": int((ch["syn"] == AETH_NAK).sum()),

@@ -123,8 +123,9 @@ def flows(
         fill, jobs = CaptureAnalysis(file, icrc).fill, 1  # filled by frame number: one reader numbers them
     mask = compile_batch_filter(display_filter, fill) if display_filter else None
     size = scan(file).size
+    events: list = []  # the sequencer's verdicts by frame, which the report's PSN graphs mark
     with progress(size, "flows") as cb:
-        res = analyse(file, icrc, mask, cb, jobs)
+        res = analyse(file, icrc, mask, cb, jobs, events=events if report else None)
     rows = res["conversations"]
     if qp is not None:
         q = f"0x{_qp(qp):06x}"
@@ -132,12 +133,15 @@ def flows(
     if top:
         rows = rows[:top]
     if report:
+        from ibwire.analyze.frames import incomplete, marked
         from ibwire.report.pictures.flows_report import write_report
 
+        table, lost = events
+        problems = res["problems"] + ([incomplete("marks in the PSN graphs")] if lost else [])
         write_report(
             file,
             report,
-            {**res, "conversations": rows},
+            {**res, "conversations": rows, "problems": problems, "marks": marked(table)},
             interval,
             top or 8,
             _qp(ladder, "--ladder") if ladder is not None else None,

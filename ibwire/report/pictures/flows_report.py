@@ -3,8 +3,8 @@
 Throughput and packets over time in total and per conversation; per RC/UC/XRC conversation a PSN-over-time
 graph per requester (tcptrace style: requests as ticks, the ACKed PSN as a step line, READ responses as
 dots, drops, retransmissions, NAKs, bad ICRCs and RNR waits marked); ACK and READ latency histograms; a
-ladder diagram of one conversation.  The numbers in the tables are `flows.analyse`'s; the marks come from
-`series.channel`, which sequences the same packets.
+ladder diagram of one conversation.  The numbers in the tables are `flows.analyse`'s; the marks are its
+sequencer's verdicts on each frame, drawn by `series.channel`.
 """
 
 import os
@@ -381,7 +381,8 @@ def render(
     icrc: bool = True,
     mask=None,
 ) -> str:
-    """The report page for the capture at `path`, whose `flows.analyse` result is `result`."""
+    """The report page for the capture at `path`, whose `flows.analyse` result is `result` (with `marks`: the
+    frames its sequencer marked, frames.marked)."""
     rows = result["conversations"]
     starts = [r["first_time"] for r in rows if r["first_time"] is not None]
     ends = [r["first_time"] + r["duration_s"] for r in rows if r["first_time"] is not None]
@@ -392,7 +393,8 @@ def render(
     idx = {r["conversation"]: i for i, r in enumerate(rows)}
     shown_at = [(r, idx[r["conversation"]]) for r in shown]
     pick = choose(rows, ladder_qp)
-    c = S.collect(path, rows, {i for _, i in shown_at} | ({pick} if pick is not None else set()), width, icrc, mask)
+    drawn = {i for _, i in shown_at} | ({pick} if pick is not None else set())
+    c = S.collect(path, rows, drawn, width, result["marks"], icrc, mask)
     t0 = c.total.t0 or 0.0
     t_end = max(duration + (min(starts) - t0 if starts else 0), len(c.total.rows()) * width)
     body = _overview(path, rows, shown_at, c, width, t_end)
