@@ -245,28 +245,26 @@ class Printer:
             prog_of[:1] = -1  # the first document has no comma before it
         progs = [(p + self._nul if cut else p) if tree else self._comma + p for p in progs]
         aux = self._aux(batch, rows)
-        shown = dict(zip(rows.tolist(), range(len(rows))))
-        roce2 = np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)).tolist()
-        ends = [rec[c].tolist() for c in ("src", "udp_src", "dst", "udp_dst")]
-        times, streams = t.tolist(), np.zeros((len(rows), 3), np.int64)
-        erf = rec["linktype"] == LINKTYPE_ERF
-        for i, ns in enumerate(times):
-            k = shown.get(i)
-            if k is not None and prog_of[k] < 0:
-                prev = times[i - 1] if i else (self.prev if self.prev is not None else ns)
-                d = decoded.get(i)
-                text = self._document_text(td, d or details(i), ns, prev, fed=d is not None, tree=tree)
-                text = text if cut or not tree else text[:-1]
-                prog_of[k] = len(progs)
-                progs.append(compile_parts([text], AUX))
-            elif roce2[i]:
-                stream = self.session.note(ends[0][i], ends[1][i], ends[2][i], ends[3][i], ns)
-                if k is not None:
-                    streams[k] = stream
-            if k is not None:
-                self.prev_shown = ns
-                if erf[i]:
-                    aux["interface"][k] = self.session.interface(int(batch.buf[int(batch.pos.data[i]) + 9]) & 3)
+        streams = np.zeros((len(rows), 3), np.int64)
+        k_of = np.full(len(rec), -1, np.int64)
+        k_of[rows] = np.arange(len(rows))
+        lo = 0
+        for k in np.flatnonzero(prog_of < 0).tolist():  # the numbering runs up to each full decode, which adds its own
+            i = int(rows[k])
+            self._number(batch, lo, i, k_of, streams, aux)
+            if k:
+                self.prev_shown = int(t[rows[k - 1]])
+            ns = int(t[i])
+            prev = int(t[i - 1]) if i else (self.prev if self.prev is not None else ns)
+            d = decoded.get(i)
+            text = self._document_text(td, d or details(i), ns, prev, fed=d is not None, tree=tree)
+            text = text if cut or not tree else text[:-1]
+            prog_of[k] = len(progs)
+            progs.append(compile_parts([text], AUX))
+            lo = i + 1
+        self._number(batch, lo, len(rec), k_of, streams, aux)
+        if len(rows):
+            self.prev_shown = int(t[rows[-1]])
         shown_ns = t[rows]
         aux["stream"], aux["stream_relative"], aux["stream_delta"] = (
             streams[:, 0],
@@ -277,6 +275,24 @@ class Printer:
         start = batch.pos.data[rows].astype(np.int64)
         length = batch.pos.caplen[rows].astype(np.int64)
         return render(aux, np.arange(len(rows)), prog_of.astype(np.int32), progs, None, (batch.buf, start, length))
+
+    def _number(self, batch, lo: int, hi: int, k_of: np.ndarray, streams: np.ndarray, aux: np.ndarray) -> None:
+        """tshark's numbering across frames for records lo..hi-1 of the batch, none decoded in full: every
+        RoCEv2 frame counts in its UDP conversation (shown or not), each shown one's udp.stream and times
+        go to `streams` and its ERF port's interface id to `aux` (by k_of: record -> printed row or -1)."""
+        rec = batch.rec[lo:hi]
+        k = k_of[lo:hi]
+        roce2 = np.flatnonzero(np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)))
+        if len(roce2):
+            r = rec[roce2]
+            address = [np.ascontiguousarray(r[c]).view(np.uint8).reshape(len(r), 16) for c in ("src", "dst")]
+            got = self.session.note_many(address[0], r["udp_src"], address[1], r["udp_dst"], r["time_ns"])
+            shown = k[roce2] >= 0
+            streams[k[roce2][shown]] = got[shown]
+        erf = np.flatnonzero((rec["linktype"] == LINKTYPE_ERF) & (k >= 0))
+        if len(erf):
+            ports = batch.buf[batch.pos.data[lo + erf].astype(np.int64) + 9] & 3
+            aux["interface"][k[erf]] = self.session.interface_ids(ports)
 
     def _aux(self, batch, rows) -> np.ndarray:
         """The numbers learned programs print of each row besides its bytes (ibwire.report.packets.templates.AUX)."""

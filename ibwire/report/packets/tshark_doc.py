@@ -16,6 +16,7 @@ import json
 import time
 from typing import List, NamedTuple, Optional
 
+import numpy as np
 from scapy.fields import BitField
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
@@ -232,6 +233,39 @@ class Session:
         index, first, prev = self.streams.get(ends, (len(self.streams), ns, ns))
         self.streams[ends] = (index, first, ns)
         return index, first, prev
+
+    def note_many(self, src: np.ndarray, sport: np.ndarray, dst: np.ndarray, dport: np.ndarray, ns: np.ndarray):
+        """note() of frames in their order (addresses (n, 16) uint8): (n, 3) stream, first ns, previous ns."""
+        n = len(ns)
+        a = np.concatenate([src, sport.astype(">u2").view(np.uint8).reshape(n, 2)], axis=1)
+        b = np.concatenate([dst, dport.astype(">u2").view(np.uint8).reshape(n, 2)], axis=1)
+        at = (a != b).argmax(axis=1)  # either direction is one conversation: the smaller end first
+        swap = a[np.arange(n), at] > b[np.arange(n), at]
+        key = np.where(swap[:, None], np.concatenate([b, a], axis=1), np.concatenate([a, b], axis=1))
+        keyed = np.ascontiguousarray(key).view("V36").ravel()
+        uniq, first_at, inv = np.unique(keyed, return_index=True, return_inverse=True)
+        got = np.zeros((len(uniq), 3), np.int64)
+        keys = [None] * len(uniq)
+        for u in np.argsort(first_at).tolist():  # new conversations numbered in order of appearance
+            i = int(first_at[u])
+            keys[u] = frozenset(((src[i].tobytes(), int(sport[i])), (dst[i].tobytes(), int(dport[i]))))
+            got[u] = self.streams.setdefault(keys[u], (len(self.streams), int(ns[i]), int(ns[i])))
+        order = np.argsort(inv, kind="stable")
+        group, when = inv[order], ns[order].astype(np.int64)
+        opens = np.concatenate([[True], group[1:] != group[:-1]])
+        out = got[inv]
+        out[order, 2] = np.where(opens, got[group, 2], np.concatenate([[0], when[:-1]]))
+        for u, last in zip(group[np.roll(opens, -1)].tolist(), when[np.roll(opens, -1)].tolist()):
+            self.streams[keys[u]] = (int(got[u, 0]), int(got[u, 1]), last)
+        return out
+
+    def interface_ids(self, ports: np.ndarray) -> np.ndarray:
+        """interface() of ERF ports in their order."""
+        uniq, first_at, inv = np.unique(ports, return_index=True, return_inverse=True)
+        ids = np.zeros(len(uniq), np.int64)
+        for u in np.argsort(first_at).tolist():
+            ids[u] = self.interface(int(uniq[u]))
+        return ids[inv]
 
     def udp(self, p, ns: int) -> list:
         ip = p.underlayer
