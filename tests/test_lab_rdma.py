@@ -611,7 +611,22 @@ def test_frames_the_capture_drops_are_capture_gaps_not_loss(rlab, tmp_path):
     was lost on the wire: rxe resent nothing (no duplicate_request, out_of_seq_request or
     completer_retry_err).  The capture must count its own drops, and `flows` must report the missing PSNs
     as not captured, with no drop, retransmission or NAK."""
-    path = tmp_path / "rc_capture_gap.pcap"
+    for attempt in range(3):  # a run where rxe's timers fired (a loaded host slows the guests) proves nothing
+        path = tmp_path / f"rc_capture_gap{attempt}.pcap"
+        cap, d0, d1 = _capture_paused(rlab, path)
+        if d0["duplicate_request"] == d0["out_of_seq_request"] == d1["completer_retry_err"] == 0:
+            break
+    assert d0["duplicate_request"] == d0["out_of_seq_request"] == d1["completer_retry_err"] == 0, (d0, d1)
+    dropped = int(re.search(r"backend drops: (\d+)", cap.err).group(1))
+    assert dropped >= 1, cap.err
+    rows = json.loads(rlab.cli("flows", str(path), "-f", "json").stdout)["conversations"]
+    (rc,) = [r for r in rows if r["transport"] == "RC"]
+    assert rc["not_captured"] >= 1 and rc["drops"] == rc["retransmissions"] == 0 and not rc["naks"], json.dumps(rc)
+
+
+def _capture_paused(rlab, path):
+    """3,000 RC WRITEs captured through a 1 MiB ring while dumpcap is stopped for 0.8 s: the capture and
+    each guest's counter deltas."""
     before = {g: rlab.counters(g) for g in ("g0", "g1")}
 
     def pause(engine):
@@ -633,13 +648,7 @@ def test_frames_the_capture_drops_are_capture_gaps_not_loss(rlab, tmp_path):
         perftest(rlab, "ib_write_bw", "-s", "4096", n=3000)
         stop.join()
     after = {g: rlab.counters(g) for g in ("g0", "g1")}
-    d0, d1 = _delta(before["g0"], after["g0"]), _delta(before["g1"], after["g1"])
-    assert d0["duplicate_request"] == d0["out_of_seq_request"] == d1["completer_retry_err"] == 0, (d0, d1)
-    dropped = int(re.search(r"backend drops: (\d+)", cap.err).group(1))
-    assert dropped >= 1, cap.err
-    rows = json.loads(rlab.cli("flows", str(path), "-f", "json").stdout)["conversations"]
-    (rc,) = [r for r in rows if r["transport"] == "RC"]
-    assert rc["not_captured"] >= 1 and rc["drops"] == rc["retransmissions"] == 0 and not rc["naks"], json.dumps(rc)
+    return cap, _delta(before["g0"], after["g0"]), _delta(before["g1"], after["g1"])
 
 
 def _descends(pid: int, ancestor: int) -> bool:
