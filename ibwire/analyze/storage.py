@@ -11,14 +11,16 @@ from typing import Dict, List
 
 import numpy as np
 
+from dissectors import smbdirecttable as sd
 from dissectors.nvmetable import ADMIN, ADMIN_NAMES, FABRICS, FABRICS_OPC, IO, IO_NAMES, STATUS_GENERIC
 from ibwire.analyze.requests import transfer_columns
 from ibwire.decode import records as R
 from ibwire.decode.iser import IserTracker
 from ibwire.decode.iser import storage_rows as iser_rows
 from ibwire.decode.nvme import NvmeTracker, storage_rows
+from ibwire.decode.nvmebulk import follow, payload_ends
 from ibwire.decode.records import addr_text
-from ibwire.decode.rpcrdma import RpcRdmaTracker, Trackers
+from ibwire.decode.rpcrdma import RC_SEND, RpcRdmaTracker, Trackers
 from ibwire.decode.rpcrdma import storage_rows as rpcrdma_rows
 from ibwire.decode.smbdirect import SmbDirectTracker
 from ibwire.decode.smbdirect import storage_rows as smbdirect_rows
@@ -138,7 +140,7 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
     tracker = NvmeTracker(decode_as=decode_as, bulk=True)
     both = Trackers(tracker, RpcRdmaTracker(decode_as=rpc_decode_as, bulk=True), SmbDirectTracker(bulk=True))
     both.iser = IserTracker(decode_as=iser_decode_as, bulk=True)
-    ops, names = _opcodes(), {}
+    ops, names, short = _opcodes(), {}, {}
 
     def addr(v: bytes) -> str:
         text = names.get(v)
@@ -146,29 +148,99 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
             text = names[v] = addr_text(v)
         return text
 
+    def addr16(v: bytes) -> str:  # an S16 view's bytes: trailing zero bytes dropped
+        text = short.get(v)
+        if text is None:
+            text = short[v] = addr_text(v.ljust(16, b"\0"))
+        return text
+
     for batch in stream:
-        rec = batch.rec
-        if not len(rec):
+        if not len(batch.rec):
             continue
-        for rows in _phases(batch, both):
-            r = _Rows(batch, rows)
-            for k in range(len(rows)):
-                both.feed(_lite(r, k, ops, addr))
+        every = slice(None)
+        cm, data = storage_rows(batch.rec, every, tracker)
+        r = _Rows(batch, cm)
+        for k in range(len(cm)):
+            both.feed(_lite(r, k, ops, addr))
+        rows = _data_rows(batch, every, both, data)
+        if rows is None:
+            continue
+        claimed = follow(tracker, batch, rows, addr16) if tracker.active else set()
+        _others(both, batch, rows, claimed, ops, addr)
     return both
 
 
-def _phases(batch, both: Trackers):
-    """The rows the trackers must see: RDMA-CM first, then the data packets (asked for once the RDMA-CM
-    rows made a queue known)."""
-    every = np.arange(len(batch.rec))
-    cm, data = storage_rows(batch.rec, every, both.nvme)
-    yield cm
-    more = data()
-    for rows in iser_rows(batch, every, both):
-        more = np.union1d(more, rows())
+def _data_rows(batch, every, both: Trackers, nvme_rows):
+    """The RC SEND and RDMA READ/WRITE rows of a batch, once the RDMA-CM rows were fed, if any tracker asks
+    for them (each asks for all of them or none), else None."""
+    for rows in (nvme_rows(), *(rows() for rows in iser_rows(batch, every, both))):
+        if len(rows):
+            return rows
     for rows in rpcrdma_rows(batch, every, both) + smbdirect_rows(batch, every, both):
-        more = np.union1d(more, rows)
-    yield more.astype(np.int64)
+        if len(rows):
+            return rows
+    return None
+
+
+def _quiet(t) -> bool:
+    """Whether RPC-RDMA or SMB Direct (`t`) follows nothing yet: then only a SEND its heuristic could take,
+    or a SEND First/Middle/Last (reassembled per QP), can change what it finds; an RDMA READ or WRITE finds
+    no chunk or buffer to belong to."""
+    if isinstance(t, SmbDirectTracker):
+        return not (t.ends or t.requests or t.pending or t.tokens or t.reads or t.frags)
+    return not (t.decode_as or t.ends or t.calls or t.reads or t.continued)
+
+
+def _candidates(batch, rows):
+    """Per row: (a SEND RPC-RDMA's heuristic could take, one SMB Direct's could, an RC SEND): a SEND First,
+    Middle or Last; a SEND Only whose version word is 1 or 2 (RFC 8166 §4.2), or whose first words are
+    an SMB Direct negotiate or data message's (MS-SMBD §2.2)."""
+    opcode = batch.rec["opcode"][rows]
+    send, only = np.isin(opcode, RC_SEND), np.isin(opcode, (0x04, 0x17))
+    start, end = payload_ends(batch, rows)
+    size = end - start
+    raw = np.asarray(batch.buf)[np.minimum(start[:, None] + np.arange(8), len(batch.buf) - 1)]
+    version = (raw[:, 4:7] == 0).all(axis=1) & np.isin(raw[:, 7], (1, 2)) & (size >= 16)
+    w = raw[:, 0::2].astype(np.uint32) | raw[:, 1::2].astype(np.uint32) << 8
+    smb = (w[:, 0] <= sd.MAX_CREDITS) & (w[:, 1] <= sd.MAX_CREDITS) & (w[:, 2] <= 1) & (w[:, 3] == 0)
+    smb |= (w[:, 0] == sd.VERSION) & (w[:, 1] == sd.VERSION) & np.isin(w[:, 2], (0, sd.VERSION))
+    smb &= size >= sd.DATA_HEAD
+    odd = start < 0  # not a slice of the buffer: no shortcut
+    return send & (~only | version | odd), send & (~only | smb | odd), send
+
+
+def _others(both: Trackers, batch, rows, claimed: set, ops, addr) -> None:
+    """Feed RPC-RDMA, SMB Direct and iSER the rows that can change what they find, in capture order: while
+    one follows nothing (_quiet), only its candidates; from then on every row.  SMB Direct leaves a SEND
+    the NVMe-oF tracker claimed alone (smbdirect.CLAIMED)."""
+    rpc, smb, iser = both.rpcrdma, both.smbdirect, both.iser
+    cand_rpc, cand_smb, send = _candidates(batch, rows)
+    mask = np.zeros(len(rows), bool)
+    mask[list(claimed)] = True
+    unclaimed = ~(mask & send)
+    cand_smb &= unclaimed
+    every = np.ones(len(rows), bool)
+    done = 0
+    while done < len(rows):
+        quiet = (_quiet(rpc), _quiet(smb))
+        want_rpc = cand_rpc if quiet[0] else every
+        want_smb = cand_smb if quiet[1] else unclaimed
+        want = np.flatnonzero(want_rpc | want_smb | iser.seen)
+        want = want[want >= done]
+        if not len(want):
+            return
+        r = _Rows(batch, rows[want])
+        for j, k in enumerate(want.tolist()):
+            d = _lite(r, j, ops, addr)
+            if want_rpc[k]:
+                rpc.feed(d)
+            if want_smb[k]:
+                smb.feed(d)
+            if iser.seen:
+                iser.feed(d)
+            done = k + 1
+            if quiet != (_quiet(rpc), _quiet(smb)):
+                break
 
 
 def opcode_name(sqe: bytes, qid) -> str:

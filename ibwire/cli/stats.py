@@ -1,5 +1,6 @@
 """`ibwire stats FILE`: what a capture holds, by transport/opcode, P_Key, endpoint, QP and MAD."""
 
+import sys
 from typing import List, Optional
 
 import typer
@@ -153,4 +154,9 @@ def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
                 "-d nvme-rdma declares every RC queue pair NVMe-oF)"
             }
         )
+    if fmt == "json":  # what render writes, the command table encoded a column at a time
+        from ibwire.report.jsonrows import dumps
+
+        sys.stdout.write(dumps(res) + "\n")
+        return
     render(sections, fmt, whole=res, limit=top)
