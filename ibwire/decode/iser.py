@@ -13,8 +13,8 @@ import numpy as np
 
 from dissectors import iscsitable as T
 from dissectors.rpcrdmatable import leaves
-from ibwire.decode import records as R
-from ibwire.decode.rpcrdma import JOURNAL, MAX_SEND, RC_DATA, RC_SEND, _addr, _cut, flat_op, splice
+from ibwire.decode.rcdata import rc_data
+from ibwire.decode.rpcrdma import JOURNAL, MAX_SEND, RC_SEND, _addr, _cut, flat_op, splice
 
 LAYERS = ("iser", "iscsi", "scsi", "scsi_sbc")
 
@@ -255,7 +255,6 @@ def storage_rows(batch, rows, trackers) -> list:
     def data():
         if not tracker.seen:
             return np.zeros(0, np.int64)
-        rec = batch.rec[rows]
-        return np.flatnonzero(((rec["flags"] & R.F_BTH) > 0) & RC_DATA[rec["opcode"]])
+        return np.flatnonzero(rc_data(batch.rec, rows))
 
     return [data]

@@ -10,7 +10,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from dissectors.nvmetable import CQE_LEN, FABRICS_OPC, SQE_LEN, is_nvme_service
-from ibwire.decode.records import F_BTH, F_MAD
+from ibwire.decode.rcdata import rc_data
+from ibwire.decode.records import F_MAD
 
 ADMIN_ONLY = (0x06, 0x09, 0x0A, 0x0C, 0x18)  # Identify, Set/Get Features, AER, Keep Alive: no I/O opcode
 MAX_SEND = 1 << 20
@@ -315,15 +316,12 @@ def _add(d, layer, replace: bool = False) -> None:
 
 
 CM_CLASS = 0x07
-RC_DATA = np.zeros(256, bool)
-RC_DATA[list(range(0x11)) + [0x16, 0x17]] = True  # RC SEND, RDMA WRITE, RDMA READ request/response
 
 
 def storage_rows(rec, rows, tracker) -> list:
     """Which of `rows` the NVMe-oF tracker must see in full, as two arrays to feed it one after the other:
     the RDMA-CM MADs, then (when they or earlier frames made an NVMe-oF queue known, or queues are declared)
     every RC SEND and RDMA READ/WRITE.  Other RDMA-CM traffic costs no full decode of its data packets."""
-    r = rec[rows]
-    cm = ((r["flags"] & F_MAD) > 0) & (r["mad_class"] == CM_CLASS)
-    data = ((r["flags"] & F_BTH) > 0) & RC_DATA[r["opcode"]]
+    cm = ((rec["flags"][rows] & F_MAD) > 0) & (rec["mad_class"][rows] == CM_CLASS)
+    data = rc_data(rec, rows)
     return [np.flatnonzero(cm), lambda: np.flatnonzero(data) if tracker.active else np.zeros(0, np.int64)]

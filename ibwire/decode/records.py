@@ -201,6 +201,19 @@ ANALYSIS_FIELDS = {key: col for col, (key, _) in ANALYSIS.items()}
 RETRY_CAUSES = ("", "timeout", "nak", "rnr")
 
 
+class Rows:
+    """Some rows of the records, a column at a time (indexing the records whole copies every column)."""
+
+    def __init__(self, rec: np.ndarray, rows: np.ndarray):
+        self.rec, self.rows = rec, rows
+
+    def __getitem__(self, col: str) -> np.ndarray:
+        return self.rec[col][self.rows]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
 def analysis_present(rec, col: str) -> np.ndarray:
     """Rows of `rec` (records or decode.columns) that carry the analysis field of column `col`."""
     return rec["an_acks_frame" if col == "an_ack_rtt" else col] != 0

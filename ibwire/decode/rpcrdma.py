@@ -15,6 +15,7 @@ import numpy as np
 from dissectors.rpcrdmatable import NFS_PROGRAM, RDMA_NOMSG, is_nfs_service, nfs, rpc
 from dissectors.rpcrdmav2 import F_MORE, header, info_text, looks_like, note
 from ibwire.decode import records as R
+from ibwire.decode.rcdata import rc_data
 
 MAX_SEND = 1 << 20  # a reassembled SEND larger than this is dropped (inline messages are a few KiB)
 JOURNAL = 1 << 16  # frames whose additions are kept for a second feed
@@ -294,8 +295,14 @@ def _attach(d, layers, rest: bytes) -> None:
 
 
 VERSION_AT = np.arange(4, 8)  # rdma_vers, RFC 8166 §4.2 (the same word in version 2, draft §6.1)
-RC_DATA = np.zeros(256, bool)
-RC_DATA[list(range(0x11)) + [0x16, 0x17]] = True  # RC SEND, RDMA WRITE, RDMA READ request/response
+
+
+def payload_start(batch, rows: np.ndarray) -> np.ndarray:
+    """Where each row's BTH payload starts in the batch's buffer (from its end: ICRC, VCRC and pad)."""
+    rec = batch.rec
+    end = np.asarray(batch.pos.data)[rows] + rec["caplen"][rows] - 4 - rec["padcnt"][rows]
+    end -= np.where(np.isin(rec["link"][rows], (R.IB, R.IBGRH)), 2, 0)
+    return (end - rec["paylen"][rows]).astype(np.int64)
 
 
 def storage_rows(batch, rows, tracker) -> list:
@@ -305,14 +312,12 @@ def storage_rows(batch, rows, tracker) -> list:
     tracker = getattr(tracker, "rpcrdma", None)
     if tracker is None:
         return []
-    rec = batch.rec[rows]
-    rc = ((rec["flags"] & R.F_BTH) > 0) & RC_DATA[rec["opcode"]]
+    rec = batch.rec
+    rc = rc_data(rec, rows)
     if not tracker.seen:
-        send = rc & np.isin(rec["opcode"], RC_SEND) & (rec["paylen"] >= 16) & ((rec["flags"] & R.F_TRUNCATED) == 0)
-        send = np.flatnonzero(send)
-        end = np.asarray(batch.pos.data)[rows][send] + rec["caplen"][send] - 4 - rec["padcnt"][send]
-        end -= np.where(np.isin(rec["link"][send], (R.IB, R.IBGRH)), 2, 0)
-        words = np.asarray(batch.buf)[(end - rec["paylen"][send]).astype(np.int64)[:, None] + VERSION_AT]
+        send = rows[rc & np.isin(rec["opcode"][rows], RC_SEND)]
+        send = send[(rec["paylen"][send] >= 16) & ((rec["flags"][send] & R.F_TRUNCATED) == 0)]
+        words = np.asarray(batch.buf)[payload_start(batch, send)[:, None] + VERSION_AT]
         if not ((words[:, :3] == 0).all(axis=1) & np.isin(words[:, 3], (1, 2))).any():
             return []
     return [np.flatnonzero(rc)]

@@ -17,7 +17,8 @@ import numpy as np
 from dissectors import smb2table as s2
 from dissectors import smbdirecttable as sd
 from ibwire.decode import records as R
-from ibwire.decode.rpcrdma import MAX_SEND, RC_DATA, RC_SEND, RpcRdmaTracker, _addr, flat_op
+from ibwire.decode.rcdata import rc_data
+from ibwire.decode.rpcrdma import MAX_SEND, RC_SEND, RpcRdmaTracker, _addr, flat_op, payload_start
 
 SUBTREES = [k for k, kind in sd.FIELDS.items() if kind == "protocol"]  # the message kinds, filterable
 CLAIMED = ("nvme", "rpcordma", "iser")  # a SEND these decoded is not SMB Direct
@@ -214,14 +215,12 @@ def storage_rows(batch, rows, tracker) -> list:
     tracker = getattr(tracker, "smbdirect", None)
     if tracker is None:
         return []
-    rec = batch.rec[rows]
-    rc = ((rec["flags"] & R.F_BTH) > 0) & RC_DATA[rec["opcode"]]
+    rec = batch.rec
+    rc = rc_data(rec, rows)
     if not tracker.seen:
-        send = rc & np.isin(rec["opcode"], RC_SEND) & (rec["paylen"] >= sd.DATA_HEAD)
-        send = np.flatnonzero(send & ((rec["flags"] & R.F_TRUNCATED) == 0))
-        end = np.asarray(batch.pos.data)[rows][send] + rec["caplen"][send] - 4 - rec["padcnt"][send]
-        end -= np.where(np.isin(rec["link"][send], (R.IB, R.IBGRH)), 2, 0)
-        raw = np.asarray(batch.buf)[(end - rec["paylen"][send]).astype(np.int64)[:, None] + np.arange(8)]
+        send = rows[rc & np.isin(rec["opcode"][rows], RC_SEND)]
+        send = send[(rec["paylen"][send] >= sd.DATA_HEAD) & ((rec["flags"][send] & R.F_TRUNCATED) == 0)]
+        raw = np.asarray(batch.buf)[payload_start(batch, send)[:, None] + np.arange(8)]
         w = raw[:, 0::2].astype(np.uint32) | raw[:, 1::2].astype(np.uint32) << 8
         data = (w[:, 0] <= sd.MAX_CREDITS) & (w[:, 1] <= sd.MAX_CREDITS) & (w[:, 2] <= 1) & (w[:, 3] == 0)
         negotiate = (w[:, 0] == sd.VERSION) & (w[:, 1] == sd.VERSION) & np.isin(w[:, 2], (0, sd.VERSION))

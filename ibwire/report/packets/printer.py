@@ -30,7 +30,7 @@ RMPP_CLASS = 0x03  # SubnAdm: the class whose tables come in several segments
 
 def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """A number per row naming everything that decides which headers and fields a record shows."""
-    r = rec[rows]
+    r = R.Rows(rec, rows)
     k = r["link"].astype(np.uint64)
     for col, bits in (("flags", 8), ("opcode", 8), ("icrc", 4), ("vcrc", 4), ("mad_class", 8)):
         k = (k << np.uint64(bits)) | r[col].astype(np.uint64)

@@ -208,7 +208,7 @@ class Shapes:
             return out
         sub = rows[pick]
         lay = np.zeros(len(sub), [(c, rec.dtype[c]) for c in LAYOUT] + [("vlan", "?"), ("analysis", "u2")])
-        r = rec[sub]
+        r = R.Rows(rec, sub)
         for c in LAYOUT:
             lay[c] = r[c]
         lay["vlan"] = r["vlan"] >= 0
