@@ -19,13 +19,14 @@ from ibwire.decode.iser import IserTracker
 from ibwire.decode.iser import storage_rows as iser_rows
 from ibwire.decode.nvme import NvmeTracker, storage_rows
 from ibwire.decode.nvmebulk import follow, payload_ends
+from ibwire.decode.nvmematch import Irregular, Matcher
 from ibwire.decode.records import addr_text
 from ibwire.decode.rpcrdma import RC_SEND, RpcRdmaTracker, Trackers
 from ibwire.decode.rpcrdma import storage_rows as rpcrdma_rows
 from ibwire.decode.smbdirect import SmbDirectTracker
 from ibwire.decode.smbdirect import storage_rows as smbdirect_rows
 
-CM_REQ, CM_REP = 0x0010, 0x0013
+CM_REQ, CM_REP = 0x0010, 0x0013  # the RDMA-CM MADs the trackers read (IBA §12.6); the others change nothing
 MAD_HEADER = 24
 CM_SERVICE_ID = 8  # REQ: ServiceID at message byte 8 (IBA §12.6.5)
 CM_IP_PRIVATE = 140 + 36  # REQ: private data at message byte 140; its IP CM header is 36 bytes (A11.4)
@@ -134,13 +135,15 @@ def _lite(r: _Rows, k: int, ops, addr) -> _Lite:
     return _Lite(r.frame[k], r.time[k], flat)
 
 
-def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_decode_as: bool = False) -> Trackers:
+def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_decode_as: bool = False, fast=True):
     """Follow every NVMe-oF command and RPC-over-RDMA call of `stream` (ibwire.decode.stream.Stream
-    batches)."""
+    batches): the trackers, and the Matcher that holds the NVMe-oF commands (None: the tracker's list
+    does).  `fast`: match NVMe-oF with numpy where it can (raises Irregular where it cannot)."""
     tracker = NvmeTracker(decode_as=decode_as, bulk=True)
     both = Trackers(tracker, RpcRdmaTracker(decode_as=rpc_decode_as, bulk=True), SmbDirectTracker(bulk=True))
     both.iser = IserTracker(decode_as=iser_decode_as, bulk=True)
     ops, names, short = _opcodes(), {}, {}
+    rc = np.array([transport == "RC" for _, transport, _ in ops])  # what a tracker may read besides CM
 
     def addr(v: bytes) -> str:
         text = names.get(v)
@@ -154,20 +157,27 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
             text = short[v] = addr_text(v.ljust(16, b"\0"))
         return text
 
+    matcher = None
     for batch in stream:
         if not len(batch.rec):
             continue
-        every = slice(None)
+        every = np.arange(len(batch.rec))
         cm, data = storage_rows(batch.rec, every, tracker)
+        cm = cm[np.isin(batch.rec["mad_attrid"][cm], (CM_REQ, CM_REP)) | rc[batch.rec["opcode"][cm]]]
         r = _Rows(batch, cm)
         for k in range(len(cm)):
             both.feed(_lite(r, k, ops, addr))
         rows = _data_rows(batch, every, both, data)
         if rows is None:
             continue
-        claimed = follow(tracker, batch, rows, addr16) if tracker.active else set()
+        claimed = np.zeros(len(rows), bool)
+        if tracker.active and fast and not decode_as:
+            matcher = matcher or Matcher(tracker, addr16)
+            claimed = matcher.add(batch, rows)
+        elif tracker.active:
+            claimed = follow(tracker, batch, rows, addr16)
         _others(both, batch, rows, claimed, ops, addr)
-    return both
+    return both, matcher
 
 
 def _data_rows(batch, every, both: Trackers, nvme_rows):
@@ -209,15 +219,13 @@ def _candidates(batch, rows):
     return send & (~only | version | odd), send & (~only | smb | odd), send
 
 
-def _others(both: Trackers, batch, rows, claimed: set, ops, addr) -> None:
+def _others(both: Trackers, batch, rows, claimed, ops, addr) -> None:
     """Feed RPC-RDMA, SMB Direct and iSER the rows that can change what they find, in capture order: while
     one follows nothing (_quiet), only its candidates; from then on every row.  SMB Direct leaves a SEND
     the NVMe-oF tracker claimed alone (smbdirect.CLAIMED)."""
     rpc, smb, iser = both.rpcrdma, both.smbdirect, both.iser
     cand_rpc, cand_smb, send = _candidates(batch, rows)
-    mask = np.zeros(len(rows), bool)
-    mask[list(claimed)] = True
-    unclaimed = ~(mask & send)
+    unclaimed = ~(claimed & send)
     cand_smb &= unclaimed
     every = np.ones(len(rows), bool)
     done = 0
@@ -263,23 +271,78 @@ def status_text(status) -> str:
 
 def command_rows(tracker: NvmeTracker) -> List[dict]:
     """One row per command, in submission order."""
-    rows = []
+    rows, names, texts = [], {}, {}
     for c in tracker.commands:
-        sqe, io = c.sqe, c.qid not in (0, None) and c.sqe[0] != FABRICS_OPC
-        rw = io and sqe[0] in IO
+        sqe, qid = c.sqe, c.qid
+        opc = sqe[0]
+        io = qid not in (0, None) and opc != FABRICS_OPC
+        rw = io and opc in IO
+        name = names.get((opc, sqe[4], qid == 0))
+        if name is None:
+            name = names[(opc, sqe[4], qid == 0)] = opcode_name(sqe, qid)
+        status = texts.get(c.status)
+        if status is None:
+            status = texts[c.status] = status_text(c.status)
         q = c.queue
         rows.append(
             {
                 "queue": q.name if q is not None else "?",
-                "qid": c.qid,
-                "opcode": opcode_name(sqe, c.qid),
-                "cid": int.from_bytes(sqe[2:4], "little"),
-                "nsid": int.from_bytes(sqe[4:8], "little") if sqe[0] != FABRICS_OPC else None,
+                "qid": qid,
+                "opcode": name,
+                "cid": sqe[2] | sqe[3] << 8,
+                "nsid": int.from_bytes(sqe[4:8], "little") if opc != FABRICS_OPC else None,
                 "slba": int.from_bytes(sqe[40:48], "little") if rw else None,
-                "blocks": int.from_bytes(sqe[48:50], "little") + 1 if rw else None,
+                "blocks": (sqe[48] | sqe[49] << 8) + 1 if rw else None,
                 **transfer_columns(c.frame, c.time, c.data, c.cqe, c.cqe_time, c.bytes),
-                "status": status_text(c.status),
+                "status": status,
                 "time": c.time,
+            }
+        )
+    return rows
+
+
+def matched_rows(matcher: Matcher) -> List[dict]:
+    """command_rows of the commands a Matcher holds."""
+    c = matcher.commands()
+    sqe, n = c["sqe"], len(c["frame"])
+    queues = [matcher.queues[q] for q in c["queue"].tolist()]
+    opc, fctype = sqe[:, 0].tolist(), sqe[:, 4].tolist()
+    cid = (sqe[:, 2].astype(np.int64) | sqe[:, 3].astype(np.int64) << 8).tolist()
+    nsid = np.ascontiguousarray(sqe[:, 4:8]).view("<u4").ravel().tolist()
+    slba = np.ascontiguousarray(sqe[:, 40:48]).view("<u8").ravel().tolist()
+    blocks = (np.ascontiguousarray(sqe[:, 48:50]).view("<u2").ravel().astype(np.int64) + 1).tolist()
+    frame, time, done, done_time = (c[k].tolist() for k in ("frame", "time", "done", "done_time"))
+    count, first, last, nbytes = (c[k].tolist() for k in ("data_frames", "first_data", "last_data", "bytes"))
+    status = c["status"].tolist()
+    names, texts, rows = {}, {}, []
+    for i in range(n):
+        q, op = queues[i], opc[i]
+        qid = q.qid
+        rw = qid not in (0, None) and op != FABRICS_OPC and op in IO
+        name = names.get((op, fctype[i], qid == 0))
+        if name is None:
+            name = names[(op, fctype[i], qid == 0)] = opcode_name(bytes(sqe[i]), qid)
+        text = texts.get(status[i])
+        if text is None:
+            text = texts[status[i]] = status_text(status[i] if status[i] >= 0 else None)
+        rows.append(
+            {
+                "queue": q.name,
+                "qid": qid,
+                "opcode": name,
+                "cid": cid[i],
+                "nsid": nsid[i] if op != FABRICS_OPC else None,
+                "slba": slba[i] if rw else None,
+                "blocks": blocks[i] if rw else None,
+                "submission": frame[i],
+                "data_frames": count[i],
+                "first_data": first[i] if count[i] else None,
+                "last_data": last[i] if count[i] else None,
+                "completion": done[i] or None,
+                "latency_us": round((done_time[i] - time[i]) * 1e6, 3) if done[i] else None,
+                "bytes": nbytes[i],
+                "status": text,
+                "time": time[i],
             }
         )
     return rows
@@ -335,9 +398,15 @@ def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False, ise
     from ibwire.analyze.smbstorage import request_rows
     from ibwire.decode.stream import Stream
 
-    stream = Stream(path, icrc=False)
-    both = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as)
-    rows, calls = command_rows(both.nvme), call_rows(both.rpcrdma)
+    try:
+        stream = Stream(path, icrc=False)
+        both, matcher = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as)
+        rows = matched_rows(matcher) if matcher is not None else command_rows(both.nvme)
+    except Irregular:  # what numpy does not match, the packet-by-packet path does
+        stream = Stream(path, icrc=False)
+        both, _ = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as, fast=False)
+        rows = command_rows(both.nvme)
+    calls = call_rows(both.rpcrdma)
     errors = defaultdict(int)
     for r in rows:
         if r["status"] != STATUS_GENERIC[0]:

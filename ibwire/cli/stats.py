@@ -132,8 +132,10 @@ def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
         file, check_decode_as(decode_as), check_decode_as(decode_as, "rpcordma"), check_decode_as(decode_as, "iser")
     )
     commands = res["commands"]
-    if fmt == "table":
-        commands = [{k: v for k, v in r.items() if k not in ("time", "qid", "nsid")} for r in commands]
+    if fmt == "table":  # the rows a table shows; the others are only counted
+        shown = commands[:top] if top else commands
+        commands = [{k: v for k, v in r.items() if k not in ("time", "qid", "nsid")} for r in shown]
+        commands += res["commands"][len(shown) :]
     sections = {
         "by_opcode": res["by_opcode"],
         "by_queue": res["by_queue"],

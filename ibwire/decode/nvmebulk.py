@@ -57,10 +57,10 @@ def payload_ends(batch, rows):
     return end - size, end
 
 
-def follow(tracker, batch, rows, addr) -> set:
+def follow(tracker, batch, rows, addr) -> np.ndarray:
     """Feed `rows` (the batch's RC SEND and RDMA READ/WRITE rows, in capture order) to `tracker` (an
-    active NvmeTracker in bulk mode); the rows whose SEND the tracker claims (its queue's qid is known, or
-    it reassembled the SEND), which SMB Direct then leaves alone."""
+    active NvmeTracker in bulk mode); per row, whether the tracker claims its SEND (its queue's qid is
+    known, or it reassembled the SEND), which SMB Direct then leaves alone."""
     rec = columns(batch, rows, "opcode destqp psn frame time reth_r_key paylen dst src")
     opcode, qp, psn = rec["opcode"].tolist(), rec["destqp"].tolist(), rec["psn"].tolist()
     frame, time, rkey = rec["frame"].tolist(), rec["time"].tolist(), rec["reth_r_key"].tolist()
@@ -68,10 +68,9 @@ def follow(tracker, batch, rows, addr) -> set:
     start, end = (v.tolist() for v in payload_ends(batch, rows))
     dst = [addr(v) for v in rec["dst"].view("S16").tolist()]
     src = [addr(v) for v in rec["src"].view("S16").tolist()] if tracker.decode_as else None
-    buf, ends, decode_as, claimed = batch.buf, tracker.ends, tracker.decode_as, set()
-    for k, code in enumerate(opcode):
-        kind, key = KINDS[code], (dst[k], qp[k])
-        found = ends.get(key)
+    buf, ends, decode_as, claimed = batch.buf, tracker.ends, tracker.decode_as, np.zeros(len(opcode), bool)
+    for k, (code, key) in enumerate(zip(opcode, zip(dst, qp))):
+        kind, found = KINDS[code], ends.get(key)
         if kind <= SEND_ONLY:
             payload = buf[start[k] : end[k]].tobytes() if found is not None or decode_as else b""
             if found is None and decode_as:
@@ -86,7 +85,7 @@ def follow(tracker, batch, rows, addr) -> set:
             continue
         queue, to_host = found
         if queue.qid is not None:
-            claimed.add(k)
+            claimed[k] = True
         if kind > SEND_ONLY:
             _data(queue, kind, psn[k], frame[k], rkey[k], length[k])
         elif kind in (SEND_FIRST, SEND_MIDDLE):
@@ -96,31 +95,25 @@ def follow(tracker, batch, rows, addr) -> set:
         else:
             if kind == SEND_LAST:
                 payload = bytes(tracker.sends.pop(key, b"")) + payload
-                claimed.add(k)
-            if to_host:
-                _completion(queue, payload, frame[k], time[k])
-            elif len(payload) >= SQE_LEN:
-                _command(tracker, queue, payload, frame[k], time[k])
+                claimed[k] = True
+            if not to_host:
+                if len(payload) >= SQE_LEN:
+                    _command(tracker, queue, payload, frame[k], time[k])
+            elif len(payload) == CQE_LEN:  # a CQE: the pending command with its command id completes, once
+                cmd = queue.pending.get(payload[12] | payload[13] << 8)
+                if cmd is not None and not cmd.cqe:
+                    cmd.cqe, cmd.cqe_time, cmd.status = frame[k], time[k], (payload[14] | payload[15] << 8) >> 1
     return claimed
 
 
 def _command(tracker, queue, payload: bytes, frame: int, time: float) -> None:
-    """A command capsule: pending under its command id, its SGL's R_Key noted."""
+    """A command capsule: pending under its command id, its keyed SGL's R_Key (Command.keyed) noted."""
     qid = queue.qid if queue.qid is not None else 0 if payload[0] in ADMIN_ONLY else 1
-    cmd = queue.pending[int.from_bytes(payload[2:4], "little")] = Command(frame, time, payload[:SQE_LEN], qid)
+    cmd = queue.pending[payload[2] | payload[3] << 8] = Command(frame, time, payload[:SQE_LEN], qid)
     cmd.bytes, cmd.queue = len(payload) - SQE_LEN, queue  # in-capsule data
-    keyed = cmd.keyed
-    if keyed:
-        queue.keys[keyed[0]] = cmd
+    if payload[39] >> 4 == 4:
+        queue.keys[int.from_bytes(payload[35:39], "little")] = cmd
     tracker.commands.append(cmd)
-
-
-def _completion(queue, payload: bytes, frame: int, time: float) -> None:
-    """A CQE: the pending command with its command id completes, once."""
-    cmd = queue.pending.get(int.from_bytes(payload[12:14], "little")) if len(payload) == CQE_LEN else None
-    if cmd is not None and not cmd.cqe:
-        cmd.cqe, cmd.cqe_time = frame, time
-        cmd.status = int.from_bytes(payload[14:16], "little") >> 1
 
 
 def _data(queue, kind: int, psn: int, frame: int, rkey: int, length: int) -> None:
