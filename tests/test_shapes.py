@@ -144,3 +144,25 @@ def test_frame_ops_read_bits_bytes_and_addresses():
         f"16 00010203 256 {frame[2:10].hex(':')} 4.5.6.7 809:a0b:c0d:e0f:1011:1213:1415:1617 00:01:02:03:04:05 2627"
     )
     assert cut.split(" ")[5] == ""  # a 16-byte address past a 12-byte frame's end prints nothing
+
+
+def test_no_volatile_field_is_one_tshark_names_by_value():
+    """A learned program prints a volatile field as the number its bits hold; a field tshark prints by name
+    (value strings, true/false texts) must stay in the shape, or a frame holding a named value would print
+    its number.  Checked for every InfiniBand and MAD layer against tshark 4.0's labels."""
+    import dissectors.ib as ib
+    from dissectors.mad.base import REGISTRY
+    from ibwire.report.packets import ws_labels
+    from ibwire.report.packets.templates import VOLATILE
+
+    named, checked = [], 0
+    for layer, fields in VOLATILE.items():
+        cls = REGISTRY.get(layer) or getattr(ib, layer, None)
+        if getattr(cls, "ws_name", None) is None:
+            continue  # scapy's own layers (Ether, IP, UDP …) and ERF: their volatile fields are addresses and ids
+        for f in fields:
+            key = "infiniband." + getattr(cls, "ws_alias", {}).get(f, f"{cls.ws_name}.{f}")
+            checked += 1
+            if key in ws_labels.VALUES or key in ws_labels.TFS:
+                named.append(key)
+    assert checked > 50 and not named, named
