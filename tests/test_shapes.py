@@ -85,6 +85,33 @@ def test_management_datagrams_print_alike(tmp_path):
     assert not _differ(tmp_path, [[path, *fmt] for path in (sim["path"], repeated) for fmt in fmts])
 
 
+def test_the_fuzz_corpus_prints_alike(tmp_path):
+    """test_fuzz_decode's mutants (truncated, bit-flipped, re-linked and extreme-valued copies of the public
+    captures' frames), each seed frame sent 20 times first so that its shape is learned and its mutants meet
+    the program: every frame prints as its full decode does."""
+    from collections import defaultdict
+
+    from test_fuzz_decode import mutations, seeds
+
+    from ibwire.files.writers import PcapWriter
+
+    by_link, rng = defaultdict(list), random.Random(27)
+    for seed in seeds()[::2]:
+        by_link[seed.linktype] += [seed.data] * 20
+        for n, (linktype, data) in enumerate(mutations(rng, [seed])):
+            if n >= 20:
+                break
+            by_link[linktype].append(data)
+    runs = []
+    for linktype, datas in by_link.items():
+        path = tmp_path / f"mutants-{linktype}.pcap"
+        with PcapWriter(str(path), linktype) as w:
+            for i, data in enumerate(datas):
+                w.write(data, 1700000000 + i * 1e-6, len(data), flush=False)
+        runs += [[path, *fmt] for fmt in (["-T", "json"], ["--format", "jsonl"], ["-V"])]
+    assert not _differ(tmp_path, runs)
+
+
 def test_analysis_fields_and_a_filter_print_alike(tmp_path):
     """RC analysis columns (acks_frame, ack_rtt as Python writes a float) and a -Y selection."""
     runs = [
