@@ -10,6 +10,7 @@ as its bytes go: the tree then ends with ("_truncated", True)."""
 import struct
 import zlib
 
+from dissectors import nfs3
 from dissectors.numbers import NFS_RDMA_PORT
 from dissectors.nvmetable import SID_ULP_TCP, SID_ULP_TCP_MASK
 
@@ -266,7 +267,7 @@ def rpc(data: bytes, call=None):
     return items, info, None
 
 
-def _fh(x: XDR) -> list:
+def fh3(x: XDR) -> list:
     n, fh, _ = x.opaque(128)
     return [("nfs.fh.length", n), ("nfs.fh.hash", zlib.crc32(fh)), ("nfs.fhandle", fh)]
 
@@ -279,14 +280,17 @@ def _name(x: XDR) -> tuple:
     )
 
 
-def _nfs3_call(x: XDR, proc: int) -> list:
-    """NFSv3 arguments (RFC 1813 §3.3): the file handle every procedure but NULL starts with, and the
-    arguments of LOOKUP, ACCESS, READ, WRITE and COMMIT after it."""
+def _nfs3_call(x: XDR, proc: int, items: list) -> None:
+    """NFSv3 arguments (RFC 1813 §3.3) into `items`: the file handle every procedure but NULL starts with,
+    the arguments of LOOKUP, ACCESS, READ, WRITE and COMMIT after it, then dissectors.nfs3's (a WRITE's
+    data, CREATE's createhow3)."""
     if proc in (3, 8, 9, 10, 11, 12, 13, 14):  # diropargs3: directory handle and a name
-        return [("what" if proc == 3 else "where" if proc < 12 else "object", [("dir", _fh(x)), _name(x)])]
+        items.append(("what" if proc == 3 else "where" if proc < 12 else "object", [("dir", fh3(x)), _name(x)]))
+        nfs3.call_tail(x, proc, items)
+        return
     if proc not in FH3_LABEL:
-        return []
-    items = [(FH3_LABEL[proc], _fh(x))]
+        return
+    items.append((FH3_LABEL[proc], fh3(x)))
     if proc == 4:
         check = x.u32()
         bits = [(f"nfs.access_{name}", 1) for i, name in enumerate(ACCESS) if check >> i & 1]
@@ -295,7 +299,7 @@ def _nfs3_call(x: XDR, proc: int) -> list:
         items += [("nfs.offset3", x.u64()), ("nfs.count3", x.u32())]
         if proc == 7:
             items.append(("nfs.write.stable", x.u32()))
-    return items
+    nfs3.call_tail(x, proc, items)
 
 
 def _bitmap(x: XDR) -> list:
@@ -335,7 +339,7 @@ def _read4(x: XDR) -> list:
 # The operations whose arguments are read (the others end the walk): PUTFH, GETATTR, READ, SEQUENCE, and
 # GETFH and PUTROOTFH, which take none
 OP_ARGS = {
-    PUTFH: lambda x: [("FileHandle", _fh(x))],
+    PUTFH: lambda x: [("FileHandle", fh3(x))],
     9: _bitmap,
     25: _read4,
     53: _sequence,
@@ -369,18 +373,20 @@ def _nfs4_call(x: XDR) -> list:
     return items
 
 
-def nfs(data: bytes, off: int, call, is_call: bool) -> list:
+def nfs(data: bytes, off: int, call, is_call: bool, chunk=None) -> list:
     """The NFS tree of an RPC message whose arguments (a call) or results (a reply) start at `off`; `call`
-    is (program, version, procedure)."""
+    is (program, version, procedure); `chunk`: the bytes a reply's write list carries (a READ's data)."""
     _, version, proc = call
     x = XDR(data, off)
     key = "nfs.procedure_v3" if version == 3 else "nfs.procedure_v4"
     items = [("rpc.programversion", version), (key, proc)]
     try:
-        if not is_call:
-            items.append(("nfs.status3" if version == 3 else "nfs.nfsstat4", x.u32()))
+        if not is_call and version == 3:
+            nfs3.reply(x, proc, items, chunk)
+        elif not is_call:
+            items.append(("nfs.nfsstat4", x.u32()))
         elif version == 3:
-            items += _nfs3_call(x, proc)
+            _nfs3_call(x, proc, items)
         elif version == 4 and proc == 1:
             items += _nfs4_call(x)
     except Short:

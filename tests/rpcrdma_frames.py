@@ -21,7 +21,7 @@ FH3 = bytes(range(0x40, 0x60))  # a 32-byte NFSv3 file handle
 FH4 = bytes(range(0x80, 0x9C))  # a 28-byte NFSv4 file handle
 CRED = m.auth_unix(0x5F5E100, b"client", 1000, 1000, (1000, 27))
 SEND_FIRST, SEND_LAST, SEND_ONLY, WRITE_ONLY, READ_REQUEST, READ_RESPONSE_ONLY = 0x00, 0x02, 0x04, 0x0A, 0x0C, 0x10
-UD_SEND_ONLY = 0x64
+UD_SEND_ONLY, WRITE_FIRST, WRITE_LAST = 0x64, 0x06, 0x08
 # The -T json layers the NFS-over-RDMA tests compare, and what tshark 4.4 shows 0 for in a reply (its call
 # not found on RoCE, test_rpcrdma_tshark's module doc)
 PROTOCOLS = ("rpcordma.fragments", "rpcordma", "rpc", "nfs")
@@ -187,3 +187,98 @@ def v2_pairs():
 # ((None, None): the RDMA data moving a chunk, the same in both versions)
 V2_HEADS = {0: (0, 0), 1: (1, 0), 2: (0, 0xABC), 3: (None, None), 4: (1, 0), 5: (0, 0), 6: (1, 0), 7: (0, 0xDEF)}
 V2_HEADS |= {8: (None, None), 9: (1, 0), 16: (0, 0x123), 17: (None, None), 18: (None, None), 21: (0, 0)}
+
+
+def _fattr3(ftype: int, mode: int, size: int, fileid: int) -> bytes:
+    """fattr3 (RFC 1813 §2.6): type, mode, nlink, uid, gid, size, used, rdev, fsid, fileid, three times."""
+    times = m.u32(1_700_000_000, 123_456_789, 1_700_000_001, 5, 1_700_000_002, 999_999_999)
+    return (
+        m.u32(ftype, mode, 2, 1000, 27)
+        + struct.pack(">QQII", size, size + 4096, 8, 9)
+        + struct.pack(">QQ", 0x1234, fileid)
+        + times
+    )
+
+
+def _wcc(size: int) -> bytes:
+    """wcc_data (RFC 1813 §2.6): pre_op_attr (size, mtime, ctime), then post_op_attr."""
+    return (
+        m.u32(1)
+        + struct.pack(">Q", size)
+        + m.u32(1_700_000_000, 7, 1_700_000_000, 8)
+        + m.u32(1)
+        + _fattr3(1, 0o644, size + 512, 77)
+    )
+
+
+def nfs3_messages():
+    """An NFSv3 client's calls and the server's replies with their bodies (RFC 1813 §3.3): NULL, GETATTR,
+    LOOKUP, ACCESS, READ, WRITE, CREATE, FSINFO, PATHCONF, an error reply, and a cut reply body.  Sent on
+    the same QP number at both ends, so that tshark 4.4 finds each reply's call and decodes its results."""
+    c, s = "client", "server"
+    dirfh, verf = FH3[:28], bytes(range(0xA0, 0xA8))
+    calls = [
+        (0, b"", b""),
+        (1, m.opaque(FH3), m.u32(0) + _fattr3(2, 0o40755, 4096, 2)),
+        (
+            3,
+            m.opaque(dirfh) + m.opaque(b"f"),
+            m.u32(0) + m.opaque(FH3) + m.u32(1) + _fattr3(1, 0o100644, 0, 77) + m.u32(1) + _fattr3(2, 0o1777, 60, 2),
+        ),
+        (4, m.opaque(FH3) + m.u32(0x3F), m.u32(0, 1) + _fattr3(1, 0o104755, 10, 77) + m.u32(0x2D)),
+        (
+            6,
+            m.nfs3_read(FH3, 65536, 1024),
+            m.u32(0, 1) + _fattr3(1, 0o644, 66560, 77) + m.u32(1024, 1, 1024) + bytes(1024),
+        ),
+        (7, m.nfs3_write(FH3, 0, 12, 1, 12) + b"hello world!", m.u32(0) + _wcc(0) + m.u32(12, 2) + verf),
+        (
+            8,
+            m.opaque(dirfh)
+            + m.opaque(b"newfile")
+            + m.u32(1, 1, 0o600, 1, 1000, 0, 1)
+            + struct.pack(">Q", 0)
+            + m.u32(2, 1_700_000_003, 4, 1),
+            m.u32(0, 1) + m.opaque(FH3) + m.u32(1) + _fattr3(1, 0o600, 0, 78) + _wcc(60),
+        ),
+        (
+            19,
+            m.opaque(dirfh),
+            m.u32(0, 1)
+            + _fattr3(2, 0o755, 4096, 2)
+            + m.u32(1048576, 65536, 4096, 1048576, 65536, 4096, 4096)
+            + struct.pack(">Q", 2**63 - 1)
+            + m.u32(0, 1, 0x1B),
+        ),
+        (20, m.opaque(dirfh), m.u32(0, 0) + m.u32(255, 255, 1, 1, 0, 1)),
+        (3, m.opaque(dirfh) + m.opaque(b"nope"), m.u32(2, 1) + _fattr3(2, 0o755, 4096, 2)),
+        (1, m.opaque(FH3), m.u32(0) + _fattr3(1, 0o644, 4096, 77)[:44]),
+    ]
+    out = []
+    for i, (proc, args, body) in enumerate(calls):
+        xid = 0x3001 + i
+        out.append((c, SEND_ONLY, m.header(xid, 32, m.RDMA_MSG) + m.call(xid, m.NFS_PROGRAM, 3, proc, CRED, args)))
+        out.append((s, SEND_ONLY, m.header(xid, 32, m.RDMA_MSG) + m.reply(xid, 0, body)))
+    chunk = [[(0xABD, 4096, 0x7F0000004000)]]  # a READ whose data the server writes into the call's chunk
+    out.append(
+        (
+            c,
+            SEND_ONLY,
+            m.header(0x3100, 32, m.RDMA_MSG, writes=chunk)
+            + m.call(0x3100, m.NFS_PROGRAM, 3, 6, CRED, m.nfs3_read(FH3, 0, 4096)),
+        )
+    )
+    out.append((s, WRITE_FIRST, bytes(2048), (0x7F0000004000, 0xABD, 4096)))
+    out.append((s, WRITE_LAST, bytes(2048)))
+    read = m.u32(0, 1) + _fattr3(1, 0o644, 4096, 77) + m.u32(4096, 1)
+    return out + [(s, SEND_ONLY, m.header(0x3100, 31, m.RDMA_MSG, writes=chunk) + m.reply(0x3100, 0, read))]
+
+
+def write_nfs3_capture(path) -> int:
+    """nfs3_messages as a RoCEv2 pcap after an RDMA-CM REQ and REP naming both ends' IPv4-mapped GIDs, by
+    which tshark 4.4 ties the two directions into one conversation and so finds each reply's call."""
+    gid = lambda port: bytes(10) + b"\xff\xff" + port.ip4  # noqa: E731
+    req = mads.cm_req(0x51, SERVICE_ID, CLIENT.guid, QP["client"], 100, 0xFFFF, 1, 2, gid(CLIENT), gid(SERVER))
+    connect = [("client", UD_SEND_ONLY, req), setup()[1]]
+    ends = {"client": (CLIENT, QP["client"]), "server": (SERVER, QP["server"])}
+    return write_rc_capture(path, connect + nfs3_messages(), ends, {"client": 100, "server": 500})

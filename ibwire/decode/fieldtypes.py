@@ -34,9 +34,9 @@ def _nvme_tracked():
 
 
 def _rpcrdma(name: str) -> dict:
-    from dissectors import rpcrdmatable, rpcrdmav2
+    from dissectors import nfs3, rpcrdmatable, rpcrdmav2
 
-    return {**getattr(rpcrdmatable, name), **getattr(rpcrdmav2, name)}
+    return {**getattr(rpcrdmatable, name), **getattr(rpcrdmav2, name), **getattr(nfs3, name)}
 
 
 def _iser(name: str) -> dict:

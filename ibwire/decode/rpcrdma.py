@@ -184,22 +184,24 @@ class RpcRdmaTracker:
                 return layers[:1], msg, [info_text(info, None, False)], _cut(rtree)
         elif call is not None and rinfo.get("msgtyp") == 1:
             self._replied(d, call, rinfo)
-            rtree += [("rpc.reqframe", call.frame), ("rpc.time", round(d.frame.time - call.time, 6))]
+            rtree += [("rpc.repframe", call.frame), ("rpc.time", round(d.frame.time - call.time, 6))]
         else:
             return layers, b"", [info_text(info, None, False)], _cut(rtree)
         is_call = rinfo["msgtyp"] == 0
-        more, ntree = self._nfs(msg, args, call, is_call)
+        chunk = None if is_call or not info["writes"] else sum(s[1] for s in info["writes"][0])
+        more, ntree = self._nfs(msg, args, call, is_call, chunk)
         main = next((v for k, v in ntree if k == "nfs.main_opcode"), None)
         call.main = main if is_call else call.main
         notes = [info_text(info, (call.prog, call.vers, call.proc), is_call, main)] + notes
         return layers + more, b"", notes, _cut(rtree + ntree)
 
     @staticmethod
-    def _nfs(msg: bytes, args, call, is_call: bool):
-        """([the NFS layer] or [], its tree) of an RPC message of `call` whose arguments start at `args`."""
+    def _nfs(msg: bytes, args, call, is_call: bool, chunk=None):
+        """([the NFS layer] or [], its tree) of an RPC message of `call` whose arguments start at `args`
+        (`chunk`: the bytes of a reply's write chunk)."""
         if call.prog != NFS_PROGRAM or args is None or call.vers not in (3, 4):
             return [], []
-        ntree = nfs(msg, args, (call.prog, call.vers, call.proc), is_call)
+        ntree = nfs(msg, args, (call.prog, call.vers, call.proc), is_call, chunk)
         return [("NFS", msg[args:], ntree)], ntree
 
     def _replied(self, d, call, rinfo) -> None:

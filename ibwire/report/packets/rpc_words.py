@@ -8,7 +8,7 @@ from dissectors.rpcrdmav2 import ERRORS, FLAGS, MSG_TYPES
 # ONC RPC programs (RFC 5531 appendix, IANA's rpc-program-numbers) as packet-rpc.c names them
 PROGRAMS = {100000: "Portmap", 100003: "NFS", 100005: "MOUNT", 100021: "NLM", 100024: "STAT", 100227: "NFSACL"}
 # Items tshark generates, whatever frame they are in; and those it generates in one protocol only
-GENERATED = {"nfs.fh.hash", "nfs.main_opcode", "nfs.procedure_v3", "nfs.procedure_v4", "rpc.reqframe", "rpc.time"}
+GENERATED = {"nfs.fh.hash", "nfs.main_opcode", "nfs.procedure_v3", "nfs.procedure_v4", "rpc.repframe", "rpc.time"}
 IN_NFS = {"rpc.programversion"}
 IN_REPLY = {"rpc.program", "rpc.programversion", "rpc.procedure"}  # a reply's call, found or not
 REQUIRED_ATTRS = set(range(12)) | {19}  # NFSv4 REQUIRED attributes; the others are RECOMMENDED
@@ -79,7 +79,7 @@ def line(key: str, value: str, text: str, layer: str, call) -> str:
         text = f"Program: {PROGRAMS.get(int(value), 'Unknown')} ({value})"
     elif key == "rpc.procedure":
         text = f"Procedure: {procedure(prog, vers, int(value))} ({value})"
-    elif key.startswith("nfs.access_") and key != "nfs.access_check":
+    elif key.startswith("nfs.access_") and key not in ("nfs.access_check", "nfs.access_rights") and msgtyp == 0:
         text += "?"  # a call asks whether it is allowed
     elif key == "nfs.attr" and int(value) not in REQUIRED_ATTRS:
         text = text.replace("reqd_attr", "reco_attr", 1)
