@@ -7,6 +7,7 @@ and give each one's payload offset; the capsules are read from those bytes (stru
 and followed by the same tracker `ibwire decode` uses (ibwire.decode.nvme, in bulk mode: no scapy)."""
 
 from collections import defaultdict
+from operator import itemgetter
 from typing import Dict, List
 
 import numpy as np
@@ -157,12 +158,13 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
             text = short[v] = addr_text(v.ljust(16, b"\0"))
         return text
 
-    matcher = None
+    matcher, numbers = None, np.arange(0)
     for batch in stream:
         if not len(batch.rec):
             continue
-        every = np.arange(len(batch.rec))
-        cm, data = storage_rows(batch.rec, every, tracker)
+        numbers = numbers if len(numbers) >= len(batch.rec) else np.arange(len(batch.rec))
+        every = numbers[: len(batch.rec)]
+        cm, data = storage_rows(batch.rec, slice(None), tracker)  # every row, read a column at a time
         cm = cm[np.isin(batch.rec["mad_attrid"][cm], (CM_REQ, CM_REP)) | rc[batch.rec["opcode"][cm]]]
         r = _Rows(batch, cm)
         for k in range(len(cm)):
@@ -302,50 +304,66 @@ def command_rows(tracker: NvmeTracker) -> List[dict]:
 
 
 def matched_rows(matcher: Matcher) -> List[dict]:
-    """command_rows of the commands a Matcher holds."""
+    """command_rows of the commands a Matcher holds, built a column at a time."""
     c = matcher.commands()
-    sqe, n = c["sqe"], len(c["frame"])
-    queues = [matcher.queues[q] for q in c["queue"].tolist()]
-    opc, fctype = sqe[:, 0].tolist(), sqe[:, 4].tolist()
-    cid = (sqe[:, 2].astype(np.int64) | sqe[:, 3].astype(np.int64) << 8).tolist()
-    nsid = np.ascontiguousarray(sqe[:, 4:8]).view("<u4").ravel().tolist()
-    slba = np.ascontiguousarray(sqe[:, 40:48]).view("<u8").ravel().tolist()
-    blocks = (np.ascontiguousarray(sqe[:, 48:50]).view("<u2").ravel().astype(np.int64) + 1).tolist()
-    frame, time, done, done_time = (c[k].tolist() for k in ("frame", "time", "done", "done_time"))
-    count, first, last, nbytes = (c[k].tolist() for k in ("data_frames", "first_data", "last_data", "bytes"))
-    status = c["status"].tolist()
-    names, texts, rows = {}, {}, []
-    for i in range(n):
-        q, op = queues[i], opc[i]
-        qid = q.qid
-        rw = qid not in (0, None) and op != FABRICS_OPC and op in IO
-        name = names.get((op, fctype[i], qid == 0))
-        if name is None:
-            name = names[(op, fctype[i], qid == 0)] = opcode_name(bytes(sqe[i]), qid)
-        text = texts.get(status[i])
-        if text is None:
-            text = texts[status[i]] = status_text(status[i] if status[i] >= 0 else None)
-        rows.append(
-            {
-                "queue": q.name,
-                "qid": qid,
-                "opcode": name,
-                "cid": cid[i],
-                "nsid": nsid[i] if op != FABRICS_OPC else None,
-                "slba": slba[i] if rw else None,
-                "blocks": blocks[i] if rw else None,
-                "submission": frame[i],
-                "data_frames": count[i],
-                "first_data": first[i] if count[i] else None,
-                "last_data": last[i] if count[i] else None,
-                "completion": done[i] or None,
-                "latency_us": round((done_time[i] - time[i]) * 1e6, 3) if done[i] else None,
-                "bytes": nbytes[i],
-                "status": text,
-                "time": time[i],
-            }
-        )
-    return rows
+    sqe, queue = c["sqe"], c["queue"]
+    qids = np.array([q.qid for q in matcher.queues] or [0])[queue]
+    opc = sqe[:, 0]
+    fabrics = opc == FABRICS_OPC
+    rw = (qids != 0) & ~fabrics & np.isin(opc, list(IO))
+    count, done = c["data_frames"], c["done"] > 0
+
+    def column(values, shown):
+        out = values.astype(object)
+        out[~shown] = None
+        return out.tolist()
+
+    def named(keys, name):  # the text of each distinct key, then of each row
+        unique, inverse = np.unique(keys, return_inverse=True)
+        return np.array([name(k) for k in unique.tolist()] or [""], object)[inverse.ravel()].tolist()
+
+    pair = opc.astype(np.int64) << 9 | sqe[:, 4].astype(np.int64) << 1 | (qids == 0)
+    latency = [round(v, 3) for v in ((c["done_time"] - c["time"]) * 1e6)[done].tolist()]
+    latencies = iter(latency)
+    columns = zip(
+        [matcher.queues[q].name for q in queue.tolist()],
+        qids.tolist(),
+        named(pair, lambda k: opcode_name(bytes([k >> 9, 0, 0, 0, k >> 1 & 0xFF]), 0 if k & 1 else 1)),
+        (sqe[:, 2].astype(np.int64) | sqe[:, 3].astype(np.int64) << 8).tolist(),
+        column(np.ascontiguousarray(sqe[:, 4:8]).view("<u4").ravel(), ~fabrics),
+        column(np.ascontiguousarray(sqe[:, 40:48]).view("<u8").ravel(), rw),
+        column(np.ascontiguousarray(sqe[:, 48:50]).view("<u2").ravel().astype(np.int64) + 1, rw),
+        c["frame"].tolist(),
+        count.tolist(),
+        column(c["first_data"], count > 0),
+        column(c["last_data"], count > 0),
+        column(c["done"], done),
+        [next(latencies) if d else None for d in done.tolist()],
+        c["bytes"].tolist(),
+        named(c["status"], lambda s: status_text(s if s >= 0 else None)),
+        c["time"].tolist(),
+    )
+    return [
+        {
+            "queue": q,
+            "qid": qid,
+            "opcode": name,
+            "cid": cid,
+            "nsid": nsid,
+            "slba": slba,
+            "blocks": blocks,
+            "submission": frame,
+            "data_frames": n,
+            "first_data": first,
+            "last_data": last,
+            "completion": completion,
+            "latency_us": lat,
+            "bytes": nbytes,
+            "status": status,
+            "time": time,
+        }
+        for q, qid, name, cid, nsid, slba, blocks, frame, n, first, last, completion, lat, nbytes, status, time in columns
+    ]
 
 
 def _percentiles(values) -> dict:
@@ -361,29 +379,48 @@ def _percentiles(values) -> dict:
     }
 
 
+SUMMED = ("time", "latency_us", "completion", "bytes", "status")  # what a summary reads of a row
+
+
 def summary_rows(rows: List[dict], column: str, ok: str = STATUS_GENERIC[0]) -> List[dict]:
     """Per value of `column`: commands, completed, errors, IOPS and bytes/s over the group's span (first
     submission to last completion), latency percentiles."""
-    groups: Dict[tuple, List[dict]] = defaultdict(list)
-    for r in rows:
-        groups[r[column]].append(r)
+    return summaries(columns_of(rows, (column, *SUMMED)), column, ok)
+
+
+def columns_of(rows: List[dict], names) -> dict:
+    """The named values of every row, a list each."""
+    values = zip(*map(itemgetter(*names), rows)) if rows else [[] for _ in names]
+    return dict(zip(names, values))
+
+
+def summaries(cols: dict, column: str, ok: str = STATUS_GENERIC[0]) -> List[dict]:
+    """summary_rows of rows given as columns (columns_of: `column` and SUMMED)."""
+    groups: Dict[tuple, List[int]] = defaultdict(list)
+    for i, k in enumerate(cols[column]):
+        groups[k].append(i)
+    times = np.asarray(cols["time"], float)
+    done = np.fromiter((d is not None for d in cols["completion"]), bool, len(times))
+    latency = np.asarray([v if v is not None else 0.0 for v in cols["latency_us"]], float)
+    nbytes = np.asarray(cols["bytes"], np.int64)
+    bad = np.fromiter((s != ok for s in cols["status"]), bool, len(times))
     out = []
     for k, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        done = [r for r in rs if r["completion"] is not None]
-        start = min(r["time"] for r in rs)
-        end = max([r["time"] + r["latency_us"] / 1e6 for r in done] + [start])
-        span = end - start
-        nbytes = sum(r["bytes"] for r in rs)
+        rs = np.asarray(rs)
+        fin = rs[done[rs]]
+        start = float(times[rs].min())
+        end = max(float((times[fin] + latency[fin] / 1e6).max()), start) if len(fin) else start
+        span, total = end - start, int(nbytes[rs].sum())
         out.append(
             {
                 column: k,
                 "commands": len(rs),
-                "completed": len(done),
-                "errors": sum(1 for r in done if r["status"] != ok),
-                "iops": round(len(done) / span, 1) if span > 0 else None,
-                "bytes": nbytes,
-                "bytes_per_s": round(nbytes / span) if span > 0 else None,
-                **_percentiles([r["latency_us"] for r in done]),
+                "completed": len(fin),
+                "errors": int(bad[fin].sum()),
+                "iops": round(len(fin) / span, 1) if span > 0 else None,
+                "bytes": total,
+                "bytes_per_s": round(total / span) if span > 0 else None,
+                **_percentiles(latency[fin].tolist()),
             }
         )
     return out
@@ -406,15 +443,15 @@ def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False, ise
         stream = Stream(path, icrc=False)
         both, _ = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as, fast=False)
         rows = command_rows(both.nvme)
-    calls = call_rows(both.rpcrdma)
+    calls, cols = call_rows(both.rpcrdma), columns_of(rows, ("opcode", "queue", *SUMMED))
     errors = defaultdict(int)
     for r in rows:
         if r["status"] != STATUS_GENERIC[0]:
             errors[(r["opcode"], r["status"])] += 1
     return {
         "commands": rows,
-        "by_opcode": summary_rows(rows, "opcode"),
-        "by_queue": summary_rows(rows, "queue"),
+        "by_opcode": summaries(cols, "opcode"),
+        "by_queue": summaries(cols, "queue"),
         "errors": [{"opcode": o, "status": s, "commands": n} for (o, s), n in sorted(errors.items())],
         "rpc_calls": calls,
         "rpc_by_procedure": summary_rows(calls, "procedure", SUCCESS),

@@ -1,0 +1,81 @@
+"""The storage view's two ways of following NVMe-oF agree: the numpy matcher (ibwire/decode/nvmematch.py)
+and the packet-by-packet follower (nvmebulk.follow, NvmeTracker's steps) give the same command rows on the
+public discovery capture and on damaged copies of it (bytes changed, packets dropped, doubled, reordered,
+two copies interleaved); what the matcher cannot follow it hands over (Irregular), never answers
+differently."""
+
+import random
+import struct
+
+from ibwire.analyze import storage
+from ibwire.decode.nvmematch import Irregular
+from ibwire.decode.stream import Stream
+
+DISCOVER = "m3_nvme_nvme-discover.pcap"
+
+
+def _rows(path, fast: bool):
+    both, matcher = storage.track(Stream(str(path), icrc=False), fast=fast)
+    return storage.matched_rows(matcher) if matcher is not None else storage.command_rows(both.nvme)
+
+
+def _frames(path):
+    data, off, out = path.read_bytes(), 24, []
+    while off + 16 <= len(data):
+        ts, us, caplen, wirelen = struct.unpack_from("<IIII", data, off)
+        out.append((ts, us, data[off + 16 : off + 16 + caplen], wirelen))
+        off += 16 + caplen
+    return data[:24], out
+
+
+def _damaged(frames, rnd):
+    out = []
+    for copy in range(rnd.randint(1, 3)):
+        for ts, us, body, wirelen in frames:
+            body, x = bytearray(body), rnd.random()
+            if x < 0.04 and len(body) > 60:
+                for _ in range(rnd.randint(1, 3)):
+                    body[rnd.randrange(54, len(body))] = rnd.randrange(256)
+            elif x < 0.06:
+                continue
+            elif x < 0.08:
+                out.append((ts + 20 * copy, us, body, wirelen))
+            out.append((ts + 20 * copy, us, body, wirelen))
+    if rnd.random() < 0.5:  # another copy's packets between these
+        other, merged = [f for f in frames if rnd.random() > 0.03], []
+        while out or other:
+            merged.append((out if out and (not other or rnd.random() < 0.5) else other).pop(0))
+        out = merged
+    if rnd.random() < 0.3:
+        i = rnd.randrange(len(out) - 5)
+        part = out[i : i + 5]
+        rnd.shuffle(part)
+        out[i : i + 5] = part
+    return out
+
+
+def test_the_discovery_capture_is_matched_with_numpy(public_dir):
+    both, matcher = storage.track(Stream(str(public_dir / DISCOVER), icrc=False))
+    assert matcher is not None
+    rows = storage.matched_rows(matcher)
+    assert len(rows) == 11 and rows == _rows(public_dir / DISCOVER, False)
+
+
+def test_damaged_copies_give_the_same_rows_either_way(public_dir, tmp_path):
+    head, frames = _frames(public_dir / DISCOVER)
+    took = {"numpy": 0, "packet by packet": 0}
+    for seed in range(120):
+        path = tmp_path / "damaged.pcap"
+        with open(path, "wb") as f:
+            f.write(head)
+            for ts, us, body, wirelen in _damaged(frames, random.Random(seed)):
+                f.write(struct.pack("<IIII", ts, us, len(body), wirelen) + bytes(body))
+        slow = _rows(path, False)
+        try:
+            fast = _rows(path, True)
+        except Irregular:
+            took["packet by packet"] += 1
+            continue
+        took["numpy"] += 1
+        assert fast == slow, f"seed {seed}"
+    assert took["numpy"] > 30 and took["packet by packet"] > 10, took
