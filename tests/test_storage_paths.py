@@ -7,7 +7,7 @@ differently."""
 import random
 import struct
 
-from ibwire.analyze import storage
+from ibwire.analyze import storage, storagefeed
 from ibwire.decode.nvmematch import Irregular
 from ibwire.decode.stream import Stream
 
@@ -15,7 +15,7 @@ DISCOVER = "m3_nvme_nvme-discover.pcap"
 
 
 def _rows(path, fast: bool):
-    both, matcher = storage.track(Stream(str(path), icrc=False), fast=fast)
+    both, matcher = storagefeed.track(Stream(str(path), icrc=False), fast=fast)
     return storage.matched_rows(matcher) if matcher is not None else storage.command_rows(both.nvme)
 
 
@@ -55,7 +55,7 @@ def _damaged(frames, rnd):
 
 
 def test_the_discovery_capture_is_matched_with_numpy(public_dir):
-    both, matcher = storage.track(Stream(str(public_dir / DISCOVER), icrc=False))
+    both, matcher = storagefeed.track(Stream(str(public_dir / DISCOVER), icrc=False))
     assert matcher is not None
     rows = storage.matched_rows(matcher)
     assert len(rows) == 11 and rows == _rows(public_dir / DISCOVER, False)

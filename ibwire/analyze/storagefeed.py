@@ -1,0 +1,244 @@
+"""How the storage view feeds its trackers from the compiled records: RDMA-CM REQ and REP MADs (IBA §12.6)
+to all of them; each batch's RC SEND and RDMA READ/WRITE rows to NVMe-oF's follower (numpy's Matcher, or
+nvmebulk.follow packet by packet), and to RPC-RDMA, SMB Direct and iSER only the rows that can change what
+they find, each as a light frame (_Lite) with the fields they read: no scapy, no full decode."""
+
+import numpy as np
+
+from dissectors import smbdirecttable as sd
+from ibwire.decode import records as R
+from ibwire.decode.iser import IserTracker
+from ibwire.decode.iser import storage_rows as iser_rows
+from ibwire.decode.nvme import NvmeTracker, storage_rows
+from ibwire.decode.nvmebulk import follow, payload_ends
+from ibwire.decode.nvmematch import Matcher
+from ibwire.decode.records import addr_text
+from ibwire.decode.rpcrdma import RC_SEND, RpcRdmaTracker, Trackers
+from ibwire.decode.rpcrdma import storage_rows as rpcrdma_rows
+from ibwire.decode.smbdirect import SmbDirectTracker
+from ibwire.decode.smbdirect import storage_rows as smbdirect_rows
+
+CM_REQ, CM_REP = 0x0010, 0x0013  # the RDMA-CM MADs the trackers read (IBA §12.6); the others change nothing
+MAD_HEADER = 24
+CM_SERVICE_ID = 8  # REQ: ServiceID at message byte 8 (IBA §12.6.5)
+CM_IP_PRIVATE = 140 + 36  # REQ: private data at message byte 140; its IP CM header is 36 bytes (A11.4)
+
+
+class _Frame:
+    __slots__ = ("number", "time")
+
+    def __init__(self, number, time):
+        self.number, self.time = number, time
+
+
+class _Lite:
+    """What NvmeTracker reads of a decoded frame, built from a record and its payload bytes."""
+
+    __slots__ = ("frame", "flat", "notes", "errors", "layers", "packet")
+
+    def __init__(self, number, time, flat):
+        self.frame, self.flat = _Frame(number, time), flat
+        self.notes, self.errors, self.layers, self.packet = [], [], {}, None
+
+
+def _opcodes():
+    """(name, transport, has RETH) of every BTH opcode, for the tracker's flat fields."""
+    from dissectors.opcodes import lookup
+
+    return [(op.name, op.transport, "reth" in op.headers) for op in map(lookup, range(256))]
+
+
+class _Rows:
+    """One batch's columns as Python lists, read once (indexing a structured array row by row is slow)."""
+
+    COLS = (
+        "opcode",
+        "destqp",
+        "psn",
+        "paylen",
+        "flags",
+        "frame",
+        "time",
+        "reth_r_key",
+        "caplen",
+        "padcnt",
+        "link",
+        "mad_class",
+        "mad_attrid",
+        "cm_comm_id",
+        "cm_remote_comm_id",
+        "cm_qpn",
+    )
+
+    def __init__(self, batch, rows):
+        rec = batch.rec[rows]
+        for col in self.COLS:
+            setattr(self, col, rec[col].tolist())
+        self.src = [bytes(v) for v in rec["src"]]
+        self.dst = [bytes(v) for v in rec["dst"]]
+        self.data = np.asarray(batch.pos.data)[rows].tolist()
+        self.buf = batch.buf
+
+
+def _payload(r: _Rows, k: int) -> bytes:
+    """Row k's payload: it ends before the pad, the ICRC and (native IB) the VCRC; empty when cut short."""
+    if r.flags[k] & R.F_TRUNCATED or r.paylen[k] <= 0:
+        return b""
+    end = r.data[k] + r.caplen[k] - 4 - r.padcnt[k] - (2 if r.link[k] in (R.IB, R.IBGRH) else 0)
+    return r.buf[end - r.paylen[k] : end].tobytes()
+
+
+def _lite(r: _Rows, k: int, ops, addr) -> _Lite:
+    name, transport, reth = ops[r.opcode[k]]
+    flat = {
+        "bth.opcode": r.opcode[k],
+        "bth.opname": name,
+        "bth.transport": transport,
+        "bth.destqp": r.destqp[k],
+        "bth.psn": r.psn[k],
+        "ip.src": addr(r.src[k]),
+        "ip.dst": addr(r.dst[k]),
+        "payload.length": max(r.paylen[k], 0),
+    }
+    if reth:
+        flat["reth.r_key"] = r.reth_r_key[k]
+    payload = _payload(r, k) if name.startswith("SEND") or r.flags[k] & R.F_MAD else b""
+    if r.flags[k] & R.F_MAD and r.mad_class[k] == 0x07:
+        msg = payload[MAD_HEADER:]
+        if r.mad_attrid[k] == CM_REQ and len(msg) >= CM_IP_PRIVATE + 4:
+            flat.update(
+                {
+                    "cm.req": r.cm_comm_id[k],
+                    "cm.req.localqpn": r.cm_qpn[k],
+                    "cm.req.serviceid": int.from_bytes(msg[CM_SERVICE_ID : CM_SERVICE_ID + 8], "big"),
+                    "cm.req.ip_cm.private": msg[CM_IP_PRIVATE : CM_IP_PRIVATE + 56].hex(),
+                }
+            )
+        elif r.mad_attrid[k] == CM_REP:
+            flat.update(
+                {
+                    "cm.rep": r.cm_comm_id[k],
+                    "cm.rep.remotecommid": r.cm_remote_comm_id[k],
+                    "cm.rep.localqpn": r.cm_qpn[k],
+                }
+            )
+    else:
+        flat["_payload"] = payload
+    return _Lite(r.frame[k], r.time[k], flat)
+
+
+def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_decode_as: bool = False, fast=True):
+    """Follow every NVMe-oF command and RPC-over-RDMA call of `stream` (ibwire.decode.stream.Stream
+    batches): the trackers, and the Matcher that holds the NVMe-oF commands (None: the tracker's list
+    does).  `fast`: match NVMe-oF with numpy where it can (raises Irregular where it cannot)."""
+    tracker = NvmeTracker(decode_as=decode_as, bulk=True)
+    both = Trackers(tracker, RpcRdmaTracker(decode_as=rpc_decode_as, bulk=True), SmbDirectTracker(bulk=True))
+    both.iser = IserTracker(decode_as=iser_decode_as, bulk=True)
+    ops, names, short = _opcodes(), {}, {}
+    rc = np.array([transport == "RC" for _, transport, _ in ops])  # what a tracker may read besides CM
+
+    def addr(v: bytes) -> str:
+        text = names.get(v)
+        if text is None:
+            text = names[v] = addr_text(v)
+        return text
+
+    def addr16(v: bytes) -> str:  # an S16 view's bytes: trailing zero bytes dropped
+        text = short.get(v)
+        if text is None:
+            text = short[v] = addr_text(v.ljust(16, b"\0"))
+        return text
+
+    matcher, numbers = None, np.arange(0)
+    for batch in stream:
+        if not len(batch.rec):
+            continue
+        numbers = numbers if len(numbers) >= len(batch.rec) else np.arange(len(batch.rec))
+        every = numbers[: len(batch.rec)]
+        cm, data = storage_rows(batch.rec, slice(None), tracker)  # every row, read a column at a time
+        cm = cm[np.isin(batch.rec["mad_attrid"][cm], (CM_REQ, CM_REP)) | rc[batch.rec["opcode"][cm]]]
+        r = _Rows(batch, cm)
+        for k in range(len(cm)):
+            both.feed(_lite(r, k, ops, addr))
+        rows = _data_rows(batch, every, both, data)
+        if rows is None:
+            continue
+        claimed = np.zeros(len(rows), bool)
+        if tracker.active and fast and not decode_as:
+            matcher = matcher or Matcher(tracker, addr16)
+            claimed = matcher.add(batch, rows)
+        elif tracker.active:
+            claimed = follow(tracker, batch, rows, addr16)
+        _others(both, batch, rows, claimed, ops, addr)
+    return both, matcher
+
+
+def _data_rows(batch, every, both: Trackers, nvme_rows):
+    """The RC SEND and RDMA READ/WRITE rows of a batch, once the RDMA-CM rows were fed, if any tracker asks
+    for them (each asks for all of them or none), else None."""
+    for rows in (nvme_rows(), *(rows() for rows in iser_rows(batch, every, both))):
+        if len(rows):
+            return rows
+    for rows in rpcrdma_rows(batch, every, both) + smbdirect_rows(batch, every, both):
+        if len(rows):
+            return rows
+    return None
+
+
+def _quiet(t) -> bool:
+    """Whether RPC-RDMA or SMB Direct (`t`) follows nothing yet: then only a SEND its heuristic could take,
+    or a SEND First/Middle/Last (reassembled per QP), can change what it finds; an RDMA READ or WRITE finds
+    no chunk or buffer to belong to."""
+    if isinstance(t, SmbDirectTracker):
+        return not (t.ends or t.requests or t.pending or t.tokens or t.reads or t.frags)
+    return not (t.decode_as or t.ends or t.calls or t.reads or t.continued)
+
+
+def _candidates(batch, rows):
+    """Per row: (a SEND RPC-RDMA's heuristic could take, one SMB Direct's could, an RC SEND): a SEND First,
+    Middle or Last; a SEND Only whose version word is 1 or 2 (RFC 8166 §4.2), or whose first words are
+    an SMB Direct negotiate or data message's (MS-SMBD §2.2)."""
+    opcode = batch.rec["opcode"][rows]
+    send, only = np.isin(opcode, RC_SEND), np.isin(opcode, (0x04, 0x17))
+    start, end = payload_ends(batch, rows)
+    size = end - start
+    raw = np.asarray(batch.buf)[np.minimum(start[:, None] + np.arange(8), len(batch.buf) - 1)]
+    version = (raw[:, 4:7] == 0).all(axis=1) & np.isin(raw[:, 7], (1, 2)) & (size >= 16)
+    w = raw[:, 0::2].astype(np.uint32) | raw[:, 1::2].astype(np.uint32) << 8
+    smb = (w[:, 0] <= sd.MAX_CREDITS) & (w[:, 1] <= sd.MAX_CREDITS) & (w[:, 2] <= 1) & (w[:, 3] == 0)
+    smb |= (w[:, 0] == sd.VERSION) & (w[:, 1] == sd.VERSION) & np.isin(w[:, 2], (0, sd.VERSION))
+    smb &= size >= sd.DATA_HEAD
+    odd = start < 0  # not a slice of the buffer: no shortcut
+    return send & (~only | version | odd), send & (~only | smb | odd), send
+
+
+def _others(both: Trackers, batch, rows, claimed, ops, addr) -> None:
+    """Feed RPC-RDMA, SMB Direct and iSER the rows that can change what they find, in capture order: while
+    one follows nothing (_quiet), only its candidates; from then on every row.  SMB Direct leaves a SEND
+    the NVMe-oF tracker claimed alone (smbdirect.CLAIMED)."""
+    rpc, smb, iser = both.rpcrdma, both.smbdirect, both.iser
+    cand_rpc, cand_smb, send = _candidates(batch, rows)
+    unclaimed = ~(claimed & send)
+    cand_smb &= unclaimed
+    every = np.ones(len(rows), bool)
+    done = 0
+    while done < len(rows):
+        quiet = (_quiet(rpc), _quiet(smb))
+        want_rpc = cand_rpc if quiet[0] else every
+        want_smb = cand_smb if quiet[1] else unclaimed
+        want = np.flatnonzero(want_rpc | want_smb | iser.seen)
+        want = want[want >= done]
+        if not len(want):
+            return
+        r = _Rows(batch, rows[want])
+        for j, k in enumerate(want.tolist()):
+            d = _lite(r, j, ops, addr)
+            if want_rpc[k]:
+                rpc.feed(d)
+            if want_smb[k]:
+                smb.feed(d)
+            if iser.seen:
+                iser.feed(d)
+            done = k + 1
+            if quiet != (_quiet(rpc), _quiet(smb)):
+                break
