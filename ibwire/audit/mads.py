@@ -32,7 +32,7 @@ class MadObserver:
         self.table_frames: dict = {}  # port GUID -> [(frame, set of P_Keys in that block)]
         self.is_sm: list = []  # (frame, port GUID or None, LID or None): CapabilityMask.IsSM set
         self.dr_root: Optional[int] = None  # port GUID answering NodeInfo over the empty path
-        self._dr_ports: dict = {}  # DR path -> port GUID (NodeInfo seen over that path)
+        self._dr_ports: dict = {}  # (requester, DR path) -> port GUID (NodeInfo seen over that path)
         self._sminfo: dict = {}  # port GUID -> its last SMInfo (state, priority) for the election
 
     def feed(self, number: int, flat: dict, mclass: int) -> None:
@@ -41,7 +41,8 @@ class MadObserver:
         slid = as_int(flat.get("lrh.slid"))
         dlid = as_int(flat.get("lrh.dlid"))
         dr = mclass == 0x81
-        path = _dr_path(flat) if dr else ""
+        # a route starts at its requester, told apart by the upper 32 TID bits (its MAD layer owns them)
+        path = ((as_int(flat.get("mad.transactionid")) or 0) >> 32, _dr_path(flat)) if dr else None
         if mclass in (0x01, 0x81):
             if method == 0x02:  # SubnSet
                 sender = as_int(flat.get("smpdirected.drslid")) if dr else slid
@@ -94,7 +95,7 @@ class MadObserver:
                 ps.source = "capture NodeInfo (LID-routed response)"
             if path:
                 self._dr_ports[path] = guid
-                if path == "00":
+                if path[1] == "00":
                     self.dr_root = guid
         elif attr == 0x0015:  # PortInfo
             lid = as_int(first_of(flat, "portinfo.lid"))
@@ -141,7 +142,7 @@ class MadObserver:
                 master, _ = elect(list(self._sminfo.values()))
                 self.wire.master_sm = master["guid"] if master else self.wire.master_sm
 
-    def _responder(self, path: str, lid: Optional[int]) -> Optional[int]:
+    def _responder(self, path: Optional[tuple], lid: Optional[int]) -> Optional[int]:
         """Port GUID of a GetResp's sender: NodeInfo seen over the same route, else the port holding its LID."""
         guid = self._dr_ports.get(path) if path else None
         if guid is None and lid:
