@@ -146,13 +146,13 @@ def _verifier(x, out: list, key: str) -> None:
     out.append((key, x.take(8)))
 
 
-def _data(x, out: list, chunk) -> None:
-    """opaque data<> (READ3resok, WRITE3args): its length and bytes; when the message ends before it, the
-    data went in a chunk (RFC 8166 §3.4.5): of `chunk` bytes, shown empty as tshark shows it (a WRITE's read
-    chunk: not shown)."""
-    if x.off == len(x.data):
-        if chunk is not None:
-            out.append(("Data: <DATA>", [("rpc.opaque_length", chunk), ("nfs.data", b"")]))
+def _data(x, out: list, chunk, empty: bool) -> None:
+    """opaque data<> (READ3resok, WRITE3args): its length and bytes.  Data moved in a chunk (RFC 8166
+    §3.4.5; `chunk`: its bytes) leaves at most its length word in the message: shown then as tshark shows
+    it, with the length (the chunk's when the word is gone) and, `empty`, an empty nfs.data."""
+    if chunk is not None and len(x.data) - x.off <= 4:
+        n = x.u32() if x.off < len(x.data) else chunk
+        out.append(("Data: <DATA>", [("rpc.opaque_length", n)] + ([("nfs.data", b"")] if empty else [])))
         return
     n = x.u32()
     sub = _sub(out, "Data: <DATA>")
@@ -160,6 +160,16 @@ def _data(x, out: list, chunk) -> None:
     x.take(n - len(sub[1][1]))
     if n & 3:
         sub.append(("rpc.fill_bytes", x.take(-n & 3)))
+
+
+def _read_data(x, out: list, chunk) -> None:
+    """READ3resok's data: in a write chunk tshark shows it empty."""
+    _data(x, out, chunk, True)
+
+
+def _write_data(x, out: list, chunk) -> None:
+    """WRITE3args' data: in a read chunk ibwire shows its length only (tshark the bytes it reassembled)."""
+    _data(x, out, chunk, False)
 
 
 def _sattr3(x, out: list, label: str) -> None:
@@ -198,7 +208,7 @@ RESULTS = {
     3: (((_fh, "object"), POST, (_post, "dir_attributes")), ((_post, "dir_attributes"),)),
     4: ((POST, (_access, "nfs.access_rights")), (POST,)),
     6: (
-        ((_post, "file_attributes"), (_u32, "nfs.count3"), (_u32, "nfs.read.eof"), (_data, None)),
+        ((_post, "file_attributes"), (_u32, "nfs.count3"), (_u32, "nfs.read.eof"), (_read_data, None)),
         ((_post, "file_attributes"),),
     ),
     7: (
@@ -218,12 +228,12 @@ RESULTS = {
     ),
 }
 # The call arguments after those rpcrdmatable reads (file handle, diropargs3, offset and count, stable)
-ARGS = {7: ((_data, None),), 8: ((_createhow, "obj_attributes"),)}
+ARGS = {7: ((_write_data, None),), 8: ((_createhow, "obj_attributes"),)}
 
 
 def _run(x, out: list, steps, chunk) -> None:
     for step, arg in steps:
-        step(x, out, chunk if step is _data else arg)
+        step(x, out, chunk if step in (_read_data, _write_data) else arg)
 
 
 def reply(x, proc: int, out: list, chunk=None) -> None:
@@ -237,5 +247,5 @@ def reply(x, proc: int, out: list, chunk=None) -> None:
 
 
 def call_tail(x, proc: int, out: list, chunk=None) -> None:
-    """ARGS' steps of NFSv3 procedure `proc`; `chunk`: the bytes of the call's read chunk (a WRITE's data)."""
+    """ARGS' steps of NFSv3 procedure `proc`; `chunk`: the bytes of the call's read list (a WRITE's data)."""
     _run(x, out, ARGS.get(proc, ()), chunk)

@@ -280,13 +280,13 @@ def _name(x: XDR) -> tuple:
     )
 
 
-def _nfs3_call(x: XDR, proc: int, items: list) -> None:
+def _nfs3_call(x: XDR, proc: int, items: list, chunk) -> None:
     """NFSv3 arguments (RFC 1813 §3.3) into `items`: the file handle every procedure but NULL starts with,
     the arguments of LOOKUP, ACCESS, READ, WRITE and COMMIT after it, then dissectors.nfs3's (a WRITE's
     data, CREATE's createhow3)."""
     if proc in (3, 8, 9, 10, 11, 12, 13, 14):  # diropargs3: directory handle and a name
         items.append(("what" if proc == 3 else "where" if proc < 12 else "object", [("dir", fh3(x)), _name(x)]))
-        nfs3.call_tail(x, proc, items)
+        nfs3.call_tail(x, proc, items, chunk)
         return
     if proc not in FH3_LABEL:
         return
@@ -299,7 +299,7 @@ def _nfs3_call(x: XDR, proc: int, items: list) -> None:
         items += [("nfs.offset3", x.u64()), ("nfs.count3", x.u32())]
         if proc == 7:
             items.append(("nfs.write.stable", x.u32()))
-    nfs3.call_tail(x, proc, items)
+    nfs3.call_tail(x, proc, items, chunk)
 
 
 def _bitmap(x: XDR) -> list:
@@ -375,7 +375,8 @@ def _nfs4_call(x: XDR) -> list:
 
 def nfs(data: bytes, off: int, call, is_call: bool, chunk=None) -> list:
     """The NFS tree of an RPC message whose arguments (a call) or results (a reply) start at `off`; `call`
-    is (program, version, procedure); `chunk`: the bytes a reply's write list carries (a READ's data)."""
+    is (program, version, procedure); `chunk`: the bytes a reply's write list or a call's read list carries
+    (a READ's or a WRITE's data)."""
     _, version, proc = call
     x = XDR(data, off)
     key = "nfs.procedure_v3" if version == 3 else "nfs.procedure_v4"
@@ -386,7 +387,7 @@ def nfs(data: bytes, off: int, call, is_call: bool, chunk=None) -> list:
         elif not is_call:
             items.append(("nfs.nfsstat4", x.u32()))
         elif version == 3:
-            _nfs3_call(x, proc, items)
+            _nfs3_call(x, proc, items, chunk)
         elif version == 4 and proc == 1:
             items += _nfs4_call(x)
     except Short:

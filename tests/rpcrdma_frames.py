@@ -270,7 +270,7 @@ def nfs3_messages():
     )
     out.append((s, WRITE_FIRST, bytes(2048), (0x7F0000004000, 0xABD, 4096)))
     out.append((s, WRITE_LAST, bytes(2048)))
-    read = m.u32(0, 1) + _fattr3(1, 0o644, 4096, 77) + m.u32(4096, 1)
+    read = m.u32(0, 1) + _fattr3(1, 0o644, 4096, 77) + m.u32(4096, 1, 4096)  # the data's length stays inline
     return out + [(s, SEND_ONLY, m.header(0x3100, 31, m.RDMA_MSG, writes=chunk) + m.reply(0x3100, 0, read))]
 
 

@@ -123,16 +123,6 @@ def test_storage_view_counts_the_clients_calls_and_bytes(nfs):
         assert moved == stats[key] == BLOCKS * BS, (op, moved, stats)
 
 
-def _apart(theirs: dict, key: tuple) -> bool:
-    """Shown differently by design (docs/storage.md): the time of a WRITE's reply, which tshark 4.4 counts from
-    the RDMA READ response that completes the call's read chunk and ibwire from the call's SEND; the opaque
-    length of a WRITE's data, which ibwire does not show (nor nfs.data)."""
-    frame, name = key
-    if theirs.get((frame, "nfs.procedure_v3")) != ["7"]:
-        return False
-    return name == "rpc.time" or (name == "rpc.opaque_length" and theirs[(frame, "rpc.msgtyp")] == ["0"])
-
-
 def _same(name: str, theirs: list, ours: list) -> bool:
     """The same values (tshark 4.4 repeats the RPC layer of a READ reply whose data came in a write chunk), reply
     times to the microsecond ibwire rounds them to."""
@@ -142,19 +132,20 @@ def _same(name: str, theirs: list, ours: list) -> bool:
 
 
 def test_rpcrdma_and_nfs_fields_agree_with_tshark_44(nfs, tshark44):
-    """Every rpcordma / rpc / nfs value tshark 4.4 and ibwire both show on the kernels' traffic is the same but
-    for two differences by design (_apart); both find every RPC-RDMA message and every RPC call and reply."""
+    """Every rpcordma / rpc / nfs value tshark 4.4 and ibwire both show on the kernels' traffic is the same, and
+    ibwire shows at least 95% of tshark's; both find every RPC-RDMA message and every RPC call and reply.  Not
+    shown (docs/storage.md): a WRITE call's data bytes and tshark's reassembly of its read chunk
+    (rpcordma.fragment …), and RPC over TCP (MOUNT, rpcbind)."""
     theirs = leaves(tshark44(nfs["path"], "-T", "json"), PROTOCOLS)
     ours = leaves(nfs["json"], PROTOCOLS)
-    compared = [k for k in theirs if k in ours and not _apart(theirs, k)]
+    compared = [k for k in theirs if k in ours]
     wrong = [(k, theirs[k], ours[k]) for k in compared if not _same(k[1], theirs[k], ours[k])]
     assert not wrong, wrong[:10]
     for key in ("rpcordma.xid", "rpc.xid", "nfs.procedure_v3"):  # ibwire alone shows no RPC over TCP (MOUNT)
         assert {f for f, k in theirs if k == key and (f, "rpcordma.xid") in theirs} <= {f for f, k in ours if k == key}
-    apart = sum(_apart(theirs, k) for k in theirs if k in ours)
     missing = Counter(k[1] for k in theirs if k not in ours)
     print(
         f"\ntshark 4.4: {len(theirs)} rpcordma/rpc/nfs fields in {len({f for f, _ in theirs})} frames; ibwire shows "
-        f"{len(compared)} of them with the same values, {apart} differently by design; not shown: {dict(missing)}"
+        f"{len(compared)} of them ({len(compared) / len(theirs):.1%}) with the same values; not shown: {dict(missing)}"
     )
-    assert len(compared) >= 1000 and apart == 2 * BLOCKS, (len(compared), apart)
+    assert len(compared) >= 0.95 * len(theirs), (len(compared), len(theirs))

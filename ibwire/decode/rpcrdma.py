@@ -29,9 +29,12 @@ class Call:
 
     __slots__ = ("frame", "time", "xid", "prog", "vers", "proc", "handles", "reply", "reply_time", "bytes")
     __slots__ += ("data", "status", "client", "deferred", "read_total", "main", "server", "reply_chunk")
+    __slots__ += ("shown", "shown_time")
 
     def __init__(self, frame, time, xid, call, handles, client):
         self.frame, self.time, self.xid, self.client = frame, time, xid, client
+        self.shown, self.shown_time = frame, time  # the frame showing the RPC message (a read list's: where
+        # its chunk completes it), which a reply's rpc.repframe and rpc.time refer to as tshark's do
         self.prog, self.vers, self.proc = call
         self.handles, self.reply, self.reply_time, self.status = handles, None, None, None
         self.bytes, self.data = 0, []
@@ -180,11 +183,11 @@ class RpcRdmaTracker:
             self.handles.update(dict.fromkeys(handles, call))
             if info["reads"]:  # as tshark: the RPC message is shown where its read chunk completes it
                 call.read_total = sum(s[2] for s in info["reads"])
-                call.deferred = layers[1:] + self._nfs(msg, args, call, True)[0]
+                call.deferred = layers[1:] + self._nfs(msg, args, call, True, call.read_total)[0]
                 return layers[:1], msg, [info_text(info, None, False)], _cut(rtree)
         elif call is not None and rinfo.get("msgtyp") == 1:
             self._replied(d, call, rinfo)
-            rtree += [("rpc.repframe", call.frame), ("rpc.time", round(d.frame.time - call.time, 6))]
+            rtree += [("rpc.repframe", call.shown), ("rpc.time", round(d.frame.time - call.shown_time, 6))]
         else:
             return layers, b"", [info_text(info, None, False)], _cut(rtree)
         is_call = rinfo["msgtyp"] == 0
@@ -198,7 +201,7 @@ class RpcRdmaTracker:
     @staticmethod
     def _nfs(msg: bytes, args, call, is_call: bool, chunk=None):
         """([the NFS layer] or [], its tree) of an RPC message of `call` whose arguments start at `args`
-        (`chunk`: the bytes of a reply's write chunk)."""
+        (`chunk`: the bytes of a reply's write chunk or of a call's read list)."""
         if call.prog != NFS_PROGRAM or args is None or call.vers not in (3, 4):
             return [], []
         ntree = nfs(msg, args, (call.prog, call.vers, call.proc), is_call, chunk)
@@ -237,6 +240,7 @@ class RpcRdmaTracker:
         layers = []
         if call.deferred and call.bytes >= call.read_total and ("Last" in op or "Only" in op):
             layers, call.deferred = call.deferred, None
+            call.shown, call.shown_time = d.frame.number, d.frame.time
             notes.append(f"[the RPC call of frame {call.frame}, its read chunk complete]")
         self._record(d, entry, (layers, b"", notes, {"rpcordma.chunk_call": call.frame}))
 
