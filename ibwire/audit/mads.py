@@ -25,13 +25,13 @@ class MadObserver:
     def __init__(self, state: FabricState):
         self.state = state  # declared hardware state (--state), to find the master SM early
         self.wire = FabricState(sources=["capture SM traffic"])
-        self.smp_sets: list = []  # (frame, sender LID or None for the directed-route root, DLID, attribute)
+        self.smp_sets: list = []  # (frame, sender LID or ("root", requester) for a route's root, DLID, attribute)
         self.traps: list = []  # (frame, trap number, details, slid)
         self.joins: list = []  # (frame, mgid, port gid, slid, transaction id)
         self.sa_answers: dict = {}  # transaction id -> (frame, status) of SubnAdmGetResp(MCMemberRecord)
         self.table_frames: dict = {}  # port GUID -> [(frame, set of P_Keys in that block)]
         self.is_sm: list = []  # (frame, port GUID or None, LID or None): CapabilityMask.IsSM set
-        self.dr_root: Optional[int] = None  # port GUID answering NodeInfo over the empty path
+        self.dr_roots: dict = {}  # requester -> port GUID answering its NodeInfo over the empty path
         self._dr_ports: dict = {}  # (requester, DR path) -> port GUID (NodeInfo seen over that path)
         self._sminfo: dict = {}  # port GUID -> its last SMInfo (state, priority) for the election
 
@@ -47,7 +47,7 @@ class MadObserver:
             if method == 0x02:  # SubnSet
                 sender = as_int(flat.get("smpdirected.drslid")) if dr else slid
                 if sender == PERMISSIVE_LID:
-                    sender = slid if slid != PERMISSIVE_LID else None  # None: the directed-route root
+                    sender = slid if slid != PERMISSIVE_LID else ("root", path and path[0])  # its requester's port
                 self.smp_sets.append((number, sender, dlid, attr))
             if method == 0x05 and attr == 0x0002:  # SubnTrap(Notice)
                 self._trap(number, flat, slid)
@@ -96,7 +96,7 @@ class MadObserver:
             if path:
                 self._dr_ports[path] = guid
                 if path[1] == "00":
-                    self.dr_root = guid
+                    self.dr_roots[path[0]] = guid
         elif attr == 0x0015:  # PortInfo
             lid = as_int(first_of(flat, "portinfo.lid"))
             guid = self._responder(path, lid_of_responder)

@@ -1,6 +1,7 @@
 """Rules on management traffic: who may program the subnet, what the SMs and traps say, who joins which group.
 smp-set-from-non-sm  SubnSet from any LID other than the master SM's (directed route from the permissive
-                     LID: from the route's root port, the one answering NodeInfo over the empty path) [breach];
+                     LID: from the route's root port, the one answering its requester's NodeInfo over the
+                     empty path) [breach];
                      [attempt] when every such Set was refused: its target sent trap 256 (bad M_Key) naming
                      the sender's LID, method and attribute (IBA 13.5.3, 14.2.5.1)
 multiple-master-sm   more than one port claims SMState MASTER; the master is the claim winning the election
@@ -59,8 +60,8 @@ def sm_findings(mads: MadObserver, ids: Identities) -> list:
     for number, sender, dlid, attr in mads.smp_sets:
         by_sender.setdefault(sender, []).append((number, dlid, (dlid, sender, 0x02, attr) in refused))
     for sender, sets in by_sender.items():
-        if sender is None:  # directed route from the permissive LID: the route's root port sent it
-            guid, name = mads.dr_root, "the directed-route root port"
+        if isinstance(sender, tuple):  # directed route from the permissive LID: its requester's own port sent it
+            guid, name = mads.dr_roots.get(sender[1]), "the directed-route root port"
             if guid is None or guid == sm_guid:
                 continue
         else:
