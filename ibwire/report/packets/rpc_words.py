@@ -2,6 +2,7 @@
 packet-nfs.c): program and procedure names, the items it generates (in brackets), an opaque's `contents`,
 the ACCESS bits a call asks about, required and recommended NFSv4 attributes (RFC 7530 §5.1)."""
 
+from dissectors.nfs3 import FTYPES, MODE_BITS
 from dissectors.rpcrdmatable import NFS3_PROCS, NFS_PROGRAM
 from dissectors.rpcrdmav2 import ERRORS, FLAGS, MSG_TYPES
 
@@ -38,6 +39,55 @@ V2_LABELS = {
     "rpcordma.length_needed": "Length needed",
 }
 FLAG_BITS = {f"rpcordma.flags.{name}": (bit, name.upper()) for name, bit in FLAGS}
+
+# NFSv3 results (dissectors.nfs3) as packet-nfs.c words them in -V
+MODE_NAMES = {n: f"S_I{n[0].upper()}{n[1:].upper()}" for n in MODE_BITS[3:]}
+MODE_NAMES.update(suid="S_ISUID", sgid="S_ISGID", sticky="S_ISVTX")
+_YES = {"0": "No", "1": "Yes"}
+
+
+def _mode(value: str) -> str:
+    mode = int(value)
+    on = [MODE_NAMES[n] for i, n in enumerate(MODE_BITS) if mode >> (11 - i) & 1]
+    return ", ".join([f"Mode: 0{mode:o}"] + on)
+
+
+NFS3_WORDS = {
+    "nfs.fattr3.type": lambda v: f"Type: {FTYPES.get(int(v), 'Unknown')} ({v})",
+    "nfs.mode3": _mode,
+    "nfs.fattr3.fsid": lambda v: f"fsid: {v} ({int(v, 16)})",
+    "nfs.read.eof": lambda v: f"EOF: {_YES.get(v, v)}",
+    "nfs.write.committed": lambda v: (
+        f"Committed: {('UNSTABLE', 'DATA_SYNC', 'FILE_SYNC', 'Unknown')[min(int(v), 3)]} ({v})"
+    ),
+    "nfs.verifier": lambda v: "Verifier: Opaque Data",
+    "nfs.access_rights": lambda v: f"Access rights (of requested): {v}",
+    "nfs.data": lambda v: "contents: <DATA>",
+    **{
+        f"nfs.{k}_follow": lambda v, k=k: f"{k}_follow: {'value follows' if v == '1' else 'no value'} ({v})"
+        for k in ("attributes", "handle")
+    },
+    **{
+        f"nfs.mode3.{n}": lambda v, n=n, i=i: f"{_bits(0x800 >> i, v == '1')} = {MODE_NAMES[n]}: {_YES.get(v, v)}"
+        for i, n in enumerate(MODE_BITS)
+    },
+    **{
+        f"nfs.pathconf.{n}": lambda v, n=n: f"{n}: {_YES.get(v, v)}"
+        for n in ("no_trunc", "chown_restricted", "case_insensitive", "case_preserving")
+    },
+}
+PLAIN = {f"nfs.fattr3.{n}": n for n in ("nlink", "uid", "gid", "size", "used", "fileid")}
+PLAIN |= {
+    "nfs.specdata1": "specdata1",
+    "nfs.specdata2": "specdata2",
+    "nfs.wcc_attr.size": "size",
+    "nfs.count3": "count",
+}
+PLAIN |= {f"nfs.{t}": t for t in ("atime", "mtime", "ctime")}
+PLAIN |= {f"nfs.{t}.sec": "seconds" for t in ("atime", "mtime", "ctime")}
+PLAIN |= {f"nfs.{t}.nsec": "nano seconds" for t in ("atime", "mtime", "ctime")}
+PLAIN |= {f"nfs.fsinfo.{n}": n for n in "rtmax rtpref rtmult wtmax wtpref wtmult dtpref maxfilesize".split()}
+PLAIN |= {f"nfs.pathconf.{n}": n for n in ("linkmax", "name_max")}
 
 
 def _bits(bit: int, on: bool) -> str:
@@ -81,6 +131,10 @@ def line(key: str, value: str, text: str, layer: str, call) -> str:
         text = f"Procedure: {procedure(prog, vers, int(value))} ({value})"
     elif key.startswith("nfs.access_") and key not in ("nfs.access_check", "nfs.access_rights") and msgtyp == 0:
         text += "?"  # a call asks whether it is allowed
+    elif key in NFS3_WORDS:
+        text = NFS3_WORDS[key](value)
+    elif key in PLAIN:
+        text = f"{PLAIN[key]}: {value}"
     elif key == "nfs.attr" and int(value) not in REQUIRED_ATTRS:
         text = text.replace("reqd_attr", "reco_attr", 1)
     generated = (layer == "nfs" and key in IN_NFS) or (layer == "rpc" and msgtyp == 1 and key in IN_REPLY)
