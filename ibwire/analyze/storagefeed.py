@@ -10,8 +10,8 @@ from ibwire.decode import records as R
 from ibwire.decode.iser import IserTracker
 from ibwire.decode.iser import storage_rows as iser_rows
 from ibwire.decode.nvme import NvmeTracker, storage_rows
-from ibwire.decode.nvmebulk import follow, payload_ends
-from ibwire.decode.nvmematch import Matcher
+from ibwire.decode.nvmebulk import SEND_FIRST, SEND_MIDDLE, follow, payload_ends
+from ibwire.decode.nvmematch import KIND, Irregular, Matcher
 from ibwire.decode.records import addr_text
 from ibwire.decode.rpcrdma import RC_SEND, RpcRdmaTracker, Trackers
 from ibwire.decode.rpcrdma import storage_rows as rpcrdma_rows
@@ -130,7 +130,8 @@ def _lite(r: _Rows, k: int, ops, addr) -> _Lite:
 def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_decode_as: bool = False, fast=True):
     """Follow every NVMe-oF command and RPC-over-RDMA call of `stream` (ibwire.decode.stream.Stream
     batches): the trackers, and the Matcher that holds the NVMe-oF commands (None: the tracker's list
-    does).  `fast`: match NVMe-oF with numpy where it can (raises Irregular where it cannot)."""
+    does).  `fast`: match NVMe-oF with numpy, and leave out SEND First/Middle/Last packets RPC-RDMA and SMB
+    Direct cannot take, where it can (raises Irregular where it cannot)."""
     tracker = NvmeTracker(decode_as=decode_as, bulk=True)
     both = Trackers(tracker, RpcRdmaTracker(decode_as=rpc_decode_as, bulk=True), SmbDirectTracker(bulk=True))
     both.iser = IserTracker(decode_as=iser_decode_as, bulk=True)
@@ -149,7 +150,7 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
             text = short[v] = addr_text(v.ljust(16, b"\0"))
         return text
 
-    matcher, numbers = None, np.arange(0)
+    matcher, numbers, held = None, np.arange(0), {"rpc": Held(), "smb": Held()} if fast else None
     for batch in stream:
         if not len(batch.rec):
             continue
@@ -169,7 +170,7 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
             claimed = matcher.add(batch, rows)
         elif tracker.active:
             claimed = follow(tracker, batch, rows, addr16)
-        _others(both, batch, rows, claimed, ops, addr)
+        _others(both, batch, rows, claimed, ops, addr, held)
     return both, matcher
 
 
@@ -194,51 +195,118 @@ def _quiet(t) -> bool:
     return not (t.decode_as or t.ends or t.calls or t.reads or t.continued)
 
 
-def _candidates(batch, rows):
-    """Per row: (a SEND RPC-RDMA's heuristic could take, one SMB Direct's could, an RC SEND): a SEND First,
-    Middle or Last; a SEND Only whose version word is 1 or 2 (RFC 8166 §4.2), or whose first words are
-    an SMB Direct negotiate or data message's (MS-SMBD §2.2)."""
+def _candidates(batch, rows) -> dict:
+    """Per row: an RC SEND (`send`), a SEND Only (`only`); per protocol (rpc, smb), whether its heuristic
+    could take the row's payload alone (`alone`: a version word of 1 or 2, RFC 8166 §4.2; the first words of
+    an SMB Direct negotiate or data message, MS-SMBD §2.2) and whether a message starting with it could be
+    taken (`head`: the same words, of any length)."""
     opcode = batch.rec["opcode"][rows]
-    send, only = np.isin(opcode, RC_SEND), np.isin(opcode, (0x04, 0x17))
     start, end = payload_ends(batch, rows)
     size = end - start
     raw = np.asarray(batch.buf)[np.minimum(start[:, None] + np.arange(8), len(batch.buf) - 1)]
-    version = (raw[:, 4:7] == 0).all(axis=1) & np.isin(raw[:, 7], (1, 2)) & (size >= 16)
+    odd = (start < 0) | (size < 8)  # no words to read: no shortcut
+    version = (raw[:, 4:7] == 0).all(axis=1) & np.isin(raw[:, 7], (1, 2))
     w = raw[:, 0::2].astype(np.uint32) | raw[:, 1::2].astype(np.uint32) << 8
     smb = (w[:, 0] <= sd.MAX_CREDITS) & (w[:, 1] <= sd.MAX_CREDITS) & (w[:, 2] <= 1) & (w[:, 3] == 0)
     smb |= (w[:, 0] == sd.VERSION) & (w[:, 1] == sd.VERSION) & np.isin(w[:, 2], (0, sd.VERSION))
-    smb &= size >= sd.DATA_HEAD
-    odd = start < 0  # not a slice of the buffer: no shortcut
-    return send & (~only | version | odd), send & (~only | smb | odd), send
+    return {
+        "send": np.isin(opcode, RC_SEND),
+        "only": np.isin(opcode, (0x04, 0x17)),
+        "kind": KIND[opcode],
+        "head": {"rpc": version | odd, "smb": smb | odd},
+        "alone": {"rpc": version & (size >= 16) | (start < 0), "smb": smb & (size >= sd.DATA_HEAD) | (start < 0)},
+    }
 
 
-def _others(both: Trackers, batch, rows, claimed, ops, addr) -> None:
+class Held:
+    """What a quiet RPC-RDMA or SMB Direct tracker's SEND First/Middle/Last reassembly (its `sends`, per
+    destination QP) holds, followed without feeding it every packet: a message whose First cannot start one
+    its heuristic takes is dead, and of it only the First (when the tracker holds another message for the
+    QP) and the Last (when it holds this one) are fed; a live message is fed whole."""
+
+    LIVE, DEAD = 1, 2
+
+    def __init__(self):
+        self.open, self.held = {}, set()  # QP -> the message under way (LIVE, DEAD); QPs holding a dead one
+
+    def dead(self) -> bool:
+        """Whether a dead message is under way (the tracker holds less of it than it would)."""
+        return self.DEAD in self.open.values()
+
+    def feed(self, kinds, keys, head, alone):
+        """Per SEND First/Middle/Last row: whether the tracker must see it, whether a dead message is under
+        way after it."""
+        feed, dead = np.zeros(len(kinds), bool), np.zeros(len(kinds), bool)
+        under_way, held, dying = self.open, self.held, sum(v == self.DEAD for v in self.open.values())
+        for i, (kind, key) in enumerate(zip(kinds, keys)):
+            state = under_way.get(key)
+            if kind == SEND_FIRST:
+                feed[i] = head[i] or state == self.LIVE or key in held
+                if feed[i]:
+                    (held.discard if head[i] else held.add)(key)
+                dying += (not head[i]) - (state == self.DEAD)
+                under_way[key] = self.LIVE if head[i] else self.DEAD
+            elif kind == SEND_MIDDLE:
+                feed[i] = state == self.LIVE
+            else:
+                feed[i] = alone[i] if state is None else state == self.LIVE or key in held
+                held.discard(key)
+                if state is not None:
+                    dying -= state == self.DEAD
+                    del under_way[key]
+            dead[i] = dying > 0
+        return feed, dead
+
+
+def _others(both: Trackers, batch, rows, claimed, ops, addr, held) -> None:
     """Feed RPC-RDMA, SMB Direct and iSER the rows that can change what they find, in capture order: while
-    one follows nothing (_quiet), only its candidates; from then on every row.  SMB Direct leaves a SEND
-    the NVMe-oF tracker claimed alone (smbdirect.CLAIMED)."""
-    rpc, smb, iser = both.rpcrdma, both.smbdirect, both.iser
-    cand_rpc, cand_smb, send = _candidates(batch, rows)
-    unclaimed = ~(claimed & send)
-    cand_smb &= unclaimed
-    every = np.ones(len(rows), bool)
+    one follows nothing (_quiet), only the SENDs its heuristic could take and the SEND First/Middle/Last
+    `held` (a Held each, or None: every one) says it must see; from then on every row.  SMB Direct leaves
+    a SEND the NVMe-oF tracker claimed alone (smbdirect.CLAIMED).  Raises Irregular when a tracker stops
+    being quiet while a dead message it was not fed whole is under way."""
+    trackers, iser = {"rpc": both.rpcrdma, "smb": both.smbdirect}, both.iser
+    c = _candidates(batch, rows)
+    mask = {"rpc": np.ones(len(rows), bool), "smb": ~(claimed & c["send"])}
+    want, dead = {}, {}
+    for name, t in trackers.items():
+        fml = c["send"] & ~c["only"] & mask[name]
+        want[name] = c["only"] & c["alone"][name] & mask[name]
+        dead[name] = np.zeros(len(rows), bool)
+        if held is None or not _quiet(t):
+            want[name] |= fml
+            continue
+        at = np.flatnonzero(fml)
+        keys = list(zip(batch.rec["dst"][rows[at]].view("S16").tolist(), batch.rec["destqp"][rows[at]].tolist()))
+        before = held[name].dead()
+        feed, after = held[name].feed(c["kind"][at].tolist(), keys, c["head"][name][at], c["alone"][name][at])
+        want[name][at[feed]] = True
+        known = np.full(len(rows), -1)
+        known[at] = np.arange(len(at))
+        known = np.maximum.accumulate(known)
+        dead[name] = np.where(known >= 0, after[np.maximum(known, 0)] if len(at) else before, before)
     done = 0
     while done < len(rows):
-        quiet = (_quiet(rpc), _quiet(smb))
-        want_rpc = cand_rpc if quiet[0] else every
-        want_smb = cand_smb if quiet[1] else unclaimed
-        want = np.flatnonzero(want_rpc | want_smb | iser.seen)
-        want = want[want >= done]
-        if not len(want):
+        quiet = {name: _quiet(t) for name, t in trackers.items()}
+        for name in trackers:
+            if not quiet[name] and held is not None and held[name].dead() and done == 0:
+                raise Irregular("a tracker left quiet with a message it was not fed whole under way")
+        use = {name: want[name] if quiet[name] else mask[name] for name in trackers}
+        todo = np.flatnonzero(use["rpc"] | use["smb"] | iser.seen)
+        todo = todo[todo >= done]
+        if not len(todo):
             return
-        r = _Rows(batch, rows[want])
-        for j, k in enumerate(want.tolist()):
+        r = _Rows(batch, rows[todo])
+        for j, k in enumerate(todo.tolist()):
             d = _lite(r, j, ops, addr)
-            if want_rpc[k]:
-                rpc.feed(d)
-            if want_smb[k]:
-                smb.feed(d)
+            if use["rpc"][k]:
+                trackers["rpc"].feed(d)
+            if use["smb"][k]:
+                trackers["smb"].feed(d)
             if iser.seen:
                 iser.feed(d)
             done = k + 1
-            if quiet != (_quiet(rpc), _quiet(smb)):
+            now = {name: _quiet(t) for name, t in trackers.items()}
+            if now != quiet:
+                if any(quiet[n] and not now[n] and dead[n][k] for n in trackers):
+                    raise Irregular("a tracker left quiet with a message it was not fed whole under way")
                 break
