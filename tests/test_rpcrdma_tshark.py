@@ -200,3 +200,18 @@ def test_nfs3_results_and_arguments_agree_with_tshark_44(tshark44, tmp_path):
     assert {"nfs.pathconf.case_preserving", "nfs.access_rights", "nfs.handle_follow", "nfs.set_size"} <= names
     assert {"rpc.repframe", "nfs.data", "nfs.read.eof", "nfs.write.committed", "nfs.dtime"} <= names
     print(f"tshark 4.4: {len(theirs)} rpcordma/rpc/nfs fields, {sum(map(len, theirs.values()))} values; all equal")
+
+
+def test_cut_nfs3_results_are_flagged_and_never_stop_the_decode(tmp_path):
+    """Each NFSv3 reply of rpcrdma_frames.nfs3_messages cut at every 12th byte after its call: every output
+    decodes every frame, and a body cut short is flagged as tshark flags it."""
+    sent = rpcrdma_frames.nfs3_messages()[:22]  # the calls and replies, without the READ by write chunk
+    cut = [
+        m
+        for call, reply in zip(sent[::2], sent[1::2])
+        for n in range(60, len(reply[2]), 12)
+        for m in (call, reply[:2] + (reply[2][:n],))
+    ]
+    path = tmp_path / "cut-nfs3.pcap"
+    n = write_capture(path, messages=lambda: cut)
+    assert "[Malformed Packet: RPC]" in decodes_every_frame(path, n, "nfs.fattr3.size")
