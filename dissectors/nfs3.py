@@ -4,6 +4,7 @@ wcc_data and post_op_fh3 (§2.6), then each procedure's own items.  Every step a
 reads, so a body cut short keeps what came before the cut (the caller flags it)."""
 
 import time
+import zlib
 
 FTYPES = {1: "Regular File", 2: "Directory", 3: "Block Device", 4: "Character Device", 5: "Symbolic Link"}
 FTYPES.update({6: "Socket", 7: "Named Pipe"})
@@ -109,9 +110,13 @@ def _wcc(x, out: list, label: str) -> None:
     _post(x, sub, "after")
 
 
-def _fh(x, out: list, label: str) -> None:
-    from dissectors.rpcrdmatable import fh3
+def fh3(x) -> list:
+    """nfs_fh3 (§2.5): an opaque of up to 64 bytes (NFSv4's nfs_fh4 up to 128), with Wireshark's hash."""
+    n, fh, _ = x.opaque(128)
+    return [("nfs.fh.length", n), ("nfs.fh.hash", zlib.crc32(fh)), ("nfs.fhandle", fh)]
 
+
+def _fh(x, out: list, label: str) -> None:
     out.append((label, fh3(x)))
 
 

@@ -267,11 +267,6 @@ def rpc(data: bytes, call=None):
     return items, info, None
 
 
-def fh3(x: XDR) -> list:
-    n, fh, _ = x.opaque(128)
-    return [("nfs.fh.length", n), ("nfs.fh.hash", zlib.crc32(fh)), ("nfs.fhandle", fh)]
-
-
 def _name(x: XDR) -> tuple:
     n, name, fill = x.opaque(1024)
     text = name.decode("utf-8", "replace")
@@ -285,12 +280,12 @@ def _nfs3_call(x: XDR, proc: int, items: list, chunk) -> None:
     the arguments of LOOKUP, ACCESS, READ, WRITE and COMMIT after it, then dissectors.nfs3's (a WRITE's
     data, CREATE's createhow3)."""
     if proc in (3, 8, 9, 10, 11, 12, 13, 14):  # diropargs3: directory handle and a name
-        items.append(("what" if proc == 3 else "where" if proc < 12 else "object", [("dir", fh3(x)), _name(x)]))
+        items.append(("what" if proc == 3 else "where" if proc < 12 else "object", [("dir", nfs3.fh3(x)), _name(x)]))
         nfs3.call_tail(x, proc, items, chunk)
         return
     if proc not in FH3_LABEL:
         return
-    items.append((FH3_LABEL[proc], fh3(x)))
+    items.append((FH3_LABEL[proc], nfs3.fh3(x)))
     if proc == 4:
         check = x.u32()
         bits = [(f"nfs.access_{name}", 1) for i, name in enumerate(ACCESS) if check >> i & 1]
@@ -339,7 +334,7 @@ def _read4(x: XDR) -> list:
 # The operations whose arguments are read (the others end the walk): PUTFH, GETATTR, READ, SEQUENCE, and
 # GETFH and PUTROOTFH, which take none
 OP_ARGS = {
-    PUTFH: lambda x: [("FileHandle", fh3(x))],
+    PUTFH: lambda x: [("FileHandle", nfs3.fh3(x))],
     9: _bitmap,
     25: _read4,
     53: _sequence,

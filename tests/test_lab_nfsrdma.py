@@ -20,6 +20,7 @@ from collections import Counter
 import pytest
 from rpcrdma_frames import PROTOCOLS
 from storage_oracle import leaves
+from test_lab_nvmeof import _dd
 from test_lab_rdma import Capture, check_capture
 
 BS, BLOCKS = 65536, 32  # 2 MiB, one NFS WRITE / READ per block (rsize = wsize = 64 KiB)
@@ -62,13 +63,6 @@ def _mountstats(out: str) -> dict:
     words = re.search(r"^\s*bytes:\s+(.*)$", out, re.M).group(1).split()
     ops = {m[1]: int(m[2]) for m in re.finditer(r"^\s*([A-Z_]+): (\d+) ", out, re.M)}
     return {"server_read": int(words[4]), "server_written": int(words[5]), "ops": {k: v for k, v in ops.items() if v}}
-
-
-def _dd(out: str) -> list:
-    """(records in, bytes copied) of each dd summary in the output, in order."""
-    records = [int(m) for m in re.findall(r"^(\d+)\+0 records in$", out, re.M)]
-    moved = [int(m) for m in re.findall(r"^(\d+) bytes .* copied", out, re.M)]
-    return list(zip(records, moved))
 
 
 def _run(rlab, path):

@@ -303,12 +303,16 @@ def _attach(d, layers, rest: bytes) -> None:
 VERSION_AT = np.arange(4, 8)  # rdma_vers, RFC 8166 §4.2 (the same word in version 2, draft §6.1)
 
 
-def payload_start(batch, rows: np.ndarray) -> np.ndarray:
-    """Where each row's BTH payload starts in the batch's buffer (from its end: ICRC, VCRC and pad)."""
+def send_heads(batch, rows: np.ndarray, rc: np.ndarray, least: int, n: int) -> np.ndarray:
+    """The first `n` payload bytes of each whole RC SEND (of RC_SEND) among `rows` (`rc`: their RC data mask)
+    carrying at least `least` bytes: what the heuristics read.  A payload starts paylen bytes before its end
+    (ICRC, VCRC on IB, pad)."""
     rec = batch.rec
-    end = np.asarray(batch.pos.data)[rows] + rec["caplen"][rows] - 4 - rec["padcnt"][rows]
-    end -= np.where(np.isin(rec["link"][rows], (R.IB, R.IBGRH)), 2, 0)
-    return (end - rec["paylen"][rows]).astype(np.int64)
+    send = rows[rc & np.isin(rec["opcode"][rows], RC_SEND)]
+    send = send[(rec["paylen"][send] >= least) & ((rec["flags"][send] & R.F_TRUNCATED) == 0)]
+    end = np.asarray(batch.pos.data)[send] + rec["caplen"][send] - 4 - rec["padcnt"][send]
+    end -= np.where(np.isin(rec["link"][send], (R.IB, R.IBGRH)), 2, 0)
+    return np.asarray(batch.buf)[(end - rec["paylen"][send]).astype(np.int64)[:, None] + np.arange(n)]
 
 
 def storage_rows(batch, rows, tracker) -> list:
@@ -318,12 +322,9 @@ def storage_rows(batch, rows, tracker) -> list:
     tracker = getattr(tracker, "rpcrdma", None)
     if tracker is None:
         return []
-    rec = batch.rec
-    rc = rc_data(rec, rows)
+    rc = rc_data(batch.rec, rows)
     if not tracker.seen:
-        send = rows[rc & np.isin(rec["opcode"][rows], RC_SEND)]
-        send = send[(rec["paylen"][send] >= 16) & ((rec["flags"][send] & R.F_TRUNCATED) == 0)]
-        words = np.asarray(batch.buf)[payload_start(batch, send)[:, None] + VERSION_AT]
+        words = send_heads(batch, rows, rc, 16, 8)[:, VERSION_AT]
         if not ((words[:, :3] == 0).all(axis=1) & np.isin(words[:, 3], (1, 2))).any():
             return []
     return [np.flatnonzero(rc)]

@@ -16,9 +16,8 @@ import numpy as np
 
 from dissectors import smb2table as s2
 from dissectors import smbdirecttable as sd
-from ibwire.decode import records as R
 from ibwire.decode.rcdata import rc_data
-from ibwire.decode.rpcrdma import MAX_SEND, RC_SEND, RpcRdmaTracker, _addr, flat_op, payload_start
+from ibwire.decode.rpcrdma import MAX_SEND, RpcRdmaTracker, _addr, flat_op, send_heads
 
 SUBTREES = [k for k, kind in sd.FIELDS.items() if kind == "protocol"]  # the message kinds, filterable
 CLAIMED = ("nvme", "rpcordma", "iser")  # a SEND these decoded is not SMB Direct
@@ -215,12 +214,9 @@ def storage_rows(batch, rows, tracker) -> list:
     tracker = getattr(tracker, "smbdirect", None)
     if tracker is None:
         return []
-    rec = batch.rec
-    rc = rc_data(rec, rows)
+    rc = rc_data(batch.rec, rows)
     if not tracker.seen:
-        send = rows[rc & np.isin(rec["opcode"][rows], RC_SEND)]
-        send = send[(rec["paylen"][send] >= sd.DATA_HEAD) & ((rec["flags"][send] & R.F_TRUNCATED) == 0)]
-        raw = np.asarray(batch.buf)[payload_start(batch, send)[:, None] + np.arange(8)]
+        raw = send_heads(batch, rows, rc, sd.DATA_HEAD, 8)
         w = raw[:, 0::2].astype(np.uint32) | raw[:, 1::2].astype(np.uint32) << 8
         data = (w[:, 0] <= sd.MAX_CREDITS) & (w[:, 1] <= sd.MAX_CREDITS) & (w[:, 2] <= 1) & (w[:, 3] == 0)
         negotiate = (w[:, 0] == sd.VERSION) & (w[:, 1] == sd.VERSION) & np.isin(w[:, 2], (0, sd.VERSION))

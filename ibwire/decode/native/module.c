@@ -249,6 +249,26 @@ static PyObject *decode(PyObject *self, PyObject *args, PyObject *kw)
     Py_RETURN_NONE;
 }
 
+/* group() and pick(): records `rec` of itemsize bytes, the int64 `rows` of them (None: all), and the fields'
+ * byte `offsets` and `sizes` (int64), the first four buffers of their spec. */
+typedef struct {
+    Py_ssize_t itemsize, nrec, n, nf;
+    const int64_t *rows, *off, *size;
+} fields_view;
+
+static int fields_args(PyObject *args, const buf_arg *spec, int nb, buf_t *b, fields_view *f)
+{
+    if (record_args(args, spec, nb, b, &f->itemsize) < 0)
+        return -1;
+    f->nrec = f->itemsize > 0 ? b[0].v.len / f->itemsize : 0;
+    f->n = b[1].held ? b[1].v.len / 8 : f->nrec;
+    f->nf = b[2].v.len / 8;
+    f->rows = b[1].held ? b[1].v.buf : NULL;
+    f->off = b[2].v.buf;
+    f->size = b[3].v.buf;
+    return 0;
+}
+
 PyDoc_STRVAR(group_doc,
 "group(rec, itemsize, rows, offsets, sizes, inverse, first, hashes) -> number of groups\n\n"
 "Exact group-by of the records in `rec` (itemsize bytes each) listed in the int64 array `rows` (None:\n"
@@ -261,13 +281,12 @@ static PyObject *group(PyObject *self, PyObject *args)
     enum { REC, ROWS, OFF, SIZE, INV, FIRST, HASH, NB };
     static const buf_arg spec[NB] = {{"rec", 0, 0}, {"rows", 8, OPTIONAL}, {"offsets", 8, 0}, {"sizes", 8, 0},
                                      {"inverse", 8, WRITTEN}, {"first", 8, WRITTEN}, {"hashes", 8, WRITTEN}};
-    Py_ssize_t itemsize;
     buf_t b[NB];
-    if (record_args(args, spec, NB, b, &itemsize) < 0)
+    fields_view f;
+    if (fields_args(args, spec, NB, b, &f) < 0)
         return NULL;
-    Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
-    Py_ssize_t n = b[ROWS].held ? b[ROWS].v.len / 8 : nrec, nf = b[OFF].v.len / 8;
-    const int64_t *rows = b[ROWS].held ? b[ROWS].v.buf : NULL, *off = b[OFF].v.buf, *size = b[SIZE].v.buf;
+    Py_ssize_t itemsize = f.itemsize, nrec = f.nrec, n = f.n, nf = f.nf;
+    const int64_t *rows = f.rows, *off = f.off, *size = f.size;
     const char *bad = NULL;
     int64_t klen = 0;
     if (itemsize <= 0 || b[REC].v.len % itemsize)
@@ -356,20 +375,17 @@ static PyObject *pick(PyObject *self, PyObject *args)
     enum { REC, ROWS, OFF, SIZE, OUT, NB };
     static const buf_arg spec[NB] = {{"rec", 0, 0}, {"rows", 8, OPTIONAL}, {"offsets", 8, 0}, {"sizes", 8, 0},
                                      {"out", 0, WRITTEN}};
-    Py_ssize_t itemsize;
     buf_t b[NB];
-    if (record_args(args, spec, NB, b, &itemsize) < 0)
+    fields_view f;
+    if (fields_args(args, spec, NB, b, &f) < 0)
         return NULL;
-    Py_ssize_t nrec = itemsize > 0 ? b[REC].v.len / itemsize : 0;
-    Py_ssize_t n = b[ROWS].held ? b[ROWS].v.len / 8 : nrec, nf = b[OFF].v.len / 8;
-    const int64_t *rows = b[ROWS].held ? b[ROWS].v.buf : NULL, *off = b[OFF].v.buf, *size = b[SIZE].v.buf;
-    const char *bad = fields_refused(&b[REC], itemsize, &b[OFF], &b[SIZE], &b[OUT], n);
+    const char *bad = fields_refused(&b[REC], f.itemsize, &b[OFF], &b[SIZE], &b[OUT], f.n);
     if (!bad)
-        bad = rows_outside(rows, n, nrec);
+        bad = rows_outside(f.rows, f.n, f.nrec);
     if (bad)
         return refuse(b, NB, bad);
     Py_BEGIN_ALLOW_THREADS
-    pick_fields(b[REC].v.buf, itemsize, rows, n, off, size, (int)nf, b[OUT].v.buf);
+    pick_fields(b[REC].v.buf, f.itemsize, f.rows, f.n, f.off, f.size, (int)f.nf, b[OUT].v.buf);
     Py_END_ALLOW_THREADS
     release(b, NB);
     Py_RETURN_NONE;
