@@ -71,8 +71,8 @@ def command_rows(tracker: NvmeTracker) -> List[dict]:
     return rows
 
 
-def matched_rows(matcher: Matcher) -> List[dict]:
-    """command_rows of the commands a Matcher holds, built a column at a time."""
+def matched_columns(matcher: Matcher) -> dict:
+    """The command rows (command_rows) of the commands a Matcher holds, as a list per column."""
     c = matcher.commands()
     sqe, queue = c["sqe"], c["queue"]
     qids = np.array([q.qid for q in matcher.queues] or [0])[queue]
@@ -93,7 +93,7 @@ def matched_rows(matcher: Matcher) -> List[dict]:
     pair = opc.astype(np.int64) << 9 | sqe[:, 4].astype(np.int64) << 1 | (qids == 0)
     latency = [round(v, 3) for v in ((c["done_time"] - c["time"]) * 1e6)[done].tolist()]
     latencies = iter(latency)
-    columns = zip(
+    values = (
         [matcher.queues[q].name for q in queue.tolist()],
         qids.tolist(),
         named(pair, lambda k: opcode_name(bytes([k >> 9, 0, 0, 0, k >> 1 & 0xFF]), 0 if k & 1 else 1)),
@@ -111,6 +111,11 @@ def matched_rows(matcher: Matcher) -> List[dict]:
         named(c["status"], lambda s: status_text(s if s >= 0 else None)),
         c["time"].tolist(),
     )
+    return dict(zip((name for name, _ in COLUMNS), values))  # the Parquet table's columns, a row's keys
+
+
+def rows_of(cols: dict) -> List[dict]:
+    """One dict per command of the columns matched_columns gives."""
     return [
         {
             "queue": q,
@@ -130,7 +135,9 @@ def matched_rows(matcher: Matcher) -> List[dict]:
             "status": status,
             "time": time,
         }
-        for q, qid, name, cid, nsid, slba, blocks, frame, n, first, last, completion, lat, nbytes, status, time in columns
+        for q, qid, name, cid, nsid, slba, blocks, frame, n, first, last, completion, lat, nbytes, status, time in zip(
+            *cols.values()
+        )
     ]
 
 
@@ -206,16 +213,16 @@ def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False, ise
     try:
         stream = Stream(path, icrc=False)
         both, matcher = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as)
-        rows = matched_rows(matcher) if matcher is not None else command_rows(both.nvme)
+        cols = matched_columns(matcher) if matcher is not None else None
     except Irregular:  # what numpy does not match, the packet-by-packet path does
         stream = Stream(path, icrc=False)
-        both, _ = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as, fast=False)
-        rows = command_rows(both.nvme)
-    calls, cols = call_rows(both.rpcrdma), columns_of(rows, ("opcode", "queue", *SUMMED))
-    errors = defaultdict(int)
-    for r in rows:
-        if r["status"] != STATUS_GENERIC[0]:
-            errors[(r["opcode"], r["status"])] += 1
+        both, cols = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as, fast=False)[0], None
+    rows = rows_of(cols) if cols is not None else command_rows(both.nvme)
+    cols = cols or columns_of(rows, ("opcode", "queue", *SUMMED))
+    calls, errors = call_rows(both.rpcrdma), defaultdict(int)
+    for opcode, status in zip(cols["opcode"], cols["status"]):
+        if status != STATUS_GENERIC[0]:
+            errors[(opcode, status)] += 1
     return {
         "commands": rows,
         "by_opcode": summaries(cols, "opcode"),

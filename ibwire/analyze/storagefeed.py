@@ -6,6 +6,8 @@ they find, each as a light frame (_Lite) with the fields they read: no scapy, no
 import numpy as np
 
 from dissectors import smbdirecttable as sd
+from dissectors.iscsitable import is_iser_service
+from dissectors.nvmetable import is_nvme_service
 from ibwire.decode import records as R
 from ibwire.decode.iser import IserTracker
 from ibwire.decode.iser import storage_rows as iser_rows
@@ -160,7 +162,7 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
         cm = cm[np.isin(batch.rec["mad_attrid"][cm], (CM_REQ, CM_REP)) | rc[batch.rec["opcode"][cm]]]
         r = _Rows(batch, cm)
         for k in range(len(cm)):
-            both.feed(_lite(r, k, ops, addr))
+            _connect(both, _lite(r, k, ops, addr))
         rows = _data_rows(batch, every, both, data)
         if rows is None:
             continue
@@ -172,6 +174,24 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
             claimed = follow(tracker, batch, rows, addr16)
         _others(both, batch, rows, claimed, ops, addr, held)
     return both, matcher
+
+
+def _connect(both: Trackers, d) -> None:
+    """Feed an RDMA-CM frame to the trackers it concerns: a REQ to those whose service ID it names (IBA
+    A11.2: TCP port 4420 NVMe-oF, 20049 NFS, 445/5445 SMB Direct, 3260 iSER), a REP to those that noted the
+    REQ it answers; the others' _cm does nothing with it."""
+    trackers = (both.nvme, both.rpcrdma, both.smbdirect, both.iser)
+    if "cm.req" in d.flat:
+        service = d.flat["cm.req.serviceid"]
+        wants = (is_nvme_service(service), both.rpcrdma.service(service), both.smbdirect.service(service))
+        wants += (is_iser_service(service),)
+    elif "cm.rep" in d.flat:
+        wants = tuple(d.flat["cm.rep.remotecommid"] in t.reqs for t in trackers)
+    else:
+        wants = (True,) * len(trackers)
+    for t, want in zip(trackers, wants):
+        if want:
+            t.feed(d)
 
 
 def _data_rows(batch, every, both: Trackers, nvme_rows):
