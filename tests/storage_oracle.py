@@ -169,3 +169,17 @@ def storage_rows(pcap, table: str) -> list:
     done = run_ibwire("stats", "--storage", "--format", "json", pcap)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)[table]
+
+
+def rows_agree(ours: dict, want: dict, within_us: float) -> None:
+    """Each wanted row (by key) is in `ours` with its submission, completion and bytes, and its latency
+    within `within_us` microseconds (None where there is no completion)."""
+    for key, w in want.items():
+        got = ours[key]
+        assert (got["submission"], got["completion"], got["bytes"]) == (w["submission"], w["completion"], w["bytes"]), (
+            key
+        )
+        if w["latency_us"] is None:
+            assert got["latency_us"] is None, key
+        else:
+            assert abs(got["latency_us"] - w["latency_us"]) < within_us, key
