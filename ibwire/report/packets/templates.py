@@ -447,14 +447,15 @@ def learn(frame: Frame, row, decode: Callable, fmt: Format, kept: int = 0, stead
     heuristic would read), and so are the `steady` fields [(layer, field)] of VOLATILE.  The program must
     print the frame itself as its full decode does, and every mutant."""
     icrc_good = int(row["icrc"]) == R.GOOD
-    d0 = decode(frame, None)
+    metas = _metas(random.Random(7), row)
+    first = frame._replace(number=int(metas[0]["frame"]))  # the frame itself, printed as a mutant is
+    d0 = decode(first, metas[0])
     if d0.packet is None or d0.flat.get("rmpp.rmpptype") == RMPP_DATA:
         return None  # (an RMPP DATA segment's decode depends on the transfer's other segments)
     made = mutants(frame, d0.packet, icrc_good, kept, fmt.steady + steady)
     if made is None:
         return None
     frames, keep, head = made
-    metas = _metas(random.Random(7), row)
     frames = [f._replace(number=int(m["frame"])) for f, m in zip(frames, metas)]
     samples = [fmt.items(decode(f, m), m) for f, m in zip(frames, metas)]
     sig, values, replace = samples[0]
@@ -480,9 +481,8 @@ def learn(frame: Frame, row, decode: Callable, fmt: Format, kept: int = 0, stead
     if marks != len(parts_of):
         return None
     shape = Shape(compile_parts([p for p in program if p != ""], AUX), head, keep)
-    first = frame._replace(number=int(metas[0]["frame"]))  # the frame itself, printed as a mutant was
     frames.append(first)
-    samples.append(fmt.items(decode(first, metas[0]), metas[0]))
+    samples.append(fmt.items(d0, metas[0]))
     want = "".join(s[2]([]) for s in samples)
     return shape if _render(shape.program, frames, np.concatenate([metas, metas[:1]])) == want else None
 
