@@ -26,7 +26,8 @@ def _nak_marks(pk):
 def test_beyond_the_cap_what_is_marked_is_kept(monkeypatch, name, cap):
     path = str(CAPS / name)
     events: list = []
-    rows = analyse(path, events=events)["conversations"]
+    res = analyse(path, events=events)
+    rows = res["conversations"]
     marks, keep = marked(events[0]), range(len(rows))
     whole = S.collect(path, rows, keep, 0.01, marks)
     monkeypatch.setattr(S, "KEEP_PACKETS", cap)
@@ -54,5 +55,5 @@ def test_beyond_the_cap_what_is_marked_is_kept(monkeypatch, name, cap):
                 f > int(full["frame"][cap - 1]) for f in b["frame"][b["retrans"]].tolist()
             )
     assert beyond  # loss after the head was marked
-    html = flows_report.render(path, {"conversations": rows, "problems": [], "marks": marks})
+    html = flows_report.render(path, {**res, "problems": [], "marks": marks})
     assert "class='note thinned'" in html and "The table above counts every packet" in html

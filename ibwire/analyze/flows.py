@@ -14,7 +14,10 @@ spill conversation by conversation in capture order, as the responder would see 
     retransmission; a bad ICRC is dropped silently by the responder;
   * a READ request reserves one PSN per response packet (dmalen/4096 to dmalen/256); its responses are
     matched to it, completed READs acknowledge what precedes them; ACKs retire pending requests
-    (request-to-ACK latency, coalescing), NAKs and RNR NAKs are counted by code and timer;
+    (coalescing), NAKs and RNR NAKs are counted by code and timer;
+  * ACK latency runs from a request's first transmission to the first ACK (or READ completion) covering its
+    PSN, resends and late requests included: what the requester waited; READ latency from a READ request's
+    first transmission to its first response.  Percentiles summarise up to 2^20 samples per direction;
   * a message's bytes are checked against its RETH DMA length (WRITE) or the READ's.
 """
 
@@ -553,9 +556,9 @@ def analyse(
         log += [(f + getattr(p[0], "frame_offset", 0), key, n) for f, key, n in p[0].drop_log]
     kept = events if events is not None else []
     try:
-        rows = _sequence(learner, maps, [p[0] for p in parts], kept)
+        rows, latency = _sequence(learner, maps, [p[0] for p in parts], kept)
         capture = capture_drops(drops, rows, log, kept[-2] if kept else None)
-        return {"conversations": rows, "problems": problems, "capture": capture}
+        return {"conversations": rows, "problems": problems, "capture": capture, "latency_samples": latency}
     finally:
         for p in parts:
             p[0].spill.close()
@@ -632,8 +635,10 @@ def _drop_windows(log, table) -> List[dict]:
     return out
 
 
-def _sequence(learner: _Learner, maps, learners, keep: list = None) -> List[dict]:
-    """Pair the half-flows, replay every span's spill through the compiled sequencer, rank the rows."""
+def _sequence(learner: _Learner, maps, learners, keep: list = None) -> Tuple[List[dict], dict]:
+    """Pair the half-flows, replay every span's spill through the compiled sequencer, rank the rows.  Also
+    each conversation's ACK and READ latency samples in seconds (by conversation number), which the
+    percentiles in its row summarise."""
     conv_of, convs = _pair(learner.halves, learner.reqs, learner.reps)
     conv = np.full(learner.ids, -1, np.int32)
     side = np.zeros(learner.ids, np.uint8)
@@ -682,9 +687,10 @@ def _sequence(learner: _Learner, maps, learners, keep: list = None) -> List[dict
         if c in listed:
             row["frames"] = listed[c]
             row["wireshark"] = F.wireshark(listed[c])
-        ranked.append(((-(row["bytes_a_to_b"] + row["bytes_b_to_a"]), kind, int(s["first_frame"])), row))
+        rank = (-(row["bytes_a_to_b"] + row["bytes_b_to_a"]), kind, int(s["first_frame"]))
+        ranked.append((rank, row, (np.frombuffer(raw[1], np.float64), np.frombuffer(raw[2], np.float64))))
     ranked.sort(key=lambda kr: kr[0])
-    rows = [r for _, r in ranked]
+    rows = [r for _, r, _ in ranked]
     for i, r in enumerate(rows):
         r["conversation"] = i + 1
-    return rows
+    return rows, {r["conversation"]: lat for _, r, lat in ranked}

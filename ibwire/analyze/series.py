@@ -8,15 +8,15 @@ late (out of order), after a PSN gap.  Of one requester→responder channel, in 
 * each PSN skipped before a request is drawn there: lost when a request the sequencer found lost resent
   it, none when it came late, else not captured (the mirror or the capture missed it);
 * NAKs and RNR NAKs come from the AETH syndrome (§9.7.5.2); an RNR wait lasts from the RNR NAK to the
-  requester's next packet; ACK latency is from a request's first transmission to the first ACK (or READ
-  completion) covering its PSN; READ latency from the READ request to its first response.
+  requester's next packet.  (ACK and READ latencies are the sequencer's too: flows.analyse's
+  `latency_samples`.)
 """
 
 from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 
-from dissectors.opcodes import AETH_ACK, AETH_NAK, AETH_RNR_NAK, aeth_kind, lookup
+from dissectors.opcodes import AETH_NAK, AETH_RNR_NAK, aeth_kind, lookup
 from ibwire.analyze import frames as F
 from ibwire.analyze.flows import end_text
 from ibwire.analyze.hashing import group_rows
@@ -31,12 +31,9 @@ _SEG = [lookup(c).seg for c in range(256)]
 IS_REQ = np.array(
     [o in ("send", "write", "read_req", "atomic", "flush", "atomic_write", "resync", "unknown") for o in _OP]
 )
-IS_READ_REQ = np.array([o == "read_req" for o in _OP])
 IS_READ_RESP = np.array([o == "read_resp" for o in _OP])
-IS_READ_FIRST = np.array([o == "read_resp" and s in ("first", "only") for o, s in zip(_OP, _SEG)])
 IS_READ_LAST = np.array([o == "read_resp" and s in ("last", "only") for o, s in zip(_OP, _SEG)])
 HAS_AETH = np.array(["aeth" in lookup(c).headers for c in range(256)])
-IS_RC = np.array([lookup(c).transport in ("RC", "XRC") for c in range(256)])
 KEPT = ("time", "opcode", "psn", "aeth_syndrome", "reth_dmalen", "frame")  # per packet drawn: 22 bytes
 BINNED = ("time_ns", "len", "flags", "opcode", "aeth_syndrome", "ecn")  # what TimeBins counts
 
@@ -290,16 +287,6 @@ def unwrap(psn: np.ndarray) -> np.ndarray:
     return np.concatenate([[p[0]], p[0] + np.cumsum(d)])
 
 
-def _firsts(u: np.ndarray, live: np.ndarray) -> np.ndarray:
-    """The first sight of each PSN among the live requests."""
-    firsts = np.zeros(len(u), bool)
-    idx = np.nonzero(live)[0]
-    if len(idx):
-        _, fi = np.unique(u[idx], return_index=True)
-        firsts[idx[fi]] = True
-    return firsts
-
-
 def _missing_marks(ch: dict, gap: np.ndarray, late: np.ndarray, lost: np.ndarray) -> tuple:
     """(time, PSN) of each PSN skipped before a request (`gap`: how many) and not filled late: dropped when
     a request found lost resent it, else not captured; one mark per PSN, at most MAX_MARKS each (more says no
@@ -317,36 +304,6 @@ def _missing_marks(ch: dict, gap: np.ndarray, late: np.ndarray, lost: np.ndarray
                 if len(marks) < MAX_MARKS:
                     marks.append((float(t[i]), p))
     return drop_psns, gap_psns
-
-
-def _ack_latency(ch: dict, firsts: np.ndarray) -> np.ndarray:
-    """From each first transmission of an RC request (READs aside) to the first ACK or READ completion
-    covering its PSN."""
-    t, u, o, is_req = ch["time"], ch["psn"], ch["opcode"], ch["is_req"]
-    acks = ((ch["syn"] == AETH_ACK) & ~is_req) | (IS_READ_LAST[o] & ~is_req)
-    ai = np.nonzero(acks)[0]
-    pend = np.nonzero(firsts & IS_RC[o] & ~(IS_READ_REQ[o] & is_req))[0]
-    if not (len(ai) and len(pend)):
-        return np.zeros(0)
-    cm = np.maximum.accumulate(u[ai])
-    k = np.maximum(np.searchsorted(ai, pend), np.searchsorted(cm, u[pend], "left"))
-    ok = k < len(ai)
-    return t[ai[k[ok]]] - t[pend[ok]]
-
-
-def _read_latency(ch: dict, firsts: np.ndarray) -> np.ndarray:
-    """From each READ request's first transmission to the first response with its PSN."""
-    t, u, o, is_req = ch["time"], ch["psn"], ch["opcode"], ch["is_req"]
-    rq = np.nonzero(IS_READ_REQ[o] & is_req & firsts)[0]
-    rf = np.nonzero(IS_READ_FIRST[o] & ~is_req)[0]
-    if not (len(rq) and len(rf)):
-        return np.zeros(0)
-    first_resp = {}
-    for i in rf.tolist():
-        first_resp.setdefault(int(u[i]), i)
-    return np.array(
-        [t[first_resp[int(u[i])]] - t[i] for i in rq.tolist() if int(u[i]) in first_resp and first_resp[int(u[i])] > i]
-    )
 
 
 def _rnr_waits(t: np.ndarray, rnr: np.ndarray, req_idx: np.ndarray) -> list:
@@ -382,7 +339,6 @@ def channel(pk: dict, side: int) -> Optional[dict]:
     gap = pk["an_psn_gap"][sel].astype(np.int64)
     drop_psns, gap_psns = _missing_marks(ch, gap, late, lost)
     live = is_req & ~ch["bad"]
-    firsts = _firsts(ch["psn"], live)
     rnr = np.nonzero(ch["syn"] == AETH_RNR_NAK)[0]
     return {
         **ch,
@@ -391,8 +347,6 @@ def channel(pk: dict, side: int) -> Optional[dict]:
         "drop_points": drop_psns,
         "gap_points": gap_psns,
         "rnr_waits": _rnr_waits(ch["time"], rnr, np.nonzero(live)[0]),
-        "ack_latency": _ack_latency(ch, firsts),
-        "read_latency": _read_latency(ch, firsts),
         "counts": {
             "drops": int(lost.sum()),
             "not_captured": int(gap.sum()) - int(late.sum()) - int(lost.sum()),

@@ -12,7 +12,7 @@
 #include "flows.h"
 
 #define PSN_MOD (1LL << 24)
-#define LAT_SAMPLES 4096
+#define LAT_SAMPLES (1 << 20)             /* latency samples kept per channel and kind; later ones not */
 #define PENDING_MAX 16384
 #define SEEN_WINDOW 4096
 #define MISSING_MAX 4096
@@ -208,6 +208,7 @@ typedef struct {
     int has_expected, nak_seen, has_fill, msg_active, msg_has_len;
     int64_t expected, fill, msg_bytes, msg_len;
     odict missing, pending, reads, seen;
+    int pending_mixed;                    /* a request waits behind a higher PSN (see ack) */
     odict cand;                           /* resends that are duplicates once an ACK covers them: frame -> PSN */
     int64_t c[N_FC];
     int64_t ops[N_MK], op_bytes[N_MK], ops_order[N_MK], bytes_order[N_MK];
@@ -337,9 +338,15 @@ static void count_op(channel *ch, int k, int64_t msgs, int64_t bytes)
 
 static int add_lat(channel *ch, int which, double v)
 {
-    if (ch->nlat[which] >= LAT_SAMPLES)
+    int64_t n = ch->nlat[which];
+    if (n >= LAT_SAMPLES)
         return 0;
-    if (!ch->lat[which] && !(ch->lat[which] = malloc(LAT_SAMPLES * sizeof(double))))
+    if (!(n & (n - 1)) && n >= 64) {      /* grow at 64, 128, 256, ... samples */
+        double *a = realloc(ch->lat[which], (size_t)n * 2 * sizeof(double));
+        if (!a)
+            return -1;
+        ch->lat[which] = a;
+    } else if (!ch->lat[which] && !(ch->lat[which] = malloc(64 * sizeof(double))))
         return -1;
     ch->lat[which][ch->nlat[which]++] = v;
     return 0;
@@ -374,11 +381,22 @@ static void answers(channel *ch, const flow_pkt *p, const val_t *req)
     EMIT(ch, EV_ACK_RTT, p->frame, bits);
 }
 
+/* An ACK (or a READ's last response) at time t accepts every request up to `psn`: each pending request it
+ * covers is retired and its ACK latency measured from its first transmission (the requester's completion
+ * time).  Requests wait in the order first seen; once a late or resent one follows a higher PSN
+ * (`pending_mixed`), every waiting request is checked, not only those at the head. */
 static int ack(channel *ch, const flow_pkt *p, double t, int64_t psn)
 {
     int64_t n = 0;
-    ent_t *e;
-    while ((e = od_first(&ch->pending)) && psn_diff(psn, e->key) >= 0) {
+    for (int64_t q = ch->pending.head; q < ch->pending.tail; q++) {
+        ent_t *e = at(&ch->pending, q);
+        if (!e->alive)
+            continue;
+        if (psn_diff(psn, e->key) < 0) {
+            if (!ch->pending_mixed)
+                break;
+            continue;
+        }
         double t0 = e->v.t;
         if (p && e->key == psn)
             answers(ch, p, &e->v);
@@ -387,6 +405,8 @@ static int ack(channel *ch, const flow_pkt *p, double t, int64_t psn)
         if (add_lat(ch, 0, t - t0) < 0)
             return -1;
     }
+    if (!ch->pending.n)
+        ch->pending_mixed = 0;
     ch->c[FC_ACKED_REQUESTS] += n;
     return 0;
 }
@@ -592,7 +612,10 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
                 c[FC_LENGTH_MISMATCH]++;
             ch->msg_active = 0;
         }
-        if (rc) {
+        if (rc && !od_get(&ch->pending, psn)) {   /* a request still waiting keeps its first sending */
+            ent_t *last = od_last(&ch->pending);
+            if (last && psn_diff(psn, last->key) < 0)
+                ch->pending_mixed = 1;
             if (od_set(&ch->pending, psn, (val_t){p->t, 0, 0, 0, p->tns, p->frame}) < 0)
                 return -1;
             while (ch->pending.n > PENDING_MAX) {
@@ -631,7 +654,7 @@ static int response(channel *ch, const flow_tables *tab, const flow_pkt *p)
             if (d0 < 0 || d1 < 0)
                 continue;
             EMIT(ch, EV_READ_REQUEST, p->frame, e->v.frame);
-            if (d0 == 0 && (seg == SEG_FIRST || seg == SEG_ONLY) && add_lat(ch, 1, p->t - e->v.t) < 0)
+            if (d0 == 0 && !e->v.got && (seg == SEG_FIRST || seg == SEG_ONLY) && add_lat(ch, 1, p->t - e->v.t) < 0)
                 return -1;
             e->v.got += p->paylen;
             if (seg == SEG_LAST || seg == SEG_ONLY) {

@@ -12,6 +12,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from dissectors.opcodes import AETH_ACK, AETH_NAK, AETH_RNR_NAK
 from ibwire.analyze import retries
 from ibwire.analyze import series as S
 from ibwire.errors import UserError
@@ -123,7 +124,7 @@ def _psn_progress(p: Plot, ch: dict, t: np.ndarray, y: np.ndarray, u0: int) -> N
     if len(ri) > MAX_TICKS:
         ri = ri[:: -(-len(ri) // MAX_TICKS)]
     p.marks("request", ((t[i], y[i], f"PSN {y[i] + u0:#x}") for i in ri.tolist()), "tick", "#1f77b4")
-    acks = ((ch["syn"] == 0) | S.IS_READ_LAST[ch["opcode"]]) & ~ch["is_req"]
+    acks = ((ch["syn"] == AETH_ACK) | S.IS_READ_LAST[ch["opcode"]]) & ~ch["is_req"]
     ai = np.nonzero(acks)[0]
     if len(ai):
         p.polyline(t[ai], np.maximum.accumulate(y[ai]), "#2ca02c", "ACKed PSN", step=True)
@@ -172,8 +173,13 @@ def _psn_trouble(p: Plot, ch: dict, t: np.ndarray, y: np.ndarray, u0: int, t0: f
     p.marks(
         "bad-icrc", ((t[i], y[i], "bad ICRC: discarded") for i in np.nonzero(ch["bad"])[0].tolist()), "x", "#8c564b"
     )
-    p.marks("nak", ((t[i], y[i], "NAK") for i in np.nonzero(ch["syn"] == 3)[0].tolist()), "tri", "#e377c2")
-    p.marks("rnr-nak", ((t[i], y[i], "RNR NAK") for i in np.nonzero(ch["syn"] == 1)[0].tolist()), "tri", "#9467bd")
+    p.marks("nak", ((t[i], y[i], "NAK") for i in np.nonzero(ch["syn"] == AETH_NAK)[0].tolist()), "tri", "#e377c2")
+    p.marks(
+        "rnr-nak",
+        ((t[i], y[i], "RNR NAK") for i in np.nonzero(ch["syn"] == AETH_RNR_NAK)[0].tolist()),
+        "tri",
+        "#9467bd",
+    )
 
 
 def _histogram(title: str, kind: str, samples_s: np.ndarray, conv_no, analysis: Optional[dict]) -> str:
@@ -304,9 +310,9 @@ def _section_head(r: dict) -> List[str]:
     return body
 
 
-def _conversation(r: dict, i: int, c: S.Collected, t0: float, t_end: float) -> List[str]:
+def _conversation(r: dict, i: int, c: S.Collected, t0: float, t_end: float, latency: tuple) -> List[str]:
     """The section of conversation `r` (position `i`): a PSN graph per requester, its traffic over time and
-    its ACK and READ latency histograms."""
+    its ACK and READ latency histograms (`latency`: the sequencer's samples, those its row summarises)."""
     body = _section_head(r)
     pk = c.packets.get(i)
     if pk is None:
@@ -321,14 +327,10 @@ def _conversation(r: dict, i: int, c: S.Collected, t0: float, t_end: float) -> L
             "waits, bad ICRCs) and the requests around it, so later ACKs and latencies are not drawn. "
             "The table above counts every packet.</p>"
         )
-    ack, rd = [], []
     for side in (0, 1):
         ch = S.channel(pk, side)
-        if ch is None:
-            continue
-        body.append(_psn_chart(r, side, ch, t0))
-        ack.append(ch["ack_latency"])
-        rd.append(ch["read_latency"])
+        if ch is not None:
+            body.append(_psn_chart(r, side, ch, t0))
     if i in c.per_conv:
         body.append(
             _time_charts(
@@ -340,11 +342,10 @@ def _conversation(r: dict, i: int, c: S.Collected, t0: float, t_end: float) -> L
                 {"scope": "conversation", "conversation": r["conversation"]},
             )
         )
-    for title, kind, parts, key in (
-        ("ACK latency", "ack-latency", ack, "ack_latency_us"),
-        ("READ latency", "read-latency", rd, "read_latency_us"),
+    for title, kind, v, key in (
+        ("ACK latency", "ack-latency", latency[0], "ack_latency_us"),
+        ("READ latency", "read-latency", latency[1], "read_latency_us"),
     ):
-        v = np.concatenate(parts) if parts else np.zeros(0)
         if len(v):
             body.append(_histogram(f"#{r['conversation']} {title}", kind, v, r["conversation"], r.get(key)))
     body.append("</section>")
@@ -399,7 +400,7 @@ def render(
     t_end = max(duration + (min(starts) - t0 if starts else 0), len(c.total.rows()) * width)
     body = _overview(path, rows, shown_at, c, width, t_end)
     for r, i in shown_at:
-        body += _conversation(r, i, c, t0, t_end)
+        body += _conversation(r, i, c, t0, t_end, result["latency_samples"][r["conversation"]])
     body += _ladder_section(rows, pick, ladder_qp, c, t0)
     if result.get("capture"):  # the capture's own drops, tied to the PSNs not captured
         body.append(f"<h2>The capture's own drops</h2><p>{esc(result['capture']['text'])}</p>")
