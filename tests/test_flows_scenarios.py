@@ -3,6 +3,7 @@
 ECN-marked packets, CNPs and BECNs."""
 
 import json
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -83,3 +84,32 @@ def test_rc_latency_and_ack_coalescing_follow_the_scenario():
     assert 1 <= rc["max_outstanding"] <= 4
     lat = rc["ack_latency_us"]
     assert lat["n"] == 64 and 0 < lat["p50"] <= lat["p99"] <= lat["max"]
+
+
+@pytest.mark.parametrize(
+    "toml", [p for p in sorted(CAPS.glob("*.toml")) if p.with_suffix(".pcap").exists()], ids=lambda p: p.stem
+)
+def test_qps_are_paired_as_declared(toml):
+    """Each declared RC QP pair whose responder answers (tshark sees packets to the requester's QP: ACKs,
+    responses or CNPs) is one conversation of `flows` with both QPNs, and `health` pairs its flows the same
+    way: a responder's CNPs often come before its first ACK, and the two must not split the conversation."""
+    scen = tomllib.loads(toml.read_text())
+    out = subprocess.run(
+        ["tshark", "-r", toml.with_suffix(".pcap"), "-T", "fields", "-e", "infiniband.bth.destqp"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    answered = {int(v, 0) for v in out.split()}
+    rows = _flows(toml.with_suffix(".pcap"))
+    pairs = {frozenset((int(r["qpn_a"], 16), int(r["qpn_b"], 16))) for r in rows if r["qpn_a"] and r["qpn_b"]}
+    rc = [q for q in scen.get("qp", []) if q.get("type") == "RC" and not q.get("silent") and "src_qpn" in q]
+    for q in rc:
+        _find(rows, q)
+        if q["src_qpn"] in answered:
+            assert frozenset((q["src_qpn"], q["dst_qpn"])) in pairs, f"{toml.stem}: QP {q['name']} not paired"
+    r = run_ibwire("health", toml.with_suffix(".pcap"), "-T", "json")
+    if r.returncode in (0, 1) and rc:
+        for f in json.loads(r.stdout).get("congestion") or []:
+            if f.get("partner_qp") is not None:
+                assert frozenset((f["qp"], f["partner_qp"])) in pairs, f"{toml.stem}: health paired {f['flow']}"

@@ -43,6 +43,7 @@ SAMPLE = 128  # distinct PSNs per half-flow kept for pairing (requests, and resp
 SPILL_IN_MEMORY = 1 << 16  # packets kept in memory before the spill moves to a temporary file
 OP = [lookup(c).op for c in range(256)]
 TRANSPORT = [lookup(c).transport for c in range(256)]
+_IS_CNP = np.array([t == "CNP" for t in TRANSPORT])
 REQUEST_OPS = {"send", "write", "read_req", "atomic", "flush", "atomic_write", "resync"}
 ONE_SIDED = {"write", "read_req", "atomic", "flush", "atomic_write"}
 SEQUENCED = ("RC", "XRC", "DC", "UC")  # transports whose PSNs the sequencer follows (§9.7)
@@ -192,6 +193,20 @@ class _Spill:
             self.file.close()
 
 
+def _settle_cnp_halves(hs: List[_Half], inv: np.ndarray, ops: np.ndarray) -> None:
+    """A half-flow whose first packet was a CNP takes the transport of its first other packet: a responder's
+    CNPs (RoCE Annex A17.9) go to the QP its ACKs go to, and often come first."""
+    cnp_first = [j for j, h in enumerate(hs) if h.transport == "CNP"]
+    if not cnp_first:
+        return
+    other = np.flatnonzero(~_IS_CNP[ops])
+    first_other = np.full(len(hs), len(ops))
+    np.minimum.at(first_other, inv[other], other)
+    for j in cnp_first:
+        if first_other[j] < len(ops):
+            hs[j].transport = TRANSPORT[int(ops[first_other[j]])]
+
+
 class _Learner:
     """Half-flows with PSN samples, CM REQ/REP facts and UD directions, from batches in capture order;
     every transport packet goes to the spill with the number of its half-flow (or UD direction)."""
@@ -227,10 +242,10 @@ class _Learner:
             k = (bytes(src[i]), bytes(dst[i]), int(sl[i]), int(dl[i]), int(qp[i]))
             h = self.halves.get(k)
             if h is None:
-                op = int(ops[i])
-                h = self.halves[k] = _Half(self._id(), TRANSPORT[op] if op != 0x81 else "CNP")
+                h = self.halves[k] = _Half(self._id(), TRANSPORT[int(ops[i])])
             h.packets += int(counts[j])
             hs.append(h)
+        _settle_cnp_halves(hs, inv, ops)
         for want, attr in ((_IS_REQ[ops], "req_psn"), (_IS_RESP[ops], "resp_psn")):
             need = np.array([len(getattr(h, attr)) < SAMPLE for h in hs])
             if not need.any():
