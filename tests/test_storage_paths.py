@@ -24,7 +24,7 @@ CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 
 def _rows(path, fast: bool):
     both, matcher = storagefeed.track(Stream(str(path), icrc=False), fast=fast)
-    return storage.rows_of(storage.matched_columns(matcher)) if matcher is not None else storage.command_rows(both.nvme)
+    return storage.Rows(storage.matched_columns(matcher)) if matcher is not None else storage.command_rows(both.nvme)
 
 
 def _frames(path):
@@ -65,7 +65,7 @@ def _damaged(frames, rnd):
 def test_the_discovery_capture_is_matched_with_numpy(public_dir):
     both, matcher = storagefeed.track(Stream(str(public_dir / DISCOVER), icrc=False))
     assert matcher is not None
-    rows = storage.rows_of(storage.matched_columns(matcher))
+    rows = storage.Rows(storage.matched_columns(matcher))
     assert len(rows) == 11 and rows == _rows(public_dir / DISCOVER, False)
 
 
@@ -91,7 +91,7 @@ def test_damaged_copies_give_the_same_rows_either_way(public_dir, tmp_path):
 
 def _tables(path, fast: bool, declared):
     both, matcher = storagefeed.track(Stream(str(path), icrc=False), *declared, fast=fast)
-    nvme = storage.rows_of(storage.matched_columns(matcher)) if matcher is not None else storage.command_rows(both.nvme)
+    nvme = storage.Rows(storage.matched_columns(matcher)) if matcher is not None else storage.command_rows(both.nvme)
     return nvme, call_rows(both.rpcrdma), request_rows(both.smbdirect), scsi_rows(both.iser)
 
 

@@ -9,6 +9,8 @@ and matched with numpy (ibwire.decode.nvmematch) or followed packet by packet wi
 scapy."""
 
 from collections import defaultdict
+from collections.abc import Sequence
+from itertools import repeat
 from operator import itemgetter
 from typing import Dict, List
 
@@ -114,31 +116,29 @@ def matched_columns(matcher: Matcher) -> dict:
     return dict(zip((name for name, _ in COLUMNS), values))  # the Parquet table's columns, a row's keys
 
 
-def rows_of(cols: dict) -> List[dict]:
-    """One dict per command of the columns matched_columns gives."""
-    return [
-        {
-            "queue": q,
-            "qid": qid,
-            "opcode": name,
-            "cid": cid,
-            "nsid": nsid,
-            "slba": slba,
-            "blocks": blocks,
-            "submission": frame,
-            "data_frames": n,
-            "first_data": first,
-            "last_data": last,
-            "completion": completion,
-            "latency_us": lat,
-            "bytes": nbytes,
-            "status": status,
-            "time": time,
-        }
-        for q, qid, name, cid, nsid, slba, blocks, frame, n, first, last, completion, lat, nbytes, status, time in zip(
-            *cols.values()
-        )
-    ]
+class Rows(Sequence):
+    """The command rows held as columns (`columns`: key -> list, matched_columns), each row's dict made
+    when it is read; ibwire.report.jsonrows and write_commands read the columns."""
+
+    def __init__(self, columns: dict):
+        self.columns = columns
+        self._n = len(columns["queue"])
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._n))]
+        return dict(zip(self.columns, (c[i] for c in self.columns.values())))
+
+    def __iter__(self):
+        return map(dict, map(zip, repeat(tuple(self.columns)), zip(*self.columns.values())))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None
 
 
 def _percentiles(values) -> dict:
@@ -217,7 +217,7 @@ def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False, ise
     except Irregular:  # what numpy does not match, the packet-by-packet path does
         stream = Stream(path, icrc=False)
         both, cols = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as, fast=False)[0], None
-    rows = rows_of(cols) if cols is not None else command_rows(both.nvme)
+    rows = Rows(cols) if cols is not None else command_rows(both.nvme)
     cols = cols or columns_of(rows, ("opcode", "queue", *SUMMED))
     calls, errors = call_rows(both.rpcrdma), defaultdict(int)
     for opcode, status in zip(cols["opcode"], cols["status"]):
@@ -264,4 +264,6 @@ def write_commands(rows: List[dict], where) -> None:
     import pyarrow.parquet as pq
 
     schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in COLUMNS])
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), where)
+    columns = getattr(rows, "columns", None)
+    table = pa.Table.from_pydict(columns, schema) if columns is not None else pa.Table.from_pylist(rows, schema=schema)
+    pq.write_table(table, where)

@@ -46,7 +46,7 @@ def stats(
     failures, damaged packets and loss hints."""
     from ibwire.analyze import stats as st
     from ibwire.decode.scan import scan
-    from ibwire.report.tables import check_format, label, progress, render
+    from ibwire.report.tables import check_format, progress, render
 
     file = capture_source(file, read)
     check_format(fmt)
@@ -75,6 +75,14 @@ def stats(
         else:
             res = st.compute_file(file, icrc, cb, jobs)
     res["rc_sequence"] = _rc_sequence(file, icrc, display_filter, jobs) if _has_sequenced(res) else []
+    render(_sections(res, fmt), fmt, whole=res, limit=top)
+
+
+def _sections(res: dict, fmt: str) -> dict:
+    """The tables `render` prints, titled; on a terminal the times read as UTC dates and only the counters
+    that counted something, labelled."""
+    from ibwire.report.tables import label
+
     summary = dict(res["summary"])
     if fmt == "table":
         from datetime import datetime, timezone
@@ -82,7 +90,7 @@ def stats(
         for k in ("first_time", "last_time"):
             if summary[k] is not None:
                 summary[k] = datetime.fromtimestamp(summary[k], timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-    sections = {
+    return {
         "summary": [summary],
         "counters": [res["counters"]]
         if fmt != "table"
@@ -96,7 +104,6 @@ def stats(
         "loss_hints": [{"hint": h} for h in res["loss_hints"]],
         "problems": [{"problem": p} for p in res["problems"]],
     }
-    render(sections, fmt, whole=res, limit=top)
 
 
 SEQUENCE = ("drops", "not_captured", "retransmissions", "out_of_order", "psn_gaps")
@@ -157,8 +164,9 @@ def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
             }
         )
     if fmt == "json":  # what render writes, the command table encoded a column at a time
-        from ibwire.report.jsonrows import dumps
+        from ibwire.report.jsonrows import dump
 
-        sys.stdout.write(dumps(res) + "\n")
+        dump(res, sys.stdout.write)
+        sys.stdout.write("\n")
         return
     render(sections, fmt, whole=res, limit=top)

@@ -1,45 +1,80 @@
 """JSON text exactly as `json.dumps(obj, indent=2, default=str)` writes it, at the speed of the compiled
 encoder for tables (lists of dicts with the same keys and plain values): each column is encoded in one
-call and each row filled into one template.  Anything else is handed to json.dumps itself."""
+call and a block of rows is joined at once, written as it is made.  Rows held as columns (a sequence with
+a `columns` attribute: key -> list, as storage.Rows) are read from them.  Anything else is handed to
+json.dumps itself."""
 
 import json
 from json.encoder import encode_basestring_ascii
+from operator import itemgetter
+
+import numpy as np
 
 PLAIN = {int, float, bool, type(None)}  # written without a comma or a brace
+BLOCK = 16384  # rows joined and written at a time
 
 
 def dumps(obj, level: int = 0) -> str:
     """`obj` as json.dumps(obj, indent=2, default=str) writes it, nested `level` deep."""
+    parts = []
+    dump(obj, parts.append, level)
+    return "".join(parts)
+
+
+def dump(obj, write, level: int = 0) -> None:
+    """Write `obj` (write: a function taking text) as json.dumps(obj, indent=2, default=str) writes it,
+    nested `level` deep."""
     pad, end = "\n" + "  " * (level + 1), "\n" + "  " * level
     if type(obj) is dict and obj and all(type(k) is str for k in obj):
-        items = (f"{encode_basestring_ascii(k)}: {dumps(v, level + 1)}" for k, v in obj.items())
-        return "{" + pad + ("," + pad).join(items) + end + "}"
-    if type(obj) is list and obj:
-        rows = _table(obj, level + 1)
-        if rows is None:
-            rows = [dumps(v, level + 1) for v in obj]
-        return "[" + pad + ("," + pad).join(rows) + end + "]"
-    return json.dumps(obj, indent=2, default=str).replace("\n", end)  # JSON strings hold no raw newline
+        write("{")
+        for i, (k, v) in enumerate(obj.items()):
+            write(("," if i else "") + pad + encode_basestring_ascii(k) + ": ")
+            dump(v, write, level + 1)
+        write(end + "}")
+    elif hasattr(obj, "columns") and not obj:
+        write("[]")
+    elif (type(obj) is list or hasattr(obj, "columns")) and obj:
+        if not _table(obj, level + 1, write):
+            write("[" + pad + ("," + pad).join(dumps(v, level + 1) for v in obj) + end + "]")
+    else:
+        write(json.dumps(obj, indent=2, default=str).replace("\n", end))  # JSON strings hold no raw newline
 
 
-def _table(rows: list, level: int):
-    """Each row's text, or None unless every row is a dict with the first one's keys and plain values."""
-    first = rows[0]
-    if type(first) is not dict or not first or not all(type(k) is str for k in first):
-        return None
-    keys = tuple(first)
-    if any(type(r) is not dict or tuple(r) != keys for r in rows):
-        return None
-    columns = [_column(values) for values in zip(*(r.values() for r in rows))]
-    if any(c is None for c in columns):
-        return None
-    pad = "\n" + "  " * (level + 1)
-    names = (encode_basestring_ascii(k).replace("{", "{{").replace("}", "}}") for k in keys)
-    template = "{{" + ",".join(f"{pad}{name}: {{}}" for name in names) + "\n" + "  " * level + "}}"
-    return [template.format(*values) for values in zip(*columns)]
+def _table(rows: list, level: int, write) -> bool:
+    """Write the list of rows (nested `level` deep) as a table if every row is a dict with the first one's
+    keys and plain values; whether it did."""
+    columns = getattr(rows, "columns", None)
+    if columns is None:
+        first = rows[0]
+        if type(first) is not dict or not first or not all(type(k) is str for k in first):
+            return False
+        keys = tuple(first)
+        if any(type(r) is not dict or tuple(r) != keys for r in rows):
+            return False
+        columns = {k: list(map(itemgetter(k), rows)) for k in keys}
+    texts = [_column(values) for values in columns.values()]
+    if any(t is None for t in texts):
+        return False
+    pad, inner = "\n" + "  " * level, "\n" + "  " * (level + 1)
+    names = [encode_basestring_ascii(k) + ": " for k in columns]
+    seps = ["{" + inner + names[0], *(("," + inner + n) for n in names[1:]), pad + "}"]
+    seps[0] = "," + pad + seps[0]
+    n = len(rows)
+    grid = np.empty((min(n, BLOCK), 2 * len(texts) + 1), object)
+    grid[:, 0::2] = np.array(seps, object)
+    write("[")
+    for a in range(0, n, BLOCK):
+        b = min(a + BLOCK, n)
+        g = grid[: b - a]
+        for j, t in enumerate(texts):
+            g[:, 2 * j + 1] = np.array(t[a:b], object)
+        text = "".join(g.ravel().tolist())
+        write(text[1:] if a == 0 else text)  # the first row follows "[" without a comma
+    write(pad[:-2] + "]")
+    return True
 
 
-def _column(values: tuple):
+def _column(values):
     """The JSON text of each value, or None when one is not a string, number, boolean or null."""
     kinds = set(map(type, values))
     if kinds <= PLAIN:
