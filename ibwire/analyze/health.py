@@ -30,14 +30,20 @@ from dissectors.dcbfacts import ALL_PRIORITIES, parse_dcbx, pause_seconds
 from dissectors.numbers import MACC_OPCODE_PAUSE, MACC_OPCODE_PFC, ROCE_V2_PORT
 from dissectors.opcodes import OPCODES
 from ibwire.analyze.hashing import group_rows
-from ibwire.analyze.healthflows import find_flows, qp_groups, row_end, row_ends
+from ibwire.analyze.healthflows import find_flows, qp_groups, row_end, row_ends, rows_per_group
 from ibwire.analyze.healthrows import QUANTA, Capture, read
 from ibwire.decode import records as R
 
 KINDS = ("data", "ACK", "CNP", "MAD", "CM")
 DATA, ACK, CNP, MAD, CM = range(len(KINDS))
 CNP_OPCODE = 0x81
-_ACK_OPS = np.array([c in OPCODES and OPCODES[c].op in ("ack", "atomic_ack") for c in range(256)])
+_KIND_OF_OPCODE = np.array(
+    [
+        CNP if c == CNP_OPCODE else ACK if c in OPCODES and OPCODES[c].op in ("ack", "atomic_ack") else DATA
+        for c in range(256)
+    ],
+    np.int8,
+)
 MIN_JUDGED = 8  # packets the sender sent in the window before a CNP for its reaction to be judged
 
 
@@ -58,31 +64,46 @@ class Settings:
 
 
 def kinds(rows) -> np.ndarray:
-    """Message kind of each RoCE packet (KINDS)."""
-    k = np.full(len(rows), DATA, np.int8)
-    k[_ACK_OPS[rows["opcode"]]] = ACK
-    mad = (rows["flags"] & R.F_MAD) > 0
-    k[mad] = MAD
-    k[mad & (rows["mad_class"] == 7)] = CM
-    k[rows["opcode"] == CNP_OPCODE] = CNP
+    """Message kind of each RoCE packet (KINDS): a CNP by its opcode, else MAD (CM for class 7) when a MAD
+    was decoded, else ACK or data by the opcode."""
+    k = _KIND_OF_OPCODE[rows["opcode"]]
+    mad = np.flatnonzero(rows["flags"] & R.F_MAD)  # few: one pass for the kinds of all the others
+    mad = mad[k[mad] != CNP]
+    k[mad] = np.where(rows["mad_class"][mad] == 7, CM, MAD)
     return k
+
+
+def carries(kind: np.ndarray) -> np.ndarray:
+    """Data or ACK (the kinds numbered 0 and 1): the packets a flow and its answers are made of."""
+    return kind <= ACK
 
 
 def marked(rows) -> np.ndarray:
     """Congestion marks: IP ECN-CE (RFC 3168) on RoCE, the BTH FECN bit on native InfiniBand (IBA §A10)."""
-    native = (rows["link"] == R.IB) | (rows["link"] == R.IBGRH)
+    native = rows["link"] - np.uint8(R.IB) <= R.IBGRH - R.IB  # IB or IBGRH: consecutive codes (wrapping below)
+    if not native.any():
+        return rows["ecn"] == 3
     return np.where(native, rows["fecn"] == 1, rows["ecn"] == 3)
 
 
 def distinct(x: np.ndarray) -> List[int]:
-    """The distinct values of small non-negative integers (DSCP, priority, port), ascending: a count per
+    """The distinct values of small non-negative integers (DSCP, priority, port), ascending: a mark per
     value, not a sort."""
-    return np.flatnonzero(np.bincount(x)).tolist() if len(x) else []
+    if not len(x):
+        return []
+    seen = np.zeros(int(x.max()) + 1, bool)  # (an eighth of bincount's memory to clear and scan)
+    seen[x] = True
+    return np.flatnonzero(seen).tolist()
 
 
 def priority(rows) -> np.ndarray:
     """The 802.1p priority each packet travels in: its PCP when tagged, else DSCP >> 3."""
-    return np.where(rows["vlan"] >= 0, rows["pcp"], rows["dscp"] >> 3).astype(np.int64)
+    tagged = rows["vlan"] >= 0
+    if tagged.all():
+        return rows["pcp"].astype(np.int64)
+    if not tagged.any():
+        return (rows["dscp"] >> 3).astype(np.int64)
+    return np.where(tagged, rows["pcp"], rows["dscp"] >> 3).astype(np.int64)
 
 
 def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
@@ -96,10 +117,13 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
     rel = ns / 1e9
     pause, dcbx = _pauses(cap, settings)
     qp = qp_groups(rows)
-    flows = find_flows(rows, kind == DATA, (kind == DATA) | (kind == ACK), ns // 1000, qp)
-    mark = marked(rows)
+    data, back = kind == DATA, carries(kind)
+    flows = find_flows(rows, data, back, ns // 1000, qp)
+    ce = np.flatnonzero(marked(rows) & data)  # a flow's marks: the marked data rows of its QP group
+    ce_of = rows_per_group(qp[0][ce], len(qp[1]))
     for f in flows:
-        f["ce"] = f["rows"][mark[f["rows"]]]
+        f["ce"] = ce[ce_of[f["group"]]]
+    first, counts = classes(rows, kind, qp[0])
     out = {
         "capture": str(path),
         "port_speed_bps": settings.port_speed,
@@ -110,12 +134,12 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
         "roce_packets": int(len(rows)),
         "pause": pause,
         "dcbx": dcbx,
-        "congestion": _congestion(rows, kind, prio, rel, flows, settings),
+        "congestion": _congestion(rows, kind, prio, rel, flows, data_classes(rows, kind, prio, qp[0], first), settings),
         "ecmp": _ecmp(rows, kind, flows, settings),
-        "qos": _qos_table(rows, kind, prio, qp[0]),
+        "qos": _qos_table(rows, kind, prio, first, counts),
         "problems": list(cap.problems),
     }
-    out["findings"] = _findings(out, rows, kind, prio, flows, settings)
+    out["findings"] = _findings(out, rows, kind, prio, back, flows, settings)
     if bins:
         out["series"] = _series(out, rows, kind, rel, flows, cap, bins, settings.window)
     for c in out["congestion"]:
@@ -313,17 +337,21 @@ def _reactions(t, cum, tcnp, s: Settings) -> List[dict]:
     return out
 
 
-def _congestion(rows, kind, prio, rel, flows, s: Settings) -> List[dict]:
+def _congestion(rows, kind, prio, rel, flows, data_class: dict, s: Settings) -> List[dict]:
+    """Per flow with CE marks or CNPs: marks, CNPs, their classes and the reactions to them.  `data_class`:
+    data_classes."""
     cnp_of = _cnp_rows(rows, kind, flows)
-    out = []
+    out, size = [], None
     for n, f in enumerate(flows):
         m = f["rows"]
         ce = f["ce"]
         cnps = cnp_of[n]
         if not len(ce) and not len(cnps):
             continue
+        if size is None:  # one column: picking a flow's rows from it is many times quicker than from the records
+            size = rows["len"].astype(np.int64)
         t = rel[m]
-        cum = np.concatenate(([0], np.cumsum(rows["len"][m].astype(np.int64))))
+        cum = np.concatenate(([0], np.cumsum(size[m])))
         reactions = [
             {"cnp_frame": frame, **r}
             for frame, r in zip(rows["frame"][cnps].tolist(), _reactions(t, cum, rel[cnps], s) if len(cnps) else [])
@@ -347,9 +375,9 @@ def _congestion(rows, kind, prio, rel, flows, s: Settings) -> List[dict]:
                 "first_ce_to_cnp_us": float(answer[0] - first_ce) * 1e6 if len(answer) else None,
                 "cnp_spacing_us": {"min": float(gaps.min()), "median": _median(gaps)} if len(gaps) else None,
                 "cnp_dscp": distinct(rows["dscp"][cnps]),
-                "data_dscp": distinct(rows["dscp"][m]),
+                "data_dscp": data_class[f["group"]][0],
                 "cnp_priority": distinct(prio[cnps]),
-                "data_priority": distinct(prio[m]),
+                "data_priority": data_class[f["group"]][1],
                 "reactions": reactions,
                 "_n": n,
             }
@@ -399,11 +427,13 @@ def crc_path(src: bytes, dst: bytes, sport: int, paths: int) -> int:
 
 
 def _ecmp(rows, kind, flows, s: Settings) -> dict:
-    per = []
+    per, sport = [], None
     for f in flows:
         if f["link"] not in (R.ROCE2V4, R.ROCE2V6):
             continue
-        ports = distinct(rows["udp_src"][f["rows"]])
+        if sport is None:  # one column, as _congestion's sizes
+            sport = rows["udp_src"].copy()
+        ports = distinct(sport[f["rows"]])
         per.append(
             {
                 "flow": flow_name(f),
@@ -429,14 +459,35 @@ def _ecmp(rows, kind, flows, s: Settings) -> dict:
 # ---- DSCP / PCP -----------------------------------------------------------------------------------------------
 
 
-def _qos_table(rows, kind, prio, gid) -> List[dict]:
-    """Packets per (direction's ends and QP, kind, DSCP, PCP); `gid`: each row's QP group (qp_groups)."""
-    if not len(rows):
-        return []
-    pcp = np.where(rows["vlan"] >= 0, rows["pcp"].astype(np.int64), -1)
-    code = ((gid * len(KINDS) + kind) * 256 + rows["dscp"]) * 512 + pcp + 1  # one number per key
+def classes(rows, kind, gid):
+    """The classes of traffic: rows of equal QP group (`gid`, qp_groups), kind, DSCP and PCP (or none).
+    Each class's first row and its packets."""
+    tagged = rows["vlan"] >= 0
+    sub = kind.astype(np.int16) << 12  # kind (< 8) << 12 | DSCP (< 256) << 4 | PCP + 1, or 0 untagged (< 16)
+    sub |= rows["dscp"].astype(np.int16) << 4
+    if tagged.all():
+        sub |= rows["pcp"] + np.uint8(1)
+    elif tagged.any():
+        sub |= (rows["pcp"] + np.uint8(1)) * tagged
+    code = gid << 15  # one number per key: small numbers computed small, one pass over the 8-byte ones
+    code |= sub
     _, first, inv = group_rows(code.view(np.dtype([("key", np.int64)])), ("key",))
-    counts = np.bincount(inv, minlength=len(first))
+    return first, np.bincount(inv, minlength=len(first))
+
+
+def data_classes(rows, kind, prio, gid, first) -> Dict[int, tuple]:
+    """QP group -> the DSCPs and the priorities of its data packets, ascending, read from the first rows of
+    the classes (`first`, classes): a class has one DSCP and one priority."""
+    seen = defaultdict(lambda: (set(), set()))
+    for i in first[kind[first] == DATA].tolist():
+        dscps, prios = seen[int(gid[i])]
+        dscps.add(int(rows["dscp"][i]))
+        prios.add(int(prio[i]))
+    return {g: (sorted(d), sorted(p)) for g, (d, p) in seen.items()}
+
+
+def _qos_table(rows, kind, prio, first, counts) -> List[dict]:
+    """Packets per (direction's ends and QP, kind, DSCP, PCP): one entry per class (classes)."""
     out = []
     for g, i in enumerate(first):
         out.append(
@@ -487,14 +538,14 @@ def _finding(kind: str, severity: str, text: str, frames, flt: str, **more) -> d
     }
 
 
-def _findings(out: dict, rows, kind, prio, flows, s: Settings) -> List[dict]:
-    """Every finding, in report order: pauses, unprotected RoCE, congestion per flow, ECMP and QoS classes."""
-    roce_prios = set(distinct(prio[(kind == DATA) | (kind == ACK)]))
+def _findings(out: dict, rows, kind, prio, back, flows, s: Settings) -> List[dict]:
+    """Every finding, in report order: pauses, unprotected RoCE, congestion per flow, ECMP and QoS classes.
+    `back`: the data and ACK rows (carries)."""
+    roce_prios = set(distinct(prio[back]))
     found = _pause_findings(out["pause"], rows, roce_prios, s)
-    found += _unprotected_findings(out["dcbx"], rows, kind, prio, roce_prios, s)
+    found += _unprotected_findings(out["dcbx"], rows, back, prio, roce_prios, s)
     found += _congestion_findings(out["congestion"], rows, flows, s)
-    v2 = ((rows["link"] == R.ROCE2V4) | (rows["link"] == R.ROCE2V6)) & ((kind == DATA) | (kind == ACK))
-    found += _ecmp_findings(out["ecmp"], s, rows, v2)
+    found += _ecmp_findings(out["ecmp"], s, rows, back)
     found += _qos_findings(rows, kind, prio, s)
     return found
 
@@ -544,7 +595,7 @@ def _pause_findings(pause: List[dict], rows, roce_prios: set, s: Settings) -> Li
     return found
 
 
-def _unprotected_findings(dcbx: dict, rows, kind, prio, roce_prios: set, s: Settings) -> List[dict]:
+def _unprotected_findings(dcbx: dict, rows, data, prio, roce_prios: set, s: Settings) -> List[dict]:
     """RoCE priorities outside those PFC protects (by DCBX or --qos), once either names any."""
     protected = set()
     for d in dcbx.values():
@@ -554,7 +605,6 @@ def _unprotected_findings(dcbx: dict, rows, kind, prio, roce_prios: set, s: Sett
     if not (protected or dcbx):
         return []
     found = []
-    data = (kind == DATA) | (kind == ACK)
     for p in sorted(roce_prios - protected):
         sel = np.flatnonzero(data & (prio == p))
         found.append(
@@ -665,7 +715,7 @@ def _frames_between(rows, ends, sport: int):
     return rows["frame"][(rows["src"] == src) & (rows["dst"] == dst) & (rows["udp_src"] == sport)]
 
 
-def _ecmp_findings(ecmp: dict, s: Settings, rows, v2) -> List[dict]:
+def _ecmp_findings(ecmp: dict, s: Settings, rows, back) -> List[dict]:
     found = []
     by_ends = defaultdict(list)
     for e in ecmp["flows"]:
@@ -689,13 +739,14 @@ def _ecmp_findings(ecmp: dict, s: Settings, rows, v2) -> List[dict]:
     n = len(ecmp["flows"])
     used = sum(1 for c in ecmp["flows_per_path"]["crc"] if c)
     if n >= 2 and used < min(n, s.paths) / 2:
+        v2 = (rows["link"] == R.ROCE2V4) | (rows["link"] == R.ROCE2V6)
         found.append(
             _finding(
                 "ecmp_low_entropy",
                 "warning",
                 f"{n} RoCEv2 flows with {ecmp['distinct_srcports']} distinct UDP source ports fall on "
                 f"{used} of {s.paths} paths (CRC-32 hash of the 5-tuple)",
-                rows["frame"][v2],
+                rows["frame"][v2 & back],
                 f"udp.dstport == {ROCE_V2_PORT} && !mad && bth.opcode != 0x81",
                 paths_used=used,
             )
@@ -708,11 +759,11 @@ def _qos_findings(rows, kind, prio, s: Settings) -> List[dict]:
     q = s.qos
     checks = []
     if "dscp" in q:
-        checks.append(("data and ACK", (kind == DATA) | (kind == ACK), "dscp", q["dscp"]))
+        checks.append(("data and ACK", carries(kind), "dscp", q["dscp"]))
     if "cnp_dscp" in q:
         checks.append(("CNP", kind == CNP, "dscp", q["cnp_dscp"]))
     if "pfc_priority" in q:
-        checks.append(("data and ACK", (kind == DATA) | (kind == ACK), "priority", q["pfc_priority"]))
+        checks.append(("data and ACK", carries(kind), "priority", q["pfc_priority"]))
     if "cnp_priority" in q:
         checks.append(("CNP", kind == CNP, "priority", q["cnp_priority"]))
     for what, sel, field, want in checks:

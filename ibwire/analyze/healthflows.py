@@ -38,7 +38,7 @@ def qp_groups(rows) -> Tuple[np.ndarray, np.ndarray]:
     return inv, first
 
 
-def _rows_per_group(group: np.ndarray, groups: int) -> List[np.ndarray]:
+def rows_per_group(group: np.ndarray, groups: int) -> List[np.ndarray]:
     """The rows of each group number below `groups`, in row order: one stable (radix) sort."""
     small = np.uint8 if groups <= 1 << 8 else np.uint16 if groups <= 1 << 16 else np.int64
     order = np.argsort(group.astype(small), kind="stable")
@@ -61,15 +61,15 @@ def _answering(rows, back_of: List[np.ndarray], ends_of: np.ndarray, gfirst: np.
 
 
 def find_flows(rows, is_data: np.ndarray, is_back: np.ndarray, rel_us, qp: Tuple[np.ndarray, np.ndarray]) -> List[dict]:
-    """One entry per flow (a QP's direction carrying data: the rows `is_data`): its rows, partner QP and how
+    """One entry per flow (a QP's direction carrying data: the rows `is_data`): its rows, QP group, partner QP and how
     it was paired (by the rows `is_back`, data and ACKs, coming the other way).  `qp`: qp_groups(rows)."""
     gid, gfirst = qp
-    per = _rows_per_group(gid, len(gfirst))
+    per = rows_per_group(gid, len(gfirst))
     data_of = [r[is_data[r]] for r in per]
     _, _, ends_of = group_rows(rows, QP_KEY[:4], gfirst)  # each QP group's pair of ends
     rev, qps = _answering(rows, [r[is_back[r]] for r in per], ends_of, gfirst)
     flows, by_ends = [], defaultdict(list)
-    for r in sorted((r for r in data_of if len(r)), key=lambda r: int(r[0])):
+    for g, r in sorted(((g, r) for g, r in enumerate(data_of) if len(r)), key=lambda gr: int(gr[1][0])):
         i = r[0]
         src, dst = row_end(rows, i, "src"), row_end(rows, i, "dst")
         flows.append(
@@ -80,6 +80,7 @@ def find_flows(rows, is_data: np.ndarray, is_back: np.ndarray, rel_us, qp: Tuple
                 "partner": None,
                 "paired_by": "none",
                 "rows": r,
+                "group": g,
                 "link": int(rows["link"][i]),
             }
         )
@@ -92,31 +93,31 @@ def find_flows(rows, is_data: np.ndarray, is_back: np.ndarray, rel_us, qp: Tuple
         elif back_q:
             if key is None:  # PSN << 39 | µs since the first packet
                 key = rows["psn"].astype(np.int64) << 39 | np.clip(rel_us, 0, (1 << 39) - 1)
-            _pair_by_psn(rows, key, fs, back_q)
+            _pair_by_psn(key, fs, back_q)
     return flows
 
 
-def _pair_by_psn(rows, key, fs, back_q: dict, sample: int = 5000) -> None:
+def _pair_by_psn(key, fs, back_q: dict, sample: int = 5000) -> None:
     """Partner QPs of the flows `fs` (one pair of ends): each packet coming back (`back_q`: QP -> rows) to
     QP q (sampled) votes for the flow that sent its PSN most recently before it (within ANSWER_WITHIN_US);
     pairs are taken by votes, most first.  QPs may share PSN ranges, not times.  Keys are PSN << 39 | µs
     since the first packet."""
     votes = Counter()
-    sent = [np.sort(key[f["rows"]], kind="stable") for f in fs]  # (nearly in order already: timsort is quick)
+    # every flow's keys in one sorted array, the last flow's first: among equal keys (two flows sending a PSN
+    # in the same µs) the last found is then the first flow's, as the least gap of the first flow wins
+    keys = [key[f["rows"]] for f in reversed(fs)]
+    owner = np.repeat(np.arange(len(fs) - 1, -1, -1), [len(k) for k in keys])
+    keys = np.concatenate(keys)
+    order = np.argsort(keys, kind="stable")  # (runs nearly in order already: timsort is quick)
+    sent, owner = keys[order], owner[order]
+    low = (1 << 39) - 1
     for q in sorted(back_q):
         b = back_q[q][:sample]
-        kb, psn, t = key[b], rows["psn"][b], key[b] & ((1 << 39) - 1)
-        gaps = np.full((len(fs), len(b)), np.inf)
-        for n, ks in enumerate(sent):
-            k = np.searchsorted(ks, kb, side="right") - 1
-            ok = k >= 0
-            hit = np.zeros(len(b), bool)
-            hit[ok] = (ks[k[ok]] >> 39) == psn[ok]
-            gap = t - (ks[np.maximum(k, 0)] & ((1 << 39) - 1))
-            hit &= gap <= ANSWER_WITHIN_US
-            gaps[n, hit] = gap[hit]
-        answered = np.isfinite(gaps).any(axis=0)
-        counts = np.bincount(np.argmin(gaps, axis=0)[answered], minlength=len(fs))
+        kb = key[b]  # (its PSN, 24 bits, is kb >> 39: the rows' own column is slower to pick from)
+        k = np.searchsorted(sent, kb, side="right") - 1  # the latest sent at or before, of any flow
+        at = np.maximum(k, 0)
+        hit = (k >= 0) & ((sent[at] >> 39) == kb >> 39) & ((kb & low) - (sent[at] & low) <= ANSWER_WITHIN_US)
+        counts = np.bincount(owner[at[hit]], minlength=len(fs))
         for n in np.flatnonzero(counts).tolist():
             votes[(q, n)] += int(counts[n])
     used_q, used_f = set(), set()
