@@ -39,9 +39,14 @@ OPCODES = {
     0x3F: "Reject",
 }
 READ_10, WRITE_10, READ_16, WRITE_16 = 0x28, 0x2A, 0x88, 0x8A
+INQUIRY, MODE_SENSE_6, SERVICE_ACTION_IN_16, REPORT_LUNS, MAINTENANCE_IN = 0x12, 0x1A, 0x9E, 0xA0, 0xA3
+READ_CAPACITY_16, REPORT_OPCODES = 0x10, 0x0C  # the service actions of SERVICE ACTION IN(16), MAINTENANCE IN
+SPC_MODE_PAGES = {0x00, 0x02, 0x09, 0x0A, 0x18, 0x19, 0x1A, 0x1C, 0x3F}  # packet-scsi.c scsi_spc_modepage_val
+CHECK_CONDITION = 0x02
 SBC_NAMES = {0x00: "Test Unit Ready", READ_10: "Read(10)", WRITE_10: "Write(10)"}
 SBC_NAMES.update({READ_16: "Read(16)", WRITE_16: "Write(16)", 0x12: "Inquiry", 0x25: "Read Capacity(10)"})
 SBC_NAMES.update({0x35: "Synchronize Cache(10)", 0x9E: "Service Action In(16)", 0xA0: "Report LUNs"})
+SBC_NAMES.update({MODE_SENSE_6: "Mode Sense(6)", MAINTENANCE_IN: "Mgmt Protocol In"})
 STATUS = {0x00: "Good", 0x02: "Check Condition", 0x08: "Busy", 0x18: "Reservation Conflict", 0x28: "Task Set Full"}
 TMF_FUNCTIONS = {1: "Abort Task", 2: "Abort Task Set", 3: "Clear ACA", 4: "Clear Task Set"}
 TMF_FUNCTIONS.update({5: "Logical Unit Reset", 6: "Target Warm Reset", 7: "Target Cold Reset", 8: "Target Reassign"})
@@ -90,6 +95,15 @@ for _names, _kind, _digits in (
     ("scsi.sns.ascascq", _U, 4),
     ("scsi.sns.sks_info", _U, 6),
     ("scsi_sbc.rdwr10.xferlen scsi_sbc.rdwr12.xferlen scsi.sns.valid scsi.sns.addlen", _U, 0),
+    ("scsi.inquiry.flags scsi.inquiry.evpd.pagecode scsi.inquiry.cmdt.pagecode scsi.cdb.inq.control", _U, 2),
+    ("scsi.inquiry.control.vendorspecific scsi.inquiry.control.reserved scsi.inquiry.control.obs1", _U, 2),
+    ("scsi.inquiry.control.obs2 scsi.mode.flags scsi.mode.spc.pagecode scsi.mode.sbc.pagecode", _U, 2),
+    ("scsi.spc.select_report scsi.mpi.service_action scsi.report_opcodes.options scsi_sbc.sa scsi.status", _U, 2),
+    ("scsi.report_opcodes.requested_operation_code", _U, 2),
+    ("scsi.report_opcodes.requested_service_action", _U, 4),
+    ("scsi.inquiry.control.naca scsi.report_opcodes.rctd", _U, 1),
+    ("scsi.mode.pc scsi.cdb.alloclen scsi.cdb.alloclen16 scsi.cdb.alloclen32 scsi_sbc.alloclen32", _U, 0),
+    ("iscsi.time", "float", 0),
     ("iser iscsi scsi scsi_sbc", "protocol", 0),
     ("iscsi.data_call", _U, 0),  # ibwire's own: the command whose STag an RDMA READ or WRITE uses
 ):
@@ -306,10 +320,43 @@ def iscsi_pdu(pdu: bytes):
     return items, info
 
 
-def _control(ctl: int) -> list:
-    bits = [("scsi.cdb.control.vendorspecific", ctl >> 6), ("scsi.cdb.control.reserved", ctl >> 3 & 7)]
-    bits += [("scsi.cdb.control.naca", bool(ctl & 4)), ("scsi.cdb.control.obs1", ctl >> 1 & 1)]
-    return [("scsi.cdb.control", ctl), ("scsi.cdb.control_tree", bits + [("scsi.cdb.control.obs2", ctl & 1)])]
+def _control(ctl: int, name: str = "scsi.cdb.control", bit: str = "scsi.cdb.control") -> list:
+    """The CDB's control byte (SAM-5 §5.2) and its bits; INQUIRY's under its own names (packet-scsi.c)."""
+    bits = [(f"{bit}.vendorspecific", ctl >> 6), (f"{bit}.reserved", ctl >> 3 & 7)]
+    bits += [(f"{bit}.naca", bool(ctl & 4)), (f"{bit}.obs1", ctl >> 1 & 1), (f"{bit}.obs2", ctl & 1)]
+    return [(name, ctl), (f"{name}_tree", bits)]
+
+
+def _spc(cdb: bytes) -> list:
+    """The fields of the other CDBs a Linux initiator sends when it scans a LUN, as packet-scsi.c and
+    packet-scsi-sbc.c show them: INQUIRY, MODE SENSE(6), REPORT LUNS (SPC-4 §6.6, §6.11, §6.33), REPORT
+    SUPPORTED OPERATION CODES (MAINTENANCE IN, §6.35), READ CAPACITY(16) (SBC-3 §5.16); the control byte of
+    any other 6-byte CDB."""
+    op = cdb[0]
+    if op == INQUIRY:
+        f = cdb[1]
+        kind = "evpd" if f & 1 else "cmdt" if f & 2 else None
+        items = [("scsi.inquiry.flags", f)] + ([(f"scsi.inquiry.{kind}.pagecode", cdb[2])] if kind else [])
+        items += [("scsi.cdb.alloclen16", _u16(cdb, 3))]
+        return items + _control(cdb[5], "scsi.cdb.inq.control", "scsi.inquiry.control")
+    if op == MODE_SENSE_6:
+        page = cdb[2] & 0x3F
+        kind = "spc" if page in SPC_MODE_PAGES else "sbc"
+        items = [("scsi.mode.flags", cdb[1]), ("scsi.mode.pc", cdb[2] >> 6), (f"scsi.mode.{kind}.pagecode", page)]
+        return items + [("scsi.cdb.alloclen", cdb[4])] + _control(cdb[5])
+    if op == REPORT_LUNS:
+        return [("scsi.spc.select_report", cdb[2]), ("scsi.cdb.alloclen32", _u32(cdb, 6))] + _control(cdb[11])
+    if op == MAINTENANCE_IN:
+        items = [("scsi.mpi.service_action", cdb[1] & 0x1F)]
+        if cdb[1] & 0x1F == REPORT_OPCODES:
+            items += [("scsi.report_opcodes.rctd", bool(cdb[2] & 0x80)), ("scsi.report_opcodes.options", cdb[2] & 7)]
+            items += [("scsi.report_opcodes.requested_operation_code", cdb[3])]
+            items += [("scsi.report_opcodes.requested_service_action", _u16(cdb, 4))]
+            items += [("scsi.cdb.alloclen32", _u32(cdb, 6))]
+        return items + _control(cdb[11])
+    if op == SERVICE_ACTION_IN_16 and cdb[1] & 0x1F == READ_CAPACITY_16:
+        return [("scsi_sbc.sa", READ_CAPACITY_16), ("scsi_sbc.alloclen32", _u32(cdb, 10))] + _control(cdb[15])
+    return _control(cdb[5]) if op < 0x20 else []
 
 
 def cdb_items(cdb: bytes) -> list:
@@ -327,7 +374,7 @@ def cdb_items(cdb: bytes) -> list:
             return items + [("scsi_sbc.rdwr10.xferlen", _u16(cdb, 7))] + _control(cdb[9])
         items += [("scsi_sbc.rdwr16.lba", cdb[2:10]), ("scsi_sbc.rdwr12.xferlen", _u32(cdb, 10))]
         return items + [("scsi_sbc.group", cdb[14] & 0x1F)] + _control(cdb[15])
-    return items + (_control(cdb[5]) if op < 0x20 else [])
+    return items + _spc(cdb)
 
 
 def lba_blocks(cdb: bytes):

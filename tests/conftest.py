@@ -27,6 +27,7 @@ SERIAL = {
     "test_lab_health",
     "test_lab_nvmeof",
     "test_lab_nfsrdma",
+    "test_lab_iser",
     "test_lab_audit",
     "test_capture_lab",
     "test_capture_cleanup",

@@ -35,8 +35,9 @@ NOT_YET = {"Data", "Length"}
 # DCBX application entries and CEE sub-TLVs in theirs) and MAC Control (PAUSE, PFC's class bits and times).
 EXACT = {"Link Layer Discovery Protocol", "MAC Control"}
 # RPC replies whose call tshark 4.0 does not find (on RoCE it keeps RPC conversations per direction): it shows
-# program, version and procedure 0, ibwire the call it matched by XID (docs/storage.md)
-UNMATCHED = re.compile(r"\[(Program: Unknown \(0\)|Program Version: 0|Procedure: proc-0 \(0\))\]")
+# program, version and procedure 0, ibwire the call it matched by XID (docs/storage.md); so with SCSI responses
+# over iSER: tshark shows LUN 0xffff, ibwire the LUN of the command it matched by Initiator Task Tag
+UNMATCHED = re.compile(r"\[(Program: Unknown \(0\)|Program Version: 0|Procedure: proc-0 \(0\)|LUN: 0xffff)\]")
 # … nor a Notice's `Trap n DataDetails` title and an SA record's second title: their fields are tshark's,
 # one level less indented.
 

@@ -140,8 +140,14 @@ class IserTracker:
             sense = T.sense_items(pinfo["data"])
             if cmd is not None:
                 self._completed(d, cmd, conn, pinfo["status"], pdu[2])
-                scsi = [("scsi.lun", cmd.lun)] + sense + [("scsi.request_frame", cmd.frame)]
-                scsi.append(("scsi.time", round(d.frame.time - cmd.time, 9)))
+                took = [("scsi.request_frame", cmd.frame), ("scsi.time", round(d.frame.time - cmd.time, 9))]
+                at = next((i for i, (k, _) in enumerate(itree) if k == "iscsi.flags"), len(itree))
+                itree[at:at] = [("iscsi.request_frame", cmd.frame), ("iscsi.time", took[1][1])]  # as tshark places them
+                if pinfo["status"] == T.CHECK_CONDITION:  # its sense data, else the command's SCSI layer
+                    scsi = [("scsi.lun", cmd.lun)] + sense + took
+                else:
+                    scsi = [("scsi.lun", cmd.lun), ("scsi.inquiry.devtype", 0), ("scsi_sbc.opcode", cmd.cdb[0])]
+                    scsi += took + [("scsi.status", pinfo["status"])]
             elif sense:
                 scsi = [("scsi.lun", 0xFFFF)] + sense
         layers.append(("ISCSI", pdu, itree))

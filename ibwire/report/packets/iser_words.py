@@ -15,6 +15,12 @@ def _flags(text: str) -> str:
 
 
 WORDED = {"iser.flags": _flags}
+GENERATED = {"scsi.status"}  # a response's status in its SCSI layer: tshark's generated item, bracketed
+# CDB flags packet-scsi.c words as the whole line (proto_tree_add_uint_format)
+WHOLE = {
+    "scsi.inquiry.flags": lambda v: f"CMDT = {int(v, 0) & 2}, EVPD = {int(v, 0) & 1}",
+    "scsi.mode.flags": lambda v: f"DBD = {int(v, 0) & 8}",
+}
 
 
 def heading(items: list) -> str:
@@ -25,11 +31,13 @@ def heading(items: list) -> str:
 
 def scsi_heading(items: list) -> str:
     """The SCSI layer's title as tshark gives it: `SCSI CDB Read(10)`, `SCSI Payload (Write(10) Request
-    Data)`, `SCSI: SNS Info`."""
+    Data)`, `SCSI Response (Inquiry)`, `SCSI: SNS Info`."""
     keys = dict(items)
     if "scsi_sbc.opcode" in keys:
         op = int(keys["scsi_sbc.opcode"], 0)
         name = SBC_NAMES.get(op, f"0x{op:02x}")
+        if "scsi.status" in keys:
+            return f"SCSI Response ({name})"
         if "scsi.request_frame" not in keys:
             return f"SCSI CDB {name}"
         return f"SCSI Payload ({name} {'Request' if op in (WRITE_10, WRITE_16) else 'Response'} Data)"

@@ -74,6 +74,7 @@ GENERATED = (
     | nvme_words.GENERATED
     | rpc_words.GENERATED
     | smb_words.GENERATED
+    | iser_words.GENERATED
 )
 # Bit pictures dissectors draw for fields registered without a bitmask: (mask, width in bits).
 DRAWN = {"ip.version": (0xF0, 8), "ip.hdr_len": (0x0F, 8), "ipv6.version": (0xF0, 8)}
@@ -198,6 +199,7 @@ WHOLE = {  # items shown with a text of their own
     IB + "bth.analysis": lambda v: "[RC analysis]",  # ibwire's, placed as tshark places [SEQ/ACK analysis]
     **rpc_words.WHOLE,
     **smb_words.WHOLE,
+    **iser_words.WHOLE,
 }
 
 
