@@ -96,14 +96,13 @@ def distinct(x: np.ndarray) -> List[int]:
     return np.flatnonzero(seen).tolist()
 
 
-def priority(rows) -> np.ndarray:
-    """The 802.1p priority each packet travels in: its PCP when tagged, else DSCP >> 3."""
-    tagged = rows["vlan"] >= 0
+def priority(rows, tagged: np.ndarray) -> np.ndarray:
+    """The 802.1p priority each packet travels in: its PCP when `tagged` (a VLAN tag), else DSCP >> 3."""
     if tagged.all():
-        return rows["pcp"].astype(np.int64)
+        return rows["pcp"].copy()
     if not tagged.any():
-        return (rows["dscp"] >> 3).astype(np.int64)
-    return np.where(tagged, rows["pcp"], rows["dscp"] >> 3).astype(np.int64)
+        return rows["dscp"] >> 3
+    return np.where(tagged, rows["pcp"], rows["dscp"] >> 3)
 
 
 def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
@@ -112,7 +111,8 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
     cap = read(path)
     rows, t0 = cap.rows, cap.t0
     kind = kinds(rows)
-    prio = priority(rows)
+    tagged = rows["vlan"] >= 0
+    prio = priority(rows, tagged)
     ns = rows["time_ns"] - t0
     rel = ns / 1e9
     pause, dcbx = _pauses(cap, settings)
@@ -123,7 +123,7 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
     ce_of = rows_per_group(qp[0][ce], len(qp[1]))
     for f in flows:
         f["ce"] = ce[ce_of[f["group"]]]
-    first, counts = classes(rows, kind, qp[0])
+    first, counts = classes(rows, kind, qp[0], tagged, prio)
     out = {
         "capture": str(path),
         "port_speed_bps": settings.port_speed,
@@ -349,9 +349,9 @@ def _congestion(rows, kind, prio, rel, flows, data_class: dict, s: Settings) -> 
         if not len(ce) and not len(cnps):
             continue
         if size is None:  # one column: picking a flow's rows from it is many times quicker than from the records
-            size = rows["len"].astype(np.int64)
+            size = rows["len"].copy()
         t = rel[m]
-        cum = np.concatenate(([0], np.cumsum(size[m])))
+        cum = np.concatenate(([0], np.cumsum(size[m], dtype=np.int64)))
         reactions = [
             {"cnp_frame": frame, **r}
             for frame, r in zip(rows["frame"][cnps].tolist(), _reactions(t, cum, rel[cnps], s) if len(cnps) else [])
@@ -459,14 +459,13 @@ def _ecmp(rows, kind, flows, s: Settings) -> dict:
 # ---- DSCP / PCP -----------------------------------------------------------------------------------------------
 
 
-def classes(rows, kind, gid):
-    """The classes of traffic: rows of equal QP group (`gid`, qp_groups), kind, DSCP and PCP (or none).
-    Each class's first row and its packets."""
-    tagged = rows["vlan"] >= 0
+def classes(rows, kind, gid, tagged, prio):
+    """The classes of traffic: rows of equal QP group (`gid`, qp_groups), kind, DSCP and PCP (or none:
+    `tagged`, and `prio`, priority).  Each class's first row and its packets."""
     sub = kind.astype(np.int16) << 12  # kind (< 8) << 12 | DSCP (< 256) << 4 | PCP + 1, or 0 untagged (< 16)
     sub |= rows["dscp"].astype(np.int16) << 4
     if tagged.all():
-        sub |= rows["pcp"] + np.uint8(1)
+        sub |= prio + np.uint8(1)  # (the PCPs, one column)
     elif tagged.any():
         sub |= (rows["pcp"] + np.uint8(1)) * tagged
     code = gid << 15  # one number per key: small numbers computed small, one pass over the 8-byte ones
