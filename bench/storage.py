@@ -30,16 +30,24 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PUBLIC = HERE.parent.parent / "shared" / "captures" / "public"
+CAPTURES = HERE.parent / "captures"
 CASES = {
-    "discover": ("m3_nvme_nvme-discover.pcap", []),
-    "host-echo": ("m3_nvme_host-echo_dump.pcap", ["-d", "nvme-rdma"]),
+    "discover": (PUBLIC / "m3_nvme_nvme-discover.pcap", []),
+    "host-echo": (PUBLIC / "m3_nvme_host-echo_dump.pcap", ["-d", "nvme-rdma"]),
+    "nfs": (CAPTURES / "nfs-rdma.pcap", []),
+}
+# what tshark computes of the same: each command's or call's latency
+FIELDS = {
+    "discover": ["nvme.cmd_latency", "nvme.fabrics.cmd_latency"],
+    "host-echo": ["nvme.cmd_latency", "nvme.fabrics.cmd_latency"],
+    "nfs": ["rpc.time", "rpc.repframe"],
 }
 
 
 def repeated(src: Path, times: int, out: Path) -> int:
-    """src (a microsecond little-endian pcap) `times` times over; the number of packets."""
+    """src (a little-endian pcap, microsecond or nanosecond) `times` times over; the number of packets."""
     data = src.read_bytes()
-    assert data[:4] == b"\xd4\xc3\xb2\xa1", f"{src} is not a little-endian microsecond pcap"
+    assert data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"), f"{src} is not a little-endian pcap"
     recs, off = [], 24
     while off + 16 <= len(data):
         ts, us, caplen, wirelen = struct.unpack_from("<IIII", data, off)
@@ -90,8 +98,8 @@ def main():
     ibwire = shutil.which("ibwire", path=str(Path(sys.executable).parent)) or "ibwire"
     tshark = shutil.which("tshark")
     res = {"load_before": os.getloadavg(), "cases": {}}
-    for case, (name, declare) in CASES.items():
-        src = PUBLIC / name
+    for case, (src, declare) in CASES.items():
+        name = src.name
         times = math.ceil(a.packets / packets_in(src))
         cap = out / f"{case}-x{times}.pcap"
         n = repeated(src, times, cap)
@@ -100,7 +108,7 @@ def main():
             "ibwire json": [ibwire, "stats", "--storage", "--format", "json", *declare, str(cap)],
         }
         if tshark:
-            fields = ["-e", "nvme.cmd_latency", "-e", "nvme.fabrics.cmd_latency"]
+            fields = [a for f in FIELDS[case] for a in ("-e", f)]
             cmds["tshark"] = [tshark, "-r", str(cap), "-T", "fields", *fields]
         runs = {who: [] for who in cmds}
         for _ in range(a.rounds):

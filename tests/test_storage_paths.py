@@ -6,16 +6,17 @@ storagefeed.Held says they must see find the same calls and requests as when fed
 mixes of the NVMe-oF, NFS, SMB Direct and iSER samples.  What the fast path cannot follow it hands over
 (Irregular), never answers differently."""
 
+import json
 import random
 import struct
 from pathlib import Path
 
 from ibwire.analyze import storage, storagefeed
 from ibwire.analyze.iserstorage import scsi_rows
-from ibwire.analyze.rpcstorage import call_rows
 from ibwire.analyze.smbstorage import request_rows
 from ibwire.decode.nvmematch import Irregular
 from ibwire.decode.stream import Stream
+from ibwire.report.jsonrows import dumps
 
 DISCOVER = "m3_nvme_nvme-discover.pcap"
 SAMPLES = ("nfs-rdma.pcap", "smb-direct.pcap", "iser-rdma.pcap")
@@ -92,7 +93,7 @@ def test_damaged_copies_give_the_same_rows_either_way(public_dir, tmp_path):
 def _tables(path, fast: bool, declared):
     both, matcher = storagefeed.track(Stream(str(path), icrc=False), *declared, fast=fast)
     nvme = storage.Rows(storage.matched_columns(matcher)) if matcher is not None else storage.command_rows(both.nvme)
-    return nvme, call_rows(both.rpcrdma), request_rows(both.smbdirect), scsi_rows(both.iser)
+    return nvme, storage.rpc_rows(both), request_rows(both.smbdirect), scsi_rows(both.iser)
 
 
 def test_mixed_storage_traffic_gives_the_same_tables_either_way(public_dir, tmp_path):
@@ -124,3 +125,36 @@ def test_mixed_storage_traffic_gives_the_same_tables_either_way(public_dir, tmp_
         took["fast"] += 1
         assert fast == slow, f"seed {seed}"
     assert took["fast"] > 30, took
+
+
+def test_every_storage_capture_gives_the_same_rows_and_json_either_way(public_dir):
+    """On every shipped capture and the public NVMe-oF ones, with and without -d nvme-rdma: the fast paths
+    (numpy NVMe-oF and RPC-RDMA matching, rows held as columns) give the rows and the JSON text the
+    packet-by-packet path gives; NFS over RDMA takes the RPC matcher."""
+    took = []
+    for path in sorted(CAPTURES.glob("*.pcap*")) + sorted(public_dir.glob("m3_nvme_*.pcap")):
+        for declared in ((False, False, False), (True, False, False)):
+            slow = _tables(path, False, declared)
+            fast = _tables(path, True, declared)
+            assert fast == slow, path
+            assert [dumps(t) for t in fast] == [json.dumps(list(t), indent=2, default=str) for t in slow], path
+        both, _ = storagefeed.track(Stream(str(path), icrc=False))
+        took += [path.name] if both.rpc is not None else []
+    assert took == ["nfs-rdma.pcap"], took
+
+
+def test_repeated_nfs_conversation_matched_with_numpy(tmp_path):
+    """The NFS sample 40 times over (XIDs and chunk handles reused in every copy, each after an RDMA-CM
+    setup): the RPC matcher gives the tracker's call rows."""
+    head, frames = _frames(CAPTURES / "nfs-rdma.pcap")
+    path = tmp_path / "nfs40.pcap"
+    with open(path, "wb") as f:
+        f.write(head)
+        for k in range(40):
+            for ts, us, body, wirelen in frames:
+                f.write(struct.pack("<IIII", ts + 20 * k, us, len(body), wirelen) + bytes(body))
+    both, _ = storagefeed.track(Stream(str(path), icrc=False))
+    assert both.rpc is not None
+    fast = storage.rpc_rows(both)
+    slow = storage.rpc_rows(storagefeed.track(Stream(str(path), icrc=False), fast=False)[0])
+    assert len(fast) == 40 * 13 and fast == slow

@@ -122,7 +122,7 @@ class Rows(Sequence):
 
     def __init__(self, columns: dict):
         self.columns = columns
-        self._n = len(columns["queue"])
+        self._n = len(next(iter(columns.values())))
 
     def __len__(self) -> int:
         return self._n
@@ -139,6 +139,14 @@ class Rows(Sequence):
         return isinstance(other, Sequence) and list(self) == list(other)
 
     __hash__ = None
+
+
+def rpc_rows(both) -> Sequence:
+    """The RPC call rows (rpcstorage.call_rows) of storagefeed.track's trackers: from the RpcMatcher's
+    columns where it followed NFS over RDMA, else from the tracker."""
+    from ibwire.analyze.rpcstorage import call_rows
+
+    return Rows(both.rpc.columns()) if both.rpc is not None else call_rows(both.rpcrdma)
 
 
 def _percentiles(values) -> dict:
@@ -160,7 +168,8 @@ SUMMED = ("time", "latency_us", "completion", "bytes", "status")  # what a summa
 def summary_rows(rows: List[dict], column: str, ok: str = STATUS_GENERIC[0]) -> List[dict]:
     """Per value of `column`: commands, completed, errors, IOPS and bytes/s over the group's span (first
     submission to last completion), latency percentiles."""
-    return summaries(columns_of(rows, (column, *SUMMED)), column, ok)
+    cols = getattr(rows, "columns", None)
+    return summaries(cols if cols is not None else columns_of(rows, (column, *SUMMED)), column, ok)
 
 
 def columns_of(rows: List[dict], names) -> dict:
@@ -205,7 +214,7 @@ def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False, ise
     """The storage view of a capture: commands, per opcode, per queue, errors by status; RPC calls over
     RDMA and per procedure."""
     from ibwire.analyze.iserstorage import GOOD, scsi_rows
-    from ibwire.analyze.rpcstorage import SUCCESS, call_rows
+    from ibwire.analyze.rpcstorage import SUCCESS
     from ibwire.analyze.smbstorage import SUCCESS as SMB_SUCCESS
     from ibwire.analyze.smbstorage import request_rows
     from ibwire.decode.stream import Stream
@@ -219,7 +228,7 @@ def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False, ise
         both, cols = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as, fast=False)[0], None
     rows = Rows(cols) if cols is not None else command_rows(both.nvme)
     cols = cols or columns_of(rows, ("opcode", "queue", *SUMMED))
-    calls, errors = call_rows(both.rpcrdma), defaultdict(int)
+    calls, errors = rpc_rows(both), defaultdict(int)
     for opcode, status in zip(cols["opcode"], cols["status"]):
         if status != STATUS_GENERIC[0]:
             errors[(opcode, status)] += 1

@@ -8,6 +8,7 @@ import numpy as np
 from dissectors import smbdirecttable as sd
 from dissectors.iscsitable import is_iser_service
 from dissectors.nvmetable import is_nvme_service
+from ibwire.analyze.rpcmatch import RpcMatcher
 from ibwire.decode import records as R
 from ibwire.decode.iser import IserTracker
 from ibwire.decode.iser import storage_rows as iser_rows
@@ -137,6 +138,7 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
     tracker = NvmeTracker(decode_as=decode_as, bulk=True)
     both = Trackers(tracker, RpcRdmaTracker(decode_as=rpc_decode_as, bulk=True), SmbDirectTracker(bulk=True))
     both.iser = IserTracker(decode_as=iser_decode_as, bulk=True)
+    both.rpc = None  # the RpcMatcher following NFS over RDMA once RDMA-CM connected it (fast), else the tracker
     ops, names, short = _opcodes(), {}, {}
     rc = np.array([transport == "RC" for _, transport, _ in ops])  # what a tracker may read besides CM
 
@@ -166,6 +168,10 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
         rows = _data_rows(batch, every, both, data)
         if rows is None:
             continue
+        if fast and both.rpc is None and _connected(both.rpcrdma, held["rpc"]):
+            both.rpc = RpcMatcher(both.rpcrdma, addr16)
+        if both.rpc is not None:
+            both.rpc.add(batch, rows)
         claimed = np.zeros(len(rows), bool)
         if tracker.active and fast and not decode_as:
             matcher = matcher or Matcher(tracker, addr16)
@@ -174,6 +180,13 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
             claimed = follow(tracker, batch, rows, addr16)
         _others(both, batch, rows, claimed, ops, addr, held)
     return both, matcher
+
+
+def _connected(t: RpcRdmaTracker, held) -> bool:
+    """Whether RPC-RDMA follows only queue pairs RDMA-CM connected, nothing yet on them (RpcMatcher's
+    start)."""
+    quiet = not (t.calls or t.pending or t.reads or t.continued or t.sends or t.moving or t.handles)
+    return bool(t.ends) and quiet and not t.decode_as and not held.dead()
 
 
 def _connect(both: Trackers, d) -> None:
@@ -286,7 +299,7 @@ def _others(both: Trackers, batch, rows, claimed, ops, addr, held) -> None:
     being quiet while a dead message it was not fed whole is under way."""
     trackers, iser = {"rpc": both.rpcrdma, "smb": both.smbdirect}, both.iser
     c = _candidates(batch, rows)
-    mask = {"rpc": np.ones(len(rows), bool), "smb": ~(claimed & c["send"])}
+    mask = {"rpc": np.full(len(rows), both.rpc is None), "smb": ~(claimed & c["send"])}
     want, dead = {}, {}
     for name, t in trackers.items():
         fml = c["send"] & ~c["only"] & mask[name]
