@@ -138,6 +138,12 @@ def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
     res = analyse(
         file, check_decode_as(decode_as), check_decode_as(decode_as, "rpcordma"), check_decode_as(decode_as, "iser")
     )
+    if fmt == "json":  # what render writes, the command table encoded a column at a time (no section is built)
+        from ibwire.report.jsonrows import dump
+
+        dump(res, sys.stdout.write)
+        sys.stdout.write("\n")
+        return
     commands = res["commands"]
     if fmt == "table":  # the rows a table shows; the others are only counted
         shown = commands[:top] if top else commands
@@ -163,10 +169,4 @@ def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
                 "-d nvme-rdma declares every RC queue pair NVMe-oF)"
             }
         )
-    if fmt == "json":  # what render writes, the command table encoded a column at a time
-        from ibwire.report.jsonrows import dump
-
-        dump(res, sys.stdout.write)
-        sys.stdout.write("\n")
-        return
     render(sections, fmt, whole=res, limit=top)
