@@ -2,8 +2,10 @@
 ibwire.synth.links frames them as RoCEv2 RC packets): an initiator logging in to a target over a queue
 pair RDMA-CM connected for port 3260, a Text exchange, NOP-Out/In, SCSI READ(10) and READ(16) whose data
 the target RDMA WRITEs to the read STag, WRITE(10) with immediate data and an unsolicited Data-Out, WRITE(16)
-whose data the target RDMA READs from the write STag, a Data-In, a CHECK CONDITION with sense data, a Task
-Management exchange, a login split in SEND First/Last, Hello/HelloReply and a Logout.  The tests hand the
+whose data the target RDMA READs from the write STag, the CDBs of a Linux LUN scan (INQUIRY, MODE SENSE(6),
+REPORT LUNS, REPORT SUPPORTED OPERATION CODES, READ CAPACITY(16), as tests/test_lab_iser.py's kernels send them),
+a Data-In, a CHECK CONDITION with sense data, a Task Management exchange, a login split in SEND First/Last,
+Hello/HelloReply and a Logout.  The tests hand the
 capture to tshark 4.4 and to ibwire."""
 
 from pathlib import Path
@@ -32,6 +34,10 @@ LOGIN_KEYS = m.keys(
 )
 OP_KEYS = m.keys(("HeaderDigest", "None"), ("DataDigest", "None"), ("MaxRecvDataSegmentLength", "262144"))
 OP_KEYS += m.keys(("RDMAExtensions", "Yes"), ("InitiatorRecvDataSegmentLength", "262144"))
+# The CDBs of the LUN scan open-iscsi's kernel initiator ran in the lab (standard and EVPD INQUIRY, REPORT LUNS,
+# READ CAPACITY(16), MODE SENSE(6) of all pages and of the SBC caching page, REPORT SUPPORTED OPERATION CODES)
+SCAN = ("120000002400", "120100000400", "a00000000000000010000000", "9e100000000000000000000000200000")
+SCAN += ("1a003f000400", "1a0008002000", "a30c011200000000000a0000")
 
 
 def setup():
@@ -81,6 +87,17 @@ def _io():
     return out
 
 
+def _scan():
+    """The LUN scan's commands (SCAN), each answered Good."""
+    i, t, h = "initiator", "target", m.header()
+    out = []
+    for n, cdb in enumerate(SCAN):
+        cdb16 = bytes.fromhex(cdb).ljust(16, b"\0")
+        out.append((i, SEND_ONLY, h + m.scsi_command(0x40 + n, 1, cdb16, 0, 20 + n, 40 + n, read=True)))
+        out.append((t, SEND_ONLY, h + m.scsi_response(0x40 + n, 0, 40 + n, 21 + n, 60 + n)))
+    return out
+
+
 def messages():
     """(sender, opcode, payload, RETH (va, rkey, length) or None) in capture order."""
     i, t, h = "initiator", "target", m.header()
@@ -91,7 +108,7 @@ def messages():
         (i, SEND_ONLY, h + m.nop_out(0x13, 3, 8, b"ping")),
         (t, SEND_ONLY, h + m.nop_in(0x13, 8, 3, 35, b"ping")),
     ]
-    out += _io()
+    out += _io() + _scan()
     out.append((t, SEND_ONLY, h + m.data_in(0x24, 1, 12, 8, 40, 0, 0, bytes(64), status=0)))
     cmd = m.scsi_command(0x25, 7, m.cdb(m.READ_10, 0xFFFFFFF0, 1), 512, 7, 13, read=True)
     out.append((i, SEND_ONLY, m.header(read=(0xAB03, 0x7F0000400000)) + cmd))
