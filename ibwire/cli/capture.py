@@ -61,42 +61,47 @@ def capture(
     """Capture RDMA traffic of a port or SR-IOV VF from the PF host, and leave the NIC as it was."""
     from ibwire.capture import cleanup as undo
     from ibwire.capture import session
-    from ibwire.errors import UserError
 
     if cleanup:
         undo.cleanup(print)  # a line per capture; exit status 1 when something stays armed
         return
-    if backend not in ("auto", "ibdump", "verbs", "rdma-pcap", "tc-mirror", "netdev", "ibsim"):
-        raise UserError(
-            f"unknown backend {backend!r}; choose auto, ibdump, verbs, rdma-pcap, tc-mirror, netdev or ibsim"
-        )
-    if link not in ("erf", "ib"):
-        raise UserError("--link is erf or ib")
-    if not write:
-        raise UserError("give the output file with -w FILE")
-    if rotate_files and not rotate_mb:
-        raise UserError("-W needs -C (the size at which to start a new file)")
-    if write == "-" and rotate_mb:
-        raise UserError("-C rotates files; it cannot apply to standard output (-w -)")
-    if buffer_mib < 1 or (snaplen is not None and snaplen < 1) or (count is not None and count < 1):
-        raise UserError("-B, -s and -c take positive numbers")
-    session.run(
-        session.Options(
-            write=write,
-            vf=vf,
-            pf=pf,
-            port=port,
-            backend=backend,
-            iface=iface,
-            count=count,
-            duration=duration,
-            rotate_mb=rotate_mb,
-            rotate_files=rotate_files,
-            all=all_,
-            link=link,
-            monitor=monitor,
-            buffer_mib=buffer_mib,
-            snaplen=snaplen,
-            bpf=bpf,
-        )
+    opts = session.Options(
+        write=write,
+        vf=vf,
+        pf=pf,
+        port=port,
+        backend=backend,
+        iface=iface,
+        count=count,
+        duration=duration,
+        rotate_mb=rotate_mb,
+        rotate_files=rotate_files,
+        all=all_,
+        link=link,
+        monitor=monitor,
+        buffer_mib=buffer_mib,
+        snaplen=snaplen,
+        bpf=bpf,
     )
+    _check(opts)
+    session.run(opts)
+
+
+def _check(o) -> None:
+    """Refuse option values and combinations no backend can honour, before anything is armed."""
+    from ibwire.errors import UserError
+
+    if o.backend not in ("auto", "ibdump", "verbs", "rdma-pcap", "tc-mirror", "netdev", "ibsim"):
+        raise UserError(
+            f"unknown backend {o.backend!r}; choose auto, ibdump, verbs, rdma-pcap, tc-mirror, netdev or ibsim"
+        )
+    if o.link not in ("erf", "ib"):
+        raise UserError("--link is erf or ib")
+    if not o.write:
+        raise UserError("give the output file with -w FILE")
+    if o.rotate_files and not o.rotate_mb:
+        raise UserError("-W needs -C (the size at which to start a new file)")
+    if o.write == "-" and o.rotate_mb:
+        raise UserError("-C rotates files; it cannot apply to standard output (-w -)")
+    if o.buffer_mib < 1 or (o.snaplen is not None and o.snaplen < 1) or (o.count is not None and o.count < 1):
+        raise UserError("-B, -s and -c take positive numbers")

@@ -66,7 +66,7 @@ def export(
     """Write one row per packet (Wireshark-style column names such as bth_p_key) for DuckDB, pandas,
     Polars or Spark; --flows adds the `ibwire flows` table as a second file."""
     from ibwire.decode.scan import scan
-    from ibwire.files.outfile import output_file, refuse_aliasing
+    from ibwire.files.outfile import output_file
     from ibwire.report.parquet import write_flows, write_records
     from ibwire.report.tables import progress
 
@@ -79,10 +79,7 @@ def export(
     if len(files) != 1 or Path(files[0]).is_dir():
         raise UserError("give one capture file, or --partition-by host,date to export several into a dataset")
     file = files[0]
-    for name in (out, flows, storage):
-        if name is not None and not name.endswith(".parquet"):
-            raise UserError(f"output names must end in .parquet ({name})")
-    refuse_aliasing([out, flows, storage], [file])
+    _check_outputs([out, flows, storage], file)
     from ibwire.cli.decode import check_decode_as
 
     declared = check_decode_as(decode_as)
@@ -106,15 +103,31 @@ def export(
             write_flows(rc.conversations, f)
         msg += f" and {len(rc.conversations)} conversations to {flows}"
     if storage:
-        from ibwire.analyze.storage import analyse, write_commands
-
-        commands = analyse(file, declared)["commands"]
-        with output_file(storage, inputs=[file]) as f:
-            write_commands(commands, f)
-        msg += f" and {len(commands)} NVMe-oF commands to {storage}"
+        msg += f" and {_write_storage(file, declared, storage)} NVMe-oF commands to {storage}"
     for p in s.problems:
         typer.echo(f"warning: {p}", err=True)
     typer.echo(msg, err=True)
+
+
+def _check_outputs(names: List[Optional[str]], file: str) -> None:
+    """Each output given is a .parquet file and none of them is the capture read."""
+    from ibwire.files.outfile import refuse_aliasing
+
+    for name in names:
+        if name is not None and not name.endswith(".parquet"):
+            raise UserError(f"output names must end in .parquet ({name})")
+    refuse_aliasing(names, [file])
+
+
+def _write_storage(file: str, declared, path: str) -> int:
+    """--storage: the NVMe-oF command table (`ibwire stats --storage`) to `path`; how many commands."""
+    from ibwire.analyze.storage import analyse, write_commands
+    from ibwire.files.outfile import output_file
+
+    commands = analyse(file, declared)["commands"]
+    with output_file(path, inputs=[file]) as f:
+        write_commands(commands, f)
+    return len(commands)
 
 
 def _export_dataset(files: List[str], out: str, partition_by: str, single_files: bool, icrc: bool) -> None:

@@ -112,7 +112,7 @@ def flows(
     from ibwire.analyze.flows import analyse
     from ibwire.decode.record_filter import compile_batch_filter, names_analysis
     from ibwire.decode.scan import scan
-    from ibwire.report.tables import check_format, progress, render
+    from ibwire.report.tables import check_format, progress
 
     file = capture_source(file, read)
     check_format(fmt)
@@ -126,28 +126,38 @@ def flows(
     events: list = []  # the sequencer's verdicts by frame, which the report's PSN graphs mark
     with progress(size, "flows") as cb:
         res = analyse(file, icrc, mask, cb, jobs, events=events if report else None)
-    rows = res["conversations"]
+    rows = _chosen(res["conversations"], qp, top)
+    if report:
+        _write_report(file, report, {**res, "conversations": rows}, events, interval, top, ladder, icrc, mask)
+    _print(res, rows, fmt, top)
+
+
+def _chosen(rows: list, qp: Optional[str], top: Optional[int]) -> list:
+    """The conversations --qp and --top keep."""
     if qp is not None:
         q = f"0x{_qp(qp):06x}"
         rows = [r for r in rows if q in (r["qpn_a"], r["qpn_b"])]
-    if top:
-        rows = rows[:top]
-    if report:
-        from ibwire.analyze.frames import incomplete, marked
-        from ibwire.report.pictures.flows_report import write_report
+    return rows[:top] if top else rows
 
-        table, lost = events
-        problems = res["problems"] + ([incomplete("marks in the PSN graphs")] if lost else [])
-        write_report(
-            file,
-            report,
-            {**res, "conversations": rows, "problems": problems, "marks": marked(table)},
-            interval,
-            top or 8,
-            _qp(ladder, "--ladder") if ladder is not None else None,
-            icrc,
-            mask,
-        )
+
+def _write_report(file, path, res, events, interval, top, ladder, icrc, mask) -> None:
+    """--report: the HTML page of `res` (its conversations those chosen), the sequencer's `events` marked."""
+    from ibwire.analyze.frames import incomplete, marked
+    from ibwire.report.pictures.flows_report import write_report
+
+    table, lost = events
+    problems = res["problems"] + ([incomplete("marks in the PSN graphs")] if lost else [])
+    ladder_qp = _qp(ladder, "--ladder") if ladder is not None else None
+    write_report(
+        file, path, {**res, "problems": problems, "marks": marked(table)}, interval, top or 8, ladder_qp, icrc, mask
+    )
+
+
+def _print(res: dict, rows: list, fmt: str, top: Optional[int]) -> None:
+    """The chosen conversations to standard output: a table with the retry paragraphs and the capture's
+    completeness after it, or json/csv with every field."""
+    from ibwire.report.tables import render
+
     if fmt == "table":
         rows_t = [_table_row(r) for r in rows]
         render(
