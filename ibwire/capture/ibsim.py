@@ -144,6 +144,46 @@ def server_listening(port: int) -> bool:
     return False
 
 
+def _sniff(sock, writer, conv: IbsimConverter, link: str, count, end, stop) -> tuple:
+    """Read `sock` and write each MAD to `writer` until `count` packets, the monotonic time `end`, `stop`,
+    or a failure; (packets, bytes, failure) with failure None or why the capture stopped."""
+    packets = nbytes = 0
+    check = time.monotonic() + 0.5
+    try:  # Ctrl-C ends the capture as --duration would
+        while (
+            not (stop is not None and stop.is_set())
+            and (count is None or packets < count)
+            and (end is None or time.monotonic() < end)
+        ):
+            if time.monotonic() >= check:
+                check = time.monotonic() + 0.5
+                if not server_listening(conv.port):
+                    gone = f"the simulator ibsim (UDP port {conv.port}) went away; the capture stopped"
+                    return packets, nbytes, gone
+            try:
+                data, addr = sock.recvfrom(65535)
+            except socket.timeout:
+                continue
+            if addr[2] == PACKET_OUTGOING:  # lo shows each datagram twice; keep the received copy
+                continue
+            ts = time.time()
+            udp = _udp(data)
+            if udp is None:
+                continue
+            pkt = conv.convert(*udp)
+            if pkt is None:
+                continue
+            try:
+                writer.write(erf_record(ts, pkt) if link == "erf" else pkt, ts=ts)  # flushed per packet
+            except OSError as e:
+                return packets, nbytes, f"writing the capture failed ({e.strerror}); the capture stopped"
+            packets += 1
+            nbytes += len(pkt)
+    except KeyboardInterrupt:
+        pass
+    return packets, nbytes, None
+
+
 def capture_ibsim(
     out_path: str,
     link: str = "erf",
@@ -178,42 +218,9 @@ def capture_ibsim(
     if ready is not None:
         ready.set()
     end = None if duration is None else time.monotonic() + duration
-    packets = nbytes = 0
     failure = None
-    check = time.monotonic() + 0.5
     try:
-        while (
-            not (stop is not None and stop.is_set())
-            and (count is None or packets < count)
-            and (end is None or time.monotonic() < end)
-        ):
-            if time.monotonic() >= check:
-                check = time.monotonic() + 0.5
-                if not server_listening(server):
-                    failure = f"the simulator ibsim (UDP port {server}) went away; the capture stopped"
-                    break
-            try:
-                data, addr = sock.recvfrom(65535)
-            except socket.timeout:
-                continue
-            if addr[2] == PACKET_OUTGOING:  # lo shows each datagram twice; keep the received copy
-                continue
-            ts = time.time()
-            udp = _udp(data)
-            if udp is None:
-                continue
-            pkt = conv.convert(*udp)
-            if pkt is None:
-                continue
-            try:
-                writer.write(erf_record(ts, pkt) if link == "erf" else pkt, ts=ts)  # flushed per packet
-            except OSError as e:
-                failure = f"writing the capture failed ({e.strerror}); the capture stopped"
-                break
-            packets += 1
-            nbytes += len(pkt)
-    except KeyboardInterrupt:
-        pass
+        packets, nbytes, failure = _sniff(sock, writer, conv, link, count, end, stop)
     finally:
         dropped = _kernel_drops(sock)
         sock.close()
