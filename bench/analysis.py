@@ -149,7 +149,19 @@ def main():
     wall, cpu, _, _ = run([ibwire, "--help"])
     res["cli_startup_seconds"] = wall
     print(f"ibwire start-up (ibwire --help): {wall:.2f} s")
+    bench_ibwire(res, ibwire, cap, out, args.packets)
+    bench_engine(res, cap, args.packets)
+    bench_tshark(res, cap, args.packets, args.tshark_packets)
+    bench_scapy(res, cap, min(args.scapy_packets, args.packets))
+    compare(res)
+    res["load_average"] = [load_before, os.getloadavg()]
+    print(f"load average before/after: {load_before[0]:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    (out / "results.json").write_text(json.dumps(res, indent=2))
+    print(f"results in {out / 'results.json'}")
 
+
+def bench_ibwire(res: dict, ibwire: str, cap: Path, out: Path, packets: int) -> None:
+    """The ibwire commands on the whole capture, each the best of REPEAT runs, into `res` by name."""
     for name, cmd in (
         ("stats", [ibwire, "stats", str(cap), "--format", "json"]),
         ("stats -j 1", [ibwire, "stats", str(cap), "--format", "json", "-j", "1"]),
@@ -176,27 +188,33 @@ def main():
         res[name] = {
             "seconds": wall,
             "cpu_seconds": cpu,
-            "pps": args.packets / wall,
-            "pps_cpu": args.packets / cpu,
+            "pps": packets / wall,
+            "pps_cpu": packets / cpu,
             "peak_rss_mb": rss,
         }
         print(
-            f"ibwire {name:16s} {wall:7.2f} s ({cpu:.2f} s CPU)  {args.packets / wall:>10,.0f} pkt/s"
-            f"  peak RSS {rss:.0f} MB"
+            f"ibwire {name:16s} {wall:7.2f} s ({cpu:.2f} s CPU)  {packets / wall:>10,.0f} pkt/s  peak RSS {rss:.0f} MB"
         )
 
+
+def bench_engine(res: dict, cap: Path, packets: int) -> None:
+    """The stats engine in this interpreter (ENGINE_SNIPPET), with and without ICRC checks."""
     for icrc in ("1", "0"):
         name = "engine" + ("" if icrc == "1" else " --no-icrc")
         _, _, rss, text = best([sys.executable, "-c", ENGINE_SNIPPET, str(cap), icrc], stdout=None)
         secs = float(text)
-        res[name] = {"seconds": secs, "pps": args.packets / secs, "peak_rss_mb": rss}
+        res[name] = {"seconds": secs, "pps": packets / secs, "peak_rss_mb": rss}
         print(
             f"stats engine in-process{'' if icrc == '1' else ' --no-icrc'}: {secs:.2f} s  "
-            f"{args.packets / secs:>10,.0f} pkt/s (without CLI start-up)"
+            f"{packets / secs:>10,.0f} pkt/s (without CLI start-up)"
         )
 
-    n = min(args.tshark_packets or args.packets, args.packets)
-    cmd = ["tshark", "-r", str(cap), "-T", "fields"] + (["-c", str(n)] if n < args.packets else [])
+
+def bench_tshark(res: dict, cap: Path, packets: int, tshark_packets: int) -> None:
+    """tshark -T fields with TSHARK_FIELDS on the first `tshark_packets` (0: all), and tshark -Y with
+    the filter `decode -Y` ran (whole file), against which decode -Y's speed is stated."""
+    n = min(tshark_packets or packets, packets)
+    cmd = ["tshark", "-r", str(cap), "-T", "fields"] + (["-c", str(n)] if n < packets else [])
     for f in TSHARK_FIELDS:
         cmd += ["-e", f]
     wall, cpu, rss, _ = best(cmd)
@@ -223,7 +241,9 @@ def main():
     res["decode -Y"]["vs_tshark_y"] = wall / res["decode -Y"]["seconds"]
     print(f"ibwire decode -Y        = {res['decode -Y']['vs_tshark_y']:5.1f}× faster than tshark -Y")
 
-    m = min(args.scapy_packets, args.packets)
+
+def bench_scapy(res: dict, cap: Path, m: int) -> None:
+    """scapy's rdpcap and dissection of the first `m` packets (SCAPY_SNIPPET), the fastest of REPEAT."""
     got, secs = min(
         (run([sys.executable, "-c", SCAPY_SNIPPET, str(cap), str(m)], stdout=None)[3].split() for _ in range(REPEAT)),
         key=lambda x: float(x[1]),
@@ -238,6 +258,9 @@ def main():
         f"scapy rdpcap + dissection (first {m:,} packets) {float(secs):.2f} s  {int(got) / float(secs):>10,.0f} pkt/s"
     )
 
+
+def compare(res: dict) -> None:
+    """Each ibwire figure as a multiple of tshark's and scapy's packets per second (and per CPU second)."""
     for name in ("engine", "engine --no-icrc"):
         res[name]["vs_tshark"] = res[name]["pps"] / res["tshark"]["pps"]
         res[name]["vs_scapy"] = res[name]["pps"] / res["scapy"]["pps"]
@@ -251,10 +274,6 @@ def main():
             f"ibwire {name:16s} = {r['vs_tshark']:5.1f}× tshark ({r['vs_tshark_cpu']:.1f}× per CPU second), "
             f"{r['vs_scapy']:6.0f}× scapy"
         )
-    res["load_average"] = [load_before, os.getloadavg()]
-    print(f"load average before/after: {load_before[0]:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    (out / "results.json").write_text(json.dumps(res, indent=2))
-    print(f"results in {out / 'results.json'}")
 
 
 if __name__ == "__main__":
