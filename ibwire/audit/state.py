@@ -127,8 +127,14 @@ def from_fabric_json(path: str) -> FabricState:
         raise UserError(f"{path} is not 'ibwire fabric --format json' output (no \"ports\" list)")
     _check_schema(doc, _SCHEMA, (), _Lines(path, text))
     _check_fabric_json(doc, path, text)
-    st = FabricState(sources=[f"fabric json {path}"])
-    src = f"fabric json {Path(path).name}"
+    return from_view(doc, f"fabric json {Path(path).name}", f"fabric json {path}")
+
+
+def from_view(doc: dict, src: str, source: str, tables: str = "") -> FabricState:
+    """The hardware state in a fabric view (ibwire.analyze.fabric.view; read back from its JSON or built from
+    the audited capture): `src` names it in each port's facts, `tables` (default `src`) in its P_Key
+    table's, `source` in the state's sources."""
+    st = FabricState(sources=[source])
     nodes = {_int(n.get("guid")): n for n in doc.get("nodes") or [] if isinstance(n, dict)}
     for p in doc["ports"]:
         guid = _int(p.get("guid")) if isinstance(p, dict) else None
@@ -147,7 +153,7 @@ def from_fabric_json(path: str) -> FabricState:
         ps.description = node.get("description") or ""
         if p.get("pkeys_last") is not None:
             ps.pkeys = [v for v in (_int(x) for x in p.get("pkeys") or []) if v and v & PKEY_BASE]
-            ps.pkey_source = src + f" ({p['pkeys_last']} in frame {p.get('pkeys_frame')})"
+            ps.pkey_source = (tables or src) + f" ({p['pkeys_last']} in frame {p.get('pkeys_frame')})"
     sm = doc.get("sm") or {}
     master, _ = elect(
         [

@@ -37,13 +37,17 @@ integers; a value not seen in the capture is null.
 from collections import Counter
 
 from dissectors.numbers import PKEY_BASE
-from ibwire.analyze.fabric.model import NODE_TYPES, PORT_STATES, build
+from ibwire.analyze.fabric.model import NODE_TYPES, PORT_STATES, FabricBuilder, build
 from ibwire.analyze.fabric.sm import elect
 
 
 def fabric_view(path: str) -> dict:
     """The JSON-ready view of the subnet in the capture at `path` (schema above)."""
-    b = build(path)
+    return view(build(path), path)
+
+
+def view(b: FabricBuilder, path: str) -> dict:
+    """The JSON-ready view (schema above) of what builder `b` gathered from the capture at `path`."""
     nodes = [
         {
             "guid": n.guid,

@@ -8,7 +8,11 @@ Where an SMP's data belongs (IBA Vol 1 §14.2):
 * PortInfo's attribute modifier is the port number (switches; 0 on a CA means the receiving port);
   P_KeyTable's modifier holds the block in bits 15-0 and, for switches, the port in bits 23-16 (§14.2.5.7).
 Data comes from SubnGetResp (also the answer to a SubnSet: it carries the value after the write) and from
-SubnSet requests, so a table is "as last read or written" even when a response is missing.
+SubnSet requests, so a table is "as last read or written" even when a response is missing.  A builder may be
+stricter about P_Key tables (`accept_table`): the audit takes only answers the master SM was shown.
+
+This is the one model of the subnet: `ibwire fabric` views it, and the audit reads its facts from it, whether
+built from the audited capture (audit.mads) or read back from `ibwire fabric --format json` (--state).
 """
 
 from dataclasses import dataclass, field
@@ -16,6 +20,7 @@ from typing import Dict, List, Optional, Tuple
 
 from dissectors.mad import MAD, flat
 from dissectors.madnames import SM_STATES
+from dissectors.numbers import PERMISSIVE_LID, PKEY_FULL_MEMBER
 from ibwire.analyze.fabric.extract import iter_mads
 from ibwire.analyze.fabric.rates import compare_link, port_modes
 
@@ -43,6 +48,7 @@ class Port:
     pkey_blocks: Dict[int, List[int]] = field(default_factory=dict)
     pkeys_how: str = ""  # "read" or "written"
     pkeys_frame: int = 0
+    pkey_frames: List[Tuple[int, set]] = field(default_factory=list)  # (frame, P_Keys of that block) as taken
 
 
 @dataclass
@@ -58,8 +64,23 @@ class Node:
     port_guids: Dict[int, int] = field(default_factory=dict)
 
 
+def _wanted(mclass: int, method: int, attr: int, status: int) -> bool:
+    """An SMP the model reads: a known attribute, GetResp/Set/Trap, status 0 (a directed route's D bit aside)."""
+    ok = status & (0x7FFF if mclass == 0x81 else 0xFFFF) == 0
+    return ok and attr in _ATTRS and method in (SUBN_GET_RESP, SUBN_SET, SUBN_TRAP)
+
+
+def _route(f) -> Tuple[int, ...]:
+    """A directed-route SMP's initial path, hops 1..HopCount (IBA §14.2.2; bytes, or hex text)."""
+    raw = f.get("smpdirected.initialpath") or b""
+    raw = bytes.fromhex(raw) if isinstance(raw, str) else raw
+    return tuple(raw[1 : (f.get("smpdirected.hopcount") or 0) + 1])
+
+
 class FabricBuilder:
-    def __init__(self):
+    def __init__(self, accept_table=None):
+        """`accept_table(mf, fields)`: whether a P_KeyTable GetResp or SubnSet is taken (default: all)."""
+        self.accept_table = accept_table or (lambda mf, f: True)
         self.nodes: Dict[int, Node] = {}
         self.ports: Dict[Tuple[int, int], Port] = {}
         self.routes: Dict[Tuple[int, Tuple[int, ...]], Tuple[int, int]] = {}  # (requester, path) -> (node, in-port)
@@ -78,30 +99,46 @@ class FabricBuilder:
     def _port(self, node_guid: int, num: int) -> Port:
         return self.ports.setdefault((node_guid, num), Port(node_guid, num))
 
-    def _locate(self, mf, f) -> Optional[Tuple[int, int]]:
+    def locate(self, mf, f) -> Optional[Tuple[int, int]]:
         """(node GUID, port the SMP entered by) for an SMP, or None when not known (yet)."""
         if f["mad.mgmtclass"] == 0x81:
-            hops = f.get("smpdirected.hopcount") or 0
-            path = tuple((f.get("smpdirected.initialpath") or b"")[1 : hops + 1])
-            return self.routes.get((f["mad.transactionid"] >> 32, path))
+            return self.routes.get((f["mad.transactionid"] >> 32, _route(f)))
         lid = mf.slid if f["mad.method"] & 0x80 else mf.dlid
         return self.lids.get(lid)
 
+    def port_guid(self, node_guid: int, num: int) -> Optional[int]:
+        """The GUID of a node's port (a switch's ports share port 0's), None when no NodeInfo named it."""
+        p = self.ports.get((node_guid, num))
+        if p is not None and p.guid:
+            return p.guid
+        node = self.nodes.get(node_guid)
+        return node.port_guids.get(0 if node.type == 2 else num) if node else None
+
     # -- one MAD ----------------------------------------------------------------------------------
     def add(self, mf):
-        self.mads += 1
+        """One MAD of the capture (`mf`: extract.MadFrame), decoded only when it is an SMP the model uses."""
         mad = mf.mad
+        self.mads += 1
         if len(mad) < 24 or mad[1] not in (0x01, 0x81):
             return
         self.smps += 1
-        attr = int.from_bytes(mad[16:18], "big")
-        method = mad[3]
-        if attr not in _ATTRS or method not in (SUBN_GET_RESP, SUBN_SET, SUBN_TRAP):
+        status = int.from_bytes(mad[4:6], "big")
+        if _wanted(mad[1], mad[3], int.from_bytes(mad[16:18], "big"), status):
+            self._add(mf, flat(MAD(mad)))
+
+    def offer(self, mf, f: dict) -> None:
+        """add() for a MAD already decoded into its flat fields `f` (the audit's stream); `mf` gives the frame
+        number, time and LIDs of the packet that carried it."""
+        self.mads += 1
+        cls = f.get("mad.mgmtclass")
+        if cls not in (0x01, 0x81):
             return
-        status = int.from_bytes(mad[4:6], "big") & (0x7FFF if mad[1] == 0x81 else 0xFFFF)
-        if status:
-            return
-        f = flat(MAD(mad))
+        self.smps += 1
+        if _wanted(cls, f.get("mad.method"), f.get("mad.attributeid"), f.get("mad.status") or 0):
+            self._add(mf, f)
+
+    def _add(self, mf, f: dict) -> None:
+        attr, method = f["mad.attributeid"], f["mad.method"]
         if method == SUBN_SET:
             self.set_tids.add(f["mad.transactionid"])
         if attr == 0x0002:
@@ -114,9 +151,11 @@ class FabricBuilder:
             if method == SUBN_GET_RESP:
                 self._nodeinfo(mf, f)
             return
-        where = self._locate(mf, f)
+        where = self.locate(mf, f)
         if where is None:
             self.pending.append((mf, f))
+            if attr == 0x0020 and method == SUBN_GET_RESP:
+                self._sminfo(mf, f, None)  # the claim counts now (the election); its port is placed later
             return
         self._apply(mf, f, where)
 
@@ -130,11 +169,11 @@ class FabricBuilder:
         n.port_guids[inport] = f["nodeinfo.portguid"]
         self._port(guid, inport).guid = f["nodeinfo.portguid"]
         if f["mad.mgmtclass"] == 0x81:
-            hops = f.get("smpdirected.hopcount") or 0
-            path = tuple((f.get("smpdirected.initialpath") or b"")[1 : hops + 1])
-            self.routes[(f["mad.transactionid"] >> 32, path)] = (guid, f["nodeinfo.localportnum"])
-        else:
+            self.routes[(f["mad.transactionid"] >> 32, _route(f))] = (guid, f["nodeinfo.localportnum"])
+        else:  # LID-routed: the responder's SLID is the port's (a switch's port 0's) until PortInfo says
             self.lids.setdefault(mf.slid, (guid, inport))
+            p = self._port(guid, inport)
+            p.lid = p.lid or (mf.slid if mf.slid != PERMISSIVE_LID else None)
 
     def _apply(self, mf, f, where):
         node_guid, inport = where
@@ -157,7 +196,7 @@ class FabricBuilder:
                 if lid:
                     for j in range(1 << p.portinfo.get("lmc", 0)):
                         self.lids[lid + j] = (node_guid, num)
-        elif attr == 0x0016:
+        elif attr == 0x0016 and self.accept_table(mf, f):
             num = (mod >> 16) & 0xFF if node.type == 2 else inport
             p = self._port(node_guid, num)
             keys = f.get("p_keytable.p_keybase") or []
@@ -165,6 +204,7 @@ class FabricBuilder:
             keys = keys if isinstance(keys, list) else [keys]
             members = members if isinstance(members, list) else [members]
             p.pkey_blocks[mod & 0xFFFF] = [(m << 15) | k for m, k in zip(members, keys)]
+            p.pkey_frames.append((mf.number, set(p.pkey_blocks[mod & 0xFFFF]) - {0, PKEY_FULL_MEMBER}))
             written = f["mad.method"] == SUBN_SET or f["mad.transactionid"] in self.set_tids
             p.pkeys_how = "written" if written else "read"
             p.pkeys_frame = mf.number
@@ -210,7 +250,7 @@ class FabricBuilder:
 
     def finish(self):
         for mf, f in self.pending:
-            where = self._locate(mf, f)
+            where = self.locate(mf, f)
             if where is not None:
                 self._apply(mf, f, where)
             elif f["mad.attributeid"] == 0x0020 and f["mad.method"] == SUBN_GET_RESP:
