@@ -499,10 +499,131 @@ static void resent(channel *ch, int64_t psn, double t, double t0, int64_t frame)
         ch->max_retries = ch->retries;
 }
 
+/* A request PSN against the one expected: a gap opens missing PSNs (lost until resent, late, or never
+ * captured); one behind fills a missing PSN (lost after a NAK, else late) or is a retransmission. */
+static int gap_or_late(channel *ch, const flow_pkt *p, double prev_t)
+{
+    int64_t *c = ch->c, psn = p->psn;
+    if (!ch->has_expected) {
+        end_episode(ch);
+        return 0;
+    }
+    int64_t d = psn_diff(psn, ch->expected);
+    ent_t *last = d > 0 ? od_last(&ch->reads) : NULL;
+    if (last && psn_diff(psn, last->key) > 0 && psn_diff(psn - 1, last->v.plast) <= 0)
+        d = 0;                            /* PSNs a pending READ's responses may use are not a gap */
+    if (d == 0) {
+        end_episode(ch);                  /* a new PSN: the requester moved on */
+        return 0;
+    }
+    ch->msg_active = 0;
+    if (d > 0) {                          /* missing until resent (lost), late (out of order) or never */
+        c[FC_PSN_GAPS]++;
+        EMIT(ch, EV_PSN_GAP, p->frame, d);
+        if (d > MISSING_MAX)
+            c[FC_NOT_CAPTURED] += d - MISSING_MAX;
+        for (int64_t k = d > MISSING_MAX ? d - MISSING_MAX : 0; k < d; k++)
+            if (od_set(&ch->missing, (ch->expected + k) % PSN_MOD, (val_t){0, p->frame, 0, 0}) < 0)
+                return -1;
+        while (ch->missing.n > MISSING_MAX)
+            forget_missing(ch);
+        end_episode(ch);
+    } else if (!od_pop(&ch->missing, psn, NULL)) {
+        c[FC_RETRANSMISSIONS]++;
+        EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
+        if (duplicate(ch, p, NULL) < 0)
+            return -1;
+        sent_again(ch, p);
+        resent(ch, psn, p->t, prev_t, p->frame);
+    } else if (ch->nak_seen) {            /* resent after a NAK: lost on the wire */
+        c[FC_DROPS]++;
+        c[FC_RETRANSMISSIONS]++;
+        EMIT(ch, EV_LOST, p->frame, psn);
+        EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
+        resent(ch, psn, p->t, prev_t, p->frame);
+    } else {                              /* late, not lost, unless a NAK or go-back-N resends say so */
+        c[FC_OUT_OF_ORDER]++;
+        EMIT(ch, EV_OUT_OF_ORDER, p->frame, psn);
+        ch->fill_frame = p->frame;
+        ch->has_fill = 1;
+        ch->fill = psn;
+        ch->fill_t = p->t;
+        ch->fill_prev_t = prev_t;
+    }
+    return 0;
+}
+
+/* A message's packets and bytes, its length checked against its RETH DMA length (WRITE). */
+static void message(channel *ch, int kind, int seg, const flow_pkt *p)
+{
+    count_op(ch, kind, 0, kind == MK_ATOMIC ? 8 : p->paylen);
+    if (seg == SEG_FIRST || seg == SEG_ONLY) {
+        ch->msg_active = 1;
+        ch->msg_bytes = 0;
+        ch->msg_has_len = kind == MK_WRITE;
+        ch->msg_len = p->dmalen;
+    }
+    if (ch->msg_active)
+        ch->msg_bytes += p->paylen;
+    if (seg == SEG_LAST || seg == SEG_ONLY || seg == SEG_NONE) {
+        count_op(ch, kind, 1, -1);
+        if (ch->msg_active && ch->msg_has_len && ch->msg_bytes != ch->msg_len)
+            ch->c[FC_LENGTH_MISMATCH]++;
+        ch->msg_active = 0;
+    }
+}
+
+/* A request of an acknowledged transport waits for its ACK; one still waiting keeps its first sending. */
+static int awaits_ack(channel *ch, const flow_pkt *p)
+{
+    if (od_get(&ch->pending, p->psn))
+        return 0;
+    ent_t *last = od_last(&ch->pending);
+    if (last && psn_diff(p->psn, last->key) < 0)
+        ch->pending_mixed = 1;
+    if (od_set(&ch->pending, p->psn, (val_t){p->t, 0, 0, 0, p->tns, p->frame}) < 0)
+        return -1;
+    while (ch->pending.n > PENDING_MAX) {
+        od_popfirst(&ch->pending);
+        ch->c[FC_UNTRACKED]++;
+    }
+    return 0;
+}
+
+/* A request not sent before: the PSN the requester goes on from (a READ reserves one per response packet,
+ * dmalen/4096 to dmalen/256), its message, and what now waits for an answer. */
+static int advance(channel *ch, const flow_tables *tab, const flow_pkt *p)
+{
+    int64_t psn = p->psn, nxt = psn + 1, dmalen = p->dmalen;
+    int op = p->op, tr = tab->transport[op];
+    int rc = tr == TR_RC || tr == TR_XRC || tr == TR_DC;   /* acknowledged transports */
+    if (tab->opclass[op] == OC_READ_REQ) {
+        int64_t lo = (dmalen + 4095) / 4096, hi = (dmalen + 255) / 256;
+        nxt = psn + (lo > 1 ? lo : 1);
+        if (od_set(&ch->reads, psn, (val_t){p->t, 0, (uint32_t)dmalen, (int32_t)(psn + (hi > 1 ? hi : 1) - 1),
+                                            p->tns, p->frame}) < 0)
+            return -1;
+        while (ch->reads.n > PENDING_MAX)
+            od_popfirst(&ch->reads);
+        count_op(ch, MK_READ, 1, dmalen);
+    }
+    if (!ch->has_expected || psn_diff(nxt, ch->expected) > 0) {
+        ch->has_expected = 1;
+        ch->expected = nxt % PSN_MOD;
+    }
+    if (tab->opclass[op] != OC_READ_REQ) {
+        message(ch, tab->opkind[op], tab->seg[op], p);
+        if (rc && awaits_ack(ch, p) < 0)
+            return -1;
+    }
+    if (rc && ch->pending.n + ch->reads.n > ch->c[FC_MAX_OUTSTANDING])
+        ch->c[FC_MAX_OUTSTANDING] = ch->pending.n + ch->reads.n;
+    return 0;
+}
+
 static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
 {
     int64_t *c = ch->c, psn = p->psn;
-    int op = p->op, oc = tab->opclass[op], kind = tab->opkind[op], seg = tab->seg[op], tr = tab->transport[op];
     c[FC_REQUEST_PACKETS]++;
     double prev_t = ch->has_last_req ? ch->last_req_t : p->t;
     ch->has_last_req = 1;
@@ -529,104 +650,13 @@ static int request(channel *ch, const flow_tables *tab, const flow_pkt *p)
         was->t = p->t;
         return 0;
     }
-    if (ch->has_expected) {
-        int64_t d = psn_diff(psn, ch->expected);
-        ent_t *last = d > 0 ? od_last(&ch->reads) : NULL;
-        if (last && psn_diff(psn, last->key) > 0 && psn_diff(psn - 1, last->v.plast) <= 0)
-            d = 0;                        /* PSNs a pending READ's responses may use are not a gap */
-        if (d > 0) {                      /* missing until resent (lost), late (out of order) or never */
-            c[FC_PSN_GAPS]++;
-            EMIT(ch, EV_PSN_GAP, p->frame, d);
-            if (d > MISSING_MAX)
-                c[FC_NOT_CAPTURED] += d - MISSING_MAX;
-            for (int64_t k = d > MISSING_MAX ? d - MISSING_MAX : 0; k < d; k++)
-                if (od_set(&ch->missing, (ch->expected + k) % PSN_MOD, (val_t){0, p->frame, 0, 0}) < 0)
-                    return -1;
-            while (ch->missing.n > MISSING_MAX)
-                forget_missing(ch);
-            ch->msg_active = 0;
-            end_episode(ch);
-        } else if (d < 0) {
-            if (od_pop(&ch->missing, psn, NULL)) {
-                if (ch->nak_seen) {       /* resent after a NAK: lost on the wire */
-                    c[FC_DROPS]++;
-                    c[FC_RETRANSMISSIONS]++;
-                    EMIT(ch, EV_LOST, p->frame, psn);
-                    EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
-                    resent(ch, psn, p->t, prev_t, p->frame);
-                } else {                  /* late, not lost, unless a NAK or go-back-N resends say so */
-                    c[FC_OUT_OF_ORDER]++;
-                    EMIT(ch, EV_OUT_OF_ORDER, p->frame, psn);
-                    ch->fill_frame = p->frame;
-                    ch->has_fill = 1;
-                    ch->fill = psn;
-                    ch->fill_t = p->t;
-                    ch->fill_prev_t = prev_t;
-                }
-            } else {
-                c[FC_RETRANSMISSIONS]++;
-                EMIT(ch, EV_RETRANSMISSION, p->frame, psn);
-                if (duplicate(ch, p, NULL) < 0)
-                    return -1;
-                sent_again(ch, p);
-                resent(ch, psn, p->t, prev_t, p->frame);
-            }
-            ch->msg_active = 0;
-        } else
-            end_episode(ch);              /* a new PSN: the requester moved on */
-    } else
-        end_episode(ch);
+    if (gap_or_late(ch, p, prev_t) < 0)
+        return -1;
     if (od_set(&ch->seen, psn, (val_t){p->t, ch->missing.n == 0, 0, 0}) < 0)   /* got: came in sequence */
         return -1;
     while (ch->seen.n > SEEN_WINDOW)
         od_popfirst(&ch->seen);
-    int64_t nxt = psn + 1, dmalen = p->dmalen;
-    if (oc == OC_READ_REQ) {              /* one PSN per response packet: dmalen/4096 to dmalen/256 */
-        int64_t lo = (dmalen + 4095) / 4096, hi = (dmalen + 255) / 256;
-        nxt = psn + (lo > 1 ? lo : 1);
-        if (od_set(&ch->reads, psn, (val_t){p->t, 0, (uint32_t)dmalen, (int32_t)(psn + (hi > 1 ? hi : 1) - 1),
-                                            p->tns, p->frame}) < 0)
-            return -1;
-        while (ch->reads.n > PENDING_MAX)
-            od_popfirst(&ch->reads);
-        count_op(ch, MK_READ, 1, dmalen);
-    }
-    if (!ch->has_expected || psn_diff(nxt, ch->expected) > 0) {
-        ch->has_expected = 1;
-        ch->expected = nxt % PSN_MOD;
-    }
-    int rc = tr == TR_RC || tr == TR_XRC || tr == TR_DC;   /* acknowledged transports */
-    if (oc != OC_READ_REQ) {
-        count_op(ch, kind, 0, kind == MK_ATOMIC ? 8 : p->paylen);
-        if (seg == SEG_FIRST || seg == SEG_ONLY) {
-            ch->msg_active = 1;
-            ch->msg_bytes = 0;
-            ch->msg_has_len = kind == MK_WRITE;
-            ch->msg_len = dmalen;
-        }
-        if (ch->msg_active)
-            ch->msg_bytes += p->paylen;
-        if (seg == SEG_LAST || seg == SEG_ONLY || seg == SEG_NONE) {
-            count_op(ch, kind, 1, -1);
-            if (ch->msg_active && ch->msg_has_len && ch->msg_bytes != ch->msg_len)
-                c[FC_LENGTH_MISMATCH]++;
-            ch->msg_active = 0;
-        }
-        if (rc && !od_get(&ch->pending, psn)) {   /* a request still waiting keeps its first sending */
-            ent_t *last = od_last(&ch->pending);
-            if (last && psn_diff(psn, last->key) < 0)
-                ch->pending_mixed = 1;
-            if (od_set(&ch->pending, psn, (val_t){p->t, 0, 0, 0, p->tns, p->frame}) < 0)
-                return -1;
-            while (ch->pending.n > PENDING_MAX) {
-                od_popfirst(&ch->pending);
-                c[FC_UNTRACKED]++;
-            }
-        }
-    }
-    if (rc && ch->pending.n + ch->reads.n > c[FC_MAX_OUTSTANDING])
-        c[FC_MAX_OUTSTANDING] = ch->pending.n + ch->reads.n;
-    return 0;
+    return advance(ch, tab, p);
 }
 
 /* A NAK or RNR NAK during an episode that no timer can explain (it began sooner than the shortest local ACK
