@@ -13,6 +13,8 @@ SEND in First/Middle/Last packets, a message not version 1 RDMA_MSG on a connect
 RPC message cut short or with an AUTH_UNIX verifier, one whose RPC XID is not its header's, a SEND the
 heuristic takes elsewhere."""
 
+from functools import lru_cache
+
 import numpy as np
 
 from dissectors.rpcrdmatable import AUTH_UNIX, NFS_PROGRAM, nfs
@@ -171,7 +173,7 @@ class RpcMatcher:
         v4 = (proc[:, 0] == NFS_PROGRAM) & (proc[:, 1] == 4) & (proc[:, 2] == 1)
         for j in np.flatnonzero(v4 & ~reads[call]).tolist():
             k = msg[call[j]]
-            main[j] = _main(batch.buf[start[k] + body[call[j]] : start[k] + size[k]].tobytes(), args[j] - body[call[j]])
+            main[j] = _main(batch.buf[start[k] + args[j] : start[k] + size[k]].tobytes())
         base = sum(len(p["order"]) for p in self.parts["msg"])
         self.parts["msg"].append(
             {
@@ -327,10 +329,12 @@ def _spread(n: int, at, values, dtype=np.int64) -> np.ndarray:
     return out
 
 
-def _main(message: bytes, args: int):
-    """A COMPOUND call's main operation as the NFS dissector names it (nfs.main_opcode), or None."""
+@lru_cache(maxsize=4096)
+def _main(args: bytes):
+    """A COMPOUND call's main operation (of its arguments) as the NFS dissector names it (nfs.main_opcode),
+    or None; the same arguments, as a client sends again and again, are read once."""
     try:
-        tree = nfs(message, args, (NFS_PROGRAM, 4, 1), True, None)
+        tree = nfs(args, 0, (NFS_PROGRAM, 4, 1), True, None)
     except Exception:  # the tracker's feed leaves main unset where the dissector fails
         return None
     return next((v for k, v in tree if k == "nfs.main_opcode"), None)
