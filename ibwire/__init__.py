@@ -6,6 +6,7 @@ In Python (a notebook, a script), the bulk analyses are one call each:
     packets = ibwire.read("x.pcap", filter="bth.p_key == 0x8001")   # pyarrow Table, .to_pandas()
     flows = ibwire.flows("x.pcap")          # ibwire.analyze.conversation.Flows (typed conversations)
     fabric = ibwire.fabric("ib.pcap")       # ibwire.notebook.Fabric (nodes, ports, links, SM, traps)
+    io = ibwire.storage("nvmf.pcap")        # dict of pyarrow Tables: io["commands"], io["by_opcode"], …
     result = ibwire.audit("x.pcap", policy="partitions.conf", tenants="tenants.toml")
 
 Everything is imported on first use, so `import ibwire` (and so the CLI's start-up) stays cheap.
@@ -27,6 +28,15 @@ def flows(path, filter=None, icrc: bool = True):
     from ibwire.notebook import flows as _flows
 
     return _flows(path, filter, icrc)
+
+
+def storage(path, decode_as=()):
+    """The storage view of a capture (NVMe-oF, NFS over RDMA, iSER, SMB Direct commands with latency, and
+    per opcode IOPS, throughput and latency percentiles) as pyarrow Tables, one per section of
+    `ibwire stats --storage --format json`; `decode_as` as its -d: "nvme-rdma", "rpcordma", "iser"."""
+    from ibwire.notebook import storage as _storage
+
+    return _storage(path, decode_as)
 
 
 def fabric(path):

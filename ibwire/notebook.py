@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from ibwire.errors import UserError
 
@@ -167,6 +167,29 @@ def fabric(path) -> Fabric:
         links,
         [_make(Trap, t) for t in v["traps"]],
     )
+
+
+STORAGE_DECODE_AS = ("nvme-rdma", "rpcordma", "iser")
+
+
+def storage(path, decode_as=()) -> dict:
+    """`ibwire stats --storage` as pyarrow Tables, one per section of its JSON (commands, by_opcode, by_queue,
+    errors, rpc_calls, …); `commands` has the Parquet export's column types.  `decode_as`: any of
+    STORAGE_DECODE_AS, as `-d`."""
+    import pyarrow as pa
+
+    from ibwire.analyze.storage import analyse, commands_table
+
+    unknown = set(decode_as) - set(STORAGE_DECODE_AS)
+    if unknown:
+        raise UserError(f"decode_as takes {', '.join(STORAGE_DECODE_AS)}, not {', '.join(sorted(unknown))}")
+    res = analyse(_need_file(path), *(name in decode_as for name in STORAGE_DECODE_AS))
+    out = {"commands": commands_table(res["commands"])}
+    for key, rows in res.items():
+        if key not in out and isinstance(rows, Sequence) and not isinstance(rows, str) and key != "problems":
+            cols = getattr(rows, "columns", None)
+            out[key] = pa.Table.from_pydict(cols) if cols is not None else pa.Table.from_pylist(list(rows))
+    return out
 
 
 @dataclass(frozen=True)

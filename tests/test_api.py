@@ -90,3 +90,26 @@ def test_audit_returns_the_scenario_findings():
     clean = CAPS / "multitenant-clean"
     ok = ibwire.audit(f"{clean}.pcap", policy=f"{clean}.partitions.conf", tenants=f"{clean}.tenants.toml")
     assert ok.passed and ok.findings == [] or all(f.severity in ("info", "warning") for f in ok.findings)
+
+
+def test_storage_is_the_json_and_parquet_tables(tmp_path):
+    """ibwire.storage gives the sections of `stats --storage --format json` as tables, the NVMe-oF commands with
+    the Parquet export's columns; the RPC calls of the NFS sample are its declared 13 calls."""
+    import json
+
+    cap = PUBLIC / "m3_nvme_host-echo_dump.pcap"
+    t = ibwire.storage(cap, decode_as=["nvme-rdma"])
+    doc = json.loads(run_ibwire("stats", "--storage", cap, "-d", "nvme-rdma", "-T", "json").stdout)
+    assert t["commands"].to_pylist() == doc["commands"] and len(doc["commands"]) == 10
+    assert t["by_opcode"].to_pylist() == doc["by_opcode"]
+    assert (
+        run_ibwire(
+            "export", cap, "-o", tmp_path / "p.parquet", "--storage", tmp_path / "c.parquet", "-d", "nvme-rdma"
+        ).returncode
+        == 0
+    )
+    assert t["commands"].equals(pq.read_table(tmp_path / "c.parquet"))
+    nfs = ibwire.storage(CAPS / "nfs-rdma.pcap")
+    declared = tomllib.loads((CAPS / "nfs-rdma.toml").read_text())["expect"]["count"]["rpc_calls"]
+    doc = json.loads(run_ibwire("stats", "--storage", CAPS / "nfs-rdma.pcap", "-T", "json").stdout)
+    assert nfs["rpc_calls"].to_pylist() == doc["rpc_calls"] and nfs["rpc_calls"].num_rows == declared

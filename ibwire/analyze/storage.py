@@ -267,12 +267,17 @@ COLUMNS = [
 ]
 
 
-def write_commands(rows: List[dict], where) -> None:
-    """The command table as Parquet (`where`: a path or a binary file object); absent values are nulls."""
+def commands_table(rows: List[dict]):
+    """The NVMe-oF command table as a pyarrow Table of COLUMNS' types; absent values are nulls."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in COLUMNS])
     columns = getattr(rows, "columns", None)
-    table = pa.Table.from_pydict(columns, schema) if columns is not None else pa.Table.from_pylist(rows, schema=schema)
-    pq.write_table(table, where)
+    return pa.Table.from_pydict(columns, schema) if columns is not None else pa.Table.from_pylist(rows, schema=schema)
+
+
+def write_commands(rows: List[dict], where) -> None:
+    """The command table as Parquet (`where`: a path or a binary file object)."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(commands_table(rows), where)

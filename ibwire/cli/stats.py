@@ -30,9 +30,12 @@ def stats(
     storage: bool = typer.Option(
         False,
         "--storage",
-        help="instead: every NVMe-oF command (submission, data "
+        help="instead: every storage command (NVMe-oF, NFS over RDMA, iSER, SMB Direct: submission, data "
         "and completion frames, latency, bytes) and per opcode and queue IOPS, "
         "throughput, latency percentiles and errors by status",
+    ),
+    report: Optional[str] = typer.Option(
+        None, "--report", help="with --storage: also write one HTML page (latency histograms and over time)"
     ),
     decode_as: List[str] = typer.Option(
         [],
@@ -51,10 +54,10 @@ def stats(
     file = capture_source(file, read)
     check_format(fmt)
     if storage:
-        _storage(file, fmt, top, decode_as)
+        _storage(file, fmt, top, decode_as, report)
         return
-    if decode_as:
-        raise UserError("-d applies to --storage (and to ibwire decode)")
+    if decode_as or report:
+        raise UserError(f"{'-d' if decode_as else '--report'} applies to --storage (see ibwire stats --help)")
     if interval is not None:
         from ibwire.analyze.series import interval_table
 
@@ -130,14 +133,22 @@ def _rc_sequence(file: str, icrc: bool, display_filter: Optional[str], jobs: int
     return [out]
 
 
-def _storage(file: str, fmt: str, top: int, decode_as: List[str]) -> None:
+def _storage(file: str, fmt: str, top: int, decode_as: List[str], report: Optional[str] = None) -> None:
     from ibwire.analyze.storage import analyse
     from ibwire.cli.decode import check_decode_as
     from ibwire.report.tables import render
 
+    if report:
+        from ibwire.files.outfile import refuse_aliasing
+
+        refuse_aliasing([report], [file])
     res = analyse(
         file, check_decode_as(decode_as), check_decode_as(decode_as, "rpcordma"), check_decode_as(decode_as, "iser")
     )
+    if report:
+        from ibwire.report.pictures.storage_report import report as write_report
+
+        write_report(res, report, file)
     if fmt == "json":  # what render writes, the command table encoded a column at a time (no section is built)
         from ibwire.report.jsonrows import dump
 
