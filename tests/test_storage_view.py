@@ -98,3 +98,13 @@ def test_bulk_path_never_loads_scapy(public_dir):
         "assert not [m for m in sys.modules if m.startswith('scapy')]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_flows_storage_is_the_same_view(public_dir):
+    """`ibwire flows --storage` shows the storage view `stats --storage` shows, -d included; -d alone is refused."""
+    capture = public_dir / ECHO
+    flows = run_ibwire("flows", "--storage", "-d", "nvme-rdma", "--format", "json", capture)
+    assert flows.returncode == 0, flows.stderr
+    assert json.loads(flows.stdout) == _storage(capture, "-d", "nvme-rdma")
+    refused = run_ibwire("flows", "-d", "nvme-rdma", capture)
+    assert refused.returncode == 2 and "-d applies to --storage" in refused.stderr

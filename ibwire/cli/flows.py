@@ -1,6 +1,6 @@
 """`ibwire flows FILE`: one row per RC/UC/UD/XRC conversation, with RC transport analysis."""
 
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -104,6 +104,10 @@ def flows(
         help="QP number of the conversation the report's ladder "
         "diagram draws (default: the busiest RC one set up by CM)",
     ),
+    storage: bool = typer.Option(
+        False, "--storage", help="instead: the storage view of ibwire stats --storage (its -d and --report too)"
+    ),
+    decode_as: List[str] = typer.Option([], "-d", "--decode-as", help="with --storage: as ibwire stats -d"),
 ):
     """Conversations: both endpoints and QPNs, P_Key, messages by operation, bytes, goodput, one- vs
     two-sided; for RC: PSN gaps told apart as drops (lost on the wire) or not captured (missed by the capture),
@@ -116,6 +120,8 @@ def flows(
 
     file = capture_source(file, read)
     check_format(fmt)
+    if storage or decode_as:
+        return _storage_view(file, fmt, top, decode_as, report, storage)
     fill = None
     if display_filter and names_analysis(display_filter):
         from ibwire.analyze.packets import CaptureAnalysis
@@ -130,6 +136,15 @@ def flows(
     if report:
         _write_report(file, report, {**res, "conversations": rows}, events, interval, top, ladder, icrc, mask)
     _print(res, rows, fmt, top)
+
+
+def _storage_view(file: str, fmt: str, top: Optional[int], decode_as: List[str], report, storage: bool) -> None:
+    """--storage: every storage command per connection and opcode, as `ibwire stats --storage` shows it."""
+    from ibwire.cli.stats import _storage
+
+    if not storage:
+        raise UserError("-d applies to --storage (see ibwire flows --help)")
+    _storage(file, fmt, TOP if top is None else top, decode_as, report)
 
 
 def _chosen(rows: list, qp: Optional[str], top: Optional[int]) -> list:
