@@ -176,9 +176,7 @@ def storage(path, decode_as=()) -> dict:
     """`ibwire stats --storage` as pyarrow Tables, one per section of its JSON (commands, by_opcode, by_queue,
     errors, rpc_calls, …); `commands` has the Parquet export's column types.  `decode_as`: any of
     STORAGE_DECODE_AS, as `-d`."""
-    import pyarrow as pa
-
-    from ibwire.analyze.storage import analyse, commands_table
+    from ibwire.analyze.storage import analyse, commands_table, section_table
 
     unknown = set(decode_as) - set(STORAGE_DECODE_AS)
     if unknown:
@@ -187,8 +185,7 @@ def storage(path, decode_as=()) -> dict:
     out = {"commands": commands_table(res["commands"])}
     for key, rows in res.items():
         if key not in out and isinstance(rows, Sequence) and not isinstance(rows, str) and key != "problems":
-            cols = getattr(rows, "columns", None)
-            out[key] = pa.Table.from_pydict(cols) if cols is not None else pa.Table.from_pylist(list(rows))
+            out[key] = section_table(rows)
     return out
 
 

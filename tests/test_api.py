@@ -113,3 +113,7 @@ def test_storage_is_the_json_and_parquet_tables(tmp_path):
     declared = tomllib.loads((CAPS / "nfs-rdma.toml").read_text())["expect"]["count"]["rpc_calls"]
     doc = json.loads(run_ibwire("stats", "--storage", CAPS / "nfs-rdma.pcap", "-T", "json").stdout)
     assert nfs["rpc_calls"].to_pylist() == doc["rpc_calls"] and nfs["rpc_calls"].num_rows == declared
+    out = tmp_path / "nfs.parquet"
+    assert run_ibwire("export", CAPS / "nfs-rdma.pcap", "-o", tmp_path / "q.parquet", "--storage", out).returncode == 0
+    assert pq.read_table(tmp_path / "nfs-nfs.parquet").equals(nfs["rpc_calls"])
+    assert not (tmp_path / "nfs-iser.parquet").exists()

@@ -45,7 +45,10 @@ def export(
     ),
     flows: Optional[str] = typer.Option(None, "--flows", help="also write the conversation table to this .parquet"),
     storage: Optional[str] = typer.Option(
-        None, "--storage", help="also write the NVMe-oF command table (`ibwire stats --storage`) to this .parquet"
+        None,
+        "--storage",
+        help="also write the storage commands (`ibwire stats --storage`): NVMe-oF to this .parquet, NFS, iSER and "
+        "SMB Direct beside it (X-nfs.parquet, X-iser.parquet, X-smb.parquet)",
     ),
     decode_as: List[str] = typer.Option(
         [], "-d", "--decode-as", help="with --storage: nvme-rdma treats every RC queue pair as NVMe-oF"
@@ -103,7 +106,7 @@ def export(
             write_flows(rc.conversations, f)
         msg += f" and {len(rc.conversations)} conversations to {flows}"
     if storage:
-        msg += f" and {_write_storage(file, declared, storage)} NVMe-oF commands to {storage}"
+        msg += _write_storage(file, declared, storage)
     for p in s.problems:
         typer.echo(f"warning: {p}", err=True)
     typer.echo(msg, err=True)
@@ -119,15 +122,30 @@ def _check_outputs(names: List[Optional[str]], file: str) -> None:
     refuse_aliasing(names, [file])
 
 
-def _write_storage(file: str, declared, path: str) -> int:
-    """--storage: the NVMe-oF command table (`ibwire stats --storage`) to `path`; how many commands."""
-    from ibwire.analyze.storage import analyse, write_commands
-    from ibwire.files.outfile import output_file
+STORAGE_FILES = (("rpc_calls", "nfs", "NFS calls"), ("iser_commands", "iser", "iSER commands"))
+STORAGE_FILES += (("smb_requests", "smb", "SMB Direct requests"),)
 
-    commands = analyse(file, declared)["commands"]
+
+def _write_storage(file: str, declared, path: str) -> str:
+    """--storage: the NVMe-oF command table (`ibwire stats --storage`) to `path`, and each other protocol's
+    rows present to a file beside it (X-nfs.parquet, X-iser.parquet, X-smb.parquet); what was written."""
+    import pyarrow.parquet as pq
+
+    from ibwire.analyze.storage import analyse, section_table, write_commands
+    from ibwire.files.outfile import output_file, refuse_aliasing
+
+    res = analyse(file, declared)
+    others = [(f"{path[: -len('.parquet')]}-{tag}.parquet", key, what) for key, tag, what in STORAGE_FILES]
+    others = [(name, key, what) for name, key, what in others if len(res[key])]
+    refuse_aliasing([path] + [name for name, _, _ in others], [file])
     with output_file(path, inputs=[file]) as f:
-        write_commands(commands, f)
-    return len(commands)
+        write_commands(res["commands"], f)
+    msg = f" and {len(res['commands'])} NVMe-oF commands to {path}"
+    for name, key, what in others:
+        with output_file(name, inputs=[file]) as f:
+            pq.write_table(section_table(res[key]), f)
+        msg += f", {len(res[key])} {what} to {name}"
+    return msg
 
 
 def _export_dataset(files: List[str], out: str, partition_by: str, single_files: bool, icrc: bool) -> None:
