@@ -193,6 +193,71 @@ class Thinning:
         return keep
 
 
+def _halves(conversations: List[dict], keep: set) -> dict:
+    """(source, destination, destination QP) -> (position, side) of each half of the conversations kept."""
+    halves = {}
+    for i, r in enumerate(conversations):
+        if i in keep:
+            for side, (src, dst, qpn) in enumerate(((r["a"], r["b"], r["qpn_b"]), (r["b"], r["a"], r["qpn_a"]))):
+                if qpn is not None:
+                    halves[(src, dst, int(qpn, 16))] = (i, side)
+    return halves
+
+
+def _sides(rec, bth: np.ndarray, halves: dict, known: dict) -> tuple:
+    """Each BTH row's conversation position (-1: not kept) and side; `known` caches them by half-flow hash."""
+    hashes, first, inv = group_rows(rec, ("src", "dst", "slid", "dlid", "destqp"), bth)
+    conv = np.full(len(first), -1, np.int64)
+    side = np.zeros(len(first), np.int64)
+    for j, (h, i) in enumerate(zip(hashes.tolist(), bth[first].tolist())):
+        hit = known.get(h)
+        if hit is None:
+            key = (
+                end_text(bytes(rec["src"][i]), int(rec["slid"][i])),
+                end_text(bytes(rec["dst"][i]), int(rec["dlid"][i])),
+                int(rec["destqp"][i]),
+            )
+            hit = known[h] = halves.get(key, (-1, 0))
+        conv[j], side[j] = hit
+    return conv[inv], side[inv]
+
+
+class _Kept:
+    """The drawn conversations' time bins and packet columns, each whole up to KEEP_PACKETS, then thinned."""
+
+    def __init__(self, keep: set, interval: float, marks: np.ndarray):
+        self.interval, self.marks = interval, marks
+        self.per_conv: Dict[int, TimeBins] = {}
+        self.parts: Dict[int, list] = {i: [] for i in keep}
+        self.kept: Dict[int, int] = {}  # packets of each conversation kept whole
+        self.seen: Dict[int, int] = {}  # ... and seen
+        self.since: Dict[int, float] = {}  # time of the first packet not kept whole
+        self.thinning = Thinning()
+
+    def add(self, ci: int, rec, rows: np.ndarray, side: np.ndarray, t0_ns) -> None:
+        if ci not in self.per_conv:
+            self.per_conv[ci] = TimeBins(self.interval, t0_ns)
+        self.per_conv[ci].add({k: rec[k][rows] for k in BINNED})
+        cols = {k: rec[k][rows] for k in KEPT}
+        cols.update(F.at_frames(self.marks, cols["frame"]))
+        cols["side"] = side.astype(np.int8)
+        cols["bad_icrc"] = rec["icrc"][rows] == R.BAD
+        self.seen[ci] = self.seen.get(ci, 0) + len(rows)
+        room = max(KEEP_PACKETS - self.kept.get(ci, 0), 0)
+        keep_rows = self.thinning.feed(ci, cols, room)
+        if room < len(rows):  # memory stays bounded: beyond the cap only what is marked
+            self.since.setdefault(ci, float(cols["time"][room]))
+            cols = {k: v[keep_rows] for k, v in cols.items()}
+        self.kept[ci] = self.kept.get(ci, 0) + min(room, len(rows))
+        self.parts[ci].append(cols)
+
+    def packets(self) -> dict:
+        return {ci: {k: np.concatenate([p[k] for p in ps]) for k in ps[0]} for ci, ps in self.parts.items() if ps}
+
+    def thinned(self) -> dict:
+        return {ci: (self.kept[ci], self.seen[ci], t) for ci, t in self.since.items()}
+
+
 def collect(
     path: str,
     conversations: List[dict],
@@ -206,22 +271,11 @@ def collect(
     of `flows.analyse`) time bins and packet columns (side 0 = a→b) with the sequencer's verdicts on them
     (`marks`: frames.marked of its table); every CM MAD (for ladder diagrams)."""
     keep = set(keep)
-    halves = {}
-    for i, r in enumerate(conversations):
-        if i not in keep:
-            continue
-        for side, (src, dst, qpn) in enumerate(((r["a"], r["b"], r["qpn_b"]), (r["b"], r["a"], r["qpn_a"]))):
-            if qpn is not None:
-                halves[(src, dst, int(qpn, 16))] = (i, side)
+    halves = _halves(conversations, keep)
     total = TimeBins(interval)
-    per_conv: Dict[int, TimeBins] = {}
-    parts: Dict[int, list] = {i: [] for i in keep}
+    kept = _Kept(keep, interval, marks)
     cms = []
     known: Dict[int, tuple] = {}  # half-flow key hash -> (conversation or -1, side)
-    kept: Dict[int, int] = {}  # packets of each conversation kept whole
-    seen: Dict[int, int] = {}  # ... and seen
-    since: Dict[int, float] = {}  # time of the first packet not kept whole
-    thinning = Thinning()
     for rec in scan(path, icrc=icrc):
         if mask is not None:
             rec = rec[mask(rec)]
@@ -236,46 +290,15 @@ def collect(
             cms.append(rec[cm])
         if not halves:
             continue
-        hashes, first, inv = group_rows(rec, ("src", "dst", "slid", "dlid", "destqp"), bth)
-        conv = np.full(len(first), -1, np.int64)
-        side = np.zeros(len(first), np.int64)
-        for j, (h, i) in enumerate(zip(hashes.tolist(), bth[first].tolist())):
-            hit = known.get(h)
-            if hit is None:
-                key = (
-                    end_text(bytes(rec["src"][i]), int(rec["slid"][i])),
-                    end_text(bytes(rec["dst"][i]), int(rec["dlid"][i])),
-                    int(rec["destqp"][i]),
-                )
-                hit = known[h] = halves.get(key, (-1, 0))
-            conv[j], side[j] = hit
-        rc, rs = conv[inv], side[inv]
+        rc, rs = _sides(rec, bth, halves, known)
         mine = np.nonzero(rc >= 0)[0]
         if not len(mine):
             continue
         order = mine[np.argsort(rc[mine], kind="stable")]
-        cuts = np.nonzero(np.diff(rc[order]))[0] + 1
-        for part in np.split(order, cuts):
-            ci = int(rc[part[0]])
-            rows = bth[part]
-            if ci not in per_conv:
-                per_conv[ci] = TimeBins(interval, total.t0_ns)
-            per_conv[ci].add({k: rec[k][rows] for k in BINNED})
-            cols = {k: rec[k][rows] for k in KEPT}
-            cols.update(F.at_frames(marks, cols["frame"]))
-            cols["side"] = rs[part].astype(np.int8)
-            cols["bad_icrc"] = rec["icrc"][rows] == R.BAD
-            seen[ci] = seen.get(ci, 0) + len(rows)
-            room = max(KEEP_PACKETS - kept.get(ci, 0), 0)
-            keep_rows = thinning.feed(ci, cols, room)
-            if room < len(rows):  # memory stays bounded: beyond the cap only what is marked
-                since.setdefault(ci, float(cols["time"][room]))
-                cols = {k: v[keep_rows] for k, v in cols.items()}
-            kept[ci] = kept.get(ci, 0) + min(room, len(rows))
-            parts[ci].append(cols)
-    packets = {ci: {k: np.concatenate([p[k] for p in ps]) for k in ps[0]} for ci, ps in parts.items() if ps}
-    thinned = {ci: (kept[ci], seen[ci], t) for ci, t in since.items()}
-    return Collected(total, per_conv, packets, np.concatenate(cms) if cms else np.zeros(0, R.RECORD), thinned)
+        for part in np.split(order, np.nonzero(np.diff(rc[order]))[0] + 1):
+            kept.add(int(rc[part[0]]), rec, bth[part], rs[part], total.t0_ns)
+    cm_rows = np.concatenate(cms) if cms else np.zeros(0, R.RECORD)
+    return Collected(total, kept.per_conv, kept.packets(), cm_rows, kept.thinned())
 
 
 def unwrap(psn: np.ndarray) -> np.ndarray:
