@@ -11,8 +11,8 @@ scapy."""
 from collections import defaultdict
 from collections.abc import Sequence
 from itertools import repeat
-from operator import itemgetter
-from typing import Dict, List
+from operator import is_not, itemgetter, ne
+from typing import List
 
 import numpy as np
 
@@ -180,17 +180,19 @@ def columns_of(rows: List[dict], names) -> dict:
 
 def summaries(cols: dict, column: str, ok: str = STATUS_GENERIC[0]) -> List[dict]:
     """summary_rows of rows given as columns (columns_of: `column` and SUMMED)."""
-    groups: Dict[tuple, List[int]] = defaultdict(list)
-    for i, k in enumerate(cols[column]):
-        groups[k].append(i)
+    keys = cols[column]
+    code = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # each value's number, in order of appearance
+    which = np.fromiter(map(code.__getitem__, keys), np.int64, len(keys))
+    order = np.argsort(which, kind="stable")
+    bounds = np.searchsorted(which[order], np.arange(len(code) + 1))
+    groups = [(k, order[bounds[i] : bounds[i + 1]]) for k, i in code.items()]
     times = np.asarray(cols["time"], float)
-    done = np.fromiter((d is not None for d in cols["completion"]), bool, len(times))
-    latency = np.asarray([v if v is not None else 0.0 for v in cols["latency_us"]], float)
+    done = np.fromiter(map(is_not, cols["completion"], repeat(None)), bool, len(times))
+    latency = np.nan_to_num(np.asarray(cols["latency_us"], float), nan=0.0)  # None: NaN, then 0
     nbytes = np.asarray(cols["bytes"], np.int64)
-    bad = np.fromiter((s != ok for s in cols["status"]), bool, len(times))
+    bad = np.fromiter(map(ne, cols["status"], repeat(ok)), bool, len(times))
     out = []
-    for k, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        rs = np.asarray(rs)
+    for k, rs in sorted(groups, key=lambda kv: -len(kv[1])):
         fin = rs[done[rs]]
         start = float(times[rs].min())
         end = max(float((times[fin] + latency[fin] / 1e6).max()), start) if len(fin) else start
