@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dissectors.numbers import ETHERTYPE_LLDP, ETHERTYPE_MAC_CONTROL
-from ibwire.analyze.healthrows import FIELDS, KEEP, PAUSE_FIELDS, read
+from ibwire.analyze.healthrows import FIELDS, KEEP, NUM_FIELDS, PAUSE_FIELDS, read
 from ibwire.decode import _native
 from ibwire.decode import records as R
 from ibwire.decode.scan import scan
@@ -57,6 +57,8 @@ def test_read_keeps_every_roce_packet(name):
     assert len(cap.rows) == len(roce) and cap.t0 == int(rec["time_ns"][0])
     for f in FIELDS:
         assert np.array_equal(cap.rows[f], roce[f]), f
+    for f in NUM_FIELDS:
+        assert np.array_equal(cap.nums[f], roce[f]), f
     macc = rec[rec["etype"] == ETHERTYPE_MAC_CONTROL]  # PAUSE and PFC: their columns, picked
     assert len(cap.pauses) == len(macc) and not cap.pause_iface.any()
     for f in PAUSE_FIELDS:

@@ -63,13 +63,13 @@ class Settings:
         self.window, self.cut, self.qos = window_us / 1e6, cut, dict(qos or {})
 
 
-def kinds(rows) -> np.ndarray:
+def kinds(nums) -> np.ndarray:
     """Message kind of each RoCE packet (KINDS): a CNP by its opcode, else MAD (CM for class 7) when a MAD
     was decoded, else ACK or data by the opcode."""
-    k = _KIND_OF_OPCODE[rows["opcode"]]
-    mad = np.flatnonzero(rows["flags"] & R.F_MAD)  # few: one pass for the kinds of all the others
+    k = _KIND_OF_OPCODE[nums["opcode"]]
+    mad = np.flatnonzero(nums["flags"] & R.F_MAD)  # few: one pass for the kinds of all the others
     mad = mad[k[mad] != CNP]
-    k[mad] = np.where(rows["mad_class"][mad] == 7, CM, MAD)
+    k[mad] = np.where(nums["mad_class"][mad] == 7, CM, MAD)
     return k
 
 
@@ -78,12 +78,12 @@ def carries(kind: np.ndarray) -> np.ndarray:
     return kind <= ACK
 
 
-def marked(rows) -> np.ndarray:
+def marked(nums) -> np.ndarray:
     """Congestion marks: IP ECN-CE (RFC 3168) on RoCE, the BTH FECN bit on native InfiniBand (IBA §A10)."""
-    native = rows["link"] - np.uint8(R.IB) <= R.IBGRH - R.IB  # IB or IBGRH: consecutive codes (wrapping below)
+    native = nums["link"] - np.uint8(R.IB) <= R.IBGRH - R.IB  # IB or IBGRH: consecutive codes (wrapping below)
     if not native.any():
-        return rows["ecn"] == 3
-    return np.where(native, rows["fecn"] == 1, rows["ecn"] == 3)
+        return nums["ecn"] == 3
+    return np.where(native, nums["fecn"] == 1, nums["ecn"] == 3)
 
 
 def distinct(x: np.ndarray) -> List[int]:
@@ -96,34 +96,34 @@ def distinct(x: np.ndarray) -> List[int]:
     return np.flatnonzero(seen).tolist()
 
 
-def priority(rows, tagged: np.ndarray) -> np.ndarray:
+def priority(nums, tagged: np.ndarray) -> np.ndarray:
     """The 802.1p priority each packet travels in: its PCP when `tagged` (a VLAN tag), else DSCP >> 3."""
     if tagged.all():
-        return rows["pcp"].copy()
+        return nums["pcp"].copy()
     if not tagged.any():
-        return rows["dscp"] >> 3
-    return np.where(tagged, rows["pcp"], rows["dscp"] >> 3)
+        return nums["dscp"] >> 3
+    return np.where(tagged, nums["pcp"], nums["dscp"] >> 3)
 
 
 def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
     """The health of a capture; with `bins`, also `series` for pictures: per congestion flow its CE and CNP
     times and its rate in `bins` intervals of the flow's span."""
     cap = read(path)
-    rows, t0 = cap.rows, cap.t0
-    kind = kinds(rows)
-    tagged = rows["vlan"] >= 0
-    prio = priority(rows, tagged)
-    ns = rows["time_ns"] - t0
+    rows, nums, t0 = cap.rows, cap.nums, cap.t0
+    kind = kinds(nums)
+    tagged = nums["vlan"] >= 0
+    prio = priority(nums, tagged)
+    ns = nums["time_ns"] - t0
     rel = ns / 1e9
     pause, dcbx = _pauses(cap, settings)
     qp = qp_groups(rows)
     data, back = kind == DATA, carries(kind)
-    flows = find_flows(rows, data, back, ns // 1000, qp)
-    ce = np.flatnonzero(marked(rows) & data)  # a flow's marks: the marked data rows of its QP group
+    flows = find_flows(rows, nums["psn"], data, back, ns // 1000, qp)
+    ce = np.flatnonzero(marked(nums) & data)  # a flow's marks: the marked data rows of its QP group
     ce_of = rows_per_group(qp[0][ce], len(qp[1]))
     for f in flows:
         f["ce"] = ce[ce_of[f["group"]]]
-    first, counts = classes(rows, kind, qp[0], tagged, prio)
+    first, counts = classes(nums, kind, qp[0], tagged, prio)
     out = {
         "capture": str(path),
         "port_speed_bps": settings.port_speed,
@@ -134,14 +134,16 @@ def analyse(path: str, settings: Settings, bins: int = 0) -> dict:
         "roce_packets": int(len(rows)),
         "pause": pause,
         "dcbx": dcbx,
-        "congestion": _congestion(rows, kind, prio, rel, flows, data_classes(rows, kind, prio, qp[0], first), settings),
-        "ecmp": _ecmp(rows, kind, flows, settings),
-        "qos": _qos_table(rows, kind, prio, first, counts),
+        "congestion": _congestion(
+            rows, nums, kind, prio, rel, flows, data_classes(nums, kind, prio, qp[0], first), settings
+        ),
+        "ecmp": _ecmp(nums, flows, settings),
+        "qos": _qos_table(rows, nums, kind, prio, first, counts),
         "problems": list(cap.problems),
     }
-    out["findings"] = _findings(out, rows, kind, prio, back, flows, settings)
+    out["findings"] = _findings(out, rows, nums, kind, prio, back, flows, settings)
     if bins:
-        out["series"] = _series(out, rows, kind, rel, flows, cap, bins, settings.window)
+        out["series"] = _series(out, rows, nums, kind, rel, flows, cap, bins, settings.window)
     for c in out["congestion"]:
         del c["_n"]
     for e in out["pause"]:
@@ -337,7 +339,7 @@ def _reactions(t, cum, tcnp, s: Settings) -> List[dict]:
     return out
 
 
-def _congestion(rows, kind, prio, rel, flows, data_class: dict, s: Settings) -> List[dict]:
+def _congestion(rows, nums, kind, prio, rel, flows, data_class: dict, s: Settings) -> List[dict]:
     """Per flow with CE marks or CNPs: marks, CNPs, their classes and the reactions to them.  `data_class`:
     data_classes."""
     cnp_of = _cnp_rows(rows, kind, flows)
@@ -349,7 +351,7 @@ def _congestion(rows, kind, prio, rel, flows, data_class: dict, s: Settings) -> 
         if not len(ce) and not len(cnps):
             continue
         if size is None:  # one column: picking a flow's rows from it is many times quicker than from the records
-            size = rows["len"].copy()
+            size = nums["len"].copy()
         t = rel[m]
         cum = np.concatenate(([0], np.cumsum(size[m], dtype=np.int64)))
         reactions = [
@@ -374,7 +376,7 @@ def _congestion(rows, kind, prio, rel, flows, data_class: dict, s: Settings) -> 
                 "first_ce_frame": int(rows["frame"][ce[0]]) if len(ce) else None,
                 "first_ce_to_cnp_us": float(answer[0] - first_ce) * 1e6 if len(answer) else None,
                 "cnp_spacing_us": {"min": float(gaps.min()), "median": _median(gaps)} if len(gaps) else None,
-                "cnp_dscp": distinct(rows["dscp"][cnps]),
+                "cnp_dscp": distinct(nums["dscp"][cnps]),
                 "data_dscp": data_class[f["group"]][0],
                 "cnp_priority": distinct(prio[cnps]),
                 "data_priority": data_class[f["group"]][1],
@@ -391,7 +393,7 @@ def _median(x: np.ndarray) -> float:
     return float(s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2)
 
 
-def _series(out, rows, kind, rel, flows, cap: Capture, bins: int, window: float, most: int = 5000) -> dict:
+def _series(out, rows, nums, kind, rel, flows, cap: Capture, bins: int, window: float, most: int = 5000) -> dict:
     control = [(int(cap.pauses["time_ns"].max()) - cap.t0) / 1e9] if len(cap.pauses) else []
     t_end = max([float(rel.max()) if len(rel) else 0.0] + control + [t for _, t, _, _ in cap.lldp])
     cnp_of = _cnp_rows(rows, kind, flows)
@@ -403,7 +405,7 @@ def _series(out, rows, kind, rel, flows, cap: Capture, bins: int, window: float,
         t1 = float(max(rel[m].max(), rel[cnp].max() if len(cnp) else -np.inf))
         n = max(1, min(bins, math.ceil((t1 - t0) / window)))  # no finer than the rate window
         edges = np.linspace(t0, t0 + n * window if n < bins else max(t1, t0 + 1e-6), n + 1)
-        rate = np.histogram(rel[m], edges, weights=rows["len"][m].astype(np.float64) * 8)[0] / (edges[1] - edges[0])
+        rate = np.histogram(rel[m], edges, weights=nums["len"][m].astype(np.float64) * 8)[0] / (edges[1] - edges[0])
         per.append(
             {
                 "flow": c["flow"],
@@ -426,13 +428,13 @@ def crc_path(src: bytes, dst: bytes, sport: int, paths: int) -> int:
     return zlib.crc32(key) % paths
 
 
-def _ecmp(rows, kind, flows, s: Settings) -> dict:
+def _ecmp(nums, flows, s: Settings) -> dict:
     per, sport = [], None
     for f in flows:
         if f["link"] not in (R.ROCE2V4, R.ROCE2V6):
             continue
         if sport is None:  # one column, as _congestion's sizes
-            sport = rows["udp_src"].copy()
+            sport = nums["udp_src"].copy()
         ports = distinct(sport[f["rows"]])
         per.append(
             {
@@ -459,33 +461,33 @@ def _ecmp(rows, kind, flows, s: Settings) -> dict:
 # ---- DSCP / PCP -----------------------------------------------------------------------------------------------
 
 
-def classes(rows, kind, gid, tagged, prio):
+def classes(nums, kind, gid, tagged, prio):
     """The classes of traffic: rows of equal QP group (`gid`, qp_groups), kind, DSCP and PCP (or none:
     `tagged`, and `prio`, priority).  Each class's first row and its packets."""
     sub = kind.astype(np.int16) << 12  # kind (< 8) << 12 | DSCP (< 256) << 4 | PCP + 1, or 0 untagged (< 16)
-    sub |= rows["dscp"].astype(np.int16) << 4
+    sub |= nums["dscp"].astype(np.int16) << 4
     if tagged.all():
         sub |= prio + np.uint8(1)  # (the PCPs, one column)
     elif tagged.any():
-        sub |= (rows["pcp"] + np.uint8(1)) * tagged
+        sub |= (nums["pcp"] + np.uint8(1)) * tagged
     code = gid << 15  # one number per key: small numbers computed small, one pass over the 8-byte ones
     code |= sub
     _, first, inv = group_rows(code.view(np.dtype([("key", np.int64)])), ("key",))
     return first, np.bincount(inv, minlength=len(first))
 
 
-def data_classes(rows, kind, prio, gid, first) -> Dict[int, tuple]:
+def data_classes(nums, kind, prio, gid, first) -> Dict[int, tuple]:
     """QP group -> the DSCPs and the priorities of its data packets, ascending, read from the first rows of
     the classes (`first`, classes): a class has one DSCP and one priority."""
     seen = defaultdict(lambda: (set(), set()))
     for i in first[kind[first] == DATA].tolist():
         dscps, prios = seen[int(gid[i])]
-        dscps.add(int(rows["dscp"][i]))
+        dscps.add(int(nums["dscp"][i]))
         prios.add(int(prio[i]))
     return {g: (sorted(d), sorted(p)) for g, (d, p) in seen.items()}
 
 
-def _qos_table(rows, kind, prio, first, counts) -> List[dict]:
+def _qos_table(rows, nums, kind, prio, first, counts) -> List[dict]:
     """Packets per (direction's ends and QP, kind, DSCP, PCP): one entry per class (classes)."""
     out = []
     for g, i in enumerate(first):
@@ -495,8 +497,8 @@ def _qos_table(rows, kind, prio, first, counts) -> List[dict]:
                 "dst": _addr(row_end(rows, i, "dst")),
                 "qp": int(rows["destqp"][i]),
                 "kind": KINDS[kind[i]],
-                "dscp": int(rows["dscp"][i]),
-                "pcp": int(rows["pcp"][i]) if rows["vlan"][i] >= 0 else None,
+                "dscp": int(nums["dscp"][i]),
+                "pcp": int(nums["pcp"][i]) if nums["vlan"][i] >= 0 else None,
                 "priority": int(prio[i]),
                 "packets": int(counts[g]),
             }
@@ -537,15 +539,15 @@ def _finding(kind: str, severity: str, text: str, frames, flt: str, **more) -> d
     }
 
 
-def _findings(out: dict, rows, kind, prio, back, flows, s: Settings) -> List[dict]:
+def _findings(out: dict, rows, nums, kind, prio, back, flows, s: Settings) -> List[dict]:
     """Every finding, in report order: pauses, unprotected RoCE, congestion per flow, ECMP and QoS classes.
     `back`: the data and ACK rows (carries)."""
     roce_prios = set(distinct(prio[back]))
     found = _pause_findings(out["pause"], rows, roce_prios, s)
     found += _unprotected_findings(out["dcbx"], rows, back, prio, roce_prios, s)
     found += _congestion_findings(out["congestion"], rows, flows, s)
-    found += _ecmp_findings(out["ecmp"], s, rows, back)
-    found += _qos_findings(rows, kind, prio, s)
+    found += _ecmp_findings(out["ecmp"], s, rows, nums, back)
+    found += _qos_findings(rows, nums, kind, prio, s)
     return found
 
 
@@ -708,13 +710,13 @@ def _prio_filter(p: int) -> str:
     return f"((vlan && vlan.priority == {p}) || (!vlan && ip.dsfield.dscp >= {lo} && ip.dsfield.dscp <= {hi}))"
 
 
-def _frames_between(rows, ends, sport: int):
+def _frames_between(rows, nums, ends, sport: int):
     """Frames of the RoCE packets from one address to another with UDP source port `sport`."""
     src, dst = (np.frombuffer(e, "V16")[0] for e in ends)
-    return rows["frame"][(rows["src"] == src) & (rows["dst"] == dst) & (rows["udp_src"] == sport)]
+    return rows["frame"][(rows["src"] == src) & (rows["dst"] == dst) & (nums["udp_src"] == sport)]
 
 
-def _ecmp_findings(ecmp: dict, s: Settings, rows, back) -> List[dict]:
+def _ecmp_findings(ecmp: dict, s: Settings, rows, nums, back) -> List[dict]:
     found = []
     by_ends = defaultdict(list)
     for e in ecmp["flows"]:
@@ -729,7 +731,7 @@ def _ecmp_findings(ecmp: dict, s: Settings, rows, back) -> List[dict]:
                     "warning",
                     f"{len(es)} QPs from {src} to {dst} all use UDP source port {port}: every one takes "
                     f"the same ECMP path",
-                    _frames_between(rows, es[0]["_ends"], port),
+                    _frames_between(rows, nums, es[0]["_ends"], port),
                     f"ip.src == {src} && ip.dst == {dst} && udp.srcport == {port}",
                     src=src,
                     dst=dst,
@@ -753,7 +755,7 @@ def _ecmp_findings(ecmp: dict, s: Settings, rows, back) -> List[dict]:
     return found
 
 
-def _qos_findings(rows, kind, prio, s: Settings) -> List[dict]:
+def _qos_findings(rows, nums, kind, prio, s: Settings) -> List[dict]:
     found = []
     q = s.qos
     checks = []
@@ -766,7 +768,7 @@ def _qos_findings(rows, kind, prio, s: Settings) -> List[dict]:
     if "cnp_priority" in q:
         checks.append(("CNP", kind == CNP, "priority", q["cnp_priority"]))
     for what, sel, field, want in checks:
-        have = rows["dscp"] if field == "dscp" else prio
+        have = nums["dscp"] if field == "dscp" else prio
         bad = np.flatnonzero(sel & (have != want))
         if len(bad):
             seen = Counter(have[bad].tolist())

@@ -60,9 +60,12 @@ def _answering(rows, back_of: List[np.ndarray], ends_of: np.ndarray, gfirst: np.
     return rev, qps
 
 
-def find_flows(rows, is_data: np.ndarray, is_back: np.ndarray, rel_us, qp: Tuple[np.ndarray, np.ndarray]) -> List[dict]:
+def find_flows(
+    rows, psn: np.ndarray, is_data: np.ndarray, is_back: np.ndarray, rel_us, qp: Tuple[np.ndarray, np.ndarray]
+) -> List[dict]:
     """One entry per flow (a QP's direction carrying data: the rows `is_data`): its rows, QP group, partner QP and how
-    it was paired (by the rows `is_back`, data and ACKs, coming the other way).  `qp`: qp_groups(rows)."""
+    it was paired (by the rows `is_back`, data and ACKs, coming the other way, and their PSNs `psn`).  `qp`:
+    qp_groups(rows)."""
     gid, gfirst = qp
     per = rows_per_group(gid, len(gfirst))
     data_of = [r[is_data[r]] for r in per]
@@ -92,7 +95,7 @@ def find_flows(rows, is_data: np.ndarray, is_back: np.ndarray, rel_us, qp: Tuple
             fs[0]["partner"], fs[0]["paired_by"] = next(iter(back_q)), "addresses"
         elif back_q:
             if key is None:  # PSN << 39 | µs since the first packet
-                key = rows["psn"].astype(np.int64) << 39 | np.clip(rel_us, 0, (1 << 39) - 1)
+                key = psn.astype(np.int64) << 39 | np.clip(rel_us, 0, (1 << 39) - 1)
             _pair_by_psn(key, fs, back_q)
     return flows
 
