@@ -12,15 +12,19 @@ from dissectors.nvmetable import (
     CM_REJ,
     CM_REP,
     CM_REQ,
+    CONNECT_DATA,
     CQE,
     CQE_CONNECT,
     CQE_LEN,
     CQE_PROP_GET,
     CQE_PROP_SET,
+    DISCOVERY_ENTRY,
+    DISCOVERY_HEAD,
     DISPLAY,
     FABRICS,
     FABRICS_HEAD,
     GENERIC,
+    IDENTIFY_CTRL,
     IO,
     PROP_SET,
     PROPERTIES,
@@ -28,6 +32,7 @@ from dissectors.nvmetable import (
     SQE_LEN,
     command_kind,
     completion_rows,
+    data_rows,
     value,
 )
 
@@ -149,9 +154,37 @@ def completion_layer(payload: bytes, cmd_sqe=None):
     return layer_class(completion_rows(cmd_sqe), CQE_LEN)(payload[:CQE_LEN])
 
 
+def _transfers():
+    """The layers of whole data structures (dissectors.nvmedata), so that their fields are known before a
+    capture shows them; a packet's share of a structure gets a layer of its own rows on first use."""
+    log = DISCOVERY_HEAD + tuple(r._replace(off=r.off + 1024) for r in DISCOVERY_ENTRY)
+    out = {}
+    for name, rows, n in (
+        ("IdentifyController", IDENTIFY_CTRL, 4096),
+        ("DiscoveryLog", log, 2048),
+        ("ConnectData", CONNECT_DATA, 1024),
+    ):
+        out[rows] = table_layer(f"NVMe{name}", "nvme", rows, n, f"NVMe {name}")
+    return out
+
+
+TRANSFERS = _transfers()
+
+
+def data_layer(sqe: bytes, qid, at: int, data: bytes):
+    """The layer of the `data` at offset `at` of what the command `sqe` moved (an RDMA READ response or
+    WRITE packet), or None when Wireshark shows no structure in it."""
+    rows = data_rows(sqe, qid, at, len(data))
+    if not rows:
+        return None
+    if rows not in TRANSFERS:
+        TRANSFERS[rows] = table_layer(f"NVMeTransfer{len(TRANSFERS)}", "nvme", rows, len(data), "NVMe data")
+    return TRANSFERS[rows](data)
+
+
 def cm_layer(attr: str, private: bytes):
     rows = {"req": CM_REQ, "rep": CM_REP, "rej": CM_REJ}[attr]
     return LAYERS[rows](private)
 
 
-__all__ = ["TableLayer", "NVMeData", "NVMeUnknown", "command_layer", "completion_layer", "cm_layer"]
+__all__ = ["TableLayer", "NVMeData", "NVMeUnknown", "command_layer", "completion_layer", "data_layer", "cm_layer"]

@@ -10,6 +10,7 @@ ibwire.decode.fieldtypes.TSHARK_DISPLAY: -1 bytes, 0 decimal, 1 boolean, n hexad
 
 from typing import NamedTuple
 
+from dissectors import nvmedata
 from dissectors.numbers import NVME_PORT
 
 SQE_LEN, CQE_LEN = 64, 16
@@ -73,6 +74,7 @@ GET_LOG_PAGE = _rows(
     ("nvme.cmd.get_logpage.dword10.rsvd", 40, 4, 0x6000),
     ("nvme.cmd.get_logpage.dword10.rae", 40, 4, 0x8000),
     ("nvme.cmd.get_logpage.dword10.numdl", 40, 4, 0xFFFF0000),
+    ("nvme.cmd.get_logpage.numd", 42, 4),  # NUMDL and NUMDU, the 0's based dword count, as one value
     ("nvme.cmd.get_logpage.dword11", 44, 4),
     ("nvme.cmd.get_logpage.dword11.numdu", 44, 4, 0xFFFF),
     ("nvme.cmd.get_logpage.dword11.lsi", 44, 4, 0xFFFF0000),
@@ -268,14 +270,17 @@ STATUS_GENERIC = {
 
 
 def value(row: Row, data: bytes):
-    """A row's value in `data`: an int, or bytes for what Wireshark shows as bytes."""
+    """A row's value in `data`: an int, bytes for what Wireshark shows as bytes, text for its strings."""
     raw = data[row.off : row.off + row.size]
-    if DISPLAY.get(row.key) == -1:
+    shown = DISPLAY.get(row.key)
+    if shown == -1:
         return raw
+    if row.key in STRINGS:
+        return raw.split(b"\0", 1)[0].decode("ascii", "replace")
     v = int.from_bytes(raw, "little")
     if row.mask:
         v = (v & row.mask) >> ((row.mask & -row.mask).bit_length() - 1)
-    return v + 1 if row.key in ZERO_BASED else v
+    return 1 if shown == 1 and v else v + 1 if row.key in ZERO_BASED else v
 
 
 # Counts the SQE holds 0-based (NLB 7 is 8 blocks) that Wireshark 4.4 stores absolute: packet-nvme.c adds 1, so
@@ -301,6 +306,49 @@ def completion_rows(cmd_sqe: bytes):
             return CQE_PROP_GET + property_rows(cmd_sqe, 0)
         return {0x01: CQE_CONNECT, 0x00: CQE_PROP_SET}.get(cmd_sqe[4], CQE)
     return CQE
+
+
+# The data structures transfers carry (dissectors.nvmedata), by the command that asks for them.
+IDENTIFY_OPC, GET_LOG_PAGE_OPC, CONNECT_FCTYPE, CNS_CTRL, LID_DISCOVERY = 0x06, 0x02, 0x01, 0x01, 0x70
+_STRUCTURES = (
+    ("nvme.cmd.identify.ctrl.", nvmedata.IDENTIFY_CTRL),
+    ("nvme.cmd.get_logpage.identify.", nvmedata.DISCOVERY_HEAD),
+    ("nvme.cmd.get_logpage.identify.rcrd", nvmedata.DISCOVERY_ENTRY),
+    ("nvme.fabrics.cmd.connect.data.", nvmedata.CONNECT_DATA),
+)
+IDENTIFY_CTRL, DISCOVERY_HEAD, DISCOVERY_ENTRY, CONNECT_DATA = (
+    _rows(*((prefix + name, off, size, mask) for name, off, size, mask, _ in rows)) for prefix, rows in _STRUCTURES
+)
+STRINGS = frozenset(prefix + r[0] for prefix, rows in _STRUCTURES for r in rows if r[4] == "s")
+
+
+def data_rows(sqe: bytes, qid, at: int, n: int):
+    """The rows of the `n` bytes at offset `at` of the data the command `sqe` (on queue `qid`) moved, placed
+    at 0: the structure's rows that lie wholly in them, each name once (the first of repeated entries, as
+    the power state descriptors and discovery log records); () for data Wireshark shows as bytes only."""
+    if sqe[0] == FABRICS_OPC:
+        layout = CONNECT_DATA if sqe[4] == CONNECT_FCTYPE else ()
+    elif qid == 0 and sqe[0] == IDENTIFY_OPC and sqe[40] == CNS_CTRL:
+        layout = IDENTIFY_CTRL
+    elif qid == 0 and sqe[0] == GET_LOG_PAGE_OPC and sqe[40] == LID_DISCOVERY:
+        first = max(0, at // nvmedata.ENTRY_LEN - 1)
+        entries = range(first, (at + n) // nvmedata.ENTRY_LEN)
+        log = DISCOVERY_HEAD + tuple(
+            r._replace(off=r.off + nvmedata.ENTRY_LEN * (k + 1)) for k in entries for r in DISCOVERY_ENTRY
+        )
+        return (Row("nvme.data", 0, n),) + _window(log, at, n)
+    else:
+        layout = ()
+    return _window(layout, at, n)
+
+
+def _window(rows, at: int, n: int):
+    seen, out = set(), []
+    for r in rows:
+        if at <= r.off and r.off + r.size <= at + n and r.key not in seen:
+            seen.add(r.key)
+            out.append(r._replace(off=r.off - at))
+    return tuple(out)
 
 
 def is_nvme_service(service_id: int) -> bool:
@@ -359,6 +407,8 @@ DISPLAY = {
     }.items()
     for key in keys.split()
 }
+DISPLAY.update({prefix + name: shown for prefix, rows in _STRUCTURES for name, _, _, _, shown in rows if shown != "s"})
+DISPLAY["nvme.cmd.get_logpage.numd"] = 0
 DISPLAY.update(
     {key: 0 if key.endswith(("mps", "iosqes", "iocqes")) else 8 for rows in PROPERTIES.values() for key, *_ in rows}
 )

@@ -167,7 +167,7 @@ class NvmeTracker:
         if queue.qid is not None:
             _fields(d, {"nvme-rdma.cmd.qid": queue.qid})
         if not op.startswith("SEND"):
-            self._data(d, queue, op)
+            self._data(d, queue, op, payload)
             return
         key = (_addr(flat, "dst"), flat["bth.destqp"])
         if "First" in op or "Middle" in op:
@@ -203,7 +203,7 @@ class NvmeTracker:
 
             self._add(d, NVMeUnknown(payload), replace=True)
 
-    def _data(self, d, queue, op: str) -> None:
+    def _data(self, d, queue, op: str, payload: bytes) -> None:
         """An RDMA READ or WRITE moving a command's data: the first packet names the command's SGL by
         R_Key (RETH), the packets after it follow by PSN (packet-nvme-rdma.c matches them the same way)."""
         flat, psn = d.flat, d.flat["bth.psn"]
@@ -232,6 +232,7 @@ class NvmeTracker:
         if cmd is None:
             return
         length = flat.get("payload.length", 0)
+        at = cmd.bytes  # where this packet's data sits in what the command moves (keyed SGL: no in-capsule data)
         cmd.data.append(d.frame.number)
         cmd.bytes += length
         if self.bulk:
@@ -241,6 +242,11 @@ class NvmeTracker:
         else:
             extra["nvme-rdma.write_to_host_req"] = True
         _link(d, cmd, extra)
+        from dissectors.nvme import data_layer
+
+        layer = data_layer(cmd.sqe, cmd.qid, at, payload[:length])
+        if layer is not None:  # a data structure Wireshark decodes (Identify, discovery log, Connect data)
+            self._add(d, layer, replace=True)
 
     def _add(self, d, layer, replace: bool = False) -> None:
         self.entry.append((layer, replace, {}, []))

@@ -72,10 +72,48 @@ def _value(layer, key, data):
     return value(next(r for r in layer.rows if r.key == key), data)
 
 
+def _nested(layer, rows) -> list:
+    """A data structure's rows as tshark nests them: each row in the tree of the row before it whose bytes
+    hold it (bits of a row in that row's tree)."""
+    data = layer.original or bytes(layer)
+    items, open_ = [], []  # (offset, end, tree) of the rows that may hold the next
+    for r in rows:
+        while open_ and not (open_[-1][0] <= r.off and r.off + r.size <= open_[-1][1]):
+            open_.pop()
+        into = open_[-1][2] if open_ else items
+        into.append((r.key, value_text(r.key, _value(layer, r.key, data))))
+        if not r.mask:
+            tree = []
+            into.append((r.key + "_tree", tree))
+            open_.append((r.off, r.off + r.size, tree))
+    return _pruned(items)
+
+
+def _pruned(items) -> list:
+    return [(k, _pruned(v) if isinstance(v, list) else v) for k, v in items if v != [] or not k.endswith("_tree")]
+
+
+def transfer_layers(layer, flat) -> list:
+    """The layers of a packet of data a command moved (dissectors.nvme.data_layer): the links in
+    nvme-rdma, the Connect command's data beside them, other structures in nvme."""
+    rdma = frame_layers(flat, False)
+    items = _nested(layer, layer.rows)
+    if layer.rows[0].key.startswith("nvme.fabrics.cmd.connect.data."):
+        for key, links in rdma[0][1]:
+            if key == "nvme-rdma.read_from_host_resp_tree":
+                links += items
+        return rdma
+    return rdma + [("nvme", items)]
+
+
 def nvme_layers(layer, flat) -> list:
     """[(protocol, items)] of the NVMe layer `layer` (a TableLayer, NVMeData or NVMeUnknown)."""
+    from dissectors.nvme import TRANSFERS
+
     qid = [("nvme-rdma.cmd.qid", _text("nvme-rdma.cmd.qid", flat))] if "nvme-rdma.cmd.qid" in flat else []
     rows = getattr(layer, "rows", ())
+    if rows in TRANSFERS:
+        return transfer_layers(layer, flat)
     if not rows:
         field = layer.fields_desc[0].name
         key = f"{layer.ws_name}.{field}"

@@ -12,7 +12,7 @@ import ipaddress
 from functools import lru_cache
 
 from ibwire.report.escape import printable
-from ibwire.report.packets import iser_words, nvme_words, rpc_words, smb_words
+from ibwire.report.packets import iser_words, nvme_data_words, nvme_words, rpc_words, smb_words
 from ibwire.report.packets.ws_labels import FIELDS, OUIS, TFS, VALUES
 
 IB = "infiniband."
@@ -185,6 +185,7 @@ WORDED = {
     "lldp.dcbx.ieee.ets.maxtcs": lambda v: f"{int(v) or 8} (0x{int(v):x})",
     "lldp.mgn.obj.id": _oid_named,
     **nvme_words.WORDED,
+    **nvme_data_words.WORDED,
     **smb_words.WORDED,
     **iser_words.WORDED,
 }
@@ -198,6 +199,7 @@ WHOLE = {  # items shown with a text of their own
     "data.len": lambda v: f"[Length: {v}]",
     IB + "bth.analysis": lambda v: "[RC analysis]",  # ibwire's, placed as tshark places [SEQ/ACK analysis]
     **rpc_words.WHOLE,
+    **nvme_data_words.WHOLE,
     **smb_words.WHOLE,
     **iser_words.WHOLE,
 }
@@ -231,6 +233,7 @@ CONTAINERS = {
         "vendor": "Vendor Specific or Unknown Header Sequence",
     }.items()
 }
+CONTAINERS.update(nvme_data_words.CONTAINERS)
 INNER = {IB + "smplid.smpdata": "{attribute}", IB + "sa.drdlid": "{attribute}"}
 
 
