@@ -45,10 +45,14 @@ class TableLayer(IBLayer):
 
     rows = ()
     length = 0
+    at = None  # a data structure's packet: its offset in the transfer (dissectors.nvme.data_layer)
 
     def ws_extra(self):
-        data = self.original or bytes(self)
-        return {r.key[len(self.ws_name) + 1 :]: value(r, data) for r in self.rows}
+        """Each row by name; of a name repeated (entries of a data structure) the first."""
+        data, out = self.original or bytes(self), {}
+        for r in self.rows:
+            out.setdefault(r.key[len(self.ws_name) + 1 :], value(r, data))
+        return out
 
     def extract_padding(self, s):
         return s[: self.length], s[self.length :]
@@ -62,7 +66,7 @@ def table_layer(cls_name: str, ws_name: str, rows, length: int, summary: str = "
             continue  # a second view of bytes already laid out (lpo over dwords 12-13)
         if r.off > at:
             fields.append(StrFixedLenField(f"_gap{at}", b"\0" * (r.off - at), r.off - at))
-        name = "_" + r.key[len(ws_name) + 1 :].replace(".", "_")
+        name = f"_{r.off}_" + r.key[len(ws_name) + 1 :].replace(".", "_")  # a name may repeat (entries)
         if r.size in _INT and DISPLAY.get(r.key) != -1:
             fields.append(_INT[r.size](name, 0))
         else:
@@ -164,7 +168,8 @@ def _transfers():
         ("DiscoveryLog", log, 2048),
         ("ConnectData", CONNECT_DATA, 1024),
     ):
-        out[rows] = table_layer(f"NVMe{name}", "nvme", rows, n, f"NVMe {name}")
+        out[rows, 0] = table_layer(f"NVMe{name}", "nvme", rows, n, f"NVMe {name}")
+        out[rows, 0].at = 0
     return out
 
 
@@ -177,9 +182,10 @@ def data_layer(sqe: bytes, qid, at: int, data: bytes):
     rows = data_rows(sqe, qid, at, len(data))
     if not rows:
         return None
-    if rows not in TRANSFERS:
-        TRANSFERS[rows] = table_layer(f"NVMeTransfer{len(TRANSFERS)}", "nvme", rows, len(data), "NVMe data")
-    return TRANSFERS[rows](data)
+    if (rows, at) not in TRANSFERS:  # `at` numbers the entries the packet holds (tshark's PSDn, DLEn)
+        TRANSFERS[rows, at] = table_layer(f"NVMeTransfer{len(TRANSFERS)}", "nvme", rows, len(data), "NVMe data")
+        TRANSFERS[rows, at].at = at
+    return TRANSFERS[rows, at](data)
 
 
 def cm_layer(attr: str, private: bytes):

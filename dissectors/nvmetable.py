@@ -315,24 +315,32 @@ _STRUCTURES = (
     ("nvme.cmd.get_logpage.identify.", nvmedata.DISCOVERY_HEAD),
     ("nvme.cmd.get_logpage.identify.rcrd", nvmedata.DISCOVERY_ENTRY),
     ("nvme.fabrics.cmd.connect.data.", nvmedata.CONNECT_DATA),
+    ("nvme.cmd.identify.ctrl.psds.", nvmedata.POWER_STATE),
 )
-IDENTIFY_CTRL, DISCOVERY_HEAD, DISCOVERY_ENTRY, CONNECT_DATA = (
+_CTRL, DISCOVERY_HEAD, DISCOVERY_ENTRY, CONNECT_DATA, _PSD = (
     _rows(*((prefix + name, off, size, mask) for name, off, size, mask, _ in rows)) for prefix, rows in _STRUCTURES
+)
+_AFTER_PSDS = next(i for i, r in enumerate(_CTRL) if r.key.endswith(".psds")) + 1
+IDENTIFY_CTRL = (  # the power state descriptors inside `psds`, each in turn
+    _CTRL[:_AFTER_PSDS]
+    + tuple(
+        r._replace(off=r.off + nvmedata.PSD_AT + nvmedata.PSD_LEN * k) for k in range(nvmedata.PSD_COUNT) for r in _PSD
+    )
+    + _CTRL[_AFTER_PSDS:]
 )
 STRINGS = frozenset(prefix + r[0] for prefix, rows in _STRUCTURES for r in rows if r[4] == "s")
 
 
 def data_rows(sqe: bytes, qid, at: int, n: int):
     """The rows of the `n` bytes at offset `at` of the data the command `sqe` (on queue `qid`) moved, placed
-    at 0: the structure's rows that lie wholly in them, each name once (the first of repeated entries, as
-    the power state descriptors and discovery log records); () for data Wireshark shows as bytes only."""
+    at 0: the structure's rows that lie wholly in them, a name once per entry of repeated entries (the power
+    state descriptors, discovery log records); () for data Wireshark shows as bytes only."""
     if sqe[0] == FABRICS_OPC:
         layout = CONNECT_DATA if sqe[4] == CONNECT_FCTYPE else ()
     elif qid == 0 and sqe[0] == IDENTIFY_OPC and sqe[40] == CNS_CTRL:
         layout = IDENTIFY_CTRL
     elif qid == 0 and sqe[0] == GET_LOG_PAGE_OPC and sqe[40] == LID_DISCOVERY:
-        first = max(0, at // nvmedata.ENTRY_LEN - 1)
-        entries = range(first, (at + n) // nvmedata.ENTRY_LEN)
+        entries = range(max(0, at // nvmedata.ENTRY_LEN - 1), (at + n) // nvmedata.ENTRY_LEN)
         log = DISCOVERY_HEAD + tuple(
             r._replace(off=r.off + nvmedata.ENTRY_LEN * (k + 1)) for k in entries for r in DISCOVERY_ENTRY
         )
@@ -343,12 +351,7 @@ def data_rows(sqe: bytes, qid, at: int, n: int):
 
 
 def _window(rows, at: int, n: int):
-    seen, out = set(), []
-    for r in rows:
-        if at <= r.off and r.off + r.size <= at + n and r.key not in seen:
-            seen.add(r.key)
-            out.append(r._replace(off=r.off - at))
-    return tuple(out)
+    return tuple(r._replace(off=r.off - at) for r in rows if at <= r.off and r.off + r.size <= at + n)
 
 
 def is_nvme_service(service_id: int) -> bool:

@@ -79,7 +79,25 @@ WHOLE = {
     C + "unvmcap": _capacity("Unallocated NVM Capacity (UNVMCAP)"),
 }
 # Items titled without their bytes when they hold a tree
-CONTAINERS = {
-    C + "psds.psd": "Power State 0 Descriptor (PSD0)",  # ibwire shows the first descriptor only
-    "nvme.data": "Nvme Data: NVMe Get Log Page (NVMeOF Discovery)",  # the only log page decoded into fields
+CONTAINERS = {"nvme.data": "Nvme Data: NVMe Get Log Page (NVMeOF Discovery)"}  # the only log page decoded
+# Entries of a structure titled by their number: (offset of the first, size, title)
+NUMBERED = {
+    C + "psds.psd": (2048, 32, "Power State {n} Descriptor (PSD{n})"),
+    "nvme.cmd.get_logpage.identify.rcrd": (1024, 1024, "Discovery Log Entry {n} (DLE{n})"),
 }
+
+
+class Titled(str):
+    """An item's value (its -T json text) and the title -V shows instead."""
+
+    title = ""
+
+
+def numbered(key: str, offset: int, text: str) -> str:
+    """`text`, titled if `key` is an entry NUMBERED (by its `offset` in the structure)."""
+    if key not in NUMBERED:
+        return text
+    first, size, title = NUMBERED[key]
+    out = Titled(text)
+    out.title = title.format(n=(offset - first) // size)
+    return out

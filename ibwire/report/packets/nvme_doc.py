@@ -3,6 +3,7 @@ completions inside it, as `nvme.fabrics.cmd` / `nvme.fabrics.cqe`) and `nvme` (a
 completions); bits of a field in `<field>_tree`, the keyed SGL in its own container."""
 
 from dissectors.nvmetable import SGL
+from ibwire.report.packets.nvme_data_words import numbered
 from ibwire.report.packets.values import value_text
 
 SGL_KEYS = [r.key for r in SGL]
@@ -75,13 +76,15 @@ def _value(layer, key, data):
 def _nested(layer, rows) -> list:
     """A data structure's rows as tshark nests them: each row in the tree of the row before it whose bytes
     hold it (bits of a row in that row's tree)."""
+    from dissectors.nvmetable import value
+
     data = layer.original or bytes(layer)
     items, open_ = [], []  # (offset, end, tree) of the rows that may hold the next
     for r in rows:
         while open_ and not (open_[-1][0] <= r.off and r.off + r.size <= open_[-1][1]):
             open_.pop()
         into = open_[-1][2] if open_ else items
-        into.append((r.key, value_text(r.key, _value(layer, r.key, data))))
+        into.append((r.key, numbered(r.key, layer.at + r.off, value_text(r.key, value(r, data)))))
         if not r.mask:
             tree = []
             into.append((r.key + "_tree", tree))
@@ -108,11 +111,9 @@ def transfer_layers(layer, flat) -> list:
 
 def nvme_layers(layer, flat) -> list:
     """[(protocol, items)] of the NVMe layer `layer` (a TableLayer, NVMeData or NVMeUnknown)."""
-    from dissectors.nvme import TRANSFERS
-
     qid = [("nvme-rdma.cmd.qid", _text("nvme-rdma.cmd.qid", flat))] if "nvme-rdma.cmd.qid" in flat else []
     rows = getattr(layer, "rows", ())
-    if rows in TRANSFERS:
+    if getattr(layer, "at", None) is not None:
         return transfer_layers(layer, flat)
     if not rows:
         field = layer.fields_desc[0].name
