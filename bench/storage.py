@@ -1,16 +1,20 @@
-"""Benchmark: `ibwire stats --storage` (per-command NVMe-oF latency) against tshark computing the same
-latencies (`-T fields -e nvme.cmd_latency -e nvme.fabrics.cmd_latency`), on a million packets.
+"""Benchmark: `ibwire stats --storage` (per-command NVMe-oF and per-call NFS over RDMA latency) against
+tshark computing the same latencies, on a million packets.
 
     .venv/bin/python bench/storage.py [--packets 1000000] [--rounds 3]
 
-Two captures, each a public one repeated until it holds --packets packets, each copy 20 s after the
+Three captures, each a sample repeated until it holds --packets packets, each copy 20 s after the
 previous, written once to bench/out/:
 
 - discover: ../shared/captures/public/m3_nvme_nvme-discover.pcap (RDMA-CM setup, fabrics and admin
-  commands, RDMA READ/WRITE transfers);
+  commands, RDMA READ/WRITE transfers); tshark: `-e nvme.cmd_latency -e nvme.fabrics.cmd_latency`;
 - host-echo: m3_nvme_host-echo_dump.pcap with `-d nvme-rdma` (no RDMA-CM setup; 4,160-byte capsules in
   SEND First/Middle/Last).  tshark 4.0 has no decode-as for NVMe-oF on InfiniBand, so it finds no latency
-  there: its time is what reading the capture with the same fields costs it, not the same work.
+  there: its time is what reading the capture with the same fields costs it, not the same work;
+- nfs: captures/nfs-rdma.pcap (RDMA-CM setup for port 20049, NFSv3 GETATTR, READ into write chunks, WRITE
+  from read chunks, NFSv4 COMPOUND); tshark: `-e rpc.time -e rpc.repframe`, which it fills only where it
+  finds a reply's call: on RoCE it keeps RPC conversations per direction and finds none (docs/storage.md),
+  so again its time is what decoding every call and reply costs it.
 
 ibwire runs as the table (every command followed, the first 20 rows shown) and as --format json (every
 command written).  Each program runs --rounds times, alternately; the fastest round counts (the machine
