@@ -95,7 +95,9 @@ def find_flows(
             fs[0]["partner"], fs[0]["paired_by"] = next(iter(back_q)), "addresses"
         elif back_q:
             if key is None:  # PSN << 39 | µs since the first packet
-                key = psn.astype(np.int64) << 39 | np.clip(rel_us, 0, (1 << 39) - 1)
+                key = psn.astype(np.int64)  # (in place: each 8-byte temporary is fresh memory, page faults)
+                key <<= 39
+                key |= np.clip(rel_us, 0, (1 << 39) - 1)
             _pair_by_psn(key, fs, back_q)
     return flows
 
@@ -109,7 +111,7 @@ def _pair_by_psn(key, fs, back_q: dict, sample: int = 5000) -> None:
     # every flow's keys in one sorted array, the last flow's first: among equal keys (two flows sending a PSN
     # in the same µs) the last found is then the first flow's, as the least gap of the first flow wins
     keys = [key[f["rows"]] for f in reversed(fs)]
-    owner = np.repeat(np.arange(len(fs) - 1, -1, -1), [len(k) for k in keys])
+    owner = np.repeat(np.arange(len(fs) - 1, -1, -1, dtype=np.int32), [len(k) for k in keys])
     keys = np.concatenate(keys)
     order = np.argsort(keys, kind="stable")  # (runs nearly in order already: timsort is quick)
     sent, owner = keys[order], owner[order]

@@ -76,17 +76,17 @@ class _Rows:
         m = len(sel)
         if self.n + m > len(self.a[0]):  # untouched room costs no memory
             want = int((self.n + m) * walk.size / max(walk.bytes_done, 1) * 1.02) + BATCH
-            self.a = [self._grown(a, max(want, (self.n + m) * 5 // 4), self.n + m) for a in self.a]
+            try:
+                self.a = [self._grown(a, max(want, (self.n + m) * 5 // 4)) for a in self.a]
+            except MemoryError:  # a file whose start is denser than the rest: more than may be reserved
+                self.a = [self._grown(a, (self.n + m) * 2) for a in self.a]
         # compiled, each record read once per array: numpy's copies of the fields walk the batch once each
         for a, (_, offsets, sizes) in zip(self.a, self.LAYOUTS):
             _native.pick(rec, R.RECORD.itemsize, None if m == len(rec) else sel, offsets, sizes, a[self.n :])
         self.n += m
 
-    def _grown(self, a: np.ndarray, want: int, need: int) -> np.ndarray:
-        try:
-            grown = np.empty(want, a.dtype)
-        except MemoryError:  # a file whose start is denser than the rest: more than may be reserved
-            grown = np.empty(need * 2, a.dtype)
+    def _grown(self, a: np.ndarray, size: int) -> np.ndarray:
+        grown = np.empty(size, a.dtype)
         grown[: self.n] = a[: self.n]
         return grown
 
