@@ -117,7 +117,9 @@ class RpcMatcher:
             raise Irregular("a SEND in First/Middle/Last packets while NFS over RDMA is followed")
         dst, src = self._ids(rec["dst"].view("S16")), self._ids(rec["src"].view("S16"))
         ends = {(self.names[a], qp) for a, qp in self.tracker.ends if a in self.names}
-        declared = np.array([(d, q) in ends for d, q in zip(dst.tolist(), rec["destqp"].tolist())], bool)
+        pair = dst << 24 | rec["destqp"].astype(np.int64)  # a QPN is 24 bits
+        pairs, inverse = np.unique(pair, return_inverse=True)
+        declared = np.array([(p >> 24, p & 0xFFFFFF) in ends for p in pairs.tolist()], bool)[inverse.ravel()]
         start, end = payload_ends(batch, rows)
         size = end - start
         if ((start < 0) | (end > len(batch.buf)))[only].any():

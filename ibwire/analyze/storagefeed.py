@@ -105,29 +105,38 @@ def _lite(r: _Rows, k: int, ops, addr) -> _Lite:
     }
     if reth:
         flat["reth.r_key"] = r.reth_r_key[k]
-    payload = _payload(r, k) if name.startswith("SEND") or r.flags[k] & R.F_MAD else b""
     if r.flags[k] & R.F_MAD and r.mad_class[k] == 0x07:
-        msg = payload[MAD_HEADER:]
-        if r.mad_attrid[k] == CM_REQ and len(msg) >= CM_IP_PRIVATE + 4:
-            flat.update(
-                {
-                    "cm.req": r.cm_comm_id[k],
-                    "cm.req.localqpn": r.cm_qpn[k],
-                    "cm.req.serviceid": int.from_bytes(msg[CM_SERVICE_ID : CM_SERVICE_ID + 8], "big"),
-                    "cm.req.ip_cm.private": msg[CM_IP_PRIVATE : CM_IP_PRIVATE + 56].hex(),
-                }
-            )
-        elif r.mad_attrid[k] == CM_REP:
-            flat.update(
-                {
-                    "cm.rep": r.cm_comm_id[k],
-                    "cm.rep.remotecommid": r.cm_remote_comm_id[k],
-                    "cm.rep.localqpn": r.cm_qpn[k],
-                }
-            )
+        flat.update(_cm_fields(r, k) or {})
     else:
-        flat["_payload"] = payload
+        flat["_payload"] = _payload(r, k) if name.startswith("SEND") or r.flags[k] & R.F_MAD else b""
     return _Lite(r.frame[k], r.time[k], flat)
+
+
+def _cm_fields(r: _Rows, k: int):
+    """The fields the trackers read of row k, an RDMA-CM MAD, when it is a REQ (with its IP CM private
+    data) or a REP; else None."""
+    if r.mad_attrid[k] == CM_REP:
+        return {
+            "cm.rep": r.cm_comm_id[k],
+            "cm.rep.remotecommid": r.cm_remote_comm_id[k],
+            "cm.rep.localqpn": r.cm_qpn[k],
+        }
+    msg = _payload(r, k)[MAD_HEADER:] if r.mad_attrid[k] == CM_REQ else b""
+    if len(msg) < CM_IP_PRIVATE + 4:
+        return None
+    return {
+        "cm.req": r.cm_comm_id[k],
+        "cm.req.localqpn": r.cm_qpn[k],
+        "cm.req.serviceid": int.from_bytes(msg[CM_SERVICE_ID : CM_SERVICE_ID + 8], "big"),
+        "cm.req.ip_cm.private": msg[CM_IP_PRIVATE : CM_IP_PRIVATE + 56].hex(),
+    }
+
+
+def _cm_lite(r: _Rows, k: int, ops, addr) -> _Lite:
+    """Row k of the RDMA-CM rows as the trackers' _cm read it: a REQ or REP with only its source address and
+    its cm fields (what routes it to _cm, all _cm reads), any other as _lite makes it."""
+    fields = _cm_fields(r, k) if r.flags[k] & R.F_MAD and r.mad_class[k] == 0x07 else None
+    return _Lite(r.frame[k], r.time[k], {"ip.src": addr(r.src[k]), **fields}) if fields else _lite(r, k, ops, addr)
 
 
 def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_decode_as: bool = False, fast=True):
@@ -164,7 +173,7 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
         cm = cm[np.isin(batch.rec["mad_attrid"][cm], (CM_REQ, CM_REP)) | rc[batch.rec["opcode"][cm]]]
         r = _Rows(batch, cm)
         for k in range(len(cm)):
-            _connect(both, _lite(r, k, ops, addr))
+            _connect(both, _cm_lite(r, k, ops, addr))
         rows = _data_rows(batch, every, both, data)
         if rows is None:
             continue
