@@ -12,20 +12,25 @@ from dissectors.nvmetable import (
     CM_REJ,
     CM_REP,
     CM_REQ,
-    CONNECT_DATA,
+    CNS_CTRL,
+    CNS_NS,
+    CNS_NS_LIST,
+    CONNECT_FCTYPE,
     CQE,
     CQE_CONNECT,
     CQE_LEN,
     CQE_PROP_GET,
     CQE_PROP_SET,
-    DISCOVERY_ENTRY,
-    DISCOVERY_HEAD,
     DISPLAY,
     FABRICS,
     FABRICS_HEAD,
+    FABRICS_OPC,
     GENERIC,
-    IDENTIFY_CTRL,
+    GET_LOG_PAGE_OPC,
+    IDENTIFY_OPC,
     IO,
+    LID_DISCOVERY,
+    LID_SMART,
     PROP_SET,
     PROPERTIES,
     SQE_HEAD,
@@ -46,6 +51,7 @@ class TableLayer(IBLayer):
     rows = ()
     length = 0
     at = None  # a data structure's packet: its offset in the transfer (dissectors.nvme.data_layer)
+    cdw10 = 0  # … and the low byte of its command's CDW10 (CNS, log page ID)
 
     def ws_extra(self):
         """Each row by name; of a name repeated (entries of a data structure) the first."""
@@ -161,16 +167,23 @@ def completion_layer(payload: bytes, cmd_sqe=None):
 def _transfers():
     """The layers of whole data structures (dissectors.nvmedata), so that their fields are known before a
     capture shows them; a packet's share of a structure gets a layer of its own rows on first use."""
-    log = DISCOVERY_HEAD + tuple(r._replace(off=r.off + 1024) for r in DISCOVERY_ENTRY)
     out = {}
-    for name, rows, n in (
-        ("IdentifyController", IDENTIFY_CTRL, 4096),
-        ("DiscoveryLog", log, 2048),
-        ("ConnectData", CONNECT_DATA, 1024),
+    for name, sqe, n in (
+        ("IdentifyController", _sqe(IDENTIFY_OPC, CNS_CTRL), 4096),
+        ("IdentifyNamespace", _sqe(IDENTIFY_OPC, CNS_NS), 4096),
+        ("NamespaceList", _sqe(IDENTIFY_OPC, CNS_NS_LIST), 4),
+        ("SMARTLog", _sqe(GET_LOG_PAGE_OPC, LID_SMART), 512),
+        ("DiscoveryLog", _sqe(GET_LOG_PAGE_OPC, LID_DISCOVERY), 2048),
+        ("ConnectData", _sqe(FABRICS_OPC, 0, CONNECT_FCTYPE), 1024),
     ):
-        out[rows, 0] = table_layer(f"NVMe{name}", "nvme", rows, n, f"NVMe {name}")
-        out[rows, 0].at = 0
+        rows = data_rows(sqe, 0, 0, bytes([1] * n))  # LBA formats and namespace IDs as 1s say
+        out[rows, 0, sqe[40]] = table_layer(f"NVMe{name}", "nvme", rows, n, f"NVMe {name}")
+        out[rows, 0, sqe[40]].at, out[rows, 0, sqe[40]].cdw10 = 0, sqe[40]
     return out
+
+
+def _sqe(opc: int, cdw10: int, fctype: int = 0) -> bytes:
+    return bytes([opc, 0, 0, 0, fctype]) + bytes(35) + bytes([cdw10]) + bytes(23)
 
 
 TRANSFERS = _transfers()
@@ -179,13 +192,14 @@ TRANSFERS = _transfers()
 def data_layer(sqe: bytes, qid, at: int, data: bytes):
     """The layer of the `data` at offset `at` of what the command `sqe` moved (an RDMA READ response or
     WRITE packet), or None when Wireshark shows no structure in it."""
-    rows = data_rows(sqe, qid, at, len(data))
+    rows = data_rows(sqe, qid, at, data)
     if not rows:
         return None
-    if (rows, at) not in TRANSFERS:  # `at` numbers the entries the packet holds (tshark's PSDn, DLEn)
-        TRANSFERS[rows, at] = table_layer(f"NVMeTransfer{len(TRANSFERS)}", "nvme", rows, len(data), "NVMe data")
-        TRANSFERS[rows, at].at = at
-    return TRANSFERS[rows, at](data)
+    key = (rows, at, sqe[40])  # `at` numbers the entries a packet holds (PSDn, DLEn), CDW10 names the log page
+    if key not in TRANSFERS:
+        TRANSFERS[key] = table_layer(f"NVMeTransfer{len(TRANSFERS)}", "nvme", rows, len(data), "NVMe data")
+        TRANSFERS[key].at, TRANSFERS[key].cdw10 = at, sqe[40]
+    return TRANSFERS[key](data)
 
 
 def cm_layer(attr: str, private: bytes):

@@ -1,11 +1,14 @@
 """The data structures NVMe-oF transfers carry, laid out as Wireshark 4.4's packet-nvme.c shows them (its
-`nvme.*` names, offsets and bit masks; tshark 4.4 -T pdml and -G fields on the public captures), from the
-NVMe Base Specification 2.0: Identify Controller data (CNS 01h, Figure 275), the Discovery Log Page (log
-page 70h, NVMe-oF 1.1 Figures 34-35) and the Connect command's data (NVMe-oF 1.1 Figure 20).
+`nvme.*` names, offsets and bit masks; tshark 4.4 -T pdml and -G fields on the public and the lab's captures),
+from the NVMe Base Specification 2.0: Identify Controller data (CNS 01h, Figure 275), Identify Namespace data
+and the active namespace list (CNS 00h, 02h), the SMART / Health Information log page, the CAP and VS
+properties, the Discovery Log Page (log page 70h, NVMe-oF 1.1 Figures 34-35) and the Connect command's data
+(NVMe-oF 1.1 Figure 20).
 
 A row is (name after the structure's prefix, byte offset, size, bit mask, display): display -1 bytes,
 0 decimal, 1 boolean, n hexadecimal with n digits, "s" a NUL-terminated ASCII string.  dissectors.nvmetable
-turns them into rows; a packet of a transfer shows the rows that lie wholly in its bytes.
+turns them into rows; a packet of a transfer shows the rows that lie wholly in its bytes (CLIPPED ones as far
+as it holds them).
 """
 
 IDENTIFY_CTRL = (  # nvme.cmd.identify.ctrl.*, 4096 bytes
@@ -315,4 +318,103 @@ POWER_STATE = (  # nvme.cmd.identify.ctrl.psds.*, each descriptor
     ("psd.rsvd8", 22, 1, 0x38, 2),
     ("psd.aps", 22, 1, 0xC0, 2),
     ("psd.rsvd9", 23, 9, 0, -1),
+)
+
+# Identify Namespace data (CNS 00h, NVMe NVM Command Set 1.0 Figure 97), nvme.cmd.identify.ns.*: then an LBA
+# format (LBA_FORMAT) per format the namespace has (NLBAF + 1, in `lbafs`), then TAIL
+IDENTIFY_NS = (
+    ("nsze", 0, 8, 0, 0),
+    ("ncap", 8, 8, 0, 16),
+    ("nuse", 16, 8, 0, 16),
+    ("nsfeat", 24, 1, 0, 2),
+    ("nlbaf", 25, 1, 0, 0),
+    ("flbas", 26, 1, 0, 0),
+    ("mc", 27, 1, 0, 2),
+    ("dpc", 28, 1, 0, 2),
+    ("dps", 29, 1, 0, 2),
+    ("nmic", 30, 1, 0, 2),
+    ("nguid", 104, 16, 0, -1),
+    ("eui64", 120, 8, 0, -1),
+    ("lbafs", 128, 64, 0, -1),
+)
+LBA_FORMAT = (("lbaf", 128, 4, 0, 8),)  # each 4 bytes on
+IDENTIFY_NS_TAIL = (
+    ("rsvd", 192, 192, 0, -1),
+    ("vs", 384, 4096 - 384, 0, -1),
+)
+CLIPPED = ("vs",)  # shown in each packet as far as the packet holds it
+NS_LIST = (("nsid", 0, 4, 0, 8),)  # Active Namespace ID list (CNS 02h): each nonzero NSID, 4 bytes on
+# SMART / Health Information log page (02h, Base 2.0 Figure 207), nvme.cmd.get_logpage.smart.*, 512 bytes
+SMART = (
+    ("cw", 0, 1, 0, 2),
+    ("cw.sc", 0, 1, 0x1, 1),
+    ("cw.temp", 0, 1, 0x2, 1),
+    ("cw.sme", 0, 1, 0x4, 1),
+    ("cw.ro", 0, 1, 0x8, 1),
+    ("cw.bdf", 0, 1, 0x10, 1),
+    ("cw.mrro", 0, 1, 0x20, 1),
+    ("cw.rsvd", 0, 1, 0xE0, 2),
+    ("ct", 1, 2, 0, 0),
+    ("asc", 3, 1, 0, 0),
+    ("ast", 4, 1, 0, 0),
+    ("lae", 5, 1, 0, 0),
+    ("egcws", 6, 1, 0, 2),
+    ("egcws.sc", 6, 1, 0x1, 1),
+    ("egcws.rsvd0", 6, 1, 0x2, 1),
+    ("egcws.me", 6, 1, 0x4, 1),
+    ("egcws.ro", 6, 1, 0x8, 1),
+    ("egcws.rsvd1", 6, 1, 0xF0, 2),
+    ("rsvd0", 7, 25, 0, -1),
+    ("dur", 32, 16, 0, -1),
+    ("duw", 48, 16, 0, -1),
+    ("hrc", 64, 16, 0, -1),
+    ("hwc", 80, 16, 0, -1),
+    ("cbt", 96, 16, 0, -1),
+    ("pc", 112, 16, 0, -1),
+    ("poh", 128, 16, 0, -1),
+    ("us", 144, 16, 0, -1),
+    ("mie", 160, 16, 0, -1),
+    ("ele", 176, 16, 0, -1),
+    ("wctt", 192, 4, 0, 0),
+    ("cctt", 196, 4, 0, 0),
+    ("ts", 200, 16, 0, -1),
+    ("ts.s1", 200, 2, 0, 0),
+    ("ts.s2", 202, 2, 0, 0),
+    ("ts.s3", 204, 2, 0, 0),
+    ("ts.s4", 206, 2, 0, 0),
+    ("ts.s5", 208, 2, 0, 0),
+    ("ts.s6", 210, 2, 0, 0),
+    ("ts.s7", 212, 2, 0, 0),
+    ("ts.s8", 214, 2, 0, 0),
+    ("tmt1c", 216, 4, 0, 0),
+    ("tmt2c", 220, 4, 0, 0),
+    ("tmt1t", 224, 4, 0, 0),
+    ("tmt2t", 228, 4, 0, 0),
+    ("rsvd1", 232, 280, 0, -1),
+)
+# Controller properties (Base 2.0 §3.1.4.1, 3.1.4.2) a Property Get returns, nvme.fabrics.prop_get.*: CAP (offset 0)
+CAP = (
+    ("ccap", 0, 8, 0, 16),
+    ("ccap.mqes", 0, 8, 0xFFFF, 0),
+    ("ccap.cqr", 0, 8, 0x10000, 1),
+    ("ccap.ams.wrr", 0, 8, 0x20000, 1),
+    ("ccap.ams.vs", 0, 8, 0x40000, 1),
+    ("ccap.rsvd0", 0, 8, 0xF80000, 16),
+    ("ccap.to", 0, 8, 0xFF000000, 0),
+    ("ccap.dstrd", 0, 8, 0xF00000000, 0),
+    ("ccap.nssrs", 0, 8, 0x1000000000, 1),
+    ("ccap.css", 0, 8, 0x1FE000000000, 0),
+    ("ccap.bps", 0, 8, 0x200000000000, 1),
+    ("ccap.rsdv1", 0, 8, 0xC00000000000, 16),
+    ("ccap.mpsmin", 0, 8, 0xF000000000000, 0),
+    ("ccap.mpsmax", 0, 8, 0xF0000000000000, 0),
+    ("ccap.pmrs", 0, 8, 0x100000000000000, 1),
+    ("ccap.cmbs", 0, 8, 0x200000000000000, 1),
+    ("ccap.rsvd2", 0, 8, 0xFC00000000000000, 16),
+)
+VS = (  # offset 08h
+    ("vs", 0, 4, 0, 8),
+    ("vs.ter", 0, 4, 0xFF, 0),
+    ("vs.mnr", 0, 4, 0xFF00, 0),
+    ("vs.mjr", 0, 4, 0xFFFF0000, 0),
 )

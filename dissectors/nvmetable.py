@@ -29,6 +29,11 @@ def _rows(*specs):
     return tuple(Row(*s) for s in specs)
 
 
+def _entries(rows, first: int, size: int, indices):
+    """`rows` repeated for each entry index, the entries `size` bytes apart from offset `first` on."""
+    return tuple(r._replace(off=r.off + first + size * k) for k in indices for r in rows)
+
+
 SGL = _rows(
     ("nvme.cmd.sgl1.addr", 24, 8),
     ("nvme.cmd.sgl1.len", 32, 3),
@@ -90,6 +95,10 @@ READ_WRITE = _rows(
     ("nvme.cmd.nlb", 48, 2),
     ("nvme.cmd.rsvd2", 50, 2, 0x03FF),
     ("nvme.cmd.prinfo", 50, 2, 0x3C00),
+    ("nvme.cmd.prinfo.lbrtag", 50, 2, 0x0400),  # PRCHK's bits and PRACT, as packet-nvme.c registers them
+    ("nvme.cmd.prinfo.apptag", 50, 2, 1 << 11),
+    ("nvme.cmd.prinfo.guard", 50, 2, 0x1000),
+    ("nvme.cmd.prinfo.action", 50, 2, 0x2000),
     ("nvme.cmd.fua", 50, 2, 0x4000),
     ("nvme.cmd.lr", 50, 2, 0x8000),
     ("nvme.cmd.dsm.access_freq", 52, 1, 0x0F),
@@ -172,7 +181,10 @@ AUTH = (
 # Controller properties a Property Get/Set carries (NVMe Base 2.0 §3.1.4), by property offset; the value's
 # offsets are relative to where it sits (byte 48 of a Property Set, byte 0 of a Property Get completion).
 _P = "nvme.fabrics.prop_get_set."
+_GET = "nvme.fabrics.prop_get."
 PROPERTIES = {
+    0x00: _rows(*((_GET + n, off, size, mask) for n, off, size, mask, _ in nvmedata.CAP)),
+    0x08: _rows(*((_GET + n, off, size, mask) for n, off, size, mask, _ in nvmedata.VS), (_P + "data.rsvd", 4, 4)),
     0x14: _rows(
         (_P + "cc", 0, 4),
         (_P + "cc.en", 0, 4, 0x1),
@@ -309,49 +321,78 @@ def completion_rows(cmd_sqe: bytes):
 
 
 # The data structures transfers carry (dissectors.nvmedata), by the command that asks for them.
-IDENTIFY_OPC, GET_LOG_PAGE_OPC, CONNECT_FCTYPE, CNS_CTRL, LID_DISCOVERY = 0x06, 0x02, 0x01, 0x01, 0x70
-_STRUCTURES = (
-    ("nvme.cmd.identify.ctrl.", nvmedata.IDENTIFY_CTRL),
-    ("nvme.cmd.get_logpage.identify.", nvmedata.DISCOVERY_HEAD),
-    ("nvme.cmd.get_logpage.identify.rcrd", nvmedata.DISCOVERY_ENTRY),
-    ("nvme.fabrics.cmd.connect.data.", nvmedata.CONNECT_DATA),
-    ("nvme.cmd.identify.ctrl.psds.", nvmedata.POWER_STATE),
-)
-_CTRL, DISCOVERY_HEAD, DISCOVERY_ENTRY, CONNECT_DATA, _PSD = (
-    _rows(*((prefix + name, off, size, mask) for name, off, size, mask, _ in rows)) for prefix, rows in _STRUCTURES
-)
-_AFTER_PSDS = next(i for i, r in enumerate(_CTRL) if r.key.endswith(".psds")) + 1
+IDENTIFY_OPC, GET_LOG_PAGE_OPC, CONNECT_FCTYPE = 0x06, 0x02, 0x01
+CNS_NS, CNS_CTRL, CNS_NS_LIST, LID_SMART, LID_DISCOVERY = 0x00, 0x01, 0x02, 0x02, 0x70
+_STRUCTURES = {
+    "ctrl": ("nvme.cmd.identify.ctrl.", nvmedata.IDENTIFY_CTRL),
+    "psd": ("nvme.cmd.identify.ctrl.psds.", nvmedata.POWER_STATE),
+    "ns": ("nvme.cmd.identify.ns.", nvmedata.IDENTIFY_NS),
+    "lbaf": ("nvme.cmd.identify.ns.", nvmedata.LBA_FORMAT),
+    "ns_tail": ("nvme.cmd.identify.ns.", nvmedata.IDENTIFY_NS_TAIL),
+    "ns_list": ("nvme.cmd.identify.nslist.", nvmedata.NS_LIST),
+    "smart": ("nvme.cmd.get_logpage.smart.", nvmedata.SMART),
+    "log": ("nvme.cmd.get_logpage.identify.", nvmedata.DISCOVERY_HEAD),
+    "entry": ("nvme.cmd.get_logpage.identify.rcrd", nvmedata.DISCOVERY_ENTRY),
+    "connect": ("nvme.fabrics.cmd.connect.data.", nvmedata.CONNECT_DATA),
+    "cap": ("nvme.fabrics.prop_get.", nvmedata.CAP),
+    "vs": ("nvme.fabrics.prop_get.", nvmedata.VS),
+}
+_R = {
+    name: _rows(*((prefix + n, off, size, mask) for n, off, size, mask, _ in rows))
+    for name, (prefix, rows) in _STRUCTURES.items()
+}
+_AFTER_PSDS = next(i for i, r in enumerate(_R["ctrl"]) if r.key.endswith(".psds")) + 1
 IDENTIFY_CTRL = (  # the power state descriptors inside `psds`, each in turn
-    _CTRL[:_AFTER_PSDS]
-    + tuple(
-        r._replace(off=r.off + nvmedata.PSD_AT + nvmedata.PSD_LEN * k) for k in range(nvmedata.PSD_COUNT) for r in _PSD
-    )
-    + _CTRL[_AFTER_PSDS:]
+    _R["ctrl"][:_AFTER_PSDS]
+    + _entries(_R["psd"], nvmedata.PSD_AT, nvmedata.PSD_LEN, range(nvmedata.PSD_COUNT))
+    + _R["ctrl"][_AFTER_PSDS:]
 )
-STRINGS = frozenset(prefix + r[0] for prefix, rows in _STRUCTURES for r in rows if r[4] == "s")
+CONNECT_DATA, DISCOVERY_HEAD, DISCOVERY_ENTRY, SMART = _R["connect"], _R["log"], _R["entry"], _R["smart"]
+STRINGS = frozenset(prefix + r[0] for prefix, rows in _STRUCTURES.values() for r in rows if r[4] == "s")
+CLIPPED = frozenset("nvme.cmd.identify.ns." + name for name in nvmedata.CLIPPED)
 
 
-def data_rows(sqe: bytes, qid, at: int, n: int):
-    """The rows of the `n` bytes at offset `at` of the data the command `sqe` (on queue `qid`) moved, placed
-    at 0: the structure's rows that lie wholly in them, a name once per entry of repeated entries (the power
-    state descriptors, discovery log records); () for data Wireshark shows as bytes only."""
+def data_rows(sqe: bytes, qid, at: int, data: bytes):
+    """The rows of `data`, the bytes at offset `at` of what the command `sqe` (on queue `qid`) moved, placed
+    at 0: the structure's rows that lie wholly in them (or, CLIPPED, as far as they hold it), each entry of
+    repeated ones (power state descriptors, LBA formats, namespace IDs, discovery log records); the bytes of
+    any log page as nvme.data; () for data Wireshark shows as bytes only."""
+    n = len(data)
     if sqe[0] == FABRICS_OPC:
-        layout = CONNECT_DATA if sqe[4] == CONNECT_FCTYPE else ()
-    elif qid == 0 and sqe[0] == IDENTIFY_OPC and sqe[40] == CNS_CTRL:
-        layout = IDENTIFY_CTRL
-    elif qid == 0 and sqe[0] == GET_LOG_PAGE_OPC and sqe[40] == LID_DISCOVERY:
+        return _window(CONNECT_DATA if sqe[4] == CONNECT_FCTYPE else (), at, n)
+    if qid != 0 or sqe[0] not in (IDENTIFY_OPC, GET_LOG_PAGE_OPC):
+        return ()
+    if sqe[0] == IDENTIFY_OPC:
+        return _window(_identify(sqe[40], at, data), at, n)
+    if sqe[40] == LID_DISCOVERY:
         entries = range(max(0, at // nvmedata.ENTRY_LEN - 1), (at + n) // nvmedata.ENTRY_LEN)
-        log = DISCOVERY_HEAD + tuple(
-            r._replace(off=r.off + nvmedata.ENTRY_LEN * (k + 1)) for k in entries for r in DISCOVERY_ENTRY
-        )
-        return (Row("nvme.data", 0, n),) + _window(log, at, n)
+        log = DISCOVERY_HEAD + _entries(DISCOVERY_ENTRY, nvmedata.ENTRY_LEN, nvmedata.ENTRY_LEN, entries)
     else:
-        layout = ()
-    return _window(layout, at, n)
+        log = SMART if sqe[40] == LID_SMART else ()
+    return (Row("nvme.data", 0, n),) + _window(log, at, n)
+
+
+def _identify(cns: int, at: int, data: bytes):
+    """The rows of Identify data for `cns`; the LBA formats and namespace IDs as many as `data` says."""
+    if cns == CNS_CTRL:
+        return IDENTIFY_CTRL
+    if cns == CNS_NS:
+        formats = range(data[25] + 1) if at == 0 and len(data) > 25 else ()  # NLBAF, 0's based
+        return _R["ns"] + _entries(_R["lbaf"], 0, 4, formats) + _R["ns_tail"]
+    if cns == CNS_NS_LIST:
+        ids = [int.from_bytes(data[i : i + 4], "little") for i in range(0, len(data) - 3, 4)]
+        return _entries(_R["ns_list"], at, 4, range(ids.index(0) if 0 in ids else len(ids)))  # ends at a 0
+    return ()
 
 
 def _window(rows, at: int, n: int):
-    return tuple(r._replace(off=r.off - at) for r in rows if at <= r.off and r.off + r.size <= at + n)
+    out = []
+    for r in rows:
+        end = min(r.off + r.size, at + n) if r.key in CLIPPED else r.off + r.size
+        if at <= r.off < at + n and end <= at + n or r.key in CLIPPED and r.off < at + n and end > at:
+            start = max(r.off, at)
+            out.append(r._replace(off=start - at, size=end - start))
+    return tuple(out)
 
 
 def is_nvme_service(service_id: int) -> bool:
@@ -390,7 +431,8 @@ DISPLAY = {
         ),
         4: (
             "nvme-rdma.cm.rej.status nvme-rdma.cm.req.cntlid nvme.cmd.cid nvme.cmd.elbat nvme.cmd.elbatm "
-            "nvme.cmd.fua nvme.cmd.lr nvme.cmd.prinfo nvme.cmd.rsvd2 nvme.cqe.cid nvme.cqe.sqhd nvme.cqe.sqid "
+            "nvme.cmd.fua nvme.cmd.lr nvme.cmd.prinfo nvme.cmd.prinfo.action nvme.cmd.prinfo.apptag nvme.cmd.prinfo.guard "
+            "nvme.cmd.prinfo.lbrtag nvme.cmd.rsvd2 nvme.cqe.cid nvme.cqe.sqhd nvme.cqe.sqid "
             "nvme.cqe.status nvme.cqe.status.crd nvme.cqe.status.p nvme.cqe.status.rsvd nvme.cqe.status.sc nvme.cqe.status.sct "
             "nvme.fabrics.cmd.cid nvme.fabrics.cqe.connect.authreq nvme.fabrics.cqe.connect.cntrlid"
         ),
@@ -410,10 +452,12 @@ DISPLAY = {
     }.items()
     for key in keys.split()
 }
-DISPLAY.update({prefix + name: shown for prefix, rows in _STRUCTURES for name, _, _, _, shown in rows if shown != "s"})
-DISPLAY["nvme.cmd.get_logpage.numd"] = 0
 DISPLAY.update(
-    {key: 0 if key.endswith(("mps", "iosqes", "iocqes")) else 8 for rows in PROPERTIES.values() for key, *_ in rows}
+    {prefix + name: shown for prefix, rows in _STRUCTURES.values() for name, _, _, _, shown in rows if shown != "s"}
+)
+DISPLAY["nvme.cmd.get_logpage.numd"] = 0
+DISPLAY.update(  # CC and CSTS (CAP and VS are nvmedata's)
+    {key: 0 if key.endswith(("mps", "iosqes", "iocqes")) else 8 for o in (0x14, 0x1C) for key, *_ in PROPERTIES[o]}
 )
 DISPLAY.update(
     {

@@ -3,7 +3,10 @@ packet-nvme.c words itself (its BASE_CUSTOM formatters: counts one more than the
 bytes, times in ms) rather than from a field's registration, worded as tshark 4.0 words them, slips
 included (`microsecond%s`, `logical block%s`)."""
 
+from ibwire.report.packets.nvme_words import LOG_PAGES
+
 C = "nvme.cmd.identify.ctrl."
+P = "nvme.fabrics.prop_get.ccap."
 
 
 def _n(v) -> int:
@@ -73,31 +76,50 @@ WORDED = {
     **{C + k: lambda v: f"{_n(v) + 1} logical block{'%s' if _n(v) else ''}" for k in ("awun", "awupf")},
     **{C + "nvmeof." + k: _x16 for k in ("ioccsz", "iorcsz", "icdoff")},
     "nvme.cmd.get_logpage.numd": lambda v: f"{_n(v)} ({(_n(v) + 1) * 4} bytes)",
+    P + "mqes": lambda v: str(_n(v) + 1),
+    P + "to": lambda v: f"{_n(v):x} ({_n(v) * 500} ms)",
+    P + "dstrd": lambda v: f"0x{_n(v):x} ({4 << _n(v)} bytes)",
+    P + "mpsmin": lambda v: f"0x{_n(v):x} ({4096 << _n(v)} bytes)",
+    P + "mpsmax": lambda v: f"0x{_n(v):x} ({4096 << _n(v)} bytes)",
 }
 WHOLE = {
     C + "tnvmcap": _capacity("Total NVM Capacity (TNVMCAP)"),
     C + "unvmcap": _capacity("Unallocated NVM Capacity (UNVMCAP)"),
 }
-# Items titled without their bytes when they hold a tree
-CONTAINERS = {"nvme.data": "Nvme Data: NVMe Get Log Page (NVMeOF Discovery)"}  # the only log page decoded
+NS_VS = 384  # Identify Namespace data's vendor specific bytes
 # Entries of a structure titled by their number: (offset of the first, size, title)
 NUMBERED = {
     C + "psds.psd": (2048, 32, "Power State {n} Descriptor (PSD{n})"),
     "nvme.cmd.get_logpage.identify.rcrd": (1024, 1024, "Discovery Log Entry {n} (DLE{n})"),
+    "nvme.cmd.identify.nslist.nsid": (0, 4, "nsid[{n}]: {v}"),
+    "nvme.cmd.identify.ns.lbaf": (128, 4, "LBAF{n}: lbads {lbads} ms {ms}"),
 }
 
 
 class Titled(str):
-    """An item's value (its -T json text) and the title -V shows instead."""
+    """An item's value (its -T json text) and the title -V shows instead (`{shown}`: the value as -V
+    shows bytes)."""
 
     title = ""
 
 
-def numbered(key: str, offset: int, text: str) -> str:
-    """`text`, titled if `key` is an entry NUMBERED (by its `offset` in the structure)."""
+def numbered(key: str, layer, offset: int, text: str) -> str:
+    """`text` of `key` at `offset` of the data structure packet `layer` (dissectors.nvme.data_layer), titled
+    if tshark titles it: an entry NUMBERED, a log page's bytes by the page's name."""
+    if key == "nvme.data":
+        name = LOG_PAGES.get(layer.cdw10, "Reserved Page Name")
+        return _titled(text, f"Nvme Data: NVMe Get Log Page ({name})")
+    if key == "nvme.cmd.identify.ns.vs":  # where in the field this packet's share starts
+        return _titled(text, f"Vendor Specific: {{shown}} (offset {layer.at + offset - NS_VS})")
     if key not in NUMBERED:
         return text
     first, size, title = NUMBERED[key]
+    v = int(text, 0) if text.startswith("0x") else 0
+    n = (layer.at + offset - first) // size
+    return _titled(text, title.format(n=n, v=v, lbads=(v >> 16) & 0xFF, ms=v & 0xFFFF))
+
+
+def _titled(text: str, title: str) -> Titled:
     out = Titled(text)
-    out.title = title.format(n=(offset - first) // size)
+    out.title = title
     return out

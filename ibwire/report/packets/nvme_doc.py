@@ -22,6 +22,7 @@ def _text(key, flat):
 
 
 PROPERTY = "nvme.fabrics.prop_get_set.data"
+REGISTER = ("nvme.fabrics.prop_get_set.", "nvme.fabrics.prop_get.")  # a property's fields (CC, CSTS; CAP, VS)
 
 
 def _items(layer, flat) -> list:
@@ -29,7 +30,7 @@ def _items(layer, flat) -> list:
     after its `data`) in the data's own tree."""
     data = layer.original or bytes(layer)
     rows = list(layer.rows)
-    register = [r for r in rows if r.key.startswith(PROPERTY[: -len("data")]) and r.key != PROPERTY]
+    register = [r for r in rows if r.key.startswith(REGISTER) and r.key != PROPERTY]
     if not register or all(r.key != PROPERTY for r in rows):
         return _listed(layer, rows, data)
     rest = [r for r in rows if r not in register]
@@ -40,7 +41,7 @@ def _items(layer, flat) -> list:
 
 
 def _listed(layer, rows, data) -> list:
-    items, tree_of = [], {}
+    items, tree_of, named = [], {}, {}
     sgl = [k for k in SGL_ORDER if any(r.key == k for r in rows)]
     for r in rows:
         if r.key in SGL_KEYS:
@@ -54,16 +55,16 @@ def _listed(layer, rows, data) -> list:
                 items.append((name, [(k, value_text(k, _value(layer, k, data))) for k in sgl]))
             continue
         text = value_text(r.key, _value(layer, r.key, data))
-        if r.mask:
-            parent = tree_of.get((r.off, r.size))
+        if r.mask:  # in the tree of the whole bytes, or of the bits it is named under (prinfo.guard)
+            parent = named.get(r.key.rpartition(".")[0], tree_of.get((r.off, r.size)))
             if parent is not None:
                 parent.append((r.key, text))
                 continue
         items.append((r.key, text))
+        tree = named[r.key] = []
+        items.append((r.key + "_tree", tree))
         if not r.mask:
-            tree = []
             tree_of[(r.off, r.size)] = tree
-            items.append((r.key + "_tree", tree))
     return [i for i in items if not (i[0].endswith("_tree") and not i[1])]
 
 
@@ -84,7 +85,7 @@ def _nested(layer, rows) -> list:
         while open_ and not (open_[-1][0] <= r.off and r.off + r.size <= open_[-1][1]):
             open_.pop()
         into = open_[-1][2] if open_ else items
-        into.append((r.key, numbered(r.key, layer.at + r.off, value_text(r.key, value(r, data)))))
+        into.append((r.key, numbered(r.key, layer, r.off, value_text(r.key, value(r, data)))))
         if not r.mask:
             tree = []
             into.append((r.key + "_tree", tree))

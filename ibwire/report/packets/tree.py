@@ -233,7 +233,6 @@ CONTAINERS = {
         "vendor": "Vendor Specific or Unknown Header Sequence",
     }.items()
 }
-CONTAINERS.update(nvme_data_words.CONTAINERS)
 INNER = {IB + "smplid.smpdata": "{attribute}", IB + "sa.drdlid": "{attribute}"}
 
 
@@ -427,7 +426,7 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: b
             _items(value, depth + 1, out, layer, names, key[:-5] in INNER)
             continue
         if isinstance(value, nvme_data_words.Titled):  # an entry titled by its number (PSD3, DLE0)
-            out.append(pad + value.title)
+            out.append(pad + value.title.format(shown=_bytes_shown(value)))
             continue
         if key in CONTAINERS and i + 1 < len(items) and items[i + 1][0] == key + "_tree":
             out.append(pad + (INNER[key] if inner and key in INNER else CONTAINERS[key]).format(**names))
