@@ -29,8 +29,7 @@ READS, SKIP = 256, 256  # 1 MiB from 1 MiB on
 WRITES, SEEK = 16, 1024  # 64 KiB at 4 MiB
 AER = 0x0C  # Asynchronous Event Request: the target answers it only when an event occurs
 # tshark's fields of the data structures transfers carry that ibwire does not decode yet (docs/storage.md)
-DATA = ("nvme.cmd.identify.ns.", "nvme.cmd.identify.nslist.", "nvme.cmd.get_logpage.smart.")
-DATA += ("nvme.cmd.get_logpage.cmd_and_eff.",)
+DATA = ("nvme.cmd.get_logpage.cmd_and_eff.",)
 
 TARGET = """set -e
 modprobe null_blk gb=1 nr_devices=1
@@ -259,8 +258,8 @@ def _same(key: str, theirs: str, ours: str) -> bool:
 
 def test_nvme_fields_agree_with_tshark_44(nvmeof, tshark44):
     """Every nvme / nvme-rdma value tshark 4.4 and ibwire both show on the kernel's traffic is the same (latencies
-    to the microsecond ibwire rounds them to).  Coverage of tshark's values outside the data structures transfers
-    carry (and the `nvme` layer tshark opens for them on the RDMA WRITE frames) is printed and has a floor: what
+    to the microsecond ibwire rounds them to).  Coverage of tshark's values but the log page not decoded yet (DATA)
+    and the empty `nvme` layer tshark opens on the RDMA WRITE frames of I/O data is printed and has a floor: what
     ibwire does not show yet is listed in docs/storage.md."""
     theirs = leaves(_load(tshark44(nvmeof["path"], "-T", "json")))
     ours = leaves(nvmeof["json"])
@@ -275,4 +274,4 @@ def test_nvme_fields_agree_with_tshark_44(nvmeof, tshark44):
         f"different; of the {len(capsule)} outside the structures not decoded yet ibwire shows {share:.1%}; not "
         f"shown: {dict(missing)}"
     )
-    assert share >= 0.85 and len(both) >= 10_000, (share, len(both))
+    assert share >= 0.98 and len(both) >= 16_000, (share, len(both))
