@@ -8,7 +8,8 @@ every --pfc-every packets).  ibwire runs `health -T json`; tshark prints the fie
 Python counts them.  Both must agree on CE marks, CNPs, pause frames and distinct UDP source ports.  The two
 run alternately, --rounds times (the machine is shared: each round's pair meets about the same load); each
 round gives the speed-up by wall time and by CPU time (user and system, which a loaded machine disturbs
-less), and the least of each is the bench's result; results go to bench/out/health.json.
+less; the system time apart too), and the least of each is the bench's result; results go to
+bench/out/health.json.
 """
 
 import argparse
@@ -57,12 +58,12 @@ def with_pfc(src: Path, dst: Path, every: int) -> int:
 
 
 def run(cmd):
-    """Wall seconds, CPU seconds (user and system) and the output of one run of `cmd`."""
+    """Wall seconds, user and system CPU seconds and the output of one run of `cmd`."""
     t, u = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t
     v = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, v.ru_utime - u.ru_utime + v.ru_stime - u.ru_stime, out
+    return wall, v.ru_utime - u.ru_utime, v.ru_stime - u.ru_stime, out
 
 
 def tshark_counts(text: str) -> dict:
@@ -108,17 +109,20 @@ def main():
     theirs_cmd = ["tshark", "-r", str(path), "-T", "fields"] + [x for f in FIELDS for x in ("-e", f)]
     rounds = []
     for _ in range(a.rounds):  # alternately, so that both tools meet the same load
-        t_ib, cpu_ib, res = run(ours_cmd)
+        t_ib, user_ib, sys_ib, res = run(ours_cmd)
         ours = ibwire_counts(json.loads(res.stdout))
-        t_ts, cpu_ts, res = run(theirs_cmd)
+        t_ts, user_ts, sys_ts, res = run(theirs_cmd)
         theirs = tshark_counts(res.stdout)
+        cpu_ib, cpu_ts = user_ib + sys_ib, user_ts + sys_ts
         rounds.append(
             {
                 "ibwire_s": t_ib,
                 "tshark_s": t_ts,
                 "speedup": t_ts / t_ib,
                 "ibwire_cpu_s": cpu_ib,
+                "ibwire_system_s": sys_ib,  # (the part a loaded machine disturbs most: page faults, copies)
                 "tshark_cpu_s": cpu_ts,
+                "tshark_system_s": sys_ts,
                 "speedup_per_cpu_s": cpu_ts / cpu_ib,
                 "load_average": os.getloadavg()[0],
                 "agree": ours == theirs,
