@@ -19,12 +19,14 @@ from dissectors.nvmetable import (
     CQE,
     CQE_CONNECT,
     CQE_LEN,
+    CQE_NUMBER_OF_QUEUES,
     CQE_PROP_GET,
     CQE_PROP_SET,
     DISPLAY,
     FABRICS,
     FABRICS_HEAD,
     FABRICS_OPC,
+    FEATURES,
     GENERIC,
     GET_LOG_PAGE_OPC,
     IDENTIFY_OPC,
@@ -33,6 +35,8 @@ from dissectors.nvmetable import (
     LID_SMART,
     PROP_SET,
     PROPERTIES,
+    SET_FEATURES_HEAD,
+    SET_FEATURES_TAIL,
     SQE_HEAD,
     SQE_LEN,
     command_kind,
@@ -119,6 +123,10 @@ def _layers():
     kinds = [("Fabrics" + n.replace(" ", ""), r, FABRICS_HEAD) for n, r in FABRICS.values()]
     kinds += [("Admin" + n.replace(" ", ""), r, SQE_HEAD) for n, r in ADMIN.values()]
     kinds += [("IO" + n, r, SQE_HEAD) for n, r in IO.values()] + [("Command", GENERIC, SQE_HEAD)]
+    kinds += [  # Set Features, its dword 11 by feature identifier
+        (f"AdminSetFeatures{fid:02x}", SET_FEATURES_HEAD + dword11 + SET_FEATURES_TAIL, SQE_HEAD)
+        for fid, dword11 in FEATURES.items()
+    ]
     for name, rows, head in kinds:
         out[head + rows] = table_layer(f"NVMe{name}", "nvme", head + rows, SQE_LEN, f"NVMe {name}")
     out[FABRICS_HEAD] = table_layer("NVMeFabricsOther", "nvme", FABRICS_HEAD, SQE_LEN, "NVMe Fabrics command")
@@ -127,6 +135,7 @@ def _layers():
         ("ConnectCQE", CQE_CONNECT),
         ("PropGetCQE", CQE_PROP_GET),
         ("PropSetCQE", CQE_PROP_SET),
+        ("NumberOfQueuesCQE", CQE_NUMBER_OF_QUEUES),
     ):
         out[rows] = table_layer(f"NVMe{name}", "nvme", rows, CQE_LEN, f"NVMe {name}")
     for offset, prop in PROPERTIES.items():  # a Property Set and a Property Get's completion, per property
@@ -160,8 +169,8 @@ def command_layer(payload: bytes, qid: int = 0):
     return name, pkt
 
 
-def completion_layer(payload: bytes, cmd_sqe=None):
-    return layer_class(completion_rows(cmd_sqe), CQE_LEN)(payload[:CQE_LEN])
+def completion_layer(payload: bytes, cmd_sqe=None, qid=None):
+    return layer_class(completion_rows(cmd_sqe, qid), CQE_LEN)(payload[:CQE_LEN])
 
 
 def _transfers():

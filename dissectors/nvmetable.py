@@ -110,6 +110,42 @@ READ_WRITE = _rows(
     ("nvme.cmd.elbat", 60, 2),
     ("nvme.cmd.elbatm", 62, 2),
 )
+_SF = "nvme.cmd.set_features."
+SET_FEATURES_HEAD = _rows(
+    (_SF + "dword10", 40, 4),
+    (_SF + "dword10.fid", 40, 4, 0xFF),
+    (_SF + "dword10.rsvd", 40, 4, 0x7FFFFF00),
+    (_SF + "dword10.sv", 40, 4, 0x80000000),
+)
+SET_FEATURES_TAIL = (DWORDS[12], DWORDS[13]) + _rows(
+    (_SF + "dword14", 56, 4),
+    (_SF + "dword14.uuid", 56, 4, 0x7F),
+    (_SF + "dword14.rsvd", 56, 4, 0xFFFFFF80),
+    DWORDS[15],
+)
+# Dword 11 of Set Features by feature identifier (Base 2.0 §5.27.1): Number of Queues, Asynchronous Event
+# Configuration; a completion's dword 0 for Number of Queues
+FEATURES = {
+    0x07: _rows(
+        (_SF + "dword11.nq", 44, 4),
+        (_SF + "dword11.nq.nsqr", 44, 4, 0xFFFF),
+        (_SF + "dword11.nq.ncqr", 44, 4, 0xFFFF0000),
+    ),
+    0x0B: _rows(
+        (_SF + "dword11.aec", 44, 4),
+        (_SF + "dword11.aec.smart", 44, 4, 0xFF),
+        (_SF + "dword11.aec.ns", 44, 4, 0x100),
+        (_SF + "dword11.aec.fwa", 44, 4, 0x200),
+        (_SF + "dword11.aec.tel", 44, 4, 0x400),
+        (_SF + "dword11.aec.ana", 44, 4, 1 << 11),
+        (_SF + "dword11.aec.plat", 44, 4, 0x1000),
+        (_SF + "dword11.aec.lba", 44, 4, 0x2000),
+        (_SF + "dword11.aec.eg", 44, 4, 0x4000),
+        (_SF + "dword11.aec.rsvd", 44, 4, 0x7FFF8000),
+        (_SF + "dword11.aec.disc", 44, 4, 0x80000000),
+    ),
+}
+FEATURE_NQ, SET_FEATURES_OPC = 0x07, 0x09
 GENERIC = tuple(DWORDS.values())
 ADMIN = {0x06: ("Identify", IDENTIFY), 0x02: ("Get Log Page", GET_LOG_PAGE)}
 ADMIN_NAMES = {
@@ -244,6 +280,12 @@ def _cqe_tail(phase: str):
 
 
 CQE = _rows(("nvme.cqe.dword0", 0, 4), ("nvme.cqe.dword1", 4, 4)) + _cqe_tail("p")
+CQE_NUMBER_OF_QUEUES = _rows(
+    ("nvme.cqe.dword0.set_features.nq", 0, 4),
+    ("nvme.cqe.dword0.set_features.nq.nsqa", 0, 4, 0xFFFF),  # submission and completion queues allocated
+    ("nvme.cqe.dword0.set_features.ncqa", 0, 4, 0xFFFF0000),
+    ("nvme.cqe.dword1", 4, 4),
+) + _cqe_tail("p")
 CQE_CONNECT = _rows(
     ("nvme.fabrics.cqe.connect.cntrlid", 0, 2),
     ("nvme.fabrics.cqe.connect.authreq", 2, 2),
@@ -306,17 +348,21 @@ def command_kind(sqe: bytes, qid: int = 0):
     if opc == FABRICS_OPC:
         name, rows = FABRICS.get(sqe[4], (f"Fabrics 0x{sqe[4]:02x}", ()))
         return name, FABRICS_HEAD + rows + (property_rows(sqe, 48) if sqe[4] == 0x00 else ())
+    if qid == 0 and opc == SET_FEATURES_OPC:  # dword 11 by feature identifier
+        return "Set Features", SQE_HEAD + SET_FEATURES_HEAD + FEATURES.get(sqe[40], (DWORDS[11],)) + SET_FEATURES_TAIL
     table, names = (ADMIN, ADMIN_NAMES) if qid == 0 else (IO, IO_NAMES)
     name, rows = table.get(opc, (names.get(opc, f"opcode 0x{opc:02x}"), GENERIC))
     return name, SQE_HEAD + rows
 
 
-def completion_rows(cmd_sqe: bytes):
-    """The rows of the completion of the command whose SQE is `cmd_sqe` (None: generic NVMe)."""
+def completion_rows(cmd_sqe: bytes, qid=None):
+    """The rows of the completion of the command whose SQE is `cmd_sqe` on queue `qid` (None: generic NVMe)."""
     if cmd_sqe is not None and cmd_sqe[0] == FABRICS_OPC:
         if cmd_sqe[4] == 0x04:
             return CQE_PROP_GET + property_rows(cmd_sqe, 0)
         return {0x01: CQE_CONNECT, 0x00: CQE_PROP_SET}.get(cmd_sqe[4], CQE)
+    if qid == 0 and cmd_sqe[0] == SET_FEATURES_OPC and cmd_sqe[40] == FEATURE_NQ:
+        return CQE_NUMBER_OF_QUEUES
     return CQE
 
 
@@ -456,6 +502,11 @@ DISPLAY.update(
     {prefix + name: shown for prefix, rows in _STRUCTURES.values() for name, _, _, _, shown in rows if shown != "s"}
 )
 DISPLAY["nvme.cmd.get_logpage.numd"] = 0
+_SF_BITS = ("ns", "fwa", "tel", "ana", "plat", "lba", "eg", "disc")  # the event kinds AEC enables
+DISPLAY.update({r.key: 8 for r in SET_FEATURES_HEAD + SET_FEATURES_TAIL + FEATURES[0x07] + FEATURES[0x0B]})
+DISPLAY.update({f"{_SF}dword11.aec.{k}": 1 for k in _SF_BITS})
+DISPLAY.update({k: 0 for k in (_SF + "dword11.nq.nsqr", _SF + "dword11.nq.ncqr")})  # counts (0's based)
+DISPLAY.update({r.key: 0 if r.mask else 8 for r in CQE_NUMBER_OF_QUEUES[:3]})
 DISPLAY.update(  # CC and CSTS (CAP and VS are nvmedata's)
     {key: 0 if key.endswith(("mps", "iosqes", "iocqes")) else 8 for o in (0x14, 0x1C) for key, *_ in PROPERTIES[o]}
 )

@@ -266,7 +266,7 @@ class NvmeTracker:
             return
         from dissectors.nvme import completion_layer
 
-        self._add(d, completion_layer(payload, cmd.sqe), replace=True)
+        self._add(d, completion_layer(payload, cmd.sqe, cmd.qid), replace=True)
         which = "nvme.fabrics" if cmd.sqe[0] == FABRICS_OPC else "nvme"
         latency = round((d.frame.time - cmd.time) * 1000, 3)
         _fields(d, {f"{which}.cmd_pkt": cmd.frame, f"{which}.cmd_latency": latency})

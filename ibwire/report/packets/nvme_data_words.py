@@ -46,6 +46,19 @@ def _mdts(v) -> str:
     return f"0x{_n(v):x} ({1 << _n(v)} pages)" if _n(v) else "0x0 (unlimited)"
 
 
+def _queues(v) -> str:
+    """A count of queues, 0's based: the field, then the count."""
+    return f"{_n(v):x} ({_n(v) + 1})"
+
+
+QUEUES = (  # Set Features Number of Queues: requested, and allocated in its completion
+    "nvme.cmd.set_features.dword11.nq.nsqr",
+    "nvme.cmd.set_features.dword11.nq.ncqr",
+    "nvme.cqe.dword0.set_features.nq.nsqa",
+    "nvme.cqe.dword0.set_features.ncqa",
+)
+
+
 def _capacity(label: str):
     """A 16-byte capacity in bytes, or in the largest binary unit it needs beyond 64 bits (no value shown)."""
 
@@ -76,6 +89,7 @@ WORDED = {
     **{C + k: lambda v: f"{_n(v) + 1} logical block{'%s' if _n(v) else ''}" for k in ("awun", "awupf")},
     **{C + "nvmeof." + k: _x16 for k in ("ioccsz", "iorcsz", "icdoff")},
     "nvme.cmd.get_logpage.numd": lambda v: f"{_n(v)} ({(_n(v) + 1) * 4} bytes)",
+    **{k: _queues for k in QUEUES},
     P + "mqes": lambda v: str(_n(v) + 1),
     P + "to": lambda v: f"{_n(v):x} ({_n(v) * 500} ms)",
     P + "dstrd": lambda v: f"0x{_n(v):x} ({4 << _n(v)} bytes)",
