@@ -124,106 +124,119 @@ static int float_repr(char *t, double x)
     return n;
 }
 
+/* A signed integer of a bytes (1, 2, 4 or 8) at f in decimal. */
+static int idec(char *t, const uint8_t *f, unsigned a)
+{
+    int n = 0;
+    int64_t v = (int64_t)load(f, (int)a);
+    if (a == 4)
+        v = (int32_t)v;
+    if (v < 0) {
+        t[n++] = '-';
+        v = -v;
+    }
+    return n + udec(t + n, (uint64_t)v);
+}
+
+/* v in lower-case hex with at least `digits` digits, zero-padded. */
+static int hex_min(char *t, uint64_t v, int digits)
+{
+    int n = 1;
+    while (n < 16 && (v >> (4 * n)))
+        n++;
+    if (n < digits)
+        n = digits;
+    for (int i = n - 1; i >= 0; i--) {
+        t[i] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    }
+    return n;
+}
+
+/* v nanoseconds since the epoch as a date and/or time with `decimals` digits of the second; w: bit 0 the
+ * date too, bit 1 UTC instead of local time, bit 2 the date alone, bit 3 tshark's frame.time ("Aug  5, 2025
+ * 07:41:54.194697000 UTC"). */
+static int date_time(char *t, int64_t v, unsigned decimals, unsigned w)
+{
+    int64_t sec = v >= 0 ? v / 1000000000 : -((-v + 999999999) / 1000000000);
+    char fr[32];
+    fixed_ns(fr, v - sec * 1000000000, (int)decimals);      /* "0.xxxxxx" */
+    time_t s = (time_t)sec;
+    struct tm tm;
+    if (w & 2)
+        gmtime_r(&s, &tm);
+    else
+        localtime_r(&s, &tm);
+    const char *form = (w & 8) ? "%b %e, %Y %H:%M:%S" : (w & 4) ? "%Y-%m-%d" : (w & 1) ? "%Y-%m-%d %H:%M:%S" : "%H:%M:%S";
+    int n = (int)strftime(t, 40, form, &tm);
+    if (decimals) {
+        memcpy(t + n, fr + 1, (size_t)decimals + 1);
+        n += (int)decimals + 1;
+    }
+    if (w & 8) {
+        t[n++] = ' ';
+        n += (int)strftime(t + n, 16, "%Z", &tm);
+    }
+    return n;
+}
+
+/* The 16-byte address at f: IPv4 when it is IPv4-mapped and w's bit 0 is clear, else IPv6 (a GID). */
+static int address(char *t, const uint8_t *f, unsigned w)
+{
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (!(w & 1) && !memcmp(f, mapped, 12))
+        inet_ntop(AF_INET, f + 12, t, FIELD_TEXT);
+    else
+        inet_ntop(AF_INET6, f, t, FIELD_TEXT);
+    return (int)strlen(t);
+}
+
+/* The 6-byte MAC address at f as aa:bb:cc:dd:ee:ff. */
+static int mac(char *t, const uint8_t *f)
+{
+    int n = 0;
+    for (int i = 0; i < 6; i++) {
+        t[n++] = "0123456789abcdef"[f[i] >> 4];
+        t[n++] = "0123456789abcdef"[f[i] & 15];
+        if (i < 5)
+            t[n++] = ':';
+    }
+    return n;
+}
+
+static int64_t i8_at(const uint8_t *f)
+{
+    int64_t v;
+    memcpy(&v, f, 8);
+    return v;
+}
+
 /* The field at f printed by `op` into t (a, *w: the op's operands; formats that pad themselves clear *w;
  * TIME subtracts `base` nanoseconds): its length, or -1 for an unknown op. */
 static int format_field(int op, const uint8_t *f, unsigned a, unsigned *w, int64_t base, char *t)
 {
-    int n = 0;
+    int n;
     switch (op) {
-    case OP_UDEC:
-        n = udec(t, load(f, (int)a));
-        break;
-    case OP_IDEC: {
-        int64_t v = (int64_t)load(f, (int)a);
-        if (a == 4)
-            v = (int32_t)v;
-        if (v < 0) {
-            t[n++] = '-';
-            v = -v;
-        }
-        n += udec(t + n, (uint64_t)v);
-        break;
-    }
-    case OP_HEX: {
-        uint64_t v = load(f, (int)a);
-        int digits = 1;
-        while (digits < 16 && (v >> (4 * digits)))
-            digits++;
-        if (digits < (int)*w)
-            digits = (int)*w;
-        for (int i = digits - 1; i >= 0; i--) {
-            t[i] = "0123456789abcdef"[v & 15];
-            v >>= 4;
-        }
-        n = digits;
+    case OP_UDEC: return udec(t, load(f, (int)a));
+    case OP_IDEC: return idec(t, f, a);
+    case OP_HEX:
+        n = hex_min(t, load(f, (int)a), (int)*w);
         *w = 0;
-        break;
-    }
-    case OP_TIME: {
-        int64_t v;
-        memcpy(&v, f, 8);
-        n = fixed_ns(t, v - base, (int)a);
-        break;
-    }
-    case OP_SPAN: {        /* a duration in nanoseconds, as seconds with a decimals */
-        int64_t v;
-        memcpy(&v, f, 8);
-        n = fixed_ns(t, v, (int)a);
-        break;
-    }
-    case OP_DATE: {        /* a: decimals; w: bit 0 the date too, bit 1 UTC, bit 2 the date alone */
-        int64_t v;
-        memcpy(&v, f, 8);
-        int64_t sec = v >= 0 ? v / 1000000000 : -((-v + 999999999) / 1000000000);
-        char fr[32];
-        fixed_ns(fr, v - sec * 1000000000, (int)a);      /* "0.xxxxxx" */
-        time_t s = (time_t)sec;
-        struct tm tm;
-        if (*w & 2)
-            gmtime_r(&s, &tm);
-        else
-            localtime_r(&s, &tm);
-        const char *form = (*w & 8) ? "%b %e, %Y %H:%M:%S" : (*w & 4) ? "%Y-%m-%d" : (*w & 1) ? "%Y-%m-%d %H:%M:%S" : "%H:%M:%S";
-        n = (int)strftime(t, 40, form, &tm);
-        if (a) {
-            memcpy(t + n, fr + 1, (size_t)a + 1);
-            n += (int)a + 1;
-        }
-        if (*w & 8) {
-            t[n++] = ' ';
-            n += (int)strftime(t + n, 16, "%Z", &tm);
-        }
+        return n;
+    case OP_TIME: return fixed_ns(t, i8_at(f) - base, (int)a);
+    case OP_SPAN: return fixed_ns(t, i8_at(f), (int)a);       /* a duration in nanoseconds */
+    case OP_DATE:
+        n = date_time(t, i8_at(f), a, *w);
         *w = 0;
-        break;
-    }
-    case OP_ADDR: {        /* w: 1 always IPv6 (a GID; IPv4-mapped as ::ffff:a.b.c.d), else IPv4 if mapped */
-        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-        if (!(*w & 1) && !memcmp(f, mapped, 12))
-            inet_ntop(AF_INET, f + 12, t, FIELD_TEXT);
-        else
-            inet_ntop(AF_INET6, f, t, FIELD_TEXT);
-        n = (int)strlen(t);
+        return n;
+    case OP_ADDR:
+        n = address(t, f, *w);
         *w = 0;
-        break;
+        return n;
+    case OP_REPR: return float_repr(t, (double)i8_at(f) / 1e9);
+    case OP_MAC: return mac(t, f);
+    default: return -1;
     }
-    case OP_REPR: {
-        int64_t v;
-        memcpy(&v, f, 8);
-        n = float_repr(t, (double)v / 1e9);
-        break;
-    }
-    case OP_MAC:
-        for (int i = 0; i < 6; i++) {
-            t[n++] = "0123456789abcdef"[f[i] >> 4];
-            t[n++] = "0123456789abcdef"[f[i] & 15];
-            if (i < 5)
-                t[n++] = ':';
-        }
-        break;
-    default:
-        return -1;
-    }
-    return n;
 }
 
 static const char HEXD[] = "0123456789abcdef";
