@@ -337,7 +337,8 @@ IDENTIFY_NS = (
     ("eui64", 120, 8, 0, -1),
     ("lbafs", 128, 64, 0, -1),
 )
-LBA_FORMAT = (("lbaf", 128, 4, 0, 8),)  # each 4 bytes on
+LBA_FORMAT = (("lbaf", 128, 4, 0, 8),)  # each 4 bytes on, NLBAF + 1 (0's based) of the LBA_FORMATS `lbafs` holds
+LBA_FORMATS = 16
 IDENTIFY_NS_TAIL = (
     ("rsvd", 192, 192, 0, -1),
     ("vs", 384, 4096 - 384, 0, -1),

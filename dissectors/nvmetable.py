@@ -423,7 +423,7 @@ def _identify(cns: int, at: int, data: bytes):
     if cns == CNS_CTRL:
         return IDENTIFY_CTRL
     if cns == CNS_NS:
-        formats = range(data[25] + 1) if at == 0 and len(data) > 25 else ()  # NLBAF, 0's based
+        formats = range(min(data[25] + 1, nvmedata.LBA_FORMATS)) if at == 0 and len(data) > 25 else ()  # NLBAF
         return _R["ns"] + _entries(_R["lbaf"], 0, 4, formats) + _R["ns_tail"]
     if cns == CNS_NS_LIST:
         ids = [int.from_bytes(data[i : i + 4], "little") for i in range(0, len(data) - 3, 4)]

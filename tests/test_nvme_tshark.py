@@ -58,6 +58,40 @@ def test_nvme_fields_agree_with_tshark_44(tshark44, public_dir):
     assert len(both) / len(theirs) >= 0.95, missing[:20]
 
 
+# frame -> where its payload starts, of the discover capture's packets that carry a data structure
+STRUCTURES = {11: 58, 36: 70, 37: 54, 38: 54, 39: 54, 46: 70, 52: 70, 53: 54}
+
+
+def test_damaged_data_structures_decode_in_every_output(public_dir, tmp_path):
+    """The discover capture with the bytes of every packet that carries a data structure (Connect data,
+    Identify Controller, the discovery log) scrambled, and two of them cut in half: every output shows every
+    frame and ends well."""
+    import random
+    import struct
+
+    data, rng = (public_dir / DISCOVER).read_bytes(), random.Random(31)
+    out, off, n = bytearray(data[:24]), 24, 0
+    while off < len(data):
+        head = struct.unpack_from("<IIII", data, off)
+        pkt, n = bytearray(data[off + 16 : off + 16 + head[2]]), n + 1
+        if n in STRUCTURES:  # the payload after the headers (RETH, AETH or none), the ICRC kept
+            at = STRUCTURES[n]
+            pkt[at:-4] = bytes(rng.randrange(256) for _ in pkt[at:-4])
+            pkt = pkt[: len(pkt) // 2] if n in (37, 53) else pkt
+        out += struct.pack("<IIII", head[0], head[1], len(pkt), len(pkt)) + pkt
+        off += 16 + head[2]
+    capture = tmp_path / "damaged.pcap"
+    capture.write_bytes(out)
+    for args in (["-V"], ["-T", "json"], ["-T", "fields", "-e", "nvme.cmd.identify.ctrl.subnqn"], []):
+        done = run_ibwire("decode", *args, capture)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert run_ibwire("decode", "-V", capture).stdout.count("\nFrame ") + 1 == n
+    shown = _fields(
+        capture, "-Y", "nvme.cmd.identify.ctrl.vid || nvme.fabrics.cmd.connect.data.hostid", "-e", "frame.number"
+    )
+    assert [row[0] for row in shown] == ["11", "36"]  # still decoded as the structures they carry
+
+
 def _fields(capture, *args):
     done = run_ibwire("decode", *args, "-T", "fields", "-E", "separator=,", capture)
     assert done.returncode == 0, done.stderr
