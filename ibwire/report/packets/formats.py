@@ -48,10 +48,8 @@ def leaf_parts(key: str, row1: np.ndarray, time_base: Optional[str]) -> list:
     shown, key = key, _atomic_alias(key, row)
     if not _present(key, row1):
         return []
-    if key == "frame.time_epoch":
-        if time_base is not None:  # one time base per line: the relative field takes it
-            raise NotBatchable(key)
-        return [("time", "time_ns", 9)]
+    if key == "frame.time_epoch":  # beside a relative field (which takes the line's time base): no base
+        return [("span", "time_ns", 9)] if time_base is not None else [("time", "time_ns", 9)]
     if key in ("frame.time_relative", "frame.time_delta"):
         if time_base != key:
             raise NotBatchable(key)
