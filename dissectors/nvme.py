@@ -58,11 +58,12 @@ class TableLayer(IBLayer):
     cdw10 = 0  # … and the low byte of its command's CDW10 (CNS, log page ID)
 
     def ws_extra(self):
-        """Each row by name; of a name repeated (entries of a data structure) the first."""
+        """Each row by name; a name repeated (entries of a data structure) holds the list of its values, as
+        tshark shows every occurrence to -e and -Y."""
         data, out = self.original or bytes(self), {}
         for r in self.rows:
-            out.setdefault(r.key[len(self.ws_name) + 1 :], value(r, data))
-        return out
+            out.setdefault(r.key[len(self.ws_name) + 1 :], []).append(value(r, data))
+        return {k: v[0] if len(v) == 1 else v for k, v in out.items()}
 
     def extract_padding(self, s):
         return s[: self.length], s[self.length :]

@@ -566,6 +566,7 @@ def layer_field_types() -> dict:
             except Exception:
                 pass
         for name, value in extra.items():
+            value = value[0] if isinstance(value, list) else value  # a repeated field (NVMe structure entries)
             out.setdefault(
                 f"{ws}.{name}", STRING if isinstance(value, str) else BYTES if isinstance(value, bytes) else UINT
             )
