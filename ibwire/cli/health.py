@@ -1,6 +1,7 @@
 """`ibwire health FILE`: lossless-Ethernet health of a RoCE capture (PFC pauses and storms, ECN-CE and the
 CNP answer, ECMP source-port entropy, DSCP/PCP per flow).  docs/health.md describes fields and findings."""
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -75,6 +76,10 @@ def health(
     """PFC pauses per port and priority (episodes, storms), ECN-CE marks and the CNPs answering them with the
     sender's rate around each CNP, ECMP entropy of RoCEv2 source ports, DSCP/PCP per flow and message kind,
     and findings with a display filter for their frames.  Exit status 1 when a finding is an error."""
+    # numpy (loaded here first) asks for 2 MB pages for arrays of 4 MB and more; where free memory is in pieces,
+    # as right after tshark freed its gigabytes, each such page fault first compacts memory: the bench's run
+    # took 0.68-0.80 s of CPU with them, 0.49-0.51 s without (NUMPY_MADVISE_HUGEPAGE, numpy's own switch)
+    os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
     from ibwire.analyze.health import Settings, analyse
     from ibwire.errors import UserError
     from ibwire.report.tables import render
