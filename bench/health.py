@@ -9,7 +9,8 @@ Python counts them.  Both must agree on CE marks, CNPs, pause frames and distinc
 run alternately, --rounds times (the machine is shared: each round's pair meets about the same load); each
 round gives the speed-up by wall time and by CPU time (user and system, which a loaded machine disturbs
 less; the system time apart too), and the least of each is the bench's result; results go to
-bench/out/health.json.
+bench/out/health.json.  ibwire's modules are compiled to bytecode first, as an installation has them (a
+module edited since its cache was written would otherwise be compiled again in every run).
 """
 
 import argparse
@@ -91,6 +92,19 @@ def ibwire_counts(doc: dict) -> dict:
     }
 
 
+def fresh_bytecode():
+    """Python's bytecode cache of ibwire's modules up to date, as an installation (pip compiles it) or a first
+    run leaves it: under PYTHONDONTWRITEBYTECODE a module edited since its cache was written is compiled
+    again in every run (analyze/health.py alone 8 ms of CPU)."""
+    import compileall
+
+    import dissectors
+    import ibwire
+
+    for pkg in (ibwire, dissectors):
+        compileall.compile_dir(str(Path(pkg.__file__).parent), quiet=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--packets", type=int, default=1_000_000)
@@ -104,6 +118,7 @@ def main():
         generate(str(base), a.packets)
     if not path.exists():
         with_pfc(base, path, a.pfc_every)
+    fresh_bytecode()
     exe = str(Path(sys.executable).parent / "ibwire")
     ours_cmd = [exe, "health", str(path), "-T", "json"]
     theirs_cmd = ["tshark", "-r", str(path), "-T", "fields"] + [x for f in FIELDS for x in ("-e", f)]
