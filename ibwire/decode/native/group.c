@@ -79,6 +79,10 @@ int64_t group_records(const group_job *j)
             copy_field((uint8_t *)key + at, r + off[f], size[f]);
             at += (int)size[f];
         }
+        if (i && same_key(keys + inverse[i - 1] * words, key, words)) {   /* a run of one group: no lookup */
+            inverse[i] = inverse[i - 1];
+            continue;
+        }
         uint64_t h = key_hash(key, klen), s = h & (cap - 1);
         for (;;) {
             int64_t g = slot[s];
