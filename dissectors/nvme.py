@@ -32,6 +32,7 @@ from dissectors.nvmetable import (
     IDENTIFY_OPC,
     IO,
     LID_DISCOVERY,
+    LID_EFFECTS,
     LID_SMART,
     PROP_SET,
     PROPERTIES,
@@ -42,6 +43,7 @@ from dissectors.nvmetable import (
     command_kind,
     completion_rows,
     data_rows,
+    effects_entries,
     value,
 )
 
@@ -56,6 +58,8 @@ class TableLayer(IBLayer):
     length = 0
     at = None  # a data structure's packet: its offset in the transfer (dissectors.nvme.data_layer)
     cdw10 = 0  # … and the low byte of its command's CDW10 (CNS, log page ID)
+    titles = None  # … its entries' -V titles by offset in the packet, where tshark words them per packet
+    cut = False  # … Wireshark's reading of it ran past the packet's end (a Malformed Packet)
 
     def ws_extra(self):
         """Each row by name; a name repeated (entries of a data structure) holds the list of its values, as
@@ -104,6 +108,18 @@ class NVMeData(IBLayer):
 
     ws_name = "nvme"
     fields_desc = [StrFixedLenField("data", b"", length_from=lambda p: len(p.original or b""))]
+
+    def extract_padding(self, s):
+        return s, b""
+
+
+class NVMeEmpty(IBLayer):
+    """The data of a command that Wireshark 4.4 opens its `nvme` layer on and shows nothing of (an I/O command's,
+    an Identify's of a CNS it does not decode, in an RDMA WRITE): the layer, no field."""
+
+    ws_name = "nvme"
+    empty = True
+    fields_desc = [StrFixedLenField("_data", b"", length_from=lambda p: len(p.original or b""))]
 
     def extract_padding(self, s):
         return s, b""
@@ -184,12 +200,24 @@ def _transfers():
         ("NamespaceList", _sqe(IDENTIFY_OPC, CNS_NS_LIST), 4),
         ("SMARTLog", _sqe(GET_LOG_PAGE_OPC, LID_SMART), 512),
         ("DiscoveryLog", _sqe(GET_LOG_PAGE_OPC, LID_DISCOVERY), 2048),
+        ("CommandEffectsLog", _sqe(GET_LOG_PAGE_OPC, LID_EFFECTS), 4096),
         ("ConnectData", _sqe(FABRICS_OPC, 0, CONNECT_FCTYPE), 1024),
     ):
         rows = data_rows(sqe, 0, 0, bytes([1] * n))  # LBA formats and namespace IDs as 1s say
-        out[rows, 0, sqe[40]] = table_layer(f"NVMe{name}", "nvme", rows, n, f"NVMe {name}")
-        out[rows, 0, sqe[40]].at, out[rows, 0, sqe[40]].cdw10 = 0, sqe[40]
+        out[rows, 0, sqe[40], sqe[48:56]] = _placed(
+            table_layer(f"NVMe{name}", "nvme", rows, n, f"NVMe {name}"), sqe, 0, n
+        )
     return out
+
+
+def _placed(cls, sqe: bytes, at: int, n: int):
+    """`cls`, the layer of the `n` bytes at `at` of what `sqe` moved, told where it lies and what tshark titles in
+    it (the Commands Supported and Effects log page's entries, which it numbers per packet)."""
+    cls.at, cls.cdw10 = at, sqe[40]
+    if sqe[0] == GET_LOG_PAGE_OPC and sqe[40] == LID_EFFECTS:
+        entries, cls.cut = effects_entries(sqe, at, n)
+        cls.titles = dict(entries)
+    return cls
 
 
 def _sqe(opc: int, cdw10: int, fctype: int = 0) -> bytes:
@@ -205,10 +233,12 @@ def data_layer(sqe: bytes, qid, at: int, data: bytes):
     rows = data_rows(sqe, qid, at, data)
     if not rows:
         return None
-    key = (rows, at, sqe[40])  # `at` numbers the entries a packet holds (PSDn, DLEn), CDW10 names the log page
+    # `at` numbers the entries a packet holds (PSDn, DLEn), CDW10 names the log page, the log page offset (CDW12-13)
+    # numbers the Commands Supported and Effects entries
+    key = (rows, at, sqe[40], sqe[48:56])
     if key not in TRANSFERS:
-        TRANSFERS[key] = table_layer(f"NVMeTransfer{len(TRANSFERS)}", "nvme", rows, len(data), "NVMe data")
-        TRANSFERS[key].at, TRANSFERS[key].cdw10 = at, sqe[40]
+        cls = table_layer(f"NVMeTransfer{len(TRANSFERS)}", "nvme", rows, len(data), "NVMe data")
+        TRANSFERS[key] = _placed(cls, sqe, at, len(data))
     return TRANSFERS[key](data)
 
 
@@ -217,4 +247,13 @@ def cm_layer(attr: str, private: bytes):
     return LAYERS[rows](private)
 
 
-__all__ = ["TableLayer", "NVMeData", "NVMeUnknown", "command_layer", "completion_layer", "data_layer", "cm_layer"]
+__all__ = [
+    "TableLayer",
+    "NVMeData",
+    "NVMeEmpty",
+    "NVMeUnknown",
+    "command_layer",
+    "completion_layer",
+    "data_layer",
+    "cm_layer",
+]

@@ -2,8 +2,8 @@
 `nvme.*` names, offsets and bit masks; tshark 4.4 -T pdml and -G fields on the public and the lab's captures),
 from the NVMe Base Specification 2.0: Identify Controller data (CNS 01h, Figure 275), Identify Namespace data
 and the active namespace list (CNS 00h, 02h), the SMART / Health Information log page, the CAP and VS
-properties, the Discovery Log Page (log page 70h, NVMe-oF 1.1 Figures 34-35) and the Connect command's data
-(NVMe-oF 1.1 Figure 20).
+properties, the Commands Supported and Effects log page (05h), the Discovery Log Page (log page 70h, NVMe-oF 1.1
+Figures 34-35) and the Connect command's data (NVMe-oF 1.1 Figure 20).
 
 A row is (name after the structure's prefix, byte offset, size, bit mask, display): display -1 bytes,
 0 decimal, 1 boolean, n hexadecimal with n digits, "s" a NUL-terminated ASCII string.  dissectors.nvmetable
@@ -393,6 +393,23 @@ SMART = (
     ("tmt2t", 228, 4, 0, 0),
     ("rsvd1", 232, 280, 0, -1),
 )
+# Commands Supported and Effects log page (05h, Base 2.0 Figure 210), nvme.cmd.get_logpage.cmd_and_eff.*: a
+# dword per opcode, 256 admin commands from byte 0, 256 I/O commands from byte 1024 (Wireshark 4.4 reads them
+# from 1028: ibwire.decode's effects_entries places them as it does)
+EFFECTS_ENTRY = (
+    ("cs", 0, 4, 0, -1),
+    ("cseds", 0, 4, 0, 8),
+    ("cseds.csupp", 0, 4, 0x1, 1),
+    ("cseds.lbcc", 0, 4, 0x2, 1),
+    ("cseds.ncc", 0, 4, 0x4, 1),
+    ("cseds.nic", 0, 4, 0x8, 1),
+    ("cseds.ccc", 0, 4, 0x10, 1),
+    ("cseds.rsvd0", 0, 4, 0xFFE0, 8),
+    ("cseds.cse", 0, 4, 0x70000, 8),
+    ("cseds.uss", 0, 4, 0x80000, 1),
+    ("cseds.rsvd1", 0, 4, 0xFFF00000, 8),
+)
+EFFECTS_LEN, EFFECTS_COUNT = 4, 256
 # Controller properties (Base 2.0 §3.1.4.1, 3.1.4.2) a Property Get returns, nvme.fabrics.prop_get.*: CAP (offset 0)
 CAP = (
     ("ccap", 0, 8, 0, 16),

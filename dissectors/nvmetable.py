@@ -368,7 +368,7 @@ def completion_rows(cmd_sqe: bytes, qid=None):
 
 # The data structures transfers carry (dissectors.nvmedata), by the command that asks for them.
 IDENTIFY_OPC, GET_LOG_PAGE_OPC, CONNECT_FCTYPE = 0x06, 0x02, 0x01
-CNS_NS, CNS_CTRL, CNS_NS_LIST, LID_SMART, LID_DISCOVERY = 0x00, 0x01, 0x02, 0x02, 0x70
+CNS_NS, CNS_CTRL, CNS_NS_LIST, LID_SMART, LID_EFFECTS, LID_DISCOVERY = 0x00, 0x01, 0x02, 0x02, 0x05, 0x70
 _STRUCTURES = {
     "ctrl": ("nvme.cmd.identify.ctrl.", nvmedata.IDENTIFY_CTRL),
     "psd": ("nvme.cmd.identify.ctrl.psds.", nvmedata.POWER_STATE),
@@ -377,6 +377,7 @@ _STRUCTURES = {
     "ns_tail": ("nvme.cmd.identify.ns.", nvmedata.IDENTIFY_NS_TAIL),
     "ns_list": ("nvme.cmd.identify.nslist.", nvmedata.NS_LIST),
     "smart": ("nvme.cmd.get_logpage.smart.", nvmedata.SMART),
+    "effects": ("nvme.cmd.get_logpage.cmd_and_eff.", nvmedata.EFFECTS_ENTRY),
     "log": ("nvme.cmd.get_logpage.identify.", nvmedata.DISCOVERY_HEAD),
     "entry": ("nvme.cmd.get_logpage.identify.rcrd", nvmedata.DISCOVERY_ENTRY),
     "connect": ("nvme.fabrics.cmd.connect.data.", nvmedata.CONNECT_DATA),
@@ -410,12 +411,45 @@ def data_rows(sqe: bytes, qid, at: int, data: bytes):
         return ()
     if sqe[0] == IDENTIFY_OPC:
         return _window(_identify(sqe[40], at, data), at, n)
+    if sqe[40] == LID_EFFECTS:
+        return (Row("nvme.data", 0, n),) + tuple(
+            r._replace(off=r.off + poff) for poff, _ in effects_entries(sqe, at, n)[0] for r in _R["effects"]
+        )
     if sqe[40] == LID_DISCOVERY:
         entries = range(max(0, at // nvmedata.ENTRY_LEN - 1), (at + n) // nvmedata.ENTRY_LEN)
         log = DISCOVERY_HEAD + _entries(DISCOVERY_ENTRY, nvmedata.ENTRY_LEN, nvmedata.ENTRY_LEN, entries)
     else:
         log = SMART if sqe[40] == LID_SMART else ()
     return (Row("nvme.data", 0, n),) + _window(log, at, n)
+
+
+EFFECTS_END = 4096  # Wireshark decodes no entry of a page read from this log page offset on
+
+
+def effects_entries(sqe: bytes, at: int, n: int):
+    """The entries of a Commands Supported and Effects log page that Wireshark 4.4 shows in the `n` bytes at
+    offset `at` of the transfer of Get Log Page `sqe` (packet-nvme.c, dissect_nvme_get_logpage_cmd_sup_and_eff_resp,
+    reproduced with its slips): ([(offset in the packet, title)], cut).  Admin entries from the page offset on
+    while it is at most 1024, titled by their index and `ACS` one more than the first's; then as many I/O entries
+    as the packet has dwords left (at most 256), read from byte 1028 of the page (the specification's 1024 holds
+    the I/O opcode 0 entry).  `cut`: the I/O entries ran past the packet, where Wireshark stops with an
+    exception (and, in its RDMA dissector, counts none of the packet's bytes into the transfer's offset)."""
+    lpo = int.from_bytes(sqe[48:56], "little") & ~3  # Wireshark clears the low bits, as a target must
+    if lpo >= EFFECTS_END:
+        return [], False
+    off = (lpo + at) & 0xFFFFFFFF
+    step, half, out, admin = nvmedata.EFFECTS_LEN, nvmedata.EFFECTS_COUNT * nvmedata.EFFECTS_LEN, [], 0
+    if off <= half and n >= step:
+        first, admin = off // step, min((half - off) // step, n // step)
+        out = [(step * i, f"Admin Command Supported {first + i} (ACS{first + 1})") for i in range(admin)]
+    rest = min(n // step - admin, nvmedata.EFFECTS_COUNT)
+    if rest <= 0:
+        return out, False
+    io_at = half + step  # 1028
+    first, poff = ((off - io_at) // step if off > io_at else 0), (io_at - off if off < io_at else 0)
+    fit = max(0, min(rest, (n - poff) // step))
+    out += [(poff + step * i, f"I/0 Command Supported {first + i} (IOCS{first + 1})") for i in range(fit)]
+    return out, fit < rest
 
 
 def _identify(cns: int, at: int, data: bytes):

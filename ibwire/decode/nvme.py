@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from dissectors.nvmetable import CQE_LEN, FABRICS_OPC, SQE_LEN, is_nvme_service
+from dissectors.nvmetable import CQE_LEN, FABRICS_OPC, IDENTIFY_OPC, SQE_LEN, is_nvme_service
 from ibwire.decode.rcdata import rc_data
 from ibwire.decode.records import F_MAD
 
@@ -23,7 +23,7 @@ JOURNAL = (
 class Command:
     """A command seen on a queue: its capsule, the frames that moved its data, its completion."""
 
-    __slots__ = ("frame", "time", "sqe", "qid", "cqe", "data", "bytes", "status", "cqe_time", "queue")
+    __slots__ = ("frame", "time", "sqe", "qid", "cqe", "data", "bytes", "status", "cqe_time", "queue", "tr")
 
     def __init__(self, frame: int, time: float, sqe: bytes, qid):
         self.frame, self.time, self.sqe, self.qid = frame, time, sqe, qid
@@ -31,6 +31,7 @@ class Command:
         self.data: List[int] = []
         self.bytes = 0
         self.queue = None
+        self.tr = 0  # where the next data packet's bytes lie in the transfer, as Wireshark counts (its tr_bytes)
 
     @property
     def keyed(self):
@@ -222,6 +223,7 @@ class NvmeTracker:
             cmd, req = queue.reads.pop(psn, (None, None))
             if cmd is not None:
                 extra["nvme.fabrics.data_req"] = req
+                cmd.tr = 0  # packet-nvme-rdma.c counts a READ's data from 0 (a WRITE's goes on)
             queue.moving = (cmd, psn, [d.frame.number]) if cmd is not None else None
         elif queue.moving is not None and (psn - queue.moving[1]) & 0xFFFFFF == 1:
             cmd, _, frames = queue.moving
@@ -232,7 +234,6 @@ class NvmeTracker:
         if cmd is None:
             return
         length = flat.get("payload.length", 0)
-        at = cmd.bytes  # where this packet's data sits in what the command moves (keyed SGL: no in-capsule data)
         cmd.data.append(d.frame.number)
         cmd.bytes += length
         if self.bulk:
@@ -242,13 +243,26 @@ class NvmeTracker:
         else:
             extra["nvme-rdma.write_to_host_req"] = True
         _link(d, cmd, extra)
-        from dissectors.nvme import data_layer
+        self._structure(d, cmd, op, payload[:length])
 
-        layer = data_layer(cmd.sqe, cmd.qid, at, payload[:length])
-        if layer is not None:  # a data structure Wireshark decodes (Identify, discovery log, Connect data)
+    def _structure(self, d, cmd, op: str, data: bytes) -> None:
+        """What Wireshark 4.4 shows of a data packet of `cmd`: a data structure it decodes (Identify, log pages,
+        Connect data), an `nvme` layer with nothing in it (an RDMA WRITE of an I/O command's data, an Identify
+        of a CNS it does not decode), or the bytes alone.  Where its reading ran past the packet it stops
+        (Malformed) and leaves the transfer's offset where it was."""
+        from dissectors.nvme import NVMeEmpty, data_layer
+
+        layer = data_layer(cmd.sqe, cmd.qid, cmd.tr, data)
+        if layer is not None:  # a data structure Wireshark decodes (Identify, log pages, Connect data)
             self._add(d, layer, replace=True)
+            if layer.cut:
+                d.notes.append("[Malformed Packet: NVMe Fabrics RDMA]")
+                return
+        elif op.startswith("RDMA WRITE") and (cmd.qid != 0 or cmd.sqe[0] == IDENTIFY_OPC):
+            self._add(d, NVMeEmpty(data), replace=KEEP)
+        cmd.tr += len(data)
 
-    def _add(self, d, layer, replace: bool = False) -> None:
+    def _add(self, d, layer, replace=False) -> None:
         self.entry.append((layer, replace, {}, []))
         _add(d, layer, replace)
 
@@ -291,10 +305,17 @@ def _link(d, cmd, extra) -> None:
     d.notes.append(f"[NVMe-oF data for the command in frame {cmd.frame}]")
 
 
-def _add(d, layer, replace: bool = False) -> None:
-    """Put `layer` in the packet (instead of the payload bytes when `replace`) and its fields in d's maps."""
+KEEP = "packet"  # _add's replace: the layer stands for the payload in the packet, the payload fields stay
+
+
+def _add(d, layer, replace=False) -> None:
+    """Put `layer` in the packet (instead of the payload bytes when `replace`; with KEEP its payload fields stay
+    in d's maps) and its fields in d's maps."""
     from ibwire.decode.fields import layer_fields, nest_and_flatten
 
+    if getattr(layer, "cut", False):
+        d.flat["_ws.malformed"] = True
+        d.errors.append("malformed: NVMe log page read past the packet, as Wireshark 4.4 reads it")
     if d.packet is not None:
         if replace:
             from scapy.packet import Raw
@@ -315,7 +336,7 @@ def _add(d, layer, replace: bool = False) -> None:
     for key, value in flat.items():
         if key.split(".")[0] in ("nvme", "nvme-rdma"):
             d.flat[key] = value
-    if replace:
+    if replace and replace != KEEP:
         for key in ("payload", "payload.data", "payload.length"):
             d.flat.pop(key, None)
         d.layers.pop("payload", None)

@@ -120,6 +120,8 @@ class Titled(str):
 def numbered(key: str, layer, offset: int, text: str) -> str:
     """`text` of `key` at `offset` of the data structure packet `layer` (dissectors.nvme.data_layer), titled
     if tshark titles it: an entry NUMBERED, a log page's bytes by the page's name."""
+    if layer.titles and offset in layer.titles and key == "nvme.cmd.get_logpage.cmd_and_eff.cs":
+        return _titled(text, layer.titles[offset])  # numbered per packet (dissectors.nvmetable.effects_entries)
     if key == "nvme.data":
         name = LOG_PAGES.get(layer.cdw10, "Reserved Page Name")
         return _titled(text, f"Nvme Data: NVMe Get Log Page ({name})")

@@ -74,23 +74,59 @@ def _value(layer, key, data):
     return value(next(r for r in layer.rows if r.key == key), data)
 
 
+# Entries packet-nvme.c puts each in the tree of the one before it (it reuses the subtree variable): the
+# Commands Supported and Effects log page's, one chain per group (admin, I/O)
+CHAINED = "nvme.cmd.get_logpage.cmd_and_eff.cs"
+
+
 def _nested(layer, rows) -> list:
     """A data structure's rows as tshark nests them: each row in the tree of the row before it whose bytes
-    hold it (bits of a row in that row's tree)."""
+    hold it (bits of a row in that row's tree), a CHAINED entry in the tree of the entry just before it."""
     from dissectors.nvmetable import value
 
     data = layer.original or bytes(layer)
-    items, open_ = [], []  # (offset, end, tree) of the rows that may hold the next
+    items, open_ = [], []  # (offset, end, tree, key) of the rows that may hold the next
     for r in rows:
         while open_ and not (open_[-1][0] <= r.off and r.off + r.size <= open_[-1][1]):
+            if r.key == CHAINED and open_[-1][3] == CHAINED and open_[-1][1] == r.off:
+                break
             open_.pop()
         into = open_[-1][2] if open_ else items
         into.append((r.key, numbered(r.key, layer, r.off, value_text(r.key, value(r, data)))))
         if not r.mask:
             tree = []
             into.append((r.key + "_tree", tree))
-            open_.append((r.off, r.off + r.size, tree))
+            open_.append((r.off, r.off + r.size, tree, r.key))
     return _pruned(items)
+
+
+# tshark 4.4's Malformed Packet layer (4.0 wrote `_ws.malformed` for `_ws.malformed.expert`, without the last item)
+MALFORMED = (
+    "_ws.malformed",
+    [
+        (
+            "_ws.expert",
+            [
+                ("_ws.malformed.expert", ""),
+                ("_ws.expert.message", "Malformed Packet (Exception occurred)"),
+                ("_ws.expert.severity", "8388608"),
+                ("_ws.expert.group", "117440512"),
+            ],
+        ),
+        ("_ws.malformed", "Malformed Packet"),
+    ],
+)
+
+
+class Empty(str):
+    """The value of a layer tshark opens and puts nothing in (`"nvme": "NVM Express"` in -T json): its text in
+    -T json, no item to -V and -T ek, which iterate a layer's items."""
+
+    def __iter__(self):
+        return iter(())
+
+
+EMPTY = Empty("NVM Express")
 
 
 def _pruned(items) -> list:
@@ -107,7 +143,7 @@ def transfer_layers(layer, flat) -> list:
             if key == "nvme-rdma.read_from_host_resp_tree":
                 links += items
         return rdma
-    return rdma + [("nvme", items)]
+    return rdma + [("nvme", items)] + ([MALFORMED] if layer.cut else [])
 
 
 def nvme_layers(layer, flat) -> list:
@@ -116,6 +152,8 @@ def nvme_layers(layer, flat) -> list:
     rows = getattr(layer, "rows", ())
     if getattr(layer, "at", None) is not None:
         return transfer_layers(layer, flat)
+    if getattr(layer, "empty", False):
+        return frame_layers(flat, False) + [("nvme", EMPTY)]
     if not rows:
         field = layer.fields_desc[0].name
         key = f"{layer.ws_name}.{field}"

@@ -419,8 +419,11 @@ def _heading(name: str, items: list, frame: dict) -> str:
     }.get(name, name)
 
 
+MAX_INDENT = 160  # tshark's text output indents no deeper (print.c), however deep the tree
+
+
 def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: bool = False) -> None:
-    pad = "    " * depth
+    pad = " " * min(4 * depth, MAX_INDENT)
     for i, (key, value) in enumerate(items):
         if key.endswith("_tree") and isinstance(value, list):
             _items(value, depth + 1, out, layer, names, key[:-5] in INNER)
@@ -459,6 +462,21 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: b
         out.append(pad + line)
 
 
+# The protocol whose dissector stopped (tshark's short name), by the layer before tshark 4.4's Malformed Packet
+MALFORMED_IN = {"nvme": "NVMe Fabrics RDMA"}
+
+
+def _malformed(before: str) -> list:
+    """tshark's -V lines of a Malformed Packet (an exception in the dissector of the layer `before`)."""
+    return [
+        f"[Malformed Packet: {MALFORMED_IN.get(before, 'InfiniBand')}]",
+        "    [Expert Info (Error/Malformed): Malformed Packet (Exception occurred)]",
+        "        [Malformed Packet (Exception occurred)]",
+        "        [Severity level: Error]",
+        "        [Group: Malformed]",
+    ]
+
+
 # Items tshark numbers, as packet-infiniband.c does (P_KeyBase one ahead of its MembershipType).
 INDEXED = {IB + "p_keytable.membershiptype": 0, IB + "p_keytable.p_keybase": 1}
 
@@ -474,10 +492,14 @@ def tree_text(layers: list, flat: dict, extra: dict = None) -> str:
         "nvme_admin": not flat.get("nvme-rdma.cmd.qid"),
         "rpc": tuple(flat.get(f"rpc{k}") for k in (".program", ".programversion", ".msgtyp", "ordma.version")),
     }
-    out = []
+    out, before = [], ""
     for name, items in layers:
+        if name == "_ws.malformed" and any(k == "_ws.expert" and "_ws.malformed.expert" in dict(v) for k, v in items):
+            out += _malformed(before)
+            continue
         out.append(_heading(name, items, {}))
         _items(items, 1, out, name, names)
+        before = name
     if extra:
         out.append("ibwire")
         out += [f"    {key}: {value}" for key, value in extra.items()]
