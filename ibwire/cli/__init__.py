@@ -18,7 +18,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # same from run to run (180k packets: 140 MB each run, against 150-166 MB with pyarrow's default mimalloc)
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
-from ibwire.cli.app import app
 from ibwire.errors import UserError
 from ibwire.report.escape import printable
 
@@ -48,6 +47,38 @@ def register(argv) -> None:
     named = argv[1] if len(argv) > 1 and argv[1] in COMMANDS else None
     for name in (named,) if named else COMMANDS:
         importlib.import_module(f"{__name__}.{name}")
+
+
+def _typer(argv, command):
+    """Typer's application, with the command that argv names registered on it."""
+    register(argv)
+    if command is None or isinstance(command, type(sys)):  # (importing cli/app.py set the module here)
+        from ibwire.cli.app import app as command
+    return command
+
+
+def _quick(argv):
+    """`ibwire health` on a plain command line runs without typer, whose import is 30 ms of its start (a
+    tenth of a million packets' run); None for any other command line.  Its endings are typer's: Ctrl-C
+    status 130, end of input an abort."""
+    if argv[1:2] != ["health"]:
+        return None
+    from ibwire.cli.healthrun import quick, run
+
+    args = quick(argv[2:])
+    if args is None:
+        return None
+
+    def command(**_typer_options) -> int:  # (called as typer's application is)
+        try:
+            return run(**args)
+        except KeyboardInterrupt:
+            return 130
+        except EOFError:
+            _say("")
+            return 130
+
+    return command
 
 
 class Terminated(BaseException):
@@ -113,14 +144,15 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _on_signal)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started ignoring it
         signal.signal(signal.SIGINT, _on_signal)
+    command = globals().get("app")  # typer's application (a stand-in a test put here before)
     try:
         gc.disable()  # the imports build long-lived objects only: collecting among them is wasted start-up
         try:
-            register(sys.argv)
+            command = _quick(sys.argv) or _typer(sys.argv, command)
         finally:
             gc.enable()
         gc.freeze()
-        rv = app(standalone_mode=False)
+        rv = command(standalone_mode=False)
     except UserError as e:
         _say(f"ibwire: {printable(e)}")  # names and values from files, escaped
         _exit(e.exit_code)

@@ -7,6 +7,9 @@ from typing import List, Optional
 
 import typer
 
+# (the commands import these from here; cli/args.py holds them apart from typer)
+from ibwire.cli.args import NO_CAPTURE, TOP, capture_source, port_speed  # noqa: F401
+
 
 class Typer(typer.Typer):
     """typer.Typer whose commands' help flows as sentences: rich help keeps a docstring's line breaks, which
@@ -57,21 +60,6 @@ def read_file_option(several: bool = False):
     )
 
 
-TOP = 20  # rows of a table on a terminal (`stats --top`, `flows --top`)
-NO_CAPTURE = "name a capture file, as an argument or with -r"
-
-
-def capture_source(file: Optional[str], read: Optional[str], missing: str = NO_CAPTURE) -> str:
-    """The one capture a command reads, given as its argument or with -r."""
-    from ibwire.errors import UserError
-
-    if read is not None and file is not None:
-        raise UserError("give the capture once, either as an argument or with -r")
-    if read is None and file is None:
-        raise UserError(missing)
-    return str(read if read is not None else file)
-
-
 def capture_sources(args: Optional[List], read: Optional[List]) -> List[str]:
     """The captures a command that takes several reads: its arguments, then those given with -r."""
     return [str(p) for p in list(args or []) + list(read or [])]
@@ -85,18 +73,3 @@ def port_speed_option():
         help="port speed for pause times in seconds (a quantum is 512 bit "
         "times), e.g. 25G, 100G, 400G; a capture does not record it",
     )
-
-
-def port_speed(text: str) -> float:
-    """`100G`, `25g`, `400G`, `10000M` or plain bit/s → bit/s."""
-    from ibwire.errors import UserError
-
-    t = text.strip().upper().removesuffix("B/S").removesuffix("BPS")
-    scale = {"G": 1e9, "M": 1e6, "T": 1e12}.get(t[-1:], 1)
-    try:
-        value = float(t[:-1] if scale != 1 else t) * scale
-    except ValueError:
-        value = 0
-    if not 1e6 <= value <= 1e13:
-        raise UserError(f"--port-speed must be a speed such as 25G, 100G or 400G, not {text!r}")
-    return value
