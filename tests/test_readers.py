@@ -75,3 +75,22 @@ def test_skipping_frames_reads_the_rest_identically(tmp_path):
             got = list(part.frames(iter(want)))
             assert got == [f for f in frames if f.number == 1 or f.number in set(want)], path.name
             assert part.problems == full.problems, path.name
+
+
+def test_one_erf_record_is_read_as_a_batch_of_them_is():
+    """decode_frame reads an ERF record's header length and time without numpy (erf_view_one): the same as
+    erf_view, on records cut at every length, with and without extension headers."""
+    import numpy as np
+
+    from ibwire.files.formats import erf_view, erf_view_one
+
+    rnd = random.Random(197)
+    for _ in range(20000):
+        data = bytearray(rnd.randbytes(rnd.choice([0, 5, 15, 16, 17, 23, 24, 25, 31, 32, 40, 64, 100])))
+        if len(data) > 8:
+            data[8] = rnd.choice([21, 25, 2, 5, 0x80 | 21, 0x80 | 2, 0x80 | 5, rnd.randrange(256)])
+        for off in range(16, len(data), 8):
+            data[off] |= 0x80 if rnd.random() < 0.6 else 0
+        data = bytes(data)
+        whole = tuple(int(a[0]) for a in erf_view(np.frombuffer(data, np.uint8), [0], [len(data)]))
+        assert erf_view_one(data) == whole, data.hex()

@@ -1,4 +1,4 @@
-"""-T json, jsonl and -V print most frames from programs learned per shape (ibwire/report/packets/templates.py,
+"""-T json, -T ek, jsonl and -V print most frames from programs learned per shape (ibwire/report/packets/templates.py,
 shapes.py); a frame's text must be byte for byte what its full decode prints.  The reference is the same
 `ibwire decode` with the learned programs switched off (Printer._shaped), run on every public capture
 and every shipped sample, IB over ERF, RoCEv1, RoCEv2 over IPv4 and IPv6, VLANs and truncated frames
@@ -58,7 +58,8 @@ def _captures():
 
 
 def test_learned_programs_print_what_the_full_decode_prints(tmp_path):
-    runs = [[path, *fmt] for path in _captures() for fmt in (["-T", "json"], ["--format", "jsonl"], ["-V"])]
+    fmts = (["-T", "json"], ["-T", "ek"], ["--format", "jsonl"], ["-V"])
+    runs = [[path, *fmt] for path in _captures() for fmt in fmts]
     assert not _differ(tmp_path, runs), "learned programs print other text than the full decode"
 
 
@@ -81,7 +82,7 @@ def test_management_datagrams_print_alike(tmp_path):
         for i in range(2000):
             f = frames[i % len(frames)]
             w.write(f.data, f.time + i * 1e-6, f.wirelen, flush=False)
-    fmts = (["-T", "json"], ["--format", "jsonl"], ["-V"])
+    fmts = (["-T", "json"], ["-T", "ek"], ["--format", "jsonl"], ["-V"])
     assert not _differ(tmp_path, [[path, *fmt] for path in (sim["path"], repeated) for fmt in fmts])
 
 
@@ -108,7 +109,7 @@ def test_the_fuzz_corpus_prints_alike(tmp_path):
         with PcapWriter(str(path), linktype) as w:
             for i, data in enumerate(datas):
                 w.write(data, 1700000000 + i * 1e-6, len(data), flush=False)
-        runs += [[path, *fmt] for fmt in (["-T", "json"], ["--format", "jsonl"], ["-V"])]
+        runs += [[path, *fmt] for fmt in (["-T", "json"], ["-T", "ek"], ["--format", "jsonl"], ["-V"])]
     assert not _differ(tmp_path, runs)
 
 
@@ -118,6 +119,7 @@ def test_analysis_fields_and_a_filter_print_alike(tmp_path):
         ["captures/rxe-rc-write-loss2.pcap", "--format", "jsonl", "-Y", "bth.analysis.ack_rtt"],
         ["captures/loss-retransmit.pcap", "-T", "json", "-Y", "bth.opcode != 17"],
         ["captures/roce-v6-vlan.pcap", "-T", "json", "-c", "9"],
+        ["captures/loss-retransmit.pcap", "-T", "ek", "-Y", "bth.opcode != 17"],
         ["captures/rxe-rc-write.pcap", "-V", "-x"],
     ]
     assert not _differ(tmp_path, runs)

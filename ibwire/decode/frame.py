@@ -21,7 +21,7 @@ from ibwire.decode.fields import layer_fields, nest_and_flatten
 from ibwire.decode.fieldtypes import EITHER
 from ibwire.decode.linktypes import LINKTYPES, apply_roce2_heuristic, first_layer
 from ibwire.files import Frame
-from ibwire.files.formats import erf_view
+from ibwire.files.formats import erf_view_one
 
 # Wireshark's names in frame.protocols, by scapy layer class ("eth:ethertype:ip:udp:infiniband"); the IB
 # headers are one "infiniband", MADs belong to it; bytes no layer claims are "data".
@@ -329,13 +329,11 @@ def _mad_summary(pkt):
 
 def _frame_fields(frame: Frame, pkt) -> dict:
     """Number, time, lengths and pcapng interface id as tshark shows them (an ERF record's without its ERF
-    header and with its ERF timestamp: ibwire.files.formats.erf_view), and the protocols' bytes for
+    header and with its ERF timestamp: ibwire.files.formats.erf_view_one), and the protocols' bytes for
     display-filter slices and len() (`_ws.bytes`)."""
     caplen, wirelen, t = frame.caplen, frame.wirelen, frame.time
     if frame.linktype == LINKTYPE_ERF:
-        import numpy as np
-
-        hdr, ns = (int(a[0]) for a in erf_view(np.frombuffer(frame.data, np.uint8), [0], [len(frame.data)]))
+        hdr, ns = erf_view_one(frame.data)
         caplen, wirelen = caplen - min(hdr, caplen), wirelen - min(hdr, wirelen)
         t = ns / 1e9 if ns >= 0 else t
     out = {

@@ -51,6 +51,20 @@ def erf_header(data: bytes):
     return data[8] & 0x7F, off
 
 
+def erf_view_one(data: bytes) -> tuple:
+    """erf_view of one whole record (its bytes), without numpy: (header length, nanosecond time)."""
+    n = len(data)
+    if n < 16:
+        return 0, -1
+    ts, rtype, hdr = int.from_bytes(data[:8], "little"), data[8], 16
+    more = rtype & 0x80 and hdr + 8 <= n
+    while more:
+        more, hdr = data[hdr] & 0x80 and hdr + 16 <= n, hdr + 8
+    frac = (ts & 0xFFFFFFFF) * 10**9
+    frac = (frac + ((frac & 0x80000000) << 1)) >> 32
+    return min(hdr + _ERF_TYPE_HEADER[rtype & 0x7F], n), (ts >> 32) * 10**9 + frac
+
+
 def erf_view(buf, data, caplen):
     """How tshark sees ERF records (link type 197) at offsets `data` (caplen bytes each) of the byte array
     `buf`: (header lengths, nanosecond times).  Wireshark counts the ERF header as a pseudo-header, not as

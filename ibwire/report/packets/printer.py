@@ -133,7 +133,7 @@ class Printer:
         if self.t0 is None:
             self.t0 = int(rec["time_ns"][0])
             self.decimals = getattr(batch, "decimals", None) or self.decimals or 6
-        if self.fmt == "json" and self._shaped():
+        if self.fmt in ("json", "ek") and self._shaped():
             return self._shaped_documents(batch, rows, details)
         if self.fmt == "jsonl" and self._shaped():
             return self._shaped_lines(batch, rows, details)
@@ -203,7 +203,7 @@ class Printer:
 
     def _shaped(self) -> bool:
         """Do this format's documents print from learned programs (ibwire.report.packets.shapes)?"""
-        if self.fmt not in ("json", "jsonl", "tree") or self.keys or self.protocols:
+        if self.fmt not in ("json", "jsonl", "tree", "ek") or self.keys or self.protocols:
             return False
         if self.shapes is None:
             from ibwire.report.packets.shapes import Shapes
@@ -227,7 +227,7 @@ class Printer:
         return out
 
     def _shaped_documents(self, batch, rows, details, cut: bool = False) -> bytes:
-        """-T json: frames of a learned shape print from its program, the others from their full decode; both
+        """-T json and ek: frames of a learned shape print from its program, the others from their full decode; both
         in one compiled call, in frame order, with tshark's numbering across frames (udp.stream); -V trees
         end in a NUL when they are to be `cut` apart."""
         from ibwire.report.packets import tshark_doc as td
@@ -240,10 +240,10 @@ class Printer:
         decoded = {}
         for k, d in self._storage_decodes(batch, rows, details):
             prog_of[k], decoded[int(rows[k])] = -1, d
-        tree = self.fmt == "tree"
-        if not self.started and not tree:
+        tree, comma = self.fmt == "tree", self.fmt == "json"
+        if not self.started and comma:
             prog_of[:1] = -1  # the first document has no comma before it
-        progs = [(p + self._nul if cut else p) if tree else self._comma + p for p in progs]
+        progs = [(p + self._nul if cut else p) if tree else self._comma + p if comma else p for p in progs]
         aux = self._aux(batch, rows)
         streams = np.zeros((len(rows), 3), np.int64)
         k_of = np.full(len(rec), -1, np.int64)
@@ -303,6 +303,7 @@ class Printer:
         first = self.prev if self.prev is not None else int(t[0])
         shown = t[rows]
         aux["frame"], aux["epoch"], aux["relative"] = rec["frame"][rows], shown, shown - self.t0
+        aux["epoch_ms"] = shown // 10**6
         aux["delta"] = shown - np.concatenate([[first], t[:-1]])[rows]
         last = self.prev_shown if self.prev_shown is not None else (int(shown[0]) if len(rows) else 0)
         aux["delta_displayed"] = shown - np.concatenate([[last], shown[:-1]])
@@ -350,6 +351,8 @@ class Printer:
 
             return tree_text(layers, d.flat, own_fields(d.flat, layers)) + "\n\0"
         day = time.strftime("%Y-%m-%d", time.localtime(ns // 10**9))
+        if self.fmt == "ek":
+            return td.ek_index(f"packets-{day}") + td.ek_text(ns // 10**6, layers) + "\n"
         text = (",\n" if self.started else "\n") + td.json_text(f"packets-{day}", layers, False)
         self.started = True
         return text
@@ -398,7 +401,7 @@ class Printer:
                 self.started = True
             else:
                 out.append(
-                    f'{{"index":{{"_index":"packets-{day}","_type":"doc"}}}}\n'
+                    td.ek_index(f"packets-{day}")
                     + td.ek_text(ns // 10**6, layers, fields_only, bool(self.protocols) and not self.protocol_children)
                     + "\n"
                 )

@@ -106,6 +106,34 @@ def _json_items(d, meta):
     return sig, values, replace
 
 
+def _ek_items(d, meta):
+    """-T ek: the index line's day, the timestamp and each group's values (ibwire.report.packets.tshark_doc.ek_groups)."""
+    times = td.Times(*(int(meta[k]) for k in ("epoch", "delta", "delta_displayed", "relative")))
+    groups = [(name, td.ek_groups(name, items)) for name, items in td.document(d, times, _Numbered(meta))]
+    ns = int(meta["epoch"])
+    sig, values = [], [f"packets-{_day(ns)}", str(ns // 10**6)]
+    for name, pairs in groups:
+        sig.append(("{", name))
+        for key, vals in pairs:
+            sig.append((key, len(vals), tuple(type(v).__name__ for v in vals)))
+            values += vals
+
+    def replace(subs):
+        new = list(values)
+        for i, text in subs:
+            new[i] = text
+        it = iter(new[2:])
+        layers = [(name, [(key, [next(it) for _ in vals]) for key, vals in pairs]) for name, pairs in groups]
+        return td.ek_index(new[0]) + td.ek_grouped_text(new[1], layers) + "\n"
+
+    return sig, values, replace
+
+
+def _ek_time(ns: int) -> str:
+    """frame.time as -T ek writes it: UTC, ISO 8601, to the nanosecond."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9:09d}Z"
+
+
 class _Seconds(str):
     """The jsonl "time": its text, written as a JSON number."""
 
@@ -171,6 +199,15 @@ FORMATS = {
             "number": NUMBER,
             "seconds": SECONDS,
             "frame.time": (td.frame_time, lambda name: [("date", name, 9, 8)]),
+            "index": (lambda ns: f"packets-{_day(ns)}", lambda name: ["packets-", ("date", name, 0, 4)]),
+        },
+    ),
+    "ek": Format(
+        _ek_items,
+        {
+            "number": NUMBER,
+            "seconds": SECONDS,
+            "ek time": (_ek_time, lambda name: [("date", name, 0, 6), "T", ("date", name, 9, 2), "Z"]),
             "index": (lambda ns: f"packets-{_day(ns)}", lambda name: ["packets-", ("date", name, 0, 4)]),
         },
     ),
@@ -257,8 +294,11 @@ class Shapes:
 
     @staticmethod
     def _masked(batch, rows, head: int, keep: np.ndarray) -> np.ndarray:
+        """The first `head` bytes of each row's frame under `keep` (a layout's frames all hold `head` bytes)."""
         start = batch.pos.data[rows].astype(np.int64)
-        return batch.buf[start[:, None] + np.arange(head)] & keep
+        if len(start) and int(start.max()) + head > len(batch.buf):
+            return batch.buf[start[:, None] + np.arange(head)] & keep
+        return np.lib.stride_tricks.sliding_window_view(batch.buf, head)[start] & keep
 
     def _learn(self, batch, i: int):
         kept = SEND_KEPT if SEND[int(batch.rec["opcode"][i])] else 0

@@ -3,8 +3,8 @@
 Frames of one *shape* — the same link type, lengths, CRC verdicts and opcode, and the same bytes except in
 the value fields of VOLATILE (addresses, QPs, PSNs, RETH …), the payload and the CRCs — decode to documents
 that differ only where those bytes, or the frame's number and times, are printed.  The program of a shape
-is learned from its first frame: the frame is decoded in full, then MUTANTS copies of it with every
-volatile bit set by a code of its own (each bit a different pattern over the copies), the payload
+is learned from its first frame: the frame is decoded in full, then the fewest copies (FEWEST to MUTANTS) of it
+whose codes number every volatile bit, each bit set by a code of its own (each bit a different pattern over the copies), the payload
 randomised and the CRCs sealed again; every item whose text changes must be explained by one run of
 frame bits (or one of the frame's numbers and times) printed in one of tshark's formats, found from the
 codes and checked against every copy, or there is no program and the shape's frames are decoded in full.
@@ -28,6 +28,7 @@ from ibwire.files import Frame
 from ibwire.report.packets.program import compile_parts, render
 
 MUTANTS = 12
+FEWEST = 10  # copies enough while their 912 codes number every volatile bit (a MAD has up to ~700)
 FREE = (1 << 64) - 1
 MAC_VALUE = (1 << 48) - 1 - (3 << 40)  # a MAC's bits but the first octet's I/G and L/G bits (-V draws them)
 # scapy layer -> field -> the value bits that may differ between frames of one shape (the others, which
@@ -103,7 +104,9 @@ PLAIN_BYTES_RE = re.compile(r"(?:[0-9a-f]{2})+")
 # the previous frame, the previous frame shown, the first frame; udp.stream, ns since the stream's first and
 # previous frames; frame.interface_id (ERF); then the record's RC analysis columns.
 META = ("frame", "epoch", "delta", "delta_displayed", "relative", "stream", "stream_relative", "stream_delta")
-AUX = np.dtype([(name, "i8") for name in META + ("interface",)] + [(col, R.RECORD[col]) for col in R.ANALYSIS])
+AUX = np.dtype(
+    [(name, "i8") for name in META + ("interface", "epoch_ms")] + [(col, R.RECORD[col]) for col in R.ANALYSIS]
+)  # epoch_ms: epoch // 10**6, -T ek's "timestamp"
 RANGES = {"frame": (1, 1 << 31), "epoch": (10**17, 2 * 10**18), "stream": (1, 1 << 20), "interface": (1, 1 << 20)}
 
 
@@ -169,18 +172,17 @@ def layout(pkt, steady: tuple = ()) -> Optional[tuple]:
 
 
 def _get_bits(data: bytes, last: int, n: int) -> int:
-    v = 0
-    for g in range(last - n + 1, last + 1):
-        v = v << 1 | (data[g // 8] >> (7 - g % 8) & 1)
-    return v
+    """The n bits of `data` that end at bit `last` (MSB first), as a big-endian number."""
+    word = int.from_bytes(data[(last - n + 1) // 8 : last // 8 + 1], "big")
+    return word >> (7 - last % 8) & ((1 << n) - 1)
 
 
-@functools.lru_cache(maxsize=1)
-def _codes() -> np.ndarray:
-    """Patterns over the mutants, one per volatile bit, in a fixed random order: never all equal, no two
-    alike, each bit set in about half the mutants (so no mutant's QP or port is left at a value that
-    decodes apart)."""
-    codes = [c for c in range(1, 1 << MUTANTS) if 3 <= bin(c).count("1") <= MUTANTS - 3]
+@functools.lru_cache(maxsize=None)
+def _codes(copies: int) -> np.ndarray:
+    """Patterns over `copies` mutants, one per volatile bit, in a fixed random order: never all equal, no two
+    alike, each bit set in about half the mutants, and in and out of at least 3 (so no mutant's QP or port
+    is left at a value that decodes apart)."""
+    codes = [c for c in range(1, 1 << copies) if 3 <= bin(c).count("1") <= copies - 3]
     random.Random(1).shuffle(codes)
     return np.array(codes, np.int64)
 
@@ -202,7 +204,8 @@ def _seal(data: bytearray, trailer: list, starts: dict) -> None:
 
 
 def mutants(frame: Frame, pkt, sealed: bool, kept: int = 0, steady: tuple = (), seed: int = 1) -> Optional[tuple]:
-    """(Frames, keep mask, head): MUTANTS copies of `frame` with every volatile bit coded, the payload
+    """(Frames, keep mask, head): the fewest copies of `frame` (FEWEST to MUTANTS) whose codes tell every
+    volatile bit apart, each bit coded, the payload
     random but for its first `kept` bytes (which then belong to the shape, as the headers do), and (when
     `sealed`, i.e. the original's CRCs were good) the CRCs recomputed."""
     lay = layout(pkt, steady)
@@ -221,12 +224,13 @@ def mutants(frame: Frame, pkt, sealed: bool, kept: int = 0, steady: tuple = (), 
     where = where[where < 8 * len(frame.data)]
     inside = where[where < 8 * head]
     np.bitwise_and.at(keep, inside // 8, ~(0x80 >> (inside % 8)).astype(np.uint8))
-    codes = _codes()[: len(where)]
-    if len(codes) < len(where):
+    copies = next((n for n in range(FEWEST, MUTANTS + 1) if len(_codes(n)) >= len(where)), None)
+    if copies is None:
         return None
+    codes = _codes(copies)[: len(where)]
     original = np.unpackbits(np.frombuffer(frame.data, np.uint8))
     out = []
-    for s in range(MUTANTS):
+    for s in range(copies):
         bits = original.copy()
         bits[where] = codes >> s & 1
         data = bytearray(np.packbits(bits).tobytes())
@@ -244,6 +248,7 @@ def _metas(rnd: random.Random, row) -> np.ndarray:
     for name in META + ("interface",):
         lo, hi = RANGES.get(name, (1, 10**12))
         out[name] = [rnd.randrange(lo, hi) for _ in range(MUTANTS)]
+    out["epoch_ms"] = out["epoch"] // 10**6
     for col, (_, kind) in R.ANALYSIS.items():
         if kind in ("flag", "cause") or not R.analysis_present(row, col):
             out[col] = row[col]
@@ -260,16 +265,28 @@ def _seconds(ns: int) -> str:
     return f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
 
 
-def _meta_ops(metas: np.ndarray, texts: List[str], formats: Dict[str, Callable]) -> Optional[list]:
-    """The one meta column and format that prints every sample's text."""
-    for name in AUX.names:
-        column = metas[name].tolist()
-        if len(set(column)) < len(column):
-            continue  # a column the shape fixes
-        for fn, parts in formats.values():
-            if all(fn(v) == t for v, t in zip(column, texts)):
-                return parts(name)
-    return None
+class Metas:
+    """The samples' numbers (AUX rows) and the texts each meta column prints in each format, worked out once
+    for all the items of a shape."""
+
+    def __init__(self, rows: np.ndarray, formats: Dict[str, Callable]):
+        self.rows, self.formats, self.index = rows, formats, None
+
+    def ops(self, texts: List[str]) -> Optional[list]:
+        """The first meta column and format (AUX's order, then the formats') that prints every sample's text."""
+        if self.index is None:
+            self.index = {}
+            for name in AUX.names:
+                column = self.rows[name].tolist()
+                if len(set(column)) < len(column):
+                    continue  # a column the shape fixes
+                for fn, parts in self.formats.values():
+                    try:
+                        self.index.setdefault(tuple(fn(v) for v in column), (parts, name))
+                    except (ValueError, OverflowError, OSError):
+                        continue  # a number this format cannot print is not what an item shows
+        hit = self.index.get(tuple(texts))
+        return hit[0](hit[1]) if hit else None
 
 
 class Samples(list):
@@ -379,15 +396,15 @@ def _address_parts(texts, datas) -> Optional[list]:
     return None if at is None else [("fip4" if len(packed[0]) == 4 else "fip6", at)]
 
 
-def explain(texts: List[str], datas: List[bytes], metas: np.ndarray, meta_formats) -> Optional[list]:
-    """Parts that print texts[s] from frame datas[s] with numbers metas[s], for every sample s."""
-    found = _meta_ops(metas, texts, meta_formats)
+def explain(texts: List[str], datas: List[bytes], metas: Metas) -> Optional[list]:
+    """Parts that print texts[s] from frame datas[s] with numbers metas.rows[s], for every sample s."""
+    found = metas.ops(texts)
     for way in (_hex_parts, _dec_parts, _hex_bytes_parts, _address_parts):
         found = found or way(texts, datas)
     return found
 
 
-def explain_line(texts: List[str], datas: List[bytes], metas: np.ndarray, meta_formats) -> Optional[list]:
+def explain_line(texts: List[str], datas: List[bytes], metas: Metas) -> Optional[list]:
     """A line of text whose values change (`Identification: 0x4ead (20141)`): the text the samples share
     before and after, cut at a word's edge, then the rest as a whole value or as values between separators
     every sample has alike."""
@@ -399,7 +416,7 @@ def explain_line(texts: List[str], datas: List[bytes], metas: np.ndarray, meta_f
     head = head[: len(head) - len(WORD_END.match(head[::-1]).group(0))]
     tail = tail[len(WORD_START.match(tail).group(0)) :]
     for end in (tail, ""):  # the value may run to the line's end (a time and its zone)
-        whole = explain([t[len(head) : len(t) - len(end)] for t in texts], datas, metas, meta_formats)
+        whole = explain([t[len(head) : len(t) - len(end)] for t in texts], datas, metas)
         if whole:
             return [head, *whole, end]
     middles = [t[len(head) : len(t) - len(tail)] for t in texts]
@@ -413,7 +430,7 @@ def explain_line(texts: List[str], datas: List[bytes], metas: np.ndarray, meta_f
                 return None
             parts.append(column[0])
             continue
-        found = explain(list(column), datas, metas, meta_formats)
+        found = explain(list(column), datas, metas)
         if found is None:
             return None
         parts += found
@@ -456,17 +473,18 @@ def learn(frame: Frame, row, decode: Callable, fmt: Format, kept: int = 0, stead
     if made is None:
         return None
     frames, keep, head = made
+    metas = metas[: len(frames)]
     frames = [f._replace(number=int(m["frame"])) for f, m in zip(frames, metas)]
     samples = [fmt.items(decode(f, m), m) for f, m in zip(frames, metas)]
     sig, values, replace = samples[0]
     if any(s[0] != sig for s in samples):
         return None
-    datas = Samples([f.data for f in frames])
+    datas, known = Samples([f.data for f in frames]), Metas(metas, fmt.meta_formats)
     parts_of = {}
     for i in range(len(values)):
         texts = [_text(s[1][i]) for s in samples]
         if len(set(texts)) > 1:
-            parts = (explain_line if fmt.lines else explain)(texts, datas, metas, fmt.meta_formats)
+            parts = (explain_line if fmt.lines else explain)(texts, datas, known)
             if parts is None:
                 return None
             parts_of[i] = parts

@@ -335,7 +335,20 @@ def _bytes_shown(v: str) -> str:
 
 
 def field_line(key: str, value) -> str:
-    """One item as Wireshark labels it (`.1.. .... = MigReq: True`, `Opcode: … (4)`)."""
+    """One item as Wireshark labels it (`.1.. .... = MigReq: True`, `Opcode: … (4)`); a line depends on the key
+    and the value alone, so each (key, value, type) is worded once."""
+    try:
+        return _field_line_once(key, value)
+    except TypeError:  # a value that cannot be a key
+        return _field_line(key, value)
+
+
+@lru_cache(maxsize=1 << 16, typed=True)
+def _field_line_once(key: str, value) -> str:
+    return _field_line(key, value)
+
+
+def _field_line(key: str, value) -> str:
     if key in WHOLE:
         return WHOLE[key](value)
     spec = FIELDS.get(key)

@@ -723,16 +723,30 @@ def ek_text(timestamp_ms: int, layers: list, fields_only: bool = False, folded: 
                     folds.setdefault(key, (key, []))[1].append({FILTERED: "text" if isinstance(v, list) else k})
             inner = _ek_pairs(folds.values())
         else:
-            inner = _ek_items(name, items)
+            inner = _ek_pairs(ek_groups(name, items))
         parts.append(f"{json.dumps(name)}:{{{inner}}}")
+    return _ek_line(timestamp_ms, parts)
+
+
+def _ek_line(timestamp_ms, parts: list) -> str:
     return f'{{"timestamp":"{timestamp_ms}","layers":{{{",".join(parts)}}}}}'
 
 
-def _ek_items(layer: str, items: list) -> str:
+def ek_index(index: str) -> str:
+    """The line tshark -T ek writes before each document."""
+    return f'{{"index":{{"_index":"{index}","_type":"doc"}}}}\n'
+
+
+def ek_grouped_text(timestamp_ms, layers: list) -> str:
+    """ek_text of a whole document from its layers' groups [(layer, ek_groups(layer, items))]."""
+    return _ek_line(timestamp_ms, [f"{json.dumps(name)}:{{{_ek_pairs(groups)}}}" for name, groups in layers])
+
+
+def ek_groups(layer: str, items: list) -> list:
     """A layer's tree as tshark -T ek writes it (print.c, ek_fill_attr): every node, depth first, grouped by
     its own name and its parent's (a field's subtree is its parent, a text label's subtree "text", the top
-    level the layer), each group once where its first node stands, several values as a list; frame.time in
-    UTC, ISO 8601."""
+    level the layer), each group once where its first node stands: [(name, [values])]; frame.time in UTC,
+    ISO 8601."""
     groups = {}
     epoch = {k: v for k, v in items if not isinstance(v, list)}.get("frame.time_epoch")
 
@@ -750,7 +764,7 @@ def _ek_items(layer: str, items: list) -> str:
                 groups.setdefault((parent, k), (f"{layer}_{k}".replace(".", "_"), []))[1].append(_text(v, True))
 
     walk(items, layer)
-    return _ek_pairs(groups.values())
+    return list(groups.values())
 
 
 def _ek_pairs(groups) -> str:
