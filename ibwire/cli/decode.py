@@ -257,11 +257,32 @@ def detail_flat_times(t: float, t0: float, prev: Optional[float]) -> dict:
     return {"frame.time_relative": t - t0, "frame.time_delta": t - (t if prev is None else prev)}
 
 
+def _reuse_freed_memory() -> None:
+    """Whole documents are large texts (a batch of -V trees of MADs is 14 MB, rendered and then copied into
+    the bytes written): let glibc's malloc (mallopt(3): M_TRIM_THRESHOLD, M_TOP_PAD) keep freed heap memory
+    and grow the heap 64 MiB at a time, so each batch reuses the pages the last one freed instead of faulting
+    fresh ones in.  -V of 100,000 MADs: 0.35-0.43 s of system time 0.08-0.16 s; of 1,000,000 RoCEv2 packets
+    1.9-2.2 s 0.2-0.4 s, for 28 MB more peak RSS (177 MB).  Elsewhere (no glibc) nothing changes."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+        for option, size in HEAP_KEPT:
+            mallopt(option, size)
+    except (AttributeError, OSError):
+        pass
+
+
+HEAP_KEPT = ((-1, 512 << 20), (-2, 64 << 20))  # (mallopt option, bytes): M_TRIM_THRESHOLD, M_TOP_PAD (malloc.h)
+
+
 def _open(src: str, icrc: bool, documents: bool):
     """The capture's batches; a batch printed as whole documents (-V, -T json, jsonl, -T ek: up to 10 KB a
     MAD) holds DOCUMENT_BATCH frames, so the text of one batch stays near 20 MB."""
     from ibwire.decode.stream import Stream
 
+    if documents:
+        _reuse_freed_memory()
     if src == "-":
         from ibwire.decode.pipe import PipeStream
 
