@@ -93,10 +93,10 @@ def matched_columns(matcher: Matcher) -> dict:
         return np.array([name(k) for k in unique.tolist()] or [""], object)[inverse.ravel()].tolist()
 
     pair = opc.astype(np.int64) << 9 | sqe[:, 4].astype(np.int64) << 1 | (qids == 0)
-    latency = [round(v, 3) for v in ((c["done_time"] - c["time"]) * 1e6)[done].tolist()]
-    latencies = iter(latency)
+    latency = np.full(len(done), None, object)  # µs to the nanosecond, where a completion was matched
+    latency[done] = list(map(round, ((c["done_time"] - c["time"]) * 1e6)[done].tolist(), repeat(3)))
     values = (
-        [matcher.queues[q].name for q in queue.tolist()],
+        named(queue, lambda q: matcher.queues[q].name),
         qids.tolist(),
         named(pair, lambda k: opcode_name(bytes([k >> 9, 0, 0, 0, k >> 1 & 0xFF]), 0 if k & 1 else 1)),
         (sqe[:, 2].astype(np.int64) | sqe[:, 3].astype(np.int64) << 8).tolist(),
@@ -108,7 +108,7 @@ def matched_columns(matcher: Matcher) -> dict:
         column(c["first_data"], count > 0),
         column(c["last_data"], count > 0),
         column(c["done"], done),
-        [next(latencies) if d else None for d in done.tolist()],
+        latency.tolist(),
         c["bytes"].tolist(),
         named(c["status"], lambda s: status_text(s if s >= 0 else None)),
         c["time"].tolist(),

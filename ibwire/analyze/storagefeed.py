@@ -12,7 +12,7 @@ from ibwire.analyze.rpcmatch import RpcMatcher
 from ibwire.decode import records as R
 from ibwire.decode.iser import IserTracker
 from ibwire.decode.iser import storage_rows as iser_rows
-from ibwire.decode.nvme import NvmeTracker, storage_rows
+from ibwire.decode.nvme import CM_CLASS, NvmeTracker, Queue, storage_rows
 from ibwire.decode.nvmebulk import SEND_FIRST, SEND_MIDDLE, follow, payload_ends
 from ibwire.decode.nvmematch import KIND, Irregular, Matcher
 from ibwire.decode.records import addr_text
@@ -171,9 +171,8 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
         every = numbers[: len(batch.rec)]
         cm, data = storage_rows(batch.rec, slice(None), tracker)  # every row, read a column at a time
         cm = cm[np.isin(batch.rec["mad_attrid"][cm], (CM_REQ, CM_REP)) | rc[batch.rec["opcode"][cm]]]
-        r = _Rows(batch, cm)
-        for k in range(len(cm)):
-            _connect(both, _cm_lite(r, k, ops, addr))
+        if len(cm):
+            _connect_all(both, _Rows(batch, cm), ops, addr)
         rows = _data_rows(batch, every, both, data)
         if rows is None:
             continue
@@ -196,6 +195,40 @@ def _connected(t: RpcRdmaTracker, held) -> bool:
     start)."""
     quiet = not (t.calls or t.pending or t.reads or t.continued or t.sends or t.moving or t.handles)
     return bool(t.ends) and quiet and not t.decode_as and not held.dead()
+
+
+def _connect_all(both: Trackers, r: _Rows, ops, addr) -> None:
+    """_connect each of the RDMA-CM rows `r`, in capture order.  A REQ for NVMe-oF's port that no other tracker
+    wants, and a REP answering one of NvmeTracker's REQs and no other tracker's, are done here on the record
+    columns, as NvmeTracker._cm does them (the same state, no frame built: a setup per 65 packets on the bench's
+    discovery capture); a REQ or REP no tracker wants is skipped, as _connect skips it; any other row goes
+    through _cm_lite and _connect."""
+    nvme = both.nvme
+    reqs, ends = nvme.reqs, nvme.ends
+    rpc, smb, iser = both.rpcrdma.reqs, both.smbdirect.reqs, both.iser.reqs  # dicts the trackers keep
+    for k in range(len(r.frame)):
+        attr = r.mad_attrid[k]
+        if r.flags[k] & R.F_MAD and r.mad_class[k] == CM_CLASS and attr == CM_REP:
+            remote = r.cm_remote_comm_id[k]
+            if not (remote in rpc or remote in smb or remote in iser):
+                if remote in reqs:
+                    host, host_qpn, qid = reqs[remote]
+                    queue = Queue(qid, f"{host} QP 0x{host_qpn:06x} qid {qid}")
+                    ends[(host, host_qpn)] = (queue, True)
+                    ends[(addr(r.src[k]) or None, r.cm_qpn[k])] = (queue, False)
+                continue
+        elif r.flags[k] & R.F_MAD and r.mad_class[k] == CM_CLASS and attr == CM_REQ:
+            msg = _payload(r, k)[MAD_HEADER:]
+            if len(msg) >= CM_IP_PRIVATE + 4:
+                service = int.from_bytes(msg[CM_SERVICE_ID : CM_SERVICE_ID + 8], "big")
+                other = (both.rpcrdma.service(service), both.smbdirect.service(service), is_iser_service(service))
+                if not any(other):
+                    if is_nvme_service(service):
+                        qid = int.from_bytes(msg[CM_IP_PRIVATE + 2 : CM_IP_PRIVATE + 4], "little")
+                        reqs[r.cm_comm_id[k]] = (addr(r.src[k]) or None, r.cm_qpn[k], qid)
+                        nvme.active = True
+                    continue
+        _connect(both, _cm_lite(r, k, ops, addr))
 
 
 def _connect(both: Trackers, d) -> None:

@@ -133,6 +133,25 @@ def _rc_sequence(file: str, icrc: bool, display_filter: Optional[str], jobs: int
     return [out]
 
 
+class _Shown:
+    """The command rows as a table reads them: the first `top` (all with 0), each without the columns the table
+    leaves out (a row's dict made when it is read), and how many there are."""
+
+    def __init__(self, rows, top: int):
+        self.rows, self.top = rows, top
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self.rows)))]
+        return {k: v for k, v in self.rows[i].items() if k not in ("time", "qid", "nsid") or self.top and i >= self.top}
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self.rows)))
+
+
 def _storage(file: str, fmt: str, top: int, decode_as: List[str], report: Optional[str] = None) -> None:
     from ibwire.analyze.storage import analyse
     from ibwire.cli.decode import check_decode_as
@@ -156,10 +175,8 @@ def _storage(file: str, fmt: str, top: int, decode_as: List[str], report: Option
         sys.stdout.write("\n")
         return
     commands = res["commands"]
-    if fmt == "table":  # the rows a table shows; the others are only counted
-        shown = commands[:top] if top else commands
-        commands = [{k: v for k, v in r.items() if k not in ("time", "qid", "nsid")} for r in shown]
-        commands += res["commands"][len(shown) :]
+    if fmt == "table":  # the rows a table shows, without the columns it leaves out; the others are only counted
+        commands = _Shown(commands, top)
     sections = {
         "by_opcode": res["by_opcode"],
         "by_queue": res["by_queue"],

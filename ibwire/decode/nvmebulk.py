@@ -47,14 +47,24 @@ def columns(batch, rows, names: str) -> dict:
     return {name: batch.rec[name][rows] for name in names.split()}
 
 
+_LAST = {"batch": None, "rows": None, "ends": None}  # the last rows asked for: each follower of a batch asks again
+
+
 def payload_ends(batch, rows):
     """(start, end) offsets in batch.buf of each row's payload (before the pad, ICRC and a native IB VCRC),
-    start == end where the packet was cut short or has none."""
+    start == end where the packet was cut short or has none.  Read-only arrays: the same rows of the same
+    batch (the storage view's NVMe-oF, RPC-RDMA and SMB Direct followers) get them once."""
+    if _LAST["rows"] is rows and _LAST["batch"] is batch:
+        return _LAST["ends"]
     rec = columns(batch, rows, "caplen padcnt link flags paylen")
     end = np.asarray(batch.pos.data)[rows].astype(np.int64) + rec["caplen"] - 4 - rec["padcnt"]
     end -= np.where(np.isin(rec["link"], (R.IB, R.IBGRH)), 2, 0)
     size = np.where((rec["flags"] & R.F_TRUNCATED) == 0, np.maximum(rec["paylen"], 0), 0)
-    return end - size, end
+    ends = end - size, end
+    for v in ends:
+        v.setflags(write=False)
+    _LAST.update(batch=batch, rows=rows, ends=ends)
+    return ends
 
 
 def follow(tracker, batch, rows, addr) -> np.ndarray:

@@ -8,10 +8,9 @@ import json
 from json.encoder import encode_basestring_ascii
 from operator import itemgetter
 
-import numpy as np
-
 PLAIN = {int, float, bool, type(None)}  # written without a comma or a brace
 BLOCK = 16384  # rows joined and written at a time
+FEW = 8  # a column of ints with at most one distinct value per FEW rows is written from a table of their texts
 
 
 def dumps(obj, level: int = 0) -> str:
@@ -59,16 +58,16 @@ def _table(rows: list, level: int, write) -> bool:
     names = [encode_basestring_ascii(k) + ": " for k in columns]
     seps = ["{" + inner + names[0], *(("," + inner + n) for n in names[1:]), pad + "}"]
     seps[0] = "," + pad + seps[0]
-    n = len(rows)
-    grid = np.empty((min(n, BLOCK), 2 * len(texts) + 1), object)
-    grid[:, 0::2] = np.array(seps, object)
+    n, width = len(rows), 2 * len(texts) + 1
     write("[")
     for a in range(0, n, BLOCK):
         b = min(a + BLOCK, n)
-        g = grid[: b - a]
+        grid = [None] * ((b - a) * width)  # row by row: separator, value, separator, ... (slices filled in C)
+        for j, sep in enumerate(seps):
+            grid[2 * j :: width] = [sep] * (b - a)
         for j, t in enumerate(texts):
-            g[:, 2 * j + 1] = np.array(t[a:b], object)
-        text = "".join(g.ravel().tolist())
+            grid[2 * j + 1 :: width] = t[a:b]
+        text = "".join(grid)
         write(text[1:] if a == 0 else text)  # the first row follows "[" without a comma
     write(pad[:-2] + "]")
     return True
@@ -77,10 +76,13 @@ def _table(rows: list, level: int, write) -> bool:
 def _column(values):
     """The JSON text of each value, or None when one is not a string, number, boolean or null."""
     kinds = set(map(type, values))
+    if kinds <= PLAIN and not kinds & {float, bool}:  # ints and nulls: few distinct ones written once each
+        distinct = set(values)
+        if len(distinct) * FEW <= len(values):
+            return list(map({v: json.dumps(v) for v in distinct}.__getitem__, values))
     if kinds <= PLAIN:
         return json.dumps(values)[1:-1].split(", ")
-    if kinds == {str}:
-        return list(map(encode_basestring_ascii, values))
     if kinds <= {str, type(None)}:
-        return ["null" if v is None else encode_basestring_ascii(v) for v in values]
+        distinct = {v: "null" if v is None else encode_basestring_ascii(v) for v in set(values)}
+        return list(map(distinct.__getitem__, values))
     return None
