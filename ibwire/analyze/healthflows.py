@@ -65,7 +65,7 @@ def find_flows(
 ) -> List[dict]:
     """One entry per flow (a QP's direction carrying data: the rows `is_data`): its rows, QP group, partner QP and how
     it was paired (by the rows `is_back`, data and ACKs, coming the other way, and their PSNs `psn`).  `qp`:
-    qp_groups(rows)."""
+    qp_groups(rows); `rel_us`: each row's µs since the first packet (a temporary, which the pairing clips)."""
     gid, gfirst = qp
     per = rows_per_group(gid, len(gfirst))
     data_of = [r[is_data[r]] for r in per]
@@ -97,7 +97,7 @@ def find_flows(
             if key is None:  # PSN << 39 | µs since the first packet
                 key = psn.astype(np.int64)  # (in place: each 8-byte temporary is fresh memory, page faults)
                 key <<= 39
-                key |= np.clip(rel_us, 0, (1 << 39) - 1)
+                key |= np.clip(rel_us, 0, (1 << 39) - 1, out=rel_us)  # (the caller's temporary, clipped in place)
             _pair_by_psn(key, fs, back_q)
     return flows
 

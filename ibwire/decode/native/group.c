@@ -70,7 +70,7 @@ int64_t group_records(const group_job *j)
         return -1;
     }
     memset(slot, 0xFF, cap * sizeof *slot);
-    int64_t groups = 0;
+    int64_t groups = 0, other = -1;   /* other: the last group before the previous row's that differed */
     uint64_t key[KEY_WORDS] = {0};
     for (int64_t i = 0; i < n; i++) {
         const uint8_t *r = j->rec + (rows ? rows[i] : i) * j->itemsize;
@@ -79,10 +79,17 @@ int64_t group_records(const group_job *j)
             copy_field((uint8_t *)key + at, r + off[f], size[f]);
             at += (int)size[f];
         }
-        if (i && same_key(keys + inverse[i - 1] * words, key, words)) {   /* a run of one group: no lookup */
-            inverse[i] = inverse[i - 1];
+        int64_t prev = i ? inverse[i - 1] : -1;
+        if (prev >= 0 && same_key(keys + prev * words, key, words)) {   /* a run of one group: no lookup */
+            inverse[i] = prev;
             continue;
         }
+        if (other >= 0 && same_key(keys + other * words, key, words)) {   /* two groups taking turns */
+            inverse[i] = other;
+            other = prev;
+            continue;
+        }
+        other = prev;   /* (the lookup finds neither: the group before this row's is prev) */
         uint64_t h = key_hash(key, klen), s = h & (cap - 1);
         for (;;) {
             int64_t g = slot[s];
