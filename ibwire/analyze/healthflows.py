@@ -45,6 +45,13 @@ def rows_per_group(group: np.ndarray, groups: int) -> List[np.ndarray]:
     return np.split(order, np.cumsum(np.bincount(group, minlength=groups))[:-1])
 
 
+def _each_where(per: List[np.ndarray], gid: np.ndarray, where: np.ndarray) -> List[np.ndarray]:
+    """Each group's rows (`per`) where `where` holds.  A QP group is one direction, so most hold it in every
+    row (data) or none (ACKs): those are taken whole or empty, without looking up each row."""
+    count = np.bincount(gid[where], minlength=len(per))
+    return [r if c == len(r) else r[:0] if not c else r[where[r]] for r, c in zip(per, count.tolist())]
+
+
 def _answering(rows, back_of: List[np.ndarray], ends_of: np.ndarray, gfirst: np.ndarray):
     """(the pair of ends of each group of ends that sends data or ACKs -> that group, the later of two with
     one pair of ends (LIDs apart) replacing the earlier; per group of ends, its destination QPs -> rows)."""
@@ -68,9 +75,9 @@ def find_flows(
     qp_groups(rows); `rel_us`: each row's µs since the first packet (a temporary, which the pairing clips)."""
     gid, gfirst = qp
     per = rows_per_group(gid, len(gfirst))
-    data_of = [r[is_data[r]] for r in per]
+    data_of = _each_where(per, gid, is_data)
     _, _, ends_of = group_rows(rows, QP_KEY[:4], gfirst)  # each QP group's pair of ends
-    rev, qps = _answering(rows, [r[is_back[r]] for r in per], ends_of, gfirst)
+    rev, qps = _answering(rows, _each_where(per, gid, is_back), ends_of, gfirst)
     flows, by_ends = [], defaultdict(list)
     for g, r in sorted(((g, r) for g, r in enumerate(data_of) if len(r)), key=lambda gr: int(gr[1][0])):
         i = r[0]
