@@ -71,7 +71,9 @@ def _quick(argv):
 
     def command(**_typer_options) -> int:  # (called as typer's application is)
         try:
-            return run(**args)
+            status = run(**args)
+            gc.freeze()  # the process ends: its last collection need not walk all the run made (8 ms)
+            return status
         except KeyboardInterrupt:
             return 130
         except EOFError:
