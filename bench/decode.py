@@ -5,7 +5,7 @@
 Files: bench/out/roce-<N>.pcap (bench/gen_roce.py, RoCEv2 RC traffic) and bench/out/sm-sweep-<M>.pcap
 (captures/sm-sweep.pcap, an SM's sweep of SMPs, repeated to M packets).  On each file, output to /dev/null:
 summary lines (`tshark -r`), the complete jsonl and `-T json` (both against `tshark -T json`), `-T fields`
-of FIELDS and `-V`, each against tshark doing the same.  ibwire's time is the best of --repeat runs,
+of FIELDS, `-V` and `-T ek`, each against tshark doing the same.  ibwire's time is the best of --repeat runs,
 tshark's of one run (minutes on the large file); ibwire's modules are byte-compiled first.  Also: the time
 to the first line on a pipe, and peak RSS.  Results go to bench/out/decode.json.
 """
@@ -37,6 +37,7 @@ OUTPUTS = (  # (label, ibwire decode's arguments, tshark's)
     ("json", ["-T", "json"], ["-T", "json"]),
     ("fields", ["-T", "fields", *FIELDS], ["-T", "fields", *FIELDS]),
     ("-V", ["-V"], ["-V"]),
+    ("ek", ["-T", "ek"], ["-T", "ek"]),
 )
 
 
@@ -68,7 +69,7 @@ def main():
     ap.add_argument("--packets", type=int, default=1_000_000)
     ap.add_argument("--mad-packets", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", help="outputs to time, comma-separated (text,jsonl,json,fields,-V)")
+    ap.add_argument("--only", help="outputs to time, comma-separated (text,jsonl,json,fields,-V,ek)")
     args = ap.parse_args()
     out = HERE / "out"
     out.mkdir(exist_ok=True)
