@@ -5,8 +5,8 @@ frames as bytes (dissectors.dcbfacts parses them).
 The compiled decoder fills one reused batch of records; their RoCE rows' fields are picked (compiled) into
 arrays sized from the share of the file read so far: no per-batch allocation, no final concatenation.  The
 fields are kept in two arrays of narrow rows: the packet's ends, QP and frame (the group-bys' keys), and
-the numbers the analysis reads for every packet (times, sizes, classes, opcodes), so that each of its
-passes over all packets reads 30 bytes a packet, not every field's 74.
+the numbers the analysis reads for every packet (times, sizes, classes, opcodes), which are then turned into
+a column per field, so that each of its passes over all packets reads its field alone.
 """
 
 from typing import List, NamedTuple
@@ -49,13 +49,14 @@ def _layout(fields):
 
 KEEP, _OFFSETS, _SIZES = _layout(FIELDS)
 NUMS, _NUM_OFFSETS, _NUM_SIZES = _layout(NUM_FIELDS)
+_NUM_AT = np.array([NUMS.fields[f][1] for f in NUM_FIELDS], np.int64)  # byte offsets in a NUMS row
 PAUSE, _PAUSE_OFFSETS, _PAUSE_SIZES = _layout(PAUSE_FIELDS)
 BATCH = 16384  # packets per decoded batch
 
 
 class Capture(NamedTuple):
     rows: np.ndarray  # KEEP rows of the RoCE packets
-    nums: np.ndarray  # their NUMS rows
+    nums: dict  # their NUMS fields, a column each
     pauses: np.ndarray  # PAUSE rows of the MAC control frames (PAUSE, PFC, other opcodes)
     pause_iface: np.ndarray  # pcapng interface id of each of them (0 in a pcap file)
     lldp: List[tuple]  # (frame, seconds since the first packet, interface id, bytes) of the LLDP frames
@@ -91,6 +92,15 @@ class _Rows:
         return grown
 
 
+def _columns(nums: np.ndarray) -> dict:
+    """NUMS field -> its column (one compiled pass): each of the analysis' passes over all packets then reads
+    its field alone, not every row's 30 bytes (the analysis of the bench's million packets 84 -> 65 ms)."""
+    block = np.empty(len(nums) * NUMS.itemsize, np.uint8)
+    _native.columns(nums, NUMS.itemsize, _NUM_AT, _NUM_SIZES, block)
+    n, at = len(nums), _NUM_AT.tolist()
+    return {f: block[n * a : n * (a + NUMS[f].itemsize)].view(NUMS[f]) for f, a in zip(NUM_FIELDS, at)}
+
+
 def _iface(pos, rows: np.ndarray) -> np.ndarray:
     return np.zeros(len(rows), np.int64) if pos.iface is None else np.asarray(pos.iface)[rows]
 
@@ -118,7 +128,7 @@ def read(path: str, icrc: bool = False) -> Capture:
         rows.add(rec, np.flatnonzero(rec["flags"] & R.F_BTH), walk)
     return Capture(
         rows.a[0][: rows.n],
-        rows.a[1][: rows.n],
+        _columns(rows.a[1][: rows.n]),
         np.concatenate(pauses) if pauses else np.empty(0, PAUSE),
         np.concatenate(ifaces) if ifaces else np.zeros(0, np.int64),
         lldp,
