@@ -17,7 +17,6 @@ from typing import List
 import numpy as np
 
 from dissectors.nvmetable import ADMIN, ADMIN_NAMES, FABRICS, FABRICS_OPC, IO, IO_NAMES, STATUS_GENERIC
-from ibwire.analyze.requests import transfer_columns
 from ibwire.analyze.storagefeed import track
 from ibwire.decode.nvme import NvmeTracker
 from ibwire.decode.nvmematch import Irregular, Matcher
@@ -41,36 +40,63 @@ def status_text(status) -> str:
     return f"SCT {sct} SC 0x{sc:02x}"
 
 
-def command_rows(tracker: NvmeTracker) -> List[dict]:
-    """One row per command, in submission order."""
-    rows, names, texts = [], {}, {}
-    for c in tracker.commands:
-        sqe, qid = c.sqe, c.qid
-        opc = sqe[0]
-        io = qid not in (0, None) and opc != FABRICS_OPC
-        rw = io and opc in IO
-        name = names.get((opc, sqe[4], qid == 0))
-        if name is None:
-            name = names[(opc, sqe[4], qid == 0)] = opcode_name(sqe, qid)
-        status = texts.get(c.status)
-        if status is None:
-            status = texts[c.status] = status_text(c.status)
-        q = c.queue
-        rows.append(
-            {
-                "queue": q.name if q is not None else "?",
-                "qid": qid,
-                "opcode": name,
-                "cid": sqe[2] | sqe[3] << 8,
-                "nsid": int.from_bytes(sqe[4:8], "little") if opc != FABRICS_OPC else None,
-                "slba": int.from_bytes(sqe[40:48], "little") if rw else None,
-                "blocks": (sqe[48] | sqe[49] << 8) + 1 if rw else None,
-                **transfer_columns(c.frame, c.time, c.data, c.cqe, c.cqe_time, c.bytes),
-                "status": status,
-                "time": c.time,
-            }
-        )
-    return rows
+def command_rows(tracker: NvmeTracker) -> "Rows":
+    """One row per command the tracker followed, in submission order (as Rows of tracked_columns)."""
+    return Rows(tracked_columns(tracker.commands))
+
+
+def tracked_columns(commands: list) -> dict:
+    """The command rows of NvmeTracker's Commands as a list per column (matched_columns' columns, the same
+    values): a row's SQE fields read a column at a time, each opcode and status named once."""
+    sqe = np.frombuffer(b"".join(c.sqe for c in commands), np.uint8).reshape(-1, 64)
+    qid = [c.qid for c in commands]
+    opc = sqe[:, 0]
+    fabrics = opc == FABRICS_OPC
+    io = np.fromiter((q not in (0, None) for q in qid), bool, len(qid)) & ~fabrics
+    rw = io & np.isin(opc, list(IO))
+    admin = np.fromiter((q == 0 for q in qid), bool, len(qid))
+    pair = opc.astype(np.int64) << 9 | sqe[:, 4].astype(np.int64) << 1 | admin
+    done = np.fromiter((bool(c.cqe) for c in commands), bool, len(qid))
+    us = (np.array([c.cqe_time if c.cqe else 0.0 for c in commands], float) - [c.time for c in commands]) * 1e6
+    latency = np.full(len(qid), None, object)
+    latency[done] = list(map(round, us[done].tolist(), repeat(3)))
+    data = [c.data for c in commands]
+    values = (
+        [c.queue.name if c.queue is not None else "?" for c in commands],
+        qid,
+        _named(pair, lambda k: opcode_name(bytes([k >> 9, 0, 0, 0, k >> 1 & 0xFF]), 0 if k & 1 else 1)),
+        (sqe[:, 2].astype(np.int64) | sqe[:, 3].astype(np.int64) << 8).tolist(),
+        _column(np.ascontiguousarray(sqe[:, 4:8]).view("<u4").ravel(), ~fabrics),
+        _column(np.ascontiguousarray(sqe[:, 40:48]).view("<u8").ravel(), rw),
+        _column(np.ascontiguousarray(sqe[:, 48:50]).view("<u2").ravel().astype(np.int64) + 1, rw),
+        [c.frame for c in commands],
+        list(map(len, data)),
+        [d[0] if d else None for d in data],
+        [d[-1] if d else None for d in data],
+        [c.cqe for c in commands],
+        latency.tolist(),
+        [c.bytes for c in commands],
+        _named(np.array([-1 if c.status is None else c.status for c in commands], np.int64), _status),
+        [c.time for c in commands],
+    )
+    return dict(zip((name for name, _ in COLUMNS), values))
+
+
+def _status(s: int) -> str:
+    return status_text(s if s >= 0 else None)
+
+
+def _column(values, shown):
+    """`values` as a list, None where not `shown`."""
+    out = values.astype(object)
+    out[~shown] = None
+    return out.tolist()
+
+
+def _named(keys, name):
+    """The text of each distinct key, then of each row."""
+    unique, inverse = np.unique(keys, return_inverse=True)
+    return np.array([name(k) for k in unique.tolist()] or [""], object)[inverse.ravel()].tolist()
 
 
 def matched_columns(matcher: Matcher) -> dict:
@@ -82,16 +108,7 @@ def matched_columns(matcher: Matcher) -> dict:
     fabrics = opc == FABRICS_OPC
     rw = (qids != 0) & ~fabrics & np.isin(opc, list(IO))
     count, done = c["data_frames"], c["done"] > 0
-
-    def column(values, shown):
-        out = values.astype(object)
-        out[~shown] = None
-        return out.tolist()
-
-    def named(keys, name):  # the text of each distinct key, then of each row
-        unique, inverse = np.unique(keys, return_inverse=True)
-        return np.array([name(k) for k in unique.tolist()] or [""], object)[inverse.ravel()].tolist()
-
+    column, named = _column, _named
     pair = opc.astype(np.int64) << 9 | sqe[:, 4].astype(np.int64) << 1 | (qids == 0)
     latency = np.full(len(done), None, object)  # µs to the nanosecond, where a completion was matched
     latency[done] = list(map(round, ((c["done_time"] - c["time"]) * 1e6)[done].tolist(), repeat(3)))
@@ -110,7 +127,7 @@ def matched_columns(matcher: Matcher) -> dict:
         column(c["done"], done),
         latency.tolist(),
         c["bytes"].tolist(),
-        named(c["status"], lambda s: status_text(s if s >= 0 else None)),
+        named(c["status"], _status),
         c["time"].tolist(),
     )
     return dict(zip((name for name, _ in COLUMNS), values))  # the Parquet table's columns, a row's keys
@@ -229,8 +246,8 @@ def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False, ise
     except Irregular:  # what numpy does not match, the packet-by-packet path does
         stream = Stream(path, icrc=False)
         both, cols = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as, fast=False)[0], None
-    rows = Rows(cols) if cols is not None else command_rows(both.nvme)
-    cols = cols or columns_of(rows, ("opcode", "queue", *SUMMED))
+    rows = Rows(cols if cols is not None else tracked_columns(both.nvme.commands))
+    cols = rows.columns
     calls, errors = rpc_rows(both), defaultdict(int)
     for opcode, status in zip(cols["opcode"], cols["status"]):
         if status != STATUS_GENERIC[0]:
