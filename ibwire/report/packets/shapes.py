@@ -1,5 +1,5 @@
-"""Which frames of a batch print from a learned program (ibwire.report.packets.templates), and the -T json and
-jsonl documents as the learner reads them.
+"""Which frames of a batch print from a learned program (ibwire.report.packets.templates), and the -T json,
+-T ek, jsonl and -V documents as the learner reads them.
 
 A frame qualifies when the compiled decoder says it is an IB/RoCE transport packet (a MAD too, but an RMPP
 DATA segment) that is not IPoIB, without damage, heuristics or RC analysis fields, and no storage tracker wants it; a SEND's first
@@ -296,7 +296,7 @@ class Shapes:
     def _masked(batch, rows, head: int, keep: np.ndarray) -> np.ndarray:
         """The first `head` bytes of each row's frame under `keep` (a layout's frames all hold `head` bytes)."""
         start = batch.pos.data[rows].astype(np.int64)
-        if len(start) and int(start.max()) + head > len(batch.buf):
+        if not len(start) or int(start.max()) + head > len(batch.buf):
             return batch.buf[start[:, None] + np.arange(head)] & keep
         return np.lib.stride_tricks.sliding_window_view(batch.buf, head)[start] & keep
 
