@@ -496,7 +496,7 @@ def _qos_table(rows, nums, kind, prio, first, counts) -> List[dict]:
             {
                 "src": _addr(row_end(rows, i, "src")),
                 "dst": _addr(row_end(rows, i, "dst")),
-                "qp": int(rows["destqp"][i]),
+                "qp": int(rows.end_of(i, "destqp")),
                 "kind": KINDS[kind[i]],
                 "dscp": int(nums["dscp"][i]),
                 "pcp": int(nums["pcp"][i]) if nums["vlan"][i] >= 0 else None,
@@ -714,7 +714,8 @@ def _prio_filter(p: int) -> str:
 def _frames_between(rows, nums, ends, sport: int):
     """Frames of the RoCE packets from one address to another with UDP source port `sport`."""
     src, dst = (np.frombuffer(e, "V16")[0] for e in ends)
-    return rows["frame"][(rows["src"] == src) & (rows["dst"] == dst) & (nums["udp_src"] == sport)]
+    between = (rows.groups["src"] == src) & (rows.groups["dst"] == dst)  # per QP group
+    return rows["frame"][between[rows["qp"]] & (nums["udp_src"] == sport)]
 
 
 def _ecmp_findings(ecmp: dict, s: Settings, rows, nums, back) -> List[dict]:

@@ -11,21 +11,21 @@ from typing import List, Tuple
 import numpy as np
 
 from ibwire.analyze.hashing import group_rows
+from ibwire.analyze.healthrows import QP_KEY
 from ibwire.decode import records as R
 
-QP_KEY = ("src", "dst", "slid", "dlid", "destqp")
 ANSWER_WITHIN_US = 10_000  # an ACK or response answers a request with its PSN sent at most this long before
 
 
 def row_end(rows, i: int, side: str) -> bytes:
     """The source or destination of packet i: its address, or its LID (b"LID" + 2 bytes) on native IB."""
     if rows["link"][i] == R.IB:
-        return b"LID" + int(rows["slid" if side == "src" else "dlid"][i]).to_bytes(2, "big")
-    return bytes(rows[side][i])
+        return b"LID" + int(rows.end_of(i, "slid" if side == "src" else "dlid")).to_bytes(2, "big")
+    return bytes(rows.end_of(i, side))
 
 
 def row_ends(rows, side: str) -> List[bytes]:
-    """row_end of every row of `rows`, read a column at a time."""
+    """row_end of every row of `rows` (few: the CNPs), read a column at a time."""
     native = (rows["link"] == R.IB).tolist()
     lids, addrs = rows["slid" if side == "src" else "dlid"].tolist(), rows[side].tolist()
     return [b"LID" + lid.to_bytes(2, "big") if ib else a for ib, lid, a in zip(native, lids, addrs)]
@@ -33,9 +33,8 @@ def row_ends(rows, side: str) -> List[bytes]:
 
 def qp_groups(rows) -> Tuple[np.ndarray, np.ndarray]:
     """Each row's group of equal source, destination (addresses and LIDs) and destination QP, and each
-    group's first row."""
-    _, first, inv = group_rows(rows, QP_KEY)
-    return inv, first
+    group's first row (grouped while reading, healthrows.Rows)."""
+    return rows["qp"].astype(np.int64), rows.first
 
 
 def rows_per_group(group: np.ndarray, groups: int) -> List[np.ndarray]:
@@ -60,7 +59,7 @@ def _answering(rows, back_of: List[np.ndarray], ends_of: np.ndarray, gfirst: np.
         if len(b):
             e = int(ends_of[g])
             first_back[e] = min(first_back.get(e, len(rows)), int(b[0]))
-            qps[e][int(rows["destqp"][gfirst[g]])] = b
+            qps[e][int(rows.groups["destqp"][g])] = b
     rev = {}
     for e, i in sorted(first_back.items(), key=lambda kv: kv[1]):
         rev[(row_end(rows, i, "src"), row_end(rows, i, "dst"))] = e
@@ -76,7 +75,7 @@ def find_flows(
     gid, gfirst = qp
     per = rows_per_group(gid, len(gfirst))
     data_of = _each_where(per, gid, is_data)
-    _, _, ends_of = group_rows(rows, QP_KEY[:4], gfirst)  # each QP group's pair of ends
+    _, _, ends_of = group_rows(rows.groups, QP_KEY[:4])  # each QP group's pair of ends
     rev, qps = _answering(rows, _each_where(per, gid, is_back), ends_of, gfirst)
     flows, by_ends = [], defaultdict(list)
     for g, r in sorted(((g, r) for g, r in enumerate(data_of) if len(r)), key=lambda gr: int(gr[1][0])):
@@ -86,7 +85,7 @@ def find_flows(
             {
                 "src": src,
                 "dst": dst,
-                "qp": int(rows["destqp"][i]),
+                "qp": int(rows.end_of(i, "destqp")),
                 "partner": None,
                 "paired_by": "none",
                 "rows": r,

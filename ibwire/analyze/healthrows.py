@@ -4,9 +4,10 @@ frames as bytes (dissectors.dcbfacts parses them).
 
 The compiled decoder fills one reused batch of records; their RoCE rows' fields are picked (compiled) into
 arrays sized from the share of the file read so far: no per-batch allocation, no final concatenation.  The
-fields are kept in two arrays of narrow rows: the packet's ends, QP and frame (the group-bys' keys), and
-the numbers the analysis reads for every packet (times, sizes, classes, opcodes), which are then turned into
-a column per field, so that each of its passes over all packets reads its field alone.
+fields are kept narrow: per packet its frame, link kind and QP group (the packets of a batch grouped by
+their ends and destination QP as they are read, so that the 40-byte key is kept once per QP group, not per
+packet), and the numbers the analysis reads for every packet (times, sizes, classes, opcodes), turned into a
+column per field once read, so that each of its passes over all packets reads its field alone.
 """
 
 from typing import List, NamedTuple
@@ -20,6 +21,7 @@ from ibwire.decode.batch import decode_batch
 from ibwire.files.walk import CaptureWalk
 
 FIELDS = ("frame", "link", "slid", "dlid", "src", "dst", "destqp")  # ends, QP, frame: KEEP rows
+QP_KEY = ("src", "dst", "slid", "dlid", "destqp")  # a QP group: one direction of a QP
 # what the analysis reads of every packet: NUMS rows (the link kind in both)
 NUM_FIELDS = (
     "time_ns",
@@ -48,14 +50,39 @@ def _layout(fields):
 
 
 KEEP, _OFFSETS, _SIZES = _layout(FIELDS)
+ROW = np.dtype([("frame", KEEP["frame"]), ("link", KEEP["link"]), ("qp", np.uint32)])  # a packet: frame, QP group
+_QP_AT = np.array([KEEP.fields[f][1] for f in QP_KEY], np.int64)  # the QP key in a KEEP row
+_QP_SIZES = np.array([KEEP[f].itemsize for f in QP_KEY], np.int64)
 NUMS, _NUM_OFFSETS, _NUM_SIZES = _layout(NUM_FIELDS)
 _NUM_AT = np.array([NUMS.fields[f][1] for f in NUM_FIELDS], np.int64)  # byte offsets in a NUMS row
 PAUSE, _PAUSE_OFFSETS, _PAUSE_SIZES = _layout(PAUSE_FIELDS)
 BATCH = 16384  # packets per decoded batch
 
 
+class Rows:
+    """The RoCE packets as a table of KEEP fields: per packet its frame, link kind and QP group (ROW), per QP
+    group the KEEP row of its first packet (`groups`, found while reading: the group-by of every packet's
+    40-byte key is done batch by batch in the CPU's cache, and the key is not kept for every packet).
+    `rows[name]` is a column (the QP key's fields put together for every row: for tests), `rows[selection]`
+    the selected rows, `rows.end_of(i, field)` one row's field of the QP key."""
+
+    def __init__(self, keep: np.ndarray, groups: np.ndarray, first: np.ndarray):
+        self.keep, self.groups, self.first = keep, groups, first
+
+    def __len__(self) -> int:
+        return len(self.keep)
+
+    def __getitem__(self, what):
+        if isinstance(what, str):
+            return self.keep[what] if what in ROW.names else self.groups[what][self.keep["qp"]]
+        return Rows(self.keep[what], self.groups, self.first)
+
+    def end_of(self, i: int, field: str):
+        return self.groups[field][self.keep["qp"][i]]
+
+
 class Capture(NamedTuple):
-    rows: np.ndarray  # KEEP rows of the RoCE packets
+    rows: Rows  # the RoCE packets
     nums: dict  # their NUMS fields, a column each
     pauses: np.ndarray  # PAUSE rows of the MAC control frames (PAUSE, PFC, other opcodes)
     pause_iface: np.ndarray  # pcapng interface id of each of them (0 in a pcap file)
@@ -65,13 +92,16 @@ class Capture(NamedTuple):
 
 
 class _Rows:
-    """Growing arrays of KEEP and NUMS rows; room is taken for the whole file at the density of RoCE rows
-    seen so far."""
-
-    LAYOUTS = ((KEEP, _OFFSETS, _SIZES), (NUMS, _NUM_OFFSETS, _NUM_SIZES))
+    """Growing arrays of ROW and NUMS rows; room is taken for the whole file at the density of RoCE rows seen
+    so far.  Each batch's KEEP rows are picked into a reused array, grouped by QP there (compiled) and their
+    groups numbered across the file in order of first appearance."""
 
     def __init__(self):
-        self.a, self.n = [np.empty(0, dt) for dt, _, _ in self.LAYOUTS], 0
+        self.a, self.n = [np.empty(0, ROW), np.empty(0, NUMS)], 0
+        self._keep = np.empty(BATCH, KEEP)  # a batch's KEEP rows: in the CPU's cache
+        self.ids: dict = {}  # QP key (a tuple) -> its group's number
+        self.groups: List[np.ndarray] = []  # each group's first KEEP row, in order of their numbers
+        self.first: List[int] = []  # each group's first row
 
     def add(self, rec: np.ndarray, sel: np.ndarray, walk: CaptureWalk) -> None:
         m = len(sel)
@@ -82,9 +112,36 @@ class _Rows:
             except MemoryError:  # a file whose start is denser than the rest: more than may be reserved
                 self.a = [self._grown(a, (self.n + m) * 2) for a in self.a]
         # compiled, each record read once per array: numpy's copies of the fields walk the batch once each
-        for a, (_, offsets, sizes) in zip(self.a, self.LAYOUTS):
-            _native.pick(rec, R.RECORD.itemsize, None if m == len(rec) else sel, offsets, sizes, a[self.n :])
+        rows = None if m == len(rec) else sel
+        keep, out = self._keep[:m], self.a[0][self.n : self.n + m]
+        _native.pick(rec, R.RECORD.itemsize, rows, _OFFSETS, _SIZES, keep)
+        _native.pick(rec, R.RECORD.itemsize, rows, _NUM_OFFSETS, _NUM_SIZES, self.a[1][self.n :])
+        out["frame"], out["link"] = keep["frame"], keep["link"]
+        if m:
+            out["qp"] = self._numbered(keep)
         self.n += m
+
+    def _numbered(self, keep: np.ndarray) -> np.ndarray:
+        """The QP group number of each of a batch's KEEP rows, new groups numbered in order of appearance."""
+        m = len(keep)
+        inverse, first, hashes = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.uint64)
+        g = _native.group(keep, KEEP.itemsize, None, _QP_AT, _QP_SIZES, inverse, first, hashes)
+        heads = keep[first[:g]]
+        ids, fresh = np.empty(g, np.uint32), []
+        for k, key in enumerate(heads[list(QP_KEY)].tolist()):
+            n = self.ids.get(key)
+            if n is None:
+                n = self.ids[key] = len(self.ids)
+                fresh.append(k)
+            ids[k] = n
+        if fresh:
+            self.groups.append(heads[fresh])
+            self.first += (first[fresh] + self.n).tolist()
+        return ids[inverse]
+
+    def table(self) -> Rows:
+        groups = np.concatenate(self.groups) if self.groups else np.empty(0, KEEP)
+        return Rows(self.a[0][: self.n], groups, np.array(self.first, np.int64))
 
     def _grown(self, a: np.ndarray, size: int) -> np.ndarray:
         grown = np.empty(size, a.dtype)
@@ -127,7 +184,7 @@ def read(path: str, icrc: bool = False) -> Capture:
             lldp.append((int(rec["frame"][i]), (int(rec["time_ns"][i]) - t0) / 1e9, int(_iface(pos, [i])[0]), data))
         rows.add(rec, np.flatnonzero(rec["flags"] & R.F_BTH), walk)
     return Capture(
-        rows.a[0][: rows.n],
+        rows.table(),
         _columns(rows.a[1][: rows.n]),
         np.concatenate(pauses) if pauses else np.empty(0, PAUSE),
         np.concatenate(ifaces) if ifaces else np.zeros(0, np.int64),
