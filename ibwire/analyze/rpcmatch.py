@@ -14,6 +14,7 @@ RPC message cut short or with an AUTH_UNIX verifier, one whose RPC XID is not it
 heuristic takes elsewhere."""
 
 from functools import lru_cache
+from itertools import repeat
 
 import numpy as np
 
@@ -272,7 +273,11 @@ def _table(msg, data, calls, reply, owner, text) -> dict:
     answered = reply >= 0
     r = np.maximum(reply, 0)
     time = msg["time"][calls]
-    latency = iter([round(v, 3) for v in ((msg["time"][r] - time) * 1e6)[answered].tolist()])
+    latency = np.full(len(calls), None, object)
+    latency[answered] = list(map(round, ((msg["time"][r] - time) * 1e6)[answered].tolist(), repeat(3)))
+    pair = msg["src"][calls].astype(np.int64) << 32 | msg["dst"][calls].astype(np.int64)  # numbers of addresses
+    distinct, inverse = np.unique(pair, return_inverse=True)
+    ends = np.array([f"{text[p >> 32]} → {text[p & 0xFFFFFFFF]}" for p in distinct.tolist()] + [None], object)
     names, states = {}, {}
 
     def name(key):
@@ -292,21 +297,26 @@ def _table(msg, data, calls, reply, owner, text) -> dict:
         msg["main"][calls].tolist(),
     )
     return {
-        "connection": [
-            f"{text[a]} → {text[b]}" for a, b in zip(msg["src"][calls].tolist(), msg["dst"][calls].tolist())
-        ],
+        "connection": ends[inverse.ravel()].tolist(),
         "procedure": [name(k) for k in keys],
-        "xid": [f"0x{x:08x}" for x in msg["xid"][calls].tolist()],
+        "xid": list(map("0x{:08x}".format, msg["xid"][calls].tolist())),
         "submission": msg["frame"][calls].tolist(),
         "data_frames": count.tolist(),
-        "first_data": [f if c else None for f, c in zip(first.tolist(), count.tolist())],
-        "last_data": [f if c else None for f, c in zip(last.tolist(), count.tolist())],
-        "completion": [f if a else None for f, a in zip(msg["frame"][r].tolist(), answered.tolist())],
-        "latency_us": [next(latency) if a else None for a in answered.tolist()],
+        "first_data": _shown(first, count > 0),
+        "last_data": _shown(last, count > 0),
+        "completion": _shown(msg["frame"][r], answered),
+        "latency_us": latency.tolist(),
         "bytes": nbytes.tolist(),
         "status": [state((1, s) if a else (None, None)) for s, a in zip(msg["status"][r].tolist(), answered.tolist())],
         "time": time.tolist(),
     }
+
+
+def _shown(values: np.ndarray, shown: np.ndarray) -> list:
+    """`values` as a list, None where not `shown`."""
+    out = values.astype(object)
+    out[~shown] = None
+    return out.tolist()
 
 
 COLUMNS = ("connection", "procedure", "xid", "submission", "data_frames", "first_data", "last_data", "completion")

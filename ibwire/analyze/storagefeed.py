@@ -198,37 +198,54 @@ def _connected(t: RpcRdmaTracker, held) -> bool:
 
 
 def _connect_all(both: Trackers, r: _Rows, ops, addr) -> None:
-    """_connect each of the RDMA-CM rows `r`, in capture order.  A REQ for NVMe-oF's port that no other tracker
-    wants, and a REP answering one of NvmeTracker's REQs and no other tracker's, are done here on the record
-    columns, as NvmeTracker._cm does them (the same state, no frame built: a setup per 65 packets on the bench's
-    discovery capture); a REQ or REP no tracker wants is skipped, as _connect skips it; any other row goes
-    through _cm_lite and _connect."""
-    nvme = both.nvme
-    reqs, ends = nvme.reqs, nvme.ends
-    rpc, smb, iser = both.rpcrdma.reqs, both.smbdirect.reqs, both.iser.reqs  # dicts the trackers keep
+    """_connect each of the RDMA-CM rows `r`, in capture order.  A REQ that only NVMe-oF or only RPC-RDMA wants
+    (by its service ID), and a REP answering a REQ of only one of them, are done here on the record columns, as
+    NvmeTracker._cm and RpcRdmaTracker._cm do them (the same state, no frame built: the bench's captures set up
+    a connection every 65 and 27 packets); a REQ or REP no tracker wants is skipped, as _connect skips it; any
+    other row goes through _cm_lite and _connect."""
     for k in range(len(r.frame)):
-        attr = r.mad_attrid[k]
-        if r.flags[k] & R.F_MAD and r.mad_class[k] == CM_CLASS and attr == CM_REP:
-            remote = r.cm_remote_comm_id[k]
-            if not (remote in rpc or remote in smb or remote in iser):
-                if remote in reqs:
-                    host, host_qpn, qid = reqs[remote]
-                    queue = Queue(qid, f"{host} QP 0x{host_qpn:06x} qid {qid}")
-                    ends[(host, host_qpn)] = (queue, True)
-                    ends[(addr(r.src[k]) or None, r.cm_qpn[k])] = (queue, False)
-                continue
-        elif r.flags[k] & R.F_MAD and r.mad_class[k] == CM_CLASS and attr == CM_REQ:
+        cm = r.flags[k] & R.F_MAD and r.mad_class[k] == CM_CLASS
+        if cm and r.mad_attrid[k] == CM_REP and _rep(both, r.cm_remote_comm_id[k], addr(r.src[k]) or None, r.cm_qpn[k]):
+            continue
+        if cm and r.mad_attrid[k] == CM_REQ:
             msg = _payload(r, k)[MAD_HEADER:]
-            if len(msg) >= CM_IP_PRIVATE + 4:
-                service = int.from_bytes(msg[CM_SERVICE_ID : CM_SERVICE_ID + 8], "big")
-                other = (both.rpcrdma.service(service), both.smbdirect.service(service), is_iser_service(service))
-                if not any(other):
-                    if is_nvme_service(service):
-                        qid = int.from_bytes(msg[CM_IP_PRIVATE + 2 : CM_IP_PRIVATE + 4], "little")
-                        reqs[r.cm_comm_id[k]] = (addr(r.src[k]) or None, r.cm_qpn[k], qid)
-                        nvme.active = True
-                    continue
+            if len(msg) >= CM_IP_PRIVATE + 4 and _req(both, msg, r.cm_comm_id[k], addr(r.src[k]) or None, r.cm_qpn[k]):
+                continue
         _connect(both, _cm_lite(r, k, ops, addr))
+
+
+def _req(both: Trackers, msg: bytes, comm: int, host, qpn: int) -> bool:
+    """A REQ's message (`msg`) from `host`: noted by the one of NVMe-oF and RPC-RDMA that wants it, or by none;
+    False when another tracker wants it too (_connect then feeds it)."""
+    service = int.from_bytes(msg[CM_SERVICE_ID : CM_SERVICE_ID + 8], "big")
+    nvme, rpc = is_nvme_service(service), both.rpcrdma.service(service)
+    if both.smbdirect.service(service) or is_iser_service(service) or nvme and rpc:
+        return False
+    if nvme:
+        qid = int.from_bytes(msg[CM_IP_PRIVATE + 2 : CM_IP_PRIVATE + 4], "little")
+        both.nvme.reqs[comm] = (host, qpn, qid)
+        both.nvme.active = True
+    elif rpc:
+        both.rpcrdma.reqs[comm] = (host, qpn)
+    return True
+
+
+def _rep(both: Trackers, remote: int, src, qpn: int) -> bool:
+    """A REP from `src` answering REQ `remote`: the queue or connection made by the one of NVMe-oF and RPC-RDMA
+    whose REQ it answers, or nothing; False when another tracker's REQ has its id too."""
+    nvme, rpc = both.nvme, both.rpcrdma
+    if remote in both.smbdirect.reqs or remote in both.iser.reqs or remote in nvme.reqs and remote in rpc.reqs:
+        return False
+    if remote in nvme.reqs:
+        host, host_qpn, qid = nvme.reqs[remote]
+        queue = Queue(qid, f"{host} QP 0x{host_qpn:06x} qid {qid}")
+        nvme.ends[(host, host_qpn)] = (queue, True)
+        nvme.ends[(src, qpn)] = (queue, False)
+    elif remote in rpc.reqs:
+        rpc.ends.add(rpc.reqs.pop(remote))
+        rpc.ends.add((src, qpn))
+        rpc.seen = True
+    return True
 
 
 def _connect(both: Trackers, d) -> None:
