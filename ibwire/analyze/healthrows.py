@@ -49,10 +49,13 @@ def _layout(fields):
     return dt, offsets, np.array([R.RECORD.fields[f][0].itemsize for f in fields], np.int64)
 
 
-KEEP, _OFFSETS, _SIZES = _layout(FIELDS)
-ROW = np.dtype([("frame", KEEP["frame"]), ("link", KEEP["link"]), ("qp", np.uint32)])  # a packet: frame, QP group
-_QP_AT = np.array([KEEP.fields[f][1] for f in QP_KEY], np.int64)  # the QP key in a KEEP row
-_QP_SIZES = np.array([KEEP[f].itemsize for f in QP_KEY], np.int64)
+KEEP = _layout(FIELDS)[0]  # what Rows gives of a packet
+QPK, _QP_OFFSETS, _QP_SIZES = _layout(QP_KEY)  # a QP group's key
+_QP_AT = np.array([QPK.fields[f][1] for f in QP_KEY], np.int64)  # (in a QPK row)
+# a packet: its frame and QP group (picked with the frame in the group's place, then numbered)
+ROW = np.dtype([("frame", KEEP["frame"]), ("qp", np.uint32)])
+_ROW_OFFSETS = np.array([R.RECORD.fields["frame"][1]] * 2, np.int64)
+_ROW_SIZES = np.array([ROW[f].itemsize for f in ROW.names], np.int64)
 NUMS, _NUM_OFFSETS, _NUM_SIZES = _layout(NUM_FIELDS)
 _NUM_AT = np.array([NUMS.fields[f][1] for f in NUM_FIELDS], np.int64)  # byte offsets in a NUMS row
 PAUSE, _PAUSE_OFFSETS, _PAUSE_SIZES = _layout(PAUSE_FIELDS)
@@ -60,22 +63,24 @@ BATCH = 16384  # packets per decoded batch
 
 
 class Rows:
-    """The RoCE packets as a table of KEEP fields: per packet its frame, link kind and QP group (ROW), per QP
-    group the KEEP row of its first packet (`groups`, found while reading: the group-by of every packet's
-    40-byte key is done batch by batch in the CPU's cache, and the key is not kept for every packet).
+    """The RoCE packets as a table of KEEP fields: per packet its frame and QP group (ROW) and link kind (the
+    NUMS column), per QP group its key (`groups`, found while reading: the group-by of every packet's 40-byte
+    key is done batch by batch in the CPU's cache, and the key is not kept for every packet) and first row.
     `rows[name]` is a column (the QP key's fields put together for every row: for tests), `rows[selection]`
     the selected rows, `rows.end_of(i, field)` one row's field of the QP key."""
 
-    def __init__(self, keep: np.ndarray, groups: np.ndarray, first: np.ndarray):
-        self.keep, self.groups, self.first = keep, groups, first
+    def __init__(self, keep: np.ndarray, link: np.ndarray, groups: np.ndarray, first: np.ndarray):
+        self.keep, self.link, self.groups, self.first = keep, link, groups, first
 
     def __len__(self) -> int:
         return len(self.keep)
 
     def __getitem__(self, what):
         if isinstance(what, str):
+            if what == "link":
+                return self.link
             return self.keep[what] if what in ROW.names else self.groups[what][self.keep["qp"]]
-        return Rows(self.keep[what], self.groups, self.first)
+        return Rows(self.keep[what], self.link[what], self.groups, self.first)
 
     def end_of(self, i: int, field: str):
         return self.groups[field][self.keep["qp"][i]]
@@ -93,14 +98,14 @@ class Capture(NamedTuple):
 
 class _Rows:
     """Growing arrays of ROW and NUMS rows; room is taken for the whole file at the density of RoCE rows seen
-    so far.  Each batch's KEEP rows are picked into a reused array, grouped by QP there (compiled) and their
-    groups numbered across the file in order of first appearance."""
+    so far.  Each batch's QP keys are picked into a reused array, grouped there (compiled) and their groups
+    numbered across the file in order of first appearance."""
 
     def __init__(self):
         self.a, self.n = [np.empty(0, ROW), np.empty(0, NUMS)], 0
-        self._keep = np.empty(BATCH, KEEP)  # a batch's KEEP rows: in the CPU's cache
+        self._keys = np.empty(BATCH, QPK)  # a batch's QP keys: in the CPU's cache
         self.ids: dict = {}  # QP key (a tuple) -> its group's number
-        self.groups: List[np.ndarray] = []  # each group's first KEEP row, in order of their numbers
+        self.groups: List[np.ndarray] = []  # each group's key, in order of their numbers
         self.first: List[int] = []  # each group's first row
 
     def add(self, rec: np.ndarray, sel: np.ndarray, walk: CaptureWalk) -> None:
@@ -113,22 +118,22 @@ class _Rows:
                 self.a = [self._grown(a, (self.n + m) * 2) for a in self.a]
         # compiled, each record read once per array: numpy's copies of the fields walk the batch once each
         rows = None if m == len(rec) else sel
-        keep, out = self._keep[:m], self.a[0][self.n : self.n + m]
-        _native.pick(rec, R.RECORD.itemsize, rows, _OFFSETS, _SIZES, keep)
+        keys = self._keys[:m]
+        _native.pick(rec, R.RECORD.itemsize, rows, _ROW_OFFSETS, _ROW_SIZES, self.a[0][self.n :])
+        _native.pick(rec, R.RECORD.itemsize, rows, _QP_OFFSETS, _QP_SIZES, keys)
         _native.pick(rec, R.RECORD.itemsize, rows, _NUM_OFFSETS, _NUM_SIZES, self.a[1][self.n :])
-        out["frame"], out["link"] = keep["frame"], keep["link"]
         if m:
-            out["qp"] = self._numbered(keep)
+            self.a[0]["qp"][self.n : self.n + m] = self._numbered(keys)
         self.n += m
 
-    def _numbered(self, keep: np.ndarray) -> np.ndarray:
-        """The QP group number of each of a batch's KEEP rows, new groups numbered in order of appearance."""
-        m = len(keep)
+    def _numbered(self, keys: np.ndarray) -> np.ndarray:
+        """The QP group number of each of a batch's QP keys, new groups numbered in order of appearance."""
+        m = len(keys)
         inverse, first, hashes = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.uint64)
-        g = _native.group(keep, KEEP.itemsize, None, _QP_AT, _QP_SIZES, inverse, first, hashes)
-        heads = keep[first[:g]]
+        g = _native.group(keys, QPK.itemsize, None, _QP_AT, _QP_SIZES, inverse, first, hashes)
+        heads = keys[first[:g]]
         ids, fresh = np.empty(g, np.uint32), []
-        for k, key in enumerate(heads[list(QP_KEY)].tolist()):
+        for k, key in enumerate(heads.tolist()):
             n = self.ids.get(key)
             if n is None:
                 n = self.ids[key] = len(self.ids)
@@ -139,9 +144,9 @@ class _Rows:
             self.first += (first[fresh] + self.n).tolist()
         return ids[inverse]
 
-    def table(self) -> Rows:
-        groups = np.concatenate(self.groups) if self.groups else np.empty(0, KEEP)
-        return Rows(self.a[0][: self.n], groups, np.array(self.first, np.int64))
+    def table(self, link: np.ndarray) -> Rows:
+        groups = np.concatenate(self.groups) if self.groups else np.empty(0, QPK)
+        return Rows(self.a[0][: self.n], link, groups, np.array(self.first, np.int64))
 
     def _grown(self, a: np.ndarray, size: int) -> np.ndarray:
         grown = np.empty(size, a.dtype)
@@ -172,20 +177,23 @@ def read(path: str, icrc: bool = False) -> Capture:
         if not len(rec):
             continue
         t0 = int(rec["time_ns"][0]) if t0 is None else t0
-        et, eth = rec["etype"], rec["linktype"] == LINKTYPE_ETHERNET
-        ctl = np.flatnonzero((et == ETHERTYPE_MAC_CONTROL) & eth)
+        et = rec["etype"]
+        few = np.flatnonzero((et == ETHERTYPE_MAC_CONTROL) | (et == ETHERTYPE_LLDP))  # one pass for both
+        eth = rec["linktype"][few] == LINKTYPE_ETHERNET
+        ctl = few[(et[few] == ETHERTYPE_MAC_CONTROL) & eth]
         if len(ctl):  # the MAC control columns of these rows, picked as the RoCE rows are
             pauses.append(np.empty(len(ctl), PAUSE))
             _native.pick(rec, R.RECORD.itemsize, ctl, _PAUSE_OFFSETS, _PAUSE_SIZES, pauses[-1])
             ifaces.append(_iface(pos, ctl))
-        for i in np.flatnonzero((et == ETHERTYPE_LLDP) & eth).tolist():
+        for i in few[(et[few] == ETHERTYPE_LLDP) & eth].tolist():
             at = int(pos.data[i])
             data = bytes(walk.buf[at : at + int(pos.caplen[i])])
             lldp.append((int(rec["frame"][i]), (int(rec["time_ns"][i]) - t0) / 1e9, int(_iface(pos, [i])[0]), data))
         rows.add(rec, np.flatnonzero(rec["flags"] & R.F_BTH), walk)
+    nums = _columns(rows.a[1][: rows.n])
     return Capture(
-        rows.table(),
-        _columns(rows.a[1][: rows.n]),
+        rows.table(nums["link"]),
+        nums,
         np.concatenate(pauses) if pauses else np.empty(0, PAUSE),
         np.concatenate(ifaces) if ifaces else np.zeros(0, np.int64),
         lldp,
