@@ -344,15 +344,13 @@ def _congestion(rows, nums, kind, prio, rel, flows, data_class: dict, s: Setting
     """Per flow with CE marks or CNPs: marks, CNPs, their classes and the reactions to them.  `data_class`:
     data_classes."""
     cnp_of = _cnp_rows(rows, kind, flows)
-    out, size = [], None
+    out, size = [], nums["len"]  # (a column: picking a flow's rows from it is quick)
     for n, f in enumerate(flows):
         m = f["rows"]
         ce = f["ce"]
         cnps = cnp_of[n]
         if not len(ce) and not len(cnps):
             continue
-        if size is None:  # one column: picking a flow's rows from it is many times quicker than from the records
-            size = nums["len"].copy()
         t = rel[m]
         cum = np.concatenate(([0], np.cumsum(size[m], dtype=np.int64)))
         reactions = [
@@ -430,12 +428,10 @@ def crc_path(src: bytes, dst: bytes, sport: int, paths: int) -> int:
 
 
 def _ecmp(nums, flows, s: Settings) -> dict:
-    per, sport = [], None
+    per, sport = [], nums["udp_src"]  # (a column, as _congestion's sizes)
     for f in flows:
         if f["link"] not in (R.ROCE2V4, R.ROCE2V6):
             continue
-        if sport is None:  # one column, as _congestion's sizes
-            sport = nums["udp_src"].copy()
         ports = distinct(sport[f["rows"]])
         per.append(
             {
