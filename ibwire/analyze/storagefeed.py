@@ -12,8 +12,8 @@ from ibwire.analyze.rpcmatch import RpcMatcher
 from ibwire.decode import records as R
 from ibwire.decode.iser import IserTracker
 from ibwire.decode.iser import storage_rows as iser_rows
-from ibwire.decode.nvme import CM_CLASS, NvmeTracker, Queue, storage_rows
-from ibwire.decode.nvmebulk import SEND_FIRST, SEND_MIDDLE, follow, payload_ends
+from ibwire.decode.nvme import NvmeTracker, Queue, storage_rows
+from ibwire.decode.nvmebulk import SEND_FIRST, SEND_MIDDLE, address_texts, columns, follow, payload_ends
 from ibwire.decode.nvmematch import KIND, Irregular, Matcher
 from ibwire.decode.records import addr_text
 from ibwire.decode.rpcrdma import RC_SEND, RpcRdmaTracker, Trackers
@@ -172,7 +172,7 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
         cm, data = storage_rows(batch.rec, slice(None), tracker)  # every row, read a column at a time
         cm = cm[np.isin(batch.rec["mad_attrid"][cm], (CM_REQ, CM_REP)) | rc[batch.rec["opcode"][cm]]]
         if len(cm):
-            _connect_all(both, _Rows(batch, cm), ops, addr)
+            _connect_all(both, batch, cm, (ops, addr, addr16))
         rows = _data_rows(batch, every, both, data)
         if rows is None:
             continue
@@ -197,32 +197,39 @@ def _connected(t: RpcRdmaTracker, held) -> bool:
     return bool(t.ends) and quiet and not t.decode_as and not held.dead()
 
 
-def _connect_all(both: Trackers, r: _Rows, ops, addr) -> None:
-    """_connect each of the RDMA-CM rows `r`, in capture order.  A REQ that only NVMe-oF or only RPC-RDMA wants
-    (by its service ID), and a REP answering a REQ of only one of them, are done here on the record columns, as
-    NvmeTracker._cm and RpcRdmaTracker._cm do them (the same state, no frame built: the bench's captures set up
-    a connection every 65 and 27 packets); a REQ or REP no tracker wants is skipped, as _connect skips it; any
-    other row goes through _cm_lite and _connect."""
-    for k in range(len(r.frame)):
-        cm = r.flags[k] & R.F_MAD and r.mad_class[k] == CM_CLASS
-        if cm and r.mad_attrid[k] == CM_REP and _rep(both, r.cm_remote_comm_id[k], addr(r.src[k]) or None, r.cm_qpn[k]):
+def _connect_all(both: Trackers, batch, cm, names) -> None:
+    """_connect each of the RDMA-CM rows `cm` of a batch, in capture order.  A REQ that only NVMe-oF or only
+    RPC-RDMA wants (by its service ID), and a REP answering a REQ of only one of them, are done here on the record
+    columns, as NvmeTracker._cm and RpcRdmaTracker._cm do them (the same state, no frame built: the bench's
+    captures set up a connection every 65 and 27 packets); a REQ or REP no tracker wants is skipped, as _connect
+    skips it; any other row goes through _cm_lite and _connect.  `names`: (_opcodes(), addr, addr16) of track."""
+    ops, addr, addr16 = names
+    rec = columns(batch, cm, "mad_attrid cm_comm_id cm_remote_comm_id cm_qpn src")
+    src = address_texts(rec["src"], addr16)  # the source address's text, as addr gives it
+    start, end = payload_ends(batch, cm)
+    msg = start + MAD_HEADER  # a REQ's message: its service ID and IP CM private data (the queue id) where long enough
+    ok = end - msg >= CM_IP_PRIVATE + 4
+    at, buf = np.where(ok, msg, 0), np.asarray(batch.buf)
+    service = np.ascontiguousarray(buf[at[:, None] + CM_SERVICE_ID + np.arange(8)]).view(">u8").ravel().tolist()
+    qid = (buf[at + CM_IP_PRIVATE + 2].astype(np.int64) | buf[at + CM_IP_PRIVATE + 3].astype(np.int64) << 8).tolist()
+    comm, remote, qpn = (rec[k].tolist() for k in ("cm_comm_id", "cm_remote_comm_id", "cm_qpn"))
+    r, ok = None, ok.tolist()
+    for k, attr in enumerate(rec["mad_attrid"].tolist()):
+        if attr == CM_REP and _rep(both, remote[k], src[k] or None, qpn[k]):
             continue
-        if cm and r.mad_attrid[k] == CM_REQ:
-            msg = _payload(r, k)[MAD_HEADER:]
-            if len(msg) >= CM_IP_PRIVATE + 4 and _req(both, msg, r.cm_comm_id[k], addr(r.src[k]) or None, r.cm_qpn[k]):
-                continue
+        if attr == CM_REQ and ok[k] and _req(both, service[k], qid[k], comm[k], src[k] or None, qpn[k]):
+            continue
+        r = r or _Rows(batch, cm)
         _connect(both, _cm_lite(r, k, ops, addr))
 
 
-def _req(both: Trackers, msg: bytes, comm: int, host, qpn: int) -> bool:
-    """A REQ's message (`msg`) from `host`: noted by the one of NVMe-oF and RPC-RDMA that wants it, or by none;
-    False when another tracker wants it too (_connect then feeds it)."""
-    service = int.from_bytes(msg[CM_SERVICE_ID : CM_SERVICE_ID + 8], "big")
+def _req(both: Trackers, service: int, qid: int, comm: int, host, qpn: int) -> bool:
+    """A REQ for `service` from `host`: noted by the one of NVMe-oF and RPC-RDMA that wants it (NVMe-oF with the
+    queue id of its private data), or by none; False when another tracker wants it too (_connect then feeds it)."""
     nvme, rpc = is_nvme_service(service), both.rpcrdma.service(service)
     if both.smbdirect.service(service) or is_iser_service(service) or nvme and rpc:
         return False
     if nvme:
-        qid = int.from_bytes(msg[CM_IP_PRIVATE + 2 : CM_IP_PRIVATE + 4], "little")
         both.nvme.reqs[comm] = (host, qpn, qid)
         both.nvme.active = True
     elif rpc:

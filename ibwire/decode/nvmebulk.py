@@ -76,8 +76,8 @@ def follow(tracker, batch, rows, addr) -> np.ndarray:
     frame, time, rkey = rec["frame"].tolist(), rec["time"].tolist(), rec["reth_r_key"].tolist()
     length = np.maximum(rec["paylen"], 0).tolist()
     start, end = (v.tolist() for v in payload_ends(batch, rows))
-    dst = _texts(rec["dst"], addr)
-    src = _texts(rec["src"], addr) if tracker.decode_as else None
+    dst = address_texts(rec["dst"], addr)
+    src = address_texts(rec["src"], addr) if tracker.decode_as else None
     buf, ends, decode_as, claimed = batch.buf, tracker.ends, tracker.decode_as, np.zeros(len(opcode), bool)
     for k, (code, key) in enumerate(zip(opcode, zip(dst, qp))):
         kind, found = KINDS[code], ends.get(key)
@@ -116,7 +116,7 @@ def follow(tracker, batch, rows, addr) -> np.ndarray:
     return claimed
 
 
-def _texts(addresses: np.ndarray, addr) -> list:
+def address_texts(addresses: np.ndarray, addr) -> list:
     """addr(v) of each row's address bytes (an S16 view), worked out once per distinct address."""
     distinct, inverse = np.unique(addresses.view("S16").ravel(), return_inverse=True)
     return np.array([addr(v) for v in distinct.tolist()] + [None], object)[inverse.ravel()].tolist()
