@@ -168,6 +168,7 @@ def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
     from ibwire.decode.fieldtypes import field_type
     from ibwire.decode.filter import field_name
     from ibwire.report.packets.printer import FORMATS, TIME_MODES
+    from ibwire.report.packets.values import doc_name
 
     if write == "-" and print_too:
         raise UserError("-w - writes the capture to standard output; it cannot carry the -P lines too")
@@ -182,7 +183,7 @@ def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
         raise UserError("-c needs a positive number of packets")
     keys = [field_name(f) for f in fields]
     for f, k in zip(fields, keys):
-        if field_type(k) is None:
+        if field_type(k) is None and not doc_name(k):  # (a field of tshark's document: from the full decode)
             from ibwire.decode.filter import closest
 
             raise UserError(f"-e {f}: no such field; did you mean '{closest(k)}'?")

@@ -11,8 +11,9 @@ import numpy as np
 
 from dissectors.opcodes import OPCODES
 from ibwire.decode import records as R
-from ibwire.decode.fieldtypes import EITHER, HEX_DIGITS
+from ibwire.decode.fieldtypes import EITHER, HEX_DIGITS, field_type
 from ibwire.decode.record_filter import Ctx, NotBatchable, _columns
+from ibwire.report.packets.values import doc_first
 
 # Address fields: the record column and whether it is always IPv6 (a GID or IPv6 address whose IPv4-mapped
 # form prints as ::ffff:a.b.c.d, as tshark prints it) rather than IPv4 where it is mapped.
@@ -44,6 +45,8 @@ def leaf_parts(key: str, row1: np.ndarray, time_base: Optional[str]) -> list:
     if key in EITHER:
         a, b = (leaf_parts(k, row1, time_base) for k in EITHER[key])
         return a + [","] + b if a and b else a or b
+    if field_type(key) is None or doc_first(key):  # tshark's document alone holds it: the full decode
+        raise NotBatchable(key)
     row = row1[0]
     shown, key = key, _atomic_alias(key, row)
     if not _present(key, row1):

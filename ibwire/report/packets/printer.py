@@ -21,7 +21,7 @@ from ibwire.decode.stream import Batch
 from ibwire.report.escape import printable
 from ibwire.report.packets import formats, summary
 from ibwire.report.packets.program import compile_parts, render
-from ibwire.report.packets.values import SELF_NAMED, json_safe, value_text
+from ibwire.report.packets.values import SELF_NAMED, doc_first, doc_name, doc_text, json_safe, value_text
 
 FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
 TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
@@ -438,7 +438,7 @@ class Printer:
             obj["time"] = 0
             head, _, tail = json.dumps(obj).partition('"time": 0')
             return compile_parts([head, '"time": ', ("time", "time_ns", formats.JSON_TIME_DECIMALS), tail + "\n"])
-        parts = []
+        parts, tshark = [], None
         for i, key in enumerate(self.keys):
             if i:
                 parts.append(self.sep)
@@ -449,12 +449,28 @@ class Printer:
                 text = f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
             else:
                 text = _field_text(key, d.flat)
+                if (text == "" or doc_first(key)) and doc_name(key):  # what only tshark's document holds
+                    if tshark is None:
+                        tshark = self._document_values(d, int(row["time_ns"]), prev_ns)
+                    text = printable(doc_text(doc_name(key), tshark)) or text
             if key != self.time_base and not (key == "frame.time_epoch" and self.time_base is None):
                 v = [text] if text != "" else []
             if v and self.minimal and isinstance(v[0], str) and any(c in v[0] for c in (self.sep, '"', "\n")):
                 v = ['"' + v[0].replace('"', '""') + '"']
             parts += [self.quote] + v + [self.quote] if v and self.quote else v
         return compile_parts(parts + ["\n"])
+
+    def _document_values(self, d, ns: int, prev_ns: int) -> dict:
+        """Every field of the frame's tshark-shaped document (-T json's), by Wireshark name: its values."""
+        from ibwire.report.packets import tshark_doc as td
+
+        self.session = self.session or td.Session()
+        last = self.prev_shown if self.prev_shown is not None else ns
+        found: dict = {}
+        for _, items in td.document(d, td.Times(ns, ns - prev_ns, ns - last, ns - self.t0), self.session):
+            for k, v in td.leaves(items, []):
+                found.setdefault(k, []).append(v)
+        return found
 
 
 def _decode(frame, row):

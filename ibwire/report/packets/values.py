@@ -82,3 +82,34 @@ def json_safe(obj, key: str = ""):
         )
         return f"0x{obj & 0xFFFFFFFFFFFFFFFF:016x}" if wide else obj
     return str(obj)
+
+
+def doc_name(key: str):
+    """The Wireshark field named `key` (with or without `infiniband.`), None when Wireshark has none."""
+    from ibwire.report.packets.ws_labels import FIELDS
+
+    return next((name for name in (key, "infiniband." + key) if name in FIELDS), None)
+
+
+def doc_first(key: str) -> bool:
+    """A header tshark's -T fields prints as its bytes, where ibwire's own fields hold only its presence."""
+    from ibwire.report.packets.ws_labels import FIELDS
+
+    name = doc_name(key)
+    return name is not None and field_type(key) == "protocol" and FIELDS[name][1] == "FT_BYTES"
+
+
+def doc_text(name: str, found: dict) -> str:
+    """Field `name`'s values in a frame's tshark-shaped document (`found`: name -> values), as `-T fields`
+    prints them: bytes without separators, booleans 0/1, repeated values joined by commas."""
+    from ibwire.report.packets.ws_labels import FIELDS
+
+    kind = FIELDS[name][1]
+    if kind in ("FT_PROTOCOL", "FT_NONE"):
+        return ""
+    out = []
+    for v in found.get(name, ()):
+        if isinstance(v, bool):
+            v = "1" if v else "0"
+        out.append(str(v).replace(":", "") if kind in ("FT_BYTES", "FT_UINT_BYTES") else str(v))
+    return ",".join(out)
