@@ -607,21 +607,19 @@ def test_a_receiver_without_receives_is_rnr_retry_exceeded_as_rxe_and_verbs_repo
 
 def test_frames_the_capture_drops_are_capture_gaps_not_loss(rlab, tmp_path):
     """RC WRITE, 3,000 x 4 KiB, on an intact link, captured through a 1 MiB kernel ring while the capture
-    engine (dumpcap) is stopped for 0.8 s mid-run: the ring fills and the kernel drops what the mirror brings.  Nothing
+    engine (dumpcap) is stopped mid-run: the ring fills and the kernel drops what the mirror brings.  Nothing
     was lost on the wire: rxe resent nothing (no duplicate_request, out_of_seq_request or
     completer_retry_err).  The capture must count its own drops, and `flows` must report the missing PSNs
     as not captured, with no drop, retransmission or NAK."""
     for attempt in range(3):  # a run where rxe's timers fired (a loaded host slows the guests) proves nothing,
-        # nor one whose frames all lie on one side of the pause (its drops then leave no gap between frames)
+        # nor one whose RC frames all lie on one side of the pause (its drops then leave no gap between them)
         path = tmp_path / f"rc_capture_gap{attempt}.pcap"
         cap, d0, d1, stopped = _capture_paused(rlab, path)
-        times = [
-            float(t) for t in rlab.cli("decode", str(path), "-T", "fields", "-e", "frame.time_epoch").stdout.split()
-        ]
-        around = bool(times) and times[0] < stopped and times[-1] > stopped + 0.8
+        rc_times = rlab.cli("decode", str(path), "-Y", "bth", "-T", "fields", "-e", "frame.time_epoch").stdout.split()
+        around = bool(rc_times) and float(rc_times[0]) < stopped[0] and float(rc_times[-1]) > stopped[1]
         if around and d0["duplicate_request"] == d0["out_of_seq_request"] == d1["completer_retry_err"] == 0:
             break
-    assert around, f"no capture kept frames from both sides of dumpcap's pause: {cap.err}"
+    assert around, f"no capture kept RC frames from both sides of dumpcap's pause: {cap.err}"
     assert d0["duplicate_request"] == d0["out_of_seq_request"] == d1["completer_retry_err"] == 0, (d0, d1)
     dropped = int(re.search(r"backend drops: (\d+)", cap.err).group(1))
     assert dropped >= 1, cap.err
@@ -631,18 +629,24 @@ def test_frames_the_capture_drops_are_capture_gaps_not_loss(rlab, tmp_path):
 
 
 def _capture_paused(rlab, path):
-    """3,000 RC WRITEs captured through a 1 MiB ring while dumpcap is stopped for 0.8 s: the capture, each
-    guest's counter deltas and when (epoch seconds) dumpcap was stopped."""
+    """3,000 RC WRITEs captured through a 1 MiB ring while dumpcap is stopped, from the 200th packet g1's
+    representor passes until 1,200 more (about 4 MB of WRITEs: the ring surely overflows, and the run goes on
+    after it, however fast the guests are): the capture, each guest's counter deltas and when (epoch seconds)
+    dumpcap was stopped and resumed."""
     before = {g: rlab.counters(g) for g in ("g0", "g1")}
     stopped = []
 
-    def pause(engine):
+    def passed(count, limit):
         start, t0 = rlab.rep_counters("g1"), time.monotonic()
-        while rlab.rep_counters("g1") - start < 200 and time.monotonic() - t0 < 60:
-            time.sleep(0.05)
+        while rlab.rep_counters("g1") - start < count and time.monotonic() - t0 < limit:
+            time.sleep(0.01)
+
+    def pause(engine):
+        passed(200, 60)
         stopped.append(time.time())
         os.kill(engine, signal.SIGSTOP)
-        time.sleep(0.8)
+        passed(1200, 10)
+        stopped.append(time.time())
         os.kill(engine, signal.SIGCONT)
 
     with Capture(rlab, 1, path, "-B", "1") as cap:
@@ -656,7 +660,7 @@ def _capture_paused(rlab, path):
         perftest(rlab, "ib_write_bw", "-s", "4096", n=3000)
         stop.join()
     after = {g: rlab.counters(g) for g in ("g0", "g1")}
-    return cap, _delta(before["g0"], after["g0"]), _delta(before["g1"], after["g1"]), stopped[0]
+    return cap, _delta(before["g0"], after["g0"]), _delta(before["g1"], after["g1"]), stopped
 
 
 def _descends(pid: int, ancestor: int) -> bool:
