@@ -6,7 +6,8 @@ Generates bench/out/health-<N>.pcap once (bench/gen_roce.py's traffic, one PFC X
 every --pfc-every packets).  ibwire runs `health -T json`; tshark prints the fields the same counts need
 (`-T fields`: ECN, opcode, destination QP, UDP source port, DSCP, PCP, the PFC vector and pause times) and
 Python counts them.  Both must agree on CE marks, CNPs, pause frames and distinct UDP source ports.  The two
-run alternately, --rounds times (the machine is shared: each round's pair meets about the same load); each
+run alternately, --rounds times (the machine is shared: each round's pair meets about the same load), after
+the file is read once (a first round would otherwise meet a cold page cache and measure the disk); each
 round gives the speed-up by wall time and by CPU time (user and system, which a loaded machine disturbs
 less; the system time apart too), and the least of each is the bench's result; results go to
 bench/out/health.json.  ibwire's modules are compiled to bytecode first, as an installation has them (a
@@ -122,6 +123,7 @@ def main():
     exe = str(Path(sys.executable).parent / "ibwire")
     ours_cmd = [exe, "health", str(path), "-T", "json"]
     theirs_cmd = ["tshark", "-r", str(path), "-T", "fields"] + [x for f in FIELDS for x in ("-e", f)]
+    subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # both tools meet a warm cache
     rounds = []
     for _ in range(a.rounds):  # alternately, so that both tools meet the same load
         t_ib, user_ib, sys_ib, res = run(ours_cmd)
