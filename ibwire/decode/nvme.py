@@ -90,6 +90,7 @@ class NvmeTracker:
                     _add(d, layer, replace)
                 _fields(d, flat)
                 d.notes.extend(notes)
+            _present(d)
             return
         self.journal[n] = self.entry = []
         while len(self.journal) > JOURNAL:
@@ -99,6 +100,7 @@ class NvmeTracker:
         if self.entry or len(d.notes) > notes:
             extra = {k: v for k, v in d.flat.items() if k.startswith("nvme") and before.get(k) != v}
             self.entry.append((None, False, extra, d.notes[notes:]))
+        _present(d)
 
     def _feed(self, d) -> None:
         flat = d.flat
@@ -334,12 +336,72 @@ def _add(d, layer, replace=False) -> None:
         d.layers.setdefault(key, {}).update(fields)
     d.layers.update(trailer)  # the CRCs stay last, as on the wire
     for key, value in flat.items():
-        if key.split(".")[0] in ("nvme", "nvme-rdma"):
+        if key.split(".")[0] in PROTOCOLS and key not in PROTOCOLS:  # a protocol's presence: _present's
             d.flat[key] = value
     if replace and replace != KEEP:
         for key in ("payload", "payload.data", "payload.length"):
             d.flat.pop(key, None)
         d.layers.pop("payload", None)
+
+
+PROTOCOLS = ("nvme-rdma", "nvme")
+
+
+def layer_kind(layer, flat) -> str:
+    """What the NVMe layer `layer` (dissectors.nvme) of a frame is to tshark 4.4: "connect data" or "data" (a
+    structure a transfer carries), "empty" (the data of a command it opens a bare nvme layer on), "cm" (RDMA-CM
+    private data), "fabrics" (a fabrics capsule or its completion), "capsule" (an admin or I/O one), or the
+    protocol of the bytes alone (NVMeData's nvme, NVMeUnknown's nvme-rdma)."""
+    rows = getattr(layer, "rows", ())
+    if getattr(layer, "at", None) is not None:
+        return "connect data" if rows[0].key.startswith("nvme.fabrics.cmd.connect.data.") else "data"
+    if getattr(layer, "empty", False):
+        return "empty"
+    if not rows:
+        return layer.ws_name
+    if rows[0].key.startswith("nvme-rdma.cm"):
+        return "cm"
+    fabrics = any(r.key.startswith("nvme.fabrics") for r in rows) or "nvme.fabrics.cmd_pkt" in flat
+    return "fabrics" if fabrics else "capsule"
+
+
+def linked(flat) -> bool:
+    """Whether tshark 4.4 shows an nvme-rdma layer of the frame's queue: RDMA-CM private data or the queue id."""
+    return "nvme-rdma.cmd.qid" in flat or any(k.startswith("nvme-rdma.cm.") for k in flat)
+
+
+ALONE = {"capsule": ["nvme-rdma", "nvme"], "nvme": ["nvme"], "nvme-rdma": ["nvme-rdma"], "cm": ["nvme-rdma"]}
+ALONE["fabrics"] = ALONE["cm"]  # nvme.fabrics.* inside nvme-rdma
+
+
+def layer_protocols(layer, flat) -> list:
+    """The protocol layers tshark 4.4 opens for the NVMe layer `layer`, in order: the rule both the -T json / -V
+    document (ibwire.report.packets.nvme_doc) and a filter's bare `nvme` / `nvme-rdma` follow."""
+    kind = layer_kind(layer, flat)
+    if kind in ALONE:
+        return ALONE[kind]
+    queue = ["nvme-rdma"] if linked(flat) else []  # a transfer's links, in its queue's layer
+    return queue if kind == "connect data" else queue + ["nvme"]
+
+
+def _present(d) -> None:
+    """`nvme` and `nvme-rdma` present in d.flat where the frame's document shows them, and `nvme-rdma` (not the
+    payload's `data`) last in frame.protocols where tshark's nvme-rdma takes the payload (nvme is never listed
+    there: packet-nvme-rdma.c calls it directly)."""
+    names, layer = [], d.packet
+    while layer is not None and type(layer).__name__ != "NoPayload":
+        if type(layer).__module__ == "dissectors.nvme":
+            names += layer_protocols(layer, d.flat)
+        layer = layer.payload
+    names = names or (["nvme-rdma"] if linked(d.flat) else [])
+    for proto in PROTOCOLS:
+        if proto in names:
+            d.flat[proto] = True
+        else:
+            d.flat.pop(proto, None)
+    shown = str(d.flat.get("frame.protocols", "")).split(":")
+    if names and shown[-1] != "nvme-rdma":
+        d.flat["frame.protocols"] = ":".join(shown[:-1] if shown[-1] == "data" else shown) + ":nvme-rdma"
 
 
 CM_CLASS = 0x07

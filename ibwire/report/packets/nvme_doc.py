@@ -3,6 +3,7 @@ completions inside it, as `nvme.fabrics.cmd` / `nvme.fabrics.cqe`) and `nvme` (a
 completions); bits of a field in `<field>_tree`, the keyed SGL in its own container."""
 
 from dissectors.nvmetable import SGL
+from ibwire.decode.nvme import layer_kind, linked
 from ibwire.report.packets.nvme_data_words import numbered
 from ibwire.report.packets.values import value_text
 
@@ -133,12 +134,12 @@ def _pruned(items) -> list:
     return [(k, _pruned(v) if isinstance(v, list) else v) for k, v in items if v != [] or not k.endswith("_tree")]
 
 
-def transfer_layers(layer, flat) -> list:
+def transfer_layers(layer, flat, kind: str) -> list:
     """The layers of a packet of data a command moved (dissectors.nvme.data_layer): the links in
     nvme-rdma, the Connect command's data beside them, other structures in nvme."""
     rdma = frame_layers(flat, False)
     items = _nested(layer, layer.rows)
-    if layer.rows[0].key.startswith("nvme.fabrics.cmd.connect.data."):
+    if kind == "connect data":
         for key, links in rdma[0][1]:
             if key == "nvme-rdma.read_from_host_resp_tree":
                 links += items
@@ -147,28 +148,28 @@ def transfer_layers(layer, flat) -> list:
 
 
 def nvme_layers(layer, flat) -> list:
-    """[(protocol, items)] of the NVMe layer `layer` (a TableLayer, NVMeData or NVMeUnknown)."""
+    """[(protocol, items)] of the NVMe layer `layer` (a TableLayer, NVMeData or NVMeUnknown): the protocols
+    ibwire.decode.nvme.layer_protocols names, which a filter's bare `nvme` / `nvme-rdma` follow too."""
     qid = [("nvme-rdma.cmd.qid", _text("nvme-rdma.cmd.qid", flat))] if "nvme-rdma.cmd.qid" in flat else []
-    rows = getattr(layer, "rows", ())
-    if getattr(layer, "at", None) is not None:
-        return transfer_layers(layer, flat)
-    if getattr(layer, "empty", False):
+    kind = layer_kind(layer, flat)
+    if kind in ("data", "connect data"):
+        return transfer_layers(layer, flat, kind)
+    if kind == "empty":
         return frame_layers(flat, False) + [("nvme", EMPTY)]
-    if not rows:
+    if kind in ("nvme", "nvme-rdma"):  # the bytes alone
         field = layer.fields_desc[0].name
         key = f"{layer.ws_name}.{field}"
         item = (key, value_text(key, bytes(layer.getfieldval(field))))
-        return [("nvme-rdma", qid + [item])] if layer.ws_name == "nvme-rdma" else [("nvme", [item])]
-    if rows[0].key.startswith("nvme-rdma.cm"):
+        return [("nvme-rdma", qid + [item])] if kind == "nvme-rdma" else [("nvme", [item])]
+    if kind == "cm":
         return [("nvme-rdma", _items(layer, flat))]
-    fabrics = any(r.key.startswith("nvme.fabrics") for r in rows) or "nvme.fabrics.cmd_pkt" in flat
-    cqe = any(r.key == "nvme.cqe.cid" for r in rows)
+    cqe = any(r.key == "nvme.cqe.cid" for r in layer.rows)
     tracked = [
         (k, _text(k, flat))
         for k in ("nvme.fabrics.cmd_pkt", "nvme.fabrics.cmd_latency", "nvme.cmd_pkt", "nvme.cmd_latency")
         if k in flat
     ]
-    if fabrics:
+    if kind == "fabrics":
         return [
             ("nvme-rdma", qid + [("nvme.fabrics.cqe" if cqe else "nvme.fabrics.cmd", tracked + _items(layer, flat))])
         ]
@@ -191,7 +192,7 @@ def frame_layers(flat, shown: bool) -> list:
     cm = [(k, _text(k, flat)) for k in flat if k.startswith("nvme-rdma.cm.")]
     if cm:
         return [("nvme-rdma", cm)]
-    if "nvme-rdma.cmd.qid" not in flat:
+    if not linked(flat):
         return []
     items = [("nvme-rdma.cmd.qid", _text("nvme-rdma.cmd.qid", flat))]
     links = [(k, _text(k, flat)) for k in LINKS if k in flat]
