@@ -121,11 +121,10 @@ def decode(
     ),
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
-    from dissectors.dcb import set_port_speed
     from ibwire.decode.filter import compile_filter
     from ibwire.report.packets.printer import Printer
 
-    set_port_speed(port_speed(speed))
+    _set_port_speed(port_speed(speed))
     src = capture_source(file, read, "name a capture file, as an argument or with -r (- reads one from standard input)")
     fmt, keys, (header, sep, quote) = _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
     nvme = _trackers(decode_as)
@@ -160,6 +159,17 @@ def decode(
             writer.finish()
     for problem in list(stream.problems) + warnings:
         print(f"ibwire: warning: {src}: {problem}", file=sys.stderr)
+
+
+def _set_port_speed(speed: float) -> None:
+    """The port speed that pause frames' `*pause_s` fields assume.  At the default speed the layers (scapy's
+    import: 90 ms of a text run's start) load only when a frame is decoded in full."""
+    from dissectors.dcbfacts import DEFAULT_PORT_SPEED
+
+    if speed != DEFAULT_PORT_SPEED or "dissectors.dcb" in sys.modules:
+        from dissectors.dcb import set_port_speed
+
+        set_port_speed(speed)
 
 
 def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too):
@@ -258,23 +268,28 @@ def detail_flat_times(t: float, t0: float, prev: Optional[float]) -> dict:
     return {"frame.time_relative": t - t0, "frame.time_delta": t - (t if prev is None else prev)}
 
 
-def _reuse_freed_memory() -> None:
-    """Whole documents are large texts (a batch of -V trees of MADs is 14 MB, rendered and then copied into
-    the bytes written): let glibc's malloc (mallopt(3): M_TRIM_THRESHOLD, M_TOP_PAD) keep freed heap memory
-    and grow the heap 64 MiB at a time, so each batch reuses the pages the last one freed instead of faulting
-    fresh ones in.  -V of 100,000 MADs: 0.35-0.43 s of system time 0.08-0.16 s; of 1,000,000 RoCEv2 packets
-    1.9-2.2 s 0.2-0.4 s, for 28 MB more peak RSS (177 MB).  Elsewhere (no glibc) nothing changes."""
+def _reuse_freed_memory(options) -> None:
+    """Let glibc's malloc (mallopt(3)) keep freed memory for the next batch instead of faulting fresh pages in.
+
+    Whole documents are large texts (a batch of -V trees of MADs is 14 MB, rendered and then copied into the
+    bytes written): HEAP_KEPT keeps freed heap memory and grows the heap 64 MiB at a time.  -V of 100,000
+    MADs: 0.35-0.43 s of system time 0.08-0.16 s; of 1,000,000 RoCEv2 packets 1.9-2.2 s 0.2-0.4 s, for 28 MB
+    more peak RSS (177 MB).  Lines (LINES_HEAP): the chunks read, each batch's records and its text (1-4 MB)
+    come from the heap rather than from mmap (the CLI's 1 MiB threshold) and stay there: summary lines of
+    1,000,000 RoCEv2 packets took 196,000 page faults and 0.42-0.50 s of system time, now 11,000 and 0.1 s.
+    Elsewhere (no glibc) nothing changes."""
     import ctypes
 
     try:
         mallopt = ctypes.CDLL(None).mallopt
-        for option, size in HEAP_KEPT:
+        for option, size in options:
             mallopt(option, size)
     except (AttributeError, OSError):
         pass
 
 
 HEAP_KEPT = ((-1, 512 << 20), (-2, 64 << 20))  # (mallopt option, bytes): M_TRIM_THRESHOLD, M_TOP_PAD (malloc.h)
+LINES_HEAP = ((-3, 32 << 20), (-1, 256 << 20))  # M_MMAP_THRESHOLD (at most 32 MiB), M_TRIM_THRESHOLD
 
 
 def _open(src: str, icrc: bool, documents: bool):
@@ -282,8 +297,7 @@ def _open(src: str, icrc: bool, documents: bool):
     MAD) holds DOCUMENT_BATCH frames, so the text of one batch stays near 20 MB."""
     from ibwire.decode.stream import Stream
 
-    if documents:
-        _reuse_freed_memory()
+    _reuse_freed_memory(HEAP_KEPT if documents else LINES_HEAP)
     if src == "-":
         from ibwire.decode.pipe import PipeStream
 
