@@ -83,8 +83,8 @@ GET_LOG_PAGE = _rows(
     ("nvme.cmd.get_logpage.dword11", 44, 4),
     ("nvme.cmd.get_logpage.dword11.numdu", 44, 4, 0xFFFF),
     ("nvme.cmd.get_logpage.dword11.lsi", 44, 4, 0xFFFF0000),
+    ("nvme.cmd.get_logpage.lpo", 48, 8),  # dwords 12-13; Wireshark shows dword13 too, after it
     DWORDS[13],
-    ("nvme.cmd.get_logpage.lpo", 48, 8),  # dwords 12-13; Wireshark shows dword13 too
     ("nvme.cmd.get_logpage.dword14", 56, 4),
     ("nvme.cmd.identify.get_logpage.dword14.uuid_index", 56, 4, 0x7F),
     ("nvme.cmd.identify.get_logpage.dword14.rsvd", 56, 4, 0xFFFFFF80),
