@@ -15,6 +15,7 @@
 #include "flows.h"
 #include "columns.h"
 #include "group.h"
+#include "health.h"
 #include "nspcap.h"
 #include "render.h"
 #include "walk.h"
@@ -751,6 +752,8 @@ static PyMethodDef methods[] = {
     {"group", group, METH_VARARGS, group_doc},
     {"columns", columns, METH_VARARGS, columns_doc},
     {"pick", pick, METH_VARARGS, pick_doc},
+    {"health_rows", (PyCFunction)(void (*)(void))health_rows_py, METH_VARARGS | METH_KEYWORDS, health_rows_doc},
+    {"health_layout", health_layout_py, METH_NOARGS, health_layout_doc},
     {"render", render, METH_VARARGS, render_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},
     {"nspcap", nspcap_py, METH_VARARGS, nspcap_doc},
