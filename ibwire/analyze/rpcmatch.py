@@ -14,7 +14,6 @@ RPC message cut short or with an AUTH_UNIX verifier, one whose RPC XID is not it
 heuristic takes elsewhere."""
 
 from functools import lru_cache
-from itertools import repeat
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from dissectors.rpcrdmatable import AUTH_UNIX, NFS_PROGRAM, nfs
 from dissectors.rpcrdmav2 import looks_like
 from ibwire.analyze.rpcstorage import procedure_name, status_text
 from ibwire.decode.nvmebulk import READ_MORE, READ_REQUEST, READ_START, WRITE_MORE, WRITE_START, columns, payload_ends
-from ibwire.decode.nvmematch import KIND, Irregular, _joined, _last_before
+from ibwire.decode.nvmematch import KIND, Irregular, _joined, _last_before, rounded
 from ibwire.decode.rpcrdma import RC_SEND
 
 SEND_ONLY = (0x04, 0x17)  # SEND Only, SEND Only with Invalidate: a message in one packet
@@ -274,7 +273,7 @@ def _table(msg, data, calls, reply, owner, text) -> dict:
     r = np.maximum(reply, 0)
     time = msg["time"][calls]
     latency = np.full(len(calls), None, object)
-    latency[answered] = list(map(round, ((msg["time"][r] - time) * 1e6)[answered].tolist(), repeat(3)))
+    latency[answered] = rounded(((msg["time"][r] - time) * 1e6)[answered])
     pair = msg["src"][calls].astype(np.int64) << 32 | msg["dst"][calls].astype(np.int64)  # numbers of addresses
     distinct, inverse = np.unique(pair, return_inverse=True)
     ends = np.array([f"{text[p >> 32]} → {text[p & 0xFFFFFFFF]}" for p in distinct.tolist()] + [None], object)

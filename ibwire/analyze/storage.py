@@ -19,7 +19,7 @@ import numpy as np
 from dissectors.nvmetable import ADMIN, ADMIN_NAMES, FABRICS, FABRICS_OPC, IO, IO_NAMES, STATUS_GENERIC
 from ibwire.analyze.storagefeed import track
 from ibwire.decode.nvme import NvmeTracker
-from ibwire.decode.nvmematch import Irregular, Matcher
+from ibwire.decode.nvmematch import Irregular, Matcher, rounded
 
 
 def opcode_name(sqe: bytes, qid) -> str:
@@ -59,7 +59,7 @@ def tracked_columns(commands: list) -> dict:
     done = np.fromiter((bool(c.cqe) for c in commands), bool, len(qid))
     us = (np.array([c.cqe_time if c.cqe else 0.0 for c in commands], float) - [c.time for c in commands]) * 1e6
     latency = np.full(len(qid), None, object)
-    latency[done] = list(map(round, us[done].tolist(), repeat(3)))
+    latency[done] = rounded(us[done])
     data = [c.data for c in commands]
     values = (
         [c.queue.name if c.queue is not None else "?" for c in commands],
@@ -103,7 +103,7 @@ def matched_columns(matcher: Matcher) -> dict:
     """The command rows (command_rows) of the commands a Matcher holds, as a list per column."""
     c = matcher.commands()
     sqe, queue = c["sqe"], c["queue"]
-    qids = np.array([q.qid for q in matcher.queues] or [0])[queue]
+    qids = c["qid"]
     opc = sqe[:, 0]
     fabrics = opc == FABRICS_OPC
     rw = (qids != 0) & ~fabrics & np.isin(opc, list(IO))
@@ -111,7 +111,7 @@ def matched_columns(matcher: Matcher) -> dict:
     column, named = _column, _named
     pair = opc.astype(np.int64) << 9 | sqe[:, 4].astype(np.int64) << 1 | (qids == 0)
     latency = np.full(len(done), None, object)  # µs to the nanosecond, where a completion was matched
-    latency[done] = list(map(round, ((c["done_time"] - c["time"]) * 1e6)[done].tolist(), repeat(3)))
+    latency[done] = rounded(((c["done_time"] - c["time"]) * 1e6)[done])
     values = (
         named(queue, lambda q: matcher.queues[q].name),
         qids.tolist(),

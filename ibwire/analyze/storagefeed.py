@@ -13,14 +13,15 @@ from ibwire.decode import records as R
 from ibwire.decode.iser import IserTracker
 from ibwire.decode.iser import storage_rows as iser_rows
 from ibwire.decode.nvme import NvmeTracker, Queue, storage_rows
-from ibwire.decode.nvmebulk import SEND_FIRST, SEND_MIDDLE, address_texts, columns, follow, payload_ends
-from ibwire.decode.nvmematch import KIND, Irregular, Matcher
+from ibwire.decode.nvmebulk import SEND_FIRST, SEND_LAST, SEND_MIDDLE, address_texts, columns, follow, payload_ends
+from ibwire.decode.nvmematch import KIND, Irregular, Matcher, distinct_rows
 from ibwire.decode.records import addr_text
 from ibwire.decode.rpcrdma import RC_SEND, RpcRdmaTracker, Trackers
 from ibwire.decode.rpcrdma import storage_rows as rpcrdma_rows
 from ibwire.decode.smbdirect import SmbDirectTracker
 from ibwire.decode.smbdirect import storage_rows as smbdirect_rows
 
+SEND_OPS, ONLY_OPS = np.isin(np.arange(256), RC_SEND), np.isin(np.arange(256), (0x04, 0x17))  # by opcode
 CM_REQ, CM_REP = 0x0010, 0x0013  # the RDMA-CM MADs the trackers read (IBA §12.6); the others change nothing
 MAD_HEADER = 24
 CM_SERVICE_ID = 8  # REQ: ServiceID at message byte 8 (IBA §12.6.5)
@@ -181,7 +182,7 @@ def track(stream, decode_as: bool = False, rpc_decode_as: bool = False, iser_dec
         if both.rpc is not None:
             both.rpc.add(batch, rows)
         claimed = np.zeros(len(rows), bool)
-        if tracker.active and fast and not decode_as:
+        if tracker.active and fast:
             matcher = matcher or Matcher(tracker, addr16)
             claimed = matcher.add(batch, rows)
         elif tracker.active:
@@ -298,23 +299,30 @@ def _candidates(batch, rows) -> dict:
     """Per row: an RC SEND (`send`), a SEND Only (`only`); per protocol (rpc, smb), whether its heuristic
     could take the row's payload alone (`alone`: a version word of 1 or 2, RFC 8166 §4.2; the first words of
     an SMB Direct negotiate or data message, MS-SMBD §2.2) and whether a message starting with it could be
-    taken (`head`: the same words, of any length)."""
+    taken (`head`: the same words, of any length); both read of SENDs only."""
     opcode = batch.rec["opcode"][rows]
-    start, end = payload_ends(batch, rows)
-    size = end - start
-    raw = np.asarray(batch.buf)[np.minimum(start[:, None] + np.arange(8), len(batch.buf) - 1)]
+    send = SEND_OPS[opcode]
+    at = np.flatnonzero(send)
+    start, end = (v[at] for v in payload_ends(batch, rows))
+    size, buf = end - start, np.asarray(batch.buf)
     odd = (start < 0) | (size < 8)  # no words to read: no shortcut
-    version = (raw[:, 4:7] == 0).all(axis=1) & np.isin(raw[:, 7], (1, 2))
+    if ((start >= 0) & (start + 8 <= len(buf))).all() and len(buf) >= 8:  # each row's first 8 bytes
+        raw = np.lib.stride_tricks.sliding_window_view(buf, 8)[start]
+    else:  # (past the buffer: its last byte)
+        raw = buf[np.minimum(start[:, None] + np.arange(8), len(buf) - 1)]
+    version = (raw[:, 4:7] == 0).all(axis=1) & ((raw[:, 7] == 1) | (raw[:, 7] == 2))
     w = raw[:, 0::2].astype(np.uint32) | raw[:, 1::2].astype(np.uint32) << 8
     smb = (w[:, 0] <= sd.MAX_CREDITS) & (w[:, 1] <= sd.MAX_CREDITS) & (w[:, 2] <= 1) & (w[:, 3] == 0)
-    smb |= (w[:, 0] == sd.VERSION) & (w[:, 1] == sd.VERSION) & np.isin(w[:, 2], (0, sd.VERSION))
-    return {
-        "send": np.isin(opcode, RC_SEND),
-        "only": np.isin(opcode, (0x04, 0x17)),
-        "kind": KIND[opcode],
+    smb |= (w[:, 0] == sd.VERSION) & (w[:, 1] == sd.VERSION) & ((w[:, 2] == 0) | (w[:, 2] == sd.VERSION))
+    words = {
         "head": {"rpc": version | odd, "smb": smb | odd},
         "alone": {"rpc": version & (size >= 16) | (start < 0), "smb": smb & (size >= sd.DATA_HEAD) | (start < 0)},
     }
+    for which in words.values():
+        for name, values in which.items():
+            which[name] = np.zeros(len(rows), bool)
+            which[name][at] = values
+    return {"send": send, "only": ONLY_OPS[opcode], "kind": KIND[opcode], **words}
 
 
 class Held:
@@ -333,11 +341,18 @@ class Held:
         return self.DEAD in self.open.values()
 
     def feed(self, kinds, keys, head, alone):
-        """Per SEND First/Middle/Last row: whether the tracker must see it, whether a dead message is under
-        way after it."""
+        """Per SEND First/Middle/Last row (`kinds` an array, `keys` the distinct (address, QP) keys and per row
+        the index of its own): whether the tracker must see it, whether a dead message is under way after it."""
+        distinct, code = keys
+        if not len(kinds):
+            return np.zeros(0, bool), np.zeros(0, bool)
+        if not head[kinds == SEND_FIRST].any() and not any(
+            self.open.get(k) == self.LIVE or k in self.held for k in distinct
+        ):
+            return self._dead(kinds, distinct, code, alone)
         feed, dead = np.zeros(len(kinds), bool), np.zeros(len(kinds), bool)
         under_way, held, dying = self.open, self.held, sum(v == self.DEAD for v in self.open.values())
-        for i, (kind, key) in enumerate(zip(kinds, keys)):
+        for i, (kind, key) in enumerate(zip(kinds.tolist(), map(distinct.__getitem__, code.tolist()))):
             state = under_way.get(key)
             if kind == SEND_FIRST:
                 feed[i] = head[i] or state == self.LIVE or key in held
@@ -355,6 +370,29 @@ class Held:
                     del under_way[key]
             dead[i] = dying > 0
         return feed, dead
+
+    def _dead(self, kinds, distinct, code, alone):
+        """feed where no message can be live (no First could start one, none is live or held for these keys):
+        every First starts a dead one, only a Last with none under way may be fed (when its heuristic could take
+        it alone).  The same, a column at a time."""
+        first, last = kinds == SEND_FIRST, kinds == SEND_LAST
+        by = np.argsort(code, kind="stable")  # each key's rows in capture order
+        at = np.arange(len(by))
+        seen = np.maximum.accumulate(np.where((first | last)[by], at, -1))  # its key's last First or Last so far
+        before, group = np.append(-1, seen[:-1]), np.searchsorted(code[by], code[by])
+        own = before >= group
+        was = np.array([self.open.get(k) == self.DEAD for k in distinct])[code[by]]
+        dead_before = np.empty(len(by), bool)
+        dead_before[by] = np.where(own, first[by][np.maximum(before, 0)], was)
+        dying = sum(v == self.DEAD for v in self.open.values())
+        dead = dying + np.cumsum(first & ~dead_before, dtype=np.int64) - np.cumsum(last & dead_before) > 0
+        ends = np.append(code[by][1:] != code[by][:-1], True) & (seen >= group)  # each key's last First or Last
+        for k, is_first in zip(code[by][ends].tolist(), first[by][seen[ends]].tolist()):
+            if is_first:
+                self.open[distinct[k]] = self.DEAD
+            else:
+                self.open.pop(distinct[k], None)
+        return last & ~dead_before & alone, dead
 
 
 def _others(both: Trackers, batch, rows, claimed, ops, addr, held) -> None:
@@ -375,9 +413,11 @@ def _others(both: Trackers, batch, rows, claimed, ops, addr, held) -> None:
             want[name] |= fml
             continue
         at = np.flatnonzero(fml)
-        keys = list(zip(batch.rec["dst"][rows[at]].view("S16").tolist(), batch.rec["destqp"][rows[at]].tolist()))
+        dst, qp = batch.rec["dst"][rows[at]], batch.rec["destqp"][rows[at]]
+        first, code = distinct_rows(dst, qp)
+        distinct = list(zip(dst[first].view("S16").tolist(), qp[first].tolist()))  # (address, QP) keys
         before = held[name].dead()
-        feed, after = held[name].feed(c["kind"][at].tolist(), keys, c["head"][name][at], c["alone"][name][at])
+        feed, after = held[name].feed(c["kind"][at], (distinct, code), c["head"][name][at], c["alone"][name][at])
         want[name][at[feed]] = True
         known = np.full(len(rows), -1)
         known[at] = np.arange(len(at))

@@ -1,23 +1,30 @@
 """NVMe-oF over RDMA matched with numpy (the storage view's fast path): a batch's capsules, completions and
-RDMA READ/WRITE packets on queues RDMA-CM connected are gathered as columns, and at the end of the capture
-every completion is matched to its command, every transfer to the command whose SGL it serves, at once.
+RDMA READ/WRITE packets on NVMe-oF queues are gathered as columns, and at the end of the capture every
+completion is matched to its command, every transfer to the command whose SGL it serves, at once.
 
-The result is what NvmeTracker (and nvmebulk.follow) finds packet by packet: a CQE completes the last
-command with its command id on its queue, once (NVMe Base §4.6.1); an RDMA READ request or the first
-RDMA WRITE packet belongs to the last command on its queue whose keyed SGL data block descriptor (NVMe
-Base §4.4, type 4) has its R_Key, a READ response to the request with its PSN, the packets after a first
-one follow it by PSN (NVMe over Fabrics §3.6.2, RDMA transport binding).  What this path does not do
-raises Irregular and the packet-by-packet path is taken instead: `-d nvme-rdma`, a SEND in First/Middle/
-Last packets on a queue, a payload outside its buffer, packets of a transfer out of PSN order."""
+The result is what NvmeTracker (and nvmebulk.follow) finds packet by packet: the queues are those RDMA-CM
+connected or, with `-d nvme-rdma`, each destination QP's from its first SEND (a 16-byte SEND Only goes
+to the host, any other SEND to the target; queues shared per host and target address pair, qid unknown:
+an admin-only opcode is read as an admin command), an RDMA READ/WRITE to a QP no SEND went to joining
+its address pair's queue; a SEND in First/Middle/Last packets is the concatenation of the First and Middle
+payloads sent to its QP since its last Last, and the Last's; a CQE completes the last command with its
+command id on its queue, once (NVMe Base §4.6.1); an RDMA READ request or the first RDMA WRITE packet
+belongs to the last command on its queue whose keyed SGL data block descriptor (NVMe Base §4.4, type 4)
+has its R_Key, a READ response to the request with its PSN, the packets after a first one follow it by
+PSN (NVMe over Fabrics §3.6.2, RDMA transport binding).  What this path does not do raises Irregular and
+the packet-by-packet path is taken instead: a payload outside its buffer, a reassembled SEND over
+nvme.MAX_SEND or whose capsule header is not in its first packet, packets of a transfer out of PSN order."""
 
 import numpy as np
 
 from dissectors.nvmetable import CQE_LEN, SQE_LEN
+from ibwire.decode.nvme import ADMIN_ONLY, MAX_SEND, Queue
 from ibwire.decode.nvmebulk import (
     KINDS,
     READ_MORE,
     READ_REQUEST,
     READ_START,
+    SEND_LAST,
     SEND_ONLY,
     WRITE_MORE,
     WRITE_START,
@@ -27,6 +34,9 @@ from ibwire.decode.nvmebulk import (
 
 KIND = np.array(KINDS, np.uint8)
 SQE_AT, CQE_AT = np.arange(SQE_LEN), np.arange(12, CQE_LEN)  # a CQE's command id and status (§4.6.1)
+MIX = np.array(
+    [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5, 0x85EBCA77C2B2AE63], np.uint64
+)
 
 
 class Irregular(Exception):
@@ -41,28 +51,39 @@ class Matcher:
         self.queues, self.index = [], {}  # Queue objects, by id() -> their number
         self.parts = {"cmd": [], "cqe": [], "data": []}
         self.seen = 0  # data rows before this batch (their order across batches)
+        self.keys = {}  # (destination address text, QP) -> its number: what SENDs are reassembled per
+        self.held = {}  # key number -> (bytes held of a SEND First … Middle, its first packet's first bytes)
+        self.texts = {}  # address text -> its number (declared queues' address pairs)
+        self.ends = {}  # declared: key number -> (queue number, to the host, order of the SEND that made it)
+        self.pairs = {}  # declared: (host, target) text numbers -> (queue number, order of the SEND that made it)
 
     def add(self, batch, rows) -> np.ndarray:
         """Gather a batch's RC SEND and RDMA READ/WRITE rows (after its RDMA-CM rows were fed); the rows
         whose SEND NvmeTracker claims (smbdirect.CLAIMED)."""
-        rec = columns(batch, rows, "opcode destqp psn frame time reth_r_key paylen dst")
+        declared = self.tracker.decode_as
+        rec = columns(batch, rows, "opcode destqp frame time dst" + " src" * declared)
         kind = KIND[rec["opcode"]]
-        queue, to_host, named = self._ends(rec)
-        on = queue >= 0
-        if (on & (kind < SEND_ONLY) & (kind > 0)).any():
-            raise Irregular("a SEND in First/Middle/Last packets")
         start, end = payload_ends(batch, rows)
         size, order = end - start, self.seen + np.arange(len(rows))
         self.seen += len(rows)
-        send = on & (kind == SEND_ONLY)
-        cmd, cqe = send & ~to_host & (size >= SQE_LEN), send & to_host & (size == CQE_LEN)
-        if ((start < 0) | (end > len(batch.buf)))[cmd | cqe].any():
+        key, queue, to_host, named = (self._declared if declared else self._ends)(rec, kind, size, order)
+        on = queue >= 0
+        sends = np.flatnonzero(on & (kind > 0) & (kind <= SEND_ONLY))
+        if ((start < 0) | (end > len(batch.buf)))[sends].any():
             raise Irregular("a payload outside its buffer")
+        length, head, carried = self._messages(batch, kind, key, size, start, sends)
+        cmd, cqe = ~to_host & (length >= SQE_LEN), to_host & (length == CQE_LEN)
+        have = size[np.maximum(head, 0)]  # the bytes of each message's first packet
+        for k, first in carried.items():
+            have[k] = len(first)
+        if (have < np.where(cmd, SQE_LEN, CQE_LEN))[cmd | cqe].any():
+            raise Irregular("a capsule header beyond the first packet of its SEND")
+        at = np.where(head >= 0, start[np.maximum(head, 0)], 0)
         buf = np.asarray(batch.buf)
         pick = {k: v[cmd] for k, v in (("order", order), ("queue", queue), ("frame", rec["frame"]))}
-        pick.update(time=rec["time"][cmd], inline=size[cmd] - SQE_LEN, sqe=buf[start[cmd, None] + SQE_AT])
+        pick.update(time=rec["time"][cmd], inline=length[cmd] - SQE_LEN, sqe=_gather(buf, at, carried, cmd, SQE_AT))
         self.parts["cmd"].append(pick)
-        b = buf[start[cqe, None] + CQE_AT].astype(np.int64)
+        b = _gather(buf, at, carried, cqe, CQE_AT).astype(np.int64)
         self.parts["cqe"].append(
             {
                 "order": order[cqe],
@@ -74,36 +95,127 @@ class Matcher:
             }
         )
         data = on & (kind > SEND_ONLY)
-        names = ("order", order), ("queue", queue), ("kind", kind), ("psn", rec["psn"]), ("frame", rec["frame"])
-        pick = {k: v[data] for k, v in names}
-        pick.update(rkey=rec["reth_r_key"][data], length=np.maximum(rec["paylen"][data], 0))
+        pick = {k: v[data] for k, v in (("order", order), ("queue", queue), ("kind", kind), ("frame", rec["frame"]))}
+        pick.update(columns(batch, rows[data], "psn reth_r_key paylen"))
+        pick["rkey"], pick["length"] = pick.pop("reth_r_key"), np.maximum(pick.pop("paylen"), 0)
         self.parts["data"].append(pick)
-        return on & named
+        return on & (named | (kind == SEND_LAST))
 
-    def _ends(self, rec):
-        """Per row: the number of its destination's queue (-1: none), whether it goes to the host, whether
-        the queue's qid is known; looked up once per destination address and QP."""
-        keys = np.empty(len(rec["dst"]), [("dst", "S16"), ("qp", "u4")])
-        keys["dst"], keys["qp"] = rec["dst"].view("S16"), rec["destqp"]
-        unique, inverse = _unique(keys)
-        queue, to_host, named = np.full(len(unique), -1), np.zeros(len(unique), bool), np.zeros(len(unique), bool)
-        for i, (dst, qp) in enumerate(unique.tolist()):
-            found = self.tracker.ends.get((self.addr(dst), qp))
-            if found is not None:
-                queue[i] = self.index.setdefault(id(found[0]), len(self.queues))
-                if queue[i] == len(self.queues):
-                    self.queues.append(found[0])
-                to_host[i], named[i] = found[1], found[0].qid is not None
-        return queue[inverse], to_host[inverse], named[inverse]
+    def _queue(self, queue) -> int:
+        """The number of a Queue object, noted on first sight."""
+        number = self.index.setdefault(id(queue), len(self.queues))
+        if number == len(self.queues):
+            self.queues.append(queue)
+        return number
+
+    def _distinct(self, rec, fields: str):
+        """The distinct (`fields` addresses …, destination QP) of the rows, each as (key number, QP,
+        address texts); per row, the index of its own."""
+        names = fields.split()
+        first, inverse = distinct_rows(*(rec[n] for n in names), rec["destqp"])
+        found = []
+        for *addresses, qp in zip(*(rec[n][first].view("S16").tolist() for n in names), rec["destqp"][first].tolist()):
+            texts = [self.addr(a) for a in addresses]
+            found.append((self.keys.setdefault((texts[0], qp), len(self.keys)), qp, texts))
+        return found, inverse
+
+    def _ends(self, rec, kind, size, order):
+        """Per row, on queues RDMA-CM connected: its key number, its destination's queue number (-1: none),
+        whether it goes to the host, whether the queue's qid is known."""
+        found, inverse = self._distinct(rec, "dst")
+        n = len(found)
+        key, queue, to_host, named = np.zeros(n, np.int64), np.full(n, -1), np.zeros(n, bool), np.zeros(n, bool)
+        for i, (number, qp, (dst,)) in enumerate(found):
+            key[i], end = number, self.tracker.ends.get((dst, qp))
+            if end is not None:
+                queue[i], to_host[i], named[i] = self._queue(end[0]), end[1], end[0].qid is not None
+        return key[inverse], queue[inverse], to_host[inverse], named[inverse]
+
+    def _declared(self, rec, kind, size, order):
+        """_ends with `-d nvme-rdma` (NvmeTracker._end): a QP RDMA-CM did not connect is made an end of its
+        address pair's queue by its first SEND, towards the host when that SEND is a 16-byte SEND Only; an RDMA
+        READ/WRITE to a QP no SEND went to before joins the queue of its address pair (READ responses towards
+        the target)."""
+        found, inverse = self._distinct(rec, "dst src")
+        texts, never = self.texts, (-1, False, np.iinfo(np.int64).max)
+        u_dst, u_src = (np.array([texts.setdefault(t[i], len(texts)) for _, _, t in found]) for i in (0, 1))
+        ends = []  # per distinct key: (queue number, to the host, made at, qid known)
+        for _, qp, (dst, _) in found:
+            end = self.tracker.ends.get((dst, qp))  # RDMA-CM's, made before any of the batch's rows
+            ends.append((self._queue(end[0]), end[1], -1, end[0].qid is not None) if end else None)
+        key, dst, src = (
+            np.array(v)[inverse] for v in zip(*((n, d, s) for (n, _, _), d, s in zip(found, u_dst, u_src)))
+        )
+        sends = np.flatnonzero((kind > 0) & (kind <= SEND_ONLY))
+        new, first = np.unique(inverse[sends], return_index=True)
+        for u, f in sorted(zip(new.tolist(), sends[first].tolist()), key=lambda uf: uf[1]):
+            if ends[u] is None and found[u][0] not in self.ends:
+                guess = bool(kind[f] == SEND_ONLY and size[f] == CQE_LEN)
+                pair = (int(dst[f]), int(src[f])) if guess else (int(src[f]), int(dst[f]))
+                if pair not in self.pairs:
+                    name = " → ".join(list(texts)[p] for p in pair)
+                    self.pairs[pair] = (self._queue(Queue(None, name)), int(order[f]))
+                self.ends[found[u][0]] = (self.pairs[pair][0], guess, int(order[f]))
+        ends = [end or (*self.ends.get(n, never), False) for end, (n, _, _) in zip(ends, found)]
+        k_queue, k_host, k_made, named = (np.array(v)[inverse] for v in zip(*ends))
+        p_queue, p_made = {}, {}
+        for host in (True, False):  # an RDMA READ/WRITE's address pair: (its destination, source) to the host
+            pairs = zip(u_dst.tolist(), u_src.tolist()) if host else zip(u_src.tolist(), u_dst.tolist())
+            p_queue[host], p_made[host] = (np.array(v) for v in zip(*(self.pairs.get(p, never[::2]) for p in pairs)))
+        made = k_made <= order  # the row's QP had a SEND (the row's own, for a SEND) before
+        host = (kind != READ_START) & (kind != READ_MORE)
+        joins = ~made & (kind > SEND_ONLY) & (np.where(host, p_made[True][inverse], p_made[False][inverse]) < order)
+        queue = np.where(made, k_queue, -1)
+        queue[joins] = np.where(host, p_queue[True][inverse], p_queue[False][inverse])[joins]
+        return key, queue, np.where(made, k_host, host & joins), named & made
+
+    def _messages(self, batch, kind, key, size, start, sends):
+        """Per row: the length of the SEND message it ends (-1: none), the row of the message's first packet
+        (-1: in an earlier batch, its first bytes in `carried`, by row).  A SEND Only is a message; a Last ends
+        the one of the First and Middle packets sent to its key since its last Last (nvmebulk.follow)."""
+        length, head, carried = np.full(len(kind), -1), np.full(len(kind), -1), {}
+        only = sends[kind[sends] == SEND_ONLY]
+        length[only], head[only] = size[only], only
+        parts = sends[kind[sends] != SEND_ONLY]
+        if not len(parts):
+            return length, head, carried
+        r = parts[np.argsort(key[parts], kind="stable")]  # each key's packets in capture order
+        k, last = key[r], kind[r] == SEND_LAST
+        begins = np.ones(len(r), bool)
+        begins[1:] = (k[1:] != k[:-1]) | last[:-1]
+        begin = np.flatnonzero(begins)
+        finish = np.append(begin[1:], len(r)) - 1
+        held, done, heads = np.add.reduceat(np.where(last, 0, size[r]), begin), last[finish], r[begin]
+        carry = {}  # message number -> the first bytes of what an earlier batch left held for its key
+        for m in np.flatnonzero(np.append(True, k[begin][1:] != k[begin][:-1])).tolist():
+            was = self.held.pop(int(k[begin[m]]), None)
+            if was is not None:
+                held[m] += was[0]
+                carry[m] = was[1]
+        if (held > MAX_SEND).any():
+            raise Irregular("a SEND First … Last longer than the tracker holds")
+        for m in np.flatnonzero(~done).tolist():  # under way at the end of the batch
+            at = start[heads[m]]
+            first = carry.get(m, bytes(batch.buf[at : at + min(size[heads[m]], SQE_LEN)]))
+            self.held[int(k[begin[m]])] = (int(held[m]), first)
+        ends = r[finish[done]]
+        length[ends], head[ends] = held[done] + size[ends], heads[done]
+        for m, first in carry.items():
+            if done[m]:
+                head[r[finish[m]]] = -1
+                carried[int(r[finish[m]])] = first
+        return length, head, carried
 
     def commands(self) -> dict:
-        """Every command's columns, in capture order: queue number, capsule, frame, time, completion
+        """Every command's columns, in capture order: queue number, qid, capsule, frame, time, completion
         (frame, time, status; frame 0: none), data frames (count, first, last), bytes."""
         cmd, cqe, data = (_joined(self.parts[k]) for k in ("cmd", "cqe", "data"))
         sqe = cmd["sqe"]
         cid = sqe[:, 2].astype(np.int64) | sqe[:, 3].astype(np.int64) << 8
         n = len(cid)
         out = {k: cmd[k] for k in ("queue", "frame", "time", "sqe")}
+        qids = np.array([-1 if q.qid is None else q.qid for q in self.queues] or [0])[cmd["queue"]]
+        out["qid"] = np.where(qids >= 0, qids, np.where(np.isin(sqe[:, 0], ADMIN_ONLY), 0, 1))  # unknown: guessed
         # completions: the last command with the command id on the queue, the first CQE for it
         to = _last_before((cmd["queue"], cid), cmd["order"], (cqe["queue"], cqe["cid"]), cqe["order"])
         done, first = np.unique(to[to >= 0], return_index=True)
@@ -163,19 +275,21 @@ def _owners(cmd, sqe, data) -> np.ndarray:
     return owner
 
 
-def _unique(keys: np.ndarray):
-    """np.unique(keys, return_inverse=True) of (address, QP) records, sorted by a 64-bit hash of each
-    instead of field by field (a batch holds few distinct ones); checked against the records."""
-    raw = np.zeros((len(keys), 24), np.uint8)
-    raw[:, : keys.itemsize] = keys.view(np.uint8).reshape(len(keys), keys.itemsize)
-    mixed = (
-        raw.view(np.uint64) * np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9], np.uint64)
-    ).sum(axis=1)
+def distinct_rows(*columns):
+    """(index of the first of each, per row the index of its own) of the distinct rows of `columns` (1-D,
+    each of 4 bytes or a multiple of 8: QPs, V16 addresses): np.unique(return_index, return_inverse) of the
+    rows sorted by a 64-bit hash of each (a batch holds few distinct ones), checked against them."""
+    if not len(columns[0]):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    words = []
+    for c in columns:
+        words += [c.astype(np.uint64)] if c.itemsize == 4 else list(c.view(np.uint64).reshape(len(c), -1).T)
+    mixed = sum(w * m for w, m in zip(words, MIX))
     _, first, inverse = np.unique(mixed, return_index=True, return_inverse=True)
-    unique = keys[first]
-    if (unique[inverse] != keys).any():  # two keys of one hash
-        return np.unique(keys, return_inverse=True)
-    return unique, inverse.ravel()
+    inverse = inverse.ravel()
+    if any((w[first][inverse] != w).any() for w in words):  # two rows of one hash
+        _, first, inverse = np.unique(np.column_stack(words), axis=0, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
 
 
 def _last_before(keys_a, order_a, keys_b, order_b) -> np.ndarray:
@@ -199,3 +313,29 @@ def _last_before(keys_a, order_a, keys_b, order_b) -> np.ndarray:
 def _joined(parts: list) -> dict:
     """One batch's columns after another."""
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
+
+
+def _gather(buf, at, carried, rows, offsets) -> np.ndarray:
+    """The bytes at `offsets` (a range) of the messages of `rows` (a mask) that start at `at` in buf or, for
+    a row in `carried`, in its first bytes held from an earlier batch."""
+    which = np.flatnonzero(rows)
+    if not len(which):
+        return np.zeros((0, len(offsets)), np.uint8)
+    out = np.lib.stride_tricks.sliding_window_view(buf, offsets[-1] + 1)[at[which], offsets[0] :]
+    for k, first in carried.items():
+        if rows[k]:
+            out[np.searchsorted(which, k)] = np.frombuffer(first, np.uint8)[offsets]
+    return out
+
+
+def rounded(values: np.ndarray) -> list:
+    """round(v, 3) of each value, as Python rounds (the double nearest the decimal the exact value rounds to,
+    half to even): rint(v * 1000) / 1000 is that double unless v * 1000 (rounded) lies within an ulp of a
+    half, where the exact product may lie on the other side; those Python rounds."""
+    scaled = values * 1000
+    whole = np.rint(scaled)
+    out = whole / 1000
+    with np.errstate(invalid="ignore"):  # inf - inf: not near
+        near = np.flatnonzero(np.abs(np.abs(scaled - whole) - 0.5) <= np.spacing(np.abs(scaled)))
+    out[near] = [round(v, 3) for v in values[near].tolist()]
+    return out.tolist()
