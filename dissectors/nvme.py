@@ -58,6 +58,7 @@ class TableLayer(IBLayer):
     length = 0
     at = None  # a data structure's packet: its offset in the transfer (dissectors.nvme.data_layer)
     cdw10 = 0  # … and the low byte of its command's CDW10 (CNS, log page ID)
+    opc = 0  # … and its command's opcode
     titles = None  # … its entries' -V titles by offset in the packet, where tshark words them per packet
     cut = False  # … Wireshark's reading of it ran past the packet's end (a Malformed Packet)
 
@@ -204,7 +205,7 @@ def _transfers():
         ("ConnectData", _sqe(FABRICS_OPC, 0, CONNECT_FCTYPE), 1024),
     ):
         rows = data_rows(sqe, 0, 0, bytes([1] * n))  # LBA formats and namespace IDs as 1s say
-        out[rows, 0, sqe[40], sqe[48:56]] = _placed(
+        out[rows, 0, sqe[0], sqe[40], sqe[48:56]] = _placed(
             table_layer(f"NVMe{name}", "nvme", rows, n, f"NVMe {name}"), sqe, 0, n
         )
     return out
@@ -213,7 +214,7 @@ def _transfers():
 def _placed(cls, sqe: bytes, at: int, n: int):
     """`cls`, the layer of the `n` bytes at `at` of what `sqe` moved, told where it lies and what tshark titles in
     it (the Commands Supported and Effects log page's entries, which it numbers per packet)."""
-    cls.at, cls.cdw10 = at, sqe[40]
+    cls.at, cls.cdw10, cls.opc = at, sqe[40], sqe[0]
     if sqe[0] == GET_LOG_PAGE_OPC and sqe[40] == LID_EFFECTS:
         entries, cls.cut = effects_entries(sqe, at, n)
         cls.titles = dict(entries)
@@ -233,9 +234,9 @@ def data_layer(sqe: bytes, qid, at: int, data: bytes):
     rows = data_rows(sqe, qid, at, data)
     if not rows:
         return None
-    # `at` numbers the entries a packet holds (PSDn, DLEn), CDW10 names the log page, the log page offset (CDW12-13)
-    # numbers the Commands Supported and Effects entries
-    key = (rows, at, sqe[40], sqe[48:56])
+    # `at` numbers the entries a packet holds (PSDn, DLEn), the opcode and CDW10 name the data (the log page), the
+    # log page offset (CDW12-13) numbers the Commands Supported and Effects entries
+    key = (rows, at, sqe[0], sqe[40], sqe[48:56])
     if key not in TRANSFERS:
         cls = table_layer(f"NVMeTransfer{len(TRANSFERS)}", "nvme", rows, len(data), "NVMe data")
         TRANSFERS[key] = _placed(cls, sqe, at, len(data))

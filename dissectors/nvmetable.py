@@ -101,14 +101,14 @@ READ_WRITE = _rows(
     ("nvme.cmd.prinfo.action", 50, 2, 0x2000),
     ("nvme.cmd.fua", 50, 2, 0x4000),
     ("nvme.cmd.lr", 50, 2, 0x8000),
-    ("nvme.cmd.dsm.access_freq", 52, 1, 0x0F),
+    ("nvme.cmd.eilbrt", 56, 4),
+    ("nvme.cmd.elbat", 60, 2),
+    ("nvme.cmd.elbatm", 62, 2),
+    ("nvme.cmd.dsm.access_freq", 52, 1, 0x0F),  # after the tags, as packet-nvme.c adds them (DSM Flags)
     ("nvme.cmd.dsm.access_lat", 52, 1, 0x30),
     ("nvme.cmd.dsm.seq_req", 52, 1, 0x40),
     ("nvme.cmd.dsm.incompressible", 52, 1, 0x80),
     ("nvme.cmd.rsvd3", 53, 3),
-    ("nvme.cmd.eilbrt", 56, 4),
-    ("nvme.cmd.elbat", 60, 2),
-    ("nvme.cmd.elbatm", 62, 2),
 )
 _SF = "nvme.cmd.set_features."
 SET_FEATURES_HEAD = _rows(
@@ -368,6 +368,7 @@ def completion_rows(cmd_sqe: bytes, qid=None):
 
 # The data structures transfers carry (dissectors.nvmedata), by the command that asks for them.
 IDENTIFY_OPC, GET_LOG_PAGE_OPC, CONNECT_FCTYPE = 0x06, 0x02, 0x01
+FEATURES_OPC = (SET_FEATURES_OPC, 0x0A)  # their data: structures per feature, which ibwire does not decode
 CNS_NS, CNS_CTRL, CNS_NS_LIST, LID_SMART, LID_EFFECTS, LID_DISCOVERY = 0x00, 0x01, 0x02, 0x02, 0x05, 0x70
 _STRUCTURES = {
     "ctrl": ("nvme.cmd.identify.ctrl.", nvmedata.IDENTIFY_CTRL),
@@ -403,12 +404,15 @@ def data_rows(sqe: bytes, qid, at: int, data: bytes):
     """The rows of `data`, the bytes at offset `at` of what the command `sqe` (on queue `qid`) moved, placed
     at 0: the structure's rows that lie wholly in them (or, CLIPPED, as far as they hold it), each entry of
     repeated ones (power state descriptors, LBA formats, namespace IDs, discovery log records); the bytes of
-    any log page as nvme.data; () for data Wireshark shows as bytes only."""
+    any log page, and of other admin commands but Set/Get Features, as nvme.data; () for data Wireshark shows
+    as bytes only."""
     n = len(data)
     if sqe[0] == FABRICS_OPC:
         return _window(CONNECT_DATA if sqe[4] == CONNECT_FCTYPE else (), at, n)
-    if qid != 0 or sqe[0] not in (IDENTIFY_OPC, GET_LOG_PAGE_OPC):
+    if qid != 0 or sqe[0] in FEATURES_OPC:
         return ()
+    if sqe[0] not in (IDENTIFY_OPC, GET_LOG_PAGE_OPC):  # Security Send/Receive, Firmware Image Download …
+        return (Row("nvme.data", 0, n),)
     if sqe[0] == IDENTIFY_OPC:
         return _window(_identify(sqe[40], at, data), at, n)
     if sqe[40] == LID_EFFECTS:

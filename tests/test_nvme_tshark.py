@@ -185,11 +185,43 @@ def test_nvme_protocols_present_where_tshark_44_shows_them(tshark44, public_dir,
 
 def test_declared_queues_show_their_protocols_as_the_document_does(public_dir):
     """host-echo with -d nvme-rdma (tshark 4.4 has no such Decode As, and without it shows no NVMe, as ibwire):
-    the frames `-Y nvme` and `-Y nvme-rdma` select are those whose -T json document has that layer, and
-    frame.protocols ends in nvme-rdma on exactly those."""
+    the frames `-Y nvme` and `-Y nvme-rdma` select are those whose -T json document has that layer (the capsules
+    both, the RDMA READ responses of Write data nvme alone: their queue id is unknown), and frame.protocols ends
+    in nvme-rdma on exactly the frames with either."""
     path = public_dir / ECHO
     doc = _protocols(run_ibwire("decode", "-d", "nvme-rdma", "-T", "json", path).stdout)
     for proto in ("nvme", "nvme-rdma"):
         selected = [int(r[0]) for r in _fields(path, "-d", "nvme-rdma", "-Y", proto, "-e", "frame.number")]
-        assert selected == [n for n, (_, layers) in doc.items() if proto in dict(layers)] and len(selected) == 20, proto
+        assert (
+            selected == [n for n, (_, layers) in doc.items() if proto in dict(layers)]
+            and len(selected) == {"nvme": 40, "nvme-rdma": 20}[proto]
+        ), proto
     assert all(protocols.endswith(":nvme-rdma") == bool(layers) for protocols, layers in doc.values())
+
+
+@pytest.mark.parametrize("qid", [0, 1])
+def test_data_read_from_the_host_holds_its_nvme_layer(tshark44, tmp_path, qid):
+    """Crafted queues (tests/nvme_frames.py), the admin queue and an I/O queue: the nvme layer of data the target
+    reads from the host (RDMA READ response) lies in nvme-rdma.read_from_host_resp_tree (an I/O command's with
+    nothing in it, Firmware Image Download's and Security Send's with nvme.data), that of data written to the
+    host beside nvme-rdma (Security Receive's nvme.data, a Read's empty one); every frame's layers, values and
+    frame.protocols, and the frames -Y nvme, -Y nvme-rdma and -Y nvme.data select, as tshark 4.4's.  Apart: the
+    REQ (frame 1, as above) and the Timestamp feature's data (frame 5 of the admin queue), which ibwire shows
+    as bytes."""
+    import nvme_frames
+
+    path = tmp_path / f"queue{qid}.pcap"
+    nvme_frames.write_capture(path, qid)
+    theirs_text, ours_text = tshark44(path, "-T", "json"), run_ibwire("decode", "-T", "json", path).stdout
+    apart = {1, 5} if qid == 0 else {1}
+    theirs, ours = _protocols(theirs_text), _protocols(ours_text)
+    assert {n: v for n, v in ours.items() if n not in apart} == {n: v for n, v in theirs.items() if n not in apart}
+    theirs, ours = leaves(json.loads(theirs_text)), leaves(json.loads(ours_text))
+    assert [k for k in theirs if k[0] not in apart and not (k in ours and same(k[1], theirs[k], ours[k]))] == []
+    for filt in ("nvme", "nvme-rdma", "nvme.data"):
+        selected = {int(r[0]) for r in _fields(path, "-Y", filt, "-e", "frame.number")}
+        wanted = tshark44(path, "-Y", filt, "-T", "fields", "-e", "frame.number").split()
+        assert selected - apart == set(map(int, wanted)) - apart, filt
+    assert {n for n, (_, layers) in _protocols(theirs_text).items() if "read_from_host_resp_tree" in str(layers)} == (
+        {5, 9, 13} if qid == 0 else {5}
+    )

@@ -23,7 +23,7 @@ JOURNAL = (
 class Command:
     """A command seen on a queue: its capsule, the frames that moved its data, its completion."""
 
-    __slots__ = ("frame", "time", "sqe", "qid", "cqe", "data", "bytes", "status", "cqe_time", "queue", "tr")
+    __slots__ = ("frame", "time", "sqe", "qid", "cqe", "data", "bytes", "status", "cqe_time", "queue", "tr", "req")
 
     def __init__(self, frame: int, time: float, sqe: bytes, qid):
         self.frame, self.time, self.sqe, self.qid = frame, time, sqe, qid
@@ -32,6 +32,7 @@ class Command:
         self.bytes = 0
         self.queue = None
         self.tr = 0  # where the next data packet's bytes lie in the transfer, as Wireshark counts (its tr_bytes)
+        self.req = None  # the frame of its last RDMA READ request, which every packet of the read's data names
 
     @property
     def keyed(self):
@@ -224,12 +225,14 @@ class NvmeTracker:
         elif op.startswith("RDMA READ Response") and ("First" in op or "Only" in op):
             cmd, req = queue.reads.pop(psn, (None, None))
             if cmd is not None:
-                extra["nvme.fabrics.data_req"] = req
+                extra["nvme.fabrics.data_req"] = cmd.req = req
                 cmd.tr = 0  # packet-nvme-rdma.c counts a READ's data from 0 (a WRITE's goes on)
             queue.moving = (cmd, psn, [d.frame.number]) if cmd is not None else None
         elif queue.moving is not None and (psn - queue.moving[1]) & 0xFFFFFF == 1:
             cmd, _, frames = queue.moving
             key = "nvme-rdma.read_from_host_prev" if op.startswith("RDMA READ") else "nvme-rdma.write_to_host_prev"
+            if op.startswith("RDMA READ") and cmd.req is not None:
+                extra["nvme.fabrics.data_req"] = cmd.req
             extra[key] = frames[-1]
             frames.append(d.frame.number)
             queue.moving = (cmd, psn, frames)
@@ -249,8 +252,8 @@ class NvmeTracker:
 
     def _structure(self, d, cmd, op: str, data: bytes) -> None:
         """What Wireshark 4.4 shows of a data packet of `cmd`: a data structure it decodes (Identify, log pages,
-        Connect data), an `nvme` layer with nothing in it (an RDMA WRITE of an I/O command's data, an Identify
-        of a CNS it does not decode), or the bytes alone.  Where its reading ran past the packet it stops
+        Connect data), an `nvme` layer with nothing in it (an I/O command's data; in an RDMA WRITE also an
+        Identify's of a CNS it does not decode), or the bytes alone.  Where its reading ran past the packet it stops
         (Malformed) and leaves the transfer's offset where it was."""
         from dissectors.nvme import NVMeEmpty, data_layer
 
@@ -261,6 +264,8 @@ class NvmeTracker:
                 d.notes.append("[Malformed Packet: NVMe Fabrics RDMA]")
                 return
         elif op.startswith("RDMA WRITE") and (cmd.qid != 0 or cmd.sqe[0] == IDENTIFY_OPC):
+            self._add(d, NVMeEmpty(data), replace=KEEP)
+        elif cmd.qid != 0 and cmd.sqe[0] != FABRICS_OPC:  # an I/O command's data read from the host
             self._add(d, NVMeEmpty(data), replace=KEEP)
         cmd.tr += len(data)
 

@@ -3,7 +3,8 @@ packet-nvme.c words itself (its BASE_CUSTOM formatters: counts one more than the
 bytes, times in ms) rather than from a field's registration, worded as tshark 4.0 words them, slips
 included (`microsecond%s`, `logical block%s`)."""
 
-from ibwire.report.packets.nvme_words import LOG_PAGES
+from dissectors.nvmetable import GET_LOG_PAGE_OPC
+from ibwire.report.packets.nvme_words import ADMIN, LOG_PAGES
 
 C = "nvme.cmd.identify.ctrl."
 P = "nvme.fabrics.prop_get.ccap."
@@ -119,12 +120,15 @@ class Titled(str):
 
 def numbered(key: str, layer, offset: int, text: str) -> str:
     """`text` of `key` at `offset` of the data structure packet `layer` (dissectors.nvme.data_layer), titled
-    if tshark titles it: an entry NUMBERED, a log page's bytes by the page's name."""
+    if tshark titles it: an entry NUMBERED, a log page's bytes by the page's name, other admin data by the
+    command's name and offset."""
     if layer.titles and offset in layer.titles and key == "nvme.cmd.get_logpage.cmd_and_eff.cs":
         return _titled(text, layer.titles[offset])  # numbered per packet (dissectors.nvmetable.effects_entries)
-    if key == "nvme.data":
+    if key == "nvme.data" and layer.opc == GET_LOG_PAGE_OPC:
         name = LOG_PAGES.get(layer.cdw10, "Reserved Page Name")
         return _titled(text, f"Nvme Data: NVMe Get Log Page ({name})")
+    if key == "nvme.data":  # another admin command's data, where this packet's share starts
+        return _titled(text, f"Nvme Data: {ADMIN.get(layer.opc, 'Unknown Command')}, offset {layer.at + offset}")
     if key == "nvme.cmd.identify.ns.vs":  # where in the field this packet's share starts
         return _titled(text, f"Vendor Specific: {{shown}} (offset {layer.at + offset - NS_VS})")
     if key not in NUMBERED:

@@ -4,7 +4,7 @@ completions); bits of a field in `<field>_tree`, the keyed SGL in its own contai
 
 from dissectors.nvmetable import SGL
 from ibwire.decode.nvme import layer_kind, linked
-from ibwire.report.packets.nvme_data_words import numbered
+from ibwire.report.packets.nvme_data_words import Titled, numbered
 from ibwire.report.packets.values import value_text
 
 SGL_KEYS = [r.key for r in SGL]
@@ -41,6 +41,9 @@ def _items(layer, flat) -> list:
     return items
 
 
+DSM = "nvme.cmd.dsm"  # a Read's or Write's Dataset Management bits, in tshark's text item DSM Flags
+
+
 def _listed(layer, rows, data) -> list:
     items, tree_of, named = [], {}, {}
     sgl = [k for k in SGL_ORDER if any(r.key == k for r in rows)]
@@ -56,6 +59,9 @@ def _listed(layer, rows, data) -> list:
                 items.append((name, [(k, value_text(k, _value(layer, k, data))) for k in sgl]))
             continue
         text = value_text(r.key, _value(layer, r.key, data))
+        if r.key.startswith(DSM + ".") and DSM not in named:  # a container of its own, as the SGL
+            named[DSM] = []
+            items.append((DSM, named[DSM]))
         if r.mask:  # in the tree of the whole bytes, or of the bits it is named under (prinfo.guard)
             parent = named.get(r.key.rpartition(".")[0], tree_of.get((r.off, r.size)))
             if parent is not None:
@@ -128,6 +134,8 @@ class Empty(str):
 
 
 EMPTY = Empty("NVM Express")
+NESTED = Titled("NVM Express")  # the same in an RDMA READ response's tree: an item -V shows by its title
+NESTED.title = NESTED
 
 
 def _pruned(items) -> list:
@@ -140,11 +148,24 @@ def transfer_layers(layer, flat, kind: str) -> list:
     rdma = frame_layers(flat, False)
     items = _nested(layer, layer.rows)
     if kind == "connect data":
-        for key, links in rdma[0][1]:
-            if key == "nvme-rdma.read_from_host_resp_tree":
-                links += items
-        return rdma
-    return rdma + [("nvme", items)] + ([MALFORMED] if layer.cut else [])
+        return _read(rdma, items)
+    return _beside(rdma, flat, items) + ([MALFORMED] if layer.cut else [])
+
+
+def _read(rdma, items) -> list:
+    """`rdma` with `items` added to the tree of the RDMA READ response it holds."""
+    for key, links in rdma[0][1] if rdma else ():
+        if key == "nvme-rdma.read_from_host_resp_tree":
+            links += items
+    return rdma
+
+
+def _beside(rdma, flat, nvme) -> list:
+    """The nvme layer holding `nvme` after the frame's nvme-rdma layer `rdma`, or in its RDMA READ response's tree
+    (data read from the host: packet-nvme-rdma.c dissects it there)."""
+    if rdma and "nvme-rdma.read_from_host_resp" in flat:
+        return _read(rdma, [("nvme", NESTED if nvme is EMPTY else nvme)])
+    return rdma + [("nvme", nvme)]
 
 
 def nvme_layers(layer, flat) -> list:
@@ -155,7 +176,7 @@ def nvme_layers(layer, flat) -> list:
     if kind in ("data", "connect data"):
         return transfer_layers(layer, flat, kind)
     if kind == "empty":
-        return frame_layers(flat, False) + [("nvme", EMPTY)]
+        return _beside(frame_layers(flat, False), flat, EMPTY)
     if kind in ("nvme", "nvme-rdma"):  # the bytes alone
         field = layer.fields_desc[0].name
         key = f"{layer.ws_name}.{field}"

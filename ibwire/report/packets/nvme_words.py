@@ -88,7 +88,19 @@ GENERATED = {
     "nvme-rdma.read_from_host_prev",
     "nvme-rdma.write_to_host_prev",
 }
-TITLES = {"nvme.fabrics.cmd.connect.sgl1": "SGL1"}  # containers without a field of their own in tshark 4.0
+TITLES = {"nvme.fabrics.cmd.connect.sgl1": "SGL1", "nvme.cmd.dsm": "DSM Flags"}  # containers without a field
+ACCESS_FREQUENCY = {  # packet-nvme.c's dsm_acc_freq_tbl and dsm_acc_lat_tbl, its slip included
+    0: "No frequency",
+    1: "Typical",
+    2: "Infrequent Read/Write",
+    3: "Infrequent Writes, Frequent Reads",
+    4: "Frequent Writes, Infrequent Reads",
+    5: "Frequent Read/Write",
+    6: "One time read",
+    7: "Speculative read",
+    8: "Likely tobe overwritten",
+}
+ACCESS_LATENCY = {0: "None", 1: "Idle (Longer)", 2: "Normal (Typical)", 3: "Low (Smallest)"}
 
 
 def _n(v) -> int:
@@ -117,13 +129,15 @@ WORDED = {
     "nvme.fabrics.cmd.opc": lambda v: f"0x{_n(v):x} (Fabric Command)",
     "nvme.cmd.sgl.type": _after(SGL_TYPES),
     "nvme.cmd.sgl.subtype": _after(SGL_SUBTYPES),
+    "nvme.cmd.dsm.access_freq": _after(ACCESS_FREQUENCY),
+    "nvme.cmd.dsm.access_lat": _after(ACCESS_LATENCY),
     "nvme.cqe.status.sc": _status,
     "nvme.fabrics.prop_get_set.cc.mps": lambda v: f"0x{int(v, 0):x} ({4096 << int(v, 0)} bytes)",
     "nvme.fabrics.prop_get_set.cc.iosqes": lambda v: f"0x{int(v, 0):x} ({1 << int(v, 0)} bytes)",
     "nvme.fabrics.prop_get_set.cc.iocqes": lambda v: f"0x{int(v, 0):x} ({1 << int(v, 0)} bytes)",
     "nvme.cmd.get_logpage.dword10.id": lambda v: f"{LOG_PAGES.get(int(v, 0), 'Reserved')} (0x{int(v, 0):x})",
-    "nvme.fabrics.cmd_latency": lambda v: f"{v} ms",
-    "nvme.cmd_latency": lambda v: f"{v} ms",
+    "nvme.fabrics.cmd_latency": lambda v: f"{float(v):.3f} ms",  # 0.040 ms, as tshark 4.0 and 4.4 print it
+    "nvme.cmd_latency": lambda v: f"{float(v):.3f} ms",
 }
 
 
@@ -135,7 +149,10 @@ def opcode(value, admin: bool) -> str:
 
 def title(key: str, items: list):
     """The title of NVMe container `key` holding `items`, or None: `Cqe (For Cmd: Connect)` (a fabrics
-    completion, titled by the command it answers: its rows tell), `SGL1`."""
+    completion, titled by the command it answers: its rows tell), `SGL1`, the nvme layer inside an RDMA READ
+    response's tree."""
+    if key == "nvme":  # nested in an RDMA READ response's tree
+        return heading(items)
     if key != "nvme.fabrics.cqe":
         return TITLES.get(key)
     keys = {k for k, _ in items}
