@@ -7,6 +7,7 @@
 
 #include "crc.h"
 #include "health.h"
+#include "numbers.h"
 
 #define HEALTH_AHEAD 8   /* packets ahead whose first two cache lines are requested before their turn */
 
@@ -17,6 +18,7 @@ static const int64_t preset_size[N_HEALTH_PRESETS] = {HEALTH_PRESETS(AS_SIZE)};
 #define AS_BYTES(id, name, size) +size
 enum { KEY_BYTES = 0 HEALTH_KEY(AS_BYTES) };
 #undef AS_BYTES
+_Static_assert(KEY_BYTES == 40, "roce2_direct() writes the key as src, dst, slid, dlid, destqp");
 
 static inline void put_int(uint8_t *q, int64_t v, int64_t size)
 {
@@ -31,13 +33,19 @@ static inline void put_int(uint8_t *q, int64_t v, int64_t size)
     }
 }
 
+/* The columns of row k the caller gives for the batch's packet i. */
+static inline void given(const health_job *job, uint8_t *const col[], int64_t k, int64_t i)
+{
+    put_int(col[HC_FRAME] + k * 4, job->frame[i], 4);
+    put_int(col[HC_TIME_NS] + k * 8, job->time_ns ? job->time_ns[i] : 0, 8);
+    put_int(col[HC_LEN] + k * 4, job->len[i], 4);
+}
+
 /* A RoCE packet's record `rec`, the batch's packet i: its columns at row k and its QP key. */
 static void keep(const health_job *job, uint8_t *const col[], int64_t k, const uint8_t *rec, int64_t i)
 {
     const int64_t *fo = job->dec.field_off;
-    put_int(col[HC_FRAME] + k * 4, job->frame[i], 4);
-    put_int(col[HC_TIME_NS] + k * 8, job->time_ns ? job->time_ns[i] : 0, 8);
-    put_int(col[HC_LEN] + k * 4, job->len[i], 4);
+    given(job, col, k, i);
 #define TAKE(id, name, size) memcpy(col[HC_##id] + k * size, rec + fo[R_##id], size);
     HEALTH_DECODED(TAKE)
 #undef TAKE
@@ -45,6 +53,87 @@ static void keep(const health_job *job, uint8_t *const col[], int64_t k, const u
 #define KEY(id, name, size) memcpy(key, rec + fo[R_##id], size); key += size;
     HEALTH_KEY(KEY)
 #undef KEY
+}
+
+static inline unsigned be16(const uint8_t *p) { return (unsigned)p[0] << 8 | p[1]; }
+static inline unsigned be24(const uint8_t *p) { return (unsigned)p[0] << 16 | (unsigned)p[1] << 8 | p[2]; }
+
+/* The addresses, classes and UDP header of an IPv4 or IPv6 packet at l3 as decode.c's ip_header() gives them
+ * (IPv4 as v4-mapped IPv6); -1 when it is neither, carries no UDP or is not captured as far as the BTH. */
+static int64_t ip_udp(const uint8_t *b, int64_t l3, int64_t lim, unsigned et, uint8_t *src, uint8_t *dst,
+                      unsigned cls[2])
+{
+    if (et == ETHERTYPE_IPV4 && l3 + 20 <= lim) {
+        unsigned b0 = b[l3];
+        int64_t ihl = (b0 & 0x0F) * 4;
+        if (b[l3 + 9] != 17 || b0 >> 4 != 4 || ihl < 20 || (be16(b + l3 + 6) & 0x3FFF) || l3 + ihl + 20 > lim)
+            return -1;
+        cls[0] = b[l3 + 1] & 3;
+        cls[1] = b[l3 + 1] >> 2;
+        memset(src, 0, 10);
+        memset(dst, 0, 10);
+        src[10] = src[11] = dst[10] = dst[11] = 0xFF;
+        memcpy(src + 12, b + l3 + 12, 4);
+        memcpy(dst + 12, b + l3 + 16, 4);
+        return l3 + ihl;
+    }
+    if (et != ETHERTYPE_IPV6 || l3 + 40 + 20 > lim || b[l3 + 6] != 17 || b[l3] >> 4 != 6)
+        return -1;
+    cls[0] = (b[l3 + 1] >> 4) & 3;
+    cls[1] = (b[l3] & 0x0F) << 2 | b[l3 + 1] >> 6;
+    memcpy(src, b + l3 + 8, 16);
+    memcpy(dst, b + l3 + 24, 16);
+    return l3 + 40;
+}
+
+/* The common packet read directly, without a record: RoCEv2 (UDP to or from roce2_port) over IPv4 or IPv6 on
+ * Ethernet with up to two VLAN tags, captured as far as its BTH, neither a UD SEND (a MAD maybe) nor a SEND
+ * First or Only (IPoIB maybe).  Its columns at row k and its QP key, the values decode.c gives (flags: BTH,
+ * GRH on IPv6, malformed, truncated): 1; 0 for any other packet, left to the decoder. */
+static int roce2_direct(const health_job *job, uint8_t *const col[], int64_t k, int64_t i)
+{
+    const decode_job *d = &job->dec;
+    const uint8_t *b = d->buf;
+    int64_t p = d->data[i], lim = p + d->caplen[i] < d->size ? p + d->caplen[i] : d->size, at = p + 12;
+    if (d->linktype[i] != LINKTYPE_ETHERNET || at + 2 > lim)
+        return 0;
+    unsigned et = be16(b + at), pcp = 0, cls[2];
+    int64_t vlan = -1;
+    for (int t = 0; t < 2 && (et == ETHERTYPE_VLAN || et == ETHERTYPE_QINQ || et == ETHERTYPE_QINQ_OLD); t++) {
+        if (at + 6 > lim)
+            return 0;
+        if (vlan < 0) {
+            vlan = be16(b + at + 2) & 0xFFF;
+            pcp = b[at + 2] >> 5;
+        }
+        et = be16(b + at + 4);
+        at += 4;
+    }
+    uint8_t key[KEY_BYTES] = {0};       /* src, dst, slid and dlid (0: no LRH), destqp */
+    int64_t u = ip_udp(b, at + 2, lim, et, key, key + 16, cls);
+    if (u < 0 || (be16(b + u) != d->roce2_port && be16(b + u + 2) != d->roce2_port))
+        return 0;
+    int64_t ulen = be16(b + u + 4), bth = u + 8, e = u + ulen - 4;
+    unsigned op = b[bth], pad = (b[bth + 1] >> 4) & 3;
+    if (d->known[op] & (4 | 8))       /* (the `known` bits: SEND First or Only, UD SEND) */
+        return 0;
+    int64_t paylen = e - (bth + 12 + d->ext_len[op]) - ((d->known[op] & 2) ? pad : 0);
+    unsigned flags = FL_BTH | (et == ETHERTYPE_IPV6 ? FL_GRH : 0);
+    flags |= (ulen < 8 + 12 + 4 || paylen < 0) ? FL_MALFORMED : 0;
+    flags |= (e + 4 > lim || d->wirelen[i] > d->caplen[i]) ? FL_TRUNCATED : 0;
+    unsigned destqp = be24(b + bth + 5);
+    memcpy(key + 36, &destqp, 4);
+    memcpy(job->keys + k * KEY_BYTES, key, KEY_BYTES);
+    given(job, col, k, i);
+    put_int(col[HC_PSN] + k * 4, be24(b + bth + 9), 4);
+    put_int(col[HC_VLAN] + k * 4, vlan, 4);
+    put_int(col[HC_UDP_SRC] + k * 2, be16(b + u), 2);
+    unsigned link = et == ETHERTYPE_IPV4 ? K_ROCE2V4 : K_ROCE2V6;
+    const unsigned small[] = {op, flags, pcp, cls[1], cls[0], b[bth + 4] >> 7, link, 0};
+    const int at_col[] = {HC_OPCODE, HC_FLAGS, HC_PCP, HC_DSCP, HC_ECN, HC_FECN, HC_LINK, HC_MAD_CLASS};
+    for (int j = 0; j < 8; j++)
+        col[at_col[j]][k] = (uint8_t)small[j];
+    return 1;
 }
 
 /* Another packet's record, completed with what the caller sets of a record, as the batch's next other one. */
@@ -78,6 +167,10 @@ void health_rows(health_job *job)
         if (i + HEALTH_AHEAD < d->n) {
             __builtin_prefetch(d->buf + d->data[i + HEALTH_AHEAD]);
             __builtin_prefetch(d->buf + d->data[i + HEALTH_AHEAD] + 64);
+        }
+        if (roce2_direct(job, col, job->kept, i)) {
+            job->kept++;
+            continue;
         }
         one.data = d->data + i;
         one.caplen = d->caplen + i;
