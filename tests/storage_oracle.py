@@ -183,3 +183,41 @@ def rows_agree(ours: dict, want: dict, within_us: float) -> None:
             assert got["latency_us"] is None, key
         else:
             assert abs(got["latency_us"] - w["latency_us"]) < within_us, key
+
+
+# Layers tshark's -T json shows that frame.protocols does not list: dissectors called as functions (SCSI
+# inside iSCSI, NVMe inside NVMe-oF), reassembly summaries (`rpcordma.fragments`), expert items
+UNLISTED = {"frame", "scsi", "nvme", "_ws.malformed", "_ws.expert"}
+
+
+def protocol_lists(text: str) -> list:
+    """Per frame of a -T json document: (its layers above infiniband, as frame.protocols would list them;
+    its frame.protocols above infiniband)."""
+    out = []
+    for pkt in json.loads(text):
+        layers = list(pkt["_source"]["layers"])
+        above = layers[layers.index("infiniband") + 1 :] if "infiniband" in layers else []
+        shown = pkt["_source"]["layers"]["frame"]["frame.protocols"].split(":")
+        out.append(
+            (
+                [n for n in above if n not in UNLISTED and not n.endswith(".fragments")],
+                shown[shown.index("infiniband") + 1 :] if "infiniband" in shown else [],
+            )
+        )
+    return out
+
+
+def protocols_follow(theirs_json: str, ours_json: str) -> int:
+    """ibwire's frame.protocols lists, above infiniband, exactly the layers its document shows, frame by frame;
+    and where both documents show the same layers it is tshark's (frames where tshark's own frame.protocols
+    leaves out a layer its document shows are not compared).  Returns how many frames were compared with
+    tshark."""
+    theirs, ours = protocol_lists(theirs_json), protocol_lists(ours_json)
+    assert len(ours) == len(theirs)
+    compared = 0
+    for n, ((t_layers, t_shown), (o_layers, o_shown)) in enumerate(zip(theirs, ours), 1):
+        assert o_shown == o_layers, (n, o_shown, o_layers)
+        if t_layers == o_layers and t_shown == t_layers:
+            assert o_shown == t_shown, (n, o_shown, t_shown)
+            compared += 1
+    return compared

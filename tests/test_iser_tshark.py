@@ -28,6 +28,7 @@ from storage_oracle import (
     ibwire_fields,
     ibwire_json,
     moved,
+    protocols_follow,
     storage_rows,
 )
 from storage_oracle import leaves as tree_leaves
@@ -222,3 +223,12 @@ def test_iser_sample_ground_truth_as_tshark_and_ibwire_count_it(tshark44):
     rows = storage_rows(pcap, "iser_commands")
     assert len(rows) == want["scsi_commands"] and all(r["status"] == "Good" for r in rows)
     assert sum(r["bytes"] for r in rows) == want["data_bytes"]
+
+
+def test_frame_protocols_are_tsharks(tshark44, capture):
+    """frame.protocols names the storage protocols a frame carries, as its document shows them and as
+    tshark 4.4 names them (`…:iser:iscsi`; before, every payload was `data`): frame by frame it lists the
+    document's layers, and on every frame whose layers are tshark's it is tshark's (the deliberate differences
+    of the module's docstring aside)."""
+    theirs = tshark44(capture, *DECLARED, "-T", "json")
+    assert protocols_follow(theirs, ibwire_json(capture)) >= 10

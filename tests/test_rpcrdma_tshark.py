@@ -27,6 +27,7 @@ from storage_oracle import (
     ibwire_json,
     leaves,
     moved,
+    protocols_follow,
     rdma_keys,
     rows_agree,
     storage_rows,
@@ -207,3 +208,12 @@ def test_cut_nfs3_results_are_flagged_and_never_stop_the_decode(tmp_path):
     path = tmp_path / "cut-nfs3.pcap"
     n = write_capture(path, messages=lambda: cut)
     assert "[Malformed Packet: RPC]" in decodes_every_frame(path, n, "nfs.fattr3.size")
+
+
+def test_frame_protocols_are_tsharks(tshark44, capture):
+    """frame.protocols names the storage protocols a frame carries, as its document shows them and as
+    tshark 4.4 names them (`…:rpcordma:rpc:nfs`; before, every payload was `data`): frame by frame it lists the
+    document's layers, and on every frame whose layers are tshark's it is tshark's (the deliberate differences
+    of the module's docstring aside)."""
+    theirs = tshark44(capture, "-T", "json")
+    assert protocols_follow(theirs, ibwire_json(capture)) >= 10

@@ -23,6 +23,7 @@ from storage_oracle import (
     ibwire_fields,
     ibwire_json,
     moved,
+    protocols_follow,
     rdma_keys,
     rows_agree,
     storage_rows,
@@ -173,3 +174,12 @@ def test_smb_sample_ground_truth_as_tshark_and_ibwire_count_it(tshark44):
     rows = storage_rows(pcap, "smb_requests")
     assert len(rows) == want["smb_requests"] and all(r["status"] == "STATUS_SUCCESS" for r in rows)
     assert sum(r["bytes"] for r in rows) == want["rdma_bytes"]
+
+
+def test_frame_protocols_are_tsharks(tshark44, capture):
+    """frame.protocols names the storage protocols a frame carries, as its document shows them and as
+    tshark 4.4 names them (`…:smb_direct:smb2`; before, every payload was `data`): frame by frame it lists the
+    document's layers, and on every frame whose layers are tshark's it is tshark's (the deliberate differences
+    of the module's docstring aside)."""
+    theirs = tshark44(capture, "-T", "json")
+    assert protocols_follow(theirs, ibwire_json(capture)) >= 10

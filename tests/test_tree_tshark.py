@@ -166,3 +166,24 @@ def test_label_table_is_wiresharks(tshark):
         [sys.executable, str(ROOT / "tests" / "ws_labels_gen.py")], capture_output=True, text=True, check=True
     ).stdout
     assert made == (ROOT / "ibwire" / "report" / "packets" / "ws_labels.py").read_text()
+
+
+def titles(lines: list) -> list:
+    """The InfiniBand section's container titles (its lines that are not `label: value`), ibwire's own
+    `[RC analysis]` container (as tshark's `[SEQ/ACK analysis]` in TCP) left out."""
+    return [x for x, _ in sections(lines).get("InfiniBand", []) if ": " not in x and x.strip() != "[RC analysis]"][1:]
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_tree_titles_are_tsharks(path, tshark):
+    """Every header and MAD container of the InfiniBand section is titled as tshark titles it, in its order and
+    at its depth: `CM ConnectRequest`, the RMPP header by its type (` Not an RMPP Packet `), an SA record's
+    `Attribute (PathRecord)` over `PathRecord`, the IP CM private data under a REQ (not yet: a Notice's trap
+    description and `Trap n DataDetails`, NOT_YET above)."""
+    theirs = frames(run_tshark(path, "-n", "-V"))
+    r = run_ibwire("decode", path, "-V")
+    assert r.returncode == 0, r.stderr
+    for n, (t, o) in enumerate(zip(theirs, frames(r.stdout)), 1):
+        if misread(t) or any(x.strip().endswith("DataDetails") for x in t):
+            continue
+        assert titles(o) == titles(t), n

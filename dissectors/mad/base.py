@@ -7,7 +7,7 @@ fields holding packets (PacketField / PacketListField) are flattened with the in
 `ws_bits` names the bits of a flag word (`portinfo.capabilitymask.issm`), shown 0/1 like Wireshark.
 """
 
-from scapy.fields import Field, StrFixedLenField
+from scapy.fields import ConditionalField, Field, StrFixedLenField
 from scapy.packet import Packet
 
 from dissectors.base import Tolerant
@@ -69,6 +69,8 @@ def _walk(p, out):
     alias = getattr(type(p), "ws_alias", {})
     for f in p.fields_desc:
         if f.name.startswith("_") or f.name not in p.fields and f.name not in p.default_fields:
+            continue
+        if isinstance(f, ConditionalField) and not f._evalcond(p):  # absent from this packet (RMPP by type)
             continue
         v = p.getfieldval(f.name)
         if v is None:

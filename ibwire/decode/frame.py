@@ -268,8 +268,8 @@ def decode_frame(frame: Frame) -> Decoded:
 
 
 def _protocols(pkt) -> str:
-    """tshark's frame.protocols: the protocols of the frame, outermost first, joined by colons (without
-    tshark's heuristic payload dissectors and SEND reassembly, which name or hide the payload)."""
+    """tshark's frame.protocols: the protocols of the frame, outermost first, joined by colons (the storage
+    protocols in a payload are named by their trackers: upper_protocols)."""
     names = []
     layer = pkt
     while layer is not None and not isinstance(layer, NoPayload):
@@ -284,6 +284,18 @@ def _protocols(pkt) -> str:
             names.append(name)
         layer = layer.payload
     return ":".join(names)
+
+
+def upper_protocols(flat: dict, names: list) -> None:
+    """frame.protocols once a storage tracker decoded the frame's payload: the protocols it called, outermost
+    first and each once (`names`), in place of the payload's trailing `data`; protocols a dissector calls as
+    functions rather than by handle (SCSI inside iSCSI) are not listed by tshark and not given here."""
+    shown = str(flat.get("frame.protocols", "")).split(":")
+    shown = shown[:-1] if shown[-1] == "data" else shown
+    for name in names:
+        if shown[-1] != name:
+            shown.append(name)
+    flat["frame.protocols"] = ":".join(shown)
 
 
 def _either_and_protocols(flat: dict, errors: List[str]) -> None:

@@ -228,13 +228,17 @@ def _attach(d, layers) -> None:
     """Put the layers (instead of the payload bytes) in d's packet, their fields in d's maps."""
     from dissectors import iser
     from ibwire.decode.fields import layer_fields, nest_and_flatten
+    from ibwire.decode.frame import upper_protocols
 
     chain = None
     for cls, data, tree in layers:
         layer = iser.made(getattr(iser, cls), data, tree)
         chain = layer if chain is None else chain / layer
     splice(d, chain)
-    nested, flat = nest_and_flatten(layer_fields(chain))
+    entries = layer_fields(chain)
+    nested, flat = nest_and_flatten(entries)
+    names = [key for key, _, _ in entries if key in ("iser", "iscsi")]
+    upper_protocols(d.flat, names)
     crcs = {k: d.layers.pop(k) for k in list(d.layers) if k in ("pad", "icrc", "vcrc")}
     d.layers.update({k: v for k, v in nested.items() if k in LAYERS})
     d.layers.update(crcs)

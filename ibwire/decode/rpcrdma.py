@@ -282,6 +282,7 @@ def _attach(d, layers, rest: bytes) -> None:
 
     from dissectors import rpcrdma
     from ibwire.decode.fields import layer_fields, nest_and_flatten
+    from ibwire.decode.frame import upper_protocols
 
     chain = None
     for cls, data, tree in layers:
@@ -290,7 +291,10 @@ def _attach(d, layers, rest: bytes) -> None:
     if rest:
         chain = chain / Raw(rest)
     splice(d, chain)
-    nested, flat = nest_and_flatten(layer_fields(chain))
+    entries = layer_fields(chain)
+    nested, flat = nest_and_flatten(entries)
+    names = [key for key, _, _ in entries if key in ("rpcordma", "rpc", "nfs")]
+    upper_protocols(d.flat, names + (["data"] if rest else []))
     crcs = {k: d.layers.pop(k) for k in list(d.layers) if k in ("pad", "icrc", "vcrc")}
     d.layers.update({k: v for k, v in nested.items() if k in ("rpcordma", "rpc", "nfs")})
     d.layers.update(crcs)

@@ -187,6 +187,7 @@ def _attach(d, layers, rest: bytes) -> None:
 
     from dissectors import smbdirect
     from ibwire.decode.fields import layer_fields, nest_and_flatten
+    from ibwire.decode.frame import upper_protocols
 
     parts = [smbdirect.made(getattr(smbdirect, cls), data, tree) for cls, data, tree in layers]
     chain = reduce(truediv, parts + ([Raw(rest)] if rest else []))
@@ -196,7 +197,10 @@ def _attach(d, layers, rest: bytes) -> None:
         tail = raw.payload
         under.remove_payload()
         under.add_payload(chain / tail if tail else chain)
-    nested, flat = nest_and_flatten(layer_fields(chain))
+    entries = layer_fields(chain)
+    nested, flat = nest_and_flatten(entries)
+    names = [key for key, _, _ in entries if key in ("smb_direct", "smb2")]
+    upper_protocols(d.flat, names + (["data"] if rest else []))
     crcs = {k: d.layers.pop(k) for k in list(d.layers) if k in ("pad", "icrc", "vcrc")}
     d.layers.update({k: v for k, v in nested.items() if k in ("smb_direct", "smb2")})
     d.layers.update(crcs)

@@ -139,3 +139,52 @@ def line(key: str, value: str, text: str, layer: str, call) -> str:
         text = text.replace("reqd_attr", "reco_attr", 1)
     generated = (layer == "nfs" and key in IN_NFS) or (layer == "rpc" and msgtyp == 1 and key in IN_REPLY)
     return f"[{text}]" if generated and not text.startswith("[") else text
+
+
+def _leaves(items: list):
+    for key, value in items:
+        if isinstance(value, list):
+            yield from _leaves(value)
+        else:
+            yield key, value
+
+
+def heading(name: str, items: list) -> str:
+    """The title line of an `rpc` or `nfs` layer as packet-rpc.c and packet-nfs.c append to it: the RPC message
+    type and XID; an NFSv3 GETATTR, READ or WRITE call's file handle hash, offset and length, its reply's
+    length or error; an NFSv4 COMPOUND call's operations (other NFS messages: the protocol's name alone)."""
+    from ibwire.report.packets.ws_labels import VALUES
+
+    got = dict(_leaves(items))
+    if name == "rpc":
+        kind = {"0": "Call", "1": "Reply"}.get(got.get("rpc.msgtyp"))
+        return f"Remote Procedure Call, Type:{kind} XID:{got.get('rpc.xid')}" if kind else "Remote Procedure Call"
+    title = "Network File System"
+    proc = VALUES["nfs.procedure_v3"].get(int(got.get("nfs.procedure_v3", -1)))
+    fh = f"FH: {got.get('nfs.fh.hash')}"
+    if "nfs.status3" in got and proc in ("GETATTR", "READ", "WRITE"):
+        status = int(got["nfs.status3"])
+        if status:
+            err = VALUES["nfs.status3"].get(status, f"Unknown error: {status}")
+            return f"{title}, {proc} Reply{'  ' if proc == 'GETATTR' else ' '}Error: {err}"
+        if proc == "GETATTR":
+            return f"{title}, GETATTR Reply"
+        stable = VALUES["nfs.write.stable"].get(int(got.get("nfs.write.committed", -1)), "")
+        return f"{title}, {proc} Reply Len: {got.get('nfs.count3')}" + (f" {stable}" if proc == "WRITE" else "")
+    if proc == "GETATTR":
+        return f"{title}, GETATTR Call {fh}"
+    if proc in ("READ", "WRITE"):
+        text = f"{title}, {proc} Call {fh} Offset: {got.get('nfs.offset3')} Len: {got.get('nfs.count3')}"
+        stable = int(got.get("nfs.write.stable", -1))
+        return text + (f" {VALUES['nfs.write.stable'].get(stable, f'Stable: {stable}')}" if proc == "WRITE" else "")
+    ops = [VALUES["nfs.opcode"].get(int(v), v) for k, v in _pairs(items) if k == "nfs.opcode"]
+    if got.get("nfs.procedure_v4") == "1" and "nfs.nfsstat4" not in got and ops:
+        return f"{title}, Ops({len(ops)}): {', '.join(ops)}"
+    return title
+
+
+def _pairs(items: list):
+    for key, value in items:
+        yield key, value
+        if isinstance(value, list):
+            yield from _pairs(value)

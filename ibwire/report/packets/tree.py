@@ -225,7 +225,7 @@ CONTAINERS = {
         "smpdirected": "SMP (Directed Route) {summary}",
         "smplid": "SMP (LID Routed) {summary}",
         "sa.drdlid": "SA {summary}",
-        "smplid.smpdata": "Attribute ({attribute})",
+        "smplid.smpdata": "{smpdata}",
         "p_keytable.p_keytableblock": "P_KeyTable",
         "cm.req.serviceid": "IP CM ServiceID",
         "cm.req.ip_cm": "IP CM Private Data",
@@ -233,7 +233,10 @@ CONTAINERS = {
         "vendor": "Vendor Specific or Unknown Header Sequence",
     }.items()
 }
-INNER = {IB + "smplid.smpdata": "{attribute}", IB + "sa.drdlid": "{attribute}"}
+# Titles of an attribute container nested in one of its own name, by nesting level (1, 2)
+INNER = {IB + "smplid.smpdata": ("{attribute}",), IB + "sa.drdlid": ("Attribute ({attribute})", "{attribute}")}
+# The RMPP header's title by its RMPPType (packet-infiniband.c's RMPP_Packet_Types, tshark 4.0's wording)
+RMPP_TYPES = {0: " Not an RMPP Packet ", 1: "RMPP (DATA)", 2: "RMPP (ACK)", 3: "RMPP (STOP)", 4: "RMPP (ABORT)"}
 
 
 _NO_CHANGE = "No State Change"
@@ -411,41 +414,69 @@ def _heading(name: str, items: list, frame: dict) -> str:
         return f"User Datagram Protocol, Src Port: {get.get('udp.srcport')}, Dst Port: {get.get('udp.dstport')}"
     if name == "data":
         return f"Data ({get.get('data.len')} bytes)"
-    return {
-        "infiniband": "InfiniBand",
-        "erf": "Extensible Record Format",
-        "lldp": "Link Layer Discovery Protocol",
-        "macc": "MAC Control",
-        "nvme-rdma": "NVM Express Fabrics RDMA",
-        "rpcordma": "RPC over RDMA",
-        "rpcordma.fragments": "[Reassembled RPCoRDMA fragments]",
-        "smb_direct": "SMB-Direct (SMB RDMA Transport)",
-        "smb_direct.fragments": "[Reassembled SMB Direct Fragments]",
-        "smb2": "SMB2 (Server Message Block Protocol version 2)",
-        "rpc": "Remote Procedure Call",
-        "nfs": "Network File System",
-        "iser": "iSCSI Extensions for RDMA",
-        "iscsi": iser_words.heading(items),
-        "scsi": iser_words.scsi_heading(items),
-        "nvme": nvme_words.heading(items),
-        "_ws.malformed": "[Malformed Packet: InfiniBand]",
-    }.get(name, name)
+    if name == "arp" and get.get("arp.opcode") in ("1", "2"):  # packet-arp.c: the operation, in brackets
+        return f"Address Resolution Protocol ({'request' if get['arp.opcode'] == '1' else 'reply'})"
+    if name in TITLED:
+        return TITLED[name](items)
+    return NAMES.get(name, name)
+
+
+def layer_label(name: str, items: list) -> str:
+    """What tshark's -T fields prints for the protocol `name` of a frame (`-e eth`): its title where the
+    dissector worded one (`Ethernet II, Src: …`), else the protocol's filter name (`infiniband`)."""
+    title = _heading(name, items, {})
+    return name if title == NAMES.get(name) else title
+
+
+# Protocols' titles where they are the protocol's name alone
+NAMES = {
+    "infiniband": "InfiniBand",
+    "erf": "Extensible Record Format",
+    "lldp": "Link Layer Discovery Protocol",
+    "macc": "MAC Control",
+    "nvme-rdma": "NVM Express Fabrics RDMA",
+    "rpcordma": "RPC over RDMA",
+    "rpcordma.fragments": "[Reassembled RPCoRDMA fragments]",
+    "smb_direct": "SMB-Direct (SMB RDMA Transport)",
+    "smb_direct.fragments": "[Reassembled SMB Direct Fragments]",
+    "smb2": "SMB2 (Server Message Block Protocol version 2)",
+    "rpc": "Remote Procedure Call",
+    "nfs": "Network File System",
+    "iser": "iSCSI Extensions for RDMA",
+    "nvme": "NVM Express",
+    "_ws.malformed": "[Malformed Packet: InfiniBand]",
+}
+# Protocols whose title the dissector words from the message
+TITLED = {
+    "iscsi": iser_words.heading,
+    "scsi": iser_words.scsi_heading,
+    "nvme": nvme_words.heading,
+    "rpc": lambda items: rpc_words.heading("rpc", items),
+    "nfs": lambda items: rpc_words.heading("nfs", items),
+}
 
 
 MAX_INDENT = 160  # tshark's text output indents no deeper (print.c), however deep the tree
 
 
-def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: bool = False) -> None:
+def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: int = 0) -> None:
+    """`inner`: how deep these items are nested in containers of the INNER kind."""
     pad = " " * min(4 * depth, MAX_INDENT)
     for i, (key, value) in enumerate(items):
         if key.endswith("_tree") and isinstance(value, list):
-            _items(value, depth + 1, out, layer, names, key[:-5] in INNER)
+            _items(value, depth + 1, out, layer, names, inner + 1 if key[:-5] in INNER else 0)
             continue
         if isinstance(value, nvme_data_words.Titled):  # an entry titled by its number (PSD3, DLE0)
             out.append(pad + value.title.format(shown=_bytes_shown(value)))
             continue
-        if key in CONTAINERS and i + 1 < len(items) and items[i + 1][0] == key + "_tree":
-            out.append(pad + (INNER[key] if inner and key in INNER else CONTAINERS[key]).format(**names))
+        subtree = i + 1 < len(items) and items[i + 1][0] == key + "_tree"
+        if key == IB + "rmpp" and subtree:
+            kind = int(dict(items[i + 1][1]).get(IB + "rmpp.rmpptype", "0"), 16)
+            out.append(pad + RMPP_TYPES.get(kind, f"Reserved RMPP Type! (0x{kind:02x})"))
+            continue
+        if key in CONTAINERS and subtree:
+            title = INNER[key][min(inner, len(INNER[key])) - 1] if inner and key in INNER else CONTAINERS[key]
+            out.append(pad + title.format(**names))
             continue
         if key in HIDDEN or f"{key}@{layer}" in HIDDEN:
             continue
@@ -498,9 +529,12 @@ def tree_text(layers: list, flat: dict, extra: dict = None) -> str:
     """One frame's -V text from its tshark-shaped document (ibwire.report.packets.tshark_doc.document) and its
     decoded fields (`flat`, for the MAD's title); `extra`: ibwire's own fields, shown after the layers."""
     summary = str(flat.get("mad.summary", ""))
+    cm = summary.startswith("CM: ")  # madnames.summary: "CM: ConnectRequest", else "Method(Attribute)"
+    attribute = summary[4:] if cm else summary.partition("(")[2].rstrip(")")
     names = {
         "summary": summary,
-        "attribute": summary.partition("(")[2].rstrip(")"),
+        "attribute": attribute,
+        "smpdata": f"CM {attribute}" if cm else f"Attribute ({attribute})",
         "over_ipv4": any(name == "ip" for name, _ in layers),
         "nvme_admin": not flat.get("nvme-rdma.cmd.qid"),
         "rpc": tuple(flat.get(f"rpc{k}") for k in (".program", ".programversion", ".msgtyp", "ordma.version")),

@@ -599,15 +599,12 @@ def _cm_nested(attr: list, raw: bytes) -> list:
     v4 = dict(ip).get(IB_PREFIX + "cm.req.ip_cm.ipv") == "0x04"
     nested = {k for k, _ in sid + ip}
     ip = [(k, v) for k, v in ip if not k.endswith(("ip6", "ip4")) or k.endswith("ip4") == v4]
+    ip_first = ip[0][0] if ip else None
     out = []
     for k, v in attr:
+        if k == ip_first:  # the IP CM private data stands where the REQ's private data would
+            out += [(IB_PREFIX + "cm.req.ip_cm", bytes_text(raw[REQ_PRIVATE])), (IB_PREFIX + "cm.req.ip_cm_tree", ip)]
         if k in nested:
-            continue
-        if k == IB_PREFIX + "cm.req.private" and ip:
-            out += [
-                (IB_PREFIX + "cm.req.ip_cm", bytes_text(raw[REQ_PRIVATE]) if len(raw) >= 256 else v),
-                (IB_PREFIX + "cm.req.ip_cm_tree", ip),
-            ]
             continue
         out.append((k, v))
         if k == IB_PREFIX + "cm.req.serviceid" and sid:

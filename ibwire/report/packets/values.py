@@ -85,25 +85,35 @@ def json_safe(obj, key: str = ""):
 
 
 def doc_name(key: str):
-    """The Wireshark field named `key` (with or without `infiniband.`), None when Wireshark has none."""
+    """The Wireshark field named `key` (with or without `infiniband.`), or the protocol layer `key` of tshark's
+    document (`eth`, `nfs`, `data`); None when Wireshark has none."""
     from ibwire.report.packets.ws_labels import FIELDS
 
-    return next((name for name in (key, "infiniband." + key) if name in FIELDS), None)
+    found = next((name for name in (key, "infiniband." + key) if name in FIELDS), None)
+    if found is None and (key == "data" or "." not in key and field_type(key) == "protocol"):
+        return key
+    return found
 
 
 def doc_first(key: str) -> bool:
-    """A header tshark's -T fields prints as its bytes, where ibwire's own fields hold only its presence."""
+    """A protocol or header tshark's -T fields prints as its title or bytes, where ibwire's own fields hold
+    only its presence."""
     from ibwire.report.packets.ws_labels import FIELDS
 
     name = doc_name(key)
-    return name is not None and field_type(key) == "protocol" and FIELDS[name][1] == "FT_BYTES"
+    return name is not None and (name not in FIELDS or field_type(key) == "protocol" and FIELDS[name][1] == "FT_BYTES")
 
 
 def doc_text(name: str, found: dict) -> str:
     """Field `name`'s values in a frame's tshark-shaped document (`found`: name -> values), as `-T fields`
-    prints them: bytes without separators, booleans 0/1, repeated values joined by commas."""
+    prints them: bytes without separators, booleans 0/1, repeated values joined by commas; a protocol as
+    print.c writes it: its title or name (ibwire.report.packets.tree.layer_label), Data as its bytes."""
     from ibwire.report.packets.ws_labels import FIELDS
 
+    if name == "data":
+        return doc_text("data.data", found)
+    if name not in FIELDS:
+        return ",".join(found.get(name, ()))
     kind = FIELDS[name][1]
     if kind in ("FT_PROTOCOL", "FT_NONE"):
         return ""
