@@ -44,16 +44,50 @@ static uint64_t load(const uint8_t *r, int size)
     }
 }
 
+static char DIG2[100][2];          /* each number below 100 as two digits (filled by render_rows) */
+
+/* Decimal digits of v. */
+static inline int ndigits(uint64_t v)
+{
+    for (int n = 1;; n += 4) {
+        if (v < 10)
+            return n;
+        if (v < 100)
+            return n + 1;
+        if (v < 1000)
+            return n + 2;
+        if (v < 10000)
+            return n + 3;
+        v /= 10000;
+    }
+}
+
+/* The last n decimal digits of v, zero-padded, at q (two digits a division, in 32 bits when v fits). */
+static inline void digits(char *q, uint64_t v, int n)
+{
+    char *e = q + n;
+    if (v >> 32) {
+        for (; n >= 2; n -= 2, v /= 100) {
+            e -= 2;
+            memcpy(e, DIG2[v % 100], 2);
+        }
+        if (n)
+            e[-1] = (char)('0' + v % 10);
+        return;
+    }
+    uint32_t w = (uint32_t)v;
+    for (; n >= 2; n -= 2, w /= 100) {
+        e -= 2;
+        memcpy(e, DIG2[w % 100], 2);
+    }
+    if (n)
+        e[-1] = (char)('0' + w % 10);
+}
+
 static int udec(char *q, uint64_t v)
 {
-    char t[24];
-    int n = 0;
-    do {
-        t[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (int i = 0; i < n; i++)
-        q[i] = t[n - 1 - i];
+    int n = ndigits(v);
+    digits(q, v, n);
     return n;
 }
 
@@ -77,14 +111,9 @@ static int fixed_ns(char *q, int64_t ns, int decimals)
         q[n++] = '-';
     n += udec(q + n, v / 1000000000u);
     if (decimals > 0) {
-        uint64_t fp = v % 1000000000u;
-        for (int i = decimals; i < 9; i++)
-            fp /= 10;
+        static const uint32_t down[10] = {1000000000, 100000000, 10000000, 1000000, 100000, 10000, 1000, 100, 10, 1};
         q[n++] = '.';
-        for (int i = decimals - 1; i >= 0; i--) {
-            q[n + i] = (char)('0' + fp % 10);
-            fp /= 10;
-        }
+        digits(q + n, v % 1000000000u / down[decimals < 9 ? decimals : 9], decimals);
         n += decimals;
     }
     return n;
@@ -317,11 +346,16 @@ static int frame_field(out_t *o, int op, const uint8_t *q, const uint8_t *f, int
 
 int render_rows(const render_job *j, char **result, size_t *result_len)
 {
-    if (!HEX2[255][0])
+    if (!HEX2[255][0] || !DIG2[99][0]) {
         for (int b = 0; b < 256; b++) {
             HEX2[b][0] = HEXD[b >> 4];
             HEX2[b][1] = HEXD[b & 15];
         }
+        for (int b = 0; b < 100; b++) {
+            DIG2[b][0] = (char)('0' + b / 10);
+            DIG2[b][1] = (char)('0' + b % 10);
+        }
+    }
     static __thread out_t kept;        /* the last call's buffer: no fresh pages to fault in per batch */
     out_t o = kept;
     o.n = 0;
