@@ -66,11 +66,11 @@ def _trackers(decode_as: List[str]):
 def _names_analysis(src: str, keys, display_filter: Optional[str]) -> bool:
     """Do the -e fields or the -Y filter name bth.analysis fields?  Those need the whole capture first, so an
     error on standard input."""
-    from ibwire.decode.record_filter import names_analysis
+    named = any(k == "bth.analysis" or k.startswith("bth.analysis.") for k in keys)
+    if display_filter is not None and not named:
+        from ibwire.decode.record_filter import names_analysis
 
-    named = any(k == "bth.analysis" or k.startswith("bth.analysis.") for k in keys) or (
-        display_filter is not None and names_analysis(display_filter)
-    )
+        named = names_analysis(display_filter)
     if named and src == "-":
         raise UserError(
             "bth.analysis fields need the whole capture first (a frame is a retransmission by what "
@@ -121,14 +121,13 @@ def decode(
     ),
 ):
     """Decode every IB/RoCE header of each packet (ICRC/VCRC checked), like tshark."""
-    from ibwire.decode.filter import compile_filter
     from ibwire.report.packets.printer import Printer
 
     _set_port_speed(port_speed(speed))
     src = capture_source(file, read, "name a capture file, as an argument or with -r (- reads one from standard input)")
     fmt, keys, (header, sep, quote) = _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
     nvme = _trackers(decode_as)
-    flt = compile_filter(display_filter) if display_filter else None
+    flt = _display_filter(display_filter)
     named = _names_analysis(src, keys, display_filter)
     stream = _open(src, icrc, verbose or fmt in ("json", "jsonl", "ek"))
     warnings = []
@@ -161,6 +160,30 @@ def decode(
         print(f"ibwire: warning: {src}: {problem}", file=sys.stderr)
 
 
+def _display_filter(text: Optional[str]):
+    """-Y's filter compiled (None without -Y: summary lines start without the filter modules)."""
+    if not text:
+        return None
+    from ibwire.decode.filter import compile_filter
+
+    return compile_filter(text)
+
+
+def _field_keys(fields: List[str]) -> List[str]:
+    """-e's fields by their canonical names, each checked."""
+    if not fields:
+        return []  # (summary lines start without the field tables: 7 ms)
+    from ibwire.decode.fieldtypes import field_type
+    from ibwire.decode.filter import closest, field_name
+    from ibwire.report.packets.values import doc_name
+
+    keys = [field_name(f) for f in fields]
+    for f, k in zip(fields, keys):
+        if field_type(k) is None and not doc_name(k):  # (a field of tshark's document: from the full decode)
+            raise UserError(f"-e {f}: no such field; did you mean '{closest(k)}'?")
+    return keys
+
+
 def _set_port_speed(speed: float) -> None:
     """The port speed that pause frames' `*pause_s` fields assume.  At the default speed the layers (scapy's
     import: 90 ms of a text run's start) load only when a frame is decoded in full."""
@@ -175,10 +198,7 @@ def _set_port_speed(speed: float) -> None:
 def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too):
     """The options that shape the output, checked: -T's format (lower case), -e's field names, and -E's
     (header, separator, quote) with -T csv's defaults."""
-    from ibwire.decode.fieldtypes import field_type
-    from ibwire.decode.filter import field_name
     from ibwire.report.packets.printer import FORMATS, TIME_MODES
-    from ibwire.report.packets.values import doc_name
 
     if write == "-" and print_too:
         raise UserError("-w - writes the capture to standard output; it cannot carry the -P lines too")
@@ -191,12 +211,7 @@ def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
         raise UserError(f"-T {fmt} needs at least one -e FIELD, e.g. -e frame.number -e bth.psn")
     if count is not None and count < 1:
         raise UserError("-c needs a positive number of packets")
-    keys = [field_name(f) for f in fields]
-    for f, k in zip(fields, keys):
-        if field_type(k) is None and not doc_name(k):  # (a field of tshark's document: from the full decode)
-            from ibwire.decode.filter import closest
-
-            raise UserError(f"-e {f}: no such field; did you mean '{closest(k)}'?")
+    keys = _field_keys(fields)
     header, sep, quote = _field_options(field_opts)
     if fmt == "csv":
         header, sep, quote = header if header is not None else True, sep or ",", quote if quote is not None else ""

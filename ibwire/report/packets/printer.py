@@ -3,7 +3,6 @@ is printed by a line program shared by its group (ibwire.report.packets.program)
 and printed from their fields, in the same layout.
 """
 
-import json
 import time
 from typing import List, Optional
 
@@ -14,18 +13,19 @@ from ibwire.analyze.hashing import group_rows
 from ibwire.decode import records as R
 from ibwire.decode.iser import storage_rows as iser_rows
 from ibwire.decode.nvme import storage_rows
-from ibwire.decode.record_filter import DATA, NotBatchable
 from ibwire.decode.rpcrdma import storage_rows as rpcrdma_rows
 from ibwire.decode.smbdirect import storage_rows as smbdirect_rows
 from ibwire.decode.stream import Batch
 from ibwire.report.escape import printable
-from ibwire.report.packets import formats, summary
+from ibwire.report.packets import summary
 from ibwire.report.packets.program import compile_parts, render
-from ibwire.report.packets.values import SELF_NAMED, doc_first, doc_name, doc_text, json_safe, value_text
 
 FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
 TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
 RMPP_CLASS = 0x03  # SubnAdm: the class whose tables come in several segments
+# The link kinds whose records hold what a line shows (record_filter.DATA, whose import -- the display filters'
+# field types -- summary lines and -T fields of record fields do without: 7 ms of their start)
+RECORDED = tuple(summary.PROTOCOL)
 
 
 def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -76,7 +76,12 @@ class Printer:
         self.started = False
         # jsonl is the whole decode of each frame (every field -V shows), which records do not hold
         self.records_answer = fmt != "jsonl"
-        self.time_base = formats.time_base_of(self.keys) if fmt in ("fields", "csv") else None
+        self.time_base = None
+        if fmt in ("fields", "csv"):
+            from ibwire.decode.record_filter import NotBatchable
+            from ibwire.report.packets import formats
+
+            self.time_base = formats.time_base_of(self.keys)
         if fmt in ("fields", "csv") and self.keys:
             probe = np.zeros(1, R.RECORD)
             try:
@@ -140,7 +145,7 @@ class Printer:
         if self.fmt in ("json", "ek", "tree"):
             return self._documents(rec, rows, details)
         base = self._bases(rec, rows)
-        data = np.isin(rec["link"][rows], DATA) if self.records_answer else np.zeros(len(rows), bool)
+        data = np.isin(rec["link"][rows], RECORDED) if self.records_answer else np.zeros(len(rows), bool)
         sa = ((rec["flags"][rows] & R.F_MAD) > 0) & (rec["mad_class"][rows] == RMPP_CLASS)
         data &= ~sa  # SA transfers span frames (RMPP): reassembled from the full decode
         if self.fmt == "text":  # IPoIB: summarised by what it carries, from the full decode
@@ -313,7 +318,11 @@ class Printer:
 
     def _shaped_lines(self, batch, rows, details) -> bytes:
         """jsonl: frames of a learned shape print from its program, the others from their full decode."""
+        import json
+
+        from ibwire.report.packets import formats
         from ibwire.report.packets.templates import AUX
+        from ibwire.report.packets.values import json_safe
 
         rec, progs = batch.rec, []
         prog_of = self.shapes.assign(batch, rows, progs)
@@ -418,12 +427,13 @@ class Printer:
             self.rmpp.feed(d)
 
     def _program(self, row1) -> Optional[bytes]:
-        row = row1[0]
+        if self.fmt == "text":
+            return compile_parts(summary.record_parts(row1[0], self._time_part()))
+        from ibwire.decode.record_filter import NotBatchable
+        from ibwire.report.packets import formats
+
         try:
-            if self.fmt == "text":
-                parts = summary.record_parts(row, self._time_part())
-            else:
-                parts = formats.fields_parts(self.keys, row1, self.sep, self.quote, self.time_base, self.minimal)
+            parts = formats.fields_parts(self.keys, row1, self.sep, self.quote, self.time_base, self.minimal)
         except (formats.Unsure, NotBatchable):  # a field only the full decode knows (the probe cannot tell)
             return None
         return compile_parts(parts)
@@ -433,6 +443,11 @@ class Printer:
         if self.fmt == "text":
             self.echo = self.echo or summary.EchoPairs()
             return compile_parts(summary.detail_parts(d, self._time_part(), self.echo.note(d.flat, d.frame.number)))
+        import json
+
+        from ibwire.report.packets import formats
+        from ibwire.report.packets.values import doc_first, doc_name, doc_text, json_safe
+
         if self.fmt == "jsonl":
             obj = json_safe(d.to_json(), "")
             obj["time"] = 0
@@ -483,6 +498,8 @@ def _decode(frame, row):
 
 
 def _field_text(key: str, flat: dict) -> str:
+    from ibwire.report.packets.values import SELF_NAMED, value_text
+
     v = flat.get(key)
     if v is None:
         return ""
