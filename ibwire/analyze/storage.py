@@ -8,7 +8,7 @@ and matched with numpy (ibwire.decode.nvmematch) or followed packet by packet wi
 (ibwire.decode.nvmebulk), the other protocols by the trackers `ibwire decode` uses, in bulk mode: no
 scapy."""
 
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from itertools import repeat
 from operator import is_not, itemgetter, ne
@@ -195,19 +195,26 @@ def columns_of(rows: List[dict], names) -> dict:
     return dict(zip(names, values))
 
 
-def summaries(cols: dict, column: str, ok: str = STATUS_GENERIC[0]) -> List[dict]:
-    """summary_rows of rows given as columns (columns_of: `column` and SUMMED)."""
+def summed(cols: dict, ok: str = STATUS_GENERIC[0]) -> tuple:
+    """What a summary reads of each row (SUMMED columns) as arrays: submission time, completed, latency (0
+    where none), bytes, in error."""
+    times = np.asarray(cols["time"], float)
+    done = np.fromiter(map(is_not, cols["completion"], repeat(None)), bool, len(times))
+    latency = np.nan_to_num(np.asarray(cols["latency_us"], float), nan=0.0)  # None: NaN, then 0
+    bad = np.fromiter(map(ne, cols["status"], repeat(ok)), bool, len(times))
+    return times, done, latency, np.asarray(cols["bytes"], np.int64), bad
+
+
+def summaries(cols: dict, column: str, ok: str = STATUS_GENERIC[0], arrays=None) -> List[dict]:
+    """summary_rows of rows given as columns (columns_of: `column` and SUMMED; `arrays`: their summed(), if
+    made already)."""
     keys = cols[column]
     code = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # each value's number, in order of appearance
     which = np.fromiter(map(code.__getitem__, keys), np.int64, len(keys))
     order = np.argsort(which, kind="stable")
     bounds = np.searchsorted(which[order], np.arange(len(code) + 1))
     groups = [(k, order[bounds[i] : bounds[i + 1]]) for k, i in code.items()]
-    times = np.asarray(cols["time"], float)
-    done = np.fromiter(map(is_not, cols["completion"], repeat(None)), bool, len(times))
-    latency = np.nan_to_num(np.asarray(cols["latency_us"], float), nan=0.0)  # None: NaN, then 0
-    nbytes = np.asarray(cols["bytes"], np.int64)
-    bad = np.fromiter(map(ne, cols["status"], repeat(ok)), bool, len(times))
+    times, done, latency, nbytes, bad = arrays or summed(cols, ok)
     out = []
     for k, rs in sorted(groups, key=lambda kv: -len(kv[1])):
         fin = rs[done[rs]]
@@ -248,15 +255,14 @@ def analyse(path: str, decode_as: bool = False, rpc_decode_as: bool = False, ise
         both, cols = track(stream, decode_as, rpc_decode_as, iser_decode_as=iser_decode_as, fast=False)[0], None
     rows = Rows(cols if cols is not None else tracked_columns(both.nvme.commands))
     cols = rows.columns
-    calls, errors = rpc_rows(both), defaultdict(int)
-    for opcode, status in zip(cols["opcode"], cols["status"]):
-        if status != STATUS_GENERIC[0]:
-            errors[(opcode, status)] += 1
+    calls, errors, arrays = rpc_rows(both), Counter(zip(cols["opcode"], cols["status"])), summed(cols)
     return {
         "commands": rows,
-        "by_opcode": summaries(cols, "opcode"),
-        "by_queue": summaries(cols, "queue"),
-        "errors": [{"opcode": o, "status": s, "commands": n} for (o, s), n in sorted(errors.items())],
+        "by_opcode": summaries(cols, "opcode", arrays=arrays),
+        "by_queue": summaries(cols, "queue", arrays=arrays),
+        "errors": [
+            {"opcode": o, "status": s, "commands": n} for (o, s), n in sorted(errors.items()) if s != STATUS_GENERIC[0]
+        ],
         "rpc_calls": calls,
         "rpc_by_procedure": summary_rows(calls, "procedure", SUCCESS),
         "smb_requests": (smb := request_rows(both.smbdirect)),

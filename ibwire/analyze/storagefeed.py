@@ -14,7 +14,7 @@ from ibwire.decode.iser import IserTracker
 from ibwire.decode.iser import storage_rows as iser_rows
 from ibwire.decode.nvme import NvmeTracker, Queue, storage_rows
 from ibwire.decode.nvmebulk import SEND_FIRST, SEND_LAST, SEND_MIDDLE, address_texts, columns, follow, payload_ends
-from ibwire.decode.nvmematch import KIND, Irregular, Matcher, distinct_rows
+from ibwire.decode.nvmematch import KIND, Irregular, Matcher, byte_rows, distinct_rows
 from ibwire.decode.records import addr_text
 from ibwire.decode.rpcrdma import RC_SEND, RpcRdmaTracker, Trackers
 from ibwire.decode.rpcrdma import storage_rows as rpcrdma_rows
@@ -306,8 +306,8 @@ def _candidates(batch, rows) -> dict:
     start, end = (v[at] for v in payload_ends(batch, rows))
     size, buf = end - start, np.asarray(batch.buf)
     odd = (start < 0) | (size < 8)  # no words to read: no shortcut
-    if ((start >= 0) & (start + 8 <= len(buf))).all() and len(buf) >= 8:  # each row's first 8 bytes
-        raw = np.lib.stride_tricks.sliding_window_view(buf, 8)[start]
+    if ((start >= 0) & (start + 8 <= len(buf))).all():  # each row's first 8 bytes
+        raw = byte_rows(buf, start, 8)
     else:  # (past the buffer: its last byte)
         raw = buf[np.minimum(start[:, None] + np.arange(8), len(buf) - 1)]
     version = (raw[:, 4:7] == 0).all(axis=1) & ((raw[:, 7] == 1) | (raw[:, 7] == 2))
@@ -395,6 +395,15 @@ class Held:
         return last & ~dead_before & alone, dead
 
 
+def _keys(batch, rows, at):
+    """The distinct (destination address, QP) of rows[at], and per row the index of its own (-1 elsewhere)."""
+    dst, qp = batch.rec["dst"][rows[at]], batch.rec["destqp"][rows[at]]
+    first, code = distinct_rows(dst, qp)
+    per_row = np.full(len(rows), -1)
+    per_row[at] = code
+    return list(zip(dst[first].view("S16").tolist(), qp[first].tolist())), per_row
+
+
 def _others(both: Trackers, batch, rows, claimed, ops, addr, held) -> None:
     """Feed RPC-RDMA, SMB Direct and iSER the rows that can change what they find, in capture order: while
     one follows nothing (_quiet), only the SENDs its heuristic could take and the SEND First/Middle/Last
@@ -404,7 +413,7 @@ def _others(both: Trackers, batch, rows, claimed, ops, addr, held) -> None:
     trackers, iser = {"rpc": both.rpcrdma, "smb": both.smbdirect}, both.iser
     c = _candidates(batch, rows)
     mask = {"rpc": np.full(len(rows), both.rpc is None), "smb": ~(claimed & c["send"])}
-    want, dead = {}, {}
+    want, dead, keys = {}, {}, None
     for name, t in trackers.items():
         fml = c["send"] & ~c["only"] & mask[name]
         want[name] = c["only"] & c["alone"][name] & mask[name]
@@ -413,11 +422,9 @@ def _others(both: Trackers, batch, rows, claimed, ops, addr, held) -> None:
             want[name] |= fml
             continue
         at = np.flatnonzero(fml)
-        dst, qp = batch.rec["dst"][rows[at]], batch.rec["destqp"][rows[at]]
-        first, code = distinct_rows(dst, qp)
-        distinct = list(zip(dst[first].view("S16").tolist(), qp[first].tolist()))  # (address, QP) keys
+        keys = keys or _keys(batch, rows, np.flatnonzero(c["send"] & ~c["only"]))
         before = held[name].dead()
-        feed, after = held[name].feed(c["kind"][at], (distinct, code), c["head"][name][at], c["alone"][name][at])
+        feed, after = held[name].feed(c["kind"][at], (keys[0], keys[1][at]), c["head"][name][at], c["alone"][name][at])
         want[name][at[feed]] = True
         known = np.full(len(rows), -1)
         known[at] = np.arange(len(at))

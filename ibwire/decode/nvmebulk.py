@@ -58,7 +58,7 @@ def payload_ends(batch, rows):
         return _LAST["ends"]
     rec = columns(batch, rows, "caplen padcnt link flags paylen")
     end = np.asarray(batch.pos.data)[rows].astype(np.int64) + rec["caplen"] - 4 - rec["padcnt"]
-    end -= np.where(np.isin(rec["link"], (R.IB, R.IBGRH)), 2, 0)
+    end -= ((rec["link"] == R.IB) | (rec["link"] == R.IBGRH)) * 2
     size = np.where((rec["flags"] & R.F_TRUNCATED) == 0, np.maximum(rec["paylen"], 0), 0)
     ends = end - size, end
     for v in ends:

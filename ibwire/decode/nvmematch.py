@@ -33,7 +33,6 @@ from ibwire.decode.nvmebulk import (
 )
 
 KIND = np.array(KINDS, np.uint8)
-SQE_AT, CQE_AT = np.arange(SQE_LEN), np.arange(12, CQE_LEN)  # a CQE's command id and status (§4.6.1)
 MIX = np.array(
     [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5, 0x85EBCA77C2B2AE63], np.uint64
 )
@@ -53,20 +52,22 @@ class Matcher:
         self.seen = 0  # data rows before this batch (their order across batches)
         self.keys = {}  # (destination address text, QP) -> its number: what SENDs are reassembled per
         self.held = {}  # key number -> (bytes held of a SEND First … Middle, its first packet's first bytes)
-        self.texts = {}  # address text -> its number (declared queues' address pairs)
         self.ends = {}  # declared: key number -> (queue number, to the host, order of the SEND that made it)
-        self.pairs = {}  # declared: (host, target) text numbers -> (queue number, order of the SEND that made it)
+        self.pairs = {}  # declared: (host, target) address texts -> (queue number, order of the SEND that made it)
 
     def add(self, batch, rows) -> np.ndarray:
         """Gather a batch's RC SEND and RDMA READ/WRITE rows (after its RDMA-CM rows were fed); the rows
         whose SEND NvmeTracker claims (smbdirect.CLAIMED)."""
         declared = self.tracker.decode_as
-        rec = columns(batch, rows, "opcode destqp frame time dst" + " src" * declared)
+        rec = columns(batch, rows, "opcode destqp frame time dst")
         kind = KIND[rec["opcode"]]
         start, end = payload_ends(batch, rows)
         size, order = end - start, self.seen + np.arange(len(rows))
         self.seen += len(rows)
-        key, queue, to_host, named = (self._declared if declared else self._ends)(rec, kind, size, order)
+        if declared:
+            key, queue, to_host, named = self._declared(batch, rows, rec, kind, size, order)
+        else:
+            key, queue, to_host, named = self._ends(rec)
         on = queue >= 0
         sends = np.flatnonzero(on & (kind > 0) & (kind <= SEND_ONLY))
         if ((start < 0) | (end > len(batch.buf)))[sends].any():
@@ -81,9 +82,9 @@ class Matcher:
         at = np.where(head >= 0, start[np.maximum(head, 0)], 0)
         buf = np.asarray(batch.buf)
         pick = {k: v[cmd] for k, v in (("order", order), ("queue", queue), ("frame", rec["frame"]))}
-        pick.update(time=rec["time"][cmd], inline=length[cmd] - SQE_LEN, sqe=_gather(buf, at, carried, cmd, SQE_AT))
+        pick.update(time=rec["time"][cmd], inline=length[cmd] - SQE_LEN, sqe=_gather(buf, at, carried, cmd, 0, SQE_LEN))
         self.parts["cmd"].append(pick)
-        b = _gather(buf, at, carried, cqe, CQE_AT).astype(np.int64)
+        b = _gather(buf, at, carried, cqe, 12, CQE_LEN).astype(np.int64)  # a CQE's command id and status (§4.6.1)
         self.parts["cqe"].append(
             {
                 "order": order[cqe],
@@ -119,7 +120,7 @@ class Matcher:
             found.append((self.keys.setdefault((texts[0], qp), len(self.keys)), qp, texts))
         return found, inverse
 
-    def _ends(self, rec, kind, size, order):
+    def _ends(self, rec):
         """Per row, on queues RDMA-CM connected: its key number, its destination's queue number (-1: none),
         whether it goes to the host, whether the queue's qid is known."""
         found, inverse = self._distinct(rec, "dst")
@@ -131,43 +132,50 @@ class Matcher:
                 queue[i], to_host[i], named[i] = self._queue(end[0]), end[1], end[0].qid is not None
         return key[inverse], queue[inverse], to_host[inverse], named[inverse]
 
-    def _declared(self, rec, kind, size, order):
+    def _declared(self, batch, rows, rec, kind, size, order):
         """_ends with `-d nvme-rdma` (NvmeTracker._end): a QP RDMA-CM did not connect is made an end of its
-        address pair's queue by its first SEND, towards the host when that SEND is a 16-byte SEND Only; an RDMA
-        READ/WRITE to a QP no SEND went to before joins the queue of its address pair (READ responses towards
-        the target)."""
-        found, inverse = self._distinct(rec, "dst src")
-        texts, never = self.texts, (-1, False, np.iinfo(np.int64).max)
-        u_dst, u_src = (np.array([texts.setdefault(t[i], len(texts)) for _, _, t in found]) for i in (0, 1))
+        address pair's queue by its first SEND, towards the host when that SEND is a 16-byte SEND Only."""
+        found, inverse = self._distinct(rec, "dst")
+        never = (-1, False, np.iinfo(np.int64).max)
         ends = []  # per distinct key: (queue number, to the host, made at, qid known)
-        for _, qp, (dst, _) in found:
+        for _, qp, (dst,) in found:
             end = self.tracker.ends.get((dst, qp))  # RDMA-CM's, made before any of the batch's rows
             ends.append((self._queue(end[0]), end[1], -1, end[0].qid is not None) if end else None)
-        key, dst, src = (
-            np.array(v)[inverse] for v in zip(*((n, d, s) for (n, _, _), d, s in zip(found, u_dst, u_src)))
-        )
-        sends = np.flatnonzero((kind > 0) & (kind <= SEND_ONLY))
-        new, first = np.unique(inverse[sends], return_index=True)
-        for u, f in sorted(zip(new.tolist(), sends[first].tolist()), key=lambda uf: uf[1]):
-            if ends[u] is None and found[u][0] not in self.ends:
+        fresh = [u for u, (end, (n, _, _)) in enumerate(zip(ends, found)) if end is None and n not in self.ends]
+        if fresh:
+            sends = np.flatnonzero((kind > 0) & (kind <= SEND_ONLY) & np.isin(inverse, fresh))
+            new, first = np.unique(inverse[sends], return_index=True)
+            sources = self._texts(batch.rec["src"][rows[sends[first]]])
+            for f, u, src in sorted(zip(sends[first].tolist(), new.tolist(), sources)):
                 guess = bool(kind[f] == SEND_ONLY and size[f] == CQE_LEN)
-                pair = (int(dst[f]), int(src[f])) if guess else (int(src[f]), int(dst[f]))
+                pair = (found[u][2][0], src) if guess else (src, found[u][2][0])
                 if pair not in self.pairs:
-                    name = " → ".join(list(texts)[p] for p in pair)
-                    self.pairs[pair] = (self._queue(Queue(None, name)), int(order[f]))
+                    self.pairs[pair] = (self._queue(Queue(None, " → ".join(pair))), int(order[f]))
                 self.ends[found[u][0]] = (self.pairs[pair][0], guess, int(order[f]))
         ends = [end or (*self.ends.get(n, never), False) for end, (n, _, _) in zip(ends, found)]
         k_queue, k_host, k_made, named = (np.array(v)[inverse] for v in zip(*ends))
-        p_queue, p_made = {}, {}
-        for host in (True, False):  # an RDMA READ/WRITE's address pair: (its destination, source) to the host
-            pairs = zip(u_dst.tolist(), u_src.tolist()) if host else zip(u_src.tolist(), u_dst.tolist())
-            p_queue[host], p_made[host] = (np.array(v) for v in zip(*(self.pairs.get(p, never[::2]) for p in pairs)))
         made = k_made <= order  # the row's QP had a SEND (the row's own, for a SEND) before
+        queue, to_host = np.where(made, k_queue, -1), k_host & made
+        lone = np.flatnonzero(~made & (kind > SEND_ONLY))
+        if len(lone):
+            self._join(batch, rows[lone], rec["dst"][lone], kind[lone], order[lone], queue, to_host, lone)
+        return np.array([n for n, _, _ in found])[inverse], queue, to_host, named & made
+
+    def _join(self, batch, rows, dst, kind, order, queue, to_host, lone) -> None:
+        """RDMA READ/WRITE rows (`lone` in queue and to_host) to QPs no SEND went to before: each joins the
+        queue of its address pair once a SEND made one, (destination, source) towards the host, (source,
+        destination) for a READ response."""
         host = (kind != READ_START) & (kind != READ_MORE)
-        joins = ~made & (kind > SEND_ONLY) & (np.where(host, p_made[True][inverse], p_made[False][inverse]) < order)
-        queue = np.where(made, k_queue, -1)
-        queue[joins] = np.where(host, p_queue[True][inverse], p_queue[False][inverse])[joins]
-        return key, queue, np.where(made, k_host, host & joins), named & made
+        first, inverse = distinct_rows(dst, batch.rec["src"][rows], host.astype(np.uint32))
+        joined = []
+        for d, s, h in zip(self._texts(dst[first]), self._texts(batch.rec["src"][rows[first]]), host[first].tolist()):
+            joined.append(self.pairs.get((d, s) if h else (s, d), (-1, np.iinfo(np.int64).max)))
+        number, made = (np.array(v)[inverse] for v in zip(*joined))
+        ok = made < order
+        queue[lone[ok]], to_host[lone[ok]] = number[ok], host[ok]
+
+    def _texts(self, addresses) -> list:
+        return [self.addr(a) for a in addresses.view("S16").tolist()]
 
     def _messages(self, batch, kind, key, size, start, sends):
         """Per row: the length of the SEND message it ends (-1: none), the row of the message's first packet
@@ -217,9 +225,11 @@ class Matcher:
         qids = np.array([-1 if q.qid is None else q.qid for q in self.queues] or [0])[cmd["queue"]]
         out["qid"] = np.where(qids >= 0, qids, np.where(np.isin(sqe[:, 0], ADMIN_ONLY), 0, 1))  # unknown: guessed
         # completions: the last command with the command id on the queue, the first CQE for it
-        to = _last_before((cmd["queue"], cid), cmd["order"], (cqe["queue"], cqe["cid"]), cqe["order"])
-        done, first = np.unique(to[to >= 0], return_index=True)
-        which = np.flatnonzero(to >= 0)[first]
+        to = _last_before((cmd["queue"] << 16 | cid,), cmd["order"], (cqe["queue"] << 16 | cqe["cid"],), cqe["order"])
+        which = np.full(n, len(to))
+        np.minimum.at(which, to[to >= 0], np.flatnonzero(to >= 0))
+        done = np.flatnonzero(which < len(to))
+        which = which[done]
         out["done"], out["done_time"], out["status"] = np.zeros(n, np.int64), np.zeros(n), np.full(n, -1)
         out["done"][done], out["done_time"][done] = cqe["frame"][which], cqe["time"][which]
         out["status"][done] = cqe["status"][which]
@@ -228,11 +238,14 @@ class Matcher:
         out["data_frames"] = np.bincount(owner[moved], minlength=n)
         weights = np.where(data["kind"] == READ_REQUEST, 0, data["length"])[moved]
         out["bytes"] = cmd["inline"] + np.bincount(owner[moved], weights, n).astype(np.int64)
-        out["first_data"], out["last_data"] = np.zeros(n, np.int64), np.zeros(n, np.int64)
-        got, at = np.unique(owner[moved], return_index=True)
-        out["first_data"][got] = data["frame"][moved][at]
-        got, at = np.unique(owner[moved][::-1], return_index=True)
-        out["last_data"][got] = data["frame"][moved][::-1][at]
+        frames, first, last = (
+            data["frame"][moved].astype(np.int64),
+            np.full(n, np.iinfo(np.int64).max),
+            np.zeros(n, np.int64),
+        )
+        np.minimum.at(first, owner[moved], frames)  # frame numbers grow in capture order
+        np.maximum.at(last, owner[moved], frames)
+        out["first_data"], out["last_data"] = np.where(out["data_frames"] > 0, first, 0), last
         return out
 
 
@@ -243,32 +256,32 @@ def _owners(cmd, sqe, data) -> np.ndarray:
     rkey = sqe[keyed, 35:39].astype(np.int64) @ (1 << np.arange(0, 32, 8))
     look = np.flatnonzero(np.isin(data["kind"], (READ_REQUEST, WRITE_START)))
     to = _last_before(
-        (cmd["queue"][keyed], rkey), cmd["order"][keyed], (data["queue"][look], data["rkey"][look]), data["order"][look]
+        (cmd["queue"][keyed] << 32 | rkey,),
+        cmd["order"][keyed],
+        (data["queue"][look] << 32 | data["rkey"][look],),
+        data["order"][look],
     )
     owner[look[to >= 0]] = keyed[to[to >= 0]]
     # a READ response belongs to the request with its PSN, once (a request with a command is noted)
     request = (data["kind"] == READ_REQUEST) & (owner >= 0)
     events = np.flatnonzero(request | (data["kind"] == READ_START))
     starts = np.flatnonzero(data["kind"] == READ_START)
-    to = _last_before(
-        (data["queue"][events], data["psn"][events]),
-        data["order"][events],
-        (data["queue"][starts], data["psn"][starts]),
-        data["order"][starts],
-    )
+    psn = data["queue"] << 32 | data["psn"]
+    to = _last_before((psn[events],), data["order"][events], (psn[starts],), data["order"][starts])
     prev = np.where(to >= 0, events[np.maximum(to, 0)], -1)
     hit = (prev >= 0) & request[np.maximum(prev, 0)]
     owner[starts[hit]] = owner[prev[hit]]
     # the packets after a first one follow it by PSN (a request with a command does not restart the queue's)
-    setters = np.flatnonzero(np.isin(data["kind"], (READ_REQUEST, WRITE_START, READ_START)) & ~request)
-    more = np.flatnonzero(np.isin(data["kind"], (WRITE_MORE, READ_MORE)))
-    to = _last_before((data["queue"][setters],), data["order"][setters], (data["queue"][more],), data["order"][more])
-    setter = np.where(to >= 0, setters[np.maximum(to, 0)], -1)
-    live = (setter >= 0) & (owner[np.maximum(setter, 0)] >= 0)
-    more, setter = more[live], setter[live]
-    by = np.lexsort((data["order"][more], setter))  # each transfer's packets in turn
-    rank = np.empty(len(more), np.int64)
-    rank[by] = np.arange(len(by)) - np.searchsorted(setter[by], setter[by]) + 1
+    setters = np.isin(data["kind"], (READ_REQUEST, WRITE_START, READ_START)) & ~request
+    more = (data["kind"] == WRITE_MORE) | (data["kind"] == READ_MORE)
+    by = np.argsort(data["queue"], kind="stable")  # each queue's packets in capture order
+    queue, at = data["queue"][by], np.arange(len(by))
+    last = np.maximum.accumulate(np.where(setters[by], at, -1))  # the queue's last first packet so far
+    follows = more[by] & (last >= np.searchsorted(queue, queue))
+    setter, counted = by[last[follows]], np.cumsum(more[by])
+    rank = counted[follows] - counted[last[follows]]  # its place after the first packet
+    live = owner[setter] >= 0
+    more, setter, rank = by[follows][live], setter[live], rank[live]
     if ((data["psn"][setter].astype(np.int64) + rank) & 0xFFFFFF != data["psn"][more]).any():
         raise Irregular("packets of a transfer out of PSN order")
     owner[more] = owner[setter]
@@ -315,17 +328,24 @@ def _joined(parts: list) -> dict:
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
 
 
-def _gather(buf, at, carried, rows, offsets) -> np.ndarray:
-    """The bytes at `offsets` (a range) of the messages of `rows` (a mask) that start at `at` in buf or, for
-    a row in `carried`, in its first bytes held from an earlier batch."""
+def _gather(buf, at, carried, rows, lo: int, hi: int) -> np.ndarray:
+    """Bytes lo to hi of the messages of `rows` (a mask) that start at `at` in buf or, for a row in `carried`,
+    in its first bytes held from an earlier batch."""
     which = np.flatnonzero(rows)
-    if not len(which):
-        return np.zeros((0, len(offsets)), np.uint8)
-    out = np.lib.stride_tricks.sliding_window_view(buf, offsets[-1] + 1)[at[which], offsets[0] :]
-    for k, first in carried.items():
-        if rows[k]:
-            out[np.searchsorted(which, k)] = np.frombuffer(first, np.uint8)[offsets]
+    out, held = np.empty((len(which), hi - lo), np.uint8), np.isin(which, list(carried))
+    out[~held] = byte_rows(buf, at[which[~held]] + lo, hi - lo)
+    for i in np.flatnonzero(held).tolist():
+        out[i] = np.frombuffer(carried[which[i]], np.uint8)[lo:hi]
     return out
+
+
+def byte_rows(buf, at, width: int) -> np.ndarray:
+    """buf[a : a + width] for each a of `at` (each inside buf), a row each (8 bytes: read as one word)."""
+    if not len(at):
+        return np.zeros((0, width), np.uint8)
+    if width == 8:
+        return np.ndarray((len(buf) - 7,), "<u8", buf, strides=(1,))[at].view(np.uint8).reshape(len(at), 8)
+    return np.ndarray((len(buf) - width + 1, width), np.uint8, buf, strides=(1, 1))[at]
 
 
 def rounded(values: np.ndarray) -> list:
