@@ -21,10 +21,12 @@ from dissectors.rpcrdmatable import AUTH_UNIX, NFS_PROGRAM, nfs
 from dissectors.rpcrdmav2 import looks_like
 from ibwire.analyze.rpcstorage import procedure_name, status_text
 from ibwire.decode.nvmebulk import READ_MORE, READ_REQUEST, READ_START, WRITE_MORE, WRITE_START, columns, payload_ends
-from ibwire.decode.nvmematch import KIND, Irregular, _joined, _last_before, rounded
+from ibwire.decode.nvmematch import KIND, Irregular, _joined, _last_before, distinct_rows, rounded
 from ibwire.decode.rpcrdma import RC_SEND
 
+NO_REPLY = -(1 << 40)  # a call's status where no reply was matched (an accept state is 32 bits)
 SEND_ONLY = (0x04, 0x17)  # SEND Only, SEND Only with Invalidate: a message in one packet
+SENDS, ONLY = np.isin(np.arange(256), RC_SEND), np.isin(np.arange(256), SEND_ONLY)  # by opcode
 
 
 class _Words:
@@ -32,14 +34,15 @@ class _Words:
     Irregular (the full path flags the message cut short)."""
 
     def __init__(self, buf, start, size):
-        self.buf, self.start, self.size = np.asarray(buf), start, size
+        buf = np.asarray(buf)
+        self.start, self.size = start, size
+        self.words = np.ndarray((max(len(buf) - 3, 0),), ">u4", buf, strides=(1,))  # one at every byte
 
     def __call__(self, off, which=None) -> np.ndarray:
         which = np.arange(len(self.start)) if which is None else which
         if (off + 4 > self.size[which]).any():
             raise Irregular("an RPC-RDMA message cut short")
-        b = self.buf[(self.start[which] + off)[:, None] + np.arange(4)].astype(np.int64)
-        return b[:, 0] << 24 | b[:, 1] << 16 | b[:, 2] << 8 | b[:, 3]
+        return self.words[self.start[which] + off].astype(np.int64)
 
 
 def _chunk_lists(word, n: int):
@@ -102,20 +105,20 @@ class RpcMatcher:
         self.names, self.parts, self.handles, self.seen = {}, {"msg": [], "data": []}, [], 0
 
     def _ids(self, raw) -> np.ndarray:
-        """A number per address (S16 bytes), the same for the same text."""
-        unique, inverse = np.unique(raw, return_inverse=True)
-        ids = [self.names.setdefault(self.addr(v), len(self.names)) for v in unique.tolist()]
-        return np.array(ids, np.int64)[inverse.ravel()]
+        """A number per address (16 bytes), the same for the same text."""
+        first, inverse = distinct_rows(raw)
+        ids = [self.names.setdefault(self.addr(v), len(self.names)) for v in raw[first].view("S16").tolist()]
+        return np.array(ids, np.int64)[inverse]
 
     def add(self, batch, rows) -> None:
         """Gather a batch's RC rows (after its RDMA-CM rows were fed)."""
         rec = columns(batch, rows, "opcode destqp psn frame time reth_r_key paylen dst src")
         opcode, order = rec["opcode"], self.seen + np.arange(len(rows))
         self.seen += len(rows)
-        send, only = np.isin(opcode, RC_SEND), np.isin(opcode, SEND_ONLY)
+        send, only = SENDS[opcode], ONLY[opcode]
         if (send & ~only).any():
             raise Irregular("a SEND in First/Middle/Last packets while NFS over RDMA is followed")
-        dst, src = self._ids(rec["dst"].view("S16")), self._ids(rec["src"].view("S16"))
+        dst, src = self._ids(rec["dst"]), self._ids(rec["src"])
         ends = {(self.names[a], qp) for a, qp in self.tracker.ends if a in self.names}
         pair = dst << 24 | rec["destqp"].astype(np.int64)  # a QPN is 24 bits
         pairs, inverse = np.unique(pair, return_inverse=True)
@@ -206,16 +209,16 @@ class RpcMatcher:
         n, index = len(calls), np.full(len(msg["order"]), -1)
         index[calls] = np.arange(n)
         # a reply answers the last call with its XID from where it goes, once (the tracker's pending calls)
+        src, dst = msg["src"].astype(np.int64), msg["dst"].astype(np.int64)  # address numbers (< 2**31)
         to = _last_before(
-            (msg["src"][calls], msg["dst"][calls], msg["xid"][calls]),
+            (src[calls] << 32 | dst[calls], msg["xid"][calls]),
             msg["order"][calls],
-            (msg["dst"][replies], msg["src"][replies], msg["xid"][replies]),
+            (dst[replies] << 32 | src[replies], msg["xid"][replies]),
             msg["order"][replies],
         )
-        done, first = np.unique(to[to >= 0], return_index=True)
-        answer = replies[np.flatnonzero(to >= 0)[first]]
-        reply = np.full(n, -1)
-        reply[done] = answer
+        reply = np.full(n, len(msg["order"]))
+        np.minimum.at(reply, to[to >= 0], replies[to >= 0])  # replies grow in capture order
+        reply[reply == len(msg["order"])] = -1
         owner = _owners(msg, data, index, reply, _joined(self.handles))
         return _table(msg, data, calls, reply, owner, {v: k for k, v in self.names.items()})
 
@@ -264,11 +267,13 @@ def _table(msg, data, calls, reply, owner, text) -> dict:
     n, moved = len(calls), owner >= 0
     count = np.bincount(owner[moved], minlength=n)
     nbytes = np.bincount(owner[moved], data["length"][moved] if moved.any() else None, n).astype(np.int64)
-    first, last = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    got, at = np.unique(owner[moved], return_index=True)
-    first[got] = data["frame"][moved][at]
-    got, at = np.unique(owner[moved][::-1], return_index=True)
-    last[got] = data["frame"][moved][::-1][at]
+    frames, first, last = (
+        data["frame"][moved].astype(np.int64),
+        np.full(n, np.iinfo(np.int64).max),
+        np.zeros(n, np.int64),
+    )
+    np.minimum.at(first, owner[moved], frames)  # frame numbers grow in capture order
+    np.maximum.at(last, owner[moved], frames)
     answered = reply >= 0
     r = np.maximum(reply, 0)
     time = msg["time"][calls]
@@ -298,7 +303,7 @@ def _table(msg, data, calls, reply, owner, text) -> dict:
     return {
         "connection": ends[inverse.ravel()].tolist(),
         "procedure": [name(k) for k in keys],
-        "xid": list(map("0x{:08x}".format, msg["xid"][calls].tolist())),
+        "xid": _texts(msg["xid"][calls], "0x{:08x}".format),
         "submission": msg["frame"][calls].tolist(),
         "data_frames": count.tolist(),
         "first_data": _shown(first, count > 0),
@@ -306,9 +311,17 @@ def _table(msg, data, calls, reply, owner, text) -> dict:
         "completion": _shown(msg["frame"][r], answered),
         "latency_us": latency.tolist(),
         "bytes": nbytes.tolist(),
-        "status": [state((1, s) if a else (None, None)) for s, a in zip(msg["status"][r].tolist(), answered.tolist())],
+        "status": _texts(
+            np.where(answered, msg["status"][r], NO_REPLY), lambda s: state((None, None) if s == NO_REPLY else (1, s))
+        ),
         "time": time.tolist(),
     }
+
+
+def _texts(values: np.ndarray, text) -> list:
+    """text(v) of each value, worked out once per distinct value."""
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return np.array([text(v) for v in distinct.tolist()] + [None], object)[inverse.ravel()].tolist()
 
 
 def _shown(values: np.ndarray, shown: np.ndarray) -> list:

@@ -280,9 +280,10 @@ def _data_rows(batch, every, both: Trackers, nvme_rows):
     for rows in (nvme_rows(), *(rows() for rows in iser_rows(batch, every, both))):
         if len(rows):
             return rows
-    for rows in rpcrdma_rows(batch, every, both) + smbdirect_rows(batch, every, both):
-        if len(rows):
-            return rows
+    for ask in (rpcrdma_rows, smbdirect_rows):  # the second only when the first asks for none
+        for rows in ask(batch, every, both):
+            if len(rows):
+                return rows
     return None
 
 
