@@ -478,11 +478,13 @@ class Printer:
     def _document_values(self, d, ns: int, prev_ns: int) -> dict:
         """Every field of the frame's tshark-shaped document (-T json's), by Wireshark name: its values."""
         from ibwire.report.packets import tshark_doc as td
+        from ibwire.report.packets.tree import layer_label
 
         self.session = self.session or td.Session()
         last = self.prev_shown if self.prev_shown is not None else ns
         found: dict = {}
-        for _, items in td.document(d, td.Times(ns, ns - prev_ns, ns - last, ns - self.t0), self.session):
+        for name, items in td.document(d, td.Times(ns, ns - prev_ns, ns - last, ns - self.t0), self.session):
+            found.setdefault(name, []).append(layer_label(name, items))  # what tshark prints for the protocol
             for k, v in td.leaves(items, []):
                 found.setdefault(k, []).append(v)
         return found
