@@ -404,9 +404,10 @@ def _present(d) -> None:
             d.flat[proto] = True
         else:
             d.flat.pop(proto, None)
-    shown = str(d.flat.get("frame.protocols", "")).split(":")
-    if names and shown[-1] != "nvme-rdma":
-        d.flat["frame.protocols"] = ":".join(shown[:-1] if shown[-1] == "data" else shown) + ":nvme-rdma"
+    if names:
+        from ibwire.decode.frame import upper_protocols
+
+        upper_protocols(d.flat, ["nvme-rdma"])
 
 
 CM_CLASS = 0x07
