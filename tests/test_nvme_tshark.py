@@ -2,12 +2,15 @@
 every nvme.* / nvme-rdma.* field both decode has the same value in the same frame, and ibwire decodes at
 least 95% of what tshark decodes: the capsules (commands, completions, fabrics commands, RDMA-CM private
 data, the links from data frames to their command) and the data structures transfers carry (Identify
-Controller data, the discovery log page, the Connect command's data; dissectors.nvmedata)."""
+Controller data, the discovery log page, the Connect command's data; dissectors.nvmedata).  On the shipped
+sample captures/nvme-rdma.pcap (ibwire synth) both count the ground truth its scenario declares."""
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import run_ibwire
+from storage_oracle import declared_counts, moved, storage_rows
 
 DISCOVER = "m3_nvme_nvme-discover.pcap"
 ECHO = "m3_nvme_host-echo_dump.pcap"
@@ -225,3 +228,41 @@ def test_data_read_from_the_host_holds_its_nvme_layer(tshark44, tmp_path, qid):
     assert {n for n, (_, layers) in _protocols(theirs_text).items() if "read_from_host_resp_tree" in str(layers)} == (
         {5, 9, 13} if qid == 0 else {5}
     )
+
+
+SAMPLE = Path(__file__).resolve().parents[1] / "captures" / "nvme-rdma.pcap"
+
+
+def _count(tshark44, filt: str) -> int:
+    return len(tshark44(SAMPLE, "-Y", filt, "-T", "fields", "-e", "frame.number").split())
+
+
+def test_nvme_sample_ground_truth_as_tshark_44_and_ibwire_count_it(tshark44):
+    """captures/nvme-rdma.pcap (ibwire synth): tshark 4.4 finds the declared commands (I/O and Fabrics
+    Connect), completions and data bytes (the payloads of RDMA WRITEs and READ responses); the storage view
+    has every command completed successfully, with its latency, and those bytes."""
+    want = declared_counts(SAMPLE)
+    io, fabrics = _count(tshark44, "nvme.cmd.opc"), _count(tshark44, "nvme.fabrics.cmd.opc")
+    assert (io + fabrics, _count(tshark44, "nvme.fabrics.cmd.fctype == 1")) == (
+        want["nvme_commands"],
+        want["nvme_connects"],
+    )
+    assert (_count(tshark44, "nvme.cqe.cid"), moved(tshark44, SAMPLE)) == (want["nvme_completions"], want["data_bytes"])
+    rows = storage_rows(SAMPLE, "commands")
+    assert len(rows) == want["nvme_commands"] and sum(r["opcode"] == "Connect" for r in rows) == want["nvme_connects"]
+    assert all(r["status"] == "Successful Completion" and r["latency_us"] > 0 for r in rows)
+    assert sum(r["completion"] is not None for r in rows) == want["nvme_completions"]
+    assert sum(r["bytes"] for r in rows) == want["data_bytes"]
+
+
+def test_nvme_sample_fields_agree_with_tshark_44(tshark44):
+    """Every nvme* value tshark 4.4 shows in the sample ibwire shows with the same value in the same frame,
+    and every frame's nvme layers and frame.protocols are tshark's, the RDMA-CM REQs (their private data
+    tshark leaves as infiniband.cm.req.ip_cm.private) apart."""
+    theirs_text, ours_text = tshark44(SAMPLE, "-T", "json"), run_ibwire("decode", "-T", "json", SAMPLE).stdout
+    theirs, ours = leaves(json.loads(theirs_text)), leaves(json.loads(ours_text))
+    reqs = {int(r[0]) for r in _fields(SAMPLE, "-Y", "nvme-rdma.cm.req.qid", "-e", "frame.number")}
+    assert len(reqs) == 2 and len(theirs) > 500
+    assert [k for k in theirs if k[0] not in reqs and not (k in ours and same(k[1], theirs[k], ours[k]))] == []
+    theirs, ours = _protocols(theirs_text), _protocols(ours_text)
+    assert {n: v for n, v in ours.items() if n not in reqs} == {n: v for n, v in theirs.items() if n not in reqs}

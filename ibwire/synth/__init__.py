@@ -12,6 +12,7 @@ from ibwire.synth.links import LINKS, Link
 from ibwire.synth.lossless import control_frames
 from ibwire.synth.management import ipoib_joins, ipoib_pings, sm_sweep, smp_faults
 from ibwire.synth.nfs import nfs_frames
+from ibwire.synth.nvme import nvme_frames
 from ibwire.synth.scenario import LAST_SECOND, Scenario, load
 from ibwire.synth.smb import smb_frames
 
@@ -57,6 +58,7 @@ def frames(scen: Scenario, link: Optional[str] = None, seed: Optional[int] = Non
         + nfs_frames(ctx, 0.0)
         + smb_frames(ctx, 0.0)
         + iser_frames(ctx, 0.0)
+        + nvme_frames(ctx, 0.0)
     )
     mgmt_events = sorted(((t, next(ctx.seq), f) for t, f in mgmt), key=lambda e: (e[0], e[1]))
     flows = [qp_flow(ctx, qp) for qp in scen.qps.values()]

@@ -150,6 +150,7 @@ class Scenario:
     nfs: List[dict] = field(default_factory=list)  # [[nfs]]: NFS-over-RDMA connections (ibwire.synth.nfs)
     smb: List[dict] = field(default_factory=list)  # [[smb]]: SMB Direct connections (ibwire.synth.smb)
     iser: List[dict] = field(default_factory=list)  # [[iser]]: iSER sessions (ibwire.synth.iser)
+    nvme: List[dict] = field(default_factory=list)  # [[nvme]]: NVMe-oF I/O queues (ibwire.synth.nvme)
 
     def policy_pkeys(self, port: str) -> List[int]:
         """P_Keys the policy gives a port: base | 0x8000 for full members, base for limited ones."""
@@ -315,6 +316,7 @@ _STORAGE = {
     "nfs": (("client", "server"), "getattr", 1, ("xid", 0x10000, 0xFFFFFFFF)),
     "smb": (("client", "server"), "read", 1, ("message_id", 1, (1 << 63) - 1)),
     "iser": (("initiator", "target"), "read", 512, ("itt", 0x100, 0xFFFF0000)),
+    "nvme": (("host", "target"), "read", 512, ("cid", 1, 0xFFFF)),
 }
 
 
@@ -425,6 +427,7 @@ _TABLES = {  # table -> (an array of tables, its keys)
     "expect": (False, {"flow": TABLE, "count": TABLE, "findings": TABLE, "health": TABLE}),
 }
 _TABLES["nfs"][1]["version"] = INT  # the RPC-RDMA version [[nfs]] speaks (ibwire.synth.nfs)
+_TABLES["nvme"][1]["qid"] = INT  # the I/O queue an [[nvme]] connects (ibwire.synth.nvme)
 _FAULT_KEYS = {
     "drop": {"qp", "packet", "seen"},
     "capture_gap": {"qp", "packet"},
@@ -475,6 +478,9 @@ _EXPECT = {
         "scsi_commands",
         "scsi_responses",
         "data_bytes",
+        "nvme_commands",
+        "nvme_completions",
+        "nvme_connects",
     },
     "findings": {"rule", "severity", "src", "dst", "port", "pkey", "trap", "evidence", "frames"},
     "health": {"findings", "pause_storms", "ce_unanswered", "cnp_no_rate_cut", "pause_frames", "lldp_frames", "pauses"},
@@ -859,7 +865,7 @@ def _pings(doc, scen: Scenario, src: _Src, need_port) -> None:
 
 
 def _storage(doc, scen: Scenario, src: _Src, need_port, table: str) -> None:
-    """[[nfs]], [[smb]] or [[iser]] (`table`): connections between two ports, each `count` calls of one kind
+    """[[nfs]], [[smb]], [[iser]] or [[nvme]] (`table`): connections between two ports, each `count` calls of one kind
     (the OPS of ibwire.synth.<table>), into scen.<table>."""
     from importlib import import_module
 
@@ -889,6 +895,8 @@ def _storage(doc, scen: Scenario, src: _Src, need_port, table: str) -> None:
         )
         if table == "nfs":
             scen.nfs[-1]["version"] = _ranged(p.get("version", 1), "version", 1, 2, src, ln("version"))
+        if table == "nvme":
+            scen.nvme[-1]["qid"] = _ranged(p.get("qid", 1), "qid", 1, 0xFFFE, src, ln("qid"))
 
 
 def _lossless(doc, scen: Scenario, src: _Src, need_port) -> None:
