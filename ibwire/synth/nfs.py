@@ -62,6 +62,20 @@ class _Conn:
         return t + (len(parts) - 1) * 1e-6
 
 
+def rdma_read(conn: _Conn, t: float, data: bytes, va: int, key: int) -> float:
+    """The server's (target's) RDMA READ of `data` at (va, key) from the client's buffer, and the client's
+    responses; returns the time after them."""
+    mtu, lat = conn.spec["mtu"], conn.ctx.s.latency
+    n = -(-len(data) // mtu)
+    psn = conn.packet(t, "s", READ_REQUEST, RETH.pack(va, key, len(data)))
+    conn.psn["s"] = (psn + n) & M24
+    for i in range(n):
+        opcode = READ_RESPONSE[3] if n == 1 else READ_RESPONSE[0 if i == 0 else 2 if i == n - 1 else 1]
+        ext = AETH.pack(0x1F << 24) if opcode != READ_RESPONSE[1] else b""
+        conn.packet(t + lat + i * 1e-6, "c", opcode, ext, data[i * mtu : (i + 1) * mtu], psn=(psn + i) & M24)
+    return t + 2 * lat + n * 1e-6 + THINK
+
+
 def _setup(conn: _Conn, t: float) -> None:
     """RDMA-CM REQ (service ID of port 20049) and REP connecting the client's QP to the server's."""
     ctx, (client, cqpn), (server, sqpn) = conn.ctx, conn.end["c"], conn.end["s"]

@@ -12,8 +12,7 @@ from typing import List, Tuple
 from dissectors.numbers import NVME_PORT
 from dissectors.nvmetable import CQE_LEN, FABRICS_OPC, IO, SID_ULP_TCP, SQE_LEN
 from ibwire.synth import mads
-from ibwire.synth.headers import AETH, RETH
-from ibwire.synth.nfs import M24, READ_REQUEST, READ_RESPONSE, SEND, WRITE, _Conn
+from ibwire.synth.nfs import SEND, WRITE, _Conn, rdma_read
 
 OPS = ("read", "write")
 OPCODE = {name.lower(): opc for opc, (name, _) in IO.items()}  # Read 0x02, Write 0x01
@@ -52,19 +51,6 @@ def _connect_data() -> bytes:
     return head + body + bytes(CONNECT_DATA - 768)
 
 
-def _read_from_host(conn: _Conn, t: float, data: bytes, va: int, key: int) -> float:
-    """The target's RDMA READ of `data` at (va, key) and the host's responses; returns the time after."""
-    mtu, lat = conn.spec["mtu"], conn.ctx.s.latency
-    n = -(-len(data) // mtu)
-    psn = conn.packet(t, "s", READ_REQUEST, RETH.pack(va, key, len(data)))
-    conn.psn["s"] = (psn + n) & M24
-    for i in range(n):
-        opcode = READ_RESPONSE[3] if n == 1 else READ_RESPONSE[0 if i == 0 else 2 if i == n - 1 else 1]
-        ext = AETH.pack(0x1F << 24) if opcode != READ_RESPONSE[1] else b""
-        conn.packet(t + lat + i * 1e-6, "c", opcode, ext, data[i * mtu : (i + 1) * mtu], psn=(psn + i) & M24)
-    return t + 2 * lat + n * 1e-6 + THINK
-
-
 def _address(port, link: str) -> Tuple[int, bytes]:
     """(LID, GID) of a port in a REQ's primary path: on RoCE the permissive LID and the GID of its IP address
     (IPv4-mapped on roce2), which Wireshark takes to find the queue's conversation."""
@@ -101,7 +87,7 @@ def _connect(conn: _Conn, t: float) -> float:
     va, key, cid = 0x7E0000000000, 0x1000, spec["cid"] & 0xFFFF
     tail = struct.pack("<HHHBxI12x", 0, spec["qid"], SQSIZE, 0, 0)  # RECFMT, QID, SQSIZE, CATTR, KATO
     t = conn.message(t, "c", SEND, sqe(FABRICS_OPC, cid, (va, CONNECT_DATA, key), tail, fctype=CONNECT))
-    t = _read_from_host(conn, t + lat + THINK, _connect_data(), va, key)
+    t = rdma_read(conn, t + lat + THINK, _connect_data(), va, key)
     return conn.message(t, "s", SEND, cqe(cid, 1, spec["qid"], CNTLID)) + lat + THINK
 
 
@@ -118,7 +104,7 @@ def _command(conn: _Conn, t: float, k: int) -> None:
     if read:
         t = conn.message(t, "s", WRITE, data, (va, key, size)) + 1e-6
     else:
-        t = _read_from_host(conn, t, data, va, key)
+        t = rdma_read(conn, t, data, va, key)
     conn.message(t, "s", SEND, cqe(cid, (k + 2) % (SQSIZE + 1), spec["qid"]))
 
 

@@ -10,8 +10,7 @@ from dissectors.numbers import SMB_DIRECT_PORT
 from dissectors.nvmetable import SID_ULP_TCP
 from ibwire.synth import mads
 from ibwire.synth import smbdirect as m
-from ibwire.synth.headers import AETH, RETH
-from ibwire.synth.nfs import M24, READ_REQUEST, READ_RESPONSE, SEND, THINK, WRITE, _Conn
+from ibwire.synth.nfs import SEND, THINK, WRITE, _Conn, rdma_read
 
 OPS = ("read", "write")
 FID = bytes(range(0x10, 0x20))  # the file id every request names
@@ -41,19 +40,6 @@ def _smb(op: str, mid: int, body: bytes, reply: bool = False) -> bytes:
     return m.data_message(m.smb2_header(command, mid, SESSION, TREE, flags=flags) + body)
 
 
-def _read_data(conn: _Conn, t: float, data: bytes, va: int, token: int) -> float:
-    """The server RDMA READs `data` from the client's buffer: the request, then the responses."""
-    mtu, lat = conn.spec["mtu"], conn.ctx.s.latency
-    n = -(-len(data) // mtu)
-    psn = conn.packet(t, "s", READ_REQUEST, RETH.pack(va, token, len(data)))
-    conn.psn["s"] = (psn + n) & M24
-    for i in range(n):
-        opcode = READ_RESPONSE[3] if n == 1 else READ_RESPONSE[0 if i == 0 else 2 if i == n - 1 else 1]
-        ext = AETH.pack(0x1F << 24) if opcode != READ_RESPONSE[1] else b""
-        conn.packet(t + lat + i * 1e-6, "c", opcode, ext, data[i * mtu : (i + 1) * mtu], psn=(psn + i) & M24)
-    return t + 2 * lat + n * 1e-6 + THINK
-
-
 def _request(conn: _Conn, t: float, k: int) -> None:
     """Request k of the connection and everything it causes, up to the ACK of its response."""
     op, size, lat, mid = conn.spec["op"], conn.spec["size"], conn.ctx.s.latency, conn.spec["message_id"] + k
@@ -68,7 +54,7 @@ def _request(conn: _Conn, t: float, k: int) -> None:
         t = conn.message(t, "s", WRITE, data, (va, token, size)) + 1e-6
         response = m.read_response(remaining=size)
     else:
-        t = _read_data(conn, t, data, va, token)
+        t = rdma_read(conn, t, data, va, token)
         response = m.write_response(size)
     conn.message(t, "s", SEND, _smb(op, mid, response, reply=True))
 
