@@ -21,7 +21,7 @@ from dissectors.rpcrdmatable import AUTH_UNIX, NFS_PROGRAM, nfs
 from dissectors.rpcrdmav2 import looks_like
 from ibwire.analyze.rpcstorage import procedure_name, status_text
 from ibwire.decode.nvmebulk import READ_MORE, READ_REQUEST, READ_START, WRITE_MORE, WRITE_START, columns, payload_ends
-from ibwire.decode.nvmematch import KIND, Irregular, _joined, _last_before, distinct_rows, rounded
+from ibwire.decode.nvmematch import KIND, Irregular, _joined, _last_before, data_span, distinct_rows, rounded
 from ibwire.decode.rpcrdma import RC_SEND
 
 NO_REPLY = -(1 << 40)  # a call's status where no reply was matched (an accept state is 32 bits)
@@ -267,13 +267,7 @@ def _table(msg, data, calls, reply, owner, text) -> dict:
     n, moved = len(calls), owner >= 0
     count = np.bincount(owner[moved], minlength=n)
     nbytes = np.bincount(owner[moved], data["length"][moved] if moved.any() else None, n).astype(np.int64)
-    frames, first, last = (
-        data["frame"][moved].astype(np.int64),
-        np.full(n, np.iinfo(np.int64).max),
-        np.zeros(n, np.int64),
-    )
-    np.minimum.at(first, owner[moved], frames)  # frame numbers grow in capture order
-    np.maximum.at(last, owner[moved], frames)
+    first, last = data_span(owner, data["frame"], n)
     answered = reply >= 0
     r = np.maximum(reply, 0)
     time = msg["time"][calls]

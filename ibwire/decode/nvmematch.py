@@ -238,15 +238,19 @@ class Matcher:
         out["data_frames"] = np.bincount(owner[moved], minlength=n)
         weights = np.where(data["kind"] == READ_REQUEST, 0, data["length"])[moved]
         out["bytes"] = cmd["inline"] + np.bincount(owner[moved], weights, n).astype(np.int64)
-        frames, first, last = (
-            data["frame"][moved].astype(np.int64),
-            np.full(n, np.iinfo(np.int64).max),
-            np.zeros(n, np.int64),
-        )
-        np.minimum.at(first, owner[moved], frames)  # frame numbers grow in capture order
-        np.maximum.at(last, owner[moved], frames)
+        first, last = data_span(owner, data["frame"], n)
         out["first_data"], out["last_data"] = np.where(out["data_frames"] > 0, first, 0), last
         return out
+
+
+def data_span(owner: np.ndarray, frames: np.ndarray, n: int):
+    """(first, last): the first and last frame numbers of the data packets each of `n` commands owns (`owner`:
+    each packet's command, -1 for none); int64's maximum and 0 for a command that owns none."""
+    moved = owner >= 0
+    first, last = np.full(n, np.iinfo(np.int64).max), np.zeros(n, np.int64)
+    np.minimum.at(first, owner[moved], frames[moved].astype(np.int64))  # frame numbers grow in capture order
+    np.maximum.at(last, owner[moved], frames[moved].astype(np.int64))
+    return first, last
 
 
 def _owners(cmd, sqe, data) -> np.ndarray:
