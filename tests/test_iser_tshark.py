@@ -14,6 +14,8 @@ Deliberate differences, each with its reason:
   scsi.request_frame and scsi.time, and for a status other than Check Condition the command's scsi_sbc.opcode
   and scsi.status, as tshark 4.4 does when it finds the command: tests/test_lab_iser.py).  Those fields of
   responses are not compared.
+- RDMA WRITE / READ response payloads of the connection: tshark's iSER heuristic claims them without adding
+  anything (no `data` layer); ibwire shows them as `data`.  Only iser/iscsi/scsi fields are compared.
 """
 
 import iser_frames
