@@ -182,6 +182,33 @@ TRAPS = {
     258: "bad Q_Key",
     259: "bad P_Key at switch external port",
 }
+# A Notice's title in tshark's tree, by its TrapNumber/DeviceID (packet-infiniband.c's Trap_Description, read
+# whether IsGeneric is set or not; tshark 4.0 and 4.4 word them alike, typos and leading space included).
+TRAP_TITLES = {
+    64: " (Informational) <GIDADDR> is now in service",
+    65: " (Informational) <GIDADDR> is out of service",
+    66: " (Informational) New Multicast Group with multicast address <GIDADDR> is now created",
+    67: " (Informational) Multicast Group with multicast address <GIDADDR> is now deleted",
+    68: " (Informational) Paths indicated by <PATH_REC> and <COMP_MASK> are no longer valid",
+    69: " (Informational) Paths indicated by <PATH_REC> and <COMP_MASK> have been recomputed",
+    128: " (Urgent) Link State of at least one port of switch at <LIDADDR> has changed",
+    129: " (Urgent) Local Link Integrity threshold reached at <LIDADDR><PORTNO>",
+    130: " (Urgent) Excessive Buffer OVerrun threshold reached at <LIDADDR><PORTNO>",
+    131: " (Urgent) Flow Control Update watchdog timer expired at <LIDADDR><PORTNO>",
+    144: " (Informational) CapMask, NodeDesc, LinkWidthEnabled or LinkSpeedEnabled at <LIDADDR> has been modified",
+    145: " (Informational) SystemImageGUID at <LIDADDR> has been modified.  New value is <SYSTEMIMAGEGUID>",
+    256: " (Security) Bad M_Key, <M_KEY> from <LIDADDR> attempted <METHOD> with <ATTRIBUTEID> and <ATTRIBUTEMODIFIER>",
+    257: " (Security) Bad P_Key, <KEY> from <LIDADDR1><GIDADDR1><QP1> to <LIDADDR2><GIDADDR2><QP2> on <SL>",
+    258: " (Security) Bad Q_Key, <KEY> from <LIDADDR1><GIDADDR1><QP1> to <LIDADDR2><GIDADDR2><QP2> on <SL>",
+    259: " (Security) Bad P_Key, <KEY> from <LIDADDR1><GIDADDR1><QP1> to <LIDADDR2><GIDADDR2><QP2> on <SL> at switch"
+    " <LIDADDR><PORTNO>",
+}
+
+
+def trap_title(number: int) -> str:
+    """tshark's title of a Notice whose TrapNumber/DeviceID is `number`."""
+    return TRAP_TITLES.get(number, f"Unknown or Vendor Specific Trap Number! (0x{number:02x})")
+
 
 # CM REJ reasons (IBA §12.6.7.2 Table 112).
 CM_REJ_REASONS = {

@@ -11,6 +11,7 @@ each frame's layers in the same style, as `ibwire.<field>`.
 import ipaddress
 from functools import lru_cache
 
+from dissectors.madnames import trap_title
 from ibwire.report.escape import printable
 from ibwire.report.packets import iser_words, nvme_data_words, nvme_words, rpc_words, smb_words
 from ibwire.report.packets.ws_labels import FIELDS, OUIS, TFS, VALUES
@@ -235,6 +236,24 @@ CONTAINERS = {
 }
 # Titles of an attribute container nested in one of its own name, by nesting level (1, 2)
 INNER = {IB + "smplid.smpdata": ("{attribute}",), IB + "sa.drdlid": ("Attribute ({attribute})", "{attribute}")}
+NOTICE = IB + "smplid.smpdata"  # the key of a Notice's container and of its trap's (tshark_doc.NOTICE)
+NUMBER = IB + "notice.trapnumberdeviceid"
+
+
+def _notice_title(key: str, items: list, i: int, subtree: bool) -> str:
+    """How packet-infiniband.c titles a Notice's container (its trap's description) and its trap's (`Trap 257
+    DataDetails`, a trap it does not know: `Vendor Specific Subnet Management Trap`); "" for other items."""
+    if key != NOTICE:
+        return ""
+    inside = dict(items[i + 1][1]) if subtree else {}
+    if NUMBER in inside:
+        return trap_title(int(inside[NUMBER], 0))
+    number = dict(x for x in items if not isinstance(x[1], list)).get(NUMBER)
+    if number is None:
+        return ""
+    return f"Trap {int(number, 0)} DataDetails" if subtree else "Vendor Specific Subnet Management Trap"
+
+
 # The RMPP header's title by its RMPPType (packet-infiniband.c's RMPP_Packet_Types, tshark 4.0's wording)
 RMPP_TYPES = {0: " Not an RMPP Packet ", 1: "RMPP (DATA)", 2: "RMPP (ACK)", 3: "RMPP (STOP)", 4: "RMPP (ABORT)"}
 
@@ -473,6 +492,10 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: i
         if key == IB + "rmpp" and subtree:
             kind = int(dict(items[i + 1][1]).get(IB + "rmpp.rmpptype", "0"), 16)
             out.append(pad + RMPP_TYPES.get(kind, f"Reserved RMPP Type! (0x{kind:02x})"))
+            continue
+        notice = _notice_title(key, items, i, subtree)
+        if notice:
+            out.append(pad + notice)
             continue
         if key in CONTAINERS and subtree:
             title = INNER[key][min(inner, len(INNER[key])) - 1] if inner and key in INNER else CONTAINERS[key]

@@ -24,6 +24,7 @@ from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import NoPayload, Raw
 
 from dissectors.base import IBLayer
+from dissectors.mad.notice import TRAP_LAYERS, Notice
 from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_IPOIB, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2
 from ibwire.decode.fields import FOREIGN, MERGED, mad_layer_entries
 from ibwire.decode.fieldtypes import TSHARK_DISPLAY
@@ -513,7 +514,8 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
 
 # tshark's containers of each MAD class's own header and attribute (packet-infiniband.c), by the whole MAD's
 # byte ranges: (key of the container, its bytes, [items: header field names or (reserved from, to)], the
-# attribute's container and its bytes).  SMInfo and Notice get their attribute container twice.
+# attribute's container and its bytes).  SMInfo gets its attribute container twice, a Notice its own 64-byte one
+# inside (NOTICE).
 _SMP_DATA = ("smplid.smpdata", (64, 128))
 MAD_CLASSES = {
     0x01: ("smplid", (0, 256), ["smplid.mkey", (32, 64)], _SMP_DATA, [(128, 256)]),
@@ -542,7 +544,8 @@ MAD_CLASSES = {
     ),
     0x07: (None, None, [], ("smplid.smpdata", (24, 256)), []),
 }
-TWICE = {"smplid.smpdata": (0x0020, 0x0002), "sa.drdlid": None}  # attribute IDs (None: all)
+TWICE = {"smplid.smpdata": (0x0020,), "sa.drdlid": None}  # attribute IDs (None: all)
+NOTICE = IB_PREFIX + "smplid.smpdata"  # packet-infiniband.c's key of a Notice's container and of its trap's
 
 
 def _mad_class(mad) -> list:
@@ -557,6 +560,7 @@ def _mad_class(mad) -> list:
             else:
                 attr.append((key, text))
     attr = _cm_nested(attr, raw)
+    notice = _notice_nested(mad, attr)
     rmpp = [(k, v) for k, v in header.items() if k.startswith(IB_PREFIX + "rmpp.")]
     out = [(IB_PREFIX + "rmpp", bytes_text(raw[24:36])), (IB_PREFIX + "rmpp_tree", rmpp)] if rmpp else []
     spec = MAD_CLASSES.get(mad.mgmtclass)
@@ -577,12 +581,41 @@ def _mad_class(mad) -> list:
         attr = [(IB_PREFIX + "p_keytable.p_keytableblock", data), (IB_PREFIX + "p_keytable.p_keytableblock_tree", attr)]
     twice = TWICE.get(data_key, ())
     inner = [(IB_PREFIX + data_key, data), (IB_PREFIX + data_key + "_tree", attr)]
-    if twice is None or mad.attributeid in (twice or ()):
+    if notice is not None:
+        start = data_span[0]
+        inner = [
+            (IB_PREFIX + data_key, data),
+            (
+                IB_PREFIX + data_key + "_tree",
+                [(NOTICE, bytes_text(raw[start : start + 64])), (NOTICE + "_tree", notice)],
+            ),
+        ]
+    elif twice is None or mad.attributeid in (twice or ()):
         inner = [(IB_PREFIX + data_key, data), (IB_PREFIX + data_key + "_tree", inner)]
     body = items(head) + inner + items(tail)
     if name is None:
         return out + body
     return out + [(IB_PREFIX + name, bytes_text(raw[span[0] : span[1]])), (IB_PREFIX + name + "_tree", body)]
+
+
+def _notice_nested(mad, attr: list) -> Optional[list]:
+    """A Notice's items as packet-infiniband.c nests them (None when the attribute is no Notice): its trap's
+    fields under a container of the 54 DataDetails bytes placed before the DataDetails item, decoded by the
+    TrapNumber/DeviceID whether IsGeneric is set or not (a trap tshark does not know: the container alone)."""
+    notice = next((x for x in _chain(mad.payload) if isinstance(x, Notice)), None)
+    if notice is None or IB_PREFIX + "notice.datadetails" not in dict(attr):
+        return None if notice is None else attr
+    trap = [(k, v) for k, v in attr if k.startswith(IB_PREFIX + "trap.")]
+    known = TRAP_LAYERS.get(notice.trapnumberdeviceid)
+    if not trap and known is not None:  # a vendor's notice (IsGeneric 0) numbered as a generic trap
+        trap = _mad_items(known(notice.datadetails))
+    out = []
+    for k, v in attr:
+        if k == IB_PREFIX + "notice.datadetails":
+            out += [(NOTICE, v)] + ([(NOTICE + "_tree", trap)] if trap else [])
+        if not k.startswith(IB_PREFIX + "trap."):
+            out.append((k, v))
+    return out
 
 
 REQ_PRIVATE = slice(164, 256)  # a CM REQ's private data: the last 92 bytes of its MAD (IBA §12.6.5)
