@@ -140,7 +140,7 @@ def notice_sections(text: str) -> list:
 
 def test_every_trap_is_crafted():
     """The frames hold every trap number tshark describes."""
-    assert {n for n in TRAP_TITLES} == set(TRAPS)
+    assert set(TRAP_TITLES) == set(TRAPS)
 
 
 def as_40(line: str) -> str:
@@ -179,16 +179,17 @@ def test_notice_trees_are_tsharks(crafted, request, version):
 
 
 def attribute_trees(text: str) -> list:
-    """Each frame's attribute container in a -T json: the SMP's or the SA's item holding the Notice."""
+    """Each frame's attribute container in a -T json, the SMP's or the SA's, as (key, value) pairs in their
+    order (repeated keys kept)."""
     out = []
-    for packet in json.loads(text):
-        ib = packet["_source"]["layers"]["infiniband"]
+    for packet in json.loads(text, object_pairs_hook=list):
+        ib = dict(dict(dict(packet)["_source"])["layers"])["infiniband"]
         head = next(
             v
-            for k, v in ib.items()
+            for k, v in ib
             if k in ("infiniband.smplid_tree", "infiniband.smpdirected_tree", "infiniband.sa.drdlid_tree")
         )
-        out.append({k: v for k, v in head.items() if k.endswith(("smpdata_tree", "drdlid_tree"))})
+        out.append([(k, v) for k, v in head if k.endswith(("smpdata_tree", "drdlid_tree"))])
     return out
 
 
