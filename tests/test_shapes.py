@@ -63,27 +63,57 @@ def test_learned_programs_print_what_the_full_decode_prints(tmp_path):
     assert not _differ(tmp_path, runs), "learned programs print other text than the full decode"
 
 
-def test_management_datagrams_print_alike(tmp_path):
-    """MADs of one shape (class, method, attribute and every byte but the transaction, keys, LIDs, GUIDs and
-    counters) print from a program: a real opensm sweep of an ibsim fabric whose queries are each made 20
-    times (new transactions, the answers alike), and the shipped SM sweep repeated to 2,000 frames."""
-    from fabric import scenario
-
+def _sweep(tmp_path) -> Path:
+    """The shipped SM sweep repeated to 2,000 frames, a microsecond apart."""
     from ibwire.files import iter_frames
     from ibwire.files.writers import PcapWriter
 
-    again = [["smpquery", "portinfo", "2", "1"], ["smpquery", "nodeinfo", "3"], ["perfquery", "-x", "2"]]
-    again += [["saquery", "PR", "3", "4"], ["smpquery", "-D", "nodeinfo", "0,1"]]
-    (tmp_path / "sweep").mkdir()
-    sim = scenario.run(str(tmp_path / "sweep"), tools=scenario.TOOLS + again * 20)
     frames = list(iter_frames(str(ROOT / "captures" / "sm-sweep.pcap")))
     repeated = tmp_path / "sm-sweep-2000.pcap"
     with PcapWriter(str(repeated), frames[0].linktype, nanos=True) as w:
         for i in range(2000):
             f = frames[i % len(frames)]
             w.write(f.data, f.time + i * 1e-6, f.wirelen, flush=False)
+    return repeated
+
+
+def test_management_datagrams_print_alike(tmp_path):
+    """MADs of one shape (class, method, attribute and every byte but the transaction, keys, LIDs, GUIDs and
+    counters) print from a program: a real opensm sweep of an ibsim fabric whose queries are each made 20
+    times (new transactions, the answers alike), and the shipped SM sweep repeated to 2,000 frames."""
+    from fabric import scenario
+
+    again = [["smpquery", "portinfo", "2", "1"], ["smpquery", "nodeinfo", "3"], ["perfquery", "-x", "2"]]
+    again += [["saquery", "PR", "3", "4"], ["smpquery", "-D", "nodeinfo", "0,1"]]
+    (tmp_path / "sweep").mkdir()
+    sim = scenario.run(str(tmp_path / "sweep"), tools=scenario.TOOLS + again * 20)
+    repeated = _sweep(tmp_path)
     fmts = (["-T", "json"], ["-T", "ek"], ["--format", "jsonl"], ["-V"])
     assert not _differ(tmp_path, [[path, *fmt] for path in (sim["path"], repeated) for fmt in fmts])
+
+
+def test_directed_route_smps_along_other_paths_share_a_program(tmp_path):
+    """A directed-route SMP's hop pointer and count and its initial and return paths print from its bytes:
+    the shipped SM sweep's SubnGet(NodeInfo) requests, sent along five paths of one and two hops, print from
+    one learned program (the sweep repeated to 2,000 frames; test_management_datagrams_print_alike checks
+    the text)."""
+    from ibwire.decode.stream import Stream
+    from ibwire.report.packets.printer import _decode
+    from ibwire.report.packets.shapes import Shapes
+
+    repeated = _sweep(tmp_path)
+    shapes, printed = Shapes("tree", _decode), []
+    for batch in Stream(str(repeated), True, 2048):
+        progs, rec = [], batch.rec
+        prog_of = shapes.assign(batch, np.arange(len(rec)), progs)
+        ask = (rec["mad_class"] == 0x81) & (rec["mad_method"] == 1) & (rec["mad_attrid"] == 0x11)
+        printed += [
+            (batch.frame(i).data[172:236], progs[p] if p >= 0 else None)
+            for i, p in zip(np.flatnonzero(ask), prog_of[ask])
+        ]
+    late = printed[len(printed) // 2 :]  # (every shape met 16 times by then)
+    assert len({path for path, _ in late}) == 5
+    assert None not in {p for _, p in late} and len({p for _, p in late}) == 1
 
 
 def test_the_fuzz_corpus_prints_alike(tmp_path):

@@ -289,8 +289,8 @@ class Printer:
         k = k_of[lo:hi]
         roce2 = np.flatnonzero(np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)))
         if len(roce2):
-            r = rec[roce2]
-            address = [np.ascontiguousarray(r[c]).view(np.uint8).reshape(len(r), 16) for c in ("src", "dst")]
+            r = R.Rows(rec, roce2)  # (indexing whole records copies each of their fields: 1.7 ms a batch)
+            address = [r[c].view(np.uint8).reshape(len(r), 16) for c in ("src", "dst")]
             got = self.session.note_many(address[0], r["udp_src"], address[1], r["udp_dst"], r["time_ns"])
             shown = k[roce2] >= 0
             streams[k[roce2][shown]] = got[shown]

@@ -16,6 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from dissectors.opcodes import OPCODES
+from ibwire.analyze.hashing import group_rows
 from ibwire.decode import records as R
 from ibwire.decode.record_filter import DATA
 from ibwire.report.packets import tshark_doc as td
@@ -26,6 +27,7 @@ SHAPES_PER_LAYOUT = 64  # beyond this many shapes of one layout, its new shapes 
 EARN_BACK = 16  # frames of a layout, or of a shape, seen before it is learned
 KNOWN = np.array([c in OPCODES for c in range(256)])
 SEND = np.array([c in OPCODES and OPCODES[c].op == "send" for c in range(256)])
+KEY_CHUNK = 120  # bytes of a shape's head grouped at a time (with 8 of the previous chunks' group: GROUP_MAX_KEY)
 SEND_KEPT = 64  # payload bytes of a SEND that name its shape: any upper layer's heuristic reads no further
 LAYOUT = (
     "linktype",
@@ -46,6 +48,8 @@ LAYOUT = (
 )
 UNPLAIN = R.F_IPOIB | R.F_MALFORMED | R.F_HEURISTIC
 MAD_STEADY = (("BTH", "destqp"), ("DETH", "q_key"), ("DETH", "srcqp"))  # QP 0/1 and QP1's Q_Key make a MAD
+DIRECTED = 0x81  # the directed-route SMP class: only its class-specific bits (hop pointer and count) vary
+LID_ROUTED_STEADY = MAD_STEADY + (("MAD", "classspecific"),)
 
 
 def _seconds(ns: int) -> str:
@@ -232,86 +236,116 @@ class Shapes:
         self.count = {}  # layout bytes -> shapes learned
         self.seen = {}  # layout or shape not learned yet -> its frames seen
 
-    def eligible(self, rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def eligible(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
         flags = rec["flags"][rows]
         ok = np.isin(rec["link"][rows], DATA) & ((flags & R.F_BTH) > 0) & ((flags & UNPLAIN) == 0)
         return ok & KNOWN[rec["opcode"][rows]] & (rec["caplen"][rows] <= rec["len"][rows])
 
     def assign(self, batch, rows: np.ndarray, progs: list) -> np.ndarray:
-        """For each of `rows`, the index into `progs` (extended here) of its program, or -1."""
+        """For each of `rows`, the index into `progs` (extended here) of its program, or -1.  Rows are
+        grouped by layout, then by shape, each in one compiled pass (ibwire.analyze.hashing); only the
+        groups are looked at one by one."""
         rec, out = batch.rec, np.full(len(rows), -1, np.int64)
-        pick = np.flatnonzero(self.eligible(rec, rows))
+        _, first, columns = group_rows(rec, LAYOUT, rows)  # eligibility is the LAYOUT columns'
+        pick = np.flatnonzero(self.eligible(rec, rows[first])[columns])
         if not len(pick):
             return out
         sub = rows[pick]
-        lay = np.zeros(len(sub), [(c, rec.dtype[c]) for c in LAYOUT] + [("vlan", "?"), ("analysis", "u2")])
-        r = R.Rows(rec, sub)
+        analysis = np.zeros(len(rec), np.uint16)  # which RC analysis fields each frame carries
+        for bit, col in enumerate(R.ANALYSIS):
+            analysis |= R.analysis_present(rec, col).astype(np.uint16) << np.uint16(bit)
+        key = np.zeros(len(sub), [("columns", "i8"), ("vlan", "?"), ("analysis", "u2")])
+        key["columns"], key["vlan"], key["analysis"] = columns[pick], rec["vlan"][sub] >= 0, analysis[sub]
+        _, first, layout_of = group_rows(key, key.dtype.names)
+        lay = np.zeros(len(first), [(c, rec.dtype[c]) for c in LAYOUT] + [("vlan", "?"), ("analysis", "u2")])
         for c in LAYOUT:
-            lay[c] = r[c]
-        lay["vlan"] = r["vlan"] >= 0
-        for bit, col in enumerate(R.ANALYSIS):  # which RC analysis fields the frame carries
-            lay["analysis"] |= R.analysis_present(r, col).astype(np.uint16) << np.uint16(bit)
-        flat = np.ascontiguousarray(lay).view(np.dtype((np.void, lay.dtype.itemsize))).ravel()
-        for members in _groups(flat):
-            self._shapes_of(batch, flat[members[0]].tobytes(), sub[members], pick[members], out, progs)
+            lay[c] = rec[c][sub[first]]
+        lay["vlan"], lay["analysis"] = key["vlan"][first], key["analysis"][first]
+        layouts, seen = [x.tobytes() for x in lay], np.bincount(layout_of).tolist()
+        known = [self._layout(batch, layout, int(sub[f]), n) for layout, f, n in zip(layouts, first.tolist(), seen)]
+        on = np.flatnonzero(np.array([k is not None for k in known])[layout_of])
+        if len(on):
+            self._shapes(batch, layouts, known, sub[on], layout_of[on], pick[on], out, progs)
         return out
 
-    def _shapes_of(self, batch, layout: bytes, rows, where, out, progs) -> None:
-        """Learning costs 13 full decodes: a layout is learned once EARN_BACK of its frames were seen, a shape
-        once EARN_BACK of its own (a capture of frames all unlike, a fuzz corpus, is decoded in full)."""
+    def _layout(self, batch, layout: bytes, first: int, seen: int) -> Optional[tuple]:
+        """(head, keep) of a layout, learned from its `first` frame once EARN_BACK of its frames were seen
+        (`seen` more now); None while it is not, or when it could not be."""
         if layout not in self.layouts:
-            self.seen[layout] = self.seen.get(layout, 0) + len(rows)
+            self.seen[layout] = self.seen.get(layout, 0) + seen
             if self.seen[layout] < EARN_BACK:
-                return
-            shape = self._learn(batch, int(rows[0]))
+                return None
+            shape = self._learn(batch, first)
             self.layouts[layout] = (shape.head, shape.keep) if shape else None
             if shape:
-                self.programs[(layout, self._masked(batch, rows[:1], shape.head, shape.keep)[0].tobytes())] = shape
+                self.programs[(layout, self._masked(batch, [first], shape.head, shape.keep)[0].tobytes())] = shape
                 self.count[layout] = 1
-        known = self.layouts[layout]
-        if known is None:
-            return
-        head, keep = known
-        masked = self._masked(batch, rows, head, keep)
-        view = np.ascontiguousarray(masked).view(np.dtype((np.void, head))).ravel()
-        for members in _groups(view):
-            key = (layout, view[members[0]].tobytes())
+        return self.layouts[layout]
+
+    def _shapes(self, batch, layouts: list, known: list, rows, layout_of, where, out, progs) -> None:
+        """Learning costs 13 full decodes: a shape is learned once EARN_BACK of its own frames were seen (a
+        capture of frames all unlike, a fuzz corpus, is decoded in full).  The rows' head bytes under their
+        layout's mask (zero past its head) and the layout's number name the shape."""
+        width = max(k[0] for k in known if k is not None)
+        keeps = np.zeros((len(known), width), np.uint8)
+        for j, k in enumerate(known):
+            if k is not None:
+                keeps[j, : k[0]] = k[1]
+        masked = self._masked(batch, rows, width, keeps[layout_of])
+        number = layout_of.astype("<i8").view(np.uint8).reshape(len(rows), 8)
+        first, shape_of = _groups(np.concatenate([number, masked], axis=1))
+        program = np.full(len(first), -1, np.int64)
+        for g, (lead, members) in enumerate(zip(first.tolist(), np.bincount(shape_of).tolist())):
+            j = int(layout_of[lead])
+            layout, (head, keep) = layouts[j], known[j]
+            key = (layout, masked[lead, :head].tobytes())
             shape = self.programs.get(key, 0)
             if shape == 0:
-                self.seen[key] = self.seen.get(key, 0) + len(members)
+                self.seen[key] = self.seen.get(key, 0) + members
                 if self.seen[key] < EARN_BACK:
                     continue
                 shape = None
                 if self.count[layout] < SHAPES_PER_LAYOUT:
                     self.count[layout] += 1
-                    shape = self._learn(batch, int(rows[members[0]]))
+                    shape = self._learn(batch, int(rows[lead]))
                     if shape is not None and (shape.head != head or not np.array_equal(shape.keep, keep)):
                         shape = None
                 self.programs[key] = shape
             if shape is not None:
                 progs.append(shape.program)
-                out[where[members]] = len(progs) - 1
+                program[g] = len(progs) - 1
+        out[where] = program[shape_of]
 
     @staticmethod
-    def _masked(batch, rows, head: int, keep: np.ndarray) -> np.ndarray:
-        """The first `head` bytes of each row's frame under `keep` (a layout's frames all hold `head` bytes)."""
+    def _masked(batch, rows, width: int, keep: np.ndarray) -> np.ndarray:
+        """The first `width` bytes of each row's frame under `keep` (one mask, or one per row); bytes past
+        the buffer's end (masked off: a layout's frames all hold its head) read as its last."""
         start = batch.pos.data[rows].astype(np.int64)
-        if not len(start) or int(start.max()) + head > len(batch.buf):
-            return batch.buf[start[:, None] + np.arange(head)] & keep
-        return np.lib.stride_tricks.sliding_window_view(batch.buf, head)[start] & keep
+        if not len(start) or int(start.max()) + width > len(batch.buf):
+            return batch.buf[np.minimum(start[:, None] + np.arange(width), len(batch.buf) - 1)] & keep
+        return np.lib.stride_tricks.sliding_window_view(batch.buf, width)[start] & keep
 
     def _learn(self, batch, i: int):
         kept = SEND_KEPT if SEND[int(batch.rec["opcode"][i])] else 0
-        steady = MAD_STEADY if batch.rec["flags"][i] & R.F_MAD else ()
+        steady = ()
+        if batch.rec["flags"][i] & R.F_MAD:
+            steady = MAD_STEADY if batch.rec["mad_class"][i] == DIRECTED else LID_ROUTED_STEADY
         try:
             return learn(batch.frame(i), batch.rec[i], self.decode, self.format, kept, steady)
         except Exception:  # a frame the learner cannot take apart is printed from its full decode
             return None
 
 
-def _groups(keys: np.ndarray) -> list:
-    """Indices of each run of equal keys (void scalars), each in first-seen order of its members."""
-    order = np.argsort(keys, kind="stable")
-    k = keys[order]
-    cut = np.flatnonzero(k[1:] != k[:-1]) + 1
-    return np.split(order, cut)
+def _groups(keys: np.ndarray) -> tuple:
+    """(first row of each group, each row's group) of the equal rows of `keys` ((n, width) uint8), numbered
+    by first appearance: an exact compiled group-by (ibwire.analyze.hashing) over KEY_CHUNK bytes at a time,
+    each chunk's groups keyed on with the next chunk."""
+    n, width = keys.shape
+    first, inverse = np.zeros(min(n, 1), np.int64), np.zeros(n, np.int64)
+    for at in range(0, width, KEY_CHUNK):
+        part = np.ascontiguousarray(keys[:, at : at + KEY_CHUNK])
+        chunk = np.zeros(n, [("group", "i8"), ("bytes", f"V{part.shape[1]}")])
+        chunk["group"], chunk["bytes"] = inverse, part.view(chunk.dtype["bytes"]).ravel()
+        _, first, inverse = group_rows(chunk, chunk.dtype.names)
+    return first, inverse

@@ -30,6 +30,8 @@ from ibwire.report.packets.program import compile_parts, render
 MUTANTS = 12
 FEWEST = 10  # copies enough while their 912 codes number every volatile bit (a MAD has up to ~700)
 FREE = (1 << 64) - 1
+HOPS = 0x3F3F  # a directed-route SMP's hop pointer and count (class-specific bits), up to 63 as paths allow
+PATH = (1 << 512) - 1  # a directed-route SMP's 64-byte initial and return paths
 MAC_VALUE = (1 << 48) - 1 - (3 << 40)  # a MAC's bits but the first octet's I/G and L/G bits (-V draws them)
 # scapy layer -> field -> the value bits that may differ between frames of one shape (the others, which
 # decide how a frame decodes: membership, QP 0/1, ephemeral ports, multicast LIDs, stay in the shape)
@@ -54,9 +56,9 @@ VOLATILE = {
     # MADs: the transaction, keys, LIDs, GUIDs, QPs and counters, which tshark prints as plain numbers
     # (fields it names by value, the class, method, attribute, status, hop counts, RMPP header and
     # component mask stay in the shape)
-    "MAD": {"transactionid": FREE, "attributemodifier": FREE},
+    "MAD": {"transactionid": FREE, "attributemodifier": FREE, "classspecific": HOPS},
     "SMPLID": {"mkey": FREE},
-    "SMPDirected": {"mkey": FREE, "drslid": FREE, "drdlid": FREE},
+    "SMPDirected": {"mkey": FREE, "drslid": FREE, "drdlid": FREE, "initialpath": PATH, "returnpath": PATH},
     "SA": {"smkey": FREE},
     "PortInfo": {"m_key": FREE, "gidprefix": FREE, "lid": FREE, "mastersmlid": FREE, "m_keyleaseperiod": FREE},
     "NodeInfo": {
