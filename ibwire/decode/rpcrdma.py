@@ -327,11 +327,15 @@ def storage_rows(batch, rows, tracker) -> list:
     if tracker is None:
         return []
     rc = rc_data(batch.rec, rows)
-    if not tracker.seen:
-        words = send_heads(batch, rows, rc, 16, 8)[:, VERSION_AT]
-        if not ((words[:, :3] == 0).all(axis=1) & np.isin(words[:, 3], (1, 2))).any():
-            return []
+    if not tracker.seen and not may_be_rpcrdma(send_heads(batch, rows, rc, 16, 8)).any():
+        return []
     return [np.flatnonzero(rc)]
+
+
+def may_be_rpcrdma(heads: np.ndarray) -> np.ndarray:
+    """Which SEND heads (send_heads, 8 bytes each) hold version word 1 or 2, what the heuristics can accept."""
+    words = heads[:, VERSION_AT]
+    return (words[:, :3] == 0).all(axis=1) & ((words[:, 3] == 1) | (words[:, 3] == 2))
 
 
 class Trackers:

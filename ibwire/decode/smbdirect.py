@@ -219,11 +219,15 @@ def storage_rows(batch, rows, tracker) -> list:
     if tracker is None:
         return []
     rc = rc_data(batch.rec, rows)
-    if not tracker.seen:
-        raw = send_heads(batch, rows, rc, sd.DATA_HEAD, 8)
-        w = raw[:, 0::2].astype(np.uint32) | raw[:, 1::2].astype(np.uint32) << 8
-        data = (w[:, 0] <= sd.MAX_CREDITS) & (w[:, 1] <= sd.MAX_CREDITS) & (w[:, 2] <= 1) & (w[:, 3] == 0)
-        negotiate = (w[:, 0] == sd.VERSION) & (w[:, 1] == sd.VERSION) & np.isin(w[:, 2], (0, sd.VERSION))
-        if not (data | negotiate).any():
-            return []
+    if not tracker.seen and not may_be_smbdirect(send_heads(batch, rows, rc, sd.DATA_HEAD, 8)).any():
+        return []
     return [np.flatnonzero(rc)]
+
+
+def may_be_smbdirect(raw: np.ndarray) -> np.ndarray:
+    """Which SEND heads (send_heads, 8 bytes each) could pass Wireshark's heuristic: a data message's credit
+    and flag words or a negotiate message's versions."""
+    w = raw[:, 0::2].astype(np.uint32) | raw[:, 1::2].astype(np.uint32) << 8
+    data = (w[:, 0] <= sd.MAX_CREDITS) & (w[:, 1] <= sd.MAX_CREDITS) & (w[:, 2] <= 1) & (w[:, 3] == 0)
+    version = (w[:, 0] == sd.VERSION) & (w[:, 1] == sd.VERSION)
+    return data | version & ((w[:, 2] == 0) | (w[:, 2] == sd.VERSION))

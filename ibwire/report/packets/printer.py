@@ -15,6 +15,7 @@ from ibwire.decode.iser import storage_rows as iser_rows
 from ibwire.decode.nvme import storage_rows
 from ibwire.decode.rpcrdma import storage_rows as rpcrdma_rows
 from ibwire.decode.smbdirect import storage_rows as smbdirect_rows
+from ibwire.decode.storagepick import storage_possible
 from ibwire.decode.stream import Batch
 from ibwire.report.escape import printable
 from ibwire.report.packets import summary
@@ -24,8 +25,9 @@ FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
 TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
 RMPP_CLASS = 0x03  # SubnAdm: the class whose tables come in several segments
 # The link kinds whose records hold what a line shows (record_filter.DATA, whose import -- the display filters'
-# field types -- summary lines and -T fields of record fields do without: 7 ms of their start)
-RECORDED = tuple(summary.PROTOCOL)
+# field types -- summary lines and -T fields of record fields do without: 7 ms of their start), as a table
+RECORDED = np.zeros(256, bool)
+RECORDED[list(summary.PROTOCOL)] = True
 
 
 def _shape_key(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -145,11 +147,12 @@ class Printer:
         if self.fmt in ("json", "ek", "tree"):
             return self._documents(rec, rows, details)
         base = self._bases(rec, rows)
-        data = np.isin(rec["link"][rows], RECORDED) if self.records_answer else np.zeros(len(rows), bool)
-        sa = ((rec["flags"][rows] & R.F_MAD) > 0) & (rec["mad_class"][rows] == RMPP_CLASS)
-        data &= ~sa  # SA transfers span frames (RMPP): reassembled from the full decode
+        flags = rec["flags"][rows]
+        data = RECORDED[rec["link"][rows]] if self.records_answer else np.zeros(len(rows), bool)
+        mad = np.flatnonzero(flags & R.F_MAD)
+        data[mad[rec["mad_class"][rows[mad]] == RMPP_CLASS]] = False  # SA transfers span frames (RMPP): reassembled
         if self.fmt == "text":  # IPoIB: summarised by what it carries, from the full decode
-            data &= (rec["flags"][rows] & R.F_IPOIB) == 0
+            data &= (flags & R.F_IPOIB) == 0
         decoded = {}
         for k, d in self._storage_decodes(batch, rows, details):
             decoded[int(rows[k])] = d
@@ -220,7 +223,7 @@ class Printer:
         """(k, full decode of rows[k]) of every frame the storage trackers must see, in the order they see
         them: capsules span frames and queues are learned from RDMA-CM first."""
         out, decoded = [], {}
-        if self.nvme is None:
+        if self.nvme is None or not storage_possible(batch, rows, self.nvme):
             return out
         more = rpcrdma_rows(batch, rows, self.nvme) + smbdirect_rows(batch, rows, self.nvme)
         for phase in storage_rows(batch.rec, rows, self.nvme) + iser_rows(batch, rows, self.nvme) + more:

@@ -236,21 +236,24 @@ class Session:
         return index, first, prev
 
     def note_many(self, src: np.ndarray, sport: np.ndarray, dst: np.ndarray, dport: np.ndarray, ns: np.ndarray):
-        """note() of frames in their order (addresses (n, 16) uint8): (n, 3) stream, first ns, previous ns."""
-        n = len(ns)
-        a = np.concatenate([src, sport.astype(">u2").view(np.uint8).reshape(n, 2)], axis=1)
-        b = np.concatenate([dst, dport.astype(">u2").view(np.uint8).reshape(n, 2)], axis=1)
-        at = (a != b).argmax(axis=1)  # either direction is one conversation: the smaller end first
-        swap = a[np.arange(n), at] > b[np.arange(n), at]
-        key = np.where(swap[:, None], np.concatenate([b, a], axis=1), np.concatenate([a, b], axis=1))
-        keyed = np.ascontiguousarray(key).view("V36").ravel()
-        uniq, first_at, inv = np.unique(keyed, return_index=True, return_inverse=True)
-        got = np.zeros((len(uniq), 3), np.int64)
-        keys = [None] * len(uniq)
-        for u in np.argsort(first_at).tolist():  # new conversations numbered in order of appearance
-            i = int(first_at[u])
-            keys[u] = frozenset(((src[i].tobytes(), int(sport[i])), (dst[i].tobytes(), int(dport[i]))))
-            got[u] = self.streams.setdefault(keys[u], (len(self.streams), int(ns[i]), int(ns[i])))
+        """note() of frames in their order (addresses (n, 16) uint8): (n, 3) stream, first ns, previous ns.
+        Their directions are told apart in one compiled pass (ibwire.analyze.hashing.group_rows)."""
+        from ibwire.analyze.hashing import group_rows
+
+        ends = np.zeros(len(ns), [("src", "V16"), ("sport", "u2"), ("dst", "V16"), ("dport", "u2")])
+        ends["src"], ends["sport"] = np.ascontiguousarray(src).view("V16").ravel(), sport
+        ends["dst"], ends["dport"] = np.ascontiguousarray(dst).view("V16").ravel(), dport
+        _, first, direction = group_rows(ends, ends.dtype.names)
+        index, keys, got = {}, [], []
+        conversation = np.zeros(len(first), np.int64)
+        for d, i in enumerate(first.tolist()):  # new conversations numbered in order of appearance
+            key = frozenset(((src[i].tobytes(), int(sport[i])), (dst[i].tobytes(), int(dport[i]))))
+            if key not in index:
+                index[key] = len(keys)
+                keys.append(key)
+                got.append(self.streams.setdefault(key, (len(self.streams), int(ns[i]), int(ns[i]))))
+            conversation[d] = index[key]
+        got, inv = np.array(got, np.int64).reshape(-1, 3), conversation[direction]
         order = np.argsort(inv, kind="stable")
         group, when = inv[order], ns[order].astype(np.int64)
         opens = np.concatenate([[True], group[1:] != group[:-1]])
