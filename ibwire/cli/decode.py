@@ -9,6 +9,7 @@ from typing import List, Optional
 import numpy as np
 import typer
 
+from ibwire.cli import closed_all
 from ibwire.cli.app import app, capture_source, port_speed, port_speed_option, read_file_option
 from ibwire.errors import UserError
 
@@ -158,6 +159,7 @@ def decode(
             writer.finish()
     for problem in list(stream.problems) + warnings:
         print(f"ibwire: warning: {src}: {problem}", file=sys.stderr)
+    closed_all()  # (the capture, -w's file and the read-ahead thread are done with)
 
 
 def _display_filter(text: Optional[str]):
