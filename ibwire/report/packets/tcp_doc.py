@@ -13,8 +13,8 @@ import ipaddress
 import weakref
 from typing import List, Optional
 
-from ibwire.report.packets.nvme_data_words import Titled
-from ibwire.report.packets.tcp_seq import ACK, FIN, RST, SYN, Acked, M, analyze, gt
+from ibwire.report.packets.tcp_options import SEVERITY, expert, line, options
+from ibwire.report.packets.tcp_seq import ACK, FIN, RST, SYN, Acked, M, analyze
 from ibwire.report.packets.values import bytes_text
 
 FLAG_NAMES = ("FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR", "AE")
@@ -31,8 +31,6 @@ FLAG_BITS = (  # key, label, mask of the 12 flag bits
     ("syn", "Syn", 0x02),
     ("fin", "Fin", 0x01),
 )
-SEVERITY = {"Chat": "2097152", "Note": "4194304", "Warning": "6291456"}
-SEQUENCE = "33554432"  # the expert group Sequence
 COMPLETENESS = {
     1: "Incomplete, SYN_SENT",
     3: "Incomplete, CLIENT_ESTABLISHED",
@@ -41,23 +39,6 @@ COMPLETENESS = {
     **{v: "Complete, WITH_DATA" for v in (31, 47, 63)},
     **{v: "Complete, NO_DATA" for v in (23, 39, 55)},
 }
-OPTIONS = {  # kind: (key, the option's name in the Options line, Kind's value name)
-    0: ("eol", "End of Option List (EOL)", "End of Option List"),
-    1: ("nop", "No-Operation (NOP)", "No-Operation"),
-    2: ("mss", "Maximum segment size", "Maximum Segment Size"),
-    3: ("wscale", "Window scale", "Window Scale"),
-    4: ("sack_perm", "SACK permitted", "SACK Permitted"),
-    5: ("sack", "SACK", "SACK"),
-    8: ("timestamp", "Timestamps", "Time Stamp Option"),
-}
-OPTION_LENGTHS = {2: (4,), 3: (3,), 4: (2,), 5: (10, 18, 26, 34), 8: (10,)}
-
-
-def line(value: str, title: str) -> Titled:
-    """An item's -T json value that -V shows as `title`."""
-    out = Titled(value)
-    out.title = title
-    return out
 
 
 def seconds(ns: int) -> str:
@@ -191,7 +172,7 @@ def tcp_layer(raw: bytes, reported: int, src: bytes, dst: bytes, frame: int, ns:
         if st.mru_syn and not st.first_rtt:
             st.first_rtt = ns - st.mru_syn
         fwd.is_first_ack = False
-    items += _options(raw[20 : h.hlen], h, fwd, rev)
+    items += options(raw[20 : h.hlen], h, fwd, rev)
     items.append(
         (
             "Timestamps",
@@ -272,18 +253,6 @@ def _complete(st: Stream, new: bool, flags: int, seglen: int) -> None:
         st.completeness |= 32
 
 
-def _expert(key: str, message: str, severity: str) -> tuple:
-    return (
-        "_ws.expert",
-        [
-            (key, line("", f"[{message}]")),
-            ("_ws.expert.message", message),
-            ("_ws.expert.severity", line(SEVERITY[severity], f"[Severity level: {severity}]")),
-            ("_ws.expert.group", line(SEQUENCE, "[Group: Sequence]")),
-        ],
-    )
-
-
 def _picture(value: int, mask: int) -> str:
     chars = ["." if not mask >> (11 - i) & 1 else "1" if value >> (11 - i) & 1 else "0" for i in range(12)]
     return " ".join("".join(chars[i : i + 4]) for i in range(0, 12, 4))
@@ -302,20 +271,20 @@ def _flags(h: Header, st: Stream, fwd: Flow, rev: Flow) -> list:
             kind = "acknowledge (SYN+ACK)" if f & ACK else "request (SYN)"
             key_ = "tcp.connection.synack" if f & ACK else "tcp.connection.syn"
             bits.append(
-                ("tcp.flags.syn_tree", [_expert(key_, f"Connection establish {kind}: server port {port}", "Chat")])
+                ("tcp.flags.syn_tree", [expert(key_, f"Connection establish {kind}: server port {port}", "Chat")])
             )
         if key == "fin" and f & FIN:
-            bits.append(("tcp.flags.fin_tree", [_expert("tcp.connection.fin", "Connection finish (FIN)", "Chat")]))
+            bits.append(("tcp.flags.fin_tree", [expert("tcp.connection.fin", "Connection finish (FIN)", "Chat")]))
         if key == "reset" and f & RST:
-            bits.append(("tcp.flags.reset_tree", [_expert("tcp.connection.rst", "Connection reset (RST)", "Warning")]))
+            bits.append(("tcp.flags.reset_tree", [expert("tcp.connection.rst", "Connection reset (RST)", "Warning")]))
     text = "".join(c if f >> (11 - i) & 1 else "\u00b7" for i, c in enumerate(FLAG_LETTERS))
     bits.append(("tcp.flags.str", line(text, f"[TCP Flags: {text}]")))
     if f & FIN:  # who closes first
         if rev.closing_initiator:
-            closing = _expert("tcp.connection.fin_passive", "This frame undergoes the connection closing", "Note")
+            closing = expert("tcp.connection.fin_passive", "This frame undergoes the connection closing", "Note")
         else:
             fwd.closing_initiator = True
-            closing = _expert("tcp.connection.fin_active", "This frame initiates the connection closing", "Note")
+            closing = expert("tcp.connection.fin_active", "This frame initiates the connection closing", "Note")
         bits.append(("tcp.flags.str_tree", [closing]))
     return [
         ("tcp.flags", line(f"0x{f:04x}", f"Flags: 0x{f:03x} ({', '.join(names) or '<None>'})")),
@@ -325,86 +294,6 @@ def _flags(h: Header, st: Stream, fwd: Flow, rev: Flow) -> list:
 
 def _set(on) -> str:
     return "Set" if on else "Not set"
-
-
-def _options(raw: bytes, h: Header, fwd: Flow, rev: Flow) -> list:
-    """The options tshark dissects, in order; an option it would word otherwise (unknown kind, bad length)
-    ends the list (docs/tshark-output.md, "Not yet")."""
-    if not raw:
-        return []
-    tree, names, at = [], [], 0
-    while at < len(raw):
-        kind = raw[at]
-        if kind not in OPTIONS:
-            break
-        key, name, kind_name = OPTIONS[kind]
-        size = 1 if kind in (0, 1) else raw[at + 1] if at + 1 < len(raw) else 0
-        if kind > 1 and (size not in OPTION_LENGTHS[kind] or at + size > len(raw)):
-            break
-        body = raw[at : at + size]
-        inner = [("tcp.option_kind", line(str(kind), f"Kind: {kind_name} ({kind})"))]
-        if kind > 1:
-            inner.append(("tcp.option_len", line(str(size), f"Length: {size}")))
-        head = f"TCP Option - {name}"
-        if kind == 2:
-            mss = int.from_bytes(body[2:4], "big")
-            inner.append(("tcp.options.mss_val", line(str(mss), f"MSS Value: {mss}")))
-            head += f": {mss} bytes"
-        elif kind == 3:
-            shift = body[2]
-            inner += [
-                ("tcp.options.wscale.shift", line(str(shift), f"Shift count: {shift}")),
-                (
-                    "tcp.options.wscale.multiplier",
-                    line(str(1 << min(shift, 14)), f"[Multiplier: {1 << min(shift, 14)}]"),
-                ),
-            ]
-            head += f": {shift} (multiply by {1 << min(shift, 14)})"
-            fwd.win_scale = min(shift, 14)
-        elif kind == 8:
-            tsval, tsecr = int.from_bytes(body[2:6], "big"), int.from_bytes(body[6:10], "big")
-            inner += [
-                ("tcp.options.timestamp.tsval", line(str(tsval), f"Timestamp value: {tsval}")),
-                ("tcp.options.timestamp.tsecr", line(str(tsecr), f"Timestamp echo reply: {tsecr}")),
-            ]
-            head += f": TSval {tsval}, TSecr {tsecr}"
-        elif kind == 5:
-            head, more = _sack(body, h, fwd, rev)
-            inner += more
-        tree += [(f"tcp.options.{key}", line(bytes_text(body), head)), (f"tcp.options.{key}_tree", inner)]
-        names.append(name)
-        at += size
-    shown = ", ".join([f"Options: ({len(raw)} bytes)"] + names)
-    return [("tcp.options", line(bytes_text(raw), shown)), ("tcp.options_tree", tree)]
-
-
-def _sack(body: bytes, h: Header, fwd: Flow, rev: Flow) -> tuple:
-    """A SACK option's title and items: each block's edges relative to the other direction's first
-    sequence number, the count, and a D-SACK (a first block at or below the ACK, RFC 2883)."""
-    base = rev.base_seq or 0
-    items, head = [], "TCP Option - SACK"
-    blocks = [
-        (int.from_bytes(body[i : i + 4], "big"), int.from_bytes(body[i + 4 : i + 8], "big"))
-        for i in range(2, len(body), 8)
-    ]
-    for le, re in blocks:
-        rle, rre = (le - base) % M, (re - base) % M
-        items += [
-            ("tcp.options.sack_le", line(str(rle), f"left edge = {rle} (relative)")),
-            ("tcp.options.sack_re", line(str(rre), f"right edge = {rre} (relative)")),
-        ]
-        head += f" {rle}-{rre}"
-    fwd.sack = blocks
-    items.append(("tcp.options.sack.count", line(str(len(blocks)), f"[TCP SACK Count: {len(blocks)}]")))
-    le, re = blocks[0]
-    if h.flags & ACK and not gt(re, h.ack):
-        rle, rre = (le - base) % M, (re - base) % M
-        items += [
-            ("tcp.options.sack.dsack_le", line(str(rle), f"[D-SACK Left Edge = {rle} (relative)]")),
-            ("tcp.options.sack.dsack_re", line(str(rre), f"[D-SACK Right Edge = {rre} (relative)]")),
-            ("D-SACK Sequence", [_expert("tcp.options.sack.dsack", "D-SACK Sequence", "Warning")]),
-        ]
-    return head, items
 
 
 def _verify_scaling(fwd: Flow, rev: Flow, synack: bool) -> None:
