@@ -221,6 +221,7 @@ def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
 
 
 def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summary_too):
+    from ibwire.decode._native import dumps
     from ibwire.decode.stream import select
     from ibwire.report.packets.printer import Printer
 
@@ -258,7 +259,7 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
                 return d
 
             if verbose and not (hexdump or summary_too):
-                out.write(tree_printer.tree_text(batch, rows, details))
+                out.write(dumps(tree_printer.tree_text(batch, rows, details), True))
             elif verbose or hexdump:
                 from ibwire.report.packets.tree import hex_dump
 
@@ -266,8 +267,8 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
                 for n, i in enumerate(rows.tolist()):
                     if summary_too:
                         out.write(printer.batch(batch, np.array([i]), details))
-                    if verbose:
-                        out.write(trees[n])
+                    if verbose:  # tshark dumps each Data item's bytes, unless -x dumps the frame's
+                        out.write(dumps(trees[n], not hexdump))
                     if hexdump:
                         out.write(hex_dump(batch.frame(i).data).encode() + b"\n")
             else:

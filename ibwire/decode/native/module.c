@@ -12,6 +12,7 @@
 
 #include "crc.h"
 #include "decode.h"
+#include "dump.h"
 #include "flows.h"
 #include "columns.h"
 #include "group.h"
@@ -755,6 +756,7 @@ static PyMethodDef methods[] = {
     {"health_rows", (PyCFunction)(void (*)(void))health_rows_py, METH_VARARGS | METH_KEYWORDS, health_rows_doc},
     {"health_layout", health_layout_py, METH_NOARGS, health_layout_doc},
     {"render", render, METH_VARARGS, render_doc},
+    {"dumps", dumps_py, METH_VARARGS, dumps_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},
     {"nspcap", nspcap_py, METH_VARARGS, nspcap_doc},
     {"flows_new", flows_new_py, METH_VARARGS, flows_new_doc},

@@ -475,6 +475,7 @@ TITLED = {
 }
 
 
+DUMP_MARK = "\x01"  # a line of the data's bytes in hex, for native/dump.c (its DUMP_MARK)
 MAX_INDENT = 160  # tshark's text output indents no deeper (print.c), however deep the tree
 
 
@@ -568,12 +569,14 @@ def tree_text(layers: list, flat: dict, extra: dict = None) -> str:
             out += _malformed(before)
             continue
         out.append(_heading(name, items, {}))
+        if name == "data":  # where tshark -V dumps its bytes (print.c): native/dump.c writes them
+            out.append(DUMP_MARK + dict(items).get("data.data", "").replace(":", ""))
         _items(items, 1, out, name, names)
         before = name
     if extra:
         out.append("ibwire")
         out += [f"    {key}: {value}" for key, value in extra.items()]
-    return "\n".join(printable(line, octal=True) for line in out) + "\n"
+    return "\n".join(line if line[:1] == DUMP_MARK else printable(line, octal=True) for line in out) + "\n"
 
 
 def hex_dump(data: bytes) -> str:
@@ -646,8 +649,9 @@ def own_fields(flat: dict, layers: list) -> dict:
 
 def tree(decoded) -> str:
     """One decoded frame's -V tree on its own (no capture around it: times and UDP streams start at it)."""
+    from ibwire.decode._native import dumps
     from ibwire.report.packets.tshark_doc import Session, Times, document
 
     ns = round(decoded.frame.time * 1e9)
     layers = document(decoded, Times(ns, 0, 0, 0), Session())
-    return tree_text(layers, decoded.flat, own_fields(decoded.flat, layers))
+    return dumps(tree_text(layers, decoded.flat, own_fields(decoded.flat, layers)).encode(), True).decode()

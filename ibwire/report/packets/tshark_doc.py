@@ -499,8 +499,9 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
                 ib = []
                 layers.append(("infiniband", ib))
             ib += _ipoib(layer) if layer.ws_name == "ipoib" else _header(layer) if layer.ws_name != "rwh" else []
-        elif cls is Raw and layer.load:
-            layers.append(("data", [("data.data", bytes_text(layer.load)), ("data.len", str(len(layer.load)))]))
+        elif cls is Raw and layer.load:  # with the BTH's pad bytes, which tshark counts in the payload
+            load = layer.load + (layer.payload.pad if getattr(layer.payload, "ws_name", "") == "pad" else b"")
+            layers.append(("data", [("data.data", bytes_text(load)), ("data.len", str(len(load)))]))
         elif cls in FOREIGN or hasattr(layer, "ws_fields"):
             name, items = _foreign(layer)
             if name in MERGED and layers and layers[-1][0] == name:
