@@ -5,14 +5,14 @@ tshark's single pass does: the stream index, relative sequence and ack numbers (
 the first sequence number seen), the conversation's completeness as it stood before the frame, times since
 the stream's first and previous frame, the window scaling learned from the SYNs, and the SEQ/ACK analysis
 (the segment an ACK acknowledges and its RTT, the handshake's iRTT, bytes in flight, bytes since the last
-PSH).  The analysis flags (retransmissions, duplicate ACKs, window updates …) are computed, since they decide
-whether a frame has a SEQ/ACK analysis at all, but not shown (docs/tshark-output.md, "Not yet").
+PSH, and the analysis flags: tcp_seq computes them, tcp_flags words them).
 """
 
 import ipaddress
 import weakref
 from typing import List, Optional
 
+from ibwire.report.packets.tcp_flags import analysis_flags
 from ibwire.report.packets.tcp_options import SEVERITY, expert, line, options
 from ibwire.report.packets.tcp_seq import ACK, FIN, RST, SYN, Acked, M, analyze
 from ibwire.report.packets.values import bytes_text
@@ -55,7 +55,7 @@ class Flow:
         self.nextseq = self.nextseqtime = self.lastack = self.lastacktime = self.maxseqtobeacked = 0
         self.segments: List[list] = []  # unacknowledged [frame, seq, nextseq, ns], newest first
         self.valid_bif, self.push_set_last, self.push_bytes_sent = True, False, 0
-        self.dupacknum = self.lastsegmentflags = 0
+        self.dupacknum = self.lastsegmentflags = self.lastnondupack = self.nextseqframe = 0
         self.closing_initiator = self.is_first_ack = False
         self.sack: List[tuple] = []
 
@@ -77,13 +77,13 @@ class Streams:
 
     def stream(self, ends, src, seq: int, flags: int, ns: int) -> tuple:
         """(stream, this direction's flow, the other's, is the conversation new, are its ports reused): a SYN
-        with a new ISN on a known conversation starts a new one, as tshark's does; a SYN again, or a SYN+ACK
-        with a new ISN, marks the frame."""
+        with a new ISN on a known conversation starts a new one, as tshark's does, and a SYN+ACK with a new
+        ISN is marked too."""
         st = self.by_ends.get(ends)
         new, reused = st is None, False
         old = st.flows.get(src) if st is not None else None
         if old is not None and old.base_seq is not None and flags & SYN:
-            reused = flags & ACK == 0 or seq != old.base_seq
+            reused = seq != old.base_seq
             if flags & ACK == 0 and seq != old.base_seq:
                 st = None
             elif flags & ACK == 0:
@@ -205,10 +205,13 @@ def heading(items: list) -> str:
     return text + (f", Len: {get['tcp.len']}" if "tcp.len" in get else "")
 
 
+TEXT_TITLES = {"tcp.analysis": "[SEQ/ACK analysis]", "tcp.analysis.flags": "[TCP Analysis Flags]"}
+
+
 def title(key: str, value) -> Optional[str]:
     """-V's title of a TCP text item: the SEQ/ACK analysis, an expert item TCP adds."""
-    if key == "tcp.analysis":
-        return "[SEQ/ACK analysis]"
+    if key in TEXT_TITLES:
+        return TEXT_TITLES[key]
     if key == "_ws.expert" and isinstance(value, list) and value and value[0][0].startswith("tcp."):
         got = dict(value)
         level = next((k for k, v in SEVERITY.items() if v == got.get("_ws.expert.severity")), "")
@@ -335,7 +338,7 @@ def _analysis(ta: Acked, st: Stream) -> list:
                 line(str(ta.push_bytes_sent), f"[Bytes sent since last PSH flag: {ta.push_bytes_sent}]"),
             )
         )
-    return items
+    return items + analysis_flags(ta)
 
 
 def tcp_items(tcp, frame: int, ns: int, session) -> list:

@@ -30,6 +30,7 @@ class Acked:
 
     def __init__(self):
         self.frame_acked = self.rtt = self.bytes_in_flight = self.push_bytes_sent = self.flags = 0
+        self.dupack_num = self.dupack_frame = self.rto = self.rto_frame = 0
 
 
 def analyze(st, fwd, rev, frame: int, ns: int, h, seglen: int, reused: bool) -> Optional[Acked]:
@@ -52,7 +53,7 @@ def analyze(st, fwd, rev, frame: int, ns: int, h, seglen: int, reused: bool) -> 
         rev.valid_bif = True
     _flags_fwd(fwd, rev, seq, ack, seglen, flags, window, ta)
     if ack != fwd.lastack:
-        fwd.dupacknum = 0
+        fwd.lastnondupack, fwd.dupacknum = frame, 0
     if rev.maxseqtobeacked and gt(ack, rev.maxseqtobeacked) and flags & ACK:
         t = ta()
         if rev.maxseqtobeacked > rev.nextseq:
@@ -70,7 +71,7 @@ def analyze(st, fwd, rev, frame: int, ns: int, h, seglen: int, reused: bool) -> 
         fwd.segments.insert(0, [frame, seq, nextseq, ns])
     probe = bool(box) and box[0].flags & ZWP
     if (gt(nextseq, fwd.nextseq) or not fwd.nextseq) and not probe:
-        fwd.nextseq, fwd.nextseqtime = nextseq, ns
+        fwd.nextseq, fwd.nextseqtime, fwd.nextseqframe = nextseq, ns, frame
     if (seq == fwd.maxseqtobeacked or not fwd.maxseqtobeacked) and not probe:
         fwd.maxseqtobeacked = fwd.nextseq
     fwd.window, fwd.lastack, fwd.lastacktime = window, ack, ns
@@ -117,7 +118,9 @@ def _flags_fwd(fwd, rev, seq, ack, seglen, flags, window, ta) -> None:
         return
     if seglen == 0 and window and window == fwd.window and same:
         fwd.dupacknum = 1 if fwd.dupacknum == -1 else fwd.dupacknum + 1
-        ta().flags |= DUP_ACK
+        t = ta()
+        t.flags |= DUP_ACK
+        t.dupack_num, t.dupack_frame = fwd.dupacknum, fwd.lastnondupack
 
 
 def _retransmission(st, fwd, rev, ns, seq, seglen, flags, ta, box) -> None:
@@ -138,8 +141,12 @@ def _retransmission(st, fwd, rev, ns, seq, seglen, flags, ta, box) -> None:
     if behind and ns - fwd.nextseqtime < threshold and fwd.nextseq != ends:
         ta().flags |= OUT_OF_ORDER
         return
-    if behind:
-        ta().flags |= RETRANSMISSION
+    if behind:  # its RTO: from the oldest segment not yet acknowledged (else the latest new one)
+        t = ta()
+        t.flags |= RETRANSMISSION
+        t.rto, t.rto_frame = ns - fwd.nextseqtime, fwd.nextseqframe
+        if fwd.segments:
+            t.rto, t.rto_frame = ns - fwd.segments[-1][3], fwd.segments[-1][0]
 
 
 def _in_flight(fwd, rev, seglen, flags, ta) -> None:
