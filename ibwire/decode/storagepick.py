@@ -25,13 +25,14 @@ def storage_possible(batch, rows: np.ndarray, trackers) -> bool:
     if trackers.active or any(t is not None and t.seen for t in parts):
         return True
     rec = batch.rec
-    flags = rec["flags"][rows]
+    every = len(rows) == len(rec)  # (`rows` ascending: all of them, read a column at a time without copies)
+    flags = rec["flags"] if every else rec["flags"][rows]
     mad = np.flatnonzero(flags & R.F_MAD)
     if len(mad) and (rec["mad_class"][rows[mad]] == CM_CLASS).any():
         return True
     if parts[0] is None and parts[1] is None:
         return False
-    send = rows[SENDS[rec["opcode"][rows]] & ((flags & WHOLE) == R.F_BTH)]
+    send = rows[SENDS[rec["opcode"] if every else rec["opcode"][rows]] & ((flags & WHOLE) == R.F_BTH)]
     send = send[rec["paylen"][send] >= HEAD]
     if not len(send):
         return False
