@@ -284,9 +284,9 @@ class Shapes:
         return self.layouts[layout]
 
     def _shapes(self, batch, layouts: list, known: list, rows, layout_of, where, out, progs) -> None:
-        """Learning costs 13 full decodes: a shape is learned once EARN_BACK of its own frames were seen (a
-        capture of frames all unlike, a fuzz corpus, is decoded in full).  The rows' head bytes under their
-        layout's mask (zero past its head) and the layout's number name the shape."""
+        """Learning costs 11 or 12 full decodes (templates.learn): a shape is learned once EARN_BACK of its own
+        frames were seen (a capture of frames all unlike, a fuzz corpus, is decoded in full).  The rows' head
+        bytes under their layout's mask (zero past its head) and the layout's number name the shape."""
         width = max(k[0] for k in known if k is not None)
         keeps = np.zeros((len(known), width), np.uint8)
         for j, k in enumerate(known):
