@@ -221,13 +221,13 @@ def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
 
 
 def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summary_too):
-    from ibwire.decode._native import dumps
     from ibwire.decode.stream import select
     from ibwire.report.packets.printer import Printer
+    from ibwire.report.packets.tree import Dumps
 
     shown = 0
     t0, prev = None, None
-    tree_printer = Printer("tree")
+    tree_printer, dumps = Printer("tree"), Dumps()
     tree_printer.nvme = printer.nvme  # -V decodes storage as the other outputs do
     if show:
         out.write(printer.start())

@@ -6,14 +6,16 @@
 #include <stdint.h>
 #include <string.h>
 
-const char dumps_doc[] = "dumps(text, show) -> bytes: the marker lines of -V text replaced by tshark's hex dumps";
+const char dumps_doc[] = "dumps(text, show, out) -> n: text with its marker lines replaced by tshark's hex dumps written "
+                         "to the writable buffer out (n bytes), or -size when out is smaller than it must be";
 
-static int8_t value_of[256];  /* a hex digit's value, -1 for anything else */
-static char hex3[256][3];     /* a byte as two hex digits and a space */
+static int16_t pair_of[65536];  /* two hex digits (first in the high byte) -> their byte, -1 if not hex */
+static char hex3[256][4];       /* a byte as two hex digits and a space */
 
 static void tables(void)
 {
     static const char digits[] = "0123456789abcdef";
+    static int8_t value_of[256];
     if (hex3[0][0])
         return;
     memset(value_of, -1, sizeof value_of);
@@ -21,18 +23,24 @@ static void tables(void)
         value_of[(uint8_t)digits[i]] = (int8_t)i;
         value_of[(uint8_t)("0123456789ABCDEF"[i])] = (int8_t)i;
     }
+    for (int a = 0; a < 256; a++)
+        for (int b = 0; b < 256; b++)
+            pair_of[a << 8 | b] = value_of[a] < 0 || value_of[b] < 0 ? -1 : (int16_t)(value_of[a] << 4 | value_of[b]);
     for (int b = 0; b < 256; b++) {
         hex3[b][0] = digits[b >> 4];
         hex3[b][1] = digits[b & 15];
         hex3[b][2] = ' ';
+        hex3[b][3] = ' ';
     }
 }
 
-/* Writes the dump of the n bytes whose hex is at h into out; returns the bytes written. */
+/* Writes the dump of the n bytes whose hex is at h into out; returns the bytes written, or 0 when h holds
+ * something other than hex digits. */
 static size_t dump(const uint8_t *h, size_t n, uint8_t *out)
 {
     static const char digits[] = "0123456789abcdef";
     uint8_t *o = out;
+    int16_t any = 0;
     *o++ = '\n';
     for (size_t at = 0; at < n; at += 16) {
         size_t k = n - at < 16 ? n - at : 16;
@@ -50,69 +58,76 @@ static size_t dump(const uint8_t *h, size_t n, uint8_t *out)
         uint8_t *ascii = o + 50;
         const uint8_t *q = h + 2 * at;
         for (size_t j = 0; j < k; j++, q += 2) {
-            uint8_t b = (uint8_t)(value_of[q[0]] << 4 | value_of[q[1]]);
-            memcpy(o + 3 * j, hex3[b], 3);
+            int16_t v = pair_of[q[0] << 8 | q[1]];
+            uint8_t b = (uint8_t)v;
+            any |= v;
+            memcpy(o + 3 * j, hex3[b], 4); /* its fourth byte is the next's first, or padding */
             ascii[j] = b >= 0x20 && b < 0x7f ? b : '.';
         }
         memset(o + 3 * k, ' ', 50 - 3 * k); /* the hex padded to 47 columns, then three spaces */
         o = ascii + k;
         *o++ = '\n';
     }
-    return (size_t)(o - out);
+    return any < 0 ? 0 : (size_t)(o - out);
+}
+
+/* The first marker line that starts at or after p (NULL: none). */
+static const uint8_t *next_mark(const uint8_t *s, const uint8_t *p, const uint8_t *end)
+{
+    const uint8_t *m = memchr(p, DUMP_MARK, (size_t)(end - p));
+    while (m && m > s && m[-1] != '\n')
+        m = memchr(m + 1, DUMP_MARK, (size_t)(end - m - 1));
+    return m;
 }
 
 PyObject *dumps_py(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer t;
+    Py_buffer t, b;
     int show;
-    if (!PyArg_ParseTuple(args, "y*p", &t, &show))
+    if (!PyArg_ParseTuple(args, "y*pw*", &t, &show, &b))
         return NULL;
     tables();
     const uint8_t *s = t.buf, *end = s + t.len;
     /* the output's size at most: 32 hex digits become a 73-byte line, and each marker adds a blank line and
      * at most one short last line (80 bytes) */
-    size_t cap = 0;
-    for (const uint8_t *p = s; p < end; p++)
-        if (*p == DUMP_MARK && (p == s || p[-1] == '\n'))
-            cap += 80;
-    cap += (size_t)t.len * 3;
-    PyObject *res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
-    if (!res) {
-        PyBuffer_Release(&t);
-        return NULL;
+    size_t cap = (size_t)t.len;
+    for (const uint8_t *m = next_mark(s, s, end); m; m = next_mark(s, m + 1, end)) {
+        const uint8_t *nl = memchr(m, '\n', (size_t)(end - m));
+        cap += 80 + (size_t)((nl ? nl : end) - m) * 3 / 2;
     }
-    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(res);
+    if (cap > (size_t)b.len) {  /* the caller's buffer is too small: how much it needs */
+        PyBuffer_Release(&t);
+        PyBuffer_Release(&b);
+        return PyLong_FromSsize_t(-(Py_ssize_t)cap);
+    }
+    uint8_t *o = b.buf;
     const uint8_t *p = s;
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
     while (p < end) {
-        const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
-        const uint8_t *stop = nl ? nl + 1 : end;
-        if (*p == DUMP_MARK) {
-            const uint8_t *h = p + 1, *he = nl ? nl : end;
-            size_t n = (size_t)(he - h) / 2;
-            for (const uint8_t *c = h; c < he; c++)
-                bad |= value_of[*c] < 0;
-            bad |= (he - h) % 2;
-            if (bad)
-                break;
-            if (show)
-                o += dump(h, n, o);
-        } else {
-            memcpy(o, p, (size_t)(stop - p));
-            o += stop - p;
+        const uint8_t *m = next_mark(s, p, end), *upto = m ? m : end;
+        memcpy(o, p, (size_t)(upto - p));  /* the text up to the marker, whole */
+        o += upto - p;
+        if (!m)
+            break;
+        const uint8_t *h = m + 1, *nl = memchr(h, '\n', (size_t)(end - h)), *he = nl ? nl : end;
+        size_t wrote = (he - h) % 2 ? 0 : dump(h, (size_t)(he - h) / 2, o);
+        if (!wrote) {
+            bad = 1;
+            break;
         }
-        p = stop;
+        if (show)
+            o += wrote;
+        p = nl ? nl + 1 : end;
     }
     Py_END_ALLOW_THREADS
+    Py_ssize_t n = (Py_ssize_t)(o - (uint8_t *)b.buf);
     PyBuffer_Release(&t);
+    PyBuffer_Release(&b);
     if (bad) {
-        Py_DECREF(res);
         PyErr_SetString(PyExc_ValueError, "dumps: a marker line holds something other than hex pairs");
         return NULL;
     }
-    if (_PyBytes_Resize(&res, (Py_ssize_t)(o - (uint8_t *)PyBytes_AS_STRING(res))) < 0)
-        return NULL;
-    return res;
+    return PyLong_FromSsize_t(n);
 }

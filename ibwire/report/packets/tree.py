@@ -476,6 +476,25 @@ TITLED = {
 
 
 DUMP_MARK = "\x01"  # a line of the data's bytes in hex, for native/dump.c (its DUMP_MARK)
+
+
+class Dumps:
+    """-V text with its marker lines turned into tshark's hex dumps (native/dump.c), written to a buffer kept
+    from one batch to the next: the view returned holds until the next call."""
+
+    def __init__(self):
+        self.buf = bytearray()
+
+    def __call__(self, text: bytes, show: bool = True) -> memoryview:
+        from ibwire.decode._native import dumps
+
+        n = dumps(text, show, self.buf)
+        if n < 0:
+            self.buf = bytearray(-n * 5 // 4)
+            n = dumps(text, show, self.buf)
+        return memoryview(self.buf)[:n]
+
+
 MAX_INDENT = 160  # tshark's text output indents no deeper (print.c), however deep the tree
 
 
@@ -649,9 +668,8 @@ def own_fields(flat: dict, layers: list) -> dict:
 
 def tree(decoded) -> str:
     """One decoded frame's -V tree on its own (no capture around it: times and UDP streams start at it)."""
-    from ibwire.decode._native import dumps
     from ibwire.report.packets.tshark_doc import Session, Times, document
 
     ns = round(decoded.frame.time * 1e9)
     layers = document(decoded, Times(ns, 0, 0, 0), Session())
-    return dumps(tree_text(layers, decoded.flat, own_fields(decoded.flat, layers)).encode(), True).decode()
+    return bytes(Dumps()(tree_text(layers, decoded.flat, own_fields(decoded.flat, layers)).encode())).decode()
