@@ -167,7 +167,7 @@ class Printer:
         if len(idx):
             sub = rows[idx]
             if self.fmt == "text":
-                hashes, first, inv = group_rows(rec, summary.GROUP_FIELDS, sub)
+                hashes, first, inv = group_rows(rec.view(summary.GROUP_VIEW), summary.GROUP_VIEW.names, sub)
                 keys = hashes
             else:
                 shape = _shape_key(rec, sub)  # grouped compiled: np.unique sorted the pairs, 5 ms a batch

