@@ -229,6 +229,7 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
     t0, prev = None, None
     tree_printer, dumps = Printer("tree"), Dumps()
     tree_printer.nvme = printer.nvme  # -V decodes storage as the other outputs do
+    behind = _Behind(out) if show and verbose and not (hexdump or summary_too) else None
     if show:
         out.write(printer.start())
     batches = select(stream, flt, nvme=printer.nvme) if flt else ((b, None) for b in stream)
@@ -258,8 +259,8 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
                 d.flat.update(detail_flat_times(d.frame.time, t0, float(times[i - 1]) if i else prev))
                 return d
 
-            if verbose and not (hexdump or summary_too):
-                out.write(dumps(tree_printer.tree_text(batch, rows, details), True))
+            if behind:
+                behind.put(tree_printer.tree_text(batch, rows, details))
             elif verbose or hexdump:
                 from ibwire.report.packets.tree import hex_dump
 
@@ -273,13 +274,58 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
                         out.write(hex_dump(batch.frame(i).data).encode() + b"\n")
             else:
                 out.write(printer.batch(batch, rows, details))
-            out.flush()
+            if not behind:
+                out.flush()
         prev = float(rec["time"][-1])
         if count is not None and shown >= count:
             break
+    if behind:
+        behind.close()
     if show:
         out.write(printer.end())
         out.flush()
+
+
+class _Behind:
+    """-V alone: each batch's trees written, their hex dumps made (ibwire.report.packets.tree.Dumps), on a thread
+    of their own while the next batch is printed (both halves release the GIL): put() waits for the batch before
+    to be written, so two batches' texts are held at most.  An error writing is raised in the caller at its next
+    put() or at close()."""
+
+    def __init__(self, out):
+        import queue
+        import threading
+
+        from ibwire.report.packets.tree import Dumps
+
+        self.out, self.dumps, self.error = out, Dumps(), None
+        self.queue = queue.Queue(maxsize=1)
+        self.thread = threading.Thread(target=self._write, name="ibwire-write", daemon=True)
+        self.thread.start()
+
+    def _write(self) -> None:
+        while (text := self.queue.get()) is not None:
+            if self.error is None:
+                try:
+                    self.out.write(self.dumps(text))
+                    self.out.flush()
+                except BaseException as e:  # noqa: BLE001 - the caller's thread raises it
+                    self.error = e
+            del text
+            self.queue.task_done()
+
+    def put(self, text: bytes) -> None:
+        self.queue.join()
+        if self.error is not None:
+            raise self.error
+        self.queue.put(text)
+
+    def close(self) -> None:
+        self.queue.join()
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def detail_flat_times(t: float, t0: float, prev: Optional[float]) -> dict:

@@ -34,6 +34,25 @@ static void tables(void)
     }
 }
 
+/* The bytes dump() writes for n bytes: a blank line, 73 per 16 bytes, 57 and one per byte for a shorter
+ * last line, the offset's digits beyond four. */
+static size_t dump_size(size_t n)
+{
+    size_t wide = 0;
+    for (size_t at = 0x10000; at < n; at += 16)
+        wide += (size_t)snprintf(NULL, 0, "%zx", at) - 4;
+    return 1 + n / 16 * 73 + (n % 16 ? 57 + n % 16 : 0) + wide;
+}
+
+/* 1 when the 2n characters at h are hex digits, else 0. */
+static size_t hex_pairs(const uint8_t *h, size_t n)
+{
+    int16_t any = 0;
+    for (size_t j = 0; j < n; j++)
+        any |= pair_of[h[2 * j] << 8 | h[2 * j + 1]];
+    return any >= 0;
+}
+
 /* Writes the dump of the n bytes whose hex is at h into out; returns the bytes written, or 0 when h holds
  * something other than hex digits. */
 static size_t dump(const uint8_t *h, size_t n, uint8_t *out)
@@ -89,12 +108,14 @@ PyObject *dumps_py(PyObject *self, PyObject *args)
         return NULL;
     tables();
     const uint8_t *s = t.buf, *end = s + t.len;
-    /* the output's size at most: 32 hex digits become a 73-byte line, and each marker adds a blank line and
-     * at most one short last line (80 bytes) */
+    /* the output's size: each marker line gives way to its dump (with show) or to nothing */
     size_t cap = (size_t)t.len;
     for (const uint8_t *m = next_mark(s, s, end); m; m = next_mark(s, m + 1, end)) {
-        const uint8_t *nl = memchr(m, '\n', (size_t)(end - m));
-        cap += 80 + (size_t)((nl ? nl : end) - m) * 3 / 2;
+        const uint8_t *nl = memchr(m, '\n', (size_t)(end - m)), *stop = nl ? nl + 1 : end;
+        size_t n = (size_t)(stop - m - 1 - (nl != NULL)) / 2;
+        cap -= (size_t)(stop - m);
+        if (show)
+            cap += dump_size(n);
     }
     if (cap > (size_t)b.len) {  /* the caller's buffer is too small: how much it needs */
         PyBuffer_Release(&t);
@@ -112,7 +133,7 @@ PyObject *dumps_py(PyObject *self, PyObject *args)
         if (!m)
             break;
         const uint8_t *h = m + 1, *nl = memchr(h, '\n', (size_t)(end - h)), *he = nl ? nl : end;
-        size_t wrote = (he - h) % 2 ? 0 : dump(h, (size_t)(he - h) / 2, o);
+        size_t n = (size_t)(he - h) / 2, wrote = (he - h) % 2 ? 0 : show ? dump(h, n, o) : hex_pairs(h, n);
         if (!wrote) {
             bad = 1;
             break;
