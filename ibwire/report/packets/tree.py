@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from dissectors.madnames import trap_title
 from ibwire.report.escape import printable
-from ibwire.report.packets import iser_words, nvme_data_words, nvme_words, rpc_words, smb_words
+from ibwire.report.packets import icmp_doc, iser_words, nvme_data_words, nvme_words, rpc_words, smb_words, tcp_doc
 from ibwire.report.packets.ws_labels import FIELDS, OUIS, TFS, VALUES
 
 IB = "infiniband."
@@ -51,6 +51,7 @@ HIDDEN = {
     "ipv6.host",
     "ip.version@ipv6",
     "udp.port",
+    "tcp.port",
     "udp.payload@hidden",
     "_ws.expert.message",
     "_ws.malformed",
@@ -450,6 +451,7 @@ def layer_label(name: str, items: list) -> str:
 # Protocols' titles where they are the protocol's name alone
 NAMES = {
     "infiniband": "InfiniBand",
+    "icmp": "Internet Control Message Protocol",
     "erf": "Extensible Record Format",
     "lldp": "Link Layer Discovery Protocol",
     "macc": "MAC Control",
@@ -471,6 +473,7 @@ TITLED = {
     "scsi": iser_words.scsi_heading,
     "nvme": nvme_words.heading,
     "rpc": lambda items: rpc_words.heading("rpc", items),
+    "tcp": tcp_doc.heading,
     "nfs": lambda items: rpc_words.heading("nfs", items),
 }
 
@@ -530,8 +533,14 @@ def _items(items: list, depth: int, out: list, layer: str, names: dict, inner: i
             sub = dict(items[i + 1][1]) if i + 1 < len(items) else {}
             out.append(f"{pad}Interface id: {value} ({sub.get('frame.interface_name', '')})")
             continue
+        if key == "data" and isinstance(value, list):  # Data inside its protocol (ICMP's): title, dump, items
+            out += [pad + _heading(key, value, {}), DUMP_MARK + dict(value).get("data.data", "").replace(":", "")]
+            _items(value, depth + 1, out, key, names)
+            continue
         if isinstance(value, list):  # a text item (Timestamps, an NVMe-oF Cmd or Cqe) and what it holds
-            out.append(pad + (nvme_words.title(key, value) or smb_words.title(key, value) or field_line(key, "")))
+            text = nvme_words.title(key, value) or smb_words.title(key, value) or tcp_doc.title(key, value)
+            text = text or icmp_doc.title(key, value)
+            out.append(pad + (text or field_line(key, "")))
             _items(value, depth + 1, out, layer, names)
             continue
         if key in (IB + "cm.req.prim_localgid", IB + "cm.req.prim_remotegid") and names["over_ipv4"]:

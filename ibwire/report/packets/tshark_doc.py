@@ -18,7 +18,7 @@ from typing import List, NamedTuple, Optional
 
 import numpy as np
 from scapy.fields import BitField
-from scapy.layers.inet import IP, UDP
+from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import NoPayload, Raw
@@ -29,6 +29,7 @@ from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_IPOIB, 
 from ibwire.decode.fields import FOREIGN, MERGED, mad_layer_entries
 from ibwire.decode.fieldtypes import TSHARK_DISPLAY
 from ibwire.report.packets.dcb_doc import dcb_layer, pairs
+from ibwire.report.packets.icmp_doc import icmp_items
 from ibwire.report.packets.values import SELF_NAMED, bytes_text, ipv6_text, value_text
 
 # Wiretap's encapsulation numbers (frame.encap_type) of the link types tshark 4.0 reads (not 247: tshark
@@ -479,6 +480,10 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
             layers.append(("ipv6", _ipv6(layer)))
         elif cls is UDP:
             layers.append(("udp", session.udp(layer, t.epoch)))
+        elif cls is ICMP:  # the message holds what follows it, up to the IB CRCs
+            layers.append(icmp_items(layer, flat or {}, t.epoch, session, frame_time))
+            while not isinstance(layer.payload, (NoPayload, IBLayer)):
+                layer = layer.payload
         elif cls.__name__ == "MAD" and cls.__module__.startswith("dissectors.mad"):
             ib += _header(layer) + _mad_class(layer)
             break  # the MAD holds the rest of the packet but the CRCs

@@ -1,0 +1,266 @@
+"""ICMP in tshark 4.0's shape (packet-icmp.c): the `icmp` layer of -T json / -T ek, each item's -V line its title.
+
+An echo's identifier and sequence number both ways round, a reply's request frame and response time (tshark's
+single pass: a request is matched by the reply's checksum, identifier and sequence number between the same two
+addresses, and shows no link to its reply), the timestamp ping puts in the first 8 bytes of the data, then the
+data as a `data` object inside the layer.  Other types: type, code, checksum and the second word's fields; the
+offending datagram an error carries is not shown yet (docs/tshark-output.md).
+"""
+
+import weakref
+from typing import Optional
+
+from ibwire.report.packets.tcp_options import line
+from ibwire.report.packets.values import bytes_text
+
+TYPES = {
+    0: "Echo (ping) reply",
+    1: "Reserved",
+    2: "Reserved",
+    3: "Destination unreachable",
+    4: "Source quench (flow control)",
+    5: "Redirect",
+    6: "Alternate host address",
+    8: "Echo (ping) request",
+    9: "Router advertisement",
+    10: "Router solicitation",
+    11: "Time-to-live exceeded",
+    12: "Parameter problem",
+    13: "Timestamp request",
+    14: "Timestamp reply",
+    15: "Information request",
+    16: "Information reply",
+    17: "Address mask request",
+    18: "Address mask reply",
+    19: "Reserved (for security)",
+    30: "Traceroute",
+    31: "Datagram Conversion Error",
+    32: "Mobile Host Redirect",
+    33: "IPv6 Where-Are-You",
+    34: "IPv6 I-Am-Here",
+    35: "Mobile Registration Request",
+    36: "Mobile Registration Reply",
+    37: "Domain Name Request",
+    38: "Domain Name Reply",
+    39: "SKIP",
+    40: "Photuris",
+    41: "Experimental mobility protocols",
+    42: "Extended Echo request",
+    43: "Extended Echo reply",
+}
+CODES = {  # each type's code names (packet-icmp.c's *_code_str)
+    3: (
+        "Network unreachable",
+        "Host unreachable",
+        "Protocol unreachable",
+        "Port unreachable",
+        "Fragmentation needed",
+        "Source route failed",
+        "Destination network unknown",
+        "Destination host unknown",
+        "Source host isolated",
+        "Network administratively prohibited",
+        "Host administratively prohibited",
+        "Network unreachable for TOS",
+        "Host unreachable for TOS",
+        "Communication administratively filtered",
+        "Host precedence violation",
+        "Precedence cutoff in effect",
+    ),
+    5: ("Redirect for network", "Redirect for host", "Redirect for TOS and network", "Redirect for TOS and host"),
+    6: ("Alternate address for host",),
+    11: ("Time to live exceeded in transit", "Fragment reassembly time exceeded"),
+    12: ("Pointer indicates the error", "Required option missing", "Bad length"),
+    40: (
+        "Bad SPI",
+        "Authentication Failed",
+        "Decompression Failed",
+        "Decryption Failed",
+        "Need Authentication",
+        "Need Authorization",
+    ),
+}
+CODES = {kind: dict(enumerate(names)) for kind, names in CODES.items()}
+CODES[9] = {0: "Normal router advertisement", 16: "Does not route common traffic"}
+ECHO, ECHO_REPLY = 8, 0
+ECHO_LIKE = (0, 8, 13, 14, 15, 16, 17, 18)  # types whose second word is an identifier and a sequence number
+DAY = 3600 * 24
+_SESSIONS = weakref.WeakKeyDictionary()  # tshark_doc.Session -> {(addresses, key): [request frame, ns, replied]}
+
+
+def in_cksum(data: bytes) -> int:
+    """The Internet checksum of `data` (RFC 1071): 0 over a datagram whose checksum is right."""
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def icmp_layer(raw: bytes, reported: int, ends: frozenset, frame: int, ns: int, session, clock=str) -> list:
+    """The icmp layer of a message: `raw` its captured bytes, `reported` its length by the IP header, `ends`
+    the IP addresses, `frame` the frame's number, `clock` how a time (ns since the epoch) is written."""
+    if len(raw) < 2:  # tshark stops at the first byte it lacks
+        return [_type(raw[0])] if raw else []
+    kind, code = raw[0], raw[1]
+    if kind in (42, 43):  # RFC 8335's extended echo: not yet
+        return [_type(kind)]
+    items = [_type(kind, code), _code(kind, code)]
+    if len(raw) < 4:
+        return items
+    items += _checksum(raw, reported)
+    if kind in ECHO_LIKE:  # as far as the bytes go
+        for at, key, label in ((4, "icmp.ident", "Identifier"), (6, "icmp.seq", "Sequence Number")):
+            if len(raw) >= at + 2:
+                pair = raw[at : at + 2]
+                items += [
+                    _dec_hex(key, f"{label} (BE)", int.from_bytes(pair, "big")),
+                    _dec_hex(key + "_le", f"{label} (LE)", int.from_bytes(pair, "little")),
+                ]
+    if len(raw) < 8:
+        return items
+    if kind not in (ECHO, ECHO_REPLY):
+        return items + _second_word(raw, kind, code)
+    items += _transaction(raw, kind, ends, frame, ns, session)
+    data = raw[8:reported]
+    if len(data) >= 8:
+        stamp = _timestamp(data, ns)
+        if stamp is not None:
+            items += [
+                ("icmp.data_time", line(clock(stamp), f"Timestamp from icmp data: {clock(stamp)}")),
+                (
+                    "icmp.data_time_relative",
+                    line(
+                        _seconds(ns - stamp), f"[Timestamp from icmp data (relative): {_seconds(ns - stamp)} seconds]"
+                    ),
+                ),
+            ]
+            data = data[8:]
+    if data:
+        items.append(("data", [("data.data", bytes_text(data)), ("data.len", str(len(data)))]))
+    return items
+
+
+def _type(kind: int, code: int = -1) -> tuple:
+    name = TYPES.get(kind, "Unknown ICMP (obsolete or malformed?)")
+    name = "Mobile IP Advertisement" if kind == 9 and code in (0, 16) else name
+    return ("icmp.type", line(str(kind), f"Type: {kind} ({name})"))
+
+
+def _code(kind: int, code: int) -> tuple:
+    names = CODES.get(kind)
+    if names is None:
+        return ("icmp.code", line(str(code), f"Code: {code}"))
+    return ("icmp.code", line(str(code), f"Code: {code} ({names.get(code, f'Unknown code: {code}')})"))
+
+
+def _checksum(raw: bytes, reported: int) -> list:
+    value = int.from_bytes(raw[2:4], "big")
+    text = f"0x{value:04x}"
+    if len(raw) < reported:  # cut short: packet-icmp.c's wording for a checksum it cannot verify
+        return [
+            ("icmp.checksum", line(text, f"Checksum: {text} [unverified] [fragmented datagram]")),
+            ("icmp.checksum.status", line("2", "[Checksum Status: Unverified]")),
+        ]
+    computed = in_cksum(raw[:reported])
+    if computed == 0:
+        return [
+            ("icmp.checksum", line(text, f"Checksum: {text} [correct]")),
+            ("icmp.checksum.status", line("1", "[Checksum Status: Good]")),
+        ]
+    should = (value + computed) & 0xFFFF if value + computed <= 0xFFFF else (value + computed + 1) & 0xFFFF
+    message = f"Bad checksum [should be 0x{should:04x}]"
+    expert = [
+        ("icmp.checksum_bad", line("", f"[{message}]")),
+        ("_ws.expert.message", message),
+        ("_ws.expert.severity", line("6291456", "[Severity level: Warning]")),
+        ("_ws.expert.group", line("16777216", "[Group: Checksum]")),
+    ]
+    return [
+        ("icmp.checksum", line(text, f"Checksum: {text} incorrect, should be 0x{should:04x}")),
+        ("icmp.checksum_tree", [("_ws.expert", expert)]),
+        ("icmp.checksum.status", line("0", "[Checksum Status: Bad]")),
+    ]
+
+
+def title(key: str, value) -> Optional[str]:
+    """-V's title of ICMP's expert item (a bad checksum)."""
+    if key == "_ws.expert" and isinstance(value, list) and value and value[0][0].startswith("icmp."):
+        return f"[Expert Info (Warning/Checksum): {dict(value).get('_ws.expert.message', '')}]"
+    return None
+
+
+def _second_word(raw: bytes, kind: int, code: int) -> list:
+    """The fields of an error's or a redirect's second word (the datagram it carries is not shown yet)."""
+    if kind == 5:
+        gateway = ".".join(str(b) for b in raw[4:8])
+        return [("icmp.redir_gw", line(gateway, f"Gateway Address: {gateway}"))]
+    if kind not in (3, 11, 12) or raw[5]:  # RFC 4884's length of the datagram: not yet
+        return []
+    if kind == 12:
+        return [("icmp.pointer", line(str(raw[4]), f"Pointer: {raw[4]}")), _unused(raw[5:8])]
+    if kind == 3 and code == 4:
+        mtu = int.from_bytes(raw[6:8], "big")
+        return [_unused(raw[4:6]), ("icmp.mtu", line(str(mtu), f"MTU of next hop: {mtu}"))]
+    return [_unused(raw[4:8])]
+
+
+def _unused(raw: bytes) -> tuple:
+    return ("icmp.unused", line(bytes_text(raw), f"Unused: {raw.hex()}"))
+
+
+def _dec_hex(key: str, label: str, n: int) -> tuple:
+    return (key, line(str(n), f"{label}: {n} (0x{n:04x})"))
+
+
+def _transaction(raw: bytes, kind: int, ends: frozenset, frame: int, ns: int, session) -> list:
+    """A request starts a transaction, a reply ends the one it answers (packet-icmp.c transaction_start/end,
+    first pass): the key is the checksum the reply would carry, the identifier and the sequence number."""
+    pending = _SESSIONS.setdefault(session, {})
+    checksum, rest = int.from_bytes(raw[2:4], "big"), raw[4:8]
+    if kind == ECHO:  # the reply's checksum: the request's plus the type's difference (0x0800)
+        pending[(ends, in_cksum(((~checksum) & 0xFFFF).to_bytes(2, "big") + b"\xf7\xff"), rest)] = [frame, ns, False]
+        return []
+    trans = pending.get((ends, 0 if checksum == 0xFFFF else checksum, rest))
+    if trans is None or trans[2]:  # no request, or it was answered already
+        return []
+    trans[2] = True
+    ms = (ns - trans[1]) / 1e6
+    return [
+        ("icmp.resp_to", line(str(trans[0]), f"[Request frame: {trans[0]}]")),
+        ("icmp.resptime", line(f"{ms:.15g}", f"[Response time: {ms:.3f} ms]")),
+    ]
+
+
+def _timestamp(data: bytes, ns: int):
+    """The ns of a timeval in the data's first 8 bytes (seconds and microseconds, big-endian tried first), when
+    it lies within a day of the frame's time; else None."""
+    secs = ns // 10**9
+    for order in ("big", "little"):
+        sec, usec = int.from_bytes(data[0:4], order), int.from_bytes(data[4:8], order)
+        diff = (sec - secs + (1 << 31)) % (1 << 32) - (1 << 31)  # as tshark's (int) cast of the difference
+        if abs(diff) < DAY and usec < 1_000_000:
+            return sec * 10**9 + usec * 1000
+    return None
+
+
+def _seconds(ns: int) -> str:
+    return f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
+
+
+def icmp_items(icmp, flat: dict, ns: int, session, clock) -> tuple:
+    """("icmp", icmp_layer()) of a scapy ICMP layer (its bytes, its length and addresses by the IP header
+    above it, the frame's number and lengths from `flat`; `clock`: tshark_doc.frame_time), or ("data", its
+    bytes) when the datagram is a fragment."""
+    raw = bytes(icmp.original or b"")
+    frame = flat.get("frame.number", 0)
+    in_frame = len(raw) + max(int(flat.get("frame.len", 0)) - int(flat.get("frame.cap_len", 0)), 0)
+    ip = icmp.underlayer
+    if ip is None or not hasattr(ip, "ihl"):
+        return "icmp", icmp_layer(raw, in_frame, frozenset(), frame, ns, session, clock)
+    reported = ip.len - ip.ihl * 4 if ip.len is not None and ip.len >= ip.ihl * 4 else in_frame
+    reported = min(reported, in_frame)  # tshark's IP gives no more than the frame holds
+    if int(ip.flags) & 1 or ip.frag:  # a fragment: tshark waits for the rest and shows the bytes as Data
+        return "data", [("data.data", bytes_text(raw[:reported])), ("data.len", str(len(raw[:reported])))]
+    return "icmp", icmp_layer(raw[:reported], reported, frozenset((ip.src, ip.dst)), frame, ns, session, clock)
