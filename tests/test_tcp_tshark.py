@@ -183,11 +183,6 @@ def test_tree_titles_are_tsharks(tshark):
             assert _expert_titles(ours, []) == experts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tree.py's wiring of tcp_doc (the title, tcp.port hidden, tcp_doc.title for text items) is "
-    "requested from its owner (issue 27); the lines below the titles are tshark's already",
-)
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_tree_tcp_lines_are_tsharks(path, tshark):
     """-V: the TCP layer's lines are tshark's, line for line with its indentation (the not-yet analysis
