@@ -38,6 +38,7 @@ SOME = {
     "vlan.etype": {0x0800, 0x86DD, 0x8100, 0x8915, 0x88CC, 0x8808, 0x0806},
     "ip.proto": {0, 1, 6, 17, 58},
     "ipv6.nxt": {0, 1, 6, 17, 58},
+    "arp.proto.type": {0x0800, 0x86DD},
     "frame.encap_type": {1, 25, 98, 180, 210},
     "scsi.sns.errtype": {0x70, 0x72},  # current errors (fixed, descriptor format): what iSCSI sense data holds
 }
@@ -74,6 +75,7 @@ def oui_names() -> dict:
 BESIDE = ("lldp.", "macc.", "nvme.", "nvme-rdma.", "rpcordma.", "rpc.", "nfs.", "iser.", "iscsi.", "scsi.", "scsi_sbc.")
 
 BESIDE += ("smb_direct.", "smb2.")  # SMB Direct and the SMB2 it carries
+BESIDE += ("arp.",)  # ARP, IPoIB's and Ethernet's
 
 
 def wanted(name: str) -> bool:
