@@ -304,9 +304,6 @@ def _attach(d, layers, rest: bytes) -> None:
     d.layers.pop("payload", None)
 
 
-VERSION_AT = np.arange(4, 8)  # rdma_vers, RFC 8166 §4.2 (the same word in version 2, draft §6.1)
-
-
 def send_heads(batch, rows: np.ndarray, rc: np.ndarray, least: int, n: int) -> np.ndarray:
     """The first `n` payload bytes of each whole RC SEND (of RC_SEND) among `rows` (`rc`: their RC data mask)
     carrying at least `least` bytes: what the heuristics read.  A payload starts paylen bytes before its end
@@ -333,9 +330,10 @@ def storage_rows(batch, rows, tracker) -> list:
 
 
 def may_be_rpcrdma(heads: np.ndarray) -> np.ndarray:
-    """Which SEND heads (send_heads, 8 bytes each) hold version word 1 or 2, what the heuristics can accept."""
-    words = heads[:, VERSION_AT]
-    return (words[:, :3] == 0).all(axis=1) & ((words[:, 3] == 1) | (words[:, 3] == 2))
+    """Which SEND heads (send_heads, 8 bytes each) hold version word 1 or 2 in bytes 4-7 (rdma_vers, RFC 8166
+    §4.2; the same word in version 2, draft §6.1), what the heuristics can accept."""
+    version = np.ascontiguousarray(heads).view(">u4")[:, 1]
+    return (version == 1) | (version == 2)
 
 
 class Trackers:

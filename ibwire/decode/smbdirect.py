@@ -227,7 +227,7 @@ def storage_rows(batch, rows, tracker) -> list:
 def may_be_smbdirect(raw: np.ndarray) -> np.ndarray:
     """Which SEND heads (send_heads, 8 bytes each) could pass Wireshark's heuristic: a data message's credit
     and flag words or a negotiate message's versions."""
-    w = raw[:, 0::2].astype(np.uint32) | raw[:, 1::2].astype(np.uint32) << 8
+    w = np.ascontiguousarray(raw).view("<u2")  # four little-endian words
     data = (w[:, 0] <= sd.MAX_CREDITS) & (w[:, 1] <= sd.MAX_CREDITS) & (w[:, 2] <= 1) & (w[:, 3] == 0)
     version = (w[:, 0] == sd.VERSION) & (w[:, 1] == sd.VERSION)
     return data | version & ((w[:, 2] == 0) | (w[:, 2] == sd.VERSION))
