@@ -2,7 +2,8 @@
 
 A document is a list of (key, node) pairs, a node being a value or another such list, in tshark's order
 and nesting: `frame`, `erf`, `eth`, `vlan`, `ip`/`ipv6`, `udp` layers with tshark's keys (names resolved as
-`tshark -n` resolves them: a MAC stands for itself, no `*.oui_resolved` vendor names), then one
+`tshark -n` resolves them: a MAC stands for itself; tshark -n still adds `*.oui_resolved` vendor names from
+Wireshark's manuf file, which ibwire does not carry), then one
 `infiniband` layer holding each IB header as its bytes (`infiniband.bth`) and a `*_tree` of its fields,
 reserved bits tshark does not name as `infiniband.reserved` bytes, the ICRC/VCRC last, then `data`.  Keys
 repeat where tshark repeats them (`ip.addr`, `udp.port`).  Every value is tshark's text
