@@ -395,6 +395,25 @@ def _ipoib(layer) -> list:
     ]
 
 
+def _bits_of(word: str) -> list:
+    """(mask, field) of each bit Wireshark registers under the flag word `word`, by mask: the order of its
+    proto_tree_add_bitmask list (packet-infiniband.c)."""
+    from ibwire.report.packets.ws_labels import FIELDS
+
+    return sorted((spec[3], key) for key, spec in FIELDS.items() if key.startswith(word + ".") and spec[3])
+
+
+# Flag words tshark shows with each bit under them (PortInfo's CapabilityMask: `.... 1... = TrapSupported: 0x1`)
+BIT_TREES = {IB_PREFIX + "portinfo.capabilitymask": None}
+
+
+def _bit_tree(key: str, value: int) -> tuple:
+    """The `_tree` of a flag word: each bit's value shifted down, as hex of the word's width (-T json)."""
+    if BIT_TREES[key] is None:
+        BIT_TREES[key] = _bits_of(key)
+    return key + "_tree", [(k, f"0x{(value & m) >> (m & -m).bit_length() - 1:08x}") for m, k in BIT_TREES[key]]
+
+
 def _mad_items(layer) -> list:
     items = []
     for prefix, fields, _ in mad_layer_entries(layer):
@@ -403,6 +422,8 @@ def _mad_items(layer) -> list:
             for v in value if isinstance(value, list) else [value]:
                 if key in TSHARK_DISPLAY and not isinstance(v, (dict, list)):
                     items.append((IB_PREFIX + key, bool(v) if TSHARK_DISPLAY[key] == 1 else value_text(key, v)))
+                    if IB_PREFIX + key in BIT_TREES:
+                        items.append(_bit_tree(IB_PREFIX + key, int(v)))
     return items
 
 
