@@ -156,37 +156,53 @@ def _code(kind: int, code: int) -> tuple:
 
 
 def _checksum(raw: bytes, reported: int) -> list:
-    value = int.from_bytes(raw[2:4], "big")
-    text = f"0x{value:04x}"
     if len(raw) < reported:  # cut short: packet-icmp.c's wording for a checksum it cannot verify
+        text = f"0x{int.from_bytes(raw[2:4], 'big'):04x}"
         return [
             ("icmp.checksum", line(text, f"Checksum: {text} [unverified] [fragmented datagram]")),
             ("icmp.checksum.status", line("2", "[Checksum Status: Unverified]")),
         ]
-    computed = in_cksum(raw[:reported])
+    return checksum_items("icmp", raw, in_cksum(raw[:reported]), "icmp.checksum_bad")
+
+
+def checksum_items(proto: str, raw: bytes, computed: int, bad: str) -> list:
+    """A verified checksum's items (`computed`: the sum over the message, 0 when right); `bad`: the key of the
+    expert item of a wrong one."""
+    value = int.from_bytes(raw[2:4], "big")
+    text = f"0x{value:04x}"
     if computed == 0:
         return [
-            ("icmp.checksum", line(text, f"Checksum: {text} [correct]")),
-            ("icmp.checksum.status", line("1", "[Checksum Status: Good]")),
+            (f"{proto}.checksum", line(text, f"Checksum: {text} [correct]")),
+            (f"{proto}.checksum.status", line("1", "[Checksum Status: Good]")),
         ]
     should = (value + computed) & 0xFFFF if value + computed <= 0xFFFF else (value + computed + 1) & 0xFFFF
     message = f"Bad checksum [should be 0x{should:04x}]"
     expert = [
-        ("icmp.checksum_bad", line("", f"[{message}]")),
+        (bad, line("", f"[{message}]")),
         ("_ws.expert.message", message),
         ("_ws.expert.severity", line("6291456", "[Severity level: Warning]")),
         ("_ws.expert.group", line("16777216", "[Group: Checksum]")),
     ]
     return [
-        ("icmp.checksum", line(text, f"Checksum: {text} incorrect, should be 0x{should:04x}")),
-        ("icmp.checksum_tree", [("_ws.expert", expert)]),
-        ("icmp.checksum.status", line("0", "[Checksum Status: Bad]")),
+        (f"{proto}.checksum", line(text, f"Checksum: {text} incorrect, should be 0x{should:04x}")),
+        (f"{proto}.checksum_tree", [("_ws.expert", expert)]),
+        (f"{proto}.checksum.status", line("0", "[Checksum Status: Bad]")),
     ]
 
 
+class Node(list):
+    """A text item's children, with its -V title."""
+
+    def __init__(self, title: str, items: list):
+        super().__init__(items)
+        self.title = title
+
+
 def title(key: str, value) -> Optional[str]:
-    """-V's title of ICMP's expert item (a bad checksum)."""
-    if key == "_ws.expert" and isinstance(value, list) and value and value[0][0].startswith("icmp."):
+    """-V's title of an ICMP or ICMPv6 text item: a Node, the expert item of a bad checksum."""
+    if isinstance(value, Node):
+        return value.title
+    if key == "_ws.expert" and isinstance(value, list) and value and value[0][0].startswith("icmp"):
         return f"[Expert Info (Warning/Checksum): {dict(value).get('_ws.expert.message', '')}]"
     return None
 
@@ -217,20 +233,32 @@ def _dec_hex(key: str, label: str, n: int) -> tuple:
 def _transaction(raw: bytes, kind: int, ends: frozenset, frame: int, ns: int, session) -> list:
     """A request starts a transaction, a reply ends the one it answers (packet-icmp.c transaction_start/end,
     first pass): the key is the checksum the reply would carry, the identifier and the sequence number."""
-    pending = _SESSIONS.setdefault(session, {})
-    checksum, rest = int.from_bytes(raw[2:4], "big"), raw[4:8]
+    checksum = int.from_bytes(raw[2:4], "big")
     if kind == ECHO:  # the reply's checksum: the request's plus the type's difference (0x0800)
-        pending[(ends, in_cksum(((~checksum) & 0xFFFF).to_bytes(2, "big") + b"\xf7\xff"), rest)] = [frame, ns, False]
+        start(session, (ends, in_cksum(((~checksum) & 0xFFFF).to_bytes(2, "big") + b"\xf7\xff"), raw[4:8]), frame, ns)
         return []
-    trans = pending.get((ends, 0 if checksum == 0xFFFF else checksum, rest))
-    if trans is None or trans[2]:  # no request, or it was answered already
+    got = end(session, (ends, 0 if checksum == 0xFFFF else checksum, raw[4:8]), ns)
+    if got is None:
         return []
-    trans[2] = True
-    ms = (ns - trans[1]) / 1e6
     return [
-        ("icmp.resp_to", line(str(trans[0]), f"[Request frame: {trans[0]}]")),
-        ("icmp.resptime", line(f"{ms:.15g}", f"[Response time: {ms:.3f} ms]")),
+        ("icmp.resp_to", line(str(got[0]), f"[Request frame: {got[0]}]")),
+        ("icmp.resptime", line(f"{got[1]:.15g}", f"[Response time: {got[1]:.3f} ms]")),
     ]
+
+
+def start(session, key: tuple, frame: int, ns: int) -> None:
+    """An echo request under `key` (the capture's latest of that key)."""
+    _SESSIONS.setdefault(session, {})[key] = [frame, ns, False]
+
+
+def end(session, key: tuple, ns: int) -> Optional[tuple]:
+    """(request frame, response time in ms) of the reply to the request under `key`, None when there is none
+    or it was answered already."""
+    trans = _SESSIONS.setdefault(session, {}).get(key)
+    if trans is None or trans[2]:
+        return None
+    trans[2] = True
+    return trans[0], (ns - trans[1]) / 1e6
 
 
 def _timestamp(data: bytes, ns: int):

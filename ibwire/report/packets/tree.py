@@ -51,6 +51,8 @@ HIDDEN = {
     "ipv6.host",
     "ip.version@ipv6",
     "udp.port",
+    "icmpv6.opt.src_linkaddr",
+    "icmpv6.opt.target_linkaddr",
     "tcp.port",
     "udp.payload@hidden",
     "_ws.expert.message",
@@ -452,6 +454,7 @@ def layer_label(name: str, items: list) -> str:
 NAMES = {
     "infiniband": "InfiniBand",
     "icmp": "Internet Control Message Protocol",
+    "icmpv6": "Internet Control Message Protocol v6",
     "erf": "Extensible Record Format",
     "lldp": "Link Layer Discovery Protocol",
     "macc": "MAC Control",

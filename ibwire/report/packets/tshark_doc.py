@@ -31,6 +31,7 @@ from ibwire.decode.fields import FOREIGN, MERGED, mad_layer_entries
 from ibwire.decode.fieldtypes import TSHARK_DISPLAY
 from ibwire.report.packets.dcb_doc import dcb_layer, pairs
 from ibwire.report.packets.icmp_doc import icmp_items
+from ibwire.report.packets.icmpv6_doc import icmpv6_items
 from ibwire.report.packets.values import SELF_NAMED, bytes_text, ipv6_text, value_text
 
 # Wiretap's encapsulation numbers (frame.encap_type) of the link types tshark 4.0 reads (not 247: tshark
@@ -504,6 +505,10 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
             layers.append(("udp", session.udp(layer, t.epoch)))
         elif cls is ICMP:  # the message holds what follows it, up to the IB CRCs
             layers.append(icmp_items(layer, flat or {}, t.epoch, session, frame_time))
+            while not isinstance(layer.payload, (NoPayload, IBLayer)):
+                layer = layer.payload
+        elif cls.__name__.startswith("ICMPv6") and cls.__module__ == "scapy.layers.inet6":
+            layers.append(("icmpv6", icmpv6_items(layer, flat or {}, t.epoch, session)))
             while not isinstance(layer.payload, (NoPayload, IBLayer)):
                 layer = layer.payload
         elif cls.__name__ == "MAD" and cls.__module__.startswith("dissectors.mad"):
