@@ -9,7 +9,8 @@ reserved bits tshark does not name as `infiniband.reserved` bytes, the ICRC/VCRC
 repeat where tshark repeats them (`ip.addr`, `udp.port`).  Every value is tshark's text
 (ibwire.report.packets.values); ek writes booleans as true/false.  MADs sit in tshark's containers of their
 class (MAD_CLASSES); an attribute's fields are listed in its container without tshark's subtrees of
-single attributes (capability masks, CM service IDs) and reserved fields.
+single attributes but PortInfo's CapabilityMask bits (BIT_TREES), a Notice's trap and a CM REQ's service ID,
+and without reserved fields.
 """
 
 import ipaddress
