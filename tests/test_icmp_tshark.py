@@ -235,3 +235,17 @@ def test_cut_and_damaged_messages_never_raise(tmp_path):
             for body in (raw[:cut], raw[:cut] + noise, raw[:8] + noise):
                 reported = rng.choice((len(body), len(body) + 9))
                 assert isinstance(icmpv6_layer(body, reported, bytes(16), bytes(16), n, T * 10**9, session), list)
+
+
+def test_frame_protocols_of_errors_are_tsharks(tmp_path, tshark):
+    """frame.protocols of an ICMP or ICMPv6 error names the layers of the datagram it carries, as tshark's
+    (`eth:ethertype:ip:icmp:ip:udp:data`); a redirect aside (tshark takes its IP header and 8 bytes only)."""
+    checked = 0
+    for make, name in ((crafted, "icmp"), (crafted_v6, "icmpv6")):
+        path = tmp_path / f"{name}.pcap"
+        make(path)
+        for theirs, ours in _both(path):
+            if dict(theirs.get(name, [])).get(f"{name}.type") in ("1", "3", "11", "12"):
+                assert dict(ours["frame"])["frame.protocols"] == dict(theirs["frame"])["frame.protocols"]
+                checked += 1
+    assert checked == 5

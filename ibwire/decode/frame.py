@@ -37,6 +37,10 @@ WS_PROTOCOLS = {
     "UDP": "udp",
     "TCP": "tcp",
     "ICMP": "icmp",
+    "IPerror": "ip",  # the datagram an ICMP error carries, as tshark names its layers
+    "IPerror6": "ipv6",
+    "UDPerror": "udp",
+    "TCPerror": "tcp",
     "ARP": "arp",
     "LRH": "infiniband",
     "GRH": "infiniband",
