@@ -108,6 +108,8 @@ def crafted(path: Path) -> int:
         e(b, a) / ICMP(type=0, id=4, seq=1),
         Ether() / IP(src=a, dst=b, flags="MF") / ICMP(type=8, id=9, seq=9) / Raw(b"fragment"),
         *(_cut(e(a, b) / ICMP(type=8, id=8, seq=8) / Raw(stamp * 2), n) for n in (30, 12)),  # unverifiable
+        e(a, b) / ICMP(type=17, id=3, seq=4, addr_mask="255.255.255.0"),
+        e(b, a) / ICMP(type=18, id=3, seq=4, addr_mask="255.255.0.0"),
         e(a, b) / ICMP(type=9, code=16),
         e(a, b) / ICMP(type=3, code=3) / inner,
         e(a, b) / ICMP(type=3, code=4, nexthopmtu=1400) / inner,
@@ -119,7 +121,7 @@ def crafted(path: Path) -> int:
     for i, f in enumerate(frames):
         f.time = T + i / 100
     wrpcap(str(path), frames)
-    return 11
+    return 13
 
 
 def _cut(frame, icmp_bytes: int):

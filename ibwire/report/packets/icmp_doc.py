@@ -208,10 +208,14 @@ def title(key: str, value) -> Optional[str]:
 
 
 def _second_word(raw: bytes, kind: int, code: int) -> list:
-    """The fields of an error's or a redirect's second word (the datagram it carries is not shown yet)."""
+    """The fields of an error's or a redirect's second word (the datagram it carries is not shown yet), an
+    address mask."""
     if kind == 5:
         gateway = ".".join(str(b) for b in raw[4:8])
         return [("icmp.redir_gw", line(gateway, f"Gateway Address: {gateway}"))]
+    if kind in (17, 18) and len(raw) >= 12:
+        mask = ".".join(str(b) for b in raw[8:12])
+        return [("icmp.address_mask", line(mask, f"Address Mask: {mask}"))]
     if kind not in (3, 11, 12) or raw[5]:  # RFC 4884's length of the datagram: not yet
         return []
     if kind == 12:
