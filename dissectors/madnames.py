@@ -272,3 +272,43 @@ def summary(mgmtclass, method, attrid):
     if prefix is None:
         return f"MAD class 0x{mgmtclass:02x} method 0x{method:02x} ({name})"
     return f"{prefix}{METHODS.get(method, f'Method0x{method:02x}')}({name})"
+
+
+# PortInfo:CapabilityMask bits (IBA §14.2.5.6 Table 146; opensm ib_types.h IB_PORT_CAP_*); the names of bits
+# 1-12 and 16-27 are Wireshark's, the rest follow them.  `issm` is how a port claims to host an SM.
+CAPABILITY_MASK = tuple(
+    (name, 1 << bit)
+    for bit, name in (
+        (1, "issm"),
+        (2, "noticesupported"),
+        (3, "trapsupported"),
+        (4, "optionalipdsupported"),
+        (5, "automaticmigrationsupported"),
+        (6, "slmappingsupported"),
+        (7, "mkeynvram"),
+        (8, "pkeynvram"),
+        (9, "ledinfosupported"),
+        (10, "smdisabled"),
+        (11, "systemimageguidsupported"),
+        (12, "pkeyswitchexternalporttrapsupported"),
+        (13, "cableinfosupported"),
+        (14, "extendedspeedssupported"),
+        (15, "capabilitymask2supported"),
+        (16, "communicationmanagementsupported"),
+        (17, "snmptunnelingsupported"),
+        (18, "reinitsupported"),
+        (19, "devicemanagementsupported"),
+        (20, "vendorclasssupported"),
+        (21, "drnoticesupported"),
+        (22, "capabilitymasknoticesupported"),
+        (23, "bootmanagementsupported"),
+        (24, "linkroundtriplatencysupported"),
+        (25, "clientregistrationsupported"),
+        (26, "otherlocalchangesnoticesupported"),
+        (27, "linkspeedwidthpairstablesupported"),
+        (28, "vendorspecificmadstablesupported"),
+        (29, "mcastpkeytrapsuppressionsupported"),
+        (30, "multicastfdbtopsupported"),
+        (31, "hierarchyinfosupported"),
+    )
+)

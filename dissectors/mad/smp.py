@@ -18,6 +18,7 @@ from scapy.packet import bind_layers
 
 from dissectors.mad.base import Attr, Entry, MirrorField, Reserved, TextField
 from dissectors.mad.common import MAD, ClassData, mad_of
+from dissectors.madnames import CAPABILITY_MASK
 
 SMP_DATA = 64
 
@@ -164,44 +165,6 @@ class GUIDInfo(Attr):
     fields_desc = [FieldListField("guid", [0] * 8, XLongField("", 0), count_from=lambda p: 8)]
 
 
-# PortInfo:CapabilityMask bits (IBA §14.2.5.6 Table 146; opensm ib_types.h IB_PORT_CAP_*); the names of bits
-# 1-12 and 16-27 are Wireshark's, the rest follow them.  `issm` is how a port claims to host an SM.
-CAPABILITY_MASK = tuple(
-    (name, 1 << bit)
-    for bit, name in (
-        (1, "issm"),
-        (2, "noticesupported"),
-        (3, "trapsupported"),
-        (4, "optionalipdsupported"),
-        (5, "automaticmigrationsupported"),
-        (6, "slmappingsupported"),
-        (7, "mkeynvram"),
-        (8, "pkeynvram"),
-        (9, "ledinfosupported"),
-        (10, "smdisabled"),
-        (11, "systemimageguidsupported"),
-        (12, "pkeyswitchexternalporttrapsupported"),
-        (13, "cableinfosupported"),
-        (14, "extendedspeedssupported"),
-        (15, "capabilitymask2supported"),
-        (16, "communicationmanagementsupported"),
-        (17, "snmptunnelingsupported"),
-        (18, "reinitsupported"),
-        (19, "devicemanagementsupported"),
-        (20, "vendorclasssupported"),
-        (21, "drnoticesupported"),
-        (22, "capabilitymasknoticesupported"),
-        (23, "bootmanagementsupported"),
-        (24, "linkroundtriplatencysupported"),
-        (25, "clientregistrationsupported"),
-        (26, "otherlocalchangesnoticesupported"),
-        (27, "linkspeedwidthpairstablesupported"),
-        (28, "vendorspecificmadstablesupported"),
-        (29, "mcastpkeytrapsuppressionsupported"),
-        (30, "multicastfdbtopsupported"),
-        (31, "hierarchyinfosupported"),
-    )
-)
 IS_SM = dict(CAPABILITY_MASK)["issm"]
 
 

@@ -9,6 +9,7 @@ from functools import lru_cache
 from typing import Dict, Optional
 
 from dissectors.dcbfacts import LLDP_CAPABILITIES, LLDP_ORG_FLAGS, PMD_CAPABILITIES
+from dissectors.madnames import CAPABILITY_MASK
 
 UINT, INT, FLOAT, STRING, BYTES, MAC, IPV4, IPV6, PROTO = (
     "uint",
@@ -407,6 +408,8 @@ def _nvme_display():
     return DISPLAY
 
 
+# PortInfo's CapabilityMask bits: tshark shows each shifted down, as hex of the 32-bit word (`0x00000001`)
+TSHARK_DISPLAY.update({f"portinfo.capabilitymask.{name}": 8 for name, _ in CAPABILITY_MASK})
 TSHARK_DISPLAY.update(_nvme_display())  # tshark 4.4's NVMe-oF fields (dissectors.nvmetable)
 TSHARK_DISPLAY.update(_iser("DISPLAY"))  # tshark 4.4's iSER, iSCSI and SCSI fields (dissectors.iscsitable)
 TSHARK_DISPLAY.update(_rpcrdma("DISPLAY"))  # NFS-over-RDMA fields (dissectors.rpcrdmatable, rpcrdmav2)

@@ -422,6 +422,8 @@ def _mad_items(layer) -> list:
         for name, value in fields.items():
             key = f"{prefix}.{name}"
             for v in value if isinstance(value, list) else [value]:
+                if IB_PREFIX + key.rpartition(".")[0] in BIT_TREES:  # a bit: in its word's _tree
+                    continue
                 if key in TSHARK_DISPLAY and not isinstance(v, (dict, list)):
                     items.append((IB_PREFIX + key, bool(v) if TSHARK_DISPLAY[key] == 1 else value_text(key, v)))
                     if IB_PREFIX + key in BIT_TREES:
