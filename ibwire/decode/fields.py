@@ -24,6 +24,7 @@ from scapy.layers.inet6 import (
     ICMPv6DestUnreach,
     ICMPv6EchoReply,
     ICMPv6EchoRequest,
+    ICMPv6MLReport2,
     ICMPv6ND_NA,
     ICMPv6ND_NS,
     ICMPv6ND_RA,
@@ -61,6 +62,7 @@ ICMPV6 = (
     ICMPv6ND_RA,
     ICMPv6ND_NS,
     ICMPv6ND_NA,
+    ICMPv6MLReport2,
     ICMPv6Unknown,
 )
 
@@ -150,7 +152,7 @@ def _icmp(p):
 
 def _icmpv6(p):
     """ICMPv6 (RFC 4443) and neighbour discovery (RFC 4861) with Wireshark's icmpv6.* names."""
-    out = {"type": p.type, "code": p.code}
+    out = {"type": p.type, "code": p.fields.get("code", p.fields.get("res", 0))}  # MLDv2's code is scapy's `res`
     if p.type in (128, 129):
         out.update({"echo.identifier": p.id, "echo.sequence_number": p.seq})
     elif p.type == 135:
