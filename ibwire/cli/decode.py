@@ -232,7 +232,12 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
     behind = _Behind(out) if show and verbose and not (hexdump or summary_too) else None
     if show:
         out.write(printer.start())
-    batches = select(stream, flt, nvme=printer.nvme) if flt else ((b, None) for b in stream)
+    if flt:
+        from ibwire.report.packets.tcp_icmp_fields import filter_documents  # (tcp.* and icmp.* fields: tshark's)
+
+        batches = select(stream, flt, nvme=printer.nvme, documents=filter_documents(flt))
+    else:
+        batches = ((b, None) for b in stream)
     for batch, mask in batches:
         rec = batch.rec
         if not len(rec):

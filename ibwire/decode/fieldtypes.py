@@ -10,6 +10,7 @@ from typing import Dict, Optional
 
 from dissectors.dcbfacts import LLDP_CAPABILITIES, LLDP_ORG_FLAGS, PMD_CAPABILITIES
 from dissectors.madnames import CAPABILITY_MASK
+from ibwire.decode.docfields import TYPES as DOC_TYPES
 
 UINT, INT, FLOAT, STRING, BYTES, MAC, IPV4, IPV6, PROTO = (
     "uint",
@@ -456,11 +457,18 @@ def layer_fields() -> Dict[str, str]:
     return layer_field_types()
 
 
+# The tcp.* and icmp.* fields of tshark's document (ibwire.decode.docfields): Wireshark type -> the filter's kind
+DOC_KINDS = {"NONE": PROTO, "PROTOCOL": PROTO, "BYTES": BYTES, "IPv4": IPV4, "STRING": STRING, "DOUBLE": FLOAT}
+DOC_KINDS.update({"RELATIVE_TIME": FLOAT, "ABSOLUTE_TIME": STRING, "INT32": INT})
+
+
 def field_type(key: str, load: bool = True) -> Optional[str]:
     """The type of a field or protocol name (without `infiniband.`), None when ibwire does not know it.
     With load=False only names known without scapy are answered."""
     if key in ENCAP:
         return ENCAP[key]
+    if key in DOC_TYPES:
+        return DOC_KINDS.get(DOC_TYPES[key], UINT)
     rec = record_types()
     if key in rec:
         return rec[key]

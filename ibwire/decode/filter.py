@@ -21,6 +21,7 @@ import ipaddress
 import re
 from typing import Callable, List, NamedTuple, Optional, Set
 
+from ibwire.decode.docfields import UNFILTERED
 from ibwire.decode.extents import SLICEABLE
 from ibwire.decode.fieldtypes import (
     BYTES,
@@ -324,6 +325,8 @@ class _Parser:
                 raise UserError(f"display filter: len() gives a number; compare it, as in 'len({key}) > 100'")
             return Test(key, ftype, None, None, xform, base)
         op = _OPS[self.take()]
+        if key in UNFILTERED:
+            raise UserError(f"display filter: {key} is an absolute time, which ibwire does not compare yet")
         if xform and isinstance(xform[-1], BitAnd) and op in (CONTAINS, MATCHES):
             raise UserError(f"display filter: '{op}' cannot follow '&' in {self.text!r}")
         rhs = self.take()

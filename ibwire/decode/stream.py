@@ -106,9 +106,11 @@ def with_analysis(d, row):
     return d
 
 
-def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None, nvme=None) -> dict:
+def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None, nvme=None, documents=None, ns=0) -> dict:
     """The full decode's field map of one frame, with the times relative to the capture's first frame
-    and to the previous one (and, fed to `rmpp`, the SA table an RMPP transfer's last segment completes)."""
+    and to the previous one (and, fed to `rmpp`, the SA table an RMPP transfer's last segment completes);
+    its tcp.* and icmp.* fields those `documents(decoded, ns)` gives (tshark's, ibwire.decode.docfields), `ns`
+    the frame's time since the epoch."""
     from ibwire.decode import decode_frame
 
     d = decode_frame(frame)
@@ -117,16 +119,18 @@ def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None, nvme=
     if nvme is not None:
         nvme.feed(d)
     flat = d.flat
+    if documents is not None and ("tcp" in d.layers or "icmp" in d.layers):
+        flat.update(documents(d, ns))
     flat["frame.time_relative"] = frame.time - t0
     flat["frame.time_delta"] = frame.time - (frame.time if prev is None else prev)
     return flat
 
 
-def select(stream, flt, detail: Callable = None, nvme=None) -> Iterator[tuple]:
+def select(stream, flt, detail: Callable = None, nvme=None, documents: Callable = None) -> Iterator[tuple]:
     """(batch, mask) for every batch of `stream`: which frames the display filter `flt` selects.  The
     records answer where they can (ibwire.decode.record_filter); the full decode answers the rest, frame by frame.
     `detail(batch, i, t0, prev)` gives a frame's field map (default: detail_flat of its bytes, fed to the
-    NVMe-oF tracker `nvme` when given)."""
+    NVMe-oF tracker `nvme` when given; with the tcp.* and icmp.* fields `documents` gives, frame after frame)."""
     from ibwire.decode.record_filter import batch_filter
 
     bf = batch_filter(flt, with_bytes=True)
@@ -138,7 +142,8 @@ def select(stream, flt, detail: Callable = None, nvme=None) -> Iterator[tuple]:
         def detail(batch, i, t0, prev):
             from ibwire.decode.records import analysis_values
 
-            return {**detail_flat(batch.frame(i), t0, prev, rmpp, nvme), **analysis_values(batch.rec[i])}
+            flat = detail_flat(batch.frame(i), t0, prev, rmpp, nvme, documents, int(batch.rec["time_ns"][i]))
+            return {**flat, **analysis_values(batch.rec[i])}
 
     t0, prev = None, None
     for batch in stream:

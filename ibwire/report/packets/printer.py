@@ -146,7 +146,7 @@ class Printer:
         if self.fmt == "jsonl" and self._shaped():
             return self._shaped_lines(batch, rows, details)
         if self.fmt in ("json", "ek", "tree"):
-            return self._documents(rec, rows, details)
+            return self._documents(batch, rows, details)
         base = self._bases(rec, rows)
         every = len(rows) == len(rec)  # (`rows` ascending: all of them, read a column at a time without copies)
         flags = rec["flags"] if every else rec["flags"][rows]
@@ -186,16 +186,39 @@ class Printer:
             if unsure:
                 data[idx[np.isin(inv.ravel(), unsure)]] = False
         t = rec["time_ns"]
+        hidden = self._hidden_tcp_icmp(rec, rows)
         for k in np.flatnonzero(~data):
             i = int(rows[k])
+            hidden = self._feed_hidden(batch, hidden, i)
             prev_ns = int(t[i - 1]) if i else (self.prev if self.prev is not None else int(t[i]))
             prog_of[k] = len(programs)
             programs.append(self._detail_program(decoded.get(i) or details(i), rec[i], prev_ns))
+        self._feed_hidden(batch, hidden, len(rec))
         text = render(rec, rows, prog_of, programs, base)
         if len(rows):
             self.prev_shown = int(rec["time_ns"][rows[-1]])
         self.prev = int(rec["time_ns"][-1])
         return text
+
+    def _hidden_tcp_icmp(self, rec, rows, whole: bool = False) -> List[int]:
+        """Whole documents, or -e of a tcp or icmp field: the records of frames the filter hides that may hold
+        TCP or ICMP (not InfiniBand transport, or IPoIB), whose tshark state (tcp.stream, relative numbers,
+        icmp.resp_to) they still advance."""
+        if len(rows) == len(rec) or not (whole or any(k.split(".")[0] in ("tcp", "icmp") for k in self.keys)):
+            return []
+        maybe = ((rec["flags"] & R.F_BTH) == 0) | ((rec["flags"] & R.F_IPOIB) != 0)
+        maybe[rows] = False
+        return np.flatnonzero(maybe)[::-1].tolist()  # (last first: taken from the end)
+
+    def _feed_hidden(self, batch, hidden: List[int], upto: int) -> List[int]:
+        """The tshark documents of the hidden frames before record `upto`, for their state only; the rest."""
+        t = batch.rec["time_ns"]
+        while hidden and hidden[-1] < upto:
+            i = hidden.pop()
+            d = _decode(batch.frame(i), None)
+            if "tcp" in d.layers or "icmp" in d.layers:
+                self._document_values(d, int(t[i]), int(t[i - 1]) if i else (self.prev or int(t[i])))
+        return hidden
 
     def trees(self, batch: Batch, rows: np.ndarray, details) -> List[bytes]:
         """-V: the tree of each row (a Printer of format "tree")."""
@@ -203,7 +226,7 @@ class Printer:
             self.t0 = int(batch.rec["time_ns"][0])
         if self._shaped():
             return self._shaped_documents(batch, rows, details, cut=True).split(b"\0")[:-1]
-        return [t.encode() for t in self._document_texts(batch.rec, rows, details)]
+        return [t.encode() for t in self._document_texts(batch, rows, details)]
 
     def tree_text(self, batch: Batch, rows: np.ndarray, details) -> bytes:
         """-V alone: the trees of the rows, one after the other."""
@@ -211,7 +234,7 @@ class Printer:
             self.t0 = int(batch.rec["time_ns"][0])
         if self._shaped():
             return self._shaped_documents(batch, rows, details)
-        return self._documents(batch.rec, rows, details)
+        return self._documents(batch, rows, details)
 
     def _shaped(self) -> bool:
         """Do this format's documents print from learned programs (ibwire.report.packets.shapes)?"""
@@ -261,8 +284,10 @@ class Printer:
         k_of = np.full(len(rec), -1, np.int64)
         k_of[rows] = np.arange(len(rows))
         lo = 0
+        hidden = self._hidden_tcp_icmp(rec, rows, True)
         for k in np.flatnonzero(prog_of < 0).tolist():  # the numbering runs up to each full decode, which adds its own
             i = int(rows[k])
+            hidden = self._feed_hidden(batch, hidden, i)
             self._number(batch, lo, i, k_of, streams, aux)
             if k:
                 self.prev_shown = int(t[rows[k - 1]])
@@ -275,6 +300,7 @@ class Printer:
             progs.append(compile_parts([text], AUX))
             lo = i + 1
         self._number(batch, lo, len(rec), k_of, streams, aux)
+        self._feed_hidden(batch, hidden, len(rec))
         if len(rows):
             self.prev_shown = int(t[rows[-1]])
         shown_ns = t[rows]
@@ -373,22 +399,26 @@ class Printer:
         self.started = True
         return text
 
-    def _documents(self, rec, rows, details) -> bytes:
-        return "".join(self._document_texts(rec, rows, details)).encode()
+    def _documents(self, batch, rows, details) -> bytes:
+        return "".join(self._document_texts(batch, rows, details)).encode()
 
-    def _document_texts(self, rec, rows, details) -> List[str]:
+    def _document_texts(self, batch, rows, details) -> List[str]:
         """tshark's -T json / -T ek documents (or -V trees) of the rows, from each frame's full decode."""
         from ibwire.report.packets import tshark_doc as td
 
         self.session = self.session or td.Session()
+        rec = batch.rec
         t = rec["time_ns"]
         out = []
         shown = np.zeros(len(rec), bool)
         shown[rows] = True
         roce2 = np.isin(rec["link"], (R.ROCE2V4, R.ROCE2V6)) & ~shown
+        hidden = set(self._hidden_tcp_icmp(rec, rows, not self.keys))
         for i in range(len(rec)):
             if not shown[i]:  # udp.stream counts the frames not shown too (RoCEv2 ones here)
-                if roce2[i]:
+                if i in hidden:
+                    self._feed_hidden(batch, [i], i + 1)
+                elif roce2[i]:
                     r = rec[i]
                     self.session.note(
                         r["src"].tobytes(), int(r["udp_src"]), r["dst"].tobytes(), int(r["udp_dst"]), int(t[i])
@@ -408,7 +438,9 @@ class Printer:
                 continue
             fields_only = bool(self.keys)
             if fields_only:
-                layers = td.only_fields(layers, self.fields)
+                from ibwire.report.packets.tcp_icmp_fields import only_fields
+
+                layers = only_fields(layers, self.fields)
             elif self.protocols:
                 layers = td.only_layers(layers, self.protocols, self.protocol_children)
             day = time.strftime("%Y-%m-%d", time.localtime(ns // 10**9))
@@ -452,6 +484,7 @@ class Printer:
             return compile_parts(summary.detail_parts(d, self._time_part(), self.echo.note(d.flat, d.frame.number)))
         import json
 
+        from ibwire.decode.docfields import TYPES
         from ibwire.report.packets import formats
         from ibwire.report.packets.values import doc_first, doc_name, doc_text, json_safe
 
@@ -469,6 +502,8 @@ class Printer:
             elif key in ("frame.time_epoch", "frame.time_relative", "frame.time_delta"):
                 ns = int(row["time_ns"]) - {"frame.time_relative": self.t0, "frame.time_delta": prev_ns}.get(key, 0)
                 text = f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
+            elif key in TYPES and key.partition(".")[0] not in d.layers:
+                text = ""  # (a tcp or icmp field: from the document of frames with that protocol only)
             else:
                 text = _field_text(key, d.flat)
                 if (text == "" or doc_first(key)) and doc_name(key):  # what only tshark's document holds
@@ -484,7 +519,9 @@ class Printer:
 
     def _document_values(self, d, ns: int, prev_ns: int) -> dict:
         """Every field of the frame's tshark-shaped document (-T json's), by Wireshark name: its values."""
+        from ibwire.decode.docfields import TYPES
         from ibwire.report.packets import tshark_doc as td
+        from ibwire.report.packets.tcp_icmp_fields import add_tcp_icmp
         from ibwire.report.packets.tree import layer_label
 
         self.session = self.session or td.Session()
@@ -492,8 +529,12 @@ class Printer:
         found: dict = {}
         for name, items in td.document(d, td.Times(ns, ns - prev_ns, ns - last, ns - self.t0), self.session):
             found.setdefault(name, []).append(layer_label(name, items))  # what tshark prints for the protocol
+            ours = name in ("tcp", "icmp")  # (their fields: from add_tcp_icmp, with the subtrees' names)
             for k, v in td.leaves(items, []):
-                found.setdefault(k, []).append(v)
+                if not (ours and k in TYPES):
+                    found.setdefault(k, []).append(v)
+            if ours:
+                add_tcp_icmp(items, found)
         return found
 
 

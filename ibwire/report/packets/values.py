@@ -7,6 +7,7 @@ them (an IPv4-mapped GID as ::ffff:172.17.242.47, as Wireshark shows it), times 
 import ipaddress
 import socket
 
+from ibwire.decode.docfields import TYPES, field_text
 from ibwire.decode.fieldtypes import IPV6, TSHARK_DISPLAY, WIDE, WIDTH, field_type, layer_fields
 
 
@@ -89,6 +90,8 @@ def doc_name(key: str):
     document (`eth`, `nfs`, `data`); None when Wireshark has none."""
     from ibwire.report.packets.ws_labels import FIELDS
 
+    if key in TYPES:
+        return key
     found = next((name for name in (key, "infiniband." + key) if name in FIELDS), None)
     if found is None and (key == "data" or "." not in key and field_type(key) == "protocol"):
         return key
@@ -112,6 +115,8 @@ def doc_text(name: str, found: dict) -> str:
 
     if name == "data":
         return doc_text("data.data", found)
+    if name in TYPES:
+        return ",".join(field_text(name, v) for v in found.get(name, ()))
     if name not in FIELDS:
         return ",".join(found.get(name, ()))
     kind = FIELDS[name][1]
