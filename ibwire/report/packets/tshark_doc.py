@@ -20,7 +20,7 @@ from typing import List, NamedTuple, Optional
 
 import numpy as np
 from scapy.fields import BitField
-from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import NoPayload, Raw
@@ -33,6 +33,7 @@ from ibwire.decode.fieldtypes import TSHARK_DISPLAY
 from ibwire.report.packets.dcb_doc import dcb_layer, pairs
 from ibwire.report.packets.icmp_doc import icmp_items
 from ibwire.report.packets.icmpv6_doc import icmpv6_items
+from ibwire.report.packets.tcp_doc import tcp_items
 from ibwire.report.packets.values import SELF_NAMED, bytes_text, ipv6_text, value_text
 
 # Wiretap's encapsulation numbers (frame.encap_type) of the link types tshark 4.0 reads (not 247: tshark
@@ -506,6 +507,8 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
             layers.append(("ipv6", _ipv6(layer)))
         elif cls is UDP:
             layers.append(("udp", session.udp(layer, t.epoch)))
+        elif cls is TCP:
+            layers.append(("tcp", tcp_items(layer, (flat or {}).get("frame.number", 0), t.epoch, session)))
         elif cls is ICMP:  # the message holds what follows it, up to the IB CRCs
             layers.append(icmp_items(layer, flat or {}, t.epoch, session, frame_time))
             while not isinstance(layer.payload, (NoPayload, IBLayer)):
