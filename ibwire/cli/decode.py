@@ -229,6 +229,7 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
     t0, prev = None, None
     tree_printer, dumps = Printer("tree"), Dumps()
     tree_printer.nvme = printer.nvme  # -V decodes storage as the other outputs do
+    tree_printer.tree_dumps = not hexdump  # -x dumps the frame's bytes instead of each Data item's
     behind = _Behind(out) if show and verbose and not (hexdump or summary_too) else None
     if show:
         out.write(printer.start())

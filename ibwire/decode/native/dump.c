@@ -3,6 +3,7 @@
  * the bytes as ASCII (a dot for anything outside 0x20-0x7e).  A blank line comes before the first. */
 #include "dump.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -12,12 +13,10 @@ const char dumps_doc[] = "dumps(text, show, out) -> n: text with its marker line
 static int16_t pair_of[65536];  /* two hex digits (first in the high byte) -> their byte, -1 if not hex */
 static char hex3[256][4];       /* a byte as two hex digits and a space */
 
-static void tables(void)
+static void fill_tables(void)
 {
     static const char digits[] = "0123456789abcdef";
     static int8_t value_of[256];
-    if (hex3[0][0])
-        return;
     memset(value_of, -1, sizeof value_of);
     for (int i = 0; i < 16; i++) {
         value_of[(uint8_t)digits[i]] = (int8_t)i;
@@ -34,9 +33,16 @@ static void tables(void)
     }
 }
 
+/* The tables, filled once whichever thread (render's, the writer's) comes first. */
+static void tables(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, fill_tables);
+}
+
 /* The bytes dump() writes for n bytes: a blank line, 73 per 16 bytes, 57 and one per byte for a shorter
  * last line, the offset's digits beyond four. */
-static size_t dump_size(size_t n)
+size_t dump_size(size_t n)
 {
     size_t wide = 0;
     for (size_t at = 0x10000; at < n; at += 16)
@@ -53,39 +59,58 @@ static size_t hex_pairs(const uint8_t *h, size_t n)
     return any >= 0;
 }
 
+/* One dump line: the offset, the k (<= 16) bytes at b in hex padded to 47 columns, three spaces, their
+ * ASCII, a newline; returns the end of what it wrote. */
+static uint8_t *line(uint8_t *o, size_t at, const uint8_t *b, size_t k)
+{
+    static const char digits[] = "0123456789abcdef";
+    if (at > 0xffff) {
+        o += sprintf((char *)o, "%04zx", at);
+    } else {
+        o[0] = (uint8_t)digits[at >> 12 & 15];
+        o[1] = (uint8_t)digits[at >> 8 & 15];
+        o[2] = (uint8_t)digits[at >> 4 & 15];
+        o[3] = (uint8_t)digits[at & 15];
+        o += 4;
+    }
+    o[0] = o[1] = ' ';
+    o += 2;
+    uint8_t *ascii = o + 50;
+    for (size_t j = 0; j < k; j++) {
+        memcpy(o + 3 * j, hex3[b[j]], 4); /* its fourth byte is the next's first, or padding */
+        ascii[j] = b[j] >= 0x20 && b[j] < 0x7f ? b[j] : '.';
+    }
+    memset(o + 3 * k, ' ', 50 - 3 * k);
+    o = ascii + k;
+    *o++ = '\n';
+    return o;
+}
+
+size_t dump_bytes(const uint8_t *b, size_t n, uint8_t *out)
+{
+    tables();
+    uint8_t *o = out;
+    *o++ = '\n';
+    for (size_t at = 0; at < n; at += 16)
+        o = line(o, at, b + at, n - at < 16 ? n - at : 16);
+    return (size_t)(o - out);
+}
+
 /* Writes the dump of the n bytes whose hex is at h into out; returns the bytes written, or 0 when h holds
  * something other than hex digits. */
 static size_t dump(const uint8_t *h, size_t n, uint8_t *out)
 {
-    static const char digits[] = "0123456789abcdef";
-    uint8_t *o = out;
+    uint8_t *o = out, b[16];
     int16_t any = 0;
     *o++ = '\n';
     for (size_t at = 0; at < n; at += 16) {
         size_t k = n - at < 16 ? n - at : 16;
-        if (at > 0xffff) {
-            o += sprintf((char *)o, "%04zx", at);
-        } else {
-            o[0] = (uint8_t)digits[at >> 12 & 15];
-            o[1] = (uint8_t)digits[at >> 8 & 15];
-            o[2] = (uint8_t)digits[at >> 4 & 15];
-            o[3] = (uint8_t)digits[at & 15];
-            o += 4;
-        }
-        o[0] = o[1] = ' ';
-        o += 2;
-        uint8_t *ascii = o + 50;
-        const uint8_t *q = h + 2 * at;
-        for (size_t j = 0; j < k; j++, q += 2) {
-            int16_t v = pair_of[q[0] << 8 | q[1]];
-            uint8_t b = (uint8_t)v;
+        for (size_t j = 0; j < k; j++) {
+            int16_t v = pair_of[h[2 * (at + j)] << 8 | h[2 * (at + j) + 1]];
             any |= v;
-            memcpy(o + 3 * j, hex3[b], 4); /* its fourth byte is the next's first, or padding */
-            ascii[j] = b >= 0x20 && b < 0x7f ? b : '.';
+            b[j] = (uint8_t)v;
         }
-        memset(o + 3 * k, ' ', 50 - 3 * k); /* the hex padded to 47 columns, then three spaces */
-        o = ascii + k;
-        *o++ = '\n';
+        o = line(o, at, b, k);
     }
     return any < 0 ? 0 : (size_t)(o - out);
 }

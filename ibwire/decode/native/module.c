@@ -621,9 +621,10 @@ static PyObject *render(PyObject *self, PyObject *args)
     PyObject *o[NB] = {NULL}, *progs;
     Py_ssize_t itemsize;
     buf_t b[NB];
+    int dumps = 0;
     o[BUF] = o[FSTART] = o[FLEN] = Py_None;
-    if (!PyArg_ParseTuple(args, "OnOOO!O|OOO", &o[REC], &itemsize, &o[ROWS], &o[PROG_OF], &PyTuple_Type, &progs,
-                          &o[BASE], &o[BUF], &o[FSTART], &o[FLEN]))
+    if (!PyArg_ParseTuple(args, "OnOOO!O|OOOp", &o[REC], &itemsize, &o[ROWS], &o[PROG_OF], &PyTuple_Type, &progs,
+                          &o[BASE], &o[BUF], &o[FSTART], &o[FLEN], &dumps))
         return NULL;
     static const buf_arg spec[NB] = {{"rec", 0, 0}, {"rows", 8, 0}, {"prog_of", 4, 0}, {"base", 8, OPTIONAL},
                                      {"buf", 1, OPTIONAL}, {"fstart", 8, OPTIONAL}, {"flen", 8, OPTIONAL}};
@@ -673,7 +674,7 @@ static PyObject *render(PyObject *self, PyObject *args)
     int err = 0;
     if (!bad) {
         render_job job = {b[REC].v.buf, itemsize, rows, n, prog_of, pp, pl, b[BASE].held ? b[BASE].v.buf : NULL,
-                          frames ? b[BUF].v.buf : NULL, fs, fl};
+                          frames ? b[BUF].v.buf : NULL, fs, fl, dumps};
         Py_BEGIN_ALLOW_THREADS
         err = render_rows(&job, &text, &len);
         Py_END_ALLOW_THREADS

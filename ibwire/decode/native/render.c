@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dump.h"
 #include "render.h"
 
 typedef struct {
@@ -344,6 +345,28 @@ static int frame_field(out_t *o, int op, const uint8_t *q, const uint8_t *f, int
     return pad_left(o, t, len, 0);
 }
 
+/* -V's marker line of a payload (a line holding DUMP_MARK and then the hex an OP_FHEX prints, ended by the
+ * next literal's newline) written as tshark's dump of those bytes instead: 1 when it was, 0 when the op at
+ * q is not the whole of such a line, -1 out of memory.  The caller skips the op and that newline. */
+static int dump_line(out_t *o, int op, const uint8_t *q, const uint8_t *end, const uint8_t *f, int64_t n)
+{
+    const uint8_t *next = q + 6;
+    if (op != OP_FHEX || q[5] || o->n < 2 || o->p[o->n - 1] != DUMP_MARK || o->p[o->n - 2] != '\n')
+        return 0;
+    if (next + 4 > end || next[0] != OP_LIT || !(next[1] | next[2] << 8) || next[3] != '\n')
+        return 0;
+    int64_t at = frame_pos(q[0] | q[1] << 8, n), stop = frame_pos(q[3] | q[4] << 8, n);
+    if (stop > n)
+        stop = n;
+    if (at < 0 || stop <= at)
+        return 0;
+    o->n--;  /* the marker */
+    if (reserve(o, dump_size((size_t)(stop - at))) < 0)
+        return -1;
+    o->n += dump_bytes(f + at, (size_t)(stop - at), (uint8_t *)o->p + o->n);
+    return 1;
+}
+
 int render_rows(const render_job *j, char **result, size_t *result_len)
 {
     if (!HEX2[255][0] || !DIG2[99][0]) {
@@ -381,9 +404,18 @@ int render_rows(const render_job *j, char **result, size_t *result_len)
                     kept = o;
                     return -2;
                 }
-                if (frame_field(&o, op, pc, j->buf + j->fstart[k], j->flen[k]) < 0)
+                int dumped = j->dumps ? dump_line(&o, op, pc, end, j->buf + j->fstart[k], j->flen[k]) : 0;
+                if (dumped < 0 || (!dumped && frame_field(&o, op, pc, j->buf + j->fstart[k], j->flen[k]) < 0))
                     goto fail;
-                pc += 6;
+                pc += dumped ? 6 + 3 : 6;  /* a dump also takes the newline that ended the marker line */
+                if (dumped && pc[-2] | pc[-1] << 8) {  /* that literal had more after its newline */
+                    unsigned len = (unsigned)(pc[-2] | pc[-1] << 8) - 1;
+                    if (reserve(&o, len) < 0)
+                        goto fail;
+                    memcpy(o.p + o.n, pc + 1, len);
+                    o.n += len;
+                    pc += len + 1;
+                }
                 continue;
             }
             unsigned off = pc[0] | pc[1] << 8, a = pc[2], w = pc[3];

@@ -34,6 +34,7 @@ typedef struct {
     const uint8_t *buf;     /* frame bytes: row k's frame is buf[fstart[k]], flen[k] bytes (NULL: no frame ops) */
     const int64_t *fstart;
     const int64_t *flen;
+    int dumps;              /* a payload's hex on a -V dump marker line printed as tshark's dump (native/dump.c) */
 } render_job;
 
 /* *result lies in a buffer kept for the calling thread's next call (never free it; copy it before calling

@@ -100,6 +100,7 @@ class Printer:
         self.nvme = None  # ibwire.decode.nvme.NvmeTracker: NVMe-oF queues across frames
         self.echo = None  # summary.EchoPairs of text output
         self.shapes = None  # ibwire.report.packets.shapes.Shapes: -T json and jsonl programs learned per shape
+        self.tree_dumps = False  # -V without -x: learned programs print each payload's hex dump themselves
         self._comma, self._nul = compile_parts([",\n"]), compile_parts(["\0"])
 
     def start(self) -> bytes:
@@ -312,7 +313,10 @@ class Printer:
         self.prev = int(t[-1])
         start = batch.pos.data[rows].astype(np.int64)
         length = batch.pos.caplen[rows].astype(np.int64)
-        return render(aux, np.arange(len(rows)), prog_of.astype(np.int32), progs, None, (batch.buf, start, length))
+        frames = (batch.buf, start, length)
+        return render(
+            aux, np.arange(len(rows)), prog_of.astype(np.int32), progs, None, frames, tree and self.tree_dumps
+        )
 
     def _number(self, batch, lo: int, hi: int, k_of: np.ndarray, streams: np.ndarray, aux: np.ndarray) -> None:
         """tshark's numbering across frames for records lo..hi-1 of the batch, none decoded in full: every

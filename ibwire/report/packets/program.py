@@ -72,12 +72,20 @@ def compile_parts(parts: Sequence, dtype: np.dtype = R.RECORD) -> bytes:
 
 
 def render(
-    rec: np.ndarray, rows: np.ndarray, prog_of: np.ndarray, programs: List[bytes], base=None, frames=None
+    rec: np.ndarray,
+    rows: np.ndarray,
+    prog_of: np.ndarray,
+    programs: List[bytes],
+    base=None,
+    frames=None,
+    dumps: bool = False,
 ) -> bytes:
     """The text of rec[rows[k]] printed by programs[prog_of[k]]; time formats subtract base[k] (int64 ns);
-    frame ops read row k's frame: `frames` = (buf, start, length), start[k] and length[k] per printed row."""
+    frame ops read row k's frame: `frames` = (buf, start, length), start[k] and length[k] per printed row.
+    `dumps`: a -V marker line of a payload's hex (ibwire.report.packets.tree.DUMP_MARK) is printed as tshark's
+    hex dump of those bytes straight from the frame (native/render.c)."""
     rec = np.ascontiguousarray(rec)
-    more = ()
+    more = (None, None, None)
     if frames is not None:
         buf, start, length = frames
         more = (buf, np.ascontiguousarray(start, np.int64), np.ascontiguousarray(length, np.int64))
@@ -89,4 +97,5 @@ def render(
         tuple(programs),
         None if base is None else np.ascontiguousarray(base, np.int64),
         *more,
+        dumps,
     )
