@@ -188,7 +188,21 @@ def icrc_ok(frame: bytes) -> bool:
 
 
 def roce_frames(path: Path):
-    return [f for f in iter_frames(path) if b"\x12\xb7" in f.data[34:48] and len(f.data) > 58]
+    """The RoCEv2 frames: UDP to port 4791 over IPv4 or IPv6, VLAN-tagged or not (a TCP segment whose
+    sequence number holds the bytes 12 b7 is not one)."""
+    out = []
+    for f in iter_frames(path):
+        d = f.data
+        at = 18 if d[12:14] == b"\x81\x00" else 14
+        if d[at - 2 : at] == b"\x08\x00" and len(d) > at + 20 and d[at + 9] == 17:
+            udp = at + (d[at] & 15) * 4
+        elif d[at - 2 : at] == b"\x86\xdd" and len(d) > at + 40 and d[at + 6] == 17:
+            udp = at + 40
+        else:
+            continue
+        if d[udp + 2 : udp + 4] == b"\x12\xb7" and len(d) > udp + 20:
+            out.append(f)
+    return out
 
 
 def opcodes(path: Path) -> Counter:
