@@ -11,7 +11,7 @@ import weakref
 from typing import Optional
 
 from ibwire.report.packets.tcp_options import line
-from ibwire.report.packets.values import bytes_text
+from ibwire.report.packets.values import bytes_text, seconds
 
 TYPES = {
     0: "Echo (ping) reply",
@@ -131,9 +131,7 @@ def icmp_layer(raw: bytes, reported: int, ends: frozenset, frame: int, ns: int, 
                 ("icmp.data_time", line(clock(stamp), f"Timestamp from icmp data: {clock(stamp)}")),
                 (
                     "icmp.data_time_relative",
-                    line(
-                        _seconds(ns - stamp), f"[Timestamp from icmp data (relative): {_seconds(ns - stamp)} seconds]"
-                    ),
+                    line(seconds(ns - stamp), f"[Timestamp from icmp data (relative): {seconds(ns - stamp)} seconds]"),
                 ),
             ]
             data = data[8:]
@@ -275,10 +273,6 @@ def _timestamp(data: bytes, ns: int):
         if abs(diff) < DAY and usec < 1_000_000:
             return sec * 10**9 + usec * 1000
     return None
-
-
-def _seconds(ns: int) -> str:
-    return f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
 
 
 def icmp_items(icmp, flat: dict, ns: int, session, clock) -> tuple:

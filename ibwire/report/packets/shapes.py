@@ -21,7 +21,7 @@ from ibwire.decode import records as R
 from ibwire.decode.record_filter import DATA
 from ibwire.report.packets import tshark_doc as td
 from ibwire.report.packets.templates import Format, learn
-from ibwire.report.packets.values import json_safe
+from ibwire.report.packets.values import json_safe, seconds
 
 SHAPES_PER_LAYOUT = 64  # beyond this many shapes of one layout, its new shapes are decoded in full
 EARN_BACK = 16  # frames of a layout, or of a shape, seen before it is learned
@@ -52,16 +52,12 @@ DIRECTED = 0x81  # the directed-route SMP class: only its class-specific bits (h
 LID_ROUTED_STEADY = MAD_STEADY + (("MAD", "classspecific"),)
 
 
-def _seconds(ns: int) -> str:
-    return f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
-
-
 def _day(ns: int) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(ns // 10**9))
 
 
 NUMBER = (str, lambda name: [("udec", name)])
-SECONDS = (_seconds, lambda name: [("span", name, 9)])
+SECONDS = (seconds, lambda name: [("span", name, 9)])
 FLOAT_SECONDS = (lambda ns: repr(ns / 1e9), lambda name: [("repr", name)])
 
 
@@ -165,7 +161,7 @@ def _jsonl_walk(obj, sig: list, values: list, put: Optional[Callable] = None):
 
 def _jsonl_items(d, meta):
     obj = json_safe(d.to_json(), "")
-    obj["frame"], obj["time"] = int(meta["frame"]), _Seconds(_seconds(int(meta["epoch"])))
+    obj["frame"], obj["time"] = int(meta["frame"]), _Seconds(seconds(int(meta["epoch"])))
     sig, values = [], []
     _jsonl_walk(obj, sig, values)
 

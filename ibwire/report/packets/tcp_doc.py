@@ -15,7 +15,7 @@ from typing import List, Optional
 from ibwire.report.packets.tcp_flags import analysis_flags
 from ibwire.report.packets.tcp_options import SEVERITY, expert, line, options
 from ibwire.report.packets.tcp_seq import ACK, FIN, RST, SYN, Acked, M, analyze
-from ibwire.report.packets.values import bytes_text
+from ibwire.report.packets.values import bytes_text, seconds
 
 FLAG_NAMES = ("FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR", "AE")
 FLAG_LETTERS = "RRRACEUAPRSF"  # bit 11 down to bit 0, as tcp.flags.str shows them
@@ -39,10 +39,6 @@ COMPLETENESS = {
     **{v: "Complete, WITH_DATA" for v in (31, 47, 63)},
     **{v: "Complete, NO_DATA" for v in (23, 39, 55)},
 }
-
-
-def seconds(ns: int) -> str:
-    return f"{ns // 10**9}.{ns % 10**9:09d}"
 
 
 class Flow:

@@ -263,10 +263,6 @@ def _metas(rnd: random.Random, row) -> np.ndarray:
 # ---- explaining an item's text ----
 
 
-def _seconds(ns: int) -> str:
-    return f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
-
-
 class Metas:
     """The samples' numbers (AUX rows) and the texts each meta column prints in each format, worked out once
     for all the items of a shape."""

@@ -34,7 +34,7 @@ from ibwire.report.packets.dcb_doc import dcb_layer, pairs
 from ibwire.report.packets.icmp_doc import icmp_items
 from ibwire.report.packets.icmpv6_doc import icmpv6_items
 from ibwire.report.packets.tcp_doc import tcp_items
-from ibwire.report.packets.values import SELF_NAMED, bytes_text, ipv6_text, value_text
+from ibwire.report.packets.values import SELF_NAMED, bytes_text, ipv6_text, seconds, value_text
 
 # Wiretap's encapsulation numbers (frame.encap_type) of the link types tshark 4.0 reads (not 247: tshark
 # cannot open it, so the link type itself stands there).
@@ -57,10 +57,6 @@ class Times(NamedTuple):
     delta: int
     delta_displayed: int
     relative: int
-
-
-def seconds(ns: int) -> str:
-    return f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
 
 
 def _hex(value: int, digits: int) -> str:

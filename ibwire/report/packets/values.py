@@ -38,6 +38,11 @@ def bytes_text(value, sep: str = ":", width: int = 0) -> str:
 SELF_NAMED = ("immdt", "ieth")
 
 
+def seconds(ns: int) -> str:
+    """A signed duration or time in ns as tshark prints seconds: `-0.000000005`, `12.000000001`."""
+    return f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
+
+
 def value_text(key: str, value, sep: str = ":", width: int = 0) -> str:
     """Field `key` (Wireshark's name without `infiniband.`) holding `value`, as tshark writes it."""
     digits = TSHARK_DISPLAY.get(key, 0)
