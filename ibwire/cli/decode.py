@@ -222,14 +222,16 @@ def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too)
 
 def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summary_too):
     from ibwire.decode.stream import select
-    from ibwire.report.packets.printer import Printer
-    from ibwire.report.packets.tree import Dumps
 
     shown = 0
     t0, prev = None, None
-    tree_printer, dumps = Printer("tree"), Dumps()
-    tree_printer.nvme = printer.nvme  # -V decodes storage as the other outputs do
-    tree_printer.tree_dumps = not hexdump  # -x dumps the frame's bytes instead of each Data item's
+    if verbose or hexdump:
+        from ibwire.report.packets.printer import Printer
+        from ibwire.report.packets.tree import Dumps
+
+        tree_printer, dumps = Printer("tree"), Dumps()
+        tree_printer.nvme = printer.nvme  # -V decodes storage as the other outputs do
+        tree_printer.tree_dumps = not hexdump  # -x dumps the frame's bytes instead of each Data item's
     behind = _Behind(out) if show and verbose and not (hexdump or summary_too) else None
     if show:
         out.write(printer.start())

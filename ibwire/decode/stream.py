@@ -81,17 +81,16 @@ class Stream:
         batch (print, filter, audit); the walk reads each chunk into a buffer of its own, so a batch's
         bytes stay valid however far the read-ahead gets."""
         from ibwire.decode.batch import decode_batch
-        from ibwire.files.ahead import read_ahead
+        from ibwire.files.ahead import map_ahead
 
-        def filled(rec):
+        def decoded(item):
+            pos, buf = item
+            rec = decode_batch(buf, pos, self.icrc)
             if self.fill:
                 self.fill(rec)
-            return rec
+            return Batch(rec, pos, buf)
 
-        return read_ahead(
-            Batch(filled(decode_batch(self.walk.buf, pos, self.icrc)), pos, self.walk.buf)
-            for pos in self.walk.batches()
-        )
+        return map_ahead(decoded, ((pos, self.walk.buf) for pos in self.walk.batches()))
 
 
 def with_analysis(d, row):

@@ -4,10 +4,12 @@ The compiled walk, decoder and CRC checks release the GIL, as do file reads and 
 so a producer thread (read and decode) and its consumer (print, analyse, encode) overlap.
 """
 
+import os
 import queue
 import threading
 import weakref
-from typing import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable, Iterator
 
 
 def read_ahead(items: Iterable, depth: int = 1) -> Iterator:
@@ -61,3 +63,25 @@ def read_ahead(items: Iterable, depth: int = 1) -> Iterator:
     items_out = consume()
     weakref.finalize(items_out, stop.set)  # also when the consumer never starts: the producer ends
     return items_out
+
+
+def map_ahead(work: Callable, items: Iterable, workers: int = 0) -> Iterator:
+    """work(item) for each item of `items`, in order, computed ahead of the consumer by `workers` threads
+    (0: one per CPU this process may use): `items` is iterated on a thread of its own (reads are sequential),
+    each item handed to the pool; at most 2 * workers results wait.  Worth it where `work` releases the GIL
+    (the compiled decoder and CRC checks do).  Errors are raised in the consumer, as read_ahead raises them."""
+    workers = workers or len(os.sched_getaffinity(0))
+    if workers < 2:
+        return read_ahead(map(work, items))
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="ibwire-work")
+    futures = read_ahead((pool.submit(work, item) for item in items), depth=2 * workers)
+
+    def results():
+        try:
+            for f in futures:
+                yield f.result()
+        finally:
+            futures.close()
+            pool.shutdown(cancel_futures=True)
+
+    return results()
