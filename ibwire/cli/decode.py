@@ -281,7 +281,8 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
                     if hexdump:
                         out.write(hex_dump(batch.frame(i).data).encode() + b"\n")
             else:
-                out.write(printer.batch(batch, rows, details))
+                for part in printer.batch_parts(batch, rows, details):
+                    out.write(part)
             if not behind:
                 out.flush()
         prev = float(rec["time"][-1])
@@ -312,21 +313,23 @@ class _Behind:
         self.thread.start()
 
     def _write(self) -> None:
-        while (text := self.queue.get()) is not None:
+        while (parts := self.queue.get()) is not None:
             if self.error is None:
                 try:
-                    self.out.write(self.dumps(text))
+                    for text in parts:
+                        self.out.write(self.dumps(text))
                     self.out.flush()
                 except BaseException as e:  # noqa: BLE001 - the caller's thread raises it
                     self.error = e
-            del text
+            del parts
             self.queue.task_done()
 
-    def put(self, text: bytes) -> None:
+    def put(self, parts: list) -> None:
+        """Write the texts `parts`, one after the other."""
         self.queue.join()
         if self.error is not None:
             raise self.error
-        self.queue.put(text)
+        self.queue.put(parts)
 
     def close(self) -> None:
         self.queue.join()

@@ -3,6 +3,7 @@
  * their per-packet numbers).  Formats: decimal, zero-padded hex, fixed-point time, date-time, duration,
  * IPv4/IPv6/GID address, MAC address; of the frame's own bytes: integers and bit fields, hex runs, addresses. */
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,18 +368,22 @@ static int dump_line(out_t *o, int op, const uint8_t *q, const uint8_t *end, con
     return 1;
 }
 
+static void fill_tables(void)
+{
+    for (int b = 0; b < 256; b++) {
+        HEX2[b][0] = HEXD[b >> 4];
+        HEX2[b][1] = HEXD[b & 15];
+    }
+    for (int b = 0; b < 100; b++) {
+        DIG2[b][0] = (char)('0' + b / 10);
+        DIG2[b][1] = (char)('0' + b % 10);
+    }
+}
+
 int render_rows(const render_job *j, char **result, size_t *result_len)
 {
-    if (!HEX2[255][0] || !DIG2[99][0]) {
-        for (int b = 0; b < 256; b++) {
-            HEX2[b][0] = HEXD[b >> 4];
-            HEX2[b][1] = HEXD[b & 15];
-        }
-        for (int b = 0; b < 100; b++) {
-            DIG2[b][0] = (char)('0' + b / 10);
-            DIG2[b][1] = (char)('0' + b % 10);
-        }
-    }
+    static pthread_once_t once = PTHREAD_ONCE_INIT;  /* (threads render parts of a batch at once) */
+    pthread_once(&once, fill_tables);
     static __thread out_t kept;        /* the last call's buffer: no fresh pages to fault in per batch */
     out_t o = kept;
     o.n = 0;

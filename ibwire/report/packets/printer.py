@@ -3,6 +3,7 @@ is printed by a line program shared by its group (ibwire.report.packets.program)
 and printed from their fields, in the same layout.
 """
 
+import os
 import time
 from typing import List, Optional
 
@@ -19,7 +20,7 @@ from ibwire.decode.storagepick import storage_possible
 from ibwire.decode.stream import Batch
 from ibwire.report.escape import printable
 from ibwire.report.packets import summary
-from ibwire.report.packets.program import compile_parts, render
+from ibwire.report.packets.program import compile_parts, render, render_halves
 
 FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
 TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
@@ -100,6 +101,7 @@ class Printer:
         self.nvme = None  # ibwire.decode.nvme.NvmeTracker: NVMe-oF queues across frames
         self.echo = None  # summary.EchoPairs of text output
         self.shapes = None  # ibwire.report.packets.shapes.Shapes: -T json and jsonl programs learned per shape
+        self.renderer = None  # the thread rendering half of each batch of learned documents (render_halves)
         self.tree_dumps = False  # -V without -x: learned programs print each payload's hex dump themselves
         self._comma, self._nul = compile_parts([",\n"]), compile_parts(["\0"])
 
@@ -139,11 +141,9 @@ class Printer:
         rec = batch.rec
         if not len(rec):
             return b""
-        if self.t0 is None:
-            self.t0 = int(rec["time_ns"][0])
-            self.decimals = getattr(batch, "decimals", None) or self.decimals or 6
+        self._begin(batch)
         if self.fmt in ("json", "ek") and self._shaped():
-            return self._shaped_documents(batch, rows, details)
+            return b"".join(self._shaped_documents(batch, rows, details))
         if self.fmt == "jsonl" and self._shaped():
             return self._shaped_lines(batch, rows, details)
         if self.fmt in ("json", "ek", "tree"):
@@ -226,16 +226,28 @@ class Printer:
         if self.t0 is None and len(batch.rec):
             self.t0 = int(batch.rec["time_ns"][0])
         if self._shaped():
-            return self._shaped_documents(batch, rows, details, cut=True).split(b"\0")[:-1]
+            return b"".join(self._shaped_documents(batch, rows, details, cut=True)).split(b"\0")[:-1]
         return [t.encode() for t in self._document_texts(batch, rows, details)]
 
-    def tree_text(self, batch: Batch, rows: np.ndarray, details) -> bytes:
-        """-V alone: the trees of the rows, one after the other."""
+    def _begin(self, batch: Batch) -> None:
+        if self.t0 is None:
+            self.t0 = int(batch.rec["time_ns"][0])
+            self.decimals = getattr(batch, "decimals", None) or self.decimals or 6
+
+    def batch_parts(self, batch: Batch, rows: np.ndarray, details=None) -> List[bytes]:
+        """batch()'s text as parts to write one after the other (-T json and ek render in halves at once)."""
+        if self.fmt not in ("json", "ek") or not len(batch.rec) or not self._shaped():
+            return [self.batch(batch, rows, details)]
+        self._begin(batch)
+        return self._shaped_documents(batch, rows, details)
+
+    def tree_text(self, batch: Batch, rows: np.ndarray, details) -> List[bytes]:
+        """-V alone: the trees of the rows, one after the other, in parts to write one after the other."""
         if self.t0 is None and len(batch.rec):
             self.t0 = int(batch.rec["time_ns"][0])
         if self._shaped():
             return self._shaped_documents(batch, rows, details)
-        return self._documents(batch, rows, details)
+        return [self._documents(batch, rows, details)]
 
     def _shaped(self) -> bool:
         """Do this format's documents print from learned programs (ibwire.report.packets.shapes)?"""
@@ -262,10 +274,10 @@ class Printer:
                 out.append((k, d))
         return out
 
-    def _shaped_documents(self, batch, rows, details, cut: bool = False) -> bytes:
+    def _shaped_documents(self, batch, rows, details, cut: bool = False) -> List[bytes]:
         """-T json and ek: frames of a learned shape print from its program, the others from their full decode; both
-        in one compiled call, in frame order, with tshark's numbering across frames (udp.stream); -V trees
-        end in a NUL when they are to be `cut` apart."""
+        in one compiled call (two at once, program.render_halves), in frame order, with tshark's numbering across
+        frames (udp.stream); -V trees end in a NUL when they are to be `cut` apart."""
         from ibwire.report.packets import tshark_doc as td
         from ibwire.report.packets.templates import AUX
 
@@ -314,9 +326,11 @@ class Printer:
         start = batch.pos.data[rows].astype(np.int64)
         length = batch.pos.caplen[rows].astype(np.int64)
         frames = (batch.buf, start, length)
-        return render(
-            aux, np.arange(len(rows)), prog_of.astype(np.int32), progs, None, frames, tree and self.tree_dumps
-        )
+        if self.renderer is None and len(os.sched_getaffinity(0)) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.renderer = ThreadPoolExecutor(1, thread_name_prefix="ibwire-render")
+        return render_halves(aux, prog_of.astype(np.int32), progs, frames, tree and self.tree_dumps, self.renderer)
 
     def _number(self, batch, lo: int, hi: int, k_of: np.ndarray, streams: np.ndarray, aux: np.ndarray) -> None:
         """tshark's numbering across frames for records lo..hi-1 of the batch, none decoded in full: every

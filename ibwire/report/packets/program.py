@@ -99,3 +99,22 @@ def render(
         *more,
         dumps,
     )
+
+
+SPLIT_ROWS = 256  # batches of at least this many rows render in two halves at once (render_halves)
+
+
+def render_halves(
+    rec: np.ndarray, prog_of: np.ndarray, programs: List[bytes], frames, dumps: bool, pool
+) -> List[bytes]:
+    """render() of every row of `rec` (row k by programs[prog_of[k]], frame k of `frames`), as texts to write one
+    after the other: with a `pool` (concurrent.futures, one thread) a batch of SPLIT_ROWS rows or more renders in
+    two halves at once, its second half on the pool's thread (the compiled renderer releases the GIL); the
+    halves are not joined, which would copy the batch's text once more."""
+    n = len(prog_of)
+    if pool is None or n < SPLIT_ROWS:
+        return [render(rec, np.arange(n), prog_of, programs, None, frames, dumps)]
+    h = n // 2
+    buf, start, length = frames
+    later = pool.submit(render, rec, np.arange(h, n), prog_of[h:], programs, None, (buf, start[h:], length[h:]), dumps)
+    return [render(rec, np.arange(h), prog_of[:h], programs, None, (buf, start[:h], length[:h]), dumps), later.result()]
