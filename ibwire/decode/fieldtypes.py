@@ -434,6 +434,9 @@ NARROW = {
     "ipv6.tclass.ecn": 2,
 }
 
+# PortInfo's CapabilityMask bits are FT_UINT32 in tshark 4.0: a literal above 32 bits is refused, as tshark refuses it
+NARROW.update({f"portinfo.capabilitymask.{name}": 32 for name, _ in CAPABILITY_MASK})
+
 
 def max_value(key: str) -> Optional[int]:
     """The largest value an unsigned field can hold, when ibwire knows its width without scapy."""
@@ -576,6 +579,8 @@ def layer_field_types() -> dict:
                 extra.update(cls(**probe).ws_extra())
             except Exception:
                 pass
+        for word, bits in getattr(cls, "ws_bits", {}).items():  # a flag word's bits, shown 0/1 like Wireshark
+            out.update({f"{ws}.{word}.{bit}": UINT for bit, _ in bits})
         for name, value in extra.items():
             value = value[0] if isinstance(value, list) else value  # a repeated field (NVMe structure entries)
             out.setdefault(

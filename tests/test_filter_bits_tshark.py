@@ -1,0 +1,129 @@
+"""Display filters and `-e` on single bits of flag words select and print what tshark 4.0 does: PortInfo's
+CapabilityMask bits (`portinfo.capabilitymask.issm == 1`, bare, negated, combined with `&&`, with or without
+the `infiniband.` prefix) on the ibsim/opensm sweep (where a tool sets IsSM), the shipped SM sweep and the
+multi-tenant samples, gathered into one pcapng so tshark starts once per filter.  The bits tshark 4.0 does
+not name (IBA's bits 13-15 and 28-31) are ibwire's own and select what tshark's `&` on the word selects; a
+bit that does not exist stays an error, as in tshark.
+"""
+
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import run_ibwire
+from fabric import scenario
+from tshark_oracle import TSHARK
+
+from dissectors.madnames import CAPABILITY_MASK
+from ibwire.decode import decode_frame
+from ibwire.decode.filter import compile_filter
+from ibwire.decode.stream import Stream, select
+from ibwire.files import iter_frames
+from ibwire.files.writers import PcapngWriter
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = [ROOT / "captures" / n for n in ("sm-sweep.pcap", "multitenant-breach.pcap", "multitenant-clean.pcap")]
+CM = "infiniband.portinfo.capabilitymask"
+# ibwire's filter -> tshark's (the same, or for the bits tshark 4.0 does not name, `&` on the word)
+FILTERS = {
+    f"{CM}.issm": None,
+    f"{CM}.issm == 1": None,
+    f"{CM}.issm == 0": None,
+    f"!{CM}.issm": None,
+    f"!{CM}.issm == 1": None,
+    f"{CM}.issm == 1 && infiniband.portinfo.lid == 3": None,
+    f"{CM}.trapsupported == 1 && {CM}.issm == 0": None,
+    f"{CM}.smdisabled == 1 || {CM}.linkroundtriplatencysupported != 0": None,
+    f"{CM}.vendorclasssupported in {{1}} && !({CM}.issm == 1)": None,
+    f"{CM}.issm & 1": None,
+    f"{CM}.extendedspeedssupported == 1": f"{CM} & 0x4000",
+    f"{CM}.capabilitymask2supported == 0": f"{CM} && !({CM} & 0x8000)",
+}
+# the bits tshark 4.0 names (IBA bits 1-12 and 16-27)
+NAMED = [n for n, m in CAPABILITY_MASK if not 0x2000 <= m <= 0x8000 and m < 1 << 28]
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory):
+    work = tmp_path_factory.mktemp("bits")
+    sweep = scenario.run(str(work))["path"]
+    path = work / "all.pcapng"
+    w = PcapngWriter(str(path))
+    for cap in [Path(sweep), *SAMPLES]:
+        frames = list(iter_frames(str(cap)))
+        i = w.add_interface(frames[0].linktype, cap.name)
+        for f in frames:
+            w.write(f.data, f.time, i, f.wirelen, flush=False)
+    w.close()
+    return path
+
+
+def tshark(path, *args):
+    r = subprocess.run([TSHARK, "-r", str(path), *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (args, r.stderr[-300:])
+    return r.stdout
+
+
+def numbers(out: str) -> list:
+    return [int(x) for x in out.split()]
+
+
+def ibwire(*args):
+    r = run_ibwire("decode", *args)
+    assert r.returncode == 0, (args, r.stderr[-300:])
+    return r.stdout
+
+
+def test_bit_filters_select_tsharks_frames(merged):
+    texts = list(FILTERS)
+    with ThreadPoolExecutor(2) as pool:
+        theirs = list(
+            pool.map(
+                lambda t: numbers(tshark(merged, "-Y", FILTERS[t] or t, "-T", "fields", "-e", "frame.number")), texts
+            )
+        )
+    frames = list(iter_frames(str(merged)))
+    flats = {}  # frame number -> the full decode's fields, each frame decoded once for every filter
+
+    def flat_of(batch, i, t0, prev):
+        k = int(batch.rec["frame"][i])
+        if k not in flats:
+            flats[k] = decode_frame(frames[k - 1]).flat
+        return flats[k]
+
+    wrong = []
+    for n, (text, want) in enumerate(zip(texts, theirs)):
+        ours = text if n % 2 else text.replace("infiniband.", "")  # the prefix is optional
+        got = [
+            int(k)
+            for batch, mask in select(Stream(str(merged)), compile_filter(ours), flat_of)
+            for k in batch.rec["frame"][mask].tolist()
+        ]
+        if got != want:
+            wrong.append((ours, len(want), len(got)))
+    assert not wrong, wrong
+    counts = dict(zip(texts, map(len, theirs)))
+    assert counts[f"{CM}.issm == 1"] > 0 and counts[f"{CM}.issm == 0"] > 0  # the captures hold both values
+    text = f"{CM}.issm == 1 && infiniband.portinfo.lid == 3 || {CM}.trapsupported == 0 && infiniband.portinfo.lid"
+    assert numbers(ibwire(merged, "-Y", text, "-T", "fields", "-e", "frame.number")) == numbers(
+        tshark(merged, "-Y", text, "-T", "fields", "-e", "frame.number")
+    )
+
+
+def test_bits_print_as_tshark_prints_them(merged):
+    fields = ["frame.number", CM, *(f"{CM}.{n}" for n in NAMED)]
+    args = [a for f in fields for a in ("-e", f)]
+    want = tshark(merged, "-Y", CM, "-T", "fields", *args)
+    assert want.count("\n") > 100 and "0x00000001" in want
+    assert ibwire(merged, "-Y", CM.replace("infiniband.", ""), "-T", "fields", *args) == want
+
+
+@pytest.mark.parametrize(
+    "text,message", [(f"{CM}.nosuchbit == 1", "is not a field"), (f"{CM}.issm == 0x100000000", "too big")]
+)
+def test_a_bit_that_does_not_exist_or_a_number_too_big_is_refused_like_tshark(merged, text, message):
+    r = run_ibwire("decode", merged, "-Y", text)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    t = subprocess.run([TSHARK, "-r", str(merged), "-Y", text], capture_output=True, text=True)
+    assert t.returncode != 0 and not t.stdout
