@@ -133,10 +133,8 @@ def decode(
     stream = _open(src, icrc, verbose or fmt in ("json", "jsonl", "ek"))
     warnings = []
     if src != "-" and (named or verbose or fmt in ("json", "jsonl", "ek")):
-        from ibwire.analyze.packets import CaptureAnalysis
-
         # -c N alone reads N frames, and tshark -c N analyses those alone: so does the RC pass
-        rc = CaptureAnalysis(src, icrc, upto=count if display_filter is None else None)
+        rc = _analysed(src, icrc, count if display_filter is None else None, verbose or fmt in ("json", "jsonl", "ek"))
         stream.fill, warnings = rc.fill, rc.problems
     if (only_layers or all_layers) and fmt not in ("json", "ek"):
         raise UserError("-j and -J select the protocols of -T json or -T ek")
@@ -195,6 +193,33 @@ def _set_port_speed(speed: float) -> None:
         from dissectors.dcb import set_port_speed
 
         set_port_speed(speed)
+
+
+def _analysed(src: str, icrc: bool, upto: Optional[int], documents: bool):
+    """The capture's RC analysis (ibwire.analyze.packets.CaptureAnalysis), made on a thread of its own while
+    this one imports what printing whole documents needs (scapy and the learned programs: 0.35 s of CPU), as
+    the analysis's reads and compiled decode release the GIL; a daemon thread, so Ctrl-C waits for nothing."""
+    import threading
+
+    from ibwire.analyze.packets import CaptureAnalysis
+
+    got: list = []
+
+    def analyse():
+        try:
+            got.append(CaptureAnalysis(src, icrc, upto=upto))
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+            got.append(e)
+
+    t = threading.Thread(target=analyse, name="ibwire-analysis", daemon=True)
+    t.start()
+    if documents:
+        import ibwire.decode.frame  # noqa: F401
+        import ibwire.report.packets.shapes  # noqa: F401
+    t.join()
+    if isinstance(got[0], BaseException):
+        raise got[0]
+    return got[0]
 
 
 def _output_options(fmt, time_mode, fields, field_opts, count, write, print_too):
