@@ -3,8 +3,8 @@ frame, the -T json icmp layer equals tshark's key for key (identifier and sequen
 reply's request frame and response time, the timestamp in the data, the data nested inside) and the -V lines
 of the ICMP section are tshark's, the hex dump of its nested Data included.  Crafted frames: a duplicate reply,
 a bad checksum, data too short or too far in time for a timestamp, no data, a fragment, messages cut short by
-the capture; errors, a redirect, a router advertisement and a timestamp request show the lines tshark starts
-with (the datagram an error carries is not shown yet).
+the capture, errors and a redirect with the datagram they carry, a timestamp request (more errors:
+test_icmp_errors_tshark.py); a router advertisement shows the lines tshark starts with.
 """
 
 import json
@@ -110,18 +110,18 @@ def crafted(path: Path) -> int:
         *(_cut(e(a, b) / ICMP(type=8, id=8, seq=8) / Raw(stamp * 2), n) for n in (30, 12)),  # unverifiable
         e(a, b) / ICMP(type=17, id=3, seq=4, addr_mask="255.255.255.0"),
         e(b, a) / ICMP(type=18, id=3, seq=4, addr_mask="255.255.0.0"),
-        e(a, b) / ICMP(type=9, code=16),
         e(a, b) / ICMP(type=3, code=3) / inner,
         e(a, b) / ICMP(type=3, code=4, nexthopmtu=1400) / inner,
         e(a, b) / ICMP(type=11, code=0) / inner,
         e(a, b) / ICMP(type=12, code=0, ptr=4) / inner,
         e(a, b) / ICMP(type=5, code=1, gw="10.0.0.254") / inner,
         e(a, b) / ICMP(type=13, id=5, seq=6, ts_ori=1000, ts_rx=2000, ts_tx=3000),
+        e(a, b) / ICMP(type=9, code=16),
     ]
     for i, f in enumerate(frames):
         f.time = T + i / 100
     wrpcap(str(path), frames)
-    return 13
+    return 19
 
 
 def _cut(frame, icmp_bytes: int):
@@ -132,7 +132,8 @@ def _cut(frame, icmp_bytes: int):
 
 
 def test_json_icmp_is_tsharks_on_crafted_frames(tmp_path, tshark):
-    """Echoes and a fragment: the layer is tshark's; errors, redirect, timestamp: tshark's first items."""
+    """Echoes, a fragment, errors, a redirect, a timestamp request: the layer is tshark's; a router
+    advertisement: tshark's first items."""
     path = tmp_path / "icmp.pcap"
     full = crafted(path)
     for i, (theirs, ours) in enumerate(_both(path)):
@@ -194,12 +195,12 @@ def crafted_v6(path: Path) -> int:
     for i, f in enumerate(frames):
         f.time = T + i / 100
     wrpcap(str(path), frames)
-    return 9
+    return 10
 
 
 def test_icmpv6_is_tsharks_on_crafted_messages(tmp_path, tshark):
-    """Crafted ICMPv6: the layer and its -V section are tshark's (an unreachable's datagram and options
-    other than link-layer addresses not yet: tshark's first items and lines)."""
+    """Crafted ICMPv6: the layer and its -V section are tshark's (options other than link-layer addresses
+    not yet: tshark's first items and lines)."""
     path = tmp_path / "icmpv6.pcap"
     full = crafted_v6(path)
     for i, (theirs, ours) in enumerate(_both(path)):

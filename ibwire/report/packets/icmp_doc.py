@@ -3,13 +3,15 @@
 An echo's identifier and sequence number both ways round, a reply's request frame and response time (tshark's
 single pass: a request is matched by the reply's checksum, identifier and sequence number between the same two
 addresses, and shows no link to its reply), the timestamp ping puts in the first 8 bytes of the data, then the
-data as a `data` object inside the layer.  Other types: type, code, checksum and the second word's fields; the
-offending datagram an error carries is not shown yet (docs/tshark-output.md).
+data as a `data` object inside the layer.  Other types: type, code, checksum and the second word's fields (RFC
+4884's length where set), a timestamp request's or reply's three timestamps, and the datagram an error carries
+(icmp_carried).  A message inside an error is neither verified nor matched.
 """
 
 import weakref
 from typing import Optional
 
+from ibwire.report.packets.icmp_carried import Node, carried
 from ibwire.report.packets.tcp_options import line
 from ibwire.report.packets.values import bytes_text, seconds
 
@@ -84,7 +86,11 @@ CODES = {kind: dict(enumerate(names)) for kind, names in CODES.items()}
 CODES[9] = {0: "Normal router advertisement", 16: "Does not route common traffic"}
 ECHO, ECHO_REPLY = 8, 0
 ECHO_LIKE = (0, 8, 13, 14, 15, 16, 17, 18)  # types whose second word is an identifier and a sequence number
+ERRORS = (3, 4, 5, 11, 12)  # types carrying the offending datagram
+STAMPS = (("originate", "Originate"), ("receive", "Receive"), ("transmit", "Transmit"))
+CARRIED_EXPERTS = {"ip.ttl.too_small": "Note/Sequence", "ipv6.invalid_header": "Error/Malformed"}
 DAY = 3600 * 24
+MS_DAY = DAY * 1000
 _SESSIONS = weakref.WeakKeyDictionary()  # tshark_doc.Session -> {(addresses, key): [request frame, ns, replied]}
 
 
@@ -98,9 +104,12 @@ def in_cksum(data: bytes) -> int:
     return ~total & 0xFFFF
 
 
-def icmp_layer(raw: bytes, reported: int, ends: frozenset, frame: int, ns: int, session, clock=str) -> list:
+def icmp_layer(
+    raw: bytes, reported: int, ends: frozenset, frame: int, ns: int, session, clock=str, nested: bool = False
+) -> list:
     """The icmp layer of a message: `raw` its captured bytes, `reported` its length by the IP header, `ends`
-    the IP addresses, `frame` the frame's number, `clock` how a time (ns since the epoch) is written."""
+    the IP addresses, `frame` the frame's number, `clock` how a time (ns since the epoch) is written; `nested`:
+    the message is inside an error's datagram."""
     if len(raw) < 2:  # tshark stops at the first byte it lacks
         return [_type(raw[0])] if raw else []
     kind, code = raw[0], raw[1]
@@ -109,7 +118,7 @@ def icmp_layer(raw: bytes, reported: int, ends: frozenset, frame: int, ns: int, 
     items = [_type(kind, code), _code(kind, code)]
     if len(raw) < 4:
         return items
-    items += _checksum(raw, reported)
+    items += _checksum(raw, reported, nested)
     if kind in ECHO_LIKE:  # as far as the bytes go
         for at, key, label in ((4, "icmp.ident", "Identifier"), (6, "icmp.seq", "Sequence Number")):
             if len(raw) >= at + 2:
@@ -120,9 +129,11 @@ def icmp_layer(raw: bytes, reported: int, ends: frozenset, frame: int, ns: int, 
                 ]
     if len(raw) < 8:
         return items
+    if kind in (13, 14):
+        return items + _stamps(raw, ns)
     if kind not in (ECHO, ECHO_REPLY):
         return items + _second_word(raw, kind, code)
-    items += _transaction(raw, kind, ends, frame, ns, session)
+    items += [] if nested else _transaction(raw, kind, ends, frame, ns, session)
     data = raw[8:reported]
     if len(data) >= 8:
         stamp = _timestamp(data, ns)
@@ -153,11 +164,12 @@ def _code(kind: int, code: int) -> tuple:
     return ("icmp.code", line(str(code), f"Code: {code} ({names.get(code, f'Unknown code: {code}')})"))
 
 
-def _checksum(raw: bytes, reported: int) -> list:
-    if len(raw) < reported:  # cut short: packet-icmp.c's wording for a checksum it cannot verify
+def _checksum(raw: bytes, reported: int, nested: bool) -> list:
+    if len(raw) < reported or nested:  # cut short, or in an error: packet-icmp.c's wording, unverified
         text = f"0x{int.from_bytes(raw[2:4], 'big'):04x}"
+        why = "in ICMP error packet" if nested else "fragmented datagram"
         return [
-            ("icmp.checksum", line(text, f"Checksum: {text} [unverified] [fragmented datagram]")),
+            ("icmp.checksum", line(text, f"Checksum: {text} [unverified] [{why}]")),
             ("icmp.checksum.status", line("2", "[Checksum Status: Unverified]")),
         ]
     return checksum_items("icmp", raw, in_cksum(raw[:reported]), "icmp.checksum_bad")
@@ -188,25 +200,19 @@ def checksum_items(proto: str, raw: bytes, computed: int, bad: str) -> list:
     ]
 
 
-class Node(list):
-    """A text item's children, with its -V title."""
-
-    def __init__(self, title: str, items: list):
-        super().__init__(items)
-        self.title = title
-
-
 def title(key: str, value) -> Optional[str]:
     """-V's title of an ICMP or ICMPv6 text item: a Node, the expert item of a bad checksum."""
     if isinstance(value, Node):
         return value.title
     if key == "_ws.expert" and isinstance(value, list) and value and value[0][0].startswith("icmp"):
         return f"[Expert Info (Warning/Checksum): {dict(value).get('_ws.expert.message', '')}]"
+    if key == "_ws.expert" and isinstance(value, list) and value and value[0][0] in CARRIED_EXPERTS:
+        return f"[Expert Info ({CARRIED_EXPERTS[value[0][0]]}): {dict(value).get('_ws.expert.message', '')}]"
     return None
 
 
 def _second_word(raw: bytes, kind: int, code: int) -> list:
-    """The fields of an error's or a redirect's second word (the datagram it carries is not shown yet), an
+    """The fields of an error's or a redirect's second word (RFC 4884's length of the datagram where set), an
     address mask."""
     if kind == 5:
         gateway = ".".join(str(b) for b in raw[4:8])
@@ -214,8 +220,17 @@ def _second_word(raw: bytes, kind: int, code: int) -> list:
     if kind in (17, 18) and len(raw) >= 12:
         mask = ".".join(str(b) for b in raw[8:12])
         return [("icmp.address_mask", line(mask, f"Address Mask: {mask}"))]
-    if kind not in (3, 11, 12) or raw[5]:  # RFC 4884's length of the datagram: not yet
+    if kind not in (3, 11, 12):
         return []
+    if raw[5]:  # RFC 4884's length of the datagram, in 32-bit words
+        length = [
+            ("icmp.length", line(str(raw[5]), f"Length: {raw[5]}")),
+            ("icmp.length.original_datagram", line(str(raw[5] * 4), f"[Length of original datagram: {raw[5] * 4}]")),
+        ]
+        first = ("icmp.pointer", line(str(raw[4]), f"Pointer: {raw[4]}")) if kind == 12 else _unused(raw[4:5])
+        mtu = int.from_bytes(raw[6:8], "big")
+        last = ("icmp.mtu", line(str(mtu), f"MTU of next hop: {mtu}")) if (kind, code) == (3, 4) else _unused(raw[6:8])
+        return [first] + length + [last]
     if kind == 12:
         return [("icmp.pointer", line(str(raw[4]), f"Pointer: {raw[4]}")), _unused(raw[5:8])]
     if kind == 3 and code == 4:
@@ -263,6 +278,59 @@ def end(session, key: tuple, ns: int) -> Optional[tuple]:
     return trans[0], (ns - trans[1]) / 1e6
 
 
+def _stamps(raw: bytes, ns: int) -> list:
+    """A timestamp request's or reply's three timestamps, each with the time of day it reads as (ms since
+    midnight UTC, the byte order nearer the frame's time: packet-icmp.c get_best_guess_mstimeofday)."""
+    frame_ms = (ns // 10**6) % MS_DAY
+    items = []
+    for i, (key, label) in enumerate(STAMPS):
+        word = raw[8 + 4 * i : 12 + 4 * i]
+        if len(word) < 4:
+            break
+        value = int.from_bytes(word, "big")
+        when = _ms_text(_best_guess(word, frame_ms))
+        items.append(
+            (f"icmp.{key}_timestamp", line(str(value), f"{label} Timestamp: {value} ({when} after midnight UTC)"))
+        )
+    return items
+
+
+def _best_guess(word: bytes, comp: int) -> int:
+    """packet-icmp.c get_best_guess_mstimeofday (its unsigned differences as they wrap)."""
+    be, le = int.from_bytes(word, "big") & 0x7FFFFFFF, int.from_bytes(word, "little") & 0x7FFFFFFF
+    if be < MS_DAY <= le:
+        return be
+    if le < MS_DAY <= be:
+        return le
+    saved = be, le
+    if be < MS_DAY and le < MS_DAY:
+        late = comp >= MS_DAY - MS_DAY // 4
+        be += MS_DAY if be < comp and be <= MS_DAY // 4 and late else 0
+        le += MS_DAY if le < comp and le <= MS_DAY // 4 and late else 0
+    nearer = (be - comp) % (1 << 32) < (le - comp) % (1 << 32)
+    if saved[0] < MS_DAY and saved[1] < MS_DAY:
+        return saved[0] if nearer else saved[1]
+    return be if nearer else le
+
+
+def _ms_text(ms: int) -> str:
+    """Wireshark's signed_time_msecs_to_str: `3 hours, 17 minutes, 26.660 seconds`."""
+    if ms == 0:
+        return "0 seconds"
+    sec, msec = divmod(ms, 1000)
+    minutes, sec = divmod(sec, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    parts = [
+        f"{n} {unit}{'s' if n != 1 else ''}" for n, unit in ((days, "day"), (hours, "hour"), (minutes, "minute")) if n
+    ]
+    if msec:
+        parts.append(f"{sec}.{msec:03d} seconds")
+    elif sec:
+        parts.append(f"{sec} second{'s' if sec != 1 else ''}")
+    return ", ".join(parts)
+
+
 def _timestamp(data: bytes, ns: int):
     """The ns of a timeval in the data's first 8 bytes (seconds and microseconds, big-endian tried first), when
     it lies within a day of the frame's time; else None."""
@@ -275,18 +343,36 @@ def _timestamp(data: bytes, ns: int):
     return None
 
 
-def icmp_items(icmp, flat: dict, ns: int, session, clock) -> tuple:
-    """("icmp", icmp_layer()) of a scapy ICMP layer (its bytes, its length and addresses by the IP header
-    above it, the frame's number and lengths from `flat`; `clock`: tshark_doc.frame_time), or ("data", its
-    bytes) when the datagram is a fragment."""
+def icmp_items(icmp, flat: dict, ns: int, session, clock, walk=None) -> list:
+    """The layers of a scapy ICMP layer (its bytes, its length and addresses by the IP header above it, the
+    frame's number and lengths from `flat`; `clock`: tshark_doc.frame_time; `walk`: a scapy packet -> its
+    layers, for the datagram an error carries): [("icmp", icmp_layer() and the datagram's headers), what
+    follows them], or [("data", its bytes)] when the datagram is a fragment."""
     raw = bytes(icmp.original or b"")
     frame = flat.get("frame.number", 0)
     in_frame = len(raw) + max(int(flat.get("frame.len", 0)) - int(flat.get("frame.cap_len", 0)), 0)
     ip = icmp.underlayer
     if ip is None or not hasattr(ip, "ihl"):
-        return "icmp", icmp_layer(raw, in_frame, frozenset(), frame, ns, session, clock)
+        return [("icmp", icmp_layer(raw, in_frame, frozenset(), frame, ns, session, clock))]
+    nested = getattr(ip, "in_error", False)
     reported = ip.len - ip.ihl * 4 if ip.len is not None and ip.len >= ip.ihl * 4 else in_frame
-    reported = min(reported, in_frame)  # tshark's IP gives no more than the frame holds
+    reported = reported if nested else min(reported, in_frame)  # tshark's IP gives no more than the frame holds
     if int(ip.flags) & 1 or ip.frag:  # a fragment: tshark waits for the rest and shows the bytes as Data
-        return "data", [("data.data", bytes_text(raw[:reported])), ("data.len", str(len(raw[:reported])))]
-    return "icmp", icmp_layer(raw[:reported], reported, frozenset((ip.src, ip.dst)), frame, ns, session, clock)
+        return [("data", [("data.data", bytes_text(raw[:reported])), ("data.len", str(len(raw[:reported])))])]
+    raw = raw[:reported]
+    items = icmp_layer(raw, reported, frozenset((ip.src, ip.dst)), frame, ns, session, clock, nested)
+    if len(raw) <= 8 or raw[0] not in ERRORS or nested:
+        return [("icmp", items)]
+    inside, after = carried(_datagram(raw, reported), walk, 4)
+    return [("icmp", items + inside)] + after
+
+
+def _datagram(raw: bytes, reported: int) -> bytes:
+    """The bytes packet-icmp.c gives the IP dissector: a redirect's IP header and 8 bytes, RFC 4884's length
+    where the datagram is longer, else all that follows the second word."""
+    inner, words = raw[8:], raw[5] if raw[0] != 5 else 0
+    if raw[0] == 5:
+        return inner[: (inner[0] & 15) * 4 + 8]
+    if words and reported > 8 + 4 * words and len(inner) >= 4 and int.from_bytes(inner[2:4], "big") > 4 * words:
+        return inner[: ((inner[0] & 15) + words) * 4]
+    return inner

@@ -4,18 +4,23 @@ its title.
 The checksum verified over the IPv6 pseudo-header, an echo's identifier and sequence number, a reply's request
 frame and response time (tshark's single pass, as ICMP's), its data as a `data` object inside the layer; router
 and neighbour solicitations and neighbour advertisements with their link-layer address options, MLDv2 reports
-with their records.  Other messages and options end the layer where tshark would word them (not yet shown,
+with their records; errors (unreachable, packet too big, time exceeded, parameter problem) with the datagram they
+carry (icmp_carried).  Other messages and options end the layer where tshark would word them (not yet shown,
 docs/tshark-output.md).
 """
 
 import ipaddress
 
-from ibwire.report.packets.icmp_doc import Node, checksum_items, end, in_cksum, start
+from ibwire.report.packets.icmp_carried import Node, carried
+from ibwire.report.packets.icmp_doc import checksum_items, end, in_cksum, start
 from ibwire.report.packets.tcp_options import line
 from ibwire.report.packets.values import bytes_text, ipv6_text
 
 TYPES = {
     1: "Destination Unreachable",
+    2: "Packet Too Big",
+    3: "Time Exceeded",
+    4: "Parameter Problem",
     128: "Echo (ping) request",
     129: "Echo (ping) reply",
     133: "Router Solicitation",
@@ -23,7 +28,29 @@ TYPES = {
     136: "Neighbor Advertisement",
     143: "Multicast Listener Report Message v2",
 }
-CODES = {(1, 4): "Port unreachable"}  # the named codes shown (an unreachable's other codes: not yet)
+UNREACHABLE = (
+    "no route to destination",
+    "Administratively prohibited",
+    "Beyond scope of source address",
+    "Address unreachable",
+    "Port unreachable",
+    "Source address failed ingress/egress policy",
+    "Reject route to destination",
+    "Error in Source Routing Header",
+)
+PROBLEMS = (
+    "erroneous header field encountered",
+    "unrecognized Next Header type encountered",
+    "unrecognized IPv6 option encountered",
+    "IPv6 First Fragment has incomplete IPv6 Header Chain",
+)
+UNKNOWN_CODES = {1: "Unknown", 3: "Unknown ({})", 4: "Unknown ({})"}  # (other types: no name)
+CODES = {
+    **{(1, c): name for c, name in enumerate(UNREACHABLE)},
+    (3, 0): "hop limit exceeded in transit",
+    (3, 1): "fragment reassembly time exceeded",
+    **{(4, c): name for c, name in enumerate(PROBLEMS)},
+}
 REQUEST, REPLY = 128, 129
 OPTIONS = {1: ("Source link-layer address", "src"), 2: ("Target link-layer address", "target")}
 RECORDS = {
@@ -37,27 +64,38 @@ RECORDS = {
 NA_FLAGS = (("r", "Router", 31), ("s", "Solicited", 30), ("o", "Override", 29))
 
 
-def icmpv6_layer(raw: bytes, reported: int, src: bytes, dst: bytes, frame: int, ns: int, session) -> list:
+def icmpv6_layer(
+    raw: bytes, reported: int, src: bytes, dst: bytes, frame: int, ns: int, session, walk=None, nested=False
+) -> list:
     """The icmpv6 layer of a message: `raw` its captured bytes, `reported` its length by the IPv6 header,
-    `src`/`dst` the 16-byte addresses, `frame` the frame's number."""
-    if len(raw) < 4 or raw[0] not in TYPES or (raw[0] == 1 and (raw[0], raw[1]) not in CODES):
-        return []
+    `src`/`dst` the 16-byte addresses, `frame` the frame's number; `walk` (a scapy packet -> its layers) for
+    the datagram an error carries; `nested`: the message is inside one (an echo's fields alone, unverified):
+    [icmpv6 items, layers after them]."""
+    if len(raw) < 4 or raw[0] not in TYPES:
+        return [[], []]
     kind, code = raw[0], raw[1]
-    name = CODES.get((kind, code))
+    name = CODES.get((kind, code), UNKNOWN_CODES.get(kind, "")).format(code) or None
     items = [
         ("icmpv6.type", line(str(kind), f"Type: {TYPES[kind]} ({kind})")),
         ("icmpv6.code", line(str(code), f"Code: {code}" + (f" ({name})" if name else ""))),
     ]
-    if len(raw) < reported or len(raw) < 8:  # an unverifiable checksum: not yet
-        return items
+    if nested and raw[0] in (REQUEST, REPLY) and len(raw) >= 8:
+        text = f"0x{int.from_bytes(raw[2:4], 'big'):04x}"
+        items += [
+            ("icmpv6.checksum", line(text, f"Checksum: {text} [unverified] [in ICMP error packet]")),
+            ("icmpv6.checksum.status", line("2", "[Checksum Status: Unverified]")),
+        ]
+        return [items + _echo(raw, kind, frozenset(), frame, ns, None), []]
+    if len(raw) < reported or len(raw) < 8 or nested:  # an unverifiable checksum: not yet
+        return [items, []]
     pseudo = src + dst + reported.to_bytes(4, "big") + b"\0\0\0\x3a"
     items += checksum_items("icmpv6", raw, in_cksum(pseudo + raw), "icmpv6.checksum_bad.expert")
     if kind in (REQUEST, REPLY):
-        return items + _echo(raw, kind, frozenset((src, dst)), frame, ns, session)
-    if kind == 1:
-        return items + [("icmpv6.reserved", line(bytes_text(raw[4:8]), f"Reserved: {raw[4:8].hex()}"))]
+        return [items + _echo(raw, kind, frozenset((src, dst)), frame, ns, session), []]
+    if kind in (1, 2, 3, 4):
+        return _error(raw, items, walk)
     if kind == 143:
-        return items + _mld_report(raw)
+        return [items + _mld_report(raw), []]
     body = 8
     if kind == 136:
         items.append(_na_flags(int.from_bytes(raw[4:8], "big")))
@@ -66,12 +104,31 @@ def icmpv6_layer(raw: bytes, reported: int, src: bytes, dst: bytes, frame: int, 
         items.append(("icmpv6.reserved", line(bytes_text(raw[4:8]), f"Reserved: {raw[4:8].hex()}")))
     if kind in (135, 136):
         if len(raw) < 24:
-            return items
+            return [items, []]
         target = ipv6_text(str(ipaddress.IPv6Address(raw[8:24])))
         key = f"icmpv6.nd.{'ns' if kind == 135 else 'na'}.target_address"
         items.append((key, line(target, f"Target Address: {target}")))
         body = 24
-    return items + _options(raw[body:])
+    return [items + _options(raw[body:]), []]
+
+
+def _error(raw: bytes, items: list, walk) -> list:
+    """An error's second word (RFC 4884's length in 64-bit words where set; the datagram then: not yet) and
+    the datagram it carries."""
+    kind, word = raw[0], raw[4:8]
+    if kind == 2:
+        mtu = int.from_bytes(word, "big")
+        items.append(("icmpv6.mtu", line(str(mtu), f"MTU: {mtu}")))
+    elif kind == 4:
+        pointer = int.from_bytes(word, "big")
+        items.append(("icmpv6.pointer", line(str(pointer), f"Pointer: {pointer}")))
+    elif word[0]:
+        items.append(("icmpv6.length", line(str(word[0]), f"Length of original datagram: {word[0]}")))
+        return [items + [("icmpv6.reserved", line(bytes_text(word[1:]), f"Reserved: {word[1:].hex()}"))], []]
+    else:
+        items.append(("icmpv6.reserved", line(bytes_text(word), f"Reserved: {word.hex()}")))
+    inside, after = carried(raw[8:], walk, 6)
+    return [items + inside, after]
 
 
 def _echo(raw: bytes, kind: int, ends: frozenset, frame: int, ns: int, session) -> list:
@@ -83,7 +140,9 @@ def _echo(raw: bytes, kind: int, ends: frozenset, frame: int, ns: int, session) 
         ("icmpv6.echo.sequence_number", line(str(seq), f"Sequence: {seq}")),
     ]
     checksum = int.from_bytes(raw[2:4], "big")
-    if kind == REQUEST:
+    if session is None:  # inside an error: not matched
+        pass
+    elif kind == REQUEST:
         start(session, ("v6", ends, checksum, raw[4:8]), frame, ns)
     else:  # the request's checksum: this one's less the types' difference (0x0100)
         key = in_cksum(((~checksum) & 0xFFFF).to_bytes(2, "big") + b"\xfe\xff") or 0xFFFF
@@ -177,16 +236,20 @@ def _address(raw: bytes) -> str:
     return ipv6_text(str(ipaddress.IPv6Address(raw)))
 
 
-def icmpv6_items(icmp, flat: dict, ns: int, session) -> list:
-    """icmpv6_layer() of a scapy ICMPv6 layer: its bytes, its length and addresses by the IPv6 header above it
-    (past any extension headers), the frame's number and lengths from `flat`."""
+def icmpv6_items(icmp, flat: dict, ns: int, session, walk=None) -> list:
+    """The layers of a scapy ICMPv6 layer, [("icmpv6", icmpv6_layer()), what follows the datagram an error
+    carries]: its bytes, its length and addresses by the IPv6 header above it (past any extension headers),
+    the frame's number and lengths from `flat`."""
     raw = bytes(icmp.original or b"")
     in_frame = len(raw) + max(int(flat.get("frame.len", 0)) - int(flat.get("frame.cap_len", 0)), 0)
     ip = icmp.underlayer
     while ip is not None and not hasattr(ip, "plen"):
         ip = ip.underlayer
     if ip is None:
-        return []
+        return [("icmpv6", [])]
     reported = min(ip.plen - (len(bytes(ip.payload.original or b"")) - len(raw)), in_frame)
     src, dst = (ipaddress.IPv6Address(a).packed for a in (ip.src, ip.dst))
-    return icmpv6_layer(raw[: max(reported, 0)], max(reported, 0), src, dst, flat.get("frame.number", 0), ns, session)
+    nested = getattr(ip, "in_error", False)
+    frame, cut = flat.get("frame.number", 0), max(ip.plen if nested else reported, 0)
+    items, after = icmpv6_layer(raw[:cut], cut, src, dst, frame, ns, session, walk, nested)
+    return [("icmpv6", items)] + after

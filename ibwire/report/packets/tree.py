@@ -50,6 +50,7 @@ HIDDEN = {
     "ipv6.dst_host",
     "ipv6.host",
     "ip.version@ipv6",
+    "ip.version@icmpv6",  # (an ICMPv6 error's datagram)
     "udp.port",
     "icmpv6.opt.src_linkaddr",
     "icmpv6.opt.target_linkaddr",

@@ -488,6 +488,16 @@ MALFORMED = (
 )
 
 
+def _ib_crc(layer) -> bool:
+    """The ICRC or VCRC of an IPoIB frame (what follows an ICMP message there)."""
+    return getattr(layer, "ws_name", "") in ("icrc", "vcrc") and isinstance(layer.firstlayer(), IBLayer)
+
+
+def _walk(t: Times, session: "Session", flat):
+    """scapy packet -> its layers, as _layers makes a frame's (for the datagram an ICMP error carries)."""
+    return lambda p: (lambda out: _layers(p, out, t, session, flat) and out or out)([])
+
+
 def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> list:
     """Append the layers of the scapy packet `layer` to `layers`; the infiniband layer's items (or None)."""
     ib = None
@@ -506,12 +516,12 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
         elif cls is TCP:
             layers.append(("tcp", tcp_items(layer, (flat or {}).get("frame.number", 0), t.epoch, session)))
         elif cls is ICMP:  # the message holds what follows it, up to the IB CRCs
-            layers.append(icmp_items(layer, flat or {}, t.epoch, session, frame_time))
-            while not isinstance(layer.payload, (NoPayload, IBLayer)):
+            layers += icmp_items(layer, flat or {}, t.epoch, session, frame_time, _walk(t, session, flat))
+            while not isinstance(layer.payload, NoPayload) and not _ib_crc(layer.payload):
                 layer = layer.payload
         elif cls.__name__.startswith("ICMPv6") and cls.__module__ == "scapy.layers.inet6":
-            layers.append(("icmpv6", icmpv6_items(layer, flat or {}, t.epoch, session)))
-            while not isinstance(layer.payload, (NoPayload, IBLayer)):
+            layers += icmpv6_items(layer, flat or {}, t.epoch, session, _walk(t, session, flat))
+            while not isinstance(layer.payload, NoPayload) and not _ib_crc(layer.payload):
                 layer = layer.payload
         elif cls.__name__ == "MAD" and cls.__module__.startswith("dissectors.mad"):
             ib += _header(layer) + _mad_class(layer)
