@@ -12,6 +12,7 @@ import ipaddress
 import weakref
 from typing import List, Optional
 
+from ibwire.report.packets.ek_kinds import flag
 from ibwire.report.packets.tcp_flags import analysis_flags
 from ibwire.report.packets.tcp_options import SEVERITY, expert, line, options
 from ibwire.report.packets.tcp_seq import ACK, FIN, RST, SYN, Acked, M, analyze
@@ -262,9 +263,7 @@ def _flags(h: Header, st: Stream, fwd: Flow, rev: Flow) -> list:
     names = [n for i, n in enumerate(FLAG_NAMES) if f >> i & 1] + (["Reserved"] if f & 0xE00 else [])
     bits = []
     for key, label, mask in FLAG_BITS:
-        bits.append(
-            (f"tcp.flags.{key}", line(str(int(bool(f & mask))), f"{_picture(f, mask)} = {label}: {_set(f & mask)}"))
-        )
+        bits.append((f"tcp.flags.{key}", flag(f & mask, f"{_picture(f, mask)} = {label}: {_set(f & mask)}")))
         if key == "syn" and f & SYN:
             port = h.sport if f & ACK else h.dport
             kind = "acknowledge (SYN+ACK)" if f & ACK else "request (SYN)"

@@ -3,6 +3,7 @@ expert item under `[TCP Analysis Flags]` in tshark's order (ports reused, retran
 window, keep-alive, duplicate ACK, zero window), a retransmission's RTO, a duplicate ACK's number and the frame
 it repeats."""
 
+from ibwire.report.packets.ek_kinds import empty
 from ibwire.report.packets.tcp_options import expert, line
 from ibwire.report.packets.tcp_seq import (
     ACK_LOST,
@@ -73,7 +74,7 @@ def analysis_flags(ta: Acked) -> list:
                 ("tcp.analysis.rto_frame", line(str(ta.rto_frame), f"[RTO based on delta from frame: {ta.rto_frame}]")),
             ]
         if flag == DUP_ACK and ta.flags & flag and ta.dupack_num:
-            flags.append(("tcp.analysis.duplicate_ack", line("", "[This is a TCP duplicate ack]")))
+            flags.append(("tcp.analysis.duplicate_ack", empty("[This is a TCP duplicate ack]")))
     items = [("tcp.analysis.flags", flags)]
     if ta.dupack_num:
         n, frame = ta.dupack_num, ta.dupack_frame

@@ -2,6 +2,7 @@
 scale: 7 (multiply by 128)`) and fields; the helpers TCP's items are written with (an item's -V line as its
 title, an expert item)."""
 
+from ibwire.report.packets.ek_kinds import empty
 from ibwire.report.packets.nvme_data_words import Titled
 from ibwire.report.packets.tcp_seq import ACK, M, gt
 from ibwire.report.packets.values import bytes_text
@@ -31,7 +32,7 @@ def expert(key: str, message: str, severity: str) -> tuple:
     return (
         "_ws.expert",
         [
-            (key, line("", f"[{message}]")),
+            (key, empty(f"[{message}]")),
             ("_ws.expert.message", message),
             ("_ws.expert.severity", line(SEVERITY[severity], f"[Severity level: {severity}]")),
             ("_ws.expert.group", line(SEQUENCE, "[Group: Sequence]")),

@@ -31,6 +31,7 @@ from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_IPOIB, 
 from ibwire.decode.fields import FOREIGN, MERGED, mad_layer_entries
 from ibwire.decode.fieldtypes import TSHARK_DISPLAY
 from ibwire.report.packets.dcb_doc import dcb_layer, pairs
+from ibwire.report.packets.ek_kinds import OBJECTS, Empty, Flag, ek_name, is_field
 from ibwire.report.packets.icmp_doc import icmp_items
 from ibwire.report.packets.icmpv6_doc import icmpv6_items
 from ibwire.report.packets.tcp_doc import tcp_items
@@ -748,6 +749,8 @@ def only_layers(layers: list, names: List[str], with_children: bool) -> list:
 def _text(v, ek: bool):
     if isinstance(v, bool):
         return v if ek else ("1" if v else "0")
+    if ek and isinstance(v, (Flag, Empty)):
+        return v == "1" if isinstance(v, Flag) else None
     return v
 
 
@@ -835,17 +838,34 @@ def ek_groups(layer: str, items: list) -> list:
                 v = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(sec))) + f".{frac}Z"
             if isinstance(v, list) and k.endswith("_tree"):
                 walk(v, k[:-5])
+            elif isinstance(v, list) and k in OBJECTS:  # an expert item's own field has no value
+                v = [(x, Empty(y) if y == "" and not x.startswith(k) else y) for x, y in v]
+                inner = _EkObject(f"{{{_ek_pairs(ek_groups(layer, v))}}}")
+                groups.setdefault((parent, k), (ek_name(layer, k), []))[1].append(inner)
+            elif isinstance(v, list) and is_field(k):
+                groups.setdefault((parent, k), (ek_name(layer, k), []))[1].append(None)
+                walk(v, k)
             elif isinstance(v, list):
                 groups.setdefault((parent, "text"), ("text", []))[1].append(k)
                 walk(v, "text")
             else:
-                groups.setdefault((parent, k), (f"{layer}_{k}".replace(".", "_"), []))[1].append(_text(v, True))
+                groups.setdefault((parent, k), (ek_name(layer, k), []))[1].append(_text(v, True))
 
     walk(items, layer)
     return list(groups.values())
 
 
+class _EkObject(str):
+    """A protocol's node as -T ek writes it inside a layer: the JSON text of its object."""
+
+
+def _ek_value(v) -> str:
+    return v if isinstance(v, _EkObject) else json.dumps(v, ensure_ascii=False)
+
+
 def _ek_pairs(groups) -> str:
-    """`"name":value` of each (name, values) group, several values as a list."""
-    sep = (",", ":")
-    return ",".join(f"{json.dumps(n)}:{json.dumps(v[0] if len(v) == 1 else v, separators=sep)}" for n, v in groups)
+    """`"name":value` of each (name, values) group, several values as a list; text in UTF-8, as tshark's."""
+    return ",".join(
+        f"{json.dumps(n)}:{_ek_value(v[0]) if len(v) == 1 else '[' + ','.join(map(_ek_value, v)) + ']'}"
+        for n, v in groups
+    )
