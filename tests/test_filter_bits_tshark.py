@@ -1,9 +1,11 @@
 """Display filters and `-e` on single bits of flag words select and print what tshark 4.0 does: PortInfo's
 CapabilityMask bits (`portinfo.capabilitymask.issm == 1`, bare, negated, combined with `&&`, with or without
 the `infiniband.` prefix) on the ibsim/opensm sweep (where a tool sets IsSM), the shipped SM sweep and the
-multi-tenant samples, gathered into one pcapng so tshark starts once per filter.  The bits tshark 4.0 does
-not name (IBA's bits 13-15 and 28-31) are ibwire's own and select what tshark's `&` on the word selects; a
-bit that does not exist stays an error, as in tshark.
+multi-tenant samples; the Ethernet address bits, IPv4's flags and ERF's flags and type on the public
+captures and the samples with multicast, IPoIB, IPv6 and ERF frames.  Each set is gathered into one pcapng,
+so tshark starts once per filter.  The CapabilityMask bits tshark 4.0 does not name (IBA's bits 13-15 and
+28-31) are ibwire's own and select what tshark's `&` on the word selects; a bit that does not exist stays an
+error, as in tshark.
 """
 
 import subprocess
@@ -13,14 +15,14 @@ from pathlib import Path
 import pytest
 from conftest import run_ibwire
 from fabric import scenario
-from tshark_oracle import TSHARK
+from merged_pcapng import merge
+from tshark_oracle import PUBLIC, TSHARK
 
 from dissectors.madnames import CAPABILITY_MASK
 from ibwire.decode import decode_frame
 from ibwire.decode.filter import compile_filter
 from ibwire.decode.stream import Stream, select
 from ibwire.files import iter_frames
-from ibwire.files.writers import PcapngWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = [ROOT / "captures" / n for n in ("sm-sweep.pcap", "multitenant-breach.pcap", "multitenant-clean.pcap")]
@@ -40,6 +42,25 @@ FILTERS = {
     f"{CM}.extendedspeedssupported == 1": f"{CM} & 0x4000",
     f"{CM}.capabilitymask2supported == 0": f"{CM} && !({CM} & 0x8000)",
 }
+ENCAP_SAMPLES = [
+    ROOT / "captures" / n for n in ("pfc-storm.pcap", "congestion-ib.pcap", "roce-v6-vlan.pcap", "ud-ipoib.pcap")
+]
+ENCAP_FILTERS = [
+    "eth.dst.ig == 1",
+    "eth.ig == 0 && eth.dst.ig == 1",
+    "eth.lg",
+    "!eth.src.lg == 0",
+    "ip.flags.df == 1 && eth.dst.lg == 0",
+    "ip.flags == 0",
+    "!ip.flags.df",
+    "ip.flags.mf == 1 || ip.flags.rb == 1",
+    "ip.flags & 2",
+    "erf.flags.vlen == 1 && erf.types.type == 21",
+    "erf.flags.cap != 0",
+    "erf.types == 0x15 && !erf.flags.rxe == 1 && erf.flags.trunc == 0",
+]
+ENCAP_BITS = ["eth.dst.ig", "eth.src.lg", "eth.ig", "eth.lg", "ip.flags", "ip.flags.df", "ip.flags.mf"]
+ENCAP_BITS += ["erf.flags.cap", "erf.flags.vlen", "erf.flags.res", "erf.types", "erf.types.ext_header"]
 # the bits tshark 4.0 names (IBA bits 1-12 and 16-27)
 NAMED = [n for n, m in CAPABILITY_MASK if not 0x2000 <= m <= 0x8000 and m < 1 << 28]
 
@@ -47,16 +68,12 @@ NAMED = [n for n, m in CAPABILITY_MASK if not 0x2000 <= m <= 0x8000 and m < 1 <<
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory):
     work = tmp_path_factory.mktemp("bits")
-    sweep = scenario.run(str(work))["path"]
-    path = work / "all.pcapng"
-    w = PcapngWriter(str(path))
-    for cap in [Path(sweep), *SAMPLES]:
-        frames = list(iter_frames(str(cap)))
-        i = w.add_interface(frames[0].linktype, cap.name)
-        for f in frames:
-            w.write(f.data, f.time, i, f.wirelen, flush=False)
-    w.close()
-    return path
+    return merge(work / "all.pcapng", [Path(scenario.run(str(work))["path"]), *SAMPLES])
+
+
+@pytest.fixture(scope="module")
+def encap(tmp_path_factory):
+    return merge(tmp_path_factory.mktemp("encap") / "all.pcapng", sorted(PUBLIC.glob("*.pcap")) + ENCAP_SAMPLES)
 
 
 def tshark(path, *args):
@@ -75,16 +92,17 @@ def ibwire(*args):
     return r.stdout
 
 
-def test_bit_filters_select_tsharks_frames(merged):
-    texts = list(FILTERS)
+def selections(path, filters: dict) -> list:
+    """(ibwire's filter, tshark's frames, ibwire's frames) for each filter, ibwire's from the selection `decode -Y`
+    runs (records first, the full decode for the frames they cannot answer for), each frame decoded once."""
     with ThreadPoolExecutor(2) as pool:
         theirs = list(
             pool.map(
-                lambda t: numbers(tshark(merged, "-Y", FILTERS[t] or t, "-T", "fields", "-e", "frame.number")), texts
+                lambda t: numbers(tshark(path, "-Y", filters[t] or t, "-T", "fields", "-e", "frame.number")), filters
             )
         )
-    frames = list(iter_frames(str(merged)))
-    flats = {}  # frame number -> the full decode's fields, each frame decoded once for every filter
+    frames = list(iter_frames(str(path)))
+    flats = {}
 
     def flat_of(batch, i, t0, prev):
         k = int(batch.rec["frame"][i])
@@ -92,23 +110,36 @@ def test_bit_filters_select_tsharks_frames(merged):
             flats[k] = decode_frame(frames[k - 1]).flat
         return flats[k]
 
-    wrong = []
-    for n, (text, want) in enumerate(zip(texts, theirs)):
+    out = []
+    for n, (text, want) in enumerate(zip(filters, theirs)):
         ours = text if n % 2 else text.replace("infiniband.", "")  # the prefix is optional
         got = [
             int(k)
-            for batch, mask in select(Stream(str(merged)), compile_filter(ours), flat_of)
+            for batch, mask in select(Stream(str(path)), compile_filter(ours), flat_of)
             for k in batch.rec["frame"][mask].tolist()
         ]
-        if got != want:
-            wrong.append((ours, len(want), len(got)))
-    assert not wrong, wrong
-    counts = dict(zip(texts, map(len, theirs)))
+        out.append((ours, want, got))
+    return out
+
+
+def test_bit_filters_select_tsharks_frames(merged):
+    found = selections(merged, FILTERS)
+    assert [(t, len(want), len(got)) for t, want, got in found if got != want] == []
+    counts = {t: len(want) for t, (_, want, _) in zip(FILTERS, found)}
     assert counts[f"{CM}.issm == 1"] > 0 and counts[f"{CM}.issm == 0"] > 0  # the captures hold both values
     text = f"{CM}.issm == 1 && infiniband.portinfo.lid == 3 || {CM}.trapsupported == 0 && infiniband.portinfo.lid"
     assert numbers(ibwire(merged, "-Y", text, "-T", "fields", "-e", "frame.number")) == numbers(
         tshark(merged, "-Y", text, "-T", "fields", "-e", "frame.number")
     )
+
+
+def test_ethernet_ipv4_and_erf_flag_bits_select_and_print_as_tshark(encap):
+    found = selections(encap, dict.fromkeys(ENCAP_FILTERS))
+    assert [(t, len(want), len(got)) for t, want, got in found if got != want] == []
+    assert all(want for t, want, _ in found if "mf" not in t)  # the captures hold each case (no fragment)
+    args = [a for f in ["frame.number", *ENCAP_BITS] for a in ("-e", f)]
+    text = "eth || erf"
+    assert ibwire(encap, "-Y", text, "-T", "fields", *args) == tshark(encap, "-Y", text, "-T", "fields", *args)
 
 
 def test_bits_print_as_tshark_prints_them(merged):

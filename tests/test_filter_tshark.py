@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 from conftest import run_ibwire
+from merged_pcapng import merge
 from tshark_oracle import PUBLIC, TSHARK
 
 from ibwire.decode import decode_frame
 from ibwire.decode.filter import compile_filter
 from ibwire.decode.stream import Stream, select
 from ibwire.files import iter_frames
-from ibwire.files.writers import PcapngWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = sorted(PUBLIC.glob("*.pcap")) + sorted((ROOT / "captures").glob("*.pcap"))
@@ -105,15 +105,7 @@ TSHARK_MISREADS = (
 
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory):
-    path = tmp_path_factory.mktemp("filters") / "all.pcapng"
-    w = PcapngWriter(str(path))
-    for cap in CAPTURES:
-        frames = list(iter_frames(str(cap)))
-        i = w.add_interface(frames[0].linktype, cap.name)
-        for f in frames:
-            w.write(f.data, f.time, i, f.wirelen, flush=False)
-    w.close()
-    return path
+    return merge(tmp_path_factory.mktemp("filters") / "all.pcapng", CAPTURES)
 
 
 def tshark_frames(path, text):

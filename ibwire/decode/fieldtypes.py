@@ -11,6 +11,7 @@ from typing import Dict, Optional
 from dissectors.dcbfacts import LLDP_CAPABILITIES, LLDP_ORG_FLAGS, PMD_CAPABILITIES
 from dissectors.madnames import CAPABILITY_MASK
 from ibwire.decode.docfields import TYPES as DOC_TYPES
+from ibwire.decode.flagbits import WIDTHS as FLAG_WIDTHS
 
 UINT, INT, FLOAT, STRING, BYTES, MAC, IPV4, IPV6, PROTO = (
     "uint",
@@ -434,8 +435,10 @@ NARROW = {
     "ipv6.tclass.ecn": 2,
 }
 
-# PortInfo's CapabilityMask bits are FT_UINT32 in tshark 4.0: a literal above 32 bits is refused, as tshark refuses it
+# PortInfo's CapabilityMask bits are FT_UINT32 in tshark 4.0 and the flag words' FT_UINT8: a literal too big for
+# them is refused, as tshark refuses it
 NARROW.update({f"portinfo.capabilitymask.{name}": 32 for name, _ in CAPABILITY_MASK})
+NARROW.update(FLAG_WIDTHS)
 
 
 def max_value(key: str) -> Optional[int]:

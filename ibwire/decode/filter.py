@@ -37,6 +37,7 @@ from ibwire.decode.fieldtypes import (
     known_names,
     max_value,
 )
+from ibwire.decode.flagbits import DERIVED, derived
 from ibwire.errors import UserError
 
 _TOKEN = re.compile(
@@ -215,8 +216,13 @@ def literal(ftype: str, tok: str, key: str, op: str):
     raise UserError(f"display filter: {key} cannot be compared")
 
 
+def kind(key: str) -> Optional[str]:
+    """A field's type for the filter: the registry's (ibwire.decode.fieldtypes), or a flag bit's (flagbits)."""
+    return field_type(key) or (UINT if key in DERIVED else None)
+
+
 def closest(name: str) -> str:
-    names = known_names()
+    names = known_names() + sorted(DERIVED)
     best = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     if not best:
         proto = name.split(".")[0]
@@ -298,7 +304,7 @@ class _Parser:
 
     def field(self, tok: str) -> Optional[str]:
         key = field_name(tok)
-        return key if field_type(key) is not None else None
+        return key if kind(key) is not None else None
 
     def test(self):
         tok = self.take()
@@ -372,7 +378,7 @@ class _Parser:
                 )
             raise UserError(f"display filter: the left side of a comparison must be a field, not '{tok}'")
         self.fields.add(key)
-        base = ftype = field_type(key)
+        base = ftype = kind(key)
         xform = ()
         while self.peek() == "[":
             _sliceable(key, ftype)
@@ -391,7 +397,7 @@ class _Parser:
             raise UserError(f"display filter: only fields can be used as parameter for len(), in {self.text!r}")
         self.take(")")
         self.fields.add(key)
-        ftype = field_type(key)
+        ftype = kind(key)
         if ftype not in (BYTES, MAC, IPV4, IPV6, STRING) and not (ftype == PROTO and key in SLICEABLE):
             raise UserError(
                 f"display filter: ibwire takes len() of byte, address and text fields and of the "
@@ -594,7 +600,7 @@ def occurrences(flat: dict, key: str, ftype: str) -> list:
     """Every value of `key` in a decoded frame's field map, typed; [] when absent."""
     v = flat.get(key)
     if v is None:
-        return []
+        return derived(flat, key) if key in DERIVED else []
     vals = v if isinstance(v, list) else [v]
     out = [typed(ftype, x) for x in vals]
     return [x for x in out if x is not None]
@@ -620,7 +626,9 @@ class Filter:
                 return any(self._eval(a, flat) for a in node.args)
             return not self._eval(node.args[0], flat)
         if node.op is None and not node.xform:
-            return node.field in flat and flat[node.field] is not None
+            if node.field in flat:
+                return flat[node.field] is not None
+            return node.field in DERIVED and bool(derived(flat, node.field))
         values = operand_values(flat, node.field, node.base, node.type, node.xform)
         if node.op is None:  # a slice holding bytes, a mask leaving a bit set
             if isinstance(node.xform[-1], Slice):
