@@ -99,9 +99,8 @@ def test_verbose_tree_has_a_frame_section_and_names():
     out = run_ibwire("decode", SWEEP, "-V", "-c", "8").stdout
     assert out.count("bytes on wire") == 8 and "Arrival Time:" in out
     # tshark 4.0 leaves a MAD's class and attribute bare (0x81, 0x0015); ibwire's section names them
-    assert (
-        "    mad.mgmtclass: SubnMgt directed-route (0x81)\n" in out and "    mad.attributeid: PortInfo (0x15)\n" in out
-    )
+    assert "    [Management Class: SubnMgt directed-route (0x81)]\n" in out
+    assert "    [Attribute ID: PortInfo (0x15)]\n" in out
     assert ".... ..10 = Link Next Header: 0x2" in out and "..00 .... = Pad Count: 0" in out
 
 

@@ -149,9 +149,9 @@ def test_every_output_carries_the_fields(tmp_path):
     r = run_ibwire("decode", pcap, "-V", "-Y", f"frame.number == {truth['lost'][0]}")
     tree = r.stdout.split("[RC analysis]\n")[1].splitlines()
     assert tree[:3] == [
-        "        bth.analysis.retransmission: True",
-        "        bth.analysis.lost: True",
-        "        bth.analysis.retry_cause: nak",
+        "        [Retransmission: True]",
+        "        [Resent after a loss: True]",
+        "        [Retry cause: nak]",
     ]
     out = tmp_path / "p.parquet"
     assert run_ibwire("export", pcap, "-o", out).returncode == 0

@@ -14,6 +14,7 @@ from functools import lru_cache
 from dissectors.madnames import trap_title
 from ibwire.report.escape import printable
 from ibwire.report.packets import icmp_doc, iser_words, nvme_data_words, nvme_words, rpc_words, smb_words, tcp_doc
+from ibwire.report.packets.own_words import own_line
 from ibwire.report.packets.ws_labels import FIELDS, OUIS, TFS, VALUES
 
 IB = "infiniband."
@@ -378,9 +379,9 @@ def _field_line(key: str, value) -> str:
     if key in WHOLE:
         return WHOLE[key](value)
     spec = FIELDS.get(key)
-    if spec is None:  # ibwire's own field: its display-filter name
+    if spec is None:  # a text item (its key is its text), or ibwire's own field as tshark shows an item it works out
         key = key[len(IB) :] if key.startswith(IB) else key
-        return f"{key}: {value}" if value != "" else key
+        return own_line(key, value) if value != "" else key
     label, ftype, base, mask = spec
     if ftype in ("FT_NONE", "FT_PROTOCOL"):
         return label
@@ -610,7 +611,7 @@ def tree_text(layers: list, flat: dict, extra: dict = None) -> str:
         before = name
     if extra:
         out.append("ibwire")
-        out += [f"    {key}: {value}" for key, value in extra.items()]
+        out += ["    " + own_line(key, value) for key, value in extra.items()]
     return "\n".join(line if line[:1] == DUMP_MARK else printable(line, octal=True) for line in out) + "\n"
 
 
