@@ -32,7 +32,7 @@ FEWEST = 10  # copies enough while their 912 codes number every volatile bit (a 
 FREE = (1 << 64) - 1
 HOPS = 0x3F3F  # a directed-route SMP's hop pointer and count (class-specific bits), up to 63 as paths allow
 PATH = (1 << 512) - 1  # a directed-route SMP's 64-byte initial and return paths
-MAC_VALUE = (1 << 48) - 1 - (3 << 40)  # a MAC's bits but the first octet's I/G and L/G bits (-V draws them)
+MAC_VALUE = (1 << 24) - 1  # a MAC's last 3 octets: its OUI names the vendor (eth.*.oui_resolved, manuf.py)
 # scapy layer -> field -> the value bits that may differ between frames of one shape (the others, which
 # decide how a frame decodes: membership, QP 0/1, ephemeral ports, multicast LIDs, stay in the shape)
 VOLATILE = {

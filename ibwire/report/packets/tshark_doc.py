@@ -2,8 +2,8 @@
 
 A document is a list of (key, node) pairs, a node being a value or another such list, in tshark's order
 and nesting: `frame`, `erf`, `eth`, `vlan`, `ip`/`ipv6`, `udp` layers with tshark's keys (names resolved as
-`tshark -n` resolves them: a MAC stands for itself; tshark -n still adds `*.oui_resolved` vendor names from
-Wireshark's manuf file, which ibwire does not carry), then one
+`tshark -n` resolves them: a MAC stands for itself, with `eth.*.oui_resolved` its vendor's name from
+Wireshark's manuf file where this machine has one, ibwire.report.packets.manuf), then one
 `infiniband` layer holding each IB header as its bytes (`infiniband.bth`) and a `*_tree` of its fields,
 reserved bits tshark does not name as `infiniband.reserved` bytes, the ICRC/VCRC last, then `data`.  Keys
 repeat where tshark repeats them (`ip.addr`, `udp.port`).  Every value is tshark's text
@@ -30,6 +30,7 @@ from dissectors.mad.notice import TRAP_LAYERS, Notice
 from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_IPOIB, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2
 from ibwire.decode.fields import FOREIGN, MERGED, mad_layer_entries
 from ibwire.decode.fieldtypes import TSHARK_DISPLAY
+from ibwire.report.packets import manuf
 from ibwire.report.packets.dcb_doc import dcb_layer, pairs
 from ibwire.report.packets.ek_kinds import OBJECTS, Empty, Flag, ek_name, is_field
 from ibwire.report.packets.icmp_doc import icmp_items
@@ -132,13 +133,17 @@ def _erf(data: bytes) -> list:
 
 def _mac_tree(side: str, mac: str) -> list:
     first = int(mac[:2], 16)
-    oui = str(int(mac.replace(":", "")[:6], 16))
+    number = int(mac.replace(":", "")[:6], 16)
+    oui, name = str(number), manuf.vendor(number)
+    vendor = [("oui_resolved", name)] if name is not None else []
     return [
         (f"eth.{side}_resolved", mac),
         (f"eth.{side}.oui", oui),
+        *((f"eth.{side}.{k}", v) for k, v in vendor),
         ("eth.addr", mac),
         ("eth.addr_resolved", mac),
         ("eth.addr.oui", oui),
+        *((f"eth.addr.{k}", v) for k, v in vendor),
         (f"eth.{side}.lg", _flag(first & 2)),
         ("eth.lg", _flag(first & 2)),
         (f"eth.{side}.ig", _flag(first & 1)),
