@@ -1,6 +1,6 @@
-"""The bits of the Ethernet, IPv4 and ERF flag words tshark 4.0 filters on and ibwire's tshark document prints
-(`eth.dst.ig`, `ip.flags.df`, `erf.flags.vlen` …), worked out for `-Y` from the full decode's field map:
-each as tshark's value (the bits shifted down), 0 or 1 for a single bit.
+"""The bits of the Ethernet, IPv4, IPv6 and ERF header words tshark 4.0 filters on and ibwire's tshark document
+prints (`eth.dst.ig`, `ip.flags.df`, `ip.frag_offset`, `ipv6.version`, `erf.flags.vlen` …), worked out for `-Y`
+from the full decode's field map: each as tshark's value (the bits shifted down), 0 or 1 for a single bit.
 """
 
 
@@ -12,12 +12,19 @@ def _eth(end: str, shift: int):
     return lambda flat: [(_octet0(m) >> shift) & 1 for m in _all(flat.get(f"eth.{end}"))]
 
 
-def _ip(shift: int, mask: int):
+def _header(proto: str, at: int, shift: int, mask: int):
+    """The bits of the 16-bit word at byte `at` of each `proto` header (ibwire.decode.extents gives its bytes)."""
+
     def values(flat):
-        raw = flat.get("_ws.bytes") if "ip" in flat else None
-        return [(h[6] >> shift) & mask for h in (raw.of("ip") if raw is not None else ()) if len(h) > 6]
+        raw = flat.get("_ws.bytes") if proto in flat else None
+        heads = raw.of(proto) if raw is not None else ()
+        return [(int.from_bytes(h[at : at + 2], "big") >> shift) & mask for h in heads if len(h) >= at + 2]
 
     return values
+
+
+def _ip(shift: int, mask: int):
+    return _header("ip", 6, shift + 8, mask)  # the flags and fragment offset word
 
 
 def _erf(key: str, shift: int, mask: int):
@@ -39,6 +46,8 @@ DERIVED = {
     "ip.flags.rb": _ip(7, 1),
     "ip.flags.df": _ip(6, 1),
     "ip.flags.mf": _ip(5, 1),
+    "ip.frag_offset": _header("ip", 6, 0, 0x1FFF),  # in units of 8 bytes, as tshark 4.0 holds it
+    "ipv6.version": _header("ipv6", 0, 12, 0xF),
     "erf.flags.cap": _erf("erf.flags", 0, 3),
     "erf.flags.vlen": _erf("erf.flags", 2, 1),
     "erf.flags.trunc": _erf("erf.flags", 3, 1),
@@ -51,8 +60,10 @@ DERIVED = {
     "erf.types.type": _erf("erf.type", 0, 0x7F),
     "erf.types.ext_header": _erf("erf.ext_header", 0, 1),
 }
-# tshark's FT_UINT8 words and parts: a literal above 255 is refused (its booleans, eth's, take 0 and 1)
-WIDTHS = {k: 8 for k in DERIVED if k.startswith(("ip.", "erf."))}
+# tshark's FT_UINT8 words and parts (FT_UINT16 ip.frag_offset): a literal too big is refused (eth's booleans
+# take 0 and 1)
+WIDTHS = {k: 8 for k in DERIVED if k.startswith(("ip.", "ipv6.", "erf."))}
+WIDTHS["ip.frag_offset"] = 16
 
 
 def derived(flat: dict, key: str) -> list:
