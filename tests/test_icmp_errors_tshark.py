@@ -5,7 +5,8 @@ after 8 bytes of their transport header, cut inside it or inside the IP header, 
 RFC 4884's length set; and timestamp requests and replies: frame by frame, every layer after the link's of
 -T json and every line after the Frame section of -V are tshark's.  One tshark run per format.  Frames of what
 is not shown yet (docs/tshark-output.md: a whole TCP header, IP options, ICMPv6's RFC 4884 length) are
-tshark's up to where ibwire stops.  Every cut of every frame decodes without an error.
+tshark's up to where ibwire stops.  -T fields of both headers are tshark's too.  Every cut of every frame
+decodes without an error.
 """
 
 import json
@@ -174,3 +175,23 @@ def test_cut_errors_decode(tmp_path):
         done = run_ibwire("decode", tmp_path / "cuts.pcap", *fmt)
         assert done.returncode == 0 and not done.stderr, done.stderr[-2000:]
         assert done.stdout.count("\nFrame " if fmt == ["-V"] else '"frame.number"') == len(cuts) - (fmt == ["-V"])
+
+
+FIELDS = (
+    "frame.number ip.src ip.dst ip.len ip.ttl ip.proto ip.addr ip.flags ip.checksum ipv6.src ipv6.plen ipv6.addr "
+    "udp.srcport udp.dstport udp.length udp.stream icmp.type icmp.code icmp.checksum.status icmp.mtu icmp.pointer "
+    "icmp.length icmp.length.original_datagram icmp.originate_timestamp icmp.receive_timestamp "
+    "icmp.transmit_timestamp data.len"
+).split()
+
+
+def test_fields_of_errors_are_tsharks(tmp_path, tshark):
+    """-T fields: the outer and the carried headers' ip.*, ipv6.*, udp.* (udp.stream counted with the capture's
+    conversations), the icmp.* of both messages, RFC 4884's length and the timestamps are tshark's."""
+    path = tmp_path / "errors.pcap"
+    whole = crafted(path)
+    args = [a for f in FIELDS for a in ("-e", f)]
+    theirs = run_tshark(path, "-n", "-T", "fields", *args).splitlines()
+    ours = run_ibwire("decode", path, "-T", "fields", *args, check=True).stdout.splitlines()
+    assert len(ours) == len(theirs) == len(whole)
+    assert [o for o, full in zip(ours, whole) if full] == [t for t, full in zip(theirs, whole) if full]

@@ -30,6 +30,7 @@ from scapy.layers.inet6 import (
     ICMPv6ND_RA,
     ICMPv6ND_RS,
     ICMPv6PacketTooBig,
+    ICMPv6ParamProblem,
     ICMPv6TimeExceeded,
     ICMPv6Unknown,
     IPv6,
@@ -55,6 +56,7 @@ from dissectors.dcbfacts import (
 ICMPV6 = (
     ICMPv6DestUnreach,
     ICMPv6PacketTooBig,
+    ICMPv6ParamProblem,
     ICMPv6TimeExceeded,
     ICMPv6EchoRequest,
     ICMPv6EchoReply,

@@ -8,10 +8,12 @@ data as a `data` object inside the layer.  Other types: type, code, checksum and
 (icmp_carried).  A message inside an error is neither verified nor matched.
 """
 
+import time
 import weakref
 from typing import Optional
 
 from ibwire.report.packets.icmp_carried import Node, carried
+from ibwire.report.packets.nvme_data_words import Titled
 from ibwire.report.packets.tcp_options import line
 from ibwire.report.packets.values import bytes_text, seconds
 
@@ -139,7 +141,7 @@ def icmp_layer(
         stamp = _timestamp(data, ns)
         if stamp is not None:
             items += [
-                ("icmp.data_time", line(clock(stamp), f"Timestamp from icmp data: {clock(stamp)}")),
+                ("icmp.data_time", _absolute(stamp, clock)),
                 (
                     "icmp.data_time_relative",
                     line(seconds(ns - stamp), f"[Timestamp from icmp data (relative): {seconds(ns - stamp)} seconds]"),
@@ -276,6 +278,17 @@ def end(session, key: tuple, ns: int) -> Optional[tuple]:
         return None
     trans[2] = True
     return trans[0], (ns - trans[1]) / 1e6
+
+
+class Absolute(Titled):
+    """An absolute time's text, its -V line (`title`) and -T ek's UTC ISO 8601 text (`iso`)."""
+
+
+def _absolute(ns: int, clock) -> Absolute:
+    out = Absolute(clock(ns))
+    out.title = f"Timestamp from icmp data: {out}"
+    out.iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9:09d}Z"
+    return out
 
 
 def _stamps(raw: bytes, ns: int) -> list:

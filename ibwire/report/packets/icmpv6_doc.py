@@ -11,6 +11,7 @@ docs/tshark-output.md).
 
 import ipaddress
 
+from ibwire.report.packets.ek_kinds import flag
 from ibwire.report.packets.icmp_carried import Node, carried
 from ibwire.report.packets.icmp_doc import checksum_items, end, in_cksum, start
 from ibwire.report.packets.tcp_options import line
@@ -169,7 +170,7 @@ def _na_bits(flags: int) -> list:
     for key, label, bit in NA_FLAGS:
         on = flags >> bit & 1
         picture = _picture(on << bit, 1 << bit)
-        out.append((f"icmpv6.nd.na.flag.{key}", line(str(on), f"{picture} = {label}: {'Set' if on else 'Not set'}")))
+        out.append((f"icmpv6.nd.na.flag.{key}", flag(on, f"{picture} = {label}: {'Set' if on else 'Not set'}")))
     rsv = flags & 0x1FFFFFFF
     out.append(("icmpv6.nd.na.flag.rsv", line(str(rsv), f"{_picture(rsv, 0x1FFFFFFF)} = Reserved: {rsv}")))
     return out

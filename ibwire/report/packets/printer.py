@@ -524,7 +524,7 @@ class Printer:
                 text = ""  # (a tcp or icmp field: from the document of frames with that protocol only)
             else:
                 text = _field_text(key, d.flat)
-                if (text == "" or doc_first(key)) and doc_name(key):  # what only tshark's document holds
+                if (text == "" or doc_first(key) or _carried(key, d.flat)) and doc_name(key):  # only tshark's
                     if tshark is None:
                         tshark = self._document_values(d, int(row["time_ns"]), prev_ns)
                     text = printable(doc_text(doc_name(key), tshark)) or text
@@ -563,6 +563,12 @@ def _decode(frame, row):
 
     d = decode_frame(frame)
     return d if row is None else with_analysis(d, row)
+
+
+def _carried(key: str, flat: dict) -> bool:
+    """An IP or IPv6 field of an ICMP or ICMPv6 error: the document holds the outer header's and the carried one's."""
+    errors = flat.get("icmp.type") in (3, 4, 5, 11, 12) or flat.get("icmpv6.type") in (1, 2, 3, 4)
+    return errors and key.startswith(("ip.", "ipv6."))
 
 
 def _field_text(key: str, flat: dict) -> str:

@@ -756,7 +756,7 @@ def _text(v, ek: bool):
         return v if ek else ("1" if v else "0")
     if ek and isinstance(v, (Flag, Empty)):
         return v == "1" if isinstance(v, Flag) else None
-    return v
+    return getattr(v, "iso", v) if ek else v  # (an absolute time: UTC, ISO 8601)
 
 
 def json_text(index: str, layers: list, fields_only: bool = False) -> str:
