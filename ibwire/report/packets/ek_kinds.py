@@ -6,6 +6,7 @@ option, `tcp.options.nop`) under its own name, without its layer's prefix."""
 from ibwire.report.packets.nvme_data_words import Titled
 
 OBJECTS = ("_ws.expert",)  # FT_PROTOCOL nodes inside a layer
+CARRIED = ("ip", "ipv6", "udp", "tcp", "icmp", "icmpv6", "data")  # protocols an ICMP error carries: objects too
 PROTOCOLS = ("_ws.expert", "_ws.malformed")  # protocols whose fields sit in other layers
 OWN_NAMES = frozenset(  # packet-tcp.c registers each option as a protocol (of FT_BYTES)
     f"tcp.options.{name}" for name in ("eol", "nop", "mss", "wscale", "sack_perm", "sack", "timestamp")

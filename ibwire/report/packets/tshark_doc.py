@@ -32,7 +32,7 @@ from ibwire.decode.fields import FOREIGN, MERGED, mad_layer_entries
 from ibwire.decode.fieldtypes import TSHARK_DISPLAY
 from ibwire.report.packets import manuf
 from ibwire.report.packets.dcb_doc import dcb_layer, pairs
-from ibwire.report.packets.ek_kinds import OBJECTS, Empty, Flag, ek_name, is_field
+from ibwire.report.packets.ek_kinds import CARRIED, OBJECTS, Empty, Flag, ek_name, is_field
 from ibwire.report.packets.icmp_doc import icmp_items
 from ibwire.report.packets.icmpv6_doc import icmpv6_items
 from ibwire.report.packets.tcp_doc import tcp_items
@@ -847,6 +847,9 @@ def ek_groups(layer: str, items: list) -> list:
                 v = [(x, Empty(y) if y == "" and not x.startswith(k) else y) for x, y in v]
                 inner = _EkObject(f"{{{_ek_pairs(ek_groups(layer, v))}}}")
                 groups.setdefault((parent, k), (ek_name(layer, k), []))[1].append(inner)
+            elif isinstance(v, list) and k in CARRIED:  # its fields named after it
+                inner = _EkObject(f"{{{_ek_pairs(ek_groups(k, v))}}}")
+                groups.setdefault((parent, k), (k, []))[1].append(inner)
             elif isinstance(v, list) and is_field(k):
                 groups.setdefault((parent, k), (ek_name(layer, k), []))[1].append(None)
                 walk(v, k)
