@@ -12,8 +12,9 @@ from dissectors.dcb import LLDPDUCEEDCBX, LLDPDUAppPriority, MACControl, MACCont
 from dissectors.dcbfacts import APP_NAMES, OUI_CEE, OUI_IEEE_802_1, OUI_IEEE_802_3, TLV_SYSTEM_CAPABILITIES
 from ibwire.decode.fields import FOREIGN
 from ibwire.decode.fieldtypes import TSHARK_DISPLAY
+from ibwire.report.packets import manuf
 from ibwire.report.packets.values import value_text
-from ibwire.report.packets.ws_labels import OUIS, VALUES
+from ibwire.report.packets.ws_labels import VALUES
 
 PAUSE_TIMES = "CBFC Class Pause Times"  # packet-macctrl.c's subtree of the eight pause times
 INVERSE = "Same in inverse (wrong) bitorder"  # packet-lldp.c's subtree of the PMD capabilities read backwards
@@ -74,7 +75,7 @@ def _title(f: dict) -> str:
         sub_name = _name("lldp.dcbx.proto", sub, f"Unknown subtype (0x{sub:x})")
     else:
         sub_name = f"Unknown ({f.get('unknown_subtype')})"
-    return f"{OUIS.get(oui, 'Unknown')} - {sub_name}"
+    return f"{manuf.vendor(oui) or 'Unknown'} - {sub_name}"
 
 
 def _app_title(proto: int) -> str:

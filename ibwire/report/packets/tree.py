@@ -14,8 +14,9 @@ from functools import lru_cache
 from dissectors.madnames import trap_title
 from ibwire.report.escape import printable
 from ibwire.report.packets import icmp_doc, iser_words, nvme_data_words, nvme_words, rpc_words, smb_words, tcp_doc
+from ibwire.report.packets.manuf import vendor
 from ibwire.report.packets.own_words import own_line
-from ibwire.report.packets.ws_labels import FIELDS, OUIS, TFS, VALUES
+from ibwire.report.packets.ws_labels import FIELDS, TFS, VALUES
 
 IB = "infiniband."
 WIDTHS = {
@@ -156,9 +157,10 @@ def _set_flags(key: str, v: str) -> str:
 
 
 def _oui(n: int) -> str:
-    """A BASE_OUI value: the OUI, its organisation in brackets; tshark 4.0 cuts the text at 31 characters."""
-    text = ":".join(f"{b:02x}" for b in n.to_bytes(3, "big"))
-    return f"{text} ({OUIS[n]})"[:31] if n in OUIS else text
+    """A BASE_OUI value: the OUI, its organisation in brackets (manuf.py); tshark 4.0 cuts the text at 31
+    characters."""
+    text, name = ":".join(f"{b:02x}" for b in n.to_bytes(3, "big")), vendor(n)
+    return f"{text} ({name})"[:31] if name else text
 
 
 def _bytes_len(v: str) -> int:

@@ -2,7 +2,7 @@
 `tshark -G fields` and `tshark -G values` (TShark (Wireshark) 4.0.17 (Git v4.0.17 packaged as 4.0.17-0+deb12u3).); do not edit.
 
 FIELDS: name -> (label, type, base, bitmask); VALUES: name -> {value: string};
-TFS: name -> (text when true, text when false); OUIS: OUI -> organisation (manuf).
+TFS: name -> (text when true, text when false).
 """
 FIELDS = {
     'arp.dst.hw': ('Target hardware address', 'FT_BYTES', '', 0),
@@ -4082,12 +4082,4 @@ TFS = {
     'smb2.write.flags.unbuffered': ('Client is asking for UNBUFFERED write', 'Client is NOT asking for UNBUFFERED write'),
     'smb2.write.flags.write_through': ('Client is asking for WRITE_THROUGH', 'Client is NOT asking for WRITE_THROUGH'),
     'vlan.dei': ('Eligible', 'Ineligible'),
-}
-
-OUIS = {
-    0x0002C9: 'Mellanox Technologies, Inc.',
-    0x00120F: 'Ieee 802.3',
-    0x0012BB: 'Telecommunications Industry Association TR-41 Committee',
-    0x001B21: 'Intel Corporate',
-    0x0080C2: 'IEEE',
 }
