@@ -5,8 +5,8 @@ after 8 bytes of their transport header, cut inside it or inside the IP header, 
 RFC 4884's length set; and timestamp requests and replies: frame by frame, every layer after the link's of
 -T json and every line after the Frame section of -V are tshark's.  One tshark run per format.  Frames of what
 is not shown yet (docs/tshark-output.md: a whole TCP header, IP options, ICMPv6's RFC 4884 length) are
-tshark's up to where ibwire stops.  -T fields of both headers are tshark's too.  Every cut of every frame
-decodes without an error.
+tshark's up to where ibwire stops.  -T ek (the carried headers as objects of their own) and -T fields of
+both headers are tshark's too.  Every cut of every frame decodes without an error.
 """
 
 import json
@@ -195,3 +195,23 @@ def test_fields_of_errors_are_tsharks(tmp_path, tshark):
     ours = run_ibwire("decode", path, "-T", "fields", *args, check=True).stdout.splitlines()
     assert len(ours) == len(theirs) == len(whole)
     assert [o for o, full in zip(ours, whole) if full] == [t for t, full in zip(theirs, whole) if full]
+
+
+def ek_layers(text: str) -> list:
+    """Each document's layers of -T ek, but the frame's and the link's."""
+    docs = [json.loads(line)["layers"] for line in text.splitlines() if line.startswith('{"timestamp"')]
+    return [{k: v for k, v in d.items() if k not in ("frame", "eth")} for d in docs]
+
+
+def test_ek_of_errors_is_tsharks(tmp_path, tshark):
+    """-T ek: the carried headers are objects of their own inside the icmp layer, keyed by their protocol
+    (`"ip": {"ip_ip_version": …}`), an expert item inside them too; the rest is tshark's.  (An IPv6 header
+    cut short: tshark writes its `_ws.malformed` as an empty object, ibwire as -T json's text.)"""
+    path = tmp_path / "errors.pcap"
+    whole = crafted(path)
+    theirs = ek_layers(run_tshark(path, "-n", "-T", "ek"))
+    ours = ek_layers(run_ibwire("decode", path, "-T", "ek", check=True).stdout)
+    assert len(ours) == len(theirs) == len(whole)
+    for n, (t, o, full) in enumerate(zip(theirs, ours, whole), 1):
+        if full and "_ws_malformed" not in json.dumps(t):
+            assert o == t, n

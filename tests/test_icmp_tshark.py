@@ -156,6 +156,22 @@ def test_tree_icmp_lines_are_tsharks_on_crafted_frames(tmp_path, tshark):
             assert len(o) >= 5 and o == t[: len(o)], i + 1
 
 
+def test_ek_icmp_is_tsharks_on_crafted_frames(tmp_path, tshark):
+    """-T ek of the crafted ICMP and ICMPv6 messages: each message's layer is tshark's, its data as an object
+    of its own (`"data": {"data_data_data": …}`), the timestamp in the data in UTC, ISO 8601, neighbour
+    advertisement flags as booleans."""
+    from test_icmp_errors_tshark import ek_layers
+
+    for make, name in ((crafted, "icmp"), (crafted_v6, "icmpv6")):
+        path = tmp_path / f"{name}.pcap"
+        full = make(path)
+        theirs = ek_layers(run_tshark(path, "-n", "-T", "ek"))
+        ours = ek_layers(run_ibwire("decode", path, "-T", "ek", check=True).stdout)
+        assert len(ours) == len(theirs)
+        for i, (t, o) in enumerate(zip(theirs[:full], ours[:full])):
+            assert o.get(name) == t.get(name) and o.get("data") == t.get("data"), i + 1
+
+
 @pytest.mark.parametrize("path", V6, ids=lambda p: p.name)
 def test_icmpv6_layer_and_lines_are_tsharks(path, tshark):
     """ICMPv6 (neighbour discovery with IPoIB link-layer addresses, echoes, MLDv2 reports): each frame's
