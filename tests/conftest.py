@@ -174,9 +174,11 @@ def tshark():
 @pytest.fixture(scope="session")
 def tshark44(tmp_path_factory):
     """tshark 4.4 (Debian 13's), run in a debootstrapped trixie tree cached in litter.CACHE (built once, about
-    a minute and 400 MB; tests/debroot.py): tshark44(capture, *args) -> stdout.  The capture's folder is
-    bound read-only-by-use at /caps inside the tree."""
+    a minute and 400 MB; tests/debroot.py): tshark44(capture, *args) -> stdout, run once per test run for a
+    capture and arguments (tshark_runs.py).  The capture's folder is bound read-only-by-use at /caps inside
+    the tree."""
     import debroot
+    import tshark_runs
 
     assert os.geteuid() == 0, "chroot and mounts need root (./dev test runs as root)"
     assert shutil.which("debootstrap"), "debootstrap is required (./dev test installs it)"
@@ -184,11 +186,16 @@ def tshark44(tmp_path_factory):
 
     def run(capture, *args):
         capture = Path(capture).resolve()
-        t = tmp_path_factory.mktemp("tshark44")
         cmd = " ".join(["tshark", "-r", f"/caps/{capture.name}", *(f"'{a}'" for a in args)])
-        done = debroot.overlay_run(base, t, cmd, binds=[(str(capture.parent), "/caps")], timeout=300)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+
+        def first():
+            done = debroot.overlay_run(
+                base, tmp_path_factory.mktemp("tshark44"), cmd, binds=[(str(capture.parent), "/caps")], timeout=300
+            )
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        return tshark_runs.once(f"chroot {base}", capture, args, first)
 
     return run
 

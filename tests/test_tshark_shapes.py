@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tshark_runs
 from conftest import run_ibwire
 from test_mad_oracle import TSHARK_EXCEPTIONS
 from tshark_oracle import PUBLIC, TSHARK
@@ -140,13 +141,14 @@ CRCS = ("infiniband.invariant.crc", "infiniband.variant.crc")
 
 
 def run_tshark(path, *args):
-    return subprocess.run(
-        [TSHARK, "-r", str(path), *EXTRA.get(Path(path).name, ()), *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    ).stdout
+    """tshark's output, run once per test run for a capture and arguments (tshark_runs.py)."""
+    argv = [TSHARK, "-r", str(path), *EXTRA.get(Path(path).name, ()), *args]
+    return tshark_runs.once(
+        tshark_runs.version(TSHARK),
+        path,
+        argv[3:],
+        lambda: subprocess.run(argv, capture_output=True, text=True, check=True, timeout=300).stdout,
+    )
 
 
 def _tshark_unsure(theirs: dict) -> tuple:
