@@ -15,6 +15,7 @@ import re
 
 import pytest
 from conftest import run_ibwire
+from test_tree_tshark import ibwire_v
 from test_tshark_shapes import CAPTURES, ROOT, run_tshark
 
 HEAD = re.compile(r"Frame (\d+): ")
@@ -58,7 +59,7 @@ def other_bytes(path) -> set:
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_data_dumps_are_tsharks(path, tshark):
     theirs = top_data_dumps(run_tshark(path, "-n", "-V"))
-    ours = top_data_dumps(run_ibwire("decode", path, "-V", check=True).stdout)
+    ours = top_data_dumps(ibwire_v(path))
     expected = set(theirs) - other_bytes(path)
     both = sorted(expected & set(ours))
     assert [n for n in both if theirs[n] != ours[n]] == [], "dumps that differ from tshark's"

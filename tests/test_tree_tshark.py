@@ -11,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import tshark_runs
 from conftest import run_ibwire
 from test_tshark_shapes import CAPTURES, MISREAD, run_tshark
 
@@ -119,14 +120,24 @@ def differences(theirs: list, ours: list) -> list:
     return bad
 
 
+def ibwire_v(path) -> str:
+    """`ibwire decode -V` of a capture, run once per test run (tshark_runs.py) for the tree tests here and in
+    test_tree_dumps: the same command on the same bytes prints the same text."""
+
+    def run():
+        done = run_ibwire("decode", path, "-V")
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    return tshark_runs.once("ibwire", path, ("decode", "-V"), run)
+
+
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_tree_lines_are_tsharks(path, tshark):
     """Frame by frame, every line of ibwire's -V whose label tshark shows in the same protocol is one of
     tshark's lines for it, indentation included; most of tshark's InfiniBand lines are ibwire's too."""
     theirs = frames(run_tshark(path, "-n", "-V"))
-    r = run_ibwire("decode", path, "-V")
-    assert r.returncode == 0, r.stderr
-    ours = frames(r.stdout)
+    ours = frames(ibwire_v(path))
     assert len(ours) == len(theirs)
     shared = total = 0
     for n, (t, o) in enumerate(zip(theirs, ours), 1):
@@ -181,9 +192,7 @@ def test_tree_titles_are_tsharks(path, tshark):
     `Attribute (PathRecord)` over `PathRecord`, the IP CM private data under a REQ, a Notice's trap description
     over its fields and `Trap n DataDetails` over its trap's."""
     theirs = frames(run_tshark(path, "-n", "-V"))
-    r = run_ibwire("decode", path, "-V")
-    assert r.returncode == 0, r.stderr
-    for n, (t, o) in enumerate(zip(theirs, frames(r.stdout)), 1):
+    for n, (t, o) in enumerate(zip(theirs, frames(ibwire_v(path))), 1):
         if misread(t):
             continue
         assert titles(o) == titles(t), n

@@ -1,8 +1,8 @@
-"""tshark run once per test run for each capture and arguments.  The output is kept in the run's scratch
-folder (conftest points TMPDIR there; every pytest-xdist worker shares it and the run removes it at its end),
-keyed by the tshark, the capture (its path and bytes) and the arguments.  Several tests ask tshark the same
-question of the same capture (`-n -V` of every capture, for instance): the first to ask runs tshark, under a
-lock, and the others read what it wrote."""
+"""tshark (or ibwire) run once per test run for each capture and arguments.  The output is kept in the run's
+scratch folder (conftest points TMPDIR there; every pytest-xdist worker shares it and the run removes it at its
+end), keyed by the program, the capture (its path and bytes) and the arguments.  Several tests ask the same
+question of the same capture (`-n -V` of every capture, for instance): the first to ask runs the program,
+under a lock, and the others read what it wrote."""
 
 import fcntl
 import hashlib
@@ -20,8 +20,8 @@ def version(tshark: str) -> str:
 
 
 def once(which: str, capture, args, run) -> str:
-    """`run()`'s text, tshark `which` (its version, or the tree it runs in) on `capture` with `args`, or this
-    test run's earlier one for the same tshark, capture path and bytes, and arguments.  Only a run that
+    """`run()`'s text, program `which` (tshark's version, the tree tshark runs in, or "ibwire") on `capture` with
+    `args`, or this test run's earlier one for the same program, capture path and bytes, and arguments.  Only a run that
     returns is kept."""
     key = hashlib.sha256()
     for part in (which, str(Path(capture).resolve()), *map(str, args)):
