@@ -67,7 +67,7 @@ ENCAP_FILTERS = [
     "erf.types == 0x15 && !erf.flags.rxe == 1 && erf.flags.trunc == 0",
 ]
 ENCAP_BITS = ["eth.dst.ig", "eth.src.lg", "eth.ig", "eth.lg", "ip.flags", "ip.flags.rb", "ip.flags.df", "ip.flags.mf"]
-ENCAP_BITS += ["ipv6.version"]  # (not ip.frag_offset: -e prints a fragment's in bytes, tshark in 8-byte units)
+ENCAP_BITS += ["ipv6.version", "ip.frag_offset"]
 ENCAP_BITS += ["erf.flags.cap", "erf.flags.vlen", "erf.flags.res", "erf.types", "erf.types.ext_header"]
 # the bits tshark 4.0 names (IBA bits 1-12 and 16-27)
 NAMED = [n for n, m in CAPABILITY_MASK if not 0x2000 <= m <= 0x8000 and m < 1 << 28]

@@ -182,6 +182,7 @@ WORDED = {
     "ip.dsfield": _ds,
     "ipv6.tclass": _ds,
     "ip.flags": _ip_flags,
+    "ip.frag_offset": lambda v: str(int(v) * 8),  # held in 8-byte units, shown in bytes (packet-ip.c)
     "ip.checksum": lambda v: f"{v} [validation disabled]",
     "udp.checksum": lambda v: f"{v} [zero-value ignored]" if int(v, 0) == 0 else f"{v} [unverified]",
     "erf.types": lambda v: (

@@ -187,7 +187,7 @@ def _ip(p) -> list:
                 ("ip.flags.mf", _flag(int(p.flags) & 1)),
             ],
         ),
-        ("ip.frag_offset", str(p.frag * 8)),
+        ("ip.frag_offset", str(p.frag)),  # in 8-byte units, as tshark holds it (-V shows bytes)
         ("ip.ttl", str(p.ttl)),
         ("ip.proto", str(p.proto)),
         ("ip.checksum", _hex(p.chksum, 4)),
@@ -780,14 +780,19 @@ def _write(items: list, indent: int, lines: list, fields_only: bool) -> None:
         comma = "," if i < len(items) - 1 else ""
         if isinstance(v, list) and fields_only:
             lines.append(f"{pad}{json.dumps(k)}: [")
-            lines += [f"{pad}  {json.dumps(_text(x, False))}{',' if j < len(v) - 1 else ''}" for j, x in enumerate(v)]
+            lines += [f"{pad}  {_json_string(_text(x, False))}{',' if j < len(v) - 1 else ''}" for j, x in enumerate(v)]
             lines.append(f"{pad}]{comma}")
         elif isinstance(v, list):
             lines.append(f"{pad}{json.dumps(k)}: {{")
             _write(v, indent + 2, lines, False)
             lines.append(f"{pad}}}{comma}")
         else:
-            lines.append(f"{pad}{json.dumps(k)}: {json.dumps(_text(v, False))}{comma}")
+            lines.append(f"{pad}{json.dumps(k)}: {_json_string(_text(v, False))}{comma}")
+
+
+def _json_string(text: str) -> str:
+    """A -T json value as tshark writes it: characters beyond ASCII as themselves (UTF-8), not \\u escapes."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def ek_text(timestamp_ms: int, layers: list, fields_only: bool = False, folded: bool = False) -> str:
@@ -868,7 +873,7 @@ class _EkObject(str):
 
 
 def _ek_value(v) -> str:
-    return v if isinstance(v, _EkObject) else json.dumps(v, ensure_ascii=False)
+    return v if isinstance(v, _EkObject) else json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
 def _ek_pairs(groups) -> str:
