@@ -65,12 +65,15 @@ def read_ahead(items: Iterable, depth: int = 1) -> Iterator:
     return items_out
 
 
+MAX_WORKERS = 2  # the one reading thread feeds no more (and each batch ahead holds its chunks and records)
+
+
 def map_ahead(work: Callable, items: Iterable, workers: int = 0) -> Iterator:
     """work(item) for each item of `items`, in order, computed ahead of the consumer by `workers` threads
-    (0: one per CPU this process may use): `items` is iterated on a thread of its own (reads are sequential),
-    each item handed to the pool; at most 2 * workers results wait.  Worth it where `work` releases the GIL
+    (0: one per CPU this process may use, at most MAX_WORKERS): `items` is iterated on a thread of its own
+    (reads are sequential), each item handed to the pool; at most 2 * workers results wait.  Worth it where `work` releases the GIL
     (the compiled decoder and CRC checks do).  Errors are raised in the consumer, as read_ahead raises them."""
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or min(len(os.sched_getaffinity(0)), MAX_WORKERS)
     if workers < 2:
         return read_ahead(map(work, items))
     pool = ThreadPoolExecutor(workers, thread_name_prefix="ibwire-work")
