@@ -134,6 +134,23 @@ def tshark_frames(tshark44, capture, keys: str, *args) -> dict:
     return {int(r[0]): dict(zip(keys.split(), r)) for r in (line.split(",") for line in out.splitlines())}
 
 
+def tshark_filtered(tshark44, capture, filters, keys, sep: str, *args) -> dict:
+    """filter -> tshark 4.4's lines of `-Y filter -T fields -e keys… -E separator=sep` (`keys` starting with
+    frame.number), from two runs for all the filters: tshark's lines of every frame, and the frames each filter
+    displays, a custom column a filter holding it as a logical test (tshark 4.4 shows ✓ where it holds).
+    tshark's one pass dissects every frame alike whatever -Y hides, so a filter's lines are its frames' lines;
+    the first filter is run as -Y too, and must give the same lines."""
+    fields = ["-T", "fields", "-E", f"separator={sep}", *(a for k in keys for a in ("-e", k))]
+    rows = {line.split(sep)[0]: line for line in tshark44(capture, *args, *fields).splitlines()}
+    quoted = [f.replace("\\", "\\\\").replace('"', '\\"') for f in filters]
+    columns = ",".join(['"No.","%m"'] + [f'"{i}","%Cus:({f}) && frame"' for i, f in enumerate(quoted)])
+    marks = tshark44(capture, *args, "-T", "tabs", "-o", f"gui.column.format:{columns}").splitlines()
+    marks = [line.split("\t") + [""] * len(filters) for line in marks]
+    out = {f: [rows[m[0].strip()] for m in marks if m[i + 1] == "✓"] for i, f in enumerate(filters)}
+    assert out[filters[0]] == tshark44(capture, *args, "-Y", filters[0], *fields).splitlines(), filters[0]
+    return out
+
+
 def rdma_keys(frames: dict) -> dict:
     """frame -> the R_Key of the memory its data went to or came from: an RDMA WRITE's (named in its First
     or Only packet), an RDMA READ response's request's (found by the PSN of its First or Only packet);

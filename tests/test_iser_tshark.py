@@ -21,17 +21,18 @@ Deliberate differences, each with its reason:
 import iser_frames
 import pytest
 from iser_frames import write_capture
+from one_process import ibwire_runs
 from storage_oracle import (
     agreement,
     damaged,
     declared_counts,
     decodes_every_frame,
     frames_with,
-    ibwire_fields,
     ibwire_json,
     moved,
     protocols_follow,
     storage_rows,
+    tshark_filtered,
 )
 from storage_oracle import leaves as tree_leaves
 
@@ -124,12 +125,14 @@ def test_filters_and_columns_select_tsharks_frames(tshark44, capture):
     """-Y selects tshark's frames and -T fields -e prints tshark's values (SEND First/Last aside)."""
     keys = ["frame.number", "iser.flags", "iscsi.opcode", "iscsi.initiatortasktag", "scsi_sbc.opcode", "scsi.lun"]
     split = {str(n) for n in leaves(ibwire_json(capture))[1]}
-    for text in FILTERS:
-        args = ["-Y", text] + [a for k in keys for a in ("-e", k)]
-        theirs = tshark44(capture, *DECLARED, *args, "-T", "fields", "-E", "separator=|").splitlines()
-        ours = ibwire_fields(capture, *args, sep="|")
-        assert [_lun(r) for r in ours if r.split("|")[0] not in split] == [
-            _lun(r) for r in theirs if r.split("|")[0] not in split
+    tsharks = tshark_filtered(tshark44, capture, FILTERS, keys, "|", *DECLARED)
+    runs = [
+        ["decode", "-Y", text, *(a for k in keys for a in ("-e", k)), "-T", "fields", "-E", "separator=|", capture]
+        for text in FILTERS
+    ]
+    for text, out in zip(FILTERS, ibwire_runs(runs)):
+        assert [_lun(r) for r in out.splitlines() if r.split("|")[0] not in split] == [
+            _lun(r) for r in tsharks[text] if r.split("|")[0] not in split
         ], text
 
 

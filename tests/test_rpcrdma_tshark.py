@@ -16,6 +16,7 @@ Deliberate differences, each with its reason:
 import pytest
 import rpcrdma_frames
 from conftest import run_ibwire
+from one_process import ibwire_runs
 from rpcrdma_frames import PROTOCOLS, REPLY_CALL, write_capture
 from storage_oracle import (
     RDMA_DATA,
@@ -31,6 +32,7 @@ from storage_oracle import (
     rdma_keys,
     rows_agree,
     storage_rows,
+    tshark_filtered,
     tshark_frames,
 )
 
@@ -110,13 +112,14 @@ def test_filters_and_columns_select_tsharks_frames(tshark44, tmp_path):
     chunks = set(
         ibwire_fields(path, "-Y", "(rpcordma.chunk_call || rpcordma.msg_type == 1) && rpc", "-e", "frame.number")
     )
-    for text in FILTERS:
-        args = ["-Y", text] + [a for k in keys for a in ("-e", k)]
-        theirs = tshark44(path, *args, "-T", "fields", "-E", "separator=,").splitlines()
-        ours = [
-            r if r.split(",")[0] not in chunks else ",".join(r.split(",")[:3] + [""] * 3)
-            for r in ibwire_fields(path, *args)
-        ]
+    tsharks = tshark_filtered(tshark44, path, FILTERS, keys, ",")
+    runs = [
+        ["decode", "-Y", text, *(a for k in keys for a in ("-e", k)), "-T", "fields", "-E", "separator=,", path]
+        for text in FILTERS
+    ]
+    for text, out in zip(FILTERS, ibwire_runs(runs)):
+        theirs = tsharks[text]
+        ours = [r if r.split(",")[0] not in chunks else ",".join(r.split(",")[:3] + [""] * 3) for r in out.splitlines()]
         assert [r for r in ours if r.split(",")[0] not in chunks or r in theirs] == theirs, text
 
 

@@ -14,6 +14,7 @@ Deliberate differences, each with its reason:
 
 import pytest
 import smbdirect_frames
+from one_process import ibwire_runs
 from rpcrdma_frames import CAPTURES
 from smbdirect_frames import write_capture
 from storage_oracle import (
@@ -27,6 +28,7 @@ from storage_oracle import (
     rdma_keys,
     rows_agree,
     storage_rows,
+    tshark_filtered,
     tshark_frames,
 )
 from storage_oracle import leaves as tree_leaves
@@ -94,11 +96,14 @@ def test_filters_and_columns_select_tsharks_frames(tshark44, tmp_path):
     path = tmp_path / "smb.pcap"
     write_capture(path, connect=True)
     keys = ["frame.number", "smb_direct.data_length", "smb2.cmd", "smb2.msg_id", "smb2.buffer_descriptor.token"]
-    for text in FILTERS:
-        args = ["-Y", text] + [a for k in keys for a in ("-e", k)]
-        theirs = tshark44(path, *args, "-T", "fields", "-E", "separator=,").splitlines()
-        ours = [r for r in ibwire_fields(path, *args) if r.split(",")[0] != str(REASSEMBLED)]
-        assert ours == theirs, text
+    tsharks = tshark_filtered(tshark44, path, FILTERS, keys, ",")
+    runs = [
+        ["decode", "-Y", text, *(a for k in keys for a in ("-e", k)), "-T", "fields", "-E", "separator=,", path]
+        for text in FILTERS
+    ]
+    for text, out in zip(FILTERS, ibwire_runs(runs)):
+        ours = [r for r in out.splitlines() if r.split(",")[0] != str(REASSEMBLED)]
+        assert ours == tsharks[text], text
 
 
 @pytest.fixture(scope="module")
