@@ -349,5 +349,9 @@ def _cee_sub(kind: int, v: bytes) -> tuple:
 
 
 DCBX_TLVS = (LLDPDUETSConfiguration, LLDPDUETSRecommendation, LLDPDUPFCConfiguration, LLDPDUAppPriority, LLDPDUCEEDCBX)
-# scapy's LLDP picks an organisation-specific class by trying its list in order; ours go first.
-LLDPDU_CLASS_TYPES[127][:0] = [c for c in DCBX_TLVS if c not in LLDPDU_CLASS_TYPES[127]]
+# scapy's LLDP picks an organisation-specific class by trying its list in order; ours go first.  scapy's own
+# power via MDI classes leave it: those TLVs are generic ones, read by dissectors.lldp_org as Wireshark does.
+LLDPDU_CLASS_TYPES[127][:] = [
+    *(c for c in DCBX_TLVS if c not in LLDPDU_CLASS_TYPES[127]),
+    *(c for c in LLDPDU_CLASS_TYPES[127] if not c.__name__.startswith("LLDPDUPowerViaMDI")),
+]

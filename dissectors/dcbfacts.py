@@ -42,11 +42,13 @@ LLDP_CAPABILITIES = (
 )
 SUB_802_1_PORT_VLAN, SUB_802_3_MAX_FRAME = 1, 4  # IEEE 802.1Q Annex D.2.1, IEEE 802.3 §79.3.4
 SUB_802_1_PROTO_VLAN, SUB_802_1_VLAN_NAME, SUB_802_1_LINK_AGGREGATION = 2, 3, 7  # IEEE 802.1Q D.2.2, D.2.3, 802.1AX
-SUB_802_3_MAC_PHY = 1  # IEEE 802.3 §79.3.1
+SUB_802_1_PROTO_ID = 4  # IEEE 802.1Q D.2.4
+SUB_802_3_MAC_PHY, SUB_802_3_POWER, SUB_802_3_LINK_AGGREGATION, SUB_802_3_EEE = 1, 2, 3, 5  # IEEE 802.3 §79.3
 # Flag words of these TLVs: (Wireshark's name, mask) of each bit or bit group, as packet-lldp.c reads them
 PROTO_VLAN_FLAGS = (("supported", 0x02), ("enabled", 0x04))
 AGGREGATION_FLAGS = (("cap", 0x01), ("enabled", 0x02), ("porttype", 0x0C))
 AUTONEG_FLAGS = (("supported", 0x01), ("enabled", 0x02))
+POWER_FLAGS = (("port_class", 0x01), ("supported", 0x02), ("enabled", 0x04), ("pse_pairs", 0x08))  # §79.3.2.1
 # PMD auto-negotiation advertised capability (IEEE 802.3 §79.3.1.1.2, RFC 4836 ifMauAutoNegCapAdvertisedBits),
 # bit 0 first as Wireshark reads the field; it also shows them "in inverse (wrong) bitorder" (`..._inv.*`).
 PMD_CAPABILITIES = (
@@ -73,6 +75,8 @@ LLDP_ORG_FLAGS = {
     "802_1.aggregation_status": AGGREGATION_FLAGS,
     "802_3.mac_phy_auto_neg_status": AUTONEG_FLAGS,
     "802_3.pmd_auto_neg_advertised_caps": tuple((name, 1 << i) for i, name in enumerate(PMD_CAPABILITIES)),
+    "802_3.mdi_power_support": POWER_FLAGS,
+    "802_3.aggregation_status": AGGREGATION_FLAGS[:2],
 }
 OUI_CEE, CEE_SUBTYPE = 0x001B21, 2  # the pre-standard CEE DCBX (DCBX 1.01): one TLV of sub-TLVs
 CEE_CONTROL, CEE_PG, CEE_PFC, CEE_APP = 1, 2, 3, 4

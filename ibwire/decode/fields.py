@@ -39,19 +39,8 @@ from scapy.layers.l2 import ARP, CookedLinux, Dot1Q, Ether
 from scapy.packet import NoPayload, Padding, Raw
 
 from dissectors.base import IBLayer
-from dissectors.dcbfacts import (
-    LLDP_CAPABILITIES,
-    LLDP_ORG_FLAGS,
-    OUI_IEEE_802_1,
-    OUI_IEEE_802_3,
-    PMD_CAPABILITIES,
-    SUB_802_1_LINK_AGGREGATION,
-    SUB_802_1_PORT_VLAN,
-    SUB_802_1_PROTO_VLAN,
-    SUB_802_1_VLAN_NAME,
-    SUB_802_3_MAC_PHY,
-    SUB_802_3_MAX_FRAME,
-)
+from dissectors.dcbfacts import LLDP_CAPABILITIES, OUI_IEEE_802_1, OUI_IEEE_802_3
+from dissectors.lldp_org import org_802_1, org_802_3
 
 ICMPV6 = (
     ICMPv6DestUnreach,
@@ -221,55 +210,11 @@ def _lldp_management(p):
     return _lldp_tlv(p, out)
 
 
-def _flags(word: str, value: int) -> dict:
-    """A flag word of dissectors.dcbfacts.LLDP_ORG_FLAGS and each of its bits (or bit groups, shifted down)."""
-    key = f"ieee.{word}"
-    return {key: value, **{f"{key}.{n}": (value & m) >> ((m & -m).bit_length() - 1) for n, m in LLDP_ORG_FLAGS[word]}}
-
-
-def _org_802_1(sub: int, data: bytes) -> dict:
-    """IEEE 802.1 TLVs (IEEE 802.1Q Annex D, 802.1AX): port VLAN, port and protocol VLAN, VLAN name, link
-    aggregation; DCBX TLVs are layers of their own (dissectors.dcb)."""
-    if sub == SUB_802_1_PORT_VLAN and len(data) >= 2:
-        return {"ieee.802_1.port_vlan.id": int.from_bytes(data[:2], "big")}
-    if sub == SUB_802_1_PROTO_VLAN and len(data) >= 3:
-        flags = _flags("802_1.port_and_vlan_id_flag", data[0])
-        return {**flags, "ieee.802_1.port_proto_vlan.id": int.from_bytes(data[1:3], "big")}
-    if sub == SUB_802_1_VLAN_NAME and len(data) >= 3 and len(data) >= 3 + data[2]:
-        return {
-            "ieee.802_1.vlan.id": int.from_bytes(data[:2], "big"),
-            "ieee.802_1.vlan.name_len": data[2],
-            "ieee.802_1.vlan.name": data[3 : 3 + data[2]].decode("utf-8", "replace"),
-        }
-    if sub == SUB_802_1_LINK_AGGREGATION and len(data) >= 5:
-        flags = _flags("802_1.aggregation_status", data[0])
-        return {**flags, "ieee.802_1.aggregated_port_id": int.from_bytes(data[1:5], "big")}
-    return {}
-
-
-def _org_802_3(sub: int, data: bytes) -> dict:
-    """IEEE 802.3 TLVs (IEEE 802.3 §79.3): MAC/PHY configuration/status, maximum frame size."""
-    if sub == SUB_802_3_MAC_PHY and len(data) >= 5:
-        caps = int.from_bytes(data[1:3], "big")
-        return {
-            **_flags("802_3.mac_phy_auto_neg_status", data[0]),
-            **_flags("802_3.pmd_auto_neg_advertised_caps", caps),
-            **{
-                f"ieee.802_3.pmd_auto_neg_advertised_caps_inv.{n}": caps >> (15 - i) & 1
-                for i, n in enumerate(PMD_CAPABILITIES)
-            },
-            "ieee.802_3.pmd_mau_type": int.from_bytes(data[3:5], "big"),
-        }
-    if sub == SUB_802_3_MAX_FRAME and len(data) >= 2:
-        return {"ieee.802_3.max_frame_size": int.from_bytes(data[:2], "big")}
-    return {}
-
-
 def _lldp_org(p):
     """An organisationally specific TLV (IEEE 802.1AB §8.6) of IEEE 802.1 or 802.3 that Wireshark decodes,
     else its subtype and content as Wireshark shows an unknown one."""
     data = bytes(p.data)
-    which = {OUI_IEEE_802_1: ("802_1", _org_802_1), OUI_IEEE_802_3: ("802_3", _org_802_3)}.get(p.org_code)
+    which = {OUI_IEEE_802_1: ("802_1", org_802_1), OUI_IEEE_802_3: ("802_3", org_802_3)}.get(p.org_code)
     fields = which[1](p.subtype, data) if which else {}
     if p.org_code == OUI_IEEE_802_1 or fields:
         return _lldp_tlv(p, {"orgtlv.oui": p.org_code, f"ieee.{which[0]}.subtype": p.subtype, **fields})

@@ -9,6 +9,7 @@ from functools import lru_cache
 from typing import Dict, Optional
 
 from dissectors.dcbfacts import LLDP_CAPABILITIES, LLDP_ORG_FLAGS, PMD_CAPABILITIES
+from dissectors.lldp_org import NUMBERS as LLDP_NUMBERS
 from dissectors.madnames import CAPABILITY_MASK
 from ibwire.decode.docfields import TYPES as DOC_TYPES
 from ibwire.decode.flagbits import WIDTHS as FLAG_WIDTHS
@@ -210,8 +211,11 @@ ENCAP: Dict[str, str] = {
         "ieee.802_1.vlan.name_len",
         "ieee.802_1.aggregated_port_id",
         "ieee.802_3.pmd_mau_type",
+        *LLDP_NUMBERS,
     ),
     "lldp.ieee.802_1.vlan.name": STRING,
+    "lldp.ieee.802_1.proto.id": BYTES,
+    "lldp.tlv_deprecated": PROTO,
     **_group("lldp", MAC, "chassis.id.mac", "port.id.mac"),
     "lldp.mgn.addr.ip4": IPV4,
     "lldp.mgn.addr.ip6": IPV6,
@@ -372,6 +376,7 @@ TSHARK_DISPLAY.update(
         "macc.opcode": 4,
         "macc.cbfc.enbv": 4,
         "lldp.unknown_subtype.content": -1,
+        "lldp.ieee.802_1.proto.id": -1,
         "lldp.ieee.802_1.subtype": 2,
         "lldp.ieee.802_3.subtype": 2,
         "lldp.tlv.system_cap": 4,

@@ -13,11 +13,25 @@ from dissectors.dcbfacts import APP_NAMES, OUI_CEE, OUI_IEEE_802_1, OUI_IEEE_802
 from ibwire.decode.fields import FOREIGN
 from ibwire.decode.fieldtypes import TSHARK_DISPLAY
 from ibwire.report.packets import manuf
+from ibwire.report.packets.ek_kinds import empty
+from ibwire.report.packets.icmp_carried import Node
+from ibwire.report.packets.tcp_options import SEVERITY, line
 from ibwire.report.packets.values import value_text
-from ibwire.report.packets.ws_labels import VALUES
+from ibwire.report.packets.ws_labels import FIELDS, VALUES
 
 PAUSE_TIMES = "CBFC Class Pause Times"  # packet-macctrl.c's subtree of the eight pause times
 INVERSE = "Same in inverse (wrong) bitorder"  # packet-lldp.c's subtree of the PMD capabilities read backwards
+WATTS = ("lldp.ieee.802_3.mdi_pde_requested", "lldp.ieee.802_3.mdi_pse_allocated")
+# A power source's name, by the power type's direction (packet-lldp.c's media_power_pse_device, ..._pd_device)
+PSE_SOURCES = {0: "Unknown", 1: "Primary Power Source", 2: "Backup Power Source"}
+PD_SOURCES = {0: "Unknown", 1: "PSE", 2: "Local", 3: "PSE and Local"}
+DEPRECATED_TITLE = "[Expert Info (Warning/Protocol): TLV has been deprecated]"
+DEPRECATED = [  # the expert item of a TLV IEEE 802.1AB-2009 moved elsewhere (802.3's link aggregation)
+    ("lldp.tlv_deprecated", empty("[TLV has been deprecated]")),
+    ("_ws.expert.message", "TLV has been deprecated"),
+    ("_ws.expert.severity", line(SEVERITY["Warning"], "[Severity level: Warning]")),
+    ("_ws.expert.group", line("150994944", "[Group: Protocol]")),
+]
 
 
 def pairs(proto: str, fields: dict) -> list:
@@ -102,7 +116,26 @@ def _tlv_items(layer, fields: dict) -> list:
             inner = pairs("lldp", sub) + [(_app_title(a["dcbx.feature.app.proto"]), pairs("lldp", a)) for a in apps]
             items.append((f"{_name('lldp.dcbx.type', sub['dcbx.type'], 'Unknown')} TLV", inner))
         return items
-    return _with_flag_trees(fields)
+    fields = dict(fields)
+    deprecated = fields.pop("tlv_deprecated", None) is not None
+    items = [(k, _powered(fields, k, v)) for k, v in _with_flag_trees(fields)]
+    if deprecated:  # packet-lldp.c's expert item under the subtype of a TLV 802.1AB-2009 dropped
+        at = next(i for i, (k, _) in enumerate(items) if k.endswith(".subtype")) + 1
+        items.insert(at, (items[at - 1][0] + "_tree", [("_ws.expert", Node(DEPRECATED_TITLE, DEPRECATED))]))
+    return items
+
+
+def _powered(fields: dict, key: str, value):
+    """A power via MDI item as packet-lldp.c words it: the power source named by the power type (a PSE's or a
+    PD's sources), a power value in watts (tenths of a watt on the wire); any other item as it is."""
+    if key in WATTS:
+        n = int(value)
+        return line(value, f"{FIELDS[key][0]}: {n // 10}.{n % 10}. Watt")
+    if key == "lldp.ieee.802_3.mdi_power_source":
+        n = int(value)
+        names = PD_SOURCES if fields["ieee.802_3.mdi_power_type"] & 1 else PSE_SOURCES
+        return line(value, f"..{n:02b} .... = {FIELDS[key][0]}: {n} {names.get(n, 'Reserved')}")
+    return value
 
 
 def _with_flag_trees(fields: dict) -> list:

@@ -1,0 +1,118 @@
+"""The IEEE 802.1 and 802.3 organisationally specific LLDP TLVs (IEEE 802.1AB §8.6) other than DCBX, read
+from a TLV's bytes after its OUI and subtype into Wireshark 4.0's field names (packet-lldp.c, without the
+`lldp.` prefix): 802.1 port VLAN, port and protocol VLAN, VLAN name, protocol identity, link aggregation;
+802.3 MAC/PHY configuration/status, power via MDI (with the 802.3at extension when the TLV holds it), link
+aggregation, maximum frame size, EEE.  A TLV too short for its layout gives no fields (shown as its
+subtype alone).  DCBX TLVs are scapy layers of their own (dissectors.dcb).
+"""
+
+from dissectors.dcbfacts import (
+    LLDP_ORG_FLAGS,
+    PMD_CAPABILITIES,
+    SUB_802_1_LINK_AGGREGATION,
+    SUB_802_1_PORT_VLAN,
+    SUB_802_1_PROTO_ID,
+    SUB_802_1_PROTO_VLAN,
+    SUB_802_1_VLAN_NAME,
+    SUB_802_3_EEE,
+    SUB_802_3_LINK_AGGREGATION,
+    SUB_802_3_MAC_PHY,
+    SUB_802_3_MAX_FRAME,
+    SUB_802_3_POWER,
+)
+
+POWER_SHORT, POWER_AT = 3, 8  # bytes of a power via MDI TLV after its subtype: 802.3AB's, 802.3at's
+EEE = ("transmit", "receive", "fallback_receive", "echo_transmit", "echo_receive")  # 802.3 §79.3.5, in µs
+# The plain numbers (not flag words) these TLVs add, under Wireshark's names after `lldp.`
+NUMBERS = (
+    "ieee.802_1.proto.id_length",
+    "ieee.802_3.mdi_pse_pair",
+    "ieee.802_3.mdi_power_class",
+    "ieee.802_3.mdi_power_type",
+    "ieee.802_3.mdi_power_source",
+    "ieee.802_3.mdi_power_priority",
+    "ieee.802_3.mdi_pde_requested",
+    "ieee.802_3.mdi_pse_allocated",
+    "ieee.802_3.aggregated_port_id",
+    *(f"ieee.802_3.eee.{n}" for n in EEE),
+)
+
+
+def flags(word: str, value: int) -> dict:
+    """A flag word of dissectors.dcbfacts.LLDP_ORG_FLAGS and each of its bits (or bit groups, shifted down)."""
+    key = f"ieee.{word}"
+    return {key: value, **{f"{key}.{n}": (value & m) >> ((m & -m).bit_length() - 1) for n, m in LLDP_ORG_FLAGS[word]}}
+
+
+def _u(data: bytes, at: int, n: int) -> int:
+    return int.from_bytes(data[at : at + n], "big")
+
+
+def org_802_1(sub: int, data: bytes) -> dict:
+    """IEEE 802.1 TLVs (IEEE 802.1Q Annex D, 802.1AX): port VLAN, port and protocol VLAN, VLAN name, protocol
+    identity, link aggregation."""
+    if sub == SUB_802_1_PORT_VLAN and len(data) >= 2:
+        return {"ieee.802_1.port_vlan.id": _u(data, 0, 2)}
+    if sub == SUB_802_1_PROTO_VLAN and len(data) >= 3:
+        return {**flags("802_1.port_and_vlan_id_flag", data[0]), "ieee.802_1.port_proto_vlan.id": _u(data, 1, 2)}
+    if sub == SUB_802_1_VLAN_NAME and len(data) >= 3 and len(data) >= 3 + data[2]:
+        return {
+            "ieee.802_1.vlan.id": _u(data, 0, 2),
+            "ieee.802_1.vlan.name_len": data[2],
+            "ieee.802_1.vlan.name": data[3 : 3 + data[2]].decode("utf-8", "replace"),
+        }
+    if sub == SUB_802_1_PROTO_ID and data and len(data) >= 1 + data[0]:
+        out = {"ieee.802_1.proto.id_length": data[0]}
+        if data[0]:
+            out["ieee.802_1.proto.id"] = data[1 : 1 + data[0]]
+        return out
+    if sub == SUB_802_1_LINK_AGGREGATION and len(data) >= 5:
+        return {**flags("802_1.aggregation_status", data[0]), "ieee.802_1.aggregated_port_id": _u(data, 1, 4)}
+    return {}
+
+
+def _power(data: bytes) -> dict:
+    """Power via MDI (802.3 §79.3.2): support bits, pair, class; with 802.3at's type, source, priority and the
+    requested and allocated power in tenths of a watt."""
+    out = {
+        **flags("802_3.mdi_power_support", data[0]),
+        "ieee.802_3.mdi_pse_pair": data[1],
+        "ieee.802_3.mdi_power_class": data[2],
+    }
+    if len(data) >= POWER_AT:
+        out.update(
+            {
+                "ieee.802_3.mdi_power_type": data[3] >> 6,
+                "ieee.802_3.mdi_power_source": data[3] >> 4 & 3,
+                "ieee.802_3.mdi_power_priority": data[3] & 0xF,
+                "ieee.802_3.mdi_pde_requested": _u(data, 4, 2),
+                "ieee.802_3.mdi_pse_allocated": _u(data, 6, 2),
+            }
+        )
+    return out
+
+
+def org_802_3(sub: int, data: bytes) -> dict:
+    """IEEE 802.3 TLVs (IEEE 802.3 §79.3): MAC/PHY configuration/status, power via MDI, link aggregation,
+    maximum frame size, EEE."""
+    if sub == SUB_802_3_MAC_PHY and len(data) >= 5:
+        caps = _u(data, 1, 2)
+        return {
+            **flags("802_3.mac_phy_auto_neg_status", data[0]),
+            **flags("802_3.pmd_auto_neg_advertised_caps", caps),
+            **{
+                f"ieee.802_3.pmd_auto_neg_advertised_caps_inv.{n}": caps >> (15 - i) & 1
+                for i, n in enumerate(PMD_CAPABILITIES)
+            },
+            "ieee.802_3.pmd_mau_type": _u(data, 3, 2),
+        }
+    if sub == SUB_802_3_POWER and len(data) in (POWER_SHORT, POWER_AT):
+        return _power(data)
+    if sub == SUB_802_3_LINK_AGGREGATION and len(data) >= 5:
+        agg = {**flags("802_3.aggregation_status", data[0]), "ieee.802_3.aggregated_port_id": _u(data, 1, 4)}
+        return {"tlv_deprecated": 1, **agg}  # 802.1AB-2009 moved it to 802.1: Wireshark's expert item (-e shows 1)
+    if sub == SUB_802_3_MAX_FRAME and len(data) >= 2:
+        return {"ieee.802_3.max_frame_size": _u(data, 0, 2)}
+    if sub == SUB_802_3_EEE and len(data) >= 2 * len(EEE):
+        return {f"ieee.802_3.eee.{n}": _u(data, 2 * i, 2) for i, n in enumerate(EEE)}
+    return {}

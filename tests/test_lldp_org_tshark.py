@@ -1,0 +1,129 @@
+"""Differential: LLDP frames crafted here with the IEEE 802.1 and 802.3 TLVs beside DCBX (protocol identity,
+power via MDI short and with 802.3at's extension, 802.3 link aggregation, EEE) decode as tshark 4.0 shows
+them: -V lines, -T json layers, -T ek's lldp object byte for byte, -T fields and -Y."""
+
+import json
+import random
+import struct
+import subprocess
+
+import pytest
+from conftest import run_ibwire
+from scapy.contrib.lldp import (
+    LLDPDUChassisID,
+    LLDPDUEndOfLLDPDU,
+    LLDPDUGenericOrganisationSpecific,
+    LLDPDUPortID,
+    LLDPDUTimeToLive,
+)
+from scapy.layers.l2 import Ether
+from scapy.utils import wrpcap
+from test_dcb_tshark import _layers_of, _sections
+
+IEEE_802_1, IEEE_802_3 = 0x0080C2, 0x00120F
+FRAMES = 24
+FIELDS = [
+    "lldp.ieee.802_1.proto.id_length",
+    "lldp.ieee.802_1.proto.id",
+    "lldp.ieee.802_3.subtype",
+    "lldp.ieee.802_3.mdi_power_support",
+    "lldp.ieee.802_3.mdi_power_support.port_class",
+    "lldp.ieee.802_3.mdi_power_support.pse_pairs",
+    "lldp.ieee.802_3.mdi_pse_pair",
+    "lldp.ieee.802_3.mdi_power_class",
+    "lldp.ieee.802_3.mdi_power_type",
+    "lldp.ieee.802_3.mdi_power_source",
+    "lldp.ieee.802_3.mdi_power_priority",
+    "lldp.ieee.802_3.mdi_pde_requested",
+    "lldp.ieee.802_3.mdi_pse_allocated",
+    "lldp.ieee.802_3.aggregation_status",
+    "lldp.ieee.802_3.aggregation_status.cap",
+    "lldp.ieee.802_3.aggregation_status.enabled",
+    "lldp.ieee.802_3.aggregated_port_id",
+    "lldp.tlv_deprecated",
+    *(f"lldp.ieee.802_3.eee.{n}" for n in ("transmit", "receive", "fallback_receive", "echo_transmit", "echo_receive")),
+]
+
+
+def _org(oui, sub, data):
+    return LLDPDUGenericOrganisationSpecific(org_code=oui, subtype=sub, data=data)
+
+
+def _frames(seed=11):
+    rnd = random.Random(seed)
+    out = []
+    for i in range(FRAMES):
+        src = f"02:00:00:00:01:{i:02x}"
+        ident = rnd.randbytes(rnd.choice((0, 2, 5)))
+        power = bytes([rnd.randrange(256), rnd.randrange(1, 3), rnd.randrange(7)])
+        power_at = power + bytes([rnd.randrange(256)]) + struct.pack(">HH", rnd.randrange(600), rnd.randrange(600))
+        out.append(
+            Ether(src=src, dst="01:80:c2:00:00:0e")
+            / LLDPDUChassisID(subtype=4, id=src)
+            / LLDPDUPortID(subtype=5, id=f"eth{i}")
+            / LLDPDUTimeToLive(ttl=120)
+            / _org(IEEE_802_1, 4, bytes([len(ident)]) + ident)
+            / _org(IEEE_802_3, 2, power)
+            / _org(IEEE_802_3, 2, power_at)
+            / _org(IEEE_802_3, 3, bytes([rnd.randrange(256)]) + struct.pack(">I", rnd.getrandbits(32)))
+            / _org(IEEE_802_3, 5, struct.pack(">5H", *(rnd.getrandbits(16) for _ in range(5))))
+            / LLDPDUEndOfLLDPDU()
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lldp_org") / "lldp-org.pcap"
+    wrpcap(str(path), _frames())
+    return path
+
+
+def _tshark(tshark, capture, *args) -> str:
+    return subprocess.run([tshark, "-r", str(capture), "-n", *args], capture_output=True, text=True, check=True).stdout
+
+
+def _ibwire(capture, *args) -> str:
+    return run_ibwire("decode", capture, *args, check=True, unwrapped=True).stdout
+
+
+def test_tree_sections_are_tsharks(capture, tshark):
+    """-V: every LLDP line tshark prints (power source named by the power type, watts, the deprecation's expert
+    item under 802.3 link aggregation's subtype)."""
+    ours, theirs = _ibwire(capture, "-V"), _tshark(tshark, capture, "-V")
+    assert _sections(ours) == _sections(theirs)
+    assert ours.count("[Expert Info (Warning/Protocol): TLV has been deprecated]") == FRAMES
+
+
+def test_json_layers_are_tsharks(capture, tshark):
+    theirs, ours = _layers_of(_tshark(tshark, capture, "-T", "json")), _layers_of(_ibwire(capture, "-T", "json"))
+    assert len(ours) == len(theirs) == FRAMES
+    for n, (t, o) in enumerate(zip(theirs, ours), 1):
+        assert o["lldp"] == t["lldp"], n
+
+
+def _lldp_text(line: str) -> str:
+    """The text of an -T ek packet line's lldp object, as written."""
+    at = line.index('"lldp":') + len('"lldp":')
+    _, end = json.JSONDecoder().raw_decode(line, at)
+    return line[at:end]
+
+
+def test_ek_lldp_is_tsharks_byte_for_byte(capture, tshark):
+    """-T ek merges a protocol's subtrees as tshark does: one key per field, a list of every TLV's values."""
+    theirs = [_lldp_text(x) for x in _tshark(tshark, capture, "-T", "ek").splitlines() if '"lldp":' in x]
+    ours = [_lldp_text(x) for x in _ibwire(capture, "-T", "ek").splitlines() if '"lldp":' in x]
+    assert len(ours) == len(theirs) == FRAMES
+    assert ours == theirs
+
+
+def test_fields_and_filters_are_tsharks(capture, tshark):
+    args = [a for k in FIELDS for a in ("-e", k)]
+    assert _ibwire(capture, "-T", "fields", *args) == _tshark(tshark, capture, "-T", "fields", *args)
+    for expr in (
+        "lldp.ieee.802_3.mdi_power_support.port_class && lldp.ieee.802_3.mdi_power_type == 3",
+        "lldp.ieee.802_3.mdi_pde_requested > 300 || lldp.ieee.802_1.proto.id_length == 0",
+        "lldp.ieee.802_3.aggregation_status.enabled && lldp.ieee.802_3.eee.transmit < 30000",
+    ):
+        select = ("-Y", expr, "-T", "fields", "-e", "frame.number")
+        assert _ibwire(capture, *select) == _tshark(tshark, capture, *select), expr
