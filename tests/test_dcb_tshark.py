@@ -323,6 +323,26 @@ def test_json_layers_are_tsharks(capture, tshark):
         assert o[name] == t[name], n
 
 
+def ek_object(line: str, name: str):
+    """The text of protocol `name`'s object in a -T ek packet line, as written (None when absent)."""
+    key = f'"{name}":'
+    if key not in line:
+        return None
+    at = line.index(key) + len(key)
+    return line[at : json.JSONDecoder().raw_decode(line, at)[1]]
+
+
+def test_ek_objects_are_tsharks_byte_for_byte(capture, tshark):
+    """-T ek: the lldp and macc objects are tshark's byte for byte: a protocol's subtrees merged, each field
+    key once with the list of every TLV's values (`lldp_lldp_tlv_type`), the subtree titles under `text`."""
+    theirs = subprocess.run([tshark, "-r", str(capture), "-n", "-T", "ek"], capture_output=True, text=True, check=True)
+    ours = run_ibwire("decode", capture, "-T", "ek", check=True, unwrapped=True).stdout
+    for name in ("lldp", "macc"):
+        want = [ek_object(x, name) for x in theirs.stdout.splitlines() if x.startswith('{"timestamp"')]
+        got = [ek_object(x, name) for x in ours.splitlines() if x.startswith('{"timestamp"')]
+        assert len(got) == len(want) == 96 and got == want, name
+
+
 def _sections(text: str, names=("Link Layer Discovery Protocol", "MAC Control")) -> list:
     """The -V lines of the named top-level sections, frame by frame (tshark's expert items left out)."""
     out, keep = [], False

@@ -2,7 +2,6 @@
 power via MDI short and with 802.3at's extension, 802.3 link aggregation, EEE) decode as tshark 4.0 shows
 them: -V lines, -T json layers, -T ek's lldp object byte for byte, -T fields and -Y."""
 
-import json
 import random
 import struct
 import subprocess
@@ -18,7 +17,7 @@ from scapy.contrib.lldp import (
 )
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
-from test_dcb_tshark import _layers_of, _sections
+from test_dcb_tshark import _layers_of, _sections, ek_object
 
 IEEE_802_1, IEEE_802_3 = 0x0080C2, 0x00120F
 FRAMES = 24
@@ -102,17 +101,10 @@ def test_json_layers_are_tsharks(capture, tshark):
         assert o["lldp"] == t["lldp"], n
 
 
-def _lldp_text(line: str) -> str:
-    """The text of an -T ek packet line's lldp object, as written."""
-    at = line.index('"lldp":') + len('"lldp":')
-    _, end = json.JSONDecoder().raw_decode(line, at)
-    return line[at:end]
-
-
 def test_ek_lldp_is_tsharks_byte_for_byte(capture, tshark):
     """-T ek merges a protocol's subtrees as tshark does: one key per field, a list of every TLV's values."""
-    theirs = [_lldp_text(x) for x in _tshark(tshark, capture, "-T", "ek").splitlines() if '"lldp":' in x]
-    ours = [_lldp_text(x) for x in _ibwire(capture, "-T", "ek").splitlines() if '"lldp":' in x]
+    theirs = [ek_object(x, "lldp") for x in _tshark(tshark, capture, "-T", "ek").splitlines() if '"lldp":' in x]
+    ours = [ek_object(x, "lldp") for x in _ibwire(capture, "-T", "ek").splitlines() if '"lldp":' in x]
     assert len(ours) == len(theirs) == FRAMES
     assert ours == theirs
 
