@@ -6,12 +6,14 @@ RFC 4884's length set; and timestamp requests and replies: frame by frame, every
 -T json and every line after the Frame section of -V are tshark's.  One tshark run per format.  Frames of what
 is not shown yet (docs/tshark-output.md: a whole TCP header, IP options, ICMPv6's RFC 4884 length) are
 tshark's up to where ibwire stops.  -T ek (the carried headers as objects of their own) and -T fields of
-both headers are tshark's too.  Every cut of every frame decodes without an error.
+both headers are tshark's too, and so are the frames -Y selects on the carried headers' fields.  Every cut of
+every frame decodes without an error.
 """
 
 import json
 import re
 
+import pytest
 from conftest import run_ibwire
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPOption
 from scapy.layers.inet6 import (
@@ -215,3 +217,58 @@ def test_ek_of_errors_is_tsharks(tmp_path, tshark):
     for n, (t, o, full) in enumerate(zip(theirs, ours, whole), 1):
         if full and "_ws_malformed" not in json.dumps(t):
             assert o == t, n
+
+
+FILTERS = (
+    "icmp && udp.dstport == 4791",
+    "udp",
+    "tcp",
+    "icmp",
+    "ip.src == 10.0.0.2 && ip.dst == 10.0.0.1",
+    "ip.addr == 10.9.9.9",
+    "ip.proto == 17 && ip.flags.df == 1",
+    "ipv6.dst == fe80::9 || ipv6.nxt == 17",
+    "udp.port == 5 || udp.length == 16",
+    "icmp.type == 8 || icmpv6.type == 128",
+    "tcp.seq == 1000 && tcp.port == 80",
+    "ip.src != 10.0.0.1",
+    "ip.src ~= 10.0.0.1",
+    "ip.src === 10.0.0.1",
+    "udp.port not in {5}",
+    "all ip.src == 10.0.0.1",
+    "any ip.src != 10.0.0.1",
+    "all ip.ttl > 1",
+    "all ip.ttl in {64, 1..1}",
+    "all udp.port in {4..6} || all udp.port in {5, 6}",
+    "all len(ip.src) == 4 && any ip.ttl >= 64",
+    "ip.src != ip.dst",
+    "ip.ttl > ip.ttl",
+    "all ip.ttl == ip.ttl || any ip.src == ip.dst",
+)
+
+
+@pytest.fixture(scope="module")
+def errors_and_roce(tmp_path_factory):
+    """The crafted frames and two plain RoCEv2 frames (which the records answer); the frames not shown whole."""
+    from scapy.utils import rdpcap
+
+    path = tmp_path_factory.mktemp("filters") / "errors.pcap"
+    whole = crafted(path)
+    roce = Ether(src=MAC, dst=MAC) / IP(src="10.0.0.2", dst="10.9.9.9") / UDP(sport=5, dport=4791)
+    roce /= BTH(opcode=4, destqp=0x11, psn=7) / Raw(b"\0" * 20)
+    frames = list(rdpcap(str(path))) + [roce, roce]
+    frames[-1].time = frames[-2].time = T + 1
+    wrpcap(str(path), frames)
+    return path, {str(n) for n, full in enumerate(whole, 1) if not full}
+
+
+@pytest.mark.parametrize("flt", FILTERS)
+def test_filters_see_carried_headers_as_tshark(errors_and_roce, flt, tshark):
+    """-Y: the carried IP, IPv6, UDP, TCP and ICMP headers' fields are further occurrences, as in tshark 4.0
+    (`icmp && udp.dstport == 4791` selects a port unreachable carrying RoCEv2; `!=`, `~=`, `===`, `all`,
+    `any` and two fields compared over every occurrence); plain RoCEv2 frames are selected beside them.
+    Frames ibwire does not show whole yet are left out of the comparison."""
+    path, skip = errors_and_roce
+    theirs = run_tshark(path, "-n", "-Y", flt, "-T", "fields", "-e", "frame.number").split()
+    ours = run_ibwire("decode", path, "-Y", flt, "-T", "fields", "-e", "frame.number", check=True).stdout.split()
+    assert [n for n in ours if n not in skip] == [n for n in theirs if n not in skip]

@@ -8,7 +8,9 @@ Rules (Wireshark's wireshark-filter(4) manual page, checked against tshark 4.0):
   hold (`ip.src == "x"`); the `infiniband.` prefix is optional;
 - a field may occur several times in a frame (`ip.addr`, `udp.port`, `eth.addr`): `==`, `<`, `in`,
   `contains`, `matches` hold when any occurrence does, `!=` when every occurrence differs (`~=` / `!==`:
-  when any does), `===` when every occurrence equals; a test on an absent field is false;
+  when any does), `===` when every occurrence equals; a test on an absent field is false; two fields compare
+  every pair of their occurrences (`!=` and `===`: every pair, the others: any); a comparison after `any`
+  holds when one occurrence does, after `all` when every one does (`all f in {a, b}`: all are a, or all b);
 - `and`/`&&` binds tighter than `or`/`||`; `not`/`!`; sets `{a, b, c..d}` with commas; CIDR
   `ip.src == 10.0.0.0/8`; `matches`/`~` is a case-insensitive regular expression, `contains` exact.
 
@@ -125,7 +127,7 @@ class BitAnd(NamedTuple):
 
 
 class Logic(NamedTuple):
-    kind: str  # "and", "or", "not"
+    kind: str  # "and", "or", "not"; "all": its one Test (contains, matches) holds for every occurrence
     args: tuple
 
 
@@ -308,6 +310,8 @@ class _Parser:
 
     def test(self):
         tok = self.take()
+        if tok in ("all", "any") and self.peek() not in (None, *_OPS, ")", "&&", "||", "and", "or", "in"):
+            return self.quantified(tok)
         if tok in _OPS or tok in ("(", ")", "{", "}", ",", "and", "or", "&&", "||", "&") or tok.startswith('"'):
             raise UserError(f"display filter: '{tok}' was unexpected in {self.text!r}")
         if tok == "len" and self.peek() == "(":
@@ -361,6 +365,23 @@ class _Parser:
         if op in ORDERED and isinstance(value, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
             raise UserError(f"display filter: a network ({rhs}) can only be compared with == or !=")
         return Test(key, ftype, op, value, xform, base)
+
+    def quantified(self, quant: str):
+        """`all`/`any` and the comparison after it, as tshark 4.0 reads them (dfilter's quantifiers)."""
+        node = self.test()
+        if isinstance(node, Logic):  # `not in`: the quantifier changes nothing
+            return node
+        if node.op is None:
+            raise UserError(f"display filter: '{quant}' needs a comparison after it, as in '{quant} udp.port > 1024'")
+        if quant == "any":
+            return node._replace(op={ALL_NE: ANY_NE, ALL_EQ: ANY_EQ}.get(node.op, node.op))
+        if node.op in (ANY_EQ, ALL_EQ, ALL_NE, ANY_NE):
+            return node._replace(op=ALL_EQ if node.op in (ANY_EQ, ALL_EQ) else ALL_NE)
+        if node.op in ORDERED:  # every occurrence (pair): none fails
+            return _every(node, node._replace(op=_NEGATED[node.op]))
+        if node.op == IN:  # every occurrence equal to one member, or in one range
+            return Logic("or", tuple(_all_in(node, w) for w in node.value))
+        return Logic("all", (node,))  # contains, matches (the records hold them once a frame: any is all)
 
     def operand(self, tok: str):
         """A field and the slices after it: (key, type of the values, the field's own type, xform)."""
@@ -468,6 +489,29 @@ class _Parser:
         if not values:
             raise UserError(f"display filter: the set after '{key} in' is empty")
         return Test(key, ftype, IN, tuple(values))
+
+
+_NEGATED = {GT: LE, LE: GT, LT: GE, GE: LT}
+
+
+def _present(node: Test):
+    """The test's field (and the field it is compared with) present in the frame."""
+    tests = [Test(node.field, kind(node.field), None)]
+    if isinstance(node.value, Field):
+        tests.append(Test(node.value.name, kind(node.value.name), None))
+    return tests[0] if len(tests) == 1 else Logic("and", tuple(tests))
+
+
+def _every(node: Test, failing: Test):
+    return Logic("and", (_present(node), Logic("not", (failing,))))
+
+
+def _all_in(node: Test, member):
+    """`all field in {…}`'s test of one member: every occurrence equals it, or lies in its range."""
+    if not isinstance(member, Range):
+        return node._replace(op=ALL_EQ, value=member)
+    low, high = node._replace(op=LT, value=member.lo), node._replace(op=GT, value=member.hi)
+    return Logic("and", (_present(node), Logic("not", (low,)), Logic("not", (high,))))
 
 
 def _looks_literal(ftype: str, tok: str) -> bool:
@@ -624,6 +668,10 @@ class Filter:
                 return all(self._eval(a, flat) for a in node.args)
             if node.kind == "or":
                 return any(self._eval(a, flat) for a in node.args)
+            if node.kind == "all":
+                test = node.args[0]
+                values = operand_values(flat, test.field, test.base, test.type, test.xform)
+                return bool(values) and all(compare(test.op, test.type, [v], test.value) for v in values)
             return not self._eval(node.args[0], flat)
         if node.op is None and not node.xform:
             if node.field in flat:
@@ -639,7 +687,8 @@ class Filter:
         want = node.value
         if isinstance(want, Field):
             theirs = operand_values(flat, want.name, want.type, node.type, want.xform)
-            return bool(theirs) and any(compare(node.op, node.type, values, w) for w in theirs)
+            pairs = (compare(node.op, node.type, [v], w) for v in values for w in theirs)
+            return bool(theirs) and (all(pairs) if node.op in (ALL_NE, ALL_EQ) else any(pairs))
         return compare(node.op, node.type, values, want)
 
 

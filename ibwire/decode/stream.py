@@ -118,7 +118,7 @@ def detail_flat(frame: Frame, t0: float, prev: Optional[float], rmpp=None, nvme=
     if nvme is not None:
         nvme.feed(d)
     flat = d.flat
-    if documents is not None and ("tcp" in d.layers or "icmp" in d.layers):
+    if documents is not None:
         flat.update(documents(d, ns))
     flat["frame.time_relative"] = frame.time - t0
     flat["frame.time_delta"] = frame.time - (frame.time if prev is None else prev)

@@ -45,10 +45,24 @@ def only_fields(layers: list, keys: list) -> list:
 
 def filter_documents(flt):
     """For ibwire.decode.stream.select: (decoded frame, ns) -> its tcp.* and icmp.* fields for the filter, from
-    tshark's document with its state across frames; None when the filter names none."""
-    if not any(k.startswith(("tcp.", "icmp.")) for k in flt.fields):
-        return None
-    from ibwire.report.packets import tshark_doc as td  # (a filter on other fields starts without it)
+    tshark's document with its state across frames, and those of the datagram an ICMP error carries
+    (icmp_filter); None when the filter names none."""
+    from ibwire.report.packets.icmp_filter import carried_keys, carried_values, is_error
 
-    session = td.Session()
-    return lambda d, ns: filter_values(td.document(d, td.Times(ns, 0, 0, 0), session))
+    tcp_icmp, carried = any(k.startswith(("tcp.", "icmp.")) for k in flt.fields), carried_keys(flt.fields)
+    if not tcp_icmp and not carried:
+        return None
+    session = []  # (its tshark_doc.Session, made with the first document: a filter on udp.* starts without it)
+
+    def values(d, ns) -> dict:
+        error = bool(carried) and is_error(d.flat)
+        if not error and not (tcp_icmp and ("tcp" in d.layers or "icmp" in d.layers)):
+            return {}
+        from ibwire.report.packets import tshark_doc as td
+
+        session[:] = session or [td.Session()]
+        layers = td.document(d, td.Times(ns, 0, 0, 0), session[0])
+        found = filter_values(layers) if tcp_icmp else {}
+        return {**found, **carried_values(d.flat, layers, carried)} if error else found
+
+    return values
