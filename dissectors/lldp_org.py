@@ -8,6 +8,8 @@ subtype alone).  DCBX TLVs are scapy layers of their own (dissectors.dcb).
 
 from dissectors.dcbfacts import (
     LLDP_ORG_FLAGS,
+    OUI_IEEE_802_1,
+    OUI_IEEE_802_3,
     PMD_CAPABILITIES,
     SUB_802_1_LINK_AGGREGATION,
     SUB_802_1_PORT_VLAN,
@@ -116,3 +118,14 @@ def org_802_3(sub: int, data: bytes) -> dict:
     if sub == SUB_802_3_EEE and len(data) >= 2 * len(EEE):
         return {f"ieee.802_3.eee.{n}": _u(data, 2 * i, 2) for i, n in enumerate(EEE)}
     return {}
+
+
+def org_tlv(oui: int, sub: int, data: bytes) -> dict:
+    """An organisationally specific TLV's fields after its type and length: an IEEE 802.1 one always by its
+    subtype, an 802.3 one that way when its layout is read here, else (any other OUI) its subtype and
+    content as Wireshark shows an unknown one (no content line when there is none)."""
+    which = {OUI_IEEE_802_1: ("802_1", org_802_1), OUI_IEEE_802_3: ("802_3", org_802_3)}.get(oui)
+    fields = which[1](sub, data) if which else {}
+    if oui == OUI_IEEE_802_1 or fields:
+        return {"orgtlv.oui": oui, f"ieee.{which[0]}.subtype": sub, **fields}
+    return {"orgtlv.oui": oui, "unknown_subtype": sub, **({"unknown_subtype.content": data.hex()} if data else {})}

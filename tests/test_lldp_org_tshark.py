@@ -1,6 +1,7 @@
 """Differential: LLDP frames crafted here with the IEEE 802.1 and 802.3 TLVs beside DCBX (protocol identity,
-power via MDI short and with 802.3at's extension, 802.3 link aggregation, EEE) decode as tshark 4.0 shows
-them: -V lines, -T json layers, -T ek's lldp object byte for byte, -T fields and -Y."""
+power via MDI short and with 802.3at's extension, 802.3 link aggregation, EEE) and a TLV of another
+organisation (titled by its name in the manuf file, or `Unknown`) decode as tshark 4.0 shows them: -V lines,
+-T json layers, -T ek's lldp object byte for byte, -T fields and -Y."""
 
 import random
 import struct
@@ -20,6 +21,9 @@ from scapy.utils import wrpcap
 from test_dcb_tshark import _layers_of, _sections, ek_object
 
 IEEE_802_1, IEEE_802_3 = 0x0080C2, 0x00120F
+# Organisations packet-lldp.c has no dissector for (named from the manuf file, or not there), as switches and
+# NICs send them: Mellanox, VMware, Broadcom, Arista, Juniper, Huawei, Dell, IEEE RA, two unregistered
+OTHER_OUIS = (0x0002C9, 0x005056, 0x001018, 0x001C73, 0x000585, 0x00E0FC, 0x0019B9, 0x0050C2, 0x00AABB, 0x02ABCD)
 FRAMES = 24
 FIELDS = [
     "lldp.ieee.802_1.proto.id_length",
@@ -41,6 +45,9 @@ FIELDS = [
     "lldp.ieee.802_3.aggregated_port_id",
     "lldp.tlv_deprecated",
     *(f"lldp.ieee.802_3.eee.{n}" for n in ("transmit", "receive", "fallback_receive", "echo_transmit", "echo_receive")),
+    "lldp.orgtlv.oui",
+    "lldp.unknown_subtype",
+    "lldp.unknown_subtype.content",
 ]
 
 
@@ -66,6 +73,7 @@ def _frames(seed=11):
             / _org(IEEE_802_3, 2, power_at)
             / _org(IEEE_802_3, 3, bytes([rnd.randrange(256)]) + struct.pack(">I", rnd.getrandbits(32)))
             / _org(IEEE_802_3, 5, struct.pack(">5H", *(rnd.getrandbits(16) for _ in range(5))))
+            / _org(OTHER_OUIS[i % len(OTHER_OUIS)], rnd.randrange(256), rnd.randbytes(rnd.choice((0, 1, 3))))
             / LLDPDUEndOfLLDPDU()
         )
     return out
@@ -116,6 +124,7 @@ def test_fields_and_filters_are_tsharks(capture, tshark):
         "lldp.ieee.802_3.mdi_power_support.port_class && lldp.ieee.802_3.mdi_power_type == 3",
         "lldp.ieee.802_3.mdi_pde_requested > 300 || lldp.ieee.802_1.proto.id_length == 0",
         "lldp.ieee.802_3.aggregation_status.enabled && lldp.ieee.802_3.eee.transmit < 30000",
+        "lldp.unknown_subtype.content || lldp.orgtlv.oui == 0x005056",
     ):
         select = ("-Y", expr, "-T", "fields", "-e", "frame.number")
         assert _ibwire(capture, *select) == _tshark(tshark, capture, *select), expr

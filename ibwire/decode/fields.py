@@ -39,8 +39,8 @@ from scapy.layers.l2 import ARP, CookedLinux, Dot1Q, Ether
 from scapy.packet import NoPayload, Padding, Raw
 
 from dissectors.base import IBLayer
-from dissectors.dcbfacts import LLDP_CAPABILITIES, OUI_IEEE_802_1, OUI_IEEE_802_3
-from dissectors.lldp_org import org_802_1, org_802_3
+from dissectors.dcbfacts import LLDP_CAPABILITIES
+from dissectors.lldp_org import org_tlv
 
 ICMPV6 = (
     ICMPv6DestUnreach,
@@ -211,16 +211,8 @@ def _lldp_management(p):
 
 
 def _lldp_org(p):
-    """An organisationally specific TLV (IEEE 802.1AB §8.6) of IEEE 802.1 or 802.3 that Wireshark decodes,
-    else its subtype and content as Wireshark shows an unknown one."""
-    data = bytes(p.data)
-    which = {OUI_IEEE_802_1: ("802_1", org_802_1), OUI_IEEE_802_3: ("802_3", org_802_3)}.get(p.org_code)
-    fields = which[1](p.subtype, data) if which else {}
-    if p.org_code == OUI_IEEE_802_1 or fields:
-        return _lldp_tlv(p, {"orgtlv.oui": p.org_code, f"ieee.{which[0]}.subtype": p.subtype, **fields})
-    return _lldp_tlv(
-        p, {"orgtlv.oui": p.org_code, "unknown_subtype": p.subtype, "unknown_subtype.content": _plain(p.data)}
-    )
+    """An organisationally specific TLV (IEEE 802.1AB §8.6), read by dissectors.lldp_org as Wireshark does."""
+    return _lldp_tlv(p, org_tlv(p.org_code, p.subtype, bytes(p.data)))
 
 
 LLDP = {
