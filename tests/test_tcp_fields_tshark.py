@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_ibwire
+from one_process import ibwire_runs
 from test_tcp_tshark import crafted
 from test_tshark_shapes import run_tshark
 from tshark_oracle import PUBLIC
@@ -56,18 +57,22 @@ FLAGS = (
 MORE = ("tcp.analysis.acks_frame", "tcp.flags.push == 1", "icmp.type == 8", "tcp.time_delta > 0.001")
 
 
-def _rows(path, flt: str, keys: list, *more: str) -> tuple:
-    args = ["-n", "-Y", flt, "-T", "fields", "-e", "frame.number", *(a for k in keys for a in ("-e", k)), *more]
-    theirs = run_tshark(path, *args).splitlines()
-    return theirs, run_ibwire("decode", path, *args[1:], check=True).stdout.splitlines()
+def _args(flt: str, keys: list, *more: str) -> list:
+    return ["-n", "-Y", flt, "-T", "fields", "-e", "frame.number", *(a for k in keys for a in ("-e", k)), *more]
+
+
+def _rows(runs) -> list:
+    """(tshark's lines, ibwire's lines) of each (capture, filter, keys, more arguments) run: ibwire's runs in one
+    process (one_process.py), as the output is the point here."""
+    ours = ibwire_runs([["decode", path, *_args(*rest)[1:]] for path, *rest in runs])
+    return [(run_tshark(path, *_args(*rest)).splitlines(), out.splitlines()) for (path, *rest), out in zip(runs, ours)]
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_fields_under_filters_are_tsharks(path, tshark):
     """Every filter's rows of the tcp and icmp fields are tshark's; the captures hold TCP or ICMP."""
     shown = 0
-    for flt in FILTERS:
-        theirs, ours = _rows(path, flt, TCP + ICMP)
+    for flt, (theirs, ours) in zip(FILTERS, _rows([(path, flt, TCP + ICMP) for flt in FILTERS])):
         assert ours == theirs, flt
         shown += len(theirs)
     assert shown
@@ -76,8 +81,8 @@ def test_fields_under_filters_are_tsharks(path, tshark):
 @pytest.mark.parametrize("flt", MORE)
 def test_more_filters_are_tsharks(flt, tshark):
     """More filters, on the captures with a TCP stream and with ICMP echoes."""
-    for path in (ROOT / "captures" / "rxe-ud-send.pcap", PUBLIC / "srinivas_infiniband.pcap"):
-        theirs, ours = _rows(path, flt, TCP + ICMP)
+    paths = (ROOT / "captures" / "rxe-ud-send.pcap", PUBLIC / "srinivas_infiniband.pcap")
+    for path, (theirs, ours) in zip(paths, _rows([(path, flt, TCP + ICMP) for path in paths])):
         assert ours == theirs, (path.name, flt)
 
 
@@ -86,11 +91,11 @@ def test_fields_of_every_analysis_flag_are_tsharks(tmp_path, tshark):
     ACKs, zero windows, keep-alives, reused ports): the fields, and the frames each analysis flag selects."""
     path = tmp_path / "tcp.pcap"
     crafted(path)
-    theirs, ours = _rows(path, "tcp", TCP)
+    keys = ["tcp.seq", "tcp.analysis.rto", "tcp.analysis.rto_frame"]
+    (theirs, ours), *flags = _rows([(path, "tcp", TCP)] + [(path, f"tcp.analysis.{flag}", keys) for flag in FLAGS])
     assert ours == theirs and len(theirs) > 30
     selected = 0
-    for flag in FLAGS:
-        theirs, ours = _rows(path, f"tcp.analysis.{flag}", ["tcp.seq", "tcp.analysis.rto", "tcp.analysis.rto_frame"])
+    for flag, (theirs, ours) in zip(FLAGS, flags):
         assert ours == theirs, flag
         selected += bool(theirs)
     assert selected == len(FLAGS) - 1  # (all but the reused ports)
@@ -99,10 +104,12 @@ def test_fields_of_every_analysis_flag_are_tsharks(tmp_path, tshark):
 def test_csv_quotes_tcp_ports_as_a_list(tshark):
     """-T fields with -E separator and quote, and -E header: tshark's text."""
     path = ROOT / "captures" / "rxe-rc-send.pcap"
-    theirs, ours = _rows(path, "tcp", ["tcp.port", "tcp.flags.str"], "-E", "separator=,", "-E", "quote=d")
-    assert ours == theirs
-    theirs, ours = _rows(path, "tcp.len > 0", ["tcp.seq", "tcp.analysis"], "-E", "header=y")
-    assert ours == theirs
+    runs = [
+        (path, "tcp", ["tcp.port", "tcp.flags.str"], "-E", "separator=,", "-E", "quote=d"),
+        (path, "tcp.len > 0", ["tcp.seq", "tcp.analysis"], "-E", "header=y"),
+    ]
+    for theirs, ours in _rows(runs):
+        assert ours == theirs
 
 
 def test_json_e_values_are_the_fields_text(tshark):
