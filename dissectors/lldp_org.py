@@ -1,6 +1,7 @@
 """The IEEE 802.1 and 802.3 organisationally specific LLDP TLVs (IEEE 802.1AB §8.6) other than DCBX, read
 from a TLV's bytes after its OUI and subtype into Wireshark 4.0's field names (packet-lldp.c, without the
-`lldp.` prefix): 802.1 port VLAN, port and protocol VLAN, VLAN name, protocol identity, link aggregation;
+`lldp.` prefix): 802.1 port VLAN, port and protocol VLAN, VLAN name, protocol identity, link aggregation,
+congestion notification;
 802.3 MAC/PHY configuration/status, power via MDI (with the 802.3at extension when the TLV holds it), link
 aggregation, maximum frame size, EEE.  A TLV too short for its layout gives no fields (shown as its
 subtype alone).  DCBX TLVs are scapy layers of their own (dissectors.dcb).
@@ -11,6 +12,7 @@ from dissectors.dcbfacts import (
     OUI_IEEE_802_1,
     OUI_IEEE_802_3,
     PMD_CAPABILITIES,
+    SUB_802_1_CONGESTION,
     SUB_802_1_LINK_AGGREGATION,
     SUB_802_1_PORT_VLAN,
     SUB_802_1_PROTO_ID,
@@ -38,6 +40,8 @@ NUMBERS = (
     "ieee.802_3.aggregated_port_id",
     *(f"ieee.802_3.eee.{n}" for n in EEE),
 )
+# Single bits shown as booleans: Congestion Notification's per-priority CNPV capability and ready indicator
+BITS = tuple(f"ieee.802_1qau.{word}.prio{p}" for word in ("cnpv", "ready") for p in range(8))
 
 
 def flags(word: str, value: int) -> dict:
@@ -52,7 +56,7 @@ def _u(data: bytes, at: int, n: int) -> int:
 
 def org_802_1(sub: int, data: bytes) -> dict:
     """IEEE 802.1 TLVs (IEEE 802.1Q Annex D, 802.1AX): port VLAN, port and protocol VLAN, VLAN name, protocol
-    identity, link aggregation."""
+    identity, link aggregation, congestion notification (per priority: CNPV capable, ready)."""
     if sub == SUB_802_1_PORT_VLAN and len(data) >= 2:
         return {"ieee.802_1.port_vlan.id": _u(data, 0, 2)}
     if sub == SUB_802_1_PROTO_VLAN and len(data) >= 3:
@@ -68,6 +72,8 @@ def org_802_1(sub: int, data: bytes) -> dict:
         if data[0]:
             out["ieee.802_1.proto.id"] = data[1 : 1 + data[0]]
         return out
+    if sub == SUB_802_1_CONGESTION and len(data) >= 2:
+        return {name: data[i // 8] >> i % 8 & 1 for i, name in enumerate(BITS)}
     if sub == SUB_802_1_LINK_AGGREGATION and len(data) >= 5:
         return {**flags("802_1.aggregation_status", data[0]), "ieee.802_1.aggregated_port_id": _u(data, 1, 4)}
     return {}

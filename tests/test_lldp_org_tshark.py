@@ -1,5 +1,5 @@
 """Differential: LLDP frames crafted here with the IEEE 802.1 and 802.3 TLVs beside DCBX (protocol identity,
-power via MDI short and with 802.3at's extension, 802.3 link aggregation, EEE) and a TLV of another
+congestion notification, power via MDI short and with 802.3at's extension, 802.3 link aggregation, EEE) and a TLV of another
 organisation (titled by its name in the manuf file, or `Unknown`) decode as tshark 4.0 shows them: -V lines,
 -T json layers, -T ek's lldp object byte for byte, -T fields and -Y."""
 
@@ -28,6 +28,8 @@ FRAMES = 24
 FIELDS = [
     "lldp.ieee.802_1.proto.id_length",
     "lldp.ieee.802_1.proto.id",
+    "lldp.ieee.802_1qau.cnpv.prio3",
+    "lldp.ieee.802_1qau.ready.prio6",
     "lldp.ieee.802_3.subtype",
     "lldp.ieee.802_3.mdi_power_support",
     "lldp.ieee.802_3.mdi_power_support.port_class",
@@ -69,6 +71,7 @@ def _frames(seed=11):
             / LLDPDUPortID(subtype=5, id=f"eth{i}")
             / LLDPDUTimeToLive(ttl=120)
             / _org(IEEE_802_1, 4, bytes([len(ident)]) + ident)
+            / _org(IEEE_802_1, 8, rnd.randbytes(2))
             / _org(IEEE_802_3, 2, power)
             / _org(IEEE_802_3, 2, power_at)
             / _org(IEEE_802_3, 3, bytes([rnd.randrange(256)]) + struct.pack(">I", rnd.getrandbits(32)))
@@ -125,6 +128,7 @@ def test_fields_and_filters_are_tsharks(capture, tshark):
         "lldp.ieee.802_3.mdi_pde_requested > 300 || lldp.ieee.802_1.proto.id_length == 0",
         "lldp.ieee.802_3.aggregation_status.enabled && lldp.ieee.802_3.eee.transmit < 30000",
         "lldp.unknown_subtype.content || lldp.orgtlv.oui == 0x005056",
+        "lldp.ieee.802_1qau.cnpv.prio0 && !lldp.ieee.802_1qau.ready.prio7",
     ):
         select = ("-Y", expr, "-T", "fields", "-e", "frame.number")
         assert _ibwire(capture, *select) == _tshark(tshark, capture, *select), expr
