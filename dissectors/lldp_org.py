@@ -2,7 +2,7 @@
 from a TLV's bytes after its OUI and subtype into Wireshark 4.0's field names (packet-lldp.c, without the
 `lldp.` prefix): 802.1 port VLAN, port and protocol VLAN, VLAN name, protocol identity, link aggregation,
 congestion notification;
-802.3 MAC/PHY configuration/status, power via MDI (with the 802.3at extension when the TLV holds it), link
+802.3 MAC/PHY configuration/status, power via MDI (with the 802.3at and 802.3bt extensions the TLV holds), link
 aggregation, maximum frame size, EEE.  A TLV too short for its layout gives no fields (shown as its
 subtype alone).  DCBX TLVs are scapy layers of their own (dissectors.dcb).
 """
@@ -25,7 +25,45 @@ from dissectors.dcbfacts import (
     SUB_802_3_POWER,
 )
 
-POWER_SHORT, POWER_AT = 3, 8  # bytes of a power via MDI TLV after its subtype: 802.3AB's, 802.3at's
+POWER_SHORT, POWER_AT, POWER_BT = 3, 8, 25  # bytes of a power via MDI TLV after its subtype: 802.3AB's, at's, bt's
+BT_VALUES = (  # 802.3bt's (§79.3.2.6-10) dual-signature power values, each 2 bytes from byte 8, in tenths of a watt
+    "ds_pd_requested_power_value_mode_a",
+    "ds_pd_requested_power_value_mode_b",
+    "ds_pse_allocated_power_value_alt_a",
+    "ds_pse_allocated_power_value_alt_b",
+)
+# 802.3bt's words after them: (name, byte offset, bytes, its parts as (name, mask)), as packet-lldp.c names them
+BT_WORDS = (
+    (
+        "power_status",
+        16,
+        2,
+        (
+            ("pse_powering_status", 0xC000),
+            ("pd_powered_status", 0x3000),
+            ("pse_power_pairs_ext", 0x0C00),
+            ("ds_pwr_class_ext_a", 0x0380),
+            ("ds_pwr_class_ext_b", 0x0070),
+            ("pwr_class_ext_", 0x000F),
+        ),
+    ),
+    ("system_setup", 18, 1, (("power_type_ext", 0x0E),)),
+    ("pse_maximum_available_power_value", 19, 2, ()),
+    (
+        "autoclass",
+        21,
+        1,
+        (
+            ("pse_autoclass_support", 4),
+            ("autoclass_completed", 2),
+            ("autoclass_request", 1),
+            ("autoclass_reserved", 0xF8),
+        ),
+    ),
+    ("power_down", 22, 3, (("power_down_request", 0xFC0000), ("power_down_time", 0x3FFFF))),
+)
+# Each 802.3bt word with parts -> its parts' names: the subtree tshark draws under the word's line
+TREES = {f"ieee.802_3.bt_{w}": tuple(f"ieee.802_3.bt_{n}" for n, _ in parts) for w, _, _, parts in BT_WORDS if parts}
 EEE = ("transmit", "receive", "fallback_receive", "echo_transmit", "echo_receive")  # 802.3 §79.3.5, in µs
 # The plain numbers (not flag words) these TLVs add, under Wireshark's names after `lldp.`
 NUMBERS = (
@@ -39,9 +77,18 @@ NUMBERS = (
     "ieee.802_3.mdi_pse_allocated",
     "ieee.802_3.aggregated_port_id",
     *(f"ieee.802_3.eee.{n}" for n in EEE),
+    *(f"ieee.802_3.bt_{n}" for n in BT_VALUES),
+    *(f"ieee.802_3.bt_{w}" for w, _, _, _ in BT_WORDS),
+    *(name for parts in TREES.values() for name in parts),
 )
 # Single bits shown as booleans: Congestion Notification's per-priority CNPV capability and ready indicator
 BITS = tuple(f"ieee.802_1qau.{word}.prio{p}" for word in ("cnpv", "ready") for p in range(8))
+# How tshark writes these fields' values: 1 a boolean, n > 1 hexadecimal with n digits
+DISPLAY = {
+    **dict.fromkeys(BITS, 1),
+    **{f"ieee.802_3.bt_{k}": n for k, n in (("power_status", 4), ("system_setup", 2), ("autoclass", 2))},
+    **{f"ieee.802_3.bt_{k}": n for k, n in (("autoclass_reserved", 2), ("power_down", 6))},
+}
 
 
 def flags(word: str, value: int) -> dict:
@@ -81,13 +128,14 @@ def org_802_1(sub: int, data: bytes) -> dict:
 
 def _power(data: bytes) -> dict:
     """Power via MDI (802.3 §79.3.2): support bits, pair, class; with 802.3at's type, source, priority and the
-    requested and allocated power in tenths of a watt."""
+    requested and allocated power in tenths of a watt; with 802.3bt's dual-signature values, power status,
+    system setup, maximum available power, autoclass and power down."""
     out = {
         **flags("802_3.mdi_power_support", data[0]),
         "ieee.802_3.mdi_pse_pair": data[1],
         "ieee.802_3.mdi_power_class": data[2],
     }
-    if len(data) >= POWER_AT:
+    if len(data) >= POWER_AT:  # 802.3at's
         out.update(
             {
                 "ieee.802_3.mdi_power_type": data[3] >> 6,
@@ -97,6 +145,12 @@ def _power(data: bytes) -> dict:
                 "ieee.802_3.mdi_pse_allocated": _u(data, 6, 2),
             }
         )
+    if len(data) >= POWER_BT:  # 802.3bt's
+        out.update({f"ieee.802_3.bt_{n}": _u(data, 8 + 2 * i, 2) for i, n in enumerate(BT_VALUES)})
+        for word, at, size, parts in BT_WORDS:
+            value = _u(data, at, size)
+            out[f"ieee.802_3.bt_{word}"] = value
+            out.update({f"ieee.802_3.bt_{n}": (value & m) >> ((m & -m).bit_length() - 1) for n, m in parts})
     return out
 
 
@@ -114,7 +168,7 @@ def org_802_3(sub: int, data: bytes) -> dict:
             },
             "ieee.802_3.pmd_mau_type": _u(data, 3, 2),
         }
-    if sub == SUB_802_3_POWER and len(data) in (POWER_SHORT, POWER_AT):
+    if sub == SUB_802_3_POWER and len(data) in (POWER_SHORT, POWER_AT, POWER_BT):
         return _power(data)
     if sub == SUB_802_3_LINK_AGGREGATION and len(data) >= 5:
         agg = {**flags("802_3.aggregation_status", data[0]), "ieee.802_3.aggregated_port_id": _u(data, 1, 4)}

@@ -1,7 +1,8 @@
 """Differential: LLDP frames crafted here with the IEEE 802.1 and 802.3 TLVs beside DCBX (protocol identity,
-congestion notification, power via MDI short and with 802.3at's extension, 802.3 link aggregation, EEE) and a TLV of another
-organisation (titled by its name in the manuf file, or `Unknown`) decode as tshark 4.0 shows them: -V lines,
--T json layers, -T ek's lldp object byte for byte, -T fields and -Y."""
+congestion notification, power via MDI short and with 802.3at's and 802.3bt's extensions, 802.3 link
+aggregation, EEE) and a TLV of another organisation (titled by its name in the manuf file, or `Unknown`)
+decode as tshark 4.0 shows them: -V lines, -T json layers, -T ek's lldp object byte for byte, -T fields and
+-Y."""
 
 import random
 import struct
@@ -41,6 +42,12 @@ FIELDS = [
     "lldp.ieee.802_3.mdi_power_priority",
     "lldp.ieee.802_3.mdi_pde_requested",
     "lldp.ieee.802_3.mdi_pse_allocated",
+    "lldp.ieee.802_3.bt_ds_pse_allocated_power_value_alt_b",
+    "lldp.ieee.802_3.bt_power_status",
+    "lldp.ieee.802_3.bt_ds_pwr_class_ext_a",
+    "lldp.ieee.802_3.bt_autoclass_reserved",
+    "lldp.ieee.802_3.bt_power_down",
+    "lldp.ieee.802_3.bt_power_down_time",
     "lldp.ieee.802_3.aggregation_status",
     "lldp.ieee.802_3.aggregation_status.cap",
     "lldp.ieee.802_3.aggregation_status.enabled",
@@ -74,6 +81,7 @@ def _frames(seed=11):
             / _org(IEEE_802_1, 8, rnd.randbytes(2))
             / _org(IEEE_802_3, 2, power)
             / _org(IEEE_802_3, 2, power_at)
+            / _org(IEEE_802_3, 2, power_at + rnd.randbytes(17))
             / _org(IEEE_802_3, 3, bytes([rnd.randrange(256)]) + struct.pack(">I", rnd.getrandbits(32)))
             / _org(IEEE_802_3, 5, struct.pack(">5H", *(rnd.getrandbits(16) for _ in range(5))))
             / _org(OTHER_OUIS[i % len(OTHER_OUIS)], rnd.randrange(256), rnd.randbytes(rnd.choice((0, 1, 3))))
@@ -129,6 +137,7 @@ def test_fields_and_filters_are_tsharks(capture, tshark):
         "lldp.ieee.802_3.aggregation_status.enabled && lldp.ieee.802_3.eee.transmit < 30000",
         "lldp.unknown_subtype.content || lldp.orgtlv.oui == 0x005056",
         "lldp.ieee.802_1qau.cnpv.prio0 && !lldp.ieee.802_1qau.ready.prio7",
+        "lldp.ieee.802_3.bt_pd_powered_status == 2 || lldp.ieee.802_3.bt_autoclass_request",
     ):
         select = ("-Y", expr, "-T", "fields", "-e", "frame.number")
         assert _ibwire(capture, *select) == _tshark(tshark, capture, *select), expr

@@ -10,6 +10,7 @@ from typing import Dict, Optional
 
 from dissectors.dcbfacts import LLDP_CAPABILITIES, LLDP_ORG_FLAGS, PMD_CAPABILITIES
 from dissectors.lldp_org import BITS as LLDP_BITS
+from dissectors.lldp_org import DISPLAY as LLDP_DISPLAY
 from dissectors.lldp_org import NUMBERS as LLDP_NUMBERS
 from dissectors.madnames import CAPABILITY_MASK
 from ibwire.decode.docfields import TYPES as DOC_TYPES
@@ -379,7 +380,7 @@ TSHARK_DISPLAY.update(
         "macc.cbfc.enbv": 4,
         "lldp.unknown_subtype.content": -1,
         "lldp.ieee.802_1.proto.id": -1,
-        **{f"lldp.{k}": 1 for k in LLDP_BITS},
+        **{f"lldp.{k}": n for k, n in LLDP_DISPLAY.items()},
         "lldp.ieee.802_1.subtype": 2,
         "lldp.ieee.802_3.subtype": 2,
         "lldp.tlv.system_cap": 4,

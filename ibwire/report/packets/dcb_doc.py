@@ -10,6 +10,7 @@ from scapy.contrib.lldp import LLDPDU
 
 from dissectors.dcb import LLDPDUCEEDCBX, LLDPDUAppPriority, MACControl, MACControlPFC, _MACControlOp
 from dissectors.dcbfacts import APP_NAMES, OUI_CEE, OUI_IEEE_802_1, OUI_IEEE_802_3, TLV_SYSTEM_CAPABILITIES
+from dissectors.lldp_org import TREES
 from ibwire.decode.fields import FOREIGN
 from ibwire.decode.fieldtypes import TSHARK_DISPLAY
 from ibwire.report.packets import manuf
@@ -139,18 +140,20 @@ def _powered(fields: dict, key: str, value):
 
 
 def _with_flag_trees(fields: dict) -> list:
-    """A TLV's fields in wire order, each flag word's bits in its subtree (`lldp.<word>_tree`) and, for the
-    PMD capabilities, the same bits read in inverse order in a subtree of their own, as packet-lldp.c adds
-    them."""
+    """A TLV's fields in wire order, each flag word's bits (or its parts, dissectors.lldp_org.TREES) in its
+    subtree (`lldp.<word>_tree`) and, for the PMD capabilities, the same bits read in inverse order in a
+    subtree of their own, as packet-lldp.c adds them."""
     words = {k for k in fields if k != "unknown_subtype" and any(o.startswith(k + ".") for o in fields)}
+    trees = {k: [b for b in fields if b.startswith(k + ".")] for k in words}
+    trees.update({k: parts for k, parts in TREES.items() if k in fields})
+    inside = {b for parts in trees.values() for b in parts}
     out = []
     for k, v in fields.items():
-        word = k.rpartition(".")[0]
-        if word in words or word.endswith("_inv"):
+        if k in inside or k.rpartition(".")[0].endswith("_inv"):
             continue
         out += pairs("lldp", {k: v})
-        if k in words:
-            out.append((f"lldp.{k}_tree", pairs("lldp", {b: fields[b] for b in fields if b.startswith(k + ".")})))
+        if k in trees:
+            out.append((f"lldp.{k}_tree", pairs("lldp", {b: fields[b] for b in trees[k]})))
             inverse = {b: fields[b] for b in fields if b.startswith(k + "_inv.")}
             if inverse:
                 out.append((INVERSE, pairs("lldp", inverse)))
