@@ -134,7 +134,8 @@ def decode(
     warnings = []
     if src != "-" and (named or verbose or fmt in ("json", "jsonl", "ek")):
         # -c N alone reads N frames, and tshark -c N analyses those alone: so does the RC pass
-        rc = _analysed(src, icrc, count if display_filter is None else None, verbose or fmt in ("json", "jsonl", "ek"))
+        learner = "tree" if verbose else fmt if fmt in ("json", "jsonl", "ek") else None  # (whose programs are learned)
+        rc = _analysed(src, icrc, count if display_filter is None else None, learner)
         stream.fill, warnings = rc.fill, rc.problems
     if (only_layers or all_layers) and fmt not in ("json", "ek"):
         raise UserError("-j and -J select the protocols of -T json or -T ek")
@@ -195,10 +196,11 @@ def _set_port_speed(speed: float) -> None:
         set_port_speed(speed)
 
 
-def _analysed(src: str, icrc: bool, upto: Optional[int], documents: bool):
+def _analysed(src: str, icrc: bool, upto: Optional[int], documents: Optional[str]):
     """The capture's RC analysis (ibwire.analyze.packets.CaptureAnalysis), made on a thread of its own while
-    this one imports what printing whole documents needs (scapy and the learned programs: 0.35 s of CPU), as
-    the analysis's reads and compiled decode release the GIL; a daemon thread, so Ctrl-C waits for nothing."""
+    this one imports what printing whole documents needs (the learned programs' modules; scapy only when a frame
+    is decoded in full or a program learned), as the analysis's reads and compiled decode release the GIL; a
+    daemon thread, so Ctrl-C waits for nothing."""
     import threading
 
     from ibwire.analyze.packets import CaptureAnalysis
@@ -214,7 +216,10 @@ def _analysed(src: str, icrc: bool, upto: Optional[int], documents: bool):
     t = threading.Thread(target=analyse, name="ibwire-analysis", daemon=True)
     t.start()
     if documents:
-        import ibwire.decode.frame  # noqa: F401
+        from ibwire.report.packets.learned_store import kept
+
+        if not kept(documents):  # (programs to learn: their full decodes need scapy)
+            import ibwire.decode.frame  # noqa: F401
         import ibwire.report.packets.shapes  # noqa: F401
     t.join()
     if isinstance(got[0], BaseException):
@@ -251,8 +256,8 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
     shown = 0
     t0, prev = None, None
     if verbose or hexdump:
+        from ibwire.report.packets.dumps import Dumps
         from ibwire.report.packets.printer import Printer
-        from ibwire.report.packets.tree import Dumps
 
         tree_printer, dumps = Printer("tree"), Dumps()
         tree_printer.nvme = printer.nvme  # -V decodes storage as the other outputs do
@@ -318,6 +323,8 @@ def _run(stream, flt, printer, out, show, writer, count, verbose, hexdump, summa
     if show:
         out.write(printer.end())
         out.flush()
+    for used in (printer, tree_printer) if verbose or hexdump else (printer,):
+        used.keep_learned()
 
 
 class _Behind:
@@ -330,7 +337,7 @@ class _Behind:
         import queue
         import threading
 
-        from ibwire.report.packets.tree import Dumps
+        from ibwire.report.packets.dumps import Dumps
 
         self.out, self.dumps, self.error = out, Dumps(), None
         self.queue = queue.Queue(maxsize=1)

@@ -20,7 +20,8 @@ from ibwire.decode.storagepick import storage_possible
 from ibwire.decode.stream import Batch
 from ibwire.report.escape import printable
 from ibwire.report.packets import summary
-from ibwire.report.packets.program import compile_parts, render, render_halves
+from ibwire.report.packets.program import AUX, compile_parts, render, render_halves
+from ibwire.report.packets.session import Session
 
 FORMATS = ("text", "fields", "json", "jsonl", "ek", "csv")
 TIME_MODES = ("r", "a", "ad", "d", "dd", "e", "u", "ud")
@@ -114,6 +115,11 @@ class Printer:
 
     def end(self) -> bytes:
         return b"\n]\n" if self.fmt == "json" and self.started else b"]\n" if self.fmt == "json" else b""
+
+    def keep_learned(self) -> None:
+        """Keep the programs this run learned for the next runs (ibwire.report.packets.learned_store)."""
+        if self.shapes is not None:
+            self.shapes.store.save()
 
     def _time_part(self):
         return summary.time_part(self.time_mode, self.decimals)
@@ -278,11 +284,8 @@ class Printer:
         """-T json and ek: frames of a learned shape print from its program, the others from their full decode; both
         in one compiled call (two at once, program.render_halves), in frame order, with tshark's numbering across
         frames (udp.stream); -V trees end in a NUL when they are to be `cut` apart."""
-        from ibwire.report.packets import tshark_doc as td
-        from ibwire.report.packets.templates import AUX
-
         rec, t = batch.rec, batch.rec["time_ns"]
-        self.session = self.session or td.Session()
+        self.session = self.session or Session()
         progs = []
         prog_of = self.shapes.assign(batch, rows, progs)
         decoded = {}
@@ -298,7 +301,10 @@ class Printer:
         k_of[rows] = np.arange(len(rows))
         lo = 0
         hidden = self._hidden_tcp_icmp(rec, rows, True)
-        for k in np.flatnonzero(prog_of < 0).tolist():  # the numbering runs up to each full decode, which adds its own
+        full = np.flatnonzero(prog_of < 0).tolist()
+        if full:
+            from ibwire.report.packets import tshark_doc as td  # (scapy's import: frames of learned shapes do without)
+        for k in full:  # the numbering runs up to each full decode, which adds its own
             i = int(rows[k])
             hidden = self._feed_hidden(batch, hidden, i)
             self._number(batch, lo, i, k_of, streams, aux)
@@ -351,9 +357,7 @@ class Printer:
             aux["interface"][k[erf]] = self.session.interface_ids(ports)
 
     def _aux(self, batch, rows) -> np.ndarray:
-        """The numbers learned programs print of each row besides its bytes (ibwire.report.packets.templates.AUX)."""
-        from ibwire.report.packets.templates import AUX
-
+        """The numbers learned programs print of each row besides its bytes (ibwire.report.packets.program.AUX)."""
         rec, t = batch.rec, batch.rec["time_ns"]
         aux = np.zeros(len(rows), AUX)
         first = self.prev if self.prev is not None else int(t[0])
@@ -372,7 +376,6 @@ class Printer:
         import json
 
         from ibwire.report.packets import formats
-        from ibwire.report.packets.templates import AUX
         from ibwire.report.packets.values import json_safe
 
         rec, progs = batch.rec, []

@@ -23,6 +23,14 @@ from ibwire.decode import records as R
 OPS = {"lit": 0, "udec": 1, "idec": 2, "hex": 3, "time": 4, "date": 5, "addr": 6, "mac": 7, "span": 8, "repr": 9}
 FRAME_OPS = {"fint": 10, "fhex": 11, "fip4": 12, "fip6": 13, "fmac": 14}
 
+# A frame's numbers besides its bytes, as the printer knows them per row: its number; ns since the epoch,
+# the previous frame, the previous frame shown, the first frame; udp.stream, ns since the stream's first and
+# previous frames; frame.interface_id (ERF); then the record's RC analysis columns.
+META = ("frame", "epoch", "delta", "delta_displayed", "relative", "stream", "stream_relative", "stream_delta")
+AUX = np.dtype(
+    [(name, "i8") for name in META + ("interface", "epoch_ms")] + [(col, R.RECORD[col]) for col in R.ANALYSIS]
+)  # epoch_ms: epoch // 10**6, -T ek's "timestamp"
+
 
 def _position(at: int) -> int:
     """A frame position as render.c reads it: bit 15 set counts back from the frame's end."""
@@ -118,3 +126,34 @@ def render_halves(
     buf, start, length = frames
     later = pool.submit(render, rec, np.arange(h, n), prog_of[h:], programs, None, (buf, start[h:], length[h:]), dumps)
     return [render(rec, np.arange(h), prog_of[:h], programs, None, (buf, start[:h], length[:h]), dumps), later.result()]
+
+
+def valid(program: bytes, dtype: np.dtype = AUX) -> bool:
+    """Is `program` one compile_parts could have made for rows of `dtype` (a program read back from a file,
+    ibwire.report.packets.learned_store): every op known, whole and inside the row, as render.c reads it?"""
+    p, n, at = program, len(program), 0
+    while at < n:
+        op = p[at]
+        if at + 3 > n:
+            return False
+        if op == 0:
+            at += 3 + (p[at + 1] | p[at + 2] << 8)
+        elif op in FRAME_OPS.values():
+            if at + 7 > n or (
+                op == FRAME_OPS["fint"]
+                and not (1 <= p[at + 3] & 0x7F <= 8 and p[at + 4] < 64 and p[at + 5] <= 64 and p[at + 6] <= 16)
+            ):
+                return False
+            at += 7
+        elif op in OPS.values():
+            if at + 5 > n:
+                return False
+            off, a, w = p[at + 1] | p[at + 2] << 8, p[at + 3], p[at + 4]
+            integer = op in (OPS["udec"], OPS["idec"], OPS["hex"])
+            need = a if integer else 16 if op == OPS["addr"] else 6 if op == OPS["mac"] else 8
+            if (a not in (1, 2, 4, 8) if integer else a > 9) or w > 64 or off + need > dtype.itemsize:
+                return False
+            at += 5
+        else:
+            return False
+    return at == n

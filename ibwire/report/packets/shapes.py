@@ -1,5 +1,5 @@
-"""Which frames of a batch print from a learned program (ibwire.report.packets.templates), and the -T json,
--T ek, jsonl and -V documents as the learner reads them.
+"""Which frames of a batch print from a learned program (ibwire.report.packets.templates), learned in this
+run or kept from an earlier one (ibwire.report.packets.learned_store).
 
 A frame qualifies when the compiled decoder says it is an IB/RoCE transport packet (a MAD too, but an RMPP
 DATA segment) that is not IPoIB, without damage, heuristics or RC analysis fields, and no storage tracker wants it; a SEND's first
@@ -9,8 +9,6 @@ lengths, CRC verdicts, VLAN/DSCP/ECN) picks the header length and the bits that 
 frame's header bytes under that mask pick the shape; each shape's program is learned once.
 """
 
-import json
-import time
 from typing import Callable, Optional
 
 import numpy as np
@@ -19,9 +17,7 @@ from dissectors.opcodes import OPCODES
 from ibwire.analyze.hashing import group_rows
 from ibwire.decode import records as R
 from ibwire.decode.record_filter import DATA
-from ibwire.report.packets import tshark_doc as td
-from ibwire.report.packets.templates import Format, learn
-from ibwire.report.packets.values import json_safe, seconds
+from ibwire.report.packets.learned_store import Store
 
 SHAPES_PER_LAYOUT = 64  # beyond this many shapes of one layout, its new shapes are decoded in full
 EARN_BACK = 16  # frames of a layout, or of a shape, seen before it is learned
@@ -52,185 +48,17 @@ DIRECTED = 0x81  # the directed-route SMP class: only its class-specific bits (h
 LID_ROUTED_STEADY = MAD_STEADY + (("MAD", "classspecific"),)
 
 
-def _day(ns: int) -> str:
-    return time.strftime("%Y-%m-%d", time.localtime(ns // 10**9))
-
-
-NUMBER = (str, lambda name: [("udec", name)])
-SECONDS = (seconds, lambda name: [("span", name, 9)])
-FLOAT_SECONDS = (lambda ns: repr(ns / 1e9), lambda name: [("repr", name)])
-
-
-class _Numbered(td.Session):
-    """The session a learned sample sees: its stream numbers and ERF port are the sample's own."""
-
-    def __init__(self, meta):
-        super().__init__()
-        self.meta = meta
-
-    def interface(self, port: int) -> int:
-        return int(self.meta["interface"])
-
-    def note(self, src, sport, dst, dport, ns):
-        m = self.meta
-        return int(m["stream"]), ns - int(m["stream_relative"]), ns - int(m["stream_delta"])
-
-
-def _flat(items: list, sig: list, values: list) -> None:
-    for k, v in items:
-        if isinstance(v, list):
-            sig.append(("{", k))
-            _flat(v, sig, values)
-            sig.append("}")
-        else:
-            sig.append(k)
-            values.append(("1" if v else "0") if isinstance(v, bool) else v)  # as json_text writes it
-
-
-def _put(items: list, it) -> list:
-    return [(k, _put(v, it) if isinstance(v, list) else next(it)) for k, v in items]
-
-
-def _json_items(d, meta):
-    times = td.Times(*(int(meta[k]) for k in ("epoch", "delta", "delta_displayed", "relative")))
-    layers = td.document(d, times, _Numbered(meta))
-    sig, values = [], [f"packets-{_day(int(meta['epoch']))}"]
-    _flat(layers, sig, values)
-
-    def replace(subs):
-        new = list(values)
-        for i, text in subs:
-            new[i] = text
-        return td.json_text(new[0], _put(layers, iter(new[1:])))
-
-    return sig, values, replace
-
-
-def _ek_items(d, meta):
-    """-T ek: the index line's day, the timestamp and each group's values (ibwire.report.packets.tshark_doc.ek_groups)."""
-    times = td.Times(*(int(meta[k]) for k in ("epoch", "delta", "delta_displayed", "relative")))
-    groups = [(name, td.ek_groups(name, items)) for name, items in td.document(d, times, _Numbered(meta))]
-    ns = int(meta["epoch"])
-    sig, values = [], [f"packets-{_day(ns)}", str(ns // 10**6)]
-    for name, pairs in groups:
-        sig.append(("{", name))
-        for key, vals in pairs:
-            sig.append((key, len(vals), tuple(type(v).__name__ for v in vals)))
-            values += vals
-
-    def replace(subs):
-        new = list(values)
-        for i, text in subs:
-            new[i] = text
-        it = iter(new[2:])
-        layers = [(name, [(key, [next(it) for _ in vals]) for key, vals in pairs]) for name, pairs in groups]
-        return td.ek_index(new[0]) + td.ek_grouped_text(new[1], layers) + "\n"
-
-    return sig, values, replace
-
-
-def _ek_time(ns: int) -> str:
-    """frame.time as -T ek writes it: UTC, ISO 8601, to the nanosecond."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9:09d}Z"
-
-
-class _Seconds(str):
-    """The jsonl "time": its text, written as a JSON number."""
-
-
-def _jsonl_walk(obj, sig: list, values: list, put: Optional[Callable] = None):
-    """Walk a JSON value depth first: its signature (keys, containers, leaf types) into `sig`, its leaves
-    into `values`; returns it with each leaf i replaced by put(i) when `put` is given."""
-    if isinstance(obj, dict):
-        sig.append("{")
-        out = {}
-        for k, v in obj.items():
-            sig.append(k)
-            out[k] = _jsonl_walk(v, sig, values, put)
-        sig.append("}")
-        return out
-    if isinstance(obj, list):
-        sig.append("[")
-        out = [_jsonl_walk(v, sig, values, put) for v in obj]
-        sig.append("]")
-        return out
-    values.append(obj)
-    sig.append(type(obj).__name__)
-    return put(len(values) - 1) if put else obj
-
-
-def _jsonl_items(d, meta):
-    obj = json_safe(d.to_json(), "")
-    obj["frame"], obj["time"] = int(meta["frame"]), _Seconds(seconds(int(meta["epoch"])))
-    sig, values = [], []
-    _jsonl_walk(obj, sig, values)
-
-    when = next(i for i, v in enumerate(values) if isinstance(v, _Seconds))
-    mark = "\x00time\x00"
-
-    def replace(subs):
-        new = dict(subs)
-        doc = _jsonl_walk(obj, [], [], lambda i: new.get(i, mark if i == when else values[i]))
-        return json.dumps(doc).replace(json.dumps(mark), values[when]) + "\n"
-
-    return sig, values, replace
-
-
-def _tree_items(d, meta):
-    from ibwire.report.packets.tree import own_fields, tree_text
-
-    times = td.Times(*(int(meta[k]) for k in ("epoch", "delta", "delta_displayed", "relative")))
-    layers = td.document(d, times, _Numbered(meta))
-    lines = (tree_text(layers, d.flat, own_fields(d.flat, layers)) + "\n").split("\n")
-
-    def replace(subs):
-        new = list(lines)
-        for i, text in subs:
-            new[i] = text
-        return "\n".join(new)
-
-    return [len(lines)], lines, replace
-
-
-FORMATS = {
-    "json": Format(
-        _json_items,
-        {
-            "number": NUMBER,
-            "seconds": SECONDS,
-            "frame.time": (td.frame_time, lambda name: [("date", name, 9, 8)]),
-            "index": (lambda ns: f"packets-{_day(ns)}", lambda name: ["packets-", ("date", name, 0, 4)]),
-        },
-    ),
-    "ek": Format(
-        _ek_items,
-        {
-            "number": NUMBER,
-            "seconds": SECONDS,
-            "ek time": (_ek_time, lambda name: [("date", name, 0, 6), "T", ("date", name, 9, 2), "Z"]),
-            "index": (lambda ns: f"packets-{_day(ns)}", lambda name: ["packets-", ("date", name, 0, 4)]),
-        },
-    ),
-    "jsonl": Format(_jsonl_items, {"number": NUMBER, "seconds": SECONDS, "float seconds": FLOAT_SECONDS}),
-    "tree": Format(
-        _tree_items,
-        {"number": NUMBER, "seconds": SECONDS, "frame.time": (td.frame_time, lambda name: [("date", name, 9, 8)])},
-        lines=True,
-        steady=(("Dot1Q", "vlan"), ("IPv6", "fl")),  # -V draws their bits
-    ),
-}
-
-
 class Shapes:
     """Learned programs of one output format, by layout and shape, over a whole capture."""
 
     def __init__(self, fmt: str, decode: Callable):
-        self.format = FORMATS[fmt]
+        self.fmt = fmt
         self.decode = decode  # (Frame, row with RC analysis columns or None) -> Decoded
         self.layouts = {}  # layout bytes -> (head, keep) or None
         self.programs = {}  # (layout bytes, masked head bytes) -> program or None
         self.count = {}  # layout bytes -> shapes learned
         self.seen = {}  # layout or shape not learned yet -> its frames seen
+        self.store = Store(fmt)  # programs kept from earlier runs (ibwire.report.packets.learned_store)
 
     @staticmethod
     def eligible(rec: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -266,22 +94,31 @@ class Shapes:
         return out
 
     def _layout(self, batch, layout: bytes, first: int, seen: int) -> Optional[tuple]:
-        """(head, keep) of a layout, learned from its `first` frame once EARN_BACK of its frames were seen
-        (`seen` more now); None while it is not, or when it could not be."""
+        """(head, keep) of a layout: kept from an earlier run that learned the shape of its `first` frame, else
+        learned from that frame once EARN_BACK of its frames were seen (`seen` more now); None while it is
+        not, or when it could not be."""
         if layout not in self.layouts:
+            for head, keep, programs in self.store.variants(layout):
+                masked = self._masked(batch, [first], head, keep)[0].tobytes()
+                if masked in programs:
+                    self.layouts[layout], self.count[layout] = (head, keep), 0
+                    return self.layouts[layout]
             self.seen[layout] = self.seen.get(layout, 0) + seen
             if self.seen[layout] < EARN_BACK:
                 return None
             shape = self._learn(batch, first)
             self.layouts[layout] = (shape.head, shape.keep) if shape else None
             if shape:
-                self.programs[(layout, self._masked(batch, [first], shape.head, shape.keep)[0].tobytes())] = shape
+                masked = self._masked(batch, [first], shape.head, shape.keep)[0].tobytes()
+                self.programs[(layout, masked)] = shape
+                self.store.add(layout, shape, masked)
                 self.count[layout] = 1
         return self.layouts[layout]
 
     def _shapes(self, batch, layouts: list, known: list, rows, layout_of, where, out, progs) -> None:
         """Learning costs 11 or 12 full decodes (templates.learn): a shape is learned once EARN_BACK of its own
-        frames were seen (a capture of frames all unlike, a fuzz corpus, is decoded in full).  The rows' head
+        frames were seen (a capture of frames all unlike, a fuzz corpus, is decoded in full), or at once when an
+        earlier run kept its program.  The rows' head
         bytes under their layout's mask (zero past its head) and the layout's number name the shape."""
         width = max(k[0] for k in known if k is not None)
         keeps = np.zeros((len(known), width), np.uint8)
@@ -297,6 +134,8 @@ class Shapes:
             layout, (head, keep) = layouts[j], known[j]
             key = (layout, masked[lead, :head].tobytes())
             shape = self.programs.get(key, 0)
+            if shape == 0 and (kept := self.store.find(layout, head, keep, key[1])):
+                shape = self.programs[key] = kept
             if shape == 0:
                 self.seen[key] = self.seen.get(key, 0) + members
                 if self.seen[key] < EARN_BACK:
@@ -307,6 +146,8 @@ class Shapes:
                     shape = self._learn(batch, int(rows[lead]))
                     if shape is not None and (shape.head != head or not np.array_equal(shape.keep, keep)):
                         shape = None
+                    if shape is not None:
+                        self.store.add(layout, shape, key[1])
                 self.programs[key] = shape
             if shape is not None:
                 progs.append(shape.program)
@@ -323,12 +164,15 @@ class Shapes:
         return np.lib.stride_tricks.sliding_window_view(batch.buf, width)[start] & keep
 
     def _learn(self, batch, i: int):
+        from ibwire.report.packets.learn_formats import FORMATS
+        from ibwire.report.packets.templates import learn
+
         kept = SEND_KEPT if SEND[int(batch.rec["opcode"][i])] else 0
         steady = ()
         if batch.rec["flags"][i] & R.F_MAD:
             steady = MAD_STEADY if batch.rec["mad_class"][i] == DIRECTED else LID_ROUTED_STEADY
         try:
-            return learn(batch.frame(i), batch.rec[i], self.decode, self.format, kept, steady)
+            return learn(batch.frame(i), batch.rec[i], self.decode, FORMATS[self.fmt], kept, steady)
         except Exception:  # a frame the learner cannot take apart is printed from its full decode
             return None
 

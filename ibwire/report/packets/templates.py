@@ -25,7 +25,8 @@ from dissectors.mad.base import MirrorField
 from ibwire.decode import records as R
 from ibwire.decode.rmpp import RMPP_DATA
 from ibwire.files import Frame
-from ibwire.report.packets.program import compile_parts, render
+from ibwire.report.packets.learned_store import Shape
+from ibwire.report.packets.program import AUX, META, compile_parts, render
 
 MUTANTS = 12
 FEWEST = 10  # copies enough while their 912 codes number every volatile bit (a MAD has up to ~700)
@@ -102,22 +103,7 @@ BYTES_RE = re.compile(r"[0-9a-f]{2}(?::[0-9a-f]{2})*")
 PLAIN_BYTES_RE = re.compile(r"(?:[0-9a-f]{2})+")
 
 
-# A frame's numbers besides its bytes, as the printer knows them per row: its number; ns since the epoch,
-# the previous frame, the previous frame shown, the first frame; udp.stream, ns since the stream's first and
-# previous frames; frame.interface_id (ERF); then the record's RC analysis columns.
-META = ("frame", "epoch", "delta", "delta_displayed", "relative", "stream", "stream_relative", "stream_delta")
-AUX = np.dtype(
-    [(name, "i8") for name in META + ("interface", "epoch_ms")] + [(col, R.RECORD[col]) for col in R.ANALYSIS]
-)  # epoch_ms: epoch // 10**6, -T ek's "timestamp"
 RANGES = {"frame": (1, 1 << 31), "epoch": (10**17, 2 * 10**18), "stream": (1, 1 << 20), "interface": (1, 1 << 20)}
-
-
-class Shape(NamedTuple):
-    """How a document is printed from a frame: the program, and what the frame is learned to look like."""
-
-    program: bytes
-    head: int  # bytes [0, head) hold every header; their non-volatile bits name the shape
-    keep: np.ndarray  # head bytes: 1 bits are the shape's, 0 bits vary
 
 
 def _bits(f) -> Optional[int]:

@@ -14,6 +14,7 @@ from functools import lru_cache
 from dissectors.madnames import trap_title
 from ibwire.report.escape import printable
 from ibwire.report.packets import icmp_doc, iser_words, nvme_data_words, nvme_words, rpc_words, smb_words, tcp_doc
+from ibwire.report.packets.dumps import DUMP_MARK, Dumps
 from ibwire.report.packets.manuf import vendor
 from ibwire.report.packets.own_words import own_line
 from ibwire.report.packets.ws_labels import FIELDS, TFS, VALUES
@@ -487,29 +488,6 @@ TITLED = {
     "tcp": tcp_doc.heading,
     "nfs": lambda items: rpc_words.heading("nfs", items),
 }
-
-
-DUMP_MARK = "\x01"  # a line of the data's bytes in hex, for native/dump.c (its DUMP_MARK)
-
-
-class Dumps:
-    """-V text with its marker lines turned into tshark's hex dumps (native/dump.c), written to a buffer kept
-    from one batch to the next: the view returned holds until the next call (a text without markers is returned
-    as it is)."""
-
-    def __init__(self):
-        self.buf = bytearray()
-
-    def __call__(self, text: bytes, show: bool = True):
-        from ibwire.decode._native import dumps
-
-        if DUMP_MARK.encode() not in text:  # no Data item (a MAD's tree): the text as it is
-            return text
-        n = dumps(text, show, self.buf)
-        if n < 0:
-            self.buf = bytearray(-n * 11 // 10)
-            n = dumps(text, show, self.buf)
-        return memoryview(self.buf)[:n]
 
 
 MAX_INDENT = 160  # tshark's text output indents no deeper (print.c), however deep the tree

@@ -18,7 +18,6 @@ import json
 import time
 from typing import List, NamedTuple, Optional
 
-import numpy as np
 from scapy.fields import BitField
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import IPv6
@@ -35,6 +34,7 @@ from ibwire.report.packets.dcb_doc import dcb_layer, pairs
 from ibwire.report.packets.ek_kinds import CARRIED, OBJECTS, Empty, Flag, ek_name, is_field
 from ibwire.report.packets.icmp_doc import icmp_items
 from ibwire.report.packets.icmpv6_doc import icmpv6_items
+from ibwire.report.packets.session import Session
 from ibwire.report.packets.tcp_doc import tcp_items
 from ibwire.report.packets.values import SELF_NAMED, bytes_text, ipv6_text, seconds, value_text
 
@@ -75,6 +75,35 @@ def frame_time(ns: int) -> str:
     return (
         f"{time.strftime('%b', tm)} {tm.tm_mday:2d}, {tm.tm_year} {time.strftime('%H:%M:%S', tm)}."
         f"{ns % 10**9:09d} {tm.tm_zone}"
+    )
+
+
+def _udp(session: Session, p, ns: int) -> list:
+    """The UDP layer, numbered in its conversation (udp.stream) by the session."""
+    ip = p.underlayer
+    v6 = isinstance(ip, IPv6)
+    index, first, prev = session.note(
+        _addr16(getattr(ip, "src", None), v6), p.sport, _addr16(getattr(ip, "dst", None), v6), p.dport, ns
+    )
+    check = [("udp.checksum", _hex(p.chksum, 4))]
+    check += (
+        [("udp.checksum_tree", [("udp.checksum.status", "3")])] if p.chksum == 0 else [("udp.checksum.status", "2")]
+    )
+    payload = bytes(p.original[8 : p.len] if p.original else b"")
+    return (
+        [
+            ("udp.srcport", str(p.sport)),
+            ("udp.dstport", str(p.dport)),
+            ("udp.port", str(p.sport)),
+            ("udp.port", str(p.dport)),
+            ("udp.length", str(p.len)),
+        ]
+        + check
+        + [
+            ("udp.stream", str(index)),
+            ("Timestamps", [("udp.time_relative", seconds(ns - first)), ("udp.time_delta", seconds(ns - prev))]),
+        ]
+        + ([("udp.payload", bytes_text(payload))] if payload else [])
     )
 
 
@@ -223,87 +252,6 @@ def _ipv6(p) -> list:
         ("ipv6.dst_host", dst),
         ("ipv6.host", dst),
     ]
-
-
-class Session:
-    """What tshark numbers across frames: UDP conversations (udp.stream, either direction) and ERF ports
-    (frame.interface_id), each in order of appearance."""
-
-    def __init__(self):
-        self.streams, self.interfaces = {}, {}
-
-    def interface(self, port: int) -> int:
-        return self.interfaces.setdefault(port, len(self.interfaces))
-
-    def note(self, src: bytes, sport: int, dst: bytes, dport: int, ns: int) -> tuple:
-        """Count a UDP frame between two 16-byte addresses (IPv4 mapped): (stream, its first ns, previous ns)."""
-        ends = frozenset(((src, sport), (dst, dport)))
-        index, first, prev = self.streams.get(ends, (len(self.streams), ns, ns))
-        self.streams[ends] = (index, first, ns)
-        return index, first, prev
-
-    def note_many(self, src: np.ndarray, sport: np.ndarray, dst: np.ndarray, dport: np.ndarray, ns: np.ndarray):
-        """note() of frames in their order (addresses (n, 16) uint8): (n, 3) stream, first ns, previous ns.
-        Their directions are told apart in one compiled pass (ibwire.analyze.hashing.group_rows)."""
-        from ibwire.analyze.hashing import group_rows
-
-        ends = np.zeros(len(ns), [("src", "V16"), ("sport", "u2"), ("dst", "V16"), ("dport", "u2")])
-        ends["src"], ends["sport"] = np.ascontiguousarray(src).view("V16").ravel(), sport
-        ends["dst"], ends["dport"] = np.ascontiguousarray(dst).view("V16").ravel(), dport
-        _, first, direction = group_rows(ends, ends.dtype.names)
-        index, keys, got = {}, [], []
-        conversation = np.zeros(len(first), np.int64)
-        for d, i in enumerate(first.tolist()):  # new conversations numbered in order of appearance
-            key = frozenset(((src[i].tobytes(), int(sport[i])), (dst[i].tobytes(), int(dport[i]))))
-            if key not in index:
-                index[key] = len(keys)
-                keys.append(key)
-                got.append(self.streams.setdefault(key, (len(self.streams), int(ns[i]), int(ns[i]))))
-            conversation[d] = index[key]
-        got, inv = np.array(got, np.int64).reshape(-1, 3), conversation[direction]
-        order = np.argsort(inv, kind="stable")
-        group, when = inv[order], ns[order].astype(np.int64)
-        opens = np.concatenate([[True], group[1:] != group[:-1]])
-        out = got[inv]
-        out[order, 2] = np.where(opens, got[group, 2], np.concatenate([[0], when[:-1]]))
-        for u, last in zip(group[np.roll(opens, -1)].tolist(), when[np.roll(opens, -1)].tolist()):
-            self.streams[keys[u]] = (int(got[u, 0]), int(got[u, 1]), last)
-        return out
-
-    def interface_ids(self, ports: np.ndarray) -> np.ndarray:
-        """interface() of ERF ports in their order."""
-        uniq, first_at, inv = np.unique(ports, return_index=True, return_inverse=True)
-        ids = np.zeros(len(uniq), np.int64)
-        for u in np.argsort(first_at).tolist():
-            ids[u] = self.interface(int(uniq[u]))
-        return ids[inv]
-
-    def udp(self, p, ns: int) -> list:
-        ip = p.underlayer
-        v6 = isinstance(ip, IPv6)
-        index, first, prev = self.note(
-            _addr16(getattr(ip, "src", None), v6), p.sport, _addr16(getattr(ip, "dst", None), v6), p.dport, ns
-        )
-        check = [("udp.checksum", _hex(p.chksum, 4))]
-        check += (
-            [("udp.checksum_tree", [("udp.checksum.status", "3")])] if p.chksum == 0 else [("udp.checksum.status", "2")]
-        )
-        payload = bytes(p.original[8 : p.len] if p.original else b"")
-        return (
-            [
-                ("udp.srcport", str(p.sport)),
-                ("udp.dstport", str(p.dport)),
-                ("udp.port", str(p.sport)),
-                ("udp.port", str(p.dport)),
-                ("udp.length", str(p.len)),
-            ]
-            + check
-            + [
-                ("udp.stream", str(index)),
-                ("Timestamps", [("udp.time_relative", seconds(ns - first)), ("udp.time_delta", seconds(ns - prev))]),
-            ]
-            + ([("udp.payload", bytes_text(payload))] if payload else [])
-        )
 
 
 def _bits(f) -> int:
@@ -518,7 +466,7 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> lis
         elif cls is IPv6:
             layers.append(("ipv6", _ipv6(layer)))
         elif cls is UDP:
-            layers.append(("udp", session.udp(layer, t.epoch)))
+            layers.append(("udp", _udp(session, layer, t.epoch)))
         elif cls is TCP:
             layers.append(("tcp", tcp_items(layer, (flat or {}).get("frame.number", 0), t.epoch, session)))
         elif cls is ICMP:  # the message holds what follows it, up to the IB CRCs
