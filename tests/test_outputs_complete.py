@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from conftest import run_ibwire
+from one_process import ibwire_runs
 from test_fuzz_decode import mutations, seeds
 from tshark_oracle import PUBLIC
 
@@ -116,17 +116,15 @@ def _same(text: str, value) -> bool:
 def misses(path) -> Counter:
     """(format, field) -> how many packets of the capture miss the field, or hold another value, in it."""
     want = shown(path)
-    jsonl = [json.loads(x) for x in run_ibwire("decode", path, "--format", "jsonl", check=True).stdout.splitlines()]
-    ek = [json.loads(x) for x in run_ibwire("decode", path, "-T", "ek", check=True).stdout.splitlines()[1::2]]
-    assert len(jsonl) == len(ek) == len(want)
     keys = sorted({k for w in want for k in w})
     args = [a for k in keys for a in ("-e", k)]
-    rows = run_ibwire("decode", path, "-T", "fields", *args, check=True).stdout.splitlines() if keys else []
-    table = (
-        list(csv.reader(io.StringIO(run_ibwire("decode", path, "-T", "csv", *args, check=True).stdout)))[1:]
-        if keys
-        else []
-    )
+    runs = [("--format", "jsonl"), ("-T", "ek")] + ([("-T", "fields", *args), ("-T", "csv", *args)] if keys else [])
+    jsonl, ek, *more = ibwire_runs([["decode", path, *r] for r in runs])  # in one process (one_process.py)
+    jsonl = [json.loads(x) for x in jsonl.splitlines()]
+    ek = [json.loads(x) for x in ek.splitlines()[1::2]]
+    assert len(jsonl) == len(ek) == len(want)
+    rows = more[0].splitlines() if keys else []
+    table = list(csv.reader(io.StringIO(more[1])))[1:] if keys else []
     missing = Counter()
     for n, w in enumerate(want):
         flat, layer = _flat_jsonl(jsonl[n]), ek[n]["layers"].get("infiniband", {})
