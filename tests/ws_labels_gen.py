@@ -32,12 +32,10 @@ udp.srcport udp.dstport udp.port udp.length udp.checksum udp.checksum.status udp
 udp.time_delta udp.payload data.data data.len
 """.split()
 )
-# Of long value tables, the values ibwire's captures can hold (EtherTypes, IP protocols, encapsulations).
+# Of long value tables, the values ibwire's captures can hold (EtherTypes, encapsulations); IP protocols: all of them.
 SOME = {
     "eth.type": {0x0800, 0x86DD, 0x8100, 0x8915, 0x88CC, 0x8808, 0x0806},
     "vlan.etype": {0x0800, 0x86DD, 0x8100, 0x8915, 0x88CC, 0x8808, 0x0806},
-    "ip.proto": {0, 1, 6, 17, 58},
-    "ipv6.nxt": {0, 1, 6, 17, 58},
     "arp.proto.type": {0x0800, 0x86DD},
     "frame.encap_type": {1, 25, 98, 180, 210},
     "scsi.sns.errtype": {0x70, 0x72},  # current errors (fixed, descriptor format): what iSCSI sense data holds

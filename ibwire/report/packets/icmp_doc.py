@@ -83,6 +83,14 @@ CODES = {  # each type's code names (packet-icmp.c's *_code_str)
         "Need Authentication",
         "Need Authorization",
     ),
+    42: ("No error",),
+    43: (
+        "No error",
+        "Malformed Query",
+        "No Such Interface",
+        "No Such Table Entry",
+        "Multiple Interfaces Satisfy Query",
+    ),
 }
 CODES = {kind: dict(enumerate(names)) for kind, names in CODES.items()}
 CODES[9] = {0: "Normal router advertisement", 16: "Does not route common traffic"}

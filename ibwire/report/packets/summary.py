@@ -174,8 +174,11 @@ def detail_info(d) -> Tuple[str, str, str, str]:
     """(source, destination, protocol, info) of a fully decoded frame that is not an IB/RoCE data packet:
     Ethernet, ARP, IPv4/IPv6, UDP, ICMP, IPoIB — never scapy's own text."""
     f = d.flat
+    error = _icmp_error(f)
+    # (an ICMP error's carried datagram cut short, its bad ICRC: tshark's columns are not written inside an error)
     errors = [e.split(":")[0] if e.startswith("malformed") else e for e in d.errors]
-    if "bth" in f and not ("ipoib" in f and ("arp" in f or "ip" in f or "ipv6" in f)):
+    errors = [e for e in errors if e.startswith("truncated")] if error else errors
+    if "bth" in f and not error and not ("ipoib" in f and ("arp" in f or "ip" in f or "ipv6" in f)):
         # an IB packet the records do not hold (heuristic ...); IPoIB is shown by what it carries, as tshark
         src, dst = _addresses(f)
         info = d.line.split("  ", 1)[1] if " → " in d.line else d.line
@@ -193,7 +196,7 @@ def detail_info(d) -> Tuple[str, str, str, str]:
             info = f"ARP opcode {op}"
         proto = "ARP"
     elif "icmp" in f:
-        info, proto = _icmp_text(f), "ICMP"
+        info, proto = _icmp_text(f, d.packet), "ICMP"
     elif "icmpv6" in f:
         info, proto = _icmpv6_text(f), "ICMPv6"
     elif "tcp" in f:
@@ -208,10 +211,10 @@ def detail_info(d) -> Tuple[str, str, str, str]:
     elif "udp" in f:
         info = f"{f.get('udp.srcport')} → {f.get('udp.dstport')} Len={max((f.get('udp.length') or 8) - 8, 0)}"
         proto = "UDP"
-    elif "ip" in f:
-        info, proto = f"IPv4 protocol {f.get('ip.proto')}", "IPv4"
+    elif "ip" in f:  # (a protocol tshark does not dissect: named as packet-ip.c and packet-ipv6.c name it)
+        info, proto = _protocol(f.get("ip.proto")), "IPv4"
     elif "ipv6" in f:
-        info, proto = f"IPv6 next header {f.get('ipv6.nxt')}", "IPv6"
+        info, proto = f"Unknown IP Protocol: {_protocol(f.get('ipv6.nxt'))}", "IPv6"
     elif "macc" in f or "lldp" in f:  # PAUSE, PFC, LLDP: the decode's own summary after the addresses
         info = d.summary.split("  ", 1)[1] if "  " in d.summary else d.summary
         proto = "LLDP" if "lldp" in f else "PFC" if "macc.cbfc.enbv" in f else "MAC CTRL"
@@ -226,56 +229,62 @@ def detail_info(d) -> Tuple[str, str, str, str]:
     return src, dst, proto, info
 
 
-_ICMP_TYPES = {  # layer -> (its name, tshark's names of its message types)
-    "icmp": (
-        "ICMP",
-        {
-            0: "Echo (ping) reply  ",  # padded to the request's width
-            8: "Echo (ping) request",
-            3: "Destination unreachable",
-            11: "Time-to-live exceeded",
-        },
-    ),
-    "icmpv6": (
-        "ICMPv6",
-        {
-            1: "Destination Unreachable",
-            2: "Packet Too Big",
-            3: "Time Exceeded",
-            128: "Echo (ping) request",
-            129: "Echo (ping) reply",
-            133: "Router Solicitation",
-            134: "Router Advertisement",
-            135: "Neighbor Solicitation",
-            136: "Neighbor Advertisement",
-        },
-    ),
+_ICMPV6_TYPES = {  # tshark's names of ICMPv6 message types (packet-icmpv6.c)
+    1: "Destination Unreachable",
+    2: "Packet Too Big",
+    3: "Time Exceeded",
+    4: "Parameter Problem",
+    128: "Echo (ping) request",
+    129: "Echo (ping) reply",
+    133: "Router Solicitation",
+    134: "Router Advertisement",
+    135: "Neighbor Solicitation",
+    136: "Neighbor Advertisement",
 }
 
 
-def _icmp_type(f, layer: str) -> Tuple[Optional[int], str]:
-    """An ICMP or ICMPv6 (`layer`) message's type and tshark's name of it, else `ICMP type T code C`."""
-    t = f.get(f"{layer}.type")
-    name, kinds = _ICMP_TYPES[layer]
-    return t, kinds.get(t, f"{name} type {t} code {f.get(f'{layer}.code')}")
+def _protocol(number) -> str:
+    """An IP protocol number as tshark names it: `any private encryption scheme (99)`, `Unknown (253)`."""
+    from ibwire.report.packets.ws_labels import VALUES
+
+    return f"{VALUES['ip.proto'].get(number, 'Unknown')} ({number})"
 
 
-def _icmp_text(f) -> str:
-    """tshark's Info of ICMP (packet-icmp.c): an echo adds `  id=0x…, seq=BE/LE, ttl=…`, padded alike."""
-    t, kind = _icmp_type(f, "icmp")
-    if t in (0, 8) and "icmp.seq" in f:
-        seq = f["icmp.seq"]
-        return (
-            f"{kind}  id=0x{f['icmp.ident']:04x}, seq={seq}/{int.from_bytes(seq.to_bytes(2, 'big'), 'little')}"
-            f", ttl={f.get('ip.ttl')}"
-        )
-    return kind.rstrip()
+def _icmp_error(f) -> bool:
+    """An ICMP or ICMPv6 error, which tshark's columns show as such whatever it carries."""
+    return f.get("icmp.type") in (3, 4, 5, 11, 12) or f.get("icmpv6.type") in (1, 2, 3, 4)
+
+
+def _icmp_text(f, packet) -> str:
+    """tshark's Info of ICMP (packet-icmp.c): the type's name padded to 20 characters, the code's name in
+    parentheses where the type has them, a message numbered like an echo `id=0x…, seq=BE/LE, ttl=…`."""
+    from scapy.layers.inet import ICMP
+
+    from ibwire.report.packets.icmp_doc import CODES, ECHO_LIKE, TYPES
+
+    kind, code = f.get("icmp.type"), f.get("icmp.code")
+    name = TYPES.get(kind, "Unknown ICMP (obsolete or malformed?)")
+    name = "Mobile IP Advertisement" if kind == 9 and code in (0, 16) else name
+    names = CODES.get(kind)
+    info = f"{name:<20}" + (f" ({names.get(code, f'Unknown code: {code}')})" if names is not None else "")
+    layer = packet.getlayer(ICMP) if packet is not None else None
+    if kind in ECHO_LIKE and layer is not None and layer.seq is not None:
+        seq = layer.seq
+        le = int.from_bytes(seq.to_bytes(2, "big"), "little")
+        info += f" id=0x{layer.id:04x}, seq={seq}/{le}" + (f", ttl={f['ip.ttl']}" if "ip.ttl" in f else "")
+    return info
 
 
 def _icmpv6_text(f) -> str:
     """tshark's Info of ICMPv6 (packet-icmpv6.c) for echo and neighbour discovery, else the type's name."""
-    t, info = _icmp_type(f, "icmpv6")
-    if t in (128, 129):
+    from ibwire.report.packets.icmpv6_doc import CODES, UNKNOWN_CODES
+
+    t, code = f.get("icmpv6.type"), f.get("icmpv6.code")
+    info = _ICMPV6_TYPES.get(t, f"ICMPv6 type {t} code {code}")
+    if t in (1, 2, 3, 4):  # an error: the code's name, as packet-icmpv6.c appends it
+        named = CODES.get((t, code), UNKNOWN_CODES.get(t, "")).format(code)
+        info += f" ({named})" if named else ""
+    elif t in (128, 129):
         info += (
             f" id=0x{f['icmpv6.echo.identifier']:04x}, seq={f['icmpv6.echo.sequence_number']}, "
             f"hop limit={f.get('ipv6.hlim')}"
