@@ -7,6 +7,7 @@ aggregation, maximum frame size, EEE.  A TLV too short for its layout gives no f
 subtype alone).  DCBX TLVs are scapy layers of their own (dissectors.dcb).
 """
 
+from dissectors import lldp_med
 from dissectors.dcbfacts import (
     LLDP_ORG_FLAGS,
     OUI_IEEE_802_1,
@@ -80,12 +81,17 @@ NUMBERS = (
     *(f"ieee.802_3.bt_{n}" for n in BT_VALUES),
     *(f"ieee.802_3.bt_{w}" for w, _, _, _ in BT_WORDS),
     *(name for parts in TREES.values() for name in parts),
+    *lldp_med.NUMBERS,
 )
-# Single bits shown as booleans: Congestion Notification's per-priority CNPV capability and ready indicator
-BITS = tuple(f"ieee.802_1qau.{word}.prio{p}" for word in ("cnpv", "ready") for p in range(8))
+# Single bits shown as booleans: Congestion Notification's per-priority CNPV capability and ready indicator,
+# LLDP-MED's capabilities and policy flags
+CONGESTION = tuple(f"ieee.802_1qau.{word}.prio{p}" for word in ("cnpv", "ready") for p in range(8))
+BITS = (*CONGESTION, *lldp_med.BITS)
+STRINGS = lldp_med.STRINGS
 # How tshark writes these fields' values: 1 a boolean, n > 1 hexadecimal with n digits
 DISPLAY = {
     **dict.fromkeys(BITS, 1),
+    **lldp_med.DISPLAY,
     **{f"ieee.802_3.bt_{k}": n for k, n in (("power_status", 4), ("system_setup", 2), ("autoclass", 2))},
     **{f"ieee.802_3.bt_{k}": n for k, n in (("autoclass_reserved", 2), ("power_down", 6))},
 }
@@ -120,7 +126,7 @@ def org_802_1(sub: int, data: bytes) -> dict:
             out["ieee.802_1.proto.id"] = data[1 : 1 + data[0]]
         return out
     if sub == SUB_802_1_CONGESTION and len(data) >= 2:
-        return {name: data[i // 8] >> i % 8 & 1 for i, name in enumerate(BITS)}
+        return {name: data[i // 8] >> i % 8 & 1 for i, name in enumerate(CONGESTION)}
     if sub == SUB_802_1_LINK_AGGREGATION and len(data) >= 5:
         return {**flags("802_1.aggregation_status", data[0]), "ieee.802_1.aggregated_port_id": _u(data, 1, 4)}
     return {}
@@ -182,10 +188,14 @@ def org_802_3(sub: int, data: bytes) -> dict:
 
 def org_tlv(oui: int, sub: int, data: bytes) -> dict:
     """An organisationally specific TLV's fields after its type and length: an IEEE 802.1 one always by its
-    subtype, an 802.3 one that way when its layout is read here, else (any other OUI) its subtype and
-    content as Wireshark shows an unknown one (no content line when there is none)."""
-    which = {OUI_IEEE_802_1: ("802_1", org_802_1), OUI_IEEE_802_3: ("802_3", org_802_3)}.get(oui)
+    subtype, an 802.3 or LLDP-MED one that way when its layout is read here, else (any other OUI) its
+    subtype and content as Wireshark shows an unknown one (no content line when there is none)."""
+    which = {
+        OUI_IEEE_802_1: ("ieee.802_1.subtype", org_802_1),
+        OUI_IEEE_802_3: ("ieee.802_3.subtype", org_802_3),
+        lldp_med.OUI_MEDIA: ("media.subtype", lldp_med.org_media),
+    }.get(oui)
     fields = which[1](sub, data) if which else {}
     if oui == OUI_IEEE_802_1 or fields:
-        return {"orgtlv.oui": oui, f"ieee.{which[0]}.subtype": sub, **fields}
+        return {"orgtlv.oui": oui, which[0]: sub, **fields}
     return {"orgtlv.oui": oui, "unknown_subtype": sub, **({"unknown_subtype.content": data.hex()} if data else {})}

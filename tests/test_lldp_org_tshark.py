@@ -1,8 +1,8 @@
 """Differential: LLDP frames crafted here with the IEEE 802.1 and 802.3 TLVs beside DCBX (protocol identity,
 congestion notification, power via MDI short and with 802.3at's and 802.3bt's extensions, 802.3 link
-aggregation, EEE) and a TLV of another organisation (titled by its name in the manuf file, or `Unknown`)
-decode as tshark 4.0 shows them: -V lines, -T json layers, -T ek's lldp object byte for byte, -T fields and
--Y."""
+aggregation, EEE), LLDP-MED's (capabilities, network policy, extended power, inventory) and a TLV of another
+organisation (titled by its name in the manuf file, or `Unknown`) decode as tshark 4.0 shows them: -V lines,
+-T json layers, -T ek's lldp object byte for byte, -T fields and -Y."""
 
 import random
 import struct
@@ -21,7 +21,7 @@ from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 from test_dcb_tshark import _layers_of, _sections, ek_object
 
-IEEE_802_1, IEEE_802_3 = 0x0080C2, 0x00120F
+IEEE_802_1, IEEE_802_3, MEDIA = 0x0080C2, 0x00120F, 0x0012BB
 # Organisations packet-lldp.c has no dissector for (named from the manuf file, or not there), as switches and
 # NICs send them: Mellanox, VMware, Broadcom, Arista, Juniper, Huawei, Dell, IEEE RA, two unregistered
 OTHER_OUIS = (0x0002C9, 0x005056, 0x001018, 0x001C73, 0x000585, 0x00E0FC, 0x0019B9, 0x0050C2, 0x00AABB, 0x02ABCD)
@@ -55,6 +55,18 @@ FIELDS = [
     "lldp.tlv_deprecated",
     *(f"lldp.ieee.802_3.eee.{n}" for n in ("transmit", "receive", "fallback_receive", "echo_transmit", "echo_receive")),
     "lldp.orgtlv.oui",
+    "lldp.media.subtype",
+    "lldp.media.subtype.caps",
+    "lldp.media.subtype.caps.mid_pd",
+    "lldp.media.subtype.class",
+    "lldp.media.app_type",
+    "lldp.media.policy_flag",
+    "lldp.media.vlan_id",
+    "lldp.media.dscp",
+    "lldp.media.power.source",
+    "lldp.media.power.value",
+    "lldp.media.hardware",
+    "lldp.media.model",
     "lldp.unknown_subtype",
     "lldp.unknown_subtype.content",
 ]
@@ -85,9 +97,21 @@ def _frames(seed=11):
             / _org(IEEE_802_3, 3, bytes([rnd.randrange(256)]) + struct.pack(">I", rnd.getrandbits(32)))
             / _org(IEEE_802_3, 5, struct.pack(">5H", *(rnd.getrandbits(16) for _ in range(5))))
             / _org(OTHER_OUIS[i % len(OTHER_OUIS)], rnd.randrange(256), rnd.randbytes(rnd.choice((0, 1, 3))))
+            / _media(rnd, i)
             / LLDPDUEndOfLLDPDU()
         )
     return out
+
+
+def _media(rnd, i):
+    """LLDP-MED (TIA-1057): capabilities and class, a network policy, extended power, one inventory string."""
+    text = "".join(rnd.choice("abcXYZ019 -.") for _ in range(rnd.randrange(1, 12))).encode()
+    return (
+        _org(MEDIA, 1, rnd.randbytes(2) + bytes([rnd.randrange(6)]))
+        / _org(MEDIA, 2, bytes([rnd.randrange(10)]) + rnd.randbytes(3))
+        / _org(MEDIA, 4, rnd.randbytes(3))
+        / _org(MEDIA, 5 + i % 7, text)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +162,7 @@ def test_fields_and_filters_are_tsharks(capture, tshark):
         "lldp.unknown_subtype.content || lldp.orgtlv.oui == 0x005056",
         "lldp.ieee.802_1qau.cnpv.prio0 && !lldp.ieee.802_1qau.ready.prio7",
         "lldp.ieee.802_3.bt_pd_powered_status == 2 || lldp.ieee.802_3.bt_autoclass_request",
+        "lldp.media.tag_flag && lldp.media.l2_prio > 3 || lldp.media.sn",
     ):
         select = ("-Y", expr, "-T", "fields", "-e", "frame.number")
         assert _ibwire(capture, *select) == _tshark(tshark, capture, *select), expr

@@ -12,6 +12,7 @@ from dissectors.dcbfacts import LLDP_CAPABILITIES, LLDP_ORG_FLAGS, PMD_CAPABILIT
 from dissectors.lldp_org import BITS as LLDP_BITS
 from dissectors.lldp_org import DISPLAY as LLDP_DISPLAY
 from dissectors.lldp_org import NUMBERS as LLDP_NUMBERS
+from dissectors.lldp_org import STRINGS as LLDP_STRINGS
 from dissectors.madnames import CAPABILITY_MASK
 from ibwire.decode.docfields import TYPES as DOC_TYPES
 from ibwire.decode.flagbits import WIDTHS as FLAG_WIDTHS
@@ -217,6 +218,7 @@ ENCAP: Dict[str, str] = {
         *LLDP_BITS,
     ),
     "lldp.ieee.802_1.vlan.name": STRING,
+    **dict.fromkeys((f"lldp.{k}" for k in LLDP_STRINGS), STRING),
     "lldp.ieee.802_1.proto.id": BYTES,
     "lldp.tlv_deprecated": PROTO,
     **_group("lldp", MAC, "chassis.id.mac", "port.id.mac"),

@@ -10,6 +10,7 @@ from scapy.contrib.lldp import LLDPDU
 
 from dissectors.dcb import LLDPDUCEEDCBX, LLDPDUAppPriority, MACControl, MACControlPFC, _MACControlOp
 from dissectors.dcbfacts import APP_NAMES, OUI_CEE, OUI_IEEE_802_1, OUI_IEEE_802_3, TLV_SYSTEM_CAPABILITIES
+from dissectors.lldp_med import OUI_MEDIA
 from dissectors.lldp_org import TREES
 from ibwire.decode.fields import FOREIGN
 from ibwire.decode.fieldtypes import TSHARK_DISPLAY
@@ -26,6 +27,12 @@ WATTS = ("lldp.ieee.802_3.mdi_pde_requested", "lldp.ieee.802_3.mdi_pse_allocated
 # A power source's name, by the power type's direction (packet-lldp.c's media_power_pse_device, ..._pd_device)
 PSE_SOURCES = {0: "Unknown", 1: "Primary Power Source", 2: "Backup Power Source"}
 PD_SOURCES = {0: "Unknown", 1: "PSE", 2: "Local", 3: "PSE and Local"}
+# A power source field -> (the power type field, the source names by power type: 802.3's Type 1/2 PSE and PD,
+# LLDP-MED's PSE (0) and PD (1), its other types `Unknown`)
+POWER_SOURCES = {
+    "lldp.ieee.802_3.mdi_power_source": ("ieee.802_3.mdi_power_type", (PSE_SOURCES, PD_SOURCES) * 2),
+    "lldp.media.power.source": ("media.power.type", (PSE_SOURCES, PD_SOURCES)),
+}
 DEPRECATED_TITLE = "[Expert Info (Warning/Protocol): TLV has been deprecated]"
 DEPRECATED = [  # the expert item of a TLV IEEE 802.1AB-2009 moved elsewhere (802.3's link aggregation)
     ("lldp.tlv_deprecated", empty("[TLV has been deprecated]")),
@@ -85,6 +92,8 @@ def _title(f: dict) -> str:
     elif oui == OUI_IEEE_802_3 and "ieee.802_3.subtype" in f:
         sub = f["ieee.802_3.subtype"]
         sub_name = _name("lldp.ieee.802_3.subtype", sub, f"Unknown subtype 0x{sub:x}")
+    elif oui == OUI_MEDIA and "media.subtype" in f:
+        sub_name = _name("lldp.media.subtype", f["media.subtype"], "Unknown")
     elif oui == OUI_CEE and "dcbx.proto" in f:
         sub = f["dcbx.proto"]
         sub_name = _name("lldp.dcbx.proto", sub, f"Unknown subtype (0x{sub:x})")
@@ -127,15 +136,20 @@ def _tlv_items(layer, fields: dict) -> list:
 
 
 def _powered(fields: dict, key: str, value):
-    """A power via MDI item as packet-lldp.c words it: the power source named by the power type (a PSE's or a
-    PD's sources), a power value in watts (tenths of a watt on the wire); any other item as it is."""
+    """A power via MDI item (802.3's, LLDP-MED's) as packet-lldp.c words it: the power source named by the
+    power type (a PSE's or a PD's sources), a power value in watts or mW (tenths of a watt on the wire); any
+    other item as it is."""
     if key in WATTS:
         n = int(value)
         return line(value, f"{FIELDS[key][0]}: {n // 10}.{n % 10}. Watt")
-    if key == "lldp.ieee.802_3.mdi_power_source":
+    if key == "lldp.media.power.value":  # LLDP-MED's, in tenths of a watt
+        return line(value, f"{FIELDS[key][0]}: {int(value) * 100} mW")
+    if key in POWER_SOURCES:
         n = int(value)
-        names = PD_SOURCES if fields["ieee.802_3.mdi_power_type"] & 1 else PSE_SOURCES
-        return line(value, f"..{n:02b} .... = {FIELDS[key][0]}: {n} {names.get(n, 'Reserved')}")
+        kind, tables = POWER_SOURCES[key]
+        kind = fields[kind]
+        name = tables[kind].get(n, "Reserved") if kind < len(tables) else "Unknown"
+        return line(value, f"..{n:02b} .... = {FIELDS[key][0]}: {n} {name}")
     return value
 
 
@@ -143,7 +157,7 @@ def _with_flag_trees(fields: dict) -> list:
     """A TLV's fields in wire order, each flag word's bits (or its parts, dissectors.lldp_org.TREES) in its
     subtree (`lldp.<word>_tree`) and, for the PMD capabilities, the same bits read in inverse order in a
     subtree of their own, as packet-lldp.c adds them."""
-    words = {k for k in fields if k != "unknown_subtype" and any(o.startswith(k + ".") for o in fields)}
+    words = {k for k in fields if not k.endswith("subtype") and any(o.startswith(k + ".") for o in fields)}
     trees = {k: [b for b in fields if b.startswith(k + ".")] for k in words}
     trees.update({k: parts for k, parts in TREES.items() if k in fields})
     inside = {b for parts in trees.values() for b in parts}
