@@ -29,7 +29,7 @@ from dissectors.mad.notice import TRAP_LAYERS, Notice
 from dissectors.numbers import LINKTYPE_ERF, LINKTYPE_ETHERNET, LINKTYPE_IPOIB, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2
 from ibwire.decode.fields import FOREIGN, MERGED, mad_layer_entries
 from ibwire.decode.fieldtypes import TSHARK_DISPLAY
-from ibwire.report.packets import manuf
+from ibwire.report.packets import length_experts, manuf
 from ibwire.report.packets.dcb_doc import dcb_layer, pairs
 from ibwire.report.packets.ek_kinds import CARRIED, OBJECTS, Empty, Flag, ek_name, is_field
 from ibwire.report.packets.icmp_doc import icmp_items
@@ -78,8 +78,9 @@ def frame_time(ns: int) -> str:
     )
 
 
-def _udp(session: Session, p, ns: int) -> list:
-    """The UDP layer, numbered in its conversation (udp.stream) by the session."""
+def _udp(session: Session, p, ns: int, carried: Optional[int] = None) -> list:
+    """The UDP layer, numbered in its conversation (udp.stream) by the session; `carried`: the IP payload's
+    reported bytes (length_experts), where known."""
     ip = p.underlayer
     v6 = isinstance(ip, IPv6)
     index, first, prev = session.note(
@@ -96,7 +97,7 @@ def _udp(session: Session, p, ns: int) -> list:
             ("udp.dstport", str(p.dport)),
             ("udp.port", str(p.sport)),
             ("udp.port", str(p.dport)),
-            ("udp.length", str(p.len)),
+            *length_experts.udp_length(p.len, carried),
         ]
         + check
         + [
@@ -199,13 +200,14 @@ def _vlan(p) -> list:
     ]
 
 
-def _ip(p) -> list:
+def _ip(p, reported: Optional[int] = None) -> list:
     return [
         ("ip.version", str(p.version)),
         ("ip.hdr_len", str(p.ihl * 4)),
         ("ip.dsfield", _hex(p.tos, 2)),
         ("ip.dsfield_tree", [("ip.dsfield.dscp", str(p.tos >> 2)), ("ip.dsfield.ecn", str(p.tos & 3))]),
         ("ip.len", str(p.len)),
+        *length_experts.ip_len(p.len, p.ihl * 4, reported),
         ("ip.id", _hex(p.id, 4)),
         ("ip.flags", _hex(int(p.flags), 2)),
         (
@@ -232,7 +234,7 @@ def _ip(p) -> list:
     ]
 
 
-def _ipv6(p) -> list:
+def _ipv6(p, reported: Optional[int] = None) -> list:
     src, dst = ipv6_text(p.src), ipv6_text(p.dst)
     return [
         ("ipv6.version", "6"),
@@ -241,6 +243,7 @@ def _ipv6(p) -> list:
         ("ipv6.tclass_tree", [("ipv6.tclass.dscp", str(p.tc >> 2)), ("ipv6.tclass.ecn", str(p.tc & 3))]),
         ("ipv6.flow", _hex(p.fl, 6)),
         ("ipv6.plen", str(p.plen)),
+        *length_experts.ipv6_plen(p.plen, reported),
         ("ipv6.nxt", str(p.nh)),
         ("ipv6.hlim", str(p.hlim)),
         ("ipv6.src", src),
@@ -400,7 +403,7 @@ def document(d, t: Times, session: Session) -> list:
         layers.append(("erf", _erf(d.frame.data)))
     ib = None
     try:
-        ib = _layers(d.packet, layers, t, session, d.flat)
+        ib = _layers(d.packet, layers, t, session, d.flat, d.frame.wirelen - len(d.frame.data))
     except Exception:  # damaged beyond what a layer can show: said as tshark says it
         layers.append(MALFORMED)
     if ib is not None and "bth.analysis" in d.layers:  # as tshark writes tcp.analysis in the tcp layer
@@ -452,21 +455,27 @@ def _walk(t: Times, session: "Session", flat):
     return lambda p: (lambda out: _layers(p, out, t, session, flat) and out or out)([])
 
 
-def _layers(layer, layers: list, t: Times, session: "Session", flat=None) -> list:
-    """Append the layers of the scapy packet `layer` to `layers`; the infiniband layer's items (or None)."""
-    ib = None
+def _layers(layer, layers: list, t: Times, session: "Session", flat=None, spare: Optional[int] = None) -> list:
+    """Append the layers of the scapy packet `layer` to `layers`; the infiniband layer's items (or None).
+    `spare`: the frame's bytes past those captured (its IP and UDP lengths then checked, length_experts)."""
+    ib, payload = None, None  # (the IP payload's reported bytes)
     while layer is not None and not isinstance(layer, NoPayload):
+        reported = None if spare is None or layer.original is None else len(layer.original) + spare
         cls = type(layer)
         if cls is Ether:
             layers.append(("eth", _eth(layer)))
         elif cls is Dot1Q:
             layers.append(("vlan", _vlan(layer)))
         elif cls is IP:
-            layers.append(("ip", _ip(layer)))
+            layers.append(("ip", _ip(layer, reported)))
+            payload = length_experts.payload(layer.len, layer.ihl * 4, reported)
         elif cls is IPv6:
-            layers.append(("ipv6", _ipv6(layer)))
+            layers.append(("ipv6", _ipv6(layer, reported)))
+            payload = length_experts.payload(layer.plen + 40, 40, reported)
         elif cls is UDP:
-            layers.append(("udp", _udp(session, layer, t.epoch)))
+            layers.append(
+                ("udp", _udp(session, layer, t.epoch, payload if type(layer.underlayer) in (IP, IPv6) else None))
+            )
         elif cls is TCP:
             layers.append(("tcp", tcp_items(layer, (flat or {}).get("frame.number", 0), t.epoch, session)))
         elif cls is ICMP:  # the message holds what follows it, up to the IB CRCs
@@ -809,6 +818,8 @@ def ek_groups(layer: str, items: list) -> list:
             elif isinstance(v, list):
                 groups.setdefault((parent, "text"), ("text", []))[1].append(k)
                 walk(v, "text")
+            elif k == "_ws.malformed":  # a Malformed Packet item: a protocol's node without fields
+                groups.setdefault((parent, k), ("_ws_malformed", []))[1].append(_EkObject("{}"))
             else:
                 groups.setdefault((parent, k), (ek_name(layer, k), []))[1].append(_text(v, True))
 
