@@ -83,6 +83,7 @@ NUMBERS = (
     *(name for parts in TREES.values() for name in parts),
     *lldp_med.NUMBERS,
 )
+EXPERTS = ("tlv_deprecated", "excess_length")  # Wireshark's expert items of these TLVs (FT_NONE)
 # Single bits shown as booleans: Congestion Notification's per-priority CNPV capability and ready indicator,
 # LLDP-MED's capabilities and policy flags
 CONGESTION = tuple(f"ieee.802_1qau.{word}.prio{p}" for word in ("cnpv", "ready") for p in range(8))
@@ -160,9 +161,8 @@ def _power(data: bytes) -> dict:
     return out
 
 
-def org_802_3(sub: int, data: bytes) -> dict:
-    """IEEE 802.3 TLVs (IEEE 802.3 §79.3): MAC/PHY configuration/status, power via MDI, link aggregation,
-    maximum frame size, EEE."""
+def _802_3(sub: int, data: bytes) -> tuple:
+    """(fields, bytes read) of an IEEE 802.3 TLV whose layout is known, else ({}, 0)."""
     if sub == SUB_802_3_MAC_PHY and len(data) >= 5:
         caps = _u(data, 1, 2)
         return {
@@ -173,17 +173,26 @@ def org_802_3(sub: int, data: bytes) -> dict:
                 for i, n in enumerate(PMD_CAPABILITIES)
             },
             "ieee.802_3.pmd_mau_type": _u(data, 3, 2),
-        }
-    if sub == SUB_802_3_POWER and len(data) in (POWER_SHORT, POWER_AT, POWER_BT):
-        return _power(data)
+        }, 5
+    if sub == SUB_802_3_POWER and (len(data) == POWER_SHORT or len(data) >= POWER_AT):
+        used = len(data) if len(data) in (POWER_SHORT, POWER_BT) else POWER_AT  # longer: 802.3at's and excess
+        return _power(data[:used]), used
     if sub == SUB_802_3_LINK_AGGREGATION and len(data) >= 5:
         agg = {**flags("802_3.aggregation_status", data[0]), "ieee.802_3.aggregated_port_id": _u(data, 1, 4)}
-        return {"tlv_deprecated": 1, **agg}  # 802.1AB-2009 moved it to 802.1: Wireshark's expert item (-e shows 1)
+        return {"tlv_deprecated": 1, **agg}, 5  # 802.1AB-2009 moved it to 802.1: Wireshark's expert item
     if sub == SUB_802_3_MAX_FRAME and len(data) >= 2:
-        return {"ieee.802_3.max_frame_size": _u(data, 0, 2)}
+        return {"ieee.802_3.max_frame_size": _u(data, 0, 2)}, 2
     if sub == SUB_802_3_EEE and len(data) >= 2 * len(EEE):
-        return {f"ieee.802_3.eee.{n}": _u(data, 2 * i, 2) for i, n in enumerate(EEE)}
-    return {}
+        return {f"ieee.802_3.eee.{n}": _u(data, 2 * i, 2) for i, n in enumerate(EEE)}, 2 * len(EEE)
+    return {}, 0
+
+
+def org_802_3(sub: int, data: bytes) -> dict:
+    """IEEE 802.3 TLVs (IEEE 802.3 §79.3): MAC/PHY configuration/status, power via MDI, link aggregation,
+    maximum frame size, EEE; `excess_length` (Wireshark's expert item, -e shows 1) when the TLV holds more
+    bytes than its layout."""
+    fields, used = _802_3(sub, data)
+    return {**fields, "excess_length": 1} if fields and len(data) > used else fields
 
 
 def org_tlv(oui: int, sub: int, data: bytes) -> dict:

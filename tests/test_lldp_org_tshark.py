@@ -1,8 +1,8 @@
 """Differential: LLDP frames crafted here with the IEEE 802.1 and 802.3 TLVs beside DCBX (protocol identity,
 congestion notification, power via MDI short and with 802.3at's and 802.3bt's extensions, 802.3 link
-aggregation, EEE), LLDP-MED's (capabilities, network policy, extended power, inventory) and a TLV of another
-organisation (titled by its name in the manuf file, or `Unknown`) decode as tshark 4.0 shows them: -V lines,
--T json layers, -T ek's lldp object byte for byte, -T fields and -Y."""
+aggregation, EEE; one a few bytes too long), LLDP-MED's (capabilities, network policy, extended power,
+inventory) and a TLV of another organisation (titled by its name in the manuf file, or `Unknown`) decode as
+tshark 4.0 shows them: -V lines, -T json layers, -T ek's lldp object byte for byte, -T fields and -Y."""
 
 import random
 import struct
@@ -53,6 +53,7 @@ FIELDS = [
     "lldp.ieee.802_3.aggregation_status.enabled",
     "lldp.ieee.802_3.aggregated_port_id",
     "lldp.tlv_deprecated",
+    "lldp.excess_length",
     *(f"lldp.ieee.802_3.eee.{n}" for n in ("transmit", "receive", "fallback_receive", "echo_transmit", "echo_receive")),
     "lldp.orgtlv.oui",
     "lldp.media.subtype",
@@ -98,9 +99,17 @@ def _frames(seed=11):
             / _org(IEEE_802_3, 5, struct.pack(">5H", *(rnd.getrandbits(16) for _ in range(5))))
             / _org(OTHER_OUIS[i % len(OTHER_OUIS)], rnd.randrange(256), rnd.randbytes(rnd.choice((0, 1, 3))))
             / _media(rnd, i)
+            / _org(IEEE_802_3, *_longer(rnd))
             / LLDPDUEndOfLLDPDU()
         )
     return out
+
+
+def _longer(rnd):
+    """(subtype, bytes) of an IEEE 802.3 TLV a few bytes longer than its layout: tshark reads the layout, then
+    adds its `Invalid length, greater than expected` item."""
+    sub, n = rnd.choice(((1, 5), (2, 8), (3, 5), (4, 2), (5, 10)))
+    return sub, rnd.randbytes(n + rnd.randrange(1, 5))
 
 
 def _media(rnd, i):
@@ -134,7 +143,8 @@ def test_tree_sections_are_tsharks(capture, tshark):
     item under 802.3 link aggregation's subtype)."""
     ours, theirs = _ibwire(capture, "-V"), _tshark(tshark, capture, "-V")
     assert _sections(ours) == _sections(theirs)
-    assert ours.count("[Expert Info (Warning/Protocol): TLV has been deprecated]") == FRAMES
+    for expert in ("Protocol): TLV has been deprecated", "Malformed): Invalid length, greater than expected"):
+        assert ours.count(f"[Expert Info (Warning/{expert}]") == theirs.count(f"[Expert Info (Warning/{expert}]") > 0
 
 
 def test_json_layers_are_tsharks(capture, tshark):
@@ -163,6 +173,7 @@ def test_fields_and_filters_are_tsharks(capture, tshark):
         "lldp.ieee.802_1qau.cnpv.prio0 && !lldp.ieee.802_1qau.ready.prio7",
         "lldp.ieee.802_3.bt_pd_powered_status == 2 || lldp.ieee.802_3.bt_autoclass_request",
         "lldp.media.tag_flag && lldp.media.l2_prio > 3 || lldp.media.sn",
+        "lldp.excess_length && lldp.ieee.802_3.max_frame_size",
     ):
         select = ("-Y", expr, "-T", "fields", "-e", "frame.number")
         assert _ibwire(capture, *select) == _tshark(tshark, capture, *select), expr

@@ -11,6 +11,7 @@ from typing import Dict, Optional
 from dissectors.dcbfacts import LLDP_CAPABILITIES, LLDP_ORG_FLAGS, PMD_CAPABILITIES
 from dissectors.lldp_org import BITS as LLDP_BITS
 from dissectors.lldp_org import DISPLAY as LLDP_DISPLAY
+from dissectors.lldp_org import EXPERTS as LLDP_EXPERTS
 from dissectors.lldp_org import NUMBERS as LLDP_NUMBERS
 from dissectors.lldp_org import STRINGS as LLDP_STRINGS
 from dissectors.madnames import CAPABILITY_MASK
@@ -220,7 +221,7 @@ ENCAP: Dict[str, str] = {
     "lldp.ieee.802_1.vlan.name": STRING,
     **dict.fromkeys((f"lldp.{k}" for k in LLDP_STRINGS), STRING),
     "lldp.ieee.802_1.proto.id": BYTES,
-    "lldp.tlv_deprecated": PROTO,
+    **dict.fromkeys((f"lldp.{k}" for k in LLDP_EXPERTS), PROTO),
     **_group("lldp", MAC, "chassis.id.mac", "port.id.mac"),
     "lldp.mgn.addr.ip4": IPV4,
     "lldp.mgn.addr.ip6": IPV6,

@@ -33,12 +33,27 @@ POWER_SOURCES = {
     "lldp.ieee.802_3.mdi_power_source": ("ieee.802_3.mdi_power_type", (PSE_SOURCES, PD_SOURCES) * 2),
     "lldp.media.power.source": ("media.power.type", (PSE_SOURCES, PD_SOURCES)),
 }
-DEPRECATED_TITLE = "[Expert Info (Warning/Protocol): TLV has been deprecated]"
-DEPRECATED = [  # the expert item of a TLV IEEE 802.1AB-2009 moved elsewhere (802.3's link aggregation)
-    ("lldp.tlv_deprecated", empty("[TLV has been deprecated]")),
-    ("_ws.expert.message", "TLV has been deprecated"),
-    ("_ws.expert.severity", line(SEVERITY["Warning"], "[Severity level: Warning]")),
-    ("_ws.expert.group", line("150994944", "[Group: Protocol]")),
+
+
+def _expert(key: str, message: str, group: str, number: str) -> Node:
+    """A warning packet-lldp.c adds (its -T json items, its -V title)."""
+    return Node(
+        f"[Expert Info (Warning/{group}): {message}]",
+        [
+            (key, empty(f"[{message}]")),
+            ("_ws.expert.message", message),
+            ("_ws.expert.severity", line(SEVERITY["Warning"], "[Severity level: Warning]")),
+            ("_ws.expert.group", line(number, f"[Group: {group}]")),
+        ],
+    )
+
+
+# A TLV IEEE 802.1AB-2009 moved elsewhere (802.3's link aggregation): under its subtype
+DEPRECATED = _expert("lldp.tlv_deprecated", "TLV has been deprecated", "Protocol", "150994944")
+EXCESS = "Invalid length, greater than expected"  # an 802.3 TLV longer than its layout: a text item at its end
+EXCESS_ITEMS = [
+    ("_ws.expert", _expert("lldp.excess_length", EXCESS, "Malformed", "117440512")),
+    ("_ws.malformed", "Malformed Packet"),
 ]
 
 
@@ -128,11 +143,12 @@ def _tlv_items(layer, fields: dict) -> list:
         return items
     fields = dict(fields)
     deprecated = fields.pop("tlv_deprecated", None) is not None
+    excess = fields.pop("excess_length", None) is not None
     items = [(k, _powered(fields, k, v)) for k, v in _with_flag_trees(fields)]
-    if deprecated:  # packet-lldp.c's expert item under the subtype of a TLV 802.1AB-2009 dropped
+    if deprecated:
         at = next(i for i, (k, _) in enumerate(items) if k.endswith(".subtype")) + 1
-        items.insert(at, (items[at - 1][0] + "_tree", [("_ws.expert", Node(DEPRECATED_TITLE, DEPRECATED))]))
-    return items
+        items.insert(at, (items[at - 1][0] + "_tree", [("_ws.expert", DEPRECATED)]))
+    return items + [(EXCESS, EXCESS_ITEMS)] if excess else items
 
 
 def _powered(fields: dict, key: str, value):

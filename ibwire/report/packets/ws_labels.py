@@ -770,6 +770,7 @@ FIELDS = {
     'lldp.dcbx.proto': ('DCBx Protocol', 'FT_UINT8', 'BASE_HEX', 0),
     'lldp.dcbx.type': ('DCBx TLV Type', 'FT_UINT16', 'BASE_DEC', 65024),
     'lldp.dcbx.version': ('Operating Version', 'FT_UINT8', 'BASE_HEX', 0),
+    'lldp.excess_length': ('Invalid length, greater than expected', 'FT_NONE', '', 0),
     'lldp.ieee.802_1.aggregated_port_id': ('Aggregated Port Id', 'FT_UINT32', 'BASE_DEC', 0),
     'lldp.ieee.802_1.aggregation_status': ('Aggregation Status', 'FT_UINT8', 'BASE_HEX', 0),
     'lldp.ieee.802_1.aggregation_status.cap': ('Aggregation Capability', 'FT_BOOLEAN', '8', 1),
