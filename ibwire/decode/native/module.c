@@ -672,11 +672,26 @@ static PyObject *render(PyObject *self, PyObject *args)
     char *text = NULL;
     size_t len = 0;
     int err = 0;
+    /* A batch's text goes straight into the bytes returned, sized by the last call's bytes per row on this
+     * thread (a batch of -V trees is megabytes: a copy of it cost as much as rendering it); a text that
+     * outgrows it is rendered again into the thread's kept buffer and copied. */
+    static __thread Py_ssize_t per_row;
+    PyObject *out = NULL;
+    if (!bad && n >= 64 && per_row > 0 && per_row < PY_SSIZE_T_MAX / 2 / n) {
+        out = PyBytes_FromStringAndSize(NULL, n * per_row + n * per_row / 4 + 4096);
+        if (!out)
+            PyErr_Clear();
+    }
     if (!bad) {
         render_job job = {b[REC].v.buf, itemsize, rows, n, prog_of, pp, pl, b[BASE].held ? b[BASE].v.buf : NULL,
-                          frames ? b[BUF].v.buf : NULL, fs, fl, dumps};
+                          frames ? b[BUF].v.buf : NULL, fs, fl, dumps, out ? PyBytes_AS_STRING(out) : NULL,
+                          out ? (size_t)PyBytes_GET_SIZE(out) : 0};
         Py_BEGIN_ALLOW_THREADS
         err = render_rows(&job, &text, &len);
+        if (err == -3) {
+            job.into = NULL;
+            err = render_rows(&job, &text, &len);
+        }
         Py_END_ALLOW_THREADS
     }
     PyMem_Free(pp);
@@ -684,10 +699,17 @@ static PyObject *render(PyObject *self, PyObject *args)
     if (bad)
         return refuse(b, NB, bad);
     release(b, NB);
+    int into = out && !err && text == PyBytes_AS_STRING(out);
+    if (!into)
+        Py_CLEAR(out);
     if (err == -1)
         return PyErr_NoMemory();
     if (err)
         return PyErr_Format(PyExc_ValueError, "render: bad program");
+    if (n)
+        per_row = (Py_ssize_t)(len / (size_t)n) + 1;
+    if (into)
+        return _PyBytes_Resize(&out, (Py_ssize_t)len) < 0 ? NULL : out;
     return PyBytes_FromStringAndSize(text ? text : "", (Py_ssize_t)len);  /* text is render.c's own buffer */
 }
 

@@ -15,12 +15,17 @@
 typedef struct {
     char *p;
     size_t n, cap;
+    int fixed, full;  /* the caller's buffer (never grown), and whether it ran out */
 } out_t;
 
 static int reserve(out_t *o, size_t more)
 {
     if (o->n + more <= o->cap)
         return 0;
+    if (o->fixed) {
+        o->full = 1;
+        return -1;
+    }
     size_t cap = o->cap ? o->cap : 1 << 16;
     while (cap < o->n + more)
         cap *= 2;
@@ -387,6 +392,8 @@ int render_rows(const render_job *j, char **result, size_t *result_len)
     static __thread out_t kept;        /* the last call's buffer: no fresh pages to fault in per batch */
     out_t o = kept;
     o.n = 0;
+    if (j->into)
+        o = (out_t){j->into, 0, j->into_cap, 1, 0};
     char t[FIELD_TEXT];
     for (int64_t k = 0; k < j->nrows; k++) {
         const uint8_t *r = j->rec + j->rows[k] * j->itemsize;
@@ -406,7 +413,8 @@ int render_rows(const render_job *j, char **result, size_t *result_len)
             }
             if (op >= OP_FINT) {
                 if (!j->buf || op > OP_LAST) {
-                    kept = o;
+                    if (!o.fixed)
+                        kept = o;
                     return -2;
                 }
                 int dumped = j->dumps ? dump_line(&o, op, pc, end, j->buf + j->fstart[k], j->flen[k]) : 0;
@@ -427,18 +435,21 @@ int render_rows(const render_job *j, char **result, size_t *result_len)
             pc += 4;
             int n = format_field(op, r + off, a, &w, base, t);
             if (n < 0) {
-                kept = o;
+                if (!o.fixed)
+                    kept = o;
                 return -2;
             }
             if (pad_left(&o, t, n, (int)w) < 0)
                 goto fail;
         }
     }
-    kept = o;
+    if (!o.fixed)
+        kept = o;
     *result = o.p;
     *result_len = o.n;
     return 0;
 fail:
-    kept = o;
-    return -1;
+    if (!o.fixed)
+        kept = o;
+    return o.full ? -3 : -1;
 }

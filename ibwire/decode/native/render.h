@@ -35,9 +35,11 @@ typedef struct {
     const int64_t *fstart;
     const int64_t *flen;
     int dumps;              /* a payload's hex on a -V dump marker line printed as tshark's dump (native/dump.c) */
+    char *into;             /* the caller's buffer of into_cap bytes to render into (NULL: the kept one) */
+    size_t into_cap;
 } render_job;
 
-/* *result lies in a buffer kept for the calling thread's next call (never free it; copy it before calling
- * again).  Returns 0, -1 out of memory, -2 a bad program. */
+/* *result lies in the caller's buffer `into`, else in a buffer kept for the calling thread's next call (never
+ * free it; copy it before calling again).  Returns 0, -1 out of memory, -2 a bad program, -3 `into` too small. */
 int render_rows(const render_job *job, char **result, size_t *result_len);
 #endif
