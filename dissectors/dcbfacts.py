@@ -44,6 +44,7 @@ SUB_802_1_PORT_VLAN, SUB_802_3_MAX_FRAME = 1, 4  # IEEE 802.1Q Annex D.2.1, IEEE
 SUB_802_1_PROTO_VLAN, SUB_802_1_VLAN_NAME, SUB_802_1_LINK_AGGREGATION = 2, 3, 7  # IEEE 802.1Q D.2.2, D.2.3, 802.1AX
 SUB_802_1_PROTO_ID, SUB_802_1_CONGESTION = 4, 8  # IEEE 802.1Q D.2.4, D.2.7 (802.1Qau)
 SUB_802_3_MAC_PHY, SUB_802_3_POWER, SUB_802_3_LINK_AGGREGATION, SUB_802_3_EEE = 1, 2, 3, 5  # IEEE 802.3 §79.3
+SUB_802_3_BR = 7  # IEEE 802.3br §79.3.7: additional Ethernet capabilities (frame preemption)
 # Flag words of these TLVs: (Wireshark's name, mask) of each bit or bit group, as packet-lldp.c reads them
 PROTO_VLAN_FLAGS = (("supported", 0x02), ("enabled", 0x04))
 AGGREGATION_FLAGS = (("cap", 0x01), ("enabled", 0x02), ("porttype", 0x0C))

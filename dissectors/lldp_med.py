@@ -23,8 +23,8 @@ STRINGS = tuple(f"media.{n}" for n in INVENTORY.values())
 DISPLAY = {"media.subtype": 2, "media.subtype.caps": 4}
 
 
-def org_media(sub: int, data: bytes) -> dict:
-    """An LLDP-MED TLV's fields after its subtype ({} when this one is not read or too short)."""
+def org_media(sub: int, data: bytes):
+    """An LLDP-MED TLV's fields after its subtype (None when this one is not read or too short)."""
     if sub == SUB_CAPABILITIES and len(data) >= 3:
         caps = int.from_bytes(data[:2], "big")
         return {
@@ -47,4 +47,4 @@ def org_media(sub: int, data: bytes) -> dict:
         }
     if sub in INVENTORY and data:
         return {f"media.{INVENTORY[sub]}": data.split(b"\0", 1)[0].decode("utf-8", "replace")}
-    return {}
+    return None

@@ -19,6 +19,7 @@ from dissectors.dcbfacts import (
     SUB_802_1_PROTO_ID,
     SUB_802_1_PROTO_VLAN,
     SUB_802_1_VLAN_NAME,
+    SUB_802_3_BR,
     SUB_802_3_EEE,
     SUB_802_3_LINK_AGGREGATION,
     SUB_802_3_MAC_PHY,
@@ -65,6 +66,19 @@ BT_WORDS = (
 )
 # Each 802.3bt word with parts -> its parts' names: the subtree tshark draws under the word's line
 TREES = {f"ieee.802_3.bt_{w}": tuple(f"ieee.802_3.bt_{n}" for n, _ in parts) for w, _, _, parts in BT_WORDS if parts}
+# 802.3br's additional Ethernet capabilities word and its parts (preemption support, enabled, active; the
+# additional fragment size), which Wireshark names `aec` under the word's `eac`
+BR_WORD = "ieee.802_3br.eac"
+BR_PARTS = (("support", 1), ("enable", 2), ("active", 4), ("addfragsize", 0x18), ("reserved", 0xFFE0))
+TREES[BR_WORD] = tuple(f"ieee.802_3br.aec.{n}" for n, _ in BR_PARTS)
+KNOWN_802_3 = (
+    SUB_802_3_MAC_PHY,
+    SUB_802_3_POWER,
+    SUB_802_3_LINK_AGGREGATION,
+    SUB_802_3_MAX_FRAME,
+    SUB_802_3_EEE,
+    SUB_802_3_BR,
+)
 EEE = ("transmit", "receive", "fallback_receive", "echo_transmit", "echo_receive")  # 802.3 §79.3.5, in µs
 # The plain numbers (not flag words) these TLVs add, under Wireshark's names after `lldp.`
 NUMBERS = (
@@ -82,12 +96,15 @@ NUMBERS = (
     *(f"ieee.802_3.bt_{w}" for w, _, _, _ in BT_WORDS),
     *(name for parts in TREES.values() for name in parts),
     *lldp_med.NUMBERS,
+    BR_WORD,
+    "ieee.802_3br.aec.addfragsize",
+    "ieee.802_3br.aec.reserved",
 )
 EXPERTS = ("tlv_deprecated", "excess_length")  # Wireshark's expert items of these TLVs (FT_NONE)
 # Single bits shown as booleans: Congestion Notification's per-priority CNPV capability and ready indicator,
 # LLDP-MED's capabilities and policy flags
 CONGESTION = tuple(f"ieee.802_1qau.{word}.prio{p}" for word in ("cnpv", "ready") for p in range(8))
-BITS = (*CONGESTION, *lldp_med.BITS)
+BITS = (*CONGESTION, *lldp_med.BITS, *(f"ieee.802_3br.aec.{n}" for n in ("support", "enable", "active")))
 STRINGS = lldp_med.STRINGS
 # How tshark writes these fields' values: 1 a boolean, n > 1 hexadecimal with n digits
 DISPLAY = {
@@ -95,6 +112,8 @@ DISPLAY = {
     **lldp_med.DISPLAY,
     **{f"ieee.802_3.bt_{k}": n for k, n in (("power_status", 4), ("system_setup", 2), ("autoclass", 2))},
     **{f"ieee.802_3.bt_{k}": n for k, n in (("autoclass_reserved", 2), ("power_down", 6))},
+    BR_WORD: 4,
+    "ieee.802_3br.aec.reserved": 4,
 }
 
 
@@ -162,7 +181,8 @@ def _power(data: bytes) -> dict:
 
 
 def _802_3(sub: int, data: bytes) -> tuple:
-    """(fields, bytes read) of an IEEE 802.3 TLV whose layout is known, else ({}, 0)."""
+    """(fields, bytes read) of an IEEE 802.3 TLV: its layout's fields, ({}, 0) for a subtype without one, (None,
+    0) for a known subtype too short for its layout."""
     if sub == SUB_802_3_MAC_PHY and len(data) >= 5:
         caps = _u(data, 1, 2)
         return {
@@ -184,27 +204,34 @@ def _802_3(sub: int, data: bytes) -> tuple:
         return {"ieee.802_3.max_frame_size": _u(data, 0, 2)}, 2
     if sub == SUB_802_3_EEE and len(data) >= 2 * len(EEE):
         return {f"ieee.802_3.eee.{n}": _u(data, 2 * i, 2) for i, n in enumerate(EEE)}, 2 * len(EEE)
-    return {}, 0
+    if sub == SUB_802_3_BR and len(data) >= 2:
+        word = _u(data, 0, 2)
+        parts = {k: (word & m) >> ((m & -m).bit_length() - 1) for k, (_, m) in zip(TREES[BR_WORD], BR_PARTS)}
+        return {BR_WORD: word, **parts}, 2
+    return None if sub in KNOWN_802_3 else {}, 0
 
 
-def org_802_3(sub: int, data: bytes) -> dict:
+def org_802_3(sub: int, data: bytes):
     """IEEE 802.3 TLVs (IEEE 802.3 §79.3): MAC/PHY configuration/status, power via MDI, link aggregation,
-    maximum frame size, EEE; `excess_length` (Wireshark's expert item, -e shows 1) when the TLV holds more
-    bytes than its layout."""
+    maximum frame size, EEE, 802.3br's additional capabilities, any other subtype without fields;
+    `excess_length` (Wireshark's expert item, -e shows 1) when the TLV holds more bytes than its layout.
+    None for a known subtype too short for its layout (Wireshark stops there: a malformed packet)."""
     fields, used = _802_3(sub, data)
-    return {**fields, "excess_length": 1} if fields and len(data) > used else fields
+    if fields is None:
+        return None
+    return {**fields, "excess_length": 1} if len(data) > used else fields
 
 
 def org_tlv(oui: int, sub: int, data: bytes) -> dict:
     """An organisationally specific TLV's fields after its type and length: an IEEE 802.1 one always by its
-    subtype, an 802.3 or LLDP-MED one that way when its layout is read here, else (any other OUI) its
-    subtype and content as Wireshark shows an unknown one (no content line when there is none)."""
+    subtype, an 802.3 or LLDP-MED one that way when read here (their readers give None otherwise), else its
+    subtype and content as Wireshark shows one of an unknown organisation (no content line when empty)."""
     which = {
         OUI_IEEE_802_1: ("ieee.802_1.subtype", org_802_1),
         OUI_IEEE_802_3: ("ieee.802_3.subtype", org_802_3),
         lldp_med.OUI_MEDIA: ("media.subtype", lldp_med.org_media),
     }.get(oui)
-    fields = which[1](sub, data) if which else {}
-    if oui == OUI_IEEE_802_1 or fields:
+    fields = which[1](sub, data) if which else None
+    if fields is not None:
         return {"orgtlv.oui": oui, which[0]: sub, **fields}
     return {"orgtlv.oui": oui, "unknown_subtype": sub, **({"unknown_subtype.content": data.hex()} if data else {})}

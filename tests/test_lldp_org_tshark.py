@@ -1,8 +1,9 @@
 """Differential: LLDP frames crafted here with the IEEE 802.1 and 802.3 TLVs beside DCBX (protocol identity,
 congestion notification, power via MDI short and with 802.3at's and 802.3bt's extensions, 802.3 link
-aggregation, EEE; one a few bytes too long), LLDP-MED's (capabilities, network policy, extended power,
-inventory) and a TLV of another organisation (titled by its name in the manuf file, or `Unknown`) decode as
-tshark 4.0 shows them: -V lines, -T json layers, -T ek's lldp object byte for byte, -T fields and -Y."""
+aggregation, EEE, 802.3br's capabilities, an unknown subtype; one a few bytes too long), LLDP-MED's
+(capabilities, network policy, extended power, inventory) and a TLV of another organisation (titled by its
+name in the manuf file, or `Unknown`) decode as tshark 4.0 shows them: -V lines, -T json layers, -T ek's
+lldp object byte for byte, -T fields and -Y."""
 
 import random
 import struct
@@ -54,6 +55,9 @@ FIELDS = [
     "lldp.ieee.802_3.aggregated_port_id",
     "lldp.tlv_deprecated",
     "lldp.excess_length",
+    "lldp.ieee.802_3br.eac",
+    "lldp.ieee.802_3br.aec.active",
+    "lldp.ieee.802_3br.aec.addfragsize",
     *(f"lldp.ieee.802_3.eee.{n}" for n in ("transmit", "receive", "fallback_receive", "echo_transmit", "echo_receive")),
     "lldp.orgtlv.oui",
     "lldp.media.subtype",
@@ -100,6 +104,8 @@ def _frames(seed=11):
             / _org(OTHER_OUIS[i % len(OTHER_OUIS)], rnd.randrange(256), rnd.randbytes(rnd.choice((0, 1, 3))))
             / _media(rnd, i)
             / _org(IEEE_802_3, *_longer(rnd))
+            / _org(IEEE_802_3, 7, rnd.randbytes(2))
+            / _org(IEEE_802_3, rnd.choice((6, 8, 9, 100, 255)), rnd.randbytes(rnd.randrange(3)))
             / LLDPDUEndOfLLDPDU()
         )
     return out
@@ -174,6 +180,7 @@ def test_fields_and_filters_are_tsharks(capture, tshark):
         "lldp.ieee.802_3.bt_pd_powered_status == 2 || lldp.ieee.802_3.bt_autoclass_request",
         "lldp.media.tag_flag && lldp.media.l2_prio > 3 || lldp.media.sn",
         "lldp.excess_length && lldp.ieee.802_3.max_frame_size",
+        "lldp.ieee.802_3br.aec.support && lldp.ieee.802_3br.aec.addfragsize == 2",
     ):
         select = ("-Y", expr, "-T", "fields", "-e", "frame.number")
         assert _ibwire(capture, *select) == _tshark(tshark, capture, *select), expr

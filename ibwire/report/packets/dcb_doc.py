@@ -11,7 +11,7 @@ from scapy.contrib.lldp import LLDPDU
 from dissectors.dcb import LLDPDUCEEDCBX, LLDPDUAppPriority, MACControl, MACControlPFC, _MACControlOp
 from dissectors.dcbfacts import APP_NAMES, OUI_CEE, OUI_IEEE_802_1, OUI_IEEE_802_3, TLV_SYSTEM_CAPABILITIES
 from dissectors.lldp_med import OUI_MEDIA
-from dissectors.lldp_org import TREES
+from dissectors.lldp_org import BR_WORD, TREES
 from ibwire.decode.fields import FOREIGN
 from ibwire.decode.fieldtypes import TSHARK_DISPLAY
 from ibwire.report.packets import manuf
@@ -144,17 +144,20 @@ def _tlv_items(layer, fields: dict) -> list:
     fields = dict(fields)
     deprecated = fields.pop("tlv_deprecated", None) is not None
     excess = fields.pop("excess_length", None) is not None
-    items = [(k, _powered(fields, k, v)) for k, v in _with_flag_trees(fields)]
+    items = [(k, _worded(fields, k, v)) for k, v in _with_flag_trees(fields)]
     if deprecated:
         at = next(i for i, (k, _) in enumerate(items) if k.endswith(".subtype")) + 1
         items.insert(at, (items[at - 1][0] + "_tree", [("_ws.expert", DEPRECATED)]))
     return items + [(EXCESS, EXCESS_ITEMS)] if excess else items
 
 
-def _powered(fields: dict, key: str, value):
-    """A power via MDI item (802.3's, LLDP-MED's) as packet-lldp.c words it: the power source named by the
-    power type (a PSE's or a PD's sources), a power value in watts or mW (tenths of a watt on the wire); any
-    other item as it is."""
+def _worded(fields: dict, key: str, value):
+    """An item packet-lldp.c words itself: a power via MDI item (802.3's, LLDP-MED's: the power source named by
+    the power type, a PSE's or a PD's sources; a power value in watts or mW, tenths of a watt on the wire),
+    802.3br's capabilities word followed by the names of its flags that are set; any other item as it is."""
+    if key == "lldp." + BR_WORD:
+        on = [FIELDS[f"lldp.{b}"][0] for b in TREES[BR_WORD] if fields[b] and FIELDS[f"lldp.{b}"][1] == "FT_BOOLEAN"]
+        return line(value, ", ".join([f"{FIELDS[key][0]}: {value}", *on]))
     if key in WATTS:
         n = int(value)
         return line(value, f"{FIELDS[key][0]}: {n // 10}.{n % 10}. Watt")
