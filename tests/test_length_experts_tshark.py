@@ -2,9 +2,12 @@
 shows it (ibwire/report/packets/length_experts.py): the expert item under the length, the UDP length's
 `(bogus, payload length n)`, in -V, -T json and -T ek, on crafted RoCEv2 and UDP frames (claimed lengths
 past the frame, cut by a snap length, or right) and on the public capture whose 489 RoCEv2 frames claim 4 KB
-datagrams in 243 bytes: their IP and UDP layers are tshark's, frame by frame."""
+datagrams in 243 bytes: their IP and UDP layers are tshark's, frame by frame; and a UDP datagram's summary
+line says `[BAD UDP LENGTH …]` as tshark's Info column does."""
 
 import json
+import re
+import subprocess
 
 import pytest
 from conftest import run_ibwire
@@ -20,6 +23,7 @@ from dissectors.ib import BTH
 
 LAYERS = ("ip", "ipv6", "udp")
 TITLES = ("Internet Protocol Version 4", "Internet Protocol Version 6", "User Datagram Protocol")
+OWN = re.compile(r"  \[truncated: captured \d+ of \d+ bytes\]$")  # ibwire's own note
 UCCL = "m3_rping_uccl_uccl-mini_p2p-test2_rdma-nccl2.pcap"
 
 
@@ -88,3 +92,20 @@ def test_tree_ip_and_udp_sections_are_tsharks(crafted, public_dir):
             for title in TITLES:
                 assert sections(o).get(title) == sections(t).get(title), (cap.name, n, title)
         assert any("(bogus, payload length" in line for f in ours for line in f)
+
+
+def test_udp_summary_lines_are_tsharks(crafted, tmp_path, tshark):
+    """The summary line of a UDP datagram whose length exceeds its IP payload, or is below 8, holds tshark's
+    Protocol and Info columns (`1234 → 5000 [BAD UDP LENGTH 200 > IP PAYLOAD LENGTH] Len=192`)."""
+    short = tmp_path / "short.pcap"
+    with PcapWriter(str(short), linktype=1) as w:
+        w.write(Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=1234, dport=5000, len=4) / Raw(b"x" * 20))
+    for cap in (crafted, short):
+        argv = [tshark, "-n", "-r", str(cap), "-T", "fields", "-E", "separator=/t"]
+        theirs = subprocess.run(argv + ["-e", "_ws.col.Protocol", "-e", "_ws.col.Info"], capture_output=True, text=True)
+        ours = run_ibwire("decode", cap, check=True).stdout.splitlines()
+        rows = [line.split("\t") for line in theirs.stdout.splitlines()]
+        assert len(ours) == len(rows)
+        udp = [(OWN.sub("", line), info) for line, (proto, info) in zip(ours, rows) if proto == "UDP"]
+        assert udp and all(re.search(rf" UDP \d+  {re.escape(info)}$", line) for line, info in udp), udp
+        assert any("[BAD UDP LENGTH" in info for _, info in udp)

@@ -63,3 +63,20 @@ def udp_length(length: int, payload: Optional[int]) -> list:
 def payload(total: int, header: int, reported: Optional[int]) -> Optional[int]:
     """The IP payload's reported bytes, as tshark cuts its tvb to the header's length."""
     return None if reported is None else max(min(total, reported) - header, 0)
+
+
+def udp_info(d) -> Optional[str]:
+    """What tshark's UDP Info column says of a decoded frame's (ibwire.decode.Decoded) bad UDP length, before
+    `Len=` ("[BAD UDP LENGTH 980 > IP PAYLOAD LENGTH]"), or of one below 8, in place of it; None when right."""
+    udp = d.packet.getlayer("UDP") if d.packet is not None else None
+    ip = udp.underlayer if udp is not None else None
+    if ip is None or ip.original is None or type(ip).__name__ not in ("IP", "IPv6"):
+        return None
+    reported = len(ip.original) + d.frame.wirelen - len(d.frame.data)
+    v4 = type(ip).__name__ == "IP"
+    if v4 and ip.len < ip.ihl * 4:
+        return None  # (tshark ends the IP layer there: not yet)
+    carried = payload(ip.len, ip.ihl * 4, reported) if v4 else payload(ip.plen + 40, 40, reported)
+    if udp.len < 8:
+        return f"[BAD UDP LENGTH {udp.len} < 8]"
+    return f"[BAD UDP LENGTH {udp.len} > IP PAYLOAD LENGTH]" if udp.len > carried else None

@@ -209,7 +209,12 @@ def detail_info(d) -> Tuple[str, str, str, str]:
         )
         proto = "TCP"
     elif "udp" in f:
-        info = f"{f.get('udp.srcport')} → {f.get('udp.dstport')} Len={max((f.get('udp.length') or 8) - 8, 0)}"
+        from ibwire.report.packets import length_experts  # (a full decode's: scapy is loaded)
+
+        bad, length = length_experts.udp_info(d), f.get("udp.length") or 8
+        info = f"{f.get('udp.srcport')} → {f.get('udp.dstport')} " + (
+            bad if length < 8 else f"{bad + ' ' if bad else ''}Len={length - 8}"
+        )
         proto = "UDP"
     elif "ip" in f:  # (a protocol tshark does not dissect: named as packet-ip.c and packet-ipv6.c name it)
         info, proto = _protocol(f.get("ip.proto")), "IPv4"
