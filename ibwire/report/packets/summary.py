@@ -213,7 +213,7 @@ def detail_info(d) -> Tuple[str, str, str, str]:
 
         bad, length = length_experts.udp_info(d), f.get("udp.length") or 8
         info = f"{f.get('udp.srcport')} → {f.get('udp.dstport')} " + (
-            bad if length < 8 else f"{bad + ' ' if bad else ''}Len={length - 8}"
+            bad if bad and length < 8 else f"{bad + ' ' if bad else ''}Len={max(length - 8, 0)}"
         )
         proto = "UDP"
     elif "ip" in f:  # (a protocol tshark does not dissect: named as packet-ip.c and packet-ipv6.c name it)
