@@ -7,7 +7,7 @@ import json
 import struct
 import tomllib
 
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 
 from dissectors.numbers import GSI_QKEY
 from ibwire.files.writers import PcapWriter

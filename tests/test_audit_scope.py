@@ -8,7 +8,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import ICMPv6ND_NS, IPv6
 from scapy.layers.l2 import ARP, Ether

@@ -3,7 +3,7 @@ the test put into the table come back, decoded, on the frame that completes the 
 
 import json
 
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 from test_mad_oracle import write_erf_pcap
 from test_mad_rmpp import paths, table_response
 

@@ -6,7 +6,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PUBLIC, run_ibwire, tshark_fields
+from conftest import PUBLIC, tshark_fields
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
 FIELDS = (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPS = ROOT / "captures"

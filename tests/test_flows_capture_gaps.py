@@ -11,11 +11,12 @@ from functools import partial
 from pathlib import Path
 
 import conftest
+import one_process  # run_ibwire forked from a process that imported ibwire: the output is the point
 import pytest
 from conftest import PUBLIC
 from pictures_browser import render
 
-run_ibwire = partial(conftest.run_ibwire, unwrapped=True)  # piped: cells and paragraphs stay whole
+run_ibwire = partial(one_process.run_ibwire, unwrapped=True)  # piped: cells and paragraphs stay whole
 
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"

@@ -7,7 +7,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import PUBLIC, run_ibwire
+from conftest import PUBLIC
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
 PCAP = CAPS / "pfc-storm.pcap"

@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 
 from dissectors.numbers import LINKTYPE_ETHERNET
 from ibwire.files import iter_frames

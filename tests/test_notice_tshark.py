@@ -12,7 +12,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 from test_mad_crafted import GID1, GID2, smp
 from test_mad_oracle import write_erf_pcap
 

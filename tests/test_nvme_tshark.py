@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 from storage_oracle import declared_counts, moved, storage_rows
 
 DISCOVER = "m3_nvme_nvme-discover.pcap"

@@ -5,7 +5,7 @@ import json
 import re
 from pathlib import Path
 
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"
 

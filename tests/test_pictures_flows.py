@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 from pictures_browser import render, self_contained
 
 CAPS = Path(__file__).resolve().parents[1] / "captures"

@@ -10,12 +10,13 @@ from functools import partial
 from pathlib import Path
 
 import conftest
+import one_process  # run_ibwire forked from a process that imported ibwire: the output is the point
 import pyarrow.parquet as pq
 import pytest
 
 from ibwire.synth import frames, load
 
-run_ibwire = partial(conftest.run_ibwire, unwrapped=True)
+run_ibwire = partial(one_process.run_ibwire, unwrapped=True)
 CAPS = Path(__file__).resolve().parents[1] / "captures"
 SCENARIOS = ("loss-retransmit", "capture-gap", "roce-multitenant-breach", "multitenant-breach", "ack-timeout")
 KINDS = {

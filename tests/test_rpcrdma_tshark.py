@@ -15,8 +15,10 @@ Deliberate differences, each with its reason:
 
 import pytest
 import rpcrdma_frames
-from conftest import run_ibwire
-from one_process import ibwire_runs
+from one_process import (
+    ibwire_runs,
+    run_ibwire,  # forked from a process that imported ibwire: the output is the point
+)
 from rpcrdma_frames import PROTOCOLS, REPLY_CALL, write_capture
 from storage_oracle import (
     RDMA_DATA,

@@ -13,7 +13,7 @@ import json
 
 import pytest
 import rpcrdma_frames
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 from rpcrdma_frames import PROTOCOLS, REPLY_CALL, V2_ONLY, v2_pairs, write_capture
 from storage_oracle import (
     RDMA_DATA,

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures" / "public"
 CAPTURES = sorted(PUBLIC.glob("*.pcap"))

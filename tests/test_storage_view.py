@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pyarrow.parquet as pq
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 
 DISCOVER = "m3_nvme_nvme-discover.pcap"
 ECHO = "m3_nvme_host-echo_dump.pcap"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import tshark_runs
-from conftest import run_ibwire
+from one_process import run_ibwire  # forked from a process that imported ibwire: the output is the point
 from test_mad_oracle import TSHARK_EXCEPTIONS
 from tshark_oracle import PUBLIC, TSHARK
 
