@@ -4,6 +4,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,21 @@ SERIAL = {
     "test_fast_memory",
 }
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # a pytest-xdist worker: its controller set up the run below
+# The parallel round's longest modules (a minute and more on CI's two cores), longest first, are handed out
+# before the others, which follow by number of tests as pytest-xdist orders them: left to its order (by
+# number of tests), test_fuzz_decode (3 tests, 3 minutes) or test_fresh_debian (1) came last, one core
+# working alone at the end of the round.
+LONG = (
+    "test_fuzz_decode",
+    "test_shapes",
+    "test_packaging",
+    "test_fresh_debian",
+    "test_tcp_fields_tshark",
+    "test_filter_ops_tshark",
+    "test_icmp_tshark",
+    "test_outputs_complete",
+    "test_tshark_shapes",
+)
 
 REAL_HOME = os.path.expanduser("~")
 if not WORKER:
@@ -141,6 +157,8 @@ def pytest_report_header(config):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "serial: runs alone, in ./dev test's second round (conftest.SERIAL)")
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # modules go out in the order the workers collect them (LONG)
 
 
 def pytest_collection_modifyitems(items):
@@ -149,6 +167,9 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.stem in SERIAL:
             item.add_marker(pytest.mark.serial)
+    if WORKER:  # LONG's modules first, then by number of tests (a module's tests keep their order)
+        tests = Counter(item.path for item in items)
+        items.sort(key=lambda i: (LONG.index(i.path.stem) if i.path.stem in LONG else len(LONG), -tests[i.path]))
     if PUBLIC.is_dir():
         return
     import public_need  # tests/public_need.py
