@@ -615,6 +615,39 @@ static const char *program_misfit(const uint8_t *p, int64_t len, Py_ssize_t item
     return NULL;
 }
 
+/* A batch's text goes straight into the bytes returned, sized by the last call's bytes per row on this thread
+ * (a batch of -V trees is megabytes: a copy of it cost as much as rendering it); a text that outgrows them is
+ * rendered again into the thread's kept buffer (render.c) and copied. */
+static __thread Py_ssize_t per_row;
+
+/* The bytes to render n rows into, or NULL (too few rows, nothing known yet, no memory). */
+static PyObject *text_for(Py_ssize_t n)
+{
+    if (n < 64 || per_row <= 0 || per_row >= PY_SSIZE_T_MAX / 2 / n)
+        return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * per_row + n * per_row / 4 + 4096);
+    if (!out)
+        PyErr_Clear();
+    return out;
+}
+
+/* render()'s result: `out` cut to the text rendered into it, else a copy of render.c's buffer; or the error. */
+static PyObject *text_done(PyObject *out, int err, const char *text, size_t len, Py_ssize_t n)
+{
+    int into = out && !err && text == PyBytes_AS_STRING(out);
+    if (!into)
+        Py_CLEAR(out);
+    if (err == -1)
+        return PyErr_NoMemory();
+    if (err)
+        return PyErr_Format(PyExc_ValueError, "render: bad program");
+    if (n)
+        per_row = (Py_ssize_t)(len / (size_t)n) + 1;
+    if (into)
+        return _PyBytes_Resize(&out, (Py_ssize_t)len) < 0 ? NULL : out;
+    return PyBytes_FromStringAndSize(text ? text : "", (Py_ssize_t)len);
+}
+
 static PyObject *render(PyObject *self, PyObject *args)
 {
     enum { REC, ROWS, PROG_OF, BASE, BUF, FSTART, FLEN, NB };
@@ -672,16 +705,7 @@ static PyObject *render(PyObject *self, PyObject *args)
     char *text = NULL;
     size_t len = 0;
     int err = 0;
-    /* A batch's text goes straight into the bytes returned, sized by the last call's bytes per row on this
-     * thread (a batch of -V trees is megabytes: a copy of it cost as much as rendering it); a text that
-     * outgrows it is rendered again into the thread's kept buffer and copied. */
-    static __thread Py_ssize_t per_row;
-    PyObject *out = NULL;
-    if (!bad && n >= 64 && per_row > 0 && per_row < PY_SSIZE_T_MAX / 2 / n) {
-        out = PyBytes_FromStringAndSize(NULL, n * per_row + n * per_row / 4 + 4096);
-        if (!out)
-            PyErr_Clear();
-    }
+    PyObject *out = bad ? NULL : text_for(n);
     if (!bad) {
         render_job job = {b[REC].v.buf, itemsize, rows, n, prog_of, pp, pl, b[BASE].held ? b[BASE].v.buf : NULL,
                           frames ? b[BUF].v.buf : NULL, fs, fl, dumps, out ? PyBytes_AS_STRING(out) : NULL,
@@ -699,18 +723,7 @@ static PyObject *render(PyObject *self, PyObject *args)
     if (bad)
         return refuse(b, NB, bad);
     release(b, NB);
-    int into = out && !err && text == PyBytes_AS_STRING(out);
-    if (!into)
-        Py_CLEAR(out);
-    if (err == -1)
-        return PyErr_NoMemory();
-    if (err)
-        return PyErr_Format(PyExc_ValueError, "render: bad program");
-    if (n)
-        per_row = (Py_ssize_t)(len / (size_t)n) + 1;
-    if (into)
-        return _PyBytes_Resize(&out, (Py_ssize_t)len) < 0 ? NULL : out;
-    return PyBytes_FromStringAndSize(text ? text : "", (Py_ssize_t)len);  /* text is render.c's own buffer */
+    return text_done(out, err, text, len, n);
 }
 
 PyDoc_STRVAR(crc32_doc,
