@@ -4,7 +4,7 @@ packet too big, time exceeded, parameter problem) carrying UDP, RoCEv2, ICMP ech
 after 8 bytes of their transport header, cut inside it or inside the IP header, longer than 128 bytes or with
 RFC 4884's length set; and timestamp requests and replies: frame by frame, every layer after the link's of
 -T json and every line after the Frame section of -V are tshark's.  One tshark run per format.  Frames of what
-is not shown yet (docs/tshark-output.md: a whole TCP header, IP options, ICMPv6's RFC 4884 length) are
+is not shown yet (docs/tshark-output.md: IP options, ICMPv6's RFC 4884 length) are
 tshark's up to where ibwire stops.  -T ek (the carried headers as objects of their own) and -T fields of
 both headers are tshark's too, and so are the frames -Y selects on the carried headers' fields.  Every cut of
 every frame decodes without an error.
@@ -77,7 +77,7 @@ def crafted(path) -> list:
         (error(3, 3, bytes(IP(src=b, dst=far, flags="MF") / UDP(sport=5, dport=6) / Raw(b"q" * 8))), True),
         (error(3, 3, b""), True),
         (error(11, 0, tcp[:28]), True),
-        (error(3, 3, tcp), False),  # tshark's whole TCP header: not yet
+        (error(3, 3, tcp), True),  # tshark's error-packet TCP
         (error(3, 4, options, nexthopmtu=1400), False),  # IP options: not yet
         (e() / ICMP(type=13, id=5, seq=6, ts_ori=1000, ts_rx=2000, ts_tx=3000), True),
         (e() / ICMP(type=14, id=5, seq=6, ts_ori=80000000, ts_rx=0x80000001, ts_tx=3000), True),
@@ -104,6 +104,61 @@ def crafted(path) -> list:
         f.time = T + i / 100
     wrpcap(str(path), [f for f, _ in frames])
     return [whole for _, whole in frames]
+
+
+def tcp_frames(path) -> None:
+    """A TCP conversation (SYN, SYN+ACK with window scaling, ACK) around errors carrying its segments (the
+    stream index, completeness, scaling factor and times as they stand), a new conversation's segment with
+    options, whole, with its options cut off, and cut before 20 bytes, and a SYN carried before its
+    conversation begins (the handshake's iRTT)."""
+    a, b, far = "10.0.0.1", "10.0.0.2", "10.9.9.9"
+    e = lambda: Ether(src=MAC, dst=MAC) / IP(src=a, dst=b)
+    own = lambda src, dst, **kw: Ether(src=MAC, dst=MAC) / IP(src=src, dst=dst) / TCP(**kw)
+    scale = [("MSS", 1460), ("WScale", 7)]
+    inner = bytes(IP(src=b, dst=far) / TCP(sport=1234, dport=80, seq=1001, ack=5001, flags="PA", window=100) / "hi")
+    stamps = [("NOP", None), ("NOP", None), ("Timestamp", (1, 2))]
+    other = bytes(IP(src=b, dst="10.8.8.8") / TCP(sport=999, dport=22, seq=7, ack=9, flags="A", options=stamps))
+    syn = bytes(IP(src=b, dst=far) / TCP(sport=4000, dport=443, seq=50, flags="S"))
+    frames = [
+        own(b, far, sport=1234, dport=80, seq=1000, flags="S", options=scale),
+        own(far, b, sport=80, dport=1234, seq=5000, ack=1001, flags="SA", options=scale),
+        e() / ICMP(type=3, code=3) / Raw(inner),
+        e() / ICMP(type=11, code=0) / Raw(inner[:28]),
+        e() / ICMP(type=3, code=1) / Raw(other),
+        e() / ICMP(type=3, code=1) / Raw(other[:40]),
+        e() / ICMP(type=3, code=1) / Raw(other[:34]),
+        own(b, far, sport=1234, dport=80, seq=1001, ack=5001, flags="A"),
+        e() / ICMP(type=3, code=3) / Raw(bytes(IP(src=b, dst=far) / TCP(sport=1234, dport=80, seq=1001, flags="F"))),
+        e() / ICMP(type=3, code=3) / Raw(syn),
+        own(far, b, sport=443, dport=4000, seq=9, ack=51, flags="SA"),
+        own(b, far, sport=4000, dport=443, seq=51, ack=10, flags="A"),
+    ]
+    for i, f in enumerate(frames):
+        f.time = T + i / 100
+    wrpcap(str(path), frames)
+
+
+def test_carried_tcp_is_tsharks(tmp_path, tshark):
+    """A carried TCP header in -V, -T json, -T ek and -T fields, frame by frame, is tshark's, and -Y selects
+    on its fields as tshark does."""
+    path = tmp_path / "tcp.pcap"
+    tcp_frames(path)
+    assert _trees(run_ibwire("decode", path, "-V", check=True).stdout) == _trees(run_tshark(path, "-n", "-V"))
+    assert _layers(run_ibwire("decode", path, "-T", "json", check=True).stdout) == _layers(
+        run_tshark(path, "-n", "-T", "json")
+    )
+    assert ek_layers(run_ibwire("decode", path, "-T", "ek", check=True).stdout) == ek_layers(
+        run_tshark(path, "-n", "-T", "ek")
+    )
+    args = [
+        a for f in ("frame.number", "tcp.stream", "tcp.seq", "tcp.ack", "tcp.window_size", "tcp.len") for a in ("-e", f)
+    ]
+    assert run_ibwire("decode", path, "-T", "fields", *args, check=True).stdout == run_tshark(
+        path, "-n", "-T", "fields", *args
+    )
+    for flt in ("tcp && icmp", "tcp.stream == 2 || tcp.completeness == 3", "tcp.ack == 5001 || tcp.options"):
+        ours = run_ibwire("decode", path, "-Y", flt, "-T", "fields", "-e", "frame.number", check=True).stdout
+        assert ours == run_tshark(path, "-n", "-Y", flt, "-T", "fields", "-e", "frame.number"), flt
 
 
 def _layers(text: str) -> list:

@@ -2,13 +2,14 @@
 dissector run on the bytes after the second word, in an error packet): its IP or IPv6 header and the header
 above it inside the ICMP layer, each as far as the captured bytes go (a cut header ends where its bytes end,
 silently); what follows a UDP header (`Data`, a RoCEv2 packet's InfiniBand layer) after the ICMP layer, where
-tshark places it.  A TCP header shows its ports and sequence number (tshark's whole error-packet TCP, not
-yet), IP options and IPv6 extension headers end the datagram (not yet).
+tshark places it.  A TCP header is tshark's error-packet TCP (tcp_error_doc; cut before 20 bytes: its ports and
+sequence number); IP options and IPv6 extension headers end the datagram (not yet).
 """
 
 from scapy.layers.inet import IP
 from scapy.layers.inet6 import IPv6
 
+from ibwire.report.packets.tcp_error_doc import error_title
 from ibwire.report.packets.tcp_options import expert, line
 from ibwire.report.packets.values import bytes_text
 
@@ -50,6 +51,7 @@ def carried(inner: bytes, walk, version: int) -> tuple:
     proto = head.proto if version == 4 else head.nh
     fragment = version == 4 and (int(head.flags) & 1 or head.frag)
     whole = len(inner) >= hlen + 8 and proto in (UDP, ICMP if version == 4 else ICMPV6) and not fragment
+    whole = whole or (proto == TCP and len(inner) >= hlen + 20 and not fragment)  # (a TCP header: all of it)
     packet = (IP if version == 4 else IPv6)(inner) if whole else head
     packet.in_error = True  # (icmp_doc: a message inside an error is not matched nor verified)
     layers = walk(packet)
@@ -71,6 +73,8 @@ def carried(inner: bytes, walk, version: int) -> tuple:
         if first[0] == "udp":
             udp = [item for item in first[1] if item[0] != "Timestamps"]  # (tshark: no times in an error)
             return out + [("udp", Node(_udp_title(udp), udp))], after
+        if first[0] == "tcp":  # (what follows is its payload, inside it)
+            return out + [("tcp", Node(error_title(first[1]), first[1]))], []
         return out + ([(first[0], Node(TITLES[first[0]], first[1]))] if first[0] in TITLES else []), after
     return out + _ports(body, proto), []
 
@@ -101,7 +105,8 @@ def _udp_title(items: list) -> str:
 
 
 def _ports(body: bytes, proto: int) -> list:
-    """A UDP or TCP header cut by the capture: its ports (both, or none), a UDP length, a TCP sequence number."""
+    """A UDP or TCP header cut by the capture: its ports (both, or none), a UDP length, a TCP sequence number
+    (tshark's title names it only in a header of 20 bytes or more: tcp_error_doc)."""
     if proto not in (UDP, TCP) or len(body) < 4:
         return []
     key = "udp" if proto == UDP else "tcp"
@@ -118,6 +123,4 @@ def _ports(body: bytes, proto: int) -> list:
     if len(body) >= 8:
         seq = int.from_bytes(body[4:8], "big")
         items.append(("tcp.seq", line(str(seq), f"Sequence Number: {seq}")))
-    title = f"Transmission Control Protocol, Src Port: {sport}, Dst Port: {dport}"
-    title += f", Seq: {int.from_bytes(body[4:8], 'big')}" if len(body) >= 13 else ""  # (with the header length)
-    return [("tcp", Node(title, items))]
+    return [("tcp", Node(f"Transmission Control Protocol, Src Port: {sport}, Dst Port: {dport}", items))]

@@ -523,7 +523,7 @@ class Printer:
             elif key in ("frame.time_epoch", "frame.time_relative", "frame.time_delta"):
                 ns = int(row["time_ns"]) - {"frame.time_relative": self.t0, "frame.time_delta": prev_ns}.get(key, 0)
                 text = f"{'-' if ns < 0 else ''}{abs(ns) // 10**9}.{abs(ns) % 10**9:09d}"
-            elif key in TYPES and key.partition(".")[0] not in d.layers:
+            elif key in TYPES and key.partition(".")[0] not in d.layers and not _carried(key, d.flat):
                 text = ""  # (a tcp or icmp field: from the document of frames with that protocol only)
             else:
                 text = _field_text(key, d.flat)
@@ -569,9 +569,9 @@ def _decode(frame, row):
 
 
 def _carried(key: str, flat: dict) -> bool:
-    """An IP or IPv6 field of an ICMP or ICMPv6 error: the document holds the outer header's and the carried one's."""
+    """An IP, IPv6 or TCP field of an ICMP or ICMPv6 error: the document holds the outer header's and the carried one's."""
     errors = flat.get("icmp.type") in (3, 4, 5, 11, 12) or flat.get("icmpv6.type") in (1, 2, 3, 4)
-    return errors and key.startswith(("ip.", "ipv6."))
+    return errors and key.startswith(("ip.", "ipv6.", "tcp."))
 
 
 def _field_text(key: str, flat: dict) -> str:

@@ -337,20 +337,25 @@ def _analysis(ta: Acked, st: Stream) -> list:
 
 
 def tcp_items(tcp, frame: int, ns: int, session) -> list:
-    """tcp_layer() of a scapy TCP layer: its bytes and its length by the IP or IPv6 header above it."""
+    """tcp_layer() of a scapy TCP layer."""
+    return tcp_layer(*segment(tcp), frame, ns, session)
+
+
+def segment(tcp) -> tuple:
+    """A scapy TCP layer's (bytes, length by the IP or IPv6 header above it, 16-byte source and destination)."""
     raw = bytes(tcp.original or b"")
     ip = tcp.underlayer
     while ip is not None and not hasattr(ip, "src"):
         ip = ip.underlayer
     if ip is None:
-        return tcp_layer(raw, len(raw), b"", b"", frame, ns, session)
+        return raw, len(raw), b"", b""
     if not hasattr(ip, "plen"):  # IPv4
         src, dst = (MAPPED + ipaddress.ip_address(a).packed for a in (ip.src, ip.dst))
         reported = ip.len - ip.ihl * 4 if ip.len is not None and ip.len >= ip.ihl * 4 else len(raw)
     else:
         src, dst = (ipaddress.ip_address(a).packed for a in (ip.src, ip.dst))
         reported = ip.plen - (len(bytes(ip.payload.original or b"")) - len(raw))
-    return tcp_layer(raw, max(reported, 0), src, dst, frame, ns, session)
+    return raw, max(reported, 0), src, dst
 
 
 MAPPED = b"\0" * 10 + b"\xff\xff"  # an IPv4 address as its IPv6-mapped 16 bytes

@@ -36,6 +36,7 @@ from ibwire.report.packets.icmp_doc import icmp_items
 from ibwire.report.packets.icmpv6_doc import icmpv6_items
 from ibwire.report.packets.session import Session
 from ibwire.report.packets.tcp_doc import tcp_items
+from ibwire.report.packets.tcp_error_doc import carried, error_tcp_items
 from ibwire.report.packets.values import SELF_NAMED, bytes_text, ipv6_text, seconds, value_text
 
 # Wiretap's encapsulation numbers (frame.encap_type) of the link types tshark 4.0 reads (not 247: tshark
@@ -476,6 +477,8 @@ def _layers(layer, layers: list, t: Times, session: "Session", flat=None, spare:
             layers.append(
                 ("udp", _udp(session, layer, t.epoch, payload if type(layer.underlayer) in (IP, IPv6) else None))
             )
+        elif cls is TCP and carried(layer):  # in an ICMP error: tshark's error-packet TCP
+            layers.append(("tcp", error_tcp_items(layer, t.epoch, session)))
         elif cls is TCP:
             layers.append(("tcp", tcp_items(layer, (flat or {}).get("frame.number", 0), t.epoch, session)))
         elif cls is ICMP:  # the message holds what follows it, up to the IB CRCs
