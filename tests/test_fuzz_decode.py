@@ -1,4 +1,4 @@
-"""Bad input never crashes: 100,000 mutated real packets (truncation at every offset, random bit flips,
+"""Bad input never crashes: 40,000 mutated real packets (truncation at every offset, random bit flips,
 random bytes behind valid headers, every link type), written to one capture per link type, go through the
 compiled bulk path (one record each, damage flagged), the full decode (never raising), and every output
 format of `ibwire decode` — text, -V tree, -x dump, jsonl, json, ek, fields, csv — with one record per
@@ -68,7 +68,7 @@ def mutations(rng, seed_frames):
 
 @pytest.fixture(scope="module")
 def mutants(tmp_path_factory):
-    """One pcap per link type holding the 100,000 mutants (some with an original length beyond the
+    """One pcap per link type holding the 40,000 mutants (some with an original length beyond the
     captured bytes): [(path, packets)]."""
     rng = random.Random(2026)
     by_link = defaultdict(list)
