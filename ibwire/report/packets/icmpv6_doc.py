@@ -17,7 +17,7 @@ from ibwire.report.packets.icmp_doc import checksum_items, end, in_cksum, start
 from ibwire.report.packets.tcp_options import line
 from ibwire.report.packets.values import bytes_text, ipv6_text
 
-TYPES = {
+TYPES = {  # tshark's names of ICMPv6 message types (packet-icmpv6.c), also the summary line's
     1: "Destination Unreachable",
     2: "Packet Too Big",
     3: "Time Exceeded",
@@ -25,10 +25,12 @@ TYPES = {
     128: "Echo (ping) request",
     129: "Echo (ping) reply",
     133: "Router Solicitation",
+    134: "Router Advertisement",
     135: "Neighbor Solicitation",
     136: "Neighbor Advertisement",
     143: "Multicast Listener Report Message v2",
 }
+SHOWN = frozenset(TYPES) - {134}  # the messages this layer shows (docs/tshark-output.md: not yet the others)
 UNREACHABLE = (
     "no route to destination",
     "Administratively prohibited",
@@ -72,7 +74,7 @@ def icmpv6_layer(
     `src`/`dst` the 16-byte addresses, `frame` the frame's number; `walk` (a scapy packet -> its layers) for
     the datagram an error carries; `nested`: the message is inside one (an echo's fields alone, unverified):
     [icmpv6 items, layers after them]."""
-    if len(raw) < 4 or raw[0] not in TYPES:
+    if len(raw) < 4 or raw[0] not in SHOWN:
         return [[], []]
     kind, code = raw[0], raw[1]
     name = CODES.get((kind, code), UNKNOWN_CODES.get(kind, "")).format(code) or None

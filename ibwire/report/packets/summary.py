@@ -234,20 +234,6 @@ def detail_info(d) -> Tuple[str, str, str, str]:
     return src, dst, proto, info
 
 
-_ICMPV6_TYPES = {  # tshark's names of ICMPv6 message types (packet-icmpv6.c)
-    1: "Destination Unreachable",
-    2: "Packet Too Big",
-    3: "Time Exceeded",
-    4: "Parameter Problem",
-    128: "Echo (ping) request",
-    129: "Echo (ping) reply",
-    133: "Router Solicitation",
-    134: "Router Advertisement",
-    135: "Neighbor Solicitation",
-    136: "Neighbor Advertisement",
-}
-
-
 def _protocol(number) -> str:
     """An IP protocol number as tshark names it: `any private encryption scheme (99)`, `Unknown (253)`."""
     from ibwire.report.packets.ws_labels import VALUES
@@ -282,10 +268,10 @@ def _icmp_text(f, packet) -> str:
 
 def _icmpv6_text(f) -> str:
     """tshark's Info of ICMPv6 (packet-icmpv6.c) for echo and neighbour discovery, else the type's name."""
-    from ibwire.report.packets.icmpv6_doc import CODES, UNKNOWN_CODES
+    from ibwire.report.packets.icmpv6_doc import CODES, TYPES, UNKNOWN_CODES
 
     t, code = f.get("icmpv6.type"), f.get("icmpv6.code")
-    info = _ICMPV6_TYPES.get(t, f"ICMPv6 type {t} code {code}")
+    info = TYPES.get(t, f"ICMPv6 type {t} code {code}")
     if t in (1, 2, 3, 4):  # an error: the code's name, as packet-icmpv6.c appends it
         named = CODES.get((t, code), UNKNOWN_CODES.get(t, "")).format(code)
         info += f" ({named})" if named else ""

@@ -183,11 +183,15 @@ def tcp_layer(raw: bytes, reported: int, src: bytes, dst: bytes, frame: int, ns:
         items.append(("tcp.analysis", _analysis(ta, st)))
     if h.flags & SYN:
         _verify_scaling(fwd, rev, bool(h.flags & ACK))
-    payload = raw[h.hlen : reported]
-    if payload and not h.flags & RST:
-        n = len(payload)
-        items.append(("tcp.payload", line(bytes_text(payload), f"TCP payload ({n} byte{'s' if n != 1 else ''})")))
+    if not h.flags & RST:
+        items += payload_item(raw[h.hlen : reported])
     return items
+
+
+def payload_item(payload: bytes) -> list:
+    """A segment's `TCP payload (n bytes)` item, if it has any."""
+    n = len(payload)
+    return [("tcp.payload", line(bytes_text(payload), f"TCP payload ({n} byte{'s' if n != 1 else ''})"))] if n else []
 
 
 def heading(items: list) -> str:

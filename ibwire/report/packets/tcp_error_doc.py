@@ -15,11 +15,12 @@ from ibwire.report.packets.tcp_doc import (
     _flags,
     _ports,
     _since,
+    payload_item,
     segment,
 )
 from ibwire.report.packets.tcp_options import line, options
 from ibwire.report.packets.tcp_seq import ACK, SYN
-from ibwire.report.packets.values import bytes_text, seconds
+from ibwire.report.packets.values import seconds
 
 
 def carried(layer) -> bool:
@@ -77,11 +78,7 @@ def error_tcp_items(tcp, ns: int, session) -> list:
             ],
         )
     )
-    payload = raw[h.hlen : reported]
-    if payload:
-        n = len(payload)
-        items.append(("tcp.payload", line(bytes_text(payload), f"TCP payload ({n} byte{'s' if n != 1 else ''})")))
-    return items
+    return items + payload_item(raw[h.hlen : reported])
 
 
 def error_title(items: list) -> str:
